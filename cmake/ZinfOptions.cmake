@@ -1,0 +1,27 @@
+# SPDX-License-Identifier: Apache-2.0
+# AUTO/ON/OFF options with one summary line each (AUTO uses what is found, ON fails loudly).
+function(zinf_option name desc)
+	set(ZINF_WITH_${name} AUTO CACHE STRING "${desc}: AUTO, ON or OFF")
+	set_property(CACHE ZINF_WITH_${name} PROPERTY STRINGS AUTO ON OFF)
+	string(TOUPPER "${ZINF_WITH_${name}}" v)
+	if(NOT v MATCHES "^(AUTO|ON|OFF)$")
+		message(FATAL_ERROR "ZINF_WITH_${name}=${ZINF_WITH_${name}}: must be AUTO, ON or OFF")
+	endif()
+	set(ZINF_WITH_${name} ${v} PARENT_SCOPE)
+	set(ZINF_HAVE_${name} 0 PARENT_SCOPE)
+	if(v STREQUAL "OFF")
+		message(STATUS "zinf: - ${name}: off (ZINF_WITH_${name}=OFF)")
+	endif()
+endfunction()
+
+# found_var: name of a variable that is true when the dependency was found.
+function(zinf_option_result name found_var what)
+	if(${found_var})
+		set(ZINF_HAVE_${name} 1 PARENT_SCOPE)
+		message(STATUS "zinf: ✓ ${name}: ${what}")
+	elseif(ZINF_WITH_${name} STREQUAL "ON")
+		message(FATAL_ERROR "zinf: ✗ ${name}: not found, and ZINF_WITH_${name}=ON")
+	else()
+		message(STATUS "zinf: ✗ ${name}: not found (built without it)")
+	endif()
+endfunction()

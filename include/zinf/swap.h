@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/swap.h: swap files. Named tensors (a state kind and an index) mapped to extents of
+ * files under one or more directories. Several directories are striped RAID-0 style with a
+ * stripe unit, so several drives add their bandwidth. File names are stable, derived from the
+ * rank and the state kind (never from addresses), so a later run can find them.
+ *
+ * Tensors are declared first (zinf_swap_add); zinf_swap_reserve() then lays them out, checks
+ * free space (statvfs) and preallocates (fallocate) before the first write. Every extent starts
+ * aligned to the direct-I/O alignment and is padded up to it; the padding is accounted for,
+ * and reading back returns exactly the bytes written.
+ *
+ * Optional CRC32C per extent (off by default): when on, a read whose data does not match the
+ * checksum of the last write fails with -EBADMSG, never returns data.
+ */
+#ifndef ZINF_SWAP_H
+#define ZINF_SWAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zinf_swap; /* opaque */
+
+struct zinf_swap_opts {
+	size_t size;               /* sizeof(struct zinf_swap_opts); set by zinf_swap_opts_init() */
+	const char *const *dirs;   /* directories (copied); several are striped */
+	unsigned n_dirs;
+	uint64_t stripe_unit;      /* bytes per stripe unit; multiple of the alignment; default 1 MiB */
+	int rank;                  /* part of every file name */
+	const char *prefix;        /* file name prefix; default "zinf" */
+	bool crc;                  /* per-extent CRC32C; default false */
+	bool buffered;             /* allow file systems without O_DIRECT (buffered I/O) */
+	bool keep_files;           /* do not unlink the files on destroy; default false */
+};
+
+ZINF_API void zinf_swap_opts_init(struct zinf_swap_opts *o);
+
+/**
+ * Create a swap space over `io` (which must outlive it). Checks that each directory exists and
+ * is writable. Returns 0 and sets *out; -ENOENT/-EACCES/-ENOTDIR naming the directory;
+ * -EINVAL bad option (O_DIRECT refused and buffered not allowed, stripe unit not a multiple
+ * of the alignment); -ENOMEM. Free with zinf_swap_destroy().
+ */
+ZINF_API int zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts,
+			      struct zinf_swap **out);
+/** Close (and unless keep_files, remove) the files. NULL is a no-op. */
+ZINF_API void zinf_swap_destroy(struct zinf_swap *s);
+
+/**
+ * Declare a tensor of `bytes` bytes, named by a state kind ("fp32", "exp_avg", "exp_avg_sq",
+ * "param16"...; letters, digits and '_') and an index. Returns its id (>= 0), or -EEXIST for a
+ * name already declared, -EINVAL for a bad name, -EBUSY after zinf_swap_reserve().
+ */
+ZINF_API int zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t bytes);
+/** Id of a declared tensor, or -ENOENT. */
+ZINF_API int zinf_swap_find(const struct zinf_swap *s, const char *kind, uint32_t index);
+
+/**
+ * Lay out every declared tensor, create the files, check free space and preallocate. Fails at
+ * once with -ENOSPC naming the directory, the bytes needed and the bytes free; -errno naming
+ * the file on any other failure. Nothing has been written when it fails.
+ */
+ZINF_API int zinf_swap_reserve(struct zinf_swap *s);
+
+/** Direct-I/O alignment of the swap space (the largest of its files'), bytes. */
+ZINF_API uint32_t zinf_swap_align(const struct zinf_swap *s);
+/** Bytes of the tensor as declared. */
+ZINF_API uint64_t zinf_swap_bytes(const struct zinf_swap *s, int id);
+/**
+ * Capacity a caller's buffer for this tensor must have: bytes rounded up to the alignment.
+ * Buffers must also start at a multiple of zinf_swap_align().
+ */
+ZINF_API uint64_t zinf_swap_buf_bytes(const struct zinf_swap *s, int id);
+/** Bytes on disk in all files, padding included (what zinf_swap_reserve() needs free). */
+ZINF_API uint64_t zinf_swap_total_bytes(const struct zinf_swap *s);
+
+/*
+ * An asynchronous swap operation, owned by the caller. A tensor may span several stripes and
+ * files, so one operation holds several I/O requests; the array is allocated when the
+ * operation starts and freed when zinf_swap_wait()/zinf_swap_poll() reports it complete.
+ */
+struct zinf_swap_op {
+	int id;
+	int nreq;
+	int64_t result;           /* once complete: 0 or a negative errno */
+	struct zinf_io_req *reqs; /* the engine's; do not touch */
+	void *buf;
+	bool write;
+};
+
+/**
+ * Start writing tensor `id` from buf (aligned, zinf_swap_buf_bytes() capacity; the pad bytes
+ * past zinf_swap_bytes() are zeroed by this call). With CRC on, the checksum is computed here,
+ * before submission. Returns 0 when started; -EINVAL misaligned buffer; -EBUSY before reserve.
+ */
+ZINF_API int zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op);
+/** Start reading tensor `id` into buf (aligned, zinf_swap_buf_bytes() capacity). */
+ZINF_API int zinf_swap_read_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op);
+/**
+ * Wait for an operation. Returns 0, or a negative errno whose message names the file, offset
+ * and length; -EBADMSG on a CRC mismatch (naming tensor and file). A failed write leaves the
+ * tensor marked unwritten: a later read of it fails with -ENODATA rather than return stale data.
+ */
+ZINF_API int zinf_swap_wait(struct zinf_swap *s, struct zinf_swap_op *op);
+/** 1 if complete (result set, CRC checked), 0 if still in flight. */
+ZINF_API int zinf_swap_poll(struct zinf_swap *s, struct zinf_swap_op *op);
+/** Synchronous helpers. */
+ZINF_API int zinf_swap_write(struct zinf_swap *s, int id, void *buf);
+ZINF_API int zinf_swap_read(struct zinf_swap *s, int id, void *buf);
+
+/** CRC32C (Castagnoli) of len bytes, continuing from crc (start with 0). */
+ZINF_API uint32_t zinf_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+/* tests/common/test_util.c: helpers shared by the tests; see test_util.h. */
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "zinf/common.h"
+
+uint64_t
+zt_seed(void)
+{
+	static uint64_t seed;
+	if (seed) {
+		return seed;
+	}
+	const char *s = getenv("ZINF_TEST_SEED");
+	if (s && *s) {
+		seed = strtoull(s, NULL, 0);
+	} else {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 20);
+	}
+	if (!seed) {
+		seed = 1;
+	}
+	fprintf(stderr, "seed=%llu (set ZINF_TEST_SEED to repeat)\n", (unsigned long long)seed);
+	return seed;
+}
+
+uint64_t
+zt_rand(uint64_t *state)
+{
+	uint64_t x = *state ? *state : 0x9e3779b97f4a7c15ull;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*state = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+double
+zt_uniform(uint64_t *state, double lo, double hi)
+{
+	return lo + (hi - lo) * ((double)(zt_rand(state) >> 11) * 0x1.0p-53);
+}
+
+void
+zt_rand_fill(void *p, size_t n, uint64_t *state)
+{
+	unsigned char *c = p;
+	while (n >= 8) {
+		uint64_t v = zt_rand(state);
+		memcpy(c, &v, 8);
+		c += 8;
+		n -= 8;
+	}
+	if (n) {
+		uint64_t v = zt_rand(state);
+		memcpy(c, &v, n);
+	}
+}
+
+char *
+zt_mkdtemp(const char *base)
+{
+	if (!base) {
+		base = getenv("ZINF_TEST_SCRATCH");
+	}
+	if (!base) {
+		base = "/tmp";
+	}
+	char *path = NULL;
+	if (asprintf(&path, "%s/zt-XXXXXX", base) < 0) {
+		return NULL;
+	}
+	if (!mkdtemp(path)) {
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+static int
+rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	return remove(path);
+}
+
+void
+zt_rmtree(const char *path)
+{
+	if (path) {
+		nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	}
+}
+
+const char *
+zt_variant(void)
+{
+	const char *v = getenv("ZINF_TEST_VARIANT");
+	return (v && *v) ? v : NULL;
+}
+
+void
+zt_log_to_stderr(void)
+{
+	zinf_log_set_callback(zinf_log_to_file, stderr);
+	zinf_log_set_level(ZINF_LOG_WARN);
+}

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* tests/common/test_util.h: seeds, random data, scratch directories, the test variant. */
+#ifndef ZINF_TEST_UTIL_H
+#define ZINF_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The run's seed: $ZINF_TEST_SEED if set, else derived from the clock. Printed once to
+ * stderr ("seed=N") so that a failing run can be repeated.
+ */
+uint64_t zt_seed(void);
+/* xorshift64*: the next value of *state (never 0). */
+uint64_t zt_rand(uint64_t *state);
+/* A uniform double in [lo, hi). */
+double zt_uniform(uint64_t *state, double lo, double hi);
+void zt_rand_fill(void *p, size_t n, uint64_t *state);
+/*
+ * A fresh directory under $ZINF_TEST_SCRATCH (or `base` if not NULL), malloc'ed path; the
+ * caller frees it and removes the tree with zt_rmtree().
+ */
+char *zt_mkdtemp(const char *base);
+void zt_rmtree(const char *path);
+/* $ZINF_TEST_VARIANT, or NULL when the test runs without one. */
+const char *zt_variant(void);
+/* Send zinf's log (all levels up to WARN) to stderr, once per process. */
+void zt_log_to_stderr(void);
+
+#endif
