@@ -35,9 +35,9 @@
 #include "nvme/swap_internal.h"
 #include "zinf/swap.h"
 
-#define SWAP_KIND_MAX    48
-#define SWAP_DEFAULT_SU  (1u << 20)
-#define SWAP_MIN_ALIGN   4096u /* layout unit when a file reports less (buffered I/O) */
+#define SWAP_KIND_MAX	48
+#define SWAP_DEFAULT_SU (1u << 20)
+#define SWAP_MIN_ALIGN	4096u /* layout unit when a file reports less (buffered I/O) */
 
 _Static_assert(sizeof(struct zinf_swap_opts) <= 128, "zinf_swap_opts grew: check opts.size use");
 
@@ -45,25 +45,25 @@ enum swap_state { SWAP_UNWRITTEN = 0, SWAP_WRITING, SWAP_VALID, SWAP_READING };
 
 struct swap_kind {
 	char name[SWAP_KIND_MAX + 1];
-	uint64_t *file_bytes;        /* [n_dirs]: size of the kind's file in each directory */
+	uint64_t *file_bytes;	     /* [n_dirs]: size of the kind's file in each directory */
 	struct zinf_io_file **files; /* [n_dirs]; NULL where the kind has no bytes */
-	char **paths;                /* [n_dirs] */
+	char **paths;		     /* [n_dirs] */
 };
 
 struct swap_tensor {
-	int kind;          /* index into kinds */
+	int kind; /* index into kinds */
 	uint32_t index;
-	uint64_t bytes;    /* as declared */
+	uint64_t bytes;	    /* as declared */
 	uint64_t buf_bytes; /* bytes rounded up to the alignment */
-	uint32_t npieces;  /* requests per operation */
+	uint32_t npieces;   /* requests per operation */
 	enum swap_state state;
-	uint32_t *crc;     /* [npieces] of the last completed write (opts.crc) */
+	uint32_t *crc;	   /* [npieces] of the last completed write (opts.crc) */
 	uint32_t *crc_new; /* [npieces] of the write in flight */
 };
 
 struct zinf_swap {
 	struct zinf_io *io;
-	char **dirs;       /* [n_dirs], copied */
+	char **dirs;	    /* [n_dirs], copied */
 	bool *dir_buffered; /* [n_dirs]: O_DIRECT refused there, opts.buffered allowed it */
 	unsigned n_dirs;
 	uint64_t stripe_unit; /* bytes */
@@ -77,7 +77,7 @@ struct zinf_swap {
 	struct swap_tensor *t;
 	int nt, t_cap;
 	uint64_t *ext_off; /* [nt * n_dirs]: file offset of tensor i's extent in directory d */
-	int *hash;         /* open addressing over (kind, index) -> id + 1; 0 empty */
+	int *hash;	   /* open addressing over (kind, index) -> id + 1; 0 empty */
 	unsigned hash_cap; /* power of two */
 	uint64_t total_bytes;
 };
@@ -129,20 +129,20 @@ probe_dir(struct zinf_swap *s, unsigned d, bool buffered_ok)
 	struct zinf_io_file *f = NULL;
 	int ret = zinf_io_file_open(s->io, path, ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC, &f);
 	if (ret == -EINVAL && buffered_ok) {
-		ret = zinf_io_file_open(s->io, path,
-					ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC |
-						ZINF_IO_BUFFERED,
-					&f);
+		ret = zinf_io_file_open(
+			s->io, path,
+			ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC | ZINF_IO_BUFFERED, &f);
 		s->dir_buffered[d] = true;
 	}
 	if (ret < 0) {
 		unlink(path);
 		free(path);
 		if (ret == -EINVAL) {
-			return ZINF_FAIL(-EINVAL,
-					 "swap: directory %s refuses O_DIRECT (tmpfs?) and buffered "
-					 "I/O was not allowed (opts.buffered)",
-					 dir);
+			return ZINF_FAIL(
+				-EINVAL,
+				"swap: directory %s refuses O_DIRECT (tmpfs?) and buffered "
+				"I/O was not allowed (opts.buffered)",
+				dir);
 		}
 		return ZINF_FAIL(ret, "swap: cannot create a file in %s: %s", dir, strerror(-ret));
 	}
@@ -214,7 +214,8 @@ zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct z
 		}
 	}
 	if (su % s->align != 0) {
-		ret = ZINF_FAIL(-EINVAL, "swap: stripe unit %llu is not a multiple of the alignment %u",
+		ret = ZINF_FAIL(-EINVAL,
+				"swap: stripe unit %llu is not a multiple of the alignment %u",
 				(unsigned long long)su, s->align);
 		goto fail;
 	}
@@ -485,8 +486,9 @@ layout(struct zinf_swap *s)
 		struct swap_tensor *t = &s->t[id];
 		struct swap_kind *kd = &s->kinds[t->kind];
 		t->buf_bytes = ZINF_ALIGN_UP(t->bytes, (uint64_t)s->align);
-		t->npieces = s->n_dirs == 1 ? (t->buf_bytes ? 1 : 0)
-					    : (uint32_t)ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
+		t->npieces = s->n_dirs == 1
+				     ? (t->buf_bytes ? 1 : 0)
+				     : (uint32_t)ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
 		for (unsigned d = 0; d < s->n_dirs; d++) {
 			uint64_t b = extent_bytes(s, t, d);
 			s->ext_off[(size_t)id * s->n_dirs + d] = kd->file_bytes[d];
@@ -566,11 +568,11 @@ check_space(struct zinf_swap *s)
 			goto out;
 		}
 		if (sum > avail) {
-			ret = ZINF_FAIL(-ENOSPC,
-					"swap: not enough space in %s: needs %llu bytes, %llu bytes "
-					"free",
-					s->dirs[d], (unsigned long long)sum,
-					(unsigned long long)avail);
+			ret = ZINF_FAIL(
+				-ENOSPC,
+				"swap: not enough space in %s: needs %llu bytes, %llu bytes "
+				"free",
+				s->dirs[d], (unsigned long long)sum, (unsigned long long)avail);
 			goto out;
 		}
 	}
@@ -600,8 +602,8 @@ preallocate(struct zinf_swap *s, struct zinf_io_file *f, uint64_t bytes)
 			avail = (uint64_t)v.f_bavail * v.f_frsize;
 		}
 		return ZINF_FAIL(-ENOSPC,
-				 "swap: preallocating %s: needs %llu bytes, %llu bytes free",
-				 path, (unsigned long long)bytes, (unsigned long long)avail);
+				 "swap: preallocating %s: needs %llu bytes, %llu bytes free", path,
+				 (unsigned long long)bytes, (unsigned long long)avail);
 	}
 	if (e == EFBIG) {
 		return ZINF_FAIL(-EFBIG,
@@ -652,7 +654,8 @@ zinf_swap_reserve(struct zinf_swap *s)
 			ret = zinf_io_file_open(s->io, kd->paths[d], fl, &kd->files[d]);
 			if (ret < 0) {
 				kd->files[d] = NULL;
-				ZINF_ERR("swap: cannot create %s: %s", kd->paths[d], strerror(-ret));
+				ZINF_ERR("swap: cannot create %s: %s", kd->paths[d],
+					 strerror(-ret));
 				goto fail;
 			}
 			ret = preallocate(s, kd->files[d], kd->file_bytes[d]);
@@ -697,8 +700,7 @@ zinf_swap_bytes(const struct zinf_swap *s, int id)
 ZINF_API uint64_t
 zinf_swap_buf_bytes(const struct zinf_swap *s, int id)
 {
-	return (s && id >= 0 && id < s->nt) ? ZINF_ALIGN_UP(s->t[id].bytes, (uint64_t)s->align)
-					    : 0;
+	return (s && id >= 0 && id < s->nt) ? ZINF_ALIGN_UP(s->t[id].bytes, (uint64_t)s->align) : 0;
 }
 
 ZINF_API uint64_t
@@ -738,18 +740,19 @@ op_check(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op, const 
 		return op->result = ZINF_FAIL(-EBUSY, "swap: %s before zinf_swap_reserve()", what);
 	}
 	if (id < 0 || id >= s->nt) {
-		return op->result = ZINF_FAIL(-EINVAL, "swap: %s of unknown tensor id %d", what, id);
+		return op->result =
+			       ZINF_FAIL(-EINVAL, "swap: %s of unknown tensor id %d", what, id);
 	}
 	if (!buf && s->t[id].buf_bytes) {
 		return op->result = ZINF_FAIL(-EINVAL, "swap: %s of %s[%u]: NULL buffer", what,
 					      tensor_kind(s, id), s->t[id].index);
 	}
 	if ((uintptr_t)buf % s->align) {
-		return op->result = ZINF_FAIL(-EINVAL,
-					      "swap: %s of %s[%u]: buffer %p is not aligned to %u "
-					      "bytes",
-					      what, tensor_kind(s, id), s->t[id].index, buf,
-					      s->align);
+		return op->result =
+			       ZINF_FAIL(-EINVAL,
+					 "swap: %s of %s[%u]: buffer %p is not aligned to %u "
+					 "bytes",
+					 what, tensor_kind(s, id), s->t[id].index, buf, s->align);
 	}
 	enum swap_state st = s->t[id].state;
 	if (st == SWAP_WRITING || st == SWAP_READING) {
@@ -880,11 +883,12 @@ op_finish(struct zinf_swap *s, struct zinf_swap_op *op)
 			const struct zinf_io_req *r = &op->reqs[p];
 			uint32_t c = zinf_crc32c(0, r->buf, r->len);
 			if (c != t->crc[p]) {
-				ret = ZINF_FAIL(-EBADMSG,
-						"swap: CRC mismatch reading %s[%u] from %s at offset "
-						"%llu, %zu bytes: 0x%08x, written 0x%08x",
-						kd->name, t->index, zinf_io_file_path(r->file),
-						(unsigned long long)r->offset, r->len, c, t->crc[p]);
+				ret = ZINF_FAIL(
+					-EBADMSG,
+					"swap: CRC mismatch reading %s[%u] from %s at offset "
+					"%llu, %zu bytes: 0x%08x, written 0x%08x",
+					kd->name, t->index, zinf_io_file_path(r->file),
+					(unsigned long long)r->offset, r->len, c, t->crc[p]);
 				break;
 			}
 		}
