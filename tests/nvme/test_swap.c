@@ -1,0 +1,645 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/nvme/test_swap.c: swap files through real files on the scratch file system (ext4,
+ * O_DIRECT), once per I/O backend (ZINF_TEST_VARIANT: io_uring, libaio, psync; a backend the
+ * machine lacks skips visibly): round trips of random tensors, the striped layout checked
+ * byte by byte behind the engine's back, stable names, failing directories, too little space
+ * (the free-space hook and RLIMIT_FSIZE), CRC mismatches, and failed writes (fault backend).
+ * Also the CRC32C test vectors and the instruction against the table.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "common/util.h"
+#include "nvme/swap_internal.h"
+#include "zinf/swap.h"
+
+static const char *
+backend(void)
+{
+	const char *v = zt_variant();
+	return v ? v : "psync";
+}
+
+/* An I/O context on the variant's backend (or "fault" wrapping it); skips when refused. */
+static struct zinf_io *
+open_io(bool fault)
+{
+	struct zinf_io_opts o;
+	zinf_io_opts_init(&o);
+	o.queue_depth = 16;
+	o.block_size = 64 * 1024; /* small blocks: many per tensor */
+	if (fault) {
+		o.backend = "fault";
+		o.fault_inner = backend();
+	} else {
+		o.backend = backend();
+	}
+	struct zinf_io *io = NULL;
+	int ret = zinf_io_create(&o, &io);
+	if (ret == -ENODEV) {
+		cr_skip_test("backend %s not available here: %s", backend(), zinf_last_error());
+	}
+	cr_assert_eq(ret, 0, "zinf_io_create(%s): %d %s", backend(), ret, zinf_last_error());
+	return io;
+}
+
+static struct zinf_swap *
+open_swap(struct zinf_io *io, const char *const *dirs, unsigned n, uint64_t su, bool crc)
+{
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	so.dirs = dirs;
+	so.n_dirs = n;
+	so.stripe_unit = su;
+	so.crc = crc;
+	so.rank = 2;
+	so.prefix = "t";
+	struct zinf_swap *s = NULL;
+	int ret = zinf_swap_create(io, &so, &s);
+	cr_assert_eq(ret, 0, "zinf_swap_create: %d %s", ret, zinf_last_error());
+	return s;
+}
+
+static void
+init(void)
+{
+	zt_log_to_stderr();
+	zinf_swap_test_set_free_bytes(UINT64_MAX);
+}
+
+TestSuite(swap, .init = init);
+
+/* ---- CRC32C ------------------------------------------------------------------------------- */
+
+Test(swap, crc32c_vectors)
+{
+	unsigned char b[32];
+	cr_assert_eq(zinf_crc32c(0, "123456789", 9), 0xe3069283u);
+	cr_assert_eq(zinf_crc32c_sw(0, "123456789", 9), 0xe3069283u);
+	cr_assert_eq(zinf_crc32c(0, b, 0), 0u);
+	/* RFC 3720 B.4 */
+	memset(b, 0, 32);
+	cr_assert_eq(zinf_crc32c(0, b, 32), 0x8a9136aau);
+	memset(b, 0xff, 32);
+	cr_assert_eq(zinf_crc32c(0, b, 32), 0x62a8ab43u);
+	for (int i = 0; i < 32; i++) {
+		b[i] = (unsigned char)i;
+	}
+	cr_assert_eq(zinf_crc32c(0, b, 32), 0x46dd794eu);
+	for (int i = 0; i < 32; i++) {
+		b[i] = (unsigned char)(31 - i);
+	}
+	cr_assert_eq(zinf_crc32c(0, b, 32), 0x113fdb5cu);
+}
+
+Test(swap, crc32c_hw_matches_table)
+{
+	if (!zinf_crc32c_hw_available()) {
+		cr_skip_test("no SSE4.2 crc32 instruction on this CPU: only the table runs");
+	}
+	uint64_t st = zt_seed();
+	size_t n = 200000;
+	unsigned char *b = malloc(n + 64);
+	zt_rand_fill(b, n + 64, &st);
+	for (int i = 0; i < 300; i++) {
+		size_t off = zt_rand(&st) % 64;
+		size_t len = i < 100 ? zt_rand(&st) % 64 : zt_rand(&st) % n;
+		uint32_t seed = (uint32_t)zt_rand(&st);
+		uint32_t sw = zinf_crc32c_sw(seed, b + off, len);
+		uint32_t hw = zinf_crc32c_hw(seed, b + off, len);
+		cr_assert_eq(hw, sw, "off %zu len %zu: hw %08x table %08x", off, len, hw, sw);
+		/* Continuing from a partial CRC is the CRC of the concatenation. */
+		size_t cut = len ? zt_rand(&st) % len : 0;
+		uint32_t two = zinf_crc32c(zinf_crc32c(seed, b + off, cut), b + off + cut, len - cut);
+		cr_assert_eq(two, sw, "split at %zu of %zu", cut, len);
+	}
+	free(b);
+}
+
+/* ---- round trips -------------------------------------------------------------------------- */
+
+struct tens {
+	int id;
+	uint64_t bytes;
+	unsigned char *data, *back;
+};
+
+static void
+roundtrip(const char *const *dirs, unsigned n_dirs, uint64_t su, bool crc, int count,
+	  uint64_t max_bytes)
+{
+	uint64_t st = zt_seed();
+	struct zinf_io *io = open_io(false);
+	struct zinf_swap *s = open_swap(io, dirs, n_dirs, su, crc);
+	uint32_t al = zinf_swap_align(s);
+	cr_assert(al >= 512 && ZINF_IS_POW2(al), "alignment %u", al);
+	struct tens *t = calloc(count, sizeof(*t));
+	const char *kinds[] = {"fp32", "exp_avg", "exp_avg_sq"};
+	for (int i = 0; i < count; i++) {
+		/* Sizes: tiny, a few aligned ones, most not a multiple of anything. */
+		uint64_t b = zt_rand(&st) % max_bytes;
+		if (i % 7 == 0) {
+			b = ZINF_ALIGN_UP(b, al);
+		}
+		if (i == 1) {
+			b = 1;
+		}
+		t[i].bytes = b;
+		t[i].id = zinf_swap_add(s, kinds[i % 3], (uint32_t)(i / 3), b);
+		cr_assert_eq(t[i].id, i, "add %d: %d", i, t[i].id);
+	}
+	int ret = zinf_swap_reserve(s);
+	cr_assert_eq(ret, 0, "reserve: %d %s", ret, zinf_last_error());
+	uint64_t total = 0;
+	for (int i = 0; i < count; i++) {
+		uint64_t cap = zinf_swap_buf_bytes(s, t[i].id);
+		cr_assert_eq(cap, ZINF_ALIGN_UP(t[i].bytes, al));
+		cr_assert_eq(zinf_swap_bytes(s, t[i].id), t[i].bytes);
+		total += cap;
+		t[i].data = zinf_alloc_aligned(al, cap ? cap : al);
+		t[i].back = zinf_alloc_aligned(al, cap ? cap : al);
+		zt_rand_fill(t[i].data, cap, &st); /* pad bytes too: the write must zero them */
+		memset(t[i].back, 0xa5, cap);
+	}
+	cr_assert_eq(zinf_swap_total_bytes(s), total);
+
+	/* All writes in flight together, then all reads. */
+	struct zinf_swap_op *ops = calloc(count, sizeof(*ops));
+	for (int i = 0; i < count; i++) {
+		ret = zinf_swap_write_async(s, t[i].id, t[i].data, &ops[i]);
+		cr_assert_eq(ret, 0, "write_async %d: %d %s", i, ret, zinf_last_error());
+	}
+	for (int i = 0; i < count; i++) {
+		ret = (i % 2) ? zinf_swap_wait(s, &ops[i]) : 0;
+		while (!(i % 2) && zinf_swap_poll(s, &ops[i]) == 0) {
+			ret = 0;
+		}
+		cr_assert_eq(ret, 0, "write %d: %d %s", i, ret, zinf_last_error());
+		cr_assert_eq(ops[i].result, 0, "write %d result %lld", i, (long long)ops[i].result);
+		cr_assert_null(ops[i].reqs, "requests freed at completion");
+	}
+	for (int i = 0; i < count; i++) {
+		ret = zinf_swap_read_async(s, t[i].id, t[i].back, &ops[i]);
+		cr_assert_eq(ret, 0, "read_async %d: %d %s", i, ret, zinf_last_error());
+	}
+	for (int i = count - 1; i >= 0; i--) {
+		ret = zinf_swap_wait(s, &ops[i]);
+		cr_assert_eq(ret, 0, "read %d: %d %s", i, ret, zinf_last_error());
+		cr_assert(memcmp(t[i].back, t[i].data, t[i].bytes) == 0, "tensor %d (%llu bytes)", i,
+			  (unsigned long long)t[i].bytes);
+		uint64_t cap = zinf_swap_buf_bytes(s, t[i].id);
+		for (uint64_t k = t[i].bytes; k < cap; k++) {
+			cr_assert_eq(t[i].back[k], 0, "pad byte %llu of tensor %d",
+				     (unsigned long long)k, i);
+		}
+	}
+	for (int i = 0; i < count; i++) {
+		zinf_free_aligned(t[i].data);
+		zinf_free_aligned(t[i].back);
+	}
+	free(ops);
+	free(t);
+	zinf_swap_destroy(s);
+	zinf_io_destroy(io);
+}
+
+Test(swap, roundtrip_one_dir)
+{
+	char *d = zt_mkdtemp(NULL);
+	const char *dirs[] = {d};
+	roundtrip(dirs, 1, 0, false, 60, 3u << 20);
+	zt_rmtree(d);
+	free(d);
+}
+
+Test(swap, roundtrip_one_dir_crc)
+{
+	char *d = zt_mkdtemp(NULL);
+	const char *dirs[] = {d};
+	roundtrip(dirs, 1, 0, true, 30, 2u << 20);
+	zt_rmtree(d);
+	free(d);
+}
+
+Test(swap, roundtrip_three_dirs_crc)
+{
+	char *d[3] = {zt_mkdtemp(NULL), zt_mkdtemp(NULL), zt_mkdtemp(NULL)};
+	roundtrip((const char *const *)d, 3, 64 * 1024, true, 40, 1u << 20);
+	for (int i = 0; i < 3; i++) {
+		zt_rmtree(d[i]);
+		free(d[i]);
+	}
+}
+
+/*
+ * Striping: the layout recomputed here independently, and every byte of every tensor found
+ * in the file and at the offset where RAID-0 puts it, read with plain pread.
+ */
+Test(swap, striping_three_dirs_layout)
+{
+	uint64_t st = zt_seed();
+	char *d[3] = {zt_mkdtemp(NULL), zt_mkdtemp(NULL), zt_mkdtemp(NULL)};
+	struct zinf_io *io = open_io(false);
+	const uint64_t su = 128 * 1024;
+	struct zinf_swap *s = open_swap(io, (const char *const *)d, 3, su, false);
+	uint32_t al = zinf_swap_align(s);
+	enum { N = 9 };
+	uint64_t bytes[N] = {5 * su + 1000, 3 * su, 100, su - 1, 7 * su + su / 2, 1, 2 * su + al,
+			     0, 4 * su + 17};
+	unsigned char *data[N];
+	for (int i = 0; i < N; i++) {
+		cr_assert_eq(zinf_swap_add(s, "param16", (uint32_t)i, bytes[i]), i);
+	}
+	cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
+	/* Expected layout: units u of tensor i -> dir u % 3, packed per dir in order. */
+	uint64_t fsize[3] = {0, 0, 0};
+	uint64_t ext[N][3];
+	for (int i = 0; i < N; i++) {
+		uint64_t cap = ZINF_ALIGN_UP(bytes[i], al);
+		uint64_t per[3] = {0, 0, 0};
+		for (uint64_t u = 0; u * su < cap; u++) {
+			per[u % 3] += ZINF_MIN(su, cap - u * su);
+		}
+		for (int k = 0; k < 3; k++) {
+			ext[i][k] = fsize[k];
+			fsize[k] += per[k];
+		}
+		data[i] = zinf_alloc_aligned(al, cap ? cap : al);
+		zt_rand_fill(data[i], cap, &st);
+		cr_assert_eq(zinf_swap_write(s, i, data[i]), 0, "write %d: %s", i,
+			     zinf_last_error());
+	}
+	cr_assert_eq(zinf_swap_total_bytes(s), fsize[0] + fsize[1] + fsize[2]);
+	for (int k = 0; k < 3; k++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/t-r2-param16.%d.swp", d[k], k);
+		struct stat sb;
+		cr_assert_eq(stat(path, &sb), 0, "%s missing", path);
+		cr_assert_eq((uint64_t)sb.st_size, fsize[k], "%s: size %lld, expected %llu", path,
+			     (long long)sb.st_size, (unsigned long long)fsize[k]);
+		cr_assert((uint64_t)sb.st_blocks * 512 >= fsize[k], "%s not preallocated", path);
+		int fd = open(path, O_RDONLY);
+		cr_assert(fd >= 0);
+		for (int i = 0; i < N; i++) {
+			uint64_t cap = ZINF_ALIGN_UP(bytes[i], al);
+			for (uint64_t u = k; u * su < cap; u += 3) {
+				uint64_t len = ZINF_MIN(su, cap - u * su);
+				uint64_t off = ext[i][k] + (u / 3) * su;
+				unsigned char *b = malloc(len);
+				cr_assert_eq(pread(fd, b, len, (off_t)off), (ssize_t)len);
+				uint64_t cmp = u * su >= bytes[i] ? 0
+								  : ZINF_MIN(len, bytes[i] - u * su);
+				cr_assert(memcmp(b, data[i] + u * su, cmp) == 0,
+					  "tensor %d unit %llu not at %s:%llu", i,
+					  (unsigned long long)u, path, (unsigned long long)off);
+				for (uint64_t z = cmp; z < len; z++) {
+					cr_assert_eq(b[z], 0, "pad of tensor %d", i);
+				}
+				free(b);
+			}
+		}
+		close(fd);
+	}
+	for (int i = 0; i < N; i++) {
+		zinf_free_aligned(data[i]);
+	}
+	zinf_swap_destroy(s);
+	zinf_io_destroy(io);
+	for (int k = 0; k < 3; k++) {
+		zt_rmtree(d[k]);
+		free(d[k]);
+	}
+}
+
+/* ---- names and directories ---------------------------------------------------------------- */
+
+static bool
+exists(const char *dir, const char *name)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return access(p, F_OK) == 0;
+}
+
+static int
+count_entries(const char *dir)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | wc -l", dir);
+	FILE *f = popen(cmd, "r");
+	int n = -1;
+	cr_assert(f && fscanf(f, "%d", &n) == 1);
+	pclose(f);
+	return n;
+}
+
+Test(swap, stable_names_and_cleanup)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	for (int keep = 0; keep < 2; keep++) {
+		struct zinf_swap_opts so;
+		zinf_swap_opts_init(&so);
+		const char *dirs[] = {d};
+		so.dirs = dirs;
+		so.n_dirs = 1;
+		so.rank = 7;
+		so.prefix = "run";
+		so.keep_files = keep;
+		struct zinf_swap *s = NULL;
+		cr_assert_eq(zinf_swap_create(io, &so, &s), 0, "%s", zinf_last_error());
+		cr_assert_eq(count_entries(d), 0, "create leaves no file (probe removed)");
+		cr_assert_eq(zinf_swap_add(s, "exp_avg", 0, 10000), 0);
+		cr_assert_eq(zinf_swap_add(s, "exp_avg", 1, 3), 1);
+		cr_assert_eq(zinf_swap_add(s, "fp32", 0, 5), 2);
+		cr_assert_eq(zinf_swap_add(s, "fp32", 0, 5), -EEXIST);
+		cr_assert_eq(zinf_swap_add(s, "fp-32", 1, 5), -EINVAL);
+		cr_assert_eq(zinf_swap_add(s, "", 1, 5), -EINVAL);
+		cr_assert_eq(zinf_swap_find(s, "exp_avg", 1), 1);
+		cr_assert_eq(zinf_swap_find(s, "fp32", 0), 2);
+		cr_assert_eq(zinf_swap_find(s, "fp32", 1), -ENOENT);
+		cr_assert_eq(zinf_swap_find(s, "m", 0), -ENOENT);
+		unsigned char *b = zinf_alloc_aligned(4096, 16384);
+		struct zinf_swap_op op;
+		cr_assert_eq(zinf_swap_write_async(s, 0, b, &op), -EBUSY, "write before reserve");
+		cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_swap_add(s, "fp32", 9, 5), -EBUSY);
+		cr_assert(exists(d, "run-r7-exp_avg.0.swp"));
+		cr_assert(exists(d, "run-r7-fp32.0.swp"));
+		cr_assert_eq(count_entries(d), 2);
+		cr_assert_eq(zinf_swap_read(s, 1, b), -ENODATA, "read of a never-written tensor");
+		uint32_t al = zinf_swap_align(s);
+		cr_assert_eq(zinf_swap_write(s, 0, b + al / 2), -EINVAL, "misaligned buffer");
+		cr_assert_eq(zinf_swap_write(s, 0, b), 0);
+		cr_assert_eq(zinf_swap_read(s, 0, b), 0);
+		zinf_swap_destroy(s);
+		cr_assert_eq(exists(d, "run-r7-exp_avg.0.swp"), keep, "keep_files=%d", keep);
+		cr_assert_eq(exists(d, "run-r7-fp32.0.swp"), keep);
+		zinf_free_aligned(b);
+	}
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+static int
+create_err(struct zinf_io *io, const char *dir)
+{
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	const char *dirs[] = {dir};
+	so.dirs = dirs;
+	so.n_dirs = 1;
+	struct zinf_swap *s = NULL;
+	int ret = zinf_swap_create(io, &so, &s);
+	cr_assert_null(s, "no handle on failure");
+	return ret;
+}
+
+Test(swap, missing_directory)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/not-there", d);
+	cr_assert_eq(create_err(io, p), -ENOENT);
+	cr_assert(strstr(zinf_last_error(), p), "message names the path: %s", zinf_last_error());
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/*
+ * An unwritable directory. The tests run as root, for whom mode 0500 changes nothing, so the
+ * directory is made unusable another way: a path whose parent is a regular file (ENOTDIR),
+ * and a regular file given as the directory.
+ */
+Test(swap, unusable_directory)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	char file[4096], sub[4200];
+	snprintf(file, sizeof(file), "%s/plain", d);
+	int fd = open(file, O_CREAT | O_WRONLY, 0600);
+	cr_assert(fd >= 0);
+	close(fd);
+	snprintf(sub, sizeof(sub), "%s/dir", file);
+	cr_assert_eq(create_err(io, sub), -ENOTDIR);
+	cr_assert(strstr(zinf_last_error(), sub), "%s", zinf_last_error());
+	cr_assert_eq(create_err(io, file), -ENOTDIR);
+	cr_assert(strstr(zinf_last_error(), file), "%s", zinf_last_error());
+	if (geteuid() != 0) {
+		char ro[4096];
+		snprintf(ro, sizeof(ro), "%s/ro", d);
+		cr_assert_eq(mkdir(ro, 0500), 0);
+		cr_assert_eq(create_err(io, ro), -EACCES);
+	}
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* ---- too little space --------------------------------------------------------------------- */
+
+Test(swap, too_little_space_statvfs)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	const char *dirs[] = {d};
+	struct zinf_swap *s = open_swap(io, dirs, 1, 0, false);
+	cr_assert_eq(zinf_swap_add(s, "fp32", 0, 8u << 20), 0);
+	cr_assert_eq(zinf_swap_add(s, "exp_avg", 0, 4u << 20), 1);
+	zinf_swap_test_set_free_bytes(1u << 20);
+	int ret = zinf_swap_reserve(s);
+	zinf_swap_test_set_free_bytes(UINT64_MAX);
+	cr_assert_eq(ret, -ENOSPC);
+	const char *m = zinf_last_error();
+	cr_assert(strstr(m, d) && strstr(m, "12582912") && strstr(m, "1048576"),
+		  "message names path, bytes needed, bytes free: %s", m);
+	cr_assert_eq(count_entries(d), 0, "nothing created before the check");
+	/* The same declarations fit once there is room. */
+	cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
+	unsigned char *b = zinf_alloc_aligned(4096, 8u << 20);
+	memset(b, 1, 8u << 20);
+	cr_assert_eq(zinf_swap_write(s, 0, b), 0);
+	zinf_free_aligned(b);
+	zinf_swap_destroy(s);
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/*
+ * The file size limit as the small disk: in a child process with RLIMIT_FSIZE = 1 MiB (and
+ * SIGXFSZ ignored, else the kernel kills the process), fallocate fails with EFBIG.
+ */
+Test(swap, too_little_space_rlimit_fsize)
+{
+	char *d = zt_mkdtemp(NULL);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit rl = {1u << 20, 1u << 20};
+		setrlimit(RLIMIT_FSIZE, &rl);
+		struct zinf_io_opts o;
+		zinf_io_opts_init(&o);
+		o.backend = backend();
+		struct zinf_io *io = NULL;
+		if (zinf_io_create(&o, &io) != 0) {
+			_exit(77);
+		}
+		struct zinf_swap_opts so;
+		zinf_swap_opts_init(&so);
+		const char *dirs[] = {d};
+		so.dirs = dirs;
+		so.n_dirs = 1;
+		struct zinf_swap *s = NULL;
+		if (zinf_swap_create(io, &so, &s) != 0) {
+			_exit(2);
+		}
+		zinf_swap_add(s, "fp32", 0, 4u << 20);
+		int ret = zinf_swap_reserve(s);
+		const char *m = zinf_last_error();
+		bool named = strstr(m, d) && strstr(m, "4194304") && strstr(m, "limit");
+		zinf_swap_destroy(s);
+		zinf_io_destroy(io);
+		_exit(ret == -EFBIG ? (named ? 0 : 3) : 4);
+	}
+	int status = 0;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status), "child died of signal %d", WTERMSIG(status));
+	if (WEXITSTATUS(status) == 77) {
+		cr_skip_test("backend %s not available here", backend());
+	}
+	cr_assert_eq(WEXITSTATUS(status), 0,
+		     "child: 2 create failed, 3 message lacks path/bytes, 4 not -EFBIG");
+	cr_assert_eq(count_entries(d), 0, "the failed reservation removed its file");
+	zt_rmtree(d);
+	free(d);
+}
+
+/* ---- corruption and failed writes --------------------------------------------------------- */
+
+Test(swap, crc_mismatch_detected)
+{
+	uint64_t st = zt_seed();
+	char *d[2] = {zt_mkdtemp(NULL), zt_mkdtemp(NULL)};
+	for (unsigned nd = 1; nd <= 2; nd++) {
+		struct zinf_io *io = open_io(false);
+		struct zinf_swap *s = open_swap(io, (const char *const *)d, nd, 64 * 1024, true);
+		uint32_t al = zinf_swap_align(s);
+		uint64_t bytes = 300000;
+		cr_assert_eq(zinf_swap_add(s, "exp_avg_sq", 3, 4096), 0);
+		cr_assert_eq(zinf_swap_add(s, "exp_avg_sq", 4, bytes), 1);
+		cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
+		uint64_t cap = zinf_swap_buf_bytes(s, 1);
+		unsigned char *b = zinf_alloc_aligned(al, cap), *r = zinf_alloc_aligned(al, cap);
+		zt_rand_fill(b, cap, &st);
+		cr_assert_eq(zinf_swap_write(s, 0, b), 0);
+		cr_assert_eq(zinf_swap_write(s, 1, b), 0);
+		cr_assert_eq(zinf_swap_read(s, 1, r), 0, "clean read: %s", zinf_last_error());
+		cr_assert(memcmp(r, b, bytes) == 0);
+		/* Flip one byte of tensor 1 in the last file it uses, behind the engine's back. */
+		char path[4096];
+		unsigned fd_dir = nd - 1;
+		snprintf(path, sizeof(path), "%s/t-r2-exp_avg_sq.%u.swp", d[fd_dir], fd_dir);
+		int fd = open(path, O_RDWR);
+		cr_assert(fd >= 0, "%s", path);
+		/* Tensor 0 takes one aligned extent in dir 0 only; tensor 1 follows it there. */
+		off_t off = (off_t)(nd == 1 ? 4096 + 12345 : 1000);
+		unsigned char c;
+		cr_assert_eq(pread(fd, &c, 1, off), 1);
+		c ^= 0x40;
+		cr_assert_eq(pwrite(fd, &c, 1, off), 1);
+		fsync(fd);
+		close(fd);
+		memset(r, 0, cap);
+		int ret = zinf_swap_read(s, 1, r);
+		cr_assert_eq(ret, -EBADMSG, "corrupt read returned %d", ret);
+		const char *m = zinf_last_error();
+		cr_assert(strstr(m, "exp_avg_sq[4]") && strstr(m, path),
+			  "message names tensor and file: %s", m);
+		/* Tensor 0 was not touched and still reads. */
+		cr_assert_eq(zinf_swap_read(s, 0, r), 0, "%s", zinf_last_error());
+		cr_assert(memcmp(r, b, 4096) == 0);
+		/* A new write replaces the data and the checksum. */
+		cr_assert_eq(zinf_swap_write(s, 1, b), 0);
+		cr_assert_eq(zinf_swap_read(s, 1, r), 0, "%s", zinf_last_error());
+		cr_assert(memcmp(r, b, bytes) == 0);
+		zinf_free_aligned(b);
+		zinf_free_aligned(r);
+		zinf_swap_destroy(s);
+		zinf_io_destroy(io);
+	}
+	for (int k = 0; k < 2; k++) {
+		zt_rmtree(d[k]);
+		free(d[k]);
+	}
+}
+
+Test(swap, failed_write_reads_enodata)
+{
+	uint64_t st = zt_seed();
+	char *d[3] = {zt_mkdtemp(NULL), zt_mkdtemp(NULL), zt_mkdtemp(NULL)};
+	struct zinf_io *io = open_io(true);
+	struct zinf_swap *s = open_swap(io, (const char *const *)d, 3, 64 * 1024, false);
+	uint32_t al = zinf_swap_align(s);
+	uint64_t bytes = 1000000; /* 16 stripe units, 16 blocks of 64 KiB */
+	cr_assert_eq(zinf_swap_add(s, "fp32", 0, bytes), 0);
+	cr_assert_eq(zinf_swap_add(s, "fp32", 1, bytes), 1);
+	cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
+	uint64_t cap = zinf_swap_buf_bytes(s, 0);
+	unsigned char *a = zinf_alloc_aligned(al, cap), *b = zinf_alloc_aligned(al, cap);
+	unsigned char *r = zinf_alloc_aligned(al, cap);
+	zt_rand_fill(a, cap, &st);
+	zt_rand_fill(b, cap, &st);
+	/* Tensor 0 written once, then a rewrite whose 5th block fails. */
+	cr_assert_eq(zinf_swap_write(s, 0, a), 0, "%s", zinf_last_error());
+	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_WRITE, .nth = 5,
+				  .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(io, &f), 0);
+	int ret = zinf_swap_write(s, 0, b);
+	cr_assert_eq(ret, -EIO, "failed write returned %d", ret);
+	cr_assert_eq(zinf_swap_read(s, 0, r), -ENODATA, "neither old nor torn data is returned");
+	/* The other tensor is unaffected; a new write of tensor 0 makes it readable again. */
+	cr_assert_eq(zinf_swap_write(s, 1, a), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_swap_read(s, 1, r), 0, "%s", zinf_last_error());
+	cr_assert(memcmp(r, a, bytes) == 0);
+	cr_assert_eq(zinf_swap_write(s, 0, b), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_swap_read(s, 0, r), 0, "%s", zinf_last_error());
+	cr_assert(memcmp(r, b, bytes) == 0);
+	/* A short write is resubmitted by the engine: the data arrives intact. */
+	struct zinf_io_fault sh = {.kind = ZINF_IO_FAULT_SHORT, .op = ZINF_IO_WRITE, .nth = 2,
+				   .count = 3, .short_bytes = 8192};
+	cr_assert_eq(zinf_io_fault_add(io, &sh), 0);
+	cr_assert_eq(zinf_swap_write(s, 1, b), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_swap_read(s, 1, r), 0, "%s", zinf_last_error());
+	cr_assert(memcmp(r, b, bytes) == 0);
+	/* A failed read reports the error, and the tensor's data stays readable. */
+	struct zinf_io_fault fr = {.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1,
+				   .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(io, &fr), 0);
+	cr_assert_eq(zinf_swap_read(s, 1, r), -EIO);
+	cr_assert_eq(zinf_swap_read(s, 1, r), 0, "%s", zinf_last_error());
+	cr_assert(memcmp(r, b, bytes) == 0);
+	zinf_free_aligned(a);
+	zinf_free_aligned(b);
+	zinf_free_aligned(r);
+	zinf_swap_destroy(s);
+	zinf_io_destroy(io);
+	for (int k = 0; k < 3; k++) {
+		zt_rmtree(d[k]);
+		free(d[k]);
+	}
+}
