@@ -38,11 +38,107 @@ ZINF_API void zinf_adam_opts_init(struct zinf_adam_opts *o);
  * parameters are also written there as copy_dtype (round to nearest even).
  * Returns 0; -EINVAL on bad arguments (NULL pointers with n > 0, step < 1, non-finite
  * hyper-parameters, unknown dtype), with a message, modifying nothing.
+ *
+ * Also -EINVAL: o->size smaller than this struct, lr or weight_decay or eps negative, beta1 or
+ * beta2 outside [0, 1), grad_scale not finite, threads < 0. -ENODEV: ZINF_SIMD names a path that
+ * this CPU (or this build) cannot run.
+ * copy_dtype may be ZINF_F32, ZINF_F16 or ZINF_BF16; it is ignored when param_copy is NULL.
+ * The arrays must not overlap; any alignment is accepted. The arithmetic follows
+ * torch.optim.Adam/AdamW: g = grad * grad_scale (+ wd * p when !adamw_mode); p *= 1 - lr * wd
+ * when adamw_mode; m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g;
+ * p -= step_size * m / (sqrt(v) / bc2_sqrt + eps) with step_size = lr / (1 - b1^step),
+ * bc2_sqrt = sqrt(1 - b2^step) (lr and 1 without bias correction), the step's scalars
+ * computed once in float64. Results are bit-identical for any thread count; the SIMD paths
+ * differ from each other by float rounding only (the vector paths use FMA).
  */
 ZINF_API int zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float grad_scale,
 			    float *param, const void *grad, enum zinf_dtype grad_dtype,
 			    float *exp_avg, float *exp_avg_sq, size_t n, void *param_copy,
 			    enum zinf_dtype copy_dtype);
+
+/**
+ * The same step with the moments m (exp_avg) and v (exp_avg_sq) kept in bfloat16 (uint16_t bit
+ * patterns): they are widened to float, updated in float exactly as zinf_adam_step() does, and
+ * rounded back with `rounding`. ZINF_ROUND_STOCHASTIC draws its random bits from a counter-based
+ * hash of (seed, step, element index, which moment), so the result does not depend on the thread
+ * count or SIMD tiling and a run repeats bit for bit with the same seed. The master parameter
+ * stays float32. Halves the bytes of m and v (12 -> 8 bytes of state per parameter); accuracy
+ * against float32 state is recorded in bench/RESULTS.md.
+ * Returns 0; -EINVAL as zinf_adam_step() or an unknown rounding; -ENODEV as zinf_adam_step().
+ */
+enum zinf_rounding { ZINF_ROUND_NEAREST_EVEN = 0, ZINF_ROUND_STOCHASTIC = 1 };
+
+ZINF_API int zinf_adam_step_bf16state(const struct zinf_adam_opts *o, int64_t step,
+				      float grad_scale, float *param, const void *grad,
+				      enum zinf_dtype grad_dtype, uint16_t *exp_avg,
+				      uint16_t *exp_avg_sq, size_t n, void *param_copy,
+				      enum zinf_dtype copy_dtype, enum zinf_rounding rounding,
+				      uint64_t seed);
+
+/* ---- Adagrad ------------------------------------------------------------------------------ */
+
+struct zinf_adagrad_opts {
+	size_t size;			       /* sizeof(struct zinf_adagrad_opts) */
+	float lr, lr_decay, eps, weight_decay; /* weight decay is L2 (added to the gradient) */
+	int threads;			       /* 0: OpenMP's default */
+};
+
+/** torch.optim.Adagrad's defaults: lr 1e-2, lr_decay 0, eps 1e-10, weight_decay 0, threads 0. */
+ZINF_API void zinf_adagrad_opts_init(struct zinf_adagrad_opts *o);
+
+/**
+ * One Adagrad step (step >= 1) as torch.optim.Adagrad: g = grad * grad_scale (+ wd * p),
+ * clr = lr / (1 + (step - 1) * lr_decay), h += g * g, p -= clr * g / (sqrt(h) + eps).
+ * state_sum (h) starts at the caller's initial accumulator value (torch's default: 0).
+ * param_copy/copy_dtype as zinf_adam_step().
+ * Returns 0; -EINVAL on bad arguments (as zinf_adam_step()); -ENODEV: ZINF_SIMD names a path
+ * this CPU cannot run.
+ */
+ZINF_API int zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_scale,
+			       float *param, const void *grad, enum zinf_dtype grad_dtype,
+			       float *state_sum, size_t n, void *param_copy,
+			       enum zinf_dtype copy_dtype);
+
+/* ---- Lion --------------------------------------------------------------------------------- */
+
+struct zinf_lion_opts {
+	size_t size;			      /* sizeof(struct zinf_lion_opts) */
+	float lr, beta1, beta2, weight_decay; /* weight decay is decoupled, as AdamW */
+	int threads;			      /* 0: OpenMP's default */
+};
+
+/** Lion's published defaults (as DeepSpeed's FusedLion): lr 1e-4, betas (0.9, 0.99), wd 0. */
+ZINF_API void zinf_lion_opts_init(struct zinf_lion_opts *o);
+
+/**
+ * One Lion step (Chen et al. 2023; DeepSpeed's CPU Lion): g = grad * grad_scale,
+ * p *= 1 - lr * wd, c = beta1 * m + (1 - beta1) * g, p -= lr * sign(c) (sign(0) = 0),
+ * m = beta2 * m + (1 - beta2) * g. step (>= 1) is validated and otherwise unused: Lion has no
+ * bias correction; it is kept so that every optimizer takes the same arguments. A NaN in c gives
+ * sign 0 here (PyTorch's sign gives NaN); m becomes NaN either way.
+ * Returns 0; -EINVAL on bad arguments; -ENODEV as zinf_adagrad_step().
+ */
+ZINF_API int zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale,
+			    float *param, const void *grad, enum zinf_dtype grad_dtype,
+			    float *exp_avg, size_t n, void *param_copy, enum zinf_dtype copy_dtype);
+
+/* ---- gradient helpers --------------------------------------------------------------------- */
+
+/**
+ * Sum of squares of n gradient values of dtype `dtype`, accumulated in float64 (each square is
+ * exact in float64; the additions are in a fixed order per SIMD path, so the result does not
+ * depend on the thread count). threads: 0 for OpenMP's default. The caller multiplies by
+ * grad_scale^2 to unscale. Returns 0 and sets *out; -EINVAL (NULL pointer with n > 0, unknown
+ * dtype, threads < 0); -ENODEV as zinf_adagrad_step().
+ */
+ZINF_API int zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads,
+			     double *out);
+
+/**
+ * Whether any of n gradient values is an infinity or a NaN (fp16 overflow detection).
+ * Returns 1 if one is, 0 if none is; -EINVAL or -ENODEV as zinf_grad_sumsq().
+ */
+ZINF_API int zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n, int threads);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cpu_adam/adam_internal.h: what the optimizer front end (adam.c) shares with the per-ISA kernel
+ * files (adam_scalar.c, adam_avx2.c, adam_avx512.c): the argument block of one step, the kernel
+ * table each ISA exports, and the exact scalar conversions and per-element updates that the
+ * scalar kernel uses for every element and the vector kernels use for their tails.
+ * Nothing here validates arguments: adam.c does, once per call.
+ */
+#ifndef ZINF_ADAM_INTERNAL_H
+#define ZINF_ADAM_INTERNAL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "zinf/adam.h"
+
+/* Elements per tile: a multiple of every vector width, so that which elements go through the
+ * vector body and which through a scalar tail never depends on the tiling or thread count;
+ * 8192 floats x 5 arrays stay inside L2 while a tile is worked on. */
+#define ZINF_ADAM_TILE 8192
+
+enum zinf_copy_kind { ZINF_COPY_NONE = 0, ZINF_COPY_F32, ZINF_COPY_F16, ZINF_COPY_BF16 };
+
+/* One step's arrays (host memory, n elements each, any alignment) and its scalars, computed in
+ * float64 by adam.c and rounded to float once. */
+struct zinf_opt_args {
+	float *param;
+	const void *grad; /* gdt */
+	void *m;	  /* float, or uint16_t bf16 in the bf16-state step */
+	void *v;	  /* float, or uint16_t bf16; Adagrad's state_sum */
+	void *copy;	  /* ck; NULL when ck == ZINF_COPY_NONE */
+	enum zinf_dtype gdt;
+	enum zinf_copy_kind ck;
+	bool l2; /* add wd * p to the gradient (Adam L2 mode, Adagrad) */
+	float grad_scale;
+	float wd;	/* L2 coefficient (used when l2) */
+	float decay;	/* p *= decay first (AdamW, Lion: 1 - lr * wd; else 1) */
+	float b1, omb1; /* beta1, 1 - beta1 */
+	float b2, omb2; /* beta2, 1 - beta2 */
+	float eps;
+	float nstep;		     /* -step_size (Adam), -clr (Adagrad), -lr (Lion) */
+	float bc2_sqrt;		     /* sqrt(1 - beta2^t), 1 without bias correction */
+	enum zinf_rounding rounding; /* bf16 state */
+	uint32_t key_m, key_v;	     /* stochastic rounding streams */
+};
+
+typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
+
+/* One ISA's kernels. Each works on elements [i0, i1) of the arrays in the argument block. */
+struct zinf_adam_ops {
+	const char *name; /* "scalar" | "avx2" | "avx512": the ZINF_SIMD values */
+	bool (*supported)(const struct zinf_cpu_features *f);
+	zinf_opt_kernel_fn adam;
+	zinf_opt_kernel_fn adam_bf16state;
+	zinf_opt_kernel_fn adagrad;
+	zinf_opt_kernel_fn lion;
+	double (*sumsq)(const void *g, enum zinf_dtype dt, size_t i0, size_t i1);
+	bool (*has_inf_nan)(const void *g, enum zinf_dtype dt, size_t i0, size_t i1);
+	/* The separate passes of the three-pass flow (benchmark comparison): g *= s in place, and
+	 * dst = src converted to ck. */
+	void (*scale)(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1);
+	void (*convert)(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1);
+};
+
+extern const struct zinf_adam_ops zinf_adam_scalar_ops;
+extern const struct zinf_adam_ops zinf_adam_avx2_ops;
+extern const struct zinf_adam_ops zinf_adam_avx512_ops;
+
+/*
+ * The kernel table to use: ZINF_SIMD (scalar|avx2|avx512) if set, else the best this CPU runs.
+ * Returns 0; -EINVAL unknown name; -ENODEV the named path is not built or not supported here.
+ */
+int zinf_adam_select(const struct zinf_adam_ops **out);
+
+/* Three-pass helpers for the benchmark, threaded like the step: g *= s in place; dst = src as
+ * dtype (RNE). Return 0 or -errno. */
+int zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, int threads);
+int zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n, int threads);
+
+/* ---- exact scalar conversions ------------------------------------------------------------- */
+
+static inline uint32_t
+zinf_f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float
+zinf_u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static inline float
+zinf_bf16_to_f32(uint16_t h)
+{
+	return zinf_u2f((uint32_t)h << 16);
+}
+
+/* Round to nearest even; NaN stays NaN (quieted, sign and top payload kept), as vcvtneps2bf16
+ * does; subnormals are rounded exactly (the instruction flushes them, so the AVX-512 path
+ * patches them). */
+static inline uint16_t
+zinf_f32_to_bf16_rne(float f)
+{
+	uint32_t x = zinf_f2u(f);
+	if ((x & 0x7fffffffu) > 0x7f800000u) {
+		return (uint16_t)((x >> 16) | 0x40);
+	}
+	return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+/* Stochastic rounding with 16 random bits r: rounds up with probability (dropped bits) / 2^16. */
+static inline uint16_t
+zinf_f32_to_bf16_sr(float f, uint32_t r)
+{
+	uint32_t x = zinf_f2u(f);
+	if ((x & 0x7fffffffu) > 0x7f800000u) {
+		return (uint16_t)((x >> 16) | 0x40);
+	}
+	if ((x & 0x7fffffffu) == 0x7f800000u) {
+		return (uint16_t)(x >> 16);
+	}
+	return (uint16_t)((x + (r & 0xffffu)) >> 16);
+}
+
+static inline float
+zinf_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t e = (h >> 10) & 0x1f, mant = h & 0x3ff;
+	if (e == 0) {
+		float f = (float)mant * 0x1p-24f; /* exact: zero or subnormal */
+		return zinf_u2f(zinf_f2u(f) | sign);
+	}
+	if (e == 31) {
+		return zinf_u2f(sign | 0x7f800000u | (mant << 13));
+	}
+	return zinf_u2f(sign | ((e + 112) << 23) | (mant << 13));
+}
+
+/* Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT: overflow to
+ * infinity from 65520 up, subnormal results rounded exactly, NaN quieted with the top 9 payload
+ * bits kept. */
+static inline uint16_t
+zinf_f32_to_f16_rne(float f)
+{
+	uint32_t x = zinf_f2u(f);
+	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+	x &= 0x7fffffffu;
+	if (x >= 0x7f800000u) {
+		return x == 0x7f800000u ? (sign | 0x7c00)
+					: (uint16_t)(sign | 0x7e00 | ((x >> 13) & 0x3ff));
+	}
+	if (x >= 0x477ff000u) { /* >= 65520: rounds to 65536, not representable */
+		return sign | 0x7c00;
+	}
+	if (x >= 0x38800000u) { /* normal half: rebias the exponent, round 13 bits away */
+		uint32_t r = x - 0x38000000u;
+		r += 0xfffu + ((r >> 13) & 1);
+		return (uint16_t)(sign | (r >> 13));
+	}
+	if (x <= 0x33000000u) { /* <= 2^-25: half the smallest subnormal or less, ties to 0 */
+		return sign;
+	}
+	uint32_t e = x >> 23, mant = (x & 0x7fffffu) | 0x800000u;
+	uint32_t shift = 126 - e; /* 14..24: units of 2^-24 */
+	uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+	if (rem > half || (rem == half && (q & 1))) {
+		q++;
+	}
+	return (uint16_t)(sign | q);
+}
+
+/* Counter-based random bits for stochastic rounding: a function of (key, element index) only. */
+static inline uint32_t
+zinf_sr_bits(uint32_t key, size_t i)
+{
+	uint32_t h = (uint32_t)i * 0x9e3779b1u ^ key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+static inline float
+zinf_load_grad(const void *g, enum zinf_dtype dt, size_t i)
+{
+	switch (dt) {
+	case ZINF_F16:
+		return zinf_f16_to_f32(((const uint16_t *)g)[i]);
+	case ZINF_BF16:
+		return zinf_bf16_to_f32(((const uint16_t *)g)[i]);
+	default:
+		return ((const float *)g)[i];
+	}
+}
+
+static inline void
+zinf_store_copy(void *c, enum zinf_copy_kind ck, size_t i, float p)
+{
+	switch (ck) {
+	case ZINF_COPY_F32:
+		((float *)c)[i] = p;
+		break;
+	case ZINF_COPY_F16:
+		((uint16_t *)c)[i] = zinf_f32_to_f16_rne(p);
+		break;
+	case ZINF_COPY_BF16:
+		((uint16_t *)c)[i] = zinf_f32_to_bf16_rne(p);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- one element of each optimizer: the scalar path, and the vector paths' tails ---------- */
+
+static inline float
+zinf_grad_in(const struct zinf_opt_args *a, float p, size_t i)
+{
+	float g = zinf_load_grad(a->grad, a->gdt, i) * a->grad_scale;
+	if (a->l2) {
+		g = g + a->wd * p;
+	}
+	return g;
+}
+
+static inline void
+zinf_adam_elem(const struct zinf_opt_args *a, size_t i)
+{
+	float *mp = a->m, *vp = a->v;
+	float p = a->param[i];
+	float g = zinf_grad_in(a, p, i);
+	p = p * a->decay;
+	float m = a->b1 * mp[i] + a->omb1 * g;
+	float v = a->b2 * vp[i] + a->omb2 * (g * g);
+	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
+	p = p + a->nstep * (m / denom);
+	mp[i] = m;
+	vp[i] = v;
+	a->param[i] = p;
+	zinf_store_copy(a->copy, a->ck, i, p);
+}
+
+static inline uint16_t
+zinf_state_round(const struct zinf_opt_args *a, float x, uint32_t key, size_t i)
+{
+	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
+		return zinf_f32_to_bf16_sr(x, zinf_sr_bits(key, i));
+	}
+	return zinf_f32_to_bf16_rne(x);
+}
+
+static inline void
+zinf_adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
+{
+	uint16_t *mp = a->m, *vp = a->v;
+	float p = a->param[i];
+	float g = zinf_grad_in(a, p, i);
+	p = p * a->decay;
+	float m = a->b1 * zinf_bf16_to_f32(mp[i]) + a->omb1 * g;
+	float v = a->b2 * zinf_bf16_to_f32(vp[i]) + a->omb2 * (g * g);
+	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
+	p = p + a->nstep * (m / denom);
+	mp[i] = zinf_state_round(a, m, a->key_m, i);
+	vp[i] = zinf_state_round(a, v, a->key_v, i);
+	a->param[i] = p;
+	zinf_store_copy(a->copy, a->ck, i, p);
+}
+
+static inline void
+zinf_adagrad_elem(const struct zinf_opt_args *a, size_t i)
+{
+	float *hp = a->v;
+	float p = a->param[i];
+	float g = zinf_grad_in(a, p, i);
+	float h = hp[i] + g * g;
+	float std = sqrtf(h) + a->eps;
+	p = p + a->nstep * (g / std);
+	hp[i] = h;
+	a->param[i] = p;
+	zinf_store_copy(a->copy, a->ck, i, p);
+}
+
+static inline void
+zinf_lion_elem(const struct zinf_opt_args *a, size_t i)
+{
+	float *mp = a->m;
+	float p = a->param[i] * a->decay;
+	float g = zinf_load_grad(a->grad, a->gdt, i) * a->grad_scale;
+	float m = mp[i];
+	float c = a->b1 * m + a->omb1 * g;
+	float s = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
+	p = p + a->nstep * s;
+	mp[i] = a->b2 * m + a->omb2 * g;
+	a->param[i] = p;
+	zinf_store_copy(a->copy, a->ck, i, p);
+}
+
+static inline double
+zinf_sumsq_elem(const void *g, enum zinf_dtype dt, size_t i)
+{
+	double x = zinf_load_grad(g, dt, i);
+	return x * x;
+}
+
+static inline bool
+zinf_nonfinite_elem(const void *g, enum zinf_dtype dt, size_t i)
+{
+	switch (dt) {
+	case ZINF_F16:
+		return (((const uint16_t *)g)[i] & 0x7c00) == 0x7c00;
+	case ZINF_BF16:
+		return (((const uint16_t *)g)[i] & 0x7f80) == 0x7f80;
+	default:
+		return (zinf_f2u(((const float *)g)[i]) & 0x7f800000u) == 0x7f800000u;
+	}
+}
+
+#endif

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cpu_adam/adam_scalar.c: the portable kernels: one element at a time with the exact scalar
+ * helpers of adam_internal.h. Built without FMA contraction (-ffp-contract=off), so each
+ * operation rounds once, as PyTorch's unfused CPU ops do. The reference the vector paths are
+ * compared with in spirit; the tests compare every path with float64.
+ */
+#include "cpu_adam/adam_internal.h"
+
+static bool
+scalar_supported(const struct zinf_cpu_features *f)
+{
+	return true;
+}
+
+static void
+scalar_adam(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		zinf_adam_elem(a, i);
+	}
+}
+
+static void
+scalar_adam_bf16state(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		zinf_adam_bf16state_elem(a, i);
+	}
+}
+
+static void
+scalar_adagrad(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		zinf_adagrad_elem(a, i);
+	}
+}
+
+static void
+scalar_lion(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		zinf_lion_elem(a, i);
+	}
+}
+
+static double
+scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	/* Four partial sums, as the vector paths keep several accumulators. */
+	double s[4] = {0, 0, 0, 0};
+	size_t i = i0;
+	for (; i + 4 <= i1; i += 4) {
+		for (int k = 0; k < 4; k++) {
+			s[k] += zinf_sumsq_elem(g, dt, i + k);
+		}
+	}
+	for (; i < i1; i++) {
+		s[0] += zinf_sumsq_elem(g, dt, i);
+	}
+	return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static bool
+scalar_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		if (zinf_nonfinite_elem(g, dt, i)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static void
+scalar_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		float x = zinf_load_grad(g, dt, i) * s;
+		switch (dt) {
+		case ZINF_F16:
+			((uint16_t *)g)[i] = zinf_f32_to_f16_rne(x);
+			break;
+		case ZINF_BF16:
+			((uint16_t *)g)[i] = zinf_f32_to_bf16_rne(x);
+			break;
+		default:
+			((float *)g)[i] = x;
+			break;
+		}
+	}
+}
+
+static void
+scalar_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		zinf_store_copy(dst, ck, i, src[i]);
+	}
+}
+
+const struct zinf_adam_ops zinf_adam_scalar_ops = {
+	.name = "scalar",
+	.supported = scalar_supported,
+	.adam = scalar_adam,
+	.adam_bf16state = scalar_adam_bf16state,
+	.adagrad = scalar_adagrad,
+	.lion = scalar_lion,
+	.sumsq = scalar_sumsq,
+	.has_inf_nan = scalar_has_inf_nan,
+	.scale = scalar_scale,
+	.convert = scalar_convert,
+};
