@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/offload.h: the tiered store. Three objects:
+ *
+ *  - zinf_pool: all pinned host memory of a process, from one allocation whose size is computed
+ *    from the configuration and checked against RLIMIT_MEMLOCK and physical memory BEFORE
+ *    anything is allocated. Carved into `buffer_count` equal, aligned swap buffers plus one
+ *    region for CPU-tier partitions. Registered once with io_uring (fixed buffers) and, when
+ *    there is a GPU, with CUDA. Also usable unpinned (pin_memory false).
+ *  - zinf_store: tensors (partitions) with a home tier (CPU or NVMe) and a residency state;
+ *    asynchronous swap-in/out with per-tensor completion, a prefetch queue with a byte budget,
+ *    an in-CPU cache for NVMe-homed tensors bounded by max_in_cpu, and back-pressure (wait for
+ *    a buffer or fail with a message naming the budget) instead of asserts.
+ *  - zinf_step: the pipelined optimizer step over a rank's flat partition cut into sub-groups,
+ *    with fp32 master, m and v on NVMe (or on the CPU tier): reads of later sub-groups, Adam on
+ *    the current one and writes of earlier ones overlap, as deep as the pool's buffers allow.
+ *
+ * Thread safety: a pool may be used from any thread. A store and a step are used by one thread
+ * at a time (the I/O they start runs on the I/O engine's threads).
+ */
+#ifndef ZINF_OFFLOAD_H
+#define ZINF_OFFLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/adam.h"
+#include "zinf/common.h"
+#include "zinf/io.h"
+#include "zinf/swap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==== pinned pool ============================================================================ */
+
+struct zinf_pool; /* opaque */
+
+struct zinf_pool_opts {
+	size_t size;            /* sizeof(struct zinf_pool_opts); set by zinf_pool_opts_init() */
+	uint64_t buffer_bytes;  /* bytes per swap buffer, rounded up to `align` */
+	uint32_t buffer_count;  /* swap buffers (offload_optimizer/offload_param.buffer_count) */
+	uint64_t cpu_bytes;     /* bytes for CPU-tier partitions (zinf_pool_cpu_alloc); default 0 */
+	uint32_t align;         /* buffer alignment, power of two >= 64; default 4096 */
+	bool pin_memory;        /* mlock the pool (and register it); default true */
+	bool pin_fallback;      /* pinning not allowed: warn and run unpinned instead of failing;
+				   default false */
+	int numa_node;          /* node to bind the pool to; -1 (default): the node of the
+				   calling thread's CPU when the machine has several, else none */
+	struct zinf_io *io;     /* register the buffers with this I/O context (may be NULL) */
+	const char *device;     /* device table for host registration: "cuda", "host", or NULL:
+				   the best that works ("cuda" with a GPU, else "host") */
+	const char *what;       /* name of the configuration the pool serves, used in messages;
+				   default "offload_optimizer" */
+};
+
+/** Fill *o with the defaults above (and o->size). */
+ZINF_API void zinf_pool_opts_init(struct zinf_pool_opts *o);
+
+/** The budget of a pool, computed from its options alone (nothing allocated). */
+struct zinf_pool_budget {
+	uint64_t bytes;          /* the whole allocation: buffers + CPU region, page-rounded */
+	uint64_t buffer_bytes;   /* one buffer, aligned */
+	uint64_t memlock_limit;  /* RLIMIT_MEMLOCK soft limit (UINT64_MAX: unlimited) */
+	bool memlock_binding;    /* false when the process has CAP_IPC_LOCK (limit ignored) */
+	uint64_t phys_bytes;     /* physical memory of the machine */
+};
+
+/**
+ * Compute the pool's size from *opts and check it: pinned, it must fit RLIMIT_MEMLOCK (unless
+ * the process has CAP_IPC_LOCK) and, pinned or not, it must leave 10% of physical memory free.
+ * Fills *out (may be NULL) in every case. Returns 0, or:
+ *   -EINVAL  bad option (buffer_count or buffer_bytes 0 with no CPU bytes, bad align)
+ *   -ENOMEM  over RLIMIT_MEMLOCK or physical memory; the message names the limit, the bytes
+ *            asked for and the setting to change (ulimit -l, buffer_count, pin_memory: false)
+ *   -EPERM   pinning asked for, the limit is 0 and the process may not lock memory
+ * With pin_fallback, a memlock failure is not an error (the pool would be unpinned).
+ */
+ZINF_API int zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out);
+
+/**
+ * Check (zinf_pool_check), then allocate the pool in one mapping, bind it to its NUMA node,
+ * lock it (pin_memory) and register it (opts->io; the device table). Errors as
+ * zinf_pool_check, plus -ENOMEM when mmap or mlock fails (mlock's message names the limit,
+ * the bytes and what the process had locked already). Nothing stays allocated on failure.
+ * Free with zinf_pool_destroy() after every buffer was released.
+ */
+ZINF_API int zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out);
+/** Unregister, unlock and unmap. Buffers still acquired are a caller bug (logged). NULL: no-op. */
+ZINF_API void zinf_pool_destroy(struct zinf_pool *p);
+
+/** Bytes of each buffer (aligned), count of buffers, total bytes, and whether it is locked. */
+ZINF_API uint64_t zinf_pool_buffer_bytes(const struct zinf_pool *p);
+ZINF_API uint32_t zinf_pool_buffer_count(const struct zinf_pool *p);
+ZINF_API uint64_t zinf_pool_bytes(const struct zinf_pool *p);
+ZINF_API bool zinf_pool_pinned(const struct zinf_pool *p);
+/** NUMA node the pool was bound to, or -1 when it was not bound. */
+ZINF_API int zinf_pool_numa_node(const struct zinf_pool *p);
+/** Name of the device table that registered the pool ("cuda" or "host"). */
+ZINF_API const char *zinf_pool_device(const struct zinf_pool *p);
+/** Buffers free right now. */
+ZINF_API uint32_t zinf_pool_free_count(struct zinf_pool *p);
+
+/**
+ * Take a buffer. timeout_ms: -1 waits until one is released, 0 fails at once, > 0 waits that
+ * long. Sets *buf (aligned, zinf_pool_buffer_bytes() bytes) and returns its index; or
+ *   -EAGAIN     none free and timeout_ms 0     -ETIMEDOUT  none freed in time
+ *   -EDEADLK    every buffer is held by the calling thread: waiting would never end
+ * each with a message that names the budget to raise (<what>.buffer_count).
+ */
+ZINF_API int zinf_pool_acquire(struct zinf_pool *p, int timeout_ms, void **buf);
+/** Give a buffer back (wakes one waiter). -EINVAL for a pointer that is not an acquired buffer. */
+ZINF_API int zinf_pool_release(struct zinf_pool *p, void *buf);
+
+/**
+ * Carve `bytes` (aligned to the pool's align) from the CPU-tier region; freed with the pool.
+ * Returns 0 and sets *out; -ENOMEM naming cpu_bytes when the region is exhausted.
+ */
+ZINF_API int zinf_pool_cpu_alloc(struct zinf_pool *p, uint64_t bytes, void **out);
+
+/* ==== tensor store =========================================================================== */
+
+enum zinf_tier { ZINF_TIER_CPU = 0, ZINF_TIER_NVME = 1 };
+
+enum zinf_tensor_state {
+	ZINF_TENSOR_ABSENT = 0,   /* on NVMe only */
+	ZINF_TENSOR_READING = 1,  /* swap-in in flight */
+	ZINF_TENSOR_RESIDENT = 2, /* in a CPU buffer, usable */
+	ZINF_TENSOR_WRITING = 3,  /* swap-out in flight (the buffer returns to the pool after) */
+};
+
+struct zinf_store; /* opaque */
+
+struct zinf_store_opts {
+	size_t size;             /* sizeof(struct zinf_store_opts); set by zinf_store_opts_init() */
+	struct zinf_pool *pool;  /* buffers for NVMe-homed tensors, CPU region for CPU-homed ones */
+	struct zinf_swap *swap;  /* the NVMe tier (NULL: CPU-homed tensors only) */
+	uint64_t prefetch_bytes; /* prefetch queue byte budget (stage3_prefetch_bucket_size);
+				    default 0: prefetch disabled */
+	uint64_t max_in_cpu;     /* elements of released NVMe-homed tensors kept resident
+				    (offload_param.max_in_cpu); default 0: none */
+	int timeout_ms;          /* waiting for a free buffer: -1 (default) until one frees, 0 fail
+				    at once, > 0 at most that long */
+};
+
+ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
+/** Create a store. -EINVAL (no pool), -ENOMEM. Free with zinf_store_destroy(). */
+ZINF_API int zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out);
+/**
+ * Wait for all I/O in flight, give every buffer back to the pool, free the store. Resident
+ * dirty tensors are NOT written back (call zinf_store_flush first). NULL is a no-op.
+ */
+ZINF_API void zinf_store_destroy(struct zinf_store *s);
+
+/**
+ * Declare a tensor of `elems` elements of `elem_bytes` bytes, named (kind, index), homed on
+ * `home`. NVMe-homed tensors are declared in the swap space (before zinf_swap_reserve(), which
+ * the caller runs once all tensors are declared); CPU-homed ones take pool CPU-region memory
+ * and are always resident. Returns the tensor id (>= 0), or -EINVAL (a tensor larger than one
+ * pool buffer, named with the sizes), -ENOMEM (CPU region exhausted), errors of zinf_swap_add.
+ */
+ZINF_API int zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index,
+			    uint64_t elems, uint32_t elem_bytes, enum zinf_tier home);
+
+ZINF_API enum zinf_tensor_state zinf_store_state(const struct zinf_store *s, int id);
+/** Bytes of the tensor (elems * elem_bytes). */
+ZINF_API uint64_t zinf_store_bytes(const struct zinf_store *s, int id);
+
+enum zinf_store_flags {
+	ZINF_STORE_NOWAIT = 1 << 0, /* fail with -EAGAIN instead of waiting for a buffer */
+	ZINF_STORE_NEW = 1 << 1,    /* swap-in of a tensor never written: no read, zero-filled */
+};
+
+/**
+ * Start making tensor `id` resident. A resident or reading tensor is left as it is; a tensor
+ * being written is waited for first. Needs a pool buffer: evicts a clean cached tensor if
+ * none is free, else waits (timeout_ms) or fails (-EAGAIN/-ETIMEDOUT/-EDEADLK with a message
+ * naming the budget to raise). Returns 0 when started (or already resident).
+ */
+ZINF_API int zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags);
+/**
+ * Wait for tensor `id` (and nothing else) to finish its swap-in or swap-out. After a swap-in,
+ * sets *data (may be NULL) to its bytes. Returns 0 or the I/O error (naming tensor and file);
+ * a failed swap-in leaves the tensor ABSENT and its buffer back in the pool.
+ */
+ZINF_API int zinf_store_wait(struct zinf_store *s, int id, void **data);
+/** Mark a resident tensor modified: the next release or flush writes it. */
+ZINF_API int zinf_store_mark_dirty(struct zinf_store *s, int id);
+/**
+ * The caller is done with tensor `id` for now. Dirty: a swap-out starts (asynchronously; the
+ * buffer returns to the pool when it completes). Clean: it stays cached while the cache holds
+ * at most max_in_cpu elements (least recently released evicted first), else it becomes ABSENT.
+ * CPU-homed tensors stay resident.
+ */
+ZINF_API int zinf_store_release(struct zinf_store *s, int id);
+/**
+ * Queue a prefetch (swap-in) of `id`. It starts at once if the bytes in flight for prefetch
+ * stay within prefetch_bytes and a buffer is free (never waits); otherwise it stays queued and
+ * starts from later store calls. Returns 0 (queued or started), -ENOSPC when the tensor alone
+ * exceeds prefetch_bytes (message names the budget).
+ */
+ZINF_API int zinf_store_prefetch(struct zinf_store *s, int id);
+/** Write every dirty resident tensor and wait for all I/O. Returns 0 or the first error. */
+ZINF_API int zinf_store_flush(struct zinf_store *s);
+
+struct zinf_store_stats {
+	uint64_t reads, writes, read_bytes, write_bytes;
+	uint64_t cache_hits, evictions, buffer_waits, prefetch_started;
+	uint64_t cached_elems; /* elements resident in the cache now */
+};
+ZINF_API void zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out);
+
+/* ==== pipelined optimizer step =============================================================== */
+
+struct zinf_step; /* opaque */
+
+enum zinf_step_schedule {
+	ZINF_SCHEDULE_PIPELINED = 0, /* read ahead with every free buffer; writes never waited for
+					until their buffer is needed */
+	ZINF_SCHEDULE_DEEPSPEED = 1, /* DeepSpeed's PipelinedOptimizerSwapper with pipeline_read and
+					pipeline_write: one read ahead, one write behind (depth 1) */
+};
+
+struct zinf_step_opts {
+	size_t size;               /* sizeof(struct zinf_step_opts); set by zinf_step_opts_init() */
+	uint64_t n;                /* fp32 elements in this rank's flat partition */
+	uint64_t sub_group_size;   /* elements per sub-group; the last one may be shorter */
+	enum zinf_tier tier;       /* where master, m and v live */
+	struct zinf_swap *swap;    /* NVMe tier: state is declared here as ("fp32", k),
+				      ("exp_avg", k), ("exp_avg_sq", k) by zinf_step_create(); the
+				      caller runs zinf_swap_reserve() afterwards */
+	struct zinf_pool *pool;    /* NVMe: buffers (each >= zinf_step_buffer_bytes()); CPU: the
+				      state comes from its CPU region (NULL: plain host memory) */
+	uint32_t buffers;          /* buffers the step takes from the pool at begin; 0 (default):
+				      every buffer free at that moment */
+	enum zinf_step_schedule schedule;
+	struct zinf_adam_opts adam;
+	enum zinf_dtype copy_dtype;   /* dtype of the 16-bit copy (ZINF_F16 or ZINF_BF16) */
+	struct zinf_swap *param_swap; /* if not NULL: the copy of sub-group k is also written to
+					 tensor (param_kind, k) there, declared by create */
+	const char *param_kind;       /* default "param16" */
+	int timeout_ms;               /* waiting for pool buffers at begin; default -1 */
+};
+
+ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);
+
+/**
+ * Bytes a pool buffer needs to hold one sub-group (master, m, v and, with param_swap, the
+ * 16-bit copy), each part aligned to `align` (the swap space's alignment).
+ */
+ZINF_API uint64_t zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align);
+
+/**
+ * Create a step. NVMe: declares the state in opts->swap and checks the pool: -ENOMEM "too few
+ * buffers" when a pool buffer cannot hold one sub-group or the pool has none, naming the bytes
+ * needed. CPU: allocates master, m, v (pool CPU region or host memory), zero-filled.
+ * Returns 0 and sets *out; -EINVAL bad option. Free with zinf_step_destroy().
+ */
+ZINF_API int zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out);
+/** Waits for anything in flight, releases buffers. NULL is a no-op. */
+ZINF_API void zinf_step_destroy(struct zinf_step *st);
+
+ZINF_API uint32_t zinf_step_sub_groups(const struct zinf_step *st);
+/** Elements of sub-group k and its first element's index in the partition. */
+ZINF_API uint64_t zinf_step_sub_group_len(const struct zinf_step *st, uint32_t k);
+ZINF_API uint64_t zinf_step_sub_group_start(const struct zinf_step *st, uint32_t k);
+
+/**
+ * Write the initial state of sub-group k: master from `master`, m and v from `m`/`v` (NULL:
+ * zeros), each zinf_step_sub_group_len(k) floats. One sub-group at a time, so that loading a
+ * model never needs host memory for the whole partition. NVMe: after zinf_swap_reserve().
+ * Returns 0 or the I/O error naming the sub-group; -EBUSY during a step.
+ */
+ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const float *master,
+			    const float *m, const float *v);
+/** Read sub-group k's state back into host arrays of its length (any may be NULL). */
+ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, float *master, float *m, float *v);
+
+/**
+ * Begin optimizer step `step` (>= 1): takes buffers from the pool and starts reading the first
+ * sub-groups (in ascending order, or descending with `reverse`, the order in which backward
+ * makes gradients final). copy_host: n elements of copy_dtype receiving the 16-bit copy (NULL:
+ * none besides param_swap). Returns 0; -EBUSY inside a step; pool errors (no buffer in time).
+ */
+ZINF_API int zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale,
+			     void *copy_host, bool reverse);
+/**
+ * The gradient of sub-group k is final: `grad` holds its zinf_step_sub_group_len() elements of
+ * grad_dtype (pinned host memory; read during this call only). Runs Adam on k as soon as its
+ * state is in, starts writing it back, and keeps the reads of later sub-groups going. Sub-groups
+ * may arrive in any order; a sub-group not prefetched is read now (a prefetched one that is not
+ * ready yet gives up its buffer if needed, so this never deadlocks). Returns 0, or an error
+ * naming the sub-group and the file (the step is then failed: finish reports it again).
+ */
+ZINF_API int zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad,
+			     enum zinf_dtype grad_dtype);
+/**
+ * Wait for every write, give the buffers back, end the step. Returns 0 only if every sub-group
+ * was processed and written; else the first error (-EINVAL naming a sub-group never made
+ * ready; the I/O error naming the sub-group and file). The step object stays usable.
+ */
+ZINF_API int zinf_step_finish(struct zinf_step *st);
+/**
+ * A whole step: begin, ready for every sub-group in order (grad: n elements), finish. On
+ * failure, everything in flight is waited for and the buffers are back in the pool.
+ */
+ZINF_API int zinf_step_run(struct zinf_step *st, int64_t step, float grad_scale,
+			   const void *grad, enum zinf_dtype grad_dtype, void *copy_host);
+
+/**
+ * The last optimizer step whose update of sub-group k is completely on its tier (written and
+ * acknowledged, for NVMe), 0 if none: a failed write never counts.
+ */
+ZINF_API int64_t zinf_step_sub_group_written(const struct zinf_step *st, uint32_t k);
+
+struct zinf_step_stats {
+	uint64_t read_bytes, write_bytes; /* by the last step */
+	double adam_s;                    /* time in zinf_adam_step during the last step */
+	double wait_read_s;               /* time the step waited for reads */
+	double wait_write_s;              /* time waiting for writes to free buffers */
+	uint32_t buffers;                 /* buffers used by the last step */
+	uint32_t max_reads_in_flight;     /* deepest read-ahead reached */
+};
+ZINF_API void zinf_step_get_stats(const struct zinf_step *st, struct zinf_step_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

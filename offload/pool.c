@@ -1,0 +1,593 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * offload/pool.c: the pinned pool. One mapping, sized from the options and checked against
+ * RLIMIT_MEMLOCK and physical memory before it is made, bound to a NUMA node, locked, carved
+ * into equal aligned buffers (a free stack under a mutex, waiters on a condition variable) and
+ * one CPU-tier region (a bump allocator), registered once with io_uring and the device table.
+ * It does not know what the buffers hold: the store and the step decide that.
+ */
+#include <inttypes.h>
+#include <linux/capability.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "offload/dev_internal.h"
+#include "zinf/offload.h"
+
+_Static_assert(sizeof(struct zinf_pool_opts) == 72, "zinf_pool_opts layout changed: bump users");
+
+#define IOV_MAX_BYTES (1ULL << 30) /* io_uring caps one fixed buffer at 1 GiB */
+
+struct pool_buf {
+	bool in_use;
+	pthread_t owner; /* thread that acquired it (for -EDEADLK) */
+};
+
+struct zinf_pool {
+	struct zinf_pool_opts o;
+	char what[64];
+	char *map;          /* the mapping as made (munmap) */
+	size_t map_len;
+	char *base;         /* aligned start of the buffers */
+	uint64_t bytes;     /* buffers + CPU region */
+	uint64_t buf_bytes; /* one buffer */
+	uint32_t count;
+	char *cpu;          /* CPU-tier region */
+	uint64_t cpu_bytes, cpu_used;
+	bool pinned;
+	int node;
+	const struct zinf_dev_ops *dev;
+	bool dev_registered;
+	struct zinf_io *io;
+	bool io_registered;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct pool_buf *bufs;
+	uint32_t *free_stack;
+	uint32_t nfree;
+};
+
+void
+zinf_pool_opts_init(struct zinf_pool_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->align = 4096;
+	o->pin_memory = true;
+	o->numa_node = -1;
+	o->what = "offload_optimizer";
+}
+
+/* CAP_IPC_LOCK in the effective set: RLIMIT_MEMLOCK does not bind. */
+static bool
+has_ipc_lock(void)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[2];
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) != 0) {
+		return false;
+	}
+	return (data[CAP_TO_INDEX(CAP_IPC_LOCK)].effective & CAP_TO_MASK(CAP_IPC_LOCK)) != 0;
+}
+
+/* Bytes this process has locked already (VmLck), 0 if unknown. */
+static uint64_t
+locked_now(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f) {
+		return 0;
+	}
+	char line[256];
+	uint64_t kb = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "VmLck: %" SCNu64, &kb) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return kb * 1024;
+}
+
+static uint64_t
+page_size(void)
+{
+	long p = sysconf(_SC_PAGESIZE);
+	return p > 0 ? (uint64_t)p : 4096;
+}
+
+static void
+fmt_bytes(char *out, size_t len, uint64_t b)
+{
+	if (b == UINT64_MAX) {
+		snprintf(out, len, "unlimited");
+	} else if (b >= (1ULL << 30)) {
+		snprintf(out, len, "%.2f GiB (%" PRIu64 " bytes)", b / 1073741824.0, b);
+	} else if (b >= (1ULL << 20)) {
+		snprintf(out, len, "%.2f MiB (%" PRIu64 " bytes)", b / 1048576.0, b);
+	} else {
+		snprintf(out, len, "%" PRIu64 " bytes", b);
+	}
+}
+
+static int
+validate(const struct zinf_pool_opts *o)
+{
+	if (!o || o->size != sizeof(*o)) {
+		return ZINF_FAIL(-EINVAL, "pinned pool: options not initialised with "
+					  "zinf_pool_opts_init()");
+	}
+	if (!ZINF_IS_POW2(o->align) || o->align < 64) {
+		return ZINF_FAIL(-EINVAL, "pinned pool: align %u is not a power of two >= 64",
+				 o->align);
+	}
+	if ((o->buffer_count == 0) != (o->buffer_bytes == 0)) {
+		return ZINF_FAIL(-EINVAL,
+				 "pinned pool: buffer_count %u with buffer_bytes %" PRIu64
+				 ": both or neither must be 0",
+				 o->buffer_count, o->buffer_bytes);
+	}
+	if (o->buffer_count == 0 && o->cpu_bytes == 0) {
+		return ZINF_FAIL(-EINVAL, "pinned pool: empty (no buffers, no CPU bytes)");
+	}
+	return 0;
+}
+
+int
+zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
+{
+	struct zinf_pool_budget b = {0};
+	int rc = validate(o);
+	if (rc) {
+		if (out) {
+			*out = b;
+		}
+		return rc;
+	}
+	const char *what = o->what ? o->what : "offload_optimizer";
+	uint64_t pg = page_size();
+	b.buffer_bytes = ZINF_ALIGN_UP(o->buffer_bytes, (uint64_t)o->align);
+	uint64_t bufs = b.buffer_bytes * o->buffer_count;
+	uint64_t total = ZINF_ALIGN_UP(bufs, (uint64_t)o->align) + o->cpu_bytes;
+	b.bytes = ZINF_ALIGN_UP(total, ZINF_MAX(pg, (uint64_t)o->align));
+	struct rlimit rl;
+	b.memlock_limit = (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+				  ? (uint64_t)rl.rlim_cur
+				  : UINT64_MAX;
+	b.memlock_binding = !has_ipc_lock() && b.memlock_limit != UINT64_MAX;
+	long pages = sysconf(_SC_PHYS_PAGES);
+	b.phys_bytes = pages > 0 ? (uint64_t)pages * pg : 0;
+	if (out) {
+		*out = b;
+	}
+
+	char asked[64], lim[64], phys[64];
+	fmt_bytes(asked, sizeof(asked), b.bytes);
+	fmt_bytes(lim, sizeof(lim), b.memlock_limit);
+	fmt_bytes(phys, sizeof(phys), b.phys_bytes);
+	if (b.phys_bytes && b.bytes > b.phys_bytes / 10 * 9) {
+		return ZINF_FAIL(-ENOMEM,
+				 "pinned pool: %s asked for (%u buffers of %" PRIu64
+				 " bytes + %" PRIu64 " CPU-tier bytes) exceeds 90%% of physical "
+				 "memory %s: lower %s.buffer_count or buffer_size, or move state "
+				 "to NVMe",
+				 asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, phys, what);
+	}
+	if (o->pin_memory && b.memlock_binding && !o->pin_fallback) {
+		if (b.memlock_limit == 0) {
+			return ZINF_FAIL(-EPERM,
+					 "pinned pool: %s asked for, but RLIMIT_MEMLOCK is 0 and "
+					 "the process lacks CAP_IPC_LOCK: raise it (ulimit -l) or "
+					 "set %s.pin_memory: false",
+					 asked, what);
+		}
+		if (b.bytes > b.memlock_limit) {
+			return ZINF_FAIL(-ENOMEM,
+					 "pinned pool: %s asked for (%u buffers of %" PRIu64
+					 " bytes + %" PRIu64 " CPU-tier bytes) exceeds RLIMIT_MEMLOCK "
+					 "%s: raise it (ulimit -l, or memlock in "
+					 "/etc/security/limits.conf), lower %s.buffer_count, or set "
+					 "%s.pin_memory: false",
+					 asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, lim,
+					 what, what);
+		}
+	}
+	return 0;
+}
+
+/* The NUMA node to bind to: the option, else the caller's node when there are several. */
+static int
+choose_node(const struct zinf_pool_opts *o, struct zinf_topo *topo)
+{
+	if (o->numa_node >= 0) {
+		return o->numa_node;
+	}
+	if (!topo || zinf_topo_numa_nodes(topo) <= 1) {
+		return -1;
+	}
+	unsigned cpu = 0, node = 0;
+	if (getcpu(&cpu, &node) != 0) {
+		return -1;
+	}
+	return (int)node;
+}
+
+static void
+unregister_io(struct zinf_pool *p)
+{
+	if (p->io_registered) {
+		(void)zinf_io_register_buffers(p->io, NULL, 0);
+		p->io_registered = false;
+	}
+}
+
+static void
+register_io(struct zinf_pool *p)
+{
+	if (!p->io || p->count == 0) {
+		return;
+	}
+	uint64_t per = ZINF_DIV_ROUND_UP(p->buf_bytes, IOV_MAX_BYTES);
+	unsigned n = (unsigned)(per * p->count);
+	struct iovec *iov = zinf_calloc(n, sizeof(*iov));
+	if (!iov) {
+		ZINF_WARN("pinned pool: out of memory for %u iovecs: buffers not registered", n);
+		return;
+	}
+	unsigned k = 0;
+	for (uint32_t i = 0; i < p->count; i++) {
+		char *b = p->base + (uint64_t)i * p->buf_bytes;
+		for (uint64_t off = 0; off < p->buf_bytes; off += IOV_MAX_BYTES) {
+			iov[k].iov_base = b + off;
+			iov[k].iov_len = ZINF_MIN(IOV_MAX_BYTES, p->buf_bytes - off);
+			k++;
+		}
+	}
+	int rc = zinf_io_register_buffers(p->io, iov, k);
+	if (rc == 0) {
+		p->io_registered = true;
+	} else {
+		ZINF_WARN("pinned pool: registering %u buffers with the I/O context failed (%s): "
+			  "requests use unregistered buffers",
+			  k, zinf_strerror(rc));
+	}
+	zinf_free(iov);
+}
+
+int
+zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
+{
+	struct zinf_pool_budget b;
+	int rc = zinf_pool_check(o, &b);
+	if (rc) {
+		return rc;
+	}
+	const char *what = o->what ? o->what : "offload_optimizer";
+	struct zinf_pool *p = zinf_calloc(1, sizeof(*p));
+	if (!p) {
+		return ZINF_FAIL(-ENOMEM, "pinned pool: out of memory");
+	}
+	p->o = *o;
+	snprintf(p->what, sizeof(p->what), "%s", what);
+	p->o.what = p->what;
+	p->o.device = NULL; /* not kept: the table is */
+	p->io = o->io;
+	p->count = o->buffer_count;
+	p->buf_bytes = b.buffer_bytes;
+	p->bytes = b.bytes;
+	p->node = -1;
+	rc = -ENOMEM;
+	p->bufs = zinf_calloc(p->count ? p->count : 1, sizeof(*p->bufs));
+	p->free_stack = zinf_calloc(p->count ? p->count : 1, sizeof(*p->free_stack));
+	if (!p->bufs || !p->free_stack) {
+		rc = ZINF_FAIL(-ENOMEM, "pinned pool: out of memory");
+		goto err_free;
+	}
+	rc = zinf_dev_get(o->device, &p->dev);
+	if (rc) {
+		goto err_free;
+	}
+
+	/* Over-map by the alignment so the buffers can start aligned whatever mmap returns. */
+	uint64_t align = ZINF_MAX((uint64_t)o->align, page_size());
+	p->map_len = b.bytes + (align > page_size() ? align : 0);
+	p->map = mmap(NULL, p->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		      0);
+	if (p->map == MAP_FAILED) {
+		p->map = NULL;
+		char asked[64];
+		fmt_bytes(asked, sizeof(asked), b.bytes);
+		rc = ZINF_FAIL(-ENOMEM, "pinned pool: mmap of %s failed: %s", asked,
+			       strerror(errno));
+		goto err_free;
+	}
+	p->base = (char *)ZINF_ALIGN_UP((uintptr_t)p->map, (uintptr_t)align);
+	p->cpu = p->base + ZINF_ALIGN_UP(p->buf_bytes * p->count, (uint64_t)o->align);
+	p->cpu_bytes = o->cpu_bytes;
+
+	/* Bind before the pages are touched (mlock faults them in), so they land on the node. */
+	struct zinf_topo *topo = NULL;
+	if (zinf_topo_create(&topo) == 0) {
+		int node = choose_node(o, topo);
+		if (node >= 0) {
+			int brc = zinf_topo_bind_area(topo, p->base, b.bytes, node);
+			if (brc == 0) {
+				p->node = node;
+			} else if (o->numa_node >= 0) {
+				rc = ZINF_FAIL(brc, "pinned pool: binding to NUMA node %d failed",
+					       node);
+				zinf_topo_destroy(topo);
+				goto err_unmap;
+			} else {
+				ZINF_DEBUG("pinned pool: not bound to node %d (%s)", node,
+					   zinf_strerror(brc));
+			}
+		}
+		zinf_topo_destroy(topo);
+	}
+
+	if (o->pin_memory) {
+		if (mlock(p->base, b.bytes) == 0) {
+			p->pinned = true;
+		} else {
+			int e = errno;
+			char asked[64], lim[64], had[64];
+			fmt_bytes(asked, sizeof(asked), b.bytes);
+			fmt_bytes(lim, sizeof(lim), b.memlock_limit);
+			fmt_bytes(had, sizeof(had), locked_now());
+			if (!o->pin_fallback) {
+				rc = ZINF_FAIL(e == EPERM ? -EPERM : -ENOMEM,
+					       "pinned pool: mlock of %s failed: %s "
+					       "(RLIMIT_MEMLOCK %s%s, already locked by this process "
+					       "%s): raise ulimit -l, lower %s.buffer_count, or set "
+					       "%s.pin_memory: false",
+					       asked, strerror(e), lim,
+					       b.memlock_binding ? "" : ", not binding", had, what,
+					       what);
+				goto err_unmap;
+			}
+			ZINF_WARN("pinned pool: mlock of %s failed (%s; RLIMIT_MEMLOCK %s): "
+				  "running unpinned",
+				  asked, strerror(e), lim);
+		}
+	} else if (o->pin_memory == false) {
+		(void)madvise(p->base, b.bytes, MADV_HUGEPAGE);
+	}
+
+	if (p->pinned && strcmp(p->dev->name, "host") != 0) {
+		rc = p->dev->host_register(p->base, b.bytes);
+		if (rc) {
+			rc = ZINF_FAIL(rc, "pinned pool: %s host registration of %" PRIu64
+					   " bytes failed",
+				       p->dev->name, b.bytes);
+			goto err_unlock;
+		}
+		p->dev_registered = true;
+	}
+	register_io(p);
+
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	for (uint32_t i = 0; i < p->count; i++) {
+		p->free_stack[i] = p->count - 1 - i; /* buffer 0 handed out first */
+	}
+	p->nfree = p->count;
+	ZINF_INFO("pinned pool (%s): %u buffers of %" PRIu64 " bytes + %" PRIu64
+		  " CPU bytes, %s, node %d, device %s",
+		  p->what, p->count, p->buf_bytes, p->cpu_bytes,
+		  p->pinned ? "pinned" : "unpinned", p->node, p->dev->name);
+	*out = p;
+	return 0;
+
+err_unlock:
+	if (p->pinned) {
+		munlock(p->base, b.bytes);
+	}
+err_unmap:
+	munmap(p->map, p->map_len);
+err_free:
+	zinf_free(p->free_stack);
+	zinf_free(p->bufs);
+	zinf_free(p);
+	return rc;
+}
+
+void
+zinf_pool_destroy(struct zinf_pool *p)
+{
+	if (!p) {
+		return;
+	}
+	if (p->nfree != p->count) {
+		ZINF_ERR("pinned pool (%s): destroyed with %u of %u buffers still acquired",
+			 p->what, p->count - p->nfree, p->count);
+	}
+	unregister_io(p);
+	if (p->dev_registered) {
+		p->dev->host_unregister(p->base);
+	}
+	if (p->pinned) {
+		munlock(p->base, p->bytes);
+	}
+	munmap(p->map, p->map_len);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	zinf_free(p->free_stack);
+	zinf_free(p->bufs);
+	zinf_free(p);
+}
+
+uint64_t
+zinf_pool_buffer_bytes(const struct zinf_pool *p)
+{
+	return p->buf_bytes;
+}
+
+uint32_t
+zinf_pool_buffer_count(const struct zinf_pool *p)
+{
+	return p->count;
+}
+
+uint64_t
+zinf_pool_bytes(const struct zinf_pool *p)
+{
+	return p->bytes;
+}
+
+bool
+zinf_pool_pinned(const struct zinf_pool *p)
+{
+	return p->pinned;
+}
+
+int
+zinf_pool_numa_node(const struct zinf_pool *p)
+{
+	return p->node;
+}
+
+const char *
+zinf_pool_device(const struct zinf_pool *p)
+{
+	return p->dev->name;
+}
+
+uint32_t
+zinf_pool_free_count(struct zinf_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	uint32_t n = p->nfree;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+/* Called with the lock held: does the calling thread hold every buffer? */
+static bool
+all_held_by_me(const struct zinf_pool *p)
+{
+	pthread_t me = pthread_self();
+	for (uint32_t i = 0; i < p->count; i++) {
+		if (!p->bufs[i].in_use || !pthread_equal(p->bufs[i].owner, me)) {
+			return false;
+		}
+	}
+	return true;
+}
+
+int
+zinf_pool_acquire(struct zinf_pool *p, int timeout_ms, void **buf)
+{
+	if (p->count == 0) {
+		return ZINF_FAIL(-ENOMEM, "pinned pool (%s): has no buffers: set %s.buffer_count",
+				 p->what, p->what);
+	}
+	struct timespec deadline;
+	if (timeout_ms > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	int rc = 0;
+	pthread_mutex_lock(&p->lock);
+	while (p->nfree == 0) {
+		if (timeout_ms == 0) {
+			rc = -EAGAIN;
+			break;
+		}
+		if (all_held_by_me(p)) {
+			rc = -EDEADLK;
+			break;
+		}
+		if (timeout_ms < 0) {
+			pthread_cond_wait(&p->cond, &p->lock);
+		} else if (pthread_cond_timedwait(&p->cond, &p->lock, &deadline) == ETIMEDOUT &&
+			   p->nfree == 0) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+	}
+	if (rc == 0) {
+		uint32_t i = p->free_stack[--p->nfree];
+		p->bufs[i].in_use = true;
+		p->bufs[i].owner = pthread_self();
+		*buf = p->base + (uint64_t)i * p->buf_bytes;
+		rc = (int)i;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (rc == -EAGAIN || rc == -ETIMEDOUT) {
+		return ZINF_FAIL(rc,
+				 "pinned pool (%s): all %u buffers of %" PRIu64 " bytes in use%s: "
+				 "raise %s.buffer_count",
+				 p->what, p->count, p->buf_bytes,
+				 rc == -ETIMEDOUT ? " (waited the timeout)" : "", p->what);
+	}
+	if (rc == -EDEADLK) {
+		return ZINF_FAIL(rc,
+				 "pinned pool (%s): all %u buffers are held by this thread; "
+				 "waiting would never end: raise %s.buffer_count",
+				 p->what, p->count, p->what);
+	}
+	return rc;
+}
+
+int
+zinf_pool_release(struct zinf_pool *p, void *buf)
+{
+	char *c = buf;
+	if (!c || c < p->base || c >= p->base + p->buf_bytes * p->count ||
+	    (uint64_t)(c - p->base) % p->buf_bytes != 0) {
+		return ZINF_FAIL(-EINVAL, "pinned pool (%s): %p is not one of its buffers", p->what,
+				 buf);
+	}
+	uint32_t i = (uint32_t)((uint64_t)(c - p->base) / p->buf_bytes);
+	pthread_mutex_lock(&p->lock);
+	if (!p->bufs[i].in_use) {
+		pthread_mutex_unlock(&p->lock);
+		return ZINF_FAIL(-EINVAL, "pinned pool (%s): buffer %u released twice", p->what, i);
+	}
+	p->bufs[i].in_use = false;
+	p->free_stack[p->nfree++] = i;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
+
+int
+zinf_pool_cpu_alloc(struct zinf_pool *p, uint64_t bytes, void **out)
+{
+	pthread_mutex_lock(&p->lock);
+	uint64_t need = ZINF_ALIGN_UP(bytes, (uint64_t)p->o.align);
+	if (p->cpu_used + need > p->cpu_bytes) {
+		uint64_t used = p->cpu_used;
+		pthread_mutex_unlock(&p->lock);
+		return ZINF_FAIL(-ENOMEM,
+				 "pinned pool (%s): CPU-tier region exhausted: %" PRIu64
+				 " bytes asked, %" PRIu64 " of %" PRIu64 " used: raise the pool's "
+				 "cpu_bytes",
+				 p->what, bytes, used, p->cpu_bytes);
+	}
+	*out = p->cpu + p->cpu_used;
+	p->cpu_used += need;
+	pthread_mutex_unlock(&p->lock);
+	return 0;
+}
