@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nvme/io_internal.h: what the generic I/O core (io.c) and its backends share: the context,
+ * the file, one block in flight, a worker, and the backend ops table. Not installed.
+ *
+ * The core validates requests, splits them into blocks and runs one thread per worker; a
+ * backend only moves blocks: queue() prepares one, submit() hands the prepared ones to the
+ * kernel, reap() returns finished ones with their result set. A backend never completes a
+ * request and never retries: the core checks every result.
+ */
+#ifndef ZINF_IO_INTERNAL_H
+#define ZINF_IO_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/util.h"
+#include "zinf/io.h"
+
+/* Fixed-file table size per ring; files beyond it are used by descriptor. */
+#define ZINF_IO_MAX_FILES 1024
+
+struct zinf_io_file {
+	struct zinf_io *io;
+	char *path; /* copied */
+	int fd;
+	int slot;   /* index in io->files and the backends' file tables, -1: none */
+	bool fixed; /* registered at `slot` in every worker's backend */
+	bool writable;
+	bool direct;	   /* opened with O_DIRECT */
+	uint32_t align;	   /* bytes; 1 when buffered */
+	uint64_t inflight; /* requests in flight on this file (atomic) */
+};
+
+/* One block of a request, owned by a worker while in flight. */
+struct zinf_io_blk {
+	struct zinf_io_req *req;
+	struct zinf_io_file *file;
+	char *buf;	  /* the block's start in the request's buffer */
+	uint64_t off;	  /* the block's file offset */
+	uint32_t len;	  /* block bytes */
+	uint32_t done;	  /* bytes transferred so far (short transfers are resubmitted) */
+	uint32_t xfer;	  /* bytes asked in the current submission; a backend reads
+			   * buf + done, off + done, xfer */
+	int op;		  /* ZINF_IO_READ | ZINF_IO_WRITE */
+	int buf_index;	  /* registered buffer holding [buf, buf + len), -1: none */
+	unsigned retries; /* EINTR/EAGAIN resubmissions */
+	unsigned idx;	  /* index in the worker's block array (backends key per-op state on it) */
+	int64_t res;	  /* set by reap(): bytes transferred or -errno */
+};
+
+/* A worker thread: one ring / AIO context / pread loop. Backends embed it. */
+struct zinf_io_worker {
+	struct zinf_io *io;
+	unsigned id;
+	unsigned depth; /* blocks in flight at most */
+	pthread_t thread;
+	struct zinf_io_blk *blks;	/* [depth] */
+	struct zinf_io_blk **free_blks; /* stack of free blocks */
+	unsigned nfree;
+	struct zinf_io_blk **pending; /* taken or to resubmit, not yet queued */
+	unsigned npending;
+	struct zinf_io_blk **reaped; /* [depth]: reap() output */
+	unsigned inflight;	     /* queued to the backend, not yet reaped */
+};
+
+/* Backend flags. */
+enum {
+	ZINF_IO_F_SYNC = 1 << 0,    /* executes ops one at a time (psync): depth is emulated
+				     * with more workers */
+	ZINF_IO_F_WRAPPER = 1 << 1, /* wraps another backend (fault) */
+};
+
+struct zinf_io_ops {
+	const char *name;
+	unsigned flags;
+	/* Context-wide state (optional); inner is the wrapped backend for ZINF_IO_F_WRAPPER. */
+	int (*init)(struct zinf_io *io, const struct zinf_io_ops *inner);
+	void (*fini)(struct zinf_io *io);
+	/* Make worker `id` able to hold `depth` ops. -ENODEV: not built; -EPERM/-ENOSYS:
+	 * refused by the kernel. */
+	int (*worker_create)(struct zinf_io *io, unsigned id, unsigned depth,
+			     struct zinf_io_worker **out);
+	void (*worker_destroy)(struct zinf_io_worker *w);
+	/* Prepare one op (buf + done, off + done, xfer). -EBUSY: full, try after a reap. */
+	int (*queue)(struct zinf_io_worker *w, struct zinf_io_blk *b);
+	/* Hand prepared ops to the kernel. 0 or -errno (they stay prepared; retried later). */
+	int (*submit)(struct zinf_io_worker *w);
+	/* Return between min and max finished ops in out[], res set. Count or -errno. */
+	int (*reap)(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, unsigned max);
+	/* Optional: register f (f->slot >= 0) in this worker's file table / remove it. */
+	int (*file_add)(struct zinf_io_worker *w, struct zinf_io_file *f);
+	void (*file_remove)(struct zinf_io_worker *w, struct zinf_io_file *f);
+	/* Optional: register buffers in this worker (n = 0: unregister). */
+	int (*register_buffers)(struct zinf_io_worker *w, const struct iovec *iov, unsigned n);
+};
+
+struct zinf_io {
+	struct zinf_io_opts opts; /* in effect; strings point at the tables' names */
+	const struct zinf_io_ops *ops;
+	const struct zinf_io_ops *inner_ops; /* fault: the wrapped backend */
+	void *be;			     /* backend's context-wide state */
+
+	unsigned nworkers;
+	struct zinf_io_worker **workers;
+
+	/* The shared queue of requests not yet fully split into blocks. */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcv;
+	struct zinf_io_req *qhead, *qtail;
+	bool stopping;
+	uint64_t inflight_reqs; /* under qlock increments; atomic decrements */
+
+	/* Registered buffers (copied), looked up under qlock. */
+	struct iovec *regs;
+	unsigned nregs;
+
+	/* Files and drain waits. */
+	pthread_mutex_t flock;
+	pthread_cond_t fcv;
+	struct zinf_io_file *files[ZINF_IO_MAX_FILES]; /* by slot */
+
+	/* Statistics (atomic). */
+	struct zinf_io_stats stats;
+};
+
+/* The registry (io_registry.c): backends best first, and lookup by name. */
+extern const struct zinf_io_ops *const zinf_io_registry[];
+extern const unsigned zinf_io_registry_len;
+const struct zinf_io_ops *zinf_io_ops_find(const char *name);
+
+/* Backends (each its own file). */
+extern const struct zinf_io_ops zinf_io_psync_ops;
+extern const struct zinf_io_ops zinf_io_fault_ops_table;
+
+/* Core helpers for backends. */
+int zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, unsigned depth);
+void zinf_io_worker_fini(struct zinf_io_worker *w);
+/* Transfer a block synchronously with pread/pwrite (psync; fault's fallbacks). */
+int64_t zinf_io_blk_sync(struct zinf_io_blk *b);
+
+#define ZINF_IO_ATOMIC_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+
+#endif

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nvme/io_libaio.c: the Linux AIO backend (libaio). One AIO context per worker, one iocb per
+ * block slot; queue() prepares an iocb, submit() hands all prepared ones to io_submit in one
+ * call (keeping the rest when the kernel takes fewer), reap() is io_getevents. An iocb the
+ * kernel rejects at submission completes with that error, like any other failed op.
+ */
+#include <libaio.h>
+#include <string.h>
+
+#include "nvme/io_internal.h"
+
+struct aio_worker {
+	struct zinf_io_worker w;
+	io_context_t ctx;
+	struct iocb *iocbs;	/* [depth], by block idx */
+	struct iocb **prepared; /* [depth]: not yet accepted by io_submit */
+	unsigned nprepared;
+	struct zinf_io_blk **rejected; /* [depth]: refused by io_submit, reported by reap */
+	unsigned nrejected;
+	struct io_event *events; /* [depth] */
+};
+
+static void
+aio_free(struct aio_worker *a)
+{
+	zinf_free(a->iocbs);
+	zinf_free(a->prepared);
+	zinf_free(a->rejected);
+	zinf_free(a->events);
+	zinf_free(a);
+}
+
+static int
+aio_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_io_worker **out)
+{
+	struct aio_worker *a = zinf_calloc(1, sizeof(*a));
+	int rc;
+
+	if (!a) {
+		return -ENOMEM;
+	}
+	a->iocbs = zinf_calloc(depth, sizeof(*a->iocbs));
+	a->prepared = zinf_calloc(depth, sizeof(*a->prepared));
+	a->rejected = zinf_calloc(depth, sizeof(*a->rejected));
+	a->events = zinf_calloc(depth, sizeof(*a->events));
+	if (!a->iocbs || !a->prepared || !a->rejected || !a->events) {
+		rc = -ENOMEM;
+		goto fail_free;
+	}
+	rc = zinf_io_worker_init(&a->w, io, id, depth);
+	if (rc < 0) {
+		goto fail_free;
+	}
+	rc = io_setup((int)depth, &a->ctx); /* libaio returns -errno */
+	if (rc < 0) {
+		goto fail_worker;
+	}
+	*out = &a->w;
+	return 0;
+
+fail_worker:
+	zinf_io_worker_fini(&a->w);
+fail_free:
+	aio_free(a);
+	return rc;
+}
+
+static void
+aio_worker_destroy(struct zinf_io_worker *w)
+{
+	struct aio_worker *a = zinf_container_of(w, struct aio_worker, w);
+	io_destroy(a->ctx);
+	zinf_io_worker_fini(w);
+	aio_free(a);
+}
+
+static int
+aio_queue(struct zinf_io_worker *w, struct zinf_io_blk *b)
+{
+	struct aio_worker *a = zinf_container_of(w, struct aio_worker, w);
+	struct iocb *cb = &a->iocbs[b->idx];
+	if (b->op == ZINF_IO_READ) {
+		io_prep_pread(cb, b->file->fd, b->buf + b->done, b->xfer,
+			      (long long)(b->off + b->done));
+	} else {
+		io_prep_pwrite(cb, b->file->fd, b->buf + b->done, b->xfer,
+			       (long long)(b->off + b->done));
+	}
+	cb->data = b;
+	a->prepared[a->nprepared++] = cb;
+	return 0;
+}
+
+static int
+aio_submit(struct zinf_io_worker *w)
+{
+	struct aio_worker *a = zinf_container_of(w, struct aio_worker, w);
+	int rc = 0;
+
+	while (a->nprepared) {
+		rc = io_submit(a->ctx, (long)a->nprepared, a->prepared);
+		if (rc == -EAGAIN || rc == -EINTR) {
+			break; /* reap, then retry */
+		}
+		if (rc < 0) {
+			/* The first iocb was refused: it completes with that error. */
+			struct zinf_io_blk *b = a->prepared[0]->data;
+			b->res = rc;
+			a->rejected[a->nrejected++] = b;
+			rc = 1;
+		}
+		a->nprepared -= (unsigned)rc;
+		memmove(a->prepared, a->prepared + rc, a->nprepared * sizeof(*a->prepared));
+		rc = 0;
+	}
+	return rc;
+}
+
+static int
+aio_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, unsigned max)
+{
+	struct aio_worker *a = zinf_container_of(w, struct aio_worker, w);
+	unsigned n = 0;
+
+	aio_submit(w);
+	while (a->nrejected && n < max) {
+		out[n++] = a->rejected[--a->nrejected];
+	}
+	if (n == max) {
+		return (int)n;
+	}
+	/* Do not wait for more than the kernel holds. */
+	unsigned in_kernel = w->inflight - n - a->nprepared - a->nrejected;
+	unsigned want = n >= min ? 0 : ZINF_MIN(min - n, in_kernel);
+	int rc = io_getevents(a->ctx, (long)want, (long)(max - n), a->events, NULL);
+	if (rc < 0) {
+		return n ? (int)n : rc;
+	}
+	for (int i = 0; i < rc; i++) {
+		struct zinf_io_blk *b = a->events[i].data;
+		b->res = (int64_t)(long)a->events[i].res;
+		out[n++] = b;
+	}
+	return (int)n;
+}
+
+const struct zinf_io_ops zinf_io_libaio_ops = {
+	.name = "libaio",
+	.worker_create = aio_worker_create,
+	.worker_destroy = aio_worker_destroy,
+	.queue = aio_queue,
+	.submit = aio_submit,
+	.reap = aio_reap,
+};
