@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/offload/test_pool.c: the pinned pool. Budgets are checked before anything is allocated
+ * (physical memory; RLIMIT_MEMLOCK as a process without CAP_IPC_LOCK, dropped with capset(2)
+ * in Criterion's forked test process); a real mlock failure; unpinned mode; buffers: waiting,
+ * timeouts, the self-deadlock check; the CPU region; I/O through registered buffers; the device
+ * table (CUDA registration skips visibly without a GPU).
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <linux/capability.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "common/util.h"
+#include "offload/dev_internal.h"
+#include "zinf/offload.h"
+
+static uint64_t
+vm_kb(const char *key)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	char line[256];
+	uint64_t v = 0;
+	size_t kl = strlen(key);
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+			sscanf(line + kl + 1, "%" SCNu64, &v);
+		}
+	}
+	if (f) {
+		fclose(f);
+	}
+	return v;
+}
+
+/* This (forked) test process stops being privileged for memory locking. */
+static void
+drop_ipc_lock(uint64_t memlock)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	cr_assert_eq(syscall(SYS_capget, &h, d), 0);
+	int i = CAP_TO_INDEX(CAP_IPC_LOCK);
+	d[i].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	d[i].permitted &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	d[i].inheritable &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	cr_assert_eq(syscall(SYS_capset, &h, d), 0, "capset: %s", strerror(errno));
+	struct rlimit rl = {.rlim_cur = memlock, .rlim_max = memlock};
+	cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	struct zinf_pool_budget b;
+	struct zinf_pool_opts o;
+	zinf_pool_opts_init(&o);
+	o.cpu_bytes = 4096;
+	o.pin_memory = false;
+	cr_assert_eq(zinf_pool_check(&o, &b), 0);
+	cr_assert(b.memlock_binding, "the limit should bind once CAP_IPC_LOCK is dropped");
+	cr_assert_eq(b.memlock_limit, memlock);
+}
+
+static void
+opts(struct zinf_pool_opts *o, uint32_t count, uint64_t bytes)
+{
+	zinf_pool_opts_init(o);
+	o->buffer_count = count;
+	o->buffer_bytes = bytes;
+	o->device = "host";
+}
+
+Test(pool, buffers_acquire_release_and_backpressure)
+{
+	zt_log_to_stderr();
+	struct zinf_pool_opts o;
+	opts(&o, 4, 65536 + 100);
+	o.numa_node = 0;
+	o.cpu_bytes = 1 << 20;
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert(zinf_pool_pinned(p)); /* root: CAP_IPC_LOCK */
+	cr_assert_eq(zinf_pool_numa_node(p), 0);
+	cr_assert_eq(zinf_pool_buffer_bytes(p), 65536 + 4096);
+	cr_assert_eq(zinf_pool_buffer_count(p), 4);
+	cr_assert_geq(zinf_pool_bytes(p), 4 * (65536 + 4096) + (1 << 20));
+	cr_assert_geq(vm_kb("VmLck") * 1024, zinf_pool_bytes(p));
+	void *b[4];
+	for (int i = 0; i < 4; i++) {
+		int idx = zinf_pool_acquire(p, 0, &b[i]);
+		cr_assert_geq(idx, 0);
+		cr_assert(ZINF_IS_ALIGNED((uintptr_t)b[i], 4096));
+		memset(b[i], i + 1, zinf_pool_buffer_bytes(p));
+		for (int j = 0; j < i; j++) {
+			cr_assert_neq(b[i], b[j]);
+		}
+	}
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(((unsigned char *)b[i])[zinf_pool_buffer_bytes(p) - 1], i + 1,
+			     "buffers overlap");
+	}
+	void *x = NULL;
+	cr_assert_eq(zinf_pool_acquire(p, 0, &x), -EAGAIN);
+	cr_assert(strstr(zinf_last_error(), "offload_optimizer.buffer_count"), "%s",
+		  zinf_last_error());
+	/* Every buffer is ours: waiting would never end. */
+	cr_assert_eq(zinf_pool_acquire(p, -1, &x), -EDEADLK);
+	cr_assert(strstr(zinf_last_error(), "buffer_count"));
+	cr_assert_eq(zinf_pool_free_count(p), 0);
+	cr_assert_eq(zinf_pool_release(p, (char *)b[1] + 8), -EINVAL);
+	cr_assert_eq(zinf_pool_release(p, b[1]), 0);
+	cr_assert_eq(zinf_pool_release(p, b[1]), -EINVAL);
+	cr_assert_eq(zinf_pool_acquire(p, 0, &x), 1 /* index of b[1] */);
+	cr_assert_eq(x, b[1]);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(zinf_pool_release(p, b[i]), 0);
+	}
+	cr_assert_eq(zinf_pool_free_count(p), 4);
+
+	void *c1, *c2, *c3;
+	cr_assert_eq(zinf_pool_cpu_alloc(p, 1000, &c1), 0);
+	cr_assert_eq(zinf_pool_cpu_alloc(p, (1 << 20) - 4096, &c2), 0);
+	cr_assert_eq((char *)c2 - (char *)c1, 4096);
+	cr_assert_eq(zinf_pool_cpu_alloc(p, 1, &c3), -ENOMEM);
+	cr_assert(strstr(zinf_last_error(), "cpu_bytes"), "%s", zinf_last_error());
+	zinf_pool_destroy(p);
+	cr_assert_eq(vm_kb("VmLck"), 0);
+}
+
+struct waiter {
+	struct zinf_pool *p;
+	int rc;
+	void *buf;
+	int timeout;
+};
+
+static void *
+wait_for_buffer(void *arg)
+{
+	struct waiter *w = arg;
+	w->rc = zinf_pool_acquire(w->p, w->timeout, &w->buf);
+	return NULL;
+}
+
+Test(pool, waiting_and_timeouts_across_threads)
+{
+	struct zinf_pool_opts o;
+	opts(&o, 2, 8192);
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	void *a, *b;
+	cr_assert_eq(zinf_pool_acquire(p, 0, &a), 0);
+	cr_assert_eq(zinf_pool_acquire(p, 0, &b), 1);
+	/* Another thread times out... */
+	struct waiter w = {.p = p, .timeout = 50};
+	pthread_t th;
+	double t0 = zinf_now_s();
+	pthread_create(&th, NULL, wait_for_buffer, &w);
+	pthread_join(th, NULL);
+	cr_assert_eq(w.rc, -ETIMEDOUT);
+	cr_assert_geq(zinf_now_s() - t0, 0.045);
+	/* ...or waits until this one releases. */
+	w.timeout = -1;
+	w.rc = 1234;
+	pthread_create(&th, NULL, wait_for_buffer, &w);
+	usleep(50 * 1000);
+	cr_assert_eq(w.rc, 1234, "the waiter must still be waiting");
+	cr_assert_eq(zinf_pool_release(p, b), 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(w.rc, 1);
+	cr_assert_eq(w.buf, b);
+	zinf_pool_release(p, a);
+	zinf_pool_release(p, w.buf);
+	zinf_pool_destroy(p);
+}
+
+Test(pool, larger_than_physical_memory_fails_before_allocating)
+{
+	struct zinf_pool_opts o;
+	opts(&o, 1000, 1ULL << 30);
+	struct zinf_pool_budget b;
+	uint64_t rss = vm_kb("VmRSS");
+	cr_assert_eq(zinf_pool_check(&o, &b), -ENOMEM);
+	cr_assert_eq(b.bytes, 1000ULL << 30);
+	struct zinf_pool *p = (void *)0x1;
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+	cr_assert_eq(p, (void *)0x1, "*out untouched");
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "physical memory") && strstr(e, "1000.00 GiB") &&
+			  strstr(e, "offload_optimizer.buffer_count"),
+		  "%s", e);
+	cr_assert_lt(vm_kb("VmRSS"), rss + 1024, "nothing allocated");
+	/* Unpinned too: an OOM later is what the check prevents. */
+	o.pin_memory = false;
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+}
+
+Test(pool, over_memlock_without_cap_ipc_lock)
+{
+	drop_ipc_lock(1 << 20);
+	struct zinf_pool_opts o;
+	opts(&o, 4, 1 << 20);
+	o.what = "offload_param";
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "RLIMIT_MEMLOCK") && strstr(e, "ulimit -l") &&
+			  strstr(e, "4.00 MiB") && strstr(e, "1.00 MiB") &&
+			  strstr(e, "offload_param.buffer_count") &&
+			  strstr(e, "offload_param.pin_memory: false"),
+		  "%s", e);
+	cr_assert_null(p);
+	cr_assert_eq(vm_kb("VmLck"), 0, "nothing locked");
+	/* Within the limit, it works (pinned). */
+	opts(&o, 3, 256 << 10);
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert(zinf_pool_pinned(p));
+	cr_assert_eq(vm_kb("VmLck"), 768);
+	zinf_pool_destroy(p);
+	/* pin_memory false, or pin_fallback: unpinned and usable. */
+	opts(&o, 4, 1 << 20);
+	o.pin_memory = false;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert_not(zinf_pool_pinned(p));
+	void *b;
+	cr_assert_eq(zinf_pool_acquire(p, 0, &b), 0);
+	memset(b, 0x5a, 1 << 20);
+	zinf_pool_release(p, b);
+	zinf_pool_destroy(p);
+	opts(&o, 4, 1 << 20);
+	o.pin_fallback = true;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert_not(zinf_pool_pinned(p));
+	zinf_pool_destroy(p);
+	cr_assert_eq(vm_kb("VmLck"), 0);
+}
+
+Test(pool, memlock_zero_without_cap_is_eperm)
+{
+	drop_ipc_lock(0);
+	struct zinf_pool_opts o;
+	opts(&o, 1, 4096);
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), -EPERM);
+	cr_assert(strstr(zinf_last_error(), "pin_memory: false"), "%s", zinf_last_error());
+}
+
+Test(pool, mlock_that_really_fails_is_reported_and_unwound)
+{
+	drop_ipc_lock(1 << 20);
+	/* A first pool loads what topology probing loads, so VmSize below sees only the pool. */
+	struct zinf_pool_opts o;
+	opts(&o, 2, 256 << 10);
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	zinf_pool_destroy(p);
+	p = NULL;
+	/* Lock 768 KiB ourselves: the pool alone fits the limit, but mlock will not. */
+	size_t own = 768 << 10;
+	void *mine = mmap(NULL, own, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(mine, MAP_FAILED);
+	cr_assert_eq(mlock(mine, own), 0);
+	cr_assert_eq(vm_kb("VmLck"), 768);
+	uint64_t vm = vm_kb("VmSize");
+	cr_assert_eq(zinf_pool_check(&o, NULL), 0);
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "mlock") && strstr(e, "already locked by this process") &&
+			  strstr(e, "ulimit -l"),
+		  "%s", e);
+	cr_assert_null(p);
+	cr_assert_eq(vm_kb("VmLck"), 768, "the failed pool left nothing locked");
+	cr_assert_lt(vm_kb("VmSize"), vm + 256, "and nothing mapped: %" PRIu64 " -> %" PRIu64 " KiB",
+		     vm, vm_kb("VmSize"));
+	munlock(mine, own);
+	munmap(mine, own);
+}
+
+Test(pool, io_through_registered_buffers)
+{
+	zt_log_to_stderr();
+	struct zinf_io_opts io_o;
+	zinf_io_opts_init(&io_o);
+	struct zinf_io *io = NULL;
+	int rc = zinf_io_create(&io_o, &io);
+	if (rc) {
+		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
+	}
+	struct zinf_pool_opts o;
+	opts(&o, 2, 1 << 20);
+	o.io = io;
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	char *dir = zt_mkdtemp(NULL);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/f", dir);
+	struct zinf_io_file *f = NULL;
+	cr_assert_eq(zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE, &f), 0);
+	void *a, *b;
+	zinf_pool_acquire(p, 0, &a);
+	zinf_pool_acquire(p, 0, &b);
+	uint64_t seed = zt_seed();
+	zt_rand_fill(a, 1 << 20, &seed);
+	cr_assert_eq(zinf_io_pwrite(io, f, a, 1 << 20, 0), 0);
+	memset(b, 0, 1 << 20);
+	cr_assert_eq(zinf_io_pread(io, f, b, 1 << 20, 0), 0);
+	cr_assert_eq(memcmp(a, b, 1 << 20), 0);
+	zinf_pool_release(p, a);
+	zinf_pool_release(p, b);
+	zinf_io_file_close(io, f);
+	zinf_pool_destroy(p);
+	zinf_io_destroy(io);
+	zt_rmtree(dir);
+	free(dir);
+}
+
+Test(pool, device_table_host_always_cuda_only_with_a_gpu)
+{
+	const struct zinf_dev_ops *d = NULL;
+	cr_assert_eq(zinf_dev_get("host", &d), 0);
+	cr_assert_str_eq(d->name, "host");
+	void *m = NULL;
+	cr_assert_eq(d->alloc(100, &m), 0);
+	char src[100];
+	memset(src, 7, sizeof(src));
+	cr_assert_eq(d->copy(m, src, 100, ZINF_DEV_H2D), 0);
+	cr_assert_eq(memcmp(m, src, 100), 0);
+	d->free(m);
+	cr_assert_eq(zinf_dev_get("nonesuch", &d), -ENODEV);
+	cr_assert_eq(zinf_dev_get(NULL, &d), 0);
+	const struct zinf_dev_ops *cuda = NULL;
+	if (zinf_dev_get("cuda", &cuda) != 0) {
+		cr_assert_str_eq(d->name, "host", "with no GPU the best device is host");
+		cr_skip_test("no CUDA device (or not built with CUDA): cudaHostRegister not tested");
+	}
+	cr_assert_str_eq(d->name, "cuda");
+	struct zinf_pool_opts o;
+	opts(&o, 2, 1 << 20);
+	o.device = "cuda";
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert_str_eq(zinf_pool_device(p), "cuda");
+	void *b, *dm;
+	zinf_pool_acquire(p, 0, &b);
+	memset(b, 3, 1 << 20);
+	cr_assert_eq(cuda->alloc(1 << 20, &dm), 0);
+	cr_assert_eq(cuda->copy(dm, b, 1 << 20, ZINF_DEV_H2D), 0);
+	memset(b, 0, 1 << 20);
+	cr_assert_eq(cuda->copy(b, dm, 1 << 20, ZINF_DEV_D2H), 0);
+	cr_assert_eq(((unsigned char *)b)[12345], 3);
+	cuda->free(dm);
+	zinf_pool_release(p, b);
+	zinf_pool_destroy(p);
+}
