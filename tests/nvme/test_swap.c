@@ -120,7 +120,8 @@ Test(swap, crc32c_hw_matches_table)
 		cr_assert_eq(hw, sw, "off %zu len %zu: hw %08x table %08x", off, len, hw, sw);
 		/* Continuing from a partial CRC is the CRC of the concatenation. */
 		size_t cut = len ? zt_rand(&st) % len : 0;
-		uint32_t two = zinf_crc32c(zinf_crc32c(seed, b + off, cut), b + off + cut, len - cut);
+		uint32_t two =
+			zinf_crc32c(zinf_crc32c(seed, b + off, cut), b + off + cut, len - cut);
 		cr_assert_eq(two, sw, "split at %zu of %zu", cut, len);
 	}
 	free(b);
@@ -195,8 +196,8 @@ roundtrip(const char *const *dirs, unsigned n_dirs, uint64_t su, bool crc, int c
 	for (int i = count - 1; i >= 0; i--) {
 		ret = zinf_swap_wait(s, &ops[i]);
 		cr_assert_eq(ret, 0, "read %d: %d %s", i, ret, zinf_last_error());
-		cr_assert(memcmp(t[i].back, t[i].data, t[i].bytes) == 0, "tensor %d (%llu bytes)", i,
-			  (unsigned long long)t[i].bytes);
+		cr_assert(memcmp(t[i].back, t[i].data, t[i].bytes) == 0, "tensor %d (%llu bytes)",
+			  i, (unsigned long long)t[i].bytes);
 		uint64_t cap = zinf_swap_buf_bytes(s, t[i].id);
 		for (uint64_t k = t[i].bytes; k < cap; k++) {
 			cr_assert_eq(t[i].back[k], 0, "pad byte %llu of tensor %d",
@@ -254,8 +255,8 @@ Test(swap, striping_three_dirs_layout)
 	struct zinf_swap *s = open_swap(io, (const char *const *)d, 3, su, false);
 	uint32_t al = zinf_swap_align(s);
 	enum { N = 9 };
-	uint64_t bytes[N] = {5 * su + 1000, 3 * su, 100, su - 1, 7 * su + su / 2, 1, 2 * su + al,
-			     0, 4 * su + 17};
+	uint64_t bytes[N] = {5 * su + 1000, 3 * su, 100,	su - 1, 7 * su + su / 2, 1,
+			     2 * su + al,   0,	    4 * su + 17};
 	unsigned char *data[N];
 	for (int i = 0; i < N; i++) {
 		cr_assert_eq(zinf_swap_add(s, "param16", (uint32_t)i, bytes[i]), i);
@@ -297,8 +298,8 @@ Test(swap, striping_three_dirs_layout)
 				uint64_t off = ext[i][k] + (u / 3) * su;
 				unsigned char *b = malloc(len);
 				cr_assert_eq(pread(fd, b, len, (off_t)off), (ssize_t)len);
-				uint64_t cmp = u * su >= bytes[i] ? 0
-								  : ZINF_MIN(len, bytes[i] - u * su);
+				uint64_t cmp =
+					u * su >= bytes[i] ? 0 : ZINF_MIN(len, bytes[i] - u * su);
 				cr_assert(memcmp(b, data[i] + u * su, cmp) == 0,
 					  "tensor %d unit %llu not at %s:%llu", i,
 					  (unsigned long long)u, path, (unsigned long long)off);
@@ -606,8 +607,8 @@ Test(swap, failed_write_reads_enodata)
 	zt_rand_fill(b, cap, &st);
 	/* Tensor 0 written once, then a rewrite whose 5th block fails. */
 	cr_assert_eq(zinf_swap_write(s, 0, a), 0, "%s", zinf_last_error());
-	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_WRITE, .nth = 5,
-				  .err = EIO};
+	struct zinf_io_fault f = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_WRITE, .nth = 5, .err = EIO};
 	cr_assert_eq(zinf_io_fault_add(io, &f), 0);
 	int ret = zinf_swap_write(s, 0, b);
 	cr_assert_eq(ret, -EIO, "failed write returned %d", ret);
@@ -620,15 +621,18 @@ Test(swap, failed_write_reads_enodata)
 	cr_assert_eq(zinf_swap_read(s, 0, r), 0, "%s", zinf_last_error());
 	cr_assert(memcmp(r, b, bytes) == 0);
 	/* A short write is resubmitted by the engine: the data arrives intact. */
-	struct zinf_io_fault sh = {.kind = ZINF_IO_FAULT_SHORT, .op = ZINF_IO_WRITE, .nth = 2,
-				   .count = 3, .short_bytes = 8192};
+	struct zinf_io_fault sh = {.kind = ZINF_IO_FAULT_SHORT,
+				   .op = ZINF_IO_WRITE,
+				   .nth = 2,
+				   .count = 3,
+				   .short_bytes = 8192};
 	cr_assert_eq(zinf_io_fault_add(io, &sh), 0);
 	cr_assert_eq(zinf_swap_write(s, 1, b), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_swap_read(s, 1, r), 0, "%s", zinf_last_error());
 	cr_assert(memcmp(r, b, bytes) == 0);
 	/* A failed read reports the error, and the tensor's data stays readable. */
-	struct zinf_io_fault fr = {.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1,
-				   .err = EIO};
+	struct zinf_io_fault fr = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1, .err = EIO};
 	cr_assert_eq(zinf_io_fault_add(io, &fr), 0);
 	cr_assert_eq(zinf_swap_read(s, 1, r), -EIO);
 	cr_assert_eq(zinf_swap_read(s, 1, r), 0, "%s", zinf_last_error());
