@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cpu_adam/adam_avx2.c: the AVX2 + FMA + F16C kernels, 8 floats at a time, unaligned loads
+ * and stores; the last (i1 - i0) % 8 elements of a range go through the scalar element
+ * functions of adam_internal.h. Compiled with -mavx2 -mfma -mf16c (only this file): adam.c
+ * calls it only when the CPU reports all three. FMA makes results differ from the scalar path
+ * by float rounding; they do not depend on the thread count (tiles are multiples of 8).
+ */
+#include <immintrin.h>
+
+#include "cpu_adam/adam_internal.h"
+
+static bool
+avx2_supported(const struct zinf_cpu_features *f)
+{
+	return f->avx2 && f->fma && f->f16c;
+}
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE __m256
+load_bf16x8(const uint16_t *p)
+{
+	__m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+ALWAYS_INLINE __m256
+load_grad8(const void *g, enum zinf_dtype dt, size_t i)
+{
+	switch (dt) {
+	case ZINF_F16:
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)g + i)));
+	case ZINF_BF16:
+		return load_bf16x8((const uint16_t *)g + i);
+	default:
+		return _mm256_loadu_ps((const float *)g + i);
+	}
+}
+
+/* Narrow 8 x 32-bit values (each <= 0xffff) to 8 x 16-bit. */
+ALWAYS_INLINE __m128i
+narrow8(__m256i r)
+{
+	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+
+/* bf16 round to nearest even, exactly as zinf_f32_to_bf16_rne(). `add` is the rounding
+ * increment for each lane: 0x7fff + lsb (RNE) or 16 random bits (stochastic). */
+ALWAYS_INLINE __m128i
+bf16_round8(__m256 x, __m256i add)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, add), 16);
+	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+	__m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+	return narrow8(_mm256_blendv_epi8(r, q, nan));
+}
+
+ALWAYS_INLINE __m128i
+bf16_rne8(__m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	return bf16_round8(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
+
+ALWAYS_INLINE void
+store_copy8(void *c, enum zinf_copy_kind ck, size_t i, __m256 p)
+{
+	switch (ck) {
+	case ZINF_COPY_F32:
+		_mm256_storeu_ps((float *)c + i, p);
+		break;
+	case ZINF_COPY_F16:
+		_mm_storeu_si128((__m128i *)((uint16_t *)c + i),
+				 _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+		break;
+	case ZINF_COPY_BF16:
+		_mm_storeu_si128((__m128i *)((uint16_t *)c + i), bf16_rne8(p));
+		break;
+	default:
+		break;
+	}
+}
+
+/* zinf_sr_bits() for elements i .. i + 7 (i a multiple of 8, so i >> 32 is common). */
+ALWAYS_INLINE __m256i
+sr_bits8(uint32_t key, size_t i)
+{
+	uint32_t k = key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
+	__m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i),
+				       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	__m256i h = _mm256_xor_si256(_mm256_mullo_epi32(idx, _mm256_set1_epi32((int)0x9e3779b1u)),
+				     _mm256_set1_epi32((int)k));
+	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0x85ebca6bu));
+	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
+	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0xc2b2ae35u));
+	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+	return _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
+}
+
+ALWAYS_INLINE __m128i
+state_round8(const struct zinf_opt_args *a, __m256 x, uint32_t key, size_t i)
+{
+	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
+		return bf16_round8(x, sr_bits8(key, i));
+	}
+	return bf16_rne8(x);
+}
+
+/* g * grad_scale (+ wd * p) */
+ALWAYS_INLINE __m256
+grad_in8(const struct zinf_opt_args *a, enum zinf_dtype gdt, size_t i, __m256 p)
+{
+	__m256 g = _mm256_mul_ps(load_grad8(a->grad, gdt, i), _mm256_set1_ps(a->grad_scale));
+	if (a->l2) {
+		g = _mm256_fmadd_ps(_mm256_set1_ps(a->wd), p, g);
+	}
+	return g;
+}
+
+/* The Adam update of 8 elements given m and v as floats; returns p and the new m, v. */
+ALWAYS_INLINE __m256
+adam_math8(const struct zinf_opt_args *a, __m256 p, __m256 g, __m256 *m, __m256 *v)
+{
+	p = _mm256_mul_ps(p, _mm256_set1_ps(a->decay));
+	*m = _mm256_fmadd_ps(_mm256_set1_ps(a->b1), *m, _mm256_mul_ps(_mm256_set1_ps(a->omb1), g));
+	*v = _mm256_fmadd_ps(_mm256_set1_ps(a->b2), *v,
+			     _mm256_mul_ps(_mm256_set1_ps(a->omb2), _mm256_mul_ps(g, g)));
+	__m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(a->bc2_sqrt)),
+				     _mm256_set1_ps(a->eps));
+	return _mm256_fmadd_ps(_mm256_set1_ps(a->nstep), _mm256_div_ps(*m, denom), p);
+}
+
+ALWAYS_INLINE void
+adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	float *P = a->param, *M = a->m, *V = a->v;
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		__m256 p = _mm256_loadu_ps(P + i);
+		__m256 g = grad_in8(a, gdt, i, p);
+		__m256 m = _mm256_loadu_ps(M + i), v = _mm256_loadu_ps(V + i);
+		p = adam_math8(a, p, g, &m, &v);
+		_mm256_storeu_ps(M + i, m);
+		_mm256_storeu_ps(V + i, v);
+		_mm256_storeu_ps(P + i, p);
+		store_copy8(a->copy, ck, i, p);
+	}
+	for (; i < i1; i++) {
+		zinf_adam_elem(a, i);
+	}
+}
+
+ALWAYS_INLINE void
+adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+		    enum zinf_copy_kind ck)
+{
+	float *P = a->param;
+	uint16_t *M = a->m, *V = a->v;
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		__m256 p = _mm256_loadu_ps(P + i);
+		__m256 g = grad_in8(a, gdt, i, p);
+		__m256 m = load_bf16x8(M + i), v = load_bf16x8(V + i);
+		p = adam_math8(a, p, g, &m, &v);
+		_mm_storeu_si128((__m128i *)(M + i), state_round8(a, m, a->key_m, i));
+		_mm_storeu_si128((__m128i *)(V + i), state_round8(a, v, a->key_v, i));
+		_mm256_storeu_ps(P + i, p);
+		store_copy8(a->copy, ck, i, p);
+	}
+	for (; i < i1; i++) {
+		zinf_adam_bf16state_elem(a, i);
+	}
+}
+
+ALWAYS_INLINE void
+adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	     enum zinf_copy_kind ck)
+{
+	float *P = a->param, *H = a->v;
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		__m256 p = _mm256_loadu_ps(P + i);
+		__m256 g = grad_in8(a, gdt, i, p);
+		__m256 h = _mm256_fmadd_ps(g, g, _mm256_loadu_ps(H + i));
+		__m256 std = _mm256_add_ps(_mm256_sqrt_ps(h), _mm256_set1_ps(a->eps));
+		p = _mm256_fmadd_ps(_mm256_set1_ps(a->nstep), _mm256_div_ps(g, std), p);
+		_mm256_storeu_ps(H + i, h);
+		_mm256_storeu_ps(P + i, p);
+		store_copy8(a->copy, ck, i, p);
+	}
+	for (; i < i1; i++) {
+		zinf_adagrad_elem(a, i);
+	}
+}
+
+ALWAYS_INLINE void
+lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	float *P = a->param, *M = a->m;
+	const __m256 zero = _mm256_setzero_ps();
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		__m256 p = _mm256_mul_ps(_mm256_loadu_ps(P + i), _mm256_set1_ps(a->decay));
+		__m256 g =
+			_mm256_mul_ps(load_grad8(a->grad, gdt, i), _mm256_set1_ps(a->grad_scale));
+		__m256 m = _mm256_loadu_ps(M + i);
+		__m256 c = _mm256_fmadd_ps(_mm256_set1_ps(a->b1), m,
+					   _mm256_mul_ps(_mm256_set1_ps(a->omb1), g));
+		__m256 s = _mm256_or_ps(
+			_mm256_and_ps(_mm256_cmp_ps(c, zero, _CMP_GT_OQ), _mm256_set1_ps(1.0f)),
+			_mm256_and_ps(_mm256_cmp_ps(c, zero, _CMP_LT_OQ), _mm256_set1_ps(-1.0f)));
+		p = _mm256_fmadd_ps(_mm256_set1_ps(a->nstep), s, p);
+		m = _mm256_fmadd_ps(_mm256_set1_ps(a->b2), m,
+				    _mm256_mul_ps(_mm256_set1_ps(a->omb2), g));
+		_mm256_storeu_ps(M + i, m);
+		_mm256_storeu_ps(P + i, p);
+		store_copy8(a->copy, ck, i, p);
+	}
+	for (; i < i1; i++) {
+		zinf_lion_elem(a, i);
+	}
+}
+
+/* One specialisation per (grad dtype, copy kind), so the inner loops have no dtype switch. */
+#define SPECIALISE(body)                                                                           \
+	static void avx2_##body(const struct zinf_opt_args *a, size_t i0, size_t i1)               \
+	{                                                                                          \
+		switch (a->gdt * 4 + a->ck) {                                                      \
+		case 0:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_NONE);                          \
+			break;                                                                     \
+		case 1:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F32);                           \
+			break;                                                                     \
+		case 2:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F16);                           \
+			break;                                                                     \
+		case 3:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_BF16);                          \
+			break;                                                                     \
+		case 4:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_NONE);                          \
+			break;                                                                     \
+		case 5:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F32);                           \
+			break;                                                                     \
+		case 6:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F16);                           \
+			break;                                                                     \
+		case 7:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_BF16);                          \
+			break;                                                                     \
+		case 8:                                                                            \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_NONE);                         \
+			break;                                                                     \
+		case 9:                                                                            \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F32);                          \
+			break;                                                                     \
+		case 10:                                                                           \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F16);                          \
+			break;                                                                     \
+		default:                                                                           \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16);                         \
+			break;                                                                     \
+		}                                                                                  \
+	}
+
+SPECIALISE(adam)
+SPECIALISE(adam_bf16state)
+SPECIALISE(adagrad)
+SPECIALISE(lion)
+
+static double
+avx2_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	/* Squares of float32 values are exact in float64, so FMA adds exactly one rounding. */
+	__m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		__m256 x = load_grad8(g, dt, i);
+		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+		acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+		acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+	}
+	double s[4];
+	_mm256_storeu_pd(s, _mm256_add_pd(acc0, acc1));
+	double tail = 0;
+	for (; i < i1; i++) {
+		tail += zinf_sumsq_elem(g, dt, i);
+	}
+	return ((s[0] + s[1]) + (s[2] + s[3])) + tail;
+}
+
+static bool
+avx2_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	size_t i = i0;
+	__m256i any = _mm256_setzero_si256();
+	if (dt == ZINF_F32) {
+		const __m256i e = _mm256_set1_epi32(0x7f800000);
+		for (; i + 8 <= i1; i += 8) {
+			__m256i x = _mm256_loadu_si256((const __m256i *)((const float *)g + i));
+			any = _mm256_or_si256(any, _mm256_cmpeq_epi32(_mm256_and_si256(x, e), e));
+		}
+	} else {
+		const __m256i e = _mm256_set1_epi16(dt == ZINF_F16 ? 0x7c00 : 0x7f80);
+		for (; i + 16 <= i1; i += 16) {
+			__m256i x = _mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i));
+			any = _mm256_or_si256(any, _mm256_cmpeq_epi16(_mm256_and_si256(x, e), e));
+		}
+	}
+	if (!_mm256_testz_si256(any, any)) {
+		return true;
+	}
+	for (; i < i1; i++) {
+		if (zinf_nonfinite_elem(g, dt, i)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static void
+avx2_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+{
+	const __m256 vs = _mm256_set1_ps(s);
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		__m256 x = _mm256_mul_ps(load_grad8(g, dt, i), vs);
+		switch (dt) {
+		case ZINF_F16:
+			_mm_storeu_si128((__m128i *)((uint16_t *)g + i),
+					 _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+			break;
+		case ZINF_BF16:
+			_mm_storeu_si128((__m128i *)((uint16_t *)g + i), bf16_rne8(x));
+			break;
+		default:
+			_mm256_storeu_ps((float *)g + i, x);
+			break;
+		}
+	}
+	if (i < i1) {
+		zinf_adam_scalar_ops.scale(g, dt, s, i, i1);
+	}
+}
+
+static void
+avx2_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
+{
+	size_t i = i0;
+	for (; i + 8 <= i1; i += 8) {
+		store_copy8(dst, ck, i, _mm256_loadu_ps(src + i));
+	}
+	for (; i < i1; i++) {
+		zinf_store_copy(dst, ck, i, src[i]);
+	}
+}
+
+const struct zinf_adam_ops zinf_adam_avx2_ops = {
+	.name = "avx2",
+	.supported = avx2_supported,
+	.adam = avx2_adam,
+	.adam_bf16state = avx2_adam_bf16state,
+	.adagrad = avx2_adagrad,
+	.lion = avx2_lion,
+	.sumsq = avx2_sumsq,
+	.has_inf_nan = avx2_has_inf_nan,
+	.scale = avx2_scale,
+	.convert = avx2_convert,
+};
