@@ -112,6 +112,38 @@ workers_destroy(struct zinf_io *io)
 	io->be = NULL;
 }
 
+/* The test hook's state (zinf_io_test_refuse): process-wide, like the allocation hook. */
+static struct {
+	const char *name;
+	int err;
+} refused_by_test[4];
+
+void
+zinf_io_test_refuse(const char *backend, int err)
+{
+	for (unsigned i = 0; i < ZINF_ARRAY_SIZE(refused_by_test); i++) {
+		if (!backend) {
+			__atomic_store_n(&refused_by_test[i].name, NULL, __ATOMIC_RELEASE);
+		} else if (!__atomic_load_n(&refused_by_test[i].name, __ATOMIC_ACQUIRE)) {
+			refused_by_test[i].err = err;
+			__atomic_store_n(&refused_by_test[i].name, backend, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+static int
+test_refused(const char *backend)
+{
+	for (unsigned i = 0; i < ZINF_ARRAY_SIZE(refused_by_test); i++) {
+		const char *n = __atomic_load_n(&refused_by_test[i].name, __ATOMIC_ACQUIRE);
+		if (n && strcmp(n, backend) == 0) {
+			return refused_by_test[i].err;
+		}
+	}
+	return 0;
+}
+
 /* Set up `ops` (wrapping `inner` for fault) with all its workers; nothing on failure. */
 static int
 backend_try(struct zinf_io *io, const struct zinf_io_ops *ops, const struct zinf_io_ops *inner)
@@ -121,6 +153,9 @@ backend_try(struct zinf_io *io, const struct zinf_io_ops *ops, const struct zinf
 	unsigned n = io->opts.threads;
 	int rc;
 
+	if ((rc = test_refused(engine->name)) < 0) {
+		return rc;
+	}
 	if (engine->flags & ZINF_IO_F_SYNC) {
 		/* pread/pwrite do one op at a time: queue depth becomes more threads. */
 		n = ZINF_MIN(io->opts.threads * io->opts.queue_depth, 64u);

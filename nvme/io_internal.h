@@ -141,6 +141,14 @@ void zinf_io_worker_fini(struct zinf_io_worker *w);
 /* Transfer a block synchronously with pread/pwrite (psync; fault's fallbacks). */
 int64_t zinf_io_blk_sync(struct zinf_io_blk *b);
 
+/*
+ * Test hook: make every later attempt to set up `backend` fail with `err` (a negative errno,
+ * e.g. -EPERM as a container's seccomp filter answers io_uring_setup); up to 4 backends;
+ * NULL disarms them all.
+ * Process-wide; only tests call it.
+ */
+void zinf_io_test_refuse(const char *backend, int err);
+
 #define ZINF_IO_ATOMIC_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 
 #endif

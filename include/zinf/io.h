@@ -40,6 +40,10 @@ struct zinf_io_opts {
 	uint32_t threads;     /* worker threads, one ring each (intra_op_parallelism); default 1 */
 	bool sqpoll;          /* io_uring: kernel-side submission polling thread; default false */
 	const char *fault_inner; /* backend "fault": the backend it wraps; NULL: best that works */
+	/*
+	 * psync executes one op at a time per thread: it runs threads x queue_depth threads (at
+	 * most 64) instead, so the disk sees the same depth.
+	 */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -102,18 +106,30 @@ struct zinf_io_req {
 	void *buf;       /* host buffer of len bytes */
 	uint64_t offset; /* bytes into the file */
 	size_t len;      /* bytes */
-	/* Called on a worker thread when the request completes (may be NULL). Must not block. */
+	/*
+	 * Called on a worker thread when the request completes (may be NULL). Must not block.
+	 * It runs after the request is marked complete (zinf_io_poll() already reports it) and
+	 * the engine does not touch r afterwards, so done may reuse, resubmit or free it. A
+	 * zero-length request completes inside zinf_io_submit(), which runs done itself.
+	 */
 	void (*done)(struct zinf_io_req *r, void *arg);
 	void *arg;
-	/* Result once complete: len, or a negative errno (the first error of any of its blocks). */
+	/*
+	 * Result once complete: len, or a negative errno (the first error of any of its blocks;
+	 * -ENODATA for a read past the end of the file). Blocks of a failed request other than
+	 * the failing one may still have been transferred.
+	 */
 	int64_t result;
 	uint64_t priv[8]; /* the engine's bookkeeping */
 };
 
 /**
  * Start a request. Validates everything first: on -EINVAL (misalignment, with the numbers in
- * the message; a NULL buffer or file; a read of a write-only file) nothing was submitted.
+ * the message; a NULL buffer or file; a file of another context), -EBADF (a write to a file
+ * opened read-only) or -ESHUTDOWN (the context is being destroyed) nothing was submitted.
  * Returns 0 when queued. Never blocks on the disk (a full queue is absorbed by the workers).
+ * Queued requests are served round robin, one block at a time, so a small request submitted
+ * after a large one does not wait for all of it.
  */
 ZINF_API int zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r);
 /** Queue a read/write as one call: fills *r and submits it. */

@@ -18,6 +18,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "zinf/io.h"
+#include "nvme/io_internal.h" /* zinf_io_test_refuse */
 
 struct fixture {
 	char *dir;
@@ -523,4 +524,94 @@ Test(nvme_io, options)
 	cr_assert_eq(zinf_io_fault_add(io, &rule), -EINVAL);
 	zinf_io_destroy(io);
 	zinf_io_destroy(NULL);
+}
+
+struct warn_capture {
+	int warnings;
+	char msg[512];
+};
+
+static void
+capture_warn(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+	     const char *msg)
+{
+	struct warn_capture *c = ctx;
+	if (level == ZINF_LOG_WARN) {
+		c->warnings++;
+		snprintf(c->msg, sizeof(c->msg), "%s", msg);
+	}
+}
+
+/* A backend the kernel refuses (EPERM, as under many containers' seccomp filters) is passed
+ * over by the default choice with one warning that says why; asked for by name, -ENODEV. */
+Test(nvme_io, refused_backend_falls_back_with_one_warning)
+{
+	const char *v = zt_variant() ? zt_variant() : "io_uring";
+	if (strcmp(v, "psync") == 0) {
+		cr_skip_test("psync is the last resort: nothing to fall back to");
+	}
+	struct warn_capture c = {0};
+	struct zinf_io_opts o;
+	struct zinf_io *io = NULL;
+	zinf_io_opts_init(&o);
+	o.backend = v;
+	if (zinf_io_create(&o, &io) == -ENODEV) {
+		cr_skip_test("I/O backend %s unavailable here", v);
+	}
+	zinf_io_destroy(io);
+	io = NULL;
+	zinf_log_set_callback(capture_warn, &c);
+	zinf_log_set_level(ZINF_LOG_WARN);
+	zinf_io_test_refuse("io_uring", -EPERM);
+	if (strcmp(v, "libaio") == 0) {
+		zinf_io_test_refuse("libaio", -ENOSYS);
+	}
+	cr_assert_eq(zinf_io_create(&o, &io), -ENODEV);
+	cr_assert_null(io);
+	zinf_io_opts_init(&o);
+	cr_assert_eq(zinf_io_create(&o, &io), 0);
+	cr_assert_str_neq(zinf_io_backend(io), v);
+	cr_assert_eq(c.warnings, 1, "%d warnings", c.warnings);
+	cr_assert(strstr(c.msg, zinf_io_backend(io)), "%s", c.msg);
+	/* The warning names the first backend refused and why. */
+	cr_assert(strstr(c.msg, "io_uring") && strstr(c.msg, "not permitted"), "%s", c.msg);
+	zinf_io_destroy(io);
+	zinf_io_test_refuse(NULL, 0);
+}
+
+/* io_uring with a kernel submission thread (SQPOLL): same bytes. */
+Test(nvme_io, sqpoll_round_trip)
+{
+	if (!zt_variant() || strcmp(zt_variant(), "io_uring") != 0) {
+		cr_skip_test("SQPOLL is an io_uring option (variant %s)",
+			     zt_variant() ? zt_variant() : "none");
+	}
+	uint64_t rng = zt_seed();
+	struct zinf_io_opts o;
+	struct zinf_io *io = NULL;
+	zinf_io_opts_init(&o);
+	o.backend = "io_uring";
+	o.sqpoll = true;
+	o.threads = 2;
+	o.block_size = 128 << 10;
+	int rc = zinf_io_create(&o, &io);
+	if (rc == -ENODEV) {
+		cr_skip_test("io_uring with SQPOLL unavailable: %s", zinf_last_error());
+	}
+	cr_assert_eq(rc, 0);
+	char *dir = zt_mkdtemp(NULL);
+	struct zinf_io_file *f = file_open(io, dir, "sq", 0);
+	size_t n = 3 << 20;
+	char *w = xalloc(n), *r = xalloc(n);
+	zt_rand_fill(w, n, &rng);
+	struct iovec iov = {r, n};
+	cr_assert_eq(zinf_io_register_buffers(io, &iov, 1), 0);
+	cr_assert_eq(zinf_io_pwrite(io, f, w, n, 4096), 0);
+	cr_assert_eq(zinf_io_pread(io, f, r, n, 4096), 0);
+	cr_assert(memcmp(w, r, n) == 0);
+	zinf_io_destroy(io);
+	zinf_free_aligned(w);
+	zinf_free_aligned(r);
+	zt_rmtree(dir);
+	free(dir);
 }
