@@ -18,12 +18,21 @@ cuda_check_at(cudaError_t e, const char *call, const char *file, int line)
 	}
 	int err = -EIO;
 	switch (e) {
-	case cudaErrorMemoryAllocation: err = -ENOMEM; break;
-	case cudaErrorInvalidValue: err = -EINVAL; break;
+	case cudaErrorMemoryAllocation:
+		err = -ENOMEM;
+		break;
+	case cudaErrorInvalidValue:
+		err = -EINVAL;
+		break;
 	case cudaErrorNoDevice:
-	case cudaErrorInsufficientDriver: err = -ENODEV; break;
-	case cudaErrorHostMemoryAlreadyRegistered: err = -EEXIST; break;
-	default: break;
+	case cudaErrorInsufficientDriver:
+		err = -ENODEV;
+		break;
+	case cudaErrorHostMemoryAlreadyRegistered:
+		err = -EEXIST;
+		break;
+	default:
+		break;
 	}
 	(void)cudaGetLastError(); /* clear the sticky-free error state */
 	return zinf_log_emit(err, ZINF_LOG_ERROR, file, line, __func__, "%s: %s (%s)", call,
@@ -74,9 +83,9 @@ cuda_free(void *p)
 static int
 cuda_copy(void *dst, const void *src, size_t len, enum zinf_dev_copy dir)
 {
-	return cuda_check(cudaMemcpy(dst, src, len,
-				     dir == ZINF_DEV_H2D ? cudaMemcpyHostToDevice
-							 : cudaMemcpyDeviceToHost));
+	return cuda_check(
+		cudaMemcpy(dst, src, len,
+			   dir == ZINF_DEV_H2D ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
 }
 
 const struct zinf_dev_ops zinf_dev_cuda_ops = {

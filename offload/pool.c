@@ -35,13 +35,13 @@ struct pool_buf {
 struct zinf_pool {
 	struct zinf_pool_opts o;
 	char what[64];
-	char *map;          /* the mapping as made (munmap) */
+	char *map; /* the mapping as made (munmap) */
 	size_t map_len;
-	char *base;         /* aligned start of the buffers */
-	uint64_t bytes;     /* buffers + CPU region */
+	char *base;	    /* aligned start of the buffers */
+	uint64_t bytes;	    /* buffers + CPU region */
 	uint64_t buf_bytes; /* one buffer */
 	uint32_t count;
-	char *cpu;          /* CPU-tier region */
+	char *cpu; /* CPU-tier region */
 	uint64_t cpu_bytes, cpu_used;
 	bool pinned;
 	int node;
@@ -193,14 +193,15 @@ zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
 					 asked, what);
 		}
 		if (b.bytes > b.memlock_limit) {
-			return ZINF_FAIL(-ENOMEM,
-					 "pinned pool: %s asked for (%u buffers of %" PRIu64
-					 " bytes + %" PRIu64 " CPU-tier bytes) exceeds RLIMIT_MEMLOCK "
-					 "%s: raise it (ulimit -l, or memlock in "
-					 "/etc/security/limits.conf), lower %s.buffer_count, or set "
-					 "%s.pin_memory: false",
-					 asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, lim,
-					 what, what);
+			return ZINF_FAIL(
+				-ENOMEM,
+				"pinned pool: %s asked for (%u buffers of %" PRIu64
+				" bytes + %" PRIu64 " CPU-tier bytes) exceeds RLIMIT_MEMLOCK "
+				"%s: raise it (ulimit -l, or memlock in "
+				"/etc/security/limits.conf), lower %s.buffer_count, or set "
+				"%s.pin_memory: false",
+				asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, lim, what,
+				what);
 		}
 	}
 	return 0;
@@ -302,8 +303,7 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	/* Over-map by the alignment so the buffers can start aligned whatever mmap returns. */
 	uint64_t align = ZINF_MAX((uint64_t)o->align, page_size());
 	p->map_len = b.bytes + (align > page_size() ? align : 0);
-	p->map = mmap(NULL, p->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		      0);
+	p->map = mmap(NULL, p->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p->map == MAP_FAILED) {
 		p->map = NULL;
 		char asked[64];
@@ -347,14 +347,14 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 			fmt_bytes(lim, sizeof(lim), b.memlock_limit);
 			fmt_bytes(had, sizeof(had), locked_now());
 			if (!o->pin_fallback) {
-				rc = ZINF_FAIL(e == EPERM ? -EPERM : -ENOMEM,
-					       "pinned pool: mlock of %s failed: %s "
-					       "(RLIMIT_MEMLOCK %s%s, already locked by this process "
-					       "%s): raise ulimit -l, lower %s.buffer_count, or set "
-					       "%s.pin_memory: false",
-					       asked, strerror(e), lim,
-					       b.memlock_binding ? "" : ", not binding", had, what,
-					       what);
+				rc = ZINF_FAIL(
+					e == EPERM ? -EPERM : -ENOMEM,
+					"pinned pool: mlock of %s failed: %s "
+					"(RLIMIT_MEMLOCK %s%s, already locked by this process "
+					"%s): raise ulimit -l, lower %s.buffer_count, or set "
+					"%s.pin_memory: false",
+					asked, strerror(e), lim,
+					b.memlock_binding ? "" : ", not binding", had, what, what);
 				goto err_unmap;
 			}
 			ZINF_WARN("pinned pool: mlock of %s failed (%s; RLIMIT_MEMLOCK %s): "
@@ -368,9 +368,9 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	if (p->pinned && strcmp(p->dev->name, "host") != 0) {
 		rc = p->dev->host_register(p->base, b.bytes);
 		if (rc) {
-			rc = ZINF_FAIL(rc, "pinned pool: %s host registration of %" PRIu64
-					   " bytes failed",
-				       p->dev->name, b.bytes);
+			rc = ZINF_FAIL(
+				rc, "pinned pool: %s host registration of %" PRIu64 " bytes failed",
+				p->dev->name, b.bytes);
 			goto err_unlock;
 		}
 		p->dev_registered = true;
@@ -389,8 +389,8 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	p->nfree = p->count;
 	ZINF_INFO("pinned pool (%s): %u buffers of %" PRIu64 " bytes + %" PRIu64
 		  " CPU bytes, %s, node %d, device %s",
-		  p->what, p->count, p->buf_bytes, p->cpu_bytes,
-		  p->pinned ? "pinned" : "unpinned", p->node, p->dev->name);
+		  p->what, p->count, p->buf_bytes, p->cpu_bytes, p->pinned ? "pinned" : "unpinned",
+		  p->node, p->dev->name);
 	*out = p;
 	return 0;
 

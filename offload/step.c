@@ -51,10 +51,10 @@ struct zinf_step {
 	uint64_t n, sgsize;
 	uint32_t nsg;
 	uint32_t align;
-	size_t copy_esz;           /* bytes per element of the 16-bit copy */
+	size_t copy_esz;	   /* bytes per element of the 16-bit copy */
 	uint64_t part_off[NPARTS]; /* offsets inside a slot buffer */
 	uint64_t buf_bytes;
-	int *ids;         /* NVMe: swap ids, NPARTS per sub-group (-1: none) */
+	int *ids;	  /* NVMe: swap ids, NPARTS per sub-group (-1: none) */
 	int64_t *written; /* per sub-group: last step durably written */
 
 	/* CPU tier */
@@ -67,7 +67,7 @@ struct zinf_step {
 	float grad_scale;
 	char *copy_host;
 	bool reverse;
-	uint8_t *done;    /* per sub-group: Adam ran this step */
+	uint8_t *done;	  /* per sub-group: Adam ran this step */
 	int32_t *sg_slot; /* per sub-group: slot index or -1 */
 	struct slot *slots;
 	uint32_t nslots;
@@ -151,13 +151,15 @@ validate(const struct zinf_step_opts *o)
 					  "zinf_step_opts_init()");
 	}
 	if (o->n == 0 || o->sub_group_size == 0) {
-		return ZINF_FAIL(-EINVAL, "optimizer step: n %" PRIu64 " and sub_group_size %" PRIu64
-					  " must be > 0",
+		return ZINF_FAIL(-EINVAL,
+				 "optimizer step: n %" PRIu64 " and sub_group_size %" PRIu64
+				 " must be > 0",
 				 o->n, o->sub_group_size);
 	}
 	if (ZINF_DIV_ROUND_UP(o->n, o->sub_group_size) > INT32_MAX / NPARTS) {
-		return ZINF_FAIL(-EINVAL, "optimizer step: %" PRIu64 " sub-groups are too many: "
-					  "raise sub_group_size",
+		return ZINF_FAIL(-EINVAL,
+				 "optimizer step: %" PRIu64 " sub-groups are too many: "
+				 "raise sub_group_size",
 				 ZINF_DIV_ROUND_UP(o->n, o->sub_group_size));
 	}
 	if (o->copy_dtype != ZINF_F16 && o->copy_dtype != ZINF_BF16 && o->copy_dtype != ZINF_F32) {
@@ -168,8 +170,9 @@ validate(const struct zinf_step_opts *o)
 					  "pinned pool");
 	}
 	if (o->tier == ZINF_TIER_CPU && o->param_swap) {
-		return ZINF_FAIL(-EINVAL, "optimizer step: the 16-bit copy to the parameter tier's "
-					  "files needs state on NVMe (CPU tier: give a host buffer)");
+		return ZINF_FAIL(-EINVAL,
+				 "optimizer step: the 16-bit copy to the parameter tier's "
+				 "files needs state on NVMe (CPU tier: give a host buffer)");
 	}
 	if (o->tier != ZINF_TIER_NVME && o->tier != ZINF_TIER_CPU) {
 		return ZINF_FAIL(-EINVAL, "optimizer step: unknown tier %d", o->tier);
@@ -219,8 +222,9 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 			} else {
 				st->cpu[p] = zinf_alloc_aligned(64, bytes);
 				if (!st->cpu[p]) {
-					rc = ZINF_FAIL(-ENOMEM, "optimizer step: cannot allocate %" PRIu64
-								" bytes of CPU-tier state",
+					rc = ZINF_FAIL(-ENOMEM,
+						       "optimizer step: cannot allocate %" PRIu64
+						       " bytes of CPU-tier state",
 						       bytes);
 					goto err;
 				}
@@ -251,7 +255,8 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 	if (count == 0 || have < st->buf_bytes) {
 		rc = ZINF_FAIL(-ENOMEM,
 			       "optimizer step: too few buffers for one sub-group: a sub-group of "
-			       "%" PRIu64 " elements needs a buffer of %" PRIu64 " bytes (master, m, "
+			       "%" PRIu64 " elements needs a buffer of %" PRIu64
+			       " bytes (master, m, "
 			       "v%s), the pool has %u of %" PRIu64 " bytes: raise the pool's "
 			       "buffer size or lower sub_group_size",
 			       st->sgsize, st->buf_bytes, opts->param_swap ? ", 16-bit copy" : "",
@@ -275,8 +280,9 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 						   len * st->copy_esz);
 			}
 			if (p < nparts && id < 0) {
-				rc = ZINF_FAIL(id, "optimizer step: declaring %s[%u] in the swap "
-						   "space failed",
+				rc = ZINF_FAIL(id,
+					       "optimizer step: declaring %s[%u] in the swap "
+					       "space failed",
 					       p < 3 ? part_kind[p] : st->param_kind, k);
 				goto err;
 			}
@@ -432,7 +438,8 @@ complete_write(struct zinf_step *st, struct slot *s, bool block)
 	for (int p = 0; p < s->nops; p++) {
 		int r = zinf_swap_wait(part_swap(st, p), &s->ops[p]);
 		if (r == 0) {
-			st->stats.write_bytes += zinf_swap_bytes(part_swap(st, p), swap_id(st, k, p));
+			st->stats.write_bytes +=
+				zinf_swap_bytes(part_swap(st, p), swap_id(st, k, p));
 		} else {
 			char what[64];
 			snprintf(what, sizeof(what), "write of %s", part_name(st, p));
@@ -617,12 +624,12 @@ abort_slots(struct zinf_step *st)
 /* ---- the step ---------------------------------------------------------------------------- */
 
 int
-zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy_host,
-		bool reverse)
+zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy_host, bool reverse)
 {
 	if (st->in_step) {
-		return ZINF_FAIL(-EBUSY, "optimizer step %" PRId64 " is still in progress (finish it "
-					 "first)",
+		return ZINF_FAIL(-EBUSY,
+				 "optimizer step %" PRId64 " is still in progress (finish it "
+				 "first)",
 				 st->t);
 	}
 	if (step < 1) {
@@ -661,8 +668,9 @@ zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy
 			}
 			st->nslots = i;
 			abort_slots(st);
-			return ZINF_FAIL(rc, "optimizer step %" PRId64 ": cannot take %u buffers "
-					     "from the pool (%s)",
+			return ZINF_FAIL(rc,
+					 "optimizer step %" PRId64 ": cannot take %u buffers "
+					 "from the pool (%s)",
 					 step, want, zinf_strerror(rc));
 		}
 		st->slots[i].buf = b;
@@ -683,8 +691,8 @@ adam_range(struct zinf_step *st, uint32_t k, float *master, float *m, float *v, 
 	size_t gsz = dtype_size(gdt);
 	double t0 = zinf_now_s();
 	int rc = zinf_adam_step(&st->o.adam, st->t, st->grad_scale, master + i0, grad + i0 * gsz,
-				gdt, m + i0, v + i0, i1 - i0, copy ? copy + i0 * st->copy_esz : NULL,
-				st->o.copy_dtype);
+				gdt, m + i0, v + i0, i1 - i0,
+				copy ? copy + i0 * st->copy_esz : NULL, st->o.copy_dtype);
 	st->stats.adam_s += zinf_now_s() - t0;
 	return rc;
 }
@@ -693,8 +701,9 @@ int
 zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dtype grad_dtype)
 {
 	if (!st->in_step) {
-		return ZINF_FAIL(-EINVAL, "optimizer step: sub-group %u ready outside a step "
-					  "(zinf_step_begin first)",
+		return ZINF_FAIL(-EINVAL,
+				 "optimizer step: sub-group %u ready outside a step "
+				 "(zinf_step_begin first)",
 				 k);
 	}
 	if (k >= st->nsg) {
@@ -704,8 +713,9 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 		return st->err; /* the step already failed; finish reports it */
 	}
 	if (st->done[k]) {
-		return ZINF_FAIL(-EINVAL, "optimizer step %" PRId64 ": sub-group %u made ready twice",
-				 st->t, k);
+		return ZINF_FAIL(-EINVAL,
+				 "optimizer step %" PRId64 ": sub-group %u made ready twice", st->t,
+				 k);
 	}
 	if (!grad) {
 		return note_err(st, ZINF_FAIL(-EINVAL, "NULL gradient"), k, "gradient");
@@ -797,8 +807,9 @@ zinf_step_finish(struct zinf_step *st)
 	for (uint32_t k = 0; k < st->nsg; k++) {
 		if (!st->done[k]) {
 			st->err = -EINVAL;
-			return ZINF_FAIL(-EINVAL, "optimizer step %" PRId64 ": sub-group %u was never "
-						  "made ready (its state was not updated)",
+			return ZINF_FAIL(-EINVAL,
+					 "optimizer step %" PRId64 ": sub-group %u was never "
+					 "made ready (its state was not updated)",
 					 st->t, k);
 		}
 	}
@@ -884,8 +895,8 @@ load_save(struct zinf_step *st, uint32_t k, float *const arr[3], bool save)
 		int r = zinf_swap_wait(st->o.swap, &ops[p]);
 		if (r && !rc) {
 			rc = ZINF_FAIL(r, "optimizer step: %s sub-group %u: %s of %s failed",
-				       save ? "reading back" : "loading", k, save ? "read" : "write",
-				       part_kind[p]);
+				       save ? "reading back" : "loading", k,
+				       save ? "read" : "write", part_kind[p]);
 		}
 		if (r == 0 && save) {
 			memcpy(arr[p], buf + st->part_off[p], len * 4);

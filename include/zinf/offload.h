@@ -39,21 +39,21 @@ extern "C" {
 struct zinf_pool; /* opaque */
 
 struct zinf_pool_opts {
-	size_t size;            /* sizeof(struct zinf_pool_opts); set by zinf_pool_opts_init() */
-	uint64_t buffer_bytes;  /* bytes per swap buffer, rounded up to `align` */
-	uint32_t buffer_count;  /* swap buffers (offload_optimizer/offload_param.buffer_count) */
-	uint64_t cpu_bytes;     /* bytes for CPU-tier partitions (zinf_pool_cpu_alloc); default 0 */
-	uint32_t align;         /* buffer alignment, power of two >= 64; default 4096 */
-	bool pin_memory;        /* mlock the pool (and register it); default true */
-	bool pin_fallback;      /* pinning not allowed: warn and run unpinned instead of failing;
-				   default false */
-	int numa_node;          /* node to bind the pool to; -1 (default): the node of the
-				   calling thread's CPU when the machine has several, else none */
-	struct zinf_io *io;     /* register the buffers with this I/O context (may be NULL) */
-	const char *device;     /* device table for host registration: "cuda", "host", or NULL:
-				   the best that works ("cuda" with a GPU, else "host") */
-	const char *what;       /* name of the configuration the pool serves, used in messages;
-				   default "offload_optimizer" */
+	size_t size;	       /* sizeof(struct zinf_pool_opts); set by zinf_pool_opts_init() */
+	uint64_t buffer_bytes; /* bytes per swap buffer, rounded up to `align` */
+	uint32_t buffer_count; /* swap buffers (offload_optimizer/offload_param.buffer_count) */
+	uint64_t cpu_bytes;    /* bytes for CPU-tier partitions (zinf_pool_cpu_alloc); default 0 */
+	uint32_t align;	       /* buffer alignment, power of two >= 64; default 4096 */
+	bool pin_memory;       /* mlock the pool (and register it); default true */
+	bool pin_fallback;     /* pinning not allowed: warn and run unpinned instead of failing;
+				  default false */
+	int numa_node;	       /* node to bind the pool to; -1 (default): the node of the
+				  calling thread's CPU when the machine has several, else none */
+	struct zinf_io *io;    /* register the buffers with this I/O context (may be NULL) */
+	const char *device;    /* device table for host registration: "cuda", "host", or NULL:
+				  the best that works ("cuda" with a GPU, else "host") */
+	const char *what;      /* name of the configuration the pool serves, used in messages;
+				  default "offload_optimizer" */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -61,11 +61,11 @@ ZINF_API void zinf_pool_opts_init(struct zinf_pool_opts *o);
 
 /** The budget of a pool, computed from its options alone (nothing allocated). */
 struct zinf_pool_budget {
-	uint64_t bytes;          /* the whole allocation: buffers + CPU region, page-rounded */
-	uint64_t buffer_bytes;   /* one buffer, aligned */
-	uint64_t memlock_limit;  /* RLIMIT_MEMLOCK soft limit (UINT64_MAX: unlimited) */
-	bool memlock_binding;    /* false when the process has CAP_IPC_LOCK (limit ignored) */
-	uint64_t phys_bytes;     /* physical memory of the machine */
+	uint64_t bytes;		/* the whole allocation: buffers + CPU region, page-rounded */
+	uint64_t buffer_bytes;	/* one buffer, aligned */
+	uint64_t memlock_limit; /* RLIMIT_MEMLOCK soft limit (UINT64_MAX: unlimited) */
+	bool memlock_binding;	/* false when the process has CAP_IPC_LOCK (limit ignored) */
+	uint64_t phys_bytes;	/* physical memory of the machine */
 };
 
 /**
@@ -125,7 +125,7 @@ ZINF_API int zinf_pool_cpu_alloc(struct zinf_pool *p, uint64_t bytes, void **out
 enum zinf_tier { ZINF_TIER_CPU = 0, ZINF_TIER_NVME = 1 };
 
 enum zinf_tensor_state {
-	ZINF_TENSOR_ABSENT = 0,   /* on NVMe only */
+	ZINF_TENSOR_ABSENT = 0,	  /* on NVMe only */
 	ZINF_TENSOR_READING = 1,  /* swap-in in flight */
 	ZINF_TENSOR_RESIDENT = 2, /* in a CPU buffer, usable */
 	ZINF_TENSOR_WRITING = 3,  /* swap-out in flight (the buffer returns to the pool after) */
@@ -134,14 +134,14 @@ enum zinf_tensor_state {
 struct zinf_store; /* opaque */
 
 struct zinf_store_opts {
-	size_t size;             /* sizeof(struct zinf_store_opts); set by zinf_store_opts_init() */
-	struct zinf_pool *pool;  /* buffers for NVMe-homed tensors, CPU region for CPU-homed ones */
-	struct zinf_swap *swap;  /* the NVMe tier (NULL: CPU-homed tensors only) */
+	size_t size;		 /* sizeof(struct zinf_store_opts); set by zinf_store_opts_init() */
+	struct zinf_pool *pool;	 /* buffers for NVMe-homed tensors, CPU region for CPU-homed ones */
+	struct zinf_swap *swap;	 /* the NVMe tier (NULL: CPU-homed tensors only) */
 	uint64_t prefetch_bytes; /* prefetch queue byte budget (stage3_prefetch_bucket_size);
 				    default 0: prefetch disabled */
-	uint64_t max_in_cpu;     /* elements of released NVMe-homed tensors kept resident
+	uint64_t max_in_cpu;	 /* elements of released NVMe-homed tensors kept resident
 				    (offload_param.max_in_cpu); default 0: none */
-	int timeout_ms;          /* waiting for a free buffer: -1 (default) until one frees, 0 fail
+	int timeout_ms;		 /* waiting for a free buffer: -1 (default) until one frees, 0 fail
 				    at once, > 0 at most that long */
 };
 
@@ -161,8 +161,8 @@ ZINF_API void zinf_store_destroy(struct zinf_store *s);
  * and are always resident. Returns the tensor id (>= 0), or -EINVAL (a tensor larger than one
  * pool buffer, named with the sizes), -ENOMEM (CPU region exhausted), errors of zinf_swap_add.
  */
-ZINF_API int zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index,
-			    uint64_t elems, uint32_t elem_bytes, enum zinf_tier home);
+ZINF_API int zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t elems,
+			    uint32_t elem_bytes, enum zinf_tier home);
 
 ZINF_API enum zinf_tensor_state zinf_store_state(const struct zinf_store *s, int id);
 /** Bytes of the tensor (elems * elem_bytes). */
@@ -219,29 +219,30 @@ struct zinf_step; /* opaque */
 enum zinf_step_schedule {
 	ZINF_SCHEDULE_PIPELINED = 0, /* read ahead with every free buffer; writes never waited for
 					until their buffer is needed */
-	ZINF_SCHEDULE_DEEPSPEED = 1, /* DeepSpeed's PipelinedOptimizerSwapper with pipeline_read and
-					pipeline_write: one read ahead, one write behind (depth 1) */
+	ZINF_SCHEDULE_DEEPSPEED =
+		1, /* DeepSpeed's PipelinedOptimizerSwapper with pipeline_read and
+		      pipeline_write: one read ahead, one write behind (depth 1) */
 };
 
 struct zinf_step_opts {
-	size_t size;               /* sizeof(struct zinf_step_opts); set by zinf_step_opts_init() */
-	uint64_t n;                /* fp32 elements in this rank's flat partition */
-	uint64_t sub_group_size;   /* elements per sub-group; the last one may be shorter */
-	enum zinf_tier tier;       /* where master, m and v live */
-	struct zinf_swap *swap;    /* NVMe tier: state is declared here as ("fp32", k),
-				      ("exp_avg", k), ("exp_avg_sq", k) by zinf_step_create(); the
-				      caller runs zinf_swap_reserve() afterwards */
-	struct zinf_pool *pool;    /* NVMe: buffers (each >= zinf_step_buffer_bytes()); CPU: the
-				      state comes from its CPU region (NULL: plain host memory) */
-	uint32_t buffers;          /* buffers the step takes from the pool at begin; 0 (default):
-				      every buffer free at that moment */
+	size_t size;		 /* sizeof(struct zinf_step_opts); set by zinf_step_opts_init() */
+	uint64_t n;		 /* fp32 elements in this rank's flat partition */
+	uint64_t sub_group_size; /* elements per sub-group; the last one may be shorter */
+	enum zinf_tier tier;	 /* where master, m and v live */
+	struct zinf_swap *swap;	 /* NVMe tier: state is declared here as ("fp32", k),
+				    ("exp_avg", k), ("exp_avg_sq", k) by zinf_step_create(); the
+				    caller runs zinf_swap_reserve() afterwards */
+	struct zinf_pool *pool;	 /* NVMe: buffers (each >= zinf_step_buffer_bytes()); CPU: the
+				    state comes from its CPU region (NULL: plain host memory) */
+	uint32_t buffers;	 /* buffers the step takes from the pool at begin; 0 (default):
+				    every buffer free at that moment */
 	enum zinf_step_schedule schedule;
 	struct zinf_adam_opts adam;
 	enum zinf_dtype copy_dtype;   /* dtype of the 16-bit copy (ZINF_F16 or ZINF_BF16) */
 	struct zinf_swap *param_swap; /* if not NULL: the copy of sub-group k is also written to
 					 tensor (param_kind, k) there, declared by create */
-	const char *param_kind;       /* default "param16" */
-	int timeout_ms;               /* waiting for pool buffers at begin; default -1 */
+	const char *param_kind;	      /* default "param16" */
+	int timeout_ms;		      /* waiting for pool buffers at begin; default -1 */
 };
 
 ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);
@@ -273,8 +274,8 @@ ZINF_API uint64_t zinf_step_sub_group_start(const struct zinf_step *st, uint32_t
  * model never needs host memory for the whole partition. NVMe: after zinf_swap_reserve().
  * Returns 0 or the I/O error naming the sub-group; -EBUSY during a step.
  */
-ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const float *master,
-			    const float *m, const float *v);
+ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const float *master, const float *m,
+			    const float *v);
 /** Read sub-group k's state back into host arrays of its length (any may be NULL). */
 ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, float *master, float *m, float *v);
 
@@ -284,8 +285,8 @@ ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, float *master, flo
  * makes gradients final). copy_host: n elements of copy_dtype receiving the 16-bit copy (NULL:
  * none besides param_swap). Returns 0; -EBUSY inside a step; pool errors (no buffer in time).
  */
-ZINF_API int zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale,
-			     void *copy_host, bool reverse);
+ZINF_API int zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy_host,
+			     bool reverse);
 /**
  * The gradient of sub-group k is final: `grad` holds its zinf_step_sub_group_len() elements of
  * grad_dtype (pinned host memory; read during this call only). Runs Adam on k as soon as its
@@ -306,8 +307,8 @@ ZINF_API int zinf_step_finish(struct zinf_step *st);
  * A whole step: begin, ready for every sub-group in order (grad: n elements), finish. On
  * failure, everything in flight is waited for and the buffers are back in the pool.
  */
-ZINF_API int zinf_step_run(struct zinf_step *st, int64_t step, float grad_scale,
-			   const void *grad, enum zinf_dtype grad_dtype, void *copy_host);
+ZINF_API int zinf_step_run(struct zinf_step *st, int64_t step, float grad_scale, const void *grad,
+			   enum zinf_dtype grad_dtype, void *copy_host);
 
 /**
  * The last optimizer step whose update of sub-group k is completely on its tier (written and
@@ -317,11 +318,11 @@ ZINF_API int64_t zinf_step_sub_group_written(const struct zinf_step *st, uint32_
 
 struct zinf_step_stats {
 	uint64_t read_bytes, write_bytes; /* by the last step */
-	double adam_s;                    /* time in zinf_adam_step during the last step */
-	double wait_read_s;               /* time the step waited for reads */
-	double wait_write_s;              /* time waiting for writes to free buffers */
-	uint32_t buffers;                 /* buffers used by the last step */
-	uint32_t max_reads_in_flight;     /* deepest read-ahead reached */
+	double adam_s;			  /* time in zinf_adam_step during the last step */
+	double wait_read_s;		  /* time the step waited for reads */
+	double wait_write_s;		  /* time waiting for writes to free buffers */
+	uint32_t buffers;		  /* buffers used by the last step */
+	uint32_t max_reads_in_flight;	  /* deepest read-ahead reached */
 };
 ZINF_API void zinf_step_get_stats(const struct zinf_step *st, struct zinf_step_stats *out);
 

@@ -207,9 +207,8 @@ Test(pool, over_memlock_without_cap_ipc_lock)
 	struct zinf_pool *p = NULL;
 	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
 	const char *e = zinf_last_error();
-	cr_assert(strstr(e, "RLIMIT_MEMLOCK") && strstr(e, "ulimit -l") &&
-			  strstr(e, "4.00 MiB") && strstr(e, "1.00 MiB") &&
-			  strstr(e, "offload_param.buffer_count") &&
+	cr_assert(strstr(e, "RLIMIT_MEMLOCK") && strstr(e, "ulimit -l") && strstr(e, "4.00 MiB") &&
+			  strstr(e, "1.00 MiB") && strstr(e, "offload_param.buffer_count") &&
 			  strstr(e, "offload_param.pin_memory: false"),
 		  "%s", e);
 	cr_assert_null(p);
@@ -273,8 +272,8 @@ Test(pool, mlock_that_really_fails_is_reported_and_unwound)
 		  "%s", e);
 	cr_assert_null(p);
 	cr_assert_eq(vm_kb("VmLck"), 768, "the failed pool left nothing locked");
-	cr_assert_lt(vm_kb("VmSize"), vm + 256, "and nothing mapped: %" PRIu64 " -> %" PRIu64 " KiB",
-		     vm, vm_kb("VmSize"));
+	cr_assert_lt(vm_kb("VmSize"), vm + 256,
+		     "and nothing mapped: %" PRIu64 " -> %" PRIu64 " KiB", vm, vm_kb("VmSize"));
 	munlock(mine, own);
 	munmap(mine, own);
 }
@@ -334,7 +333,8 @@ Test(pool, device_table_host_always_cuda_only_with_a_gpu)
 	const struct zinf_dev_ops *cuda = NULL;
 	if (zinf_dev_get("cuda", &cuda) != 0) {
 		cr_assert_str_eq(d->name, "host", "with no GPU the best device is host");
-		cr_skip_test("no CUDA device (or not built with CUDA): cudaHostRegister not tested");
+		cr_skip_test(
+			"no CUDA device (or not built with CUDA): cudaHostRegister not tested");
 	}
 	cr_assert_str_eq(d->name, "cuda");
 	struct zinf_pool_opts o;

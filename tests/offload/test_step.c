@@ -133,8 +133,9 @@ fill_grad(struct ref *f, enum zinf_dtype dt, uint64_t *seed)
 			uint32_t u;
 			memcpy(&u, &g, 4);
 			/* any 16-bit pattern that is a finite number of the dtype */
-			uint16_t h = dt == ZINF_BF16 ? (uint16_t)(u >> 16)
-						     : (uint16_t)(0x3800 ^ (zt_rand(seed) & 0x83ff));
+			uint16_t h = dt == ZINF_BF16
+					     ? (uint16_t)(u >> 16)
+					     : (uint16_t)(0x3800 ^ (zt_rand(seed) & 0x83ff));
 			((uint16_t *)f->grad)[i] = h;
 		}
 	}
@@ -164,8 +165,8 @@ check_state(struct rig *r, const struct ref *f)
 	for (size_t i = 0; i < n; i++) {
 		if (memcmp(&a[i], &f->master[i], 4) || memcmp(&b[i], &f->m[i], 4) ||
 		    memcmp(&c[i], &f->v[i], 4)) {
-			cr_assert_fail("element %zu differs: master %a/%a m %a/%a v %a/%a", i,
-				       a[i], f->master[i], b[i], f->m[i], c[i], f->v[i]);
+			cr_assert_fail("element %zu differs: master %a/%a m %a/%a v %a/%a", i, a[i],
+				       f->master[i], b[i], f->m[i], c[i], f->v[i]);
 		}
 	}
 	free(a);
@@ -180,8 +181,8 @@ struct scase {
 	int schedule;
 	int grad_dtype;
 	int copy_dtype;
-	int order;      /* 0 run(), 1 reverse via begin/ready, 2 shuffled */
-	bool to_swap;   /* 16-bit copy to the parameter tier's files (and to the host) */
+	int order;    /* 0 run(), 1 reverse via begin/ready, 2 shuffled */
+	bool to_swap; /* 16-bit copy to the parameter tier's files (and to the host) */
 	int tier;
 };
 
@@ -272,8 +273,9 @@ run_case(const struct scase *c)
 			uint64_t len = zinf_step_sub_group_len(r.st, k);
 			void *b = zinf_alloc_aligned(4096, zinf_swap_buf_bytes(r.swap, id));
 			cr_assert_eq(zinf_swap_read(r.swap, id, b), 0);
-			cr_assert_eq(memcmp(b, f.copy + zinf_step_sub_group_start(r.st, k), len * 2),
-				     0, "param16[%u] differs", k);
+			cr_assert_eq(
+				memcmp(b, f.copy + zinf_step_sub_group_start(r.st, k), len * 2), 0,
+				"param16[%u] differs", k);
 			zinf_free_aligned(b);
 		}
 	}
@@ -307,8 +309,8 @@ ParameterizedTestParameters(step, bit_identical_to_adam_in_memory)
 		/* one sub-group larger than n; a chunked (> 1 Mi elements) sub-group */
 		{3001, 1 << 20, 1, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 0, false,
 		 ZINF_TIER_NVME},
-		{(1 << 20) + 4099, (1 << 20) + 17, 2, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 0,
-		 false, ZINF_TIER_NVME},
+		{(1 << 20) + 4099, (1 << 20) + 17, 2, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16,
+		 0, false, ZINF_TIER_NVME},
 		/* the CPU tier: the same interface, no I/O */
 		{100003, 10007, 0, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_F16, 2, false,
 		 ZINF_TIER_CPU},
@@ -339,8 +341,8 @@ fault_case(int op)
 	fill_grad(&f, ZINF_F32, &seed);
 	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, copy), 0, "%s",
 		     zinf_last_error());
-	cr_assert_eq(zinf_adam_step(&so.adam, 1, 1.0f, f.master, f.grad, ZINF_F32, f.m, f.v,
-				    so.n, NULL, ZINF_F16),
+	cr_assert_eq(zinf_adam_step(&so.adam, 1, 1.0f, f.master, f.grad, ZINF_F32, f.m, f.v, so.n,
+				    NULL, ZINF_F16),
 		     0);
 
 	/* Each tensor is 3 blocks of 16 KiB: the 40th op is in sub-group 4 or so. */
@@ -362,26 +364,29 @@ fault_case(int op)
 	memcpy(ref2m, f.master, so.n * 4);
 	memcpy(ref2a, f.m, so.n * 4);
 	memcpy(ref2v, f.v, so.n * 4);
-	cr_assert_eq(zinf_adam_step(&so.adam, 2, 1.0f, ref2m, f.grad, ZINF_F32, ref2a, ref2v,
-				    so.n, NULL, ZINF_F16),
+	cr_assert_eq(zinf_adam_step(&so.adam, 2, 1.0f, ref2m, f.grad, ZINF_F32, ref2a, ref2v, so.n,
+				    NULL, ZINF_F16),
 		     0);
 	uint32_t nsg = zinf_step_sub_groups(r.st);
 	uint32_t n2 = 0, nfail = 0;
 	float *a = malloc(so.sub_group_size * 4), *b = malloc(so.sub_group_size * 4),
 	      *c = malloc(so.sub_group_size * 4);
 	for (uint32_t k = 0; k < nsg; k++) {
-		uint64_t s = zinf_step_sub_group_start(r.st, k), len = zinf_step_sub_group_len(r.st, k);
+		uint64_t s = zinf_step_sub_group_start(r.st, k),
+			 len = zinf_step_sub_group_len(r.st, k);
 		int64_t w = zinf_step_sub_group_written(r.st, k);
 		int src = zinf_step_save(r.st, k, a, b, c);
 		if (w == 2) {
 			n2++;
 			cr_assert_eq(src, 0);
-			cr_assert(!memcmp(a, ref2m + s, len * 4) && !memcmp(b, ref2a + s, len * 4) &&
-					  !memcmp(c, ref2v + s, len * 4),
-				  "sub-group %u reported written at step 2 but does not hold it", k);
+			cr_assert(
+				!memcmp(a, ref2m + s, len * 4) && !memcmp(b, ref2a + s, len * 4) &&
+					!memcmp(c, ref2v + s, len * 4),
+				"sub-group %u reported written at step 2 but does not hold it", k);
 		} else if (src == 0) {
 			cr_assert_eq(w, 1);
-			cr_assert(!memcmp(a, f.master + s, len * 4) && !memcmp(b, f.m + s, len * 4) &&
+			cr_assert(!memcmp(a, f.master + s, len * 4) &&
+					  !memcmp(b, f.m + s, len * 4) &&
 					  !memcmp(c, f.v + s, len * 4),
 				  "sub-group %u not written at step 2 but changed", k);
 		} else {
