@@ -14,11 +14,13 @@
  * file system lacks it). A write marks the tensor unwritten until it completes, so a failed or
  * interrupted write is never read back as data (-ENODATA).
  *
- * CRC (opts.crc): one CRC32C per request piece (a stripe unit, or the whole tensor with one
- * directory), computed on the caller's buffer before the write is submitted and kept in
- * memory with the tensor; a read recomputes it on completion and fails with -EBADMSG on a
- * mismatch. It guards against corruption between a write and a read of the same run; the
- * checksums are not stored in the files (a checkpoint would save them beside the files).
+ * CRC (opts.crc): one CRC32C per stripe unit of a tensor (also with one directory, where the
+ * tensor is then moved as one request per unit rather than one request), computed on the
+ * caller's buffer just before that unit's write is submitted and kept in memory with the
+ * tensor; a read checks each unit as it completes, while later units are still in flight,
+ * and fails with -EBADMSG on a mismatch. It guards against corruption between a write and a read of
+ * the same run; the checksums are not stored in the files (a checkpoint would save them beside the
+ * files).
  *
  * Not here: the engine itself (nvme/io*.c), buffer management (offload/).
  */
@@ -423,7 +425,7 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 
 /*
  * Piece p of tensor t: its bytes in the caller's buffer and in which file, where. With one
- * directory the whole tensor is one piece; else piece u is stripe unit u.
+ * directory and CRC off the whole tensor is one piece; else piece u is stripe unit u.
  */
 struct swap_piece {
 	unsigned dir;
@@ -435,14 +437,15 @@ piece_of(const struct zinf_swap *s, int id, uint32_t p, struct swap_piece *out)
 {
 	const struct swap_tensor *t = &s->t[id];
 	const uint64_t *ext = &s->ext_off[(size_t)id * s->n_dirs];
+	uint64_t su = s->stripe_unit;
 	if (s->n_dirs == 1) {
+		/* One extent: one request, or (CRC on) one per stripe unit, checked one by one. */
 		out->dir = 0;
-		out->buf_off = 0;
-		out->file_off = ext[0];
-		out->len = t->buf_bytes;
+		out->buf_off = s->crc ? (uint64_t)p * su : 0;
+		out->file_off = ext[0] + out->buf_off;
+		out->len = s->crc ? ZINF_MIN(su, t->buf_bytes - out->buf_off) : t->buf_bytes;
 		return;
 	}
-	uint64_t su = s->stripe_unit;
 	out->dir = p % s->n_dirs;
 	out->buf_off = (uint64_t)p * su;
 	out->file_off = ext[out->dir] + (uint64_t)(p / s->n_dirs) * su;
@@ -486,7 +489,8 @@ layout(struct zinf_swap *s)
 		struct swap_tensor *t = &s->t[id];
 		struct swap_kind *kd = &s->kinds[t->kind];
 		t->buf_bytes = ZINF_ALIGN_UP(t->bytes, (uint64_t)s->align);
-		t->npieces = s->n_dirs == 1
+		/* One request per extent, or one per stripe unit (striped, or to check CRCs). */
+		t->npieces = (s->n_dirs == 1 && !s->crc)
 				     ? (t->buf_bytes ? 1 : 0)
 				     : (uint32_t)ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
 		for (unsigned d = 0; d < s->n_dirs; d++) {
@@ -763,7 +767,39 @@ op_check(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op, const 
 	return 0;
 }
 
-/* Submit every piece of op; on a failed submit, wait for those already queued. */
+/* Submit piece p of op (its CRC first, for a write with CRC on). */
+static int
+piece_submit(struct zinf_swap *s, struct zinf_swap_op *op, uint32_t p)
+{
+	struct swap_tensor *t = &s->t[op->id];
+	const struct swap_kind *kd = &s->kinds[t->kind];
+	struct swap_piece pc;
+	piece_of(s, op->id, p, &pc);
+	char *b = (char *)op->buf + pc.buf_off;
+	int ret;
+	if (op->write) {
+		if (s->crc) {
+			t->crc_new[p] = zinf_crc32c(0, b, pc.len);
+		}
+		ret = zinf_io_write_async(s->io, &op->reqs[p], kd->files[pc.dir], b, pc.len,
+					  pc.file_off);
+	} else {
+		ret = zinf_io_read_async(s->io, &op->reqs[p], kd->files[pc.dir], b, pc.len,
+					 pc.file_off);
+	}
+	if (ret < 0) {
+		return ZINF_FAIL(ret, "swap: submitting %s of %s[%u] to %s: %s",
+				 op->write ? "write" : "read", kd->name, t->index,
+				 kd->paths[pc.dir], strerror(-ret));
+	}
+	return 0;
+}
+
+/*
+ * Submit every piece of op. With CRC on, each piece's checksum is computed just before it is
+ * submitted, so that checksumming overlaps the transfer of the pieces before it. On a failed
+ * submit, wait for those already queued.
+ */
 static int
 op_start(struct zinf_swap *s, struct zinf_swap_op *op)
 {
@@ -775,24 +811,16 @@ op_start(struct zinf_swap *s, struct zinf_swap_op *op)
 	if (!op->reqs) {
 		return -ENOMEM;
 	}
-	const struct swap_kind *kd = &s->kinds[t->kind];
 	for (uint32_t p = 0; p < t->npieces; p++) {
-		struct swap_piece pc;
-		piece_of(s, op->id, p, &pc);
-		char *b = (char *)op->buf + pc.buf_off;
-		int ret = op->write ? zinf_io_write_async(s->io, &op->reqs[p], kd->files[pc.dir], b,
-							  pc.len, pc.file_off)
-				    : zinf_io_read_async(s->io, &op->reqs[p], kd->files[pc.dir], b,
-							 pc.len, pc.file_off);
+		int ret = piece_submit(s, op, p);
 		if (ret < 0) {
 			for (uint32_t q = 0; q < p; q++) {
 				zinf_io_wait(s->io, &op->reqs[q]);
 			}
 			zinf_free(op->reqs);
 			op->reqs = NULL;
-			return ZINF_FAIL(ret, "swap: submitting %s of %s[%u] to %s: %s",
-					 op->write ? "write" : "read", kd->name, t->index,
-					 kd->paths[pc.dir], strerror(-ret));
+			op->nreq = 0;
+			return ret;
 		}
 		op->nreq = (int)p + 1;
 	}
@@ -812,13 +840,6 @@ zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_o
 	t->state = SWAP_WRITING;
 	if (t->buf_bytes > t->bytes) {
 		memset((char *)buf + t->bytes, 0, t->buf_bytes - t->bytes);
-	}
-	if (s->crc) {
-		for (uint32_t p = 0; p < t->npieces; p++) {
-			struct swap_piece pc;
-			piece_of(s, id, p, &pc);
-			t->crc_new[p] = zinf_crc32c(0, (char *)buf + pc.buf_off, pc.len);
-		}
 	}
 	ret = op_start(s, op);
 	if (ret < 0) {
@@ -861,38 +882,49 @@ zinf_swap_read_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op
 	return 0;
 }
 
-/* All pieces are complete: check results and CRCs, settle the tensor's state, free reqs. */
+/*
+ * Piece op->ndone has completed: check its result and (a read with CRC on) its checksum, so
+ * that verification overlaps the pieces still in flight. The first error is kept in
+ * op->result, which holds 0 until then.
+ */
+static void
+piece_done(struct zinf_swap *s, struct zinf_swap_op *op)
+{
+	struct swap_tensor *t = &s->t[op->id];
+	const struct swap_kind *kd = &s->kinds[t->kind];
+	const struct zinf_io_req *r = &op->reqs[op->ndone];
+	uint32_t p = (uint32_t)op->ndone++;
+	if (op->result) {
+		return;
+	}
+	if (r->result != (int64_t)r->len) {
+		int ret = r->result < 0 ? (int)r->result : -EIO;
+		op->result = ZINF_FAIL(
+			ret, "swap: %s of %s[%u] failed: %s at offset %llu, %zu bytes: %s",
+			op->write ? "write" : "read", kd->name, t->index,
+			zinf_io_file_path(r->file), (unsigned long long)r->offset, r->len,
+			strerror(-ret));
+		return;
+	}
+	if (!op->write && s->crc) {
+		uint32_t c = zinf_crc32c(0, r->buf, r->len);
+		if (c != t->crc[p]) {
+			op->result =
+				ZINF_FAIL(-EBADMSG,
+					  "swap: CRC mismatch reading %s[%u] from %s at offset "
+					  "%llu, %zu bytes: 0x%08x, written 0x%08x",
+					  kd->name, t->index, zinf_io_file_path(r->file),
+					  (unsigned long long)r->offset, r->len, c, t->crc[p]);
+		}
+	}
+}
+
+/* Every piece is complete and checked: settle the tensor's state, free the requests. */
 static int
 op_finish(struct zinf_swap *s, struct zinf_swap_op *op)
 {
 	struct swap_tensor *t = &s->t[op->id];
-	const struct swap_kind *kd = &s->kinds[t->kind];
-	int ret = 0;
-	for (int p = 0; p < op->nreq && ret == 0; p++) {
-		const struct zinf_io_req *r = &op->reqs[p];
-		if (r->result != (int64_t)r->len) {
-			ret = r->result < 0 ? (int)r->result : -EIO;
-			ZINF_ERR("swap: %s of %s[%u] failed: %s at offset %llu, %zu bytes: %s",
-				 op->write ? "write" : "read", kd->name, t->index,
-				 zinf_io_file_path(r->file), (unsigned long long)r->offset, r->len,
-				 strerror(-ret));
-		}
-	}
-	if (ret == 0 && !op->write && s->crc) {
-		for (int p = 0; p < op->nreq; p++) {
-			const struct zinf_io_req *r = &op->reqs[p];
-			uint32_t c = zinf_crc32c(0, r->buf, r->len);
-			if (c != t->crc[p]) {
-				ret = ZINF_FAIL(
-					-EBADMSG,
-					"swap: CRC mismatch reading %s[%u] from %s at offset "
-					"%llu, %zu bytes: 0x%08x, written 0x%08x",
-					kd->name, t->index, zinf_io_file_path(r->file),
-					(unsigned long long)r->offset, r->len, c, t->crc[p]);
-				break;
-			}
-		}
-	}
+	int ret = (int)op->result;
 	if (op->write) {
 		if (ret == 0) {
 			if (s->crc) {
@@ -907,7 +939,6 @@ op_finish(struct zinf_swap *s, struct zinf_swap_op *op)
 	}
 	zinf_free(op->reqs);
 	op->reqs = NULL;
-	op->result = ret;
 	return ret;
 }
 
@@ -920,8 +951,9 @@ zinf_swap_wait(struct zinf_swap *s, struct zinf_swap_op *op)
 	if (!op->reqs) {
 		return (int)op->result;
 	}
-	for (int p = 0; p < op->nreq; p++) {
-		zinf_io_wait(s->io, &op->reqs[p]);
+	while (op->ndone < op->nreq) {
+		zinf_io_wait(s->io, &op->reqs[op->ndone]);
+		piece_done(s, op);
 	}
 	return op_finish(s, op);
 }
@@ -935,10 +967,11 @@ zinf_swap_poll(struct zinf_swap *s, struct zinf_swap_op *op)
 	if (!op->reqs) {
 		return 1;
 	}
-	for (int p = 0; p < op->nreq; p++) {
-		if (!zinf_io_poll(s->io, &op->reqs[p])) {
+	while (op->ndone < op->nreq) {
+		if (!zinf_io_poll(s->io, &op->reqs[op->ndone])) {
 			return 0;
 		}
+		piece_done(s, op);
 	}
 	op_finish(s, op);
 	return 1;

@@ -93,6 +93,7 @@ struct zinf_swap_op {
 	struct zinf_io_req *reqs; /* the engine's; do not touch */
 	void *buf;
 	bool write;
+	int ndone;                /* requests completed and checked so far; do not touch */
 };
 
 /**
