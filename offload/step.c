@@ -660,8 +660,11 @@ zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy
 	 * asked for, waited for). */
 	for (uint32_t i = 0; i < want; i++) {
 		void *b = NULL;
-		int to = (i == 0 || st->o.buffers) ? st->o.timeout_ms : 0;
-		int rc = zinf_pool_acquire(st->o.pool, to, &b);
+		bool wait = i == 0 || st->o.buffers;
+		if (!wait && zinf_pool_free_count(st->o.pool) == 0) {
+			break; /* the budget gives no more now: run with what we have */
+		}
+		int rc = zinf_pool_acquire(st->o.pool, wait ? st->o.timeout_ms : 0, &b);
 		if (rc < 0) {
 			if (i > 0 && !st->o.buffers) {
 				break;

@@ -1,4 +1,574 @@
 // SPDX-License-Identifier: Apache-2.0
-/* offload/store.c: placeholder (being written). */
+/*
+ * offload/store.c: tensor residency. Each tensor has a home tier and a state:
+ *
+ *   ABSENT --swap_in--> READING --wait--> RESIDENT --release (dirty)--> WRITING --> ABSENT
+ *                                          |  ^--- swap_in during a write: wait, keep buffer
+ *                                          +--release (clean)--> cached (still RESIDENT) or ABSENT
+ *
+ * An NVMe-homed tensor holds a pool buffer while READING, RESIDENT or WRITING; CPU-homed ones
+ * live in the pool's CPU region and are always RESIDENT. Every tensor has its own swap op, so
+ * waiting for one waits for nothing else. When no buffer is free a request reaps finished
+ * writes, evicts the least recently released cached tensor (or an unclaimed prefetch), waits
+ * for the oldest write, and only then waits on the pool (timeout_ms) or fails with a message
+ * naming the budget. A failed write keeps the data resident and dirty: nothing is dropped.
+ * Not thread-safe: one thread drives a store (the I/O runs on the engine's threads).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "common/util.h"
 #include "zinf/offload.h"
+
+_Static_assert(sizeof(struct zinf_store_opts) == 48, "zinf_store_opts layout changed");
+
+struct tensor {
+	char kind[32];
+	uint32_t index;
+	uint64_t elems, bytes;
+	enum zinf_tier home;
+	int swap_id;
+	enum zinf_tensor_state state;
+	void *data;   /* pool buffer (NVMe) or CPU region */
+	bool written; /* the files hold its data */
+	bool dirty;
+	bool in_use;	 /* between swap_in and release */
+	bool cached;	 /* released clean, kept resident under max_in_cpu */
+	bool prefetched; /* started by the prefetcher, not claimed yet */
+	bool queued;	 /* in the prefetch queue */
+	uint64_t lru;	 /* release order of cached tensors */
+	uint64_t wseq;	 /* start order of writes */
+	struct zinf_swap_op op;
+};
+
+struct zinf_store {
+	struct zinf_store_opts o;
+	struct tensor *t;
+	int nt, cap;
+	uint64_t clock;
+	uint64_t buf_bytes;
+	int *pq; /* prefetch queue: ids, FIFO */
+	int pq_head, pq_len, pq_cap;
+	uint64_t pf_bytes; /* prefetch bytes started and not claimed */
+	uint64_t cached_elems;
+	int pending_err; /* a write that failed while reaped, for the next flush */
+	struct zinf_store_stats stats;
+};
+
+void
+zinf_store_opts_init(struct zinf_store_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->timeout_ms = -1;
+}
+
+int
+zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out)
+{
+	if (!opts || opts->size != sizeof(*opts) || !opts->pool) {
+		return ZINF_FAIL(-EINVAL, "store: needs options from zinf_store_opts_init() and a "
+					  "pool");
+	}
+	struct zinf_store *s = zinf_calloc(1, sizeof(*s));
+	if (!s) {
+		return ZINF_FAIL(-ENOMEM, "store: out of memory");
+	}
+	s->o = *opts;
+	s->buf_bytes = zinf_pool_buffer_bytes(opts->pool);
+	*out = s;
+	return 0;
+}
+
+static struct tensor *
+get(const struct zinf_store *s, int id)
+{
+	return (id >= 0 && id < s->nt) ? &s->t[id] : NULL;
+}
+
+static void
+give_back(struct zinf_store *s, struct tensor *t)
+{
+	if (t->home == ZINF_TIER_NVME && t->data) {
+		(void)zinf_pool_release(s->o.pool, t->data);
+		t->data = NULL;
+	}
+	if (t->cached) {
+		s->cached_elems -= t->elems;
+		t->cached = false;
+	}
+	if (t->prefetched) {
+		s->pf_bytes -= t->bytes;
+		t->prefetched = false;
+	}
+	t->state = ZINF_TENSOR_ABSENT;
+}
+
+/* A write is complete: free the buffer, or on failure keep the data resident and dirty. */
+static int
+write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
+{
+	if (rc) {
+		t->state = ZINF_TENSOR_RESIDENT;
+		t->dirty = true;
+		ZINF_ERR("store: write of %s[%u] failed: kept resident and dirty (%s)", t->kind,
+			 t->index, zinf_strerror(rc));
+		if (!s->pending_err) {
+			s->pending_err = rc;
+		}
+		return rc;
+	}
+	t->written = true;
+	s->stats.writes++;
+	s->stats.write_bytes += t->bytes;
+	if (keep) {
+		t->state = ZINF_TENSOR_RESIDENT;
+	} else {
+		give_back(s, t);
+	}
+	return 0;
+}
+
+static void
+reap_writes(struct zinf_store *s)
+{
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_WRITING && zinf_swap_poll(s->o.swap, &t->op) == 1) {
+			(void)write_done(s, t, zinf_swap_wait(s->o.swap, &t->op), false);
+		}
+	}
+}
+
+/* Free one buffer without waiting on the pool: evict a cached or unclaimed tensor, or wait for
+ * the oldest write. Returns true if one was freed. */
+static bool
+make_room(struct zinf_store *s)
+{
+	struct tensor *victim = NULL;
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty &&
+		    (!victim || t->lru < victim->lru)) {
+			victim = t;
+		}
+	}
+	if (!victim) {
+		/* an unclaimed prefetch, furthest back in the queue order: the oldest started */
+		for (int i = 0; i < s->nt && !victim; i++) {
+			struct tensor *t = &s->t[i];
+			if (t->prefetched && !t->in_use && !t->dirty &&
+			    (t->state == ZINF_TENSOR_RESIDENT || t->state == ZINF_TENSOR_READING)) {
+				victim = t;
+			}
+		}
+		if (victim && victim->state == ZINF_TENSOR_READING) {
+			(void)zinf_swap_wait(s->o.swap, &victim->op);
+		}
+	}
+	if (victim) {
+		give_back(s, victim);
+		s->stats.evictions++;
+		return true;
+	}
+	struct tensor *w = NULL;
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_WRITING && (!w || t->wseq < w->wseq)) {
+			w = t;
+		}
+	}
+	if (w) {
+		s->stats.buffer_waits++;
+		return write_done(s, w, zinf_swap_wait(s->o.swap, &w->op), false) == 0;
+	}
+	return false;
+}
+
+static int
+get_buffer(struct zinf_store *s, struct tensor *t, bool may_wait)
+{
+	void *b = NULL;
+	reap_writes(s);
+	for (;;) {
+		/* Probe quietly: an empty pool here is not an error yet. */
+		if (zinf_pool_free_count(s->o.pool) > 0 &&
+		    zinf_pool_acquire(s->o.pool, 0, &b) >= 0) {
+			t->data = b;
+			return 0;
+		}
+		if (!make_room(s)) {
+			break;
+		}
+	}
+	if (!may_wait) {
+		return ZINF_FAIL(-EAGAIN,
+				 "store: no free buffer for %s[%u] (%u buffers of %" PRIu64
+				 " bytes, all held by tensors in use): raise the pool's "
+				 "buffer_count, or release tensors first",
+				 t->kind, t->index, zinf_pool_buffer_count(s->o.pool),
+				 s->buf_bytes);
+	}
+	s->stats.buffer_waits++;
+	int rc = zinf_pool_acquire(s->o.pool, s->o.timeout_ms, &b);
+	if (rc < 0) {
+		return ZINF_FAIL(rc,
+				 "store: no buffer for %s[%u] (every buffer holds a tensor in "
+				 "use): %s",
+				 t->kind, t->index, zinf_last_error());
+	}
+	t->data = b;
+	return 0;
+}
+
+int
+zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t elems,
+	       uint32_t elem_bytes, enum zinf_tier home)
+{
+	if (!kind || strlen(kind) >= sizeof(s->t[0].kind) || elem_bytes == 0) {
+		return ZINF_FAIL(-EINVAL, "store: bad tensor (kind \"%s\", element bytes %u)",
+				 kind ? kind : "(null)", elem_bytes);
+	}
+	uint64_t bytes = elems * elem_bytes;
+	if (home == ZINF_TIER_NVME) {
+		if (!s->o.swap) {
+			return ZINF_FAIL(-EINVAL,
+					 "store: %s[%u] homed on NVMe, but the store has no "
+					 "swap space",
+					 kind, index);
+		}
+		if (bytes > s->buf_bytes) {
+			return ZINF_FAIL(-EINVAL,
+					 "store: %s[%u] needs %" PRIu64
+					 " bytes, more than one pool "
+					 "buffer (%" PRIu64 "): raise the pool's buffer size",
+					 kind, index, bytes, s->buf_bytes);
+		}
+	} else if (home != ZINF_TIER_CPU) {
+		return ZINF_FAIL(-EINVAL, "store: unknown tier %d", home);
+	}
+	if (s->nt == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 16;
+		struct tensor *n = zinf_calloc(cap, sizeof(*n));
+		int *q = zinf_calloc(cap, sizeof(*q));
+		if (!n || !q) {
+			zinf_free(n);
+			zinf_free(q);
+			return ZINF_FAIL(-ENOMEM, "store: out of memory");
+		}
+		if (s->nt) {
+			memcpy(n, s->t, s->nt * sizeof(*n));
+			for (int i = 0; i < s->pq_len; i++) {
+				q[i] = s->pq[(s->pq_head + i) % s->pq_cap];
+			}
+		}
+		zinf_free(s->t);
+		zinf_free(s->pq);
+		s->t = n;
+		s->cap = cap;
+		s->pq = q;
+		s->pq_cap = cap;
+		s->pq_head = 0;
+	}
+	struct tensor *t = &s->t[s->nt];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->kind, sizeof(t->kind), "%s", kind);
+	t->index = index;
+	t->elems = elems;
+	t->bytes = bytes;
+	t->home = home;
+	t->swap_id = -1;
+	if (home == ZINF_TIER_NVME) {
+		int id = zinf_swap_add(s->o.swap, kind, index, bytes);
+		if (id < 0) {
+			return id;
+		}
+		t->swap_id = id;
+		t->state = ZINF_TENSOR_ABSENT;
+	} else {
+		int rc = zinf_pool_cpu_alloc(s->o.pool, bytes ? bytes : 1, &t->data);
+		if (rc) {
+			return rc;
+		}
+		memset(t->data, 0, bytes);
+		t->state = ZINF_TENSOR_RESIDENT;
+	}
+	return s->nt++;
+}
+
+enum zinf_tensor_state
+zinf_store_state(const struct zinf_store *s, int id)
+{
+	const struct tensor *t = get(s, id);
+	return t ? t->state : ZINF_TENSOR_ABSENT;
+}
+
+uint64_t
+zinf_store_bytes(const struct zinf_store *s, int id)
+{
+	const struct tensor *t = get(s, id);
+	return t ? t->bytes : 0;
+}
+
+/* Start the read of an ABSENT tensor that has a buffer. */
+static void
+start_read(struct zinf_store *s, struct tensor *t, bool zero)
+{
+	if (zero || !t->written) {
+		memset(t->data, 0, t->bytes);
+		t->state = ZINF_TENSOR_RESIDENT;
+		return;
+	}
+	t->state = ZINF_TENSOR_READING;
+	(void)zinf_swap_read_async(s->o.swap, t->swap_id, t->data, &t->op);
+}
+
+static void
+pump_prefetch(struct zinf_store *s)
+{
+	reap_writes(s);
+	while (s->pq_len) {
+		struct tensor *t = &s->t[s->pq[s->pq_head]];
+		if (t->state != ZINF_TENSOR_ABSENT) {
+			t->queued = false;
+			s->pq_head = (s->pq_head + 1) % s->pq_cap;
+			s->pq_len--;
+			continue;
+		}
+		if (s->pf_bytes + t->bytes > s->o.prefetch_bytes) {
+			break;
+		}
+		void *b = NULL;
+		if (zinf_pool_free_count(s->o.pool) == 0 ||
+		    zinf_pool_acquire(s->o.pool, 0, &b) < 0) {
+			break; /* never waits, never evicts the cache for a guess */
+		}
+		t->data = b;
+		t->queued = false;
+		s->pq_head = (s->pq_head + 1) % s->pq_cap;
+		s->pq_len--;
+		t->prefetched = true;
+		s->pf_bytes += t->bytes;
+		s->stats.prefetch_started++;
+		start_read(s, t, false);
+	}
+}
+
+int
+zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags)
+{
+	struct tensor *t = get(s, id);
+	if (!t) {
+		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+	}
+	if (t->home == ZINF_TIER_CPU) {
+		t->in_use = true;
+		return 0;
+	}
+	if (t->state == ZINF_TENSOR_WRITING) {
+		/* The buffer still holds the data: wait for the write and keep it. */
+		int rc = write_done(s, t, zinf_swap_wait(s->o.swap, &t->op), true);
+		(void)rc; /* failed: kept resident and dirty, which is what swap-in wants */
+	}
+	if (t->state == ZINF_TENSOR_RESIDENT || t->state == ZINF_TENSOR_READING) {
+		if (t->cached) {
+			s->cached_elems -= t->elems;
+			t->cached = false;
+			s->stats.cache_hits++;
+		}
+		if (t->prefetched) {
+			s->pf_bytes -= t->bytes;
+			t->prefetched = false;
+		}
+		t->in_use = true;
+		pump_prefetch(s);
+		return 0;
+	}
+	int rc = get_buffer(s, t, !(flags & ZINF_STORE_NOWAIT));
+	if (rc) {
+		return rc;
+	}
+	t->in_use = true;
+	start_read(s, t, flags & ZINF_STORE_NEW);
+	pump_prefetch(s);
+	return 0;
+}
+
+int
+zinf_store_wait(struct zinf_store *s, int id, void **data)
+{
+	struct tensor *t = get(s, id);
+	if (!t) {
+		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+	}
+	int rc = 0;
+	if (t->state == ZINF_TENSOR_READING) {
+		rc = zinf_swap_wait(s->o.swap, &t->op);
+		if (rc) {
+			rc = ZINF_FAIL(rc, "store: swap-in of %s[%u] failed: %s", t->kind, t->index,
+				       zinf_last_error());
+			t->in_use = false;
+			give_back(s, t);
+		} else {
+			t->state = ZINF_TENSOR_RESIDENT;
+			s->stats.reads++;
+			s->stats.read_bytes += t->bytes;
+		}
+	} else if (t->state == ZINF_TENSOR_WRITING) {
+		rc = write_done(s, t, zinf_swap_wait(s->o.swap, &t->op), false);
+	}
+	if (data) {
+		*data = t->state == ZINF_TENSOR_RESIDENT ? t->data : NULL;
+	}
+	pump_prefetch(s);
+	return rc;
+}
+
+int
+zinf_store_mark_dirty(struct zinf_store *s, int id)
+{
+	struct tensor *t = get(s, id);
+	if (!t || t->state != ZINF_TENSOR_RESIDENT) {
+		return ZINF_FAIL(-EINVAL, "store: mark_dirty of tensor %d, which is not resident",
+				 id);
+	}
+	if (t->home == ZINF_TIER_NVME) {
+		t->dirty = true;
+	}
+	return 0;
+}
+
+static void
+start_write(struct zinf_store *s, struct tensor *t)
+{
+	t->state = ZINF_TENSOR_WRITING;
+	t->dirty = false;
+	t->wseq = s->clock++;
+	(void)zinf_swap_write_async(s->o.swap, t->swap_id, t->data, &t->op);
+}
+
+int
+zinf_store_release(struct zinf_store *s, int id)
+{
+	struct tensor *t = get(s, id);
+	if (!t) {
+		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+	}
+	t->in_use = false;
+	if (t->home == ZINF_TIER_CPU) {
+		return 0;
+	}
+	if (t->state == ZINF_TENSOR_READING) {
+		int rc = zinf_store_wait(s, id, NULL);
+		if (rc) {
+			return rc;
+		}
+	}
+	if (t->state != ZINF_TENSOR_RESIDENT) {
+		return 0;
+	}
+	if (t->dirty) {
+		start_write(s, t);
+	} else if (t->elems <= s->o.max_in_cpu) {
+		t->cached = true;
+		t->lru = s->clock++;
+		s->cached_elems += t->elems;
+		while (s->cached_elems > s->o.max_in_cpu) {
+			struct tensor *v = NULL;
+			for (int i = 0; i < s->nt; i++) {
+				struct tensor *c = &s->t[i];
+				if (c->cached && (!v || c->lru < v->lru)) {
+					v = c;
+				}
+			}
+			give_back(s, v);
+			s->stats.evictions++;
+		}
+	} else {
+		give_back(s, t);
+	}
+	pump_prefetch(s);
+	return 0;
+}
+
+int
+zinf_store_prefetch(struct zinf_store *s, int id)
+{
+	struct tensor *t = get(s, id);
+	if (!t) {
+		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+	}
+	if (t->home == ZINF_TIER_CPU || t->state != ZINF_TENSOR_ABSENT || t->queued) {
+		return 0;
+	}
+	if (t->bytes > s->o.prefetch_bytes) {
+		return ZINF_FAIL(-ENOSPC,
+				 "store: prefetch of %s[%u] (%" PRIu64 " bytes) exceeds the "
+				 "prefetch budget of %" PRIu64 " bytes: raise "
+				 "stage3_prefetch_bucket_size",
+				 t->kind, t->index, t->bytes, s->o.prefetch_bytes);
+	}
+	s->pq[(s->pq_head + s->pq_len) % s->pq_cap] = id;
+	s->pq_len++;
+	t->queued = true;
+	pump_prefetch(s);
+	return 0;
+}
+
+int
+zinf_store_flush(struct zinf_store *s)
+{
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_RESIDENT && t->dirty) {
+			t->wseq = s->clock++;
+			t->state = ZINF_TENSOR_WRITING;
+			t->dirty = false;
+			(void)zinf_swap_write_async(s->o.swap, t->swap_id, t->data, &t->op);
+		}
+	}
+	int rc = s->pending_err;
+	s->pending_err = 0;
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_WRITING) {
+			/* In use or cached: keep it resident after the write. */
+			bool keep = t->in_use || t->cached;
+			int r = write_done(s, t, zinf_swap_wait(s->o.swap, &t->op), keep);
+			rc = rc ? rc : r;
+		} else if (t->state == ZINF_TENSOR_READING) {
+			int r = zinf_store_wait(s, i, NULL);
+			rc = rc ? rc : r;
+		}
+	}
+	s->pending_err = 0;
+	return rc;
+}
+
+void
+zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out)
+{
+	*out = s->stats;
+	out->cached_elems = s->cached_elems;
+}
+
+void
+zinf_store_destroy(struct zinf_store *s)
+{
+	if (!s) {
+		return;
+	}
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_READING || t->state == ZINF_TENSOR_WRITING) {
+			(void)zinf_swap_wait(s->o.swap, &t->op);
+		}
+		if (t->home == ZINF_TIER_NVME) {
+			give_back(s, t);
+		}
+	}
+	zinf_free(s->pq);
+	zinf_free(s->t);
+	zinf_free(s);
+}

@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/offload/test_store.c: the tensor store. Real bytes through swap files: more tensors than
+ * buffers (back-pressure by waiting for writes), a request that cannot be served fails with the
+ * budget named instead of hanging, the max_in_cpu cache, the prefetch byte budget, per-tensor
+ * waits, and failed reads and writes (fault backend) that drop no data.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "common/test_util.h"
+#include "common/util.h"
+#include "zinf/offload.h"
+
+#define ELEMS 10000u /* 40000 bytes per tensor */
+
+struct srig {
+	char *dir;
+	struct zinf_io *io;
+	struct zinf_swap *swap;
+	struct zinf_pool *pool;
+	struct zinf_store *st;
+};
+
+static void
+srig_init(struct srig *r, uint32_t buffers, struct zinf_store_opts *so, bool fault)
+{
+	zt_log_to_stderr();
+	memset(r, 0, sizeof(*r));
+	struct zinf_io_opts io;
+	zinf_io_opts_init(&io);
+	io.block_size = 16384;
+	if (fault) {
+		io.backend = "fault";
+	}
+	int rc = zinf_io_create(&io, &r->io);
+	if (rc) {
+		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
+	}
+	r->dir = zt_mkdtemp(NULL);
+	struct zinf_swap_opts sw;
+	zinf_swap_opts_init(&sw);
+	const char *dirs[1] = {r->dir};
+	sw.dirs = dirs;
+	sw.n_dirs = 1;
+	cr_assert_eq(zinf_swap_create(r->io, &sw, &r->swap), 0);
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_count = buffers;
+	po.buffer_bytes = ELEMS * 4;
+	po.cpu_bytes = 1 << 20;
+	po.io = r->io;
+	po.what = "offload_param";
+	cr_assert_eq(zinf_pool_create(&po, &r->pool), 0);
+	so->pool = r->pool;
+	so->swap = r->swap;
+	cr_assert_eq(zinf_store_create(so, &r->st), 0);
+}
+
+static void
+srig_fini(struct srig *r)
+{
+	zinf_store_destroy(r->st);
+	cr_assert_eq(zinf_pool_free_count(r->pool), zinf_pool_buffer_count(r->pool),
+		     "a buffer leaked");
+	zinf_pool_destroy(r->pool);
+	zinf_swap_destroy(r->swap);
+	zinf_io_destroy(r->io);
+	zt_rmtree(r->dir);
+	free(r->dir);
+}
+
+static int
+add_n(struct srig *r, int n)
+{
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(zinf_store_add(r->st, "param16", i, ELEMS, 4, ZINF_TIER_NVME), i);
+	}
+	int cpu = zinf_store_add(r->st, "cpu", 0, ELEMS, 4, ZINF_TIER_CPU);
+	cr_assert_eq(cpu, n);
+	cr_assert_eq(zinf_swap_reserve(r->swap), 0);
+	return cpu;
+}
+
+/* Write n tensors of distinct data through the store; return the data. */
+static float *
+write_all(struct srig *r, int n, uint64_t *seed)
+{
+	float *ref = malloc((size_t)n * ELEMS * 4);
+	zt_rand_fill(ref, (size_t)n * ELEMS * 4, seed);
+	for (int i = 0; i < n; i++) {
+		void *d = NULL;
+		cr_assert_eq(zinf_store_swap_in(r->st, i, ZINF_STORE_NEW), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_store_wait(r->st, i, &d), 0);
+		cr_assert_eq(((float *)d)[17], 0.0f, "a new tensor starts zeroed");
+		memcpy(d, ref + (size_t)i * ELEMS, ELEMS * 4);
+		cr_assert_eq(zinf_store_mark_dirty(r->st, i), 0);
+		cr_assert_eq(zinf_store_release(r->st, i), 0);
+	}
+	return ref;
+}
+
+Test(store, more_tensors_than_buffers_round_trip)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_init(&r, 2, &so, false);
+	int cpu = add_n(&r, 7);
+	float *ref = write_all(&r, 7, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	for (int i = 0; i < 7; i++) {
+		cr_assert_eq(zinf_store_state(r.st, i), ZINF_TENSOR_ABSENT);
+	}
+	for (int i = 6; i >= 0; i--) {
+		void *d;
+		cr_assert_eq(zinf_store_swap_in(r.st, i, 0), 0);
+		cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+		cr_assert_eq(memcmp(d, ref + (size_t)i * ELEMS, ELEMS * 4), 0, "tensor %d", i);
+		cr_assert_eq(zinf_store_release(r.st, i), 0);
+	}
+	/* CPU-homed: always resident, in the pool's CPU region. */
+	cr_assert_eq(zinf_store_state(r.st, cpu), ZINF_TENSOR_RESIDENT);
+	struct zinf_store_stats s;
+	zinf_store_get_stats(r.st, &s);
+	cr_assert_eq(s.writes, 7);
+	cr_assert_eq(s.reads, 7);
+	cr_assert_geq(s.buffer_waits, 1, "7 writes through 2 buffers must have waited");
+	free(ref);
+	srig_fini(&r);
+}
+
+Test(store, no_buffer_fails_with_the_budget_named_never_hangs)
+{
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_init(&r, 2, &so, false);
+	add_n(&r, 3);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, ZINF_STORE_NEW), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, ZINF_STORE_NEW), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 2, ZINF_STORE_NOWAIT), -EAGAIN);
+	cr_assert(strstr(zinf_last_error(), "buffer_count"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT);
+	/* Waiting would never end (this thread holds both): an error, not a hang. */
+	cr_assert_eq(zinf_store_swap_in(r.st, 2, 0), -EDEADLK);
+	cr_assert(strstr(zinf_last_error(), "offload_param.buffer_count"), "%s", zinf_last_error());
+	/* A tensor larger than a buffer is refused when declared. */
+	cr_assert_eq(zinf_store_add(r.st, "big", 0, 2 * ELEMS, 4, ZINF_TIER_NVME), -EINVAL);
+	zinf_store_release(r.st, 0);
+	zinf_store_release(r.st, 1);
+	cr_assert_eq(zinf_store_swap_in(r.st, 2, ZINF_STORE_NOWAIT | ZINF_STORE_NEW), 0);
+	zinf_store_release(r.st, 2);
+	srig_fini(&r);
+}
+
+Test(store, max_in_cpu_cache)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.max_in_cpu = 2 * ELEMS;
+	struct srig r;
+	srig_init(&r, 4, &so, false);
+	add_n(&r, 4);
+	float *ref = write_all(&r, 4, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	void *d;
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(zinf_store_swap_in(r.st, i, 0), 0);
+		cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+		cr_assert_eq(zinf_store_release(r.st, i), 0);
+	}
+	/* Cache holds 2 tensors' elements: 1 and 2 stay, 0 (least recent) was evicted. */
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_RESIDENT);
+	cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_RESIDENT);
+	struct zinf_store_stats s0, s1;
+	zinf_store_get_stats(r.st, &s0);
+	cr_assert_eq(s0.cached_elems, 2 * ELEMS);
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 1, &d), 0);
+	cr_assert_eq(memcmp(d, ref + ELEMS, ELEMS * 4), 0);
+	zinf_store_get_stats(r.st, &s1);
+	cr_assert_eq(s1.cache_hits, s0.cache_hits + 1);
+	cr_assert_eq(s1.reads, s0.reads, "a cache hit reads nothing");
+	zinf_store_release(r.st, 1);
+	free(ref);
+	srig_fini(&r);
+}
+
+Test(store, prefetch_byte_budget)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.prefetch_bytes = 2 * ELEMS * 4;
+	struct srig r;
+	srig_init(&r, 4, &so, false);
+	add_n(&r, 5);
+	float *ref = write_all(&r, 5, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(zinf_store_prefetch(r.st, i), 0);
+	}
+	cr_assert_neq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	cr_assert_neq(zinf_store_state(r.st, 1), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT, "over the byte budget");
+	cr_assert_eq(zinf_store_state(r.st, 3), ZINF_TENSOR_ABSENT);
+	/* Claiming one frees budget: the queue moves on. */
+	void *d;
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_neq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d), 0);
+	cr_assert_eq(memcmp(d, ref, ELEMS * 4), 0);
+	for (int i = 1; i < 4; i++) {
+		cr_assert_eq(zinf_store_swap_in(r.st, i, 0), 0);
+		cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+		cr_assert_eq(memcmp(d, ref + (size_t)i * ELEMS, ELEMS * 4), 0);
+		zinf_store_release(r.st, i);
+	}
+	zinf_store_release(r.st, 0);
+	struct zinf_store_stats s;
+	zinf_store_get_stats(r.st, &s);
+	cr_assert_eq(s.prefetch_started, 4);
+	so.prefetch_bytes = 100;
+	struct zinf_store *st2;
+	cr_assert_eq(zinf_store_create(&so, &st2), 0);
+	int id = zinf_store_add(st2, "cpu", 1, 10, 4, ZINF_TIER_CPU);
+	cr_assert_geq(id, 0);
+	zinf_store_destroy(st2);
+	cr_assert_eq(zinf_store_prefetch(r.st, 4), 0);
+	free(ref);
+	srig_fini(&r);
+}
+
+Test(store, failed_write_keeps_the_data_failed_read_frees_the_buffer)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_init(&r, 2, &so, true);
+	add_n(&r, 2);
+	struct zinf_io_fault f = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_WRITE, .nth = 2, .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &f), 0);
+	float *ref = write_all(&r, 1, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), -EIO);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "the data is kept");
+	/* The fault was one op: flushing again writes it. */
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	struct zinf_io_fault fr = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1, .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &fr), 0);
+	void *d;
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d), -EIO);
+	cr_assert(strstr(zinf_last_error(), "param16[0]"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 2);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d), 0);
+	cr_assert_eq(memcmp(d, ref, ELEMS * 4), 0);
+	zinf_store_release(r.st, 0);
+	free(ref);
+	srig_fini(&r);
+}
