@@ -65,23 +65,36 @@ bf16_rne8(__m256 x)
 	return bf16_round8(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
 }
 
+/* Store 8 copies. nt: the 16-bit copy is 16-byte aligned and is written with streaming
+ * stores: it is write-only here, so this saves the read-for-ownership of its lines. */
 ALWAYS_INLINE void
-store_copy8(void *c, enum zinf_copy_kind ck, size_t i, __m256 p)
+store_copy8(void *c, enum zinf_copy_kind ck, size_t i, __m256 p, bool nt)
 {
+	__m128i h;
 	switch (ck) {
 	case ZINF_COPY_F32:
 		_mm256_storeu_ps((float *)c + i, p);
-		break;
+		return;
 	case ZINF_COPY_F16:
-		_mm_storeu_si128((__m128i *)((uint16_t *)c + i),
-				 _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+		h = _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT);
 		break;
 	case ZINF_COPY_BF16:
-		_mm_storeu_si128((__m128i *)((uint16_t *)c + i), bf16_rne8(p));
+		h = bf16_rne8(p);
 		break;
 	default:
-		break;
+		return;
 	}
+	if (nt) {
+		_mm_stream_si128((__m128i *)((uint16_t *)c + i), h);
+	} else {
+		_mm_storeu_si128((__m128i *)((uint16_t *)c + i), h);
+	}
+}
+
+ALWAYS_INLINE bool
+copy_nt(const struct zinf_opt_args *a, enum zinf_copy_kind ck)
+{
+	return (ck == ZINF_COPY_F16 || ck == ZINF_COPY_BF16) && ((uintptr_t)a->copy & 15) == 0;
 }
 
 /* zinf_sr_bits() for elements i .. i + 7 (i a multiple of 8, so i >> 32 is common). */
@@ -135,10 +148,14 @@ adam_math8(const struct zinf_opt_args *a, __m256 p, __m256 g, __m256 *m, __m256 
 }
 
 ALWAYS_INLINE void
-adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+adam_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
 	  enum zinf_copy_kind ck)
 {
+	/* A local copy: the stores below could alias *args as far as the compiler knows, which
+	 * would reload and re-broadcast every scalar in every iteration. */
+	const struct zinf_opt_args la = *args, *a = &la;
 	float *P = a->param, *M = a->m, *V = a->v;
+	bool nt = copy_nt(a, ck);
 	size_t i = i0;
 	for (; i + 8 <= i1; i += 8) {
 		__m256 p = _mm256_loadu_ps(P + i);
@@ -148,7 +165,10 @@ adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype g
 		_mm256_storeu_ps(M + i, m);
 		_mm256_storeu_ps(V + i, v);
 		_mm256_storeu_ps(P + i, p);
-		store_copy8(a->copy, ck, i, p);
+		store_copy8(a->copy, ck, i, p, nt);
+	}
+	if (nt) {
+		_mm_sfence();
 	}
 	for (; i < i1; i++) {
 		zinf_adam_elem(a, i);
@@ -156,9 +176,11 @@ adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype g
 }
 
 ALWAYS_INLINE void
-adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
 		    enum zinf_copy_kind ck)
 {
+	const struct zinf_opt_args la = *args, *a = &la;
+	bool nt = copy_nt(a, ck);
 	float *P = a->param;
 	uint16_t *M = a->m, *V = a->v;
 	size_t i = i0;
@@ -170,7 +192,10 @@ adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zi
 		_mm_storeu_si128((__m128i *)(M + i), state_round8(a, m, a->key_m, i));
 		_mm_storeu_si128((__m128i *)(V + i), state_round8(a, v, a->key_v, i));
 		_mm256_storeu_ps(P + i, p);
-		store_copy8(a->copy, ck, i, p);
+		store_copy8(a->copy, ck, i, p, nt);
+	}
+	if (nt) {
+		_mm_sfence();
 	}
 	for (; i < i1; i++) {
 		zinf_adam_bf16state_elem(a, i);
@@ -178,9 +203,11 @@ adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zi
 }
 
 ALWAYS_INLINE void
-adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+adagrad_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
 	     enum zinf_copy_kind ck)
 {
+	const struct zinf_opt_args la = *args, *a = &la;
+	bool nt = copy_nt(a, ck);
 	float *P = a->param, *H = a->v;
 	size_t i = i0;
 	for (; i + 8 <= i1; i += 8) {
@@ -191,7 +218,10 @@ adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtyp
 		p = _mm256_fmadd_ps(_mm256_set1_ps(a->nstep), _mm256_div_ps(g, std), p);
 		_mm256_storeu_ps(H + i, h);
 		_mm256_storeu_ps(P + i, p);
-		store_copy8(a->copy, ck, i, p);
+		store_copy8(a->copy, ck, i, p, nt);
+	}
+	if (nt) {
+		_mm_sfence();
 	}
 	for (; i < i1; i++) {
 		zinf_adagrad_elem(a, i);
@@ -199,9 +229,11 @@ adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtyp
 }
 
 ALWAYS_INLINE void
-lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+lion_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
 	  enum zinf_copy_kind ck)
 {
+	const struct zinf_opt_args la = *args, *a = &la;
+	bool nt = copy_nt(a, ck);
 	float *P = a->param, *M = a->m;
 	const __m256 zero = _mm256_setzero_ps();
 	size_t i = i0;
@@ -220,7 +252,10 @@ lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype g
 				    _mm256_mul_ps(_mm256_set1_ps(a->omb2), g));
 		_mm256_storeu_ps(M + i, m);
 		_mm256_storeu_ps(P + i, p);
-		store_copy8(a->copy, ck, i, p);
+		store_copy8(a->copy, ck, i, p, nt);
+	}
+	if (nt) {
+		_mm_sfence();
 	}
 	for (; i < i1; i++) {
 		zinf_lion_elem(a, i);
@@ -357,7 +392,7 @@ avx2_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, siz
 {
 	size_t i = i0;
 	for (; i + 8 <= i1; i += 8) {
-		store_copy8(dst, ck, i, _mm256_loadu_ps(src + i));
+		store_copy8(dst, ck, i, _mm256_loadu_ps(src + i), false);
 	}
 	for (; i < i1; i++) {
 		zinf_store_copy(dst, ck, i, src[i]);
