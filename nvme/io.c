@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -1050,4 +1051,41 @@ zinf_io_blk_sync(struct zinf_io_blk *b)
 		n = pwrite(b->file->fd, b->buf + b->done, b->xfer, (off_t)(b->off + b->done));
 	}
 	return n < 0 ? -errno : n;
+}
+
+/* ---- I/O buffers -------------------------------------------------------------------------- */
+
+#define HUGE_2M (2u << 20)
+
+ZINF_API void *
+zinf_io_buf_alloc(size_t len)
+{
+	if (len == 0 || len > SIZE_MAX - 2 * (size_t)HUGE_2M) {
+		return NULL;
+	}
+	size_t map_len = ZINF_ALIGN_UP(len, (size_t)HUGE_2M);
+	/* Over-map by 2 MiB, then trim, so that the buffer starts on a huge-page boundary. */
+	char *m = mmap(NULL, map_len + HUGE_2M, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		return NULL;
+	}
+	char *p = (char *)ZINF_ALIGN_UP((uintptr_t)m, (uintptr_t)HUGE_2M);
+	if (p > m) {
+		munmap(m, (size_t)(p - m));
+	}
+	if (p + map_len < m + map_len + HUGE_2M) {
+		munmap(p + map_len, (size_t)(m + map_len + HUGE_2M - (p + map_len)));
+	}
+	/* Before the first touch: pages faulted in earlier stay 4 KiB. */
+	(void)madvise(p, map_len, MADV_HUGEPAGE);
+	return p;
+}
+
+ZINF_API void
+zinf_io_buf_free(void *p, size_t len)
+{
+	if (p) {
+		munmap(p, ZINF_ALIGN_UP(len, (size_t)HUGE_2M));
+	}
 }

@@ -615,3 +615,70 @@ Test(nvme_io, sqpoll_round_trip)
 	zt_rmtree(dir);
 	free(dir);
 }
+
+/* AnonHugePages (kB) of the mapping that starts at p, from /proc/self/smaps; -1 if not found. */
+static long
+anon_huge_kb(const void *p)
+{
+	FILE *fp = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool in = false;
+	long kb = -1;
+	while (fp && fgets(line, sizeof(line), fp)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			in = lo <= (uintptr_t)p && (uintptr_t)p < hi;
+		} else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) {
+			break;
+		}
+	}
+	if (fp) {
+		fclose(fp);
+	}
+	return kb;
+}
+
+/* zinf_io_buf_alloc: 2 MiB aligned, zeroed, huge pages where THP allows, usable for I/O. */
+Test(nvme_io, io_buf_alloc_huge_pages)
+{
+	uint64_t rng = zt_seed();
+	size_t n = (8 << 20) + 4096;
+	char *b = zinf_io_buf_alloc(n);
+	cr_assert_not_null(b);
+	cr_assert(ZINF_IS_ALIGNED((uintptr_t)b, 2u << 20));
+	for (size_t i = 0; i < n; i += 4096) {
+		cr_assert_eq(b[i], 0);
+	}
+	zt_rand_fill(b, n, &rng);
+	char thp[128] = "";
+	FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (fp) {
+		if (!fgets(thp, sizeof(thp), fp)) {
+			thp[0] = 0;
+		}
+		fclose(fp);
+	}
+	long kb = anon_huge_kb(b);
+	if (thp[0] && !strstr(thp, "[never]")) {
+		/* Memory pressure may deny some; most of the 8 MiB should be huge. */
+		cr_assert(kb >= 4096, "AnonHugePages %ld kB for an 8 MiB buffer (THP: %s)", kb,
+			  thp);
+	} else {
+		cr_log_warn("THP off here (%s): huge pages not checked", thp);
+	}
+	char *dir = zt_mkdtemp(NULL);
+	struct zinf_io *io = io_open(8, 1 << 20, 1, false);
+	struct zinf_io_file *f = file_open(io, dir, "hp", 0);
+	char *r = zinf_io_buf_alloc(n);
+	cr_assert_eq(zinf_io_pwrite(io, f, b, n, 0), 0);
+	cr_assert_eq(zinf_io_pread(io, f, r, n, 0), 0);
+	cr_assert(memcmp(b, r, n) == 0);
+	zinf_io_destroy(io);
+	zinf_io_buf_free(b, n);
+	zinf_io_buf_free(r, n);
+	zinf_io_buf_free(NULL, 0);
+	cr_assert_null(zinf_io_buf_alloc(0));
+	zt_rmtree(dir);
+	free(dir);
+}
