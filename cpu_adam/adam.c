@@ -24,11 +24,13 @@ static const struct zinf_adam_ops *const adam_registry[] = {
 	&zinf_adam_scalar_ops,
 };
 
-int
-zinf_adam_select(const struct zinf_adam_ops **out)
+/* zinf_adam_select() that also says whether the CPU converts to bf16 in hardware. */
+static int
+select_ops(const struct zinf_adam_ops **out, bool *hw_bf16)
 {
 	struct zinf_cpu_features f;
 	zinf_cpu_features_get(&f);
+	*hw_bf16 = f.avx512bf16;
 	const char *want = getenv("ZINF_SIMD");
 	if (want && *want) {
 		if (strcmp(want, "scalar") && strcmp(want, "avx2") && strcmp(want, "avx512")) {
@@ -56,6 +58,13 @@ zinf_adam_select(const struct zinf_adam_ops **out)
 	}
 	*out = &zinf_adam_scalar_ops;
 	return 0;
+}
+
+int
+zinf_adam_select(const struct zinf_adam_ops **out)
+{
+	bool hw;
+	return select_ops(out, &hw);
 }
 
 static int
@@ -224,7 +233,7 @@ zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float grad_scale, f
 	if (r) {
 		return r;
 	}
-	if ((r = zinf_adam_select(&ops))) {
+	if ((r = select_ops(&ops, &a.hw_bf16))) {
 		return r;
 	}
 	if (n) {
@@ -259,7 +268,7 @@ zinf_adam_step_bf16state(const struct zinf_adam_opts *o, int64_t step, float gra
 	if (r) {
 		return r;
 	}
-	if ((r = zinf_adam_select(&ops))) {
+	if ((r = select_ops(&ops, &a.hw_bf16))) {
 		return r;
 	}
 	a.rounding = rounding;
@@ -309,7 +318,8 @@ zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_sc
 	if (r) {
 		return r;
 	}
-	if ((r = zinf_adam_select(&ops))) {
+	bool hw_bf16;
+	if ((r = select_ops(&ops, &hw_bf16))) {
 		return r;
 	}
 	struct zinf_opt_args a = {
@@ -326,6 +336,7 @@ zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_sc
 		.eps = o->eps,
 		.nstep = (float)(-(double)o->lr / (1.0 + (double)(step - 1) * o->lr_decay)),
 		.bc2_sqrt = 1.0f,
+		.hw_bf16 = hw_bf16,
 	};
 	if (n) {
 		run_tiles(ops->adagrad, &a, n, o->threads);
@@ -371,7 +382,8 @@ zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale, f
 	if (r) {
 		return r;
 	}
-	if ((r = zinf_adam_select(&ops))) {
+	bool hw_bf16;
+	if ((r = select_ops(&ops, &hw_bf16))) {
 		return r;
 	}
 	double lr = o->lr;
@@ -390,6 +402,7 @@ zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale, f
 		.omb2 = (float)(1.0 - (double)o->beta2),
 		.nstep = -o->lr,
 		.bc2_sqrt = 1.0f,
+		.hw_bf16 = hw_bf16,
 	};
 	if (n) {
 		run_tiles(ops->lion, &a, n, o->threads);

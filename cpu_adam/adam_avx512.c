@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cpu_adam/adam_avx512.c: the AVX-512 kernels (F, BW, VL; FMA, F16C), 16 floats at a time,
+ * unaligned loads and stores; the last (i1 - i0) % 16 elements of a range go through the scalar
+ * element functions of adam_internal.h. The bf16 copy and bf16 state use vcvtneps2bf16 when the
+ * CPU has AVX512-BF16 (a->hw_bf16), patched for subnormal inputs, which the instruction flushes
+ * to zero while round-to-nearest-even keeps them; otherwise the integer rounding of the AVX2
+ * path. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma -mf16c (only this
+ * file); adam.c calls it only when the CPU reports F, BW, VL, FMA and F16C, and uses the BF16
+ * instruction only when it reports AVX512-BF16.
+ */
+#include <immintrin.h>
+
+#include "cpu_adam/adam_internal.h"
+
+static bool
+avx512_supported(const struct zinf_cpu_features *f)
+{
+	return f->avx512f && f->avx512bw && f->avx512vl && f->fma && f->f16c;
+}
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE __m512
+load_bf16x16(const uint16_t *p)
+{
+	__m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+	return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+ALWAYS_INLINE __m512
+load_grad16(const void *g, enum zinf_dtype dt, size_t i)
+{
+	switch (dt) {
+	case ZINF_F16:
+		return _mm512_cvtph_ps(
+			_mm256_loadu_si256((const __m256i *)((const uint16_t *)g + i)));
+	case ZINF_BF16:
+		return load_bf16x16((const uint16_t *)g + i);
+	default:
+		return _mm512_loadu_ps((const float *)g + i);
+	}
+}
+
+/* bf16 with rounding increment `add` per lane (0x7fff + lsb: RNE; 16 random bits: stochastic);
+ * NaN quieted, exactly as the scalar helpers. */
+ALWAYS_INLINE __m256i
+bf16_round16(__m512 x, __m512i add)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, add), 16);
+	__mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+	__m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+	return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
+}
+
+ALWAYS_INLINE __m256i
+bf16_rne16_int(__m512 x)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	return bf16_round16(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+}
+
+/* Round to nearest even. With AVX512-BF16, vcvtneps2bf16 (NaN handling identical); lanes whose
+ * input is subnormal (the instruction flushes them) are redone with the integer rounding. */
+ALWAYS_INLINE __m256i
+bf16_rne16(__m512 x, bool hw)
+{
+	if (!hw) {
+		return bf16_rne16_int(x);
+	}
+	__m256i r = (__m256i)_mm512_cvtneps_pbh(x);
+	__m512i u = _mm512_castps_si512(x);
+	__mmask16 sub = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000)) &
+			_mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff));
+	if (__builtin_expect(sub != 0, 0)) {
+		r = _mm256_mask_blend_epi16(sub, r, bf16_rne16_int(x));
+	}
+	return r;
+}
+
+/* Store 16 copies; nt: streaming stores for a 32-byte aligned 16-bit copy (write-only here, so
+ * this saves the read-for-ownership of its lines). */
+ALWAYS_INLINE void
+store_copy16(void *c, enum zinf_copy_kind ck, size_t i, __m512 p, bool nt, bool hw)
+{
+	__m256i h;
+	switch (ck) {
+	case ZINF_COPY_F32:
+		_mm512_storeu_ps((float *)c + i, p);
+		return;
+	case ZINF_COPY_F16:
+		h = _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT);
+		break;
+	case ZINF_COPY_BF16:
+		h = bf16_rne16(p, hw);
+		break;
+	default:
+		return;
+	}
+	if (nt) {
+		_mm256_stream_si256((__m256i *)((uint16_t *)c + i), h);
+	} else {
+		_mm256_storeu_si256((__m256i *)((uint16_t *)c + i), h);
+	}
+}
+
+ALWAYS_INLINE bool
+copy_nt(const struct zinf_opt_args *a, enum zinf_copy_kind ck)
+{
+	return (ck == ZINF_COPY_F16 || ck == ZINF_COPY_BF16) && ((uintptr_t)a->copy & 31) == 0;
+}
+
+/* zinf_sr_bits() for elements i .. i + 15 (i a multiple of 16, so i >> 32 is common). */
+ALWAYS_INLINE __m512i
+sr_bits16(uint32_t key, size_t i)
+{
+	uint32_t k = key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
+	__m512i idx = _mm512_add_epi32(
+		_mm512_set1_epi32((int)(uint32_t)i),
+		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+	__m512i h = _mm512_xor_si512(_mm512_mullo_epi32(idx, _mm512_set1_epi32((int)0x9e3779b1u)),
+				     _mm512_set1_epi32((int)k));
+	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0x85ebca6bu));
+	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
+	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0xc2b2ae35u));
+	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+	return _mm512_and_si512(h, _mm512_set1_epi32(0xffff));
+}
+
+ALWAYS_INLINE __m256i
+state_round16(const struct zinf_opt_args *a, __m512 x, uint32_t key, size_t i)
+{
+	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
+		return bf16_round16(x, sr_bits16(key, i));
+	}
+	return bf16_rne16(x, a->hw_bf16);
+}
+
+ALWAYS_INLINE __m512
+grad_in16(const struct zinf_opt_args *a, enum zinf_dtype gdt, size_t i, __m512 p)
+{
+	__m512 g = _mm512_mul_ps(load_grad16(a->grad, gdt, i), _mm512_set1_ps(a->grad_scale));
+	if (a->l2) {
+		g = _mm512_fmadd_ps(_mm512_set1_ps(a->wd), p, g);
+	}
+	return g;
+}
+
+ALWAYS_INLINE __m512
+adam_math16(const struct zinf_opt_args *a, __m512 p, __m512 g, __m512 *m, __m512 *v)
+{
+	p = _mm512_mul_ps(p, _mm512_set1_ps(a->decay));
+	*m = _mm512_fmadd_ps(_mm512_set1_ps(a->b1), *m, _mm512_mul_ps(_mm512_set1_ps(a->omb1), g));
+	*v = _mm512_fmadd_ps(_mm512_set1_ps(a->b2), *v,
+			     _mm512_mul_ps(_mm512_set1_ps(a->omb2), _mm512_mul_ps(g, g)));
+	__m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(*v), _mm512_set1_ps(a->bc2_sqrt)),
+				     _mm512_set1_ps(a->eps));
+	return _mm512_fmadd_ps(_mm512_set1_ps(a->nstep), _mm512_div_ps(*m, denom), p);
+}
+
+ALWAYS_INLINE void
+adam_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	/* A local copy, so the stores cannot alias the scalars (see adam_avx2.c). */
+	const struct zinf_opt_args la = *args, *a = &la;
+	float *P = a->param, *M = a->m, *V = a->v;
+	bool nt = copy_nt(a, ck);
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		__m512 p = _mm512_loadu_ps(P + i);
+		__m512 g = grad_in16(a, gdt, i, p);
+		__m512 m = _mm512_loadu_ps(M + i), v = _mm512_loadu_ps(V + i);
+		p = adam_math16(a, p, g, &m, &v);
+		_mm512_storeu_ps(M + i, m);
+		_mm512_storeu_ps(V + i, v);
+		_mm512_storeu_ps(P + i, p);
+		store_copy16(a->copy, ck, i, p, nt, a->hw_bf16);
+	}
+	if (nt) {
+		_mm_sfence();
+	}
+	for (; i < i1; i++) {
+		zinf_adam_elem(a, i);
+	}
+}
+
+ALWAYS_INLINE void
+adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+		    enum zinf_copy_kind ck)
+{
+	const struct zinf_opt_args la = *args, *a = &la;
+	float *P = a->param;
+	uint16_t *M = a->m, *V = a->v;
+	bool nt = copy_nt(a, ck);
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		__m512 p = _mm512_loadu_ps(P + i);
+		__m512 g = grad_in16(a, gdt, i, p);
+		__m512 m = load_bf16x16(M + i), v = load_bf16x16(V + i);
+		p = adam_math16(a, p, g, &m, &v);
+		_mm256_storeu_si256((__m256i *)(M + i), state_round16(a, m, a->key_m, i));
+		_mm256_storeu_si256((__m256i *)(V + i), state_round16(a, v, a->key_v, i));
+		_mm512_storeu_ps(P + i, p);
+		store_copy16(a->copy, ck, i, p, nt, a->hw_bf16);
+	}
+	if (nt) {
+		_mm_sfence();
+	}
+	for (; i < i1; i++) {
+		zinf_adam_bf16state_elem(a, i);
+	}
+}
+
+ALWAYS_INLINE void
+adagrad_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	     enum zinf_copy_kind ck)
+{
+	const struct zinf_opt_args la = *args, *a = &la;
+	float *P = a->param, *H = a->v;
+	bool nt = copy_nt(a, ck);
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		__m512 p = _mm512_loadu_ps(P + i);
+		__m512 g = grad_in16(a, gdt, i, p);
+		__m512 h = _mm512_fmadd_ps(g, g, _mm512_loadu_ps(H + i));
+		__m512 std = _mm512_add_ps(_mm512_sqrt_ps(h), _mm512_set1_ps(a->eps));
+		p = _mm512_fmadd_ps(_mm512_set1_ps(a->nstep), _mm512_div_ps(g, std), p);
+		_mm512_storeu_ps(H + i, h);
+		_mm512_storeu_ps(P + i, p);
+		store_copy16(a->copy, ck, i, p, nt, a->hw_bf16);
+	}
+	if (nt) {
+		_mm_sfence();
+	}
+	for (; i < i1; i++) {
+		zinf_adagrad_elem(a, i);
+	}
+}
+
+ALWAYS_INLINE void
+lion_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	const struct zinf_opt_args la = *args, *a = &la;
+	float *P = a->param, *M = a->m;
+	bool nt = copy_nt(a, ck);
+	const __m512 zero = _mm512_setzero_ps();
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		__m512 p = _mm512_mul_ps(_mm512_loadu_ps(P + i), _mm512_set1_ps(a->decay));
+		__m512 g =
+			_mm512_mul_ps(load_grad16(a->grad, gdt, i), _mm512_set1_ps(a->grad_scale));
+		__m512 m = _mm512_loadu_ps(M + i);
+		__m512 c = _mm512_fmadd_ps(_mm512_set1_ps(a->b1), m,
+					   _mm512_mul_ps(_mm512_set1_ps(a->omb1), g));
+		__mmask16 gt = _mm512_cmp_ps_mask(c, zero, _CMP_GT_OQ);
+		__mmask16 lt = _mm512_cmp_ps_mask(c, zero, _CMP_LT_OQ);
+		__m512 s = _mm512_mask_blend_ps(lt, zero, _mm512_set1_ps(-1.0f));
+		s = _mm512_mask_blend_ps(gt, s, _mm512_set1_ps(1.0f));
+		p = _mm512_fmadd_ps(_mm512_set1_ps(a->nstep), s, p);
+		m = _mm512_fmadd_ps(_mm512_set1_ps(a->b2), m,
+				    _mm512_mul_ps(_mm512_set1_ps(a->omb2), g));
+		_mm512_storeu_ps(M + i, m);
+		_mm512_storeu_ps(P + i, p);
+		store_copy16(a->copy, ck, i, p, nt, a->hw_bf16);
+	}
+	if (nt) {
+		_mm_sfence();
+	}
+	for (; i < i1; i++) {
+		zinf_lion_elem(a, i);
+	}
+}
+
+/* One specialisation per (grad dtype, copy kind), so the inner loops have no dtype switch. */
+#define SPECIALISE(body)                                                                           \
+	static void avx512_##body(const struct zinf_opt_args *a, size_t i0, size_t i1)             \
+	{                                                                                          \
+		switch (a->gdt * 4 + a->ck) {                                                      \
+		case 0:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_NONE);                          \
+			break;                                                                     \
+		case 1:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F32);                           \
+			break;                                                                     \
+		case 2:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F16);                           \
+			break;                                                                     \
+		case 3:                                                                            \
+			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_BF16);                          \
+			break;                                                                     \
+		case 4:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_NONE);                          \
+			break;                                                                     \
+		case 5:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F32);                           \
+			break;                                                                     \
+		case 6:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F16);                           \
+			break;                                                                     \
+		case 7:                                                                            \
+			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_BF16);                          \
+			break;                                                                     \
+		case 8:                                                                            \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_NONE);                         \
+			break;                                                                     \
+		case 9:                                                                            \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F32);                          \
+			break;                                                                     \
+		case 10:                                                                           \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F16);                          \
+			break;                                                                     \
+		default:                                                                           \
+			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16);                         \
+			break;                                                                     \
+		}                                                                                  \
+	}
+
+SPECIALISE(adam)
+SPECIALISE(adam_bf16state)
+SPECIALISE(adagrad)
+SPECIALISE(lion)
+
+static double
+avx512_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	/* Squares of float32 values are exact in float64, so FMA adds exactly one rounding. */
+	__m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		__m512 x = load_grad16(g, dt, i);
+		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+		__m512d hi = _mm512_cvtps_pd(
+			_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
+		acc0 = _mm512_fmadd_pd(lo, lo, acc0);
+		acc1 = _mm512_fmadd_pd(hi, hi, acc1);
+	}
+	double s[8];
+	_mm512_storeu_pd(s, _mm512_add_pd(acc0, acc1));
+	double tail = 0;
+	for (; i < i1; i++) {
+		tail += zinf_sumsq_elem(g, dt, i);
+	}
+	return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
+}
+
+static bool
+avx512_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	size_t i = i0;
+	if (dt == ZINF_F32) {
+		const __m512i e = _mm512_set1_epi32(0x7f800000);
+		__mmask16 any = 0;
+		for (; i + 16 <= i1; i += 16) {
+			__m512i x = _mm512_loadu_si512((const float *)g + i);
+			any |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(x, e), e);
+		}
+		if (any) {
+			return true;
+		}
+	} else {
+		const __m512i e = _mm512_set1_epi16(dt == ZINF_F16 ? 0x7c00 : 0x7f80);
+		__mmask32 any = 0;
+		for (; i + 32 <= i1; i += 32) {
+			__m512i x = _mm512_loadu_si512((const uint16_t *)g + i);
+			any |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, e), e);
+		}
+		if (any) {
+			return true;
+		}
+	}
+	for (; i < i1; i++) {
+		if (zinf_nonfinite_elem(g, dt, i)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static void
+avx512_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+{
+	const __m512 vs = _mm512_set1_ps(s);
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		__m512 x = _mm512_mul_ps(load_grad16(g, dt, i), vs);
+		switch (dt) {
+		case ZINF_F16:
+			_mm256_storeu_si256((__m256i *)((uint16_t *)g + i),
+					    _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+			break;
+		case ZINF_BF16:
+			_mm256_storeu_si256((__m256i *)((uint16_t *)g + i), bf16_rne16_int(x));
+			break;
+		default:
+			_mm512_storeu_ps((float *)g + i, x);
+			break;
+		}
+	}
+	if (i < i1) {
+		zinf_adam_scalar_ops.scale(g, dt, s, i, i1);
+	}
+}
+
+static void
+avx512_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
+{
+	size_t i = i0;
+	for (; i + 16 <= i1; i += 16) {
+		store_copy16(dst, ck, i, _mm512_loadu_ps(src + i), false, false);
+	}
+	for (; i < i1; i++) {
+		zinf_store_copy(dst, ck, i, src[i]);
+	}
+}
+
+const struct zinf_adam_ops zinf_adam_avx512_ops = {
+	.name = "avx512",
+	.supported = avx512_supported,
+	.adam = avx512_adam,
+	.adam_bf16state = avx512_adam_bf16state,
+	.adagrad = avx512_adagrad,
+	.lion = avx512_lion,
+	.sumsq = avx512_sumsq,
+	.has_inf_nan = avx512_has_inf_nan,
+	.scale = avx512_scale,
+	.convert = avx512_convert,
+};
