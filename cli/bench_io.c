@@ -43,6 +43,7 @@ struct bench_cfg {
 	const char *backend; /* NULL: best */
 	bool do_read, do_write;
 	bool json, sweep, crc, sqpoll;
+	unsigned rounds; /* --sweep: rounds over the grid */
 	enum pattern pattern;
 	uint64_t stripe_unit; /* bytes; 0: the swap default (1 MiB) */
 };
@@ -78,7 +79,9 @@ usage(FILE *f)
 		"  --sqpoll            io_uring kernel submission thread\n"
 		"  --sweep             grid of block size x queue depth x threads; prints the "
 		"best\n"
-		"                      as a DeepSpeed \"aio\" config section\n"
+		"                      as a DeepSpeed \"aio\" config section (--size default "
+		"128M)\n"
+		"  --rounds N          --sweep: rounds over the grid, medians (default 3)\n"
 		"  --json              one JSON object on stdout instead of the report\n"
 		"  -h, --help          this text\n");
 }
@@ -420,6 +423,21 @@ report_human(const struct bench_cfg *c, const struct bench_res *r)
 /* ---- sweep -------------------------------------------------------------------------------- */
 
 static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Median of n values (sorted in place). */
+static double
+median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int
 sweep(struct bench_cfg *c)
 {
 	static const uint32_t bss[] = {256u << 10, 1u << 20, 4u << 20};
@@ -433,51 +451,67 @@ sweep(struct bench_cfg *c)
 		free(cfgs);
 		return 1;
 	}
-	int best = -1;
-	double best_t = 0;
 	unsigned k = 0;
-	int ret = 0;
-	if (!c->json) {
-		printf("%-10s %6s %8s %11s %11s\n", "block", "qd", "threads", "write GB/s",
-		       "read GB/s");
-	}
-	for (unsigned a = 0; a < 3 && ret == 0; a++) {
-		for (unsigned b = 0; b < 3 && ret == 0; b++) {
-			for (unsigned t = 0; t < 3 && t < 2 && ret == 0; t++, k++) {
+	for (unsigned a = 0; a < 3; a++) {
+		for (unsigned b = 0; b < 3; b++) {
+			for (unsigned t = 0; t < 2; t++, k++) {
 				cfgs[k] = *c;
 				cfgs[k].block_size = bss[a];
 				cfgs[k].queue_depth = qds[b];
 				cfgs[k].threads = ths[t];
-				char label[64];
-				snprintf(label, sizeof(label), "bs %uK qd %u t %u", bss[a] >> 10,
-					 qds[b], ths[t]);
-				ret = run_one(&cfgs[k], &res[k], label);
-				if (ret < 0) {
-					break;
-				}
-				/* Best: least time to write and read the same bytes. */
-				double tt = (res[k].write_s > 0 ? res[k].write_s : 0) +
-					    (res[k].read_s > 0 ? res[k].read_s : 0);
-				if (best < 0 || tt < best_t) {
-					best = (int)k;
-					best_t = tt;
-				}
-				if (!c->json) {
-					char bs[32];
-					print_size(bs, sizeof(bs), bss[a]);
-					printf("%-10s %6u %8u %11.2f %11.2f\n", bs, qds[b], ths[t],
-					       gbps(res[k].bytes, res[k].write_s),
-					       gbps(res[k].bytes, res[k].read_s));
-					fflush(stdout);
-				}
 			}
 		}
 	}
+	/*
+	 * Rounds over the whole grid, so that drift of a virtual disk spreads over all settings;
+	 * each setting's time is the median of its rounds.
+	 */
+	unsigned rounds = c->rounds;
+	double *wt = calloc((size_t)n * rounds, sizeof(*wt));
+	double *rt = calloc((size_t)n * rounds, sizeof(*rt));
+	int ret = (wt && rt) ? 0 : -ENOMEM;
+	for (unsigned r = 0; r < rounds && ret == 0; r++) {
+		for (k = 0; k < n && ret == 0; k++) {
+			char label[64];
+			snprintf(label, sizeof(label), "%u/%u bs %uK qd %u t %u", r + 1, rounds,
+				 cfgs[k].block_size >> 10, cfgs[k].queue_depth, cfgs[k].threads);
+			ret = run_one(&cfgs[k], &res[k], label);
+			wt[k * rounds + r] = res[k].write_s;
+			rt[k * rounds + r] = res[k].read_s;
+		}
+	}
 	if (ret < 0) {
+		free(wt);
+		free(rt);
 		free(res);
 		free(cfgs);
 		return ret == -EINTR ? 130 : 1;
 	}
+	int best = -1;
+	double best_t = 0;
+	if (!c->json) {
+		printf("%-10s %6s %8s %11s %11s   (medians of %u rounds)\n", "block", "qd",
+		       "threads", "write GB/s", "read GB/s", rounds);
+	}
+	for (k = 0; k < n; k++) {
+		res[k].write_s = median(&wt[k * rounds], rounds);
+		res[k].read_s = median(&rt[k * rounds], rounds);
+		/* Best: least time to write and read the same bytes. */
+		double tt = res[k].write_s + res[k].read_s;
+		if (best < 0 || tt < best_t) {
+			best = (int)k;
+			best_t = tt;
+		}
+		if (!c->json) {
+			char bs[32];
+			print_size(bs, sizeof(bs), cfgs[k].block_size);
+			printf("%-10s %6u %8u %11.2f %11.2f\n", bs, cfgs[k].queue_depth,
+			       cfgs[k].threads, gbps(res[k].bytes, res[k].write_s),
+			       gbps(res[k].bytes, res[k].read_s));
+		}
+	}
+	free(wt);
+	free(rt);
 	const struct bench_cfg *bc = &cfgs[best];
 	json_t *aio = json_object();
 	json_object_set_new(aio, "block_size", json_integer(bc->block_size));
@@ -559,6 +593,7 @@ cli_bench_io(int argc, char **argv)
 		.threads = 1,
 		.do_read = true,
 		.do_write = true,
+		.rounds = 3,
 	};
 	bool size_given = false;
 	enum {
@@ -574,7 +609,8 @@ cli_bench_io(int argc, char **argv)
 		O_CRC,
 		O_PAT,
 		O_SU,
-		O_SQPOLL
+		O_SQPOLL,
+		O_ROUNDS
 	};
 	static const struct option lopts[] = {
 		{"path", required_argument, NULL, O_PATH},
@@ -590,6 +626,7 @@ cli_bench_io(int argc, char **argv)
 		{"buffer-pattern", required_argument, NULL, O_PAT},
 		{"stripe-unit", required_argument, NULL, O_SU},
 		{"sqpoll", no_argument, NULL, O_SQPOLL},
+		{"rounds", required_argument, NULL, O_ROUNDS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -674,6 +711,11 @@ cli_bench_io(int argc, char **argv)
 		case O_SQPOLL:
 			c.sqpoll = true;
 			break;
+		case O_ROUNDS:
+			if (parse_u32("--rounds", optarg, &c.rounds, false) < 0) {
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -687,7 +729,7 @@ cli_bench_io(int argc, char **argv)
 		return 2;
 	}
 	if (c.sweep && !size_given) {
-		c.size = 256ull << 20; /* 18 settings x 2 directions: keep the sweep short */
+		c.size = 128ull << 20; /* 18 settings x 2 directions x rounds: keep it short */
 	}
 	bool made_dir = false;
 	if (c.n_paths == 0) {
