@@ -7,6 +7,7 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,11 +26,25 @@ static const struct zinf_adam_ops *const adam_registry[] = {
 };
 
 /* zinf_adam_select() that also says whether the CPU converts to bf16 in hardware. */
+/*
+ * cpuid traps to the hypervisor in a VM (about 50 us for the whole probe on the development VM,
+ * more than a small step takes), so the features are read once per process. They cannot change
+ * while it runs: this is a constant computed late, not mutable state.
+ */
+static struct zinf_cpu_features cpu_features;
+static pthread_once_t cpu_features_once = PTHREAD_ONCE_INIT;
+
+static void
+cpu_features_probe(void)
+{
+	zinf_cpu_features_get(&cpu_features);
+}
+
 static int
 select_ops(const struct zinf_adam_ops **out, bool *hw_bf16)
 {
-	struct zinf_cpu_features f;
-	zinf_cpu_features_get(&f);
+	pthread_once(&cpu_features_once, cpu_features_probe);
+	const struct zinf_cpu_features f = cpu_features;
 	*hw_bf16 = f.avx512bf16;
 	const char *want = getenv("ZINF_SIMD");
 	if (want && *want) {
