@@ -647,3 +647,63 @@ Test(swap, failed_write_reads_enodata)
 		free(d[k]);
 	}
 }
+
+/* ---- out of memory ------------------------------------------------------------------------ */
+
+/*
+ * The n-th allocation fails, for every n that create, add, reserve, write and read make: each
+ * call either succeeds or returns -ENOMEM and leaves nothing behind (ASan's leak check in CI),
+ * and a failed reserve leaves no file.
+ */
+Test(swap, allocation_failures_unwind)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	const char *dirs[] = {d, d};
+	bool completed = false;
+	for (long n = 1; n < 200 && !completed; n++) {
+		zinf_test_alloc_fail_nth(n);
+		struct zinf_swap_opts so;
+		zinf_swap_opts_init(&so);
+		so.dirs = dirs;
+		so.n_dirs = 2;
+		so.crc = true;
+		struct zinf_swap *s = NULL;
+		int ret = zinf_swap_create(io, &so, &s);
+		if (ret == 0) {
+			for (int i = 0; i < 70 && ret >= 0; i++) {
+				ret = zinf_swap_add(s, i % 2 ? "m" : "v", (uint32_t)i, 5000 + i);
+			}
+			if (ret >= 0) {
+				ret = zinf_swap_reserve(s);
+				if (ret < 0) {
+					cr_assert_eq(count_entries(d), 0, "n=%ld: files left", n);
+				}
+			}
+			if (ret >= 0) {
+				unsigned char *b = zinf_alloc_aligned(4096, 8192);
+				if (!b) {
+					ret = -ENOMEM;
+				} else {
+					memset(b, 3, 8192);
+					ret = zinf_swap_write(s, 5, b);
+					if (ret == 0) {
+						memset(b, 0, 8192);
+						ret = zinf_swap_read(s, 5, b);
+						cr_assert(ret < 0 || b[4999] == 3, "n=%ld", n);
+					}
+					zinf_free_aligned(b);
+				}
+				completed = ret == 0;
+			}
+			zinf_swap_destroy(s);
+		}
+		zinf_test_alloc_fail_nth(0);
+		cr_assert(ret >= 0 || ret == -ENOMEM, "n=%ld: %d %s", n, ret, zinf_last_error());
+		cr_assert_eq(count_entries(d), 0, "n=%ld: files left after destroy", n);
+	}
+	cr_assert(completed, "never ran to the end without a failure");
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
