@@ -22,6 +22,13 @@
 #include "offload/dev_internal.h"
 #include "zinf/offload.h"
 
+/* ASan intercepts mlock and makes it a no-op: VmLck stays 0 and mlock cannot fail. */
+#if defined(__SANITIZE_ADDRESS__)
+#define MLOCK_REAL 0
+#else
+#define MLOCK_REAL 1
+#endif
+
 static uint64_t
 vm_kb(const char *key)
 {
@@ -87,7 +94,7 @@ Test(pool, buffers_acquire_release_and_backpressure)
 	cr_assert_eq(zinf_pool_buffer_bytes(p), 65536 + 4096);
 	cr_assert_eq(zinf_pool_buffer_count(p), 4);
 	cr_assert_geq(zinf_pool_bytes(p), 4 * (65536 + 4096) + (1 << 20));
-	cr_assert_geq(vm_kb("VmLck") * 1024, zinf_pool_bytes(p));
+	cr_assert(!MLOCK_REAL || vm_kb("VmLck") * 1024 >= zinf_pool_bytes(p));
 	void *b[4];
 	for (int i = 0; i < 4; i++) {
 		int idx = zinf_pool_acquire(p, 0, &b[i]);
@@ -217,7 +224,7 @@ Test(pool, over_memlock_without_cap_ipc_lock)
 	opts(&o, 3, 256 << 10);
 	cr_assert_eq(zinf_pool_create(&o, &p), 0);
 	cr_assert(zinf_pool_pinned(p));
-	cr_assert_eq(vm_kb("VmLck"), 768);
+	cr_assert(!MLOCK_REAL || vm_kb("VmLck") == 768);
 	zinf_pool_destroy(p);
 	/* pin_memory false, or pin_fallback: unpinned and usable. */
 	opts(&o, 4, 1 << 20);
@@ -232,7 +239,7 @@ Test(pool, over_memlock_without_cap_ipc_lock)
 	opts(&o, 4, 1 << 20);
 	o.pin_fallback = true;
 	cr_assert_eq(zinf_pool_create(&o, &p), 0);
-	cr_assert_not(zinf_pool_pinned(p));
+	cr_assert(!MLOCK_REAL || !zinf_pool_pinned(p));
 	zinf_pool_destroy(p);
 	cr_assert_eq(vm_kb("VmLck"), 0);
 }
@@ -249,6 +256,9 @@ Test(pool, memlock_zero_without_cap_is_eperm)
 
 Test(pool, mlock_that_really_fails_is_reported_and_unwound)
 {
+	if (!MLOCK_REAL) {
+		cr_skip_test("built with AddressSanitizer, whose mlock does nothing");
+	}
 	drop_ipc_lock(1 << 20);
 	/* A first pool loads what topology probing loads, so VmSize below sees only the pool. */
 	struct zinf_pool_opts o;
