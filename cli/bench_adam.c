@@ -322,7 +322,11 @@ cli_bench_adam(int argc, char **argv)
 	o.weight_decay = 0.01f;
 	const float scale = 1.0f / 1024;
 	triad(sa, sb, sc, ns, threads); /* warm-up: page tables, frequency */
-	int warm = zinf_adam_step(&o, 1, scale, p, g, gdt, m, v, n, c, cdt < 0 ? 0 : cdt);
+	/* warm-up step (and the step the repetitions continue from) */
+	int warm = bf16_state
+			   ? zinf_adam_step_bf16state(&o, 1, scale, p, g, gdt, m, v, n, c,
+						      cdt < 0 ? 0 : cdt, ZINF_ROUND_NEAREST_EVEN, 1)
+			   : zinf_adam_step(&o, 1, scale, p, g, gdt, m, v, n, c, cdt < 0 ? 0 : cdt);
 	if (warm) {
 		goto out;
 	}

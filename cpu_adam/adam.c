@@ -443,7 +443,8 @@ check_grad(const char *fn, const void *grad, enum zinf_dtype dt, size_t n, int t
 }
 
 /* Tiles of the helpers: bigger than the step's (one stream, nothing written). */
-#define GRAD_TILE (8 * ZINF_ADAM_TILE)
+#define GRAD_TILE	(8 * ZINF_ADAM_TILE)
+#define SUMSQ_MAX_TILES 4096
 
 int
 zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads, double *out)
@@ -459,32 +460,24 @@ zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads, 
 	if ((r = zinf_adam_select(&ops))) {
 		return r;
 	}
-	size_t ntiles = ZINF_DIV_ROUND_UP(n, (size_t)GRAD_TILE);
+	/*
+	 * Per-tile partial sums added in tile order: the association depends on n only, never on
+	 * the thread count. Tiles grow with n so that the partials fit on the stack.
+	 */
+	double part[SUMSQ_MAX_TILES];
+	size_t tile = ZINF_MAX((size_t)GRAD_TILE, ZINF_DIV_ROUND_UP(n, (size_t)SUMSQ_MAX_TILES));
+	tile = ZINF_ALIGN_UP(tile, (size_t)64);
+	size_t ntiles = ZINF_DIV_ROUND_UP(n, tile);
 	int nt = thread_count(threads, ntiles);
-	if (nt == 1) {
-		/* Same association as the threaded path: per tile, then tiles in order. */
-		double s = 0;
-		for (size_t t = 0; t < ntiles; t++) {
-			size_t i0 = t * GRAD_TILE;
-			s += ops->sumsq(grad, dtype, i0, ZINF_MIN(n, i0 + GRAD_TILE));
-		}
-		*out = s;
-		return 0;
-	}
-	double *part = zinf_malloc(ntiles * sizeof(double));
-	if (!part) {
-		return ZINF_FAIL(-ENOMEM, "%s: %zu partial sums", __func__, ntiles);
-	}
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 	for (size_t t = 0; t < ntiles; t++) {
-		size_t i0 = t * GRAD_TILE;
-		part[t] = ops->sumsq(grad, dtype, i0, ZINF_MIN(n, i0 + GRAD_TILE));
+		size_t i0 = t * tile;
+		part[t] = ops->sumsq(grad, dtype, i0, ZINF_MIN(n, i0 + tile));
 	}
 	double s = 0;
 	for (size_t t = 0; t < ntiles; t++) {
 		s += part[t];
 	}
-	zinf_free(part);
 	*out = s;
 	return 0;
 }
