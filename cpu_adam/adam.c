@@ -229,9 +229,11 @@ adam_prepare(const char *fn, const struct zinf_adam_opts *o, int64_t step, float
 		double bc2 = 1.0 - pow(b2, (double)step);
 		a->nstep = (float)(-lr / bc1);
 		a->bc2_sqrt = (float)sqrt(bc2);
+		a->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
 	} else {
 		a->nstep = -o->lr;
 		a->bc2_sqrt = 1.0f;
+		a->inv_bc2_sqrt = 1.0f;
 	}
 	return 0;
 }
@@ -351,6 +353,7 @@ zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_sc
 		.eps = o->eps,
 		.nstep = (float)(-(double)o->lr / (1.0 + (double)(step - 1) * o->lr_decay)),
 		.bc2_sqrt = 1.0f,
+		.inv_bc2_sqrt = 1.0f,
 		.hw_bf16 = hw_bf16,
 	};
 	if (n) {
@@ -417,6 +420,7 @@ zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale, f
 		.omb2 = (float)(1.0 - (double)o->beta2),
 		.nstep = -o->lr,
 		.bc2_sqrt = 1.0f,
+		.inv_bc2_sqrt = 1.0f,
 		.hw_bf16 = hw_bf16,
 	};
 	if (n) {

@@ -38,23 +38,30 @@ load_grad8(const void *g, enum zinf_dtype dt, size_t i)
 	}
 }
 
-/* Narrow 8 x 32-bit values (each <= 0xffff) to 8 x 16-bit. */
+/* The high 16 bits of each 32-bit lane, packed: one byte shuffle and one qword permute. */
 ALWAYS_INLINE __m128i
-narrow8(__m256i r)
+high_halves8(__m256i t)
 {
-	return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+	const __m256i sel =
+		_mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3,
+				 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+	return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_shuffle_epi8(t, sel), 0x08));
 }
 
-/* bf16 round to nearest even, exactly as zinf_f32_to_bf16_rne(). `add` is the rounding
- * increment for each lane: 0x7fff + lsb (RNE) or 16 random bits (stochastic). */
+/* bf16 of x with rounding increment `add` per lane: 0x7fff + lsb (round to nearest even,
+ * exactly as zinf_f32_to_bf16_rne()) or 16 random bits (stochastic). A NaN is quieted, keeping
+ * sign and top payload bits; NaNs are rare, so they cost a test, not a blend, per vector. */
 ALWAYS_INLINE __m128i
 bf16_round8(__m256 x, __m256i add)
 {
 	__m256i u = _mm256_castps_si256(x);
-	__m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, add), 16);
-	__m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-	__m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-	return narrow8(_mm256_blendv_epi8(r, q, nan));
+	__m256i t = _mm256_add_epi32(u, add);
+	__m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+		__m256i q = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+		t = _mm256_blendv_epi8(t, q, _mm256_castps_si256(nan));
+	}
+	return high_halves8(t);
 }
 
 ALWAYS_INLINE __m128i
@@ -142,8 +149,9 @@ adam_math8(const struct zinf_opt_args *a, __m256 p, __m256 g, __m256 *m, __m256 
 	*m = _mm256_fmadd_ps(_mm256_set1_ps(a->b1), *m, _mm256_mul_ps(_mm256_set1_ps(a->omb1), g));
 	*v = _mm256_fmadd_ps(_mm256_set1_ps(a->b2), *v,
 			     _mm256_mul_ps(_mm256_set1_ps(a->omb2), _mm256_mul_ps(g, g)));
-	__m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(a->bc2_sqrt)),
-				     _mm256_set1_ps(a->eps));
+	__m256 denom =
+		_mm256_add_ps(_mm256_mul_ps(_mm256_sqrt_ps(*v), _mm256_set1_ps(a->inv_bc2_sqrt)),
+			      _mm256_set1_ps(a->eps));
 	return _mm256_fmadd_ps(_mm256_set1_ps(a->nstep), _mm256_div_ps(*m, denom), p);
 }
 

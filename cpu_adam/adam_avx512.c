@@ -156,8 +156,9 @@ adam_math16(const struct zinf_opt_args *a, __m512 p, __m512 g, __m512 *m, __m512
 	*m = _mm512_fmadd_ps(_mm512_set1_ps(a->b1), *m, _mm512_mul_ps(_mm512_set1_ps(a->omb1), g));
 	*v = _mm512_fmadd_ps(_mm512_set1_ps(a->b2), *v,
 			     _mm512_mul_ps(_mm512_set1_ps(a->omb2), _mm512_mul_ps(g, g)));
-	__m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(*v), _mm512_set1_ps(a->bc2_sqrt)),
-				     _mm512_set1_ps(a->eps));
+	__m512 denom =
+		_mm512_add_ps(_mm512_mul_ps(_mm512_sqrt_ps(*v), _mm512_set1_ps(a->inv_bc2_sqrt)),
+			      _mm512_set1_ps(a->eps));
 	return _mm512_fmadd_ps(_mm512_set1_ps(a->nstep), _mm512_div_ps(*m, denom), p);
 }
 

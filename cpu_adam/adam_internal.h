@@ -43,6 +43,7 @@ struct zinf_opt_args {
 	float eps;
 	float nstep;		     /* -step_size (Adam), -clr (Adagrad), -lr (Lion) */
 	float bc2_sqrt;		     /* sqrt(1 - beta2^t), 1 without bias correction */
+	float inv_bc2_sqrt;	     /* 1 / bc2_sqrt from float64 (vector paths multiply) */
 	bool hw_bf16;		     /* the CPU has vcvtneps2bf16 (AVX512-BF16) */
 	enum zinf_rounding rounding; /* bf16 state */
 	uint32_t key_m, key_v;	     /* stochastic rounding streams */
