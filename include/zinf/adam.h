@@ -49,7 +49,8 @@ ZINF_API void zinf_adam_opts_init(struct zinf_adam_opts *o);
  * p -= step_size * m / (sqrt(v) / bc2_sqrt + eps) with step_size = lr / (1 - b1^step),
  * bc2_sqrt = sqrt(1 - b2^step) (lr and 1 without bias correction), the step's scalars
  * computed once in float64. Results are bit-identical for any thread count; the SIMD paths
- * differ from each other by float rounding only (the vector paths use FMA).
+ * differ from each other by float rounding only (the vector paths use FMA and multiply by
+ * 1 / bc2_sqrt).
  */
 ZINF_API int zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float grad_scale,
 			    float *param, const void *grad, enum zinf_dtype grad_dtype,
