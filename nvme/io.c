@@ -207,9 +207,8 @@ backend_best(struct zinf_io *io, const struct zinf_io_ops *wrapper)
 			}
 			return 0;
 		}
-		if (rc == -ENOMEM) {
-			return rc;
-		}
+		/* Any other failure passes to the next backend: io_uring rings count against
+		 * RLIMIT_MEMLOCK on older kernels, so even -ENOMEM may be a refusal. */
 		if (rc != -ENODEV && !refused[0]) {
 			snprintf(refused, sizeof(refused),
 				 "I/O backend %s refused by the kernel (%s)", ops->name,

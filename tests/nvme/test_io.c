@@ -682,3 +682,51 @@ Test(nvme_io, io_buf_alloc_huge_pages)
 	zt_rmtree(dir);
 	free(dir);
 }
+
+/* Every allocation failing in turn: create and open fail with -ENOMEM and leak nothing
+ * (ASan checks), or succeed and work. */
+Test(nvme_io, allocation_failures_unwind)
+{
+	char *dir = zt_mkdtemp(NULL);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/oom", dir);
+	const char *v = zt_variant();
+	int failed = 0;
+	for (long n = 1; n < 200; n++) {
+		struct zinf_io_opts o;
+		struct zinf_io *io = NULL;
+		struct zinf_io_file *f = NULL;
+		zinf_io_opts_init(&o);
+		o.backend = v;
+		o.threads = 2;
+		o.queue_depth = 4;
+		zinf_test_alloc_fail_nth(n);
+		int rc = zinf_io_create(&o, &io);
+		if (rc == -ENODEV) {
+			zinf_test_alloc_fail_nth(0);
+			cr_skip_test("I/O backend %s unavailable", v ? v : "(best)");
+		}
+		if (rc == 0) {
+			rc = zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE, &f);
+			cr_assert(rc == 0 || rc == -ENOMEM, "open: %d", rc);
+		} else {
+			cr_assert_eq(rc, -ENOMEM, "create with allocation %ld failing: %d", n, rc);
+			cr_assert_null(io);
+		}
+		zinf_test_alloc_fail_nth(0);
+		if (rc < 0) {
+			failed++;
+		} else {
+			char *b = zinf_io_buf_alloc(4096);
+			cr_assert_eq(zinf_io_pwrite(io, f, b, 4096, 0), 0);
+			zinf_io_buf_free(b, 4096);
+		}
+		zinf_io_destroy(io);
+		if (rc == 0 && failed > 0) {
+			break; /* past the last allocation */
+		}
+	}
+	cr_assert(failed >= 5, "only %d allocations could fail", failed);
+	zt_rmtree(dir);
+	free(dir);
+}
