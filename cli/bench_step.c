@@ -243,8 +243,9 @@ run_io(struct ctx *x, uint64_t *bytes)
 		zinf_pool_acquire(x->pool, -1, (void **)&sl[i].buf);
 	}
 	double t0 = zinf_now_s();
+	/* Every buffer busy, and block on the oldest operation: no polling loop taking CPU from
+	 * the I/O threads, the same waits the step makes. */
 	while (done < x->nsg && !err && !cli_interrupted) {
-		bool progress = false;
 		for (uint32_t i = 0; i < nb; i++) {
 			struct ring_slot *s = &sl[i];
 			if (s->state == 0 && next < x->nsg) {
@@ -256,40 +257,29 @@ run_io(struct ctx *x, uint64_t *bytes)
 					zinf_swap_read_async(x->swap, id, s->buf + p * part,
 							     &s->ops[p]);
 				}
-				progress = true;
 			}
 		}
-		struct ring_slot *oldest = NULL;
+		struct ring_slot *s = NULL;
 		for (uint32_t i = 0; i < nb; i++) {
-			struct ring_slot *s = &sl[i];
-			if (s->state && (!oldest || s->seq < oldest->seq)) {
-				oldest = s;
+			if (sl[i].state && (!s || sl[i].seq < s->seq)) {
+				s = &sl[i];
 			}
 		}
-		for (uint32_t i = 0; i < nb && !err; i++) {
-			struct ring_slot *s = &sl[i];
-			if (!s->state) {
-				continue;
+		int r = ring_poll(x, s, true);
+		if (r < 0) {
+			err = r;
+		} else if (s->state == 1) {
+			s->state = 2;
+			s->seq = seq++;
+			for (int p = 0; p < 3; p++) {
+				int id = zinf_swap_find(x->swap, kinds[p], s->k);
+				zinf_swap_write_async(x->swap, id, s->buf + p * part, &s->ops[p]);
+				moved += 2 * zinf_swap_bytes(x->swap, id);
 			}
-			int r = ring_poll(x, s, !progress && s == oldest);
-			if (r < 0) {
-				err = r;
-			} else if (r == 1 && s->state == 1) {
-				s->state = 2;
-				s->seq = seq++;
-				for (int p = 0; p < 3; p++) {
-					int id = zinf_swap_find(x->swap, kinds[p], s->k);
-					zinf_swap_write_async(x->swap, id, s->buf + p * part,
-							      &s->ops[p]);
-					moved += 2 * zinf_swap_bytes(x->swap, id);
-				}
-				progress = true;
-			} else if (r == 1) {
-				s->state = 0;
-				done++;
-				cli_progress_add(&x->prog, 1);
-				progress = true;
-			}
+		} else {
+			s->state = 0;
+			done++;
+			cli_progress_add(&x->prog, 1);
 		}
 	}
 	for (uint32_t i = 0; i < nb; i++) {
