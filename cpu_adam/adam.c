@@ -259,11 +259,11 @@ zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float grad_scale, f
 	return 0;
 }
 
-/* A 32-bit stream key from (seed, step, which moment): splitmix64's finaliser. */
+/* A 32-bit hash key from (seed, step): splitmix64's finaliser. */
 static uint32_t
-sr_key(uint64_t seed, int64_t step, uint64_t which)
+sr_key(uint64_t seed, int64_t step)
 {
-	uint64_t z = seed + 0x9e3779b97f4a7c15ull * ((uint64_t)step * 2 + which + 1);
+	uint64_t z = seed + 0x9e3779b97f4a7c15ull * ((uint64_t)step + 1);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return (uint32_t)(z ^ (z >> 31));
@@ -289,8 +289,7 @@ zinf_adam_step_bf16state(const struct zinf_adam_opts *o, int64_t step, float gra
 		return r;
 	}
 	a.rounding = rounding;
-	a.key_m = sr_key(seed, step, 0);
-	a.key_v = sr_key(seed, step, 1);
+	a.sr_key = sr_key(seed, step);
 	if (n) {
 		run_tiles(ops->adam_bf16state, &a, n, o->threads);
 	}

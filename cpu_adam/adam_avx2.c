@@ -118,16 +118,22 @@ sr_bits8(uint32_t key, size_t i)
 	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
 	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0xc2b2ae35u));
 	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
-	return _mm256_and_si256(h, _mm256_set1_epi32(0xffff));
+	return h;
 }
 
-ALWAYS_INLINE __m128i
-state_round8(const struct zinf_opt_args *a, __m256 x, uint32_t key, size_t i)
+/* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
+ * high half for v, as zinf_adam_bf16state_elem()). */
+ALWAYS_INLINE void
+state_round8(const struct zinf_opt_args *a, __m256 m, __m256 v, __m128i *mo, __m128i *vo, size_t i)
 {
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
-		return bf16_round8(x, sr_bits8(key, i));
+		__m256i h = sr_bits8(a->sr_key, i);
+		*mo = bf16_round8(m, _mm256_and_si256(h, _mm256_set1_epi32(0xffff)));
+		*vo = bf16_round8(v, _mm256_srli_epi32(h, 16));
+	} else {
+		*mo = bf16_rne8(m);
+		*vo = bf16_rne8(v);
 	}
-	return bf16_rne8(x);
 }
 
 /* g * grad_scale (+ wd * p) */
@@ -197,8 +203,10 @@ adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 		__m256 g = grad_in8(a, gdt, i, p);
 		__m256 m = load_bf16x8(M + i), v = load_bf16x8(V + i);
 		p = adam_math8(a, p, g, &m, &v);
-		_mm_storeu_si128((__m128i *)(M + i), state_round8(a, m, a->key_m, i));
-		_mm_storeu_si128((__m128i *)(V + i), state_round8(a, v, a->key_v, i));
+		__m128i mo, vo;
+		state_round8(a, m, v, &mo, &vo, i);
+		_mm_storeu_si128((__m128i *)(M + i), mo);
+		_mm_storeu_si128((__m128i *)(V + i), vo);
 		_mm256_storeu_ps(P + i, p);
 		store_copy8(a->copy, ck, i, p, nt);
 	}

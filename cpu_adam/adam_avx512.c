@@ -127,16 +127,22 @@ sr_bits16(uint32_t key, size_t i)
 	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
 	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0xc2b2ae35u));
 	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-	return _mm512_and_si512(h, _mm512_set1_epi32(0xffff));
+	return h;
 }
 
-ALWAYS_INLINE __m256i
-state_round16(const struct zinf_opt_args *a, __m512 x, uint32_t key, size_t i)
+/* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
+ * high half for v, as zinf_adam_bf16state_elem()). */
+ALWAYS_INLINE void
+state_round16(const struct zinf_opt_args *a, __m512 m, __m512 v, __m256i *mo, __m256i *vo, size_t i)
 {
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
-		return bf16_round16(x, sr_bits16(key, i));
+		__m512i h = sr_bits16(a->sr_key, i);
+		*mo = bf16_round16(m, _mm512_and_si512(h, _mm512_set1_epi32(0xffff)));
+		*vo = bf16_round16(v, _mm512_srli_epi32(h, 16));
+	} else {
+		*mo = bf16_rne16(m, a->hw_bf16);
+		*vo = bf16_rne16(v, a->hw_bf16);
 	}
-	return bf16_rne16(x, a->hw_bf16);
 }
 
 ALWAYS_INLINE __m512
@@ -203,8 +209,10 @@ adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 		__m512 g = grad_in16(a, gdt, i, p);
 		__m512 m = load_bf16x16(M + i), v = load_bf16x16(V + i);
 		p = adam_math16(a, p, g, &m, &v);
-		_mm256_storeu_si256((__m256i *)(M + i), state_round16(a, m, a->key_m, i));
-		_mm256_storeu_si256((__m256i *)(V + i), state_round16(a, v, a->key_v, i));
+		__m256i mo, vo;
+		state_round16(a, m, v, &mo, &vo, i);
+		_mm256_storeu_si256((__m256i *)(M + i), mo);
+		_mm256_storeu_si256((__m256i *)(V + i), vo);
 		_mm512_storeu_ps(P + i, p);
 		store_copy16(a->copy, ck, i, p, nt, a->hw_bf16);
 	}

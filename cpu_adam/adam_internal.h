@@ -46,7 +46,7 @@ struct zinf_opt_args {
 	float inv_bc2_sqrt;	     /* 1 / bc2_sqrt from float64 (vector paths multiply) */
 	bool hw_bf16;		     /* the CPU has vcvtneps2bf16 (AVX512-BF16) */
 	enum zinf_rounding rounding; /* bf16 state */
-	uint32_t key_m, key_v;	     /* stochastic rounding streams */
+	uint32_t sr_key;	     /* stochastic rounding: hash key of (seed, step) */
 };
 
 typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
@@ -254,15 +254,6 @@ zinf_adam_elem(const struct zinf_opt_args *a, size_t i)
 	zinf_store_copy(a->copy, a->ck, i, p);
 }
 
-static inline uint16_t
-zinf_state_round(const struct zinf_opt_args *a, float x, uint32_t key, size_t i)
-{
-	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
-		return zinf_f32_to_bf16_sr(x, zinf_sr_bits(key, i));
-	}
-	return zinf_f32_to_bf16_rne(x);
-}
-
 static inline void
 zinf_adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
 {
@@ -274,8 +265,15 @@ zinf_adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
 	float v = a->b2 * zinf_bf16_to_f32(vp[i]) + a->omb2 * (g * g);
 	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
 	p = p + a->nstep * (m / denom);
-	mp[i] = zinf_state_round(a, m, a->key_m, i);
-	vp[i] = zinf_state_round(a, v, a->key_v, i);
+	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
+		/* one hash per element: its low half rounds m, its high half v */
+		uint32_t r = zinf_sr_bits(a->sr_key, i);
+		mp[i] = zinf_f32_to_bf16_sr(m, r & 0xffffu);
+		vp[i] = zinf_f32_to_bf16_sr(v, r >> 16);
+	} else {
+		mp[i] = zinf_f32_to_bf16_rne(m);
+		vp[i] = zinf_f32_to_bf16_rne(v);
+	}
 	a->param[i] = p;
 	zinf_store_copy(a->copy, a->ck, i, p);
 }
