@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/adam.h: CPU optimizers (Adam/AdamW; Adagrad and Lion follow in this header) in one fused
- * pass: unscale the gradient, update master and moments, write the 16-bit parameter copy.
+ * zinf/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 state, Adagrad, Lion) in one fused
+ * pass: unscale the gradient, update master and moments, write the 16-bit parameter copy; and
+ * the gradient helpers (sum of squares, inf/NaN check).
  * Vectorised (AVX-512, AVX2+FMA, scalar; chosen once by CPU detection, overridable with
  * ZINF_SIMD=scalar|avx2|avx512) and threaded with OpenMP over cache-sized tiles.
  */
@@ -61,10 +62,13 @@ ZINF_API int zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float 
  * The same step with the moments m (exp_avg) and v (exp_avg_sq) kept in bfloat16 (uint16_t bit
  * patterns): they are widened to float, updated in float exactly as zinf_adam_step() does, and
  * rounded back with `rounding`. ZINF_ROUND_STOCHASTIC draws its random bits from a counter-based
- * hash of (seed, step, element index, which moment), so the result does not depend on the thread
- * count or SIMD tiling and a run repeats bit for bit with the same seed. The master parameter
- * stays float32. Halves the bytes of m and v (12 -> 8 bytes of state per parameter); accuracy
- * against float32 state is recorded in bench/RESULTS.md.
+ * hash of (seed, step, element index) (low 16 bits round m, high 16 bits v), so the result does
+ * not depend on the thread count or SIMD tiling and a run repeats bit for bit with the same seed;
+ * pass a different seed per tensor. The master parameter stays float32. Halves the bytes of m
+ * and v (12 -> 8 bytes of state per parameter). Prefer ZINF_ROUND_STOCHASTIC: with RNE, an
+ * update of v smaller than half a bf16 ulp (2^-9 relative; beta2 = 0.999 decays v by 1e-3 a step)
+ * is lost, so v cannot decay and the trajectory drifts from fp32 state; stochastic rounding is
+ * unbiased. Accuracy against float32 state is recorded in bench/RESULTS.md.
  * Returns 0; -EINVAL as zinf_adam_step() or an unknown rounding; -ENODEV as zinf_adam_step().
  */
 enum zinf_rounding { ZINF_ROUND_NEAREST_EVEN = 0, ZINF_ROUND_STOCHASTIC = 1 };
