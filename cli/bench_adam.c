@@ -102,13 +102,38 @@ touch(void *p, size_t bytes, size_t elem, int threads, unsigned char byte)
 	}
 }
 
+/*
+ * First touch with values of a realistic range, |x| <= amp, varied per element: constant or tiny
+ * inputs would time the denormal paths of the FPU (g * g underflowing) instead of the memory.
+ */
+static void
+fill_values(void *x, int dt, size_t n, int threads, float amp)
+{
+	size_t tiles = ZINF_DIV_ROUND_UP(n, (size_t)ZINF_ADAM_TILE);
+#pragma omp parallel for schedule(static) num_threads(threads)
+	for (size_t t = 0; t < tiles; t++) {
+		size_t i1 = ZINF_MIN(n, (t + 1) * ZINF_ADAM_TILE);
+		for (size_t i = t * ZINF_ADAM_TILE; i < i1; i++) {
+			uint32_t h = (uint32_t)i * 2654435761u;
+			float f = amp * ((float)(h >> 8) * 0x1p-23f - 1.0f);
+			if (dt == ZINF_F32) {
+				((float *)x)[i] = f;
+			} else if (dt == ZINF_F16) {
+				((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
+			} else {
+				((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
+			}
+		}
+	}
+}
+
 /* STREAM triad a = b + s * c over doubles; 32 bytes per element counting write-allocate. */
 static double
 triad(double *a, const double *b, const double *c, size_t n, int threads)
 {
 	const double s = 3.0;
 	double t0 = zinf_now_s();
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for simd schedule(static) num_threads(threads)
 	for (size_t i = 0; i < n; i++) {
 		a[i] = b[i] + s * c[i];
 	}
@@ -306,8 +331,8 @@ cli_bench_adam(int argc, char **argv)
 		goto out;
 	}
 	cli_catch_signals();
-	touch(p, n * 4, 4, threads, 0x3c); /* 0x3c3c3c3c: 0.0115, small positive values */
-	touch(g, n * gsz, gsz, threads, 0x1c);
+	fill_values(p, ZINF_F32, n, threads, 0.1f);
+	fill_values(g, gdt, n, threads, 1e-2f * 1024); /* times grad_scale 1/1024 below */
 	touch(m, n * ssz, ssz, threads, 0);
 	touch(v, n * ssz, ssz, threads, 0);
 	if (c) {
