@@ -355,10 +355,8 @@ zinf_io_destroy(struct zinf_io *io)
 	for (unsigned i = 0; i < io->nworkers; i++) {
 		pthread_join(io->workers[i]->thread, NULL);
 	}
-	for (unsigned s = 0; s < ZINF_IO_MAX_FILES; s++) {
-		if (io->files[s]) {
-			zinf_io_file_close(io, io->files[s]);
-		}
+	while (io->file_list) {
+		zinf_io_file_close(io, io->file_list);
 	}
 	workers_destroy(io);
 	zinf_free(io->regs);
@@ -540,10 +538,14 @@ zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct z
 			break;
 		}
 	}
+	f->next = io->file_list;
+	if (f->next) {
+		f->next->prev = f;
+	}
+	io->file_list = f;
 	pthread_mutex_unlock(&io->flock);
 	if (f->slot < 0) {
-		/* Full table: the file still works, by descriptor, but zinf_io_destroy() does
-		 * not know it: the caller must close it. */
+		/* Full table: the file still works, by descriptor. */
 		ZINF_DEBUG("%s: no registered-file slot left; using the descriptor", path);
 	} else if (io->ops->file_add) {
 		unsigned i;
@@ -581,15 +583,26 @@ zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f)
 	while (__atomic_load_n(&f->inflight, __ATOMIC_ACQUIRE) != 0) {
 		pthread_cond_wait(&io->fcv, &io->flock);
 	}
-	if (f->slot >= 0) {
-		io->files[f->slot] = NULL;
-	}
 	pthread_mutex_unlock(&io->flock);
+	/* Out of the rings before the slot is free for another file. */
 	if (f->fixed && io->ops->file_remove) {
 		for (unsigned i = 0; i < io->nworkers; i++) {
 			io->ops->file_remove(io->workers[i], f);
 		}
 	}
+	pthread_mutex_lock(&io->flock);
+	if (f->slot >= 0) {
+		io->files[f->slot] = NULL;
+	}
+	if (f->prev) {
+		f->prev->next = f->next;
+	} else {
+		io->file_list = f->next;
+	}
+	if (f->next) {
+		f->next->prev = f->prev;
+	}
+	pthread_mutex_unlock(&io->flock);
 	close(f->fd);
 	zinf_free(f->path);
 	zinf_free(f);

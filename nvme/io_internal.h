@@ -29,9 +29,10 @@ struct zinf_io_file {
 	int slot;   /* index in io->files and the backends' file tables, -1: none */
 	bool fixed; /* registered at `slot` in every worker's backend */
 	bool writable;
-	bool direct;	   /* opened with O_DIRECT */
-	uint32_t align;	   /* bytes; 1 when buffered */
-	uint64_t inflight; /* requests in flight on this file (atomic) */
+	bool direct;			  /* opened with O_DIRECT */
+	uint32_t align;			  /* bytes; 1 when buffered */
+	uint64_t inflight;		  /* requests in flight on this file (atomic) */
+	struct zinf_io_file *prev, *next; /* io->file_list, under io->flock */
 };
 
 /* One block of a request, owned by a worker while in flight. */
@@ -121,6 +122,7 @@ struct zinf_io {
 	pthread_mutex_t flock;
 	pthread_cond_t fcv;
 	struct zinf_io_file *files[ZINF_IO_MAX_FILES]; /* by slot */
+	struct zinf_io_file *file_list;		       /* every open file */
 
 	/* Statistics (atomic). */
 	struct zinf_io_stats stats;
