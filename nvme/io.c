@@ -202,8 +202,12 @@ backend_best(struct zinf_io *io, const struct zinf_io_ops *wrapper)
 		}
 		rc = wrapper ? backend_try(io, wrapper, ops) : backend_try(io, ops, NULL);
 		if (rc == 0) {
-			if (refused[0]) {
+			/* Once per process at WARN: every context would say the same. */
+			static int warned;
+			if (refused[0] && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED)) {
 				ZINF_WARN("%s: using %s", refused, ops->name);
+			} else if (refused[0]) {
+				ZINF_DEBUG("%s: using %s", refused, ops->name);
 			}
 			return 0;
 		}

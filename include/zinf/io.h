@@ -52,7 +52,7 @@ ZINF_API void zinf_io_opts_init(struct zinf_io_opts *o);
 /**
  * Open an I/O context. With backend NULL, tries io_uring, then libaio, then psync; a backend
  * the kernel refuses (EPERM/ENOSYS, as in many containers) is passed over with one warning
- * that says why. Free with zinf_io_destroy().
+ * that says why (once per process; later contexts log it at DEBUG). Free with zinf_io_destroy().
  * Returns 0 and sets *out, or a negative errno and leaves *out untouched:
  *   -EINVAL  bad option   -ENODEV  named backend not built or refused by the kernel
  *   -ENOMEM  out of memory

@@ -574,6 +574,11 @@ Test(nvme_io, refused_backend_falls_back_with_one_warning)
 	cr_assert_str_neq(zinf_io_backend(io), v);
 	cr_assert_eq(c.warnings, 1, "%d warnings", c.warnings);
 	cr_assert(strstr(c.msg, zinf_io_backend(io)), "%s", c.msg);
+	/* A second context says nothing more. */
+	struct zinf_io *io2 = NULL;
+	cr_assert_eq(zinf_io_create(&o, &io2), 0);
+	cr_assert_eq(c.warnings, 1, "%d warnings", c.warnings);
+	zinf_io_destroy(io2);
 	/* The warning names the first backend refused and why. */
 	cr_assert(strstr(c.msg, "io_uring") && strstr(c.msg, "not permitted"), "%s", c.msg);
 	zinf_io_destroy(io);
