@@ -826,6 +826,15 @@ worker_main(void *arg)
 			w->inflight++;
 			queued++;
 		}
+		if (queued) {
+			uint64_t now =
+				__atomic_add_fetch(&io->inflight_blocks, queued, __ATOMIC_RELAXED);
+			uint64_t max = __atomic_load_n(&io->stats.max_inflight, __ATOMIC_RELAXED);
+			while (now > max && !__atomic_compare_exchange_n(
+						    &io->stats.max_inflight, &max, now, true,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			}
+		}
 		memmove(w->pending, w->pending + i, (w->npending - i) * sizeof(*w->pending));
 		w->npending -= i;
 		if (queued) {
@@ -847,6 +856,7 @@ worker_main(void *arg)
 			continue;
 		}
 		w->inflight -= (unsigned)n;
+		__atomic_sub_fetch(&io->inflight_blocks, (uint64_t)n, __ATOMIC_RELAXED);
 		for (int k = 0; k < n; k++) {
 			blk_check(w, w->reaped[k]);
 		}

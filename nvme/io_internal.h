@@ -126,6 +126,7 @@ struct zinf_io {
 
 	/* Statistics (atomic). */
 	struct zinf_io_stats stats;
+	uint64_t inflight_blocks; /* block ops queued to the backends, not yet reaped */
 };
 
 /* The registry (io_registry.c): backends best first, and lookup by name. */

@@ -198,6 +198,7 @@ struct zinf_io_stats {
 	uint64_t bytes_read, bytes_written; /* completed */
 	uint64_t reqs, blocks;              /* submitted */
 	uint64_t short_retries, eagain_retries, errors;
+	uint64_t max_inflight; /* most block ops in flight at once over all workers */
 };
 ZINF_API void zinf_io_get_stats(const struct zinf_io *io, struct zinf_io_stats *out);
 

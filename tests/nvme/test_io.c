@@ -243,6 +243,9 @@ Test(nvme_io, many_requests_many_files)
 	cr_assert_eq(st.bytes_written, total);
 	cr_assert_eq(st.bytes_read, total);
 	cr_assert_eq(st.reqs, 2 * NR);
+	/* Requests of 1 to 3 blocks filled a worker's depth of 4: depth holds across requests. */
+	cr_assert(st.max_inflight >= 4 && st.max_inflight <= 12, "max in flight %llu",
+		  (unsigned long long)st.max_inflight);
 	for (int i = 0; i < NF; i += 2) {
 		zinf_io_file_close(io, f[i]); /* the rest are closed by destroy */
 	}
