@@ -243,8 +243,8 @@ run_io(struct ctx *x, uint64_t *bytes)
 		zinf_pool_acquire(x->pool, -1, (void **)&sl[i].buf);
 	}
 	double t0 = zinf_now_s();
-	/* Every buffer busy, and block on the oldest operation: no polling loop taking CPU from
-	 * the I/O threads, the same waits the step makes. */
+	/* Every buffer busy all the time: a buffer is refilled as soon as its operation
+	 * completes. */
 	while (done < x->nsg && !err && !cli_interrupted) {
 		for (uint32_t i = 0; i < nb; i++) {
 			struct ring_slot *s = &sl[i];
@@ -259,13 +259,19 @@ run_io(struct ctx *x, uint64_t *bytes)
 				}
 			}
 		}
+		/* Whichever operation completes first; a short sleep, not a spin, between looks. */
 		struct ring_slot *s = NULL;
-		for (uint32_t i = 0; i < nb; i++) {
-			if (sl[i].state && (!s || sl[i].seq < s->seq)) {
-				s = &sl[i];
+		int r = 0;
+		while (!s) {
+			for (uint32_t i = 0; i < nb && !s; i++) {
+				if (sl[i].state && (r = ring_poll(x, &sl[i], false)) != 0) {
+					s = &sl[i];
+				}
+			}
+			if (!s) {
+				usleep(50);
 			}
 		}
-		int r = ring_poll(x, s, true);
 		if (r < 0) {
 			err = r;
 		} else if (s->state == 1) {
