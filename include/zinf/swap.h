@@ -69,7 +69,7 @@ ZINF_API int zinf_swap_find(const struct zinf_swap *s, const char *kind, uint32_
  */
 ZINF_API int zinf_swap_reserve(struct zinf_swap *s);
 
-/** Direct-I/O alignment of the swap space (the largest of its files'), bytes. */
+/** Direct-I/O alignment of the swap space (the largest of its files', at least 4096), bytes. */
 ZINF_API uint32_t zinf_swap_align(const struct zinf_swap *s);
 /** Bytes of the tensor as declared. */
 ZINF_API uint64_t zinf_swap_bytes(const struct zinf_swap *s, int id);
@@ -99,10 +99,15 @@ struct zinf_swap_op {
 /**
  * Start writing tensor `id` from buf (aligned, zinf_swap_buf_bytes() capacity; the pad bytes
  * past zinf_swap_bytes() are zeroed by this call). With CRC on, the checksum is computed here,
- * before submission. Returns 0 when started; -EINVAL misaligned buffer; -EBUSY before reserve.
+ * before submission. Returns 0 when started; -EINVAL misaligned buffer; -EBUSY before reserve,
+ * or while another operation on the same tensor is in flight (operations on different tensors
+ * may be started and waited on from different threads).
  */
 ZINF_API int zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op);
-/** Start reading tensor `id` into buf (aligned, zinf_swap_buf_bytes() capacity). */
+/**
+ * Start reading tensor `id` into buf (aligned, zinf_swap_buf_bytes() capacity). Errors as for
+ * writing, and -ENODATA for a tensor never written or whose last write failed.
+ */
 ZINF_API int zinf_swap_read_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op);
 /**
  * Wait for an operation. Returns 0, or a negative errno whose message names the file, offset
