@@ -43,11 +43,24 @@ cli_parse_size(const char *s, uint64_t *out)
 	}
 	double mul = 1;
 	switch (toupper((unsigned char)*end)) {
-	case 'K': mul = 1024.0; end++; break;
-	case 'M': mul = 1024.0 * 1024; end++; break;
-	case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-	case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-	default: break;
+	case 'K':
+		mul = 1024.0;
+		end++;
+		break;
+	case 'M':
+		mul = 1024.0 * 1024;
+		end++;
+		break;
+	case 'G':
+		mul = 1024.0 * 1024 * 1024;
+		end++;
+		break;
+	case 'T':
+		mul = 1024.0 * 1024 * 1024 * 1024;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (mul > 1 && (strcasecmp(end, "iB") == 0 || strcasecmp(end, "B") == 0)) {
 		end += strlen(end);
@@ -110,15 +123,16 @@ __attribute__((weak)) int cli_bench_step(int argc, char **argv);
 static void
 usage(FILE *f)
 {
-	fprintf(f, "usage: zinf <command> [options]\n"
-		   "\n"
-		   "commands:\n"
-		   "  bench io     NVMe/file bandwidth of the I/O engine (default: ./zinf-bench-io)\n"
-		   "  bench adam   CPU-Adam throughput against the machine's memory bandwidth\n"
-		   "  bench step   the pipelined optimizer step over state on NVMe\n"
-		   "  version      print the library version\n"
-		   "\n"
-		   "Run `zinf bench <what> --help` for the options of each.\n");
+	fprintf(f,
+		"usage: zinf <command> [options]\n"
+		"\n"
+		"commands:\n"
+		"  bench io     NVMe/file bandwidth of the I/O engine (default: ./zinf-bench-io)\n"
+		"  bench adam   CPU-Adam throughput against the machine's memory bandwidth\n"
+		"  bench step   the pipelined optimizer step over state on NVMe\n"
+		"  version      print the library version\n"
+		"\n"
+		"Run `zinf bench <what> --help` for the options of each.\n");
 }
 
 int
@@ -150,7 +164,8 @@ main(int argc, char **argv)
 		} else if (strcmp(what, "step") == 0) {
 			fn = cli_bench_step;
 		} else {
-			fprintf(stderr, "zinf bench: unknown benchmark '%s' (io, adam, step)\n", what);
+			fprintf(stderr, "zinf bench: unknown benchmark '%s' (io, adam, step)\n",
+				what);
 			return 2;
 		}
 		if (!fn) {

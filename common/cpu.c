@@ -32,7 +32,7 @@ zinf_cpu_features_get(struct zinf_cpu_features *out)
 	bool fma = c & bit_FMA;
 	bool f16c = c & bit_F16C;
 	uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-	bool ymm_ok = (xcr0 & 0x6) == 0x6;          /* SSE and AVX state */
+	bool ymm_ok = (xcr0 & 0x6) == 0x6;	       /* SSE and AVX state */
 	bool zmm_ok = ymm_ok && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM_Hi256, Hi16_ZMM */
 	if (!ymm_ok || !avx) {
 		return;

@@ -57,8 +57,8 @@ zinf_last_error(void)
 }
 
 void
-zinf_log_to_file(void *ctx, enum zinf_log_level level, const char *file, int line,
-		 const char *func, const char *msg)
+zinf_log_to_file(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+		 const char *msg)
 {
 	static const char *const names[] = {"error", "warning", "info", "debug"};
 	FILE *f = ctx ? ctx : stderr;

@@ -13,30 +13,30 @@
 #include "zinf/common.h"
 #include "zinf_config.h"
 
-#define ZINF_ALIGN_UP(x, a)     ((((x) + (a) - 1) / (a)) * (a))
-#define ZINF_ALIGN_DOWN(x, a)   (((x) / (a)) * (a))
-#define ZINF_IS_ALIGNED(x, a)   (((x) % (a)) == 0)
-#define ZINF_DIV_ROUND_UP(x, d) (((x) + (d) - 1) / (d))
-#define ZINF_IS_POW2(x)         ((x) != 0 && (((x) & ((x) - 1)) == 0))
-#define ZINF_MIN(a, b)          ((a) < (b) ? (a) : (b))
-#define ZINF_MAX(a, b)          ((a) > (b) ? (a) : (b))
-#define ZINF_ARRAY_SIZE(a)      (sizeof(a) / sizeof((a)[0]))
+#define ZINF_ALIGN_UP(x, a)	((((x) + (a)-1) / (a)) * (a))
+#define ZINF_ALIGN_DOWN(x, a)	(((x) / (a)) * (a))
+#define ZINF_IS_ALIGNED(x, a)	(((x) % (a)) == 0)
+#define ZINF_DIV_ROUND_UP(x, d) (((x) + (d)-1) / (d))
+#define ZINF_IS_POW2(x)		((x) != 0 && (((x) & ((x)-1)) == 0))
+#define ZINF_MIN(a, b)		((a) < (b) ? (a) : (b))
+#define ZINF_MAX(a, b)		((a) > (b) ? (a) : (b))
+#define ZINF_ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
 
 #define zinf_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Emit a message; returns `ret` so that error paths read `return ZINF_FAIL(-EINVAL, ...)`. */
-int zinf_log_emit(int ret, enum zinf_log_level level, const char *file, int line,
-		  const char *func, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-int zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int line,
-		   const char *func, const char *fmt, va_list ap);
+int zinf_log_emit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
+		  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
+		   const char *fmt, va_list ap);
 
 #define ZINF_LOG(level, ...) zinf_log_emit(0, (level), __FILE__, __LINE__, __func__, __VA_ARGS__)
-#define ZINF_ERR(...)        ZINF_LOG(ZINF_LOG_ERROR, __VA_ARGS__)
-#define ZINF_WARN(...)       ZINF_LOG(ZINF_LOG_WARN, __VA_ARGS__)
-#define ZINF_INFO(...)       ZINF_LOG(ZINF_LOG_INFO, __VA_ARGS__)
-#define ZINF_DEBUG(...)      ZINF_LOG(ZINF_LOG_DEBUG, __VA_ARGS__)
+#define ZINF_ERR(...)	     ZINF_LOG(ZINF_LOG_ERROR, __VA_ARGS__)
+#define ZINF_WARN(...)	     ZINF_LOG(ZINF_LOG_WARN, __VA_ARGS__)
+#define ZINF_INFO(...)	     ZINF_LOG(ZINF_LOG_INFO, __VA_ARGS__)
+#define ZINF_DEBUG(...)	     ZINF_LOG(ZINF_LOG_DEBUG, __VA_ARGS__)
 /* Log at ERROR and evaluate to err (a negative errno). */
-#define ZINF_FAIL(err, ...) \
+#define ZINF_FAIL(err, ...)                                                                        \
 	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, __VA_ARGS__)
 
 /* Allocation that tests can make fail (the failing allocator hook). */

@@ -71,11 +71,11 @@ ZINF_API void zinf_free_aligned(void *p); /* NULL is a no-op */
 /* ---- CPU features ------------------------------------------------------------------------- */
 
 struct zinf_cpu_features {
-	bool sse42;      /* crc32 instruction */
+	bool sse42; /* crc32 instruction */
 	bool avx2;
 	bool fma;
 	bool f16c;
-	bool avx512f;    /* with the OS saving the zmm state */
+	bool avx512f; /* with the OS saving the zmm state */
 	bool avx512bw;
 	bool avx512vl;
 	bool avx512bf16; /* vcvtne2ps2bf16 */
@@ -96,7 +96,7 @@ ZINF_API int zinf_topo_create(struct zinf_topo **out);
 ZINF_API void zinf_topo_destroy(struct zinf_topo *t); /* NULL is a no-op */
 ZINF_API int zinf_topo_numa_nodes(const struct zinf_topo *t);
 ZINF_API int zinf_topo_cores(const struct zinf_topo *t); /* physical cores */
-ZINF_API int zinf_topo_pus(const struct zinf_topo *t);   /* hardware threads */
+ZINF_API int zinf_topo_pus(const struct zinf_topo *t);	 /* hardware threads */
 /** Physical memory of the machine, bytes. */
 ZINF_API uint64_t zinf_topo_memory(const struct zinf_topo *t);
 /**

@@ -23,7 +23,8 @@ zt_seed(void)
 	} else {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		seed = ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 20);
+		seed = ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec ^
+		       ((uint64_t)getpid() << 20);
 	}
 	if (!seed) {
 		seed = 1;
