@@ -108,7 +108,7 @@ Test(swap, crc32c_hw_matches_table)
 		cr_skip_test("no SSE4.2 crc32 instruction on this CPU: only the table runs");
 	}
 	uint64_t st = zt_seed();
-	size_t n = 200000;
+	size_t n = 400000; /* several rounds of 3 x 32 KiB lanes, and tails */
 	unsigned char *b = malloc(n + 64);
 	zt_rand_fill(b, n + 64, &st);
 	for (int i = 0; i < 300; i++) {
