@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "zinf/offload.h"
@@ -563,6 +564,29 @@ pump(struct zinf_step *st, int64_t cur)
 }
 
 /*
+ * Wait for slot s's operations while keeping the disk fed: every write that completes in the
+ * meantime turns its slot into the next read at once, instead of after s is in. A short sleep
+ * between looks, not a spin (the I/O threads need the cores).
+ */
+static void
+wait_pumping(struct zinf_step *st, struct slot *s, int64_t cur)
+{
+	double t0 = zinf_now_s();
+	for (;;) {
+		bool all = true;
+		for (int p = 0; p < s->nops && all; p++) {
+			all = zinf_swap_poll(part_swap(st, p), &s->ops[p]) != 0;
+		}
+		if (all) {
+			break;
+		}
+		pump(st, cur);
+		usleep(50);
+	}
+	st->stats.wait_read_s += zinf_now_s() - t0;
+}
+
+/*
  * A slot for sub-group k, which has none: a free one; else the oldest write's (waited for);
  * else every slot holds a prefetched sub-group that is not ready: give up the one furthest
  * ahead in the order (its read is waited for and dropped; it is read again when needed).
@@ -746,9 +770,10 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 	struct slot *s = &st->slots[st->sg_slot[k]];
 	if (s->state == SLOT_READING) {
 		/* Queue the read-ahead first: its reads go behind this one, not after Adam.
-		 * (DeepSpeed issues the next read only once this one is in.) */
+		 * (DeepSpeed issues the next read only once this one is in, and blocks.) */
 		if (st->o.schedule != ZINF_SCHEDULE_DEEPSPEED) {
 			pump(st, k);
+			wait_pumping(st, s, k);
 		}
 		int rc = complete_read(st, s, true);
 		if (rc) {
