@@ -68,8 +68,9 @@ ALWAYS_INLINE __m128i
 bf16_rne8(__m256 x)
 {
 	__m256i u = _mm256_castps_si256(x);
-	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-	return bf16_round8(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+	return bf16_round8(x, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 16),
+								_mm256_set1_epi32(1)),
+					       _mm256_set1_epi32(0x7fff)));
 }
 
 /* Store 8 copies. nt: the 16-bit copy is 16-byte aligned and is written with streaming
@@ -111,29 +112,46 @@ sr_bits8(uint32_t key, size_t i)
 	uint32_t k = key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
 	__m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i),
 				       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-	__m256i h = _mm256_xor_si256(_mm256_mullo_epi32(idx, _mm256_set1_epi32((int)0x9e3779b1u)),
-				     _mm256_set1_epi32((int)k));
+	__m256i h = _mm256_xor_si256(idx, _mm256_set1_epi32((int)k));
 	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
-	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0x85ebca6bu));
-	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 13));
-	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0xc2b2ae35u));
+	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0x7feb352du));
+	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 15));
+	h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)0x846ca68bu));
 	h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
 	return h;
 }
 
+ALWAYS_INLINE __m256i
+rne_increment8(__m256i u)
+{
+	__m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	return _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff));
+}
+
 /* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
- * high half for v, as zinf_adam_bf16state_elem()). */
+ * high half for v, as zinf_adam_bf16state_elem()). One NaN test covers both: an unordered
+ * compare of m with v is true when either is NaN. */
 ALWAYS_INLINE void
 state_round8(const struct zinf_opt_args *a, __m256 m, __m256 v, __m128i *mo, __m128i *vo, size_t i)
 {
+	__m256i um = _mm256_castps_si256(m), uv = _mm256_castps_si256(v), tm, tv;
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
 		__m256i h = sr_bits8(a->sr_key, i);
-		*mo = bf16_round8(m, _mm256_and_si256(h, _mm256_set1_epi32(0xffff)));
-		*vo = bf16_round8(v, _mm256_srli_epi32(h, 16));
+		tm = _mm256_add_epi32(um, _mm256_and_si256(h, _mm256_set1_epi32(0xffff)));
+		tv = _mm256_add_epi32(uv, _mm256_srli_epi32(h, 16));
 	} else {
-		*mo = bf16_rne8(m);
-		*vo = bf16_rne8(v);
+		tm = _mm256_add_epi32(um, rne_increment8(um));
+		tv = _mm256_add_epi32(uv, rne_increment8(uv));
 	}
+	if (__builtin_expect(_mm256_movemask_ps(_mm256_cmp_ps(m, v, _CMP_UNORD_Q)) != 0, 0)) {
+		const __m256i quiet = _mm256_set1_epi32(0x00400000);
+		tm = _mm256_blendv_epi8(tm, _mm256_or_si256(um, quiet),
+					_mm256_castps_si256(_mm256_cmp_ps(m, m, _CMP_UNORD_Q)));
+		tv = _mm256_blendv_epi8(tv, _mm256_or_si256(uv, quiet),
+					_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+	}
+	*mo = high_halves8(tm);
+	*vo = high_halves8(tv);
 }
 
 /* g * grad_scale (+ wd * p) */

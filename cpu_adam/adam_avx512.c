@@ -120,12 +120,11 @@ sr_bits16(uint32_t key, size_t i)
 	__m512i idx = _mm512_add_epi32(
 		_mm512_set1_epi32((int)(uint32_t)i),
 		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-	__m512i h = _mm512_xor_si512(_mm512_mullo_epi32(idx, _mm512_set1_epi32((int)0x9e3779b1u)),
-				     _mm512_set1_epi32((int)k));
+	__m512i h = _mm512_xor_si512(idx, _mm512_set1_epi32((int)k));
 	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0x85ebca6bu));
-	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
-	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0xc2b2ae35u));
+	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0x7feb352du));
+	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 15));
+	h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)0x846ca68bu));
 	h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
 	return h;
 }

@@ -181,15 +181,17 @@ zinf_f32_to_f16_rne(float f)
 	return (uint16_t)(sign | q);
 }
 
-/* Counter-based random bits for stochastic rounding: a function of (key, element index) only. */
+/* Counter-based random bits for stochastic rounding: a function of (key, element index) only:
+ * Wellons' lowbias32 of the index mixed with the key (two multiplies: cheap in the vector
+ * paths, which compute the same bits). */
 static inline uint32_t
 zinf_sr_bits(uint32_t key, size_t i)
 {
-	uint32_t h = (uint32_t)i * 0x9e3779b1u ^ key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
+	uint32_t h = (uint32_t)i ^ key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
 	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35u;
+	h *= 0x7feb352du;
+	h ^= h >> 15;
+	h *= 0x846ca68bu;
 	h ^= h >> 16;
 	return h;
 }
