@@ -629,3 +629,46 @@ Test(cpu_adam, bf16_stochastic_rounding_is_unbiased)
 	free(m);
 	free(v);
 }
+
+/* A NaN or inf gradient poisons only its own element, in every vector lane position; NaN moments
+ * stay NaN in bf16 (not infinity), and the copy of a NaN parameter is a NaN. */
+Test(cpu_adam, nonfinite_gradient_stays_in_its_element)
+{
+	use_variant();
+	size_t n = 40;
+	for (int rounding = 0; rounding < 2; rounding++) {
+		for (size_t bad = 0; bad < 16; bad += 5) {
+			struct state a, b;
+			state_init(&a, n, 77);
+			state_init(&b, n, 77);
+			a.g[bad] = NAN;
+			a.g[bad + 17] = INFINITY;
+			struct zinf_adam_opts o;
+			zinf_adam_opts_init(&o);
+			o.threads = 1;
+			cr_assert_eq(zinf_adam_step_bf16state(&o, 2, 1, a.p, a.g, ZINF_F32, a.mb,
+							      a.vb, n, a.c, ZINF_BF16, rounding, 3),
+				     0);
+			cr_assert_eq(zinf_adam_step_bf16state(&o, 2, 1, b.p, b.g, ZINF_F32, b.mb,
+							      b.vb, n, b.c, ZINF_BF16, rounding, 3),
+				     0);
+			for (size_t i = 0; i < n; i++) {
+				if (i == bad || i == bad + 17) {
+					cr_assert(isnan(a.p[i]), "p[%zu] = %g", i, a.p[i]);
+					cr_assert(isnan(zinf_bf16_to_f32(a.c[i])), "copy[%zu] %04x",
+						  i, a.c[i]);
+					cr_assert(isnan(zinf_bf16_to_f32(a.mb[i])) || i == bad + 17,
+						  "m[%zu] %04x", i, a.mb[i]);
+					cr_assert(isnan(zinf_bf16_to_f32(a.vb[i])) || i == bad + 17,
+						  "v[%zu] %04x", i, a.vb[i]);
+					continue;
+				}
+				cr_assert(a.p[i] == b.p[i] && a.mb[i] == b.mb[i] &&
+						  a.vb[i] == b.vb[i] && a.c[i] == b.c[i],
+					  "element %zu changed by a non-finite neighbour", i);
+			}
+			state_free(&a);
+			state_free(&b);
+		}
+	}
+}
