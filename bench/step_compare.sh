@@ -45,12 +45,13 @@ done
 python3 - "$OUT" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
-print("\n| schedule | params | sub-group | buffers | step_s | io_s (io_GBps) | adam_s | efficiency | peak RSS MiB |")
+print("\n| schedule | params | sub-group | buffers | step_s | io_s (io_GBps) | adam_s | efficiency (per-round range) | peak RSS MiB |")
 print("|---|---|---|---|---|---|---|---|---|")
 for s in sorted({r["schedule"] for r in runs}, reverse=True):
     rs = [r for r in runs if r["schedule"] == s]
     med = lambda k: statistics.median(r[k] for r in rs)
     print(f"| {s} | {rs[0]['params']:.3g} | {rs[0]['sub_group']:.3g} | {rs[0]['buffers']} | "
           f"{med('step_s'):.2f} | {med('io_s'):.2f} ({med('io_GBps'):.2f}) | {med('adam_s'):.2f} | "
-          f"{med('efficiency'):.3f} | {max(r['time_v_maxrss_kB'] for r in rs)/1024:.0f} |")
+          f"{statistics.median(e for r in rs for e in r['efficiency_all']):.3f} "
+          f"({min(e for r in rs for e in r['efficiency_all']):.2f}..{max(e for r in rs for e in r['efficiency_all']):.2f}) | {max(r['time_v_maxrss_kB'] for r in rs)/1024:.0f} |")
 PY
