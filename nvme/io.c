@@ -70,6 +70,8 @@ zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, u
 	w->io = io;
 	w->id = id;
 	w->depth = depth;
+	w->wake_fd = -1;
+	w->sleeping = 0;
 	w->blks = zinf_calloc(depth, sizeof(*w->blks));
 	w->free_blks = zinf_calloc(depth, sizeof(*w->free_blks));
 	w->pending = zinf_calloc(depth, sizeof(*w->pending));
@@ -772,7 +774,8 @@ take_blocks(struct zinf_io *io, struct zinf_io_worker *w)
 		 * request queued behind a large one does not wait for all of it. */
 		struct zinf_io_req *next = (struct zinf_io_req *)(uintptr_t)r->priv[P_NEXT];
 		if (cur == r->len || next) {
-			io->qhead = next;
+			/* Atomic: a worker about to sleep reads it without the lock. */
+			__atomic_store_n(&io->qhead, next, __ATOMIC_RELAXED);
 			if (!next) {
 				io->qtail = NULL;
 			}
@@ -847,7 +850,25 @@ worker_main(void *arg)
 		if (w->inflight == 0) {
 			continue;
 		}
-		int n = ops->reap(w, w->reaped, 1, w->inflight);
+		/*
+		 * About to block in reap() with room for more blocks: say so, then look at the
+		 * queue once more (the submitter does the mirror image: queue, fence, look at
+		 * `sleeping`). Either the request is seen here and reap() does not wait, or the
+		 * submitter sees `sleeping` and wakes the backend's wait through wake_fd.
+		 */
+		unsigned min = 1;
+		bool armed = w->wake_fd >= 0 && w->nfree > 0;
+		if (armed) {
+			__atomic_store_n(&w->sleeping, 1, __ATOMIC_RELAXED);
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&io->qhead, __ATOMIC_RELAXED)) {
+				min = 0; /* new work: collect what finished, then take it */
+			}
+		}
+		int n = ops->reap(w, w->reaped, min, w->inflight);
+		if (armed) {
+			__atomic_store_n(&w->sleeping, 0, __ATOMIC_RELAXED);
+		}
 		if (n < 0) {
 			if (n != -EINTR && n != -EAGAIN) {
 				ZINF_WARN("%s: reaping completions failed: %s; retrying", ops->name,
@@ -862,6 +883,33 @@ worker_main(void *arg)
 		}
 	}
 	return NULL;
+}
+
+/*
+ * Wake up to `want` workers asleep in their backend's reap() with free blocks, so that a
+ * request just queued goes in flight now rather than after their next completion. A worker
+ * that is awake costs a fence and a load (no system call): it takes the request itself.
+ */
+static void
+wake_sleepers(struct zinf_io *io, uint64_t want)
+{
+	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the queued request before `sleeping` */
+	unsigned n = io->nworkers, start = 0, woken = 0;
+	if (n > 1) {
+		start = __atomic_fetch_add(&io->wake_next, 1, __ATOMIC_RELAXED) % n;
+	}
+	for (unsigned i = 0; i < n && woken < want; i++) {
+		struct zinf_io_worker *w = io->workers[(start + i) % n];
+		if (w->wake_fd < 0 || !__atomic_load_n(&w->sleeping, __ATOMIC_RELAXED) ||
+		    !__atomic_exchange_n(&w->sleeping, 0, __ATOMIC_ACQ_REL)) {
+			continue;
+		}
+		uint64_t v = ZINF_IO_WAKE;
+		while (write(w->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+		}
+		ZINF_IO_ATOMIC_ADD(&io->stats_wakeups, 1);
+		woken++;
+	}
 }
 
 ZINF_API int
@@ -924,11 +972,12 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 	if (io->qtail) {
 		io->qtail->priv[P_NEXT] = (uintptr_t)r;
 	} else {
-		io->qhead = r;
+		__atomic_store_n(&io->qhead, r, __ATOMIC_RELAXED);
 	}
 	io->qtail = r;
-	pthread_cond_signal(&io->qcv);
+	pthread_cond_signal(&io->qcv); /* an idle worker (nothing in flight) */
 	pthread_mutex_unlock(&io->qlock);
+	wake_sleepers(io, ZINF_DIV_ROUND_UP(r->len, io->opts.block_size));
 	return 0;
 }
 

@@ -86,6 +86,8 @@ fault_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 	if (rc < 0) {
 		goto fail_worker;
 	}
+	/* The core wakes this worker; the inner backend waits: share its wake_fd (it owns it). */
+	fw->w.wake_fd = fw->inner->wake_fd;
 	*out = &fw->w;
 	return 0;
 

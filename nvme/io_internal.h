@@ -65,7 +65,21 @@ struct zinf_io_worker {
 	unsigned npending;
 	struct zinf_io_blk **reaped; /* [depth]: reap() output */
 	unsigned inflight;	     /* queued to the backend, not yet reaped */
+	/*
+	 * Wake-up while asleep in reap(): an eventfd the backend watches (-1: none; set by
+	 * worker_create, closed by worker_destroy). The worker sets `sleeping` (atomic) before
+	 * a blocking reap() when it has free blocks; a submitter that finds it set clears it and
+	 * writes ZINF_IO_WAKE to wake_fd, so a request queued meanwhile goes in flight at once
+	 * instead of after the next completion. Both sides fence (seq_cst) between their store
+	 * and their load: no wake-up is lost, and an awake worker costs a submitter no syscall.
+	 */
+	int wake_fd;
+	uint32_t sleeping;
 };
+
+/* What a submitter adds to a worker's wake_fd: completions counted on the same eventfd (libaio)
+ * add 1 each, so the high half tells a wake-up from completions. */
+#define ZINF_IO_WAKE (1ull << 32)
 
 /* Backend flags. */
 enum {
@@ -89,7 +103,9 @@ struct zinf_io_ops {
 	int (*queue)(struct zinf_io_worker *w, struct zinf_io_blk *b);
 	/* Hand prepared ops to the kernel. 0 or -errno (they stay prepared; retried later). */
 	int (*submit)(struct zinf_io_worker *w);
-	/* Return between min and max finished ops in out[], res set. Count or -errno. */
+	/* Return between min and max finished ops in out[], res set. Count or -errno. When the
+	 * worker has a wake_fd, a blocking reap() also returns (with fewer than min, even 0) once
+	 * wake_fd has been written. */
 	int (*reap)(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, unsigned max);
 	/* Optional: register f (f->slot >= 0) in this worker's file table / remove it. */
 	int (*file_add)(struct zinf_io_worker *w, struct zinf_io_file *f);
@@ -127,6 +143,8 @@ struct zinf_io {
 	/* Statistics (atomic). */
 	struct zinf_io_stats stats;
 	uint64_t inflight_blocks; /* block ops queued to the backends, not yet reaped */
+	uint64_t stats_wakeups;	  /* sleeping workers woken by a submitter (atomic) */
+	unsigned wake_next;	  /* where wake_sleepers() starts looking (atomic) */
 };
 
 /* The registry (io_registry.c): backends best first, and lookup by name. */

@@ -4,9 +4,17 @@
  * block slot; queue() prepares an iocb, submit() hands all prepared ones to io_submit in one
  * call (keeping the rest when the kernel takes fewer), reap() is io_getevents. An iocb the
  * kernel rejects at submission completes with that error, like any other failed op.
+ *
+ * Waiting: every iocb signals the worker's eventfd (wake_fd) on completion, and a submitter
+ * writes ZINF_IO_WAKE to it, so reap() collects what is there without blocking and then
+ * blocks in read(wake_fd): it wakes for a completion or for new work, whichever comes first.
  */
+#include <errno.h>
 #include <libaio.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "nvme/io_internal.h"
 
@@ -56,6 +64,8 @@ aio_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_i
 	if (rc < 0) {
 		goto fail_worker;
 	}
+	/* Without one, reap() blocks in io_getevents and wakes on completions only. */
+	a->w.wake_fd = eventfd(0, EFD_CLOEXEC);
 	*out = &a->w;
 	return 0;
 
@@ -71,6 +81,9 @@ aio_worker_destroy(struct zinf_io_worker *w)
 {
 	struct aio_worker *a = zinf_container_of(w, struct aio_worker, w);
 	io_destroy(a->ctx);
+	if (w->wake_fd >= 0) {
+		close(w->wake_fd);
+	}
 	zinf_io_worker_fini(w);
 	aio_free(a);
 }
@@ -88,6 +101,9 @@ aio_queue(struct zinf_io_worker *w, struct zinf_io_blk *b)
 			       (long long)(b->off + b->done));
 	}
 	cb->data = b;
+	if (w->wake_fd >= 0) {
+		io_set_eventfd(cb, w->wake_fd);
+	}
 	a->prepared[a->nprepared++] = cb;
 	return 0;
 }
@@ -133,16 +149,34 @@ aio_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, unsig
 	/* Do not wait for more than the kernel holds. */
 	unsigned in_kernel = w->inflight - n - a->nprepared - a->nrejected;
 	unsigned want = n >= min ? 0 : ZINF_MIN(min - n, in_kernel);
-	int rc = io_getevents(a->ctx, (long)want, (long)(max - n), a->events, NULL);
-	if (rc < 0) {
-		return n ? (int)n : rc;
+	struct timespec zero = {0, 0};
+	for (;;) {
+		/* With wake_fd: never block here (a zero timeout on an empty ring costs no
+		 * system call); the wait is the read below. */
+		int rc = io_getevents(a->ctx, w->wake_fd >= 0 ? 0 : (long)want, (long)(max - n),
+				      a->events, w->wake_fd >= 0 ? &zero : NULL);
+		if (rc < 0 && rc != -EINTR) {
+			return n ? (int)n : rc;
+		}
+		for (int i = 0; i < rc; i++) {
+			struct zinf_io_blk *b = a->events[i].data;
+			b->res = (int64_t)(long)a->events[i].res;
+			out[n++] = b;
+			want -= want ? 1 : 0;
+		}
+		if (want == 0 || n == max || w->wake_fd < 0) {
+			return (int)n;
+		}
+		/* Completions signalled since the last read make it return at once. */
+		uint64_t v = 0;
+		if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EINTR) {
+			return n ? (int)n : -errno;
+		}
+		if (v >= ZINF_IO_WAKE) {
+			/* New work: collect what is there, then let the core take it. */
+			want = 0;
+		}
 	}
-	for (int i = 0; i < rc; i++) {
-		struct zinf_io_blk *b = a->events[i].data;
-		b->res = (int64_t)(long)a->events[i].res;
-		out[n++] = b;
-	}
-	return (int)n;
 }
 
 const struct zinf_io_ops zinf_io_libaio_ops = {

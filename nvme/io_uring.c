@@ -5,18 +5,38 @@
  * context's registered buffers (READ_FIXED/WRITE_FIXED when a block lies inside one).
  * Submission is batched: queue() only fills SQEs, and reap() submits them and waits for
  * completions in one io_uring_enter. SQPOLL when asked (opts.sqpoll).
+ *
+ * Wake-up: each ring keeps one read of the worker's eventfd (wake_fd) armed; a submitter's
+ * write completes it, which ends a wait in io_uring_submit_and_wait, and reap() re-arms it.
  */
 #include <liburing.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "nvme/io_internal.h"
 
 struct uring_worker {
 	struct zinf_io_worker w;
 	struct io_uring ring;
-	bool files;   /* sparse file table registered */
-	bool buffers; /* buffers registered */
+	bool files;	   /* sparse file table registered */
+	bool buffers;	   /* buffers registered */
+	bool wake_armed;   /* the read of wake_fd is queued or in the kernel */
+	uint64_t wake_buf; /* its 8 bytes; its address is its user_data */
 };
+
+/* Queue the read of wake_fd (submitted with the next batch). */
+static void
+uring_wake_arm(struct uring_worker *u)
+{
+	struct io_uring_sqe *sqe;
+	if (u->wake_armed || u->w.wake_fd < 0 || !(sqe = io_uring_get_sqe(&u->ring))) {
+		return;
+	}
+	io_uring_prep_read(sqe, u->w.wake_fd, &u->wake_buf, sizeof(u->wake_buf), 0);
+	io_uring_sqe_set_data(sqe, &u->wake_buf);
+	u->wake_armed = true;
+}
 
 static int
 uring_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_io_worker **out)
@@ -36,12 +56,23 @@ uring_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 		p.flags |= IORING_SETUP_SQPOLL;
 		p.sq_thread_idle = 1000; /* ms */
 	}
-	rc = io_uring_queue_init_params(depth, &u->ring, &p);
+	/* One entry more than the depth: the read of wake_fd. */
+	rc = io_uring_queue_init_params(depth + 1, &u->ring, &p);
 	if (rc < 0) {
 		goto fail_worker;
 	}
 	/* Registered files spare the kernel a file-table lookup and refcount per op. */
 	u->files = io_uring_register_files_sparse(&u->ring, ZINF_IO_MAX_FILES) == 0;
+	/* Blocking on purpose: io_uring completes a read of an O_NONBLOCK file with -EAGAIN
+	 * instead of waiting for data. Without one the worker only wakes on completions. */
+	u->w.wake_fd = eventfd(0, EFD_CLOEXEC);
+	if (u->w.wake_fd >= 0) {
+		uring_wake_arm(u);
+		if (io_uring_submit(&u->ring) < 0) {
+			close(u->w.wake_fd);
+			u->w.wake_fd = -1;
+		}
+	}
 	*out = &u->w;
 	return 0;
 
@@ -56,7 +87,10 @@ static void
 uring_worker_destroy(struct zinf_io_worker *w)
 {
 	struct uring_worker *u = zinf_container_of(w, struct uring_worker, w);
-	io_uring_queue_exit(&u->ring);
+	io_uring_queue_exit(&u->ring); /* cancels the read of wake_fd */
+	if (w->wake_fd >= 0) {
+		close(w->wake_fd);
+	}
 	zinf_io_worker_fini(w);
 	zinf_free(u);
 }
@@ -105,16 +139,36 @@ uring_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, uns
 	struct uring_worker *u = zinf_container_of(w, struct uring_worker, w);
 	struct io_uring_cqe *cqes[64];
 	unsigned n = 0;
+	bool woken = false;
 
 	for (;;) {
-		unsigned got = io_uring_peek_batch_cqe(&u->ring, cqes, ZINF_MIN(max - n, 64u));
+		/* One CQE more than asked for: the wake-up's read may be among them. */
+		unsigned got = io_uring_peek_batch_cqe(&u->ring, cqes, ZINF_MIN(max - n + 1, 64u));
+		unsigned used = 0;
 		for (unsigned i = 0; i < got; i++) {
-			struct zinf_io_blk *b = io_uring_cqe_get_data(cqes[i]);
+			void *data = io_uring_cqe_get_data(cqes[i]);
+			if (data == &u->wake_buf) {
+				/* A failed read (none is expected) is not re-armed: the worker
+				 * then wakes on completions only, as without wake_fd. */
+				int res = cqes[i]->res;
+				u->wake_armed = false;
+				woken = true;
+				if (res >= 0 || res == -EINTR || res == -EAGAIN) {
+					uring_wake_arm(u);
+				}
+				used++;
+				continue;
+			}
+			if (n == max) {
+				break; /* stays in the CQ for the next reap() */
+			}
+			struct zinf_io_blk *b = data;
 			b->res = cqes[i]->res;
 			out[n++] = b;
+			used++;
 		}
-		io_uring_cq_advance(&u->ring, got);
-		if (n >= min || n == max) {
+		io_uring_cq_advance(&u->ring, used);
+		if (n >= min || n == max || woken) {
 			break;
 		}
 		int rc = io_uring_submit_and_wait(&u->ring, 1);

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -784,4 +786,136 @@ Test(nvme_io, more_files_than_the_fixed_table)
 	zinf_free_aligned(r);
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/* ---- queue depth while a worker sleeps ---------------------------------------------------- */
+
+/* Blocks the context has handed to its backend and not yet reaped (the core's own count). */
+static uint64_t
+inflight_blocks(struct zinf_io *io)
+{
+	return __atomic_load_n(&io->inflight_blocks, __ATOMIC_ACQUIRE);
+}
+
+/* Wait (10 s at most) until `want` blocks are in flight; the count reached. */
+static uint64_t
+await_inflight(struct zinf_io *io, uint64_t want)
+{
+	uint64_t n = 0;
+	for (int spin = 0; spin < 10000 && (n = inflight_blocks(io)) != want; spin++) {
+		usleep(1000);
+	}
+	return n;
+}
+
+/*
+ * The small-buffer cycling pattern (queue_depth buffers; submit; wait for one; resubmit it)
+ * with requests that stay in flight until the test lets them finish: reads of a FIFO, which
+ * io_uring parks in the kernel until bytes arrive. Every request submitted while the worker
+ * sleeps in the backend with free slots must be in flight at once, not after the next
+ * completion: after each resubmission all queue_depth blocks are in flight, although
+ * nothing completes until the test writes the next chunk. Deterministic: no timing decides
+ * the outcome (a lost wake-up leaves the count below queue_depth for good; the 10 s wait is
+ * only a bound). Plain and fault-wrapped (the wrapper passes the wake-up through).
+ */
+static void
+depth_refilled(bool fault)
+{
+	enum { Q = 8, CHUNK = 4096, CYCLES = 3 * Q };
+	if (!zt_variant() || strcmp(zt_variant(), "io_uring") != 0) {
+		cr_skip_test("needs requests that stay in flight until the test releases them "
+			     "(FIFO reads parked by io_uring); %s would block in the submitting "
+			     "thread on a FIFO",
+			     zt_variant() ? zt_variant() : "(best)");
+	}
+	char *dir = zt_mkdtemp(NULL);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	cr_assert_eq(mkfifo(path, 0600), 0, "mkfifo %s: %s", path, strerror(errno));
+	struct zinf_io *io = io_open(Q, CHUNK, 1, fault);
+	struct zinf_io_file *f = NULL;
+	cr_assert_eq(zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_BUFFERED, &f), 0, "%s",
+		     zinf_last_error());
+	int wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	cr_assert(wfd >= 0, "open %s for writing: %s", path, strerror(errno));
+	struct zinf_io_req req[Q];
+	uint64_t *buf[Q];
+	for (int i = 0; i < Q; i++) {
+		buf[i] = xalloc(CHUNK);
+	}
+
+	/* One request first, in flight with the worker asleep in the backend... */
+	cr_assert_eq(zinf_io_read_async(io, &req[0], f, buf[0], CHUNK, 0), 0);
+	cr_assert_eq(await_inflight(io, 1), 1);
+	/* ...then the rest arrive while it sleeps: all of them must go in flight. */
+	for (int i = 1; i < Q; i++) {
+		cr_assert_eq(zinf_io_read_async(io, &req[i], f, buf[i], CHUNK, 0), 0);
+	}
+	uint64_t n = await_inflight(io, Q);
+	cr_assert_eq(n, Q,
+		     "%llu of %d blocks in flight: requests queued while the worker slept "
+		     "waited for a completion",
+		     (unsigned long long)n, Q);
+
+	/* Cycle: release one chunk, find the request it completed, resubmit it. */
+	uint64_t chunk[CHUNK / 8];
+	bool seen[CYCLES] = {false};
+	for (uint64_t c = 0; c < CYCLES; c++) {
+		for (size_t k = 0; k < CHUNK / 8; k++) {
+			chunk[k] = c;
+		}
+		cr_assert_eq(write(wfd, chunk, CHUNK), CHUNK);
+		int done = -1;
+		for (int spin = 0; spin < 10000 && done < 0; spin++) {
+			for (int i = 0; i < Q && done < 0; i++) {
+				done = zinf_io_poll(io, &req[i]) ? i : -1;
+			}
+			if (done < 0) {
+				usleep(1000);
+			}
+		}
+		cr_assert(done >= 0, "cycle %llu: no request completed", (unsigned long long)c);
+		cr_assert_eq(zinf_io_wait(io, &req[done]), 0);
+		cr_assert_eq(req[done].result, CHUNK);
+		uint64_t stamp = buf[done][0];
+		cr_assert(stamp <= c && !seen[stamp], "cycle %llu: chunk %llu read twice or early",
+			  (unsigned long long)c, (unsigned long long)stamp);
+		seen[stamp] = true;
+		for (size_t k = 0; k < CHUNK / 8; k++) {
+			cr_assert_eq(buf[done][k], stamp, "chunk %llu torn",
+				     (unsigned long long)stamp);
+		}
+		cr_assert_eq(zinf_io_read_async(io, &req[done], f, buf[done], CHUNK, 0), 0);
+		n = await_inflight(io, Q);
+		cr_assert_eq(n, Q,
+			     "cycle %llu: %llu of %d blocks in flight after the resubmission (it "
+			     "waited for the next completion)",
+			     (unsigned long long)c, (unsigned long long)n, Q);
+	}
+	struct zinf_io_stats st;
+	zinf_io_get_stats(io, &st);
+	cr_assert_eq(st.max_inflight, Q);
+
+	/* Drain: one chunk per request still parked. */
+	for (uint64_t c = 0; c < Q; c++) {
+		cr_assert_eq(write(wfd, chunk, CHUNK), CHUNK);
+	}
+	for (int i = 0; i < Q; i++) {
+		cr_assert_eq(zinf_io_wait(io, &req[i]), 0);
+		zinf_free_aligned(buf[i]);
+	}
+	close(wfd);
+	zinf_io_destroy(io);
+	zt_rmtree(dir);
+	free(dir);
+}
+
+Test(nvme_io, depth_refilled_while_worker_sleeps)
+{
+	depth_refilled(false);
+}
+
+Test(nvme_io, depth_refilled_while_worker_sleeps_fault)
+{
+	depth_refilled(true);
 }
