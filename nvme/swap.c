@@ -4,7 +4,13 @@
  * files under one or more directories, read and written through the zinf_io engine.
  *
  * Layout. Every tensor's buffer is bytes rounded up to the alignment (buf_bytes) and is cut
- * into stripe units; unit u goes to directory u % n_dirs (RAID-0). In each directory the kind
+ * into stripe units; unit u goes to directory (dir0 + u) % n_dirs (RAID-0). The first
+ * directory rotates: a tensor's dir0 is (its kind's index + the stripe units of the kind's
+ * earlier tensors) % n_dirs, so the units of one kind go round the directories without a gap
+ * (tensors smaller than a unit too, instead of all on directory 0), and the kinds of one
+ * index start on different directories. It depends only on the declarations (kinds in order
+ * of first use, tensors in order), so the same declarations give the same layout in every
+ * run. In each directory the kind
  * has one file, `<prefix>-r<rank>-<kind>.<dir index>.swp`; a tensor's units in that file are
  * one contiguous extent, and extents follow each other in declaration order, each starting
  * at a multiple of the alignment. With one directory a tensor is one extent and one request.
@@ -58,6 +64,7 @@ struct swap_tensor {
 	uint64_t bytes;	    /* as declared */
 	uint64_t buf_bytes; /* bytes rounded up to the alignment */
 	uint32_t npieces;   /* requests per operation */
+	unsigned dir0;	    /* directory of stripe unit 0 (striped) */
 	enum swap_state state;
 	uint32_t *crc;	   /* [npieces] of the last completed write (opts.crc) */
 	uint32_t *crc_new; /* [npieces] of the write in flight */
@@ -446,23 +453,24 @@ piece_of(const struct zinf_swap *s, int id, uint32_t p, struct swap_piece *out)
 		out->len = s->crc ? ZINF_MIN(su, t->buf_bytes - out->buf_off) : t->buf_bytes;
 		return;
 	}
-	out->dir = p % s->n_dirs;
+	out->dir = (t->dir0 + p) % s->n_dirs;
 	out->buf_off = (uint64_t)p * su;
 	out->file_off = ext[out->dir] + (uint64_t)(p / s->n_dirs) * su;
 	out->len = ZINF_MIN(su, t->buf_bytes - out->buf_off);
 }
 
-/* Bytes of tensor t's extent in directory d (units d, d+n, d+2n...). */
+/* Bytes of tensor t's extent in directory d (units r, r+n, r+2n... with r = d - dir0 mod n). */
 static uint64_t
 extent_bytes(const struct zinf_swap *s, const struct swap_tensor *t, unsigned d)
 {
 	if (s->n_dirs == 1) {
 		return t->buf_bytes;
 	}
+	unsigned n = s->n_dirs, r = (d + n - t->dir0) % n;
 	uint64_t su = s->stripe_unit, full = t->buf_bytes / su, tail = t->buf_bytes % su;
-	uint64_t units = full / s->n_dirs + (d < full % s->n_dirs ? 1 : 0);
+	uint64_t units = full / n + (r < full % n ? 1 : 0);
 	uint64_t b = units * su;
-	if (tail && d == full % s->n_dirs) {
+	if (tail && r == full % n) {
 		b += tail;
 	}
 	return b;
@@ -484,6 +492,11 @@ layout(struct zinf_swap *s)
 			return -ENOMEM;
 		}
 	}
+	uint64_t *kind_units =
+		zinf_calloc((size_t)(s->nkinds ? s->nkinds : 1), sizeof(*kind_units));
+	if (!kind_units) {
+		return -ENOMEM;
+	}
 	s->total_bytes = 0;
 	for (int id = 0; id < s->nt; id++) {
 		struct swap_tensor *t = &s->t[id];
@@ -493,6 +506,9 @@ layout(struct zinf_swap *s)
 		t->npieces = (s->n_dirs == 1 && !s->crc)
 				     ? (t->buf_bytes ? 1 : 0)
 				     : (uint32_t)ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
+		/* Rotating first directory (see the top of this file). */
+		t->dir0 = (unsigned)(((uint64_t)t->kind + kind_units[t->kind]) % s->n_dirs);
+		kind_units[t->kind] += ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
 		for (unsigned d = 0; d < s->n_dirs; d++) {
 			uint64_t b = extent_bytes(s, t, d);
 			s->ext_off[(size_t)id * s->n_dirs + d] = kd->file_bytes[d];
@@ -503,10 +519,12 @@ layout(struct zinf_swap *s)
 			t->crc = zinf_calloc(t->npieces, sizeof(*t->crc));
 			t->crc_new = zinf_calloc(t->npieces, sizeof(*t->crc_new));
 			if (!t->crc || !t->crc_new) {
+				zinf_free(kind_units);
 				return -ENOMEM;
 			}
 		}
 	}
+	zinf_free(kind_units);
 	return 0;
 }
 

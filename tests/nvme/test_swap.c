@@ -244,7 +244,9 @@ Test(swap, roundtrip_three_dirs_crc)
 
 /*
  * Striping: the layout recomputed here independently, and every byte of every tensor found
- * in the file and at the offset where RAID-0 puts it, read with plain pread.
+ * in the file and at the offset where RAID-0 puts it, read with plain pread. Two kinds,
+ * declared interleaved; the first directory rotates per tensor (kind index + the kind's
+ * earlier units), so tensors smaller than a stripe unit spread over all three directories.
  */
 Test(swap, striping_three_dirs_layout)
 {
@@ -254,65 +256,102 @@ Test(swap, striping_three_dirs_layout)
 	const uint64_t su = 128 * 1024;
 	struct zinf_swap *s = open_swap(io, (const char *const *)d, 3, su, false);
 	uint32_t al = zinf_swap_align(s);
-	enum { N = 9 };
-	uint64_t bytes[N] = {5 * su + 1000, 3 * su, 100,	su - 1, 7 * su + su / 2, 1,
-			     2 * su + al,   0,	    4 * su + 17};
-	unsigned char *data[N];
+	enum { N = 9, K = 2 };
+	static const char *const kind[K] = {"param16", "exp_avg"};
+	/* exp_avg: all smaller than a stripe unit (one unit each). */
+	const uint64_t bytes[K][N] = {{5 * su + 1000, 3 * su, 100, su - 1, 7 * su + su / 2, 1,
+				       2 * su + al, 0, 4 * su + 17},
+				      {100, su / 2, 1, su - 1, 4096, 3000, su / 4, 7, su / 3}};
+	unsigned char *data[K][N];
 	for (int i = 0; i < N; i++) {
-		cr_assert_eq(zinf_swap_add(s, "param16", (uint32_t)i, bytes[i]), i);
+		for (int k = 0; k < K; k++) {
+			cr_assert_eq(zinf_swap_add(s, kind[k], (uint32_t)i, bytes[k][i]),
+				     i * K + k);
+		}
 	}
 	cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
-	/* Expected layout: units u of tensor i -> dir u % 3, packed per dir in order. */
-	uint64_t fsize[3] = {0, 0, 0};
-	uint64_t ext[N][3];
+	/* Expected layout: tensor (k, i) starts on dir0 = (k + units of kind k before it) % 3;
+	 * its unit u -> dir (dir0 + u) % 3, packed per (kind, dir) in declaration order. */
+	uint64_t fsize[K][3] = {{0}}, units[K] = {0};
+	uint64_t ext[K][N][3];
+	unsigned dir0[K][N], first_units[K][3] = {{0}};
+	uint64_t total = 0;
 	for (int i = 0; i < N; i++) {
-		uint64_t cap = ZINF_ALIGN_UP(bytes[i], al);
-		uint64_t per[3] = {0, 0, 0};
-		for (uint64_t u = 0; u * su < cap; u++) {
-			per[u % 3] += ZINF_MIN(su, cap - u * su);
-		}
-		for (int k = 0; k < 3; k++) {
-			ext[i][k] = fsize[k];
-			fsize[k] += per[k];
-		}
-		data[i] = zinf_alloc_aligned(al, cap ? cap : al);
-		zt_rand_fill(data[i], cap, &st);
-		cr_assert_eq(zinf_swap_write(s, i, data[i]), 0, "write %d: %s", i,
-			     zinf_last_error());
-	}
-	cr_assert_eq(zinf_swap_total_bytes(s), fsize[0] + fsize[1] + fsize[2]);
-	for (int k = 0; k < 3; k++) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/t-r2-param16.%d.swp", d[k], k);
-		struct stat sb;
-		cr_assert_eq(stat(path, &sb), 0, "%s missing", path);
-		cr_assert_eq((uint64_t)sb.st_size, fsize[k], "%s: size %lld, expected %llu", path,
-			     (long long)sb.st_size, (unsigned long long)fsize[k]);
-		cr_assert((uint64_t)sb.st_blocks * 512 >= fsize[k], "%s not preallocated", path);
-		int fd = open(path, O_RDONLY);
-		cr_assert(fd >= 0);
-		for (int i = 0; i < N; i++) {
-			uint64_t cap = ZINF_ALIGN_UP(bytes[i], al);
-			for (uint64_t u = k; u * su < cap; u += 3) {
-				uint64_t len = ZINF_MIN(su, cap - u * su);
-				uint64_t off = ext[i][k] + (u / 3) * su;
-				unsigned char *b = malloc(len);
-				cr_assert_eq(pread(fd, b, len, (off_t)off), (ssize_t)len);
-				uint64_t cmp =
-					u * su >= bytes[i] ? 0 : ZINF_MIN(len, bytes[i] - u * su);
-				cr_assert(memcmp(b, data[i] + u * su, cmp) == 0,
-					  "tensor %d unit %llu not at %s:%llu", i,
-					  (unsigned long long)u, path, (unsigned long long)off);
-				for (uint64_t z = cmp; z < len; z++) {
-					cr_assert_eq(b[z], 0, "pad of tensor %d", i);
-				}
-				free(b);
+		for (int k = 0; k < K; k++) {
+			uint64_t cap = ZINF_ALIGN_UP(bytes[k][i], al);
+			uint64_t per[3] = {0, 0, 0};
+			dir0[k][i] = (unsigned)((k + units[k]) % 3);
+			for (uint64_t u = 0; u * su < cap; u++) {
+				per[(dir0[k][i] + u) % 3] += ZINF_MIN(su, cap - u * su);
 			}
+			if (cap) {
+				first_units[k][dir0[k][i]]++;
+			}
+			units[k] += ZINF_DIV_ROUND_UP(cap, su);
+			for (int j = 0; j < 3; j++) {
+				ext[k][i][j] = fsize[k][j];
+				fsize[k][j] += per[j];
+				total += per[j];
+			}
+			data[k][i] = zinf_alloc_aligned(al, cap ? cap : al);
+			zt_rand_fill(data[k][i], cap, &st);
+			cr_assert_eq(zinf_swap_write(s, i * K + k, data[k][i]), 0,
+				     "write %s[%d]: %s", kind[k], i, zinf_last_error());
 		}
-		close(fd);
 	}
+	cr_assert_eq(zinf_swap_total_bytes(s), total);
+	/* The small tensors went round the directories (not all to directory 0). */
+	for (int j = 0; j < 3; j++) {
+		cr_assert_eq(first_units[1][j], N / 3, "exp_avg: %u tensors start on dir %d",
+			     first_units[1][j], j);
+	}
+	for (int k = 0; k < K; k++) {
+		for (int j = 0; j < 3; j++) {
+			char path[4096];
+			snprintf(path, sizeof(path), "%s/t-r2-%s.%d.swp", d[j], kind[k], j);
+			struct stat sb;
+			cr_assert_eq(stat(path, &sb), 0, "%s missing", path);
+			cr_assert_eq((uint64_t)sb.st_size, fsize[k][j],
+				     "%s: size %lld, expected %llu", path, (long long)sb.st_size,
+				     (unsigned long long)fsize[k][j]);
+			cr_assert((uint64_t)sb.st_blocks * 512 >= fsize[k][j],
+				  "%s not preallocated", path);
+			int fd = open(path, O_RDONLY);
+			cr_assert(fd >= 0);
+			for (int i = 0; i < N; i++) {
+				uint64_t cap = ZINF_ALIGN_UP(bytes[k][i], al);
+				uint64_t b0 = bytes[k][i];
+				/* Units u of this tensor in dir j: u = r, r + 3, ... */
+				for (uint64_t u = (j + 3 - dir0[k][i]) % 3; u * su < cap; u += 3) {
+					uint64_t len = ZINF_MIN(su, cap - u * su);
+					uint64_t off = ext[k][i][j] + (u / 3) * su;
+					unsigned char *b = malloc(len);
+					cr_assert_eq(pread(fd, b, len, (off_t)off), (ssize_t)len);
+					uint64_t cmp =
+						u * su >= b0 ? 0 : ZINF_MIN(len, b0 - u * su);
+					cr_assert(memcmp(b, data[k][i] + u * su, cmp) == 0,
+						  "%s[%d] unit %llu not at %s:%llu", kind[k], i,
+						  (unsigned long long)u, path,
+						  (unsigned long long)off);
+					for (uint64_t z = cmp; z < len; z++) {
+						cr_assert_eq(b[z], 0, "pad of %s[%d]", kind[k], i);
+					}
+					free(b);
+				}
+			}
+			close(fd);
+		}
+	}
+	/* And through the swap: every tensor reads back exactly. */
 	for (int i = 0; i < N; i++) {
-		zinf_free_aligned(data[i]);
+		for (int k = 0; k < K; k++) {
+			uint64_t cap = ZINF_ALIGN_UP(bytes[k][i], al);
+			unsigned char *r = zinf_alloc_aligned(al, cap ? cap : al);
+			cr_assert_eq(zinf_swap_read(s, i * K + k, r), 0, "%s", zinf_last_error());
+			cr_assert(memcmp(r, data[k][i], bytes[k][i]) == 0, "%s[%d]", kind[k], i);
+			zinf_free_aligned(r);
+			zinf_free_aligned(data[k][i]);
+		}
 	}
 	zinf_swap_destroy(s);
 	zinf_io_destroy(io);
