@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "nvme/io_internal.h" /* stats_wakeups */
 #include "nvme/swap_internal.h"
 #include "zinf/io.h"
 #include "zinf/swap.h"
@@ -53,6 +54,8 @@ struct bench_res {
 	double write_s, read_s; /* < 0: not run */
 	uint64_t bytes;
 	double crc_GBps, crc_table_GBps; /* zinf_crc32c and the table fallback; < 0: not run */
+	uint64_t max_inflight;		 /* blocks in flight at most (the engine's stats) */
+	uint64_t wakeups;		 /* workers woken from a wait by a new request */
 };
 
 static void
@@ -326,6 +329,10 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 		}
 		res->read_s = t;
 	}
+	struct zinf_io_stats ios;
+	zinf_io_get_stats(st.io, &ios);
+	res->max_inflight = ios.max_inflight;
+	res->wakeups = __atomic_load_n(&st.io->stats_wakeups, __ATOMIC_RELAXED);
 	ret = 0;
 out_prog:
 	cli_progress_done(&st.prog);
@@ -372,6 +379,8 @@ res_json(const struct bench_cfg *c, const struct bench_res *r)
 	json_object_set_new(o, "buffer_pattern",
 			    json_string(c->pattern == PAT_LARGE ? "large" : "small"));
 	json_object_set_new(o, "crc", json_boolean(c->crc));
+	json_object_set_new(o, "max_inflight", json_integer((json_int_t)r->max_inflight));
+	json_object_set_new(o, "wakeups", json_integer((json_int_t)r->wakeups));
 	if (c->crc) {
 		json_object_set_new(o, "crc32c_GBps", num_or_null(r->crc_GBps));
 		json_object_set_new(o, "crc32c_table_GBps", num_or_null(r->crc_table_GBps));

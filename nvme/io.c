@@ -862,7 +862,10 @@ worker_main(void *arg)
 			__atomic_store_n(&w->sleeping, 1, __ATOMIC_RELAXED);
 			__atomic_thread_fence(__ATOMIC_SEQ_CST);
 			if (__atomic_load_n(&io->qhead, __ATOMIC_RELAXED)) {
-				min = 0; /* new work: collect what finished, then take it */
+				/* New work: collect what finished, then take it. */
+				__atomic_store_n(&w->sleeping, 0, __ATOMIC_RELAXED);
+				armed = false;
+				min = 0;
 			}
 		}
 		int n = ops->reap(w, w->reaped, min, w->inflight);
