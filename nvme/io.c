@@ -852,16 +852,18 @@ worker_main(void *arg)
 		}
 		/*
 		 * About to block in reap() with room for more blocks: say so, then look at the
-		 * queue once more (the submitter does the mirror image: queue, fence, look at
-		 * `sleeping`). Either the request is seen here and reap() does not wait, or the
-		 * submitter sees `sleeping` and wakes the backend's wait through wake_fd.
+		 * queue once more (the submitter does the mirror image: the queue's head, then
+		 * `sleeping`; all four seq_cst). Either the request is seen here and reap() does
+		 * not wait, or the submitter sees `sleeping` and wakes the backend's wait through
+		 * wake_fd. (A queue that was already non-empty: this worker's take_blocks() left
+		 * it empty or had no free block, so the request that made it non-empty did the
+		 * seq_cst store of the head.)
 		 */
 		unsigned min = 1;
 		bool armed = w->wake_fd >= 0 && w->nfree > 0;
 		if (armed) {
-			__atomic_store_n(&w->sleeping, 1, __ATOMIC_RELAXED);
-			__atomic_thread_fence(__ATOMIC_SEQ_CST);
-			if (__atomic_load_n(&io->qhead, __ATOMIC_RELAXED)) {
+			__atomic_store_n(&w->sleeping, 1, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&io->qhead, __ATOMIC_SEQ_CST)) {
 				/* New work: collect what finished, then take it. */
 				__atomic_store_n(&w->sleeping, 0, __ATOMIC_RELAXED);
 				armed = false;
@@ -896,14 +898,13 @@ worker_main(void *arg)
 static void
 wake_sleepers(struct zinf_io *io, uint64_t want)
 {
-	__atomic_thread_fence(__ATOMIC_SEQ_CST); /* the queued request before `sleeping` */
 	unsigned n = io->nworkers, start = 0, woken = 0;
 	if (n > 1) {
 		start = __atomic_fetch_add(&io->wake_next, 1, __ATOMIC_RELAXED) % n;
 	}
 	for (unsigned i = 0; i < n && woken < want; i++) {
 		struct zinf_io_worker *w = io->workers[(start + i) % n];
-		if (w->wake_fd < 0 || !__atomic_load_n(&w->sleeping, __ATOMIC_RELAXED) ||
+		if (w->wake_fd < 0 || !__atomic_load_n(&w->sleeping, __ATOMIC_SEQ_CST) ||
 		    !__atomic_exchange_n(&w->sleeping, 0, __ATOMIC_ACQ_REL)) {
 			continue;
 		}
@@ -975,7 +976,8 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 	if (io->qtail) {
 		io->qtail->priv[P_NEXT] = (uintptr_t)r;
 	} else {
-		__atomic_store_n(&io->qhead, r, __ATOMIC_RELAXED);
+		/* seq_cst: pairs with a sleeping worker's check (worker_main). */
+		__atomic_store_n(&io->qhead, r, __ATOMIC_SEQ_CST);
 	}
 	io->qtail = r;
 	pthread_cond_signal(&io->qcv); /* an idle worker (nothing in flight) */

@@ -70,8 +70,8 @@ struct zinf_io_worker {
 	 * worker_create, closed by worker_destroy). The worker sets `sleeping` (atomic) before
 	 * a blocking reap() when it has free blocks; a submitter that finds it set clears it and
 	 * writes ZINF_IO_WAKE to wake_fd, so a request queued meanwhile goes in flight at once
-	 * instead of after the next completion. Both sides fence (seq_cst) between their store
-	 * and their load: no wake-up is lost, and an awake worker costs a submitter no syscall.
+	 * instead of after the next completion. Both sides store, then load the other's word,
+	 * seq_cst: no wake-up is lost, and an awake worker costs a submitter no system call.
 	 */
 	int wake_fd;
 	uint32_t sleeping;
