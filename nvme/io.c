@@ -904,12 +904,14 @@ wake_sleepers(struct zinf_io *io, uint64_t want)
 	}
 	for (unsigned i = 0; i < n && woken < want; i++) {
 		struct zinf_io_worker *w = io->workers[(start + i) % n];
-		if (w->wake_fd < 0 || !__atomic_load_n(&w->sleeping, __ATOMIC_SEQ_CST) ||
+		int fd = __atomic_load_n(&w->wake_fd, __ATOMIC_RELAXED);
+		if (fd < 0 || !__atomic_load_n(&w->sleeping, __ATOMIC_SEQ_CST) ||
 		    !__atomic_exchange_n(&w->sleeping, 0, __ATOMIC_ACQ_REL)) {
 			continue;
 		}
+		/* Never blocks: the backend reads the eventfd, or it is non-blocking (libaio). */
 		uint64_t v = ZINF_IO_WAKE;
-		while (write(w->wake_fd, &v, sizeof(v)) < 0 && errno == EINTR) {
+		while (write(fd, &v, sizeof(v)) < 0 && errno == EINTR) {
 		}
 		ZINF_IO_ATOMIC_ADD(&io->stats_wakeups, 1);
 		woken++;

@@ -7,10 +7,13 @@
  *
  * Waiting: every iocb signals the worker's eventfd (wake_fd) on completion, and a submitter
  * writes ZINF_IO_WAKE to it, so reap() collects what is there without blocking and then
- * blocks in read(wake_fd): it wakes for a completion or for new work, whichever comes first.
+ * blocks in poll(wake_fd) and reads (drains) it: it wakes for a completion or for new work,
+ * whichever comes first. The eventfd is non-blocking, so that a writer never blocks on a
+ * counter that reap() has not drained (a wake-up that arrived while events were ready).
  */
 #include <errno.h>
 #include <libaio.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -65,7 +68,7 @@ aio_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_i
 		goto fail_worker;
 	}
 	/* Without one, reap() blocks in io_getevents and wakes on completions only. */
-	a->w.wake_fd = eventfd(0, EFD_CLOEXEC);
+	a->w.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	*out = &a->w;
 	return 0;
 
@@ -167,9 +170,13 @@ aio_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, unsig
 		if (want == 0 || n == max || w->wake_fd < 0) {
 			return (int)n;
 		}
-		/* Completions signalled since the last read make it return at once. */
+		/* Completions signalled since the last drain make it return at once. */
+		struct pollfd pfd = {.fd = w->wake_fd, .events = POLLIN};
+		if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
+			return n ? (int)n : -errno;
+		}
 		uint64_t v = 0;
-		if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EINTR) {
+		if (read(w->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN && errno != EINTR) {
 			return n ? (int)n : -errno;
 		}
 		if (v >= ZINF_IO_WAKE) {

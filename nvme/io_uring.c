@@ -21,6 +21,7 @@ struct uring_worker {
 	struct io_uring ring;
 	bool files;	   /* sparse file table registered */
 	bool buffers;	   /* buffers registered */
+	int efd;	   /* the eventfd (w.wake_fd until a read of it fails), -1: none */
 	bool wake_armed;   /* the read of wake_fd is queued or in the kernel */
 	uint64_t wake_buf; /* its 8 bytes; its address is its user_data */
 };
@@ -33,7 +34,7 @@ uring_wake_arm(struct uring_worker *u)
 	if (u->wake_armed || u->w.wake_fd < 0 || !(sqe = io_uring_get_sqe(&u->ring))) {
 		return;
 	}
-	io_uring_prep_read(sqe, u->w.wake_fd, &u->wake_buf, sizeof(u->wake_buf), 0);
+	io_uring_prep_read(sqe, u->efd, &u->wake_buf, sizeof(u->wake_buf), 0);
 	io_uring_sqe_set_data(sqe, &u->wake_buf);
 	u->wake_armed = true;
 }
@@ -65,12 +66,13 @@ uring_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 	u->files = io_uring_register_files_sparse(&u->ring, ZINF_IO_MAX_FILES) == 0;
 	/* Blocking on purpose: io_uring completes a read of an O_NONBLOCK file with -EAGAIN
 	 * instead of waiting for data. Without one the worker only wakes on completions. */
-	u->w.wake_fd = eventfd(0, EFD_CLOEXEC);
-	if (u->w.wake_fd >= 0) {
+	u->efd = eventfd(0, EFD_CLOEXEC);
+	if (u->efd >= 0) {
+		u->w.wake_fd = u->efd;
 		uring_wake_arm(u);
 		if (io_uring_submit(&u->ring) < 0) {
-			close(u->w.wake_fd);
-			u->w.wake_fd = -1;
+			close(u->efd);
+			u->efd = u->w.wake_fd = -1;
 		}
 	}
 	*out = &u->w;
@@ -88,8 +90,8 @@ uring_worker_destroy(struct zinf_io_worker *w)
 {
 	struct uring_worker *u = zinf_container_of(w, struct uring_worker, w);
 	io_uring_queue_exit(&u->ring); /* cancels the read of wake_fd */
-	if (w->wake_fd >= 0) {
-		close(w->wake_fd);
+	if (u->efd >= 0) {
+		close(u->efd);
 	}
 	zinf_io_worker_fini(w);
 	zinf_free(u);
@@ -148,13 +150,17 @@ uring_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, uns
 		for (unsigned i = 0; i < got; i++) {
 			void *data = io_uring_cqe_get_data(cqes[i]);
 			if (data == &u->wake_buf) {
-				/* A failed read (none is expected) is not re-armed: the worker
-				 * then wakes on completions only, as without wake_fd. */
+				/* A failed read (none is expected) is not re-armed and the
+				 * wake-up is off: the worker wakes on completions only, as
+				 * without wake_fd, and no submitter writes the eventfd towards
+				 * its limit (a blocking write) with nobody reading it. */
 				int res = cqes[i]->res;
 				u->wake_armed = false;
 				woken = true;
 				if (res >= 0 || res == -EINTR || res == -EAGAIN) {
 					uring_wake_arm(u);
+				} else {
+					__atomic_store_n(&w->wake_fd, -1, __ATOMIC_RELAXED);
 				}
 				used++;
 				continue;
