@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install zinf into a scratch prefix and build the examples against it the two ways a user
+# would (CMake find_package and pkg-config), then run them: the installed headers, library,
+# CMake package and .pc file must be enough on their own.
+# usage: check_install.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1 src=$2
+work=$(mktemp -d "$build/test-scratch/install-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$src/examples" -B "$work/ex" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/ex" >/dev/null
+mkdir "$work/data"
+LD_LIBRARY_PATH="$work/prefix/lib" "$work/ex/offload_step" "$work/data"
+export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
+cc "$src/examples/offload_step.c" $(pkg-config --cflags --libs zinf) \
+	-Wl,-rpath,"$work/prefix/lib" -o "$work/offload_step_pc"
+"$work/offload_step_pc" "$work/data"
+test -z "$(ls -A "$work/data")" || { echo "files left behind in $work/data"; exit 1; }
+# Only the public API is exported from the shared library.
+if nm -D --defined-only "$work/prefix/lib/libzinf.so" | awk '{print $3}' | grep -v '^zinf_' | grep -v '^ZINF_0$' | grep -q .; then
+	echo "libzinf.so exports symbols outside zinf_*:"; nm -D --defined-only "$work/prefix/lib/libzinf.so" | grep -v ' zinf_'
+	exit 1
+fi
+if nm -D --defined-only "$work/prefix/lib/libzinf.so" | grep -q ' zinf_test_'; then
+	echo "libzinf.so exports test hooks"; exit 1
+fi
+echo "install: find_package and pkg-config consumers built and ran"
