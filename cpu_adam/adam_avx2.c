@@ -180,14 +180,13 @@ adam_math8(const struct zinf_opt_args *a, __m256 p, __m256 g, __m256 *m, __m256 
 }
 
 ALWAYS_INLINE void
-adam_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
+adam_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	/* A local copy: the stores below could alias *args as far as the compiler knows, which
 	 * would reload and re-broadcast every scalar in every iteration. */
 	const struct zinf_opt_args la = *args, *a = &la;
 	float *P = a->param, *M = a->m, *V = a->v;
-	bool nt = copy_nt(a, ck);
 	size_t i = i0;
 	for (; i + 8 <= i1; i += 8) {
 		__m256 p = _mm256_loadu_ps(P + i);
@@ -202,17 +201,29 @@ adam_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_adam_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 8, ie = i1 - k;
+	adam_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 4, &b, &t);
+		adam_loop(&t, 0, 8, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 4, &b);
 	}
 }
 
 ALWAYS_INLINE void
-adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-		    enum zinf_copy_kind ck)
+adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+		    enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	const struct zinf_opt_args la = *args, *a = &la;
-	bool nt = copy_nt(a, ck);
 	float *P = a->param;
 	uint16_t *M = a->m, *V = a->v;
 	size_t i = i0;
@@ -222,7 +233,7 @@ adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 		__m256 m = load_bf16x8(M + i), v = load_bf16x8(V + i);
 		p = adam_math8(a, p, g, &m, &v);
 		__m128i mo, vo;
-		state_round8(a, m, v, &mo, &vo, i);
+		state_round8(a, m, v, &mo, &vo, i + hoff);
 		_mm_storeu_si128((__m128i *)(M + i), mo);
 		_mm_storeu_si128((__m128i *)(V + i), vo);
 		_mm256_storeu_ps(P + i, p);
@@ -231,17 +242,29 @@ adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_adam_bf16state_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+		    enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 8, ie = i1 - k;
+	adam_bf16state_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 2, &b, &t);
+		adam_bf16state_loop(&t, 0, 8, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 2, &b);
 	}
 }
 
 ALWAYS_INLINE void
-adagrad_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-	     enum zinf_copy_kind ck)
+adagrad_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	     enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	const struct zinf_opt_args la = *args, *a = &la;
-	bool nt = copy_nt(a, ck);
 	float *P = a->param, *H = a->v;
 	size_t i = i0;
 	for (; i + 8 <= i1; i += 8) {
@@ -257,17 +280,29 @@ adagrad_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_d
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_adagrad_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	     enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 8, ie = i1 - k;
+	adagrad_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 4, &b, &t);
+		adagrad_loop(&t, 0, 8, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 4, &b);
 	}
 }
 
 ALWAYS_INLINE void
-lion_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
+lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	const struct zinf_opt_args la = *args, *a = &la;
-	bool nt = copy_nt(a, ck);
 	float *P = a->param, *M = a->m;
 	const __m256 zero = _mm256_setzero_ps();
 	size_t i = i0;
@@ -291,8 +326,21 @@ lion_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_lion_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 8, ie = i1 - k;
+	lion_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 4, &b, &t);
+		lion_loop(&t, 0, 8, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 4, &b);
 	}
 }
 
@@ -358,13 +406,19 @@ avx2_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 		acc0 = _mm256_fmadd_pd(lo, lo, acc0);
 		acc1 = _mm256_fmadd_pd(hi, hi, acc1);
 	}
+	if (i < i1) { /* the tail zero-padded through the same accumulators (adds exact zeros) */
+		_Alignas(32) uint32_t b[8] = {0};
+		size_t es = zinf_dtype_size(dt);
+		memcpy(b, (const char *)g + i * es, (i1 - i) * es);
+		__m256 x = load_grad8(b, dt, 0);
+		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+		acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+		acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+	}
 	double s[4];
 	_mm256_storeu_pd(s, _mm256_add_pd(acc0, acc1));
-	double tail = 0;
-	for (; i < i1; i++) {
-		tail += zinf_sumsq_elem(g, dt, i);
-	}
-	return ((s[0] + s[1]) + (s[2] + s[3])) + tail;
+	return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 static bool
@@ -396,8 +450,8 @@ avx2_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 	return false;
 }
 
-static void
-avx2_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+ALWAYS_INLINE void
+scale_loop(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 {
 	const __m256 vs = _mm256_set1_ps(s);
 	size_t i = i0;
@@ -416,20 +470,40 @@ avx2_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 			break;
 		}
 	}
-	if (i < i1) {
-		zinf_adam_scalar_ops.scale(g, dt, s, i, i1);
+}
+
+static void
+avx2_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+{
+	size_t k = (i1 - i0) % 8, ie = i1 - k, es = zinf_dtype_size(dt);
+	scale_loop(g, dt, s, i0, ie);
+	if (k) { /* the tail through the vector code, in a zero-padded buffer */
+		_Alignas(64) uint32_t b[8] = {0};
+		memcpy(b, (char *)g + ie * es, k * es);
+		scale_loop(b, dt, s, 0, 8);
+		memcpy((char *)g + ie * es, b, k * es);
+	}
+}
+
+ALWAYS_INLINE void
+convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i + 8 <= i1; i += 8) {
+		store_copy8(dst, ck, i, _mm256_loadu_ps(src + i), false);
 	}
 }
 
 static void
 avx2_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
 {
-	size_t i = i0;
-	for (; i + 8 <= i1; i += 8) {
-		store_copy8(dst, ck, i, _mm256_loadu_ps(src + i), false);
-	}
-	for (; i < i1; i++) {
-		zinf_store_copy(dst, ck, i, src[i]);
+	size_t k = (i1 - i0) % 8, ie = i1 - k, cs = zinf_copy_size(ck);
+	convert_loop(src, dst, ck, i0, ie);
+	if (k) {
+		_Alignas(64) float sb[8] = {0};
+		_Alignas(64) uint32_t db[8];
+		memcpy(sb, src + ie, k * 4);
+		convert_loop(sb, db, ck, 0, 8);
+		memcpy((char *)dst + ie * cs, db, k * cs);
 	}
 }
 

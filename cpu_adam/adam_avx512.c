@@ -168,13 +168,12 @@ adam_math16(const struct zinf_opt_args *a, __m512 p, __m512 g, __m512 *m, __m512
 }
 
 ALWAYS_INLINE void
-adam_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
+adam_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	/* A local copy, so the stores cannot alias the scalars (see adam_avx2.c). */
 	const struct zinf_opt_args la = *args, *a = &la;
 	float *P = a->param, *M = a->m, *V = a->v;
-	bool nt = copy_nt(a, ck);
 	size_t i = i0;
 	for (; i + 16 <= i1; i += 16) {
 		__m512 p = _mm512_loadu_ps(P + i);
@@ -189,19 +188,31 @@ adam_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_adam_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 16, ie = i1 - k;
+	adam_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 4, &b, &t);
+		adam_loop(&t, 0, 16, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 4, &b);
 	}
 }
 
 ALWAYS_INLINE void
-adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-		    enum zinf_copy_kind ck)
+adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+		    enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	const struct zinf_opt_args la = *args, *a = &la;
 	float *P = a->param;
 	uint16_t *M = a->m, *V = a->v;
-	bool nt = copy_nt(a, ck);
 	size_t i = i0;
 	for (; i + 16 <= i1; i += 16) {
 		__m512 p = _mm512_loadu_ps(P + i);
@@ -209,7 +220,7 @@ adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 		__m512 m = load_bf16x16(M + i), v = load_bf16x16(V + i);
 		p = adam_math16(a, p, g, &m, &v);
 		__m256i mo, vo;
-		state_round16(a, m, v, &mo, &vo, i);
+		state_round16(a, m, v, &mo, &vo, i + hoff);
 		_mm256_storeu_si256((__m256i *)(M + i), mo);
 		_mm256_storeu_si256((__m256i *)(V + i), vo);
 		_mm512_storeu_ps(P + i, p);
@@ -218,18 +229,30 @@ adam_bf16state_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_adam_bf16state_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+		    enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 16, ie = i1 - k;
+	adam_bf16state_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 2, &b, &t);
+		adam_bf16state_loop(&t, 0, 16, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 2, &b);
 	}
 }
 
 ALWAYS_INLINE void
-adagrad_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-	     enum zinf_copy_kind ck)
+adagrad_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	     enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	const struct zinf_opt_args la = *args, *a = &la;
 	float *P = a->param, *H = a->v;
-	bool nt = copy_nt(a, ck);
 	size_t i = i0;
 	for (; i + 16 <= i1; i += 16) {
 		__m512 p = _mm512_loadu_ps(P + i);
@@ -244,18 +267,30 @@ adagrad_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_d
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_adagrad_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	     enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 16, ie = i1 - k;
+	adagrad_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 4, &b, &t);
+		adagrad_loop(&t, 0, 16, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 4, &b);
 	}
 }
 
 ALWAYS_INLINE void
-lion_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
+lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck, bool nt, size_t hoff)
 {
 	const struct zinf_opt_args la = *args, *a = &la;
 	float *P = a->param, *M = a->m;
-	bool nt = copy_nt(a, ck);
 	const __m512 zero = _mm512_setzero_ps();
 	size_t i = i0;
 	for (; i + 16 <= i1; i += 16) {
@@ -279,8 +314,21 @@ lion_body(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	if (nt) {
 		_mm_sfence();
 	}
-	for (; i < i1; i++) {
-		zinf_lion_elem(a, i);
+	(void)hoff;
+}
+
+ALWAYS_INLINE void
+lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+	  enum zinf_copy_kind ck)
+{
+	size_t k = (i1 - i0) % 16, ie = i1 - k;
+	lion_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
+	if (k) {
+		struct zinf_tail_buf b;
+		struct zinf_opt_args t;
+		zinf_tail_in(a, ie, k, 4, &b, &t);
+		lion_loop(&t, 0, 16, gdt, ck, false, ie);
+		zinf_tail_out(a, ie, k, 4, &b);
 	}
 }
 
@@ -347,13 +395,20 @@ avx512_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 		acc0 = _mm512_fmadd_pd(lo, lo, acc0);
 		acc1 = _mm512_fmadd_pd(hi, hi, acc1);
 	}
+	if (i < i1) { /* the tail zero-padded through the same accumulators (adds exact zeros) */
+		_Alignas(64) uint32_t b[16] = {0};
+		size_t es = zinf_dtype_size(dt);
+		memcpy(b, (const char *)g + i * es, (i1 - i) * es);
+		__m512 x = load_grad16(b, dt, 0);
+		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+		__m512d hi = _mm512_cvtps_pd(
+			_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
+		acc0 = _mm512_fmadd_pd(lo, lo, acc0);
+		acc1 = _mm512_fmadd_pd(hi, hi, acc1);
+	}
 	double s[8];
 	_mm512_storeu_pd(s, _mm512_add_pd(acc0, acc1));
-	double tail = 0;
-	for (; i < i1; i++) {
-		tail += zinf_sumsq_elem(g, dt, i);
-	}
-	return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 static bool
@@ -389,8 +444,8 @@ avx512_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 	return false;
 }
 
-static void
-avx512_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+ALWAYS_INLINE void
+scale_loop(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 {
 	const __m512 vs = _mm512_set1_ps(s);
 	size_t i = i0;
@@ -409,20 +464,40 @@ avx512_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 			break;
 		}
 	}
-	if (i < i1) {
-		zinf_adam_scalar_ops.scale(g, dt, s, i, i1);
+}
+
+static void
+avx512_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
+{
+	size_t k = (i1 - i0) % 16, ie = i1 - k, es = zinf_dtype_size(dt);
+	scale_loop(g, dt, s, i0, ie);
+	if (k) { /* the tail through the vector code, in a zero-padded buffer */
+		_Alignas(64) uint32_t b[16] = {0};
+		memcpy(b, (char *)g + ie * es, k * es);
+		scale_loop(b, dt, s, 0, 16);
+		memcpy((char *)g + ie * es, b, k * es);
+	}
+}
+
+ALWAYS_INLINE void
+convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i + 16 <= i1; i += 16) {
+		store_copy16(dst, ck, i, _mm512_loadu_ps(src + i), false, false);
 	}
 }
 
 static void
 avx512_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
 {
-	size_t i = i0;
-	for (; i + 16 <= i1; i += 16) {
-		store_copy16(dst, ck, i, _mm512_loadu_ps(src + i), false, false);
-	}
-	for (; i < i1; i++) {
-		zinf_store_copy(dst, ck, i, src[i]);
+	size_t k = (i1 - i0) % 16, ie = i1 - k, cs = zinf_copy_size(ck);
+	convert_loop(src, dst, ck, i0, ie);
+	if (k) {
+		_Alignas(64) float sb[16] = {0};
+		_Alignas(64) uint32_t db[16];
+		memcpy(sb, src + ie, k * 4);
+		convert_loop(sb, db, ck, 0, 16);
+		memcpy((char *)dst + ie * cs, db, k * cs);
 	}
 }
 

@@ -2,8 +2,8 @@
 /*
  * cpu_adam/adam_internal.h: what the optimizer front end (adam.c) shares with the per-ISA kernel
  * files (adam_scalar.c, adam_avx2.c, adam_avx512.c): the argument block of one step, the kernel
- * table each ISA exports, and the exact scalar conversions and per-element updates that the
- * scalar kernel uses for every element and the vector kernels use for their tails.
+ * table each ISA exports, the exact scalar conversions, the per-element updates of the scalar
+ * kernel, and the padded buffers through which the vector kernels run their tails.
  * Nothing here validates arguments: adam.c does, once per call.
  */
 #ifndef ZINF_ADAM_INTERNAL_H
@@ -227,7 +227,80 @@ zinf_store_copy(void *c, enum zinf_copy_kind ck, size_t i, float p)
 	}
 }
 
-/* ---- one element of each optimizer: the scalar path, and the vector paths' tails ---------- */
+/* ---- the vector paths' tails ---------------------------------------------------------------- */
+
+/*
+ * The last k < width elements of a vector kernel's range do not go through scalar code (whose
+ * arithmetic differs: no FMA, division by bc2_sqrt): they are copied into zero-padded buffers
+ * one vector long, the vector body runs on the buffers, and the k results are copied back. So an
+ * element's result is the same function of its inputs wherever it sits (start, middle, tail of a
+ * call or tile), for any alignment and any n. The padding lanes compute on zeros and are dropped.
+ */
+#define ZINF_TAIL_MAX 16
+
+struct zinf_tail_buf {
+	_Alignas(64) float p[ZINF_TAIL_MAX];
+	_Alignas(64) uint32_t g[ZINF_TAIL_MAX];
+	_Alignas(64) uint32_t m[ZINF_TAIL_MAX];
+	_Alignas(64) uint32_t v[ZINF_TAIL_MAX];
+	_Alignas(64) uint32_t c[ZINF_TAIL_MAX];
+};
+
+static inline size_t
+zinf_dtype_size(enum zinf_dtype dt)
+{
+	return dt == ZINF_F32 ? 4 : 2;
+}
+
+static inline size_t
+zinf_copy_size(enum zinf_copy_kind ck)
+{
+	return ck == ZINF_COPY_F32 ? 4 : ck == ZINF_COPY_NONE ? 0 : 2;
+}
+
+/* Elements [i, i + k) of *a into b (zero-padded); *t: the argument block pointing at b.
+ * ss: bytes per element of m and v (4, or 2 for bf16 state). */
+static inline void
+zinf_tail_in(const struct zinf_opt_args *a, size_t i, size_t k, size_t ss, struct zinf_tail_buf *b,
+	     struct zinf_opt_args *t)
+{
+	size_t gs = zinf_dtype_size(a->gdt);
+	memset(b, 0, sizeof(*b));
+	*t = *a;
+	memcpy(b->p, a->param + i, k * 4);
+	t->param = b->p;
+	memcpy(b->g, (const char *)a->grad + i * gs, k * gs);
+	t->grad = b->g;
+	if (a->m) {
+		memcpy(b->m, (const char *)a->m + i * ss, k * ss);
+		t->m = b->m;
+	}
+	if (a->v) {
+		memcpy(b->v, (const char *)a->v + i * ss, k * ss);
+		t->v = b->v;
+	}
+	t->copy = a->ck == ZINF_COPY_NONE ? NULL : b->c;
+}
+
+/* The k results back from b into *a's arrays. */
+static inline void
+zinf_tail_out(const struct zinf_opt_args *a, size_t i, size_t k, size_t ss,
+	      const struct zinf_tail_buf *b)
+{
+	memcpy(a->param + i, b->p, k * 4);
+	if (a->m) {
+		memcpy((char *)a->m + i * ss, b->m, k * ss);
+	}
+	if (a->v) {
+		memcpy((char *)a->v + i * ss, b->v, k * ss);
+	}
+	size_t cs = zinf_copy_size(a->ck);
+	if (cs) {
+		memcpy((char *)a->copy + i * cs, b->c, k * cs);
+	}
+}
+
+/* ---- one element of each optimizer: the scalar path ----------------------------------------- */
 
 static inline float
 zinf_grad_in(const struct zinf_opt_args *a, float p, size_t i)
