@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cpu_adam/test_adam_split.c: an element's result does not depend on where it sits.
+ * On the SIMD path named by ZINF_TEST_VARIANT, for every optimizer, grad dtype and copy dtype:
+ * one call over n elements must equal, bit for bit (param, m, v, copy), the same step done as
+ * calls over random consecutive pieces of the same arrays (lengths 1 .. 17 and longer, so pieces
+ * start and end at every lane position of an 8- or 16-float vector), and the same call with each
+ * array's pointer offset by 1 .. 7 elements. The offload engine steps sub-groups whose
+ * boundaries are not multiples of the vector width and must match an in-memory step exactly.
+ * Stochastic rounding of bf16 state hashes the element's index within the call, so only the
+ * pointer-offset half applies to it. The gradient conversions (unscale in place, fp32 -> 16-bit
+ * copy) are checked the same way.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+#include "common/util.h"
+#include "cpu_adam/adam_internal.h"
+#include "zinf/adam.h"
+
+static void
+use_variant(void)
+{
+	const char *v = zt_variant();
+	if (v) {
+		setenv("ZINF_SIMD", v, 1);
+	}
+	const struct zinf_adam_ops *ops;
+	int r = zinf_adam_select(&ops);
+	if (r == -ENODEV) {
+		cr_skip_test("SIMD path %s not available on this CPU/build: %s", v,
+			     zinf_last_error());
+	}
+	cr_assert_eq(r, 0, "select %s: %s", v ? v : "(default)", zinf_last_error());
+}
+
+enum opt { OPT_ADAM, OPT_ADAMW, OPT_BF16_RNE, OPT_BF16_SR, OPT_ADAGRAD, OPT_LION, OPT_N };
+
+static const char *const opt_name[OPT_N] = {"adam-l2",		 "adamw",   "adam-bf16state-rne",
+					    "adam-bf16state-sr", "adagrad", "lion"};
+
+#define NONE (-1)
+#define PAD  8 /* elements of slack after each array, for the pointer offsets */
+
+static size_t
+dsize(int dt)
+{
+	return dt == ZINF_F32 ? 4 : 2;
+}
+
+/* One step's arrays: a pointer per array (NULL where the optimizer has none). */
+struct arrs {
+	float *p;
+	void *g, *m, *v, *c;
+};
+
+static size_t
+state_size(int opt)
+{
+	return opt == OPT_BF16_RNE || opt == OPT_BF16_SR ? 2 : 4;
+}
+
+static bool
+has_m(int opt)
+{
+	return opt != OPT_ADAGRAD;
+}
+
+static bool
+has_v(int opt)
+{
+	return opt != OPT_LION;
+}
+
+/* Elements [i0, i0 + n) of x, as the arrays of a call. */
+static struct arrs
+piece(const struct arrs *x, int opt, int gdt, int cdt, size_t i0)
+{
+	size_t ss = state_size(opt);
+	struct arrs r = {
+		.p = x->p + i0,
+		.g = (char *)x->g + i0 * dsize(gdt),
+		.m = x->m ? (char *)x->m + i0 * ss : NULL,
+		.v = x->v ? (char *)x->v + i0 * ss : NULL,
+		.c = cdt == NONE ? NULL : (char *)x->c + i0 * dsize(cdt),
+	};
+	return r;
+}
+
+static void
+step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
+{
+	int r;
+	enum zinf_dtype cd = cdt == NONE ? ZINF_F32 : (enum zinf_dtype)cdt;
+	if (opt <= OPT_BF16_SR) {
+		struct zinf_adam_opts o;
+		zinf_adam_opts_init(&o);
+		o.lr = 1e-2f;
+		o.weight_decay = 0.05f;
+		o.adamw_mode = opt != OPT_ADAM;
+		o.threads = 1;
+		if (opt <= OPT_ADAMW) {
+			r = zinf_adam_step(&o, t, 0.75f, x->p, x->g, gdt, x->m, x->v, n, x->c, cd);
+		} else {
+			r = zinf_adam_step_bf16state(&o, t, 0.75f, x->p, x->g, gdt, x->m, x->v, n,
+						     x->c, cd,
+						     opt == OPT_BF16_SR ? ZINF_ROUND_STOCHASTIC
+									: ZINF_ROUND_NEAREST_EVEN,
+						     99);
+		}
+	} else if (opt == OPT_ADAGRAD) {
+		struct zinf_adagrad_opts o;
+		zinf_adagrad_opts_init(&o);
+		o.weight_decay = 0.05f;
+		o.lr_decay = 0.01f;
+		o.threads = 1;
+		r = zinf_adagrad_step(&o, t, 0.75f, x->p, x->g, gdt, x->v, n, x->c, cd);
+	} else {
+		struct zinf_lion_opts o;
+		zinf_lion_opts_init(&o);
+		o.weight_decay = 0.05f;
+		o.threads = 1;
+		r = zinf_lion_step(&o, t, 0.75f, x->p, x->g, gdt, x->m, n, x->c, cd);
+	}
+	cr_assert_eq(r, 0, "%s step: %s", opt_name[opt], zinf_last_error());
+}
+
+/* Buffers for n elements (+ PAD), filled from the same seed for every call with that seed. */
+struct bufs {
+	float *p;
+	void *g, *m, *v, *c;
+};
+
+static void *
+xalloc(size_t bytes)
+{
+	void *p = zinf_alloc_aligned(64, bytes);
+	cr_assert_not_null(p);
+	return p;
+}
+
+static void
+bufs_alloc(struct bufs *b, size_t n)
+{
+	b->p = xalloc((n + PAD) * 4);
+	b->g = xalloc((n + PAD) * 4);
+	b->m = xalloc((n + PAD) * 4);
+	b->v = xalloc((n + PAD) * 4);
+	b->c = xalloc((n + PAD) * 4);
+}
+
+static void
+bufs_free(struct bufs *b)
+{
+	zinf_free_aligned(b->p);
+	zinf_free_aligned(b->g);
+	zinf_free_aligned(b->m);
+	zinf_free_aligned(b->v);
+	zinf_free_aligned(b->c);
+}
+
+/* The arrays at element offsets off[0..4] into b, filled with the values of `seed`. */
+static struct arrs
+fill(struct bufs *b, int opt, int gdt, int cdt, size_t n, const size_t off[5], uint64_t seed)
+{
+	uint64_t st = seed;
+	size_t ss = state_size(opt);
+	struct arrs x = {
+		.p = b->p + off[0],
+		.g = (char *)b->g + off[1] * dsize(gdt),
+		.m = has_m(opt) ? (char *)b->m + off[2] * ss : NULL,
+		.v = has_v(opt) ? (char *)b->v + off[3] * ss : NULL,
+		.c = cdt == NONE ? NULL : (char *)b->c + off[4] * dsize(cdt),
+	};
+	for (size_t i = 0; i < n; i++) {
+		x.p[i] = (float)zt_uniform(&st, -1, 1);
+		float g = (float)zt_uniform(&st, -2, 2);
+		/* a few exact zeros and tiny values: sign(0) in Lion, subnormal copies */
+		if (i % 29 == 3) {
+			g = 0;
+		}
+		if (gdt == ZINF_F32) {
+			((float *)x.g)[i] = g;
+		} else if (gdt == ZINF_F16) {
+			((uint16_t *)x.g)[i] = zinf_f32_to_f16_rne(g);
+		} else {
+			((uint16_t *)x.g)[i] = zinf_f32_to_bf16_rne(g);
+		}
+		float m = (float)zt_uniform(&st, -0.2, 0.2);
+		float v = (float)zt_uniform(&st, 0, 0.05);
+		if (ss == 2) {
+			((uint16_t *)x.m)[i] = zinf_f32_to_bf16_rne(m);
+			((uint16_t *)x.v)[i] = zinf_f32_to_bf16_rne(v);
+		} else {
+			if (x.m) {
+				((float *)x.m)[i] = m;
+			}
+			if (x.v) {
+				((float *)x.v)[i] = v;
+			}
+		}
+		if (x.c) {
+			memset((char *)x.c + i * dsize(cdt), 0xa5, dsize(cdt));
+		}
+	}
+	return x;
+}
+
+static void
+same(const char *what, const void *a, const void *b, size_t n, size_t es, const char *ctx)
+{
+	if (!a) {
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) != 0) {
+			uint32_t x = 0, y = 0;
+			memcpy(&x, (const char *)a + i * es, es);
+			memcpy(&y, (const char *)b + i * es, es);
+			cr_assert_fail("%s: %s differs at element %zu of %zu: 0x%08x vs 0x%08x",
+				       ctx, what, i, n, x, y);
+			return;
+		}
+	}
+}
+
+static void
+arrs_same(const struct arrs *a, const struct arrs *b, int opt, int gdt, int cdt, size_t n,
+	  const char *ctx)
+{
+	(void)gdt;
+	same("param", a->p, b->p, n, 4, ctx);
+	same("m", a->m, b->m, n, state_size(opt), ctx);
+	same("v", a->v, b->v, n, state_size(opt), ctx);
+	if (cdt != NONE) {
+		same("copy", a->c, b->c, n, dsize(cdt), ctx);
+	}
+}
+
+Test(cpu_adam, element_result_does_not_depend_on_cuts_or_alignment, .timeout = 120)
+{
+	use_variant();
+	uint64_t seed = zt_seed();
+	uint64_t rs = seed ^ 0x5b17u;
+	const int cdts[4] = {NONE, ZINF_F32, ZINF_F16, ZINF_BF16};
+	struct bufs whole, other;
+	const size_t nmax = 700;
+	bufs_alloc(&whole, nmax);
+	bufs_alloc(&other, nmax);
+	const size_t zero[5] = {0, 0, 0, 0, 0};
+	int cases = 0;
+	for (int opt = 0; opt < OPT_N; opt++) {
+		for (int gdt = ZINF_F32; gdt <= ZINF_BF16; gdt++) {
+			for (int ci = 0; ci < 4; ci++) {
+				int cdt = cdts[ci];
+				size_t n = 300 + zt_rand(&rs) % (nmax - 300);
+				uint64_t vs = zt_rand(&rs);
+				int64_t t = 1 + (int64_t)(zt_rand(&rs) % 5);
+				char ctx[160];
+				struct arrs w = fill(&whole, opt, gdt, cdt, n, zero, vs);
+				step(opt, &w, gdt, cdt, n, t);
+
+				/* the same step over random consecutive pieces */
+				if (opt != OPT_BF16_SR) {
+					struct arrs s = fill(&other, opt, gdt, cdt, n, zero, vs);
+					size_t i = 0, npieces = 0;
+					while (i < n) {
+						size_t len = zt_rand(&rs) % 4 == 0
+								     ? 18 + zt_rand(&rs) % 100
+								     : 1 + zt_rand(&rs) % 17;
+						len = ZINF_MIN(len, n - i);
+						struct arrs p = piece(&s, opt, gdt, cdt, i);
+						step(opt, &p, gdt, cdt, len, t);
+						i += len;
+						npieces++;
+					}
+					snprintf(ctx, sizeof(ctx),
+						 "%s grad %d copy %d n %zu step %lld: %zu pieces",
+						 opt_name[opt], gdt, cdt, n, (long long)t, npieces);
+					arrs_same(&w, &s, opt, gdt, cdt, n, ctx);
+				}
+
+				/* the same call with every pointer moved by 1..7 elements */
+				for (size_t k = 1; k <= 7; k++) {
+					size_t off[5];
+					for (int j = 0; j < 5; j++) {
+						off[j] = 1 + (k - 1 + 3 * (size_t)j) % 7;
+					}
+					struct arrs o = fill(&other, opt, gdt, cdt, n, off, vs);
+					step(opt, &o, gdt, cdt, n, t);
+					snprintf(ctx, sizeof(ctx),
+						 "%s grad %d copy %d n %zu step %lld: offsets "
+						 "%zu,%zu,%zu,%zu,%zu",
+						 opt_name[opt], gdt, cdt, n, (long long)t, off[0],
+						 off[1], off[2], off[3], off[4]);
+					arrs_same(&w, &o, opt, gdt, cdt, n, ctx);
+				}
+				cases++;
+			}
+		}
+	}
+	cr_assert_eq(cases, OPT_N * 3 * 4);
+	bufs_free(&whole);
+	bufs_free(&other);
+}
+
+/* The separate passes of the three-pass flow: unscale in place and fp32 -> 16-bit conversion. */
+Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
+{
+	use_variant();
+	uint64_t seed = zt_seed() + 7;
+	uint64_t rs = seed;
+	const size_t n = 517;
+	for (int dt = ZINF_F32; dt <= ZINF_BF16; dt++) {
+		size_t es = dsize(dt);
+		char *g0 = xalloc((n + PAD) * 4), *g1 = xalloc((n + PAD) * 4);
+		float *src = xalloc((n + PAD) * 4);
+		char *d0 = xalloc((n + PAD) * 4), *d1 = xalloc((n + PAD) * 4);
+		for (size_t i = 0; i < n; i++) {
+			float x = (float)zt_uniform(&rs, -70000, 70000);
+			if (i % 13 == 5) {
+				x *= 0x1p-130f; /* subnormal */
+			}
+			src[i] = x;
+			float y = x * 0x1p-20f;
+			if (dt == ZINF_F32) {
+				((float *)g0)[i] = y;
+			} else if (dt == ZINF_F16) {
+				((uint16_t *)g0)[i] = zinf_f32_to_f16_rne(y);
+			} else {
+				((uint16_t *)g0)[i] = zinf_f32_to_bf16_rne(y);
+			}
+		}
+		for (size_t k = 0; k <= 7; k++) {
+			/* whole (k == 0) or cut into pieces of 1..17 at offset k */
+			memcpy(g1 + k * es, g0, n * es);
+			if (k == 0) {
+				cr_assert_eq(zinf_adam_unscale(g1, dt, n, 0.3f, 1), 0);
+				cr_assert_eq(zinf_adam_convert(src, d0, dt, n, 1), 0);
+				memcpy(d1, g1, n * es); /* d1: the whole-call unscale */
+				continue;
+			}
+			size_t i = 0;
+			while (i < n) {
+				size_t len = 1 + zt_rand(&rs) % 17; /* ZINF_MIN evaluates twice */
+				len = ZINF_MIN(len, n - i);
+				cr_assert_eq(zinf_adam_unscale(g1 + (k + i) * es, dt, len, 0.3f, 1),
+					     0);
+				i += len;
+			}
+			cr_assert(memcmp(g1 + k * es, d1, n * es) == 0,
+				  "unscale dtype %d offset %zu: pieces differ from one call", dt,
+				  k);
+			float *s1 = src; /* convert: destination offset k, pieces */
+			char *out = xalloc((n + PAD) * 4);
+			i = 0;
+			while (i < n) {
+				size_t len = 1 + zt_rand(&rs) % 17; /* ZINF_MIN evaluates twice */
+				len = ZINF_MIN(len, n - i);
+				cr_assert_eq(
+					zinf_adam_convert(s1 + i, out + (k + i) * es, dt, len, 1),
+					0);
+				i += len;
+			}
+			cr_assert(memcmp(out + k * es, d0, n * es) == 0,
+				  "convert dtype %d offset %zu: pieces differ from one call", dt,
+				  k);
+			zinf_free_aligned(out);
+		}
+		zinf_free_aligned(g0);
+		zinf_free_aligned(g1);
+		zinf_free_aligned(src);
+		zinf_free_aligned(d0);
+		zinf_free_aligned(d1);
+	}
+}
