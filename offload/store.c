@@ -33,6 +33,7 @@ struct tensor {
 	void *data;   /* pool buffer (NVMe) or CPU region */
 	bool written; /* the files hold its data */
 	bool dirty;
+	int werr;	 /* its last write failed (kept resident and dirty), for the next flush */
 	bool in_use;	 /* between swap_in and release */
 	bool cached;	 /* released clean, kept resident under max_in_cpu */
 	bool prefetched; /* started by the prefetcher, not claimed yet */
@@ -52,7 +53,6 @@ struct zinf_store {
 	int pq_head, pq_len, pq_cap;
 	uint64_t pf_bytes; /* prefetch bytes started and not claimed */
 	uint64_t cached_elems;
-	int pending_err; /* a write that failed while reaped, for the next flush */
 	struct zinf_store_stats stats;
 };
 
@@ -114,12 +114,11 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 		t->dirty = true;
 		ZINF_ERR("store: write of %s[%u] failed: kept resident and dirty (%s)", t->kind,
 			 t->index, zinf_strerror(rc));
-		if (!s->pending_err) {
-			s->pending_err = rc;
-		}
+		t->werr = rc;
 		return rc;
 	}
 	t->written = true;
+	t->werr = 0; /* an earlier failure is repaired: its data is on disk now */
 	s->stats.writes++;
 	s->stats.write_bytes += t->bytes;
 	if (keep) {
@@ -516,33 +515,40 @@ zinf_store_prefetch(struct zinf_store *s, int id)
 	return 0;
 }
 
+/*
+ * A flush reports every write that failed since the previous flush and whose data is still
+ * only in memory, whether the failure was reaped in the background (a release, a swap-in) or
+ * while this flush waited, and does not retry those writes in the same call: their data stays
+ * resident and dirty, and the next flush retries. So the result and the states after a flush
+ * do not depend on when the engine completed a write.
+ */
 int
 zinf_store_flush(struct zinf_store *s)
 {
+	int rc = 0;
+	reap_writes(s);
 	for (int i = 0; i < s->nt; i++) {
 		struct tensor *t = &s->t[i];
-		if (t->state == ZINF_TENSOR_RESIDENT && t->dirty) {
-			t->wseq = s->clock++;
-			t->state = ZINF_TENSOR_WRITING;
-			t->dirty = false;
-			(void)zinf_swap_write_async(s->o.swap, t->swap_id, t->data, &t->op);
+		if (t->state == ZINF_TENSOR_RESIDENT && t->dirty && t->werr) {
+			rc = rc ? rc : t->werr;
+			t->werr = 0;
+		} else if (t->state == ZINF_TENSOR_RESIDENT && t->dirty) {
+			start_write(s, t);
 		}
 	}
-	int rc = s->pending_err;
-	s->pending_err = 0;
 	for (int i = 0; i < s->nt; i++) {
 		struct tensor *t = &s->t[i];
 		if (t->state == ZINF_TENSOR_WRITING) {
 			/* In use or cached: keep it resident after the write. */
 			bool keep = t->in_use || t->cached;
 			int r = write_done(s, t, zinf_swap_wait(s->o.swap, &t->op), keep);
+			t->werr = 0; /* reported by this flush */
 			rc = rc ? rc : r;
 		} else if (t->state == ZINF_TENSOR_READING) {
 			int r = zinf_store_wait(s, i, NULL);
 			rc = rc ? rc : r;
 		}
 	}
-	s->pending_err = 0;
 	return rc;
 }
 
