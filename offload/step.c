@@ -42,7 +42,7 @@ struct slot {
 	enum slot_state state;
 	int64_t sg;   /* sub-group held, -1 when FREE */
 	uint64_t seq; /* order in which writes started (oldest completes first) */
-	int nops;
+	int p0, nops; /* parts [p0, nops) in flight: 0..2 reads, 0..3 NVMe writes, P16 (CPU) */
 	struct zinf_swap_op ops[NPARTS];
 };
 
@@ -103,7 +103,7 @@ zinf_step_buffer_bytes(const struct zinf_step_opts *o, uint32_t align)
 {
 	uint64_t a = align ? align : 4096;
 	uint64_t sg = ZINF_MIN(o->sub_group_size, o->n);
-	uint64_t b = 3 * ZINF_ALIGN_UP(sg * 4, a);
+	uint64_t b = o->tier == ZINF_TIER_CPU ? 0 : 3 * ZINF_ALIGN_UP(sg * 4, a);
 	if (o->param_swap) {
 		b += ZINF_ALIGN_UP(sg * dtype_size(o->copy_dtype), a);
 	}
@@ -170,10 +170,12 @@ validate(const struct zinf_step_opts *o)
 		return ZINF_FAIL(-EINVAL, "optimizer step: state on NVMe needs a swap space and a "
 					  "pinned pool");
 	}
-	if (o->tier == ZINF_TIER_CPU && o->param_swap) {
-		return ZINF_FAIL(-EINVAL,
-				 "optimizer step: the 16-bit copy to the parameter tier's "
-				 "files needs state on NVMe (CPU tier: give a host buffer)");
+	if (o->tier == ZINF_TIER_CPU && o->param_swap && !o->pool) {
+		return ZINF_FAIL(
+			-EINVAL,
+			"optimizer step: state on the CPU tier with the 16-bit copy to the "
+			"parameter tier's files needs a pinned pool (its buffers carry the "
+			"copy to the files)");
 	}
 	if (o->tier != ZINF_TIER_NVME && o->tier != ZINF_TIER_CPU) {
 		return ZINF_FAIL(-EINVAL, "optimizer step: unknown tier %d", o->tier);
@@ -233,12 +235,16 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 			}
 			memset(st->cpu[p], 0, bytes);
 		}
-		*out = st;
-		return 0;
+		if (!opts->param_swap) {
+			*out = st;
+			return 0;
+		}
 	}
 
-	/* NVMe: lay out a slot, check the pool can hold one sub-group, declare the tensors. */
-	st->align = zinf_swap_align(opts->swap);
+	/* Lay out a slot, check the pool can hold one sub-group, declare the tensors. NVMe: a
+	 * slot holds master|m|v(|copy); CPU tier with param_swap: the copy only. */
+	bool nvme = opts->tier == ZINF_TIER_NVME;
+	st->align = nvme ? zinf_swap_align(opts->swap) : 0;
 	if (opts->param_swap) {
 		st->align = ZINF_MAX(st->align, zinf_swap_align(opts->param_swap));
 	}
@@ -249,7 +255,7 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 	for (int p = 0; p < 3; p++) {
 		st->part_off[p] = p * part;
 	}
-	st->part_off[PART_P16] = 3 * part;
+	st->part_off[PART_P16] = nvme ? 3 * part : 0;
 	st->buf_bytes = zinf_step_buffer_bytes(opts, st->align);
 	uint64_t have = zinf_pool_buffer_bytes(opts->pool);
 	uint32_t count = zinf_pool_buffer_count(opts->pool);
@@ -257,10 +263,12 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 		rc = ZINF_FAIL(-ENOMEM,
 			       "optimizer step: too few buffers for one sub-group: a sub-group of "
 			       "%" PRIu64 " elements needs a buffer of %" PRIu64
-			       " bytes (master, m, "
-			       "v%s), the pool has %u of %" PRIu64 " bytes: raise the pool's "
-			       "buffer size or lower sub_group_size",
-			       st->sgsize, st->buf_bytes, opts->param_swap ? ", 16-bit copy" : "",
+			       " bytes (%s), the pool has %u of %" PRIu64 " bytes: raise the "
+			       "pool's buffer size or lower sub_group_size",
+			       st->sgsize, st->buf_bytes,
+			       !nvme		  ? "16-bit copy"
+			       : opts->param_swap ? "master, m, v, 16-bit copy"
+						  : "master, m, v",
 			       count, have);
 		goto err;
 	}
@@ -274,13 +282,13 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 		uint64_t len = zinf_step_sub_group_len(st, k);
 		for (int p = 0; p < NPARTS; p++) {
 			int id = -1;
-			if (p < 3) {
+			if (p < 3 && nvme) {
 				id = zinf_swap_add(opts->swap, part_kind[p], k, len * 4);
-			} else if (p < nparts) {
+			} else if (p == PART_P16 && p < nparts) {
 				id = zinf_swap_add(opts->param_swap, st->param_kind, k,
 						   len * st->copy_esz);
 			}
-			if (p < nparts && id < 0) {
+			if (p < nparts && (nvme || p == PART_P16) && id < 0) {
 				rc = ZINF_FAIL(id,
 					       "optimizer step: declaring %s[%u] in the swap "
 					       "space failed",
@@ -373,6 +381,7 @@ start_read(struct zinf_step *st, struct slot *s, uint32_t k)
 {
 	s->sg = k;
 	s->state = SLOT_READING;
+	s->p0 = 0;
 	s->nops = 3;
 	st->sg_slot[k] = (int32_t)(s - st->slots);
 	/* A failed start leaves op->result set: the error surfaces when the slot is completed. */
@@ -390,6 +399,7 @@ slot_free(struct zinf_step *st, struct slot *s)
 	}
 	s->sg = -1;
 	s->state = SLOT_FREE;
+	s->p0 = 0;
 	s->nops = 0;
 }
 
@@ -427,7 +437,7 @@ static int
 complete_write(struct zinf_step *st, struct slot *s, bool block)
 {
 	if (!block) {
-		for (int p = 0; p < s->nops; p++) {
+		for (int p = s->p0; p < s->nops; p++) {
 			if (!zinf_swap_poll(part_swap(st, p), &s->ops[p])) {
 				return 0;
 			}
@@ -436,7 +446,7 @@ complete_write(struct zinf_step *st, struct slot *s, bool block)
 	uint32_t k = (uint32_t)s->sg;
 	bool ok = true;
 	double t0 = zinf_now_s();
-	for (int p = 0; p < s->nops; p++) {
+	for (int p = s->p0; p < s->nops; p++) {
 		int r = zinf_swap_wait(part_swap(st, p), &s->ops[p]);
 		if (r == 0) {
 			st->stats.write_bytes +=
@@ -530,6 +540,9 @@ pump(struct zinf_step *st, int64_t cur)
 		return;
 	}
 	reap_writes(st);
+	if (st->o.tier == ZINF_TIER_CPU) {
+		return; /* nothing to read */
+	}
 	for (;;) {
 		while (st->pf_pos < st->nsg) {
 			uint32_t k = order_sg(st, st->pf_pos);
@@ -574,7 +587,7 @@ wait_pumping(struct zinf_step *st, struct slot *s, int64_t cur)
 	double t0 = zinf_now_s();
 	for (;;) {
 		bool all = true;
-		for (int p = 0; p < s->nops && all; p++) {
+		for (int p = s->p0; p < s->nops && all; p++) {
 			all = zinf_swap_poll(part_swap(st, p), &s->ops[p]) != 0;
 		}
 		if (all) {
@@ -669,7 +682,7 @@ zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy
 	st->wseq = 0;
 	memset(st->done, 0, st->nsg);
 	memset(&st->stats, 0, sizeof(st->stats));
-	if (st->o.tier == ZINF_TIER_CPU) {
+	if (st->o.tier == ZINF_TIER_CPU && !st->o.param_swap) {
 		st->in_step = true;
 		return 0;
 	}
@@ -724,6 +737,50 @@ adam_range(struct zinf_step *st, uint32_t k, float *master, float *m, float *v, 
 	return rc;
 }
 
+/*
+ * State on the CPU tier, the 16-bit copy to the parameter tier's files: Adam writes sub-group
+ * k's copy into a pool buffer (and the caller's host buffer), whose write to (param_kind, k)
+ * runs while Adam goes on with the next sub-groups. The buffer frees when the write is
+ * acknowledged; with all of them writing, the oldest is waited for.
+ */
+static int
+ready_cpu_param_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt,
+		     char *host)
+{
+	uint64_t len = zinf_step_sub_group_len(st, k);
+	uint64_t start = zinf_step_sub_group_start(st, k);
+	struct slot *s = slot_for(st, k);
+	if (st->err) {
+		return st->err; /* the write waited for failed */
+	}
+	s->sg = k;
+	s->state = SLOT_LOADED;
+	st->sg_slot[k] = (int32_t)(s - st->slots);
+	char *copy = s->buf + st->part_off[PART_P16];
+	for (uint64_t i0 = 0; i0 < len; i0 += ADAM_CHUNK) {
+		uint64_t i1 = ZINF_MIN(len, i0 + ADAM_CHUNK);
+		int rc = adam_range(st, k, st->cpu[0] + start, st->cpu[1] + start,
+				    st->cpu[2] + start, grad, gdt, copy, i0, i1);
+		if (rc) {
+			slot_free(st, s);
+			return note_err(st, rc, k, "Adam");
+		}
+		reap_writes(st); /* between chunks: free the buffers of finished writes */
+	}
+	if (host) {
+		memcpy(host, copy, len * st->copy_esz);
+	}
+	st->done[k] = 1;
+	s->state = SLOT_WRITING;
+	s->seq = st->wseq++;
+	s->p0 = PART_P16;
+	s->nops = NPARTS;
+	(void)zinf_swap_write_async(st->o.param_swap, swap_id(st, k, PART_P16), copy,
+				    &s->ops[PART_P16]);
+	reap_writes(st);
+	return st->err;
+}
+
 int
 zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dtype grad_dtype)
 {
@@ -751,7 +808,7 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 	uint64_t start = zinf_step_sub_group_start(st, k);
 	char *host = st->copy_host ? st->copy_host + start * st->copy_esz : NULL;
 
-	if (st->o.tier == ZINF_TIER_CPU) {
+	if (st->o.tier == ZINF_TIER_CPU && !st->o.param_swap) {
 		int rc = adam_range(st, k, st->cpu[0] + start, st->cpu[1] + start,
 				    st->cpu[2] + start, grad, grad_dtype, host, 0, len);
 		if (rc) {
@@ -760,6 +817,9 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 		st->done[k] = 1;
 		st->written[k] = st->t;
 		return 0;
+	}
+	if (st->o.tier == ZINF_TIER_CPU) {
+		return ready_cpu_param_swap(st, k, grad, grad_dtype, host);
 	}
 
 	/* Its state in: read now if it was not prefetched. */
@@ -810,6 +870,7 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 	}
 	s->state = SLOT_WRITING;
 	s->seq = st->wseq++;
+	s->p0 = 0;
 	s->nops = st->o.param_swap ? NPARTS : 3;
 	for (int p = 0; p < s->nops; p++) {
 		(void)zinf_swap_write_async(part_swap(st, p), swap_id(st, k, p),
@@ -825,7 +886,7 @@ zinf_step_finish(struct zinf_step *st)
 	if (!st->in_step) {
 		return ZINF_FAIL(-EINVAL, "optimizer step: finish without begin");
 	}
-	if (st->o.tier == ZINF_TIER_NVME) {
+	if (st->o.tier == ZINF_TIER_NVME || st->o.param_swap) {
 		abort_slots(st); /* waits for every write; a failed one is the step's error */
 	}
 	st->in_step = false;

@@ -233,14 +233,16 @@ struct zinf_step_opts {
 				    ("exp_avg", k), ("exp_avg_sq", k) by zinf_step_create(); the
 				    caller runs zinf_swap_reserve() afterwards */
 	struct zinf_pool *pool;	 /* NVMe: buffers (each >= zinf_step_buffer_bytes()); CPU: the
-				    state comes from its CPU region (NULL: plain host memory) */
+				    state comes from its CPU region (NULL: plain host memory),
+				    and with param_swap its buffers carry the copy (required) */
 	uint32_t buffers;	 /* buffers the step takes from the pool at begin; 0 (default):
 				    every buffer free at that moment */
 	enum zinf_step_schedule schedule;
 	struct zinf_adam_opts adam;
 	enum zinf_dtype copy_dtype;   /* dtype of the 16-bit copy (ZINF_F16 or ZINF_BF16) */
 	struct zinf_swap *param_swap; /* if not NULL: the copy of sub-group k is also written to
-					 tensor (param_kind, k) there, declared by create */
+					 tensor (param_kind, k) there, declared by create; either
+					 tier (CPU: through pool buffers while Adam goes on) */
 	const char *param_kind;	      /* default "param16" */
 	int timeout_ms;		      /* waiting for pool buffers at begin; default -1 */
 };
@@ -249,7 +251,8 @@ ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);
 
 /**
  * Bytes a pool buffer needs to hold one sub-group (master, m, v and, with param_swap, the
- * 16-bit copy), each part aligned to `align` (the swap space's alignment).
+ * 16-bit copy), each part aligned to `align` (the swap space's alignment). CPU tier: the copy
+ * only (0 without param_swap).
  */
 ZINF_API uint64_t zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align);
 

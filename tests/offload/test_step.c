@@ -59,11 +59,15 @@ rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
 	if (so->param_swap) {
 		so->param_swap = r->swap;
 	}
-	if (so->tier == ZINF_TIER_NVME) {
+	if (so->tier == ZINF_TIER_NVME || so->param_swap) {
+		/* CPU tier with param_swap: buffers for the copy, the state in the CPU region. */
 		struct zinf_pool_opts po;
 		zinf_pool_opts_init(&po);
 		po.buffer_count = buffers;
 		po.buffer_bytes = zinf_step_buffer_bytes(so, zinf_swap_align(r->swap));
+		if (so->tier == ZINF_TIER_CPU) {
+			po.cpu_bytes = 3 * ZINF_ALIGN_UP(so->n * 4, 4096);
+		}
 		po.io = r->io;
 		po.device = "host";
 		cr_assert_eq(zinf_pool_create(&po, &r->pool), 0, "%s", zinf_last_error());
@@ -270,6 +274,10 @@ run_case(const struct scase *c)
 			if (c->schedule == ZINF_SCHEDULE_DEEPSPEED) {
 				cr_assert_leq(s.max_reads_in_flight, 2);
 			}
+		} else {
+			cr_assert_eq(s.read_bytes, 0);
+			cr_assert_eq(s.write_bytes, c->to_swap ? (uint64_t)c->n * 2 : 0);
+			cr_assert_leq(s.buffers, c->buffers);
 		}
 	}
 	check_state(&r, &f);
@@ -321,6 +329,14 @@ ParameterizedTestParameters(step, bit_identical_to_adam_in_memory)
 		 0, false, ZINF_TIER_NVME},
 		/* the CPU tier: the same interface, no I/O */
 		{100003, 10007, 0, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_F16, 2, false,
+		 ZINF_TIER_CPU},
+		/* the CPU tier, the 16-bit copy to the parameter tier's files through pool
+		 * buffers: the minimum (one), more, and more than sub-groups */
+		{100003, 10007, 1, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 0, true,
+		 ZINF_TIER_CPU},
+		{100003, 9001, 3, ZINF_SCHEDULE_PIPELINED, ZINF_BF16, ZINF_BF16, 2, true,
+		 ZINF_TIER_CPU},
+		{50000, 7777, 16, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_F16, 1, true,
 		 ZINF_TIER_CPU},
 	};
 	return cr_make_param_array(struct scase, cases, sizeof(cases) / sizeof(cases[0]));
@@ -512,6 +528,47 @@ Test(step, a_sub_group_never_ready_fails_the_step, .timeout = 60)
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 0), 1);
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 1), 0);
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 2), 1);
+	ref_fini(&f);
+	rig_fini(&r);
+}
+
+/* CPU tier, copy to the parameter tier's files: a failed write of a copy fails the step with the
+ * sub-group and the file named, that sub-group does not count as written, no buffer leaks. */
+Test(step, cpu_tier_param_swap_write_error, .timeout = 60)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 100003;
+	so.sub_group_size = 10007;
+	so.tier = ZINF_TIER_CPU;
+	so.param_swap = (struct zinf_swap *)1; /* rig sets the real one */
+	struct rig r;
+	rig_init(&r, &so, 2, true);
+	struct ref f;
+	ref_init(&f, so.n, &seed);
+	load_state(&r, &f);
+	fill_grad(&f, ZINF_F32, &seed);
+	uint16_t *copy = malloc(so.n * 2);
+	/* Each copy is 20014 bytes (2 blocks of 16 KiB): the 9th write is sub-group 4's. */
+	struct zinf_io_fault fl = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_WRITE, .nth = 9, .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &fl), 0);
+	int rc = zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, copy);
+	cr_assert_eq(rc, -EIO, "the step must fail, got %d", rc);
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "optimizer step 1: sub-group 4 ") && strstr(e, "write of param16") &&
+			  strstr(e, r.dir),
+		  "message must name the step, sub-group, operation and file: %s", e);
+	cr_assert_eq(zinf_pool_free_count(r.pool), zinf_pool_buffer_count(r.pool),
+		     "a buffer leaked");
+	cr_assert_eq(zinf_step_sub_group_written(r.st, 4), 0, "a failed write never counts");
+	cr_assert_eq(zinf_step_sub_group_written(r.st, 3), 1);
+	/* Still usable. */
+	cr_assert_eq(zinf_step_run(r.st, 2, 1.0f, f.grad, ZINF_F32, copy), 0, "%s",
+		     zinf_last_error());
+	cr_assert_eq(zinf_step_sub_group_written(r.st, 4), 2);
+	free(copy);
 	ref_fini(&f);
 	rig_fini(&r);
 }
