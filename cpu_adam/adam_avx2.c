@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * cpu_adam/adam_avx2.c: the AVX2 + FMA + F16C kernels, 8 floats at a time, unaligned loads
- * and stores; the last (i1 - i0) % 8 elements of a range go through the scalar element
- * functions of adam_internal.h. Compiled with -mavx2 -mfma -mf16c (only this file): adam.c
- * calls it only when the CPU reports all three. FMA makes results differ from the scalar path
- * by float rounding; they do not depend on the thread count (tiles are multiples of 8).
+ * and stores; the last (i1 - i0) % 8 elements of a range go through the same vector code on
+ * zero-padded stack buffers (zinf_tail_in/out), so an element's result does not depend on where
+ * it sits. Compiled with -mavx2 -mfma -mf16c -ffp-contract=off (FMA only where an fmadd
+ * intrinsic is written): adam.c calls it only when the CPU reports all three. FMA makes results
+ * differ from the scalar path by float rounding.
  */
 #include <immintrin.h>
 

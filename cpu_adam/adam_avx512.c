@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * cpu_adam/adam_avx512.c: the AVX-512 kernels (F, BW, VL; FMA, F16C), 16 floats at a time,
- * unaligned loads and stores; the last (i1 - i0) % 16 elements of a range go through the scalar
- * element functions of adam_internal.h. The bf16 copy and bf16 state use vcvtneps2bf16 when the
- * CPU has AVX512-BF16 (a->hw_bf16), patched for subnormal inputs, which the instruction flushes
- * to zero while round-to-nearest-even keeps them; otherwise the integer rounding of the AVX2
- * path. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mfma -mf16c (only this
- * file); adam.c calls it only when the CPU reports F, BW, VL, FMA and F16C, and uses the BF16
- * instruction only when it reports AVX512-BF16.
+ * unaligned loads and stores; the last (i1 - i0) % 16 elements of a range go through the same
+ * vector code on zero-padded stack buffers (zinf_tail_in/out), as in adam_avx2.c. The bf16 copy
+ * and bf16 state use vcvtneps2bf16 when the CPU has AVX512-BF16 (a->hw_bf16), patched for
+ * subnormal inputs, which the instruction flushes to zero while round-to-nearest-even keeps
+ * them; otherwise the integer rounding of the AVX2 path. Compiled with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512bf16 -mfma -mf16c -ffp-contract=off (only this file); adam.c calls it only
+ * when the CPU reports F, BW, VL, FMA and F16C, and uses the BF16 instruction only when it
+ * reports AVX512-BF16.
  */
 #include <immintrin.h>
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * cpu_adam/adam_scalar.c: the portable kernels: one element at a time with the exact scalar
- * helpers of adam_internal.h. Built without FMA contraction (-ffp-contract=off), so each
- * operation rounds once, as PyTorch's unfused CPU ops do. The reference the vector paths are
+ * helpers of adam_internal.h. Built without FMA contraction (-ffp-contract=off, for the whole
+ * module in cpu_adam/CMakeLists.txt), so each operation rounds once, as PyTorch's unfused CPU
+ * ops do, in every build type. The reference the vector paths are
  * compared with in spirit; the tests compare every path with float64.
  */
 #include "cpu_adam/adam_internal.h"

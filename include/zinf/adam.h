@@ -49,7 +49,10 @@ ZINF_API void zinf_adam_opts_init(struct zinf_adam_opts *o);
  * when adamw_mode; m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g;
  * p -= step_size * m / (sqrt(v) / bc2_sqrt + eps) with step_size = lr / (1 - b1^step),
  * bc2_sqrt = sqrt(1 - b2^step) (lr and 1 without bias correction), the step's scalars
- * computed once in float64. Results are bit-identical for any thread count; the SIMD paths
+ * computed once in float64. On a given SIMD path each element's result depends only on that
+ * element's inputs and the step's scalars: it is bit-identical for any thread count, pointer
+ * alignment, n, build type, and whether the arrays are stepped in one call or as consecutive
+ * pieces cut anywhere (the vector paths run their tails through the vector code). The SIMD paths
  * differ from each other by float rounding only (the vector paths use FMA and multiply by
  * 1 / bc2_sqrt).
  */
@@ -64,6 +67,8 @@ ZINF_API int zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float 
  * rounded back with `rounding`. ZINF_ROUND_STOCHASTIC draws its random bits from a counter-based
  * hash of (seed, step, element index) (low 16 bits round m, high 16 bits v), so the result does
  * not depend on the thread count or SIMD tiling and a run repeats bit for bit with the same seed;
+ * the index counts from the start of the call, so stepping the arrays as pieces rounds
+ * differently from one call (ZINF_ROUND_NEAREST_EVEN has no such dependence);
  * pass a different seed per tensor. The master parameter stays float32. Halves the bytes of m
  * and v (12 -> 8 bytes of state per parameter). Prefer ZINF_ROUND_STOCHASTIC: with RNE, an
  * update of v smaller than half a bf16 ulp (2^-9 relative; beta2 = 0.999 decays v by 1e-3 a step)

@@ -4,12 +4,13 @@
  * On the SIMD path named by ZINF_TEST_VARIANT, for every optimizer, grad dtype and copy dtype:
  * one call over n elements must equal, bit for bit (param, m, v, copy), the same step done as
  * calls over random consecutive pieces of the same arrays (lengths 1 .. 17 and longer, so pieces
- * start and end at every lane position of an 8- or 16-float vector), and the same call with each
- * array's pointer offset by 1 .. 7 elements. The offload engine steps sub-groups whose
- * boundaries are not multiples of the vector width and must match an in-memory step exactly.
- * Stochastic rounding of bf16 state hashes the element's index within the call, so only the
- * pointer-offset half applies to it. The gradient conversions (unscale in place, fp32 -> 16-bit
- * copy) are checked the same way.
+ * start and end at every lane position of an 8- or 16-float vector; in one round n spans more
+ * than two tiles, the whole call runs on two threads and pieces reach 5000 elements), and the
+ * same call with each array's pointer offset by 1 .. 7 elements. The offload engine steps
+ * sub-groups whose boundaries are not multiples of the vector width and must match an in-memory
+ * step exactly. Stochastic rounding of bf16 state hashes the element's index within the call, so
+ * only the pointer-offset half applies to it. The gradient conversions (unscale in place, fp32 ->
+ * 16-bit copy) are checked the same way.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -90,6 +91,8 @@ piece(const struct arrs *x, int opt, int gdt, int cdt, size_t i0)
 	return r;
 }
 
+static int g_threads = 1; /* threads of the next step() */
+
 static void
 step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
 {
@@ -101,7 +104,7 @@ step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
 		o.lr = 1e-2f;
 		o.weight_decay = 0.05f;
 		o.adamw_mode = opt != OPT_ADAM;
-		o.threads = 1;
+		o.threads = g_threads;
 		if (opt <= OPT_ADAMW) {
 			r = zinf_adam_step(&o, t, 0.75f, x->p, x->g, gdt, x->m, x->v, n, x->c, cd);
 		} else {
@@ -116,13 +119,13 @@ step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
 		zinf_adagrad_opts_init(&o);
 		o.weight_decay = 0.05f;
 		o.lr_decay = 0.01f;
-		o.threads = 1;
+		o.threads = g_threads;
 		r = zinf_adagrad_step(&o, t, 0.75f, x->p, x->g, gdt, x->v, n, x->c, cd);
 	} else {
 		struct zinf_lion_opts o;
 		zinf_lion_opts_init(&o);
 		o.weight_decay = 0.05f;
-		o.threads = 1;
+		o.threads = g_threads;
 		r = zinf_lion_step(&o, t, 0.75f, x->p, x->g, gdt, x->m, n, x->c, cd);
 	}
 	cr_assert_eq(r, 0, "%s step: %s", opt_name[opt], zinf_last_error());
@@ -240,69 +243,76 @@ arrs_same(const struct arrs *a, const struct arrs *b, int opt, int gdt, int cdt,
 	}
 }
 
+/* One optimizer x grad dtype x copy dtype: the whole call vs pieces vs pointer offsets. */
+static void
+check_case(int round, int opt, int gdt, int cdt, uint64_t *rs, struct bufs *whole,
+	   struct bufs *other)
+{
+	const size_t zero[5] = {0, 0, 0, 0, 0};
+	size_t n = 300 + zt_rand(rs) % 400 + (round == 2 ? 2 * ZINF_ADAM_TILE : 0);
+	size_t maxlen = round == 2 ? 5000 : 100;
+	uint64_t vs = zt_rand(rs);
+	int64_t t = 1 + (int64_t)(zt_rand(rs) % 5);
+	char ctx[160];
+	struct arrs w = fill(whole, opt, gdt, cdt, n, zero, vs);
+	g_threads = round == 2 ? 2 : 1;
+	step(opt, &w, gdt, cdt, n, t);
+	g_threads = 1;
+
+	/* the same step over random consecutive pieces */
+	if (opt != OPT_BF16_SR) {
+		struct arrs s = fill(other, opt, gdt, cdt, n, zero, vs);
+		size_t i = 0, npieces = 0;
+		while (i < n) {
+			size_t len = zt_rand(rs) % 4 == 0 ? 18 + zt_rand(rs) % maxlen
+							  : 1 + zt_rand(rs) % 17;
+			len = ZINF_MIN(len, n - i);
+			struct arrs p = piece(&s, opt, gdt, cdt, i);
+			step(opt, &p, gdt, cdt, len, t);
+			i += len;
+			npieces++;
+		}
+		snprintf(ctx, sizeof(ctx),
+			 "round %d %s grad %d copy %d n %zu step %lld: %zu pieces", round,
+			 opt_name[opt], gdt, cdt, n, (long long)t, npieces);
+		arrs_same(&w, &s, opt, gdt, cdt, n, ctx);
+	}
+
+	/* the same call with every pointer moved by 1..7 elements */
+	for (size_t k = 1; k <= 7; k++) {
+		size_t off[5];
+		for (int j = 0; j < 5; j++) {
+			off[j] = 1 + (k - 1 + 3 * (size_t)j) % 7;
+		}
+		struct arrs o = fill(other, opt, gdt, cdt, n, off, vs);
+		step(opt, &o, gdt, cdt, n, t);
+		snprintf(ctx, sizeof(ctx),
+			 "round %d %s grad %d copy %d n %zu step %lld: offsets %zu,%zu,%zu,%zu,%zu",
+			 round, opt_name[opt], gdt, cdt, n, (long long)t, off[0], off[1], off[2],
+			 off[3], off[4]);
+		arrs_same(&w, &o, opt, gdt, cdt, n, ctx);
+	}
+}
+
 Test(cpu_adam, element_result_does_not_depend_on_cuts_or_alignment, .timeout = 120)
 {
 	use_variant();
-	uint64_t seed = zt_seed();
-	uint64_t rs = seed ^ 0x5b17u;
+	uint64_t rs = zt_seed() ^ 0x5b17u;
 	const int cdts[4] = {NONE, ZINF_F32, ZINF_F16, ZINF_BF16};
 	struct bufs whole, other;
-	const size_t nmax = 700;
-	bufs_alloc(&whole, nmax);
-	bufs_alloc(&other, nmax);
-	const size_t zero[5] = {0, 0, 0, 0, 0};
-	int cases = 0;
-	for (int opt = 0; opt < OPT_N; opt++) {
-		for (int gdt = ZINF_F32; gdt <= ZINF_BF16; gdt++) {
-			for (int ci = 0; ci < 4; ci++) {
-				int cdt = cdts[ci];
-				size_t n = 300 + zt_rand(&rs) % (nmax - 300);
-				uint64_t vs = zt_rand(&rs);
-				int64_t t = 1 + (int64_t)(zt_rand(&rs) % 5);
-				char ctx[160];
-				struct arrs w = fill(&whole, opt, gdt, cdt, n, zero, vs);
-				step(opt, &w, gdt, cdt, n, t);
-
-				/* the same step over random consecutive pieces */
-				if (opt != OPT_BF16_SR) {
-					struct arrs s = fill(&other, opt, gdt, cdt, n, zero, vs);
-					size_t i = 0, npieces = 0;
-					while (i < n) {
-						size_t len = zt_rand(&rs) % 4 == 0
-								     ? 18 + zt_rand(&rs) % 100
-								     : 1 + zt_rand(&rs) % 17;
-						len = ZINF_MIN(len, n - i);
-						struct arrs p = piece(&s, opt, gdt, cdt, i);
-						step(opt, &p, gdt, cdt, len, t);
-						i += len;
-						npieces++;
-					}
-					snprintf(ctx, sizeof(ctx),
-						 "%s grad %d copy %d n %zu step %lld: %zu pieces",
-						 opt_name[opt], gdt, cdt, n, (long long)t, npieces);
-					arrs_same(&w, &s, opt, gdt, cdt, n, ctx);
+	bufs_alloc(&whole, 2 * ZINF_ADAM_TILE + 700);
+	bufs_alloc(&other, 2 * ZINF_ADAM_TILE + 700);
+	/* rounds 0, 1: n in [300, 700), one thread; round 2: n > 2 tiles, the whole call on two
+	 * threads, pieces of 1..17 and up to 5000 elements across tile boundaries */
+	for (int round = 0; round < 3; round++) {
+		for (int opt = 0; opt < OPT_N; opt++) {
+			for (int gdt = ZINF_F32; gdt <= ZINF_BF16; gdt++) {
+				for (int ci = 0; ci < 4; ci++) {
+					check_case(round, opt, gdt, cdts[ci], &rs, &whole, &other);
 				}
-
-				/* the same call with every pointer moved by 1..7 elements */
-				for (size_t k = 1; k <= 7; k++) {
-					size_t off[5];
-					for (int j = 0; j < 5; j++) {
-						off[j] = 1 + (k - 1 + 3 * (size_t)j) % 7;
-					}
-					struct arrs o = fill(&other, opt, gdt, cdt, n, off, vs);
-					step(opt, &o, gdt, cdt, n, t);
-					snprintf(ctx, sizeof(ctx),
-						 "%s grad %d copy %d n %zu step %lld: offsets "
-						 "%zu,%zu,%zu,%zu,%zu",
-						 opt_name[opt], gdt, cdt, n, (long long)t, off[0],
-						 off[1], off[2], off[3], off[4]);
-					arrs_same(&w, &o, opt, gdt, cdt, n, ctx);
-				}
-				cases++;
 			}
 		}
 	}
-	cr_assert_eq(cases, OPT_N * 3 * 4);
 	bufs_free(&whole);
 	bufs_free(&other);
 }
