@@ -2,11 +2,16 @@
 /*
  * tests/offload/test_step.c: the pipelined optimizer step. With state on NVMe (real files
  * through the I/O engine and swap files) it must give master, m, v and the 16-bit copy bit for
- * bit equal to zinf_adam_step in memory (over the same sub-group spans), over several steps, for
+ * bit equal to ONE zinf_adam_step in memory over the whole array per step (the contract:
+ * offloaded == in-memory, whatever the sub-group cuts), over several steps, for
  * any sub-group size (not a multiple of the alignment; n not a multiple of it), any buffer count
  * from the minimum (1) up, both schedules, in-order, reverse and shuffled readiness. Injected
  * read and write errors fail the step with the sub-group and the file named, without leaking
  * buffers or reporting unwritten state as written. Budget errors: buffers too small.
+ *
+ * No Criterion `.timeout` here (ctest's TIMEOUT catches a hang): with --jobs=2 the runner's
+ * timeout watchdog (BoxFort, timeout-posix.c) can leave a cancelled 48-byte request unfreed at
+ * exit, and LSan (detect_leaks=1 in CI) then fails the binary although every test passed.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -242,18 +247,12 @@ run_case(const struct scase *c)
 			}
 			cr_assert_eq(zinf_step_finish(r.st), 0, "%s", zinf_last_error());
 		}
-		/* The reference: zinf_adam_step in memory over the same spans (a kernel's scalar
-		 * tail need not round like its vector body, so the spans must be the same). */
+		/* The reference: one zinf_adam_step in memory over the whole array (an element's
+		 * result does not depend on its position or on where the sub-groups cut). */
 		struct zinf_adam_opts ao = so.adam;
-		for (uint32_t k = 0; k < nsg; k++) {
-			uint64_t s0 = zinf_step_sub_group_start(r.st, k);
-			cr_assert_eq(zinf_adam_step(&ao, t, scale, f.master + s0,
-						    (const char *)f.grad + s0 * gsz, c->grad_dtype,
-						    f.m + s0, f.v + s0,
-						    zinf_step_sub_group_len(r.st, k), f.copy + s0,
-						    c->copy_dtype),
-				     0);
-		}
+		cr_assert_eq(zinf_adam_step(&ao, t, scale, f.master, f.grad, c->grad_dtype, f.m,
+					    f.v, c->n, f.copy, c->copy_dtype),
+			     0);
 		cr_assert_eq(memcmp(copy, f.copy, c->n * 2), 0, "16-bit copy differs at step %d",
 			     (int)t);
 		for (uint32_t k = 0; k < nsg; k++) {
@@ -342,23 +341,20 @@ ParameterizedTestParameters(step, bit_identical_to_adam_in_memory)
 	return cr_make_param_array(struct scase, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
-ParameterizedTest(struct scase *c, step, bit_identical_to_adam_in_memory, .timeout = 120)
+ParameterizedTest(struct scase *c, step, bit_identical_to_adam_in_memory)
 {
 	run_case(c);
 }
 
-/* In-memory Adam over the step's sub-groups (f32 gradients, no copy). */
+/* In-memory Adam over the whole array in one call (f32 gradients, no copy). */
 static void
 ref_step(const struct zinf_step *st, const struct zinf_adam_opts *ao, int64_t t, float *master,
 	 const void *grad, float *m, float *v)
 {
-	for (uint32_t k = 0; k < zinf_step_sub_groups(st); k++) {
-		uint64_t s0 = zinf_step_sub_group_start(st, k);
-		cr_assert_eq(zinf_adam_step(ao, t, 1.0f, master + s0, (const float *)grad + s0,
-					    ZINF_F32, m + s0, v + s0,
-					    zinf_step_sub_group_len(st, k), NULL, ZINF_F16),
-			     0);
-	}
+	uint32_t last = zinf_step_sub_groups(st) - 1;
+	uint64_t n = zinf_step_sub_group_start(st, last) + zinf_step_sub_group_len(st, last);
+	cr_assert_eq(zinf_adam_step(ao, t, 1.0f, master, grad, ZINF_F32, m, v, n, NULL, ZINF_F16),
+		     0);
 }
 
 /* A fault in the middle of a step: it fails, names the sub-group and the file, leaks nothing. */
@@ -449,12 +445,12 @@ fault_case(int op)
 	rig_fini(&r);
 }
 
-Test(step, read_error_mid_step, .timeout = 60)
+Test(step, read_error_mid_step)
 {
 	fault_case(ZINF_IO_READ);
 }
 
-Test(step, write_error_mid_step, .timeout = 60)
+Test(step, write_error_mid_step)
 {
 	fault_case(ZINF_IO_WRITE);
 }
@@ -504,7 +500,7 @@ Test(step, too_few_buffers_for_one_sub_group)
 	rig_fini(&r);
 }
 
-Test(step, a_sub_group_never_ready_fails_the_step, .timeout = 60)
+Test(step, a_sub_group_never_ready_fails_the_step)
 {
 	uint64_t seed = zt_seed();
 	struct zinf_step_opts so;
@@ -534,7 +530,7 @@ Test(step, a_sub_group_never_ready_fails_the_step, .timeout = 60)
 
 /* CPU tier, copy to the parameter tier's files: a failed write of a copy fails the step with the
  * sub-group and the file named, that sub-group does not count as written, no buffer leaks. */
-Test(step, cpu_tier_param_swap_write_error, .timeout = 60)
+Test(step, cpu_tier_param_swap_write_error)
 {
 	uint64_t seed = zt_seed();
 	struct zinf_step_opts so;
