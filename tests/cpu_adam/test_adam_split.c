@@ -294,7 +294,7 @@ check_case(int round, int opt, int gdt, int cdt, uint64_t *rs, struct bufs *whol
 	}
 }
 
-Test(cpu_adam, element_result_does_not_depend_on_cuts_or_alignment, .timeout = 120)
+Test(cpu_adam, element_result_does_not_depend_on_cuts_or_alignment)
 {
 	use_variant();
 	uint64_t rs = zt_seed() ^ 0x5b17u;
