@@ -6,6 +6,7 @@
  * waits, and failed reads and writes (fault backend) that drop no data.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -98,6 +99,12 @@ write_all(struct srig *r, int n, uint64_t *seed)
 		memcpy(d, ref + (size_t)i * ELEMS, ELEMS * 4);
 		cr_assert_eq(zinf_store_mark_dirty(r->st, i), 0);
 		cr_assert_eq(zinf_store_release(r->st, i), 0);
+		/* Back-pressure keeps the tensors holding a buffer within the pool. */
+		uint32_t held = 0;
+		for (int j = 0; j < n; j++) {
+			held += zinf_store_state(r->st, j) != ZINF_TENSOR_ABSENT;
+		}
+		cr_assert_leq(held, zinf_pool_buffer_count(r->pool), "after tensor %d", i);
 	}
 	return ref;
 }
@@ -128,7 +135,9 @@ Test(store, more_tensors_than_buffers_round_trip)
 	zinf_store_get_stats(r.st, &s);
 	cr_assert_eq(s.writes, 7);
 	cr_assert_eq(s.reads, 7);
-	cr_assert_geq(s.buffer_waits, 1, "7 writes through 2 buffers must have waited");
+	/* Whether a swap-in had to wait for a write (buffer_waits) or found it already reaped
+	 * depends on the disk's speed: not asserted (it failed about 1 run in 7 under ASan). */
+	cr_log_info("buffer waits: %" PRIu64, s.buffer_waits);
 	free(ref);
 	srig_fini(&r);
 }
