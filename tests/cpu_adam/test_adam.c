@@ -264,7 +264,7 @@ Test(cpu_adam, adam_matches_float64_small_sizes)
 	}
 }
 
-Test(cpu_adam, adam_matches_float64_large_unaligned, .timeout = 300)
+Test(cpu_adam, adam_matches_float64_large_unaligned)
 {
 	use_variant();
 	uint64_t rng = zt_seed() + 1;

@@ -35,7 +35,7 @@ setup(void)
 	zt_log_to_stderr();
 }
 
-TestSuite(nvme_io, .init = setup, .timeout = 120);
+TestSuite(nvme_io, .init = setup);
 
 /* A context of the variant's backend (or "fault" wrapping it); skips when it is unavailable. */
 static struct zinf_io *
