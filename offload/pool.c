@@ -329,11 +329,18 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 		int node = choose_node(o, topo);
 		if (node >= 0) {
 			int brc = zinf_topo_bind_area(topo, p->base, b.bytes, node);
+			if (brc == -ENODEV && node == 0 && zinf_topo_numa_nodes(topo) == 1) {
+				brc = 0; /* no hwloc, one node: the memory is on node 0 anyway */
+			}
 			if (brc == 0) {
 				p->node = node;
 			} else if (o->numa_node >= 0) {
-				rc = ZINF_FAIL(brc, "pinned pool: binding to NUMA node %d failed",
-					       node);
+				rc = ZINF_FAIL(
+					brc,
+					"pinned pool: binding to NUMA node %d (numa_node) failed: "
+					"%s%s",
+					node, zinf_strerror(brc),
+					brc == -ENODEV ? " (zinf was built without hwloc)" : "");
 				zinf_topo_destroy(topo);
 				goto err_unmap;
 			} else {

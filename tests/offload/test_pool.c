@@ -184,6 +184,28 @@ Test(pool, waiting_and_timeouts_across_threads)
 	zinf_pool_destroy(p);
 }
 
+/* An explicit node must be honoured or refused, never ignored: a node the machine does not
+ * have is an error naming the option, and nothing stays allocated. */
+Test(pool, numa_node_out_of_range_is_an_error)
+{
+	struct zinf_topo *t = NULL;
+	cr_assert_eq(zinf_topo_create(&t), 0);
+	int nodes = zinf_topo_numa_nodes(t);
+	zinf_topo_destroy(t);
+	struct zinf_pool_opts o;
+	opts(&o, 2, 65536);
+	o.numa_node = nodes;
+	struct zinf_pool *p = (void *)0x1;
+	cr_assert_eq(zinf_pool_create(&o, &p), -EINVAL);
+	cr_assert_eq(p, (void *)0x1, "*out untouched");
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "numa_node"), "%s", e);
+	o.numa_node = nodes - 1; /* the last node exists */
+	cr_assert_eq(zinf_pool_create(&o, &p), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_pool_numa_node(p), nodes - 1);
+	zinf_pool_destroy(p);
+}
+
 Test(pool, larger_than_physical_memory_fails_before_allocating)
 {
 	struct zinf_pool_opts o;
