@@ -29,21 +29,21 @@
 extern "C" {
 #endif
 
-struct zinf_io;      /* opaque: a context */
+struct zinf_io;	     /* opaque: a context */
 struct zinf_io_file; /* opaque: a file opened in a context */
 
 struct zinf_io_opts {
-	size_t size;          /* sizeof(struct zinf_io_opts); set by zinf_io_opts_init() */
-	const char *backend;  /* "io_uring" | "libaio" | "psync" | "fault" | NULL: best that works */
+	size_t size;	     /* sizeof(struct zinf_io_opts); set by zinf_io_opts_init() */
+	const char *backend; /* "io_uring" | "libaio" | "psync" | "fault" | NULL: best that works */
 	uint32_t queue_depth; /* blocks in flight per worker thread; default 32 */
 	uint32_t block_size;  /* bytes per block request; power of two >= 4096; default 1 MiB */
 	uint32_t threads;     /* worker threads, one ring each (intra_op_parallelism); default 1 */
-	bool sqpoll;          /* io_uring: kernel-side submission polling thread; default false */
+	bool sqpoll;	      /* io_uring: kernel-side submission polling thread; default false */
 	const char *fault_inner; /* backend "fault": the backend it wraps; NULL: best that works */
-	/*
-	 * psync executes one op at a time per thread: it runs threads x queue_depth threads (at
-	 * most 64) instead, so the disk sees the same depth.
-	 */
+				 /*
+				  * psync executes one op at a time per thread: it runs threads x queue_depth threads (at
+				  * most 64) instead, so the disk sees the same depth.
+				  */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -70,7 +70,7 @@ ZINF_API void zinf_io_get_opts(const struct zinf_io *io, struct zinf_io_opts *ou
 enum zinf_io_open_flags {
 	ZINF_IO_RDONLY = 0,
 	ZINF_IO_RDWR = 1 << 0,
-	ZINF_IO_CREATE = 1 << 1,   /* create if missing (mode 0600) */
+	ZINF_IO_CREATE = 1 << 1, /* create if missing (mode 0600) */
 	ZINF_IO_TRUNC = 1 << 2,
 	ZINF_IO_BUFFERED = 1 << 3, /* no O_DIRECT (required on tmpfs); alignment 1 */
 };
@@ -103,9 +103,9 @@ enum zinf_io_op { ZINF_IO_READ = 0, ZINF_IO_WRITE = 1 };
 struct zinf_io_req {
 	enum zinf_io_op op;
 	struct zinf_io_file *file;
-	void *buf;       /* host buffer of len bytes */
+	void *buf;	 /* host buffer of len bytes */
 	uint64_t offset; /* bytes into the file */
-	size_t len;      /* bytes */
+	size_t len;	 /* bytes */
 	/*
 	 * Called on a worker thread when the request completes (may be NULL). Must not block.
 	 * It runs after the request is marked complete (zinf_io_poll() already reports it) and
@@ -133,11 +133,10 @@ struct zinf_io_req {
  */
 ZINF_API int zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r);
 /** Queue a read/write as one call: fills *r and submits it. */
-ZINF_API int zinf_io_read_async(struct zinf_io *io, struct zinf_io_req *r,
-				struct zinf_io_file *f, void *buf, size_t len, uint64_t offset);
-ZINF_API int zinf_io_write_async(struct zinf_io *io, struct zinf_io_req *r,
-				 struct zinf_io_file *f, const void *buf, size_t len,
-				 uint64_t offset);
+ZINF_API int zinf_io_read_async(struct zinf_io *io, struct zinf_io_req *r, struct zinf_io_file *f,
+				void *buf, size_t len, uint64_t offset);
+ZINF_API int zinf_io_write_async(struct zinf_io *io, struct zinf_io_req *r, struct zinf_io_file *f,
+				 const void *buf, size_t len, uint64_t offset);
 /** 1 if r has completed (its result is set), 0 if it is still in flight. */
 ZINF_API int zinf_io_poll(struct zinf_io *io, struct zinf_io_req *r);
 /** Block until r completes. Returns 0 if it transferred all its bytes, else its -errno. */
@@ -150,8 +149,8 @@ ZINF_API int zinf_io_wait_all(struct zinf_io *io, struct zinf_io_req *const *rs,
 /** Synchronous helpers: submit and wait. */
 ZINF_API int zinf_io_pread(struct zinf_io *io, struct zinf_io_file *f, void *buf, size_t len,
 			   uint64_t offset);
-ZINF_API int zinf_io_pwrite(struct zinf_io *io, struct zinf_io_file *f, const void *buf,
-			    size_t len, uint64_t offset);
+ZINF_API int zinf_io_pwrite(struct zinf_io *io, struct zinf_io_file *f, const void *buf, size_t len,
+			    uint64_t offset);
 
 /**
  * Register buffers with the backend (io_uring fixed buffers); requests whose buffer lies inside
@@ -174,16 +173,16 @@ ZINF_API void zinf_io_buf_free(void *p, size_t len);
 /* ---- fault injection (backend "fault") ---------------------------------------------------- */
 
 enum zinf_io_fault_kind {
-	ZINF_IO_FAULT_FAIL = 0,  /* the op completes with -err and transfers nothing */
+	ZINF_IO_FAULT_FAIL = 0,	 /* the op completes with -err and transfers nothing */
 	ZINF_IO_FAULT_SHORT = 1, /* the op transfers short_bytes fewer bytes (rounded to align) */
 };
 
 struct zinf_io_fault {
 	enum zinf_io_fault_kind kind;
-	int op;          /* ZINF_IO_READ, ZINF_IO_WRITE, or -1 for either */
-	uint64_t nth;    /* 1-based: the n-th block op of that direction from now */
-	uint64_t count;  /* how many consecutive matching ops are hit; 0 means 1 */
-	int err;         /* FAIL: positive errno to report (e.g. EIO) */
+	int op;		      /* ZINF_IO_READ, ZINF_IO_WRITE, or -1 for either */
+	uint64_t nth;	      /* 1-based: the n-th block op of that direction from now */
+	uint64_t count;	      /* how many consecutive matching ops are hit; 0 means 1 */
+	int err;	      /* FAIL: positive errno to report (e.g. EIO) */
 	uint32_t short_bytes; /* SHORT */
 };
 
@@ -196,7 +195,7 @@ ZINF_API uint64_t zinf_io_fault_ops(const struct zinf_io *io, int op);
 
 struct zinf_io_stats {
 	uint64_t bytes_read, bytes_written; /* completed */
-	uint64_t reqs, blocks;              /* submitted */
+	uint64_t reqs, blocks;		    /* submitted */
 	uint64_t short_retries, eagain_retries, errors;
 	uint64_t max_inflight; /* most block ops in flight at once over all workers */
 };

@@ -29,15 +29,15 @@ extern "C" {
 struct zinf_swap; /* opaque */
 
 struct zinf_swap_opts {
-	size_t size;               /* sizeof(struct zinf_swap_opts); set by zinf_swap_opts_init() */
-	const char *const *dirs;   /* directories (copied); several are striped */
+	size_t size;		 /* sizeof(struct zinf_swap_opts); set by zinf_swap_opts_init() */
+	const char *const *dirs; /* directories (copied); several are striped */
 	unsigned n_dirs;
-	uint64_t stripe_unit;      /* bytes per stripe unit; multiple of the alignment; default 1 MiB */
-	int rank;                  /* part of every file name */
-	const char *prefix;        /* file name prefix; default "zinf" */
-	bool crc;                  /* per-extent CRC32C; default false */
-	bool buffered;             /* allow file systems without O_DIRECT (buffered I/O) */
-	bool keep_files;           /* do not unlink the files on destroy; default false */
+	uint64_t stripe_unit; /* bytes per stripe unit; multiple of the alignment; default 1 MiB */
+	int rank;	      /* part of every file name */
+	const char *prefix;   /* file name prefix; default "zinf" */
+	bool crc;	      /* per-extent CRC32C; default false */
+	bool buffered;	      /* allow file systems without O_DIRECT (buffered I/O) */
+	bool keep_files;      /* do not unlink the files on destroy; default false */
 };
 
 ZINF_API void zinf_swap_opts_init(struct zinf_swap_opts *o);
@@ -89,11 +89,11 @@ ZINF_API uint64_t zinf_swap_total_bytes(const struct zinf_swap *s);
 struct zinf_swap_op {
 	int id;
 	int nreq;
-	int64_t result;           /* once complete: 0 or a negative errno */
+	int64_t result;		  /* once complete: 0 or a negative errno */
 	struct zinf_io_req *reqs; /* the engine's; do not touch */
 	void *buf;
 	bool write;
-	int ndone;                /* requests completed and checked so far; do not touch */
+	int ndone; /* requests completed and checked so far; do not touch */
 };
 
 /**
