@@ -160,10 +160,18 @@ zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
 	}
 	const char *what = o->what ? o->what : "offload_optimizer";
 	uint64_t pg = page_size();
-	b.buffer_bytes = ZINF_ALIGN_UP(o->buffer_bytes, (uint64_t)o->align);
-	uint64_t bufs = b.buffer_bytes * o->buffer_count;
-	uint64_t total = ZINF_ALIGN_UP(bufs, (uint64_t)o->align) + o->cpu_bytes;
-	b.bytes = ZINF_ALIGN_UP(total, ZINF_MAX(pg, (uint64_t)o->align));
+	/* Every step checked for wrapping: a wrapped size would pass the budget as a small pool
+	 * whose buffers lie outside the mapping. */
+	uint64_t gran = ZINF_MAX(pg, (uint64_t)o->align);
+	uint64_t bufs = 0, total = 0;
+	bool wraps = o->buffer_bytes > UINT64_MAX - o->align;
+	if (!wraps) {
+		b.buffer_bytes = ZINF_ALIGN_UP(o->buffer_bytes, (uint64_t)o->align);
+		wraps = __builtin_mul_overflow(b.buffer_bytes, (uint64_t)o->buffer_count, &bufs) ||
+			__builtin_add_overflow(bufs, o->cpu_bytes, &total) ||
+			total > UINT64_MAX - gran;
+	}
+	b.bytes = wraps ? UINT64_MAX : ZINF_ALIGN_UP(total, gran);
 	struct rlimit rl;
 	b.memlock_limit = (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
 				  ? (uint64_t)rl.rlim_cur
@@ -175,6 +183,13 @@ zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
 		*out = b;
 	}
 
+	if (wraps) {
+		return ZINF_FAIL(-ENOMEM,
+				 "pinned pool: %u buffers of %" PRIu64 " bytes + %" PRIu64
+				 " CPU-tier bytes overflow 64 bits: lower %s.buffer_count or "
+				 "buffer_size",
+				 o->buffer_count, o->buffer_bytes, o->cpu_bytes, what);
+	}
 	char asked[64], lim[64], phys[64];
 	fmt_bytes(asked, sizeof(asked), b.bytes);
 	fmt_bytes(lim, sizeof(lim), b.memlock_limit);
@@ -588,8 +603,9 @@ int
 zinf_pool_cpu_alloc(struct zinf_pool *p, uint64_t bytes, void **out)
 {
 	pthread_mutex_lock(&p->lock);
-	uint64_t need = ZINF_ALIGN_UP(bytes, (uint64_t)p->o.align);
-	if (p->cpu_used + need > p->cpu_bytes) {
+	uint64_t left = p->cpu_bytes - p->cpu_used;
+	uint64_t need = bytes > left ? left + 1 : ZINF_ALIGN_UP(bytes, (uint64_t)p->o.align);
+	if (need > left) {
 		uint64_t used = p->cpu_used;
 		pthread_mutex_unlock(&p->lock);
 		return ZINF_FAIL(-ENOMEM,

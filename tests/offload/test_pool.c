@@ -470,3 +470,34 @@ Test(pool, buffers_on_huge_pages_pinned_or_not)
 		zinf_pool_destroy(p);
 	}
 }
+
+/* Sizes that overflow 64 bits are refused by the check, never wrapped into a small pool whose
+ * buffers would lie outside the mapping (4 x 2^62 bytes wrapped to 0 plus the CPU bytes). */
+Test(pool, sizes_that_overflow_are_refused)
+{
+	struct zinf_pool_opts o;
+	opts(&o, 4, 1ULL << 62);
+	o.cpu_bytes = 4096;
+	o.pin_memory = false;
+	struct zinf_pool_budget b;
+	cr_assert_eq(zinf_pool_check(&o, &b), -ENOMEM);
+	struct zinf_pool *p = (void *)0x1;
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+	cr_assert_eq(p, (void *)0x1, "*out untouched");
+	opts(&o, 1, UINT64_MAX - 100); /* aligning the buffer wraps to 0 */
+	o.pin_memory = false;
+	cr_assert_eq(zinf_pool_check(&o, &b), -ENOMEM);
+	opts(&o, 1, 4096);
+	o.cpu_bytes = UINT64_MAX - 4096; /* buffers + CPU bytes wrap */
+	o.pin_memory = false;
+	cr_assert_eq(zinf_pool_check(&o, &b), -ENOMEM);
+	/* The CPU region: a request whose aligned size wraps is refused. */
+	opts(&o, 1, 4096);
+	o.cpu_bytes = 1 << 20;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	void *c = NULL;
+	cr_assert_eq(zinf_pool_cpu_alloc(p, UINT64_MAX - 100, &c), -ENOMEM);
+	cr_assert_eq(zinf_pool_cpu_alloc(p, 4096, &c), 0);
+	cr_assert_eq(zinf_pool_cpu_alloc(p, UINT64_MAX - 100, &c), -ENOMEM);
+	zinf_pool_destroy(p);
+}
