@@ -461,9 +461,9 @@ complete_write(struct zinf_step *st, struct slot *s, bool block)
 	if (block) {
 		st->stats.wait_write_s += zinf_now_s() - t0;
 	}
-	if (ok) {
-		st->written[k] = st->t;
-	}
+	/* A failed write may have torn the files: the previous step's state is not whole there
+	 * either, so no step counts as written. */
+	st->written[k] = ok ? st->t : 0;
 	slot_free(st, s);
 	return 1;
 }

@@ -315,7 +315,8 @@ ZINF_API int zinf_step_run(struct zinf_step *st, int64_t step, float grad_scale,
 
 /**
  * The last optimizer step whose update of sub-group k is completely on its tier (written and
- * acknowledged, for NVMe), 0 if none: a failed write never counts.
+ * acknowledged, for NVMe), 0 if none: a failed write never counts, and leaves 0 (it may have
+ * torn the earlier state).
  */
 ZINF_API int64_t zinf_step_sub_group_written(const struct zinf_step *st, uint32_t k);
 

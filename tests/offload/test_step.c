@@ -423,6 +423,11 @@ fault_case(int op)
 			nfail++;
 			cr_assert_eq(src, -ENODATA, "a torn write must read as no data");
 			cr_assert_eq(op, ZINF_IO_WRITE);
+			/* Step 1's update is no longer on disk either: no step's is. */
+			cr_assert_eq(
+				w, 0,
+				"sub-group %u torn by a failed write reported as step %" PRId64, k,
+				w);
 		}
 	}
 	cr_assert_lt(n2, nsg, "not every sub-group can have been written");
