@@ -166,6 +166,9 @@ fault_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, uns
 		/* Nothing else in flight in the inner backend (or no room). */
 		return (int)n;
 	}
+	/* The inner backend's own count of its ops in flight (libaio waits only for what the
+	 * kernel holds): the core counts on this worker, and the faulted ops never reached it. */
+	fw->inner->inflight = w->inflight - n - fw->nfailed;
 	int rc = fault_ctx(w->io)->inner->reap(fw->inner, out + n, n >= min ? 0 : min - n, max - n);
 	if (rc < 0) {
 		return n ? (int)n : rc;
