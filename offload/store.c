@@ -171,18 +171,24 @@ make_room(struct zinf_store *s)
 		s->stats.evictions++;
 		return true;
 	}
-	struct tensor *w = NULL;
-	for (int i = 0; i < s->nt; i++) {
-		struct tensor *t = &s->t[i];
-		if (t->state == ZINF_TENSOR_WRITING && (!w || t->wseq < w->wseq)) {
-			w = t;
+	/* The oldest write; if it fails (its data stays resident), the next one may still free a
+	 * buffer. */
+	for (;;) {
+		struct tensor *w = NULL;
+		for (int i = 0; i < s->nt; i++) {
+			struct tensor *t = &s->t[i];
+			if (t->state == ZINF_TENSOR_WRITING && (!w || t->wseq < w->wseq)) {
+				w = t;
+			}
+		}
+		if (!w) {
+			return false;
+		}
+		s->stats.buffer_waits++;
+		if (write_done(s, w, zinf_swap_wait(s->o.swap, &w->op), false) == 0) {
+			return true;
 		}
 	}
-	if (w) {
-		s->stats.buffer_waits++;
-		return write_done(s, w, zinf_swap_wait(s->o.swap, &w->op), false) == 0;
-	}
-	return false;
 }
 
 static int
@@ -434,6 +440,11 @@ zinf_store_mark_dirty(struct zinf_store *s, int id)
 	}
 	if (t->home == ZINF_TIER_NVME) {
 		t->dirty = true;
+		if (t->cached) {
+			/* Out of the cache, whose evictions drop data: held until written. */
+			s->cached_elems -= t->elems;
+			t->cached = false;
+		}
 	}
 	return 0;
 }

@@ -325,3 +325,117 @@ Test(store, failed_write_reaped_in_the_background_is_reported_by_the_next_flush)
 	free(ref);
 	srig_fini(&r);
 }
+
+/*
+ * A released clean tensor kept in the cache is RESIDENT, so mark_dirty accepts it; the contract
+ * then says the next release or flush writes it. Evicting it from the cache (another release
+ * over max_in_cpu) must not drop the modification: it used to give the buffer back unwritten,
+ * and the flush found nothing to write.
+ */
+Test(store, dirty_cached_tensor_is_not_evicted_unwritten)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.max_in_cpu = ELEMS;
+	struct srig r;
+	srig_init(&r, 3, &so, false);
+	add_n(&r, 2);
+	float *ref = write_all(&r, 2, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	void *d;
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d), 0);
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "cached");
+	((float *)d)[5] = 1234.5f;
+	ref[5] = 1234.5f;
+	cr_assert_eq(zinf_store_mark_dirty(r.st, 0), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 1, NULL), 0);
+	cr_assert_eq(zinf_store_release(r.st, 1), 0); /* the cache holds one tensor */
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	struct zinf_store_stats s;
+	zinf_store_get_stats(r.st, &s);
+	cr_assert_leq(s.cached_elems, ELEMS);
+	/* The file is the truth (nothing in flight after the flush). */
+	int id = zinf_swap_find(r.swap, "param16", 0);
+	cr_assert_geq(id, 0);
+	float *back = zinf_alloc_aligned(4096, zinf_swap_buf_bytes(r.swap, id));
+	cr_assert_eq(zinf_swap_read(r.swap, id, back), 0);
+	cr_assert_eq(memcmp(back, ref, ELEMS * 4), 0,
+		     "the modification of a cached tensor was lost");
+	zinf_free_aligned(back);
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * Back-pressure after a failed write: with every buffer held by writes, a swap-in waits for the
+ * oldest; when that one fails (its data stays resident and dirty), the next write in flight
+ * still frees a buffer. The store used to give up there and answer -EDEADLK (or, with a buffer
+ * held by another thread, wait on the pool for a buffer that only its own reaping could free).
+ * Tensor 0 (4 MiB) fails on its first block; tensor 1 (16 MiB, written next, its blocks
+ * interleaved with 0's) is still in flight when 0 completes.
+ */
+Test(store, failed_oldest_write_does_not_stop_back_pressure)
+{
+	zt_log_to_stderr();
+	const uint64_t elems = 4u << 20; /* 16 MiB of fp32 */
+	struct zinf_io_opts io;
+	zinf_io_opts_init(&io);
+	io.block_size = 16384;
+	io.backend = "fault";
+	struct srig r;
+	memset(&r, 0, sizeof(r));
+	int rc = zinf_io_create(&io, &r.io);
+	if (rc) {
+		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
+	}
+	r.dir = zt_mkdtemp(NULL);
+	struct zinf_swap_opts sw;
+	zinf_swap_opts_init(&sw);
+	const char *dirs[1] = {r.dir};
+	sw.dirs = dirs;
+	sw.n_dirs = 1;
+	cr_assert_eq(zinf_swap_create(r.io, &sw, &r.swap), 0);
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_count = 2;
+	po.buffer_bytes = elems * 4;
+	po.io = r.io;
+	po.pin_memory = false;
+	po.what = "offload_param";
+	cr_assert_eq(zinf_pool_create(&po, &r.pool), 0);
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.pool = r.pool;
+	so.swap = r.swap;
+	cr_assert_eq(zinf_store_create(&so, &r.st), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(zinf_store_add(r.st, "param16", i, i == 1 ? elems : elems / 4, 4,
+					    ZINF_TIER_NVME),
+			     i);
+	}
+	cr_assert_eq(zinf_swap_reserve(r.swap), 0);
+	/* Tensor 0's write fails on its first block; tensor 1's write follows it. */
+	struct zinf_io_fault f = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_WRITE, .nth = 1, .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &f), 0);
+	for (int i = 0; i < 2; i++) {
+		void *d;
+		cr_assert_eq(zinf_store_swap_in(r.st, i, ZINF_STORE_NEW), 0);
+		cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+		memset(d, i + 1, zinf_store_bytes(r.st, i));
+		cr_assert_eq(zinf_store_mark_dirty(r.st, i), 0);
+		cr_assert_eq(zinf_store_release(r.st, i), 0);
+	}
+	rc = zinf_store_swap_in(r.st, 2, ZINF_STORE_NEW);
+	cr_assert_eq(rc, 0, "tensor 1's write frees a buffer: got %d (%s)", rc, zinf_last_error());
+	cr_assert_eq(zinf_store_release(r.st, 2), 0);
+	cr_assert_eq(zinf_store_flush(r.st), -EIO, "the failed write is reported");
+	cr_assert_eq(zinf_store_flush(r.st), 0, "and retried");
+	srig_fini(&r);
+}
