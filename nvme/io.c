@@ -959,8 +959,6 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 	r->priv[P_ERR] = 0;
 	r->priv[P_IO] = (uintptr_t)io;
 	__atomic_store_n(req_state(r), REQ_PENDING, __ATOMIC_RELAXED);
-	ZINF_IO_ATOMIC_ADD(&io->stats.reqs, 1);
-	ZINF_IO_ATOMIC_ADD(&io->stats.blocks, ZINF_DIV_ROUND_UP(r->len, io->opts.block_size));
 	__atomic_add_fetch(&f->inflight, 1, __ATOMIC_ACQ_REL);
 
 	pthread_mutex_lock(&io->qlock);
@@ -969,6 +967,9 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 		__atomic_sub_fetch(&f->inflight, 1, __ATOMIC_ACQ_REL);
 		return ZINF_FAIL(-ESHUTDOWN, "zinf_io_submit: context is being destroyed");
 	}
+	/* Counted once accepted: a refused request was not submitted. */
+	ZINF_IO_ATOMIC_ADD(&io->stats.reqs, 1);
+	ZINF_IO_ATOMIC_ADD(&io->stats.blocks, ZINF_DIV_ROUND_UP(r->len, io->opts.block_size));
 	__atomic_add_fetch(&io->inflight_reqs, 1, __ATOMIC_RELAXED);
 	if (r->len == 0) {
 		pthread_mutex_unlock(&io->qlock);

@@ -495,7 +495,6 @@ Test(nvme_io, wait_is_per_request)
 	struct zinf_io_req large, small;
 	struct counter c = {0};
 	cr_assert_eq(zinf_io_read_async(io, &large, f, lb, big, 0), 0);
-	large.done = NULL;
 	cr_assert_eq(zinf_io_read_async(io, &small, f, sb, 4096, big), 0);
 	cr_assert_eq(zinf_io_wait(io, &small), 0);
 	cr_assert_eq(zinf_io_poll(io, &large), 0, "the large request finished first");
@@ -979,4 +978,57 @@ Test(nvme_io, worker_sleeps_while_waiting)
 Test(nvme_io, worker_sleeps_while_waiting_fault)
 {
 	worker_sleeps(true);
+}
+
+/* ---- a submission refused during destroy -------------------------------------------------- */
+
+struct resubmit {
+	struct zinf_io *io;
+	int rc;			   /* the resubmission's result */
+	uint64_t reqs0, reqs1;	   /* stats.reqs around it */
+	uint64_t blocks0, blocks1; /* stats.blocks around it */
+};
+
+/* Waits (on the worker) until zinf_io_destroy() has begun, then resubmits its request: that is
+ * -ESHUTDOWN, nothing was submitted, so the statistics must not count it. */
+static void
+resubmit_done(struct zinf_io_req *r, void *arg)
+{
+	struct resubmit *s = arg;
+	struct zinf_io_stats st;
+	for (int i = 0; i < 10000 && !__atomic_load_n(&s->io->stopping, __ATOMIC_ACQUIRE); i++) {
+		usleep(1000);
+	}
+	zinf_io_get_stats(s->io, &st);
+	s->reqs0 = st.reqs;
+	s->blocks0 = st.blocks;
+	s->rc = zinf_io_submit(s->io, r);
+	zinf_io_get_stats(s->io, &st);
+	s->reqs1 = st.reqs;
+	s->blocks1 = st.blocks;
+}
+
+Test(nvme_io, refused_submission_not_counted)
+{
+	char *dir = zt_mkdtemp(NULL);
+	struct zinf_io *io = io_open(2, 64 << 10, 1, false);
+	struct zinf_io_file *f = file_open(io, dir, "shut", 0);
+	char *buf = xalloc(1 << 20);
+	memset(buf, 7, 1 << 20);
+	struct resubmit s = {.io = io, .rc = 1};
+	struct zinf_io_req r = {.op = ZINF_IO_WRITE,
+				.file = f,
+				.buf = buf,
+				.len = 1 << 20,
+				.offset = 0,
+				.done = resubmit_done,
+				.arg = &s};
+	cr_assert_eq(zinf_io_submit(io, &r), 0);
+	zinf_io_destroy(io); /* its callback resubmits while the context stops */
+	cr_assert_eq(s.rc, -ESHUTDOWN);
+	cr_assert_eq(s.reqs1, s.reqs0, "a refused request counted in stats.reqs");
+	cr_assert_eq(s.blocks1, s.blocks0, "a refused request counted in stats.blocks");
+	zinf_free_aligned(buf);
+	zt_rmtree(dir);
+	free(dir);
 }
