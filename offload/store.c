@@ -235,7 +235,12 @@ zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t 
 		return ZINF_FAIL(-EINVAL, "store: bad tensor (kind \"%s\", element bytes %u)",
 				 kind ? kind : "(null)", elem_bytes);
 	}
-	uint64_t bytes = elems * elem_bytes;
+	uint64_t bytes = 0;
+	if (__builtin_mul_overflow(elems, (uint64_t)elem_bytes, &bytes)) {
+		return ZINF_FAIL(-EINVAL,
+				 "store: %s[%u]: %" PRIu64 " elements of %u bytes overflow 64 bits",
+				 kind, index, elems, elem_bytes);
+	}
 	if (home == ZINF_TIER_NVME) {
 		if (!s->o.swap) {
 			return ZINF_FAIL(-EINVAL,

@@ -159,6 +159,9 @@ Test(store, no_buffer_fails_with_the_budget_named_never_hangs)
 	cr_assert(strstr(zinf_last_error(), "offload_param.buffer_count"), "%s", zinf_last_error());
 	/* A tensor larger than a buffer is refused when declared. */
 	cr_assert_eq(zinf_store_add(r.st, "big", 0, 2 * ELEMS, 4, ZINF_TIER_NVME), -EINVAL);
+	/* Sizes that wrap 64 bits are refused, not declared as a few bytes. */
+	cr_assert_eq(zinf_store_add(r.st, "huge", 0, 1ULL << 62, 8, ZINF_TIER_NVME), -EINVAL);
+	cr_assert_eq(zinf_store_add(r.st, "huge", 1, 1ULL << 62, 4, ZINF_TIER_CPU), -EINVAL);
 	zinf_store_release(r.st, 0);
 	zinf_store_release(r.st, 1);
 	cr_assert_eq(zinf_store_swap_in(r.st, 2, ZINF_STORE_NOWAIT | ZINF_STORE_NEW), 0);
