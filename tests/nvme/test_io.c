@@ -960,8 +960,10 @@ worker_sleeps(bool fault)
 			wall_best = wall;
 		}
 	}
+	struct zinf_io_opts o;
+	zinf_io_get_opts(io, &o);
 	cr_log_info("%s%s: %.0f%% of a core over a %.3f s wait", fault ? "fault/" : "",
-		    zinf_io_backend(io), 100 * best, wall_best);
+		    fault ? o.fault_inner : o.backend, 100 * best, wall_best);
 	cr_assert(best < 0.25, "workers used %.0f%% of a core while waiting for the disk",
 		  100 * best);
 	zinf_io_destroy(io);
