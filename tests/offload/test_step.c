@@ -272,6 +272,13 @@ run_case(const struct scase *c)
 			cr_assert_leq(s.buffers, c->buffers);
 			if (c->schedule == ZINF_SCHEDULE_DEEPSPEED) {
 				cr_assert_leq(s.max_reads_in_flight, 2);
+			} else {
+				/* As deep as the buffers allow, not one: begin reads into
+				 * every buffer it took (the pool's, at most sub-groups + 1). */
+				cr_assert_eq(s.buffers, ZINF_MIN(c->buffers, nsg + 1));
+				cr_assert_geq(s.max_reads_in_flight, ZINF_MIN(s.buffers, nsg),
+					      "read-ahead %u with %u buffers",
+					      s.max_reads_in_flight, s.buffers);
 			}
 		} else {
 			cr_assert_eq(s.read_bytes, 0);
