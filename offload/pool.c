@@ -402,7 +402,17 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 		}
 		p->dev_registered = true;
 	}
-	register_io(p);
+	/*
+	 * io_uring pins registered buffers and charges them to RLIMIT_MEMLOCK (without
+	 * CAP_IPC_LOCK): an unpinned pool over that limit would only fail to register, with an
+	 * error for a case that is handled, so it is not tried.
+	 */
+	if (p->pinned || !b.memlock_binding || b.bytes <= b.memlock_limit) {
+		register_io(p);
+	} else if (p->io) {
+		ZINF_INFO("pinned pool: unpinned and over RLIMIT_MEMLOCK: buffers not registered "
+			  "with the I/O context");
+	}
 
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_condattr_t ca;

@@ -266,6 +266,69 @@ Test(pool, over_memlock_without_cap_ipc_lock)
 	cr_assert_eq(vm_kb("VmLck"), 0);
 }
 
+static int error_lines;
+
+static void
+count_errors(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+	     const char *msg)
+{
+	if (level == ZINF_LOG_ERROR) {
+		error_lines++;
+		fprintf(stderr, "unexpected error line: %s\n", msg);
+	}
+}
+
+/*
+ * A real user under a small `ulimit -l` with pin_fallback and io_uring: the pool runs
+ * unpinned, is not registered (registration would be charged to the same limit and fail),
+ * logs no error for this handled case, and I/O through its buffers works.
+ */
+Test(pool, fallback_over_memlock_skips_registration_without_errors)
+{
+	drop_ipc_lock(1 << 20);
+	struct zinf_io_opts io_o;
+	zinf_io_opts_init(&io_o);
+	io_o.backend = "io_uring";
+	struct zinf_io *io = NULL;
+	int rc = zinf_io_create(&io_o, &io);
+	if (rc == -ENODEV) {
+		cr_skip_test("io_uring not available: %s", zinf_last_error());
+	}
+	cr_assert_eq(rc, 0);
+	struct zinf_pool_opts o;
+	opts(&o, 4, 1 << 20);
+	o.pin_fallback = true;
+	o.io = io;
+	if (!MLOCK_REAL) {
+		o.pin_memory = false; /* ASan's mlock always succeeds: take the unpinned path */
+	}
+	zinf_log_set_callback(count_errors, NULL);
+	error_lines = 0;
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert_not(zinf_pool_pinned(p));
+	char *dir = zt_mkdtemp(NULL);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/f", dir);
+	struct zinf_io_file *f = NULL;
+	cr_assert_eq(zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE, &f), 0);
+	void *b;
+	cr_assert_geq(zinf_pool_acquire(p, 0, &b), 0);
+	memset(b, 0x6b, 1 << 20);
+	cr_assert_eq(zinf_io_pwrite(io, f, b, 1 << 20, 0), 0, "%s", zinf_last_error());
+	memset(b, 0, 1 << 20);
+	cr_assert_eq(zinf_io_pread(io, f, b, 1 << 20, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(((unsigned char *)b)[12345], 0x6b);
+	zinf_pool_release(p, b);
+	cr_assert_eq(error_lines, 0, "a handled fallback must not log errors");
+	zinf_log_set_callback(NULL, NULL);
+	zinf_pool_destroy(p);
+	zinf_io_file_close(io, f);
+	zinf_io_destroy(io);
+	zt_rmtree(dir);
+	free(dir);
+}
+
 Test(pool, memlock_zero_without_cap_is_eperm)
 {
 	drop_ipc_lock(0);
