@@ -935,9 +935,11 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 	if (r->op == ZINF_IO_WRITE && !f->writable) {
 		return ZINF_FAIL(-EBADF, "%s: write to a file opened read-only", f->path);
 	}
-	if (r->offset + r->len < r->offset) {
-		return ZINF_FAIL(-EINVAL, "%s: offset %llu + length %zu overflows", f->path,
-				 (unsigned long long)r->offset, r->len);
+	/* A file offset is an off_t: the request must end at or below INT64_MAX. */
+	if (r->offset > (uint64_t)INT64_MAX || r->len > (uint64_t)INT64_MAX - r->offset) {
+		return ZINF_FAIL(-EINVAL,
+				 "%s: offset %llu + length %zu is past the largest file offset",
+				 f->path, (unsigned long long)r->offset, r->len);
 	}
 	uint32_t a = f->align;
 	if (a > 1 && (!ZINF_IS_ALIGNED((uintptr_t)r->buf, a) || !ZINF_IS_ALIGNED(r->offset, a) ||

@@ -1034,3 +1034,32 @@ Test(nvme_io, refused_submission_not_counted)
 	zt_rmtree(dir);
 	free(dir);
 }
+
+/* An offset past what a file offset (off_t, signed 64-bit) can hold is refused at submission,
+ * before anything is queued, like any other bad argument. */
+Test(nvme_io, offset_beyond_off_t_is_einval_before_submission)
+{
+	char *dir = zt_mkdtemp(NULL);
+	struct zinf_io *io = io_open(4, 64 << 10, 1, false);
+	struct zinf_io_file *f = file_open(io, dir, "big", 0);
+	uint32_t a = zinf_io_file_align(f);
+	char *buf = xalloc(1 << 20);
+	struct zinf_io_req r;
+	uint64_t top = (uint64_t)INT64_MAX + 1; /* aligned to any power of two up to 2^63 */
+	cr_assert_eq(zinf_io_write_async(io, &r, f, buf, a, top), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "offset") != NULL, "%s", zinf_last_error());
+	cr_assert_eq(zinf_io_read_async(io, &r, f, buf, a, top - a), -EINVAL);
+	struct zinf_io_stats st;
+	zinf_io_get_stats(io, &st);
+	cr_assert_eq(st.reqs, 0);
+	cr_assert_eq(st.errors, 0);
+	/* The last aligned block below the limit is a valid request (past the end: -ENODATA). */
+	uint64_t last = ((uint64_t)INT64_MAX - (1 << 20)) / (1 << 20) * (1 << 20);
+	int rc = zinf_io_pread(io, f, buf, a, last);
+	cr_assert(rc == -ENODATA || rc == -EFBIG || rc == -EINVAL, "read at %llu: %d",
+		  (unsigned long long)last, rc);
+	zinf_io_destroy(io);
+	zinf_free_aligned(buf);
+	zt_rmtree(dir);
+	free(dir);
+}
