@@ -272,6 +272,16 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 			       count, have);
 		goto err;
 	}
+	/* Buffers start at the pool's (2 MiB-aligned) base plus multiples of their size. */
+	if (have % st->align != 0) {
+		rc = ZINF_FAIL(-EINVAL,
+			       "optimizer step: pool buffers of %" PRIu64
+			       " bytes are not a multiple "
+			       "of the swap space's direct-I/O alignment (%u bytes), so their I/O "
+			       "would be refused: create the pool with align = %u",
+			       have, st->align, st->align);
+		goto err;
+	}
 	int nparts = opts->param_swap ? NPARTS : 3;
 	st->ids = zinf_calloc((size_t)st->nsg * NPARTS, sizeof(*st->ids));
 	if (!st->ids) {

@@ -512,6 +512,52 @@ Test(step, too_few_buffers_for_one_sub_group)
 	rig_fini(&r);
 }
 
+/* Buffers big enough but not aligned for the swap space would make every I/O fail mid-step:
+ * refused at create, naming the alignment; the same pool with the right align works. */
+Test(step, pool_buffers_not_aligned_for_the_swap_space)
+{
+	zt_log_to_stderr();
+	struct rig r;
+	memset(&r, 0, sizeof(r));
+	if (rig_open_io(&r, false)) {
+		cr_skip_test("no I/O backend");
+	}
+	r.dir = zt_mkdtemp(NULL);
+	struct zinf_swap_opts sw;
+	zinf_swap_opts_init(&sw);
+	const char *dirs[1] = {r.dir};
+	sw.dirs = dirs;
+	sw.n_dirs = 1;
+	cr_assert_eq(zinf_swap_create(r.io, &sw, &r.swap), 0);
+	uint32_t align = zinf_swap_align(r.swap);
+	cr_assert_geq(align, 128);
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 100000;
+	so.sub_group_size = 40000;
+	so.swap = r.swap;
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_count = 2;
+	po.align = 64;
+	po.buffer_bytes = zinf_step_buffer_bytes(&so, align) + 64;
+	cr_assert_eq(zinf_pool_create(&po, &r.pool), 0);
+	so.pool = r.pool;
+	struct zinf_step *st = NULL;
+	cr_assert_eq(zinf_step_create(&so, &st), -EINVAL);
+	char want[64];
+	snprintf(want, sizeof(want), "alignment (%u bytes)", align);
+	cr_assert(strstr(zinf_last_error(), want), "%s", zinf_last_error());
+	cr_assert_null(st);
+	zinf_pool_destroy(r.pool);
+	po.align = align;
+	cr_assert_eq(zinf_pool_create(&po, &r.pool), 0);
+	so.pool = r.pool;
+	cr_assert_eq(zinf_step_create(&so, &st), 0, "%s", zinf_last_error());
+	zinf_step_destroy(st);
+	rig_fini(&r);
+}
+
 Test(step, a_sub_group_never_ready_fails_the_step)
 {
 	uint64_t seed = zt_seed();
