@@ -126,8 +126,8 @@ struct zinf_io_req {
 /**
  * Start a request. Validates everything first: on -EINVAL (misalignment, with the numbers in
  * the message; a NULL buffer or file; a file of another context; offset + len past INT64_MAX,
- * the largest file offset), -EBADF (a write to a file
- * opened read-only) or -ESHUTDOWN (the context is being destroyed) nothing was submitted.
+ * the largest file offset), -EBADF (a write to a file opened read-only) or -ESHUTDOWN (the
+ * context is being destroyed) nothing was submitted.
  * Returns 0 when queued. Never blocks on the disk (a full queue is absorbed by the workers).
  * Queued requests are served round robin, one block at a time, so a small request submitted
  * after a large one does not wait for all of it.
