@@ -493,12 +493,15 @@ zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct z
 	if (!path || !out) {
 		return ZINF_FAIL(-EINVAL, "zinf_io_file_open: NULL path or out");
 	}
+	bool either = flags & ZINF_IO_DIRECT_OR_BUFFERED;
 	oflags |= (flags & ZINF_IO_CREATE) ? O_CREAT : 0;
 	oflags |= (flags & ZINF_IO_TRUNC) ? O_TRUNC : 0;
-	oflags |= direct ? O_DIRECT : 0;
 	if (direct) {
 		const char *fs = fake_direct_fs(path);
-		if (fs) {
+		if (fs && either) {
+			ZINF_INFO("%s: %s does not do direct I/O: buffered", path, fs);
+			direct = false;
+		} else if (fs) {
 			return ZINF_FAIL(-EINVAL,
 					 "%s: the file system (%s) does not do direct I/O "
 					 "(O_DIRECT); use a disk-backed directory or ask for "
@@ -519,7 +522,13 @@ zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct z
 	f->writable = flags & ZINF_IO_RDWR;
 	f->direct = direct;
 	f->slot = -1;
-	f->fd = open(path, oflags, 0600);
+	f->fd = open(path, oflags | (direct ? O_DIRECT : 0), 0600);
+	if (f->fd < 0 && errno == EINVAL && direct && either) {
+		ZINF_INFO("%s: the file system refuses O_DIRECT: buffered", path);
+		direct = false;
+		f->direct = false;
+		f->fd = open(path, oflags, 0600);
+	}
 	if (f->fd < 0) {
 		rc = -errno;
 		if (rc == -EINVAL && direct) {
@@ -612,6 +621,12 @@ zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f)
 	close(f->fd);
 	zinf_free(f->path);
 	zinf_free(f);
+}
+
+ZINF_API bool
+zinf_io_file_direct(const struct zinf_io_file *f)
+{
+	return f->direct;
 }
 
 ZINF_API uint32_t

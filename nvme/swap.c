@@ -136,12 +136,11 @@ probe_dir(struct zinf_swap *s, unsigned d, bool buffered_ok)
 		return -ENOMEM;
 	}
 	struct zinf_io_file *f = NULL;
-	int ret = zinf_io_file_open(s->io, path, ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC, &f);
-	if (ret == -EINVAL && buffered_ok) {
-		ret = zinf_io_file_open(
-			s->io, path,
-			ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC | ZINF_IO_BUFFERED, &f);
-		s->dir_buffered[d] = true;
+	unsigned flags = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC;
+	int ret = zinf_io_file_open(s->io, path,
+				    flags | (buffered_ok ? ZINF_IO_DIRECT_OR_BUFFERED : 0), &f);
+	if (ret == 0) {
+		s->dir_buffered[d] = !zinf_io_file_direct(f);
 	}
 	if (ret < 0) {
 		unlink(path);

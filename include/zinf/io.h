@@ -73,6 +73,9 @@ enum zinf_io_open_flags {
 	ZINF_IO_CREATE = 1 << 1, /* create if missing (mode 0600) */
 	ZINF_IO_TRUNC = 1 << 2,
 	ZINF_IO_BUFFERED = 1 << 3, /* no O_DIRECT (required on tmpfs); alignment 1 */
+	/* O_DIRECT where the file system does direct I/O, else buffered, without an error
+	 * (zinf_io_file_direct() tells which one it got) */
+	ZINF_IO_DIRECT_OR_BUFFERED = 1 << 4,
 };
 
 /**
@@ -85,6 +88,8 @@ ZINF_API int zinf_io_file_open(struct zinf_io *io, const char *path, unsigned fl
 			       struct zinf_io_file **out);
 /** Close a file; waits for its requests in flight. NULL is a no-op. */
 ZINF_API void zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f);
+/** Whether the file was opened with O_DIRECT. */
+ZINF_API bool zinf_io_file_direct(const struct zinf_io_file *f);
 /** Direct-I/O alignment of the file in bytes (1 for a buffered file). */
 ZINF_API uint32_t zinf_io_file_align(const struct zinf_io_file *f);
 /** The path the file was opened with. */

@@ -364,6 +364,50 @@ Test(nvme_io, tmpfs_needs_buffered)
 	free(dir);
 }
 
+static int io_error_lines;
+
+static void
+count_io_errors(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+		const char *msg)
+{
+	if (level == ZINF_LOG_ERROR) {
+		io_error_lines++;
+		fprintf(stderr, "unexpected error line: %s\n", msg);
+	}
+}
+
+/* ZINF_IO_DIRECT_OR_BUFFERED: direct on a disk file system, buffered on tmpfs, and no error
+ * logged for the fallback the caller asked for. */
+Test(nvme_io, direct_or_buffered_falls_back_silently)
+{
+	struct statfs sf;
+	if (statfs("/dev/shm", &sf) != 0 || sf.f_type != TMPFS_MAGIC) {
+		cr_skip_test("/dev/shm is not a tmpfs here");
+	}
+	char *shm = zt_mkdtemp("/dev/shm"), *disk = zt_mkdtemp(NULL);
+	struct zinf_io *io = io_open(4, 64 << 10, 1, false);
+	zinf_log_set_callback(count_io_errors, NULL);
+	io_error_lines = 0;
+	unsigned fl = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_DIRECT_OR_BUFFERED;
+	struct zinf_io_file *a = file_open(io, shm, "t", fl);
+	struct zinf_io_file *b = file_open(io, disk, "t", fl);
+	cr_assert_not(zinf_io_file_direct(a), "tmpfs: buffered");
+	cr_assert_eq(zinf_io_file_align(a), 1);
+	cr_assert(zinf_io_file_direct(b), "ext4 scratch: direct");
+	cr_assert_gt(zinf_io_file_align(b), 1);
+	char w[5000] = {1, 2, 3}, r[5000];
+	cr_assert_eq(zinf_io_pwrite(io, a, w, sizeof(w), 7), 0);
+	cr_assert_eq(zinf_io_pread(io, a, r, sizeof(r), 7), 0);
+	cr_assert(memcmp(w, r, sizeof(w)) == 0);
+	cr_assert_eq(io_error_lines, 0);
+	zinf_log_set_callback(NULL, NULL);
+	zinf_io_destroy(io);
+	zt_rmtree(shm);
+	zt_rmtree(disk);
+	free(shm);
+	free(disk);
+}
+
 /*
  * The fault backend fails one block op: exactly that request fails with -EIO, the others
  * complete with the right bytes, and a failed write is never reported as written.
