@@ -43,9 +43,9 @@ rig_open_io(struct rig *r, bool fault)
 	return zinf_io_create(&o, &r->io);
 }
 
-/* I/O, swap space, pool (buffers of one sub-group each), step; state not reserved yet. */
+/* I/O and a swap space on a fresh scratch directory; skips without an I/O backend. */
 static void
-rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
+rig_open_swap(struct rig *r, bool fault)
 {
 	zt_log_to_stderr();
 	memset(r, 0, sizeof(*r));
@@ -60,6 +60,13 @@ rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
 	sw.dirs = dirs;
 	sw.n_dirs = 1;
 	cr_assert_eq(zinf_swap_create(r->io, &sw, &r->swap), 0, "%s", zinf_last_error());
+}
+
+/* I/O, swap space, pool (buffers of one sub-group each), step; state not reserved yet. */
+static void
+rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
+{
+	rig_open_swap(r, fault);
 	so->swap = r->swap;
 	if (so->param_swap) {
 		so->param_swap = r->swap;
@@ -469,19 +476,8 @@ Test(step, write_error_mid_step)
 
 Test(step, too_few_buffers_for_one_sub_group)
 {
-	zt_log_to_stderr();
 	struct rig r;
-	memset(&r, 0, sizeof(r));
-	if (rig_open_io(&r, false)) {
-		cr_skip_test("no I/O backend");
-	}
-	r.dir = zt_mkdtemp(NULL);
-	struct zinf_swap_opts sw;
-	zinf_swap_opts_init(&sw);
-	const char *dirs[1] = {r.dir};
-	sw.dirs = dirs;
-	sw.n_dirs = 1;
-	cr_assert_eq(zinf_swap_create(r.io, &sw, &r.swap), 0);
+	rig_open_swap(&r, false);
 	struct zinf_step_opts so;
 	zinf_step_opts_init(&so);
 	so.n = 100000;
@@ -516,19 +512,8 @@ Test(step, too_few_buffers_for_one_sub_group)
  * refused at create, naming the alignment; the same pool with the right align works. */
 Test(step, pool_buffers_not_aligned_for_the_swap_space)
 {
-	zt_log_to_stderr();
 	struct rig r;
-	memset(&r, 0, sizeof(r));
-	if (rig_open_io(&r, false)) {
-		cr_skip_test("no I/O backend");
-	}
-	r.dir = zt_mkdtemp(NULL);
-	struct zinf_swap_opts sw;
-	zinf_swap_opts_init(&sw);
-	const char *dirs[1] = {r.dir};
-	sw.dirs = dirs;
-	sw.n_dirs = 1;
-	cr_assert_eq(zinf_swap_create(r.io, &sw, &r.swap), 0);
+	rig_open_swap(&r, false);
 	uint32_t align = zinf_swap_align(r.swap);
 	cr_assert_geq(align, 128);
 	struct zinf_step_opts so;
