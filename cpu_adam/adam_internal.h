@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "zinf/adam.h"
 
 /* Elements per tile: a multiple of every vector width, so that which elements go through the
@@ -82,104 +83,7 @@ int zinf_adam_select(const struct zinf_adam_ops **out);
 int zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, int threads);
 int zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n, int threads);
 
-/* ---- exact scalar conversions ------------------------------------------------------------- */
-
-static inline uint32_t
-zinf_f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static inline float
-zinf_u2f(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static inline float
-zinf_bf16_to_f32(uint16_t h)
-{
-	return zinf_u2f((uint32_t)h << 16);
-}
-
-/* Round to nearest even; NaN stays NaN (quieted, sign and top payload kept), as vcvtneps2bf16
- * does; subnormals are rounded exactly (the instruction flushes them, so the AVX-512 path
- * patches them). */
-static inline uint16_t
-zinf_f32_to_bf16_rne(float f)
-{
-	uint32_t x = zinf_f2u(f);
-	if ((x & 0x7fffffffu) > 0x7f800000u) {
-		return (uint16_t)((x >> 16) | 0x40);
-	}
-	return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
-}
-
-/* Stochastic rounding with 16 random bits r: rounds up with probability (dropped bits) / 2^16. */
-static inline uint16_t
-zinf_f32_to_bf16_sr(float f, uint32_t r)
-{
-	uint32_t x = zinf_f2u(f);
-	if ((x & 0x7fffffffu) > 0x7f800000u) {
-		return (uint16_t)((x >> 16) | 0x40);
-	}
-	if ((x & 0x7fffffffu) == 0x7f800000u) {
-		return (uint16_t)(x >> 16);
-	}
-	return (uint16_t)((x + (r & 0xffffu)) >> 16);
-}
-
-static inline float
-zinf_f16_to_f32(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t e = (h >> 10) & 0x1f, mant = h & 0x3ff;
-	if (e == 0) {
-		float f = (float)mant * 0x1p-24f; /* exact: zero or subnormal */
-		return zinf_u2f(zinf_f2u(f) | sign);
-	}
-	if (e == 31) {
-		return zinf_u2f(sign | 0x7f800000u | (mant << 13));
-	}
-	return zinf_u2f(sign | ((e + 112) << 23) | (mant << 13));
-}
-
-/* Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT: overflow to
- * infinity from 65520 up, subnormal results rounded exactly, NaN quieted with the top 9 payload
- * bits kept. */
-static inline uint16_t
-zinf_f32_to_f16_rne(float f)
-{
-	uint32_t x = zinf_f2u(f);
-	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-	x &= 0x7fffffffu;
-	if (x >= 0x7f800000u) {
-		return x == 0x7f800000u ? (sign | 0x7c00)
-					: (uint16_t)(sign | 0x7e00 | ((x >> 13) & 0x3ff));
-	}
-	if (x >= 0x477ff000u) { /* >= 65520: rounds to 65536, not representable */
-		return sign | 0x7c00;
-	}
-	if (x >= 0x38800000u) { /* normal half: rebias the exponent, round 13 bits away */
-		uint32_t r = x - 0x38000000u;
-		r += 0xfffu + ((r >> 13) & 1);
-		return (uint16_t)(sign | (r >> 13));
-	}
-	if (x <= 0x33000000u) { /* <= 2^-25: half the smallest subnormal or less, ties to 0 */
-		return sign;
-	}
-	uint32_t e = x >> 23, mant = (x & 0x7fffffu) | 0x800000u;
-	uint32_t shift = 126 - e; /* 14..24: units of 2^-24 */
-	uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-	if (rem > half || (rem == half && (q & 1))) {
-		q++;
-	}
-	return (uint16_t)(sign | q);
-}
+/* The exact scalar conversions (zinf_f32_to_bf16_rne, ...) are in common/dtype.h. */
 
 /* Counter-based random bits for stochastic rounding: a function of (key, element index) only:
  * Wellons' lowbias32 of the index mixed with the key (two multiplies: cheap in the vector
@@ -245,12 +149,6 @@ struct zinf_tail_buf {
 	_Alignas(64) uint32_t v[ZINF_TAIL_MAX];
 	_Alignas(64) uint32_t c[ZINF_TAIL_MAX];
 };
-
-static inline size_t
-zinf_dtype_size(enum zinf_dtype dt)
-{
-	return dt == ZINF_F32 ? 4 : 2;
-}
 
 static inline size_t
 zinf_copy_size(enum zinf_copy_kind ck)

@@ -92,12 +92,6 @@ zinf_step_opts_init(struct zinf_step_opts *o)
 	o->timeout_ms = -1;
 }
 
-static size_t
-dtype_size(enum zinf_dtype d)
-{
-	return d == ZINF_F32 ? 4 : 2;
-}
-
 uint64_t
 zinf_step_buffer_bytes(const struct zinf_step_opts *o, uint32_t align)
 {
@@ -105,7 +99,7 @@ zinf_step_buffer_bytes(const struct zinf_step_opts *o, uint32_t align)
 	uint64_t sg = ZINF_MIN(o->sub_group_size, o->n);
 	uint64_t b = o->tier == ZINF_TIER_CPU ? 0 : 3 * ZINF_ALIGN_UP(sg * 4, a);
 	if (o->param_swap) {
-		b += ZINF_ALIGN_UP(sg * dtype_size(o->copy_dtype), a);
+		b += ZINF_ALIGN_UP(sg * zinf_dtype_size(o->copy_dtype), a);
 	}
 	return b;
 }
@@ -201,7 +195,7 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 	st->n = opts->n;
 	st->sgsize = ZINF_MIN(opts->sub_group_size, opts->n);
 	st->nsg = (uint32_t)ZINF_DIV_ROUND_UP(st->n, st->sgsize);
-	st->copy_esz = dtype_size(opts->copy_dtype);
+	st->copy_esz = zinf_dtype_size(opts->copy_dtype);
 	rc = -ENOMEM;
 	st->written = zinf_calloc(st->nsg, sizeof(*st->written));
 	st->done = zinf_calloc(st->nsg, 1);
@@ -738,7 +732,7 @@ static int
 adam_range(struct zinf_step *st, uint32_t k, float *master, float *m, float *v, const char *grad,
 	   enum zinf_dtype gdt, char *copy, uint64_t i0, uint64_t i1)
 {
-	size_t gsz = dtype_size(gdt);
+	size_t gsz = zinf_dtype_size(gdt);
 	double t0 = zinf_now_s();
 	int rc = zinf_adam_step(&st->o.adam, st->t, st->grad_scale, master + i0, grad + i0 * gsz,
 				gdt, m + i0, v + i0, i1 - i0,
@@ -923,7 +917,7 @@ zinf_step_run(struct zinf_step *st, int64_t step, float grad_scale, const void *
 	if (rc) {
 		return rc;
 	}
-	size_t gsz = dtype_size(grad_dtype);
+	size_t gsz = zinf_dtype_size(grad_dtype);
 	for (uint32_t k = 0; k < st->nsg; k++) {
 		const char *g = (const char *)grad + zinf_step_sub_group_start(st, k) * gsz;
 		if (zinf_step_ready(st, k, grad ? g : NULL, grad_dtype)) {

@@ -19,8 +19,6 @@
 extern "C" {
 #endif
 
-enum zinf_dtype { ZINF_F32 = 0, ZINF_F16 = 1, ZINF_BF16 = 2 };
-
 struct zinf_adam_opts {
 	size_t size; /* sizeof(struct zinf_adam_opts) */
 	float lr, beta1, beta2, eps, weight_decay;

@@ -27,6 +27,30 @@ ZINF_API const char *zinf_version(void);
 /** Text for a zinf status (a negative errno); never NULL. */
 ZINF_API const char *zinf_strerror(int status);
 
+/* ---- element types ------------------------------------------------------------------------ */
+
+/** Element types of tensors, gradients and optimizer state. */
+enum zinf_dtype { ZINF_F32 = 0, ZINF_F16 = 1, ZINF_BF16 = 2 };
+
+/** Bytes per element of `dtype` (4 or 2); 0 for a value that is not a zinf_dtype. */
+ZINF_API size_t zinf_dtype_size(enum zinf_dtype dtype);
+/** "f32", "f16" or "bf16"; "?" for a value that is not a zinf_dtype. */
+ZINF_API const char *zinf_dtype_name(enum zinf_dtype dtype);
+/**
+ * Parse a dtype name: "f32", "fp32", "float32", "float"; "f16", "fp16", "float16", "half";
+ * "bf16", "bfloat16" (any case). Returns 0 and sets *out, or -EINVAL (nothing logged: the
+ * caller names the option that held the text).
+ */
+ZINF_API int zinf_dtype_parse(const char *name, enum zinf_dtype *out);
+/**
+ * dst[i] = src[i] converted, for n elements: to f16 and bf16 by round to nearest even (NaN
+ * stays NaN, infinities and subnormals exact where representable, f16 overflow to infinity);
+ * widening is exact. src and dst may be the same array only when the types have the same size.
+ * Returns 0; -EINVAL (NULL array with n > 0, unknown dtype) with a message.
+ */
+ZINF_API int zinf_dtype_convert(void *dst, enum zinf_dtype dst_dtype, const void *src,
+				enum zinf_dtype src_dtype, size_t n);
+
 /* ---- logging ------------------------------------------------------------------------------ */
 
 enum zinf_log_level {

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "common/test_util.h"
+#include "common/dtype.h"
+#include "common/opts.h"
 #include "common/util.h"
 
 struct captured {
@@ -60,7 +62,8 @@ Test(common, strerror_and_version)
 {
 	cr_assert_str_eq(zinf_strerror(-ENOSPC), "No space left on device");
 	cr_assert_str_eq(zinf_strerror(0), "success");
-	cr_assert_not_null(zinf_strerror(-100000));
+	cr_assert_str_eq(zinf_strerror(-100000), "unknown error");
+	cr_assert_str_eq(zinf_strerror(5), "success");
 	cr_assert_str_eq(zinf_version(), ZINF_VERSION);
 }
 
@@ -176,4 +179,136 @@ Test(common, monotonic_time)
 	uint64_t b = zinf_now_ns();
 	cr_assert_geq(b - a, 2000000u);
 	cr_assert_lt(b - a, 2000000000u);
+}
+
+Test(common, dtype_sizes_names_parse)
+{
+	cr_assert_eq(zinf_dtype_size(ZINF_F32), 4);
+	cr_assert_eq(zinf_dtype_size(ZINF_F16), 2);
+	cr_assert_eq(zinf_dtype_size(ZINF_BF16), 2);
+	cr_assert_eq(zinf_dtype_size((enum zinf_dtype)7), 0);
+	cr_assert_str_eq(zinf_dtype_name(ZINF_BF16), "bf16");
+	cr_assert_str_eq(zinf_dtype_name((enum zinf_dtype)-1), "?");
+	enum zinf_dtype d = ZINF_F32;
+	cr_assert_eq(zinf_dtype_parse("BFloat16", &d), 0);
+	cr_assert_eq(d, ZINF_BF16);
+	cr_assert_eq(zinf_dtype_parse("fp16", &d), 0);
+	cr_assert_eq(d, ZINF_F16);
+	cr_assert_eq(zinf_dtype_parse("float", &d), 0);
+	cr_assert_eq(d, ZINF_F32);
+	cr_assert_eq(zinf_dtype_parse("f8", &d), -EINVAL);
+	cr_assert_eq(d, ZINF_F32, "a refused name leaves *out alone");
+}
+
+/* Values worked by hand from the formats: bf16 keeps the top 16 bits rounded to nearest even;
+ * f16 has 10 mantissa bits, max 65504, smallest subnormal 2^-24. */
+Test(common, dtype_convert_known_values)
+{
+	float in[] = {1.0f, 1.00390625f /* 1 + 2^-8: tie, even stays */, 1.01171875f /* 1 + 3*2^-8 */,
+		      65504.0f, 65520.0f, 0x1p-24f, 0x1p-26f, -0.0f, __builtin_inff(), __builtin_nanf("")};
+	uint16_t bf[10], hf[10];
+	cr_assert_eq(zinf_dtype_convert(bf, ZINF_BF16, in, ZINF_F32, 10), 0);
+	cr_assert_eq(zinf_dtype_convert(hf, ZINF_F16, in, ZINF_F32, 10), 0);
+	cr_assert_eq(bf[0], 0x3f80);
+	cr_assert_eq(bf[1], 0x3f80, "tie rounds to even: 0x%04x", bf[1]);
+	cr_assert_eq(bf[2], 0x3f82, "tie rounds up to even: 0x%04x", bf[2]);
+	cr_assert_eq(bf[7], 0x8000);
+	cr_assert_eq(bf[8], 0x7f80);
+	cr_assert((bf[9] & 0x7f80) == 0x7f80 && (bf[9] & 0x7f), "NaN stays NaN: 0x%04x", bf[9]);
+	cr_assert_eq(hf[0], 0x3c00);
+	cr_assert_eq(hf[3], 0x7bff, "65504 is the largest half");
+	cr_assert_eq(hf[4], 0x7c00, "65520 overflows to infinity");
+	cr_assert_eq(hf[5], 0x0001, "2^-24 is the smallest subnormal");
+	cr_assert_eq(hf[6], 0x0000, "2^-26 rounds to zero");
+	cr_assert_eq(hf[7], 0x8000);
+	cr_assert_eq(hf[8], 0x7c00);
+	cr_assert((hf[9] & 0x7c00) == 0x7c00 && (hf[9] & 0x3ff), "NaN stays NaN: 0x%04x", hf[9]);
+	float back[10];
+	cr_assert_eq(zinf_dtype_convert(back, ZINF_F32, hf, ZINF_F16, 10), 0);
+	cr_assert_eq(back[3], 65504.0f);
+	cr_assert_eq(back[5], 0x1p-24f);
+	cr_assert_eq(zinf_dtype_convert(back, ZINF_F32, bf, ZINF_BF16, 3), 0);
+	cr_assert_eq(back[2], 1.015625f, "1 + 3 * 2^-8 ties to the even 1 + 2^-6");
+	cr_assert_eq(zinf_dtype_convert(NULL, ZINF_F32, bf, ZINF_BF16, 3), -EINVAL);
+	cr_assert_eq(zinf_dtype_convert(back, (enum zinf_dtype)9, bf, ZINF_BF16, 3), -EINVAL);
+	cr_assert_eq(zinf_dtype_convert(NULL, ZINF_F32, NULL, ZINF_BF16, 0), 0);
+}
+
+/* Every 16-bit pattern widens and narrows back to itself (NaNs: to a NaN). */
+Test(common, dtype_roundtrip_all_16bit_patterns)
+{
+	for (uint32_t u = 0; u < 65536; u++) {
+		uint16_t h = (uint16_t)u;
+		float f;
+		uint16_t b;
+		cr_assert_eq(zinf_dtype_convert(&f, ZINF_F32, &h, ZINF_F16, 1), 0);
+		cr_assert_eq(zinf_dtype_convert(&b, ZINF_F16, &f, ZINF_F32, 1), 0);
+		bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+		cr_assert(nan ? ((b & 0x7c00) == 0x7c00 && (b & 0x3ff)) : b == h, "f16 0x%04x -> 0x%04x",
+			  h, b);
+		cr_assert_eq(zinf_dtype_convert(&f, ZINF_F32, &h, ZINF_BF16, 1), 0);
+		cr_assert_eq(zinf_dtype_convert(&b, ZINF_BF16, &f, ZINF_F32, 1), 0);
+		nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+		cr_assert(nan ? ((b & 0x7f80) == 0x7f80 && (b & 0x7f)) : b == h, "bf16 0x%04x -> 0x%04x",
+			  h, b);
+	}
+}
+
+/* A version 1 and a version 2 of the same options struct, as an old and a new caller see it. */
+struct t_opts_v1 {
+	size_t size;
+	uint32_t a;
+	uint32_t b;
+};
+struct t_opts_v2 {
+	size_t size;
+	uint32_t a;
+	uint32_t b;
+	uint64_t c; /* appended in v2 */
+};
+ZINF_OPTS_NO_TAIL_PAD(struct t_opts_v1, b);
+ZINF_OPTS_NO_TAIL_PAD(struct t_opts_v2, c);
+
+Test(common, opts_rule_older_caller_keeps_defaults_newer_refused)
+{
+	struct t_opts_v2 lib = {.size = 0, .a = 1, .b = 2, .c = 3}; /* library defaults */
+	struct t_opts_v1 old = {.size = sizeof(old), .a = 10, .b = 20};
+	cr_assert_eq(zinf_opts_take(&lib, sizeof(lib), &old, "t_opts"), 0);
+	cr_assert_eq(lib.size, sizeof(lib));
+	cr_assert_eq(lib.a, 10);
+	cr_assert_eq(lib.b, 20);
+	cr_assert_eq(lib.c, 3, "a field the caller did not know keeps its default");
+
+	struct t_opts_v1 mine = {.a = 1, .b = 2};
+	struct t_opts_v2 newer = {.size = sizeof(newer), .a = 7, .b = 8, .c = 9};
+	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), &newer, "t_opts"), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "size 24 is larger than this library's (16 bytes)"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(mine.a, 1, "a refused struct changes nothing");
+	struct t_opts_v1 zero = {.size = 0, .a = 5};
+	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), &zero, "t_opts"), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "t_opts: size 0 is too small"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), NULL, "t_opts"), 0);
+	cr_assert_eq(mine.size, sizeof(mine));
+	cr_assert_eq(mine.a, 1);
+}
+
+Test(common, stats_rule_older_caller_gets_its_prefix)
+{
+	struct t_opts_v2 lib = {.size = sizeof(lib), .a = 1, .b = 2, .c = 3};
+	struct {
+		struct t_opts_v1 v1;
+		uint64_t canary;
+	} old = {.v1 = {.size = sizeof(struct t_opts_v1)}, .canary = 0xdeadbeef};
+	cr_assert_eq(zinf_stats_give(&old.v1, &lib, sizeof(lib), "t_stats"), 0);
+	cr_assert_eq(old.v1.size, sizeof(struct t_opts_v1));
+	cr_assert_eq(old.v1.a, 1);
+	cr_assert_eq(old.v1.b, 2);
+	cr_assert_eq(old.canary, 0xdeadbeef, "nothing written past the caller's size");
+	struct t_opts_v2 newer = {.size = sizeof(newer) + 64};
+	cr_assert_eq(zinf_stats_give(&newer, &lib, sizeof(lib), "t_stats"), 0);
+	cr_assert_eq(newer.c, 3);
+	struct t_opts_v1 bad = {.size = 3};
+	cr_assert_eq(zinf_stats_give(&bad, &lib, sizeof(lib), "t_stats"), -EINVAL);
+	cr_assert_eq(zinf_stats_give(NULL, &lib, sizeof(lib), "t_stats"), -EINVAL);
 }
