@@ -8,7 +8,7 @@
  *                is its own request, resubmitted as soon as its buffer is free
  *   small        the same, not registered
  * each in memory of three kinds: 4 KiB pages (MADV_NOHUGEPAGE), transparent huge pages
- * (mmap + MADV_HUGEPAGE; THP is "madvise" on this VM) and zinf_io_buf_alloc(). Prints the median
+ * (mmap + MADV_HUGEPAGE; THP is "madvise" on this VM) and zinf_alloc_huge(). Prints the median
  * GB/s (10^9 B/s) of each pattern and direction.
  *
  * usage: io_patterns DIR [size_MiB=512] [bs_KiB=1024] [qd=32] [threads=1] [rounds=5]
@@ -117,7 +117,7 @@ main(int argc, char **argv)
 			      0);
 		madvise(mem[m], size, m ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 	}
-	mem[2] = zinf_io_buf_alloc(size);
+	mem[2] = zinf_alloc_huge(size);
 	for (int m = 0; m < NMEM; m++) {
 		memset(mem[m], 0x5a, size);
 	}
@@ -154,7 +154,7 @@ main(int argc, char **argv)
 	zinf_io_destroy(io);
 	munmap(mem[0], size);
 	munmap(mem[1], size);
-	zinf_io_buf_free(mem[2], size);
+	zinf_free_huge(mem[2], size);
 	free(gbps);
 	return 0;
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * bench/io_segments.c: why huge-page buffers are faster on a virtio disk. Reads one 512 MiB
- * file with 1 MiB blocks into 4 KiB-page memory and into zinf_io_buf_alloc() memory, twice
+ * file with 1 MiB blocks into 4 KiB-page memory and into zinf_alloc_huge() memory, twice
  * each, and prints the requests the block device completed (field 1 of /sys/block/DEV/stat)
  * per pass: about two per block with 4 KiB pages (256 segments > max_segments 254), about
  * one with huge pages. Other traffic on the device adds to the counts.
@@ -58,7 +58,7 @@ main(int argc, char **argv)
 	char *small = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	madvise(small, n, MADV_NOHUGEPAGE);
 	memset(small, 1, n);
-	char *huge = zinf_io_buf_alloc(n);
+	char *huge = zinf_alloc_huge(n);
 	memset(huge, 1, n);
 	if (zinf_io_pwrite(io, f, huge, n, 0) < 0) {
 		return 1;
@@ -80,6 +80,6 @@ main(int argc, char **argv)
 	unlink(path);
 	zinf_io_destroy(io);
 	munmap(small, n);
-	zinf_io_buf_free(huge, n);
+	zinf_free_huge(huge, n);
 	return 0;
 }

@@ -99,7 +99,7 @@ struct run_state {
 	uint64_t ntens;
 	void **bufs; /* [nbufs], carved from slab */
 	unsigned nbufs;
-	void *slab; /* zinf_io_buf_alloc(): huge pages where THP allows */
+	void *slab; /* zinf_alloc_huge(): huge pages where THP allows */
 	size_t slab_bytes;
 	uint64_t buf_bytes; /* capacity of each buffer */
 	struct cli_progress prog;
@@ -112,7 +112,7 @@ wait_op(struct run_state *st, struct zinf_swap_op *op, bool large)
 	if (!large) {
 		return zinf_swap_wait(st->swap, op);
 	}
-	struct zinf_io_stats s0, s1;
+	struct zinf_io_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 	zinf_io_get_stats(st->io, &s0);
 	while (!zinf_swap_poll(st->swap, op)) {
 		usleep(200);
@@ -212,7 +212,7 @@ run_free(struct run_state *st)
 {
 	zinf_swap_destroy(st->swap); /* removes the files */
 	zinf_io_destroy(st->io);
-	zinf_io_buf_free(st->slab, st->slab_bytes);
+	zinf_free_huge(st->slab, st->slab_bytes);
 	free(st->bufs);
 	free(st->ids);
 }
@@ -285,7 +285,7 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 	 * pattern's buffers; each is registered on its own.
 	 */
 	st.slab_bytes = (size_t)st.buf_bytes * st.nbufs;
-	st.slab = zinf_io_buf_alloc(st.slab_bytes);
+	st.slab = zinf_alloc_huge(st.slab_bytes);
 	if (!st.slab) {
 		free(iov);
 		ret = -ENOMEM;
@@ -329,7 +329,7 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 		}
 		res->read_s = t;
 	}
-	struct zinf_io_stats ios;
+	struct zinf_io_stats ios = {.size = sizeof(ios)};
 	zinf_io_get_stats(st.io, &ios);
 	res->max_inflight = ios.max_inflight;
 	res->wakeups = __atomic_load_n(&st.io->stats_wakeups, __ATOMIC_RELAXED);

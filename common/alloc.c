@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * common/alloc.c: the library's allocation entry points, with a failing-allocator hook so
- * that tests reach every out-of-memory path without mocks.
+ * that tests reach every out-of-memory path without mocks, and the huge-page allocator for I/O
+ * and pinned buffers (zinf_alloc_huge; mmap, outside the hook: its callers' out-of-memory
+ * paths are tested through their own allocations).
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/util.h"
 
@@ -75,4 +78,38 @@ void
 zinf_free_aligned(void *p)
 {
 	free(p);
+}
+
+ZINF_API void *
+zinf_alloc_huge(size_t len)
+{
+	const size_t huge = ZINF_HUGE_PAGE;
+	if (len == 0 || len > SIZE_MAX - 2 * huge) {
+		return NULL;
+	}
+	size_t map_len = ZINF_ALIGN_UP(len, huge);
+	/* Over-map by one huge page, then trim, so that the buffer starts on a boundary. */
+	char *m = mmap(NULL, map_len + huge, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		return NULL;
+	}
+	char *p = (char *)ZINF_ALIGN_UP((uintptr_t)m, (uintptr_t)huge);
+	if (p > m) {
+		munmap(m, (size_t)(p - m));
+	}
+	if (p + map_len < m + map_len + huge) {
+		munmap(p + map_len, (size_t)(m + map_len + huge - (p + map_len)));
+	}
+	/* Before the first touch: pages faulted in earlier stay 4 KiB. */
+	(void)madvise(p, map_len, MADV_HUGEPAGE);
+	return p;
+}
+
+ZINF_API void
+zinf_free_huge(void *p, size_t len)
+{
+	if (p) {
+		munmap(p, ZINF_ALIGN_UP(len, (size_t)ZINF_HUGE_PAGE));
+	}
 }

@@ -39,6 +39,19 @@ int zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int lin
 #define ZINF_FAIL(err, ...)                                                                        \
 	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, __VA_ARGS__)
 
+/*
+ * Messages that name their object, as SPDK's URING_ERRLOG(uring, ...): `name` (a string that
+ * identifies the object: "swap /mnt/a,/mnt/b rank 0", "io_uring I/O context", a path) goes
+ * first, then ": " and the message. A module wraps them once for its object:
+ *   #define SWAP_FAIL(s, err, ...) ZINF_OBJ_FAIL(swap_name(s), err, __VA_ARGS__)
+ * ZINF_OBJ_FAIL logs at ERROR and evaluates to err, as ZINF_FAIL.
+ */
+#define ZINF_OBJ_LOG(level, name, fmt, ...)                                                        \
+	zinf_log_emit(0, (level), __FILE__, __LINE__, __func__, "%s: " fmt, (name), ##__VA_ARGS__)
+#define ZINF_OBJ_FAIL(name, err, fmt, ...)                                                         \
+	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "%s: " fmt, (name),     \
+		      ##__VA_ARGS__)
+
 /* Allocation that tests can make fail (the failing allocator hook). */
 void *zinf_malloc(size_t len);
 void *zinf_calloc(size_t n, size_t len);
@@ -49,5 +62,8 @@ char *zinf_strdup(const char *s);
  * (n >= 1); n = 0 disarms it. Process-wide; only tests call it.
  */
 void zinf_test_alloc_fail_nth(long n);
+
+/* The alignment zinf_alloc_huge() gives: one x86-64 transparent huge page. */
+#define ZINF_HUGE_PAGE (2u << 20)
 
 #endif

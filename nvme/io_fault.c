@@ -199,7 +199,8 @@ fault_register_buffers(struct zinf_io_worker *w, const struct iovec *iov, unsign
 {
 	struct fault_worker *fw = zinf_container_of(w, struct fault_worker, w);
 	const struct zinf_io_ops *in = fault_ctx(w->io)->inner;
-	return in->register_buffers ? in->register_buffers(fw->inner, iov, n) : 0;
+	return in->register_buffers ? in->register_buffers(fw->inner, iov, n)
+				    : (n ? -EOPNOTSUPP : 0);
 }
 
 const struct zinf_io_ops zinf_io_fault_ops_table = {
@@ -221,7 +222,8 @@ ZINF_API int
 zinf_io_fault_add(struct zinf_io *io, const struct zinf_io_fault *rule)
 {
 	if (!io || !rule || io->ops != &zinf_io_fault_ops_table) {
-		return ZINF_FAIL(-EINVAL, "zinf_io_fault_add: not a \"fault\" I/O context");
+		return IO_FAIL(io, -EINVAL, "zinf_io_fault_add: %s",
+			       !rule ? "NULL rule" : "not a \"fault\" I/O context");
 	}
 	if (rule->nth == 0 || rule->op < -1 || rule->op > 1 ||
 	    (rule->kind == ZINF_IO_FAULT_FAIL && rule->err <= 0) ||
@@ -233,21 +235,31 @@ zinf_io_fault_add(struct zinf_io *io, const struct zinf_io_fault *rule)
 				 rule->err);
 	}
 	struct fault_ctx *c = fault_ctx(io);
+	uint64_t count = rule->count ? rule->count : 1;
 	int rc = 0;
 	pthread_mutex_lock(&c->lock);
+	/* "n-th op of that direction from now"; for either direction, counted on the sum of
+	 * both. The last op hit must be a number the counter can reach. */
+	uint64_t base = rule->op < 0 ? c->ops[0] + c->ops[1] : c->ops[rule->op];
 	if (c->nrules == FAULT_RULES_MAX) {
 		rc = -ENOSPC;
+	} else if (rule->nth > UINT64_MAX - base || count - 1 > UINT64_MAX - base - rule->nth) {
+		rc = -EOVERFLOW;
 	} else {
 		struct fault_rule *fr = &c->rules[c->nrules++];
-		/* "n-th op of that direction from now"; for either direction, counted on the
-		 * sum of both. */
-		uint64_t base = rule->op < 0 ? c->ops[0] + c->ops[1] : c->ops[rule->op];
 		fr->r = *rule;
 		fr->first = base + rule->nth;
-		fr->last = fr->first + (rule->count ? rule->count : 1) - 1;
+		fr->last = fr->first + count - 1;
 	}
 	pthread_mutex_unlock(&c->lock);
-	return rc < 0 ? ZINF_FAIL(rc, "zinf_io_fault_add: %d rules at most", FAULT_RULES_MAX) : 0;
+	if (rc == -EOVERFLOW) {
+		return IO_FAIL(io, rc,
+			       "zinf_io_fault_add: nth %llu + count %llu wraps the op counter (at "
+			       "%llu)",
+			       (unsigned long long)rule->nth, (unsigned long long)rule->count,
+			       (unsigned long long)base);
+	}
+	return rc < 0 ? IO_FAIL(io, rc, "zinf_io_fault_add: %d rules at most", FAULT_RULES_MAX) : 0;
 }
 
 ZINF_API uint64_t

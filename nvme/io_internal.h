@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nvme/io_internal.h: what the generic I/O core (io.c) and its backends share: the context,
- * the file, one block in flight, a worker, and the backend ops table. Not installed.
+ * nvme/io_internal.h: what the generic I/O core and its backends share: the context, the file,
+ * a request's bookkeeping, one block in flight, a worker, and the backend ops table. Not
+ * installed. The core is three files: io.c (context creation and backend choice), io_file.c
+ * (files, alignment, registered files and buffers), io_queue.c (requests, workers, wake-up).
  *
  * The core validates requests, splits them into blocks and runs one thread per worker; a
  * backend only moves blocks: queue() prepares one, submit() hands the prepared ones to the
@@ -21,6 +23,48 @@
 
 /* Fixed-file table size per ring; files beyond it are used by descriptor. */
 #define ZINF_IO_MAX_FILES 1024
+
+/* Messages about a context name its backend ("io_uring I/O context: ..."), about a file its
+ * path. */
+#define IO_FAIL(io, err, ...)	   ZINF_OBJ_FAIL(zinf_io_name(io), err, __VA_ARGS__)
+#define IO_LOG(io, level, ...)	   ZINF_OBJ_LOG(level, zinf_io_name(io), __VA_ARGS__)
+#define IO_FILE_FAIL(f, err, ...)  ZINF_OBJ_FAIL((f)->path, err, __VA_ARGS__)
+#define IO_FILE_LOG(f, level, ...) ZINF_OBJ_LOG(level, (f)->path, __VA_ARGS__)
+/* "io_uring I/O context", "fault(libaio) I/O context"; "I/O context (NULL)" for NULL. */
+const char *zinf_io_name(const struct zinf_io *io);
+
+/*
+ * A request's bookkeeping, overlaid on the caller's zinf_io_req.priv[] (io_queue.c only). Set
+ * by zinf_io_submit(); a refused submission leaves the request complete with its error, so a
+ * wait on it returns that error at once.
+ */
+struct zinf_io_req_priv {
+	uint64_t remain;	  /* bytes whose blocks have not finished (atomic) */
+	uint64_t cursor;	  /* bytes already split into blocks (under qlock) */
+	struct zinf_io_req *next; /* next request in the shared queue (under qlock) */
+	uint32_t state;		  /* futex word: ZINF_IO_REQ_PENDING | _WAITED | _DONE */
+	uint32_t pad;
+	int64_t err;	    /* first error, negative errno (atomic) */
+	struct zinf_io *io; /* the context it was submitted to, to catch a wait in another */
+};
+_Static_assert(sizeof(struct zinf_io_req_priv) <= sizeof(((struct zinf_io_req *)0)->priv),
+	       "struct zinf_io_req_priv must fit in zinf_io_req.priv");
+_Static_assert(_Alignof(struct zinf_io_req_priv) <= _Alignof(uint64_t),
+	       "zinf_io_req.priv is only 8-byte aligned");
+
+enum { ZINF_IO_REQ_PENDING = 0, ZINF_IO_REQ_WAITED = 1, ZINF_IO_REQ_DONE = 2 };
+
+static inline struct zinf_io_req_priv *
+zinf_io_req_priv(struct zinf_io_req *r)
+{
+	return (struct zinf_io_req_priv *)(void *)r->priv;
+}
+
+/* The context's counters (atomic); zinf_io_get_stats() copies them into zinf_io_stats. */
+struct zinf_io_counters {
+	uint64_t bytes_read, bytes_written, reqs, blocks;
+	uint64_t short_retries, eagain_retries, errors, max_inflight;
+};
 
 struct zinf_io_file {
 	struct zinf_io *io;
@@ -116,6 +160,7 @@ struct zinf_io_ops {
 
 struct zinf_io {
 	struct zinf_io_opts opts; /* in effect; strings point at the tables' names */
+	char name[48];		  /* zinf_io_name() */
 	const struct zinf_io_ops *ops;
 	const struct zinf_io_ops *inner_ops; /* fault: the wrapped backend */
 	void *be;			     /* backend's context-wide state */
@@ -130,7 +175,8 @@ struct zinf_io {
 	bool stopping;
 	uint64_t inflight_reqs; /* under qlock increments; atomic decrements */
 
-	/* Registered buffers (copied), looked up under qlock. */
+	/* Buffers registered with the backend (copied), looked up under qlock. None when the
+	 * backend has no registration or the kernel refused it. */
 	struct iovec *regs;
 	unsigned nregs;
 
@@ -141,7 +187,7 @@ struct zinf_io {
 	struct zinf_io_file *file_list;		       /* every open file */
 
 	/* Statistics (atomic). */
-	struct zinf_io_stats stats;
+	struct zinf_io_counters stats;
 	uint64_t inflight_blocks; /* block ops queued to the backends, not yet reaped */
 	uint64_t stats_wakeups;	  /* sleeping workers woken by a submitter (atomic) */
 	unsigned wake_next;	  /* where wake_sleepers() starts looking (atomic) */
@@ -155,6 +201,9 @@ const struct zinf_io_ops *zinf_io_ops_find(const char *name);
 /* Backends (each its own file). */
 extern const struct zinf_io_ops zinf_io_psync_ops;
 extern const struct zinf_io_ops zinf_io_fault_ops_table;
+
+/* io_queue.c: a worker thread's loop (started by zinf_io_create). */
+void *zinf_io_worker_main(void *arg);
 
 /* Core helpers for backends. */
 int zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, unsigned depth);

@@ -28,7 +28,7 @@
 _Static_assert(sizeof(struct zinf_pool_opts) == 72, "zinf_pool_opts layout changed: bump users");
 
 #define IOV_MAX_BYTES (1ULL << 30) /* io_uring caps one fixed buffer at 1 GiB */
-#define POOL_HUGE     (2ULL << 20) /* zinf_io_buf_alloc() aligns to a 2 MiB huge page */
+#define POOL_HUGE     (2ULL << 20) /* zinf_alloc_huge() aligns to a 2 MiB huge page */
 
 struct pool_buf {
 	bool in_use;
@@ -38,7 +38,7 @@ struct pool_buf {
 struct zinf_pool {
 	struct zinf_pool_opts o;
 	char what[64];
-	char *map; /* the mapping as made (zinf_io_buf_free) */
+	char *map; /* the mapping as made (zinf_free_huge) */
 	size_t map_len;
 	char *base;	    /* aligned start of the buffers */
 	uint64_t bytes;	    /* buffers + CPU region */
@@ -319,14 +319,14 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	}
 
 	/*
-	 * 2 MiB-aligned and advised MADV_HUGEPAGE before the first touch (zinf_io_buf_alloc), in
+	 * 2 MiB-aligned and advised MADV_HUGEPAGE before the first touch (zinf_alloc_huge), in
 	 * both branches: pages faulted in before the advice (mlock faults them) stay 4 KiB, and a
 	 * block on 4 KiB pages costs the disk more DMA segments. An alignment above 2 MiB
 	 * over-maps by that alignment.
 	 */
 	uint64_t align = ZINF_MAX((uint64_t)o->align, page_size());
 	p->map_len = b.bytes + (align > POOL_HUGE ? align : 0);
-	p->map = zinf_io_buf_alloc(p->map_len);
+	p->map = zinf_alloc_huge(p->map_len);
 	if (!p->map) {
 		char asked[64];
 		fmt_bytes(asked, sizeof(asked), b.bytes);
@@ -436,7 +436,7 @@ err_unlock:
 		munlock(p->base, b.bytes);
 	}
 err_unmap:
-	zinf_io_buf_free(p->map, p->map_len);
+	zinf_free_huge(p->map, p->map_len);
 err_free:
 	zinf_free(p->free_stack);
 	zinf_free(p->bufs);
@@ -461,7 +461,7 @@ zinf_pool_destroy(struct zinf_pool *p)
 	if (p->pinned) {
 		munlock(p->base, p->bytes);
 	}
-	zinf_io_buf_free(p->map, p->map_len);
+	zinf_free_huge(p->map, p->map_len);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	zinf_free(p->free_stack);

@@ -54,15 +54,16 @@ ZINF_API void zinf_io_opts_init(struct zinf_io_opts *o);
  * the kernel refuses (EPERM/ENOSYS, as in many containers) is passed over with one warning
  * that says why (once per process; later contexts log it at DEBUG). Free with zinf_io_destroy().
  * Returns 0 and sets *out, or a negative errno and leaves *out untouched:
- *   -EINVAL  bad option   -ENODEV  named backend not built or refused by the kernel
+ *   -EINVAL  bad option, NULL out, opts.size unknown (zinf_io_opts_init sets it)
+ *   -ENODEV  named backend not built or refused by the kernel
  *   -ENOMEM  out of memory
  */
 ZINF_API int zinf_io_create(const struct zinf_io_opts *opts, struct zinf_io **out);
 /** Wait for every request in flight, stop the workers, close the files. NULL is a no-op. */
 ZINF_API void zinf_io_destroy(struct zinf_io *io);
-/** Name of the backend in use ("io_uring", "libaio", "psync", "fault"). */
+/** Name of the backend in use ("io_uring", "libaio", "psync", "fault"); "" for NULL. */
 ZINF_API const char *zinf_io_backend(const struct zinf_io *io);
-/** The options in effect (defaults filled in). */
+/** The options in effect (defaults filled in); the defaults for a NULL context. */
 ZINF_API void zinf_io_get_opts(const struct zinf_io *io, struct zinf_io_opts *out);
 
 /* ---- files -------------------------------------------------------------------------------- */
@@ -80,21 +81,23 @@ enum zinf_io_open_flags {
 
 /**
  * Open `path` in the context (registered with the backend where it supports it).
- * Returns 0 and sets *out; -errno from open(2) with the path in the message; -EINVAL when the
- * file system refuses O_DIRECT (tmpfs) and ZINF_IO_BUFFERED was not asked for.
+ * Returns 0 and sets *out; -errno from open(2) with the path in the message; -EINVAL for a NULL
+ * argument, or when the file system refuses O_DIRECT (tmpfs) and ZINF_IO_BUFFERED was not asked
+ * for (the message names the flag, swap's opts.buffered and the zinf command's --buffered).
  * Close with zinf_io_file_close() (or zinf_io_destroy()).
  */
 ZINF_API int zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags,
 			       struct zinf_io_file **out);
-/** Close a file; waits for its requests in flight. NULL is a no-op. */
+/** Close a file; waits for its requests in flight. NULL is a no-op; a file is always closed
+ * through its own context (a wrong or NULL `io` is a warning). */
 ZINF_API void zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f);
-/** Whether the file was opened with O_DIRECT. */
+/** Whether the file was opened with O_DIRECT (false for NULL). */
 ZINF_API bool zinf_io_file_direct(const struct zinf_io_file *f);
-/** Direct-I/O alignment of the file in bytes (1 for a buffered file). */
+/** Direct-I/O alignment of the file in bytes (1 for a buffered file; 0 for NULL). */
 ZINF_API uint32_t zinf_io_file_align(const struct zinf_io_file *f);
-/** The path the file was opened with. */
+/** The path the file was opened with ("" for NULL). */
 ZINF_API const char *zinf_io_file_path(const struct zinf_io_file *f);
-/** The file's descriptor (for fallocate, fstat...). */
+/** The file's descriptor (for fallocate, fstat...); -EBADF for NULL. */
 ZINF_API int zinf_io_file_fd(const struct zinf_io_file *f);
 
 /* ---- requests ----------------------------------------------------------------------------- */
@@ -130,9 +133,9 @@ struct zinf_io_req {
 
 /**
  * Start a request. Validates everything first: on -EINVAL (misalignment, with the numbers in
- * the message; a NULL buffer or file; a file of another context; offset + len past INT64_MAX,
- * the largest file offset), -EBADF (a write to a file opened read-only) or -ESHUTDOWN (the
- * context is being destroyed) nothing was submitted.
+ * the message; a NULL context, buffer or file; a file of another context; offset + len past
+ * INT64_MAX, the largest file offset; buf + len past the end of the address space), -EBADF (a write
+ * to a file opened read-only) or -ESHUTDOWN (the context is being destroyed) nothing was submitted.
  * Returns 0 when queued. Never blocks on the disk (a full queue is absorbed by the workers).
  * Queued requests are served round robin, one block at a time, so a small request submitted
  * after a large one does not wait for all of it.
@@ -143,9 +146,16 @@ ZINF_API int zinf_io_read_async(struct zinf_io *io, struct zinf_io_req *r, struc
 				void *buf, size_t len, uint64_t offset);
 ZINF_API int zinf_io_write_async(struct zinf_io *io, struct zinf_io_req *r, struct zinf_io_file *f,
 				 const void *buf, size_t len, uint64_t offset);
-/** 1 if r has completed (its result is set), 0 if it is still in flight. */
+/**
+ * 1 if r has completed (its result is set), 0 if it is still in flight; -EINVAL for a NULL
+ * context or request, or one not submitted to this context. A request whose submission was
+ * refused is complete, with the refusal's error as its result.
+ */
 ZINF_API int zinf_io_poll(struct zinf_io *io, struct zinf_io_req *r);
-/** Block until r completes. Returns 0 if it transferred all its bytes, else its -errno. */
+/**
+ * Block until r completes. Returns 0 if it transferred all its bytes, else its -errno (for a
+ * request whose submission was refused, that error, at once); -EINVAL as zinf_io_poll().
+ */
 ZINF_API int zinf_io_wait(struct zinf_io *io, struct zinf_io_req *r);
 /**
  * Block until all n requests complete. Returns 0, or the error of the first failed one in
@@ -160,21 +170,18 @@ ZINF_API int zinf_io_pwrite(struct zinf_io *io, struct zinf_io_file *f, const vo
 
 /**
  * Register buffers with the backend (io_uring fixed buffers); requests whose buffer lies inside
- * a registered one use it. Replaces any earlier registration; n = 0 unregisters. A backend
- * without registration returns 0 and ignores it. -EBUSY while requests are in flight.
+ * a registered one use it. Replaces any earlier registration; n = 0 unregisters. Registration
+ * is an optimisation, so these return 0 without registering anything (requests then use the
+ * buffers unregistered): a backend without registration (libaio, psync), and a kernel that
+ * refuses to pin the buffers for a process without CAP_IPC_LOCK over RLIMIT_MEMLOCK (one
+ * warning with the limit and `ulimit -l`). zinf_io_buffers_registered() tells which.
+ * Returns 0; -EINVAL (NULL context, NULL iov with n > 0, a buffer that is NULL or wraps the
+ * address space); -EBUSY while requests are in flight; -ENOMEM; another -errno from the kernel.
+ * I/O buffers are best allocated with zinf_alloc_huge() (zinf/common.h).
  */
 ZINF_API int zinf_io_register_buffers(struct zinf_io *io, const struct iovec *iov, unsigned n);
-
-/**
- * Allocate an I/O buffer of len bytes: anonymous memory aligned to 2 MiB and advised to use
- * transparent huge pages (MADV_HUGEPAGE) before it is touched. With huge pages a 1 MiB block
- * is one DMA segment instead of 256, which doubled read and write bandwidth on the virtual
- * disk measured in bench/RESULTS.md; where THP is off it is ordinary page-aligned memory.
- * Zero-filled. Returns NULL on failure (len 0 included). Free with zinf_io_buf_free().
- */
-ZINF_API void *zinf_io_buf_alloc(size_t len);
-/** Free a buffer from zinf_io_buf_alloc(); len as allocated. NULL is a no-op. */
-ZINF_API void zinf_io_buf_free(void *p, size_t len);
+/** Buffers the backend holds registered (0: none, or a NULL context). */
+ZINF_API unsigned zinf_io_buffers_registered(const struct zinf_io *io);
 
 /* ---- fault injection (backend "fault") ---------------------------------------------------- */
 
@@ -200,12 +207,17 @@ ZINF_API uint64_t zinf_io_fault_ops(const struct zinf_io *io, int op);
 /* ---- statistics --------------------------------------------------------------------------- */
 
 struct zinf_io_stats {
+	size_t size;			    /* sizeof(struct zinf_io_stats), set by the caller */
 	uint64_t bytes_read, bytes_written; /* completed */
 	uint64_t reqs, blocks;		    /* submitted */
 	uint64_t short_retries, eagain_retries, errors;
 	uint64_t max_inflight; /* most block ops in flight at once over all workers */
 };
-ZINF_API void zinf_io_get_stats(const struct zinf_io *io, struct zinf_io_stats *out);
+/**
+ * Copy the statistics into *out (out->size set by the caller: a caller built against an older,
+ * smaller struct gets the fields it knows). Returns 0; -EINVAL (NULL, out->size too small).
+ */
+ZINF_API int zinf_io_get_stats(const struct zinf_io *io, struct zinf_io_stats *out);
 
 #ifdef __cplusplus
 }

@@ -124,7 +124,7 @@ Test(nvme_io, random_round_trips)
 		cr_assert(memcmp(rbuf, ref + off, len) == 0, "data differs at %zu@%llu", len,
 			  (unsigned long long)off);
 	}
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.errors, 0);
 	cr_assert_eq(st.reqs, 80);
@@ -240,7 +240,7 @@ Test(nvme_io, many_requests_many_files)
 			  "request %d", i);
 		total += len[i];
 	}
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.bytes_written, total);
 	cr_assert_eq(st.bytes_read, total);
@@ -311,7 +311,7 @@ Test(nvme_io, misaligned_is_einval_before_submission)
 	cr_assert_eq(zinf_io_read_async(io, &r, f, buf, a + 1, 0), -EINVAL);
 	cr_assert_eq(zinf_io_read_async(io, &r, f, NULL, a, 0), -EINVAL);
 	cr_assert_eq(zinf_io_read_async(io, &r, NULL, buf, a, 0), -EINVAL);
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.reqs, 0);
 	cr_assert_eq(st.blocks, 0);
@@ -451,7 +451,7 @@ Test(nvme_io, fault_fails_one_request)
 	}
 	cr_assert_eq(nfailed, 1);
 	cr_assert_eq(zinf_io_fault_ops(io, ZINF_IO_WRITE) - w0, NR * LEN / (64 << 10));
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.errors, 1);
 	/* Counted per block: the failed request's other blocks were written. */
@@ -510,7 +510,7 @@ Test(nvme_io, fault_short_ops_resubmitted)
 	rule.count = 4;
 	cr_assert_eq(zinf_io_fault_add(io, &rule), 0);
 	cr_assert_eq(zinf_io_pwrite(io, f, w, LEN, 0), 0);
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.short_retries, 3);
 	cr_assert_eq(zinf_io_fault_ops(io, ZINF_IO_WRITE), LEN / (128 << 10) + 3);
@@ -693,12 +693,12 @@ anon_huge_kb(const void *p)
 	return kb;
 }
 
-/* zinf_io_buf_alloc: 2 MiB aligned, zeroed, huge pages where THP allows, usable for I/O. */
+/* zinf_alloc_huge: 2 MiB aligned, zeroed, huge pages where THP allows, usable for I/O. */
 Test(nvme_io, io_buf_alloc_huge_pages)
 {
 	uint64_t rng = zt_seed();
 	size_t n = (8 << 20) + 4096;
-	char *b = zinf_io_buf_alloc(n);
+	char *b = zinf_alloc_huge(n);
 	cr_assert_not_null(b);
 	cr_assert(ZINF_IS_ALIGNED((uintptr_t)b, 2u << 20));
 	for (size_t i = 0; i < n; i += 4096) {
@@ -724,15 +724,15 @@ Test(nvme_io, io_buf_alloc_huge_pages)
 	char *dir = zt_mkdtemp(NULL);
 	struct zinf_io *io = io_open(8, 1 << 20, 1, false);
 	struct zinf_io_file *f = file_open(io, dir, "hp", 0);
-	char *r = zinf_io_buf_alloc(n);
+	char *r = zinf_alloc_huge(n);
 	cr_assert_eq(zinf_io_pwrite(io, f, b, n, 0), 0);
 	cr_assert_eq(zinf_io_pread(io, f, r, n, 0), 0);
 	cr_assert(memcmp(b, r, n) == 0);
 	zinf_io_destroy(io);
-	zinf_io_buf_free(b, n);
-	zinf_io_buf_free(r, n);
-	zinf_io_buf_free(NULL, 0);
-	cr_assert_null(zinf_io_buf_alloc(0));
+	zinf_free_huge(b, n);
+	zinf_free_huge(r, n);
+	zinf_free_huge(NULL, 0);
+	cr_assert_null(zinf_alloc_huge(0));
 	zt_rmtree(dir);
 	free(dir);
 }
@@ -771,9 +771,9 @@ Test(nvme_io, allocation_failures_unwind)
 		if (rc < 0) {
 			failed++;
 		} else {
-			char *b = zinf_io_buf_alloc(4096);
+			char *b = zinf_alloc_huge(4096);
 			cr_assert_eq(zinf_io_pwrite(io, f, b, 4096, 0), 0);
-			zinf_io_buf_free(b, 4096);
+			zinf_free_huge(b, 4096);
 		}
 		zinf_io_destroy(io);
 		if (rc == 0 && failed > 0) {
@@ -935,7 +935,7 @@ depth_refilled(bool fault)
 			     "waited for the next completion)",
 			     (unsigned long long)c, (unsigned long long)n, Q);
 	}
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.max_inflight, Q);
 
@@ -989,7 +989,7 @@ worker_sleeps(bool fault)
 	char *dir = zt_mkdtemp(NULL);
 	struct zinf_io *io = io_open(Q, BS, 1, fault);
 	struct zinf_io_file *f = file_open(io, dir, "sleep", 0);
-	char *buf = zinf_io_buf_alloc(len);
+	char *buf = zinf_alloc_huge(len);
 	cr_assert_not_null(buf);
 	memset(buf, 0x5a, len);
 	cr_assert_eq(zinf_io_pwrite(io, f, buf, len, 0), 0, "%s", zinf_last_error());
@@ -1011,7 +1011,7 @@ worker_sleeps(bool fault)
 	cr_assert(best < 0.25, "workers used %.0f%% of a core while waiting for the disk",
 		  100 * best);
 	zinf_io_destroy(io);
-	zinf_io_buf_free(buf, len);
+	zinf_free_huge(buf, len);
 	zt_rmtree(dir);
 	free(dir);
 }
@@ -1041,7 +1041,7 @@ static void
 resubmit_done(struct zinf_io_req *r, void *arg)
 {
 	struct resubmit *s = arg;
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	for (int i = 0; i < 10000 && !__atomic_load_n(&s->io->stopping, __ATOMIC_ACQUIRE); i++) {
 		usleep(1000);
 	}
@@ -1093,7 +1093,7 @@ Test(nvme_io, offset_beyond_off_t_is_einval_before_submission)
 	cr_assert_eq(zinf_io_write_async(io, &r, f, buf, a, top), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "offset") != NULL, "%s", zinf_last_error());
 	cr_assert_eq(zinf_io_read_async(io, &r, f, buf, a, top - a), -EINVAL);
-	struct zinf_io_stats st;
+	struct zinf_io_stats st = {.size = sizeof(st)};
 	zinf_io_get_stats(io, &st);
 	cr_assert_eq(st.reqs, 0);
 	cr_assert_eq(st.errors, 0);
