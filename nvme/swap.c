@@ -28,26 +28,43 @@
  * the same run; the checksums are not stored in the files (a checkpoint would save them beside the
  * files).
  *
+ * Ownership. A swap space owns its file names while it lives: for each directory d it holds a
+ * flock(2) on `<prefix>-r<rank>.<d>.lock` there (the lock guards `<prefix>-r<rank>-*.<d>.swp`
+ * and the probe file), taken at create, with its pid written inside for the message another
+ * process gets (-EBUSY naming the files, the lock and that pid). flock belongs to the open file
+ * description, so two swap spaces of one process conflict too. Files of its names found at
+ * reserve belong to nobody alive (the lock is held): leftovers of a process that died or of
+ * keep_files. Reserve counts the space they will give back in its free-space check, then
+ * removes them with one warning naming each file and its size.
+ *
  * Not here: the engine itself (nvme/io*.c), buffer management (offload/).
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "common/opts.h"
 #include "common/util.h"
 #include "nvme/swap_internal.h"
 #include "zinf/swap.h"
 
-#define SWAP_KIND_MAX	48
-#define SWAP_DEFAULT_SU (1u << 20)
-#define SWAP_MIN_ALIGN	4096u /* layout unit when a file reports less (buffered I/O) */
+#define SWAP_KIND_MAX	 48
+#define SWAP_DEFAULT_SU	 (1u << 20)
+#define SWAP_MIN_ALIGN	 4096u	   /* layout unit when a file reports less (buffered I/O) */
+#define SWAP_MAX_TENSORS (1 << 28) /* keeps the hash table's capacity within an unsigned */
 
-_Static_assert(sizeof(struct zinf_swap_opts) <= 128, "zinf_swap_opts grew: check opts.size use");
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_swap_opts, reserved);
+
+/* Messages about a swap space name it: "swap <prefix>-r<rank> in <dir>[,<dir>...]". */
+#define SWAP_FAIL(s, err, ...)	ZINF_OBJ_FAIL(swap_name(s), err, __VA_ARGS__)
+#define SWAP_LOG(s, level, ...) ZINF_OBJ_LOG(level, swap_name(s), __VA_ARGS__)
 
 enum swap_state { SWAP_UNWRITTEN = 0, SWAP_WRITING, SWAP_VALID, SWAP_READING };
 
@@ -72,7 +89,10 @@ struct swap_tensor {
 
 struct zinf_swap {
 	struct zinf_io *io;
+	char *name;	    /* swap_name() */
 	char **dirs;	    /* [n_dirs], copied */
+	int *lock_fd;	    /* [n_dirs]: flock held on lock_path[d], -1: none */
+	char **lock_path;   /* [n_dirs] */
 	bool *dir_buffered; /* [n_dirs]: O_DIRECT refused there, opts.buffered allowed it */
 	unsigned n_dirs;
 	uint64_t stripe_unit; /* bytes */
@@ -100,9 +120,18 @@ zinf_swap_test_set_free_bytes(uint64_t bytes)
 	atomic_store(&test_free_bytes, bytes);
 }
 
+static const char *
+swap_name(const struct zinf_swap *s)
+{
+	return s && s->name ? s->name : "swap";
+}
+
 ZINF_API void
 zinf_swap_opts_init(struct zinf_swap_opts *o)
 {
+	if (!o) {
+		return;
+	}
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->stripe_unit = SWAP_DEFAULT_SU;
@@ -111,25 +140,93 @@ zinf_swap_opts_init(struct zinf_swap_opts *o)
 
 /* ---- create / destroy --------------------------------------------------------------------- */
 
+/* The lock of directory d is held by someone else: -EBUSY naming the files and its pid. */
+static int
+lock_busy(struct zinf_swap *s, unsigned d, int fd)
+{
+	char buf[32] = "";
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+	char who[64] = "a process that did not say its pid";
+	if (pid == (long)getpid()) {
+		snprintf(who, sizeof(who), "this process, pid %ld", pid);
+	} else if (pid > 0) {
+		snprintf(who, sizeof(who), "process %ld", pid);
+	}
+	return SWAP_FAIL(s, -EBUSY,
+			 "the files %s/%s-r%d-*.%u.swp belong to another live swap space (%s; "
+			 "lock %s): give each job its own directory, prefix or rank",
+			 s->dirs[d], s->prefix, s->rank, d, who, s->lock_path[d]);
+}
+
 /*
- * Check that `dir` is a writable directory and find its direct-I/O alignment by opening a
- * probe file in it through the engine (which reads STATX_DIOALIGN).
+ * Take the names of directory d: an exclusive flock on its lock file, which must still be the
+ * file at that path once locked (its previous owner unlinks it before letting go), with our
+ * pid written in it for the message of the next one who tries.
  */
 static int
-probe_dir(struct zinf_swap *s, unsigned d, bool buffered_ok)
+lock_dir(struct zinf_swap *s, unsigned d)
+{
+	if (asprintf(&s->lock_path[d], "%s/%s-r%d.%u.lock", s->dirs[d], s->prefix, s->rank, d) <
+	    0) {
+		s->lock_path[d] = NULL;
+		return -ENOMEM;
+	}
+	const char *path = s->lock_path[d];
+	for (int tries = 0; tries < 100; tries++) {
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			int e = errno;
+			return SWAP_FAIL(s, -e, "cannot create the lock file %s: %s", path,
+					 strerror(e));
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+			int ret = e == EWOULDBLOCK ? lock_busy(s, d, fd)
+						   : SWAP_FAIL(s, -e, "cannot lock %s: %s", path,
+							       strerror(e));
+			close(fd);
+			return ret;
+		}
+		struct stat a, b;
+		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
+		    a.st_dev == b.st_dev) {
+			char pid[32];
+			int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+			if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+				SWAP_LOG(s, ZINF_LOG_DEBUG, "%s: pid not written", path);
+			}
+			s->lock_fd[d] = fd;
+			return 0;
+		}
+		close(fd); /* unlinked by its last owner after our open: try the new one */
+	}
+	return SWAP_FAIL(s, -EAGAIN, "the lock file %s keeps being replaced", path);
+}
+
+/*
+ * Check that `dir` is a writable directory, take its names (lock_dir) and find its direct-I/O
+ * alignment by opening a probe file in it through the engine (which reads STATX_DIOALIGN).
+ */
+static int
+dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
 {
 	const char *dir = s->dirs[d];
 	struct stat st;
 	if (stat(dir, &st) != 0) {
 		int e = errno;
-		return ZINF_FAIL(-e, "swap: directory %s: %s", dir, strerror(e));
+		return SWAP_FAIL(s, -e, "directory %s: %s", dir, strerror(e));
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		return ZINF_FAIL(-ENOTDIR, "swap: %s is not a directory", dir);
+		return SWAP_FAIL(s, -ENOTDIR, "%s is not a directory", dir);
 	}
 	if (access(dir, W_OK | X_OK) != 0) {
 		int e = errno;
-		return ZINF_FAIL(-e, "swap: directory %s is not writable: %s", dir, strerror(e));
+		return SWAP_FAIL(s, -e, "directory %s is not writable: %s", dir, strerror(e));
+	}
+	int ret = lock_dir(s, d);
+	if (ret < 0) {
+		return ret;
 	}
 	char *path = NULL;
 	if (asprintf(&path, "%s/.%s-r%d.%u.probe", dir, s->prefix, s->rank, d) < 0) {
@@ -137,94 +234,145 @@ probe_dir(struct zinf_swap *s, unsigned d, bool buffered_ok)
 	}
 	struct zinf_io_file *f = NULL;
 	unsigned flags = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC;
-	int ret = zinf_io_file_open(s->io, path,
-				    flags | (buffered_ok ? ZINF_IO_DIRECT_OR_BUFFERED : 0), &f);
-	if (ret == 0) {
-		s->dir_buffered[d] = !zinf_io_file_direct(f);
-	}
+	ret = zinf_io_file_open(s->io, path, flags | (buffered_ok ? ZINF_IO_DIRECT_OR_BUFFERED : 0),
+				&f);
 	if (ret < 0) {
 		unlink(path);
 		free(path);
 		if (ret == -EINVAL) {
-			return ZINF_FAIL(
-				-EINVAL,
-				"swap: directory %s refuses O_DIRECT (tmpfs?) and buffered "
-				"I/O was not allowed (opts.buffered)",
+			return SWAP_FAIL(
+				s, -EINVAL,
+				"directory %s refuses O_DIRECT (tmpfs?) and buffered I/O was "
+				"not allowed: set zinf_swap_opts.buffered (the zinf command: "
+				"--buffered)",
 				dir);
 		}
-		return ZINF_FAIL(ret, "swap: cannot create a file in %s: %s", dir, strerror(-ret));
+		return SWAP_FAIL(s, ret, "cannot create a file in %s: %s", dir, strerror(-ret));
 	}
+	s->dir_buffered[d] = !zinf_io_file_direct(f);
 	uint32_t a = zinf_io_file_align(f);
 	zinf_io_file_close(s->io, f);
 	unlink(path);
 	free(path);
-	if (a < SWAP_MIN_ALIGN) {
-		a = SWAP_MIN_ALIGN;
-	}
-	if (a > s->align) {
-		s->align = a;
-	}
+	s->align = ZINF_MAX(s->align, ZINF_MAX(a, SWAP_MIN_ALIGN));
 	return 0;
+}
+
+static void
+unlock_dirs(struct zinf_swap *s)
+{
+	for (unsigned d = 0; d < s->n_dirs; d++) {
+		if (s->lock_fd && s->lock_fd[d] >= 0) {
+			/* Unlinked while still held: a newcomer then locks a fresh file. */
+			unlink(s->lock_path[d]);
+			close(s->lock_fd[d]);
+		}
+		if (s->lock_path) {
+			free(s->lock_path[d]); /* asprintf's */
+		}
+	}
+	zinf_free(s->lock_fd);
+	zinf_free(s->lock_path);
+}
+
+/* The caller's options, checked; prefix defaulted. */
+static int
+swap_opts_take(struct zinf_swap_opts *o, const struct zinf_swap_opts *opts)
+{
+	zinf_swap_opts_init(o);
+	int ret = zinf_opts_take(o, sizeof(*o), opts, "zinf_swap_opts");
+	if (ret < 0) {
+		return ret;
+	}
+	if (o->n_dirs == 0 || !o->dirs) {
+		return SWAP_FAIL(NULL, -EINVAL, "no directory given (zinf_swap_opts.dirs)");
+	}
+	for (unsigned d = 0; d < o->n_dirs; d++) {
+		if (!o->dirs[d] || !o->dirs[d][0]) {
+			return SWAP_FAIL(NULL, -EINVAL, "directory %u is empty", d);
+		}
+	}
+	o->prefix = o->prefix ? o->prefix : "zinf";
+	if (!o->prefix[0] || strchr(o->prefix, '/')) {
+		return SWAP_FAIL(NULL, -EINVAL, "bad file name prefix '%s'", o->prefix);
+	}
+	o->stripe_unit = o->stripe_unit ? o->stripe_unit : SWAP_DEFAULT_SU;
+	return 0;
+}
+
+/* "swap <prefix>-r<rank> in <dir>,<dir>...". */
+static char *
+name_make(const struct zinf_swap_opts *o)
+{
+	size_t len = strlen(o->prefix) + 64;
+	for (unsigned d = 0; d < o->n_dirs; d++) {
+		len += strlen(o->dirs[d]) + 1;
+	}
+	char *n = zinf_malloc(len);
+	if (!n) {
+		return NULL;
+	}
+	size_t at = (size_t)snprintf(n, len, "swap %s-r%d in ", o->prefix, o->rank);
+	for (unsigned d = 0; d < o->n_dirs; d++) {
+		at += (size_t)snprintf(n + at, len - at, "%s%s", d ? "," : "", o->dirs[d]);
+	}
+	return n;
 }
 
 ZINF_API int
 zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct zinf_swap **out)
 {
+	struct zinf_swap_opts o;
 	if (!io || !opts || !out) {
-		return ZINF_FAIL(-EINVAL, "swap: NULL argument");
+		return ZINF_FAIL(-EINVAL, "zinf_swap_create: NULL %s",
+				 !io	 ? "I/O context"
+				 : !opts ? "options"
+					 : "out");
 	}
-	if (opts->size < offsetof(struct zinf_swap_opts, keep_files) + sizeof(bool)) {
-		return ZINF_FAIL(-EINVAL, "swap: opts.size %zu: call zinf_swap_opts_init()",
-				 opts->size);
+	int ret = swap_opts_take(&o, opts);
+	if (ret < 0) {
+		return ret;
 	}
-	if (opts->n_dirs == 0 || !opts->dirs) {
-		return ZINF_FAIL(-EINVAL, "swap: no directory given");
-	}
-	for (unsigned d = 0; d < opts->n_dirs; d++) {
-		if (!opts->dirs[d] || !opts->dirs[d][0]) {
-			return ZINF_FAIL(-EINVAL, "swap: directory %u is empty", d);
-		}
-	}
-	const char *prefix = opts->prefix ? opts->prefix : "zinf";
-	if (!prefix[0] || strchr(prefix, '/')) {
-		return ZINF_FAIL(-EINVAL, "swap: bad file name prefix '%s'", prefix);
-	}
-	uint64_t su = opts->stripe_unit ? opts->stripe_unit : SWAP_DEFAULT_SU;
-
-	int ret = -ENOMEM;
 	struct zinf_swap *s = zinf_calloc(1, sizeof(*s));
 	if (!s) {
 		return -ENOMEM;
 	}
+	ret = -ENOMEM;
 	s->io = io;
-	s->n_dirs = opts->n_dirs;
-	s->stripe_unit = su;
-	s->rank = opts->rank;
-	s->crc = opts->crc;
-	s->keep_files = opts->keep_files;
+	s->n_dirs = o.n_dirs;
+	s->stripe_unit = o.stripe_unit;
+	s->rank = o.rank;
+	s->crc = o.crc;
+	s->keep_files = o.keep_files;
 	s->align = 1;
-	s->prefix = zinf_strdup(prefix);
+	s->name = name_make(&o);
+	s->prefix = zinf_strdup(o.prefix);
 	s->dirs = zinf_calloc(s->n_dirs, sizeof(*s->dirs));
 	s->dir_buffered = zinf_calloc(s->n_dirs, sizeof(*s->dir_buffered));
-	if (!s->prefix || !s->dirs || !s->dir_buffered) {
+	s->lock_fd = zinf_calloc(s->n_dirs, sizeof(*s->lock_fd));
+	s->lock_path = zinf_calloc(s->n_dirs, sizeof(*s->lock_path));
+	for (unsigned d = 0; s->lock_fd && d < s->n_dirs; d++) {
+		s->lock_fd[d] = -1;
+	}
+	if (!s->name || !s->prefix || !s->dirs || !s->dir_buffered || !s->lock_fd ||
+	    !s->lock_path) {
 		goto fail;
 	}
 	for (unsigned d = 0; d < s->n_dirs; d++) {
-		s->dirs[d] = zinf_strdup(opts->dirs[d]);
+		s->dirs[d] = zinf_strdup(o.dirs[d]);
 		if (!s->dirs[d]) {
 			goto fail;
 		}
 	}
 	for (unsigned d = 0; d < s->n_dirs; d++) {
-		ret = probe_dir(s, d, opts->buffered);
-		if (ret < 0) {
+		if ((ret = dir_open(s, d, o.buffered)) < 0) {
 			goto fail;
 		}
 	}
-	if (su % s->align != 0) {
-		ret = ZINF_FAIL(-EINVAL,
-				"swap: stripe unit %llu is not a multiple of the alignment %u",
-				(unsigned long long)su, s->align);
+	if (s->stripe_unit % s->align != 0) {
+		ret = SWAP_FAIL(s, -EINVAL,
+				"stripe unit %llu is not a multiple of the alignment %u",
+				(unsigned long long)s->stripe_unit, s->align);
 		goto fail;
 	}
 	*out = s;
@@ -270,6 +418,8 @@ zinf_swap_destroy(struct zinf_swap *s)
 	zinf_free(s->t);
 	zinf_free(s->ext_off);
 	zinf_free(s->hash);
+	/* After the files are gone: the names stay ours until then. */
+	unlock_dirs(s);
 	if (s->dirs) {
 		for (unsigned d = 0; d < s->n_dirs; d++) {
 			zinf_free(s->dirs[d]);
@@ -278,6 +428,7 @@ zinf_swap_destroy(struct zinf_swap *s)
 	zinf_free(s->dirs);
 	zinf_free(s->dir_buffered);
 	zinf_free(s->prefix);
+	zinf_free(s->name);
 	zinf_free(s);
 }
 
@@ -351,7 +502,7 @@ ZINF_API int
 zinf_swap_find(const struct zinf_swap *s, const char *kind, uint32_t index)
 {
 	if (!s || !kind) {
-		return -EINVAL;
+		return SWAP_FAIL(s, -EINVAL, "zinf_swap_find: NULL %s", s ? "kind" : "swap space");
 	}
 	int k = kind_lookup(s, kind);
 	if (k < 0 || !s->hash_cap) {
@@ -365,22 +516,30 @@ ZINF_API int
 zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t bytes)
 {
 	if (!s || !kind) {
-		return ZINF_FAIL(-EINVAL, "swap: NULL argument");
+		return SWAP_FAIL(s, -EINVAL, "zinf_swap_add: NULL %s", s ? "kind" : "swap space");
 	}
 	if (s->reserved) {
-		return ZINF_FAIL(-EBUSY, "swap: %s[%u] declared after zinf_swap_reserve()", kind,
+		return SWAP_FAIL(s, -EBUSY, "%s[%u] declared after zinf_swap_reserve()", kind,
 				 index);
 	}
 	if (!kind_name_ok(kind)) {
-		return ZINF_FAIL(-EINVAL,
-				 "swap: bad state kind '%s' (1..%d letters, digits and '_')", kind,
-				 SWAP_KIND_MAX);
+		return SWAP_FAIL(s, -EINVAL, "bad state kind '%s' (1..%d letters, digits and '_')",
+				 kind, SWAP_KIND_MAX);
 	}
 	if (zinf_swap_find(s, kind, index) >= 0) {
-		return ZINF_FAIL(-EEXIST, "swap: %s[%u] declared twice", kind, index);
+		return SWAP_FAIL(s, -EEXIST, "%s[%u] declared twice", kind, index);
 	}
-	if (s->nt == INT32_MAX - 1) {
-		return -ENOSPC;
+	/* Padded to the alignment, the tensor must still fit below the largest file offset. */
+	if (bytes > ZINF_ALIGN_DOWN((uint64_t)INT64_MAX, (uint64_t)s->align)) {
+		return SWAP_FAIL(
+			s, -EOVERFLOW,
+			"%s[%u]: %llu bytes is past the largest file offset (2^63 - 1) once "
+			"padded to %u bytes (did elements x element size wrap?)",
+			kind, index, (unsigned long long)bytes, s->align);
+	}
+	if (s->nt >= SWAP_MAX_TENSORS) {
+		return SWAP_FAIL(s, -ENOSPC, "%s[%u]: more than %d tensors", kind, index,
+				 SWAP_MAX_TENSORS);
 	}
 	int k = kind_lookup(s, kind);
 	if (k < 0) {
@@ -475,8 +634,15 @@ extent_bytes(const struct zinf_swap *s, const struct swap_tensor *t, unsigned d)
 	return b;
 }
 
+/* a / b rounded up, without the overflow of a + b - 1. */
+static uint64_t
+div_up(uint64_t a, uint64_t b)
+{
+	return a / b + (a % b != 0);
+}
+
 static int
-layout(struct zinf_swap *s)
+layout_alloc(struct zinf_swap *s)
 {
 	s->ext_off = zinf_calloc((size_t)(s->nt ? s->nt : 1) * s->n_dirs, sizeof(*s->ext_off));
 	if (!s->ext_off) {
@@ -491,45 +657,74 @@ layout(struct zinf_swap *s)
 			return -ENOMEM;
 		}
 	}
+	return 0;
+}
+
+/* Tensor id's extents go at the end of its kind's files; none may pass INT64_MAX. */
+static int
+layout_extents(struct zinf_swap *s, int id)
+{
+	struct swap_tensor *t = &s->t[id];
+	struct swap_kind *kd = &s->kinds[t->kind];
+	for (unsigned d = 0; d < s->n_dirs; d++) {
+		uint64_t b = extent_bytes(s, t, d); /* a multiple of the alignment */
+		if (b > (uint64_t)INT64_MAX - kd->file_bytes[d] ||
+		    __builtin_add_overflow(s->total_bytes, b, &s->total_bytes)) {
+			return SWAP_FAIL(s, -EOVERFLOW,
+					 "%s[%u]: the %s file in %s would pass the largest file "
+					 "offset (2^63 - 1)",
+					 kd->name, t->index, kd->name, s->dirs[d]);
+		}
+		s->ext_off[(size_t)id * s->n_dirs + d] = kd->file_bytes[d];
+		kd->file_bytes[d] += b;
+	}
+	return 0;
+}
+
+static int
+layout(struct zinf_swap *s)
+{
+	int ret = layout_alloc(s);
 	uint64_t *kind_units =
 		zinf_calloc((size_t)(s->nkinds ? s->nkinds : 1), sizeof(*kind_units));
-	if (!kind_units) {
+	if (ret < 0 || !kind_units) {
+		zinf_free(kind_units);
 		return -ENOMEM;
 	}
 	s->total_bytes = 0;
-	for (int id = 0; id < s->nt; id++) {
+	for (int id = 0; id < s->nt && ret == 0; id++) {
 		struct swap_tensor *t = &s->t[id];
-		struct swap_kind *kd = &s->kinds[t->kind];
-		t->buf_bytes = ZINF_ALIGN_UP(t->bytes, (uint64_t)s->align);
+		t->buf_bytes = ZINF_ALIGN_UP(t->bytes, (uint64_t)s->align); /* checked at add */
+		uint64_t units = div_up(t->buf_bytes, s->stripe_unit);
 		/* One request per extent, or one per stripe unit (striped, or to check CRCs). */
-		t->npieces = (s->n_dirs == 1 && !s->crc)
-				     ? (t->buf_bytes ? 1 : 0)
-				     : (uint32_t)ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
+		uint64_t pieces = (s->n_dirs == 1 && !s->crc) ? (t->buf_bytes ? 1 : 0) : units;
+		if (pieces > INT32_MAX) {
+			ret = SWAP_FAIL(
+				s, -EOVERFLOW,
+				"%s[%u]: %llu stripe units of %llu bytes: more than 2^31 - 1 "
+				"requests; use a larger stripe unit",
+				s->kinds[t->kind].name, t->index, (unsigned long long)units,
+				(unsigned long long)s->stripe_unit);
+			break;
+		}
+		t->npieces = (uint32_t)pieces;
 		/* Rotating first directory (see the top of this file). */
 		t->dir0 = (unsigned)(((uint64_t)t->kind + kind_units[t->kind]) % s->n_dirs);
-		kind_units[t->kind] += ZINF_DIV_ROUND_UP(t->buf_bytes, s->stripe_unit);
-		for (unsigned d = 0; d < s->n_dirs; d++) {
-			uint64_t b = extent_bytes(s, t, d);
-			s->ext_off[(size_t)id * s->n_dirs + d] = kd->file_bytes[d];
-			kd->file_bytes[d] += b; /* b is a multiple of the alignment */
-			s->total_bytes += b;
-		}
-		if (s->crc && t->npieces) {
+		kind_units[t->kind] += units;
+		ret = layout_extents(s, id);
+		if (ret == 0 && s->crc && t->npieces) {
 			t->crc = zinf_calloc(t->npieces, sizeof(*t->crc));
 			t->crc_new = zinf_calloc(t->npieces, sizeof(*t->crc_new));
-			if (!t->crc || !t->crc_new) {
-				zinf_free(kind_units);
-				return -ENOMEM;
-			}
+			ret = (!t->crc || !t->crc_new) ? -ENOMEM : 0;
 		}
 	}
 	zinf_free(kind_units);
-	return 0;
+	return ret;
 }
 
 /* Free bytes for an unprivileged writer in dir (or the test hook's figure). */
 static int
-dir_free_bytes(const char *dir, uint64_t *out)
+dir_free_bytes(const struct zinf_swap *s, const char *dir, uint64_t *out)
 {
 	uint64_t hook = atomic_load(&test_free_bytes);
 	if (hook != UINT64_MAX) {
@@ -539,18 +734,157 @@ dir_free_bytes(const char *dir, uint64_t *out)
 	struct statvfs v;
 	if (statvfs(dir, &v) != 0) {
 		int e = errno;
-		return ZINF_FAIL(-e, "swap: statvfs %s: %s", dir, strerror(e));
+		return SWAP_FAIL(s, -e, "statvfs %s: %s", dir, strerror(e));
 	}
 	*out = (uint64_t)v.f_bavail * v.f_frsize;
 	return 0;
 }
 
+/* ---- leftovers of a process that is gone -------------------------------------------------- */
+
+/* Files of this swap space's names found in its directories (the lock says nobody owns them). */
+struct leftovers {
+	char **paths;
+	uint64_t *bytes; /* [n]: allocated on disk (st_blocks), what removing them gives back */
+	unsigned n, cap;
+	uint64_t *dir_bytes; /* [n_dirs] */
+};
+
+static void
+leftovers_free(struct leftovers *lo)
+{
+	for (unsigned i = 0; i < lo->n; i++) {
+		free(lo->paths[i]);
+	}
+	zinf_free(lo->paths);
+	zinf_free(lo->bytes);
+	zinf_free(lo->dir_bytes);
+	memset(lo, 0, sizeof(*lo));
+}
+
+/* Whether `name` is `<prefix>-r<rank>-<kind>.<d>.swp` for a valid kind. */
+static bool
+leftover_name(const struct zinf_swap *s, unsigned d, const char *name)
+{
+	char head[64], tail[32];
+	size_t pl = strlen(s->prefix), n = strlen(name);
+	int hl = snprintf(head, sizeof(head), "-r%d-", s->rank);
+	int tl = snprintf(tail, sizeof(tail), ".%u.swp", d);
+	if (n <= pl + (size_t)hl + (size_t)tl || strncmp(name, s->prefix, pl) != 0 ||
+	    strncmp(name + pl, head, (size_t)hl) != 0 || strcmp(name + n - tl, tail) != 0) {
+		return false;
+	}
+	char kind[SWAP_KIND_MAX + 1];
+	size_t kl = n - pl - (size_t)hl - (size_t)tl;
+	if (kl > SWAP_KIND_MAX) {
+		return false;
+	}
+	memcpy(kind, name + pl + hl, kl);
+	kind[kl] = 0;
+	return kind_name_ok(kind);
+}
+
+static int
+leftover_add(struct leftovers *lo, const char *dir, const char *name, uint64_t bytes)
+{
+	if (lo->n == lo->cap) {
+		unsigned cap = lo->cap ? lo->cap * 2 : 8;
+		char **p = zinf_calloc(cap, sizeof(*p));
+		uint64_t *b = zinf_calloc(cap, sizeof(*b));
+		if (!p || !b) {
+			zinf_free(p);
+			zinf_free(b);
+			return -ENOMEM;
+		}
+		if (lo->n) {
+			memcpy(p, lo->paths, lo->n * sizeof(*p));
+			memcpy(b, lo->bytes, lo->n * sizeof(*b));
+		}
+		zinf_free(lo->paths);
+		zinf_free(lo->bytes);
+		lo->paths = p;
+		lo->bytes = b;
+		lo->cap = cap;
+	}
+	if (asprintf(&lo->paths[lo->n], "%s/%s", dir, name) < 0) {
+		return -ENOMEM;
+	}
+	lo->bytes[lo->n++] = bytes;
+	return 0;
+}
+
+/* Find the leftovers in every directory. */
+static int
+leftovers_find(struct zinf_swap *s, struct leftovers *lo)
+{
+	memset(lo, 0, sizeof(*lo));
+	lo->dir_bytes = zinf_calloc(s->n_dirs, sizeof(*lo->dir_bytes));
+	if (!lo->dir_bytes) {
+		return -ENOMEM;
+	}
+	for (unsigned d = 0; d < s->n_dirs; d++) {
+		DIR *dp = opendir(s->dirs[d]);
+		if (!dp) {
+			int e = errno;
+			return SWAP_FAIL(s, -e, "cannot list %s: %s", s->dirs[d], strerror(e));
+		}
+		struct dirent *de;
+		int ret = 0;
+		while (ret == 0 && (de = readdir(dp)) != NULL) {
+			struct stat st;
+			if (!leftover_name(s, d, de->d_name) ||
+			    fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+			    !S_ISREG(st.st_mode)) {
+				continue;
+			}
+			uint64_t b = (uint64_t)st.st_blocks * 512;
+			ret = leftover_add(lo, s->dirs[d], de->d_name, b);
+			lo->dir_bytes[d] += b;
+		}
+		closedir(dp);
+		if (ret < 0) {
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* Remove the leftovers, with one warning that names each and its size. */
+static void
+leftovers_reclaim(struct zinf_swap *s, const struct leftovers *lo)
+{
+	if (lo->n == 0) {
+		return;
+	}
+	char list[640];
+	size_t at = 0;
+	uint64_t total = 0;
+	unsigned listed = 0;
+	for (unsigned i = 0; i < lo->n; i++) {
+		unlink(lo->paths[i]);
+		total += lo->bytes[i];
+		int w = snprintf(list + at, sizeof(list) - at, "%s%s (%llu bytes)", i ? ", " : "",
+				 lo->paths[i], (unsigned long long)lo->bytes[i]);
+		if (w > 0 && (size_t)w < sizeof(list) - at) {
+			at += (size_t)w;
+			listed++;
+		} else {
+			list[at] = 0;
+		}
+	}
+	SWAP_LOG(s, ZINF_LOG_WARN,
+		 "reclaiming %u leftover swap file(s) of these names that no live process holds "
+		 "(a run that died or kept its files), %llu bytes: %s%s",
+		 lo->n, (unsigned long long)total, list, listed < lo->n ? ", ..." : "");
+}
+
 /*
- * Every directory's needs against its file system's free space, before anything is created.
- * Directories on one file system share its free space, so their needs are summed.
+ * Every directory's needs against its file system's free space plus what its leftovers give
+ * back, before anything is created. Directories on one file system share its free space, so
+ * their needs (and leftovers) are summed.
  */
 static int
-check_space(struct zinf_swap *s)
+check_space(struct zinf_swap *s, const uint64_t *reclaim)
 {
 	unsigned n = s->n_dirs;
 	uint64_t *need = zinf_calloc(n, sizeof(*need));
@@ -563,37 +897,36 @@ check_space(struct zinf_swap *s)
 		struct stat st;
 		if (stat(s->dirs[d], &st) != 0) {
 			int e = errno;
-			ret = ZINF_FAIL(-e, "swap: directory %s: %s", s->dirs[d], strerror(e));
+			ret = SWAP_FAIL(s, -e, "directory %s: %s", s->dirs[d], strerror(e));
 			goto out;
 		}
 		dev[d] = st.st_dev;
 		for (int k = 0; k < s->nkinds; k++) {
-			need[d] += s->kinds[k].file_bytes[d];
+			need[d] += s->kinds[k].file_bytes[d]; /* bounded by total_bytes */
 		}
 	}
 	for (unsigned d = 0; d < n; d++) {
-		uint64_t sum = 0;
+		uint64_t sum = 0, back = 0, avail;
 		unsigned first = d;
 		for (unsigned e = 0; e < n; e++) {
 			if (dev[e] == dev[d]) {
 				sum += need[e];
+				back += reclaim[e];
 				first = ZINF_MIN(first, e);
 			}
 		}
 		if (first != d || sum == 0) {
 			continue; /* counted with the first directory on that file system */
 		}
-		uint64_t avail;
-		ret = dir_free_bytes(s->dirs[d], &avail);
-		if (ret < 0) {
+		if ((ret = dir_free_bytes(s, s->dirs[d], &avail)) < 0) {
 			goto out;
 		}
-		if (sum > avail) {
-			ret = ZINF_FAIL(
-				-ENOSPC,
-				"swap: not enough space in %s: needs %llu bytes, %llu bytes "
-				"free",
-				s->dirs[d], (unsigned long long)sum, (unsigned long long)avail);
+		if (sum > avail && sum - avail > back) {
+			ret = SWAP_FAIL(s, -ENOSPC,
+					"not enough space in %s: needs %llu bytes, %llu bytes free "
+					"(+ %llu bytes in leftover files to reclaim)",
+					s->dirs[d], (unsigned long long)sum,
+					(unsigned long long)avail, (unsigned long long)back);
 			goto out;
 		}
 	}
@@ -617,45 +950,31 @@ preallocate(struct zinf_swap *s, struct zinf_io_file *f, uint64_t bytes)
 	}
 	if (e == ENOSPC) {
 		uint64_t avail = 0;
-		dir_free_bytes(s->dirs[0], &avail);
+		dir_free_bytes(s, s->dirs[0], &avail);
 		struct statvfs v;
 		if (fstatvfs(fd, &v) == 0) {
 			avail = (uint64_t)v.f_bavail * v.f_frsize;
 		}
-		return ZINF_FAIL(-ENOSPC,
-				 "swap: preallocating %s: needs %llu bytes, %llu bytes free", path,
-				 (unsigned long long)bytes, (unsigned long long)avail);
+		return SWAP_FAIL(s, -ENOSPC, "preallocating %s: needs %llu bytes, %llu bytes free",
+				 path, (unsigned long long)bytes, (unsigned long long)avail);
 	}
 	if (e == EFBIG) {
-		return ZINF_FAIL(-EFBIG,
-				 "swap: preallocating %s: %llu bytes exceed the file size limit "
+		return SWAP_FAIL(s, -EFBIG,
+				 "preallocating %s: %llu bytes exceed the file size limit "
 				 "(ulimit -f, RLIMIT_FSIZE) or the file system's",
 				 path, (unsigned long long)bytes);
 	}
 	if (e) {
-		return ZINF_FAIL(-e, "swap: preallocating %llu bytes for %s: %s",
+		return SWAP_FAIL(s, -e, "preallocating %llu bytes for %s: %s",
 				 (unsigned long long)bytes, path, strerror(e));
 	}
 	return 0;
 }
 
-ZINF_API int
-zinf_swap_reserve(struct zinf_swap *s)
+/* Create (truncated: the names are ours) and preallocate every kind's file in every directory. */
+static int
+files_create(struct zinf_swap *s)
 {
-	if (!s) {
-		return -EINVAL;
-	}
-	if (s->reserved) {
-		return ZINF_FAIL(-EBUSY, "swap: already reserved");
-	}
-	int ret = layout(s);
-	if (ret < 0) {
-		goto fail;
-	}
-	ret = check_space(s);
-	if (ret < 0) {
-		goto fail;
-	}
 	for (int k = 0; k < s->nkinds; k++) {
 		struct swap_kind *kd = &s->kinds[k];
 		for (unsigned d = 0; d < s->n_dirs; d++) {
@@ -665,30 +984,31 @@ zinf_swap_reserve(struct zinf_swap *s)
 			if (asprintf(&kd->paths[d], "%s/%s-r%d-%s.%u.swp", s->dirs[d], s->prefix,
 				     s->rank, kd->name, d) < 0) {
 				kd->paths[d] = NULL;
-				ret = -ENOMEM;
-				goto fail;
+				return -ENOMEM;
 			}
 			unsigned fl = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC;
 			if (s->dir_buffered[d]) {
 				fl |= ZINF_IO_BUFFERED;
 			}
-			ret = zinf_io_file_open(s->io, kd->paths[d], fl, &kd->files[d]);
+			int ret = zinf_io_file_open(s->io, kd->paths[d], fl, &kd->files[d]);
 			if (ret < 0) {
 				kd->files[d] = NULL;
-				ZINF_ERR("swap: cannot create %s: %s", kd->paths[d],
-					 strerror(-ret));
-				goto fail;
+				return SWAP_FAIL(s, ret, "cannot create %s: %s", kd->paths[d],
+						 strerror(-ret));
 			}
 			ret = preallocate(s, kd->files[d], kd->file_bytes[d]);
 			if (ret < 0) {
-				goto fail;
+				return ret;
 			}
 		}
 	}
-	s->reserved = true;
 	return 0;
-fail:
-	/* Back to the declared state: close and remove what was created. */
+}
+
+/* Back to the declared state: close and remove what reserve created. */
+static void
+reserve_undo(struct zinf_swap *s)
+{
 	for (int k = 0; k < s->nkinds; k++) {
 		kind_fini(s, &s->kinds[k]);
 		s->kinds[k].files = NULL;
@@ -703,7 +1023,36 @@ fail:
 	zinf_free(s->ext_off);
 	s->ext_off = NULL;
 	s->total_bytes = 0;
-	return ret;
+}
+
+ZINF_API int
+zinf_swap_reserve(struct zinf_swap *s)
+{
+	struct leftovers lo = {0};
+	if (!s) {
+		return SWAP_FAIL(s, -EINVAL, "zinf_swap_reserve: NULL swap space");
+	}
+	if (s->reserved) {
+		return SWAP_FAIL(s, -EBUSY, "already reserved");
+	}
+	int ret = layout(s);
+	if (ret == 0) {
+		ret = leftovers_find(s, &lo);
+	}
+	if (ret == 0) {
+		ret = check_space(s, lo.dir_bytes);
+	}
+	if (ret == 0) {
+		leftovers_reclaim(s, &lo);
+		ret = files_create(s);
+	}
+	leftovers_free(&lo);
+	if (ret < 0) {
+		reserve_undo(s);
+		return ret;
+	}
+	s->reserved = true;
+	return 0;
 }
 
 ZINF_API uint32_t
@@ -735,7 +1084,11 @@ zinf_swap_total_bytes(const struct zinf_swap *s)
 	}
 	uint64_t sum = 0;
 	for (int id = 0; id < s->nt; id++) {
-		sum += ZINF_ALIGN_UP(s->t[id].bytes, (uint64_t)s->align);
+		/* Each padded size fits (checked at add); their sum saturates. */
+		if (__builtin_add_overflow(sum, ZINF_ALIGN_UP(s->t[id].bytes, (uint64_t)s->align),
+					   &sum)) {
+			return UINT64_MAX;
+		}
 	}
 	return sum;
 }
@@ -752,32 +1105,31 @@ static int
 op_check(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op, const char *what)
 {
 	if (!s || !op) {
-		return -EINVAL;
+		return SWAP_FAIL(s, -EINVAL, "%s: NULL %s", what, s ? "operation" : "swap space");
 	}
 	memset(op, 0, sizeof(*op));
 	op->id = id;
 	op->buf = buf;
 	if (!s->reserved) {
-		return op->result = ZINF_FAIL(-EBUSY, "swap: %s before zinf_swap_reserve()", what);
+		return op->result = SWAP_FAIL(s, -EBUSY, "%s before zinf_swap_reserve()", what);
 	}
 	if (id < 0 || id >= s->nt) {
-		return op->result =
-			       ZINF_FAIL(-EINVAL, "swap: %s of unknown tensor id %d", what, id);
+		return op->result = SWAP_FAIL(s, -EINVAL, "%s of unknown tensor id %d", what, id);
 	}
 	if (!buf && s->t[id].buf_bytes) {
-		return op->result = ZINF_FAIL(-EINVAL, "swap: %s of %s[%u]: NULL buffer", what,
+		return op->result = SWAP_FAIL(s, -EINVAL, "%s of %s[%u]: NULL buffer", what,
 					      tensor_kind(s, id), s->t[id].index);
 	}
 	if ((uintptr_t)buf % s->align) {
 		return op->result =
-			       ZINF_FAIL(-EINVAL,
-					 "swap: %s of %s[%u]: buffer %p is not aligned to %u "
+			       SWAP_FAIL(s, -EINVAL,
+					 "%s of %s[%u]: buffer %p is not aligned to %u "
 					 "bytes",
 					 what, tensor_kind(s, id), s->t[id].index, buf, s->align);
 	}
 	enum swap_state st = s->t[id].state;
 	if (st == SWAP_WRITING || st == SWAP_READING) {
-		return op->result = ZINF_FAIL(-EBUSY, "swap: %s of %s[%u] while a %s is in flight",
+		return op->result = SWAP_FAIL(s, -EBUSY, "%s of %s[%u] while a %s is in flight",
 					      what, tensor_kind(s, id), s->t[id].index,
 					      st == SWAP_WRITING ? "write" : "read");
 	}
@@ -805,7 +1157,7 @@ piece_submit(struct zinf_swap *s, struct zinf_swap_op *op, uint32_t p)
 					 pc.file_off);
 	}
 	if (ret < 0) {
-		return ZINF_FAIL(ret, "swap: submitting %s of %s[%u] to %s: %s",
+		return SWAP_FAIL(s, ret, "submitting %s of %s[%u] to %s: %s",
 				 op->write ? "write" : "read", kd->name, t->index,
 				 kd->paths[pc.dir], strerror(-ret));
 	}
@@ -880,8 +1232,8 @@ zinf_swap_read_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op
 	}
 	struct swap_tensor *t = &s->t[id];
 	if (t->state != SWAP_VALID) {
-		return op->result = ZINF_FAIL(-ENODATA,
-					      "swap: read of %s[%u], which holds no data (never "
+		return op->result = SWAP_FAIL(s, -ENODATA,
+					      "read of %s[%u], which holds no data (never "
 					      "written, or its last write failed)",
 					      tensor_kind(s, id), t->index);
 	}
@@ -916,22 +1268,21 @@ piece_done(struct zinf_swap *s, struct zinf_swap_op *op)
 	}
 	if (r->result != (int64_t)r->len) {
 		int ret = r->result < 0 ? (int)r->result : -EIO;
-		op->result = ZINF_FAIL(
-			ret, "swap: %s of %s[%u] failed: %s at offset %llu, %zu bytes: %s",
-			op->write ? "write" : "read", kd->name, t->index,
-			zinf_io_file_path(r->file), (unsigned long long)r->offset, r->len,
-			strerror(-ret));
+		op->result =
+			SWAP_FAIL(s, ret, "%s of %s[%u] failed: %s at offset %llu, %zu bytes: %s",
+				  op->write ? "write" : "read", kd->name, t->index,
+				  zinf_io_file_path(r->file), (unsigned long long)r->offset, r->len,
+				  strerror(-ret));
 		return;
 	}
 	if (!op->write && s->crc) {
 		uint32_t c = zinf_crc32c(0, r->buf, r->len);
 		if (c != t->crc[p]) {
-			op->result =
-				ZINF_FAIL(-EBADMSG,
-					  "swap: CRC mismatch reading %s[%u] from %s at offset "
-					  "%llu, %zu bytes: 0x%08x, written 0x%08x",
-					  kd->name, t->index, zinf_io_file_path(r->file),
-					  (unsigned long long)r->offset, r->len, c, t->crc[p]);
+			op->result = SWAP_FAIL(s, -EBADMSG,
+					       "CRC mismatch reading %s[%u] from %s at offset "
+					       "%llu, %zu bytes: 0x%08x, written 0x%08x",
+					       kd->name, t->index, zinf_io_file_path(r->file),
+					       (unsigned long long)r->offset, r->len, c, t->crc[p]);
 		}
 	}
 }
@@ -963,7 +1314,8 @@ ZINF_API int
 zinf_swap_wait(struct zinf_swap *s, struct zinf_swap_op *op)
 {
 	if (!s || !op) {
-		return -EINVAL;
+		return SWAP_FAIL(s, -EINVAL, "zinf_swap_wait: NULL %s",
+				 s ? "operation" : "swap space");
 	}
 	if (!op->reqs) {
 		return (int)op->result;
@@ -979,7 +1331,8 @@ ZINF_API int
 zinf_swap_poll(struct zinf_swap *s, struct zinf_swap_op *op)
 {
 	if (!s || !op) {
-		return -EINVAL;
+		return SWAP_FAIL(s, -EINVAL, "zinf_swap_poll: NULL %s",
+				 s ? "operation" : "swap space");
 	}
 	if (!op->reqs) {
 		return 1;

@@ -37,38 +37,50 @@ struct zinf_swap_opts {
 	const char *prefix;   /* file name prefix; default "zinf" */
 	bool crc;	      /* per-extent CRC32C; default false */
 	bool buffered;	      /* allow file systems without O_DIRECT (buffered I/O) */
-	bool keep_files;      /* do not unlink the files on destroy; default false */
+	bool keep_files;      /* do not unlink the files on destroy; default false (a later
+			       * swap space of the same names reclaims them, with a warning) */
+	uint8_t reserved[5];  /* zero: no tail padding (common/opts.h) */
 };
 
 ZINF_API void zinf_swap_opts_init(struct zinf_swap_opts *o);
 
 /**
  * Create a swap space over `io` (which must outlive it). Checks that each directory exists and
- * is writable. Returns 0 and sets *out; -ENOENT/-EACCES/-ENOTDIR naming the directory;
- * -EINVAL bad option (O_DIRECT refused and buffered not allowed, stripe unit not a multiple
- * of the alignment); -ENOMEM. Free with zinf_swap_destroy().
+ * is writable, and takes the names it will use: in each directory d it holds a lock on
+ * `<prefix>-r<rank>.<d>.lock`, which guards its files `<prefix>-r<rank>-<kind>.<d>.swp`, until
+ * zinf_swap_destroy(). Returns 0 and sets *out; -ENOENT/-EACCES/-ENOTDIR naming the directory;
+ * -EBUSY when another swap space (of this or another process) holds those names, naming its
+ * files and its pid; -EINVAL bad option (NULL argument, opts.size unknown, O_DIRECT refused
+ * and buffered not allowed, stripe unit not a multiple of the alignment); -ENOMEM. Free with
+ * zinf_swap_destroy().
  */
 ZINF_API int zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts,
 			      struct zinf_swap **out);
-/** Close (and unless keep_files, remove) the files. NULL is a no-op. */
+/** Close (and unless keep_files, remove) the files; release the names. NULL is a no-op. */
 ZINF_API void zinf_swap_destroy(struct zinf_swap *s);
 
 /**
  * Declare a tensor of `bytes` bytes, named by a state kind ("fp32", "exp_avg", "exp_avg_sq",
  * "param16"...; letters, digits and '_') and an index. Returns its id (>= 0), or -EEXIST for a
- * name already declared, -EINVAL for a bad name, -EBUSY after zinf_swap_reserve().
+ * name already declared, -EINVAL for a bad name or NULL argument, -EBUSY after
+ * zinf_swap_reserve(), -EOVERFLOW for a size past the largest file offset once padded (a
+ * caller's elements x element size that wrapped, typically), -ENOSPC past 2^28 tensors.
  */
 ZINF_API int zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t bytes);
 /** Id of a declared tensor, or -ENOENT. */
 ZINF_API int zinf_swap_find(const struct zinf_swap *s, const char *kind, uint32_t index);
 
 /**
- * Lay out every declared tensor, create the files, check free space and preallocate. Fails at
- * once with -ENOSPC naming the directory, the bytes needed and the bytes free; -errno naming
- * the file on any other failure. Nothing has been written when it fails.
+ * Lay out every declared tensor, create the files, check free space and preallocate. Files of
+ * this swap space's names left by a process that is gone (or by keep_files) are reclaimed: the
+ * space they give back counts as free, and they are removed with one warning naming each and
+ * its size. Fails at once with -ENOSPC naming the directory, the bytes needed and the bytes
+ * free; -EOVERFLOW when a file would pass the largest file offset; -errno naming the file on
+ * any other failure. Nothing has been written when it fails.
  */
 ZINF_API int zinf_swap_reserve(struct zinf_swap *s);
 
+/* Getters answer 0 for a NULL swap space or an unknown id. */
 /** Direct-I/O alignment of the swap space (the largest of its files', at least 4096), bytes. */
 ZINF_API uint32_t zinf_swap_align(const struct zinf_swap *s);
 /** Bytes of the tensor as declared. */

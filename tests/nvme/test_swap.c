@@ -338,6 +338,19 @@ count_entries(const char *dir)
 	return n;
 }
 
+/* Swap files (*.swp) in dir: the lock files a live swap space holds are not counted. */
+static int
+count_swp(const char *dir)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | grep -c '\\.swp$'", dir);
+	FILE *f = popen(cmd, "r");
+	int n = -1;
+	cr_assert(f && fscanf(f, "%d", &n) == 1);
+	pclose(f);
+	return n;
+}
+
 static int swap_error_lines;
 
 static void
@@ -410,7 +423,8 @@ Test(swap, stable_names_and_cleanup)
 		so.keep_files = keep;
 		struct zinf_swap *s = NULL;
 		cr_assert_eq(zinf_swap_create(io, &so, &s), 0, "%s", zinf_last_error());
-		cr_assert_eq(count_entries(d), 0, "create leaves no file (probe removed)");
+		cr_assert_eq(count_entries(d), 1, "create leaves only its lock (probe removed)");
+		cr_assert(exists(d, "run-r7.0.lock"));
 		cr_assert_eq(zinf_swap_add(s, "exp_avg", 0, 10000), 0);
 		cr_assert_eq(zinf_swap_add(s, "exp_avg", 1, 3), 1);
 		cr_assert_eq(zinf_swap_add(s, "fp32", 0, 5), 2);
@@ -428,7 +442,7 @@ Test(swap, stable_names_and_cleanup)
 		cr_assert_eq(zinf_swap_add(s, "fp32", 9, 5), -EBUSY);
 		cr_assert(exists(d, "run-r7-exp_avg.0.swp"));
 		cr_assert(exists(d, "run-r7-fp32.0.swp"));
-		cr_assert_eq(count_entries(d), 2);
+		cr_assert_eq(count_entries(d), 3);
 		cr_assert_eq(zinf_swap_read(s, 1, b), -ENODATA, "read of a never-written tensor");
 		uint32_t al = zinf_swap_align(s);
 		cr_assert_eq(zinf_swap_write(s, 0, b + al / 2), -EINVAL, "misaligned buffer");
@@ -437,6 +451,7 @@ Test(swap, stable_names_and_cleanup)
 		zinf_swap_destroy(s);
 		cr_assert_eq(exists(d, "run-r7-exp_avg.0.swp"), keep, "keep_files=%d", keep);
 		cr_assert_eq(exists(d, "run-r7-fp32.0.swp"), keep);
+		cr_assert_not(exists(d, "run-r7.0.lock"), "the lock goes with the swap space");
 		zinf_free_aligned(b);
 	}
 	zinf_io_destroy(io);
@@ -518,7 +533,7 @@ Test(swap, too_little_space_statvfs)
 	const char *m = zinf_last_error();
 	cr_assert(strstr(m, d) && strstr(m, "12582912") && strstr(m, "1048576"),
 		  "message names path, bytes needed, bytes free: %s", m);
-	cr_assert_eq(count_entries(d), 0, "nothing created before the check");
+	cr_assert_eq(count_swp(d), 0, "nothing created before the check");
 	/* The same declarations fit once there is room. */
 	cr_assert_eq(zinf_swap_reserve(s), 0, "%s", zinf_last_error());
 	unsigned char *b = zinf_alloc_aligned(4096, 8u << 20);
@@ -728,7 +743,7 @@ Test(swap, allocation_failures_unwind)
 			if (ret >= 0) {
 				ret = zinf_swap_reserve(s);
 				if (ret < 0) {
-					cr_assert_eq(count_entries(d), 0, "n=%ld: files left", n);
+					cr_assert_eq(count_swp(d), 0, "n=%ld: files left", n);
 				}
 			}
 			if (ret >= 0) {
@@ -754,6 +769,313 @@ Test(swap, allocation_failures_unwind)
 		cr_assert_eq(count_entries(d), 0, "n=%ld: files left after destroy", n);
 	}
 	cr_assert(completed, "never ran to the end without a failure");
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* ---- ownership of the file names ---------------------------------------------------------- */
+
+static struct zinf_swap *
+try_swap(struct zinf_io *io, const char *dir, const char *prefix, int rank, int *ret)
+{
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	const char *dirs[] = {dir};
+	so.dirs = dirs;
+	so.n_dirs = 1;
+	so.prefix = prefix;
+	so.rank = rank;
+	struct zinf_swap *s = NULL;
+	*ret = zinf_swap_create(io, &so, &s);
+	return s;
+}
+
+static struct {
+	int warnings;
+	char warn[1024];
+} swap_log;
+
+static void
+capture_swap_warn(void *ctx, enum zinf_log_level level, const char *file, int line,
+		  const char *func, const char *msg)
+{
+	if (level == ZINF_LOG_WARN) {
+		swap_log.warnings++;
+		snprintf(swap_log.warn, sizeof(swap_log.warn), "%s", msg);
+	}
+}
+
+/*
+ * Two swap spaces of one process on the same directory, prefix and rank: the second is refused
+ * with -EBUSY naming the files and this process, and the first one's data is intact (the
+ * second used to truncate its files). Another rank there is fine; once the first is destroyed
+ * the names are free again.
+ */
+Test(swap, same_names_in_one_process_refused)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	int ret;
+	struct zinf_swap *a = try_swap(io, d, "job", 0, &ret);
+	cr_assert_eq(ret, 0, "%s", zinf_last_error());
+	int id = zinf_swap_add(a, "fp32", 0, 1 << 20);
+	cr_assert_eq(zinf_swap_reserve(a), 0, "%s", zinf_last_error());
+	unsigned char *w = zinf_alloc_aligned(4096, 1 << 20),
+		      *r = zinf_alloc_aligned(4096, 1 << 20);
+	uint64_t rng = zt_seed();
+	zt_rand_fill(w, 1 << 20, &rng);
+	cr_assert_eq(zinf_swap_write(a, id, w), 0, "%s", zinf_last_error());
+
+	struct zinf_swap *b = try_swap(io, d, "job", 0, &ret);
+	cr_assert_eq(ret, -EBUSY);
+	cr_assert_null(b);
+	const char *m = zinf_last_error();
+	char files[4200], pid[64];
+	snprintf(files, sizeof(files), "%s/job-r0-*.0.swp", d);
+	snprintf(pid, sizeof(pid), "this process, pid %d", (int)getpid());
+	cr_assert(strstr(m, files) && strstr(m, pid) && strstr(m, "swap job-r0 in "), "%s", m);
+
+	struct zinf_swap *c = try_swap(io, d, "job", 1, &ret);
+	cr_assert_eq(ret, 0, "another rank: %s", zinf_last_error());
+	zinf_swap_destroy(c);
+
+	cr_assert_eq(zinf_swap_read(a, id, r), 0, "%s", zinf_last_error());
+	cr_assert(memcmp(w, r, 1 << 20) == 0, "the refused swap space touched the files");
+	zinf_swap_destroy(a);
+	b = try_swap(io, d, "job", 0, &ret);
+	cr_assert_eq(ret, 0, "names free again: %s", zinf_last_error());
+	zinf_swap_destroy(b);
+	cr_assert_eq(count_entries(d), 0);
+	zinf_free_aligned(w);
+	zinf_free_aligned(r);
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/*
+ * Another process holds the names: refused with its pid. Then it dies without destroying its
+ * swap space (an abnormal exit): its file is left behind with no one holding the lock, and the
+ * next swap space of those names reclaims it with one warning that names it and its size.
+ */
+Test(swap, other_process_then_its_leftovers)
+{
+	char *d = zt_mkdtemp(NULL);
+	int ready[2], go[2];
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		struct zinf_io_opts o;
+		zinf_io_opts_init(&o);
+		o.backend = "psync";
+		struct zinf_io *io = NULL;
+		int ret;
+		char c = 'x';
+		struct zinf_swap *s = NULL;
+		if (zinf_io_create(&o, &io) == 0 && (s = try_swap(io, d, "job", 3, &ret)) &&
+		    zinf_swap_add(s, "exp_avg", 0, 3 << 20) == 0 && zinf_swap_reserve(s) == 0) {
+			c = 'r';
+		}
+		if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) {
+			_exit(2);
+		}
+		_exit(0); /* dies holding everything: no destroy */
+	}
+	char c = 0;
+	cr_assert_eq(read(ready[0], &c, 1), 1);
+	cr_assert_eq(c, 'r', "the child could not set up its swap space");
+	struct zinf_io *io = open_io(false);
+	int ret;
+	cr_assert_null(try_swap(io, d, "job", 3, &ret));
+	cr_assert_eq(ret, -EBUSY);
+	char who[64];
+	snprintf(who, sizeof(who), "process %d;", (int)child);
+	cr_assert(strstr(zinf_last_error(), who), "names the other pid: %s", zinf_last_error());
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	int status;
+	cr_assert_eq(waitpid(child, &status, 0), child);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	cr_assert(exists(d, "job-r3-exp_avg.0.swp"), "the dead process's file is left");
+
+	struct zinf_swap *s = try_swap(io, d, "job", 3, &ret);
+	cr_assert_eq(ret, 0, "a dead process's lock is free: %s", zinf_last_error());
+	cr_assert_eq(zinf_swap_add(s, "fp32", 0, 4096), 0);
+	zinf_log_set_callback(capture_swap_warn, NULL);
+	memset(&swap_log, 0, sizeof(swap_log));
+	ret = zinf_swap_reserve(s);
+	zt_log_to_stderr();
+	cr_assert_eq(ret, 0, "%s", zinf_last_error());
+	cr_assert_eq(swap_log.warnings, 1);
+	char named[4200];
+	snprintf(named, sizeof(named), "%s/job-r3-exp_avg.0.swp (3145728 bytes)", d);
+	cr_assert(strstr(swap_log.warn, named) && strstr(swap_log.warn, "leftover"), "%s",
+		  swap_log.warn);
+	cr_assert_not(exists(d, "job-r3-exp_avg.0.swp"), "reclaimed");
+	cr_assert(exists(d, "job-r3-fp32.0.swp"));
+	zinf_swap_destroy(s);
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* Write a fake leftover of `bytes` allocated bytes. */
+static void
+leftover(const char *dir, const char *name, off_t bytes)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	cr_assert_geq(fd, 0);
+	cr_assert(bytes == 0 || fallocate(fd, 0, 0, bytes) == 0, "%s", strerror(errno));
+	close(fd);
+}
+
+/*
+ * The free-space check counts what leftovers of this swap space's names give back: 4 MiB needed,
+ * 1 MiB free plus a 4 MiB leftover is enough (it used to be -ENOSPC); 8 MiB needed is not, and
+ * the message says how much the leftovers would give. Files of other names stay untouched.
+ */
+Test(swap, leftover_space_counted)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	leftover(d, "t-r2-fp32.0.swp", 4 << 20);
+	leftover(d, "t-r2-old_kind.0.swp", 0);
+	leftover(d, "t-r3-fp32.0.swp", 4096);  /* another rank */
+	leftover(d, "t-r2-fp32.1.swp", 4096);  /* another directory index */
+	leftover(d, "tt-r2-fp32.0.swp", 4096); /* another prefix */
+	const char *dirs[] = {d};
+	struct zinf_swap *s = open_swap(io, dirs, 1, 0, false);
+	cr_assert_eq(zinf_swap_add(s, "fp32", 0, 8 << 20), 0);
+	zinf_swap_test_set_free_bytes(1 << 20);
+	int ret = zinf_swap_reserve(s);
+	cr_assert_eq(ret, -ENOSPC);
+	cr_assert(strstr(zinf_last_error(), "+ 4194304 bytes in leftover files"), "%s",
+		  zinf_last_error());
+	cr_assert(exists(d, "t-r2-fp32.0.swp"), "a failed reserve removes nothing");
+	zinf_swap_destroy(s);
+
+	s = open_swap(io, dirs, 1, 0, false);
+	cr_assert_eq(zinf_swap_add(s, "fp32", 0, 4 << 20), 0);
+	zinf_log_set_callback(capture_swap_warn, NULL);
+	memset(&swap_log, 0, sizeof(swap_log));
+	ret = zinf_swap_reserve(s);
+	zt_log_to_stderr();
+	zinf_swap_test_set_free_bytes(UINT64_MAX);
+	cr_assert_eq(ret, 0, "the leftover's 4 MiB count as free: %s", zinf_last_error());
+	cr_assert_eq(swap_log.warnings, 1);
+	cr_assert(strstr(swap_log.warn, "2 leftover") && strstr(swap_log.warn, "4194304 bytes") &&
+			  strstr(swap_log.warn, "t-r2-old_kind.0.swp (0 bytes)"),
+		  "%s", swap_log.warn);
+	cr_assert_not(exists(d, "t-r2-old_kind.0.swp"));
+	cr_assert(exists(d, "t-r3-fp32.0.swp") && exists(d, "t-r2-fp32.1.swp") &&
+		  exists(d, "tt-r2-fp32.0.swp"));
+	struct stat st;
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/t-r2-fp32.0.swp", d);
+	cr_assert_eq(stat(p, &st), 0);
+	cr_assert_eq(st.st_size, 4 << 20);
+	zinf_swap_destroy(s);
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* ---- NULL handles and sizes that wrap ----------------------------------------------------- */
+
+Test(swap, null_handles_are_einval)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	const char *dirs[] = {d};
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	so.dirs = dirs;
+	so.n_dirs = 1;
+	struct zinf_swap *s = NULL;
+	cr_assert_eq(zinf_swap_create(NULL, &so, &s), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_swap_create: NULL I/O context"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_swap_create(io, NULL, &s), -EINVAL);
+	cr_assert_eq(zinf_swap_create(io, &so, NULL), -EINVAL);
+	so.size = sizeof(so) + 8;
+	cr_assert_eq(zinf_swap_create(io, &so, &s), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_swap_opts"), "%s", zinf_last_error());
+	cr_assert_null(s);
+	cr_assert_eq(zinf_swap_add(NULL, "fp32", 0, 4096), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_swap_add: NULL swap space"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_swap_find(NULL, "fp32", 0), -EINVAL);
+	cr_assert_eq(zinf_swap_reserve(NULL), -EINVAL);
+	unsigned char *b = zinf_alloc_aligned(4096, 4096);
+	struct zinf_swap_op op;
+	cr_assert_eq(zinf_swap_write_async(NULL, 0, b, &op), -EINVAL);
+	cr_assert_eq(zinf_swap_read(NULL, 0, b), -EINVAL);
+	cr_assert_eq(zinf_swap_wait(NULL, &op), -EINVAL);
+	cr_assert_eq(zinf_swap_poll(NULL, &op), -EINVAL);
+	s = open_swap(io, dirs, 1, 0, false);
+	cr_assert_eq(zinf_swap_add(s, NULL, 0, 4096), -EINVAL);
+	cr_assert_eq(zinf_swap_write_async(s, 0, b, NULL), -EINVAL);
+	cr_assert_eq(zinf_swap_wait(s, NULL), -EINVAL);
+	cr_assert_eq(zinf_swap_poll(s, NULL), -EINVAL);
+	/* A refused start leaves the operation complete with its error. */
+	cr_assert_eq(zinf_swap_write_async(s, 0, b, &op), -EBUSY);
+	cr_assert_eq(zinf_swap_wait(s, &op), -EBUSY);
+	cr_assert_eq(zinf_swap_align(NULL), 0);
+	cr_assert_eq(zinf_swap_bytes(NULL, 0), 0);
+	cr_assert_eq(zinf_swap_buf_bytes(NULL, 0), 0);
+	cr_assert_eq(zinf_swap_total_bytes(NULL), 0);
+	zinf_swap_opts_init(NULL);
+	zinf_swap_destroy(NULL);
+	zinf_swap_destroy(s);
+	zinf_free_aligned(b);
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+}
+
+/*
+ * Sizes that wrap or pass the largest file offset: a tensor of elements x element size that
+ * wrapped ((2^62 - 1) x 4 = 2^64 - 4: -EOVERFLOW at add, naming it; padding it to the
+ * alignment used to wrap to 0), a kind's file past 2^63 - 1 and more stripe units than requests
+ * can count (-EOVERFLOW at reserve, before any file is created).
+ */
+Test(swap, sizes_that_wrap_are_refused)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	const char *one[] = {d}, *two[] = {d, d};
+	struct zinf_swap *s = open_swap(io, one, 1, 0, false);
+	uint64_t al = zinf_swap_align(s);
+	uint64_t elems = (1ull << 62) - 1;
+	cr_assert_eq(zinf_swap_add(s, "fp32", 7, elems * 4), -EOVERFLOW);
+	cr_assert(strstr(zinf_last_error(), "fp32[7]: 18446744073709551612 bytes") &&
+			  strstr(zinf_last_error(), "swap t-r2 in "),
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_swap_add(s, "fp32", 7, (uint64_t)INT64_MAX), -EOVERFLOW,
+		     "INT64_MAX pads past INT64_MAX");
+	uint64_t most = (uint64_t)INT64_MAX / al * al;
+	cr_assert_eq(zinf_swap_add(s, "fp32", 7, most), 0, "the largest that fits one file");
+	cr_assert_eq(zinf_swap_add(s, "fp32", 8, most), 1);
+	cr_assert_eq(zinf_swap_total_bytes(s), 2 * most, "no wrap below 2^64");
+	cr_assert_eq(zinf_swap_reserve(s), -EOVERFLOW);
+	cr_assert(strstr(zinf_last_error(), "fp32[8]: the fp32 file in") &&
+			  strstr(zinf_last_error(), "largest file offset"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(count_swp(d), 0);
+	zinf_swap_destroy(s);
+
+	s = open_swap(io, two, 2, al, false);
+	cr_assert_eq(zinf_swap_add(s, "m", 0, al << 32), 0);
+	cr_assert_eq(zinf_swap_reserve(s), -EOVERFLOW);
+	cr_assert(strstr(zinf_last_error(), "m[0]: 4294967296 stripe units") &&
+			  strstr(zinf_last_error(), "larger stripe unit"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(count_swp(d), 0);
+	zinf_swap_destroy(s);
 	zinf_io_destroy(io);
 	zt_rmtree(d);
 	free(d);
