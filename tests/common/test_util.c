@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /* tests/common/test_util.c: helpers shared by the tests; see test_util.h. */
+#include <errno.h>
 #include <ftw.h>
+#include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,4 +116,23 @@ zt_log_to_stderr(void)
 {
 	zinf_log_set_callback(zinf_log_to_file, stderr);
 	zinf_log_set_level(ZINF_LOG_WARN);
+}
+
+int
+zt_drop_ipc_lock(uint64_t memlock)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) != 0) {
+		return -errno;
+	}
+	int i = CAP_TO_INDEX(CAP_IPC_LOCK);
+	d[i].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	d[i].permitted &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	d[i].inheritable &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+	if (syscall(SYS_capset, &h, d) != 0) {
+		return -errno;
+	}
+	struct rlimit rl = {.rlim_cur = memlock, .rlim_max = memlock};
+	return setrlimit(RLIMIT_MEMLOCK, &rl) == 0 ? 0 : -errno;
 }

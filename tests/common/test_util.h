@@ -24,6 +24,12 @@ char *zt_mkdtemp(const char *base);
 void zt_rmtree(const char *path);
 /* $ZINF_TEST_VARIANT, or NULL when the test runs without one. */
 const char *zt_variant(void);
+/*
+ * Stop being privileged for memory locking, as a user without CAP_IPC_LOCK: drop the capability
+ * (capset(2); the calling thread and the threads it creates later) and set RLIMIT_MEMLOCK to
+ * `memlock` bytes. For Criterion's forked test processes. 0, or a negative errno.
+ */
+int zt_drop_ipc_lock(uint64_t memlock);
 /* Send zinf's log (all levels up to WARN) to stderr, once per process. */
 void zt_log_to_stderr(void);
 

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
-#include <linux/capability.h>
-#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -1330,16 +1328,8 @@ Test(nvme_io, registration_over_memlock_is_a_warning)
 	cr_assert_eq(zinf_io_buffers_registered(io), uring ? 1u : 0u);
 	zinf_io_destroy(io);
 
-	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-	struct __user_cap_data_struct d[2];
-	cr_assert_eq(syscall(SYS_capget, &h, d), 0);
-	int i = CAP_TO_INDEX(CAP_IPC_LOCK);
-	d[i].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-	d[i].permitted &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-	d[i].inheritable &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-	cr_assert_eq(syscall(SYS_capset, &h, d), 0, "capset: %s", strerror(errno));
-	struct rlimit rl = {.rlim_cur = 64 << 10, .rlim_max = 64 << 10};
-	cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	int rc = zt_drop_ipc_lock(64 << 10);
+	cr_assert_eq(rc, 0, "dropping CAP_IPC_LOCK: %s", strerror(-rc));
 
 	io = io_open(4, 64 << 10, 1, false);
 	struct zinf_io_file *f = file_open(io, dir, "reg", 0);

@@ -326,11 +326,12 @@ exists(const char *dir, const char *name)
 	return access(p, F_OK) == 0;
 }
 
+/* Entries of dir whose names match the grep pattern `re`. */
 static int
-count_entries(const char *dir)
+count_matching(const char *dir, const char *re)
 {
 	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "ls -A '%s' | wc -l", dir);
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | grep -c '%s'", dir, re);
 	FILE *f = popen(cmd, "r");
 	int n = -1;
 	cr_assert(f && fscanf(f, "%d", &n) == 1);
@@ -338,17 +339,17 @@ count_entries(const char *dir)
 	return n;
 }
 
+static int
+count_entries(const char *dir)
+{
+	return count_matching(dir, "");
+}
+
 /* Swap files (*.swp) in dir: the lock files a live swap space holds are not counted. */
 static int
 count_swp(const char *dir)
 {
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "ls -A '%s' | grep -c '\\.swp$'", dir);
-	FILE *f = popen(cmd, "r");
-	int n = -1;
-	cr_assert(f && fscanf(f, "%d", &n) == 1);
-	pclose(f);
-	return n;
+	return count_matching(dir, "\\.swp$");
 }
 
 static int swap_error_lines;
