@@ -342,12 +342,7 @@ avx512_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 			return true;
 		}
 	}
-	for (; i < i1; i++) {
-		if (zinf_nonfinite_elem(g, dt, i)) {
-			return true;
-		}
-	}
-	return false;
+	return zinf_nonfinite_range(g, dt, i, i1);
 }
 
 ALWAYS_INLINE void
@@ -372,19 +367,6 @@ scale_loop(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 	}
 }
 
-static void
-avx512_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k, es = zinf_dtype_size(dt);
-	scale_loop(g, dt, s, i0, ie);
-	if (k) { /* the tail through the vector code, in a zero-padded buffer */
-		_Alignas(64) uint32_t b[16] = {0};
-		memcpy(b, (char *)g + ie * es, k * es);
-		scale_loop(b, dt, s, 0, 16);
-		memcpy((char *)g + ie * es, b, k * es);
-	}
-}
-
 ALWAYS_INLINE void
 convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
 {
@@ -393,19 +375,7 @@ convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, siz
 	}
 }
 
-static void
-avx512_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k, cs = zinf_copy_size(ck);
-	convert_loop(src, dst, ck, i0, ie);
-	if (k) {
-		_Alignas(64) float sb[16] = {0};
-		_Alignas(64) uint32_t db[16];
-		memcpy(sb, src + ie, k * 4);
-		convert_loop(sb, db, ck, 0, 16);
-		memcpy((char *)dst + ie * cs, db, k * cs);
-	}
-}
+ZINF_VEC_PASSES(avx512, 16)
 
 const struct zinf_adam_ops zinf_adam_avx512_ops = {
 	.name = "avx512",

@@ -266,6 +266,37 @@ zinf_tail_out(const struct zinf_opt_args *a, size_t i, size_t k, size_t ss,
 		}                                                                                  \
 	}
 
+/*
+ * The vector paths' unscale and convert passes, from the ISA file's `scale_loop(g, dt, s, i0,
+ * i1)` and `convert_loop(src, dst, ck, i0, i1)` over whole vectors: the last (i1 - i0) % width
+ * elements go through the same loop on a zero-padded buffer, as the optimizers' tails do.
+ */
+#define ZINF_VEC_PASSES(isa, width)                                                                \
+	static void isa##_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)        \
+	{                                                                                          \
+		size_t k = (i1 - i0) % (width), ie = i1 - k, es = zinf_dtype_size(dt);             \
+		scale_loop(g, dt, s, i0, ie);                                                      \
+		if (k) {                                                                           \
+			_Alignas(64) uint32_t b[(width)] = {0};                                    \
+			memcpy(b, (char *)g + ie * es, k * es);                                    \
+			scale_loop(b, dt, s, 0, (width));                                          \
+			memcpy((char *)g + ie * es, b, k * es);                                    \
+		}                                                                                  \
+	}                                                                                          \
+	static void isa##_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0,  \
+				  size_t i1)                                                       \
+	{                                                                                          \
+		size_t k = (i1 - i0) % (width), ie = i1 - k, cs = zinf_copy_size(ck);              \
+		convert_loop(src, dst, ck, i0, ie);                                                \
+		if (k) {                                                                           \
+			_Alignas(64) float sb[(width)] = {0};                                      \
+			_Alignas(64) uint32_t db[(width)];                                         \
+			memcpy(sb, src + ie, k * 4);                                               \
+			convert_loop(sb, db, ck, 0, (width));                                      \
+			memcpy((char *)dst + ie * cs, db, k * cs);                                 \
+		}                                                                                  \
+	}
+
 /* ---- one element of each optimizer: the scalar path ----------------------------------------- */
 
 static inline float
@@ -366,6 +397,19 @@ zinf_nonfinite_elem(const void *g, enum zinf_dtype dt, size_t i)
 	default:
 		return (zinf_f2u(((const float *)g)[i]) & 0x7f800000u) == 0x7f800000u;
 	}
+}
+
+/* Whether any of elements [i0, i1) is an infinity or a NaN, one at a time: the scalar path, and
+ * the vector paths' last few elements. */
+static inline bool
+zinf_nonfinite_range(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		if (zinf_nonfinite_elem(g, dt, i)) {
+			return true;
+		}
+	}
+	return false;
 }
 
 #endif

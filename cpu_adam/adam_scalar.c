@@ -48,12 +48,7 @@ scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 static bool
 scalar_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 {
-	for (size_t i = i0; i < i1; i++) {
-		if (zinf_nonfinite_elem(g, dt, i)) {
-			return true;
-		}
-	}
-	return false;
+	return zinf_nonfinite_range(g, dt, i0, i1);
 }
 
 static void
