@@ -3,8 +3,11 @@
  * tests/cpu_adam/test_adam_helpers.c: the parts of cpu_adam that are exact rather than within
  * a tolerance: RNE conversions (against a float64 model and, for f16, the F16C instruction),
  * independence from the thread count (bitwise), argument checks (nothing modified), the gradient
- * sum of squares (against float64/long double) and inf/NaN positions, and the bf16-state step.
- * Runs on the SIMD path named by ZINF_TEST_VARIANT, as test_adam.c.
+ * sum of squares (against float64/long double) and inf/NaN positions, the bf16-state step, and
+ * the options themselves: the SIMD path option (unknown name -EINVAL, unavailable path -ENODEV,
+ * with their messages; the zinf_simd_* queries) and the size rule (older smaller structs get the
+ * defaults; larger or field-cutting sizes are refused). Runs on the SIMD path named by
+ * ZINF_TEST_VARIANT, as test_adam.c; the path-independent tests run in the scalar variant only.
  */
 #include <criterion/criterion.h>
 #include <float.h>
