@@ -151,7 +151,7 @@ struct acc_run {
  * deviation sigma, curvatures a_i log-uniform in 1..1e3, x from 0, lr 1e-3, the same noise
  * sequence for every state type. */
 static int
-accuracy(size_t n, int steps, double sigma, bool json)
+accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 {
 	double *a = malloc(n * sizeof(double)), *xs = malloc(n * sizeof(double));
 	float *x[3], *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
@@ -171,6 +171,7 @@ accuracy(size_t n, int steps, double sigma, bool json)
 	zinf_adam_opts_init(&o);
 	o.lr = 1e-3f;
 	o.threads = 1;
+	o.simd = simd;
 	int r = 0;
 	for (int k = 0; k < 3 && r == 0; k++) {
 		uint64_t noise = 777;
@@ -298,16 +299,14 @@ cli_bench_adam(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (simd) {
-		setenv("ZINF_SIMD", simd, 1);
-	}
 	const struct zinf_adam_ops *ops;
-	if (zinf_adam_select(&ops)) {
+	if (zinf_adam_select(simd, "zinf bench adam", &ops)) {
 		return 1;
 	}
 	if (acc) {
-		int r = accuracy(params_set ? params : 4096, (int)steps_acc, 0.1, json);
-		return r ? r : accuracy(params_set ? params : 4096, (int)steps_acc, 0.0, json);
+		int r = accuracy(params_set ? params : 4096, (int)steps_acc, 0.1, json, simd);
+		return r ? r
+			 : accuracy(params_set ? params : 4096, (int)steps_acc, 0.0, json, simd);
 	}
 	bool bf16_state = strcmp(state, "f32") != 0;
 	if (three && bf16_state) {
@@ -345,6 +344,11 @@ cli_bench_adam(int argc, char **argv)
 	zinf_adam_opts_init(&o);
 	o.threads = threads;
 	o.weight_decay = 0.01f;
+	o.simd = simd;
+	struct zinf_grad_opts go;
+	zinf_grad_opts_init(&go);
+	go.threads = threads;
+	go.simd = simd;
 	const float scale = 1.0f / 1024;
 	triad(sa, sb, sc, ns, threads); /* warm-up: page tables, frequency */
 	/* warm-up step (and the step the repetitions continue from) */
@@ -361,9 +365,9 @@ cli_bench_adam(int argc, char **argv)
 		double t0 = zinf_now_s();
 		int e = 0;
 		if (three) {
-			e = zinf_adam_unscale(g, gdt, n, scale, threads);
+			e = zinf_adam_unscale(g, gdt, n, scale, &go);
 			e = e ? e : zinf_adam_step(&o, step, 1.0f, p, g, gdt, m, v, n, NULL, 0);
-			e = e ? e : (c ? zinf_adam_convert(p, c, cdt, n, threads) : 0);
+			e = e ? e : (c ? zinf_adam_convert(p, c, cdt, n, &go) : 0);
 		} else if (bf16_state) {
 			e = zinf_adam_step_bf16state(
 				&o, step, scale, p, g, gdt, m, v, n, c, cdt < 0 ? 0 : cdt,

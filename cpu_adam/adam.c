@@ -1,86 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cpu_adam/adam.c: the public optimizer entry points. Validates arguments (nothing is modified
- * on error), computes each step's scalars once in float64, picks the kernel table for this CPU
- * (or ZINF_SIMD), and runs it over cache-sized tiles with an OpenMP static partition. The
- * arithmetic itself lives in the per-ISA files.
+ * cpu_adam/adam.c: the public optimizer entry points. Takes the caller's options into a local
+ * copy (common/opts.h), validates arguments (nothing is modified on error), computes each step's
+ * scalars once in float64, asks adam_registry.c for the SIMD path's kernel table, and runs it
+ * over cache-sized tiles with an OpenMP static partition. The arithmetic itself lives in the
+ * per-ISA files.
  */
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "common/opts.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
 
-/* The registry, best first: the only place that knows which kernels were built. */
-static const struct zinf_adam_ops *const adam_registry[] = {
-#if ZINF_ADAM_HAVE_AVX512
-	&zinf_adam_avx512_ops,
-#endif
-#if ZINF_ADAM_HAVE_AVX2
-	&zinf_adam_avx2_ops,
-#endif
-	&zinf_adam_scalar_ops,
-};
-
-/* zinf_adam_select() that also says whether the CPU converts to bf16 in hardware. */
-/*
- * cpuid traps to the hypervisor in a VM (about 50 us for the whole probe on the development VM,
- * more than a small step takes), so the features are read once per process. They cannot change
- * while it runs: this is a constant computed late, not mutable state.
- */
-static struct zinf_cpu_features cpu_features;
-static pthread_once_t cpu_features_once = PTHREAD_ONCE_INIT;
-
-static void
-cpu_features_probe(void)
-{
-	zinf_cpu_features_get(&cpu_features);
-}
-
-static int
-select_ops(const struct zinf_adam_ops **out, bool *hw_bf16)
-{
-	pthread_once(&cpu_features_once, cpu_features_probe);
-	const struct zinf_cpu_features f = cpu_features;
-	*hw_bf16 = f.avx512bf16;
-	const char *want = getenv("ZINF_SIMD");
-	if (want && *want) {
-		if (strcmp(want, "scalar") && strcmp(want, "avx2") && strcmp(want, "avx512")) {
-			return ZINF_FAIL(-EINVAL, "ZINF_SIMD=%s: expected scalar, avx2 or avx512",
-					 want);
-		}
-		for (size_t k = 0; k < ZINF_ARRAY_SIZE(adam_registry); k++) {
-			if (strcmp(adam_registry[k]->name, want) == 0) {
-				if (!adam_registry[k]->supported(&f)) {
-					return ZINF_FAIL(-ENODEV,
-							 "ZINF_SIMD=%s: this CPU cannot run it",
-							 want);
-				}
-				*out = adam_registry[k];
-				return 0;
-			}
-		}
-		return ZINF_FAIL(-ENODEV, "ZINF_SIMD=%s: not built into this library", want);
-	}
-	for (size_t k = 0; k < ZINF_ARRAY_SIZE(adam_registry); k++) {
-		if (adam_registry[k]->supported(&f)) {
-			*out = adam_registry[k];
-			return 0;
-		}
-	}
-	*out = &zinf_adam_scalar_ops;
-	return 0;
-}
-
-int
-zinf_adam_select(const struct zinf_adam_ops **out)
-{
-	bool hw;
-	return select_ops(out, &hw);
-}
+/* No struct may end in tail padding (common/opts.h). */
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_adam_opts, simd);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_adagrad_opts, simd);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_lion_opts, simd);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_grad_opts, reserved);
 
 static int
 thread_count(int threads, size_t ntiles)
@@ -167,6 +105,50 @@ check_hyper(const char *fn, const char *name, float x, float lo, float hi, bool 
 	return 0;
 }
 
+/*
+ * Take the caller's options into *dst, which holds the defaults (common/opts.h's rule), so that
+ * nothing the caller changes during the call is seen. Also -EINVAL for NULL unless null_ok (an
+ * optimizer's hyper-parameters are never guessed), and for a size that ends inside the simd
+ * pointer at simd_off: half a pointer would be copied over the default.
+ */
+static int
+take_opts(const char *fn, void *dst, size_t size, const void *src, const char *type,
+	  size_t simd_off, bool null_ok)
+{
+	if (!src) {
+		return null_ok ? 0 : ZINF_FAIL(-EINVAL, "%s: NULL options", fn);
+	}
+	size_t n;
+	memcpy(&n, src, sizeof(n));
+	if (n > simd_off && n < simd_off + sizeof(const char *)) {
+		return ZINF_FAIL(
+			-EINVAL,
+			"%s: struct %s: size %zu ends inside the field simd (bytes %zu..%zu)", fn,
+			type, n, simd_off, simd_off + sizeof(const char *));
+	}
+	return zinf_opts_take(dst, size, src, type);
+}
+
+/*
+ * Run optimizer `kind` of the SIMD path `simd` over the n elements of *a, after every check
+ * passed: choosing the path is the last check (an unknown or unavailable path modifies nothing).
+ */
+static int
+run_step(const char *fn, const char *simd, enum zinf_opt_kind kind, struct zinf_opt_args *a,
+	 size_t n, int threads)
+{
+	const struct zinf_adam_ops *ops;
+	int r = zinf_adam_select(simd, fn, &ops);
+	if (r) {
+		return r;
+	}
+	a->hw_bf16 = zinf_adam_cpu()->avx512bf16;
+	if (n) {
+		run_tiles(ops->step[kind], a, n, threads);
+	}
+	return 0;
+}
+
 void
 zinf_adam_opts_init(struct zinf_adam_opts *o)
 {
@@ -180,30 +162,27 @@ zinf_adam_opts_init(struct zinf_adam_opts *o)
 	o->adamw_mode = true;
 	o->bias_correction = true;
 	o->threads = 0;
+	o->simd = NULL;
 }
 
+/* Take and check the Adam options and arguments into *o and the argument block *a. */
 static int
-adam_prepare(const char *fn, const struct zinf_adam_opts *o, int64_t step, float grad_scale,
-	     const void *param, const void *grad, enum zinf_dtype gdt, const void *m, const void *v,
-	     size_t n, void *copy, enum zinf_dtype cdt, struct zinf_opt_args *a)
+adam_prepare(const char *fn, const struct zinf_adam_opts *opts, struct zinf_adam_opts *o,
+	     int64_t step, float grad_scale, const void *param, const void *grad,
+	     enum zinf_dtype gdt, const void *m, const void *v, size_t n, void *copy,
+	     enum zinf_dtype cdt, struct zinf_opt_args *a)
 {
 	int r;
-	if (!o) {
-		return ZINF_FAIL(-EINVAL, "%s: NULL options", fn);
-	}
-	if (o->size < sizeof(struct zinf_adam_opts)) {
-		return ZINF_FAIL(-EINVAL, "%s: opts.size %zu < %zu (call zinf_adam_opts_init)", fn,
-				 o->size, sizeof(struct zinf_adam_opts));
-	}
-	if ((r = check_hyper(fn, "lr", o->lr, 0, INFINITY, true)) ||
+	zinf_adam_opts_init(o);
+	if ((r = take_opts(fn, o, sizeof(*o), opts, "zinf_adam_opts",
+			   offsetof(struct zinf_adam_opts, simd), false)) ||
+	    (r = check_hyper(fn, "lr", o->lr, 0, INFINITY, true)) ||
 	    (r = check_hyper(fn, "beta1", o->beta1, 0, 1, true)) ||
 	    (r = check_hyper(fn, "beta2", o->beta2, 0, 1, true)) ||
 	    (r = check_hyper(fn, "eps", o->eps, 0, INFINITY, true)) ||
-	    (r = check_hyper(fn, "weight_decay", o->weight_decay, 0, INFINITY, true))) {
-		return r;
-	}
-	r = check_common(fn, step, grad_scale, param, grad, gdt, m, v, n, copy, cdt, o->threads);
-	if (r) {
+	    (r = check_hyper(fn, "weight_decay", o->weight_decay, 0, INFINITY, true)) ||
+	    (r = check_common(fn, step, grad_scale, param, grad, gdt, m, v, n, copy, cdt,
+			      o->threads))) {
 		return r;
 	}
 	double lr = o->lr, wd = o->weight_decay, b1 = o->beta1, b2 = o->beta2;
@@ -239,24 +218,15 @@ adam_prepare(const char *fn, const struct zinf_adam_opts *o, int64_t step, float
 }
 
 int
-zinf_adam_step(const struct zinf_adam_opts *o, int64_t step, float grad_scale, float *param,
+zinf_adam_step(const struct zinf_adam_opts *opts, int64_t step, float grad_scale, float *param,
 	       const void *grad, enum zinf_dtype grad_dtype, float *exp_avg, float *exp_avg_sq,
 	       size_t n, void *param_copy, enum zinf_dtype copy_dtype)
 {
+	struct zinf_adam_opts o;
 	struct zinf_opt_args a;
-	const struct zinf_adam_ops *ops;
-	int r = adam_prepare(__func__, o, step, grad_scale, param, grad, grad_dtype, exp_avg,
+	int r = adam_prepare(__func__, opts, &o, step, grad_scale, param, grad, grad_dtype, exp_avg,
 			     exp_avg_sq, n, param_copy, copy_dtype, &a);
-	if (r) {
-		return r;
-	}
-	if ((r = select_ops(&ops, &a.hw_bf16))) {
-		return r;
-	}
-	if (n) {
-		run_tiles(ops->adam, &a, n, o->threads);
-	}
-	return 0;
+	return r ? r : run_step(__func__, o.simd, ZINF_OPT_ADAM, &a, n, o.threads);
 }
 
 /* A 32-bit hash key from (seed, step): splitmix64's finaliser. */
@@ -270,30 +240,24 @@ sr_key(uint64_t seed, int64_t step)
 }
 
 int
-zinf_adam_step_bf16state(const struct zinf_adam_opts *o, int64_t step, float grad_scale,
+zinf_adam_step_bf16state(const struct zinf_adam_opts *opts, int64_t step, float grad_scale,
 			 float *param, const void *grad, enum zinf_dtype grad_dtype,
 			 uint16_t *exp_avg, uint16_t *exp_avg_sq, size_t n, void *param_copy,
 			 enum zinf_dtype copy_dtype, enum zinf_rounding rounding, uint64_t seed)
 {
+	struct zinf_adam_opts o;
 	struct zinf_opt_args a;
-	const struct zinf_adam_ops *ops;
 	if (rounding != ZINF_ROUND_NEAREST_EVEN && rounding != ZINF_ROUND_STOCHASTIC) {
 		return ZINF_FAIL(-EINVAL, "%s: unknown rounding %d", __func__, (int)rounding);
 	}
-	int r = adam_prepare(__func__, o, step, grad_scale, param, grad, grad_dtype, exp_avg,
+	int r = adam_prepare(__func__, opts, &o, step, grad_scale, param, grad, grad_dtype, exp_avg,
 			     exp_avg_sq, n, param_copy, copy_dtype, &a);
 	if (r) {
 		return r;
 	}
-	if ((r = select_ops(&ops, &a.hw_bf16))) {
-		return r;
-	}
 	a.rounding = rounding;
 	a.sr_key = sr_key(seed, step);
-	if (n) {
-		run_tiles(ops->adam_bf16state, &a, n, o->threads);
-	}
-	return 0;
+	return run_step(__func__, o.simd, ZINF_OPT_ADAM_BF16STATE, &a, n, o.threads);
 }
 
 void
@@ -306,36 +270,26 @@ zinf_adagrad_opts_init(struct zinf_adagrad_opts *o)
 	o->eps = 1e-10f;
 	o->weight_decay = 0.0f;
 	o->threads = 0;
+	o->simd = NULL;
 }
 
 int
-zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_scale, float *param,
-		  const void *grad, enum zinf_dtype grad_dtype, float *state_sum, size_t n,
-		  void *param_copy, enum zinf_dtype copy_dtype)
+zinf_adagrad_step(const struct zinf_adagrad_opts *opts, int64_t step, float grad_scale,
+		  float *param, const void *grad, enum zinf_dtype grad_dtype, float *state_sum,
+		  size_t n, void *param_copy, enum zinf_dtype copy_dtype)
 {
 	const char *fn = __func__;
-	const struct zinf_adam_ops *ops;
+	struct zinf_adagrad_opts o;
 	int r;
-	if (!o) {
-		return ZINF_FAIL(-EINVAL, "%s: NULL options", fn);
-	}
-	if (o->size < sizeof(struct zinf_adagrad_opts)) {
-		return ZINF_FAIL(-EINVAL, "%s: opts.size %zu < %zu (call zinf_adagrad_opts_init)",
-				 fn, o->size, sizeof(struct zinf_adagrad_opts));
-	}
-	if ((r = check_hyper(fn, "lr", o->lr, 0, INFINITY, true)) ||
-	    (r = check_hyper(fn, "lr_decay", o->lr_decay, 0, INFINITY, true)) ||
-	    (r = check_hyper(fn, "eps", o->eps, 0, INFINITY, true)) ||
-	    (r = check_hyper(fn, "weight_decay", o->weight_decay, 0, INFINITY, true))) {
-		return r;
-	}
-	r = check_common(fn, step, grad_scale, param, grad, grad_dtype, state_sum, state_sum, n,
-			 param_copy, copy_dtype, o->threads);
-	if (r) {
-		return r;
-	}
-	bool hw_bf16;
-	if ((r = select_ops(&ops, &hw_bf16))) {
+	zinf_adagrad_opts_init(&o);
+	if ((r = take_opts(fn, &o, sizeof(o), opts, "zinf_adagrad_opts",
+			   offsetof(struct zinf_adagrad_opts, simd), false)) ||
+	    (r = check_hyper(fn, "lr", o.lr, 0, INFINITY, true)) ||
+	    (r = check_hyper(fn, "lr_decay", o.lr_decay, 0, INFINITY, true)) ||
+	    (r = check_hyper(fn, "eps", o.eps, 0, INFINITY, true)) ||
+	    (r = check_hyper(fn, "weight_decay", o.weight_decay, 0, INFINITY, true)) ||
+	    (r = check_common(fn, step, grad_scale, param, grad, grad_dtype, state_sum, state_sum,
+			      n, param_copy, copy_dtype, o.threads))) {
 		return r;
 	}
 	struct zinf_opt_args a = {
@@ -345,20 +299,16 @@ zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_sc
 		.copy = param_copy,
 		.gdt = grad_dtype,
 		.ck = copy_kind(param_copy, copy_dtype),
-		.l2 = o->weight_decay != 0.0f,
+		.l2 = o.weight_decay != 0.0f,
 		.grad_scale = grad_scale,
-		.wd = o->weight_decay,
+		.wd = o.weight_decay,
 		.decay = 1.0f,
-		.eps = o->eps,
-		.nstep = (float)(-(double)o->lr / (1.0 + (double)(step - 1) * o->lr_decay)),
+		.eps = o.eps,
+		.nstep = (float)(-(double)o.lr / (1.0 + (double)(step - 1) * o.lr_decay)),
 		.bc2_sqrt = 1.0f,
 		.inv_bc2_sqrt = 1.0f,
-		.hw_bf16 = hw_bf16,
 	};
-	if (n) {
-		run_tiles(ops->adagrad, &a, n, o->threads);
-	}
-	return 0;
+	return run_step(fn, o.simd, ZINF_OPT_ADAGRAD, &a, n, o.threads);
 }
 
 void
@@ -371,39 +321,29 @@ zinf_lion_opts_init(struct zinf_lion_opts *o)
 	o->beta2 = 0.99f;
 	o->weight_decay = 0.0f;
 	o->threads = 0;
+	o->simd = NULL;
 }
 
 int
-zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale, float *param,
+zinf_lion_step(const struct zinf_lion_opts *opts, int64_t step, float grad_scale, float *param,
 	       const void *grad, enum zinf_dtype grad_dtype, float *exp_avg, size_t n,
 	       void *param_copy, enum zinf_dtype copy_dtype)
 {
 	const char *fn = __func__;
-	const struct zinf_adam_ops *ops;
+	struct zinf_lion_opts o;
 	int r;
-	if (!o) {
-		return ZINF_FAIL(-EINVAL, "%s: NULL options", fn);
-	}
-	if (o->size < sizeof(struct zinf_lion_opts)) {
-		return ZINF_FAIL(-EINVAL, "%s: opts.size %zu < %zu (call zinf_lion_opts_init)", fn,
-				 o->size, sizeof(struct zinf_lion_opts));
-	}
-	if ((r = check_hyper(fn, "lr", o->lr, 0, INFINITY, true)) ||
-	    (r = check_hyper(fn, "beta1", o->beta1, 0, 1, false)) ||
-	    (r = check_hyper(fn, "beta2", o->beta2, 0, 1, false)) ||
-	    (r = check_hyper(fn, "weight_decay", o->weight_decay, 0, INFINITY, true))) {
+	zinf_lion_opts_init(&o);
+	if ((r = take_opts(fn, &o, sizeof(o), opts, "zinf_lion_opts",
+			   offsetof(struct zinf_lion_opts, simd), false)) ||
+	    (r = check_hyper(fn, "lr", o.lr, 0, INFINITY, true)) ||
+	    (r = check_hyper(fn, "beta1", o.beta1, 0, 1, false)) ||
+	    (r = check_hyper(fn, "beta2", o.beta2, 0, 1, false)) ||
+	    (r = check_hyper(fn, "weight_decay", o.weight_decay, 0, INFINITY, true)) ||
+	    (r = check_common(fn, step, grad_scale, param, grad, grad_dtype, exp_avg, exp_avg, n,
+			      param_copy, copy_dtype, o.threads))) {
 		return r;
 	}
-	r = check_common(fn, step, grad_scale, param, grad, grad_dtype, exp_avg, exp_avg, n,
-			 param_copy, copy_dtype, o->threads);
-	if (r) {
-		return r;
-	}
-	bool hw_bf16;
-	if ((r = select_ops(&ops, &hw_bf16))) {
-		return r;
-	}
-	double lr = o->lr;
+	double lr = o.lr;
 	struct zinf_opt_args a = {
 		.param = param,
 		.grad = grad,
@@ -412,37 +352,53 @@ zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale, f
 		.gdt = grad_dtype,
 		.ck = copy_kind(param_copy, copy_dtype),
 		.grad_scale = grad_scale,
-		.decay = (float)(1.0 - lr * o->weight_decay),
-		.b1 = o->beta1,
-		.omb1 = (float)(1.0 - (double)o->beta1),
-		.b2 = o->beta2,
-		.omb2 = (float)(1.0 - (double)o->beta2),
-		.nstep = -o->lr,
+		.decay = (float)(1.0 - lr * o.weight_decay),
+		.b1 = o.beta1,
+		.omb1 = (float)(1.0 - (double)o.beta1),
+		.b2 = o.beta2,
+		.omb2 = (float)(1.0 - (double)o.beta2),
+		.nstep = -o.lr,
 		.bc2_sqrt = 1.0f,
 		.inv_bc2_sqrt = 1.0f,
-		.hw_bf16 = hw_bf16,
 	};
-	if (n) {
-		run_tiles(ops->lion, &a, n, o->threads);
-	}
-	return 0;
+	return run_step(fn, o.simd, ZINF_OPT_LION, &a, n, o.threads);
 }
 
 /* ---- gradient helpers --------------------------------------------------------------------- */
 
-static int
-check_grad(const char *fn, const void *grad, enum zinf_dtype dt, size_t n, int threads)
+void
+zinf_grad_opts_init(struct zinf_grad_opts *o)
 {
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->simd = NULL;
+	o->threads = 0;
+}
+
+/* Take the helper options (NULL: defaults) into *o, check the arguments, choose the path. */
+static int
+grad_prepare(const char *fn, const struct zinf_grad_opts *opts, struct zinf_grad_opts *o,
+	     const void *grad, enum zinf_dtype dt, size_t n, const struct zinf_adam_ops **ops)
+{
+	zinf_grad_opts_init(o);
+	int r = take_opts(fn, o, sizeof(*o), opts, "zinf_grad_opts",
+			  offsetof(struct zinf_grad_opts, simd), true);
+	if (r) {
+		return r;
+	}
+	if (o->reserved) {
+		return ZINF_FAIL(-EINVAL, "%s: opts.reserved %u: must be 0", fn, o->reserved);
+	}
 	if (!dtype_ok(dt)) {
 		return ZINF_FAIL(-EINVAL, "%s: unknown dtype %d", fn, (int)dt);
 	}
 	if (n > 0 && !grad) {
 		return ZINF_FAIL(-EINVAL, "%s: NULL gradient with n = %zu", fn, n);
 	}
-	if (threads < 0) {
-		return ZINF_FAIL(-EINVAL, "%s: threads %d < 0", fn, threads);
+	if (o->threads < 0) {
+		return ZINF_FAIL(-EINVAL, "%s: threads %d < 0", fn, o->threads);
 	}
-	return 0;
+	return zinf_adam_select(o->simd, fn, ops);
 }
 
 /* Tiles of the helpers: bigger than the step's (one stream, nothing written). */
@@ -450,17 +406,16 @@ check_grad(const char *fn, const void *grad, enum zinf_dtype dt, size_t n, int t
 #define SUMSQ_MAX_TILES 4096
 
 int
-zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads, double *out)
+zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n,
+		const struct zinf_grad_opts *opts, double *out)
 {
+	struct zinf_grad_opts o;
 	const struct zinf_adam_ops *ops;
-	int r = check_grad(__func__, grad, dtype, n, threads);
-	if (r) {
-		return r;
-	}
 	if (!out) {
 		return ZINF_FAIL(-EINVAL, "%s: NULL out", __func__);
 	}
-	if ((r = zinf_adam_select(&ops))) {
+	int r = grad_prepare(__func__, opts, &o, grad, dtype, n, &ops);
+	if (r) {
 		return r;
 	}
 	/*
@@ -471,7 +426,7 @@ zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads, 
 	size_t tile = ZINF_MAX((size_t)GRAD_TILE, ZINF_DIV_ROUND_UP(n, (size_t)SUMSQ_MAX_TILES));
 	tile = ZINF_ALIGN_UP(tile, (size_t)64);
 	size_t ntiles = ZINF_DIV_ROUND_UP(n, tile);
-	int nt = thread_count(threads, ntiles);
+	int nt = thread_count(o.threads, ntiles);
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
 	for (size_t t = 0; t < ntiles; t++) {
 		size_t i0 = t * tile;
@@ -486,18 +441,17 @@ zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads, 
 }
 
 int
-zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n, int threads)
+zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n,
+		      const struct zinf_grad_opts *opts)
 {
+	struct zinf_grad_opts o;
 	const struct zinf_adam_ops *ops;
-	int r = check_grad(__func__, grad, dtype, n, threads);
+	int r = grad_prepare(__func__, opts, &o, grad, dtype, n, &ops);
 	if (r) {
 		return r;
 	}
-	if ((r = zinf_adam_select(&ops))) {
-		return r;
-	}
 	size_t ntiles = ZINF_DIV_ROUND_UP(n, (size_t)GRAD_TILE);
-	int nt = thread_count(threads, ntiles);
+	int nt = thread_count(o.threads, ntiles);
 	int found = 0;
 #pragma omp parallel for schedule(static) num_threads(nt)
 	for (size_t t = 0; t < ntiles; t++) {
@@ -519,15 +473,17 @@ zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n, int thr
 /* ---- three-pass helpers (benchmark) ------------------------------------------------------- */
 
 int
-zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, int threads)
+zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s,
+		  const struct zinf_grad_opts *opts)
 {
+	struct zinf_grad_opts o;
 	const struct zinf_adam_ops *ops;
-	int r = check_grad(__func__, grad, dt, n, threads);
-	if (r || (r = zinf_adam_select(&ops))) {
+	int r = grad_prepare(__func__, opts, &o, grad, dt, n, &ops);
+	if (r) {
 		return r;
 	}
 	size_t ntiles = ZINF_DIV_ROUND_UP(n, (size_t)ZINF_ADAM_TILE);
-	int nt = thread_count(threads, ntiles);
+	int nt = thread_count(o.threads, ntiles);
 #pragma omp parallel for schedule(static) num_threads(nt)
 	for (size_t t = 0; t < ntiles; t++) {
 		size_t i0 = t * ZINF_ADAM_TILE;
@@ -537,16 +493,21 @@ zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, int threads
 }
 
 int
-zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n, int threads)
+zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
+		  const struct zinf_grad_opts *opts)
 {
+	struct zinf_grad_opts o;
 	const struct zinf_adam_ops *ops;
-	int r = check_grad(__func__, src, dt, n, threads);
-	if (r || (r = zinf_adam_select(&ops))) {
+	if (n > 0 && !dst) {
+		return ZINF_FAIL(-EINVAL, "%s: NULL destination with n = %zu", __func__, n);
+	}
+	int r = grad_prepare(__func__, opts, &o, src, dt, n, &ops);
+	if (r) {
 		return r;
 	}
 	enum zinf_copy_kind ck = copy_kind(dst, dt);
 	size_t ntiles = ZINF_DIV_ROUND_UP(n, (size_t)ZINF_ADAM_TILE);
-	int nt = thread_count(threads, ntiles);
+	int nt = thread_count(o.threads, ntiles);
 #pragma omp parallel for schedule(static) num_threads(nt)
 	for (size_t t = 0; t < ntiles; t++) {
 		size_t i0 = t * ZINF_ADAM_TILE;

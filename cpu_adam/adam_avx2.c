@@ -4,17 +4,20 @@
  * and stores; the last (i1 - i0) % 8 elements of a range go through the same vector code on
  * zero-padded stack buffers (zinf_tail_in/out), so an element's result does not depend on where
  * it sits. Compiled with -mavx2 -mfma -mf16c -ffp-contract=off (FMA only where an fmadd
- * intrinsic is written): adam.c calls it only when the CPU reports all three. FMA makes results
- * differ from the scalar path by float rounding.
+ * intrinsic is written): adam_registry.c hands it out only when the CPU reports all three. FMA
+ * makes results differ from the scalar path by float rounding.
  */
 #include <immintrin.h>
 
 #include "cpu_adam/adam_internal.h"
 
-static bool
-avx2_supported(const struct zinf_cpu_features *f)
+static const char *
+avx2_missing(const struct zinf_cpu_features *f)
 {
-	return f->avx2 && f->fma && f->f16c;
+	return !f->avx2	  ? "this CPU lacks AVX2"
+	       : !f->fma  ? "this CPU lacks FMA"
+	       : !f->f16c ? "this CPU lacks F16C"
+			  : NULL;
 }
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -205,20 +208,7 @@ adam_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	(void)hoff;
 }
 
-ALWAYS_INLINE void
-adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
-{
-	size_t k = (i1 - i0) % 8, ie = i1 - k;
-	adam_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 4, &b, &t);
-		adam_loop(&t, 0, 8, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 4, &b);
-	}
-}
+ZINF_VEC_KERNEL(avx2, adam, 8, 4)
 
 ALWAYS_INLINE void
 adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
@@ -246,20 +236,7 @@ adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 	(void)hoff;
 }
 
-ALWAYS_INLINE void
-adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-		    enum zinf_copy_kind ck)
-{
-	size_t k = (i1 - i0) % 8, ie = i1 - k;
-	adam_bf16state_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 2, &b, &t);
-		adam_bf16state_loop(&t, 0, 8, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 2, &b);
-	}
-}
+ZINF_VEC_KERNEL(avx2, adam_bf16state, 8, 2)
 
 ALWAYS_INLINE void
 adagrad_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
@@ -284,20 +261,7 @@ adagrad_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_d
 	(void)hoff;
 }
 
-ALWAYS_INLINE void
-adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-	     enum zinf_copy_kind ck)
-{
-	size_t k = (i1 - i0) % 8, ie = i1 - k;
-	adagrad_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 4, &b, &t);
-		adagrad_loop(&t, 0, 8, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 4, &b);
-	}
-}
+ZINF_VEC_KERNEL(avx2, adagrad, 8, 4)
 
 ALWAYS_INLINE void
 lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
@@ -330,92 +294,32 @@ lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	(void)hoff;
 }
 
+ZINF_VEC_KERNEL(avx2, lion, 8, 4)
+
+/* acc0/acc1 += the squares of x's 8 lanes, in float64. Squares of float32 values are exact in
+ * float64, so each FMA adds exactly one rounding. */
 ALWAYS_INLINE void
-lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
+sumsq_acc8(__m256 x, __m256d *acc0, __m256d *acc1)
 {
-	size_t k = (i1 - i0) % 8, ie = i1 - k;
-	lion_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 4, &b, &t);
-		lion_loop(&t, 0, 8, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 4, &b);
-	}
+	__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+	__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+	*acc0 = _mm256_fmadd_pd(lo, lo, *acc0);
+	*acc1 = _mm256_fmadd_pd(hi, hi, *acc1);
 }
-
-/* One specialisation per (grad dtype, copy kind), so the inner loops have no dtype switch. */
-#define SPECIALISE(body)                                                                           \
-	static void avx2_##body(const struct zinf_opt_args *a, size_t i0, size_t i1)               \
-	{                                                                                          \
-		switch (a->gdt * 4 + a->ck) {                                                      \
-		case 0:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_NONE);                          \
-			break;                                                                     \
-		case 1:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F32);                           \
-			break;                                                                     \
-		case 2:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F16);                           \
-			break;                                                                     \
-		case 3:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_BF16);                          \
-			break;                                                                     \
-		case 4:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_NONE);                          \
-			break;                                                                     \
-		case 5:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F32);                           \
-			break;                                                                     \
-		case 6:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F16);                           \
-			break;                                                                     \
-		case 7:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_BF16);                          \
-			break;                                                                     \
-		case 8:                                                                            \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_NONE);                         \
-			break;                                                                     \
-		case 9:                                                                            \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F32);                          \
-			break;                                                                     \
-		case 10:                                                                           \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F16);                          \
-			break;                                                                     \
-		default:                                                                           \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16);                         \
-			break;                                                                     \
-		}                                                                                  \
-	}
-
-SPECIALISE(adam)
-SPECIALISE(adam_bf16state)
-SPECIALISE(adagrad)
-SPECIALISE(lion)
 
 static double
 avx2_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 {
-	/* Squares of float32 values are exact in float64, so FMA adds exactly one rounding. */
 	__m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
 	size_t i = i0;
 	for (; i + 8 <= i1; i += 8) {
-		__m256 x = load_grad8(g, dt, i);
-		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-		acc0 = _mm256_fmadd_pd(lo, lo, acc0);
-		acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+		sumsq_acc8(load_grad8(g, dt, i), &acc0, &acc1);
 	}
 	if (i < i1) { /* the tail zero-padded through the same accumulators (adds exact zeros) */
 		_Alignas(32) uint32_t b[8] = {0};
 		size_t es = zinf_dtype_size(dt);
 		memcpy(b, (const char *)g + i * es, (i1 - i) * es);
-		__m256 x = load_grad8(b, dt, 0);
-		__m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
-		__m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
-		acc0 = _mm256_fmadd_pd(lo, lo, acc0);
-		acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+		sumsq_acc8(load_grad8(b, dt, 0), &acc0, &acc1);
 	}
 	double s[4];
 	_mm256_storeu_pd(s, _mm256_add_pd(acc0, acc1));
@@ -443,12 +347,7 @@ avx2_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 	if (!_mm256_testz_si256(any, any)) {
 		return true;
 	}
-	for (; i < i1; i++) {
-		if (zinf_nonfinite_elem(g, dt, i)) {
-			return true;
-		}
-	}
-	return false;
+	return zinf_nonfinite_range(g, dt, i, i1);
 }
 
 ALWAYS_INLINE void
@@ -473,19 +372,6 @@ scale_loop(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 	}
 }
 
-static void
-avx2_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
-{
-	size_t k = (i1 - i0) % 8, ie = i1 - k, es = zinf_dtype_size(dt);
-	scale_loop(g, dt, s, i0, ie);
-	if (k) { /* the tail through the vector code, in a zero-padded buffer */
-		_Alignas(64) uint32_t b[8] = {0};
-		memcpy(b, (char *)g + ie * es, k * es);
-		scale_loop(b, dt, s, 0, 8);
-		memcpy((char *)g + ie * es, b, k * es);
-	}
-}
-
 ALWAYS_INLINE void
 convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
 {
@@ -494,27 +380,18 @@ convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, siz
 	}
 }
 
-static void
-avx2_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
-{
-	size_t k = (i1 - i0) % 8, ie = i1 - k, cs = zinf_copy_size(ck);
-	convert_loop(src, dst, ck, i0, ie);
-	if (k) {
-		_Alignas(64) float sb[8] = {0};
-		_Alignas(64) uint32_t db[8];
-		memcpy(sb, src + ie, k * 4);
-		convert_loop(sb, db, ck, 0, 8);
-		memcpy((char *)dst + ie * cs, db, k * cs);
-	}
-}
+ZINF_VEC_PASSES(avx2, 8)
 
 const struct zinf_adam_ops zinf_adam_avx2_ops = {
 	.name = "avx2",
-	.supported = avx2_supported,
-	.adam = avx2_adam,
-	.adam_bf16state = avx2_adam_bf16state,
-	.adagrad = avx2_adagrad,
-	.lion = avx2_lion,
+	.missing = avx2_missing,
+	.step =
+		{
+			[ZINF_OPT_ADAM] = avx2_adam,
+			[ZINF_OPT_ADAM_BF16STATE] = avx2_adam_bf16state,
+			[ZINF_OPT_ADAGRAD] = avx2_adagrad,
+			[ZINF_OPT_LION] = avx2_lion,
+		},
 	.sumsq = avx2_sumsq,
 	.has_inf_nan = avx2_has_inf_nan,
 	.scale = avx2_scale,

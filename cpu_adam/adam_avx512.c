@@ -6,18 +6,23 @@
  * and bf16 state use vcvtneps2bf16 when the CPU has AVX512-BF16 (a->hw_bf16), patched for
  * subnormal inputs, which the instruction flushes to zero while round-to-nearest-even keeps
  * them; otherwise the integer rounding of the AVX2 path. Compiled with -mavx512f -mavx512bw
- * -mavx512vl -mavx512bf16 -mfma -mf16c -ffp-contract=off (only this file); adam.c calls it only
- * when the CPU reports F, BW, VL, FMA and F16C, and uses the BF16 instruction only when it
- * reports AVX512-BF16.
+ * -mavx512vl -mavx512bf16 -mfma -mf16c -ffp-contract=off (only this file); adam_registry.c hands
+ * it out only when the CPU reports F, BW, VL, FMA and F16C, and it uses the BF16 instruction only
+ * when the CPU reports AVX512-BF16.
  */
 #include <immintrin.h>
 
 #include "cpu_adam/adam_internal.h"
 
-static bool
-avx512_supported(const struct zinf_cpu_features *f)
+static const char *
+avx512_missing(const struct zinf_cpu_features *f)
 {
-	return f->avx512f && f->avx512bw && f->avx512vl && f->fma && f->f16c;
+	return !f->avx512f    ? "this CPU (or its OS) lacks AVX512F"
+	       : !f->avx512bw ? "this CPU lacks AVX512BW"
+	       : !f->avx512vl ? "this CPU lacks AVX512VL"
+	       : !f->fma      ? "this CPU lacks FMA"
+	       : !f->f16c     ? "this CPU lacks F16C"
+			      : NULL;
 }
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -192,20 +197,7 @@ adam_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	(void)hoff;
 }
 
-ALWAYS_INLINE void
-adam_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k;
-	adam_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 4, &b, &t);
-		adam_loop(&t, 0, 16, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 4, &b);
-	}
-}
+ZINF_VEC_KERNEL(avx512, adam, 16, 4)
 
 ALWAYS_INLINE void
 adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
@@ -233,20 +225,7 @@ adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 	(void)hoff;
 }
 
-ALWAYS_INLINE void
-adam_bf16state_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-		    enum zinf_copy_kind ck)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k;
-	adam_bf16state_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 2, &b, &t);
-		adam_bf16state_loop(&t, 0, 16, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 2, &b);
-	}
-}
+ZINF_VEC_KERNEL(avx512, adam_bf16state, 16, 2)
 
 ALWAYS_INLINE void
 adagrad_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
@@ -271,20 +250,7 @@ adagrad_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_d
 	(void)hoff;
 }
 
-ALWAYS_INLINE void
-adagrad_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-	     enum zinf_copy_kind ck)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k;
-	adagrad_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 4, &b, &t);
-		adagrad_loop(&t, 0, 16, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 4, &b);
-	}
-}
+ZINF_VEC_KERNEL(avx512, adagrad, 16, 4)
 
 ALWAYS_INLINE void
 lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
@@ -318,94 +284,33 @@ lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 	(void)hoff;
 }
 
+ZINF_VEC_KERNEL(avx512, lion, 16, 4)
+
+/* acc0/acc1 += the squares of x's 16 lanes, in float64. Squares of float32 values are exact in
+ * float64, so each FMA adds exactly one rounding. */
 ALWAYS_INLINE void
-lion_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
-	  enum zinf_copy_kind ck)
+sumsq_acc16(__m512 x, __m512d *acc0, __m512d *acc1)
 {
-	size_t k = (i1 - i0) % 16, ie = i1 - k;
-	lion_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);
-	if (k) {
-		struct zinf_tail_buf b;
-		struct zinf_opt_args t;
-		zinf_tail_in(a, ie, k, 4, &b, &t);
-		lion_loop(&t, 0, 16, gdt, ck, false, ie);
-		zinf_tail_out(a, ie, k, 4, &b);
-	}
+	__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+	__m512d hi = _mm512_cvtps_pd(
+		_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
+	*acc0 = _mm512_fmadd_pd(lo, lo, *acc0);
+	*acc1 = _mm512_fmadd_pd(hi, hi, *acc1);
 }
-
-/* One specialisation per (grad dtype, copy kind), so the inner loops have no dtype switch. */
-#define SPECIALISE(body)                                                                           \
-	static void avx512_##body(const struct zinf_opt_args *a, size_t i0, size_t i1)             \
-	{                                                                                          \
-		switch (a->gdt * 4 + a->ck) {                                                      \
-		case 0:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_NONE);                          \
-			break;                                                                     \
-		case 1:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F32);                           \
-			break;                                                                     \
-		case 2:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_F16);                           \
-			break;                                                                     \
-		case 3:                                                                            \
-			body##_body(a, i0, i1, ZINF_F32, ZINF_COPY_BF16);                          \
-			break;                                                                     \
-		case 4:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_NONE);                          \
-			break;                                                                     \
-		case 5:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F32);                           \
-			break;                                                                     \
-		case 6:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_F16);                           \
-			break;                                                                     \
-		case 7:                                                                            \
-			body##_body(a, i0, i1, ZINF_F16, ZINF_COPY_BF16);                          \
-			break;                                                                     \
-		case 8:                                                                            \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_NONE);                         \
-			break;                                                                     \
-		case 9:                                                                            \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F32);                          \
-			break;                                                                     \
-		case 10:                                                                           \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_F16);                          \
-			break;                                                                     \
-		default:                                                                           \
-			body##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16);                         \
-			break;                                                                     \
-		}                                                                                  \
-	}
-
-SPECIALISE(adam)
-SPECIALISE(adam_bf16state)
-SPECIALISE(adagrad)
-SPECIALISE(lion)
 
 static double
 avx512_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 {
-	/* Squares of float32 values are exact in float64, so FMA adds exactly one rounding. */
 	__m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
 	size_t i = i0;
 	for (; i + 16 <= i1; i += 16) {
-		__m512 x = load_grad16(g, dt, i);
-		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-		__m512d hi = _mm512_cvtps_pd(
-			_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
-		acc0 = _mm512_fmadd_pd(lo, lo, acc0);
-		acc1 = _mm512_fmadd_pd(hi, hi, acc1);
+		sumsq_acc16(load_grad16(g, dt, i), &acc0, &acc1);
 	}
 	if (i < i1) { /* the tail zero-padded through the same accumulators (adds exact zeros) */
 		_Alignas(64) uint32_t b[16] = {0};
 		size_t es = zinf_dtype_size(dt);
 		memcpy(b, (const char *)g + i * es, (i1 - i) * es);
-		__m512 x = load_grad16(b, dt, 0);
-		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-		__m512d hi = _mm512_cvtps_pd(
-			_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
-		acc0 = _mm512_fmadd_pd(lo, lo, acc0);
-		acc1 = _mm512_fmadd_pd(hi, hi, acc1);
+		sumsq_acc16(load_grad16(b, dt, 0), &acc0, &acc1);
 	}
 	double s[8];
 	_mm512_storeu_pd(s, _mm512_add_pd(acc0, acc1));
@@ -437,12 +342,7 @@ avx512_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 			return true;
 		}
 	}
-	for (; i < i1; i++) {
-		if (zinf_nonfinite_elem(g, dt, i)) {
-			return true;
-		}
-	}
-	return false;
+	return zinf_nonfinite_range(g, dt, i, i1);
 }
 
 ALWAYS_INLINE void
@@ -467,19 +367,6 @@ scale_loop(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 	}
 }
 
-static void
-avx512_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k, es = zinf_dtype_size(dt);
-	scale_loop(g, dt, s, i0, ie);
-	if (k) { /* the tail through the vector code, in a zero-padded buffer */
-		_Alignas(64) uint32_t b[16] = {0};
-		memcpy(b, (char *)g + ie * es, k * es);
-		scale_loop(b, dt, s, 0, 16);
-		memcpy((char *)g + ie * es, b, k * es);
-	}
-}
-
 ALWAYS_INLINE void
 convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
 {
@@ -488,27 +375,18 @@ convert_loop(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, siz
 	}
 }
 
-static void
-avx512_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
-{
-	size_t k = (i1 - i0) % 16, ie = i1 - k, cs = zinf_copy_size(ck);
-	convert_loop(src, dst, ck, i0, ie);
-	if (k) {
-		_Alignas(64) float sb[16] = {0};
-		_Alignas(64) uint32_t db[16];
-		memcpy(sb, src + ie, k * 4);
-		convert_loop(sb, db, ck, 0, 16);
-		memcpy((char *)dst + ie * cs, db, k * cs);
-	}
-}
+ZINF_VEC_PASSES(avx512, 16)
 
 const struct zinf_adam_ops zinf_adam_avx512_ops = {
 	.name = "avx512",
-	.supported = avx512_supported,
-	.adam = avx512_adam,
-	.adam_bf16state = avx512_adam_bf16state,
-	.adagrad = avx512_adagrad,
-	.lion = avx512_lion,
+	.missing = avx512_missing,
+	.step =
+		{
+			[ZINF_OPT_ADAM] = avx512_adam,
+			[ZINF_OPT_ADAM_BF16STATE] = avx512_adam_bf16state,
+			[ZINF_OPT_ADAGRAD] = avx512_adagrad,
+			[ZINF_OPT_LION] = avx512_lion,
+		},
 	.sumsq = avx512_sumsq,
 	.has_inf_nan = avx512_has_inf_nan,
 	.scale = avx512_scale,

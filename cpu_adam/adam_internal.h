@@ -52,14 +52,22 @@ struct zinf_opt_args {
 
 typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
 
+/* The optimizers, as indices of zinf_adam_ops.step[]. */
+enum zinf_opt_kind {
+	ZINF_OPT_ADAM,
+	ZINF_OPT_ADAM_BF16STATE,
+	ZINF_OPT_ADAGRAD,
+	ZINF_OPT_LION,
+	ZINF_OPT_KINDS
+};
+
 /* One ISA's kernels. Each works on elements [i0, i1) of the arrays in the argument block. */
 struct zinf_adam_ops {
-	const char *name; /* "scalar" | "avx2" | "avx512": the ZINF_SIMD values */
-	bool (*supported)(const struct zinf_cpu_features *f);
-	zinf_opt_kernel_fn adam;
-	zinf_opt_kernel_fn adam_bf16state;
-	zinf_opt_kernel_fn adagrad;
-	zinf_opt_kernel_fn lion;
+	const char *name; /* "avx512" | "avx2" | "scalar": the values of opts.simd and ZINF_SIMD */
+	/* NULL when this CPU runs the path; else what is missing, for the -ENODEV message ("this
+	 * CPU lacks AVX2", or for a path not built "not built into this library ..."). */
+	const char *(*missing)(const struct zinf_cpu_features *f);
+	zinf_opt_kernel_fn step[ZINF_OPT_KINDS];
 	double (*sumsq)(const void *g, enum zinf_dtype dt, size_t i0, size_t i1);
 	bool (*has_inf_nan)(const void *g, enum zinf_dtype dt, size_t i0, size_t i1);
 	/* The separate passes of the three-pass flow (benchmark comparison): g *= s in place, and
@@ -68,20 +76,30 @@ struct zinf_adam_ops {
 	void (*convert)(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1);
 };
 
+/*
+ * The registry (adam_registry.c): every SIMD path, best first; a path that was not built is a
+ * stub table (name and missing() only). Never registered from constructors.
+ */
+extern const struct zinf_adam_ops *const zinf_adam_registry[];
+extern const unsigned zinf_adam_registry_len;
 extern const struct zinf_adam_ops zinf_adam_scalar_ops;
-extern const struct zinf_adam_ops zinf_adam_avx2_ops;
-extern const struct zinf_adam_ops zinf_adam_avx512_ops;
+
+/* This CPU's features, probed once per process (adam_registry.c). */
+const struct zinf_cpu_features *zinf_adam_cpu(void);
 
 /*
- * The kernel table to use: ZINF_SIMD (scalar|avx2|avx512) if set, else the best this CPU runs.
- * Returns 0; -EINVAL unknown name; -ENODEV the named path is not built or not supported here.
+ * The kernel table for `simd` (NULL: $ZINF_SIMD as read once, else the best path here); the
+ * rule is in zinf/adam.h. who: the caller, named in the message.
+ * Returns 0; -EINVAL unknown name; -ENODEV the path is not built or this CPU cannot run it.
  */
-int zinf_adam_select(const struct zinf_adam_ops **out);
+int zinf_adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out);
 
-/* Three-pass helpers for the benchmark, threaded like the step: g *= s in place; dst = src as
- * dtype (RNE). Return 0 or -errno. */
-int zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, int threads);
-int zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n, int threads);
+/* Three-pass helpers for the benchmark, threaded like the step (o: threads and SIMD path, NULL
+ * for the defaults): g *= s in place; dst = src as dtype (RNE). Return 0 or -errno. */
+int zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s,
+		      const struct zinf_grad_opts *o);
+int zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
+		      const struct zinf_grad_opts *o);
 
 /* The exact scalar conversions (zinf_f32_to_bf16_rne, ...) are in common/dtype.h. */
 
@@ -198,6 +216,87 @@ zinf_tail_out(const struct zinf_opt_args *a, size_t i, size_t k, size_t ss,
 	}
 }
 
+/*
+ * A vector kernel of one optimizer, built from the ISA file's `name##_loop(a, i0, i1, gdt, ck,
+ * nt, hoff)` (the vector body over whole vectors; nt: streaming copy stores; hoff: the elements'
+ * offset in the call, for the stochastic-rounding hash) and `copy_nt(a, ck)`. It defines
+ * `name##_body`, which runs [i0, i1) with the last (i1 - i0) % width elements through the same
+ * loop on zero-padded buffers, and `isa##_##name`, the table entry, which picks once per range a
+ * body specialised for (grad dtype, copy kind), so that the inner loops have no dtype switch.
+ * ss: bytes per element of m and v (4, or 2 for bf16 state). Only the plumbing is shared: the
+ * vector arithmetic stays in the ISA files.
+ */
+#define ZINF_VEC_CASE(name, gdt, ck)                                                               \
+	case (gdt)*4 + (ck):                                                                       \
+		name##_body(a, i0, i1, (gdt), (ck));                                               \
+		break;
+
+#define ZINF_VEC_KERNEL(isa, name, width, ss)                                                      \
+	static inline __attribute__((always_inline)) void name##_body(                             \
+		const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,          \
+		enum zinf_copy_kind ck)                                                            \
+	{                                                                                          \
+		size_t k = (i1 - i0) % (width), ie = i1 - k;                                       \
+		name##_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);                                \
+		if (k) {                                                                           \
+			struct zinf_tail_buf b;                                                    \
+			struct zinf_opt_args t;                                                    \
+			zinf_tail_in(a, ie, k, (ss), &b, &t);                                      \
+			name##_loop(&t, 0, (width), gdt, ck, false, ie);                           \
+			zinf_tail_out(a, ie, k, (ss), &b);                                         \
+		}                                                                                  \
+	}                                                                                          \
+	static void isa##_##name(const struct zinf_opt_args *a, size_t i0, size_t i1)              \
+	{                                                                                          \
+		switch (a->gdt * 4 + a->ck) {                                                      \
+			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_NONE)                              \
+			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_F32)                               \
+			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_F16)                               \
+			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_BF16)                              \
+			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_NONE)                              \
+			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_F32)                               \
+			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_F16)                               \
+			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_BF16)                              \
+			ZINF_VEC_CASE(name, ZINF_BF16, ZINF_COPY_NONE)                             \
+			ZINF_VEC_CASE(name, ZINF_BF16, ZINF_COPY_F32)                              \
+			ZINF_VEC_CASE(name, ZINF_BF16, ZINF_COPY_F16)                              \
+		default:                                                                           \
+			name##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16);                         \
+			break;                                                                     \
+		}                                                                                  \
+	}
+
+/*
+ * The vector paths' unscale and convert passes, from the ISA file's `scale_loop(g, dt, s, i0,
+ * i1)` and `convert_loop(src, dst, ck, i0, i1)` over whole vectors: the last (i1 - i0) % width
+ * elements go through the same loop on a zero-padded buffer, as the optimizers' tails do.
+ */
+#define ZINF_VEC_PASSES(isa, width)                                                                \
+	static void isa##_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)        \
+	{                                                                                          \
+		size_t k = (i1 - i0) % (width), ie = i1 - k, es = zinf_dtype_size(dt);             \
+		scale_loop(g, dt, s, i0, ie);                                                      \
+		if (k) {                                                                           \
+			_Alignas(64) uint32_t b[(width)] = {0};                                    \
+			memcpy(b, (char *)g + ie * es, k * es);                                    \
+			scale_loop(b, dt, s, 0, (width));                                          \
+			memcpy((char *)g + ie * es, b, k * es);                                    \
+		}                                                                                  \
+	}                                                                                          \
+	static void isa##_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0,  \
+				  size_t i1)                                                       \
+	{                                                                                          \
+		size_t k = (i1 - i0) % (width), ie = i1 - k, cs = zinf_copy_size(ck);              \
+		convert_loop(src, dst, ck, i0, ie);                                                \
+		if (k) {                                                                           \
+			_Alignas(64) float sb[(width)] = {0};                                      \
+			_Alignas(64) uint32_t db[(width)];                                         \
+			memcpy(sb, src + ie, k * 4);                                               \
+			convert_loop(sb, db, ck, 0, (width));                                      \
+			memcpy((char *)dst + ie * cs, db, k * cs);                                 \
+		}                                                                                  \
+	}
+
 /* ---- one element of each optimizer: the scalar path ----------------------------------------- */
 
 static inline float
@@ -298,6 +397,19 @@ zinf_nonfinite_elem(const void *g, enum zinf_dtype dt, size_t i)
 	default:
 		return (zinf_f2u(((const float *)g)[i]) & 0x7f800000u) == 0x7f800000u;
 	}
+}
+
+/* Whether any of elements [i0, i1) is an infinity or a NaN, one at a time: the scalar path, and
+ * the vector paths' last few elements. */
+static inline bool
+zinf_nonfinite_range(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+{
+	for (size_t i = i0; i < i1; i++) {
+		if (zinf_nonfinite_elem(g, dt, i)) {
+			return true;
+		}
+	}
+	return false;
 }
 
 #endif

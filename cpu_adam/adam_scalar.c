@@ -8,43 +8,25 @@
  */
 #include "cpu_adam/adam_internal.h"
 
-static bool
-scalar_supported(const struct zinf_cpu_features *f)
+static const char *
+scalar_missing(const struct zinf_cpu_features *f)
 {
-	return true;
+	return NULL;
 }
 
-static void
-scalar_adam(const struct zinf_opt_args *a, size_t i0, size_t i1)
-{
-	for (size_t i = i0; i < i1; i++) {
-		zinf_adam_elem(a, i);
+/* One optimizer over [i0, i1): its per-element update (adam_internal.h) in a loop. */
+#define SCALAR_KERNEL(name)                                                                        \
+	static void scalar_##name(const struct zinf_opt_args *a, size_t i0, size_t i1)             \
+	{                                                                                          \
+		for (size_t i = i0; i < i1; i++) {                                                 \
+			zinf_##name##_elem(a, i);                                                  \
+		}                                                                                  \
 	}
-}
 
-static void
-scalar_adam_bf16state(const struct zinf_opt_args *a, size_t i0, size_t i1)
-{
-	for (size_t i = i0; i < i1; i++) {
-		zinf_adam_bf16state_elem(a, i);
-	}
-}
-
-static void
-scalar_adagrad(const struct zinf_opt_args *a, size_t i0, size_t i1)
-{
-	for (size_t i = i0; i < i1; i++) {
-		zinf_adagrad_elem(a, i);
-	}
-}
-
-static void
-scalar_lion(const struct zinf_opt_args *a, size_t i0, size_t i1)
-{
-	for (size_t i = i0; i < i1; i++) {
-		zinf_lion_elem(a, i);
-	}
-}
+SCALAR_KERNEL(adam)
+SCALAR_KERNEL(adam_bf16state)
+SCALAR_KERNEL(adagrad)
+SCALAR_KERNEL(lion)
 
 static double
 scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
@@ -66,12 +48,7 @@ scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 static bool
 scalar_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 {
-	for (size_t i = i0; i < i1; i++) {
-		if (zinf_nonfinite_elem(g, dt, i)) {
-			return true;
-		}
-	}
-	return false;
+	return zinf_nonfinite_range(g, dt, i0, i1);
 }
 
 static void
@@ -103,11 +80,14 @@ scalar_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, s
 
 const struct zinf_adam_ops zinf_adam_scalar_ops = {
 	.name = "scalar",
-	.supported = scalar_supported,
-	.adam = scalar_adam,
-	.adam_bf16state = scalar_adam_bf16state,
-	.adagrad = scalar_adagrad,
-	.lion = scalar_lion,
+	.missing = scalar_missing,
+	.step =
+		{
+			[ZINF_OPT_ADAM] = scalar_adam,
+			[ZINF_OPT_ADAM_BF16STATE] = scalar_adam_bf16state,
+			[ZINF_OPT_ADAGRAD] = scalar_adagrad,
+			[ZINF_OPT_LION] = scalar_lion,
+		},
 	.sumsq = scalar_sumsq,
 	.has_inf_nan = scalar_has_inf_nan,
 	.scale = scalar_scale,

@@ -27,7 +27,7 @@
 #include "common/util.h"
 #include "zinf/offload.h"
 
-_Static_assert(sizeof(struct zinf_step_opts) == 128, "zinf_step_opts layout changed");
+_Static_assert(sizeof(struct zinf_step_opts) == 136, "zinf_step_opts layout changed");
 
 enum { PART_MASTER = 0, PART_M = 1, PART_V = 2, PART_P16 = 3, NPARTS = 4 };
 static const char *const part_kind[3] = {"fp32", "exp_avg", "exp_avg_sq"};

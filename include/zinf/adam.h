@@ -3,8 +3,8 @@
  * zinf/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 state, Adagrad, Lion) in one fused
  * pass: unscale the gradient, update master and moments, write the 16-bit parameter copy; and
  * the gradient helpers (sum of squares, inf/NaN check).
- * Vectorised (AVX-512, AVX2+FMA, scalar; chosen once by CPU detection, overridable with
- * ZINF_SIMD=scalar|avx2|avx512) and threaded with OpenMP over cache-sized tiles.
+ * Vectorised (AVX-512, AVX2+FMA, scalar: the SIMD paths, see "SIMD paths" below) and threaded
+ * with OpenMP over cache-sized tiles.
  */
 #ifndef ZINF_ADAM_H
 #define ZINF_ADAM_H
@@ -19,16 +19,49 @@
 extern "C" {
 #endif
 
+/* ---- SIMD paths --------------------------------------------------------------------------- */
+
+/*
+ * Every function of this header runs on one SIMD path: "avx512", "avx2" or "scalar" (best
+ * first). Which one: the `simd` field of the call's options when it is not NULL; else the
+ * environment variable ZINF_SIMD, read once per process (at the first call that chooses a path;
+ * later changes of the environment are not seen), when it is set and not empty; else the best
+ * path this CPU and this build run. The option wins over the environment: a caller that names a
+ * path gets that path, and ZINF_SIMD only changes the default of callers that did not choose
+ * (a way to force a path on a program without rebuilding it).
+ * A name that is not a path is -EINVAL, with a message that lists the paths; a path that this
+ * build did not compile or this CPU cannot run is -ENODEV, with a message that names the path
+ * and what is missing. A bad ZINF_SIMD fails (the same way) every call that does not set `simd`.
+ * The paths give the same results up to float rounding (see zinf_adam_step()).
+ */
+
+/** The i-th SIMD path, best first, whether or not it runs here; NULL for i past the last. */
+ZINF_API const char *zinf_simd_path(unsigned i);
+
+/** The best path this CPU and build run ("scalar" at worst); ZINF_SIMD is not consulted. */
+ZINF_API const char *zinf_simd_best(void);
+
+/**
+ * The path a call whose options have `simd` would run on (NULL: the default, as above). Returns
+ * 0 and sets *out (when out is not NULL) to the path's name (a constant string); -EINVAL or
+ * -ENODEV as the optimizers do.
+ */
+ZINF_API int zinf_simd_resolve(const char *simd, const char **out);
+
+/* ---- Adam / AdamW ------------------------------------------------------------------------- */
+
 struct zinf_adam_opts {
 	size_t size; /* sizeof(struct zinf_adam_opts) */
 	float lr, beta1, beta2, eps, weight_decay;
 	bool adamw_mode; /* true: decoupled weight decay (AdamW); false: L2 added to the gradient */
 	bool bias_correction;
-	int threads; /* 0: OpenMP's default */
+	int threads;	  /* 0: OpenMP's default */
+	const char *simd; /* NULL: the default path; else "avx512" | "avx2" | "scalar" (see above);
+			     read during the call only */
 };
 
 /** DeepSpeed's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0, AdamW, bias
- * correction on, threads 0. */
+ * correction on, threads 0, simd NULL. */
 ZINF_API void zinf_adam_opts_init(struct zinf_adam_opts *o);
 
 /**
@@ -38,9 +71,12 @@ ZINF_API void zinf_adam_opts_init(struct zinf_adam_opts *o);
  * Returns 0; -EINVAL on bad arguments (NULL pointers with n > 0, step < 1, non-finite
  * hyper-parameters, unknown dtype), with a message, modifying nothing.
  *
- * Also -EINVAL: o->size smaller than this struct, lr or weight_decay or eps negative, beta1 or
- * beta2 outside [0, 1), grad_scale not finite, threads < 0. -ENODEV: ZINF_SIMD names a path that
- * this CPU (or this build) cannot run.
+ * The options are read once, into a copy, at the start of the call (common/opts.h's rule: a
+ * caller built against an older, smaller struct gets the defaults of the fields it does not
+ * know). Also -EINVAL: o NULL, o->size larger than this library's struct or smaller than its
+ * size field or ending inside the simd pointer, lr or weight_decay or eps negative, beta1 or
+ * beta2 outside [0, 1), grad_scale not finite, threads < 0, an unknown SIMD path. -ENODEV: the
+ * SIMD path (o->simd, else ZINF_SIMD) is not built or this CPU cannot run it.
  * copy_dtype may be ZINF_F32, ZINF_F16 or ZINF_BF16; it is ignored when param_copy is NULL.
  * The arrays must not overlap; any alignment is accepted. The arithmetic follows
  * torch.optim.Adam/AdamW: g = grad * grad_scale (+ wd * p when !adamw_mode); p *= 1 - lr * wd
@@ -89,9 +125,11 @@ struct zinf_adagrad_opts {
 	size_t size;			       /* sizeof(struct zinf_adagrad_opts) */
 	float lr, lr_decay, eps, weight_decay; /* weight decay is L2 (added to the gradient) */
 	int threads;			       /* 0: OpenMP's default */
+	const char *simd;		       /* as zinf_adam_opts.simd */
 };
 
-/** torch.optim.Adagrad's defaults: lr 1e-2, lr_decay 0, eps 1e-10, weight_decay 0, threads 0. */
+/** torch.optim.Adagrad's defaults: lr 1e-2, lr_decay 0, eps 1e-10, weight_decay 0, threads 0,
+ * simd NULL. */
 ZINF_API void zinf_adagrad_opts_init(struct zinf_adagrad_opts *o);
 
 /**
@@ -99,8 +137,7 @@ ZINF_API void zinf_adagrad_opts_init(struct zinf_adagrad_opts *o);
  * clr = lr / (1 + (step - 1) * lr_decay), h += g * g, p -= clr * g / (sqrt(h) + eps).
  * state_sum (h) starts at the caller's initial accumulator value (torch's default: 0).
  * param_copy/copy_dtype as zinf_adam_step().
- * Returns 0; -EINVAL on bad arguments (as zinf_adam_step()); -ENODEV: ZINF_SIMD names a path
- * this CPU cannot run.
+ * Returns 0; -EINVAL on bad arguments (as zinf_adam_step()); -ENODEV as zinf_adam_step().
  */
 ZINF_API int zinf_adagrad_step(const struct zinf_adagrad_opts *o, int64_t step, float grad_scale,
 			       float *param, const void *grad, enum zinf_dtype grad_dtype,
@@ -113,9 +150,11 @@ struct zinf_lion_opts {
 	size_t size;			      /* sizeof(struct zinf_lion_opts) */
 	float lr, beta1, beta2, weight_decay; /* weight decay is decoupled, as AdamW */
 	int threads;			      /* 0: OpenMP's default */
+	const char *simd;		      /* as zinf_adam_opts.simd */
 };
 
-/** Lion's published defaults (as DeepSpeed's FusedLion): lr 1e-4, betas (0.9, 0.99), wd 0. */
+/** Lion's published defaults (as DeepSpeed's FusedLion): lr 1e-4, betas (0.9, 0.99), wd 0,
+ * threads 0, simd NULL. */
 ZINF_API void zinf_lion_opts_init(struct zinf_lion_opts *o);
 
 /**
@@ -124,7 +163,7 @@ ZINF_API void zinf_lion_opts_init(struct zinf_lion_opts *o);
  * m = beta2 * m + (1 - beta2) * g. step (>= 1) is validated and otherwise unused: Lion has no
  * bias correction; it is kept so that every optimizer takes the same arguments. A NaN in c gives
  * sign 0 here (PyTorch's sign gives NaN); m becomes NaN either way.
- * Returns 0; -EINVAL on bad arguments; -ENODEV as zinf_adagrad_step().
+ * Returns 0; -EINVAL on bad arguments (as zinf_adam_step()); -ENODEV as zinf_adam_step().
  */
 ZINF_API int zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float grad_scale,
 			    float *param, const void *grad, enum zinf_dtype grad_dtype,
@@ -132,21 +171,39 @@ ZINF_API int zinf_lion_step(const struct zinf_lion_opts *o, int64_t step, float 
 
 /* ---- gradient helpers --------------------------------------------------------------------- */
 
+/*
+ * The helpers' thread count and SIMD path, per call like the optimizers' (no process-wide
+ * setting: two callers in one process may want different paths, and a mutable global would be
+ * shared state). A struct rather than two arguments, so that both helpers grow together under
+ * the size rule; NULL means the defaults.
+ */
+struct zinf_grad_opts {
+	size_t size;	   /* sizeof(struct zinf_grad_opts); set by zinf_grad_opts_init() */
+	const char *simd;  /* as zinf_adam_opts.simd */
+	int threads;	   /* 0: OpenMP's default */
+	uint32_t reserved; /* 0 (a later field, whose 0 will mean its default) */
+};
+
+/** threads 0, simd NULL. */
+ZINF_API void zinf_grad_opts_init(struct zinf_grad_opts *o);
+
 /**
  * Sum of squares of n gradient values of dtype `dtype`, accumulated in float64 (each square is
  * exact in float64; the additions are in a fixed order per SIMD path, so the result does not
- * depend on the thread count). threads: 0 for OpenMP's default. The caller multiplies by
+ * depend on the thread count). o: NULL for the defaults. The caller multiplies by
  * grad_scale^2 to unscale. Returns 0 and sets *out; -EINVAL (NULL pointer with n > 0, unknown
- * dtype, threads < 0); -ENODEV as zinf_adagrad_step().
+ * dtype, a bad o as zinf_adam_step(), threads < 0, reserved not 0, an unknown SIMD path);
+ * -ENODEV as zinf_adam_step().
  */
-ZINF_API int zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n, int threads,
-			     double *out);
+ZINF_API int zinf_grad_sumsq(const void *grad, enum zinf_dtype dtype, size_t n,
+			     const struct zinf_grad_opts *o, double *out);
 
 /**
  * Whether any of n gradient values is an infinity or a NaN (fp16 overflow detection).
  * Returns 1 if one is, 0 if none is; -EINVAL or -ENODEV as zinf_grad_sumsq().
  */
-ZINF_API int zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n, int threads);
+ZINF_API int zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n,
+				   const struct zinf_grad_opts *o);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* tests/common/test_util.h: seeds, random data, scratch directories, the test variant. */
+/* tests/common/test_util.h: seeds, random data, scratch directories, the test variant (and the
+ * SIMD path it names). */
 #ifndef ZINF_TEST_UTIL_H
 #define ZINF_TEST_UTIL_H
 
@@ -30,6 +31,12 @@ const char *zt_variant(void);
  * `memlock` bytes. For Criterion's forked test processes. 0, or a negative errno.
  */
 int zt_drop_ipc_lock(uint64_t memlock);
+/*
+ * The SIMD path the test variant names (NULL without a variant: the default path), for the
+ * `simd` field of the optimizer and gradient-helper options. Skips the calling test visibly
+ * (cr_skip_test) when this CPU or build cannot run the path; fails it for an unknown name.
+ */
+const char *zt_simd_variant(void);
 /* Send zinf's log (all levels up to WARN) to stderr, once per process. */
 void zt_log_to_stderr(void);
 

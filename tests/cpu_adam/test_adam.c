@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * tests/cpu_adam/test_adam.c: the CPU optimizers against float64 references, on the SIMD path
- * named by ZINF_TEST_VARIANT (scalar | avx2 | avx512; a path this CPU lacks is a visible skip).
+ * named by ZINF_TEST_VARIANT (scalar | avx2 | avx512; passed in opts.simd; a path this CPU lacks
+ * is a visible skip).
  *
  * Tolerance. The reference runs the same formulas in float64 and, beside each value, carries a
  * first-order bound on the error that float32 arithmetic may have accumulated: every float op
@@ -25,33 +26,11 @@
 
 #define U (0x1p-24)
 
-/* Select the variant's SIMD path; skip visibly when this CPU or build lacks it. */
-static void
-use_variant(void)
-{
-	const char *v = zt_variant();
-	if (v) {
-		setenv("ZINF_SIMD", v, 1);
-	}
-	const struct zinf_adam_ops *ops;
-	int r = zinf_adam_select(&ops);
-	if (r == -ENODEV) {
-		cr_skip_test("SIMD path %s not available on this CPU/build: %s", v,
-			     zinf_last_error());
-	}
-	cr_assert_eq(r, 0, "select %s: %s", v ? v : "(default)", zinf_last_error());
-}
-
+/* The name of a copy dtype, -1 meaning no copy. */
 static const char *
-dt_name(int dt)
+copy_name(int cdt)
 {
-	return dt == ZINF_F32 ? "f32" : dt == ZINF_F16 ? "f16" : dt == ZINF_BF16 ? "bf16" : "none";
-}
-
-static size_t
-dt_size(int dt)
-{
-	return dt == ZINF_F32 ? 4 : 2;
+	return cdt < 0 ? "none" : zinf_dtype_name(cdt);
 }
 
 /* Store x in dtype (RNE) at g[i]; return the exact value stored. */
@@ -118,7 +97,7 @@ check_copy(const float *p, const void *copy, int cdt, size_t n, const char *what
 		}
 		if (!ok) {
 			cr_assert_fail("%s: copy (%s) of element %zu (p = %a) is not its RNE", what,
-				       dt_name(cdt), i, p[i]);
+				       copy_name(cdt), i, p[i]);
 		}
 	}
 }
@@ -140,15 +119,15 @@ run_adam(const struct adam_case *c, uint64_t *rng)
 	char what[160];
 	snprintf(what, sizeof(what),
 		 "adam n=%zu grad=%s copy=%s bias=%d adamw=%d wd=%g scale=%g steps=%d", c->n,
-		 dt_name(c->gdt), dt_name(c->cdt), c->bias, c->adamw, c->wd, c->grad_scale,
-		 c->steps);
+		 zinf_dtype_name(c->gdt), copy_name(c->cdt), c->bias, c->adamw, c->wd,
+		 c->grad_scale, c->steps);
 	size_t n = c->n;
 	struct ubuf bp, bm, bv, bg, bc;
 	float *p = ualloc(&bp, n * 4, c->unaligned);
 	float *m = ualloc(&bm, n * 4, c->unaligned);
 	float *v = ualloc(&bv, n * 4, c->unaligned);
-	void *g = ualloc(&bg, n * dt_size(c->gdt), c->unaligned);
-	void *cp = c->cdt >= 0 ? ualloc(&bc, n * dt_size(c->cdt), c->unaligned) : NULL;
+	void *g = ualloc(&bg, n * zinf_dtype_size(c->gdt), c->unaligned);
+	void *cp = c->cdt >= 0 ? ualloc(&bc, n * zinf_dtype_size(c->cdt), c->unaligned) : NULL;
 	double *rp = malloc(n * sizeof(double) * 6);
 	cr_assert_not_null(rp);
 	double *rm = rp + n, *rv = rp + 2 * n, *ep = rp + 3 * n, *em = rp + 4 * n, *ev = rp + 5 * n;
@@ -161,6 +140,7 @@ run_adam(const struct adam_case *c, uint64_t *rng)
 	}
 	struct zinf_adam_opts o;
 	zinf_adam_opts_init(&o);
+	o.simd = zt_simd_variant();
 	o.lr = 1e-2f;
 	o.weight_decay = c->wd;
 	o.adamw_mode = c->adamw;
@@ -238,7 +218,7 @@ run_adam(const struct adam_case *c, uint64_t *rng)
 
 Test(cpu_adam, adam_matches_float64_small_sizes)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed();
 	static const size_t sizes[] = {1, 15, 17, 100};
 	for (size_t si = 0; si < ZINF_ARRAY_SIZE(sizes); si++) {
@@ -266,7 +246,7 @@ Test(cpu_adam, adam_matches_float64_small_sizes)
 
 Test(cpu_adam, adam_matches_float64_large_unaligned)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed() + 1;
 	/* 1000003 elements, pointers offset by one float, a few steps per configuration. */
 	for (int gdt = 0; gdt < 3; gdt++) {
@@ -307,11 +287,11 @@ run_adagrad(size_t n, int gdt, int cdt, float wd, float lr_decay, float gs_f, in
 {
 	char what[128];
 	snprintf(what, sizeof(what), "adagrad n=%zu grad=%s copy=%s wd=%g lr_decay=%g scale=%g", n,
-		 dt_name(gdt), dt_name(cdt), wd, lr_decay, gs_f);
+		 zinf_dtype_name(gdt), copy_name(cdt), wd, lr_decay, gs_f);
 	struct ubuf bp, bh, bg, bc;
 	float *p = ualloc(&bp, n * 4, true), *h = ualloc(&bh, n * 4, true);
-	void *g = ualloc(&bg, n * dt_size(gdt), true);
-	void *cp = cdt >= 0 ? ualloc(&bc, n * dt_size(cdt), true) : NULL;
+	void *g = ualloc(&bg, n * zinf_dtype_size(gdt), true);
+	void *cp = cdt >= 0 ? ualloc(&bc, n * zinf_dtype_size(cdt), true) : NULL;
 	double *rp = malloc(n * sizeof(double) * 4);
 	cr_assert_not_null(rp);
 	double *rh = rp + n, *ep = rp + 2 * n, *eh = rp + 3 * n;
@@ -324,6 +304,7 @@ run_adagrad(size_t n, int gdt, int cdt, float wd, float lr_decay, float gs_f, in
 	}
 	struct zinf_adagrad_opts o;
 	zinf_adagrad_opts_init(&o);
+	o.simd = zt_simd_variant();
 	o.weight_decay = wd;
 	o.lr_decay = lr_decay;
 	o.threads = 2;
@@ -373,7 +354,7 @@ run_adagrad(size_t n, int gdt, int cdt, float wd, float lr_decay, float gs_f, in
 
 Test(cpu_adam, adagrad_matches_float64)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed() + 2;
 	static const size_t sizes[] = {1, 15, 17, 1000};
 	for (size_t si = 0; si < ZINF_ARRAY_SIZE(sizes); si++) {
@@ -394,12 +375,12 @@ static void
 run_lion(size_t n, int gdt, int cdt, float wd, float gs_f, int steps, uint64_t *rng)
 {
 	char what[128];
-	snprintf(what, sizeof(what), "lion n=%zu grad=%s copy=%s wd=%g scale=%g", n, dt_name(gdt),
-		 dt_name(cdt), wd, gs_f);
+	snprintf(what, sizeof(what), "lion n=%zu grad=%s copy=%s wd=%g scale=%g", n,
+		 zinf_dtype_name(gdt), copy_name(cdt), wd, gs_f);
 	struct ubuf bp, bm, bg, bc;
 	float *p = ualloc(&bp, n * 4, true), *m = ualloc(&bm, n * 4, true);
-	void *g = ualloc(&bg, n * dt_size(gdt), true);
-	void *cp = cdt >= 0 ? ualloc(&bc, n * dt_size(cdt), true) : NULL;
+	void *g = ualloc(&bg, n * zinf_dtype_size(gdt), true);
+	void *cp = cdt >= 0 ? ualloc(&bc, n * zinf_dtype_size(cdt), true) : NULL;
 	double *rp = malloc(n * sizeof(double) * 4);
 	cr_assert_not_null(rp);
 	double *rm = rp + n, *ep = rp + 2 * n, *em = rp + 3 * n;
@@ -412,6 +393,7 @@ run_lion(size_t n, int gdt, int cdt, float wd, float gs_f, int steps, uint64_t *
 	}
 	struct zinf_lion_opts o;
 	zinf_lion_opts_init(&o);
+	o.simd = zt_simd_variant();
 	o.lr = 1e-3f;
 	o.weight_decay = wd;
 	o.threads = 2;
@@ -463,7 +445,7 @@ run_lion(size_t n, int gdt, int cdt, float wd, float gs_f, int steps, uint64_t *
 
 Test(cpu_adam, lion_matches_float64)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed() + 3;
 	static const size_t sizes[] = {1, 15, 17, 1000};
 	for (size_t si = 0; si < ZINF_ARRAY_SIZE(sizes); si++) {

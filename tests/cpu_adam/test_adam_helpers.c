@@ -3,8 +3,11 @@
  * tests/cpu_adam/test_adam_helpers.c: the parts of cpu_adam that are exact rather than within
  * a tolerance: RNE conversions (against a float64 model and, for f16, the F16C instruction),
  * independence from the thread count (bitwise), argument checks (nothing modified), the gradient
- * sum of squares (against float64/long double) and inf/NaN positions, and the bf16-state step.
- * Runs on the SIMD path named by ZINF_TEST_VARIANT, as test_adam.c.
+ * sum of squares (against float64/long double) and inf/NaN positions, the bf16-state step, and
+ * the options themselves: the SIMD path option (unknown name -EINVAL, unavailable path -ENODEV,
+ * with their messages; the zinf_simd_* queries) and the size rule (older smaller structs get the
+ * defaults; larger or field-cutting sizes are refused). Runs on the SIMD path named by
+ * ZINF_TEST_VARIANT, as test_adam.c; the path-independent tests run in the scalar variant only.
  */
 #include <criterion/criterion.h>
 #include <float.h>
@@ -19,20 +22,15 @@
 #include "cpu_adam/adam_internal.h"
 #include "zinf/adam.h"
 
-static void
-use_variant(void)
+/* Gradient-helper options: the variant's SIMD path and `threads`. */
+static struct zinf_grad_opts
+grad_opts(int threads)
 {
-	const char *v = zt_variant();
-	if (v) {
-		setenv("ZINF_SIMD", v, 1);
-	}
-	const struct zinf_adam_ops *ops;
-	int r = zinf_adam_select(&ops);
-	if (r == -ENODEV) {
-		cr_skip_test("SIMD path %s not available on this CPU/build: %s", v,
-			     zinf_last_error());
-	}
-	cr_assert_eq(r, 0, "select: %s", zinf_last_error());
+	struct zinf_grad_opts o;
+	zinf_grad_opts_init(&o);
+	o.simd = zt_simd_variant();
+	o.threads = threads;
+	return o;
 }
 
 /* Tests that do not depend on the SIMD path run once, in the scalar variant, so that a path's
@@ -165,7 +163,7 @@ Test(cpu_adam, f16_scalar_matches_f16c_bit_for_bit)
 /* The selected path's vector conversion (the three-pass copy) equals the scalar RNE. */
 Test(cpu_adam, path_conversion_equals_scalar_rne)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed() + 12;
 	size_t n = 4099;
 	float *src = malloc(n * 4);
@@ -178,8 +176,9 @@ Test(cpu_adam, path_conversion_equals_scalar_rne)
 		}
 		memcpy(&src[i], &b, 4);
 	}
+	struct zinf_grad_opts go = grad_opts(2);
 	for (int dt = ZINF_F16; dt <= ZINF_BF16; dt++) {
-		cr_assert_eq(zinf_adam_convert(src, dst, dt, n, 2), 0);
+		cr_assert_eq(zinf_adam_convert(src, dst, dt, n, &go), 0);
 		for (size_t i = 0; i < n; i++) {
 			uint16_t want = dt == ZINF_F16 ? zinf_f32_to_f16_rne(src[i])
 						       : zinf_f32_to_bf16_rne(src[i]);
@@ -246,7 +245,7 @@ state_eq(const struct state *a, const struct state *b, size_t n, int threads)
 
 Test(cpu_adam, results_do_not_depend_on_thread_count)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t seed = zt_seed() + 13;
 	size_t n = 5 * ZINF_ADAM_TILE + 13;
 	struct state ref, s;
@@ -258,12 +257,15 @@ Test(cpu_adam, results_do_not_depend_on_thread_count)
 		zinf_adam_opts_init(&o);
 		o.threads = threads;
 		o.weight_decay = 0.01f;
+		o.simd = zt_simd_variant();
 		struct zinf_adagrad_opts ao;
 		zinf_adagrad_opts_init(&ao);
 		ao.threads = threads;
+		ao.simd = o.simd;
 		struct zinf_lion_opts lo;
 		zinf_lion_opts_init(&lo);
 		lo.threads = threads;
+		lo.simd = o.simd;
 		for (int t = 1; t <= 3; t++) {
 			cr_assert_eq(zinf_adam_step(&o, t, 0.5f, x->p, x->g, ZINF_F32, x->m, x->v,
 						    n, x->c, ZINF_BF16),
@@ -280,7 +282,8 @@ Test(cpu_adam, results_do_not_depend_on_thread_count)
 				     0);
 		}
 		double ss;
-		cr_assert_eq(zinf_grad_sumsq(x->p, ZINF_F32, n, threads, &ss), 0);
+		struct zinf_grad_opts go = grad_opts(threads);
+		cr_assert_eq(zinf_grad_sumsq(x->p, ZINF_F32, n, &go, &ss), 0);
 		if (threads == 1) {
 			ss_ref = ss;
 			continue;
@@ -297,7 +300,7 @@ Test(cpu_adam, results_do_not_depend_on_thread_count)
 
 Test(cpu_adam, bad_arguments_are_einval_and_modify_nothing)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	zt_log_to_stderr();
 	size_t n = 37;
 	struct state s, keep;
@@ -308,6 +311,8 @@ Test(cpu_adam, bad_arguments_are_einval_and_modify_nothing)
 	cr_assert_eq(o.size, sizeof(o));
 	cr_assert_float_eq(o.lr, 1e-3f, 0);
 	cr_assert(o.adamw_mode && o.bias_correction);
+	cr_assert_null(o.simd);
+	o.simd = zt_simd_variant();
 
 #define EXPECT_EINVAL(call)                                                                        \
 	do {                                                                                       \
@@ -358,6 +363,7 @@ Test(cpu_adam, bad_arguments_are_einval_and_modify_nothing)
 
 	struct zinf_adagrad_opts ao, abad;
 	zinf_adagrad_opts_init(&ao);
+	ao.simd = o.simd;
 	EXPECT_EINVAL(zinf_adagrad_step(NULL, 1, 1, s.p, s.g, 0, s.v, n, s.c, 2));
 	EXPECT_EINVAL(zinf_adagrad_step(&ao, 0, 1, s.p, s.g, 0, s.v, n, s.c, 2));
 	EXPECT_EINVAL(zinf_adagrad_step(&ao, 1, 1, s.p, s.g, 0, NULL, n, s.c, 2));
@@ -368,6 +374,7 @@ Test(cpu_adam, bad_arguments_are_einval_and_modify_nothing)
 
 	struct zinf_lion_opts lo, lbad;
 	zinf_lion_opts_init(&lo);
+	lo.simd = o.simd;
 	EXPECT_EINVAL(zinf_lion_step(&lo, 1, 1, s.p, s.g, 5, s.m, n, s.c, 2));
 	EXPECT_EINVAL(zinf_lion_step(&lo, 1, 1, s.p, s.g, 0, NULL, n, s.c, 2));
 	lbad = lo, lbad.beta2 = 1.5f;
@@ -376,49 +383,271 @@ Test(cpu_adam, bad_arguments_are_einval_and_modify_nothing)
 	EXPECT_EINVAL(zinf_lion_step(&lbad, 1, 1, s.p, s.g, 0, s.m, n, s.c, 2));
 
 	double out = 7;
-	EXPECT_EINVAL(zinf_grad_sumsq(NULL, ZINF_F32, n, 0, &out));
-	EXPECT_EINVAL(zinf_grad_sumsq(s.g, (enum zinf_dtype)3, n, 0, &out));
-	EXPECT_EINVAL(zinf_grad_sumsq(s.g, ZINF_F32, n, 0, NULL));
-	EXPECT_EINVAL(zinf_grad_has_inf_nan(NULL, ZINF_F16, n, 0));
-	EXPECT_EINVAL(zinf_grad_has_inf_nan(s.g, ZINF_F16, n, -2));
+	struct zinf_grad_opts go = grad_opts(0), gbad = grad_opts(-2);
+	EXPECT_EINVAL(zinf_grad_sumsq(NULL, ZINF_F32, n, &go, &out));
+	EXPECT_EINVAL(zinf_grad_sumsq(s.g, (enum zinf_dtype)3, n, &go, &out));
+	EXPECT_EINVAL(zinf_grad_sumsq(s.g, ZINF_F32, n, &go, NULL));
+	EXPECT_EINVAL(zinf_grad_has_inf_nan(NULL, ZINF_F16, n, &go));
+	EXPECT_EINVAL(zinf_grad_has_inf_nan(s.g, ZINF_F16, n, &gbad));
+	gbad = go, gbad.reserved = 1;
+	EXPECT_EINVAL(zinf_grad_has_inf_nan(s.g, ZINF_F16, n, &gbad));
+	cr_assert_str_eq(zinf_last_error(), "zinf_grad_has_inf_nan: opts.reserved 1: must be 0");
 	cr_assert_eq(out, 7);
 #undef EXPECT_EINVAL
 
 	/* n == 0 with NULL arrays is a no-op, not an error. */
 	cr_assert_eq(zinf_adam_step(&o, 1, 1, NULL, NULL, 0, NULL, NULL, 0, NULL, 0), 0);
-	cr_assert_eq(zinf_grad_sumsq(NULL, ZINF_BF16, 0, 0, &out), 0);
+	cr_assert_eq(zinf_grad_sumsq(NULL, ZINF_BF16, 0, NULL, &out), 0);
 	cr_assert_eq(out, 0);
-	/* An unknown ZINF_SIMD value is refused. */
-	char *old = getenv("ZINF_SIMD") ? strdup(getenv("ZINF_SIMD")) : NULL;
-	setenv("ZINF_SIMD", "sse9", 1);
-	cr_assert_eq(zinf_adam_step(&o, 1, 1, s.p, s.g, 0, s.m, s.v, n, s.c, 2), -EINVAL);
-	state_eq(&s, &keep, n, 0);
-	if (old) {
-		setenv("ZINF_SIMD", old, 1);
-		free(old);
-	} else {
-		unsetenv("ZINF_SIMD");
-	}
 	state_free(&s);
 	state_free(&keep);
 }
 
-Test(cpu_adam, unsupported_simd_path_is_enodev)
+/* ---- the SIMD path option ------------------------------------------------------------------- */
+
+/* Every entry point with options `simd` (the optimizers, the bf16-state step, the gradient
+ * helpers, the three-pass passes, zinf_simd_resolve) must return `want` and modify nothing.
+ * zinf_simd_resolve runs last: its message is then in zinf_last_error(). */
+static void
+expect_simd_refused(const char *simd, int want, const char *what)
 {
-	path_independent();
-	struct zinf_cpu_features f;
-	zinf_cpu_features_get(&f);
-	if (f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c) {
-		cr_skip_test("this CPU runs every path; nothing to refuse");
-	}
-	setenv("ZINF_SIMD", "avx512", 1);
+	size_t n = 37;
+	struct state s, keep;
+	state_init(&s, n, 9);
+	state_init(&keep, n, 9);
 	struct zinf_adam_opts o;
 	zinf_adam_opts_init(&o);
+	o.simd = simd;
+	struct zinf_adagrad_opts ao;
+	zinf_adagrad_opts_init(&ao);
+	ao.simd = simd;
+	struct zinf_lion_opts lo;
+	zinf_lion_opts_init(&lo);
+	lo.simd = simd;
+	struct zinf_grad_opts go;
+	zinf_grad_opts_init(&go);
+	go.simd = simd;
+	double out = 7;
+	const char *path = "untouched";
+	struct {
+		const char *fn;
+		int r;
+	} calls[] = {
+		{"zinf_adam_step",
+		 zinf_adam_step(&o, 1, 1, s.p, s.g, ZINF_F32, s.m, s.v, n, s.c, ZINF_BF16)},
+		{"zinf_adam_step_bf16state",
+		 zinf_adam_step_bf16state(&o, 1, 1, s.p, s.g, ZINF_F32, s.mb, s.vb, n, s.c,
+					  ZINF_BF16, ZINF_ROUND_STOCHASTIC, 1)},
+		{"zinf_adagrad_step",
+		 zinf_adagrad_step(&ao, 1, 1, s.p, s.g, ZINF_F32, s.v, n, s.c, ZINF_F16)},
+		{"zinf_lion_step", zinf_lion_step(&lo, 1, 1, s.p, s.g, ZINF_F32, s.m, n, NULL, 0)},
+		{"zinf_grad_sumsq", zinf_grad_sumsq(s.g, ZINF_F32, n, &go, &out)},
+		{"zinf_grad_has_inf_nan", zinf_grad_has_inf_nan(s.g, ZINF_BF16, n, &go)},
+		{"zinf_adam_unscale", zinf_adam_unscale(s.g, ZINF_F32, n, 2.0f, &go)},
+		{"zinf_adam_convert", zinf_adam_convert(s.p, s.c, ZINF_BF16, n, &go)},
+	};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(calls); k++) {
+		cr_assert_eq(calls[k].r, want, "%s with simd \"%s\" (%s) returned %d", calls[k].fn,
+			     simd, what, calls[k].r);
+	}
+	cr_assert_eq(zinf_simd_resolve(simd, &path), want, "resolve \"%s\" (%s)", simd, what);
+	state_eq(&s, &keep, n, 0);
+	cr_assert_eq(out, 7);
+	cr_assert_str_eq(path, "untouched");
+	state_free(&s);
+	state_free(&keep);
+}
+
+Test(cpu_adam, unknown_simd_name_is_einval_naming_the_paths)
+{
+	path_independent();
+	static const char *const bad[] = {"sse9", "", "AVX2", "avx2 ", "avx"};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(bad); k++) {
+		expect_simd_refused(bad[k], -EINVAL, "unknown");
+		char want[160];
+		snprintf(want, sizeof(want),
+			 "zinf_simd_resolve: SIMD path \"%s\" (opts.simd) is unknown: expected "
+			 "avx512, avx2 or scalar",
+			 bad[k]);
+		cr_assert_str_eq(zinf_last_error(), want);
+	}
 	float p = 1, g = 1, m = 0, v = 0;
-	cr_assert_eq(zinf_adam_step(&o, 1, 1, &p, &g, ZINF_F32, &m, &v, 1, NULL, 0), -ENODEV);
+	struct zinf_adam_opts o;
+	zinf_adam_opts_init(&o);
+	o.simd = "sse9";
+	cr_assert_eq(zinf_adam_step(&o, 1, 1, &p, &g, ZINF_F32, &m, &v, 1, NULL, 0), -EINVAL);
+	cr_assert_str_eq(zinf_last_error(), "zinf_adam_step: SIMD path \"sse9\" (opts.simd) is "
+					    "unknown: expected avx512, avx2 or scalar");
+}
+
+Test(cpu_adam, unavailable_simd_path_is_enodev_naming_it)
+{
+	path_independent();
+	if (zinf_simd_resolve("avx512", NULL) == 0) {
+		cr_skip_test("this CPU and build run every path; nothing to refuse");
+	}
+	expect_simd_refused("avx512", -ENODEV, "unavailable");
+	const char *msg = zinf_last_error();
+	const char *head = "zinf_simd_resolve: SIMD path avx512 (opts.simd): ";
+	cr_assert(strncmp(msg, head, strlen(head)) == 0, "%s", msg);
+	struct zinf_cpu_features f;
+	zinf_cpu_features_get(&f);
+	if (!f.avx512f) {
+		cr_assert_str_eq(msg + strlen(head), "this CPU (or its OS) lacks AVX512F");
+	} else {
+		cr_assert(strstr(msg, "lacks") || strstr(msg, "not built into this library"), "%s",
+			  msg);
+	}
+}
+
+Test(cpu_adam, simd_queries_list_and_choose_paths)
+{
+	path_independent();
+	cr_assert_str_eq(zinf_simd_path(0), "avx512");
+	cr_assert_str_eq(zinf_simd_path(1), "avx2");
+	cr_assert_str_eq(zinf_simd_path(2), "scalar");
+	cr_assert_null(zinf_simd_path(3));
+	cr_assert_null(zinf_simd_path(~0u));
+	/* the best path: the first that resolves, and what the CPU's features allow */
+	const char *first = NULL, *got;
+	for (unsigned i = 0; zinf_simd_path(i); i++) {
+		if (zinf_simd_resolve(zinf_simd_path(i), &got) == 0) {
+			cr_assert_str_eq(got, zinf_simd_path(i));
+			first = first ? first : got;
+		}
+	}
+	cr_assert_str_eq(zinf_simd_best(), first);
+	struct zinf_cpu_features f;
+	zinf_cpu_features_get(&f);
+	bool avx2 = f.avx2 && f.fma && f.f16c;
+	bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && f.fma && f.f16c;
+	if (!avx512) {
+		cr_assert_str_eq(zinf_simd_best(), avx2 ? "avx2" : "scalar");
+	}
+	cr_assert_eq(zinf_simd_resolve("scalar", NULL), 0);
+	/* NULL: the default, which is the best path unless ZINF_SIMD says otherwise */
+	const char *env = getenv("ZINF_SIMD");
+	cr_assert_eq(zinf_simd_resolve(NULL, &got), 0);
+	cr_assert_str_eq(got, env && *env ? env : zinf_simd_best());
+}
+
+/* ---- options structs: the size rule (common/opts.h) ----------------------------------------- */
+
+/* A caller built before the simd field (its sizeof was offsetof(simd)) gets the default path:
+ * the bytes after its size are never read, whatever they hold. Results equal a current caller's
+ * with the same values, bit for bit. */
+Test(cpu_adam, older_smaller_options_get_the_defaults)
+{
+	path_independent();
+	size_t n = 45;
+	struct state a, b;
+	state_init(&a, n, 21);
+	state_init(&b, n, 21);
+	struct zinf_adam_opts o, old;
+	zinf_adam_opts_init(&o);
+	o.lr = 1e-2f;
+	o.weight_decay = 0.1f;
+	old = o;
+	old.size = offsetof(struct zinf_adam_opts, simd);
+	old.simd = "sse9"; /* beyond the old caller's struct: must not be read */
+	cr_assert_eq(offsetof(struct zinf_adam_opts, simd), 40, "the layout before simd");
+	cr_assert_eq(zinf_adam_step(&o, 2, 1, a.p, a.g, ZINF_F32, a.m, a.v, n, a.c, ZINF_BF16), 0);
+	cr_assert_eq(zinf_adam_step(&old, 2, 1, b.p, b.g, ZINF_F32, b.m, b.v, n, b.c, ZINF_BF16), 0,
+		     "%s", zinf_last_error());
+	cr_assert_eq(zinf_adam_step_bf16state(&old, 2, 1, b.p, b.g, ZINF_F32, b.mb, b.vb, n, b.c,
+					      ZINF_BF16, ZINF_ROUND_NEAREST_EVEN, 0),
+		     0);
+	cr_assert_eq(zinf_adam_step_bf16state(&o, 2, 1, a.p, a.g, ZINF_F32, a.mb, a.vb, n, a.c,
+					      ZINF_BF16, ZINF_ROUND_NEAREST_EVEN, 0),
+		     0);
+	/* even older: no threads field either (a bad value there is not read) */
+	old.size = offsetof(struct zinf_adam_opts, threads);
+	old.threads = -1;
+	cr_assert_eq(zinf_adam_step(&old, 3, 1, b.p, b.g, ZINF_F32, b.m, b.v, n, b.c, ZINF_BF16), 0,
+		     "%s", zinf_last_error());
+	cr_assert_eq(zinf_adam_step(&o, 3, 1, a.p, a.g, ZINF_F32, a.m, a.v, n, a.c, ZINF_BF16), 0);
+
+	struct zinf_adagrad_opts ao, aold;
+	zinf_adagrad_opts_init(&ao);
+	ao.lr_decay = 0.5f;
+	aold = ao;
+	aold.size = offsetof(struct zinf_adagrad_opts, simd);
+	aold.simd = "sse9";
+	cr_assert_eq(aold.size, 32, "the layout before simd");
+	cr_assert_eq(zinf_adagrad_step(&ao, 2, 1, a.p, a.g, ZINF_F32, a.v, n, a.c, ZINF_F16), 0);
+	cr_assert_eq(zinf_adagrad_step(&aold, 2, 1, b.p, b.g, ZINF_F32, b.v, n, b.c, ZINF_F16), 0,
+		     "%s", zinf_last_error());
+
+	struct zinf_lion_opts lo, lold;
+	zinf_lion_opts_init(&lo);
+	lo.weight_decay = 0.2f;
+	lold = lo;
+	lold.size = offsetof(struct zinf_lion_opts, simd);
+	lold.simd = "sse9";
+	cr_assert_eq(zinf_lion_step(&lo, 2, 1, a.p, a.g, ZINF_F32, a.m, n, a.c, ZINF_F16), 0);
+	cr_assert_eq(zinf_lion_step(&lold, 2, 1, b.p, b.g, ZINF_F32, b.m, n, b.c, ZINF_F16), 0,
+		     "%s", zinf_last_error());
+	state_eq(&a, &b, n, 0);
+
+	/* the gradient helpers: a struct of only its size field, and NULL, mean the defaults */
+	struct zinf_grad_opts go;
+	zinf_grad_opts_init(&go);
+	go.size = offsetof(struct zinf_grad_opts, simd);
+	go.simd = "sse9";
+	go.threads = -1;
+	double s1 = -1, s2 = -2;
+	cr_assert_eq(zinf_grad_sumsq(a.p, ZINF_F32, n, &go, &s1), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_grad_sumsq(a.p, ZINF_F32, n, NULL, &s2), 0);
+	cr_assert(s1 == s2 && s1 > 0, "%g vs %g", s1, s2);
+	state_free(&a);
+	state_free(&b);
+}
+
+/* Sizes the rule refuses, each with a message naming the struct and the sizes. */
+Test(cpu_adam, bad_options_sizes_are_einval)
+{
+	path_independent();
+	float p = 1, g = 1, m = 0, v = 0;
+	struct zinf_adam_opts o;
+	zinf_adam_opts_init(&o);
+	char want[200];
+	/* larger: a caller built against a newer zinf */
+	o.size = sizeof(o) + 8;
+	cr_assert_eq(zinf_adam_step(&o, 1, 1, &p, &g, ZINF_F32, &m, &v, 1, NULL, 0), -EINVAL);
+	snprintf(want, sizeof(want),
+		 "struct zinf_adam_opts: size %zu is larger than this library's (%zu bytes): the "
+		 "caller was built against a newer zinf",
+		 sizeof(o) + 8, sizeof(o));
+	cr_assert_str_eq(zinf_last_error(), want);
+	/* too small to hold the size field */
+	o.size = 4;
+	cr_assert_eq(zinf_adam_step(&o, 1, 1, &p, &g, ZINF_F32, &m, &v, 1, NULL, 0), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_adam_opts: size 4 is too small"), "%s",
+		  zinf_last_error());
+	/* ending inside the simd pointer: half a pointer would be taken */
+	size_t off = offsetof(struct zinf_adam_opts, simd);
+	for (size_t cut = off + 1; cut < off + sizeof(char *); cut += 3) {
+		o.size = cut;
+		cr_assert_eq(zinf_adam_step(&o, 1, 1, &p, &g, ZINF_F32, &m, &v, 1, NULL, 0),
+			     -EINVAL);
+		snprintf(want, sizeof(want),
+			 "zinf_adam_step: struct zinf_adam_opts: size %zu ends inside the field "
+			 "simd (bytes %zu..%zu)",
+			 cut, off, off + sizeof(char *));
+		cr_assert_str_eq(zinf_last_error(), want);
+	}
+	struct zinf_lion_opts lo;
+	zinf_lion_opts_init(&lo);
+	lo.size = offsetof(struct zinf_lion_opts, simd) + 2;
+	cr_assert_eq(zinf_lion_step(&lo, 1, 1, &p, &g, ZINF_F32, &m, 1, NULL, 0), -EINVAL);
+	struct zinf_grad_opts go;
+	zinf_grad_opts_init(&go);
+	go.size = sizeof(go) + 1;
+	cr_assert_eq(zinf_grad_has_inf_nan(&g, ZINF_F32, 1, &go), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "struct zinf_grad_opts: size 25 is larger"), "%s",
+		  zinf_last_error());
 	cr_assert_eq(p, 1);
 	cr_assert_eq(m, 0);
-	unsetenv("ZINF_SIMD");
 }
 
 /* ---- gradient helpers ----------------------------------------------------------------------- */
@@ -440,14 +669,14 @@ fill_grad(void *g, int dt, size_t n, uint64_t *rng)
 
 Test(cpu_adam, grad_sumsq_matches_float64)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed() + 14;
 	static const size_t sizes[] = {1, 15, 17, 1000, 1000003};
 	for (int dt = 0; dt < 3; dt++) {
 		for (size_t si = 0; si < ZINF_ARRAY_SIZE(sizes); si++) {
 			size_t n = sizes[si];
 			char *buf = malloc(n * 4 + 4);
-			void *g = buf + (si & 1 ? (dt == ZINF_F32 ? 4 : 2) : 0); /* unaligned too */
+			void *g = buf + (si & 1 ? zinf_dtype_size(dt) : 0); /* unaligned too */
 			fill_grad(g, dt, n, &rng);
 			long double ref = 0;
 			for (size_t i = 0; i < n; i++) {
@@ -456,7 +685,8 @@ Test(cpu_adam, grad_sumsq_matches_float64)
 			}
 			for (int threads = 1; threads <= 2; threads++) {
 				double s = -1;
-				cr_assert_eq(zinf_grad_sumsq(g, dt, n, threads, &s), 0);
+				struct zinf_grad_opts go = grad_opts(threads);
+				cr_assert_eq(zinf_grad_sumsq(g, dt, n, &go, &s), 0);
 				/* n additions of positive terms in float64: relative error <= n u64
 				 */
 				double tol = (double)ref * 1e-16 * (double)(n / 64 + 4);
@@ -471,11 +701,11 @@ Test(cpu_adam, grad_sumsq_matches_float64)
 
 Test(cpu_adam, grad_has_inf_nan_finds_every_position)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rng = zt_seed() + 15;
 	static const size_t sizes[] = {1, 15, 17, 3 * 8 * ZINF_ADAM_TILE + 5};
 	for (int dt = 0; dt < 3; dt++) {
-		size_t es = dt == ZINF_F32 ? 4 : 2;
+		size_t es = zinf_dtype_size(dt);
 		for (size_t si = 0; si < ZINF_ARRAY_SIZE(sizes); si++) {
 			size_t n = sizes[si];
 			char *buf = malloc(n * es + es);
@@ -487,8 +717,9 @@ Test(cpu_adam, grad_has_inf_nan_finds_every_position)
 			} else {
 				((uint16_t *)g)[n - 1] = dt == ZINF_F16 ? 0xfbff : 0xff7f;
 			}
-			cr_assert_eq(zinf_grad_has_inf_nan(g, dt, n, 2), 0, "dtype %d n %zu clean",
-				     dt, n);
+			struct zinf_grad_opts go2 = grad_opts(2);
+			cr_assert_eq(zinf_grad_has_inf_nan(g, dt, n, &go2), 0,
+				     "dtype %d n %zu clean", dt, n);
 			size_t pos[] = {0, n / 2, n - 1};
 			for (size_t k = 0; k < 3; k++) {
 				for (int kind = 0; kind < 3; kind++) { /* +inf, -inf, NaN */
@@ -511,15 +742,16 @@ Test(cpu_adam, grad_has_inf_nan_finds_every_position)
 						memcpy(at, &x, 2);
 					}
 					for (int threads = 1; threads <= 3; threads += 2) {
+						struct zinf_grad_opts gt = grad_opts(threads);
 						cr_assert_eq(
-							zinf_grad_has_inf_nan(g, dt, n, threads), 1,
+							zinf_grad_has_inf_nan(g, dt, n, &gt), 1,
 							"dtype %d n %zu pos %zu kind %d threads %d",
 							dt, n, pos[k], kind, threads);
 					}
 					memcpy(at, save, es);
 				}
 			}
-			cr_assert_eq(zinf_grad_has_inf_nan(g, dt, n, 2), 0);
+			cr_assert_eq(zinf_grad_has_inf_nan(g, dt, n, &go2), 0);
 			free(buf);
 		}
 	}
@@ -532,7 +764,7 @@ Test(cpu_adam, grad_has_inf_nan_finds_every_position)
  * neighbours, unbiased, for stochastic rounding) of the float32 moments. */
 Test(cpu_adam, bf16_state_step_is_the_fp32_step_rounded)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t seed = zt_seed() + 16;
 	size_t n = 2 * ZINF_ADAM_TILE + 7;
 	for (int rounding = 0; rounding < 2; rounding++) {
@@ -602,7 +834,7 @@ Test(cpu_adam, bf16_state_step_is_the_fp32_step_rounded)
 /* Stochastic rounding is unbiased: the same value x rounded in many elements averages to x. */
 Test(cpu_adam, bf16_stochastic_rounding_is_unbiased)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	size_t n = 1 << 16;
 	float *p = calloc(n, 4), *g = calloc(n, 4);
 	uint16_t *m = calloc(n, 2), *v = calloc(n, 2);
@@ -634,7 +866,7 @@ Test(cpu_adam, bf16_stochastic_rounding_is_unbiased)
  * stay NaN in bf16 (not infinity), and the copy of a NaN parameter is a NaN. */
 Test(cpu_adam, nonfinite_gradient_stays_in_its_element)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	size_t n = 40;
 	for (int rounding = 0; rounding < 2; rounding++) {
 		for (size_t bad = 0; bad < 16; bad += 5) {

@@ -22,22 +22,6 @@
 #include "cpu_adam/adam_internal.h"
 #include "zinf/adam.h"
 
-static void
-use_variant(void)
-{
-	const char *v = zt_variant();
-	if (v) {
-		setenv("ZINF_SIMD", v, 1);
-	}
-	const struct zinf_adam_ops *ops;
-	int r = zinf_adam_select(&ops);
-	if (r == -ENODEV) {
-		cr_skip_test("SIMD path %s not available on this CPU/build: %s", v,
-			     zinf_last_error());
-	}
-	cr_assert_eq(r, 0, "select %s: %s", v ? v : "(default)", zinf_last_error());
-}
-
 enum opt { OPT_ADAM, OPT_ADAMW, OPT_BF16_RNE, OPT_BF16_SR, OPT_ADAGRAD, OPT_LION, OPT_N };
 
 static const char *const opt_name[OPT_N] = {"adam-l2",		 "adamw",   "adam-bf16state-rne",
@@ -45,12 +29,6 @@ static const char *const opt_name[OPT_N] = {"adam-l2",		 "adamw",   "adam-bf16st
 
 #define NONE (-1)
 #define PAD  8 /* elements of slack after each array, for the pointer offsets */
-
-static size_t
-dsize(int dt)
-{
-	return dt == ZINF_F32 ? 4 : 2;
-}
 
 /* One step's arrays: a pointer per array (NULL where the optimizer has none). */
 struct arrs {
@@ -83,10 +61,10 @@ piece(const struct arrs *x, int opt, int gdt, int cdt, size_t i0)
 	size_t ss = state_size(opt);
 	struct arrs r = {
 		.p = x->p + i0,
-		.g = (char *)x->g + i0 * dsize(gdt),
+		.g = (char *)x->g + i0 * zinf_dtype_size(gdt),
 		.m = x->m ? (char *)x->m + i0 * ss : NULL,
 		.v = x->v ? (char *)x->v + i0 * ss : NULL,
-		.c = cdt == NONE ? NULL : (char *)x->c + i0 * dsize(cdt),
+		.c = cdt == NONE ? NULL : (char *)x->c + i0 * zinf_dtype_size(cdt),
 	};
 	return r;
 }
@@ -101,6 +79,7 @@ step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
 	if (opt <= OPT_BF16_SR) {
 		struct zinf_adam_opts o;
 		zinf_adam_opts_init(&o);
+		o.simd = zt_simd_variant();
 		o.lr = 1e-2f;
 		o.weight_decay = 0.05f;
 		o.adamw_mode = opt != OPT_ADAM;
@@ -117,6 +96,7 @@ step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
 	} else if (opt == OPT_ADAGRAD) {
 		struct zinf_adagrad_opts o;
 		zinf_adagrad_opts_init(&o);
+		o.simd = zt_simd_variant();
 		o.weight_decay = 0.05f;
 		o.lr_decay = 0.01f;
 		o.threads = g_threads;
@@ -124,6 +104,7 @@ step(int opt, const struct arrs *x, int gdt, int cdt, size_t n, int64_t t)
 	} else {
 		struct zinf_lion_opts o;
 		zinf_lion_opts_init(&o);
+		o.simd = zt_simd_variant();
 		o.weight_decay = 0.05f;
 		o.threads = g_threads;
 		r = zinf_lion_step(&o, t, 0.75f, x->p, x->g, gdt, x->m, n, x->c, cd);
@@ -173,10 +154,10 @@ fill(struct bufs *b, int opt, int gdt, int cdt, size_t n, const size_t off[5], u
 	size_t ss = state_size(opt);
 	struct arrs x = {
 		.p = b->p + off[0],
-		.g = (char *)b->g + off[1] * dsize(gdt),
+		.g = (char *)b->g + off[1] * zinf_dtype_size(gdt),
 		.m = has_m(opt) ? (char *)b->m + off[2] * ss : NULL,
 		.v = has_v(opt) ? (char *)b->v + off[3] * ss : NULL,
-		.c = cdt == NONE ? NULL : (char *)b->c + off[4] * dsize(cdt),
+		.c = cdt == NONE ? NULL : (char *)b->c + off[4] * zinf_dtype_size(cdt),
 	};
 	for (size_t i = 0; i < n; i++) {
 		x.p[i] = (float)zt_uniform(&st, -1, 1);
@@ -206,7 +187,7 @@ fill(struct bufs *b, int opt, int gdt, int cdt, size_t n, const size_t off[5], u
 			}
 		}
 		if (x.c) {
-			memset((char *)x.c + i * dsize(cdt), 0xa5, dsize(cdt));
+			memset((char *)x.c + i * zinf_dtype_size(cdt), 0xa5, zinf_dtype_size(cdt));
 		}
 	}
 	return x;
@@ -239,7 +220,7 @@ arrs_same(const struct arrs *a, const struct arrs *b, int opt, int gdt, int cdt,
 	same("m", a->m, b->m, n, state_size(opt), ctx);
 	same("v", a->v, b->v, n, state_size(opt), ctx);
 	if (cdt != NONE) {
-		same("copy", a->c, b->c, n, dsize(cdt), ctx);
+		same("copy", a->c, b->c, n, zinf_dtype_size(cdt), ctx);
 	}
 }
 
@@ -296,7 +277,7 @@ check_case(int round, int opt, int gdt, int cdt, uint64_t *rs, struct bufs *whol
 
 Test(cpu_adam, element_result_does_not_depend_on_cuts_or_alignment)
 {
-	use_variant();
+	zt_simd_variant(); /* skips where the path cannot run */
 	uint64_t rs = zt_seed() ^ 0x5b17u;
 	const int cdts[4] = {NONE, ZINF_F32, ZINF_F16, ZINF_BF16};
 	struct bufs whole, other;
@@ -320,12 +301,15 @@ Test(cpu_adam, element_result_does_not_depend_on_cuts_or_alignment)
 /* The separate passes of the three-pass flow: unscale in place and fp32 -> 16-bit conversion. */
 Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 {
-	use_variant();
+	struct zinf_grad_opts go;
+	zinf_grad_opts_init(&go);
+	go.simd = zt_simd_variant();
+	go.threads = 1;
 	uint64_t seed = zt_seed() + 7;
 	uint64_t rs = seed;
 	const size_t n = 517;
 	for (int dt = ZINF_F32; dt <= ZINF_BF16; dt++) {
-		size_t es = dsize(dt);
+		size_t es = zinf_dtype_size(dt);
 		char *g0 = xalloc((n + PAD) * 4), *g1 = xalloc((n + PAD) * 4);
 		float *src = xalloc((n + PAD) * 4);
 		char *d0 = xalloc((n + PAD) * 4), *d1 = xalloc((n + PAD) * 4);
@@ -348,8 +332,8 @@ Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 			/* whole (k == 0) or cut into pieces of 1..17 at offset k */
 			memcpy(g1 + k * es, g0, n * es);
 			if (k == 0) {
-				cr_assert_eq(zinf_adam_unscale(g1, dt, n, 0.3f, 1), 0);
-				cr_assert_eq(zinf_adam_convert(src, d0, dt, n, 1), 0);
+				cr_assert_eq(zinf_adam_unscale(g1, dt, n, 0.3f, &go), 0);
+				cr_assert_eq(zinf_adam_convert(src, d0, dt, n, &go), 0);
 				memcpy(d1, g1, n * es); /* d1: the whole-call unscale */
 				continue;
 			}
@@ -357,8 +341,9 @@ Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 			while (i < n) {
 				size_t len = 1 + zt_rand(&rs) % 17; /* ZINF_MIN evaluates twice */
 				len = ZINF_MIN(len, n - i);
-				cr_assert_eq(zinf_adam_unscale(g1 + (k + i) * es, dt, len, 0.3f, 1),
-					     0);
+				cr_assert_eq(
+					zinf_adam_unscale(g1 + (k + i) * es, dt, len, 0.3f, &go),
+					0);
 				i += len;
 			}
 			cr_assert(memcmp(g1 + k * es, d1, n * es) == 0,
@@ -371,7 +356,7 @@ Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 				size_t len = 1 + zt_rand(&rs) % 17; /* ZINF_MIN evaluates twice */
 				len = ZINF_MIN(len, n - i);
 				cr_assert_eq(
-					zinf_adam_convert(s1 + i, out + (k + i) * es, dt, len, 1),
+					zinf_adam_convert(s1 + i, out + (k + i) * es, dt, len, &go),
 					0);
 				i += len;
 			}
@@ -418,10 +403,8 @@ lcg(uint64_t *st)
  */
 Test(cpu_adam, known_answer_is_the_same_in_every_build)
 {
-	use_variant();
-	const struct zinf_adam_ops *ops;
-	cr_assert_eq(zinf_adam_select(&ops), 0);
-	const char *path = ops->name;
+	const char *simd = zt_simd_variant(), *path;
+	cr_assert_eq(zinf_simd_resolve(simd, &path), 0);
 	uint64_t want;
 	if (strcmp(path, "avx2") == 0) {
 		want = 0x7ac08b61c79fb942ull;
@@ -447,12 +430,15 @@ Test(cpu_adam, known_answer_is_the_same_in_every_build)
 	zinf_adam_opts_init(&o);
 	o.weight_decay = 0.01f;
 	o.threads = 2;
+	o.simd = simd;
 	struct zinf_adagrad_opts ao;
 	zinf_adagrad_opts_init(&ao);
 	ao.weight_decay = 0.1f;
+	ao.simd = simd;
 	struct zinf_lion_opts lo;
 	zinf_lion_opts_init(&lo);
 	lo.weight_decay = 0.1f;
+	lo.simd = simd;
 	for (int t = 1; t <= 3; t++) {
 		o.adamw_mode = t & 1;
 		cr_assert_eq(zinf_adam_step(&o, t, 0.7f, p + 1, g + 3, ZINF_F32, m + 2, v + 5,
