@@ -798,3 +798,207 @@ Test(step, cpu_tier_param_swap_write_error)
 	ref_fini(&f);
 	rig_fini(&r);
 }
+
+/* Names, sizes and swap ids of the parts through the public API, for every optimizer and both
+ * tiers; the bytes a step moves are exactly the parts' bytes (bf16 state: 8 of fp32's 12). */
+struct pcase {
+	int optim;
+	int tier;
+	bool to_swap;
+	uint32_t nparts;
+	char kind[4][16]; /* no pointers: parameters cross into the test process */
+	uint32_t bytes[4];
+};
+
+ParameterizedTestParameters(step, part_info_names_sizes_and_swap_ids)
+{
+	static struct pcase cases[] = {
+		{OPT_ADAMW, NVME, false, 3, {"fp32", "exp_avg", "exp_avg_sq"}, {4, 4, 4}},
+		{OPT_ADAM_BF16_RNE,
+		 NVME,
+		 true,
+		 4,
+		 {"fp32", "exp_avg", "exp_avg_sq", "param16"},
+		 {4, 2, 2, 2}},
+		{OPT_ADAMW_BF16_SR, NVME, false, 3, {"fp32", "exp_avg", "exp_avg_sq"}, {4, 2, 2}},
+		{OPT_ADAGRAD, NVME, true, 3, {"fp32", "state_sum", "param16"}, {4, 4, 2}},
+		{OPT_LION, NVME, false, 2, {"fp32", "exp_avg"}, {4, 4}},
+		{OPT_ADAGRAD, CPU, true, 3, {"fp32", "state_sum", "param16"}, {4, 4, 2}},
+		{OPT_LION, CPU, false, 2, {"fp32", "exp_avg"}, {4, 4}},
+	};
+	return cr_make_param_array(struct pcase, cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+ParameterizedTest(struct pcase *c, step, part_info_names_sizes_and_swap_ids)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 30011;
+	so.sub_group_size = 10000;
+	so.tier = c->tier;
+	so.param_swap = c->to_swap ? (struct zinf_swap *)1 : NULL;
+	struct rig r;
+	rig_init_opt(&r, &so, 2, false, c->optim);
+	cr_assert_eq(zinf_step_part_count(r.st), c->nparts);
+	uint32_t per_elem = 0;
+	for (uint32_t p = 0; p < c->nparts; p++) {
+		struct zinf_step_part_info i = {.size = sizeof(i)};
+		cr_assert_eq(zinf_step_part_info(r.st, p, &i), 0, "%s", zinf_last_error());
+		cr_assert_str_eq(i.kind, c->kind[p]);
+		cr_assert_eq(i.elem_bytes, c->bytes[p], "part %u (%s)", p, i.kind);
+		cr_assert_eq(i.copy, c->to_swap && p == c->nparts - 1);
+		bool in_swap = i.copy || c->tier == NVME;
+		cr_assert_eq(i.swap, in_swap ? r.swap : NULL);
+		per_elem += i.copy ? 0 : i.elem_bytes;
+		for (uint32_t k = 0; k < zinf_step_sub_groups(r.st); k++) {
+			int id = zinf_step_swap_id(r.st, k, p);
+			if (!in_swap) {
+				cr_assert_eq(id, -ENOENT);
+				continue;
+			}
+			cr_assert_eq(id, zinf_swap_find(r.swap, c->kind[p], k));
+			cr_assert_eq(zinf_swap_bytes(r.swap, id),
+				     zinf_step_sub_group_len(r.st, k) * c->bytes[p]);
+		}
+	}
+	cr_assert_eq(per_elem, zinf_optimizer_state_bytes(r.opt));
+	struct zinf_step_part_info i = {.size = sizeof(i)};
+	cr_assert_eq(zinf_step_part_info(r.st, c->nparts, &i), -EINVAL);
+	cr_assert_eq(zinf_step_swap_id(r.st, 4, 0), -EINVAL);
+	cr_assert_eq(zinf_step_swap_id(r.st, 0, c->nparts), -EINVAL);
+
+	/* One step: bytes moved are the parts' bytes, worked by hand. */
+	struct ref f;
+	ref_init(&f, r.opt, so.n, &seed);
+	load_state(&r, &f);
+	fill_grad(&f, ZINF_F32, &seed);
+	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, NULL), 0, "%s",
+		     zinf_last_error());
+	struct zinf_step_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_step_get_stats(r.st, &s), 0);
+	uint64_t state = 0;
+	for (uint32_t p = 0; p < c->nparts; p++) {
+		state += c->to_swap && p == c->nparts - 1 ? 0 : 30011ull * c->bytes[p];
+	}
+	uint64_t copy = c->to_swap ? 30011ull * 2 : 0;
+	cr_assert_eq(s.read_bytes, c->tier == NVME ? state : 0);
+	cr_assert_eq(s.write_bytes, (c->tier == NVME ? state : 0) + copy);
+	if (c->optim == OPT_ADAM_BF16_RNE || c->optim == OPT_ADAMW_BF16_SR) {
+		cr_assert_eq(s.read_bytes, 240088u, "bf16 state moves 8 bytes a parameter");
+		cr_assert_eq(s.read_bytes, 30011ull * 12 * 2 / 3);
+	}
+	ref_fini(&f);
+	rig_fini(&r);
+}
+
+/* Every public step function given a NULL handle: -EINVAL with a message; getters neutral. */
+Test(step, null_handles_are_einval_not_a_crash)
+{
+	zt_log_to_stderr();
+	struct zinf_step_stats s = {.size = sizeof(s)};
+	struct zinf_step_part_info i = {.size = sizeof(i)};
+	const char *const names[] = {
+		"zinf_step_begin",     "zinf_step_ready",     "zinf_step_finish",
+		"zinf_step_run",       "zinf_step_load",      "zinf_step_save",
+		"zinf_step_get_stats", "zinf_step_part_info", "zinf_step_swap_id"};
+	int rcs[] = {
+		zinf_step_begin(NULL, 1, 1.0f, NULL, false),
+		zinf_step_ready(NULL, 0, &s, ZINF_F32),
+		zinf_step_finish(NULL),
+		zinf_step_run(NULL, 1, 1.0f, &s, ZINF_F32, NULL),
+		zinf_step_load(NULL, 0, NULL),
+		zinf_step_save(NULL, 0, NULL),
+		zinf_step_get_stats(NULL, &s),
+		zinf_step_part_info(NULL, 0, &i),
+		zinf_step_swap_id(NULL, 0, 0),
+	};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(rcs); k++) {
+		cr_assert_eq(rcs[k], -EINVAL, "%s", names[k]);
+	}
+	cr_assert(strstr(zinf_last_error(), "zinf_step_swap_id: NULL step"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_step_sub_groups(NULL), 0);
+	cr_assert_eq(zinf_step_sub_group_len(NULL, 0), 0);
+	cr_assert_eq(zinf_step_sub_group_start(NULL, 0), 0);
+	cr_assert_eq(zinf_step_sub_group_written(NULL, 0), 0);
+	cr_assert_eq(zinf_step_part_count(NULL), 0);
+	cr_assert_eq(zinf_step_buffer_bytes(NULL, 4096), 0);
+	cr_assert_eq(zinf_step_create(NULL, NULL), -EINVAL);
+	struct zinf_step *st = (void *)0x1;
+	cr_assert_eq(zinf_step_create(NULL, &st), -EINVAL); /* defaults: n 0 */
+	cr_assert(strstr(zinf_last_error(), "n 0 and sub_group_size 0 must be > 0"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(st, (void *)0x1, "*out untouched");
+	zinf_step_destroy(NULL);
+}
+
+/*
+ * The size rule: a caller built against an older zinf_step_opts (without `rank`) keeps the
+ * default (unnamed rank); a newer, larger struct is refused; statistics and part info are
+ * given up to the caller's size. Sizes that overflow 64 bits are refused at create.
+ */
+Test(step, options_and_statistics_size_rule)
+{
+	uint64_t seed = zt_seed();
+	struct rig r;
+	rig_open_swap(&r, false);
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 30000;
+	so.sub_group_size = 10000;
+	so.tier = ZINF_TIER_CPU;
+	so.rank = 7;
+	so.size = offsetof(struct zinf_step_opts, rank); /* an older caller */
+	struct zinf_step *st = NULL;
+	cr_assert_eq(zinf_step_create(&so, &st), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_begin(st, 0, 1.0f, NULL, false), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "optimizer step (3 sub-groups): step 0 < 1"), "%s",
+		  zinf_last_error());
+	/* Statistics into an older, smaller struct: its fields only. */
+	struct ref f;
+	f.np = 0;
+	struct zinf_optimizer *opt = NULL;
+	cr_assert_eq(zinf_optimizer_create(NULL, &opt), 0);
+	ref_init(&f, opt, so.n, &seed);
+	fill_grad(&f, ZINF_F32, &seed);
+	cr_assert_eq(zinf_step_run(st, 1, 1.0f, f.grad, ZINF_F32, NULL), 0);
+	struct zinf_step_stats s;
+	memset(&s, 0xab, sizeof(s));
+	s.size = offsetof(struct zinf_step_stats, optim_s);
+	cr_assert_eq(zinf_step_get_stats(st, &s), 0);
+	cr_assert_eq(s.size, offsetof(struct zinf_step_stats, optim_s));
+	cr_assert_eq(s.read_bytes, 0);
+	cr_assert_eq(s.write_bytes, 0);
+	uint64_t poison;
+	memset(&poison, 0xab, sizeof(poison));
+	cr_assert_eq(memcmp(&s.optim_s, &poison, 8), 0, "written past the caller's size");
+	s.size = 4;
+	cr_assert_eq(zinf_step_get_stats(st, &s), -EINVAL);
+	zinf_step_destroy(st);
+	st = NULL;
+	/* A newer caller's larger struct. */
+	so.size = sizeof(so) + 8;
+	struct {
+		struct zinf_step_opts o;
+		uint64_t more;
+	} big = {.o = so};
+	cr_assert_eq(zinf_step_create(&big.o, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_step_opts") &&
+			  strstr(zinf_last_error(), "newer zinf"),
+		  "%s", zinf_last_error());
+	/* Wrap-around: n x bytes. */
+	zinf_step_opts_init(&so);
+	so.n = UINT64_MAX / 2;
+	so.sub_group_size = UINT64_MAX / 4;
+	so.tier = ZINF_TIER_CPU;
+	cr_assert_eq(zinf_step_create(&so, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "overflow 64 bits"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 0, "an overflowing layout reads as 0");
+	so.tier = ZINF_TIER_NVME;
+	so.param_swap = r.swap;
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 0);
+	ref_fini(&f);
+	zinf_optimizer_destroy(opt);
+	rig_fini(&r);
+}
