@@ -294,6 +294,88 @@ register_io(struct zinf_pool *p)
 	zinf_free(iov);
 }
 
+/* Bind the pool's pages to its NUMA node (the option's, or the caller's with several). An
+ * explicit numa_node that cannot be bound is an error; a chosen one is only skipped. */
+static int
+bind_node(struct zinf_pool *p, const struct zinf_pool_opts *o)
+{
+	struct zinf_topo *topo = NULL;
+	if (zinf_topo_create(&topo) != 0) {
+		return 0;
+	}
+	int rc = 0, node = choose_node(o, topo);
+	if (node >= 0) {
+		int brc = zinf_topo_bind_area(topo, p->base, p->bytes, node);
+		if (brc == -ENODEV && node == 0 && zinf_topo_numa_nodes(topo) == 1) {
+			brc = 0; /* no hwloc, one node: the memory is on node 0 anyway */
+		}
+		if (brc == 0) {
+			p->node = node;
+		} else if (o->numa_node >= 0) {
+			rc = POOL_FAIL(p, brc, "binding to NUMA node %d (numa_node) failed: %s%s",
+				       node, zinf_strerror(brc),
+				       brc == -ENODEV ? " (zinf was built without hwloc)" : "");
+		} else {
+			POOL_DEBUG(p, "not bound to node %d (%s)", node, zinf_strerror(brc));
+		}
+	}
+	zinf_topo_destroy(topo);
+	return rc;
+}
+
+/* mlock the pool (pin_memory). A failure is an error naming the limit and what to change, or
+ * with pin_fallback a warning that says the same, and the pool runs unpinned. */
+static int
+lock_pages(struct zinf_pool *p, const struct zinf_pool_opts *o, const struct zinf_pool_budget *b)
+{
+	if (!o->pin_memory) {
+		return 0;
+	}
+	if (mlock(p->base, b->bytes) == 0) {
+		p->pinned = true;
+		return 0;
+	}
+	int e = errno;
+	char asked[64], lim[64], had[64];
+	fmt_bytes(asked, sizeof(asked), b->bytes);
+	fmt_bytes(lim, sizeof(lim), b->memlock_limit);
+	fmt_bytes(had, sizeof(had), locked_now());
+	if (!o->pin_fallback) {
+		return POOL_FAIL(p, e == EPERM ? -EPERM : -ENOMEM,
+				 "mlock of %s failed: %s (RLIMIT_MEMLOCK %s%s, already locked by "
+				 "this process %s): raise ulimit -l, lower %s.buffer_count, or set "
+				 "%s.pin_memory: false",
+				 asked, strerror(e), lim, b->memlock_binding ? "" : ", not binding",
+				 had, p->what, p->what);
+	}
+	POOL_WARN(p,
+		  "mlock of %s failed (%s; RLIMIT_MEMLOCK %s): running unpinned (raise ulimit -l "
+		  "to pin it)",
+		  asked, strerror(e), lim);
+	return 0;
+}
+
+/* The free stack (buffer 0 handed out first), its lock and the waiters' condition. */
+static void
+init_free_list(struct zinf_pool *p)
+{
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	for (uint32_t i = 0; i < p->count; i++) {
+		p->free_stack[i] = p->count - 1 - i;
+	}
+	p->nfree = p->count;
+}
+
+/*
+ * Set-up in the order the pages need it (map, bind, lock, register), one unwind chain. About 100
+ * lines because the device and I/O registration steps are still inline here: the device module
+ * (issue 7) moves them out.
+ */
 int
 zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 {
@@ -307,13 +389,12 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	}
 	struct zinf_pool_opts oo, *o = &oo;
 	(void)take_opts(opts, o); /* checked by zinf_pool_check */
-	const char *what = o->what;
 	struct zinf_pool *p = zinf_calloc(1, sizeof(*p));
 	if (!p) {
 		return POOL_FAIL(o, -ENOMEM, "out of memory");
 	}
 	p->o = *o;
-	snprintf(p->what, sizeof(p->what), "%s", what);
+	snprintf(p->what, sizeof(p->what), "%s", o->what);
 	p->o.what = p->what;
 	p->o.device = NULL; /* not kept: the table is */
 	p->io = o->io;
@@ -353,60 +434,14 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	p->cpu_bytes = o->cpu_bytes;
 
 	/* Bind before the pages are touched (mlock faults them in), so they land on the node. */
-	struct zinf_topo *topo = NULL;
-	if (zinf_topo_create(&topo) == 0) {
-		int node = choose_node(o, topo);
-		if (node >= 0) {
-			int brc = zinf_topo_bind_area(topo, p->base, b.bytes, node);
-			if (brc == -ENODEV && node == 0 && zinf_topo_numa_nodes(topo) == 1) {
-				brc = 0; /* no hwloc, one node: the memory is on node 0 anyway */
-			}
-			if (brc == 0) {
-				p->node = node;
-			} else if (o->numa_node >= 0) {
-				rc = POOL_FAIL(p, brc,
-					       "binding to NUMA node %d (numa_node) failed: "
-					       "%s%s",
-					       node, zinf_strerror(brc),
-					       brc == -ENODEV ? " (zinf was built without hwloc)"
-							      : "");
-				zinf_topo_destroy(topo);
-				goto err_unmap;
-			} else {
-				POOL_DEBUG(p, "not bound to node %d (%s)", node,
-					   zinf_strerror(brc));
-			}
-		}
-		zinf_topo_destroy(topo);
+	rc = bind_node(p, o);
+	if (rc) {
+		goto err_unmap;
 	}
-
-	if (o->pin_memory) {
-		if (mlock(p->base, b.bytes) == 0) {
-			p->pinned = true;
-		} else {
-			int e = errno;
-			char asked[64], lim[64], had[64];
-			fmt_bytes(asked, sizeof(asked), b.bytes);
-			fmt_bytes(lim, sizeof(lim), b.memlock_limit);
-			fmt_bytes(had, sizeof(had), locked_now());
-			if (!o->pin_fallback) {
-				rc = POOL_FAIL(
-					p, e == EPERM ? -EPERM : -ENOMEM,
-					"mlock of %s failed: %s "
-					"(RLIMIT_MEMLOCK %s%s, already locked by this process "
-					"%s): raise ulimit -l, lower %s.buffer_count, or set "
-					"%s.pin_memory: false",
-					asked, strerror(e), lim,
-					b.memlock_binding ? "" : ", not binding", had, what, what);
-				goto err_unmap;
-			}
-			POOL_WARN(p,
-				  "mlock of %s failed (%s; RLIMIT_MEMLOCK %s): running unpinned "
-				  "(raise ulimit -l to pin it)",
-				  asked, strerror(e), lim);
-		}
+	rc = lock_pages(p, o, &b);
+	if (rc) {
+		goto err_unmap;
 	}
-
 	if (p->pinned && strcmp(p->dev->name, "host") != 0) {
 		rc = p->dev->host_register(p->base, b.bytes);
 		if (rc) {
@@ -429,16 +464,7 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 			  "with the I/O context");
 	}
 
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	for (uint32_t i = 0; i < p->count; i++) {
-		p->free_stack[i] = p->count - 1 - i; /* buffer 0 handed out first */
-	}
-	p->nfree = p->count;
+	init_free_list(p);
 	POOL_INFO(p,
 		  "%u buffers of %" PRIu64 " bytes + %" PRIu64 " CPU bytes, %s, node %d, device %s",
 		  p->count, p->buf_bytes, p->cpu_bytes, p->pinned ? "pinned" : "unpinned", p->node,

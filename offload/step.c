@@ -239,7 +239,13 @@ check_pool(struct zinf_step *st)
 		st->align = ZINF_MAX(st->align, zinf_swap_align(o->param_swap));
 	}
 	st->align = st->align ? st->align : 4096;
-	(void)layout(o, st->align, st->part_off, &st->buf_bytes); /* checked by validate */
+	if (layout(o, st->align, st->part_off, &st->buf_bytes)) {
+		return STEP_FAIL(st, -EINVAL,
+				 "a sub-group of %" PRIu64
+				 " elements aligned to %u bytes overflows "
+				 "64 bits",
+				 st->sgsize, st->align);
+	}
 	uint64_t have = zinf_pool_buffer_bytes(o->pool);
 	uint32_t count = zinf_pool_buffer_count(o->pool);
 	if (count == 0 || have < st->buf_bytes) {
@@ -653,18 +659,22 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 	}
 	uint64_t len = zinf_step_sub_group_len(st, k);
 	struct zinf_swap_op ops[ZINF_OPTIM_MAX_PARTS];
+	char why[ZINF_OPTIM_MAX_PARTS][256] = {{0}}; /* the swap's message, when it was logged */
 	for (uint32_t p = 0; p < st->nopt; p++) {
 		char *b = buf + st->part_off[p];
-		int id = step_swap_id(st, k, p);
+		int id = step_swap_id(st, k, p), r = 0;
 		if (save && arr[p]) {
-			(void)zinf_swap_read_async(st->o.swap, id, b, &ops[p]);
+			r = zinf_swap_read_async(st->o.swap, id, b, &ops[p]);
 		} else if (!save) {
 			if (arr[p]) {
 				memcpy(b, arr[p], len * st->esz[p]);
 			} else {
 				memset(b, 0, len * st->esz[p]);
 			}
-			(void)zinf_swap_write_async(st->o.swap, id, b, &ops[p]);
+			r = zinf_swap_write_async(st->o.swap, id, b, &ops[p]);
+		}
+		if (r < 0) {
+			snprintf(why[p], sizeof(why[p]), "%s", zinf_last_error());
 		}
 	}
 	rc = 0;
@@ -673,10 +683,13 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 			continue;
 		}
 		int r = zinf_swap_wait(st->o.swap, &ops[p]);
+		if (r && !why[p][0]) {
+			snprintf(why[p], sizeof(why[p]), "%s", zinf_last_error());
+		}
 		if (r && !rc) {
-			rc = STEP_FAIL(st, r, "%s sub-group %u: %s of %s[%u] failed",
+			rc = STEP_FAIL(st, r, "%s sub-group %u: %s of %s[%u] failed: %s",
 				       save ? "reading back" : "loading", k,
-				       save ? "read" : "write", st->kind[p], k);
+				       save ? "read" : "write", st->kind[p], k, why[p]);
 		}
 		if (r == 0 && save) {
 			memcpy(arr[p], buf + st->part_off[p], len * st->esz[p]);

@@ -623,6 +623,9 @@ fault_case(int op)
 			cr_assert_eq(op, ZINF_IO_WRITE);
 			cr_assert(strstr(zinf_last_error(), "reading back sub-group"),
 				  "a torn write must read as no data: %s", zinf_last_error());
+			char torn[32];
+			blamed_tensor(zinf_last_error(), "read", torn, sizeof(torn));
+			assert_names_one_tensor(zinf_last_error(), torn);
 			/* Step 1's update is no longer on disk either: no step's is. */
 			cr_assert_eq(
 				w, 0,
