@@ -82,7 +82,8 @@ struct zinf_pool_budget {
  *   -ENOMEM  over RLIMIT_MEMLOCK or physical memory; the message names the limit, the bytes
  *            asked for and the setting to change (ulimit -l, buffer_count, pin_memory: false)
  *   -EPERM   pinning asked for, the limit is 0 and the process may not lock memory
- * With pin_fallback, a memlock failure is not an error (the pool would be unpinned).
+ * With pin_fallback, a memlock failure is not an error (the pool would be unpinned; create
+ * warns, naming ulimit -l).
  */
 ZINF_API int zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out);
 
@@ -97,7 +98,8 @@ ZINF_API int zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_poo
 /** Unregister, unlock and unmap. Buffers still acquired are a caller bug (logged). NULL: no-op. */
 ZINF_API void zinf_pool_destroy(struct zinf_pool *p);
 
-/** Bytes of each buffer (aligned), count of buffers, total bytes, and whether it is locked. */
+/** Bytes of each buffer (aligned), count of buffers, total bytes, and whether it is locked.
+ * Getters of a NULL pool: 0, false, -1 (NUMA node), NULL (device); -EINVAL from the others. */
 ZINF_API uint64_t zinf_pool_buffer_bytes(const struct zinf_pool *p);
 ZINF_API uint32_t zinf_pool_buffer_count(const struct zinf_pool *p);
 ZINF_API uint64_t zinf_pool_bytes(const struct zinf_pool *p);
