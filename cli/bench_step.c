@@ -446,7 +446,8 @@ cli_bench_step(int argc, char **argv)
 	double t_load = zinf_now_s();
 	cli_progress_init(&x.prog, "creating state", x.nsg);
 	for (uint32_t k = 0; k < x.nsg && !cli_interrupted; k++) {
-		if (zinf_step_load(x.st, k, sg_buf, NULL, NULL)) {
+		const void *init[ZINF_OPTIM_MAX_PARTS] = {sg_buf};
+		if (zinf_step_load(x.st, k, init)) {
 			goto out;
 		}
 		cli_progress_add(&x.prog, 1);
@@ -459,13 +460,15 @@ cli_bench_step(int argc, char **argv)
 
 	double step_s[MAX_STEPS], io_s[MAX_STEPS], adam_s[MAX_STEPS];
 	uint64_t io_bytes = 0;
-	struct zinf_step_stats ss = {0};
+	struct zinf_step_stats ss = {.size = sizeof(ss)};
+	struct zinf_adam_opts ao; /* the step's default optimizer: AdamW, these defaults */
+	zinf_adam_opts_init(&ao);
 	double wait_read = 0, wait_write = 0;
 	cli_progress_init(&x.prog, "io / step / adam", (uint64_t)x.nsg * 3 * c.steps);
 	for (uint32_t i = 0; i < c.steps; i++) {
 		io_s[i] = run_io(&x, &io_bytes);
 		step_s[i] = run_step(&x, (int64_t)i + 1, grad);
-		adam_s[i] = run_adam(&x, &so.adam, (int64_t)i + 1, grad);
+		adam_s[i] = run_adam(&x, &ao, (int64_t)i + 1, grad);
 		if (io_s[i] < 0 || step_s[i] < 0) {
 			cli_progress_done(&x.prog);
 			if (!cli_interrupted) {

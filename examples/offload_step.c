@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * examples/offload_step.c: a C program using an installed libzinf, as a trainer would: an
- * I/O context, a swap space on a directory, a pinned pool, and the pipelined optimizer step
- * with fp32 master, m and v on "NVMe" and a bf16 copy of the parameters in host memory.
- * It then checks the offloaded result against zinf_adam_step run in memory.
+ * I/O context, a swap space on a directory, a pinned pool, an optimizer (AdamW, described by
+ * its state parts: fp32 master, exp_avg, exp_avg_sq), and the pipelined optimizer step with that
+ * state on "NVMe" and a bf16 copy of the parameters in host memory. It then checks the
+ * offloaded result against the same optimizer run in memory.
  *
  * usage: offload_step [DIR]   (default: the current directory; files are removed at the end)
  */
@@ -36,6 +37,12 @@ main(int argc, char **argv)
 	struct zinf_swap *swap = NULL;
 	struct zinf_pool *pool = NULL;
 	struct zinf_step *step = NULL;
+	struct zinf_optimizer *opt = NULL;
+	struct zinf_optimizer_opts oo;
+	zinf_optimizer_opts_init(&oo, ZINF_OPTIM_ADAMW);
+	if (zinf_optimizer_create(&oo, &opt) < 0) {
+		goto out;
+	}
 	if (zinf_io_create(&io_opts, &io) < 0) {
 		goto out;
 	}
@@ -56,9 +63,9 @@ main(int argc, char **argv)
 	st.tier = ZINF_TIER_NVME;
 	st.swap = swap;
 	st.copy_dtype = ZINF_BF16;
+	st.optimizer = opt;
 
-	/* Budget first: 3 buffers of one sub-group each (master, m, v), checked before allocating.
-	 */
+	/* Budget first: 3 buffers of one sub-group's state each, checked before allocating. */
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);
 	po.buffer_bytes = zinf_step_buffer_bytes(&st, zinf_swap_align(swap));
@@ -74,12 +81,12 @@ main(int argc, char **argv)
 	}
 	for (uint32_t k = 0; k < zinf_step_sub_groups(step); k++) {
 		uint64_t s0 = zinf_step_sub_group_start(step, k);
-		if (zinf_step_load(step, k, master + s0, NULL, NULL) < 0) {
+		const void *init[ZINF_OPTIM_MAX_PARTS] = {master + s0}; /* m, v: zeros */
+		if (zinf_step_load(step, k, init) < 0) {
 			goto out;
 		}
 	}
 
-	struct zinf_adam_opts ao = st.adam;
 	for (int64_t t = 1; t <= 3; t++) {
 		for (unsigned i = 0; i < N; i++) {
 			grad[i] = (float)((i * 7u + (unsigned)t) % 101) * 1e-2f - 0.5f;
@@ -90,20 +97,25 @@ main(int argc, char **argv)
 		/* The same step in memory, sub-group by sub-group. */
 		for (uint32_t k = 0; k < zinf_step_sub_groups(step); k++) {
 			uint64_t s0 = zinf_step_sub_group_start(step, k);
-			zinf_adam_step(&ao, t, 1.0f, master + s0, grad + s0, ZINF_F32, m + s0,
-				       v + s0, zinf_step_sub_group_len(step, k), ref_copy + s0,
-				       ZINF_BF16);
+			void *parts[] = {master + s0, m + s0, v + s0};
+			if (zinf_optimizer_step(opt, t, 1.0f, parts, grad + s0, ZINF_F32, s0,
+						zinf_step_sub_group_len(step, k), ref_copy + s0,
+						ZINF_BF16) < 0) {
+				goto out;
+			}
 		}
 		if (memcmp(copy, ref_copy, N * 2) != 0) {
 			fprintf(stderr,
-				"step %lld: offloaded bf16 copy differs from in-memory Adam\n",
+				"step %lld: offloaded bf16 copy differs from the optimizer in "
+				"memory\n",
 				(long long)t);
 			goto out;
 		}
 	}
-	printf("offload_step: 3 steps of %u parameters with state on %s, identical to "
-	       "in-memory Adam (%s backend, pool %s)\n",
-	       N, dir, zinf_io_backend(io), zinf_pool_pinned(pool) ? "pinned" : "unpinned");
+	printf("offload_step: 3 steps of %u parameters with %s state (%u bytes a parameter) on "
+	       "%s, identical to in memory (%s backend, pool %s)\n",
+	       N, zinf_optimizer_name(opt), zinf_optimizer_state_bytes(opt), dir,
+	       zinf_io_backend(io), zinf_pool_pinned(pool) ? "pinned" : "unpinned");
 	rc = 0;
 out:
 	if (rc) {
@@ -113,6 +125,7 @@ out:
 	zinf_pool_destroy(pool);
 	zinf_swap_destroy(swap);
 	zinf_io_destroy(io);
+	zinf_optimizer_destroy(opt);
 	free(master), free(grad), free(m), free(v), free(copy), free(ref_copy);
 	return rc;
 }

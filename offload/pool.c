@@ -20,12 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/opts.h"
 #include "common/util.h"
 #include "offload/dev_internal.h"
+#include "offload/offload_internal.h"
 #include "zinf/io.h"
 #include "zinf/offload.h"
 
-_Static_assert(sizeof(struct zinf_pool_opts) == 72, "zinf_pool_opts layout changed: bump users");
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_pool_opts, what);
 
 #define IOV_MAX_BYTES (1ULL << 30) /* io_uring caps one fixed buffer at 1 GiB */
 #define POOL_HUGE     (2ULL << 20) /* zinf_alloc_huge() aligns to a 2 MiB huge page */
@@ -63,6 +65,9 @@ struct zinf_pool {
 void
 zinf_pool_opts_init(struct zinf_pool_opts *o)
 {
+	if (!o) {
+		return;
+	}
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->align = 4096;
@@ -124,41 +129,46 @@ fmt_bytes(char *out, size_t len, uint64_t b)
 	}
 }
 
+/* Take the caller's options over the defaults (common/opts.h) into *o, and check them. */
 static int
-validate(const struct zinf_pool_opts *o)
+take_opts(const struct zinf_pool_opts *in, struct zinf_pool_opts *o)
 {
-	if (!o || o->size != sizeof(*o)) {
-		return ZINF_FAIL(-EINVAL, "pinned pool: options not initialised with "
-					  "zinf_pool_opts_init()");
+	zinf_pool_opts_init(o);
+	int rc = zinf_opts_take(o, sizeof(*o), in, "zinf_pool_opts");
+	if (rc) {
+		return rc;
+	}
+	if (!o->what) {
+		o->what = "offload_optimizer";
 	}
 	if (!ZINF_IS_POW2(o->align) || o->align < 64) {
-		return ZINF_FAIL(-EINVAL, "pinned pool: align %u is not a power of two >= 64",
-				 o->align);
+		return POOL_FAIL(o, -EINVAL, "align %u is not a power of two >= 64", o->align);
 	}
 	if ((o->buffer_count == 0) != (o->buffer_bytes == 0)) {
-		return ZINF_FAIL(-EINVAL,
-				 "pinned pool: buffer_count %u with buffer_bytes %" PRIu64
+		return POOL_FAIL(o, -EINVAL,
+				 "buffer_count %u with buffer_bytes %" PRIu64
 				 ": both or neither must be 0",
 				 o->buffer_count, o->buffer_bytes);
 	}
 	if (o->buffer_count == 0 && o->cpu_bytes == 0) {
-		return ZINF_FAIL(-EINVAL, "pinned pool: empty (no buffers, no CPU bytes)");
+		return POOL_FAIL(o, -EINVAL, "empty (no buffers, no CPU bytes)");
 	}
 	return 0;
 }
 
 int
-zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
+zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
 {
 	struct zinf_pool_budget b = {0};
-	int rc = validate(o);
+	struct zinf_pool_opts oo, *o = &oo;
+	int rc = take_opts(opts, o);
 	if (rc) {
 		if (out) {
 			*out = b;
 		}
 		return rc;
 	}
-	const char *what = o->what ? o->what : "offload_optimizer";
+	const char *what = o->what;
 	uint64_t pg = page_size();
 	/* Every step checked for wrapping: a wrapped size would pass the budget as a small pool
 	 * whose buffers lie outside the mapping. */
@@ -184,8 +194,8 @@ zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
 	}
 
 	if (wraps) {
-		return ZINF_FAIL(-ENOMEM,
-				 "pinned pool: %u buffers of %" PRIu64 " bytes + %" PRIu64
+		return POOL_FAIL(o, -ENOMEM,
+				 "%u buffers of %" PRIu64 " bytes + %" PRIu64
 				 " CPU-tier bytes overflow 64 bits: lower %s.buffer_count or "
 				 "buffer_size",
 				 o->buffer_count, o->buffer_bytes, o->cpu_bytes, what);
@@ -195,26 +205,26 @@ zinf_pool_check(const struct zinf_pool_opts *o, struct zinf_pool_budget *out)
 	fmt_bytes(lim, sizeof(lim), b.memlock_limit);
 	fmt_bytes(phys, sizeof(phys), b.phys_bytes);
 	if (b.phys_bytes && b.bytes > b.phys_bytes / 10 * 9) {
-		return ZINF_FAIL(-ENOMEM,
-				 "pinned pool: %s asked for (%u buffers of %" PRIu64
-				 " bytes + %" PRIu64 " CPU-tier bytes) exceeds 90%% of physical "
+		return POOL_FAIL(o, -ENOMEM,
+				 "%s asked for (%u buffers of %" PRIu64 " bytes + %" PRIu64
+				 " CPU-tier bytes) exceeds 90%% of physical "
 				 "memory %s: lower %s.buffer_count or buffer_size, or move state "
 				 "to NVMe",
 				 asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, phys, what);
 	}
 	if (o->pin_memory && b.memlock_binding && !o->pin_fallback) {
 		if (b.memlock_limit == 0) {
-			return ZINF_FAIL(-EPERM,
-					 "pinned pool: %s asked for, but RLIMIT_MEMLOCK is 0 and "
+			return POOL_FAIL(o, -EPERM,
+					 "%s asked for, but RLIMIT_MEMLOCK is 0 and "
 					 "the process lacks CAP_IPC_LOCK: raise it (ulimit -l) or "
 					 "set %s.pin_memory: false",
 					 asked, what);
 		}
 		if (b.bytes > b.memlock_limit) {
-			return ZINF_FAIL(
-				-ENOMEM,
-				"pinned pool: %s asked for (%u buffers of %" PRIu64
-				" bytes + %" PRIu64 " CPU-tier bytes) exceeds RLIMIT_MEMLOCK "
+			return POOL_FAIL(
+				o, -ENOMEM,
+				"%s asked for (%u buffers of %" PRIu64 " bytes + %" PRIu64
+				" CPU-tier bytes) exceeds RLIMIT_MEMLOCK "
 				"%s: raise it (ulimit -l, or memlock in "
 				"/etc/security/limits.conf), lower %s.buffer_count, or set "
 				"%s.pin_memory: false",
@@ -284,21 +294,107 @@ register_io(struct zinf_pool *p)
 	zinf_free(iov);
 }
 
-int
-zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
+/* Bind the pool's pages to its NUMA node (the option's, or the caller's with several). An
+ * explicit numa_node that cannot be bound is an error; a chosen one is only skipped. */
+static int
+bind_node(struct zinf_pool *p, const struct zinf_pool_opts *o)
 {
+	struct zinf_topo *topo = NULL;
+	if (zinf_topo_create(&topo) != 0) {
+		return 0;
+	}
+	int rc = 0, node = choose_node(o, topo);
+	if (node >= 0) {
+		int brc = zinf_topo_bind_area(topo, p->base, p->bytes, node);
+		if (brc == -ENODEV && node == 0 && zinf_topo_numa_nodes(topo) == 1) {
+			brc = 0; /* no hwloc, one node: the memory is on node 0 anyway */
+		}
+		if (brc == 0) {
+			p->node = node;
+		} else if (o->numa_node >= 0) {
+			rc = POOL_FAIL(p, brc, "binding to NUMA node %d (numa_node) failed: %s%s",
+				       node, zinf_strerror(brc),
+				       brc == -ENODEV ? " (zinf was built without hwloc)" : "");
+		} else {
+			POOL_DEBUG(p, "not bound to node %d (%s)", node, zinf_strerror(brc));
+		}
+	}
+	zinf_topo_destroy(topo);
+	return rc;
+}
+
+/* mlock the pool (pin_memory). A failure is an error naming the limit and what to change, or
+ * with pin_fallback a warning that says the same, and the pool runs unpinned. */
+static int
+lock_pages(struct zinf_pool *p, const struct zinf_pool_opts *o, const struct zinf_pool_budget *b)
+{
+	if (!o->pin_memory) {
+		return 0;
+	}
+	if (mlock(p->base, b->bytes) == 0) {
+		p->pinned = true;
+		return 0;
+	}
+	int e = errno;
+	char asked[64], lim[64], had[64];
+	fmt_bytes(asked, sizeof(asked), b->bytes);
+	fmt_bytes(lim, sizeof(lim), b->memlock_limit);
+	fmt_bytes(had, sizeof(had), locked_now());
+	if (!o->pin_fallback) {
+		return POOL_FAIL(p, e == EPERM ? -EPERM : -ENOMEM,
+				 "mlock of %s failed: %s (RLIMIT_MEMLOCK %s%s, already locked by "
+				 "this process %s): raise ulimit -l, lower %s.buffer_count, or set "
+				 "%s.pin_memory: false",
+				 asked, strerror(e), lim, b->memlock_binding ? "" : ", not binding",
+				 had, p->what, p->what);
+	}
+	POOL_WARN(p,
+		  "mlock of %s failed (%s; RLIMIT_MEMLOCK %s): running unpinned (raise ulimit -l "
+		  "to pin it)",
+		  asked, strerror(e), lim);
+	return 0;
+}
+
+/* The free stack (buffer 0 handed out first), its lock and the waiters' condition. */
+static void
+init_free_list(struct zinf_pool *p)
+{
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	for (uint32_t i = 0; i < p->count; i++) {
+		p->free_stack[i] = p->count - 1 - i;
+	}
+	p->nfree = p->count;
+}
+
+/*
+ * Set-up in the order the pages need it (map, bind, lock, register), one unwind chain. About 100
+ * lines because the device and I/O registration steps are still inline here: the device module
+ * (issue 7) moves them out.
+ */
+int
+zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
+{
+	if (!out) {
+		return OFFLOAD_NULL("output");
+	}
 	struct zinf_pool_budget b;
-	int rc = zinf_pool_check(o, &b);
+	int rc = zinf_pool_check(opts, &b);
 	if (rc) {
 		return rc;
 	}
-	const char *what = o->what ? o->what : "offload_optimizer";
+	struct zinf_pool_opts oo, *o = &oo;
+	(void)take_opts(opts, o); /* checked by zinf_pool_check */
 	struct zinf_pool *p = zinf_calloc(1, sizeof(*p));
 	if (!p) {
-		return ZINF_FAIL(-ENOMEM, "pinned pool: out of memory");
+		return POOL_FAIL(o, -ENOMEM, "out of memory");
 	}
 	p->o = *o;
-	snprintf(p->what, sizeof(p->what), "%s", what);
+	snprintf(p->what, sizeof(p->what), "%s", o->what);
 	p->o.what = p->what;
 	p->o.device = NULL; /* not kept: the table is */
 	p->io = o->io;
@@ -310,7 +406,7 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	p->bufs = zinf_calloc(p->count ? p->count : 1, sizeof(*p->bufs));
 	p->free_stack = zinf_calloc(p->count ? p->count : 1, sizeof(*p->free_stack));
 	if (!p->bufs || !p->free_stack) {
-		rc = ZINF_FAIL(-ENOMEM, "pinned pool: out of memory");
+		rc = POOL_FAIL(p, -ENOMEM, "out of memory");
 		goto err_free;
 	}
 	rc = zinf_dev_get(o->device, &p->dev);
@@ -330,8 +426,7 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	if (!p->map) {
 		char asked[64];
 		fmt_bytes(asked, sizeof(asked), b.bytes);
-		rc = ZINF_FAIL(-ENOMEM, "pinned pool: mmap of %s failed: %s", asked,
-			       strerror(errno));
+		rc = POOL_FAIL(p, -ENOMEM, "mmap of %s failed: %s", asked, strerror(errno));
 		goto err_free;
 	}
 	p->base = (char *)ZINF_ALIGN_UP((uintptr_t)p->map, (uintptr_t)align);
@@ -339,59 +434,14 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	p->cpu_bytes = o->cpu_bytes;
 
 	/* Bind before the pages are touched (mlock faults them in), so they land on the node. */
-	struct zinf_topo *topo = NULL;
-	if (zinf_topo_create(&topo) == 0) {
-		int node = choose_node(o, topo);
-		if (node >= 0) {
-			int brc = zinf_topo_bind_area(topo, p->base, b.bytes, node);
-			if (brc == -ENODEV && node == 0 && zinf_topo_numa_nodes(topo) == 1) {
-				brc = 0; /* no hwloc, one node: the memory is on node 0 anyway */
-			}
-			if (brc == 0) {
-				p->node = node;
-			} else if (o->numa_node >= 0) {
-				rc = ZINF_FAIL(
-					brc,
-					"pinned pool: binding to NUMA node %d (numa_node) failed: "
-					"%s%s",
-					node, zinf_strerror(brc),
-					brc == -ENODEV ? " (zinf was built without hwloc)" : "");
-				zinf_topo_destroy(topo);
-				goto err_unmap;
-			} else {
-				ZINF_DEBUG("pinned pool: not bound to node %d (%s)", node,
-					   zinf_strerror(brc));
-			}
-		}
-		zinf_topo_destroy(topo);
+	rc = bind_node(p, o);
+	if (rc) {
+		goto err_unmap;
 	}
-
-	if (o->pin_memory) {
-		if (mlock(p->base, b.bytes) == 0) {
-			p->pinned = true;
-		} else {
-			int e = errno;
-			char asked[64], lim[64], had[64];
-			fmt_bytes(asked, sizeof(asked), b.bytes);
-			fmt_bytes(lim, sizeof(lim), b.memlock_limit);
-			fmt_bytes(had, sizeof(had), locked_now());
-			if (!o->pin_fallback) {
-				rc = ZINF_FAIL(
-					e == EPERM ? -EPERM : -ENOMEM,
-					"pinned pool: mlock of %s failed: %s "
-					"(RLIMIT_MEMLOCK %s%s, already locked by this process "
-					"%s): raise ulimit -l, lower %s.buffer_count, or set "
-					"%s.pin_memory: false",
-					asked, strerror(e), lim,
-					b.memlock_binding ? "" : ", not binding", had, what, what);
-				goto err_unmap;
-			}
-			ZINF_WARN("pinned pool: mlock of %s failed (%s; RLIMIT_MEMLOCK %s): "
-				  "running unpinned",
-				  asked, strerror(e), lim);
-		}
+	rc = lock_pages(p, o, &b);
+	if (rc) {
+		goto err_unmap;
 	}
-
 	if (p->pinned && strcmp(p->dev->name, "host") != 0) {
 		rc = p->dev->host_register(p->base, b.bytes);
 		if (rc) {
@@ -414,20 +464,11 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 			  "with the I/O context");
 	}
 
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	for (uint32_t i = 0; i < p->count; i++) {
-		p->free_stack[i] = p->count - 1 - i; /* buffer 0 handed out first */
-	}
-	p->nfree = p->count;
-	ZINF_INFO("pinned pool (%s): %u buffers of %" PRIu64 " bytes + %" PRIu64
-		  " CPU bytes, %s, node %d, device %s",
-		  p->what, p->count, p->buf_bytes, p->cpu_bytes, p->pinned ? "pinned" : "unpinned",
-		  p->node, p->dev->name);
+	init_free_list(p);
+	POOL_INFO(p,
+		  "%u buffers of %" PRIu64 " bytes + %" PRIu64 " CPU bytes, %s, node %d, device %s",
+		  p->count, p->buf_bytes, p->cpu_bytes, p->pinned ? "pinned" : "unpinned", p->node,
+		  p->dev->name);
 	*out = p;
 	return 0;
 
@@ -451,8 +492,8 @@ zinf_pool_destroy(struct zinf_pool *p)
 		return;
 	}
 	if (p->nfree != p->count) {
-		ZINF_ERR("pinned pool (%s): destroyed with %u of %u buffers still acquired",
-			 p->what, p->count - p->nfree, p->count);
+		POOL_ERR(p, "destroyed with %u of %u buffers still acquired", p->count - p->nfree,
+			 p->count);
 	}
 	unregister_io(p);
 	if (p->dev_registered) {
@@ -469,45 +510,55 @@ zinf_pool_destroy(struct zinf_pool *p)
 	zinf_free(p);
 }
 
+/* Getters: a NULL pool reads as an empty one. */
 uint64_t
 zinf_pool_buffer_bytes(const struct zinf_pool *p)
 {
-	return p->buf_bytes;
+	return p ? p->buf_bytes : 0;
 }
 
 uint32_t
 zinf_pool_buffer_count(const struct zinf_pool *p)
 {
-	return p->count;
+	return p ? p->count : 0;
 }
 
 uint64_t
 zinf_pool_bytes(const struct zinf_pool *p)
 {
-	return p->bytes;
+	return p ? p->bytes : 0;
 }
 
 bool
 zinf_pool_pinned(const struct zinf_pool *p)
 {
-	return p->pinned;
+	return p ? p->pinned : false;
 }
 
 int
 zinf_pool_numa_node(const struct zinf_pool *p)
 {
-	return p->node;
+	return p ? p->node : -1;
 }
 
 const char *
 zinf_pool_device(const struct zinf_pool *p)
 {
-	return p->dev->name;
+	return p ? p->dev->name : NULL;
+}
+
+const char *
+offload_pool_what(const struct zinf_pool *p)
+{
+	return p->what;
 }
 
 uint32_t
 zinf_pool_free_count(struct zinf_pool *p)
 {
+	if (!p) {
+		return 0;
+	}
 	pthread_mutex_lock(&p->lock);
 	uint32_t n = p->nfree;
 	pthread_mutex_unlock(&p->lock);
@@ -530,9 +581,11 @@ all_held_by_me(const struct zinf_pool *p)
 int
 zinf_pool_acquire(struct zinf_pool *p, int timeout_ms, void **buf)
 {
+	if (!p || !buf) {
+		return OFFLOAD_NULL(p ? "buffer output" : "pool");
+	}
 	if (p->count == 0) {
-		return ZINF_FAIL(-ENOMEM, "pinned pool (%s): has no buffers: set %s.buffer_count",
-				 p->what, p->what);
+		return POOL_FAIL(p, -ENOMEM, "has no buffers: set %s.buffer_count", p->what);
 	}
 	struct timespec deadline;
 	if (timeout_ms > 0) {
@@ -572,17 +625,17 @@ zinf_pool_acquire(struct zinf_pool *p, int timeout_ms, void **buf)
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (rc == -EAGAIN || rc == -ETIMEDOUT) {
-		return ZINF_FAIL(rc,
-				 "pinned pool (%s): all %u buffers of %" PRIu64 " bytes in use%s: "
-				 "raise %s.buffer_count",
-				 p->what, p->count, p->buf_bytes,
+		return POOL_FAIL(p, rc,
+				 "all %u buffers of %" PRIu64
+				 " bytes in use%s: raise %s.buffer_count",
+				 p->count, p->buf_bytes,
 				 rc == -ETIMEDOUT ? " (waited the timeout)" : "", p->what);
 	}
 	if (rc == -EDEADLK) {
-		return ZINF_FAIL(rc,
-				 "pinned pool (%s): all %u buffers are held by this thread; "
+		return POOL_FAIL(p, rc,
+				 "all %u buffers are held by this thread; "
 				 "waiting would never end: raise %s.buffer_count",
-				 p->what, p->count, p->what);
+				 p->count, p->what);
 	}
 	return rc;
 }
@@ -590,17 +643,19 @@ zinf_pool_acquire(struct zinf_pool *p, int timeout_ms, void **buf)
 int
 zinf_pool_release(struct zinf_pool *p, void *buf)
 {
+	if (!p) {
+		return OFFLOAD_NULL("pool");
+	}
 	char *c = buf;
 	if (!c || c < p->base || c >= p->base + p->buf_bytes * p->count ||
 	    (uint64_t)(c - p->base) % p->buf_bytes != 0) {
-		return ZINF_FAIL(-EINVAL, "pinned pool (%s): %p is not one of its buffers", p->what,
-				 buf);
+		return POOL_FAIL(p, -EINVAL, "%p is not one of its buffers", buf);
 	}
 	uint32_t i = (uint32_t)((uint64_t)(c - p->base) / p->buf_bytes);
 	pthread_mutex_lock(&p->lock);
 	if (!p->bufs[i].in_use) {
 		pthread_mutex_unlock(&p->lock);
-		return ZINF_FAIL(-EINVAL, "pinned pool (%s): buffer %u released twice", p->what, i);
+		return POOL_FAIL(p, -EINVAL, "buffer %u released twice", i);
 	}
 	p->bufs[i].in_use = false;
 	p->free_stack[p->nfree++] = i;
@@ -612,17 +667,19 @@ zinf_pool_release(struct zinf_pool *p, void *buf)
 int
 zinf_pool_cpu_alloc(struct zinf_pool *p, uint64_t bytes, void **out)
 {
+	if (!p || !out) {
+		return OFFLOAD_NULL(p ? "output" : "pool");
+	}
 	pthread_mutex_lock(&p->lock);
 	uint64_t left = p->cpu_bytes - p->cpu_used;
 	uint64_t need = bytes > left ? left + 1 : ZINF_ALIGN_UP(bytes, (uint64_t)p->o.align);
 	if (need > left) {
 		uint64_t used = p->cpu_used;
 		pthread_mutex_unlock(&p->lock);
-		return ZINF_FAIL(-ENOMEM,
-				 "pinned pool (%s): CPU-tier region exhausted: %" PRIu64
-				 " bytes asked, %" PRIu64 " of %" PRIu64 " used: raise the pool's "
-				 "cpu_bytes",
-				 p->what, bytes, used, p->cpu_bytes);
+		return POOL_FAIL(p, -ENOMEM,
+				 "CPU-tier region exhausted: %" PRIu64 " bytes asked, %" PRIu64
+				 " of %" PRIu64 " used: raise the pool's cpu_bytes",
+				 bytes, used, p->cpu_bytes);
 	}
 	*out = p->cpu + p->cpu_used;
 	p->cpu_used += need;

@@ -18,10 +18,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/util.h"
-#include "zinf/offload.h"
+#include "common/opts.h"
+#include "offload/offload_internal.h"
 
-_Static_assert(sizeof(struct zinf_store_opts) == 48, "zinf_store_opts layout changed");
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_opts, reserved);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_stats, cached_elems);
 
 struct tensor {
 	char kind[32];
@@ -38,13 +39,15 @@ struct tensor {
 	bool cached;	 /* released clean, kept resident under max_in_cpu */
 	bool prefetched; /* started by the prefetcher, not claimed yet */
 	bool queued;	 /* in the prefetch queue */
-	uint64_t lru;	 /* release order of cached tensors */
-	uint64_t wseq;	 /* start order of writes */
+	bool read_start_failed; /* the swap space refused the read (its message logged then) */
+	uint64_t lru;		/* release order of cached tensors */
+	uint64_t wseq;		/* start order of writes */
 	struct zinf_swap_op op;
 };
 
 struct zinf_store {
 	struct zinf_store_opts o;
+	char name[80]; /* "store (offload_param)": the pool's configuration, for messages */
 	struct tensor *t;
 	int nt, cap;
 	uint64_t clock;
@@ -59,6 +62,9 @@ struct zinf_store {
 void
 zinf_store_opts_init(struct zinf_store_opts *o)
 {
+	if (!o) {
+		return;
+	}
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->timeout_ms = -1;
@@ -67,16 +73,25 @@ zinf_store_opts_init(struct zinf_store_opts *o)
 int
 zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out)
 {
-	if (!opts || opts->size != sizeof(*opts) || !opts->pool) {
-		return ZINF_FAIL(-EINVAL, "store: needs options from zinf_store_opts_init() and a "
-					  "pool");
+	if (!out) {
+		return OFFLOAD_NULL("output");
+	}
+	struct zinf_store_opts o;
+	zinf_store_opts_init(&o);
+	int rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_store_opts");
+	if (rc) {
+		return rc;
+	}
+	if (!o.pool) {
+		return ZINF_FAIL(-EINVAL, "store: needs a pool (zinf_store_opts.pool)");
 	}
 	struct zinf_store *s = zinf_calloc(1, sizeof(*s));
 	if (!s) {
-		return ZINF_FAIL(-ENOMEM, "store: out of memory");
+		return ZINF_FAIL(-ENOMEM, "store (%s): out of memory", offload_pool_what(o.pool));
 	}
-	s->o = *opts;
-	s->buf_bytes = zinf_pool_buffer_bytes(opts->pool);
+	s->o = o;
+	snprintf(s->name, sizeof(s->name), "store (%s)", offload_pool_what(o.pool));
+	s->buf_bytes = zinf_pool_buffer_bytes(o.pool);
 	*out = s;
 	return 0;
 }
@@ -84,7 +99,7 @@ zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out)
 static struct tensor *
 get(const struct zinf_store *s, int id)
 {
-	return (id >= 0 && id < s->nt) ? &s->t[id] : NULL;
+	return (s && id >= 0 && id < s->nt) ? &s->t[id] : NULL;
 }
 
 static void
@@ -112,8 +127,8 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 	if (rc) {
 		t->state = ZINF_TENSOR_RESIDENT;
 		t->dirty = true;
-		ZINF_ERR("store: write of %s[%u] failed: kept resident and dirty (%s)", t->kind,
-			 t->index, zinf_strerror(rc));
+		STORE_ERR(s, "write of %s[%u] failed: kept resident and dirty (%s)", t->kind,
+			  t->index, zinf_strerror(rc));
 		t->werr = rc;
 		return rc;
 	}
@@ -208,20 +223,20 @@ get_buffer(struct zinf_store *s, struct tensor *t, bool may_wait)
 		}
 	}
 	if (!may_wait) {
-		return ZINF_FAIL(-EAGAIN,
-				 "store: no free buffer for %s[%u] (%u buffers of %" PRIu64
-				 " bytes, all held by tensors in use): raise the pool's "
-				 "buffer_count, or release tensors first",
-				 t->kind, t->index, zinf_pool_buffer_count(s->o.pool),
-				 s->buf_bytes);
+		return STORE_FAIL(s, -EAGAIN,
+				  "no free buffer for %s[%u] (%u buffers of %" PRIu64
+				  " bytes, all held by tensors in use): raise the pool's "
+				  "buffer_count, or release tensors first",
+				  t->kind, t->index, zinf_pool_buffer_count(s->o.pool),
+				  s->buf_bytes);
 	}
 	s->stats.buffer_waits++;
 	int rc = zinf_pool_acquire(s->o.pool, s->o.timeout_ms, &b);
 	if (rc < 0) {
-		return ZINF_FAIL(rc,
-				 "store: no buffer for %s[%u] (every buffer holds a tensor in "
-				 "use): %s",
-				 t->kind, t->index, zinf_last_error());
+		return STORE_FAIL(s, rc,
+				  "no buffer for %s[%u] (every buffer holds a tensor in "
+				  "use): %s",
+				  t->kind, t->index, zinf_last_error());
 	}
 	t->data = b;
 	return 0;
@@ -231,41 +246,46 @@ int
 zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t elems,
 	       uint32_t elem_bytes, enum zinf_tier home)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	if (!kind || strlen(kind) >= sizeof(s->t[0].kind) || elem_bytes == 0) {
-		return ZINF_FAIL(-EINVAL, "store: bad tensor (kind \"%s\", element bytes %u)",
-				 kind ? kind : "(null)", elem_bytes);
+		return STORE_FAIL(s, -EINVAL, "bad tensor (kind \"%s\", element bytes %u)",
+				  kind ? kind : "(null)", elem_bytes);
 	}
 	uint64_t bytes = 0;
 	if (__builtin_mul_overflow(elems, (uint64_t)elem_bytes, &bytes)) {
-		return ZINF_FAIL(-EINVAL,
-				 "store: %s[%u]: %" PRIu64 " elements of %u bytes overflow 64 bits",
-				 kind, index, elems, elem_bytes);
+		return STORE_FAIL(s, -EINVAL,
+				  "%s[%u]: %" PRIu64 " elements of %u bytes overflow 64 bits", kind,
+				  index, elems, elem_bytes);
 	}
 	if (home == ZINF_TIER_NVME) {
 		if (!s->o.swap) {
-			return ZINF_FAIL(-EINVAL,
-					 "store: %s[%u] homed on NVMe, but the store has no "
-					 "swap space",
-					 kind, index);
+			return STORE_FAIL(s, -EINVAL,
+					  "%s[%u] homed on NVMe, but the store has no "
+					  "swap space",
+					  kind, index);
 		}
 		if (bytes > s->buf_bytes) {
-			return ZINF_FAIL(-EINVAL,
-					 "store: %s[%u] needs %" PRIu64
-					 " bytes, more than one pool "
-					 "buffer (%" PRIu64 "): raise the pool's buffer size",
-					 kind, index, bytes, s->buf_bytes);
+			return STORE_FAIL(s, -EINVAL,
+					  "%s[%u] needs %" PRIu64 " bytes, more than one pool "
+					  "buffer (%" PRIu64 "): raise the pool's buffer size",
+					  kind, index, bytes, s->buf_bytes);
 		}
 	} else if (home != ZINF_TIER_CPU) {
-		return ZINF_FAIL(-EINVAL, "store: unknown tier %d", home);
+		return STORE_FAIL(s, -EINVAL, "unknown tier %d", home);
 	}
 	if (s->nt == s->cap) {
+		if (s->cap > INT32_MAX / 2 / (int)sizeof(struct tensor)) {
+			return STORE_FAIL(s, -ENOMEM, "%d tensors: too many", s->nt);
+		}
 		int cap = s->cap ? 2 * s->cap : 16;
 		struct tensor *n = zinf_calloc(cap, sizeof(*n));
 		int *q = zinf_calloc(cap, sizeof(*q));
 		if (!n || !q) {
 			zinf_free(n);
 			zinf_free(q);
-			return ZINF_FAIL(-ENOMEM, "store: out of memory");
+			return STORE_FAIL(s, -ENOMEM, "out of memory");
 		}
 		if (s->nt) {
 			memcpy(n, s->t, s->nt * sizeof(*n));
@@ -331,7 +351,8 @@ start_read(struct zinf_store *s, struct tensor *t, bool zero)
 		return;
 	}
 	t->state = ZINF_TENSOR_READING;
-	(void)zinf_swap_read_async(s->o.swap, t->swap_id, t->data, &t->op);
+	/* A refused start leaves op.result set: zinf_store_wait reports it. */
+	t->read_start_failed = zinf_swap_read_async(s->o.swap, t->swap_id, t->data, &t->op) < 0;
 }
 
 static void
@@ -368,9 +389,12 @@ pump_prefetch(struct zinf_store *s)
 int
 zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	struct tensor *t = get(s, id);
 	if (!t) {
-		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
 	}
 	if (t->home == ZINF_TIER_CPU) {
 		t->in_use = true;
@@ -408,16 +432,22 @@ zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags)
 int
 zinf_store_wait(struct zinf_store *s, int id, void **data)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	struct tensor *t = get(s, id);
 	if (!t) {
-		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
 	}
 	int rc = 0;
 	if (t->state == ZINF_TENSOR_READING) {
 		rc = zinf_swap_wait(s->o.swap, &t->op);
 		if (rc) {
-			rc = ZINF_FAIL(rc, "store: swap-in of %s[%u] failed: %s", t->kind, t->index,
-				       zinf_last_error());
+			/* The swap space's message names this tensor and its file only if it was
+			 * logged by this wait: a refused start was logged long ago (see above). */
+			rc = STORE_FAIL(s, rc, "swap-in of %s[%u] failed: %s", t->kind, t->index,
+					t->read_start_failed ? zinf_strerror(rc)
+							     : zinf_last_error());
 			t->in_use = false;
 			give_back(s, t);
 		} else {
@@ -438,10 +468,12 @@ zinf_store_wait(struct zinf_store *s, int id, void **data)
 int
 zinf_store_mark_dirty(struct zinf_store *s, int id)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	struct tensor *t = get(s, id);
 	if (!t || t->state != ZINF_TENSOR_RESIDENT) {
-		return ZINF_FAIL(-EINVAL, "store: mark_dirty of tensor %d, which is not resident",
-				 id);
+		return STORE_FAIL(s, -EINVAL, "mark_dirty of tensor %d, which is not resident", id);
 	}
 	if (t->home == ZINF_TIER_NVME) {
 		t->dirty = true;
@@ -466,9 +498,12 @@ start_write(struct zinf_store *s, struct tensor *t)
 int
 zinf_store_release(struct zinf_store *s, int id)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	struct tensor *t = get(s, id);
 	if (!t) {
-		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
 	}
 	t->in_use = false;
 	if (t->home == ZINF_TIER_CPU) {
@@ -510,19 +545,22 @@ zinf_store_release(struct zinf_store *s, int id)
 int
 zinf_store_prefetch(struct zinf_store *s, int id)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	struct tensor *t = get(s, id);
 	if (!t) {
-		return ZINF_FAIL(-EINVAL, "store: unknown tensor id %d", id);
+		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
 	}
 	if (t->home == ZINF_TIER_CPU || t->state != ZINF_TENSOR_ABSENT || t->queued) {
 		return 0;
 	}
 	if (t->bytes > s->o.prefetch_bytes) {
-		return ZINF_FAIL(-ENOSPC,
-				 "store: prefetch of %s[%u] (%" PRIu64 " bytes) exceeds the "
-				 "prefetch budget of %" PRIu64 " bytes: raise "
-				 "stage3_prefetch_bucket_size",
-				 t->kind, t->index, t->bytes, s->o.prefetch_bytes);
+		return STORE_FAIL(s, -ENOSPC,
+				  "prefetch of %s[%u] (%" PRIu64 " bytes) exceeds the "
+				  "prefetch budget of %" PRIu64 " bytes: raise "
+				  "stage3_prefetch_bucket_size",
+				  t->kind, t->index, t->bytes, s->o.prefetch_bytes);
 	}
 	s->pq[(s->pq_head + s->pq_len) % s->pq_cap] = id;
 	s->pq_len++;
@@ -541,6 +579,9 @@ zinf_store_prefetch(struct zinf_store *s, int id)
 int
 zinf_store_flush(struct zinf_store *s)
 {
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
 	int rc = 0;
 	reap_writes(s);
 	for (int i = 0; i < s->nt; i++) {
@@ -568,11 +609,16 @@ zinf_store_flush(struct zinf_store *s)
 	return rc;
 }
 
-void
+int
 zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out)
 {
-	*out = s->stats;
-	out->cached_elems = s->cached_elems;
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
+	struct zinf_store_stats st = s->stats;
+	st.size = sizeof(st);
+	st.cached_elems = s->cached_elems;
+	return zinf_stats_give(out, &st, sizeof(st), "zinf_store_stats");
 }
 
 void

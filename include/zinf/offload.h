@@ -12,8 +12,13 @@
  *    an in-CPU cache for NVMe-homed tensors bounded by max_in_cpu, and back-pressure (wait for
  *    a buffer or fail with a message naming the budget) instead of asserts.
  *  - zinf_step: the pipelined optimizer step over a rank's flat partition cut into sub-groups,
- *    with fp32 master, m and v on NVMe (or on the CPU tier): reads of later sub-groups, Adam on
- *    the current one and writes of earlier ones overlap, as deep as the pool's buffers allow.
+ *    with the optimizer's state parts (zinf/optimizer.h: fp32 master plus m and v for Adam,
+ *    state_sum for Adagrad, ...) on NVMe (or on the CPU tier): reads of later sub-groups, the
+ *    optimizer on the current one and writes of earlier ones overlap, as deep as the pool's
+ *    buffers allow.
+ *
+ * Every function given a NULL handle returns -EINVAL with a message (getters: 0, false or
+ * NULL); sizes (elements x bytes, buffers x bytes) are checked for overflow.
  *
  * Thread safety: a pool may be used from any thread. A store and a step are used by one thread
  * at a time (the I/O they start runs on the I/O engine's threads).
@@ -26,6 +31,7 @@
 #include <stdint.h>
 
 #include "zinf/adam.h"
+#include "zinf/optimizer.h"
 #include "zinf/common.h"
 #include "zinf/io.h"
 #include "zinf/swap.h"
@@ -76,7 +82,8 @@ struct zinf_pool_budget {
  *   -ENOMEM  over RLIMIT_MEMLOCK or physical memory; the message names the limit, the bytes
  *            asked for and the setting to change (ulimit -l, buffer_count, pin_memory: false)
  *   -EPERM   pinning asked for, the limit is 0 and the process may not lock memory
- * With pin_fallback, a memlock failure is not an error (the pool would be unpinned).
+ * With pin_fallback, a memlock failure is not an error (the pool would be unpinned; create
+ * warns, naming ulimit -l).
  */
 ZINF_API int zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out);
 
@@ -91,7 +98,8 @@ ZINF_API int zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_poo
 /** Unregister, unlock and unmap. Buffers still acquired are a caller bug (logged). NULL: no-op. */
 ZINF_API void zinf_pool_destroy(struct zinf_pool *p);
 
-/** Bytes of each buffer (aligned), count of buffers, total bytes, and whether it is locked. */
+/** Bytes of each buffer (aligned), count of buffers, total bytes, and whether it is locked.
+ * Getters of a NULL pool: 0, false, -1 (NUMA node), NULL (device); -EINVAL from the others. */
 ZINF_API uint64_t zinf_pool_buffer_bytes(const struct zinf_pool *p);
 ZINF_API uint32_t zinf_pool_buffer_count(const struct zinf_pool *p);
 ZINF_API uint64_t zinf_pool_bytes(const struct zinf_pool *p);
@@ -143,6 +151,7 @@ struct zinf_store_opts {
 				    (offload_param.max_in_cpu); default 0: none */
 	int timeout_ms;		 /* waiting for a free buffer: -1 (default) until one frees, 0 fail
 				    at once, > 0 at most that long */
+	uint32_t reserved;	 /* zero */
 };
 
 ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
@@ -206,11 +215,13 @@ ZINF_API int zinf_store_prefetch(struct zinf_store *s, int id);
 ZINF_API int zinf_store_flush(struct zinf_store *s);
 
 struct zinf_store_stats {
+	size_t size; /* set by the caller: sizeof(struct zinf_store_stats) */
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t cache_hits, evictions, buffer_waits, prefetch_started;
 	uint64_t cached_elems; /* elements resident in the cache now */
 };
-ZINF_API void zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out);
+/** Statistics (common size rule). Returns 0; -EINVAL NULL store or out. */
+ZINF_API int zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out);
 
 /* ==== pipelined optimizer step =============================================================== */
 
@@ -224,79 +235,127 @@ enum zinf_step_schedule {
 		      pipeline_write: one read ahead, one write behind (depth 1) */
 };
 
+/**
+ * Elements of a sub-group the step hands the optimizer per call (between calls it looks at the
+ * I/O): sub-group k is stepped as [start + j * ZINF_STEP_CHUNK, ...) pieces, each with index0
+ * its first element's index in the partition (zinf_optimizer_step). A reference in memory
+ * that cuts the same way is bit-identical for every optimizer, bf16 stochastic rounding
+ * included.
+ */
+#define ZINF_STEP_CHUNK (1u << 20)
+
 struct zinf_step_opts {
-	size_t size;		 /* sizeof(struct zinf_step_opts); set by zinf_step_opts_init() */
-	uint64_t n;		 /* fp32 elements in this rank's flat partition */
-	uint64_t sub_group_size; /* elements per sub-group; the last one may be shorter */
-	enum zinf_tier tier;	 /* where master, m and v live */
-	struct zinf_swap *swap;	 /* NVMe tier: state is declared here as ("fp32", k),
-				    ("exp_avg", k), ("exp_avg_sq", k) by zinf_step_create(); the
-				    caller runs zinf_swap_reserve() afterwards */
-	struct zinf_pool *pool;	 /* NVMe: buffers (each >= zinf_step_buffer_bytes()); CPU: the
-				    state comes from its CPU region (NULL: plain host memory),
-				    and with param_swap its buffers carry the copy (required) */
-	uint32_t buffers;	 /* buffers the step takes from the pool at begin; 0 (default):
-				    every buffer free at that moment */
-	enum zinf_step_schedule schedule;
-	struct zinf_adam_opts adam;
-	enum zinf_dtype copy_dtype;   /* dtype of the 16-bit copy (ZINF_F16 or ZINF_BF16) */
+	size_t size;			  /* sizeof(struct zinf_step_opts); zinf_step_opts_init() */
+	uint64_t n;			  /* elements in this rank's flat partition */
+	uint64_t sub_group_size;	  /* elements per sub-group; the last one may be shorter */
+	enum zinf_tier tier;		  /* where the optimizer state lives */
+	enum zinf_step_schedule schedule; /* default ZINF_SCHEDULE_PIPELINED */
+	struct zinf_swap *swap;		  /* NVMe tier: each optimizer part i of sub-group k is
+					     declared here as (zinf_optimizer_part_name(i), k) by
+					     zinf_step_create(); the caller runs
+					     zinf_swap_reserve() afterwards */
+	struct zinf_pool *pool;		  /* NVMe: buffers (each >= zinf_step_buffer_bytes()); CPU:
+					     the state comes from its CPU region (NULL: plain host
+					     memory), and with param_swap its buffers carry the
+					     copy (required) */
+	const struct zinf_optimizer *optimizer; /* the optimizer and its state parts (caller's;
+						   must outlive the step); NULL (default):
+						   AdamW with zinf_optimizer_opts_init()'s
+						   defaults and fp32 state, owned by the step */
 	struct zinf_swap *param_swap; /* if not NULL: the copy of sub-group k is also written to
 					 tensor (param_kind, k) there, declared by create; either
-					 tier (CPU: through pool buffers while Adam goes on) */
-	const char *param_kind;	      /* default "param16" */
+					 tier (CPU: through pool buffers while the optimizer goes
+					 on) */
+	const char *param_kind;	      /* default "param16" (copied) */
+	uint32_t buffers;	      /* buffers the step takes from the pool at begin; 0 (default):
+					 every buffer free at that moment */
+	enum zinf_dtype copy_dtype;   /* dtype of the parameter copy; default ZINF_F16 */
 	int timeout_ms;		      /* waiting for pool buffers at begin; default -1 */
+	int rank;		      /* named in messages; -1 (default): unknown, not named */
 };
 
 ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);
 
 /**
- * Bytes a pool buffer needs to hold one sub-group (master, m, v and, with param_swap, the
- * 16-bit copy), each part aligned to `align` (the swap space's alignment). CPU tier: the copy
- * only (0 without param_swap).
+ * Bytes a pool buffer needs to hold one sub-group: every optimizer part (NVMe tier) and, with
+ * param_swap, the 16-bit copy, each aligned to `align` (the swap space's alignment; 0: 4096).
+ * CPU tier: the copy only (0 without param_swap). 0 for NULL options or sizes that overflow
+ * 64 bits (zinf_step_create() names them).
  */
 ZINF_API uint64_t zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align);
 
 /**
  * Create a step. NVMe: declares the state in opts->swap and checks the pool: -ENOMEM "too few
  * buffers" when a pool buffer cannot hold one sub-group or the pool has none, naming the bytes
- * needed. CPU: allocates master, m, v (pool CPU region or host memory), zero-filled.
- * Returns 0 and sets *out; -EINVAL bad option. Free with zinf_step_destroy().
+ * needed. CPU: allocates every optimizer part (pool CPU region or host memory), zero-filled.
+ * Returns 0 and sets *out; -EINVAL bad option (named), sizes that overflow. Free with
+ * zinf_step_destroy().
  */
 ZINF_API int zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out);
 /** Waits for anything in flight, releases buffers. NULL is a no-op. */
 ZINF_API void zinf_step_destroy(struct zinf_step *st);
 
+/** Sub-groups (0 for NULL). */
 ZINF_API uint32_t zinf_step_sub_groups(const struct zinf_step *st);
-/** Elements of sub-group k and its first element's index in the partition. */
+/** Elements of sub-group k and its first element's index in the partition (0 out of range). */
 ZINF_API uint64_t zinf_step_sub_group_len(const struct zinf_step *st, uint32_t k);
 ZINF_API uint64_t zinf_step_sub_group_start(const struct zinf_step *st, uint32_t k);
 
-/**
- * Write the initial state of sub-group k: master from `master`, m and v from `m`/`v` (NULL:
- * zeros), each zinf_step_sub_group_len(k) floats. One sub-group at a time, so that loading a
- * model never needs host memory for the whole partition. NVMe: after zinf_swap_reserve().
- * Returns 0 or the I/O error naming the sub-group; -EBUSY during a step.
+/*
+ * The parts a sub-group moves, for checkpoints and tools: the optimizer's parts
+ * (0 .. zinf_optimizer_part_count() - 1, in its order, master first) and, with param_swap, the
+ * parameter copy last.
  */
-ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const float *master, const float *m,
-			    const float *v);
-/** Read sub-group k's state back into host arrays of its length (any may be NULL). */
-ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, float *master, float *m, float *v);
+struct zinf_step_part_info {
+	size_t size;	  /* set by the caller: sizeof(struct zinf_step_part_info) */
+	const char *kind; /* state kind the part is declared under (valid while the step is) */
+	struct zinf_swap *swap; /* swap space holding it; NULL: state on the CPU tier */
+	uint32_t elem_bytes;	/* bytes per element */
+	bool copy;		/* the parameter copy (param_swap), not optimizer state */
+	uint8_t reserved[3];
+};
+/** Parts per sub-group: the optimizer's, plus one with param_swap; 0 for NULL. */
+ZINF_API uint32_t zinf_step_part_count(const struct zinf_step *st);
+/** Fill *out for part `part`. Returns 0; -EINVAL (NULL, part out of range, out->size too
+ * small) with a message. */
+ZINF_API int zinf_step_part_info(const struct zinf_step *st, uint32_t part,
+				 struct zinf_step_part_info *out);
+/**
+ * Id of (part, sub-group k) in the part's swap space (zinf_swap_bytes() gives its bytes,
+ * len(k) * elem_bytes). Returns the id (>= 0); -ENOENT for state on the CPU tier (no swap
+ * tensor); -EINVAL (NULL, k or part out of range) with a message.
+ */
+ZINF_API int zinf_step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t part);
+
+/**
+ * Write the initial state of sub-group k: state[i] holds zinf_step_sub_group_len(k) elements of
+ * optimizer part i (its elem_bytes each); state NULL, or state[i] NULL: zeros. One sub-group at
+ * a time, so that loading a model never needs host memory for the whole partition. NVMe: after
+ * zinf_swap_reserve(). Returns 0 or the I/O error naming the sub-group and part; -EBUSY during
+ * a step; -EINVAL (NULL step, k out of range).
+ */
+ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const void *const state[]);
+/** Read sub-group k's state back: state[i] (NULL: not read) receives optimizer part i. Errors as
+ * zinf_step_load(), and -EINVAL for a NULL state array. */
+ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, void *const state[]);
 
 /**
  * Begin optimizer step `step` (>= 1): takes buffers from the pool and starts reading the first
  * sub-groups (in ascending order, or descending with `reverse`, the order in which backward
  * makes gradients final). copy_host: n elements of copy_dtype receiving the 16-bit copy (NULL:
- * none besides param_swap). Returns 0; -EBUSY inside a step; pool errors (no buffer in time).
+ * none besides param_swap). Returns 0; -EBUSY inside a step; pool errors (no buffer in time);
+ * -EINVAL NULL step.
  */
 ZINF_API int zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy_host,
 			     bool reverse);
 /**
  * The gradient of sub-group k is final: `grad` holds its zinf_step_sub_group_len() elements of
- * grad_dtype (pinned host memory; read during this call only). Runs Adam on k as soon as its
- * state is in, starts writing it back, and keeps the reads of later sub-groups going. Sub-groups
- * may arrive in any order; a sub-group not prefetched is read now (a prefetched one that is not
- * ready yet gives up its buffer if needed, so this never deadlocks). Returns 0, or an error
- * naming the sub-group and the file (the step is then failed: finish reports it again).
+ * grad_dtype (pinned host memory; read during this call only). Runs the optimizer on k as soon
+ * as its state is in, starts writing it back, and keeps the reads of later sub-groups going.
+ * Sub-groups may arrive in any order; a sub-group not prefetched is read now (a prefetched one
+ * that is not ready yet gives up its buffer if needed, so this never deadlocks). Returns 0, or
+ * an error naming the sub-group and the file (the step is then failed: finish reports it
+ * again).
  */
 ZINF_API int zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad,
 			     enum zinf_dtype grad_dtype);
@@ -315,20 +374,22 @@ ZINF_API int zinf_step_run(struct zinf_step *st, int64_t step, float grad_scale,
 
 /**
  * The last optimizer step whose update of sub-group k is completely on its tier (written and
- * acknowledged, for NVMe), 0 if none: a failed write never counts, and leaves 0 (it may have
- * torn the earlier state).
+ * acknowledged, for NVMe), 0 if none (or NULL, k out of range): a failed write never counts,
+ * and leaves 0 (it may have torn the earlier state).
  */
 ZINF_API int64_t zinf_step_sub_group_written(const struct zinf_step *st, uint32_t k);
 
 struct zinf_step_stats {
-	uint64_t read_bytes, write_bytes; /* by the last step */
-	double adam_s;			  /* time in zinf_adam_step during the last step */
+	size_t size;			  /* set by the caller: sizeof(struct zinf_step_stats) */
+	uint64_t read_bytes, write_bytes; /* by the last step: the parts' bytes moved */
+	double optim_s;			  /* time in the optimizer's kernel during the last step */
 	double wait_read_s;		  /* time the step waited for reads */
 	double wait_write_s;		  /* time waiting for writes to free buffers */
 	uint32_t buffers;		  /* buffers used by the last step */
 	uint32_t max_reads_in_flight;	  /* deepest read-ahead reached */
 };
-ZINF_API void zinf_step_get_stats(const struct zinf_step *st, struct zinf_step_stats *out);
+/** Statistics of the last step (common size rule). Returns 0; -EINVAL NULL step or out. */
+ZINF_API int zinf_step_get_stats(const struct zinf_step *st, struct zinf_step_stats *out);
 
 #ifdef __cplusplus
 }

@@ -564,3 +564,116 @@ Test(pool, sizes_that_overflow_are_refused)
 	cr_assert_eq(zinf_pool_cpu_alloc(p, UINT64_MAX - 100, &c), -ENOMEM);
 	zinf_pool_destroy(p);
 }
+
+/* Every public pool function given a NULL handle: -EINVAL with a message; getters neutral. */
+Test(pool, null_handles_are_einval_not_a_crash)
+{
+	void *b = NULL;
+	cr_assert_eq(zinf_pool_acquire(NULL, 0, &b), -EINVAL);
+	cr_assert_eq(zinf_pool_release(NULL, b), -EINVAL);
+	cr_assert_eq(zinf_pool_cpu_alloc(NULL, 64, &b), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_pool_cpu_alloc: NULL pool"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_pool_buffer_bytes(NULL), 0);
+	cr_assert_eq(zinf_pool_buffer_count(NULL), 0);
+	cr_assert_eq(zinf_pool_bytes(NULL), 0);
+	cr_assert_not(zinf_pool_pinned(NULL));
+	cr_assert_eq(zinf_pool_numa_node(NULL), -1);
+	cr_assert_null(zinf_pool_device(NULL));
+	cr_assert_eq(zinf_pool_free_count(NULL), 0);
+	cr_assert_eq(zinf_pool_check(NULL, NULL), -EINVAL); /* defaults: empty */
+	cr_assert(strstr(zinf_last_error(), "pinned pool (offload_optimizer): empty"), "%s",
+		  zinf_last_error());
+	struct zinf_pool_opts o;
+	opts(&o, 1, 4096);
+	cr_assert_eq(zinf_pool_create(&o, NULL), -EINVAL);
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0);
+	cr_assert_eq(zinf_pool_acquire(p, 0, NULL), -EINVAL);
+	cr_assert_eq(zinf_pool_cpu_alloc(p, 64, NULL), -EINVAL);
+	cr_assert_eq(zinf_pool_free_count(p), 1, "nothing taken by the refused calls");
+	zinf_pool_destroy(p);
+	zinf_pool_destroy(NULL);
+}
+
+/*
+ * The size rule: a caller built before `what` existed keeps its default ("offload_optimizer",
+ * named in the messages); a NULL `what` too; a newer, larger struct is refused with both sizes.
+ */
+Test(pool, options_size_rule_and_the_name_in_messages)
+{
+	struct zinf_pool_opts o;
+	opts(&o, 1, 4096);
+	o.what = "offload_param";
+	o.size = offsetof(struct zinf_pool_opts, what);
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0, "%s", zinf_last_error());
+	void *b[2];
+	cr_assert_geq(zinf_pool_acquire(p, 0, &b[0]), 0);
+	cr_assert_eq(zinf_pool_acquire(p, 0, &b[1]), -EAGAIN);
+	cr_assert(strstr(zinf_last_error(), "pinned pool (offload_optimizer): all 1 buffers") &&
+			  strstr(zinf_last_error(), "raise offload_optimizer.buffer_count"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_pool_release(p, b[0]), 0);
+	zinf_pool_destroy(p);
+	opts(&o, 1, 4096);
+	o.what = "offload_param";
+	o.align = 100;
+	cr_assert_eq(zinf_pool_check(&o, NULL), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "pinned pool (offload_param): align 100"), "%s",
+		  zinf_last_error());
+	o.what = NULL;
+	cr_assert_eq(zinf_pool_check(&o, NULL), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "pinned pool (offload_optimizer): align 100"), "%s",
+		  zinf_last_error());
+	struct {
+		struct zinf_pool_opts o;
+		uint64_t more;
+	} big = {.o = o};
+	big.o.align = 4096;
+	big.o.size = sizeof(big);
+	cr_assert_eq(zinf_pool_create(&big.o, &p), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_pool_opts") &&
+			  strstr(zinf_last_error(), "newer zinf"),
+		  "%s", zinf_last_error());
+}
+
+static char warn_text[1024];
+
+static void
+keep_warning(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+	     const char *msg)
+{
+	if (level == ZINF_LOG_WARN) {
+		snprintf(warn_text, sizeof(warn_text), "%s", msg);
+	}
+}
+
+/* An mlock that really fails with pin_fallback: a warning that says what to raise (ulimit -l),
+ * and an unpinned, usable pool. */
+Test(pool, mlock_failure_with_fallback_warns_with_ulimit)
+{
+	if (!MLOCK_REAL) {
+		cr_skip_test("built with AddressSanitizer, whose mlock does nothing");
+	}
+	drop_ipc_lock(1 << 20);
+	size_t own = 768 << 10;
+	void *mine = mmap(NULL, own, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(mine, MAP_FAILED);
+	cr_assert_eq(mlock(mine, own), 0);
+	struct zinf_pool_opts o;
+	opts(&o, 2, 256 << 10);
+	o.pin_fallback = true;
+	o.what = "offload_param";
+	zinf_log_set_callback(keep_warning, NULL);
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0, "%s", zinf_last_error());
+	zinf_log_set_callback(NULL, NULL);
+	cr_assert_not(zinf_pool_pinned(p));
+	cr_assert(strstr(warn_text, "pinned pool (offload_param): mlock of") &&
+			  strstr(warn_text, "running unpinned") && strstr(warn_text, "ulimit -l"),
+		  "%s", warn_text);
+	zinf_pool_destroy(p);
+	munlock(mine, own);
+	munmap(mine, own);
+}

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * tests/offload/test_step.c: the pipelined optimizer step. With state on NVMe (real files
- * through the I/O engine and swap files) it must give master, m, v and the 16-bit copy bit for
- * bit equal to ONE zinf_adam_step in memory over the whole array per step (the contract:
- * offloaded == in-memory, whatever the sub-group cuts), over several steps, for
- * any sub-group size (not a multiple of the alignment; n not a multiple of it), any buffer count
- * from the minimum (1) up, both schedules, in-order, reverse and shuffled readiness. Injected
- * read and write errors fail the step with the sub-group and the file named, without leaking
- * buffers or reporting unwritten state as written. Budget errors: buffers too small.
+ * through the I/O engine and swap files) it must give every optimizer part and the 16-bit copy
+ * bit for bit equal to the same optimizer in memory (zinf_optimizer_step): for every optimizer
+ * whose elements do not depend on the cuts (Adam, AdamW, bf16-state Adam with RNE, Adagrad,
+ * Lion) ONE call over the whole array per step; for bf16 state with stochastic rounding the
+ * same cuts as the step (sub-groups, ZINF_STEP_CHUNK pieces, index0 = the piece's start), as
+ * zinf/offload.h documents. Over several steps, for any sub-group size (not a multiple of the
+ * alignment; n not a multiple of it), any buffer count from the minimum (1) up, both schedules,
+ * in-order, reverse and shuffled readiness, and the CPU tier through the same calls. Bytes moved
+ * per step equal the parts' bytes exactly. Injected read and write errors fail the step with the
+ * sub-group, one tensor and the file named, without leaking buffers or reporting unwritten state
+ * as written. Budget errors: buffers too small. The parts' names, sizes and swap ids through
+ * the public API. NULL handles, the options and statistics size rule.
  *
  * No Criterion `.timeout` here (ctest's TIMEOUT catches a hang): with --jobs=2 the runner's
  * timeout watchdog (BoxFort, timeout-posix.c) can leave a cancelled 48-byte request unfreed at
@@ -23,12 +28,48 @@
 #include "common/util.h"
 #include "zinf/offload.h"
 
+/* The optimizers under test. */
+enum {
+	OPT_ADAMW = 0,
+	OPT_ADAM,
+	OPT_ADAM_BF16_RNE,
+	OPT_ADAMW_BF16_SR,
+	OPT_ADAGRAD,
+	OPT_LION,
+};
+
+static struct zinf_optimizer *
+make_opt(int which)
+{
+	static const enum zinf_optim_kind kind[] = {
+		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAM,    ZINF_OPTIM_ADAM,
+		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAGRAD, ZINF_OPTIM_LION,
+	};
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, kind[which]);
+	o.weight_decay = 0.01f;
+	o.lr = which == OPT_LION ? 1e-3f : 1e-2f;
+	if (which == OPT_ADAM_BF16_RNE || which == OPT_ADAMW_BF16_SR) {
+		o.state_dtype = ZINF_BF16;
+		o.rounding = which == OPT_ADAM_BF16_RNE ? ZINF_ROUND_NEAREST_EVEN
+							: ZINF_ROUND_STOCHASTIC;
+		o.seed = 0x5eed;
+	}
+	if (which == OPT_ADAGRAD) {
+		o.lr_decay = 0.01f;
+	}
+	struct zinf_optimizer *z = NULL;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), 0, "%s", zinf_last_error());
+	return z;
+}
+
 struct rig {
 	char *dir;
 	struct zinf_io *io;
 	struct zinf_swap *swap;
 	struct zinf_pool *pool;
 	struct zinf_step *st;
+	struct zinf_optimizer *opt;
 };
 
 static int
@@ -62,11 +103,13 @@ rig_open_swap(struct rig *r, bool fault)
 	cr_assert_eq(zinf_swap_create(r->io, &sw, &r->swap), 0, "%s", zinf_last_error());
 }
 
-/* I/O, swap space, pool (buffers of one sub-group each), step; state not reserved yet. */
+/* I/O, swap space, pool (buffers of one sub-group each), optimizer `which`, step. */
 static void
-rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
+rig_init_opt(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault, int which)
 {
 	rig_open_swap(r, fault);
+	r->opt = make_opt(which);
+	so->optimizer = r->opt;
 	so->swap = r->swap;
 	if (so->param_swap) {
 		so->param_swap = r->swap;
@@ -90,6 +133,12 @@ rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
 }
 
 static void
+rig_init(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fault)
+{
+	rig_init_opt(r, so, buffers, fault, OPT_ADAMW);
+}
+
+static void
 rig_fini(struct rig *r)
 {
 	if (r->pool) {
@@ -97,6 +146,7 @@ rig_fini(struct rig *r)
 			     "a buffer leaked");
 	}
 	zinf_step_destroy(r->st);
+	zinf_optimizer_destroy(r->opt);
 	zinf_pool_destroy(r->pool);
 	zinf_swap_destroy(r->swap);
 	zinf_io_destroy(r->io);
@@ -104,36 +154,48 @@ rig_fini(struct rig *r)
 	free(r->dir);
 }
 
-/* The reference: the same state in memory. */
+/* The reference: the same state in memory, one array per optimizer part. */
 struct ref {
 	size_t n;
-	float *master, *m, *v;
+	const struct zinf_optimizer *opt;
+	uint32_t np;
+	void *part[ZINF_OPTIM_MAX_PARTS];
 	void *grad;
 	uint16_t *copy;
 };
 
 static void
-ref_init(struct ref *f, size_t n, uint64_t *seed)
+ref_init(struct ref *f, const struct zinf_optimizer *opt, size_t n, uint64_t *seed)
 {
 	f->n = n;
-	f->master = malloc(n * 4);
-	f->m = malloc(n * 4);
-	f->v = malloc(n * 4);
+	f->opt = opt;
+	f->np = zinf_optimizer_part_count(opt);
+	float *tmp = malloc(n * 4);
+	for (uint32_t p = 0; p < f->np; p++) {
+		/* master in [-1, 1]; exp_avg signed; exp_avg_sq, state_sum >= 0 */
+		const char *name = zinf_optimizer_part_name(opt, p);
+		double lo = p == 0 ? -1 : strcmp(name, "exp_avg") == 0 ? -0.01 : 0;
+		double hi = p == 0 ? 1 : lo < 0 ? 0.01 : 1e-4;
+		for (size_t i = 0; i < n; i++) {
+			tmp[i] = (float)zt_uniform(seed, lo, hi);
+		}
+		uint32_t esz = zinf_optimizer_part_bytes(opt, p);
+		f->part[p] = malloc(n * esz);
+		cr_assert_eq(zinf_dtype_convert(f->part[p], esz == 2 ? ZINF_BF16 : ZINF_F32, tmp,
+						ZINF_F32, n),
+			     0);
+	}
+	free(tmp);
 	f->grad = malloc(n * 4);
 	f->copy = malloc(n * 2);
-	for (size_t i = 0; i < n; i++) {
-		f->master[i] = (float)zt_uniform(seed, -1, 1);
-		f->m[i] = (float)zt_uniform(seed, -0.01, 0.01);
-		f->v[i] = (float)zt_uniform(seed, 0, 1e-4);
-	}
 }
 
 static void
 ref_fini(struct ref *f)
 {
-	free(f->master);
-	free(f->m);
-	free(f->v);
+	for (uint32_t p = 0; p < f->np; p++) {
+		free(f->part[p]);
+	}
 	free(f->grad);
 	free(f->copy);
 }
@@ -157,12 +219,59 @@ fill_grad(struct ref *f, enum zinf_dtype dt, uint64_t *seed)
 	}
 }
 
+/* Part pointers of the reference at element i. */
+static void
+ref_parts_at(const struct ref *f, size_t i, void *out[])
+{
+	for (uint32_t p = 0; p < f->np; p++) {
+		out[p] = (char *)f->part[p] + i * zinf_optimizer_part_bytes(f->opt, p);
+	}
+}
+
+/*
+ * One step of the reference in memory. cut false: one call over the whole array (an element's
+ * result depends on nothing else); cut true: the step's cuts, sub-groups of st in
+ * ZINF_STEP_CHUNK pieces with index0 their start (bf16 stochastic rounding).
+ */
+static void
+ref_step(const struct zinf_step *st, struct ref *f, int64_t t, float scale, enum zinf_dtype gdt,
+	 void *copy, enum zinf_dtype cdt, bool cut)
+{
+	void *parts[ZINF_OPTIM_MAX_PARTS];
+	size_t gsz = zinf_dtype_size(gdt), csz = zinf_dtype_size(cdt);
+	if (!cut) {
+		ref_parts_at(f, 0, parts);
+		cr_assert_eq(zinf_optimizer_step(f->opt, t, scale, parts, f->grad, gdt, 0, f->n,
+						 copy, cdt),
+			     0, "%s", zinf_last_error());
+		return;
+	}
+	for (uint32_t k = 0; k < zinf_step_sub_groups(st); k++) {
+		uint64_t s = zinf_step_sub_group_start(st, k), len = zinf_step_sub_group_len(st, k);
+		for (uint64_t i0 = 0; i0 < len; i0 += ZINF_STEP_CHUNK) {
+			uint64_t i = s + i0, n = ZINF_MIN(len - i0, ZINF_STEP_CHUNK);
+			ref_parts_at(f, i, parts);
+			cr_assert_eq(zinf_optimizer_step(f->opt, t, scale, parts,
+							 (char *)f->grad + i * gsz, gdt, i, n,
+							 copy ? (char *)copy + i * csz : NULL, cdt),
+				     0, "%s", zinf_last_error());
+		}
+	}
+}
+
+static bool
+opt_cuts(int which)
+{
+	return which == OPT_ADAMW_BF16_SR;
+}
+
 static void
 load_state(struct rig *r, const struct ref *f)
 {
 	for (uint32_t k = 0; k < zinf_step_sub_groups(r->st); k++) {
-		uint64_t s = zinf_step_sub_group_start(r->st, k);
-		cr_assert_eq(zinf_step_load(r->st, k, f->master + s, f->m + s, f->v + s), 0, "%s",
+		void *parts[ZINF_OPTIM_MAX_PARTS];
+		ref_parts_at(f, zinf_step_sub_group_start(r->st, k), parts);
+		cr_assert_eq(zinf_step_load(r->st, k, (const void *const *)parts), 0, "%s",
 			     zinf_last_error());
 	}
 }
@@ -171,23 +280,27 @@ load_state(struct rig *r, const struct ref *f)
 static void
 check_state(struct rig *r, const struct ref *f)
 {
-	size_t n = f->n;
-	float *a = malloc(n * 4), *b = malloc(n * 4), *c = malloc(n * 4);
+	struct ref got = *f;
+	for (uint32_t p = 0; p < f->np; p++) {
+		got.part[p] = malloc(f->n * zinf_optimizer_part_bytes(f->opt, p));
+	}
 	for (uint32_t k = 0; k < zinf_step_sub_groups(r->st); k++) {
-		uint64_t s = zinf_step_sub_group_start(r->st, k);
-		cr_assert_eq(zinf_step_save(r->st, k, a + s, b + s, c + s), 0, "%s",
-			     zinf_last_error());
+		void *parts[ZINF_OPTIM_MAX_PARTS];
+		ref_parts_at(&got, zinf_step_sub_group_start(r->st, k), parts);
+		cr_assert_eq(zinf_step_save(r->st, k, parts), 0, "%s", zinf_last_error());
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (memcmp(&a[i], &f->master[i], 4) || memcmp(&b[i], &f->m[i], 4) ||
-		    memcmp(&c[i], &f->v[i], 4)) {
-			cr_assert_fail("element %zu differs: master %a/%a m %a/%a v %a/%a", i, a[i],
-				       f->master[i], b[i], f->m[i], c[i], f->v[i]);
+	for (uint32_t p = 0; p < f->np; p++) {
+		uint32_t esz = zinf_optimizer_part_bytes(f->opt, p);
+		for (size_t i = 0; i < f->n; i++) {
+			if (memcmp((char *)got.part[p] + i * esz, (char *)f->part[p] + i * esz,
+				   esz)) {
+				cr_assert_fail("%s: element %zu of part %s differs",
+					       zinf_optimizer_name(f->opt), i,
+					       zinf_optimizer_part_name(f->opt, p));
+			}
 		}
+		free(got.part[p]);
 	}
-	free(a);
-	free(b);
-	free(c);
 }
 
 struct scase {
@@ -200,7 +313,71 @@ struct scase {
 	int order;    /* 0 run(), 1 reverse via begin/ready, 2 shuffled */
 	bool to_swap; /* 16-bit copy to the parameter tier's files (and to the host) */
 	int tier;
+	int optim; /* OPT_* */
 };
+
+/* One step through begin/ready/finish in the case's order. */
+static void
+step_in_order(struct rig *r, const struct scase *c, int64_t t, float scale, const void *grad,
+	      void *copy, uint32_t *perm, uint64_t *seed)
+{
+	uint32_t nsg = zinf_step_sub_groups(r->st);
+	size_t gsz = zinf_dtype_size(c->grad_dtype);
+	for (uint32_t i = 0; i < nsg; i++) {
+		perm[i] = c->order == 1 ? nsg - 1 - i : i;
+	}
+	if (c->order == 2) {
+		for (uint32_t i = nsg - 1; i > 0; i--) {
+			uint32_t j = (uint32_t)(zt_rand(seed) % (i + 1));
+			uint32_t x = perm[i];
+			perm[i] = perm[j];
+			perm[j] = x;
+		}
+	}
+	cr_assert_eq(zinf_step_begin(r->st, t, scale, copy, c->order == 1), 0);
+	for (uint32_t i = 0; i < nsg; i++) {
+		uint32_t k = perm[i];
+		const char *g = (const char *)grad + zinf_step_sub_group_start(r->st, k) * gsz;
+		cr_assert_eq(zinf_step_ready(r->st, k, g, c->grad_dtype), 0, "%s",
+			     zinf_last_error());
+	}
+	cr_assert_eq(zinf_step_finish(r->st), 0, "%s", zinf_last_error());
+}
+
+/* The step's statistics: exactly the parts' bytes moved, the buffers and the read-ahead. */
+static void
+check_stats(struct rig *r, const struct scase *c)
+{
+	uint32_t nsg = zinf_step_sub_groups(r->st);
+	uint64_t state = (uint64_t)c->n * zinf_optimizer_state_bytes(r->opt);
+	uint64_t copy = c->to_swap ? (uint64_t)c->n * zinf_dtype_size(c->copy_dtype) : 0;
+	struct zinf_step_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_step_get_stats(r->st, &s), 0);
+	if (c->tier == ZINF_TIER_NVME) {
+		/* Shuffled readiness may drop a prefetched sub-group and read it again. */
+		if (c->order == 2) {
+			cr_assert_geq(s.read_bytes, state);
+		} else {
+			cr_assert_eq(s.read_bytes, state, "%" PRIu64, s.read_bytes);
+		}
+		cr_assert_eq(s.write_bytes, state + copy);
+		cr_assert_leq(s.buffers, c->buffers);
+		if (c->schedule == ZINF_SCHEDULE_DEEPSPEED) {
+			cr_assert_leq(s.max_reads_in_flight, 2);
+		} else {
+			/* As deep as the buffers allow, not one: begin reads into every buffer it
+			 * took (the pool's, at most sub-groups + 1). */
+			cr_assert_eq(s.buffers, ZINF_MIN(c->buffers, nsg + 1));
+			cr_assert_geq(s.max_reads_in_flight, ZINF_MIN(s.buffers, nsg),
+				      "read-ahead %u with %u buffers", s.max_reads_in_flight,
+				      s.buffers);
+		}
+	} else {
+		cr_assert_eq(s.read_bytes, 0);
+		cr_assert_eq(s.write_bytes, copy);
+		cr_assert_leq(s.buffers, c->buffers);
+	}
+}
 
 static void
 run_case(const struct scase *c)
@@ -213,18 +390,15 @@ run_case(const struct scase *c)
 	so.tier = c->tier;
 	so.schedule = c->schedule;
 	so.copy_dtype = c->copy_dtype;
-	so.adam.weight_decay = 0.01f;
-	so.adam.lr = 1e-2f;
 	so.param_swap = c->to_swap ? (struct zinf_swap *)1 : NULL; /* rig sets the real one */
 	struct rig r;
-	rig_init(&r, &so, c->buffers, false);
+	rig_init_opt(&r, &so, c->buffers, false, c->optim);
 	struct ref f;
-	ref_init(&f, c->n, &seed);
+	ref_init(&f, r.opt, c->n, &seed);
 	load_state(&r, &f);
 	uint16_t *copy = malloc(c->n * 2);
 	uint32_t nsg = zinf_step_sub_groups(r.st);
 	uint32_t *perm = malloc(nsg * sizeof(*perm));
-	size_t gsz = c->grad_dtype == ZINF_F32 ? 4 : 2;
 	for (int64_t t = 1; t <= 3; t++) {
 		fill_grad(&f, c->grad_dtype, &seed);
 		float scale = t == 2 ? 0.5f : 1.0f;
@@ -233,65 +407,16 @@ run_case(const struct scase *c)
 			cr_assert_eq(zinf_step_run(r.st, t, scale, f.grad, c->grad_dtype, copy), 0,
 				     "%s", zinf_last_error());
 		} else {
-			for (uint32_t i = 0; i < nsg; i++) {
-				perm[i] = c->order == 1 ? nsg - 1 - i : i;
-			}
-			if (c->order == 2) {
-				for (uint32_t i = nsg - 1; i > 0; i--) {
-					uint32_t j = (uint32_t)(zt_rand(&seed) % (i + 1));
-					uint32_t x = perm[i];
-					perm[i] = perm[j];
-					perm[j] = x;
-				}
-			}
-			cr_assert_eq(zinf_step_begin(r.st, t, scale, copy, c->order == 1), 0);
-			for (uint32_t i = 0; i < nsg; i++) {
-				uint32_t k = perm[i];
-				const char *g = (const char *)f.grad +
-						zinf_step_sub_group_start(r.st, k) * gsz;
-				cr_assert_eq(zinf_step_ready(r.st, k, g, c->grad_dtype), 0, "%s",
-					     zinf_last_error());
-			}
-			cr_assert_eq(zinf_step_finish(r.st), 0, "%s", zinf_last_error());
+			step_in_order(&r, c, t, scale, f.grad, copy, perm, &seed);
 		}
-		/* The reference: one zinf_adam_step in memory over the whole array (an element's
-		 * result does not depend on its position or on where the sub-groups cut). */
-		struct zinf_adam_opts ao = so.adam;
-		cr_assert_eq(zinf_adam_step(&ao, t, scale, f.master, f.grad, c->grad_dtype, f.m,
-					    f.v, c->n, f.copy, c->copy_dtype),
-			     0);
+		ref_step(r.st, &f, t, scale, c->grad_dtype, f.copy, c->copy_dtype,
+			 opt_cuts(c->optim));
 		cr_assert_eq(memcmp(copy, f.copy, c->n * 2), 0, "16-bit copy differs at step %d",
 			     (int)t);
 		for (uint32_t k = 0; k < nsg; k++) {
 			cr_assert_eq(zinf_step_sub_group_written(r.st, k), t);
 		}
-		struct zinf_step_stats s;
-		zinf_step_get_stats(r.st, &s);
-		if (c->tier == ZINF_TIER_NVME) {
-			/* Shuffled readiness may drop a prefetched sub-group and read it again. */
-			if (c->order == 2) {
-				cr_assert_geq(s.read_bytes, (uint64_t)c->n * 12);
-			} else {
-				cr_assert_eq(s.read_bytes, (uint64_t)c->n * 12, "%" PRIu64,
-					     s.read_bytes);
-			}
-			cr_assert_eq(s.write_bytes, (uint64_t)c->n * (12 + (c->to_swap ? 2 : 0)));
-			cr_assert_leq(s.buffers, c->buffers);
-			if (c->schedule == ZINF_SCHEDULE_DEEPSPEED) {
-				cr_assert_leq(s.max_reads_in_flight, 2);
-			} else {
-				/* As deep as the buffers allow, not one: begin reads into
-				 * every buffer it took (the pool's, at most sub-groups + 1). */
-				cr_assert_eq(s.buffers, ZINF_MIN(c->buffers, nsg + 1));
-				cr_assert_geq(s.max_reads_in_flight, ZINF_MIN(s.buffers, nsg),
-					      "read-ahead %u with %u buffers",
-					      s.max_reads_in_flight, s.buffers);
-			}
-		} else {
-			cr_assert_eq(s.read_bytes, 0);
-			cr_assert_eq(s.write_bytes, c->to_swap ? (uint64_t)c->n * 2 : 0);
-			cr_assert_leq(s.buffers, c->buffers);
-		}
+		check_stats(&r, c);
 	}
 	check_state(&r, &f);
 	if (c->to_swap) {
@@ -314,64 +439,130 @@ run_case(const struct scase *c)
 	rig_fini(&r);
 }
 
-ParameterizedTestParameters(step, bit_identical_to_adam_in_memory)
+#define PIPE ZINF_SCHEDULE_PIPELINED
+#define NVME ZINF_TIER_NVME
+#define CPU  ZINF_TIER_CPU
+
+ParameterizedTestParameters(step, bit_identical_to_the_optimizer_in_memory)
 {
 	static struct scase cases[] = {
 		/* minimum buffers: one */
-		{100003, 10007, 1, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 0, false,
-		 ZINF_TIER_NVME},
-		{100003, 10007, 2, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_BF16, 0, false,
-		 ZINF_TIER_NVME},
-		{100003, 10007, 5, ZINF_SCHEDULE_PIPELINED, ZINF_BF16, ZINF_F16, 0, true,
-		 ZINF_TIER_NVME},
+		{100003, 10007, 1, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME, OPT_ADAMW},
+		{100003, 10007, 2, PIPE, ZINF_F16, ZINF_BF16, 0, false, NVME, OPT_ADAMW},
+		{100003, 10007, 5, PIPE, ZINF_BF16, ZINF_F16, 0, true, NVME, OPT_ADAMW},
 		/* more buffers than sub-groups */
-		{50000, 7777, 16, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_BF16, 0, false,
-		 ZINF_TIER_NVME},
-		{100003, 10007, 3, ZINF_SCHEDULE_DEEPSPEED, ZINF_F32, ZINF_F16, 0, false,
-		 ZINF_TIER_NVME},
-		{100003, 10007, 3, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_F16, 1, true,
-		 ZINF_TIER_NVME},
-		{100003, 9001, 2, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 2, false,
-		 ZINF_TIER_NVME},
-		{100003, 9001, 4, ZINF_SCHEDULE_PIPELINED, ZINF_BF16, ZINF_BF16, 2, true,
-		 ZINF_TIER_NVME},
-		/* one sub-group larger than n; a chunked (> 1 Mi elements) sub-group */
-		{3001, 1 << 20, 1, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 0, false,
-		 ZINF_TIER_NVME},
-		{(1 << 20) + 4099, (1 << 20) + 17, 2, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16,
-		 0, false, ZINF_TIER_NVME},
+		{50000, 7777, 16, PIPE, ZINF_F32, ZINF_BF16, 0, false, NVME, OPT_ADAMW},
+		{100003, 10007, 3, ZINF_SCHEDULE_DEEPSPEED, ZINF_F32, ZINF_F16, 0, false, NVME,
+		 OPT_ADAMW},
+		{100003, 10007, 3, PIPE, ZINF_F16, ZINF_F16, 1, true, NVME, OPT_ADAMW},
+		{100003, 9001, 2, PIPE, ZINF_F32, ZINF_F16, 2, false, NVME, OPT_ADAMW},
+		{100003, 9001, 4, PIPE, ZINF_BF16, ZINF_BF16, 2, true, NVME, OPT_ADAMW},
+		/* one sub-group larger than n; a chunked (> ZINF_STEP_CHUNK) sub-group */
+		{3001, 1 << 20, 1, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME, OPT_ADAMW},
+		{(1 << 20) + 4099, (1 << 20) + 17, 2, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME,
+		 OPT_ADAMW},
 		/* the CPU tier: the same interface, no I/O */
-		{100003, 10007, 0, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_F16, 2, false,
-		 ZINF_TIER_CPU},
+		{100003, 10007, 0, PIPE, ZINF_F16, ZINF_F16, 2, false, CPU, OPT_ADAMW},
 		/* the CPU tier, the 16-bit copy to the parameter tier's files through pool
 		 * buffers: the minimum (one), more, and more than sub-groups */
-		{100003, 10007, 1, ZINF_SCHEDULE_PIPELINED, ZINF_F32, ZINF_F16, 0, true,
-		 ZINF_TIER_CPU},
-		{100003, 9001, 3, ZINF_SCHEDULE_PIPELINED, ZINF_BF16, ZINF_BF16, 2, true,
-		 ZINF_TIER_CPU},
-		{50000, 7777, 16, ZINF_SCHEDULE_PIPELINED, ZINF_F16, ZINF_F16, 1, true,
-		 ZINF_TIER_CPU},
+		{100003, 10007, 1, PIPE, ZINF_F32, ZINF_F16, 0, true, CPU, OPT_ADAMW},
+		{100003, 9001, 3, PIPE, ZINF_BF16, ZINF_BF16, 2, true, CPU, OPT_ADAMW},
+		{50000, 7777, 16, PIPE, ZINF_F16, ZINF_F16, 1, true, CPU, OPT_ADAMW},
+		/* every optimizer on both tiers: Adam (L2), bf16-state Adam (RNE, and stochastic
+		 * rounding, also over a chunked sub-group), Adagrad (2 parts), Lion (2 parts) */
+		{100003, 10007, 3, PIPE, ZINF_F32, ZINF_F16, 0, true, NVME, OPT_ADAM},
+		{100003, 10007, 2, PIPE, ZINF_F16, ZINF_F16, 1, false, CPU, OPT_ADAM},
+		{100003, 10007, 3, PIPE, ZINF_F32, ZINF_BF16, 0, false, NVME, OPT_ADAM_BF16_RNE},
+		{100003, 9001, 2, PIPE, ZINF_BF16, ZINF_BF16, 2, true, CPU, OPT_ADAM_BF16_RNE},
+		{100003, 10007, 2, PIPE, ZINF_F32, ZINF_F16, 2, true, NVME, OPT_ADAMW_BF16_SR},
+		{100003, 10007, 0, PIPE, ZINF_F16, ZINF_F16, 1, false, CPU, OPT_ADAMW_BF16_SR},
+		{(1 << 20) + 4099, (1 << 20) + 17, 2, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME,
+		 OPT_ADAMW_BF16_SR},
+		{100003, 10007, 1, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME, OPT_ADAGRAD},
+		{100003, 9001, 4, ZINF_SCHEDULE_DEEPSPEED, ZINF_BF16, ZINF_F16, 0, true, NVME,
+		 OPT_ADAGRAD},
+		{100003, 10007, 2, PIPE, ZINF_F32, ZINF_BF16, 2, true, CPU, OPT_ADAGRAD},
+		{100003, 10007, 3, PIPE, ZINF_F16, ZINF_F16, 2, true, NVME, OPT_LION},
+		{100003, 10007, 0, PIPE, ZINF_F32, ZINF_F16, 0, false, CPU, OPT_LION},
 	};
 	return cr_make_param_array(struct scase, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
-ParameterizedTest(struct scase *c, step, bit_identical_to_adam_in_memory)
+ParameterizedTest(struct scase *c, step, bit_identical_to_the_optimizer_in_memory)
 {
 	run_case(c);
 }
 
-/* In-memory Adam over the whole array in one call (f32 gradients, no copy). */
+/* Copy the reference's state (to step it on apart). */
 static void
-ref_step(const struct zinf_step *st, const struct zinf_adam_opts *ao, int64_t t, float *master,
-	 const void *grad, float *m, float *v)
+ref_clone(struct ref *dst, const struct ref *src)
 {
-	uint32_t last = zinf_step_sub_groups(st) - 1;
-	uint64_t n = zinf_step_sub_group_start(st, last) + zinf_step_sub_group_len(st, last);
-	cr_assert_eq(zinf_adam_step(ao, t, 1.0f, master, grad, ZINF_F32, m, v, n, NULL, ZINF_F16),
-		     0);
+	*dst = *src;
+	for (uint32_t p = 0; p < src->np; p++) {
+		size_t bytes = src->n * zinf_optimizer_part_bytes(src->opt, p);
+		dst->part[p] = malloc(bytes);
+		memcpy(dst->part[p], src->part[p], bytes);
+	}
+	dst->grad = malloc(src->n * 4);
+	memcpy(dst->grad, src->grad, src->n * 4);
+	dst->copy = malloc(src->n * 2);
 }
 
-/* A fault in the middle of a step: it fails, names the sub-group and the file, leaks nothing. */
+/* Does sub-group k of the step hold exactly f's state? (-errno of the read-back otherwise.) */
+static int
+sub_group_equals(struct rig *r, uint32_t k, const struct ref *f, bool *equal)
+{
+	uint64_t s = zinf_step_sub_group_start(r->st, k), len = zinf_step_sub_group_len(r->st, k);
+	void *got[ZINF_OPTIM_MAX_PARTS], *want[ZINF_OPTIM_MAX_PARTS];
+	ref_parts_at(f, s, want);
+	for (uint32_t p = 0; p < f->np; p++) {
+		got[p] = malloc(len * 4);
+	}
+	int rc = zinf_step_save(r->st, k, got);
+	*equal = rc == 0;
+	for (uint32_t p = 0; p < f->np; p++) {
+		*equal = *equal &&
+			 !memcmp(got[p], want[p], len * zinf_optimizer_part_bytes(f->opt, p));
+		free(got[p]);
+	}
+	return rc;
+}
+
+/* Every "KIND[K]" named in e is `tensor`: the message names one tensor consistently. */
+static void
+assert_names_one_tensor(const char *e, const char *tensor)
+{
+	static const char *const kinds[] = {"fp32[", "exp_avg[", "exp_avg_sq[", "param16["};
+	int seen = 0;
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(kinds); i++) {
+		for (const char *q = strstr(e, kinds[i]); q; q = strstr(q + 1, kinds[i])) {
+			if (q > e && (q[-1] == '_' || (q[-1] >= 'a' && q[-1] <= 'z'))) {
+				continue; /* "exp_avg_sq[" also contains "sq[" after "exp_avg_" */
+			}
+			cr_assert_eq(strncmp(q, tensor, strlen(tensor)), 0,
+				     "the message names %.16s and %s: %s", q, tensor, e);
+			seen++;
+		}
+	}
+	cr_assert_geq(seen, 2, "the step and the swap space both name %s: %s", tensor, e);
+}
+
+/* The tensor the step's message blames: "<op> of KIND[K]". */
+static void
+blamed_tensor(const char *e, const char *op, char *out, size_t len)
+{
+	char pat[32];
+	snprintf(pat, sizeof(pat), "%s of ", op);
+	const char *q = strstr(e, pat);
+	cr_assert(q, "no \"%s\" in: %s", pat, e);
+	q += strlen(pat);
+	const char *end = strchr(q, ']');
+	cr_assert(end && (size_t)(end - q + 2) < len, "%s", e);
+	snprintf(out, len, "%.*s", (int)(end - q + 1), q);
+}
+
+/* A fault in the middle of a step: it fails, names the sub-group, one tensor and the file, leaks
+ * nothing. */
 static void
 fault_case(int op)
 {
@@ -380,16 +571,17 @@ fault_case(int op)
 	zinf_step_opts_init(&so);
 	so.n = 100003;
 	so.sub_group_size = 10007;
+	so.rank = 3;
 	struct rig r;
 	rig_init(&r, &so, 3, true);
 	struct ref f;
-	ref_init(&f, so.n, &seed);
+	ref_init(&f, r.opt, so.n, &seed);
 	load_state(&r, &f);
 	uint16_t *copy = malloc(so.n * 2);
 	fill_grad(&f, ZINF_F32, &seed);
 	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, copy), 0, "%s",
 		     zinf_last_error());
-	ref_step(r.st, &so.adam, 1, f.master, f.grad, f.m, f.v);
+	ref_step(r.st, &f, 1, 1.0f, ZINF_F32, NULL, ZINF_F16, false);
 
 	/* Each tensor is 3 blocks of 16 KiB: the 40th op is in sub-group 4 or so. */
 	struct zinf_io_fault fl = {.kind = ZINF_IO_FAULT_FAIL, .op = op, .nth = 40, .err = EIO};
@@ -398,45 +590,42 @@ fault_case(int op)
 	int rc = zinf_step_run(r.st, 2, 1.0f, f.grad, ZINF_F32, copy);
 	cr_assert_eq(rc, -EIO, "the step must fail, got %d", rc);
 	const char *e = zinf_last_error();
-	cr_assert(strstr(e, "optimizer step 2: sub-group ") &&
-			  strstr(e, op == ZINF_IO_READ ? "read of" : "write of") &&
+	cr_assert(strstr(e, "optimizer step (rank 3, 10 sub-groups): step 2: sub-group ") &&
 			  strstr(e, r.dir),
 		  "message must name the step, sub-group, operation and file: %s", e);
+	char tensor[32];
+	blamed_tensor(e, op == ZINF_IO_READ ? "read" : "write", tensor, sizeof(tensor));
+	assert_names_one_tensor(e, tensor);
 	cr_assert_eq(zinf_pool_free_count(r.pool), zinf_pool_buffer_count(r.pool),
 		     "a buffer leaked");
 	/* What says it was written at step 2 reads back as step 2's state; the rest as step 1's
-	 * (reads failed before Adam) or not at all (a failed write leaves the tensor unwritten). */
-	float *ref2m = malloc(so.n * 4), *ref2a = malloc(so.n * 4), *ref2v = malloc(so.n * 4);
-	memcpy(ref2m, f.master, so.n * 4);
-	memcpy(ref2a, f.m, so.n * 4);
-	memcpy(ref2v, f.v, so.n * 4);
-	ref_step(r.st, &so.adam, 2, ref2m, f.grad, ref2a, ref2v);
+	 * (reads failed before the optimizer) or not at all (a failed write leaves the tensor
+	 * unwritten). */
+	struct ref f2;
+	ref_clone(&f2, &f);
+	ref_step(r.st, &f2, 2, 1.0f, ZINF_F32, NULL, ZINF_F16, false);
 	uint32_t nsg = zinf_step_sub_groups(r.st);
 	uint32_t n2 = 0, nfail = 0;
-	float *a = malloc(so.sub_group_size * 4), *b = malloc(so.sub_group_size * 4),
-	      *c = malloc(so.sub_group_size * 4);
 	for (uint32_t k = 0; k < nsg; k++) {
-		uint64_t s = zinf_step_sub_group_start(r.st, k),
-			 len = zinf_step_sub_group_len(r.st, k);
 		int64_t w = zinf_step_sub_group_written(r.st, k);
-		int src = zinf_step_save(r.st, k, a, b, c);
+		bool eq = false;
 		if (w == 2) {
 			n2++;
-			cr_assert_eq(src, 0);
-			cr_assert(
-				!memcmp(a, ref2m + s, len * 4) && !memcmp(b, ref2a + s, len * 4) &&
-					!memcmp(c, ref2v + s, len * 4),
-				"sub-group %u reported written at step 2 but does not hold it", k);
-		} else if (src == 0) {
+			cr_assert_eq(sub_group_equals(&r, k, &f2, &eq), 0);
+			cr_assert(eq,
+				  "sub-group %u reported written at step 2 but does not hold it",
+				  k);
+		} else if (sub_group_equals(&r, k, &f, &eq) == 0) {
 			cr_assert_eq(w, 1);
-			cr_assert(!memcmp(a, f.master + s, len * 4) &&
-					  !memcmp(b, f.m + s, len * 4) &&
-					  !memcmp(c, f.v + s, len * 4),
-				  "sub-group %u not written at step 2 but changed", k);
+			cr_assert(eq, "sub-group %u not written at step 2 but changed", k);
 		} else {
 			nfail++;
-			cr_assert_eq(src, -ENODATA, "a torn write must read as no data");
 			cr_assert_eq(op, ZINF_IO_WRITE);
+			cr_assert(strstr(zinf_last_error(), "reading back sub-group"),
+				  "a torn write must read as no data: %s", zinf_last_error());
+			char torn[32];
+			blamed_tensor(zinf_last_error(), "read", torn, sizeof(torn));
+			assert_names_one_tensor(zinf_last_error(), torn);
 			/* Step 1's update is no longer on disk either: no step's is. */
 			cr_assert_eq(
 				w, 0,
@@ -448,18 +637,19 @@ fault_case(int op)
 	cr_assert_gt(n2, 0, "the fault was meant to land mid-step");
 	if (op == ZINF_IO_WRITE) {
 		cr_assert_geq(nfail, 1);
+		/* A step over the torn state: its read is refused at start (no data), and the
+		 * message still names that one tensor and its file. */
+		cr_assert_eq(zinf_step_run(r.st, 3, 1.0f, f.grad, ZINF_F32, copy), -ENODATA);
+		e = zinf_last_error();
+		blamed_tensor(e, "read", tensor, sizeof(tensor));
+		assert_names_one_tensor(e, tensor);
 	}
 	/* The step object and the pool still work: a clean step on a fresh state. */
 	load_state(&r, &f);
 	cr_assert_eq(zinf_step_run(r.st, 3, 1.0f, f.grad, ZINF_F32, copy), 0, "%s",
 		     zinf_last_error());
-	free(a);
-	free(b);
-	free(c);
-	free(ref2m);
-	free(ref2a);
-	free(ref2v);
 	free(copy);
+	ref_fini(&f2);
 	ref_fini(&f);
 	rig_fini(&r);
 }
@@ -553,7 +743,7 @@ Test(step, a_sub_group_never_ready_fails_the_step)
 	struct rig r;
 	rig_init(&r, &so, 2, false);
 	struct ref f;
-	ref_init(&f, so.n, &seed);
+	ref_init(&f, r.opt, so.n, &seed);
 	load_state(&r, &f);
 	fill_grad(&f, ZINF_F32, &seed);
 	cr_assert_eq(zinf_step_begin(r.st, 1, 1.0f, NULL, false), 0);
@@ -585,7 +775,7 @@ Test(step, cpu_tier_param_swap_write_error)
 	struct rig r;
 	rig_init(&r, &so, 2, true);
 	struct ref f;
-	ref_init(&f, so.n, &seed);
+	ref_init(&f, r.opt, so.n, &seed);
 	load_state(&r, &f);
 	fill_grad(&f, ZINF_F32, &seed);
 	uint16_t *copy = malloc(so.n * 2);
@@ -596,8 +786,8 @@ Test(step, cpu_tier_param_swap_write_error)
 	int rc = zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, copy);
 	cr_assert_eq(rc, -EIO, "the step must fail, got %d", rc);
 	const char *e = zinf_last_error();
-	cr_assert(strstr(e, "optimizer step 1: sub-group 4 ") && strstr(e, "write of param16") &&
-			  strstr(e, r.dir),
+	cr_assert(strstr(e, "optimizer step (10 sub-groups): step 1: sub-group 4 ") &&
+			  strstr(e, "write of param16[4]") && strstr(e, r.dir),
 		  "message must name the step, sub-group, operation and file: %s", e);
 	cr_assert_eq(zinf_pool_free_count(r.pool), zinf_pool_buffer_count(r.pool),
 		     "a buffer leaked");
@@ -609,5 +799,209 @@ Test(step, cpu_tier_param_swap_write_error)
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 4), 2);
 	free(copy);
 	ref_fini(&f);
+	rig_fini(&r);
+}
+
+/* Names, sizes and swap ids of the parts through the public API, for every optimizer and both
+ * tiers; the bytes a step moves are exactly the parts' bytes (bf16 state: 8 of fp32's 12). */
+struct pcase {
+	int optim;
+	int tier;
+	bool to_swap;
+	uint32_t nparts;
+	char kind[4][16]; /* no pointers: parameters cross into the test process */
+	uint32_t bytes[4];
+};
+
+ParameterizedTestParameters(step, part_info_names_sizes_and_swap_ids)
+{
+	static struct pcase cases[] = {
+		{OPT_ADAMW, NVME, false, 3, {"fp32", "exp_avg", "exp_avg_sq"}, {4, 4, 4}},
+		{OPT_ADAM_BF16_RNE,
+		 NVME,
+		 true,
+		 4,
+		 {"fp32", "exp_avg", "exp_avg_sq", "param16"},
+		 {4, 2, 2, 2}},
+		{OPT_ADAMW_BF16_SR, NVME, false, 3, {"fp32", "exp_avg", "exp_avg_sq"}, {4, 2, 2}},
+		{OPT_ADAGRAD, NVME, true, 3, {"fp32", "state_sum", "param16"}, {4, 4, 2}},
+		{OPT_LION, NVME, false, 2, {"fp32", "exp_avg"}, {4, 4}},
+		{OPT_ADAGRAD, CPU, true, 3, {"fp32", "state_sum", "param16"}, {4, 4, 2}},
+		{OPT_LION, CPU, false, 2, {"fp32", "exp_avg"}, {4, 4}},
+	};
+	return cr_make_param_array(struct pcase, cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+ParameterizedTest(struct pcase *c, step, part_info_names_sizes_and_swap_ids)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 30011;
+	so.sub_group_size = 10000;
+	so.tier = c->tier;
+	so.param_swap = c->to_swap ? (struct zinf_swap *)1 : NULL;
+	struct rig r;
+	rig_init_opt(&r, &so, 2, false, c->optim);
+	cr_assert_eq(zinf_step_part_count(r.st), c->nparts);
+	uint32_t per_elem = 0;
+	for (uint32_t p = 0; p < c->nparts; p++) {
+		struct zinf_step_part_info i = {.size = sizeof(i)};
+		cr_assert_eq(zinf_step_part_info(r.st, p, &i), 0, "%s", zinf_last_error());
+		cr_assert_str_eq(i.kind, c->kind[p]);
+		cr_assert_eq(i.elem_bytes, c->bytes[p], "part %u (%s)", p, i.kind);
+		cr_assert_eq(i.copy, c->to_swap && p == c->nparts - 1);
+		bool in_swap = i.copy || c->tier == NVME;
+		cr_assert_eq(i.swap, in_swap ? r.swap : NULL);
+		per_elem += i.copy ? 0 : i.elem_bytes;
+		for (uint32_t k = 0; k < zinf_step_sub_groups(r.st); k++) {
+			int id = zinf_step_swap_id(r.st, k, p);
+			if (!in_swap) {
+				cr_assert_eq(id, -ENOENT);
+				continue;
+			}
+			cr_assert_eq(id, zinf_swap_find(r.swap, c->kind[p], k));
+			cr_assert_eq(zinf_swap_bytes(r.swap, id),
+				     zinf_step_sub_group_len(r.st, k) * c->bytes[p]);
+		}
+	}
+	cr_assert_eq(per_elem, zinf_optimizer_state_bytes(r.opt));
+	struct zinf_step_part_info i = {.size = sizeof(i)};
+	cr_assert_eq(zinf_step_part_info(r.st, c->nparts, &i), -EINVAL);
+	cr_assert_eq(zinf_step_swap_id(r.st, 4, 0), -EINVAL);
+	cr_assert_eq(zinf_step_swap_id(r.st, 0, c->nparts), -EINVAL);
+
+	/* One step: bytes moved are the parts' bytes, worked by hand. */
+	struct ref f;
+	ref_init(&f, r.opt, so.n, &seed);
+	load_state(&r, &f);
+	fill_grad(&f, ZINF_F32, &seed);
+	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, NULL), 0, "%s",
+		     zinf_last_error());
+	struct zinf_step_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_step_get_stats(r.st, &s), 0);
+	uint64_t state = 0;
+	for (uint32_t p = 0; p < c->nparts; p++) {
+		state += c->to_swap && p == c->nparts - 1 ? 0 : 30011ull * c->bytes[p];
+	}
+	uint64_t copy = c->to_swap ? 30011ull * 2 : 0;
+	cr_assert_eq(s.read_bytes, c->tier == NVME ? state : 0);
+	cr_assert_eq(s.write_bytes, (c->tier == NVME ? state : 0) + copy);
+	if (c->optim == OPT_ADAM_BF16_RNE || c->optim == OPT_ADAMW_BF16_SR) {
+		cr_assert_eq(s.read_bytes, 240088u, "bf16 state moves 8 bytes a parameter");
+		cr_assert_eq(s.read_bytes, 30011ull * 12 * 2 / 3);
+	}
+	ref_fini(&f);
+	rig_fini(&r);
+}
+
+/* Every public step function given a NULL handle: -EINVAL with a message; getters neutral. */
+Test(step, null_handles_are_einval_not_a_crash)
+{
+	zt_log_to_stderr();
+	struct zinf_step_stats s = {.size = sizeof(s)};
+	struct zinf_step_part_info i = {.size = sizeof(i)};
+	const char *const names[] = {
+		"zinf_step_begin",     "zinf_step_ready",     "zinf_step_finish",
+		"zinf_step_run",       "zinf_step_load",      "zinf_step_save",
+		"zinf_step_get_stats", "zinf_step_part_info", "zinf_step_swap_id"};
+	int rcs[] = {
+		zinf_step_begin(NULL, 1, 1.0f, NULL, false),
+		zinf_step_ready(NULL, 0, &s, ZINF_F32),
+		zinf_step_finish(NULL),
+		zinf_step_run(NULL, 1, 1.0f, &s, ZINF_F32, NULL),
+		zinf_step_load(NULL, 0, NULL),
+		zinf_step_save(NULL, 0, NULL),
+		zinf_step_get_stats(NULL, &s),
+		zinf_step_part_info(NULL, 0, &i),
+		zinf_step_swap_id(NULL, 0, 0),
+	};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(rcs); k++) {
+		cr_assert_eq(rcs[k], -EINVAL, "%s", names[k]);
+	}
+	cr_assert(strstr(zinf_last_error(), "zinf_step_swap_id: NULL step"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_step_sub_groups(NULL), 0);
+	cr_assert_eq(zinf_step_sub_group_len(NULL, 0), 0);
+	cr_assert_eq(zinf_step_sub_group_start(NULL, 0), 0);
+	cr_assert_eq(zinf_step_sub_group_written(NULL, 0), 0);
+	cr_assert_eq(zinf_step_part_count(NULL), 0);
+	cr_assert_eq(zinf_step_buffer_bytes(NULL, 4096), 0);
+	cr_assert_eq(zinf_step_create(NULL, NULL), -EINVAL);
+	struct zinf_step *st = (void *)0x1;
+	cr_assert_eq(zinf_step_create(NULL, &st), -EINVAL); /* defaults: n 0 */
+	cr_assert(strstr(zinf_last_error(), "n 0 and sub_group_size 0 must be > 0"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(st, (void *)0x1, "*out untouched");
+	zinf_step_destroy(NULL);
+}
+
+/*
+ * The size rule: a caller built against an older zinf_step_opts (without `rank`) keeps the
+ * default (unnamed rank); a newer, larger struct is refused; statistics and part info are
+ * given up to the caller's size. Sizes that overflow 64 bits are refused at create.
+ */
+Test(step, options_and_statistics_size_rule)
+{
+	uint64_t seed = zt_seed();
+	struct rig r;
+	rig_open_swap(&r, false);
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 30000;
+	so.sub_group_size = 10000;
+	so.tier = ZINF_TIER_CPU;
+	so.rank = 7;
+	so.size = offsetof(struct zinf_step_opts, rank); /* an older caller */
+	struct zinf_step *st = NULL;
+	cr_assert_eq(zinf_step_create(&so, &st), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_begin(st, 0, 1.0f, NULL, false), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "optimizer step (3 sub-groups): step 0 < 1"), "%s",
+		  zinf_last_error());
+	/* Statistics into an older, smaller struct: its fields only. */
+	struct ref f;
+	f.np = 0;
+	struct zinf_optimizer *opt = NULL;
+	cr_assert_eq(zinf_optimizer_create(NULL, &opt), 0);
+	ref_init(&f, opt, so.n, &seed);
+	fill_grad(&f, ZINF_F32, &seed);
+	cr_assert_eq(zinf_step_run(st, 1, 1.0f, f.grad, ZINF_F32, NULL), 0);
+	struct zinf_step_stats s;
+	memset(&s, 0xab, sizeof(s));
+	s.size = offsetof(struct zinf_step_stats, optim_s);
+	cr_assert_eq(zinf_step_get_stats(st, &s), 0);
+	cr_assert_eq(s.size, offsetof(struct zinf_step_stats, optim_s));
+	cr_assert_eq(s.read_bytes, 0);
+	cr_assert_eq(s.write_bytes, 0);
+	uint64_t poison;
+	memset(&poison, 0xab, sizeof(poison));
+	cr_assert_eq(memcmp(&s.optim_s, &poison, 8), 0, "written past the caller's size");
+	s.size = 4;
+	cr_assert_eq(zinf_step_get_stats(st, &s), -EINVAL);
+	zinf_step_destroy(st);
+	st = NULL;
+	/* A newer caller's larger struct. */
+	so.size = sizeof(so) + 8;
+	struct {
+		struct zinf_step_opts o;
+		uint64_t more;
+	} big = {.o = so};
+	cr_assert_eq(zinf_step_create(&big.o, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_step_opts") &&
+			  strstr(zinf_last_error(), "newer zinf"),
+		  "%s", zinf_last_error());
+	/* Wrap-around: n x bytes. */
+	zinf_step_opts_init(&so);
+	so.n = UINT64_MAX / 2;
+	so.sub_group_size = UINT64_MAX / 4;
+	so.tier = ZINF_TIER_CPU;
+	cr_assert_eq(zinf_step_create(&so, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "overflow 64 bits"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 0, "an overflowing layout reads as 0");
+	so.tier = ZINF_TIER_NVME;
+	so.param_swap = r.swap;
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 0);
+	ref_fini(&f);
+	zinf_optimizer_destroy(opt);
 	rig_fini(&r);
 }

@@ -131,8 +131,8 @@ Test(store, more_tensors_than_buffers_round_trip)
 	}
 	/* CPU-homed: always resident, in the pool's CPU region. */
 	cr_assert_eq(zinf_store_state(r.st, cpu), ZINF_TENSOR_RESIDENT);
-	struct zinf_store_stats s;
-	zinf_store_get_stats(r.st, &s);
+	struct zinf_store_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_store_get_stats(r.st, &s), 0);
 	cr_assert_eq(s.writes, 7);
 	cr_assert_eq(s.reads, 7);
 	/* Whether a swap-in had to wait for a write (buffer_waits) or found it already reaped
@@ -190,13 +190,13 @@ Test(store, max_in_cpu_cache)
 	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
 	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_RESIDENT);
 	cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_RESIDENT);
-	struct zinf_store_stats s0, s1;
-	zinf_store_get_stats(r.st, &s0);
+	struct zinf_store_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	cr_assert_eq(zinf_store_get_stats(r.st, &s0), 0);
 	cr_assert_eq(s0.cached_elems, 2 * ELEMS);
 	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0);
 	cr_assert_eq(zinf_store_wait(r.st, 1, &d), 0);
 	cr_assert_eq(memcmp(d, ref + ELEMS, ELEMS * 4), 0);
-	zinf_store_get_stats(r.st, &s1);
+	cr_assert_eq(zinf_store_get_stats(r.st, &s1), 0);
 	cr_assert_eq(s1.cache_hits, s0.cache_hits + 1);
 	cr_assert_eq(s1.reads, s0.reads, "a cache hit reads nothing");
 	zinf_store_release(r.st, 1);
@@ -235,8 +235,8 @@ Test(store, prefetch_byte_budget)
 		zinf_store_release(r.st, i);
 	}
 	zinf_store_release(r.st, 0);
-	struct zinf_store_stats s;
-	zinf_store_get_stats(r.st, &s);
+	struct zinf_store_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_store_get_stats(r.st, &s), 0);
 	cr_assert_eq(s.prefetch_started, 4);
 	so.prefetch_bytes = 100;
 	struct zinf_store *st2;
@@ -273,7 +273,11 @@ Test(store, failed_write_keeps_the_data_failed_read_frees_the_buffer)
 	void *d;
 	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
 	cr_assert_eq(zinf_store_wait(r.st, 0, &d), -EIO);
-	cr_assert(strstr(zinf_last_error(), "param16[0]"), "%s", zinf_last_error());
+	/* The store's name, and one tensor throughout: the store's and the swap space's. */
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "store (offload_param): swap-in of param16[0] failed: swap zinf-r0 in ") &&
+			  strstr(e, ": read of param16[0] failed: ") && strstr(e, r.dir),
+		  "%s", e);
 	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
 	cr_assert_eq(zinf_pool_free_count(r.pool), 2);
 	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
@@ -360,8 +364,8 @@ Test(store, dirty_cached_tensor_is_not_evicted_unwritten)
 	cr_assert_eq(zinf_store_flush(r.st), 0);
 	cr_assert_eq(zinf_store_release(r.st, 0), 0);
 	cr_assert_eq(zinf_store_flush(r.st), 0);
-	struct zinf_store_stats s;
-	zinf_store_get_stats(r.st, &s);
+	struct zinf_store_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_store_get_stats(r.st, &s), 0);
 	cr_assert_leq(s.cached_elems, ELEMS);
 	/* The file is the truth (nothing in flight after the flush). */
 	int id = zinf_swap_find(r.swap, "param16", 0);
@@ -440,5 +444,75 @@ Test(store, failed_oldest_write_does_not_stop_back_pressure)
 	cr_assert_eq(zinf_store_release(r.st, 2), 0);
 	cr_assert_eq(zinf_store_flush(r.st), -EIO, "the failed write is reported");
 	cr_assert_eq(zinf_store_flush(r.st), 0, "and retried");
+	srig_fini(&r);
+}
+
+/* Every public store function given a NULL handle: -EINVAL with a message; getters neutral. */
+Test(store, null_handles_are_einval_not_a_crash)
+{
+	zt_log_to_stderr();
+	struct zinf_store_stats s = {.size = sizeof(s)};
+	int rcs[] = {
+		zinf_store_add(NULL, "param16", 0, 1, 2, ZINF_TIER_CPU),
+		zinf_store_swap_in(NULL, 0, 0),
+		zinf_store_wait(NULL, 0, NULL),
+		zinf_store_mark_dirty(NULL, 0),
+		zinf_store_release(NULL, 0),
+		zinf_store_prefetch(NULL, 0),
+		zinf_store_flush(NULL),
+		zinf_store_get_stats(NULL, &s),
+	};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(rcs); k++) {
+		cr_assert_eq(rcs[k], -EINVAL, "function %zu", k);
+	}
+	cr_assert(strstr(zinf_last_error(), "zinf_store_get_stats: NULL store"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_store_state(NULL, 0), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_store_bytes(NULL, 0), 0);
+	cr_assert_eq(zinf_store_create(NULL, NULL), -EINVAL);
+	struct zinf_store *st = (void *)0x1;
+	cr_assert_eq(zinf_store_create(NULL, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "needs a pool"), "%s", zinf_last_error());
+	cr_assert_eq(st, (void *)0x1);
+	zinf_store_destroy(NULL);
+}
+
+/*
+ * The size rule: an older caller's smaller options keep the defaults of the fields it does not
+ * know (timeout_ms -1: waits), a larger struct is refused; statistics are given up to the
+ * caller's size and no further.
+ */
+Test(store, options_and_statistics_size_rule)
+{
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.timeout_ms = 0;
+	so.size = offsetof(struct zinf_store_opts, timeout_ms);
+	struct srig r;
+	srig_init(&r, 1, &so, false);
+	cr_assert_geq(zinf_store_add(r.st, "param16", 0, ELEMS, 4, ZINF_TIER_NVME), 0);
+	cr_assert_eq(zinf_swap_reserve(r.swap), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, ZINF_STORE_NEW), 0);
+	cr_assert_eq(zinf_store_mark_dirty(r.st, 0), 0);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	struct zinf_store_stats s;
+	memset(&s, 0xab, sizeof(s));
+	s.size = offsetof(struct zinf_store_stats, read_bytes);
+	cr_assert_eq(zinf_store_get_stats(r.st, &s), 0);
+	cr_assert_eq(s.writes, 1);
+	cr_assert_eq(s.reads, 0);
+	cr_assert_eq(s.read_bytes, 0xababababababababull, "written past the caller's size");
+	s.size = sizeof(s);
+	cr_assert_eq(zinf_store_get_stats(r.st, &s), 0);
+	cr_assert_eq(s.write_bytes, ELEMS * 4);
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	struct {
+		struct zinf_store_opts o;
+		uint64_t more;
+	} big = {.o = so};
+	big.o.size = sizeof(big);
+	struct zinf_store *st = NULL;
+	cr_assert_eq(zinf_store_create(&big.o, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "newer zinf"), "%s", zinf_last_error());
 	srig_fini(&r);
 }

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cpu_adam/optimizer.c: the optimizer descriptor of zinf/optimizer.h: a kind's state parts
+ * (names, bytes per element) and one step function over a range of them, on top of the public
+ * kernels of zinf/adam.h. No arithmetic of its own: the kernels validate the hyper-parameters
+ * and do the work; this file only maps parts to their arguments.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "common/opts.h"
+#include "common/util.h"
+#include "zinf/optimizer.h"
+
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_optimizer_opts, simd);
+
+struct optim_kind {
+	const char *name;
+	uint32_t nparts;
+	const char *part[ZINF_OPTIM_MAX_PARTS];
+};
+
+/* Indexed by enum zinf_optim_kind. */
+static const struct optim_kind kinds[] = {
+	[ZINF_OPTIM_ADAM] = {"adam", 3, {"fp32", "exp_avg", "exp_avg_sq"}},
+	[ZINF_OPTIM_ADAMW] = {"adamw", 3, {"fp32", "exp_avg", "exp_avg_sq"}},
+	[ZINF_OPTIM_ADAGRAD] = {"adagrad", 2, {"fp32", "state_sum"}},
+	[ZINF_OPTIM_LION] = {"lion", 2, {"fp32", "exp_avg"}},
+};
+
+struct zinf_optimizer {
+	struct zinf_optimizer_opts o;
+	const struct optim_kind *k;
+	uint32_t bytes[ZINF_OPTIM_MAX_PARTS];
+	/* the kernel's options, built once from o */
+	struct zinf_adam_opts adam;
+	struct zinf_adagrad_opts adagrad;
+	struct zinf_lion_opts lion;
+};
+
+void
+zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_optim_kind kind)
+{
+	if (!o) {
+		return;
+	}
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->kind = kind;
+	o->state_dtype = ZINF_F32;
+	o->rounding = ZINF_ROUND_STOCHASTIC;
+	o->bias_correction = true;
+	if (kind == ZINF_OPTIM_ADAGRAD) {
+		struct zinf_adagrad_opts a;
+		zinf_adagrad_opts_init(&a);
+		o->lr = a.lr, o->lr_decay = a.lr_decay, o->eps = a.eps;
+		o->weight_decay = a.weight_decay;
+	} else if (kind == ZINF_OPTIM_LION) {
+		struct zinf_lion_opts l;
+		zinf_lion_opts_init(&l);
+		o->lr = l.lr, o->beta1 = l.beta1, o->beta2 = l.beta2;
+		o->weight_decay = l.weight_decay;
+	} else {
+		struct zinf_adam_opts a;
+		zinf_adam_opts_init(&a);
+		o->lr = a.lr, o->beta1 = a.beta1, o->beta2 = a.beta2, o->eps = a.eps;
+		o->weight_decay = a.weight_decay;
+		o->bias_correction = a.bias_correction;
+	}
+}
+
+static int
+check(const struct zinf_optimizer_opts *o)
+{
+	if ((unsigned)o->kind >= ZINF_ARRAY_SIZE(kinds)) {
+		return ZINF_FAIL(-EINVAL, "optimizer: unknown kind %d", (int)o->kind);
+	}
+	const char *name = kinds[o->kind].name;
+	bool adam = o->kind == ZINF_OPTIM_ADAM || o->kind == ZINF_OPTIM_ADAMW;
+	if (o->state_dtype != ZINF_F32 && !(adam && o->state_dtype == ZINF_BF16)) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: state_dtype %s is not supported (f32%s)",
+				 name, zinf_dtype_name(o->state_dtype),
+				 adam ? ", or bf16" : " only");
+	}
+	if (o->rounding != ZINF_ROUND_STOCHASTIC && o->rounding != ZINF_ROUND_NEAREST_EVEN) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: unknown rounding %d", name,
+				 (int)o->rounding);
+	}
+	if (o->threads < 0) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: threads %d < 0", name, o->threads);
+	}
+	for (size_t i = 0; i < sizeof(o->reserved); i++) {
+		if (o->reserved[i]) {
+			return ZINF_FAIL(-EINVAL, "optimizer %s: reserved[%zu] is not zero", name,
+					 i);
+		}
+	}
+	return 0;
+}
+
+/* The kernel's options from the descriptor's (each kernel checks its values at the step). */
+static void
+kernel_opts(struct zinf_optimizer *z)
+{
+	const struct zinf_optimizer_opts *o = &z->o;
+	zinf_adam_opts_init(&z->adam);
+	z->adam.lr = o->lr, z->adam.beta1 = o->beta1, z->adam.beta2 = o->beta2;
+	z->adam.eps = o->eps, z->adam.weight_decay = o->weight_decay;
+	z->adam.adamw_mode = o->kind == ZINF_OPTIM_ADAMW;
+	z->adam.bias_correction = o->bias_correction;
+	z->adam.threads = o->threads;
+	z->adam.simd = o->simd;
+	zinf_adagrad_opts_init(&z->adagrad);
+	z->adagrad.lr = o->lr, z->adagrad.lr_decay = o->lr_decay, z->adagrad.eps = o->eps;
+	z->adagrad.weight_decay = o->weight_decay;
+	z->adagrad.threads = o->threads;
+	z->adagrad.simd = o->simd;
+	zinf_lion_opts_init(&z->lion);
+	z->lion.lr = o->lr, z->lion.beta1 = o->beta1, z->lion.beta2 = o->beta2;
+	z->lion.weight_decay = o->weight_decay;
+	z->lion.threads = o->threads;
+	z->lion.simd = o->simd;
+}
+
+int
+zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimizer **out)
+{
+	if (!out) {
+		return ZINF_FAIL(-EINVAL, "optimizer: NULL output");
+	}
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	int rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_optimizer_opts");
+	if (rc == 0) {
+		rc = check(&o);
+	}
+	if (rc == 0) {
+		/* A constant name from the registry: nothing of the caller's is kept. */
+		rc = zinf_simd_resolve(o.simd, &o.simd);
+	}
+	if (rc) {
+		return rc;
+	}
+	struct zinf_optimizer *z = zinf_calloc(1, sizeof(*z));
+	if (!z) {
+		return ZINF_FAIL(-ENOMEM, "optimizer %s: out of memory", kinds[o.kind].name);
+	}
+	z->o = o;
+	z->k = &kinds[o.kind];
+	for (uint32_t i = 0; i < z->k->nparts; i++) {
+		z->bytes[i] = i == 0 ? 4 : (uint32_t)zinf_dtype_size(o.state_dtype);
+	}
+	kernel_opts(z);
+	*out = z;
+	return 0;
+}
+
+void
+zinf_optimizer_destroy(struct zinf_optimizer *opt)
+{
+	zinf_free(opt);
+}
+
+const char *
+zinf_optimizer_name(const struct zinf_optimizer *opt)
+{
+	return opt ? opt->k->name : "?";
+}
+
+uint32_t
+zinf_optimizer_part_count(const struct zinf_optimizer *opt)
+{
+	return opt ? opt->k->nparts : 0;
+}
+
+const char *
+zinf_optimizer_part_name(const struct zinf_optimizer *opt, uint32_t i)
+{
+	return opt && i < opt->k->nparts ? opt->k->part[i] : NULL;
+}
+
+uint32_t
+zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i)
+{
+	return opt && i < opt->k->nparts ? opt->bytes[i] : 0;
+}
+
+uint32_t
+zinf_optimizer_state_bytes(const struct zinf_optimizer *opt)
+{
+	uint32_t b = 0;
+	for (uint32_t i = 0; i < zinf_optimizer_part_count(opt); i++) {
+		b += opt->bytes[i];
+	}
+	return b;
+}
+
+/* splitmix64's finaliser: the per-call seed of stochastic rounding from the range's start. */
+static uint64_t
+mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+int
+zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_scale,
+		    void *const parts[], const void *grad, enum zinf_dtype grad_dtype,
+		    uint64_t index0, size_t n, void *copy, enum zinf_dtype copy_dtype)
+{
+	if (!opt || !parts) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: step with a NULL %s",
+				 zinf_optimizer_name(opt), opt ? "parts array" : "optimizer");
+	}
+	for (uint32_t i = 0; i < opt->k->nparts && n > 0; i++) {
+		if (!parts[i]) {
+			return ZINF_FAIL(-EINVAL,
+					 "optimizer %s: part %u (%s) is NULL for %zu elements "
+					 "at %" PRIu64,
+					 opt->k->name, i, opt->k->part[i], n, index0);
+		}
+	}
+	float *p = parts[0];
+	switch (opt->o.kind) {
+	case ZINF_OPTIM_ADAGRAD:
+		return zinf_adagrad_step(&opt->adagrad, step, grad_scale, p, grad, grad_dtype,
+					 parts[1], n, copy, copy_dtype);
+	case ZINF_OPTIM_LION:
+		return zinf_lion_step(&opt->lion, step, grad_scale, p, grad, grad_dtype, parts[1],
+				      n, copy, copy_dtype);
+	default:
+		break;
+	}
+	if (opt->o.state_dtype == ZINF_BF16) {
+		return zinf_adam_step_bf16state(&opt->adam, step, grad_scale, p, grad, grad_dtype,
+						parts[1], parts[2], n, copy, copy_dtype,
+						opt->o.rounding, opt->o.seed ^ mix64(index0));
+	}
+	return zinf_adam_step(&opt->adam, step, grad_scale, p, grad, grad_dtype, parts[1], parts[2],
+			      n, copy, copy_dtype);
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/optimizer.h: an optimizer described by its state and its kernel, so that whoever moves
+ * the state (the pipelined step in zinf/offload.h, a checkpoint writer, the CLI) needs no
+ * knowledge of which optimizer it is. An optimizer's state per parameter is a list of parts,
+ * each an array of one element per parameter: part 0 is always the fp32 master weight ("fp32"),
+ * the others are the optimizer's own ("exp_avg", "exp_avg_sq", "state_sum", ...), each with its
+ * bytes per element. One step function runs the optimizer over a range of every part.
+ *
+ * The kernels are those of zinf/adam.h (zinf_adam_step, zinf_adam_step_bf16state,
+ * zinf_adagrad_step, zinf_lion_step); this header adds no arithmetic.
+ */
+#ifndef ZINF_OPTIMIZER_H
+#define ZINF_OPTIMIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/adam.h"
+#include "zinf/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most parts any optimizer has (master included); arrays of parts may be sized with it. */
+#define ZINF_OPTIM_MAX_PARTS 4
+
+enum zinf_optim_kind {
+	ZINF_OPTIM_ADAM = 0,	/* Adam, L2 weight decay added to the gradient; parts fp32,
+				   exp_avg, exp_avg_sq */
+	ZINF_OPTIM_ADAMW = 1,	/* Adam with decoupled weight decay; the same parts */
+	ZINF_OPTIM_ADAGRAD = 2, /* parts fp32, state_sum */
+	ZINF_OPTIM_LION = 3,	/* parts fp32, exp_avg */
+};
+
+struct zinf_optimizer; /* opaque */
+
+struct zinf_optimizer_opts {
+	size_t size;		     /* sizeof(struct zinf_optimizer_opts); set by _opts_init() */
+	enum zinf_optim_kind kind;   /* set by zinf_optimizer_opts_init() */
+	enum zinf_dtype state_dtype; /* of the parts after the master: ZINF_F32 (default), or
+					ZINF_BF16 for Adam/AdamW (2 bytes per element) */
+	enum zinf_rounding rounding; /* bf16 state: ZINF_ROUND_STOCHASTIC (default) or
+					ZINF_ROUND_NEAREST_EVEN */
+	int threads;		     /* 0 (default): OpenMP's default */
+	uint64_t seed;		     /* bf16 state with stochastic rounding; default 0 */
+	float lr, beta1, beta2, eps; /* beta1/beta2/eps as the kind uses them (Adagrad: none of
+					the betas; Lion: no eps) */
+	float weight_decay;	     /* L2 for Adam and Adagrad, decoupled for AdamW and Lion */
+	float lr_decay;		     /* Adagrad only */
+	bool bias_correction;	     /* Adam/AdamW only; default true */
+	uint8_t reserved[7];	     /* zero */
+	const char *simd;	     /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
+					| "scalar" (zinf/adam.h); resolved once at create, so a
+					path this CPU cannot run is refused there */
+};
+
+/**
+ * Fill *o with `kind`'s defaults (and o->size): Adam/AdamW DeepSpeed's (lr 1e-3, betas 0.9,
+ * 0.999, eps 1e-8, wd 0, bias correction), Adagrad torch's (lr 1e-2, lr_decay 0, eps 1e-10),
+ * Lion's published (lr 1e-4, betas 0.9, 0.99); fp32 state, stochastic rounding, seed 0.
+ */
+ZINF_API void zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_optim_kind kind);
+
+/**
+ * Create an optimizer (the options are copied). Returns 0 and sets *out, or -EINVAL (NULL out,
+ * unknown kind or dtype or rounding, bf16 state for a kind other than Adam/AdamW, a size
+ * larger than this library's) with a message naming the field; -ENOMEM. The hyper-parameters
+ * are checked by the kernel at each step. Free with zinf_optimizer_destroy().
+ */
+ZINF_API int zinf_optimizer_create(const struct zinf_optimizer_opts *opts,
+				   struct zinf_optimizer **out);
+/** NULL is a no-op. */
+ZINF_API void zinf_optimizer_destroy(struct zinf_optimizer *opt);
+
+/** "adam", "adamw", "adagrad" or "lion"; "?" for NULL. */
+ZINF_API const char *zinf_optimizer_name(const struct zinf_optimizer *opt);
+/** Parts of the state per parameter (master included): 3 Adam/AdamW, 2 Adagrad and Lion; 0 for
+ * NULL. */
+ZINF_API uint32_t zinf_optimizer_part_count(const struct zinf_optimizer *opt);
+/** Part i's name ("fp32" for part 0): the state kind under which it is swapped; NULL for a
+ * NULL optimizer or i out of range. */
+ZINF_API const char *zinf_optimizer_part_name(const struct zinf_optimizer *opt, uint32_t i);
+/** Part i's bytes per element (4, or 2 for bf16 state); 0 for NULL or i out of range. */
+ZINF_API uint32_t zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i);
+/** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam); 0 for NULL. */
+ZINF_API uint32_t zinf_optimizer_state_bytes(const struct zinf_optimizer *opt);
+
+/**
+ * One optimizer step (step >= 1) over elements [index0, index0 + n) of a tensor: parts[i]
+ * points at element index0 of part i (zinf_optimizer_part_count() arrays; part 0 is the fp32
+ * master), grad at n gradients of grad_dtype, copy (may be NULL) receives the updated
+ * parameters as copy_dtype. grad_scale multiplies the gradients (1 / (loss_scale * clip)).
+ *
+ * Reproducibility: every kind except bf16 state with stochastic rounding gives each element a
+ * result that depends on its inputs only, however a tensor is cut into calls. Stochastic
+ * rounding hashes (seed, step, index within the call) (zinf_adam_step_bf16state); this
+ * function passes the kernel seed ^ splitmix64(index0), so a call is reproducible from
+ * (seed, step, index0, n): the same range cut at the same places rounds bit for bit the same,
+ * and different ranges of a tensor draw different bits. (The pipelined step cuts sub-group k at
+ * its start and every ZINF_STEP_CHUNK elements after it; see zinf/offload.h.)
+ *
+ * Returns 0, or -EINVAL (NULL optimizer or parts, a NULL part with n > 0, and the kernel's
+ * checks: step < 1, bad hyper-parameters, unknown dtypes) with a message; -ENODEV as the kernel.
+ */
+ZINF_API int zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_scale,
+				 void *const parts[], const void *grad, enum zinf_dtype grad_dtype,
+				 uint64_t index0, size_t n, void *copy, enum zinf_dtype copy_dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

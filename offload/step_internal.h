@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * offload/step_internal.h: the step object shared by step.c (the object, its parts, load and
+ * save, the CPU tier) and step_pipe.c (the pool-buffer slots and their I/O: the NVMe tier, and
+ * the CPU tier's copy to the parameter files). Not installed.
+ */
+#ifndef ZINF_STEP_INTERNAL_H
+#define ZINF_STEP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "offload/offload_internal.h"
+#include "zinf/offload.h"
+#include "zinf/optimizer.h"
+
+/* Parts a sub-group may move: the optimizer's, plus the parameter copy. */
+#define STEP_MAXP (ZINF_OPTIM_MAX_PARTS + 1)
+
+enum slot_state { SLOT_FREE = 0, SLOT_READING, SLOT_LOADED, SLOT_WRITING };
+
+struct slot {
+	char *buf; /* pool buffer, st->buf_bytes used */
+	enum slot_state state;
+	int64_t sg;	 /* sub-group held, -1 when FREE */
+	uint64_t seq;	 /* order in which writes started (oldest completes first) */
+	uint32_t p0, p1; /* parts [p0, p1) in flight */
+	int epart;	 /* first part whose operation failed (-1: none) */
+	char emsg[384];	 /* that operation's message, taken when the swap space logged it */
+	struct zinf_swap_op ops[STEP_MAXP];
+};
+
+struct zinf_step {
+	struct zinf_step_opts o;
+	char name[64]; /* "optimizer step (rank 3, 10 sub-groups)", for messages */
+	char param_kind[32];
+	const struct zinf_optimizer *opt;
+	struct zinf_optimizer *own_opt; /* opts.optimizer NULL: the default, freed with the step */
+	uint32_t nopt;			/* optimizer parts; the copy (param_swap) is part nopt */
+	uint32_t nparts;		/* nopt, + 1 with param_swap */
+	uint32_t esz[STEP_MAXP];	/* bytes per element of each part */
+	const char *kind[STEP_MAXP];	/* state kind of each part */
+	uint64_t n, sgsize;
+	uint32_t nsg;
+	uint32_t align;
+	uint64_t part_off[STEP_MAXP]; /* offsets inside a slot buffer */
+	uint64_t buf_bytes;
+	int *ids;	  /* swap ids, STEP_MAXP per sub-group (-1: none) */
+	int64_t *written; /* per sub-group: last step durably written */
+
+	/* CPU tier: each optimizer part for the whole partition */
+	char *cpu[ZINF_OPTIM_MAX_PARTS];
+	bool cpu_owned;
+
+	/* the step in progress */
+	bool in_step;
+	int64_t t;
+	float grad_scale;
+	char *copy_host;
+	bool reverse;
+	uint8_t *done;	  /* per sub-group: the optimizer ran this step */
+	int32_t *sg_slot; /* per sub-group: slot index or -1 */
+	struct slot *slots;
+	uint32_t nslots;
+	uint32_t pf_pos; /* next position (in processing order) to consider for a read */
+	uint64_t wseq;
+	int err;
+	char errmsg[640];
+	struct zinf_step_stats stats;
+};
+
+/* Called between two optimizer calls on sub-group k (look at the I/O). */
+typedef void (*step_between_fn)(struct zinf_step *st, uint32_t k);
+
+/*
+ * Run the optimizer over sub-group k in ZINF_STEP_CHUNK pieces: base[i] points at the sub-group's
+ * first element of part i, copy (may be NULL) at its copy. Returns 0 or the kernel's error.
+ */
+int step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], const char *grad,
+			 enum zinf_dtype gdt, char *copy, step_between_fn between);
+/* Record the step's first error: the sub-group, its elements, what failed and why. */
+int step_note_err(struct zinf_step *st, int rc, uint32_t k, const char *what, const char *why);
+int step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t part);
+
+/* step_pipe.c */
+int step_take_buffers(struct zinf_step *st);
+int step_abort_slots(struct zinf_step *st);
+int step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt,
+		    char *host);
+int step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt,
+			char *host);
+
+#endif

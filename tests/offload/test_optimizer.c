@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/offload/test_optimizer.c: the optimizer descriptor (zinf/optimizer.h). Each kind's
+ * parts (names, bytes), its step equal bit for bit to the kernel of zinf/adam.h it maps to
+ * with the hyper-parameters mapped by hand (so a mix-up of, say, AdamW's decoupled decay with
+ * Adam's L2 fails), bf16 stochastic rounding reproducible from (seed, step, index0) and
+ * different for a different index0, refused options and NULL handles.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "common/test_util.h"
+#include "common/util.h"
+#include "zinf/optimizer.h"
+
+#define N 1037
+
+static struct zinf_optimizer *
+make(struct zinf_optimizer_opts *o)
+{
+	struct zinf_optimizer *z = NULL;
+	cr_assert_eq(zinf_optimizer_create(o, &z), 0, "%s", zinf_last_error());
+	return z;
+}
+
+struct data {
+	float p[N], m[N], v[N], g[N];
+	uint16_t copy[N];
+};
+
+static void
+fill(struct data *d, uint64_t *seed)
+{
+	for (int i = 0; i < N; i++) {
+		d->p[i] = (float)zt_uniform(seed, -1, 1);
+		d->m[i] = (float)zt_uniform(seed, -0.01, 0.01);
+		d->v[i] = (float)zt_uniform(seed, 0, 1e-4);
+		d->g[i] = (float)zt_uniform(seed, -2, 2);
+	}
+}
+
+Test(optimizer, parts_of_every_kind)
+{
+	static const struct {
+		enum zinf_optim_kind kind;
+		const char *name;
+		uint32_t n;
+		const char *part[3];
+	} want[] = {
+		{ZINF_OPTIM_ADAM, "adam", 3, {"fp32", "exp_avg", "exp_avg_sq"}},
+		{ZINF_OPTIM_ADAMW, "adamw", 3, {"fp32", "exp_avg", "exp_avg_sq"}},
+		{ZINF_OPTIM_ADAGRAD, "adagrad", 2, {"fp32", "state_sum"}},
+		{ZINF_OPTIM_LION, "lion", 2, {"fp32", "exp_avg"}},
+	};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(want); k++) {
+		struct zinf_optimizer_opts o;
+		zinf_optimizer_opts_init(&o, want[k].kind);
+		struct zinf_optimizer *z = make(&o);
+		cr_assert_str_eq(zinf_optimizer_name(z), want[k].name);
+		cr_assert_eq(zinf_optimizer_part_count(z), want[k].n);
+		for (uint32_t i = 0; i < want[k].n; i++) {
+			cr_assert_str_eq(zinf_optimizer_part_name(z, i), want[k].part[i]);
+			cr_assert_eq(zinf_optimizer_part_bytes(z, i), 4);
+		}
+		cr_assert_null(zinf_optimizer_part_name(z, want[k].n));
+		cr_assert_eq(zinf_optimizer_part_bytes(z, want[k].n), 0);
+		cr_assert_eq(zinf_optimizer_state_bytes(z), 4 * want[k].n);
+		zinf_optimizer_destroy(z);
+	}
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAM);
+	o.state_dtype = ZINF_BF16;
+	struct zinf_optimizer *z = make(&o);
+	cr_assert_eq(zinf_optimizer_part_bytes(z, 0), 4, "the master stays fp32");
+	cr_assert_eq(zinf_optimizer_part_bytes(z, 1), 2);
+	cr_assert_eq(zinf_optimizer_part_bytes(z, 2), 2);
+	cr_assert_eq(zinf_optimizer_state_bytes(z), 8);
+	zinf_optimizer_destroy(z);
+}
+
+/* Each kind against its kernel with hand-mapped options. */
+Test(optimizer, each_kind_is_its_kernel)
+{
+	uint64_t seed = zt_seed();
+	static struct data a, b;
+	fill(&a, &seed);
+	for (int kind = 0; kind < 4; kind++) {
+		struct zinf_optimizer_opts o;
+		zinf_optimizer_opts_init(&o, kind);
+		o.lr = 3e-3f, o.beta1 = 0.8f, o.beta2 = 0.95f, o.eps = 1e-6f;
+		o.weight_decay = 0.05f, o.lr_decay = 0.1f;
+		struct zinf_optimizer *z = make(&o);
+		b = a;
+		void *parts[] = {b.p, b.m, b.v};
+		cr_assert_eq(zinf_optimizer_step(z, 3, 0.5f, parts, b.g, ZINF_F32, 0, N, b.copy,
+						 ZINF_BF16),
+			     0, "%s", zinf_last_error());
+		struct data c = a;
+		int rc;
+		if (kind == ZINF_OPTIM_ADAGRAD) {
+			struct zinf_adagrad_opts k;
+			zinf_adagrad_opts_init(&k);
+			k.lr = 3e-3f, k.lr_decay = 0.1f, k.eps = 1e-6f, k.weight_decay = 0.05f;
+			rc = zinf_adagrad_step(&k, 3, 0.5f, c.p, c.g, ZINF_F32, c.m, N, c.copy,
+					       ZINF_BF16);
+		} else if (kind == ZINF_OPTIM_LION) {
+			struct zinf_lion_opts k;
+			zinf_lion_opts_init(&k);
+			k.lr = 3e-3f, k.beta1 = 0.8f, k.beta2 = 0.95f, k.weight_decay = 0.05f;
+			rc = zinf_lion_step(&k, 3, 0.5f, c.p, c.g, ZINF_F32, c.m, N, c.copy,
+					    ZINF_BF16);
+		} else {
+			struct zinf_adam_opts k;
+			zinf_adam_opts_init(&k);
+			k.lr = 3e-3f, k.beta1 = 0.8f, k.beta2 = 0.95f, k.eps = 1e-6f;
+			k.weight_decay = 0.05f, k.adamw_mode = kind == ZINF_OPTIM_ADAMW;
+			rc = zinf_adam_step(&k, 3, 0.5f, c.p, c.g, ZINF_F32, c.m, c.v, N, c.copy,
+					    ZINF_BF16);
+		}
+		cr_assert_eq(rc, 0);
+		cr_assert_eq(memcmp(&b, &c, sizeof(b)), 0, "%s differs from its kernel",
+			     zinf_optimizer_name(z));
+		cr_assert_neq(memcmp(&b.p, &a.p, sizeof(a.p)), 0, "the step changed nothing");
+		zinf_optimizer_destroy(z);
+	}
+}
+
+/* bf16 state: RNE and SR as zinf_adam_step_bf16state, SR's seed from (seed, index0). */
+Test(optimizer, bf16_state_rounding_reproducible_from_index0)
+{
+	uint64_t seed = zt_seed();
+	static struct data a;
+	fill(&a, &seed);
+	static uint16_t m0[N], v0[N];
+	cr_assert_eq(zinf_dtype_convert(m0, ZINF_BF16, a.m, ZINF_F32, N), 0);
+	cr_assert_eq(zinf_dtype_convert(v0, ZINF_BF16, a.v, ZINF_F32, N), 0);
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.state_dtype = ZINF_BF16;
+	o.seed = 42;
+	static float p[3][N];
+	static uint16_t m[3][N], v[3][N];
+	uint64_t index0[3] = {1000, 1000, 1001};
+	struct zinf_optimizer *z = make(&o);
+	for (int r = 0; r < 3; r++) {
+		memcpy(p[r], a.p, sizeof(a.p)), memcpy(m[r], m0, sizeof(m0));
+		memcpy(v[r], v0, sizeof(v0));
+		void *parts[] = {p[r], m[r], v[r]};
+		cr_assert_eq(zinf_optimizer_step(z, 2, 1.0f, parts, a.g, ZINF_F32, index0[r], N,
+						 NULL, ZINF_F16),
+			     0);
+	}
+	cr_assert_eq(memcmp(m[0], m[1], sizeof(m[0])), 0, "same (seed, step, index0): same bits");
+	cr_assert_neq(memcmp(m[0], m[2], sizeof(m[0])), 0, "another index0 draws other bits");
+	/* Nearest even does not depend on index0, and is the kernel's. */
+	zinf_optimizer_destroy(z);
+	o.rounding = ZINF_ROUND_NEAREST_EVEN;
+	z = make(&o);
+	struct zinf_adam_opts k;
+	zinf_adam_opts_init(&k);
+	for (int r = 0; r < 3; r++) {
+		memcpy(p[r], a.p, sizeof(a.p)), memcpy(m[r], m0, sizeof(m0));
+		memcpy(v[r], v0, sizeof(v0));
+		void *parts[] = {p[r], m[r], v[r]};
+		if (r < 2) {
+			cr_assert_eq(zinf_optimizer_step(z, 2, 1.0f, parts, a.g, ZINF_F32,
+							 index0[2 * r], N, NULL, ZINF_F16),
+				     0);
+		} else {
+			cr_assert_eq(zinf_adam_step_bf16state(&k, 2, 1.0f, p[r], a.g, ZINF_F32,
+							      m[r], v[r], N, NULL, ZINF_F16,
+							      ZINF_ROUND_NEAREST_EVEN, 0),
+				     0);
+		}
+	}
+	cr_assert_eq(memcmp(m[0], m[1], sizeof(m[0])), 0);
+	cr_assert_eq(memcmp(v[0], v[2], sizeof(v[0])), 0);
+	cr_assert_eq(memcmp(p[0], p[2], sizeof(p[0])), 0);
+	zinf_optimizer_destroy(z);
+}
+
+Test(optimizer, refused_options_and_null_handles)
+{
+	zt_log_to_stderr();
+	struct zinf_optimizer_opts o;
+	struct zinf_optimizer *z = (void *)0x1;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAGRAD);
+	o.state_dtype = ZINF_BF16;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "optimizer adagrad: state_dtype bf16"), "%s",
+		  zinf_last_error());
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_LION);
+	o.state_dtype = ZINF_F16;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAM);
+	o.kind = 9;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "unknown kind 9"), "%s", zinf_last_error());
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAM);
+	o.rounding = 7;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAM);
+	o.threads = -1;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	o.threads = 0;
+	o.size = sizeof(o) + 8;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert_eq(zinf_optimizer_create(NULL, NULL), -EINVAL);
+	cr_assert_eq(z, (void *)0x1, "*out untouched");
+	/* An older caller without seed and the rest: their defaults. */
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.size = offsetof(struct zinf_optimizer_opts, seed);
+	cr_assert_eq(zinf_optimizer_create(&o, &z), 0, "%s", zinf_last_error());
+	cr_assert_str_eq(zinf_optimizer_name(z), "adamw");
+	/* The step's own checks. */
+	static float p[4], g[4];
+	void *parts[3] = {p, p + 1, NULL};
+	cr_assert_eq(zinf_optimizer_step(z, 1, 1.0f, parts, g, ZINF_F32, 0, 1, NULL, ZINF_F16),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "part 2 (exp_avg_sq) is NULL"), "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_optimizer_step(z, 1, 1.0f, NULL, g, ZINF_F32, 0, 1, NULL, ZINF_F16),
+		     -EINVAL);
+	parts[2] = p + 2;
+	cr_assert_eq(zinf_optimizer_step(z, 0, 1.0f, parts, g, ZINF_F32, 0, 1, NULL, ZINF_F16),
+		     -EINVAL, "step 0: the kernel's check");
+	zinf_optimizer_destroy(z);
+	cr_assert_eq(zinf_optimizer_step(NULL, 1, 1.0f, parts, g, ZINF_F32, 0, 1, NULL, ZINF_F16),
+		     -EINVAL);
+	cr_assert_str_eq(zinf_optimizer_name(NULL), "?");
+	cr_assert_eq(zinf_optimizer_part_count(NULL), 0);
+	cr_assert_null(zinf_optimizer_part_name(NULL, 0));
+	cr_assert_eq(zinf_optimizer_part_bytes(NULL, 0), 0);
+	cr_assert_eq(zinf_optimizer_state_bytes(NULL), 0);
+	zinf_optimizer_destroy(NULL);
+	zinf_optimizer_opts_init(NULL, ZINF_OPTIM_ADAM);
+}
+
+/* The descriptor carries the SIMD path: resolved and checked at create, the caller's string not
+ * kept, and the step runs on that path (scalar here: equal to the scalar kernel bit for bit). */
+#define SN 1000
+
+Test(optimizer, simd_path_resolved_at_create)
+{
+	zt_log_to_stderr();
+	struct zinf_optimizer_opts o;
+	struct zinf_optimizer *z = NULL;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.simd = "sse9";
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "sse9"), "%s", zinf_last_error());
+	if (zinf_simd_resolve("avx512", NULL) == -ENODEV) {
+		o.simd = "avx512";
+		cr_assert_eq(zinf_optimizer_create(&o, &z), -ENODEV);
+	}
+	o.simd = "";
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.reserved[3] = 1;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "reserved[3] is not zero"), "%s", zinf_last_error());
+	o.reserved[3] = 0;
+	char name[16] = "scalar";
+	o.simd = name;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), 0, "%s", zinf_last_error());
+	memset(name, 'x', sizeof(name) - 1); /* the descriptor must not read it again */
+
+	static float p[SN], m[SN], v[SN], g[SN], rp[SN], rm[SN], rv[SN];
+	for (int i = 0; i < SN; i++) {
+		p[i] = rp[i] = 0.01f * (float)(i % 97) - 0.4f;
+		g[i] = 0.003f * (float)(i % 31) - 0.05f;
+	}
+	struct zinf_adam_opts ao;
+	zinf_adam_opts_init(&ao);
+	ao.simd = "scalar";
+	void *parts[3] = {p, m, v};
+	for (int t = 1; t <= 3; t++) {
+		cr_assert_eq(
+			zinf_optimizer_step(z, t, 0.5f, parts, g, ZINF_F32, 0, SN, NULL, ZINF_F16),
+			0, "%s", zinf_last_error());
+		cr_assert_eq(
+			zinf_adam_step(&ao, t, 0.5f, rp, g, ZINF_F32, rm, rv, SN, NULL, ZINF_F16),
+			0);
+	}
+	cr_assert_eq(memcmp(p, rp, sizeof(p)), 0, "master differs from the scalar kernel");
+	cr_assert_eq(memcmp(v, rv, sizeof(v)), 0, "v differs from the scalar kernel");
+	zinf_optimizer_destroy(z);
+}
