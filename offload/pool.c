@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "offload/dev_internal.h"
+#include "zinf/device.h"
 #include "zinf/io.h"
 #include "zinf/offload.h"
 
@@ -48,7 +48,8 @@ struct zinf_pool {
 	uint64_t cpu_bytes, cpu_used;
 	bool pinned;
 	int node;
-	const struct zinf_dev_ops *dev;
+	struct zinf_device *dev; /* opts.device, or the pool's own (dev_owned) */
+	bool dev_owned;
 	bool dev_registered;
 	struct zinf_io *io;
 	bool io_registered;
@@ -300,7 +301,6 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	p->o = *o;
 	snprintf(p->what, sizeof(p->what), "%s", what);
 	p->o.what = p->what;
-	p->o.device = NULL; /* not kept: the table is */
 	p->io = o->io;
 	p->count = o->buffer_count;
 	p->buf_bytes = b.buffer_bytes;
@@ -313,9 +313,13 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 		rc = ZINF_FAIL(-ENOMEM, "pinned pool: out of memory");
 		goto err_free;
 	}
-	rc = zinf_dev_get(o->device, &p->dev);
-	if (rc) {
-		goto err_free;
+	p->dev = o->device;
+	if (!p->dev) {
+		rc = zinf_device_create(NULL, &p->dev); /* the best present: cuda, else host */
+		if (rc) {
+			goto err_free;
+		}
+		p->dev_owned = true;
 	}
 
 	/*
@@ -392,12 +396,12 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 		}
 	}
 
-	if (p->pinned && strcmp(p->dev->name, "host") != 0) {
-		rc = p->dev->host_register(p->base, b.bytes);
+	if (p->pinned && strcmp(zinf_device_backend(p->dev), "host") != 0) {
+		rc = zinf_device_host_register(p->dev, p->base, b.bytes);
 		if (rc) {
 			rc = ZINF_FAIL(
 				rc, "pinned pool: %s host registration of %" PRIu64 " bytes failed",
-				p->dev->name, b.bytes);
+				zinf_device_backend(p->dev), b.bytes);
 			goto err_unlock;
 		}
 		p->dev_registered = true;
@@ -427,7 +431,7 @@ zinf_pool_create(const struct zinf_pool_opts *o, struct zinf_pool **out)
 	ZINF_INFO("pinned pool (%s): %u buffers of %" PRIu64 " bytes + %" PRIu64
 		  " CPU bytes, %s, node %d, device %s",
 		  p->what, p->count, p->buf_bytes, p->cpu_bytes, p->pinned ? "pinned" : "unpinned",
-		  p->node, p->dev->name);
+		  p->node, zinf_device_backend(p->dev));
 	*out = p;
 	return 0;
 
@@ -438,6 +442,9 @@ err_unlock:
 err_unmap:
 	zinf_io_buf_free(p->map, p->map_len);
 err_free:
+	if (p->dev_owned) {
+		zinf_device_destroy(p->dev);
+	}
 	zinf_free(p->free_stack);
 	zinf_free(p->bufs);
 	zinf_free(p);
@@ -456,12 +463,15 @@ zinf_pool_destroy(struct zinf_pool *p)
 	}
 	unregister_io(p);
 	if (p->dev_registered) {
-		p->dev->host_unregister(p->base);
+		zinf_device_host_unregister(p->dev, p->base);
 	}
 	if (p->pinned) {
 		munlock(p->base, p->bytes);
 	}
 	zinf_io_buf_free(p->map, p->map_len);
+	if (p->dev_owned) {
+		zinf_device_destroy(p->dev);
+	}
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	zinf_free(p->free_stack);
@@ -502,7 +512,7 @@ zinf_pool_numa_node(const struct zinf_pool *p)
 const char *
 zinf_pool_device(const struct zinf_pool *p)
 {
-	return p->dev->name;
+	return zinf_device_backend(p->dev);
 }
 
 uint32_t
