@@ -3,6 +3,8 @@
 #
 #   zinf_module(zinf_engine SOURCES engine.c comm_mpi.c DEPS MPI::MPI_C)
 #
+# Targets for DEPS, each only when its ZINF_HAVE_* is 1: Threads::Threads, m, OpenMP::OpenMP_C,
+# PkgConfig::HWLOC, PkgConfig::LIBURING, LIBAIO::aio, CUDA::cudart, MPI::MPI_C, NCCL::nccl.
 # DEPS are link items (imported targets, library paths, plain names such as m); they are the
 # module's PRIVATE usage requirements when it is compiled, and libzinf (shared and static) links
 # the union of every module's DEPS. The pkg-config file lists that union too (zinf_pc_private):
@@ -53,6 +55,10 @@ function(zinf_pc_private req_var libs_var)
 			list(APPEND libs "-lpthread")
 		elseif(d STREQUAL "CUDA::cudart")
 			list(APPEND libs "-L${CUDAToolkit_LIBRARY_DIR} -lcudart")
+		elseif(d STREQUAL "NCCL::nccl" OR d STREQUAL "LIBAIO::aio")
+			get_target_property(loc ${d} IMPORTED_LOCATION)
+			_zinf_pc_lib("${loc}" f)
+			list(APPEND libs "${f}")
 		elseif(d STREQUAL "MPI::MPI_C")
 			foreach(l IN LISTS MPI_C_LIBRARIES)
 				_zinf_pc_lib("${l}" f)

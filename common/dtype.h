@@ -117,4 +117,34 @@ zinf_f32_to_f16_rne(float f)
 	return (uint16_t)(sign | q);
 }
 
+/* Element i of x (dtype t) as float, exactly; and f stored as element i (16-bit: RNE). */
+static inline ZINF_HD float
+zinf_dtype_load(const void *x, enum zinf_dtype t, size_t i)
+{
+	switch (t) {
+	case ZINF_F16:
+		return zinf_f16_to_f32(((const uint16_t *)x)[i]);
+	case ZINF_BF16:
+		return zinf_bf16_to_f32(((const uint16_t *)x)[i]);
+	default:
+		return ((const float *)x)[i];
+	}
+}
+
+static inline ZINF_HD void
+zinf_dtype_store(void *x, enum zinf_dtype t, size_t i, float f)
+{
+	switch (t) {
+	case ZINF_F16:
+		((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
+		break;
+	case ZINF_BF16:
+		((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
+		break;
+	default:
+		((float *)x)[i] = f;
+		break;
+	}
+}
+
 #endif

@@ -124,35 +124,6 @@ host_free(struct zinf_device *d, void *p)
 
 /* ---- the C reference kernels ---------------------------------------------------------------- */
 
-static float
-load(const void *x, enum zinf_dtype t, size_t i)
-{
-	switch (t) {
-	case ZINF_F16:
-		return zinf_f16_to_f32(((const uint16_t *)x)[i]);
-	case ZINF_BF16:
-		return zinf_bf16_to_f32(((const uint16_t *)x)[i]);
-	default:
-		return ((const float *)x)[i];
-	}
-}
-
-static void
-store(void *x, enum zinf_dtype t, size_t i, float f)
-{
-	switch (t) {
-	case ZINF_F16:
-		((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
-		break;
-	case ZINF_BF16:
-		((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
-		break;
-	default:
-		((float *)x)[i] = f;
-		break;
-	}
-}
-
 /* Run one checked kernel; 0 or the negative errno of a cpu_adam call (logged by it). */
 static int
 run_kernel(const struct zinf_kop *k)
@@ -163,12 +134,13 @@ run_kernel(const struct zinf_kop *k)
 		return zinf_dtype_convert(k->dst, k->dst_dtype, k->src, k->src_dtype, n);
 	case ZINF_KOP_SCALE:
 		for (size_t i = 0; i < n; i++) {
-			store(k->dst, k->dst_dtype, i, load(k->dst, k->dst_dtype, i) * k->value);
+			zinf_dtype_store(k->dst, k->dst_dtype, i,
+					 zinf_dtype_load(k->dst, k->dst_dtype, i) * k->value);
 		}
 		return 0;
 	case ZINF_KOP_ACCUMULATE:
 		for (size_t i = 0; i < n; i++) {
-			((float *)k->dst)[i] += load(k->src, k->src_dtype, i);
+			((float *)k->dst)[i] += zinf_dtype_load(k->src, k->src_dtype, i);
 		}
 		return 0;
 	case ZINF_KOP_SUMSQ:
@@ -182,7 +154,7 @@ run_kernel(const struct zinf_kop *k)
 	}
 	case ZINF_KOP_FILL:
 		for (size_t i = 0; i < n; i++) {
-			store(k->dst, k->dst_dtype, i, k->value);
+			zinf_dtype_store(k->dst, k->dst_dtype, i, k->value);
 		}
 		return 0;
 	case ZINF_KOP_ADAM:

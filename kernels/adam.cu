@@ -16,7 +16,7 @@ adam_kernel(struct zinf_k_adam a, float *param, const void *grad, enum zinf_dtyp
 	ZINF_K_FOR(i, n)
 	{
 		float p = param[i];
-		float g = __fmul_rn(zinf_k_load(grad, gdt, i), a.grad_scale);
+		float g = __fmul_rn(zinf_dtype_load(grad, gdt, i), a.grad_scale);
 		if (a.l2) {
 			g = __fadd_rn(g, __fmul_rn(a.wd, p));
 		}
@@ -29,7 +29,7 @@ adam_kernel(struct zinf_k_adam a, float *param, const void *grad, enum zinf_dtyp
 		vp[i] = v;
 		param[i] = p;
 		if (copy) {
-			zinf_k_store(copy, cdt, i, p);
+			zinf_dtype_store(copy, cdt, i, p);
 		}
 	}
 }

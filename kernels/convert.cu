@@ -12,7 +12,7 @@ cast_kernel(void *dst, enum zinf_dtype dt, const void *src, enum zinf_dtype st, 
 {
 	ZINF_K_FOR(i, n)
 	{
-		zinf_k_store(dst, dt, i, zinf_k_load(src, st, i));
+		zinf_dtype_store(dst, dt, i, zinf_dtype_load(src, st, i));
 	}
 }
 
@@ -21,7 +21,7 @@ scale_kernel(void *x, enum zinf_dtype t, float s, size_t n)
 {
 	ZINF_K_FOR(i, n)
 	{
-		zinf_k_store(x, t, i, __fmul_rn(zinf_k_load(x, t, i), s));
+		zinf_dtype_store(x, t, i, __fmul_rn(zinf_dtype_load(x, t, i), s));
 	}
 }
 
@@ -30,7 +30,7 @@ accumulate_kernel(float *dst, const void *src, enum zinf_dtype st, size_t n)
 {
 	ZINF_K_FOR(i, n)
 	{
-		dst[i] = __fadd_rn(dst[i], zinf_k_load(src, st, i));
+		dst[i] = __fadd_rn(dst[i], zinf_dtype_load(src, st, i));
 	}
 }
 

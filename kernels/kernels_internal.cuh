@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kernels/kernels_internal.cuh: what the .cu files share: the launch shape (grid-stride loops
- * over size_t indices) and the element load/store by dtype, through common/dtype.h's exact
- * conversions compiled for the device (the same code the host device and cpu_adam run).
+ * over size_t indices). Elements are loaded and stored with common/dtype.h's zinf_dtype_load/store,
+ * compiled for the device (ZINF_HD): the same code the host device runs.
  */
 #ifndef ZINF_KERNELS_INTERNAL_CUH
 #define ZINF_KERNELS_INTERNAL_CUH
@@ -26,34 +26,5 @@ zinf_k_blocks(size_t n, unsigned max)
 #define ZINF_K_FOR(i, n)                                                                           \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
 	     i += (size_t)gridDim.x * blockDim.x)
-
-static __device__ __forceinline__ float
-zinf_k_load(const void *x, enum zinf_dtype t, size_t i)
-{
-	switch (t) {
-	case ZINF_F16:
-		return zinf_f16_to_f32(((const uint16_t *)x)[i]);
-	case ZINF_BF16:
-		return zinf_bf16_to_f32(((const uint16_t *)x)[i]);
-	default:
-		return ((const float *)x)[i];
-	}
-}
-
-static __device__ __forceinline__ void
-zinf_k_store(void *x, enum zinf_dtype t, size_t i, float f)
-{
-	switch (t) {
-	case ZINF_F16:
-		((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
-		break;
-	case ZINF_BF16:
-		((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
-		break;
-	default:
-		((float *)x)[i] = f;
-		break;
-	}
-}
 
 #endif

@@ -33,7 +33,7 @@ sumsq_partial(const void *x, enum zinf_dtype t, size_t n, double *partial)
 	double s = 0.0;
 	ZINF_K_FOR(i, n)
 	{
-		double v = zinf_k_load(x, t, i);
+		double v = zinf_dtype_load(x, t, i);
 		s += v * v;
 	}
 	double b = block_sum(s);
@@ -61,7 +61,7 @@ nonfinite_kernel(const void *x, enum zinf_dtype t, size_t n, uint32_t *flag)
 	bool found = false;
 	ZINF_K_FOR(i, n)
 	{
-		found |= !isfinite(zinf_k_load(x, t, i));
+		found |= !isfinite(zinf_dtype_load(x, t, i));
 	}
 	if (found) {
 		*flag = 1; /* every writer writes the same value */
