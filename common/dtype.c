@@ -60,19 +60,6 @@ zinf_dtype_parse(const char *name, enum zinf_dtype *out)
 	return -EINVAL;
 }
 
-static float
-load(const void *src, enum zinf_dtype dt, size_t i)
-{
-	switch (dt) {
-	case ZINF_F16:
-		return zinf_f16_to_f32(((const uint16_t *)src)[i]);
-	case ZINF_BF16:
-		return zinf_bf16_to_f32(((const uint16_t *)src)[i]);
-	default:
-		return ((const float *)src)[i];
-	}
-}
-
 int
 zinf_dtype_convert(void *dst, enum zinf_dtype dst_dtype, const void *src, enum zinf_dtype src_dtype,
 		   size_t n)
@@ -90,7 +77,7 @@ zinf_dtype_convert(void *dst, enum zinf_dtype dst_dtype, const void *src, enum z
 		return 0;
 	}
 	for (size_t i = 0; i < n; i++) {
-		float f = load(src, src_dtype, i);
+		float f = zinf_dtype_load(src, src_dtype, i);
 		switch (dst_dtype) {
 		case ZINF_F32:
 			((float *)dst)[i] = f;

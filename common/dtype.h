@@ -13,7 +13,14 @@
 
 #include "zinf/common.h"
 
-static inline uint32_t
+/* The conversions are also the CUDA kernels' (kernels/ (*.cu)): one definition, bit for bit. */
+#ifdef __CUDACC__
+#define ZINF_HD __host__ __device__
+#else
+#define ZINF_HD
+#endif
+
+static inline ZINF_HD uint32_t
 zinf_f2u(float f)
 {
 	uint32_t u;
@@ -21,7 +28,7 @@ zinf_f2u(float f)
 	return u;
 }
 
-static inline float
+static inline ZINF_HD float
 zinf_u2f(uint32_t u)
 {
 	float f;
@@ -29,7 +36,7 @@ zinf_u2f(uint32_t u)
 	return f;
 }
 
-static inline float
+static inline ZINF_HD float
 zinf_bf16_to_f32(uint16_t h)
 {
 	return zinf_u2f((uint32_t)h << 16);
@@ -38,7 +45,7 @@ zinf_bf16_to_f32(uint16_t h)
 /* Round to nearest even; NaN stays NaN (quieted, sign and top payload kept), as vcvtneps2bf16
  * does; subnormals are rounded exactly (the instruction flushes them, so the AVX-512 path
  * patches them). */
-static inline uint16_t
+static inline ZINF_HD uint16_t
 zinf_f32_to_bf16_rne(float f)
 {
 	uint32_t x = zinf_f2u(f);
@@ -49,7 +56,7 @@ zinf_f32_to_bf16_rne(float f)
 }
 
 /* Stochastic rounding with 16 random bits r: rounds up with probability (dropped bits) / 2^16. */
-static inline uint16_t
+static inline ZINF_HD uint16_t
 zinf_f32_to_bf16_sr(float f, uint32_t r)
 {
 	uint32_t x = zinf_f2u(f);
@@ -62,7 +69,7 @@ zinf_f32_to_bf16_sr(float f, uint32_t r)
 	return (uint16_t)((x + (r & 0xffffu)) >> 16);
 }
 
-static inline float
+static inline ZINF_HD float
 zinf_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -80,7 +87,7 @@ zinf_f16_to_f32(uint16_t h)
 /* Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT: overflow to
  * infinity from 65520 up, subnormal results rounded exactly, NaN quieted with the top 9 payload
  * bits kept. */
-static inline uint16_t
+static inline ZINF_HD uint16_t
 zinf_f32_to_f16_rne(float f)
 {
 	uint32_t x = zinf_f2u(f);
@@ -108,6 +115,36 @@ zinf_f32_to_f16_rne(float f)
 		q++;
 	}
 	return (uint16_t)(sign | q);
+}
+
+/* Element i of x (dtype t) as float, exactly; and f stored as element i (16-bit: RNE). */
+static inline ZINF_HD float
+zinf_dtype_load(const void *x, enum zinf_dtype t, size_t i)
+{
+	switch (t) {
+	case ZINF_F16:
+		return zinf_f16_to_f32(((const uint16_t *)x)[i]);
+	case ZINF_BF16:
+		return zinf_bf16_to_f32(((const uint16_t *)x)[i]);
+	default:
+		return ((const float *)x)[i];
+	}
+}
+
+static inline ZINF_HD void
+zinf_dtype_store(void *x, enum zinf_dtype t, size_t i, float f)
+{
+	switch (t) {
+	case ZINF_F16:
+		((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
+		break;
+	case ZINF_BF16:
+		((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
+		break;
+	default:
+		((float *)x)[i] = f;
+		break;
+	}
 }
 
 #endif

@@ -22,8 +22,8 @@
 
 #include "common/opts.h"
 #include "common/util.h"
-#include "offload/dev_internal.h"
 #include "offload/offload_internal.h"
+#include "zinf/device.h"
 #include "zinf/io.h"
 #include "zinf/offload.h"
 
@@ -50,7 +50,8 @@ struct zinf_pool {
 	uint64_t cpu_bytes, cpu_used;
 	bool pinned;
 	int node;
-	const struct zinf_dev_ops *dev;
+	struct zinf_device *dev; /* opts.device, or the pool's own (dev_owned) */
+	bool dev_owned;
 	bool dev_registered;
 	struct zinf_io *io;
 	bool io_registered;
@@ -271,7 +272,7 @@ register_io(struct zinf_pool *p)
 	unsigned n = (unsigned)(per * p->count);
 	struct iovec *iov = zinf_calloc(n, sizeof(*iov));
 	if (!iov) {
-		ZINF_WARN("pinned pool: out of memory for %u iovecs: buffers not registered", n);
+		POOL_WARN(p, "out of memory for %u iovecs: buffers not registered", n);
 		return;
 	}
 	unsigned k = 0;
@@ -284,11 +285,13 @@ register_io(struct zinf_pool *p)
 		}
 	}
 	int rc = zinf_io_register_buffers(p->io, iov, k);
-	if (rc == 0) {
+	/* 0 also when the kernel refused to pin them (a warning, logged by the I/O engine): ask. */
+	if (rc == 0 && zinf_io_buffers_registered(p->io) > 0) {
 		p->io_registered = true;
-	} else {
-		ZINF_WARN("pinned pool: registering %u buffers with the I/O context failed (%s): "
-			  "requests use unregistered buffers",
+	} else if (rc) {
+		POOL_WARN(p,
+			  "registering %u buffers with the I/O context failed (%s): requests use "
+			  "unregistered buffers",
 			  k, zinf_strerror(rc));
 	}
 	zinf_free(iov);
@@ -396,7 +399,6 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	p->o = *o;
 	snprintf(p->what, sizeof(p->what), "%s", o->what);
 	p->o.what = p->what;
-	p->o.device = NULL; /* not kept: the table is */
 	p->io = o->io;
 	p->count = o->buffer_count;
 	p->buf_bytes = b.buffer_bytes;
@@ -409,9 +411,13 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 		rc = POOL_FAIL(p, -ENOMEM, "out of memory");
 		goto err_free;
 	}
-	rc = zinf_dev_get(o->device, &p->dev);
-	if (rc) {
-		goto err_free;
+	p->dev = o->device;
+	if (!p->dev) {
+		rc = zinf_device_create(NULL, &p->dev); /* the best present: cuda, else host */
+		if (rc) {
+			goto err_free;
+		}
+		p->dev_owned = true;
 	}
 
 	/*
@@ -442,12 +448,12 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	if (rc) {
 		goto err_unmap;
 	}
-	if (p->pinned && strcmp(p->dev->name, "host") != 0) {
-		rc = p->dev->host_register(p->base, b.bytes);
+
+	if (p->pinned && strcmp(zinf_device_backend(p->dev), "host") != 0) {
+		rc = zinf_device_host_register(p->dev, p->base, b.bytes);
 		if (rc) {
-			rc = ZINF_FAIL(
-				rc, "pinned pool: %s host registration of %" PRIu64 " bytes failed",
-				p->dev->name, b.bytes);
+			rc = POOL_FAIL(p, rc, "%s host registration of %" PRIu64 " bytes failed",
+				       zinf_device_backend(p->dev), b.bytes);
 			goto err_unlock;
 		}
 		p->dev_registered = true;
@@ -460,15 +466,15 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	if (p->pinned || !b.memlock_binding || b.bytes <= b.memlock_limit) {
 		register_io(p);
 	} else if (p->io) {
-		ZINF_INFO("pinned pool: unpinned and over RLIMIT_MEMLOCK: buffers not registered "
-			  "with the I/O context");
+		POOL_INFO(p, "unpinned and over RLIMIT_MEMLOCK: buffers not registered with the I/O "
+			     "context");
 	}
 
 	init_free_list(p);
 	POOL_INFO(p,
 		  "%u buffers of %" PRIu64 " bytes + %" PRIu64 " CPU bytes, %s, node %d, device %s",
 		  p->count, p->buf_bytes, p->cpu_bytes, p->pinned ? "pinned" : "unpinned", p->node,
-		  p->dev->name);
+		  zinf_device_backend(p->dev));
 	*out = p;
 	return 0;
 
@@ -479,6 +485,9 @@ err_unlock:
 err_unmap:
 	zinf_free_huge(p->map, p->map_len);
 err_free:
+	if (p->dev_owned) {
+		zinf_device_destroy(p->dev);
+	}
 	zinf_free(p->free_stack);
 	zinf_free(p->bufs);
 	zinf_free(p);
@@ -497,12 +506,15 @@ zinf_pool_destroy(struct zinf_pool *p)
 	}
 	unregister_io(p);
 	if (p->dev_registered) {
-		p->dev->host_unregister(p->base);
+		zinf_device_host_unregister(p->dev, p->base);
 	}
 	if (p->pinned) {
 		munlock(p->base, p->bytes);
 	}
 	zinf_free_huge(p->map, p->map_len);
+	if (p->dev_owned) {
+		zinf_device_destroy(p->dev);
+	}
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	zinf_free(p->free_stack);
@@ -544,7 +556,7 @@ zinf_pool_numa_node(const struct zinf_pool *p)
 const char *
 zinf_pool_device(const struct zinf_pool *p)
 {
-	return p ? p->dev->name : NULL;
+	return p ? zinf_device_backend(p->dev) : NULL;
 }
 
 const char *

@@ -33,6 +33,7 @@
 #include "zinf/adam.h"
 #include "zinf/optimizer.h"
 #include "zinf/common.h"
+#include "zinf/device.h"
 #include "zinf/io.h"
 #include "zinf/swap.h"
 
@@ -56,10 +57,11 @@ struct zinf_pool_opts {
 	int numa_node;	       /* node to bind the pool to; -1 (default): the node of the
 				  calling thread's CPU when the machine has several, else none */
 	struct zinf_io *io;    /* register the buffers with this I/O context (may be NULL) */
-	const char *device;    /* device table for host registration: "cuda", "host", or NULL:
-				  the best that works ("cuda" with a GPU, else "host") */
-	const char *what;      /* name of the configuration the pool serves, used in messages;
-				  default "offload_optimizer" */
+	struct zinf_device *device; /* device to register the pool with (zinf/device.h; not
+				  owned: it must outlive the pool), or NULL: the pool opens its
+				  own, the best present ("cuda" with a GPU, else "host") */
+	const char *what;	    /* name of the configuration the pool serves, used in messages;
+				       default "offload_optimizer" */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -106,7 +108,7 @@ ZINF_API uint64_t zinf_pool_bytes(const struct zinf_pool *p);
 ZINF_API bool zinf_pool_pinned(const struct zinf_pool *p);
 /** NUMA node the pool was bound to, or -1 when it was not bound. */
 ZINF_API int zinf_pool_numa_node(const struct zinf_pool *p);
-/** Name of the device table that registered the pool ("cuda" or "host"). */
+/** Backend of the pool's device ("cuda" or "host"): opts.device's, or the one it opened. */
 ZINF_API const char *zinf_pool_device(const struct zinf_pool *p);
 /** Buffers free right now. */
 ZINF_API uint32_t zinf_pool_free_count(struct zinf_pool *p);

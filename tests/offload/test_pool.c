@@ -4,7 +4,7 @@
  * (physical memory; RLIMIT_MEMLOCK as a process without CAP_IPC_LOCK, dropped with capset(2)
  * in Criterion's forked test process); a real mlock failure; unpinned mode; buffers: waiting,
  * timeouts, the self-deadlock check; the CPU region; I/O through registered buffers; the device
- * table (CUDA registration skips visibly without a GPU).
+ * handle it registers with (host here; CUDA registration is test_pool_cuda.c, label gpu).
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -19,7 +19,6 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
-#include "offload/dev_internal.h"
 #include "zinf/offload.h"
 
 /* ASan intercepts mlock and makes it a no-op: VmLck stays 0 and mlock cannot fail. */
@@ -77,7 +76,6 @@ opts(struct zinf_pool_opts *o, uint32_t count, uint64_t bytes)
 	zinf_pool_opts_init(o);
 	o->buffer_count = count;
 	o->buffer_bytes = bytes;
-	o->device = "host";
 }
 
 Test(pool, buffers_acquire_release_and_backpressure)
@@ -411,44 +409,35 @@ Test(pool, io_through_registered_buffers)
 	free(dir);
 }
 
-Test(pool, device_table_host_always_cuda_only_with_a_gpu)
+Test(pool, device_handle_given_or_opened_by_the_pool)
 {
-	const struct zinf_dev_ops *d = NULL;
-	cr_assert_eq(zinf_dev_get("host", &d), 0);
-	cr_assert_str_eq(d->name, "host");
-	void *m = NULL;
-	cr_assert_eq(d->alloc(100, &m), 0);
-	char src[100];
-	memset(src, 7, sizeof(src));
-	cr_assert_eq(d->copy(m, src, 100, ZINF_DEV_H2D), 0);
-	cr_assert_eq(memcmp(m, src, 100), 0);
-	d->free(m);
-	cr_assert_eq(zinf_dev_get("nonesuch", &d), -ENODEV);
-	cr_assert_eq(zinf_dev_get(NULL, &d), 0);
-	const struct zinf_dev_ops *cuda = NULL;
-	if (zinf_dev_get("cuda", &cuda) != 0) {
-		cr_assert_str_eq(d->name, "host", "with no GPU the best device is host");
-		cr_skip_test(
-			"no CUDA device (or not built with CUDA): cudaHostRegister not tested");
-	}
-	cr_assert_str_eq(d->name, "cuda");
+	zt_log_to_stderr();
+	struct zinf_device_opts dopts;
+	zinf_device_opts_init(&dopts);
+	dopts.backend = "host";
+	struct zinf_device *host = NULL;
+	cr_assert_eq(zinf_device_create(&dopts, &host), 0, "%s", zinf_last_error());
 	struct zinf_pool_opts o;
 	opts(&o, 2, 1 << 20);
-	o.device = "cuda";
+	o.device = host;
 	struct zinf_pool *p = NULL;
-	cr_assert_eq(zinf_pool_create(&o, &p), 0);
-	cr_assert_str_eq(zinf_pool_device(p), "cuda");
-	void *b, *dm;
-	zinf_pool_acquire(p, 0, &b);
-	memset(b, 3, 1 << 20);
-	cr_assert_eq(cuda->alloc(1 << 20, &dm), 0);
-	cr_assert_eq(cuda->copy(dm, b, 1 << 20, ZINF_DEV_H2D), 0);
-	memset(b, 0, 1 << 20);
-	cr_assert_eq(cuda->copy(b, dm, 1 << 20, ZINF_DEV_D2H), 0);
-	cr_assert_eq(((unsigned char *)b)[12345], 3);
-	cuda->free(dm);
-	zinf_pool_release(p, b);
+	cr_assert_eq(zinf_pool_create(&o, &p), 0, "%s", zinf_last_error());
+	cr_assert_str_eq(zinf_pool_device(p), "host");
 	zinf_pool_destroy(p);
+	/* the handle is the caller's: still usable after the pool is gone */
+	void *m = NULL;
+	cr_assert_eq(zinf_device_alloc(host, 64, &m), 0);
+	zinf_device_free(host, m);
+	zinf_device_destroy(host);
+
+	/* NULL: the pool opens the best device itself, as zinf_device_create(NULL) picks it */
+	struct zinf_device *best = NULL;
+	cr_assert_eq(zinf_device_create(NULL, &best), 0);
+	o.device = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), 0, "%s", zinf_last_error());
+	cr_assert_str_eq(zinf_pool_device(p), zinf_device_backend(best));
+	zinf_pool_destroy(p);
+	zinf_device_destroy(best);
 }
 
 /* The transparent-huge-page mode in brackets ("always", "madvise", "never"), or "" unknown. */

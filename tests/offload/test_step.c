@@ -124,7 +124,6 @@ rig_init_opt(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fa
 			po.cpu_bytes = 3 * ZINF_ALIGN_UP(so->n * 4, 4096);
 		}
 		po.io = r->io;
-		po.device = "host";
 		cr_assert_eq(zinf_pool_create(&po, &r->pool), 0, "%s", zinf_last_error());
 		so->pool = r->pool;
 	}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kernels/kernels.h: the CUDA kernels' plain-C launchers (no CUDA type here: a stream is a
+ * cudaStream_t passed as void *). Each launcher queues its kernel on `stream` and returns the
+ * cudaError_t of cudaGetLastError() right after the launch, as an int (0: cudaSuccess); the
+ * caller (device/dev_cuda.c) maps it to a negative errno with a message. Pointers are device
+ * memory, n elements each. The C references of these kernels are the "host" device's
+ * (device/dev_host.c): the tests compare the two.
+ */
+#ifndef ZINF_KERNELS_H
+#define ZINF_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One Adam step's scalars, computed once in float64 and rounded to float (as cpu_adam's
+ * adam_prepare does). */
+struct zinf_k_adam {
+	float grad_scale;
+	float wd;	/* L2 coefficient, used when l2 */
+	float decay;	/* p *= decay first (AdamW: 1 - lr * wd; else 1) */
+	float b1, omb1; /* beta1, 1 - beta1 */
+	float b2, omb2; /* beta2, 1 - beta2 */
+	float eps;
+	float nstep;	/* -lr / (1 - beta1^step), or -lr */
+	float bc2_sqrt; /* sqrt(1 - beta2^step), or 1 */
+	int l2;		/* add wd * p to the gradient (Adam, not AdamW) */
+};
+
+/* Blocks of the first sum-of-squares pass: the scratch the caller passes holds this many
+ * doubles. */
+#define ZINF_K_SUMSQ_BLOCKS 1024
+
+int zinf_k_cast(void *stream, void *dst, enum zinf_dtype dst_dtype, const void *src,
+		enum zinf_dtype src_dtype, size_t n);
+int zinf_k_scale(void *stream, void *x, enum zinf_dtype dtype, float scale, size_t n);
+int zinf_k_accumulate(void *stream, float *dst, const void *src, enum zinf_dtype src_dtype,
+		      size_t n);
+/* scratch: ZINF_K_SUMSQ_BLOCKS doubles of device memory, private to the stream. */
+int zinf_k_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, double *scratch,
+		 double *out);
+int zinf_k_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag);
+/* bits: the fill value's bit pattern in dtype (converted by the caller). */
+int zinf_k_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_t n);
+int zinf_k_adam(void *stream, const struct zinf_k_adam *a, float *param, const void *grad,
+		enum zinf_dtype grad_dtype, float *m, float *v, void *copy,
+		enum zinf_dtype copy_dtype, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
