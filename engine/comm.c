@@ -155,6 +155,15 @@ unlink_req(struct zinf_comm *c, struct zinf_comm_req *r)
 	}
 }
 
+/* Give r up: the backend keeps what it still uses; r's memory is freed. */
+static void
+drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	c->ops->abandon(c, r);
+	unlink_req(c, r);
+	zinf_free(r);
+}
+
 ZINF_API void
 zinf_comm_destroy(struct zinf_comm *c)
 {
@@ -166,10 +175,7 @@ zinf_comm_destroy(struct zinf_comm *c)
 		(void)zinf_comm_wait(c, c->inflight);
 	}
 	while (c->inflight) { /* c failed: MPI cannot cancel them; their memory stays theirs */
-		struct zinf_comm_req *r = c->inflight;
-		c->ops->abandon(c, r);
-		unlink_req(c, r);
-		zinf_free(r);
+		drop_req(c, c->inflight);
 	}
 	c->ops->close(c);
 	if (!c->descs_abandoned) {
@@ -328,28 +334,33 @@ timed_out(struct zinf_comm *c, struct zinf_comm_req *r)
 		 "rank skipped or reordered a collective, died or is stuck",
 		 a, (unsigned long long)r->bytes, c->rank, c->world, c->opts.timeout_s);
 	c->stats.timeouts++;
-	c->ops->abandon(c, r);
-	unlink_req(c, r);
-	zinf_free(r);
+	drop_req(c, r);
 	return fail_comm(c, -ETIMEDOUT, msg);
 }
 
-/* One poll of r; frees r unless it is still in flight. 1 done, 0 in flight, -errno. */
+/*
+ * One poll of r; frees r unless it is still in flight. 1 done, 0 in flight, -errno. On a
+ * communicator that failed since r was posted, r is given up at once (its peers are gone or
+ * out of step) rather than waited on for the rest of its deadline.
+ */
 static int
 poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 {
+	char msg[160], a[96];
 	int rc = c->ops->poll(c, r);
+	if (rc == 0 && c->failed) {
+		desc_text(&r->d, a, sizeof(a));
+		drop_req(c, r);
+		return refuse_failed(c, a);
+	}
 	if (rc == 0) {
 		return zinf_now_ns() > r->deadline_ns ? timed_out(c, r) : 0;
 	}
 	if (rc < 0) {
-		char msg[160], a[96];
 		desc_text(&r->d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s (%llu bytes) failed: %s", a,
 			 (unsigned long long)r->bytes, zinf_strerror(rc));
-		c->ops->abandon(c, r);
-		unlink_req(c, r);
-		zinf_free(r);
+		drop_req(c, r);
 		return fail_comm(c, rc, msg);
 	}
 	unlink_req(c, r);

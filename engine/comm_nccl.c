@@ -79,15 +79,22 @@ settle(struct nccl_be *b, uint64_t deadline_ns)
 	}
 }
 
+/* CUDA devices of this process; -ENODEV (before MPI is touched) when there is none. */
 static int
-pick_device(struct zinf_comm *c, struct nccl_be *b)
+count_devices(int *n)
 {
-	int n = 0;
-	cudaError_t e = cudaGetDeviceCount(&n);
-	if (e != cudaSuccess || n < 1) {
-		return ZINF_FAIL(-ENODEV, "comm nccl rank %d: no CUDA device (%s)", c->rank,
+	*n = 0;
+	cudaError_t e = cudaGetDeviceCount(n);
+	if (e != cudaSuccess || *n < 1) {
+		return ZINF_FAIL(-ENODEV, "comm nccl: no CUDA device (%s)",
 				 e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
 	}
+	return 0;
+}
+
+static int
+pick_device(struct zinf_comm *c, struct nccl_be *b, int n)
+{
 	b->device = c->opts.device >= 0 ? c->opts.device : c->local_rank % n;
 	if (b->device >= n) {
 		return ZINF_FAIL(-EINVAL, "comm nccl rank %d: device %d of %d devices", c->rank,
@@ -96,32 +103,41 @@ pick_device(struct zinf_comm *c, struct nccl_be *b)
 	return CUDA_TRY(cudaSetDevice(b->device));
 }
 
-/* Rank 0's unique id to every rank, then the communicator, within the deadline. */
+/*
+ * Rank 0's unique id to every rank, then the communicator, within the deadline. The id goes
+ * with rank 0's status, so that a failed ncclGetUniqueId fails every rank at once instead of
+ * leaving them to time out.
+ */
 static int
 init_comm(struct zinf_comm *c, struct nccl_be *b)
 {
 	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-	ncclUniqueId id;
+	struct {
+		int32_t status;
+		ncclUniqueId id;
+	} msg;
 	int rc;
 
-	memset(&id, 0, sizeof(id));
+	memset(&msg, 0, sizeof(msg));
 	if (c->rank == 0) {
-		rc = NCCL_TRY(ncclGetUniqueId(&id));
-		if (rc < 0) {
-			return rc; /* the other ranks time out in the broadcast */
-		}
+		msg.status = NCCL_TRY(ncclGetUniqueId(&msg.id));
 	}
-	rc = zinf_comm_mpi_bcast_bytes(b->mpi, &id, sizeof(id), "nccl unique id", deadline);
+	rc = zinf_comm_mpi_bcast_bytes(b->mpi, &msg, sizeof(msg), "nccl unique id", deadline);
+	if (rc == -ETIMEDOUT) {
+		return ZINF_FAIL(rc,
+				 "comm nccl rank %d: the unique id broadcast timed out after %g s",
+				 c->rank, c->opts.timeout_s);
+	}
+	if (rc == 0 && msg.status < 0) {
+		rc = ZINF_FAIL(msg.status, "comm nccl rank %d: rank 0 could not make a unique id",
+			       c->rank);
+	}
 	if (rc < 0) {
-		return rc == -ETIMEDOUT ? ZINF_FAIL(rc,
-						    "comm nccl rank %d: the unique id "
-						    "broadcast timed out",
-						    c->rank)
-					: rc;
+		return rc;
 	}
 	config.blocking = 0;
-	rc = NCCL_TRY(ncclCommInitRankConfig(&b->comm, c->world, id, c->rank, &config));
+	rc = NCCL_TRY(ncclCommInitRankConfig(&b->comm, c->world, msg.id, c->rank, &config));
 	if (rc == 0) {
 		rc = settle(b, deadline);
 	}
@@ -145,14 +161,19 @@ nccl_open(struct zinf_comm *c)
 	struct nccl_be *b = zinf_calloc(1, sizeof(*b));
 	int rc;
 
+	int ndev;
 	if (!b) {
 		return ZINF_FAIL(-ENOMEM, "comm nccl: out of memory");
+	}
+	rc = count_devices(&ndev);
+	if (rc < 0) {
+		goto err_free;
 	}
 	rc = zinf_comm_mpi_join(c, &b->mpi);
 	if (rc < 0) {
 		goto err_free;
 	}
-	rc = pick_device(c, b);
+	rc = pick_device(c, b, ndev);
 	if (rc < 0) {
 		goto err_mpi;
 	}

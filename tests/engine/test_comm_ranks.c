@@ -478,13 +478,18 @@ main(int argc, char **argv)
 	int ndev = 0;
 	if (strcmp(backend, "nccl") == 0 &&
 	    (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)) {
+		/* without a device, nccl refuses before it touches MPI: -ENODEV, said why */
+		struct zinf_comm *c = open_comm(10, false);
+		int bad = c != NULL || !strstr(zinf_last_error(), "no CUDA device");
 		if (rank == 0) {
-			printf("SKIP: nccl needs a CUDA device; this machine has none\n");
+			printf("SKIP: nccl needs a CUDA device; this machine has none (%s)\n",
+			       bad ? "but zinf_comm_create did not say so: FAILED" : "refused");
 		}
+		zinf_comm_destroy(c);
 		if (!lib_init) {
 			MPI_Finalize();
 		}
-		return 77;
+		return bad ? 1 : 77;
 	}
 #endif
 	/* every rank draws the same tensors: rank 0's seed */
