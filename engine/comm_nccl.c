@@ -209,23 +209,31 @@ err_free:
 	return rc;
 }
 
+/*
+ * A healthy communicator is finalised (ncclCommFinalize, which completes its pending work and
+ * is non-blocking here) within one deadline, then destroyed; a failed one, or one whose
+ * finalisation did not finish in time, is aborted, and nothing its kernels use is freed.
+ */
 static void
 nccl_close(struct zinf_comm *c)
 {
 	struct nccl_be *b = c->be;
-	if (c->failed) {
-		/* Kernels of the failed call may never finish: abort, free nothing they use. */
-		if (!b->aborted) {
-			ncclCommAbort(b->comm);
-		}
-	} else {
+	bool clean = !c->failed;
+
+	if (clean) {
+		uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
+		clean = NCCL_TRY(ncclCommFinalize(b->comm)) == 0 && settle(b, deadline) == 0;
+	}
+	if (clean) {
 		ncclCommDestroy(b->comm);
 		cudaFree(b->dev_one);
 		if (b->own_stream) {
 			cudaStreamDestroy(b->stream);
 		}
+	} else if (!b->aborted) {
+		ncclCommAbort(b->comm);
 	}
-	zinf_comm_mpi_leave(b->mpi, c->failed != 0);
+	zinf_comm_mpi_leave(b->mpi, !clean);
 	zinf_free(b);
 }
 

@@ -141,7 +141,7 @@ ZINF_API int zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *r
 				  enum zinf_dtype dtype, struct zinf_comm_req **req);
 /**
  * Reduce-scatter: send holds count x world elements on every rank; recv (count elements)
- * receives the reduction (ZINF_COMM_SUM or ZINF_COMM_AVG) of every rank's elements
+ * receives the reduction (SUM, AVG or MAX) of every rank's elements
  * [rank x count, (rank + 1) x count).
  */
 ZINF_API int zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv,

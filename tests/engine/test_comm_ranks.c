@@ -21,6 +21,7 @@
 
 #include "common/dtype.h"
 #include "common/test_util.h"
+#include "engine/comm_internal.h"
 #include "zinf/comm.h"
 #include "zinf_config.h"
 #if ZINF_HAVE_NCCL
@@ -332,6 +333,15 @@ case_two_in_flight(void)
 	CHECK(st.calls == 2, "calls %llu", (unsigned long long)st.calls);
 	CHECK(st.bytes == n * world * 4 + 4, "bytes %llu", (unsigned long long)st.bytes);
 	CHECK(st.timeouts == 0, "timeouts");
+	CHECK(st.wait_ns > 0, "time in wait");
+	/* the native communicator, for benchmarks timing the raw call on the same buffers */
+	if (strcmp(backend, "mpi") == 0) {
+		MPI_Comm *mc = zinf_comm_native(c);
+		int n = 0;
+		CHECK(mc && MPI_Comm_size(*mc, &n) == MPI_SUCCESS && n == world, "native: %d", n);
+	} else {
+		CHECK(zinf_comm_native(c) != NULL, "native");
+	}
 	buf_free(part);
 	buf_free(full);
 	buf_free(s);
@@ -361,7 +371,7 @@ skip_one(bool check)
 		double dt = zinf_now_s() - t0;
 		const char *msg = zinf_last_error();
 		CHECK(rc == -ETIMEDOUT, "rc %d", rc);
-		CHECK(dt >= 1.9 && dt < 6.0, "returned after %.2f s", dt);
+		CHECK(dt >= 1.9 && dt < 10.0, "returned after %.2f s", dt);
 		CHECK(strstr(msg, "seq 3 all_reduce 64 f32") != NULL, "message: %s", msg);
 		CHECK(check || strstr(msg, "(256 bytes)") != NULL, "message: %s", msg);
 		CHECK(zinf_comm_failed(c) == -ETIMEDOUT, "failed %d", zinf_comm_failed(c));
