@@ -159,9 +159,8 @@ static int
 nccl_open(struct zinf_comm *c)
 {
 	struct nccl_be *b = zinf_calloc(1, sizeof(*b));
-	int rc;
+	int rc, ndev;
 
-	int ndev;
 	if (!b) {
 		return ZINF_FAIL(-ENOMEM, "comm nccl: out of memory");
 	}
@@ -203,7 +202,8 @@ err_stream:
 		cudaStreamDestroy(b->stream);
 	}
 err_mpi:
-	zinf_comm_mpi_leave(b->mpi, false);
+	/* a timed-out broadcast is still posted: leave MPI as a failed communicator does */
+	zinf_comm_mpi_leave(b->mpi, rc == -ETIMEDOUT);
 err_free:
 	zinf_free(b);
 	return rc;

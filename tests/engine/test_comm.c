@@ -204,3 +204,28 @@ Test(comm, backends_listed)
 	cr_assert(strstr(zinf_last_error(), "not built") != NULL, "%s", zinf_last_error());
 #endif
 }
+
+/* Out of memory: at create (nothing to free after), and for a request, which fails c: the
+ * other ranks would go on with a call this rank could not post. */
+Test(comm, out_of_memory)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = "single";
+	zinf_test_alloc_fail_nth(2); /* the communicator, then its descriptors */
+	cr_assert_eq(zinf_comm_create(&o, &c), -ENOMEM);
+	cr_assert_null(c);
+	zinf_test_alloc_fail_nth(0);
+	c = open_single(false);
+	float v = 1.0f;
+	zinf_test_alloc_fail_nth(1);
+	cr_assert_eq(zinf_comm_all_reduce(c, &v, 1, ZINF_F32, ZINF_COMM_SUM, NULL), -ENOMEM);
+	zinf_test_alloc_fail_nth(0);
+	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum: out of memory") != NULL,
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_comm_failed(c), -ENOMEM);
+	cr_assert_eq(zinf_comm_barrier(c, NULL), -ENOMEM);
+	cr_assert(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
+	zinf_comm_destroy(c);
+}
