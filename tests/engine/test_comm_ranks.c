@@ -240,6 +240,9 @@ case_all_reduce(void)
 	if (!c) {
 		return 1;
 	}
+	/* ctest runs every rank on this one machine: local rank = rank */
+	CHECK(zinf_comm_rank(c) == rank && zinf_comm_world(c) == world, "rank/world");
+	CHECK(zinf_comm_local_rank(c) == rank, "local rank %d", zinf_comm_local_rank(c));
 	float *v = buf_alloc(3 * sizeof(float));
 	v[0] = (float)(rank + 1) * 0.5f;	/* sum: world (world + 1) / 4 */
 	v[1] = rank == world - 1 ? 1.0f : 0.0f; /* only the last rank overflowed */
