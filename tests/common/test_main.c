@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * tests/common/test_main.c: Criterion's entry point, except that a run in which every test
- * skipped exits 77, so ctest reports it as skipped rather than passed.
+ * skipped exits 77, so ctest reports it as skipped rather than passed; and the helpers of
+ * tests/common/test_util.h that need Criterion (test_util.c stays free of it, for the plain
+ * programs run under mpirun).
  */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
+#include <errno.h>
+
+#include "common/test_util.h"
+#include "zinf/adam.h"
 
 static size_t n_tests, n_skipped;
 
@@ -27,4 +33,17 @@ main(int argc, char *argv[])
 		return 77;
 	}
 	return rc;
+}
+
+const char *
+zt_simd_variant(void)
+{
+	const char *v = zt_variant();
+	int r = zinf_simd_resolve(v, NULL);
+	if (r == -ENODEV) {
+		cr_skip_test("SIMD path %s not available on this CPU/build: %s", v,
+			     zinf_last_error());
+	}
+	cr_assert_eq(r, 0, "SIMD path %s: %s", v ? v : "(default)", zinf_last_error());
+	return v;
 }

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 /* tests/common/test_util.c: helpers shared by the tests; see test_util.h. */
-#include <criterion/criterion.h>
 #include <errno.h>
 #include <ftw.h>
 #include <linux/capability.h>
@@ -111,19 +110,6 @@ zt_variant(void)
 {
 	const char *v = getenv("ZINF_TEST_VARIANT");
 	return (v && *v) ? v : NULL;
-}
-
-const char *
-zt_simd_variant(void)
-{
-	const char *v = zt_variant();
-	int r = zinf_simd_resolve(v, NULL);
-	if (r == -ENODEV) {
-		cr_skip_test("SIMD path %s not available on this CPU/build: %s", v,
-			     zinf_last_error());
-	}
-	cr_assert_eq(r, 0, "SIMD path %s: %s", v ? v : "(default)", zinf_last_error());
-	return v;
 }
 
 void

@@ -1,0 +1,663 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/comm.c: the generic side of the collectives (zinf/comm.h) and the backend registry.
+ * It validates every call, numbers it, compares it across ranks when opts.check is on, puts a
+ * deadline on it and fails the communicator past it; the backends only post and poll. The
+ * registry at the bottom is the only place that knows which backends were built (MPI, NCCL):
+ * one that was not answers -ENODEV. No MPI, NCCL or CUDA header is included here.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/opts.h"
+#include "engine/comm_internal.h"
+
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_comm_opts, reserved);
+_Static_assert(sizeof(struct zinf_comm_desc) == 32, "descriptors are exchanged as 32 bytes");
+
+ZINF_API void
+zinf_comm_opts_init(struct zinf_comm_opts *o)
+{
+	if (!o) {
+		return;
+	}
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->timeout_s = 1800.0;
+	o->device = -1;
+}
+
+static const char *const kind_names[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+					 "barrier"};
+static const char *const red_names[] = {"sum", "avg", "max"};
+
+const char *
+zinf_comm_kind_name(int kind)
+{
+	return kind >= 0 && kind < (int)ZINF_ARRAY_SIZE(kind_names) ? kind_names[kind] : "?";
+}
+
+void
+zinf_comm_backoff(unsigned *spins)
+{
+	unsigned s = (*spins)++;
+	if (s < 64) {
+		return; /* a collective on one node often completes within microseconds */
+	}
+	long ns = 1000L << ZINF_MIN(s - 64, 10u);
+	struct timespec ts = {0, ZINF_MIN(ns, 1000000L)};
+	nanosleep(&ts, NULL);
+}
+
+/* A process started by a launcher we know: Open MPI's mpirun, Hydra (MPICH), Slurm's srun. */
+static bool
+launched_by_mpi(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK",
+					   "PMIX_RANK"};
+	for (unsigned i = 0; i < ZINF_ARRAY_SIZE(vars); i++) {
+		if (getenv(vars[i])) {
+			return true;
+		}
+	}
+	return false;
+}
+
+static int
+pick_backend(const struct zinf_comm_opts *o, const struct zinf_comm_ops **out)
+{
+	const char *name = o->backend;
+	if (!name) {
+		name = launched_by_mpi() || zinf_comm_mpi_initialized() ? "mpi" : "single";
+	}
+	*out = zinf_comm_ops_find(name);
+	if (!*out) {
+		return ZINF_FAIL(-EINVAL, "comm backend \"%s\" unknown (mpi, nccl, single)", name);
+	}
+	return 0;
+}
+
+/*
+ * The check's descriptor buffer. Its own function so that the mpi tests' LeakSanitizer
+ * suppression names it: after a check timed out it stays with MPI, which may still write it.
+ */
+static __attribute__((noinline)) struct zinf_comm_desc *
+comm_descs_alloc(int world)
+{
+	return zinf_calloc((size_t)world, sizeof(struct zinf_comm_desc));
+}
+
+ZINF_API int
+zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
+{
+	struct zinf_comm_opts o;
+	const struct zinf_comm_ops *ops;
+	struct zinf_comm *c;
+	int rc;
+
+	if (!out) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_create: out is NULL");
+	}
+	zinf_comm_opts_init(&o);
+	rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_comm_opts");
+	if (rc < 0) {
+		return rc;
+	}
+	if (!(o.timeout_s > 0.0 && o.timeout_s < 1e9)) {
+		return ZINF_FAIL(-EINVAL, "comm_timeout_s %g must be in (0, 1e9) seconds",
+				 o.timeout_s);
+	}
+	rc = pick_backend(&o, &ops);
+	if (rc < 0) {
+		return rc;
+	}
+	c = zinf_calloc(1, sizeof(*c));
+	if (!c) {
+		return ZINF_FAIL(-ENOMEM, "comm: out of memory for the communicator");
+	}
+	c->ops = ops;
+	c->opts = o;
+	snprintf(c->backend_name, sizeof(c->backend_name), "%s", ops->name);
+	c->opts.backend = c->backend_name;
+	c->stats.size = sizeof(c->stats);
+	rc = ops->open(c);
+	if (rc < 0) {
+		goto err_free;
+	}
+	c->descs = comm_descs_alloc(c->world);
+	if (!c->descs) {
+		rc = ZINF_FAIL(-ENOMEM, "comm %s: out of memory for %d descriptors", ops->name,
+			       c->world);
+		goto err_close;
+	}
+	*out = c;
+	return 0;
+
+err_close:
+	ops->close(c);
+err_free:
+	zinf_free(c);
+	return rc;
+}
+
+static void
+unlink_req(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	if (r->prev) {
+		r->prev->next = r->next;
+	} else {
+		c->inflight = r->next;
+	}
+	if (r->next) {
+		r->next->prev = r->prev;
+	}
+}
+
+/* Give r up: the backend keeps what it still uses; r's memory is freed. */
+static void
+drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	c->ops->abandon(c, r);
+	unlink_req(c, r);
+	zinf_free(r);
+}
+
+ZINF_API void
+zinf_comm_destroy(struct zinf_comm *c)
+{
+	if (!c) {
+		return;
+	}
+	/* Each request completes or fails c within its own deadline: destroy is bounded. */
+	while (c->inflight && !c->failed) {
+		(void)zinf_comm_wait(c, c->inflight);
+	}
+	while (c->inflight) { /* c failed: MPI cannot cancel them; their memory stays theirs */
+		drop_req(c, c->inflight);
+	}
+	c->ops->close(c);
+	if (!c->descs_abandoned) {
+		zinf_free(c->descs);
+	}
+	zinf_free(c);
+}
+
+ZINF_API int
+zinf_comm_rank(const struct zinf_comm *c)
+{
+	return c ? c->rank : ZINF_FAIL(-EINVAL, "zinf_comm_rank: communicator is NULL");
+}
+
+ZINF_API int
+zinf_comm_world(const struct zinf_comm *c)
+{
+	return c ? c->world : ZINF_FAIL(-EINVAL, "zinf_comm_world: communicator is NULL");
+}
+
+ZINF_API int
+zinf_comm_local_rank(const struct zinf_comm *c)
+{
+	return c ? c->local_rank : ZINF_FAIL(-EINVAL, "zinf_comm_local_rank: communicator is NULL");
+}
+
+ZINF_API const char *
+zinf_comm_backend(const struct zinf_comm *c)
+{
+	return c ? c->ops->name : NULL;
+}
+
+ZINF_API const struct zinf_comm_opts *
+zinf_comm_get_opts(const struct zinf_comm *c)
+{
+	return c ? &c->opts : NULL;
+}
+
+ZINF_API int
+zinf_comm_failed(const struct zinf_comm *c)
+{
+	return c ? c->failed : ZINF_FAIL(-EINVAL, "zinf_comm_failed: communicator is NULL");
+}
+
+void *
+zinf_comm_native(struct zinf_comm *c)
+{
+	return c && c->ops->native ? c->ops->native(c) : NULL;
+}
+
+ZINF_API int
+zinf_comm_partition(size_t numel, int world, int rank, struct zinf_comm_part *out)
+{
+	if (!out || world < 1 || rank < 0 || rank >= world) {
+		return ZINF_FAIL(-EINVAL, "comm partition: rank %d of world %d (out %p) invalid",
+				 rank, world, (void *)out);
+	}
+	size_t part = numel / (size_t)world + (numel % (size_t)world != 0);
+	if (part > SIZE_MAX / (size_t)world) {
+		return ZINF_FAIL(-EINVAL, "comm partition: %zu elements over %d ranks wraps", numel,
+				 world);
+	}
+	out->numel = numel;
+	out->part = part;
+	out->padded = part * (size_t)world;
+	out->offset = part * (size_t)rank;
+	out->count = out->offset >= numel ? 0 : ZINF_MIN(part, numel - out->offset);
+	return 0;
+}
+
+/* ---- calls -------------------------------------------------------------------------------- */
+
+/* "seq 7 all_gather 1000 f32" (+ " sum", " root 2"), as the mismatch message prints calls. */
+static void
+desc_text(const struct zinf_comm_desc *d, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "seq %llu %s %llu %s", (unsigned long long)d->seq,
+			 zinf_comm_kind_name(d->kind), (unsigned long long)d->count,
+			 zinf_dtype_name((enum zinf_dtype)d->dtype));
+	if (d->red >= 0 && d->red < (int)ZINF_ARRAY_SIZE(red_names) && n > 0 && (size_t)n < len) {
+		n += snprintf(buf + n, len - n, " %s", red_names[d->red]);
+	}
+	if (d->root >= 0 && n > 0 && (size_t)n < len) {
+		snprintf(buf + n, len - n, " root %d", d->root);
+	}
+}
+
+/* Fail c with err; the message (already formatted) is kept for every later call. */
+static int
+fail_comm(struct zinf_comm *c, int err, const char *msg)
+{
+	if (!c->failed) {
+		c->failed = err;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s", msg);
+	}
+	return ZINF_FAIL(err, "comm %s rank %d: %s", c->ops->name, c->rank, msg);
+}
+
+static int
+refuse_failed(struct zinf_comm *c, const char *what)
+{
+	return ZINF_FAIL(c->failed,
+			 "comm %s rank %d: %s refused: the communicator failed earlier (%s); "
+			 "destroy it and exit the process",
+			 c->ops->name, c->rank, what, c->fail_msg);
+}
+
+/*
+ * Compare this call with every rank's before it runs: the first rank whose call differs from
+ * rank 0's is named with rank 0's, so every rank prints the same two calls.
+ */
+static int
+check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadline_ns, double bytes)
+{
+	char msg[256], a[96], b[96];
+	uint64_t t0 = zinf_now_ns();
+
+	c->my_desc = *d;
+	int rc = c->ops->exchange(c, &c->my_desc, c->descs, deadline_ns);
+	c->stats.check_ns += zinf_now_ns() - t0;
+	desc_text(d, a, sizeof(a));
+	if (rc == -ETIMEDOUT) {
+		c->descs_abandoned = true; /* the exchange may still write them */
+		c->stats.timeouts++;
+		snprintf(msg, sizeof(msg),
+			 "%s (%.0f bytes): the call check timed out after %g s (comm_timeout_s): "
+			 "a rank skipped this collective, died or is stuck",
+			 a, bytes, c->opts.timeout_s);
+		return fail_comm(c, -ETIMEDOUT, msg);
+	}
+	if (rc < 0) {
+		snprintf(msg, sizeof(msg), "%s: the call check failed (%s)", a, zinf_strerror(rc));
+		return fail_comm(c, rc, msg);
+	}
+	for (int r = 1; r < c->world; r++) {
+		if (memcmp(&c->descs[r], &c->descs[0], sizeof(*d)) != 0) {
+			desc_text(&c->descs[0], a, sizeof(a));
+			desc_text(&c->descs[r], b, sizeof(b));
+			snprintf(msg, sizeof(msg),
+				 "ranks called different collectives: rank 0: %s; "
+				 "rank %d: %s",
+				 a, r, b);
+			return fail_comm(c, -EPROTO, msg);
+		}
+	}
+	return 0;
+}
+
+static int
+timed_out(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	char msg[256], a[96];
+	desc_text(&r->d, a, sizeof(a));
+	snprintf(msg, sizeof(msg),
+		 "%s (%llu bytes) on rank %d of %d not complete after %g s (comm_timeout_s): a "
+		 "rank skipped or reordered a collective, died or is stuck",
+		 a, (unsigned long long)r->bytes, c->rank, c->world, c->opts.timeout_s);
+	c->stats.timeouts++;
+	drop_req(c, r);
+	return fail_comm(c, -ETIMEDOUT, msg);
+}
+
+/*
+ * One poll of r; frees r unless it is still in flight. 1 done, 0 in flight, -errno. On a
+ * communicator that failed since r was posted, r is given up at once (its peers are gone or
+ * out of step) rather than waited on for the rest of its deadline.
+ */
+static int
+poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	char msg[160], a[96];
+	int rc = c->ops->poll(c, r);
+	if (rc == 0 && c->failed) {
+		desc_text(&r->d, a, sizeof(a));
+		drop_req(c, r);
+		return refuse_failed(c, a);
+	}
+	if (rc == 0) {
+		return zinf_now_ns() > r->deadline_ns ? timed_out(c, r) : 0;
+	}
+	if (rc < 0) {
+		desc_text(&r->d, a, sizeof(a));
+		snprintf(msg, sizeof(msg), "%s (%llu bytes) failed: %s", a,
+			 (unsigned long long)r->bytes, zinf_strerror(rc));
+		drop_req(c, r);
+		return fail_comm(c, rc, msg);
+	}
+	unlink_req(c, r);
+	zinf_free(r);
+	return 1;
+}
+
+ZINF_API int
+zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	unsigned spins = 0;
+	int rc;
+
+	if (!c || !r) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_wait: communicator %p or request %p is NULL",
+				 (void *)c, (void *)r);
+	}
+	uint64_t t0 = zinf_now_ns();
+	while ((rc = poll_once(c, r)) == 0) {
+		zinf_comm_backoff(&spins);
+	}
+	c->stats.wait_ns += zinf_now_ns() - t0;
+	return rc < 0 ? rc : 0;
+}
+
+ZINF_API int
+zinf_comm_test(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	if (!c || !r) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_test: communicator %p or request %p is NULL",
+				 (void *)c, (void *)r);
+	}
+	uint64_t t0 = zinf_now_ns();
+	int rc = poll_once(c, r);
+	c->stats.wait_ns += zinf_now_ns() - t0;
+	return rc;
+}
+
+/*
+ * Start the call d on c: number it, check it across ranks, post it, and either hand back the
+ * request or wait for it. recv_bytes/send_bytes bound nothing here; bytes is the full tensor.
+ */
+static int
+submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *recv, uint64_t bytes,
+       struct zinf_comm_req **out)
+{
+	char msg[160], a[96];
+	struct zinf_comm_req *r;
+	int rc;
+
+	d->seq = ++c->seq;
+	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
+	if (c->opts.check) {
+		rc = check_call(c, d, deadline, (double)bytes);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	r = zinf_calloc(1, sizeof(*r) + c->ops->req_size);
+	if (!r) {
+		desc_text(d, a, sizeof(a));
+		snprintf(msg, sizeof(msg), "%s: out of memory for its request", a);
+		return fail_comm(c, -ENOMEM, msg); /* the other ranks go on: this one cannot */
+	}
+	r->d = *d;
+	r->send = send;
+	r->recv = recv;
+	r->bytes = bytes;
+	r->deadline_ns = deadline;
+	rc = c->ops->start(c, r);
+	if (rc < 0) {
+		zinf_free(r);
+		desc_text(d, a, sizeof(a));
+		snprintf(msg, sizeof(msg), "%s (%llu bytes) could not be posted: %s", a,
+			 (unsigned long long)bytes, zinf_strerror(rc));
+		return fail_comm(c, rc, msg);
+	}
+	r->next = c->inflight;
+	if (r->next) {
+		r->next->prev = r;
+	}
+	c->inflight = r;
+	c->stats.calls++;
+	c->stats.bytes += bytes;
+	if (out) {
+		*out = r;
+		return 0;
+	}
+	return zinf_comm_wait(c, r);
+}
+
+/*
+ * The checks every collective shares: c usable, dtype and reduction known, buffers present,
+ * count x mult x element size representable. Sets *bytes to that product.
+ */
+static int
+check_args(struct zinf_comm *c, const char *what, const void *a, const void *b, size_t count,
+	   size_t mult, enum zinf_dtype dtype, int red, uint64_t *bytes)
+{
+	if (!c) {
+		return ZINF_FAIL(-EINVAL, "%s: communicator is NULL", what);
+	}
+	if (c->failed) {
+		return refuse_failed(c, what);
+	}
+	size_t es = zinf_dtype_size(dtype);
+	if (!es) {
+		return ZINF_FAIL(-EINVAL, "%s: dtype %d unknown", what, (int)dtype);
+	}
+	if (red < -1 || red > ZINF_COMM_MAX) {
+		return ZINF_FAIL(-EINVAL, "%s: reduction %d unknown", what, red);
+	}
+	if (count && (!a || !b)) {
+		return ZINF_FAIL(-EINVAL, "%s of %zu %s: a buffer is NULL", what, count,
+				 zinf_dtype_name(dtype));
+	}
+	if (count > (UINT64_MAX / es) / mult) {
+		return ZINF_FAIL(-EINVAL, "%s: %zu elements x %zu ranks x %zu bytes wraps", what,
+				 count, mult, es);
+	}
+	*bytes = (uint64_t)count * mult * es;
+	return 0;
+}
+
+ZINF_API int
+zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *recv, size_t count,
+		     enum zinf_dtype dtype, struct zinf_comm_req **req)
+{
+	uint64_t bytes;
+	int rc = check_args(c, "all_gather", send, recv, count, c ? (size_t)c->world : 1, dtype, -1,
+			    &bytes);
+	if (rc < 0) {
+		return rc;
+	}
+	const char *s = send, *r = recv, *mine = r + bytes / c->world * c->rank;
+	if (count && s != mine && s < r + bytes && r < s + bytes / c->world) {
+		return ZINF_FAIL(-EINVAL,
+				 "all_gather: send overlaps recv other than at rank %d's "
+				 "partition (in place)",
+				 c->rank);
+	}
+	struct zinf_comm_desc d = {.kind = ZINF_COMM_ALL_GATHER,
+				   .count = count,
+				   .dtype = dtype,
+				   .red = -1,
+				   .root = -1};
+	return submit(c, &d, send, recv, bytes, req);
+}
+
+ZINF_API int
+zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv, size_t count,
+			 enum zinf_dtype dtype, enum zinf_comm_red red, struct zinf_comm_req **req)
+{
+	uint64_t bytes;
+	int rc = check_args(c, "reduce_scatter", send, recv, count, c ? (size_t)c->world : 1, dtype,
+			    (int)red, &bytes);
+	if (rc < 0) {
+		return rc;
+	}
+	const char *s = send, *r = recv;
+	if (count && s < r + bytes / c->world && r < s + bytes) {
+		return ZINF_FAIL(-EINVAL, "reduce_scatter: send and recv overlap");
+	}
+	struct zinf_comm_desc d = {.kind = ZINF_COMM_REDUCE_SCATTER,
+				   .count = count,
+				   .dtype = dtype,
+				   .red = (int32_t)red,
+				   .root = -1};
+	return submit(c, &d, send, recv, bytes, req);
+}
+
+ZINF_API int
+zinf_comm_all_reduce(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtype dtype,
+		     enum zinf_comm_red red, struct zinf_comm_req **req)
+{
+	uint64_t bytes;
+	int rc = check_args(c, "all_reduce", buf, buf, count, 1, dtype, (int)red, &bytes);
+	if (rc < 0) {
+		return rc;
+	}
+	struct zinf_comm_desc d = {.kind = ZINF_COMM_ALL_REDUCE,
+				   .count = count,
+				   .dtype = dtype,
+				   .red = (int32_t)red,
+				   .root = -1};
+	return submit(c, &d, buf, buf, bytes, req);
+}
+
+ZINF_API int
+zinf_comm_broadcast(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtype dtype, int root,
+		    struct zinf_comm_req **req)
+{
+	uint64_t bytes;
+	int rc = check_args(c, "broadcast", buf, buf, count, 1, dtype, -1, &bytes);
+	if (rc < 0) {
+		return rc;
+	}
+	if (root < 0 || root >= c->world) {
+		return ZINF_FAIL(-EINVAL, "broadcast: root %d outside the world of %d ranks", root,
+				 c->world);
+	}
+	struct zinf_comm_desc d = {.kind = ZINF_COMM_BROADCAST,
+				   .count = count,
+				   .dtype = dtype,
+				   .red = -1,
+				   .root = root};
+	return submit(c, &d, buf, buf, bytes, req);
+}
+
+ZINF_API int
+zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req)
+{
+	uint64_t bytes;
+	int rc = check_args(c, "barrier", NULL, NULL, 0, 1, ZINF_F32, -1, &bytes);
+	if (rc < 0) {
+		return rc;
+	}
+	struct zinf_comm_desc d = {
+		.kind = ZINF_COMM_BARRIER, .dtype = ZINF_F32, .red = -1, .root = -1};
+	return submit(c, &d, NULL, NULL, 0, req);
+}
+
+ZINF_API int
+zinf_comm_get_stats(const struct zinf_comm *c, struct zinf_comm_stats *out)
+{
+	if (!c) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_get_stats: communicator is NULL");
+	}
+	return zinf_stats_give(out, &c->stats, sizeof(c->stats), "zinf_comm_stats");
+}
+
+/* ---- registry ----------------------------------------------------------------------------- */
+
+static int __attribute__((unused)) not_built(struct zinf_comm *c)
+{
+	return ZINF_FAIL(-ENODEV, "comm backend \"%s\" was not built (configure found no %s)",
+			 c->ops->name, strcmp(c->ops->name, "mpi") == 0 ? "MPI" : "NCCL or MPI");
+}
+
+#if ZINF_HAVE_MPI
+extern const struct zinf_comm_ops zinf_comm_mpi_ops;
+#else
+static const struct zinf_comm_ops zinf_comm_mpi_ops = {.name = "mpi", .open = not_built};
+
+bool
+zinf_comm_mpi_initialized(void)
+{
+	return false;
+}
+
+int
+zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
+{
+	return ZINF_FAIL(-ENODEV, "comm %s: zinf was built without MPI", c->ops->name);
+}
+
+void
+zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
+{
+}
+
+int
+zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
+		       const char *what, uint64_t deadline_ns)
+{
+	return -ENODEV;
+}
+
+int
+zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
+			  uint64_t deadline_ns)
+{
+	return -ENODEV;
+}
+#endif
+
+/* NCCL shares its unique id through MPI: without MPI it is not built either. */
+#if ZINF_HAVE_NCCL && ZINF_HAVE_MPI
+extern const struct zinf_comm_ops zinf_comm_nccl_ops;
+#else
+static const struct zinf_comm_ops zinf_comm_nccl_ops = {.name = "nccl", .open = not_built};
+#endif
+
+const struct zinf_comm_ops *const zinf_comm_registry[] = {
+	&zinf_comm_nccl_ops,
+	&zinf_comm_mpi_ops,
+	&zinf_comm_single_ops,
+};
+const unsigned zinf_comm_registry_len = ZINF_ARRAY_SIZE(zinf_comm_registry);
+
+const struct zinf_comm_ops *
+zinf_comm_ops_find(const char *name)
+{
+	for (unsigned i = 0; i < zinf_comm_registry_len; i++) {
+		if (strcmp(zinf_comm_registry[i]->name, name) == 0) {
+			return zinf_comm_registry[i];
+		}
+	}
+	return NULL;
+}

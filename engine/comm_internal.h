@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/comm_internal.h: the collective backends' ops table, the generic communicator and
+ * request they share, and the registry. Not installed. A backend embeds nothing: it keeps its
+ * state behind c->be and its per-request state in the request's tail (ops->req_size bytes).
+ */
+#ifndef ZINF_ENGINE_COMM_INTERNAL_H
+#define ZINF_ENGINE_COMM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/util.h"
+#include "zinf/comm.h"
+
+enum zinf_comm_kind {
+	ZINF_COMM_ALL_GATHER = 0,
+	ZINF_COMM_REDUCE_SCATTER = 1,
+	ZINF_COMM_ALL_REDUCE = 2,
+	ZINF_COMM_BROADCAST = 3,
+	ZINF_COMM_BARRIER = 4,
+};
+
+/* What a call is; compared across ranks when opts.check is on (fixed size, 32 bytes). */
+struct zinf_comm_desc {
+	uint64_t seq;	/* this rank's collective number, from 1 */
+	uint64_t count; /* elements (per rank for all-gather and reduce-scatter) */
+	int32_t kind;	/* enum zinf_comm_kind */
+	int32_t dtype;	/* enum zinf_dtype */
+	int32_t red;	/* enum zinf_comm_red, or -1 */
+	int32_t root;	/* broadcast root, or -1 */
+};
+
+struct zinf_comm_req {
+	struct zinf_comm_desc d;
+	const void *send;
+	void *recv;
+	uint64_t bytes;			   /* the full tensor, as the message and stats count it */
+	uint64_t deadline_ns;		   /* zinf_now_ns() at the call + timeout */
+	struct zinf_comm_req *next, *prev; /* c->inflight list */
+	_Alignas(16) unsigned char priv[]; /* ops->req_size bytes for the backend */
+};
+
+struct zinf_comm;
+
+struct zinf_comm_ops {
+	const char *name;
+	size_t req_size; /* bytes of backend state per request */
+	/* Set c->rank, world, local_rank and c->be. -ENODEV when not built. */
+	int (*open)(struct zinf_comm *c);
+	/* Free c->be. c->failed set: call nothing that can wait on another rank. */
+	void (*close)(struct zinf_comm *c);
+	/* Post the collective r->d (buffers r->send, r->recv); 0 or -errno (nothing posted). */
+	int (*start)(struct zinf_comm *c, struct zinf_comm_req *r);
+	/* Without blocking: 1 complete (backend state of r released), 0 in flight, -errno. */
+	int (*poll)(struct zinf_comm *c, struct zinf_comm_req *r);
+	/* r is abandoned (deadline passed, c failed): keep whatever the backend still uses. */
+	void (*abandon)(struct zinf_comm *c, struct zinf_comm_req *r);
+	/* Gather every rank's descriptor into all[world] by deadline_ns; 0, -ETIMEDOUT, -EIO. */
+	int (*exchange)(struct zinf_comm *c, const struct zinf_comm_desc *mine,
+			struct zinf_comm_desc *all, uint64_t deadline_ns);
+	/* The native communicator: MPI_Comm * or ncclComm_t; NULL for single. */
+	void *(*native)(struct zinf_comm *c);
+};
+
+struct zinf_comm {
+	const struct zinf_comm_ops *ops;
+	struct zinf_comm_opts opts; /* backend copied (c->backend_name) */
+	char backend_name[16];
+	int rank, world, local_rank;
+	void *be;     /* backend state */
+	uint64_t seq; /* collectives called so far */
+	int failed;   /* 0, or the error every later call returns */
+	char fail_msg[256];
+	struct zinf_comm_desc my_desc; /* this rank's call, as the check sends it */
+	struct zinf_comm_desc *descs;  /* world descriptors, as the check receives them */
+	bool descs_abandoned;	       /* a timed-out check may still write descs: leak them */
+	struct zinf_comm_req *inflight;
+	struct zinf_comm_stats stats;
+};
+
+/* Backoff for polling loops: spin, then sleep 1 us doubling to 1 ms. *spins starts at 0. */
+void zinf_comm_backoff(unsigned *spins);
+/* "all_gather", ...; "?" for an unknown kind. */
+const char *zinf_comm_kind_name(int kind);
+
+/*
+ * The native communicator of c, for benchmarks timing the raw call on the same buffers:
+ * "mpi": a MPI_Comm *, "nccl": the ncclComm_t; NULL for single or a NULL c.
+ */
+void *zinf_comm_native(struct zinf_comm *c);
+
+extern const struct zinf_comm_ops zinf_comm_single_ops;
+extern const struct zinf_comm_ops *const zinf_comm_registry[];
+extern const unsigned zinf_comm_registry_len;
+const struct zinf_comm_ops *zinf_comm_ops_find(const char *name);
+
+/*
+ * The MPI side other backends reuse (comm_mpi.c; -ENODEV without MPI): join MPI (initialising
+ * it when needed) and set rank, world, local rank; exchange descriptors; leave.
+ * An opaque state, so that comm_nccl.c needs no mpi.h of its own.
+ */
+struct zinf_comm_mpi;
+bool zinf_comm_mpi_initialized(void); /* MPI_Init done and MPI_Finalize not */
+int zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out);
+void zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed);
+int zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
+			   const char *what, uint64_t deadline_ns);
+int zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
+			      uint64_t deadline_ns);
+
+#endif

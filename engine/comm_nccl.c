@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/comm_nccl.c: the collectives over NCCL, on device buffers, ordered on one CUDA
+ * stream (the caller's opts.stream, or one this backend creates until the device module owns
+ * streams). MPI (comm_mpi.c) supplies rank, world and local rank, broadcasts the unique id, and
+ * carries the call check's descriptors. The communicator is non-blocking (config.blocking =
+ * 0), so no NCCL call can hang the caller: every call is followed by polling
+ * ncclCommGetAsyncError under the deadline, a request completes when its CUDA event does, and
+ * a request past its deadline aborts the communicator (ncclCommAbort).
+ *
+ * 16-bit reductions run in NCCL's kernels, in the input's type. Not here: a barrier of NCCL's
+ * own (it is an all-reduce of one float on the stream), device selection beyond
+ * cudaSetDevice(opts.device or local rank modulo the device count).
+ */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/comm_internal.h"
+
+struct nccl_be {
+	struct zinf_comm_mpi *mpi;
+	ncclComm_t comm;
+	cudaStream_t stream;
+	bool own_stream;
+	float *dev_one; /* one float on the device: the barrier's all-reduce */
+	int device;
+	bool aborted; /* ncclCommAbort called: a request passed its deadline */
+};
+
+struct nccl_req {
+	cudaEvent_t done;
+};
+
+/* The one place CUDA and NCCL status codes become errnos (call, file, line logged). */
+static int
+cuda_status(cudaError_t rc, const char *call, const char *file, int line)
+{
+	if (rc == cudaSuccess) {
+		return 0;
+	}
+	int err = rc == cudaErrorNoDevice || rc == cudaErrorInsufficientDriver ? -ENODEV : -EIO;
+	return zinf_log_emit(err, ZINF_LOG_ERROR, file, line, "cuda", "%s failed: %s", call,
+			     cudaGetErrorString(rc));
+}
+#define CUDA_TRY(x) cuda_status((x), #x, __FILE__, __LINE__)
+
+static int
+nccl_status(ncclResult_t rc, const char *call, const char *file, int line)
+{
+	if (rc == ncclSuccess || rc == ncclInProgress) {
+		return 0;
+	}
+	return zinf_log_emit(-EIO, ZINF_LOG_ERROR, file, line, "nccl", "%s failed: %s", call,
+			     ncclGetErrorString(rc));
+}
+#define NCCL_TRY(x) nccl_status((x), #x, __FILE__, __LINE__)
+
+/* Wait until the non-blocking communicator has finished enqueueing, or the deadline. */
+static int
+settle(struct nccl_be *b, uint64_t deadline_ns)
+{
+	ncclResult_t st = ncclInProgress;
+	unsigned spins = 0;
+
+	for (;;) {
+		int rc = NCCL_TRY(ncclCommGetAsyncError(b->comm, &st));
+		if (rc < 0) {
+			return rc;
+		}
+		if (st != ncclInProgress) {
+			return NCCL_TRY(st);
+		}
+		if (zinf_now_ns() > deadline_ns) {
+			return -ETIMEDOUT;
+		}
+		zinf_comm_backoff(&spins);
+	}
+}
+
+/* CUDA devices of this process; -ENODEV (before MPI is touched) when there is none. */
+static int
+count_devices(int *n)
+{
+	*n = 0;
+	cudaError_t e = cudaGetDeviceCount(n);
+	if (e != cudaSuccess || *n < 1) {
+		return ZINF_FAIL(-ENODEV, "comm nccl: no CUDA device (%s)",
+				 e != cudaSuccess ? cudaGetErrorString(e) : "count 0");
+	}
+	return 0;
+}
+
+static int
+pick_device(struct zinf_comm *c, struct nccl_be *b, int n)
+{
+	b->device = c->opts.device >= 0 ? c->opts.device : c->local_rank % n;
+	if (b->device >= n) {
+		return ZINF_FAIL(-EINVAL, "comm nccl rank %d: device %d of %d devices", c->rank,
+				 b->device, n);
+	}
+	return CUDA_TRY(cudaSetDevice(b->device));
+}
+
+/*
+ * Rank 0's unique id to every rank, then the communicator, within the deadline. The id goes
+ * with rank 0's status, so that a failed ncclGetUniqueId fails every rank at once instead of
+ * leaving them to time out.
+ */
+static int
+init_comm(struct zinf_comm *c, struct nccl_be *b)
+{
+	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
+	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+	struct {
+		int32_t status;
+		ncclUniqueId id;
+	} msg;
+	int rc;
+
+	memset(&msg, 0, sizeof(msg));
+	if (c->rank == 0) {
+		msg.status = NCCL_TRY(ncclGetUniqueId(&msg.id));
+	}
+	rc = zinf_comm_mpi_bcast_bytes(b->mpi, &msg, sizeof(msg), "nccl unique id", deadline);
+	if (rc == -ETIMEDOUT) {
+		return ZINF_FAIL(rc,
+				 "comm nccl rank %d: the unique id broadcast timed out after %g s",
+				 c->rank, c->opts.timeout_s);
+	}
+	if (rc == 0 && msg.status < 0) {
+		rc = ZINF_FAIL(msg.status, "comm nccl rank %d: rank 0 could not make a unique id",
+			       c->rank);
+	}
+	if (rc < 0) {
+		return rc;
+	}
+	config.blocking = 0;
+	rc = NCCL_TRY(ncclCommInitRankConfig(&b->comm, c->world, msg.id, c->rank, &config));
+	if (rc == 0) {
+		rc = settle(b, deadline);
+	}
+	if (rc < 0) {
+		if (b->comm) {
+			ncclCommAbort(b->comm);
+			b->comm = NULL;
+		}
+		return rc == -ETIMEDOUT ? ZINF_FAIL(rc,
+						    "comm nccl rank %d: ncclCommInitRankConfig "
+						    "timed out",
+						    c->rank)
+					: rc;
+	}
+	return 0;
+}
+
+static int
+nccl_open(struct zinf_comm *c)
+{
+	struct nccl_be *b = zinf_calloc(1, sizeof(*b));
+	int rc, ndev;
+
+	if (!b) {
+		return ZINF_FAIL(-ENOMEM, "comm nccl: out of memory");
+	}
+	rc = count_devices(&ndev);
+	if (rc < 0) {
+		goto err_free;
+	}
+	rc = zinf_comm_mpi_join(c, &b->mpi);
+	if (rc < 0) {
+		goto err_free;
+	}
+	rc = pick_device(c, b, ndev);
+	if (rc < 0) {
+		goto err_mpi;
+	}
+	b->stream = c->opts.stream;
+	if (!b->stream) {
+		rc = CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+		if (rc < 0) {
+			goto err_mpi;
+		}
+		b->own_stream = true;
+	}
+	rc = CUDA_TRY(cudaMalloc((void **)&b->dev_one, sizeof(float)));
+	if (rc < 0) {
+		goto err_stream;
+	}
+	rc = init_comm(c, b);
+	if (rc < 0) {
+		goto err_one;
+	}
+	c->be = b;
+	return 0;
+
+err_one:
+	cudaFree(b->dev_one);
+err_stream:
+	if (b->own_stream) {
+		cudaStreamDestroy(b->stream);
+	}
+err_mpi:
+	/* a timed-out broadcast is still posted: leave MPI as a failed communicator does */
+	zinf_comm_mpi_leave(b->mpi, rc == -ETIMEDOUT);
+err_free:
+	zinf_free(b);
+	return rc;
+}
+
+/*
+ * A healthy communicator is finalised (ncclCommFinalize, which completes its pending work and
+ * is non-blocking here) within one deadline, then destroyed; a failed one, or one whose
+ * finalisation did not finish in time, is aborted, and nothing its kernels use is freed.
+ */
+static void
+nccl_close(struct zinf_comm *c)
+{
+	struct nccl_be *b = c->be;
+	bool clean = !c->failed;
+
+	if (clean) {
+		uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
+		clean = NCCL_TRY(ncclCommFinalize(b->comm)) == 0 && settle(b, deadline) == 0;
+	}
+	if (clean) {
+		ncclCommDestroy(b->comm);
+		cudaFree(b->dev_one);
+		if (b->own_stream) {
+			cudaStreamDestroy(b->stream);
+		}
+	} else if (!b->aborted) {
+		ncclCommAbort(b->comm);
+	}
+	zinf_comm_mpi_leave(b->mpi, !clean);
+	zinf_free(b);
+}
+
+static ncclDataType_t
+nccl_type(int dtype)
+{
+	return dtype == ZINF_F16 ? ncclFloat16 : dtype == ZINF_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+
+static ncclRedOp_t
+nccl_op(int red)
+{
+	return red == ZINF_COMM_MAX ? ncclMax : red == ZINF_COMM_AVG ? ncclAvg : ncclSum;
+}
+
+static int
+post(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	struct nccl_be *b = c->be;
+	ncclDataType_t t = nccl_type(r->d.dtype);
+	size_t n = r->d.count;
+
+	switch (r->d.kind) {
+	case ZINF_COMM_ALL_GATHER:
+		return NCCL_TRY(ncclAllGather(r->send, r->recv, n, t, b->comm, b->stream));
+	case ZINF_COMM_REDUCE_SCATTER:
+		return NCCL_TRY(ncclReduceScatter(r->send, r->recv, n, t, nccl_op(r->d.red),
+						  b->comm, b->stream));
+	case ZINF_COMM_ALL_REDUCE:
+		return NCCL_TRY(ncclAllReduce(r->recv, r->recv, n, t, nccl_op(r->d.red), b->comm,
+					      b->stream));
+	case ZINF_COMM_BROADCAST:
+		return NCCL_TRY(
+			ncclBroadcast(r->recv, r->recv, n, t, r->d.root, b->comm, b->stream));
+	case ZINF_COMM_BARRIER:
+		return NCCL_TRY(ncclAllReduce(b->dev_one, b->dev_one, 1, ncclFloat32, ncclSum,
+					      b->comm, b->stream));
+	}
+	return ZINF_FAIL(-EINVAL, "comm nccl: collective kind %d unknown", r->d.kind);
+}
+
+static int
+nccl_start(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	struct nccl_be *b = c->be;
+	struct nccl_req *q = (struct nccl_req *)r->priv;
+	int rc = CUDA_TRY(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming));
+	if (rc < 0) {
+		return rc;
+	}
+	rc = post(c, r);
+	if (rc == 0) {
+		rc = settle(b, r->deadline_ns); /* enqueued only once NCCL says so */
+	}
+	if (rc == 0) {
+		rc = CUDA_TRY(cudaEventRecord(q->done, b->stream));
+	}
+	if (rc < 0) {
+		if (rc == -ETIMEDOUT) {
+			rc = ZINF_FAIL(rc, "comm nccl rank %d: enqueueing %s timed out", c->rank,
+				       zinf_comm_kind_name(r->d.kind));
+		}
+		cudaEventDestroy(q->done);
+	}
+	return rc;
+}
+
+static int
+nccl_poll(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	struct nccl_be *b = c->be;
+	struct nccl_req *q = (struct nccl_req *)r->priv;
+	ncclResult_t st = ncclSuccess;
+
+	cudaError_t e = cudaEventQuery(q->done);
+	if (e == cudaSuccess) {
+		cudaEventDestroy(q->done);
+		return 1;
+	}
+	if (e != cudaErrorNotReady) {
+		return CUDA_TRY(e);
+	}
+	int rc = NCCL_TRY(ncclCommGetAsyncError(b->comm, &st));
+	return rc < 0 ? rc : NCCL_TRY(st);
+}
+
+static void
+nccl_abandon(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	struct nccl_be *b = c->be;
+	/* Abort now, so that the kernels of the failed call end and a stream synchronise of the
+	 * caller's returns; the event is left to the aborted stream. */
+	if (!b->aborted) {
+		ncclCommAbort(b->comm);
+		b->aborted = true;
+	}
+}
+
+static int
+nccl_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zinf_comm_desc *all,
+	      uint64_t deadline_ns)
+{
+	struct nccl_be *b = c->be;
+	return zinf_comm_mpi_exchange(b->mpi, mine, all, sizeof(*mine), "call check", deadline_ns);
+}
+
+static void *
+nccl_native(struct zinf_comm *c)
+{
+	return ((struct nccl_be *)c->be)->comm;
+}
+
+const struct zinf_comm_ops zinf_comm_nccl_ops = {
+	.name = "nccl",
+	.req_size = sizeof(struct nccl_req),
+	.open = nccl_open,
+	.close = nccl_close,
+	.start = nccl_start,
+	.poll = nccl_poll,
+	.abandon = nccl_abandon,
+	.exchange = nccl_exchange,
+	.native = nccl_native,
+};

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/comm.h: collectives across data-parallel ranks (all-gather, reduce-scatter, all-reduce,
+ * broadcast, barrier), asynchronous, each under a deadline.
+ *
+ * Backends: "mpi" (host buffers), "nccl" (device buffers, ordered on a CUDA stream; MPI shares
+ * its unique id) and "single" (one rank, no dependency). A backend that was not built answers
+ * -ENODEV. Rank, world size and local rank come from MPI when the process was started by
+ * mpirun or srun; a process started alone is one rank. zinf has no launcher of its own.
+ *
+ * Every collective returns a request that is waited on (zinf_comm_wait) or tested
+ * (zinf_comm_test), so that several collectives and computation overlap. Collectives must be
+ * called in the same order on every rank; their requests may be completed in any order.
+ *
+ * Never a silent hang: a collective that has not completed timeout_s after it was called
+ * returns -ETIMEDOUT, with a message naming the operation, its sequence number on this rank
+ * and its bytes. With opts.check, ranks first compare each call (sequence number, operation,
+ * element count, dtype, reduction, root): a rank that called something else makes the call
+ * fail with -EPROTO on every rank, naming both calls. After a timeout or a mismatch the
+ * communicator is failed: every later call returns the same error. A collective cannot be
+ * cancelled (MPI has no way to), so the buffers of the failed call must stay valid; the
+ * process should report the error and exit with a non-zero status (zinf never aborts it).
+ *
+ * A communicator is used by one thread at a time.
+ */
+#ifndef ZINF_COMM_H
+#define ZINF_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zinf_comm;     /* opaque: one communicator over all ranks of the job */
+struct zinf_comm_req; /* opaque: one collective in flight */
+
+/** Reductions. ZINF_COMM_AVG is the sum divided by the world size. */
+enum zinf_comm_red { ZINF_COMM_SUM = 0, ZINF_COMM_AVG = 1, ZINF_COMM_MAX = 2 };
+
+struct zinf_comm_opts {
+	size_t size;	     /* sizeof(struct zinf_comm_opts); set by zinf_comm_opts_init() */
+	const char *backend; /* "mpi" | "nccl" | "single" | NULL: "mpi" when MPI is initialised or
+				the process was started by mpirun/srun, else "single" */
+	double timeout_s;    /* comm_timeout_s: deadline of every collective, seconds from the
+				call; default 1800 */
+	void *stream;	     /* nccl: the cudaStream_t collectives are ordered on; NULL: the
+				communicator creates its own. Ignored by mpi and single. */
+	int32_t device;	     /* nccl: CUDA device ordinal; -1 (default): local rank modulo the
+				number of devices */
+	bool check;	     /* compare every call across ranks before it runs; default false
+				(true in tests and debug runs: it costs a small exchange per call) */
+	uint8_t reserved[3]; /* zero */
+};
+
+/** Fill *o with the defaults above (and o->size). */
+ZINF_API void zinf_comm_opts_init(struct zinf_comm_opts *o);
+
+/**
+ * Join the job's communicator: every rank calls it (it is collective). The "mpi" and "nccl"
+ * backends initialise MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) when the program has not;
+ * the communicator that did so finalises MPI when it is destroyed (destroy it last; MPI cannot
+ * be initialised twice in a process). A program that initialises MPI itself keeps ownership.
+ * opts may be NULL (defaults). Free with zinf_comm_destroy().
+ * Returns 0 and sets *out, or a negative errno and leaves *out untouched:
+ *   -EINVAL  bad option  -ENODEV  backend not built, no CUDA device, or MPI finalised already
+ *   -ENOMEM  -EIO  the MPI, CUDA or NCCL call that failed is named in the message
+ */
+ZINF_API int zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out);
+/**
+ * Complete the requests still in flight (each within its deadline), free the communicator, and
+ * finalise MPI if this communicator initialised it. A failed communicator skips every call
+ * that could wait on another rank (MPI_Comm_free, MPI_Finalize, ncclCommDestroy: it aborts
+ * NCCL's instead) and leaks the requests that never completed: it returns, and the process
+ * should exit. NULL is a no-op.
+ */
+ZINF_API void zinf_comm_destroy(struct zinf_comm *c);
+
+ZINF_API int zinf_comm_rank(const struct zinf_comm *c);	      /* 0-based; -EINVAL for NULL */
+ZINF_API int zinf_comm_world(const struct zinf_comm *c);      /* ranks in the job */
+ZINF_API int zinf_comm_local_rank(const struct zinf_comm *c); /* rank among this node's */
+/** "mpi", "nccl" or "single"; NULL for NULL. */
+ZINF_API const char *zinf_comm_backend(const struct zinf_comm *c);
+/** The options in effect (defaults filled in); NULL for NULL. */
+ZINF_API const struct zinf_comm_opts *zinf_comm_get_opts(const struct zinf_comm *c);
+/** 0, or the error that failed the communicator (-ETIMEDOUT, -EPROTO, -EIO). */
+ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
+
+/* ---- partitions --------------------------------------------------------------------------- */
+
+/**
+ * How a tensor of numel elements is split into world partitions of equal size `part`
+ * (the last ones padded): rank r owns elements [offset, offset + count) of the tensor, held in
+ * a partition buffer of `part` elements whose tail part - count is padding (zeros by
+ * convention). An all-gather of the partitions fills a buffer of `padded` elements whose first
+ * numel are the tensor.
+ */
+struct zinf_comm_part {
+	size_t numel;  /* elements of the whole tensor */
+	size_t part;   /* elements per partition: ceil(numel / world) */
+	size_t padded; /* part * world >= numel */
+	size_t offset; /* first element of this rank's partition: rank * part (may be >= numel) */
+	size_t count;  /* elements of the tensor in this rank's partition, 0..part */
+};
+
+/**
+ * Fill *out for a tensor of numel elements, rank of world. Returns 0; -EINVAL (world < 1,
+ * rank outside [0, world), out NULL, part * world wraps) with a message.
+ */
+ZINF_API int zinf_comm_partition(size_t numel, int world, int rank, struct zinf_comm_part *out);
+
+/* ---- collectives -------------------------------------------------------------------------- */
+/*
+ * Common to every collective below. Buffers are host memory for mpi and single, device memory
+ * for nccl; they must stay valid and unmodified (recv: untouched) until the request completes.
+ * With req NULL the call waits for completion itself. Otherwise *req is set and the caller
+ * completes it with zinf_comm_wait() or zinf_comm_test() (which free it).
+ * Returns 0 (sets *req), or a negative errno and sets no request:
+ *   -EINVAL     NULL communicator or buffer with count > 0, unknown dtype or reduction,
+ *               count x world x element size wraps, send and recv overlap where not allowed
+ *   -EPROTO     (check on) the ranks called different collectives: the message names both
+ *   -ETIMEDOUT  (req NULL or check on) not complete within timeout_s
+ *   -ENOMEM     -EIO (the backend call named in the message)
+ *   the communicator's error when it failed earlier
+ * 16-bit reductions accumulate in fp32 where the backend allows it (mpi, single): inputs are
+ * widened exactly, summed in fp32 in the backend's order, (divided by world for AVG, in fp32)
+ * and rounded once to the 16-bit type, to nearest even. nccl reduces 16-bit inputs in their own
+ * type (NCCL's kernels); widen to fp32 before the call where that matters.
+ */
+
+/**
+ * All-gather: every rank's partition of count elements (send) into recv, which holds
+ * count x world elements, rank r's at [r x count, (r + 1) x count). send may be recv + rank x
+ * count (in place).
+ */
+ZINF_API int zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *recv, size_t count,
+				  enum zinf_dtype dtype, struct zinf_comm_req **req);
+/**
+ * Reduce-scatter: send holds count x world elements on every rank; recv (count elements)
+ * receives the reduction (SUM, AVG or MAX) of every rank's elements
+ * [rank x count, (rank + 1) x count).
+ */
+ZINF_API int zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv,
+				      size_t count, enum zinf_dtype dtype, enum zinf_comm_red red,
+				      struct zinf_comm_req **req);
+/** All-reduce of count elements (SUM, AVG or MAX), in place in buf. */
+ZINF_API int zinf_comm_all_reduce(struct zinf_comm *c, void *buf, size_t count,
+				  enum zinf_dtype dtype, enum zinf_comm_red red,
+				  struct zinf_comm_req **req);
+/** Broadcast count elements of buf from rank root to every rank's buf. */
+ZINF_API int zinf_comm_broadcast(struct zinf_comm *c, void *buf, size_t count,
+				 enum zinf_dtype dtype, int root, struct zinf_comm_req **req);
+/** Barrier: completes once every rank has called it. */
+ZINF_API int zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req);
+
+/**
+ * Wait for req (from a collective on c) until it completes or its deadline passes, and free
+ * it. Returns 0; -ETIMEDOUT (the message names the operation, its sequence number and bytes;
+ * c is failed, req is freed but its buffers stay in the backend's hands); -EIO; -EINVAL for a
+ * NULL argument.
+ */
+ZINF_API int zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *req);
+/**
+ * Test req once without blocking: returns 1 and frees req when it completed, 0 while it is in
+ * flight (req stays valid), or a negative errno as zinf_comm_wait (req freed).
+ */
+ZINF_API int zinf_comm_test(struct zinf_comm *c, struct zinf_comm_req *req);
+
+/* ---- statistics --------------------------------------------------------------------------- */
+
+struct zinf_comm_stats {
+	size_t size;	   /* set by the caller: sizeof(struct zinf_comm_stats) */
+	uint64_t calls;	   /* collectives started (barriers included) */
+	uint64_t bytes;	   /* their bytes: the full tensor of each call (see the message) */
+	uint64_t wait_ns;  /* time spent in zinf_comm_wait/test, and in blocking calls */
+	uint64_t check_ns; /* time spent comparing calls across ranks (opts.check) */
+	uint64_t timeouts; /* collectives past their deadline (0 or 1: the first fails c) */
+};
+
+/** Copy the statistics (zinf_stats_give). Returns 0; -EINVAL (NULL, bad out->size). */
+ZINF_API int zinf_comm_get_stats(const struct zinf_comm *c, struct zinf_comm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

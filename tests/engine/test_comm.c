@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/test_comm.c: the collectives of one process: the single backend's contract, the
+ * partition helper worked by hand, options (versioning, bad values, unknown backends) and the
+ * argument checks every backend shares. Several ranks: test_comm_ranks.c under mpirun.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/test_util.h"
+#include "engine/comm_internal.h"
+#include "zinf/comm.h"
+
+static struct zinf_comm *
+open_single(bool check)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = "single";
+	o.check = check;
+	cr_assert_eq(zinf_comm_create(&o, &c), 0, "%s", zinf_last_error());
+	return c;
+}
+
+Test(comm, partition_worked_by_hand)
+{
+	struct zinf_comm_part p;
+	/* 10 elements over 4 ranks: partitions of 3, padded to 12; rank 3 holds 1 element */
+	cr_assert_eq(zinf_comm_partition(10, 4, 3, &p), 0);
+	cr_assert_eq(p.part, 3);
+	cr_assert_eq(p.padded, 12);
+	cr_assert_eq(p.offset, 9);
+	cr_assert_eq(p.count, 1);
+	cr_assert_eq(zinf_comm_partition(10, 4, 1, &p), 0);
+	cr_assert(p.offset == 3 && p.count == 3);
+	/* 2 elements over 4 ranks: ranks 2 and 3 hold only padding */
+	cr_assert_eq(zinf_comm_partition(2, 4, 2, &p), 0);
+	cr_assert(p.part == 1 && p.padded == 4 && p.offset == 2 && p.count == 0);
+	cr_assert_eq(zinf_comm_partition(8, 4, 3, &p), 0);
+	cr_assert(p.part == 2 && p.padded == 8 && p.count == 2);
+	cr_assert_eq(zinf_comm_partition(0, 3, 0, &p), 0);
+	cr_assert(p.part == 0 && p.padded == 0 && p.count == 0);
+	cr_assert_eq(zinf_comm_partition(10, 4, 4, &p), -EINVAL);
+	cr_assert_eq(zinf_comm_partition(10, 0, 0, &p), -EINVAL);
+	cr_assert_eq(zinf_comm_partition(10, 2, 0, NULL), -EINVAL);
+	cr_assert_eq(zinf_comm_partition(SIZE_MAX, 2, 0, &p), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "wraps") != NULL, "%s", zinf_last_error());
+}
+
+Test(comm, single_contract)
+{
+	struct zinf_comm *c = open_single(true);
+	cr_assert_str_eq(zinf_comm_backend(c), "single");
+	cr_assert(zinf_comm_rank(c) == 0 && zinf_comm_world(c) == 1 &&
+		  zinf_comm_local_rank(c) == 0);
+	cr_assert_eq(zinf_comm_get_opts(c)->timeout_s, 1800.0);
+
+	float part[5] = {1, 2, 3, 4, 5}, full[5] = {0};
+	cr_assert_eq(zinf_comm_all_gather(c, part, full, 5, ZINF_F32, NULL), 0);
+	cr_assert_arr_eq(full, part, sizeof(part));
+	/* in place: the partition is the whole buffer */
+	cr_assert_eq(zinf_comm_all_gather(c, full, full, 5, ZINF_F32, NULL), 0);
+	cr_assert_arr_eq(full, part, sizeof(part));
+
+	uint16_t h[3] = {zinf_f32_to_bf16_rne(1.5f), zinf_f32_to_bf16_rne(-3.0f),
+			 zinf_f32_to_bf16_rne(0.1f)},
+		 out[3] = {0};
+	struct zinf_comm_req *r = NULL;
+	cr_assert_eq(zinf_comm_reduce_scatter(c, h, out, 3, ZINF_BF16, ZINF_COMM_AVG, &r), 0);
+	cr_assert_eq(zinf_comm_test(c, r), 1);
+	cr_assert_arr_eq(out, h, sizeof(h), "one rank's average is its value, bit for bit");
+
+	float v[2] = {2.5f, -1.0f};
+	cr_assert_eq(zinf_comm_all_reduce(c, v, 2, ZINF_F32, ZINF_COMM_MAX, NULL), 0);
+	cr_assert(v[0] == 2.5f && v[1] == -1.0f);
+	cr_assert_eq(zinf_comm_broadcast(c, v, 2, ZINF_F32, 0, &r), 0);
+	cr_assert_eq(zinf_comm_wait(c, r), 0);
+	cr_assert_eq(zinf_comm_broadcast(c, v, 2, ZINF_F32, 1, NULL), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "root 1 outside the world of 1") != NULL, "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_comm_barrier(c, NULL), 0);
+
+	struct zinf_comm_stats st = {.size = sizeof(st)};
+	cr_assert_eq(zinf_comm_get_stats(c, &st), 0);
+	cr_assert_eq(st.size, sizeof(st));
+	cr_assert_eq(st.calls, 6, "refused calls are not counted: %llu",
+		     (unsigned long long)st.calls);
+	cr_assert_eq(st.bytes, 20 + 20 + 6 + 8 + 8 + 0);
+	cr_assert_eq(st.timeouts, 0);
+	cr_assert_null(zinf_comm_native(c));
+	zinf_comm_destroy(c);
+}
+
+/* The check compares (seq, op, count, dtype): its exchange copies the call over one rank. */
+Test(comm, single_check_and_stats_versions)
+{
+	struct zinf_comm *c = open_single(true);
+	float v = 1.0f;
+	cr_assert_eq(zinf_comm_all_reduce(c, &v, 1, ZINF_F32, ZINF_COMM_SUM, NULL), 0);
+	cr_assert_eq(c->descs[0].seq, 1);
+	cr_assert_eq(c->descs[0].kind, ZINF_COMM_ALL_REDUCE);
+	cr_assert_eq(c->descs[0].count, 1);
+	/* an older caller's stats struct, without check_ns and timeouts */
+	struct zinf_comm_stats st;
+	memset(&st, 0xab, sizeof(st));
+	st.size = offsetof(struct zinf_comm_stats, check_ns);
+	cr_assert_eq(zinf_comm_get_stats(c, &st), 0);
+	cr_assert_eq(st.calls, 1);
+	cr_assert_eq(st.timeouts, 0xababababababababull, "past the caller's size: untouched");
+	st.size = 2;
+	cr_assert_eq(zinf_comm_get_stats(c, &st), -EINVAL);
+	cr_assert_eq(zinf_comm_get_stats(NULL, &st), -EINVAL);
+	zinf_comm_destroy(c);
+}
+
+Test(comm, options)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+
+	zinf_comm_opts_init(&o);
+	cr_assert(o.size == sizeof(o) && o.timeout_s == 1800.0 && o.device == -1 && !o.check);
+	o.backend = "gloo";
+	cr_assert_eq(zinf_comm_create(&o, &c), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "\"gloo\" unknown") != NULL, "%s", zinf_last_error());
+	o.backend = "single";
+	o.timeout_s = 0;
+	cr_assert_eq(zinf_comm_create(&o, &c), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "comm_timeout_s") != NULL, "%s", zinf_last_error());
+	o.timeout_s = 5;
+	o.size = sizeof(o) + 8; /* a newer caller */
+	cr_assert_eq(zinf_comm_create(&o, &c), -EINVAL);
+	cr_assert_null(c);
+	/* an older caller that knew only size and backend: timeout keeps its default */
+	o.size = offsetof(struct zinf_comm_opts, timeout_s);
+	cr_assert_eq(zinf_comm_create(&o, &c), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_comm_get_opts(c)->timeout_s, 1800.0);
+	zinf_comm_destroy(c);
+	zinf_comm_destroy(NULL);
+	cr_assert_eq(zinf_comm_create(&o, NULL), -EINVAL);
+}
+
+/* Unset launcher variables: a process started alone is one rank of the single backend. */
+Test(comm, alone_is_single)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK",
+					   "PMIX_RANK"};
+	struct zinf_comm *c = NULL;
+	for (unsigned i = 0; i < 4; i++) {
+		unsetenv(vars[i]);
+	}
+	cr_assert_eq(zinf_comm_create(NULL, &c), 0, "%s", zinf_last_error());
+	cr_assert_str_eq(zinf_comm_backend(c), "single");
+	cr_assert_eq(zinf_comm_world(c), 1);
+	zinf_comm_destroy(c);
+}
+
+Test(comm, argument_checks)
+{
+	struct zinf_comm *c = open_single(false);
+	float a[8] = {0}, b[8] = {0};
+	cr_assert_eq(zinf_comm_all_gather(NULL, a, b, 1, ZINF_F32, NULL), -EINVAL);
+	cr_assert_eq(zinf_comm_all_gather(c, NULL, b, 1, ZINF_F32, NULL), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "all_gather of 1 f32: a buffer is NULL") != NULL, "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_comm_all_gather(c, a, b, 1, (enum zinf_dtype)7, NULL), -EINVAL);
+	cr_assert_eq(zinf_comm_all_reduce(c, a, 1, ZINF_F32, (enum zinf_comm_red)9, NULL), -EINVAL);
+	cr_assert_eq(zinf_comm_all_reduce(c, a, SIZE_MAX / 2, ZINF_F32, ZINF_COMM_SUM, NULL),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "wraps") != NULL, "%s", zinf_last_error());
+	/* reduce-scatter's input and output may not overlap */
+	cr_assert_eq(zinf_comm_reduce_scatter(c, a, a + 2, 4, ZINF_F32, ZINF_COMM_SUM, NULL),
+		     -EINVAL);
+	cr_assert_eq(zinf_comm_all_gather(c, a, a + 1, 4, ZINF_F32, NULL), -EINVAL);
+	cr_assert_eq(zinf_comm_wait(c, NULL), -EINVAL);
+	cr_assert_eq(zinf_comm_test(NULL, NULL), -EINVAL);
+	/* count 0 with NULL buffers is a valid (empty) collective */
+	cr_assert_eq(zinf_comm_all_gather(c, NULL, NULL, 0, ZINF_F32, NULL), 0);
+	cr_assert_eq(zinf_comm_failed(c), 0, "refused calls do not fail the communicator");
+	struct zinf_comm_stats st = {.size = sizeof(st)};
+	zinf_comm_get_stats(c, &st);
+	cr_assert_eq(st.calls, 1);
+	zinf_comm_destroy(c);
+}
+
+/* A backend that was not built answers -ENODEV; one that was built but cannot run (nccl with
+ * no device, mpi ...) is covered by test_comm_ranks. */
+Test(comm, backends_listed)
+{
+	cr_assert_not_null(zinf_comm_ops_find("mpi"));
+	cr_assert_not_null(zinf_comm_ops_find("nccl"));
+	cr_assert_not_null(zinf_comm_ops_find("single"));
+	cr_assert_null(zinf_comm_ops_find("gloo"));
+#if !ZINF_HAVE_MPI
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = "mpi";
+	cr_assert_eq(zinf_comm_create(&o, &c), -ENODEV);
+	cr_assert(strstr(zinf_last_error(), "not built") != NULL, "%s", zinf_last_error());
+#endif
+}
+
+/* Out of memory: at create (nothing to free after), and for a request, which fails c: the
+ * other ranks would go on with a call this rank could not post. */
+Test(comm, out_of_memory)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = "single";
+	zinf_test_alloc_fail_nth(2); /* the communicator, then its descriptors */
+	cr_assert_eq(zinf_comm_create(&o, &c), -ENOMEM);
+	cr_assert_null(c);
+	zinf_test_alloc_fail_nth(0);
+	c = open_single(false);
+	float v = 1.0f;
+	zinf_test_alloc_fail_nth(1);
+	cr_assert_eq(zinf_comm_all_reduce(c, &v, 1, ZINF_F32, ZINF_COMM_SUM, NULL), -ENOMEM);
+	zinf_test_alloc_fail_nth(0);
+	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum: out of memory") != NULL,
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_comm_failed(c), -ENOMEM);
+	cr_assert_eq(zinf_comm_barrier(c, NULL), -ENOMEM);
+	cr_assert(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
+	zinf_comm_destroy(c);
+}

@@ -1,0 +1,544 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/test_comm_ranks.c: the collective contract over several ranks, a plain program
+ * that ctest runs under mpirun (1 to 4 ranks; Criterion forks every test, which MPI does not
+ * survive). Every rank runs every case in the same order; each case returns its failures,
+ * printed with rank and line. Rank 0 prints "N passed, M failed" (totals over ranks); the exit
+ * status is 1 when any rank failed a case, 77 when every case skipped.
+ *
+ * Usage: test_comm_ranks BACKEND [--lib-init]. BACKEND is "mpi" (host buffers) or "nccl"
+ * (CUDA managed memory, which the host reads once a request completed). With --lib-init the
+ * program leaves MPI to zinf (MPI_Init_thread in zinf_comm_create, MPI_Finalize in destroy)
+ * and runs the basic cases only; otherwise it initialises MPI itself, which lets it go on after
+ * the cases that fail a communicator on purpose (a skipped call, a mismatched call).
+ */
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/test_util.h"
+#include "engine/comm_internal.h"
+#include "zinf/comm.h"
+#include "zinf_config.h"
+#if ZINF_HAVE_NCCL
+#include <cuda_runtime.h>
+#endif
+
+static const char *backend;
+static int rank, world;
+static uint64_t seed;
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __func__, __LINE__, #cond);  \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			fails++;                                                                   \
+		}                                                                                  \
+	} while (0)
+#define SKIP 1000 /* a case's return value: skipped */
+
+static void *kept[4]; /* buffers of abandoned calls: reachable, not leaked */
+static int nkept;
+
+/* Buffers the backend can use: host memory for mpi, managed memory for nccl. */
+static void *
+buf_alloc(size_t bytes)
+{
+#if ZINF_HAVE_NCCL
+	if (strcmp(backend, "nccl") == 0) {
+		void *p = NULL;
+		return cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) == cudaSuccess
+			       ? p
+			       : NULL;
+	}
+#endif
+	return calloc(1, bytes ? bytes : 1);
+}
+
+static void
+buf_free(void *p)
+{
+#if ZINF_HAVE_NCCL
+	if (strcmp(backend, "nccl") == 0) {
+		cudaFree(p);
+		return;
+	}
+#endif
+	free(p);
+}
+
+static struct zinf_comm *
+open_comm(double timeout_s, bool check)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = backend;
+	o.timeout_s = timeout_s;
+	o.check = check;
+	int rc = zinf_comm_create(&o, &c);
+	if (rc < 0) {
+		fprintf(stderr, "rank %d: zinf_comm_create(%s): %s\n", rank, backend,
+			zinf_last_error());
+		return NULL;
+	}
+	return c;
+}
+
+/* Rank r's value of element i of a test tensor, exactly representable in every dtype. */
+static float
+value(uint64_t salt, int r, size_t i)
+{
+	uint64_t s = seed ^ (salt * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r << 40) ^ i;
+	zt_rand(&s);
+	double v = zt_uniform(&s, -4.0, 4.0);
+	return zinf_f16_to_f32(zinf_f32_to_f16_rne(zinf_bf16_to_f32(zinf_f32_to_bf16_rne(v))));
+}
+
+static float
+load(const void *p, enum zinf_dtype t, size_t i)
+{
+	const uint16_t *h = p;
+	return t == ZINF_F32	? ((const float *)p)[i]
+	       : t == ZINF_BF16 ? zinf_bf16_to_f32(h[i])
+				: zinf_f16_to_f32(h[i]);
+}
+
+static void
+store(void *p, enum zinf_dtype t, size_t i, float v)
+{
+	if (t == ZINF_F32) {
+		((float *)p)[i] = v;
+	} else {
+		((uint16_t *)p)[i] =
+			t == ZINF_BF16 ? zinf_f32_to_bf16_rne(v) : zinf_f32_to_f16_rne(v);
+	}
+}
+
+/* ---- cases -------------------------------------------------------------------------------- */
+
+/* Uneven tensors: every rank's partition, padded, gathered; the padding never shows. */
+static int
+case_all_gather_uneven(void)
+{
+	static const size_t sizes[] = {1, 7, 1000, 1001, 4099};
+	static const enum zinf_dtype types[] = {ZINF_F32, ZINF_BF16};
+	struct zinf_comm *c = open_comm(60, true);
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	for (size_t k = 0; k < 5; k++) {
+		for (int tt = 0; tt < 2; tt++) {
+			enum zinf_dtype t = types[tt];
+			size_t es = zinf_dtype_size(t), numel = sizes[k] + (size_t)world;
+			struct zinf_comm_part p;
+			CHECK(zinf_comm_partition(numel, world, rank, &p) == 0, "partition");
+			char *full = buf_alloc(p.padded * es), *part = buf_alloc(p.part * es);
+			for (size_t i = 0; i < p.count; i++) {
+				store(part, t, i, value(k, 0, p.offset + i));
+			}
+			/* in place on odd sizes: the partition sits in the full buffer already */
+			bool inplace = k % 2;
+			char *send = inplace ? full + p.offset * es : part;
+			if (inplace) {
+				memcpy(send, part, p.part * es);
+			}
+			int rc = zinf_comm_all_gather(c, send, full, p.part, t, NULL);
+			CHECK(rc == 0, "all_gather %zu: %s", numel, zinf_last_error());
+			for (size_t i = 0; i < numel && rc == 0; i++) {
+				if (load(full, t, i) != value(k, 0, i)) {
+					CHECK(0, "%s numel %zu element %zu: %g, expected %g",
+					      zinf_dtype_name(t), numel, i, load(full, t, i),
+					      value(k, 0, i));
+					break;
+				}
+			}
+			buf_free(full);
+			buf_free(part);
+		}
+	}
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/*
+ * Tolerance of a reduction of `world` terms against the float64 reference: fp32 accumulation
+ * (at most world - 1 roundings of 2^-24 relative to sum |x|), then one rounding to the
+ * output type (half an ulp of the result: 2^-8 relative for bf16, 2^-11 for f16, 2^-24 for
+ * f32). Accumulating in a 16-bit type would round at every step and exceed it.
+ */
+static double
+tolerance(enum zinf_dtype t, double ref, double abs_sum)
+{
+	double half_ulp = t == ZINF_BF16 ? 0x1p-8 : t == ZINF_F16 ? 0x1p-11 : 0x1p-24;
+	double tiny = t == ZINF_F16 ? 0x1p-25 : 0x1p-126; /* subnormal spacing / 2 */
+	return half_ulp * fabs(ref) * (1 + 0x1p-20) + world * 0x1p-24 * abs_sum + tiny;
+}
+
+/* Reduce-scatter SUM and AVG of f32, bf16 and f16 against a float64 reference. */
+static int
+case_reduce_scatter(void)
+{
+	static const enum zinf_dtype types[] = {ZINF_F32, ZINF_BF16, ZINF_F16};
+	struct zinf_comm *c = open_comm(60, true);
+	const size_t count = 513;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	for (int tt = 0; tt < 3; tt++) {
+		for (int red = ZINF_COMM_SUM; red <= ZINF_COMM_AVG; red++) {
+			enum zinf_dtype t = types[tt];
+			size_t es = zinf_dtype_size(t);
+			char *send = buf_alloc(count * world * es), *recv = buf_alloc(count * es);
+			for (size_t i = 0; i < count * world; i++) {
+				store(send, t, i, value(100 + tt, rank, i));
+			}
+			int rc = zinf_comm_reduce_scatter(c, send, recv, count, t, red, NULL);
+			CHECK(rc == 0, "reduce_scatter: %s", zinf_last_error());
+			for (size_t i = 0; i < count && rc == 0; i++) {
+				size_t g = (size_t)rank * count + i;
+				double ref = 0, abs_sum = 0;
+				for (int r = 0; r < world; r++) {
+					ref += value(100 + tt, r, g);
+					abs_sum += fabs(value(100 + tt, r, g));
+				}
+				if (red == ZINF_COMM_AVG) {
+					ref /= world;
+					abs_sum /= world;
+				}
+				double got = load(recv, t, i);
+				if (fabs(got - ref) > tolerance(t, ref, abs_sum)) {
+					CHECK(0,
+					      "%s %s element %zu: %.9g, reference %.9g (tol %.3g)",
+					      zinf_dtype_name(t), red ? "avg" : "sum", i, got, ref,
+					      tolerance(t, ref, abs_sum));
+					break;
+				}
+			}
+			buf_free(send);
+			buf_free(recv);
+		}
+	}
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/* All-reduce SUM (a squared-norm partial) and MAX (the fp16 overflow flag). */
+static int
+case_all_reduce(void)
+{
+	struct zinf_comm *c = open_comm(60, true);
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	/* ctest runs every rank on this one machine: local rank = rank */
+	CHECK(zinf_comm_rank(c) == rank && zinf_comm_world(c) == world, "rank/world");
+	CHECK(zinf_comm_local_rank(c) == rank, "local rank %d", zinf_comm_local_rank(c));
+	float *v = buf_alloc(3 * sizeof(float));
+	v[0] = (float)(rank + 1) * 0.5f;	/* sum: world (world + 1) / 4 */
+	v[1] = rank == world - 1 ? 1.0f : 0.0f; /* only the last rank overflowed */
+	v[2] = -(float)rank;			/* sum: -world (world - 1) / 2 */
+	CHECK(zinf_comm_all_reduce(c, v, 3, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "%s",
+	      zinf_last_error());
+	CHECK(v[0] == world * (world + 1) / 4.0f, "sum %g", v[0]);
+	CHECK(v[2] == -world * (world - 1) / 2.0f, "sum %g", v[2]);
+	v[0] = (float)rank;
+	v[1] = rank == world - 1 ? 1.0f : 0.0f;
+	v[2] = -(float)rank - 0.25f;
+	CHECK(zinf_comm_all_reduce(c, v, 3, ZINF_F32, ZINF_COMM_MAX, NULL) == 0, "%s",
+	      zinf_last_error());
+	CHECK(v[0] == world - 1, "max %g", v[0]);
+	CHECK(v[1] == 1.0f, "overflow flag %g", v[1]);
+	CHECK(v[2] == -0.25f, "max %g", v[2]);
+	uint16_t *h = buf_alloc(2 * sizeof(uint16_t));
+	h[0] = zinf_f32_to_bf16_rne(1.0f + (float)rank);
+	h[1] = zinf_f32_to_bf16_rne(-1.0f - (float)rank);
+	CHECK(zinf_comm_all_reduce(c, h, 2, ZINF_BF16, ZINF_COMM_MAX, NULL) == 0, "%s",
+	      zinf_last_error());
+	CHECK(zinf_bf16_to_f32(h[0]) == world, "bf16 max %g", zinf_bf16_to_f32(h[0]));
+	CHECK(zinf_bf16_to_f32(h[1]) == -1.0f, "bf16 max %g", zinf_bf16_to_f32(h[1]));
+	buf_free(v);
+	buf_free(h);
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+static int
+case_broadcast_barrier(void)
+{
+	struct zinf_comm *c = open_comm(60, true);
+	const size_t n = 777;
+	int fails = 0, root = world - 1;
+	if (!c) {
+		return 1;
+	}
+	float *b = buf_alloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++) {
+		b[i] = rank == root ? value(7, root, i) : -1.0f;
+	}
+	CHECK(zinf_comm_broadcast(c, b, n, ZINF_F32, root, NULL) == 0, "%s", zinf_last_error());
+	for (size_t i = 0; i < n; i++) {
+		if (b[i] != value(7, root, i)) {
+			CHECK(0, "element %zu: %g, root's %g", i, b[i], value(7, root, i));
+			break;
+		}
+	}
+	CHECK(zinf_comm_barrier(c, NULL) == 0, "%s", zinf_last_error());
+	CHECK(zinf_comm_broadcast(c, b, n, ZINF_F32, world, NULL) == -EINVAL, "root = world");
+	buf_free(b);
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/* Two collectives in flight, completed in the reverse order; then statistics. */
+static int
+case_two_in_flight(void)
+{
+	struct zinf_comm *c = open_comm(60, false);
+	const size_t n = 4096;
+	struct zinf_comm_req *ra = NULL, *rb = NULL;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	float *part = buf_alloc(n * sizeof(float)), *full = buf_alloc(n * world * sizeof(float));
+	float *s = buf_alloc(sizeof(float));
+	for (size_t i = 0; i < n; i++) {
+		part[i] = (float)(rank * n + i);
+	}
+	*s = 1.0f;
+	CHECK(zinf_comm_all_gather(c, part, full, n, ZINF_F32, &ra) == 0, "%s", zinf_last_error());
+	CHECK(zinf_comm_all_reduce(c, s, 1, ZINF_F32, ZINF_COMM_SUM, &rb) == 0, "%s",
+	      zinf_last_error());
+	int rc;
+	while ((rc = zinf_comm_test(c, rb)) == 0) {
+	}
+	CHECK(rc == 1, "test: %d", rc);
+	CHECK(zinf_comm_wait(c, ra) == 0, "%s", zinf_last_error());
+	CHECK(*s == world, "sum %g", *s);
+	for (size_t i = 0; i < n * world; i++) {
+		if (full[i] != (float)i) {
+			CHECK(0, "element %zu: %g", i, full[i]);
+			break;
+		}
+	}
+	struct zinf_comm_stats st = {.size = sizeof(st)};
+	CHECK(zinf_comm_get_stats(c, &st) == 0, "stats");
+	CHECK(st.calls == 2, "calls %llu", (unsigned long long)st.calls);
+	CHECK(st.bytes == n * world * 4 + 4, "bytes %llu", (unsigned long long)st.bytes);
+	CHECK(st.timeouts == 0, "timeouts");
+	CHECK(st.wait_ns > 0, "time in wait");
+	/* the native communicator, for benchmarks timing the raw call on the same buffers */
+	if (strcmp(backend, "mpi") == 0) {
+		MPI_Comm *mc = zinf_comm_native(c);
+		int n = 0;
+		CHECK(mc && MPI_Comm_size(*mc, &n) == MPI_SUCCESS && n == world, "native: %d", n);
+	} else {
+		CHECK(zinf_comm_native(c) != NULL, "native");
+	}
+	buf_free(part);
+	buf_free(full);
+	buf_free(s);
+	zinf_comm_destroy(c); /* nothing in flight */
+	return fails;
+}
+
+/*
+ * The last rank skips the third collective: the others return -ETIMEDOUT within the 2 s
+ * deadline (not before it), naming the call and its sequence number, and refuse every later
+ * call. With the check on, the check's own exchange times out the same way.
+ */
+static int
+skip_one(bool check)
+{
+	struct zinf_comm *c = open_comm(2.0, check);
+	float *v = buf_alloc(64 * sizeof(float));
+	int fails = 0;
+	if (!c || !v) {
+		return 1;
+	}
+	CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first");
+	CHECK(zinf_comm_barrier(c, NULL) == 0, "second");
+	if (rank != world - 1) {
+		double t0 = zinf_now_s();
+		int rc = zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL);
+		double dt = zinf_now_s() - t0;
+		const char *msg = zinf_last_error();
+		CHECK(rc == -ETIMEDOUT, "rc %d", rc);
+		CHECK(dt >= 1.9 && dt < 10.0, "returned after %.2f s", dt);
+		CHECK(strstr(msg, "seq 3 all_reduce 64 f32") != NULL, "message: %s", msg);
+		CHECK(check || strstr(msg, "(256 bytes)") != NULL, "message: %s", msg);
+		CHECK(zinf_comm_failed(c) == -ETIMEDOUT, "failed %d", zinf_comm_failed(c));
+		CHECK(zinf_comm_barrier(c, NULL) == -ETIMEDOUT, "later call");
+		CHECK(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
+		struct zinf_comm_stats st = {.size = sizeof(st)};
+		zinf_comm_get_stats(c, &st);
+		CHECK(st.timeouts == 1, "timeouts %llu", (unsigned long long)st.timeouts);
+	}
+	zinf_comm_destroy(c);  /* must return: the failed one skips what could wait */
+	kept[nkept++ % 4] = v; /* a timed-out MPI request may still write it */
+	return fails;
+}
+
+static int
+case_skip_unchecked(void)
+{
+	return world < 2 ? SKIP : skip_one(false);
+}
+
+static int
+case_skip_checked(void)
+{
+	return world < 2 ? SKIP : skip_one(true);
+}
+
+/* One rank passes a different count with the check on: -EPROTO on every rank, both named. */
+static int
+case_mismatch(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_comm *c = open_comm(30, true);
+	const size_t n = 1000;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	float *part = buf_alloc(n * sizeof(float)), *full = buf_alloc(n * world * sizeof(float));
+	CHECK(zinf_comm_barrier(c, NULL) == 0, "first");
+	double t0 = zinf_now_s();
+	int rc = zinf_comm_all_gather(c, part, full, rank == world - 1 ? n - 1 : n, ZINF_F32, NULL);
+	char want[160];
+	snprintf(want, sizeof(want),
+		 "rank 0: seq 2 all_gather 1000 f32; rank %d: seq 2 all_gather 999 f32", world - 1);
+	CHECK(rc == -EPROTO, "rc %d", rc);
+	CHECK(strstr(zinf_last_error(), want) != NULL, "message: %s", zinf_last_error());
+	CHECK(zinf_now_s() - t0 < 10, "took %.1f s", zinf_now_s() - t0);
+	CHECK(zinf_comm_all_gather(c, part, full, n, ZINF_F32, NULL) == -EPROTO, "later call");
+	buf_free(part);
+	buf_free(full);
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/* ---- runner ------------------------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	int (*fn)(void);
+	bool basic; /* also run with --lib-init */
+} cases[] = {
+	{"all_gather_uneven", case_all_gather_uneven, true},
+	{"reduce_scatter", case_reduce_scatter, true},
+	{"all_reduce", case_all_reduce, true},
+	{"broadcast_barrier", case_broadcast_barrier, false},
+	{"two_in_flight", case_two_in_flight, false},
+	{"skip_unchecked", case_skip_unchecked, false},
+	{"skip_checked", case_skip_checked, false},
+	{"mismatch", case_mismatch, false},
+};
+
+/* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */
+static int
+total(struct zinf_comm *c, int v)
+{
+	float f = (float)v;
+	if (c) {
+		return zinf_comm_all_reduce(c, &f, 1, ZINF_F32, ZINF_COMM_SUM, NULL) < 0 ? -1
+											 : (int)f;
+	}
+	int t = 0;
+	MPI_Allreduce(&v, &t, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	return t;
+}
+
+int
+main(int argc, char **argv)
+{
+	bool lib_init = argc > 2 && strcmp(argv[2], "--lib-init") == 0;
+	int provided, passed = 0, failed = 0, skipped = 0, ran = 0;
+	struct zinf_comm *lc = NULL;
+
+	backend = argc > 1 ? argv[1] : "mpi";
+	if (!lib_init) {
+		MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+		MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+		MPI_Comm_size(MPI_COMM_WORLD, &world);
+	} else {
+		/* backend NULL: zinf sees mpirun's environment and picks mpi */
+		if (zinf_comm_create(NULL, &lc) < 0) {
+			fprintf(stderr, "zinf_comm_create: %s\n", zinf_last_error());
+			return 1;
+		}
+		rank = zinf_comm_rank(lc);
+		world = zinf_comm_world(lc);
+		if (strcmp(zinf_comm_backend(lc), "mpi") != 0) {
+			fprintf(stderr, "backend %s under mpirun\n", zinf_comm_backend(lc));
+			return 1;
+		}
+	}
+#if ZINF_HAVE_NCCL
+	int ndev = 0;
+	if (strcmp(backend, "nccl") == 0 &&
+	    (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)) {
+		/* without a device, nccl refuses before it touches MPI: -ENODEV, said why */
+		struct zinf_comm *c = open_comm(10, false);
+		int bad = c != NULL || !strstr(zinf_last_error(), "no CUDA device");
+		if (rank == 0) {
+			printf("SKIP: nccl needs a CUDA device; this machine has none (%s)\n",
+			       bad ? "but zinf_comm_create did not say so: FAILED" : "refused");
+		}
+		zinf_comm_destroy(c);
+		if (!lib_init) {
+			MPI_Finalize();
+		}
+		return bad ? 1 : 77;
+	}
+#endif
+	/* every rank draws the same tensors: rank 0's seed */
+	seed = rank == 0 ? zt_seed() : 0;
+	if (!lib_init) {
+		MPI_Bcast(&seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+	} else {
+		zinf_comm_broadcast(lc, &seed, 2, ZINF_F32, 0, NULL);
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (lib_init && !cases[i].basic) {
+			continue;
+		}
+		int f = cases[i].fn();
+		int all = total(lc, f == SKIP ? 0 : f);
+		if (rank == 0) {
+			printf("%-20s %s (%d ranks)\n", cases[i].name,
+			       f == SKIP ? "skipped"
+			       : all	 ? "FAILED"
+					 : "ok",
+			       world);
+		}
+		skipped += f == SKIP;
+		ran += f != SKIP;
+		passed += f != SKIP && all == 0;
+		failed += f != SKIP && all != 0;
+	}
+	if (rank == 0) {
+		printf("%s, %d ranks: %d passed, %d failed, %d skipped\n", backend, world, passed,
+		       failed, skipped);
+		fflush(stdout);
+	}
+	if (lib_init) {
+		zinf_comm_destroy(lc); /* finalises MPI: zinf initialised it */
+	} else {
+		MPI_Finalize();
+	}
+	return failed ? 1 : ran ? 0 : 77;
+}
