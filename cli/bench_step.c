@@ -51,7 +51,7 @@ struct cfg {
 	const char *path;
 	uint32_t buffers, steps;
 	int schedule, copy, backend;
-	bool json, buffered, params_given;
+	bool json, buffered;
 	uint64_t block_size;
 	uint32_t queue_depth, threads;
 };
@@ -70,7 +70,7 @@ static const char description[] =
 
 static const struct cli_opt opts[] = {
 	{"params", CLI_COUNT, &cfg.params, NULL, "N", "fp32 elements of the partition (e.g. 2e8)",
-	 .min = 1, .given = &cfg.params_given},
+	 .min = 1, .flags = CLI_REQUIRED},
 	{"sub-group", CLI_COUNT, &cfg.sub_group, "1e7", "N", "elements per sub-group", .min = 1},
 	{"path", CLI_STR, &cfg.path, DEFAULT_DIR, "DIR", "directory for the swap files"},
 	{"buffers", CLI_U32, &cfg.buffers, "4", "N",
@@ -612,11 +612,6 @@ cli_bench_step(int argc, char **argv)
 	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
 	if (rc >= 0) {
 		return rc;
-	}
-	if (!cfg.params_given) {
-		fprintf(stderr, PROG ": --params is required\nRun `" PROG " --help` for the "
-				     "options.\n");
-		return 2;
 	}
 	struct cfg c = cfg;
 	struct ctx x = {.c = &c};

@@ -463,7 +463,10 @@ cli_opts_parse(const struct cli_opt *opts, int argc, char **argv, char *err, siz
 		return -EINVAL;
 	}
 	struct option *lo = calloc(n + 2, sizeof(*lo));
-	if (!lo) {
+	bool *seen = calloc(n + 1, sizeof(*seen));
+	if (!lo || !seen) {
+		free(lo);
+		free(seen);
 		return fail(err, errlen, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -492,10 +495,16 @@ cli_opts_parse(const struct cli_opt *opts, int argc, char **argv, char *err, siz
 			} else if (o->given) {
 				*o->given = true;
 			}
+			seen[ch - 256] = true;
 		}
 	}
 	if (rc == CLI_PARSE_OK && optind < argc) {
 		rc = fail(err, errlen, "unexpected argument '%s'", argv[optind]);
+	}
+	for (size_t i = 0; rc == CLI_PARSE_OK && i < n; i++) {
+		if ((opts[i].flags & CLI_REQUIRED) && !seen[i]) {
+			rc = fail(err, errlen, "--%s is required", opts[i].name);
+		}
 	}
 	for (size_t i = 0; rc == CLI_PARSE_OK && i < n; i++) {
 		struct cli_list *l = opts[i].dest;
@@ -504,6 +513,7 @@ cli_opts_parse(const struct cli_opt *opts, int argc, char **argv, char *err, siz
 		}
 	}
 	free(lo);
+	free(seen);
 	return rc;
 }
 
@@ -520,7 +530,9 @@ help_suffix(char *out, size_t n, const struct cli_opt *o)
 		fmt_range(rng, sizeof(rng), o);
 	}
 	const char *dflt = o->def && o->type != CLI_FLAG ? o->def : NULL;
-	const char *rep = o->type == CLI_LIST ? "repeatable" : NULL;
+	const char *rep = o->type == CLI_LIST	      ? "repeatable"
+			  : (o->flags & CLI_REQUIRED) ? "required"
+						      : NULL;
 	const char *parts[3] = {rep, NULL, rng[0] ? rng : NULL};
 	char dbuf[96];
 	if (dflt) {

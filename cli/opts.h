@@ -27,7 +27,8 @@ enum cli_opt_type {
 };
 
 enum cli_opt_flags {
-	CLI_POW2 = 1 << 0, /* CLI_SIZE/CLI_COUNT/CLI_U32: a power of two */
+	CLI_POW2 = 1 << 0,     /* CLI_SIZE/CLI_COUNT/CLI_U32: a power of two */
+	CLI_REQUIRED = 1 << 1, /* must be given ("--params is required") */
 };
 
 #define CLI_LIST_MAX 16

@@ -105,7 +105,7 @@ static const struct cli_opt table[] = {
 	 .flags = CLI_POW2, .given = &v.size_given},
 	{"count", CLI_COUNT, &v.count, "2e8", "N", "elements", .min = 1},
 	{"queue-depth", CLI_U32, &v.qd, "32", "N", "blocks in flight", .min = 1, .max = 4096},
-	{"n", CLI_INT, &v.n, NULL, NULL, "an int"},
+	{"n", CLI_INT, &v.n, NULL, NULL, "an int", .flags = CLI_REQUIRED},
 	{"colour", CLI_ENUM, &v.colour, "green", NULL, "a colour", .choices = colours},
 	{"ratio", CLI_DOUBLE, &v.ratio, "0.5", "R", "a ratio", .min = 0.25, .max = 1},
 	{"name", CLI_STR, &v.name, "x", "S", "a string"},
@@ -132,7 +132,7 @@ parse(char *err, size_t n, ...)
 Test(opts, defaults_applied)
 {
 	char err[256];
-	cr_assert_eq(parse(err, sizeof(err), NULL), CLI_PARSE_OK, "%s", err);
+	cr_assert_eq(parse(err, sizeof(err), "--n", "0", NULL), CLI_PARSE_OK, "%s", err);
 	cr_assert_eq(v.flag, false);
 	cr_assert_eq(v.size_given, false);
 	cr_assert_eq(v.size, 1 << 20);
@@ -200,6 +200,7 @@ Test(opts, errors_name_the_problem)
 	error_is("--flag: takes no value (given '1')", parse(e, sizeof(e), "--flag=1", NULL), e);
 	error_is("--size: needs a value", parse(e, sizeof(e), "--size", NULL), e);
 	error_is("unexpected argument 'extra'", parse(e, sizeof(e), "extra", NULL), e);
+	error_is("--n is required", parse(e, sizeof(e), "--flag", NULL), e);
 	error_is("--path d: at most 3 --path",
 		 parse(e, sizeof(e), "--path", "a", "--path", "b", "--path", "c", "--path", "d",
 		       NULL),
@@ -223,7 +224,7 @@ Test(opts, help_from_the_table)
 			   "  --size N              bytes (default 1M, in [4K, 1G])\n"
 			   "  --count N             elements (default 2e8, at least 1)\n"
 			   "  --queue-depth N       blocks in flight (default 32, in [1, 4096])\n"
-			   "  --n N                 an int\n"
+			   "  --n N                 an int (required)\n"
 			   "  --colour red|green|blue\n"
 			   "                        a colour (default green)\n"
 			   "  --ratio R             a ratio (default 0.5, in [0.25, 1])\n"
