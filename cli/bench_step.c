@@ -579,8 +579,8 @@ teardown(struct ctx *x)
 	zinf_pool_destroy(x->pool);
 	zinf_swap_destroy(x->swap); /* removes the files */
 	zinf_io_destroy(x->io);
-	/* Ours, or a killed run's just cleaned: an empty directory goes. */
-	if (x->made_dir || x->reclaimed) {
+	/* Made by this run, or the default one a killed run left: an empty directory goes. */
+	if (x->made_dir || (x->reclaimed && strcmp(x->c->path, DEFAULT_DIR) == 0)) {
 		rmdir(x->c->path);
 	}
 }

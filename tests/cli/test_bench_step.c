@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli_run.h"
@@ -139,6 +140,39 @@ Test(bench_step, memory_checked_before_allocating)
 		  "%s", t);
 	free(t);
 	cr_assert_eq(zc_count(d), 0, "no file created");
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* A killed run's swap file (its pid no longer runs) is removed by the next run, which says so. */
+Test(bench_step, killed_run_leftovers_reclaimed)
+{
+	char *d = zt_mkdtemp(NULL);
+	char out[4200], err[4200], path[4400];
+	snprintf(out, sizeof(out), "%s.out", d);
+	snprintf(err, sizeof(err), "%s.err", d);
+	pid_t dead = fork();
+	cr_assert(dead >= 0);
+	if (dead == 0) {
+		_exit(0);
+	}
+	waitpid(dead, NULL, 0);
+	snprintf(path, sizeof(path), "%s/zinf-bench-step-%ld-r0-fp32.0.swp", d, (long)dead);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	char *argv[] = {"zinf", "bench",  "step", "--params", "1000", "--steps",
+			"1",	"--path", d,	  "--json",   NULL};
+	cr_assert_eq(zc_run(NULL, argv, out, err), 0);
+	char *t = zc_text(err);
+	char want[128];
+	snprintf(want, sizeof(want), "removed 1 file left in %s by an earlier run (pid %ld", d,
+		 (long)dead);
+	cr_assert(strstr(t, want), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0);
+	unlink(out);
 	unlink(err);
 	zt_rmtree(d);
 	free(d);
