@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli_run.h"
+#include "common/test_util.h"
 
 const char *
 zc_cli(void)
@@ -97,4 +98,29 @@ zc_count(const char *dir)
 	}
 	closedir(d);
 	return n;
+}
+
+double
+zc_num(json_t *j, const char *key)
+{
+	json_t *v = json_object_get(j, key);
+	cr_assert(json_is_number(v), "%s is not a number", key);
+	return json_number_value(v);
+}
+
+void
+zc_scratch_init(struct zc_scratch *s)
+{
+	s->dir = zt_mkdtemp(NULL);
+	snprintf(s->out, sizeof(s->out), "%s.out", s->dir);
+	snprintf(s->err, sizeof(s->err), "%s.err", s->dir);
+}
+
+void
+zc_scratch_fini(struct zc_scratch *s)
+{
+	unlink(s->out);
+	unlink(s->err);
+	zt_rmtree(s->dir);
+	free(s->dir);
 }

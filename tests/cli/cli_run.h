@@ -27,5 +27,16 @@ json_t *zc_json(const char *path);
 char *zc_text(const char *path);
 /* Entries in dir, hidden ones included. */
 int zc_count(const char *dir);
+/* The number j[key] (asserts it is one). */
+double zc_num(json_t *j, const char *key);
+
+/* A scratch directory (zt_mkdtemp) and the names of files for a run's stdout and stderr. */
+struct zc_scratch {
+	char *dir;
+	char out[4200], err[4200];
+};
+void zc_scratch_init(struct zc_scratch *s);
+/* Remove the directory tree and the two files. */
+void zc_scratch_fini(struct zc_scratch *s);
 
 #endif

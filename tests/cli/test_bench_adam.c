@@ -15,57 +15,27 @@
 #include "cli_run.h"
 #include "common/test_util.h"
 
-struct run {
-	char *d, out[4200], err[4200];
-};
-
-static int
-run(struct run *r, char *const argv[])
-{
-	r->d = zt_mkdtemp(NULL);
-	snprintf(r->out, sizeof(r->out), "%s.out", r->d);
-	snprintf(r->err, sizeof(r->err), "%s.err", r->d);
-	return zc_run(NULL, argv, r->out, r->err);
-}
-
-static void
-run_fini(struct run *r)
-{
-	unlink(r->out);
-	unlink(r->err);
-	zt_rmtree(r->d);
-	free(r->d);
-}
-
-static double
-num(json_t *j, const char *key)
-{
-	json_t *v = json_object_get(j, key);
-	cr_assert(json_is_number(v), "%s is not a number", key);
-	return json_number_value(v);
-}
-
 /* One throughput run; checks the echo and bytes per parameter. */
 static void
 throughput(char *const argv[], double bytes_per, const char *state, const char *grad,
 	   const char *copy)
 {
-	struct run r;
-	cr_assert_eq(run(&r, argv), 0);
+	struct zc_scratch r;
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 0);
 	json_t *j = zc_json(r.out);
-	cr_assert_eq(num(j, "params"), 100000);
-	cr_assert_eq(num(j, "reps"), 3);
-	cr_assert_eq(num(j, "threads"), 1);
-	cr_assert_eq(num(j, "bytes_per_param"), bytes_per);
+	cr_assert_eq(zc_num(j, "params"), 100000);
+	cr_assert_eq(zc_num(j, "reps"), 3);
+	cr_assert_eq(zc_num(j, "threads"), 1);
+	cr_assert_eq(zc_num(j, "bytes_per_param"), bytes_per);
 	cr_assert_str_eq(json_string_value(json_object_get(j, "state")), state);
 	cr_assert_str_eq(json_string_value(json_object_get(j, "grad_dtype")), grad);
 	cr_assert_str_eq(json_string_value(json_object_get(j, "copy_dtype")), copy);
-	double g = num(j, "GBps"), s = num(j, "stream_GBps");
+	double g = zc_num(j, "GBps"), s = zc_num(j, "stream_GBps");
 	cr_assert(g > 0 && s > 0);
-	cr_assert_float_eq(num(j, "ratio"), g / s, 1e-9 * g / s);
-	cr_assert_float_eq(num(j, "params_per_s") * bytes_per / 1e9, g, 1e-9 * g);
+	cr_assert_float_eq(zc_num(j, "ratio"), g / s, 1e-9 * g / s);
+	cr_assert_float_eq(zc_num(j, "params_per_s") * bytes_per / 1e9, g, 1e-9 * g);
 	json_decref(j);
-	run_fini(&r);
+	zc_scratch_fini(&r);
 }
 
 Test(bench_adam, json_f32_state)
@@ -86,10 +56,10 @@ Test(bench_adam, json_bf16_state)
 
 Test(bench_adam, accuracy_two_runs)
 {
-	struct run r;
+	struct zc_scratch r;
 	char *argv[] = {"zinf", "bench",   "adam", "--accuracy", "--params",
 			"256",	"--steps", "50",   "--json",	 NULL};
-	cr_assert_eq(run(&r, argv), 0);
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 0);
 	char *t = zc_text(r.out);
 	char *nl = strchr(t, '\n');
 	cr_assert_not_null(nl);
@@ -100,31 +70,32 @@ Test(bench_adam, accuracy_two_runs)
 		json_error_t e;
 		json_t *j = json_loads(line[k], JSON_DISABLE_EOF_CHECK, &e);
 		cr_assert_not_null(j, "line %d: %s", k, e.text);
-		cr_assert_eq(num(j, "params"), 256);
-		cr_assert_eq(num(j, "steps"), 50);
-		cr_assert_eq(num(j, "noise_sigma"), sigma[k]);
+		cr_assert_eq(zc_num(j, "params"), 256);
+		cr_assert_eq(zc_num(j, "steps"), 50);
+		cr_assert_eq(zc_num(j, "noise_sigma"), sigma[k]);
 		json_t *runs = json_object_get(j, "runs");
 		cr_assert_eq(json_array_size(runs), 3);
-		cr_assert_eq(num(json_array_get(runs, 0), "param_rel_diff_vs_f32"), 0,
+		cr_assert_eq(zc_num(json_array_get(runs, 0), "param_rel_diff_vs_f32"), 0,
 			     "f32 against itself");
-		double d1 = num(json_array_get(runs, 1), "param_rel_diff_vs_f32");
+		double d1 = zc_num(json_array_get(runs, 1), "param_rel_diff_vs_f32");
 		cr_assert(d1 > 0 && d1 < 0.05, "bf16 state differs a little: %g", d1);
-		cr_assert(num(json_array_get(runs, 0), "final_loss") < num(j, "initial_loss"));
+		cr_assert(zc_num(json_array_get(runs, 0), "final_loss") <
+			  zc_num(j, "initial_loss"));
 		json_decref(j);
 	}
 	free(t);
-	run_fini(&r);
+	zc_scratch_fini(&r);
 }
 
 static void
 refused(char *const argv[], int want_rc, const char *want)
 {
-	struct run r;
-	cr_assert_eq(run(&r, argv), want_rc);
+	struct zc_scratch r;
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), want_rc);
 	char *t = zc_text(r.err);
 	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
 	free(t);
-	run_fini(&r);
+	zc_scratch_fini(&r);
 }
 
 Test(bench_adam, refusals)

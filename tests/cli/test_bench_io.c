@@ -21,29 +21,6 @@
 #include "cli_run.h"
 #include "common/test_util.h"
 
-/* A scratch directory and its out/err file names. */
-struct scratch {
-	char *dir;
-	char out[4200], err[4200];
-};
-
-static void
-scratch_init(struct scratch *s)
-{
-	s->dir = zt_mkdtemp(NULL);
-	snprintf(s->out, sizeof(s->out), "%s.out", s->dir);
-	snprintf(s->err, sizeof(s->err), "%s.err", s->dir);
-}
-
-static void
-scratch_fini(struct scratch *s)
-{
-	unlink(s->out);
-	unlink(s->err);
-	zt_rmtree(s->dir);
-	free(s->dir);
-}
-
 static size_t
 count_substr(const char *hay, const char *needle)
 {
@@ -56,8 +33,8 @@ count_substr(const char *hay, const char *needle)
 
 Test(bench_io, json_keys_and_null_mode)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf", "bench",  "io",	   "--path",	   s.dir,  "--size",
 			"8M",	"--mode", "write", "--block-size", "256K", "--queue-depth",
 			"4",	"--json", NULL};
@@ -77,14 +54,14 @@ Test(bench_io, json_keys_and_null_mode)
 	cr_assert(json_is_false(json_object_get(j, "buffered")));
 	json_decref(j);
 	cr_assert_eq(zc_count(s.dir), 0, "files removed");
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 /* psync registers nothing: the report must not claim registered buffers. */
 Test(bench_io, registered_reports_what_ran)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf", "bench",     "io",    "--path", s.dir, "--size",
 			"4M",	"--backend", "psync", "--json", NULL};
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
@@ -98,13 +75,13 @@ Test(bench_io, registered_reports_what_ran)
 	char *t = zc_text(s.out);
 	cr_assert(strstr(t, "not registered"), "%s", t);
 	free(t);
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 Test(bench_io, sweep_prints_deepspeed_aio)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf",	   "bench",    "io", "--path",	  s.dir,   "--size", "4M",
 			"--sweep", "--rounds", "1",  "--backend", "psync", "--json", NULL};
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
@@ -125,27 +102,27 @@ Test(bench_io, sweep_prints_deepspeed_aio)
 		     json_integer_value(json_object_get(best, "threads")));
 	json_decref(j);
 	cr_assert_eq(zc_count(s.dir), 0);
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 Test(bench_io, default_dir_created_and_removed)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf", "bench", "io", "--size", "4M", NULL};
 	cr_assert_eq(zc_run(s.dir, argv, s.out, s.err), 0);
 	char *t = zc_text(s.out);
 	cr_assert(strstr(t, "zinf bench io:") && strstr(t, "./zinf-bench-io"), "%s", t);
 	free(t);
 	cr_assert_eq(zc_count(s.dir), 0, "./zinf-bench-io removed");
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 /* 1 TiB of buffers: refused before anything is allocated, naming what to lower. */
 Test(bench_io, memory_checked_before_allocating)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf",	 "bench",	 "io",	"--path",
 			s.dir,	 "--size",	 "1T",	"--buffer-pattern",
 			"small", "--threads",	 "64",	"--queue-depth",
@@ -157,14 +134,14 @@ Test(bench_io, memory_checked_before_allocating)
 		  "%s", t);
 	free(t);
 	cr_assert_eq(zc_count(s.dir), 0, "no file created");
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 /* A missing directory: one message naming it, not the library's and the CLI's both. */
 Test(bench_io, error_printed_once)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char missing[4300];
 	snprintf(missing, sizeof(missing), "%s/no-such-dir", s.dir);
 	char *argv[] = {"zinf", "bench", "io", "--path", missing, "--size", "4M", NULL};
@@ -173,15 +150,15 @@ Test(bench_io, error_printed_once)
 	cr_assert_eq(count_substr(t, "no-such-dir"), 1, "printed once:\n%s", t);
 	cr_assert_eq(count_substr(t, "\n"), 1, "one line:\n%s", t);
 	free(t);
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 /* Start a 4 GiB run, wait for its file, send sig; the run must exit 128 + sig, no file left. */
 static void
 signal_mid_run(int sig)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	/* Big enough to be mid-run when the signal arrives, small enough to be cheap if not. */
 	char *argv[] = {"zinf",	 "bench",	  "io", "--path",
 			s.dir,	 "--size",	  "4G", "--buffer-pattern",
@@ -198,7 +175,7 @@ signal_mid_run(int sig)
 	char *t = zc_text(s.err);
 	cr_assert(strstr(t, "interrupted"), "%s", t);
 	free(t);
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 Test(bench_io, sigint_cleans_up)
@@ -214,8 +191,8 @@ Test(bench_io, sighup_cleans_up)
 /* `ulimit -f 1024` (512 KiB): the run fails with a message, not SIGXFSZ, and leaves no file. */
 Test(bench_io, file_size_limit_reported)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char cmd[9000];
 	snprintf(cmd, sizeof(cmd),
 		 "ulimit -f 1024; exec '%s' bench io --path '%s' --size 8M >'%s' 2>'%s'", zc_cli(),
@@ -227,7 +204,7 @@ Test(bench_io, file_size_limit_reported)
 	cr_assert(strstr(t, "file size limit") && strstr(t, s.dir), "%s", t);
 	free(t);
 	cr_assert_eq(zc_count(s.dir), 0, "no file left");
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 /* A pid that ran and is gone. */
@@ -258,8 +235,8 @@ touch(const char *dir, const char *fmt, long pid)
 /* What a kill -9 leaves: the next run removes it, says so in one line, and keeps others' files. */
 Test(bench_io, killed_run_leftovers_reclaimed)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	long pid = dead_pid();
 	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", pid);
 	touch(s.dir, ".zinf-bench-io-%ld-r0.0.probe", pid);
@@ -275,7 +252,7 @@ Test(bench_io, killed_run_leftovers_reclaimed)
 	cr_assert(strstr(t, "still running; left alone"), "%s", t);
 	free(t);
 	cr_assert_eq(zc_count(s.dir), 2, "the live owner's file and the foreign file stay");
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 /* tmpfs has no O_DIRECT: refused without --buffered, runs with it. */
@@ -285,8 +262,8 @@ Test(bench_io, buffered_on_tmpfs)
 	if (statfs("/dev/shm", &fs) != 0 || fs.f_type != 0x01021994 /* TMPFS_MAGIC */) {
 		cr_skip_test("no tmpfs at /dev/shm");
 	}
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *d = zt_mkdtemp("/dev/shm");
 	char *argv[] = {"zinf", "bench", "io", "--path", d, "--size", "4M", "--json", NULL};
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1, "O_DIRECT refused on tmpfs");
@@ -300,13 +277,13 @@ Test(bench_io, buffered_on_tmpfs)
 	cr_assert_eq(zc_count(d), 0);
 	zt_rmtree(d);
 	free(d);
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 Test(zinf, bench_help_lists_benchmarks)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf", "bench", "--help", NULL};
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
 	char *t = zc_text(s.out);
@@ -317,13 +294,13 @@ Test(zinf, bench_help_lists_benchmarks)
 	t = zc_text(s.err);
 	cr_assert(strstr(t, "did you mean `zinf bench step`?"), "%s", t);
 	free(t);
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }
 
 Test(zinf, log_level_validated)
 {
-	struct scratch s;
-	scratch_init(&s);
+	struct zc_scratch s;
+	zc_scratch_init(&s);
 	char *argv[] = {"zinf", "version", NULL};
 	setenv("ZINF_LOG_LEVEL", "verbose", 1);
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 2);
@@ -336,5 +313,5 @@ Test(zinf, log_level_validated)
 	setenv("ZINF_LOG_LEVEL", "2", 1);
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
 	unsetenv("ZINF_LOG_LEVEL");
-	scratch_fini(&s);
+	zc_scratch_fini(&s);
 }

@@ -17,14 +17,6 @@
 #include "common/test_util.h"
 
 static double
-num(json_t *j, const char *key)
-{
-	json_t *v = json_object_get(j, key);
-	cr_assert(json_is_number(v), "%s is not a number", key);
-	return json_number_value(v);
-}
-
-static double
 at(json_t *j, const char *key, size_t i)
 {
 	json_t *v = json_array_get(json_object_get(j, key), i);
@@ -54,23 +46,23 @@ Test(bench_step, json_tiny)
 	cr_assert_eq(rc, 0, "stderr: %s", e);
 	free(e);
 	json_t *j = zc_json(out);
-	cr_assert_eq(num(j, "params"), 250000);
-	cr_assert_eq(num(j, "sub_group"), 100000);
-	cr_assert_eq(num(j, "sub_groups"), 3);
-	cr_assert_eq(num(j, "buffers"), 2);
-	cr_assert_eq(num(j, "buffers_in_flight"), 2);
-	cr_assert_eq(num(j, "steps"), 3);
+	cr_assert_eq(zc_num(j, "params"), 250000);
+	cr_assert_eq(zc_num(j, "sub_group"), 100000);
+	cr_assert_eq(zc_num(j, "sub_groups"), 3);
+	cr_assert_eq(zc_num(j, "buffers"), 2);
+	cr_assert_eq(zc_num(j, "buffers_in_flight"), 2);
+	cr_assert_eq(zc_num(j, "steps"), 3);
 	cr_assert_str_eq(json_string_value(json_object_get(j, "backend")), "psync");
 	cr_assert(json_is_boolean(json_object_get(j, "pinned")));
 	/* master, m and v of every element, 4 bytes each, read once and written once */
-	cr_assert_eq(num(j, "read_bytes"), 250000.0 * 3 * 4);
-	cr_assert_eq(num(j, "write_bytes"), 250000.0 * 3 * 4);
-	cr_assert_eq(num(j, "io_bytes"), 2 * 250000.0 * 3 * 4, "io alone moves the same bytes");
+	cr_assert_eq(zc_num(j, "read_bytes"), 250000.0 * 3 * 4);
+	cr_assert_eq(zc_num(j, "write_bytes"), 250000.0 * 3 * 4);
+	cr_assert_eq(zc_num(j, "io_bytes"), 2 * 250000.0 * 3 * 4, "io alone moves the same bytes");
 	cr_assert_eq(json_array_size(json_object_get(j, "step_s_all")), 3);
 	/* efficiency_all[i] = max(io_s[i] * step bytes / io bytes, adam_s[i]) / step_s[i] */
-	double e3[3], sb = num(j, "read_bytes") + num(j, "write_bytes");
+	double e3[3], sb = zc_num(j, "read_bytes") + zc_num(j, "write_bytes");
 	for (size_t i = 0; i < 3; i++) {
-		double iob = at(j, "io_s_all", i) * sb / num(j, "io_bytes");
+		double iob = at(j, "io_s_all", i) * sb / zc_num(j, "io_bytes");
 		double want = fmax(iob, at(j, "adam_s_all", i)) / at(j, "step_s_all", i);
 		e3[i] = at(j, "efficiency_all", i);
 		cr_assert_float_eq(e3[i], want, 1e-9 * want, "round %zu: %g vs %g", i, e3[i], want);
@@ -79,7 +71,7 @@ Test(bench_step, json_tiny)
 		cr_assert_leq(at(j, "adam_in_step_s_all", i), at(j, "step_s_all", i));
 	}
 	qsort(e3, 3, sizeof(double), cmp);
-	cr_assert_eq(num(j, "efficiency"), e3[1], "efficiency is the median of rounds");
+	cr_assert_eq(zc_num(j, "efficiency"), e3[1], "efficiency is the median of rounds");
 	const char *bound = json_string_value(json_object_get(j, "bound"));
 	cr_assert(bound && (!strcmp(bound, "io") || !strcmp(bound, "adam")));
 	json_decref(j);
