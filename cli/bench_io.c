@@ -294,6 +294,16 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 	/* More buffers than tensors would never be used. */
 	uint64_t nbufs = c->pattern == PAT_LARGE ? 1 : (uint64_t)c->queue_depth * c->threads;
 	nbufs = nbufs < st.ntens ? nbufs : st.ntens;
+	if (st.ntens > INT32_MAX) {
+		char sz[32], bs[32];
+		cli_size_str(sz, sizeof(sz), c->size);
+		cli_size_str(bs, sizeof(bs), tens_bytes);
+		fprintf(stderr,
+			PROG ": --size %s in tensors of %s is %llu tensors, more than a swap space "
+			     "holds (2^31 - 1): raise --block-size\n",
+			sz, bs, (unsigned long long)st.ntens);
+		return -EINVAL;
+	}
 	int ret = check_memory(c, st.ntens, tens_bytes, nbufs);
 	if (ret < 0) {
 		return ret;

@@ -137,6 +137,23 @@ Test(bench_io, memory_checked_before_allocating)
 	zc_scratch_fini(&s);
 }
 
+/* 2^32 tensors of 4 KiB: refused before the swap space is made (ids are 31-bit). */
+Test(bench_io, tensor_count_checked)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench",	"io", "--path",		  s.dir,   "--size",
+			"16T",	"--block-size", "4K", "--buffer-pattern", "small", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "--size 16 TiB in tensors of 4 KiB is 4294967296 tensors") &&
+			  strstr(t, "raise --block-size"),
+		  "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file created");
+	zc_scratch_fini(&s);
+}
+
 /* A missing directory: one message naming it, not the library's and the CLI's both. */
 Test(bench_io, error_printed_once)
 {
@@ -288,6 +305,11 @@ Test(zinf, bench_help_lists_benchmarks)
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
 	char *t = zc_text(s.out);
 	cr_assert(strstr(t, "  io ") && strstr(t, "  adam ") && strstr(t, "  step "), "%s", t);
+	free(t);
+	char *argv1[] = {"zinf", "bench", NULL};
+	cr_assert_eq(zc_run(NULL, argv1, s.out, s.err), 2, "a group needs its command");
+	t = zc_text(s.err);
+	cr_assert(strstr(t, "usage: zinf bench <command>"), "%s", t);
 	free(t);
 	char *argv2[] = {"zinf", "bench", "stpe", NULL};
 	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 2);
