@@ -281,34 +281,38 @@ register_bufs(struct run_state *st, const struct iovec *iov)
 	return ret == 0;
 }
 
-/* One run; the library has logged any error it returns (the CLI does not repeat it). */
+/*
+ * The run's shape: tensors of tens_bytes, buffers (more than tensors would never be used), and
+ * the checks made before anything is allocated. Returns 0, or a negative errno (printed).
+ */
 static int
-run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
+plan(const struct bench_cfg *c, struct run_state *st, uint64_t *tens_bytes)
 {
-	struct run_state st = {.c = c};
-	memset(res, 0, sizeof(*res));
-	res->write_s = res->read_s = res->crc_GBps = res->crc_table_GBps = -1;
-	uint64_t tens_bytes = c->pattern == PAT_LARGE ? LARGE_CHUNK : c->block_size;
-	tens_bytes = tens_bytes < c->size ? tens_bytes : c->size;
-	st.ntens = (c->size + tens_bytes - 1) / tens_bytes;
-	/* More buffers than tensors would never be used. */
+	uint64_t tb = c->pattern == PAT_LARGE ? LARGE_CHUNK : c->block_size;
+	tb = tb < c->size ? tb : c->size;
+	st->ntens = (c->size + tb - 1) / tb;
 	uint64_t nbufs = c->pattern == PAT_LARGE ? 1 : (uint64_t)c->queue_depth * c->threads;
-	nbufs = nbufs < st.ntens ? nbufs : st.ntens;
-	if (st.ntens > INT32_MAX) {
+	nbufs = nbufs < st->ntens ? nbufs : st->ntens;
+	if (st->ntens > INT32_MAX) {
 		char sz[32], bs[32];
 		cli_size_str(sz, sizeof(sz), c->size);
-		cli_size_str(bs, sizeof(bs), tens_bytes);
+		cli_size_str(bs, sizeof(bs), tb);
 		fprintf(stderr,
 			PROG ": --size %s in tensors of %s is %llu tensors, more than a swap space "
 			     "holds (2^31 - 1): raise --block-size\n",
-			sz, bs, (unsigned long long)st.ntens);
+			sz, bs, (unsigned long long)st->ntens);
 		return -EINVAL;
 	}
-	int ret = check_memory(c, st.ntens, tens_bytes, nbufs);
-	if (ret < 0) {
-		return ret;
-	}
-	st.nbufs = (unsigned)nbufs;
+	st->nbufs = (unsigned)nbufs;
+	*tens_bytes = tb;
+	return check_memory(c, st->ntens, tb, nbufs);
+}
+
+/* The I/O engine and the swap space with every tensor declared and its files reserved. */
+static int
+open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
+	  struct bench_res *res)
+{
 	struct zinf_io_opts o;
 	zinf_io_opts_init(&o);
 	o.backend = c->backend ? backends[c->backend] : NULL;
@@ -316,11 +320,11 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 	o.queue_depth = c->queue_depth;
 	o.threads = c->threads;
 	o.sqpoll = c->sqpoll;
-	ret = zinf_io_create(&o, &st.io);
+	int ret = zinf_io_create(&o, &st->io);
 	if (ret < 0) {
 		return ret;
 	}
-	snprintf(res->backend, sizeof(res->backend), "%s", zinf_io_backend(st.io));
+	snprintf(res->backend, sizeof(res->backend), "%s", zinf_io_backend(st->io));
 	char prefix[64];
 	cli_scratch_prefix(prefix, sizeof(prefix), SCRATCH_STEM);
 	struct zinf_swap_opts so;
@@ -331,72 +335,86 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 	so.crc = c->crc;
 	so.buffered = c->buffered;
 	so.stripe_unit = c->stripe_unit;
-	ret = zinf_swap_create(st.io, &so, &st.swap);
-	if (ret < 0) {
-		goto out;
+	if ((ret = zinf_swap_create(st->io, &so, &st->swap)) < 0) {
+		return ret;
 	}
-	st.ids = calloc(st.ntens, sizeof(*st.ids));
-	if (!st.ids) {
-		ret = -ENOMEM;
+	st->ids = calloc(st->ntens, sizeof(*st->ids));
+	if (!st->ids) {
 		fprintf(stderr, PROG ": out of memory for %llu tensor ids\n",
-			(unsigned long long)st.ntens);
-		goto out;
+			(unsigned long long)st->ntens);
+		return -ENOMEM;
 	}
-	for (uint64_t i = 0; i < st.ntens; i++) {
-		uint64_t b = i + 1 < st.ntens ? tens_bytes : c->size - i * tens_bytes;
-		ret = st.ids[i] = zinf_swap_add(st.swap, "data", (uint32_t)i, b);
+	for (uint64_t i = 0; i < st->ntens; i++) {
+		uint64_t b = i + 1 < st->ntens ? tens_bytes : c->size - i * tens_bytes;
+		ret = st->ids[i] = zinf_swap_add(st->swap, "data", (uint32_t)i, b);
 		if (ret < 0) {
-			goto out;
+			return ret;
 		}
 	}
-	ret = zinf_swap_reserve(st.swap);
-	if (ret < 0) {
-		goto out;
-	}
-	st.buf_bytes = zinf_swap_buf_bytes(st.swap, st.ids[0]);
-	st.bufs = calloc(st.nbufs, sizeof(*st.bufs));
-	struct iovec *iov = calloc(st.nbufs, sizeof(*iov));
-	/*
-	 * One slab from the engine's allocator (2 MiB aligned, huge pages advised before the
-	 * first touch: a 1 MiB block is then one DMA segment, see RESULTS.md), cut into the
-	 * pattern's buffers; each is registered on its own.
-	 */
-	st.slab_bytes = (size_t)st.buf_bytes * st.nbufs;
-	st.slab = st.bufs && iov ? zinf_io_buf_alloc(st.slab_bytes) : NULL;
-	if (!st.slab) {
+	return zinf_swap_reserve(st->swap);
+}
+
+/*
+ * One slab from the engine's allocator (2 MiB aligned, huge pages advised before the first
+ * touch: a 1 MiB block is then one DMA segment, see RESULTS.md), cut into the pattern's
+ * buffers, touched (page faults are not timed) and registered each on its own.
+ */
+static int
+make_bufs(struct run_state *st, struct bench_res *res)
+{
+	st->buf_bytes = zinf_swap_buf_bytes(st->swap, st->ids[0]);
+	st->bufs = calloc(st->nbufs, sizeof(*st->bufs));
+	struct iovec *iov = calloc(st->nbufs, sizeof(*iov));
+	st->slab_bytes = (size_t)st->buf_bytes * st->nbufs;
+	st->slab = st->bufs && iov ? zinf_io_buf_alloc(st->slab_bytes) : NULL;
+	if (!st->slab) {
 		free(iov);
-		ret = -ENOMEM;
 		fprintf(stderr, PROG ": cannot allocate %llu bytes of buffers\n",
-			(unsigned long long)st.slab_bytes);
+			(unsigned long long)st->slab_bytes);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < st->nbufs; i++) {
+		st->bufs[i] = (char *)st->slab + (size_t)i * st->buf_bytes;
+		memset(st->bufs[i], 0x5a + (int)i, st->buf_bytes);
+		iov[i].iov_base = st->bufs[i];
+		iov[i].iov_len = st->buf_bytes;
+	}
+	res->registered = register_bufs(st, iov);
+	free(iov);
+	return 0;
+}
+
+/* One run; the library has logged any error it returns (the CLI does not repeat it). */
+static int
+run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
+{
+	struct run_state st = {.c = c};
+	memset(res, 0, sizeof(*res));
+	res->write_s = res->read_s = res->crc_GBps = res->crc_table_GBps = -1;
+	uint64_t tens_bytes = 0;
+	int ret = plan(c, &st, &tens_bytes);
+	if (ret < 0) {
+		return ret;
+	}
+	if ((ret = open_swap(c, &st, tens_bytes, res)) < 0 || (ret = make_bufs(&st, res)) < 0) {
 		goto out;
 	}
-	for (unsigned i = 0; i < st.nbufs; i++) {
-		st.bufs[i] = (char *)st.slab + (size_t)i * st.buf_bytes;
-		/* Touch every page now, so that page faults are not timed. */
-		memset(st.bufs[i], 0x5a + (int)i, st.buf_bytes);
-		iov[i].iov_base = st.bufs[i];
-		iov[i].iov_len = st.buf_bytes;
-	}
-	res->registered = register_bufs(&st, iov);
-	free(iov);
 	if (c->crc) {
 		crc_speed(st.bufs[0], st.buf_bytes, res);
 	}
 	res->bytes = c->size;
-	bool rd = c->mode != MODE_WRITE, wr = true; /* a read needs the data written first */
-	cli_progress_init(&st.prog, label, (wr ? c->size : 0) + (rd ? c->size : 0));
-	if (wr) {
-		double t = run_phase(&st, true);
-		if (t < 0) {
-			ret = (int)t;
-			goto out_prog;
-		}
-		if (c->mode != MODE_READ) {
-			res->write_s = t;
-		}
+	bool rd = c->mode != MODE_WRITE; /* a read needs the data written first: always write */
+	cli_progress_init(&st.prog, label, c->size + (rd ? c->size : 0));
+	double t = run_phase(&st, true);
+	if (t < 0) {
+		ret = (int)t;
+		goto out_prog;
+	}
+	if (c->mode != MODE_READ) {
+		res->write_s = t;
 	}
 	if (rd) {
-		double t = run_phase(&st, false);
+		t = run_phase(&st, false);
 		if (t < 0) {
 			ret = (int)t;
 			goto out_prog;
