@@ -336,6 +336,7 @@ open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
 	so.buffered = c->buffered;
 	so.stripe_unit = c->stripe_unit;
 	if ((ret = zinf_swap_create(st->io, &so, &st->swap)) < 0) {
+		cli_hint_buffered(PROG, ret, c->buffered);
 		return ret;
 	}
 	st->ids = calloc(st->ntens, sizeof(*st->ids));

@@ -333,6 +333,7 @@ setup(struct ctx *x)
 	sw.prefix = prefix;
 	sw.buffered = c->buffered;
 	if ((rc = zinf_swap_create(x->io, &sw, &x->swap))) {
+		cli_hint_buffered(PROG, rc, c->buffered);
 		return rc;
 	}
 	struct zinf_step_opts *so = &x->so;
@@ -499,7 +500,8 @@ report_json(const struct ctx *x, const struct round *r, const struct summary *s)
 	const struct zinf_step_stats *ss = &r[c->steps - 1].ss;
 	json_t *o = json_object();
 	json_object_set_new(o, "params", json_integer((json_int_t)c->params));
-	json_object_set_new(o, "sub_group", json_integer((json_int_t)c->sub_group));
+	json_object_set_new(o, "sub_group",
+			    json_integer((json_int_t)zinf_step_sub_group_len(x->st, 0)));
 	json_object_set_new(o, "sub_groups", json_integer(x->nsg));
 	json_object_set_new(o, "buffers", json_integer(c->buffers));
 	json_object_set_new(o, "buffers_in_flight", json_integer(ss->buffers));
@@ -552,8 +554,9 @@ report_human(const struct ctx *x, const struct round *r, const struct summary *s
 	cli_size_str(bb, sizeof(bb), zinf_pool_buffer_bytes(x->pool));
 	printf(PROG ": %llu params, %u sub-groups of %llu, %u buffers of %s (%s), schedule %s, "
 		    "backend %s%s\n",
-	       (unsigned long long)c->params, x->nsg, (unsigned long long)c->sub_group, c->buffers,
-	       bb, zinf_pool_pinned(x->pool) ? "pinned" : "not pinned", schedules[c->schedule],
+	       (unsigned long long)c->params, x->nsg,
+	       (unsigned long long)zinf_step_sub_group_len(x->st, 0), c->buffers, bb,
+	       zinf_pool_pinned(x->pool) ? "pinned" : "not pinned", schedules[c->schedule],
 	       zinf_io_backend(x->io), c->buffered ? ", buffered I/O allowed" : "");
 	printf("  step      %8.3f s (median of %u)   %.2f GB/s of state moved\n", s->step_s,
 	       c->steps, (double)s->step_bytes / s->step_s / 1e9);

@@ -77,4 +77,7 @@ void cli_scratch_prefix(char *out, size_t n, const char *stem);
  */
 int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
 
+/* After zinf_swap_create() returned rc: if O_DIRECT was refused, say that --buffered exists. */
+void cli_hint_buffered(const char *prog, int rc, bool buffered);
+
 #endif

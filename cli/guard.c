@@ -149,3 +149,14 @@ cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 	}
 	return removed;
 }
+
+void
+cli_hint_buffered(const char *prog, int rc, bool buffered)
+{
+	/* The library's message names its own option (opts.buffered); the command's is --buffered.
+	 */
+	if (rc == -EINVAL && !buffered && strstr(zinf_last_error(), "O_DIRECT")) {
+		fprintf(stderr, "%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
+			prog);
+	}
+}

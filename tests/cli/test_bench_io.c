@@ -284,6 +284,11 @@ Test(bench_io, buffered_on_tmpfs)
 	char *d = zt_mkdtemp("/dev/shm");
 	char *argv[] = {"zinf", "bench", "io", "--path", d, "--size", "4M", "--json", NULL};
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1, "O_DIRECT refused on tmpfs");
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "zinf bench io: for a file system without O_DIRECT (tmpfs), add "
+			    "--buffered"),
+		  "%s", t);
+	free(t);
 	char *argv2[] = {"zinf",   "bench", "io",	  "--path", d,
 			 "--size", "4M",    "--buffered", "--json", NULL};
 	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -168,4 +169,37 @@ Test(bench_step, killed_run_leftovers_reclaimed)
 	unlink(err);
 	zt_rmtree(d);
 	free(d);
+}
+
+/* tmpfs: refused without --buffered, with a hint naming it; runs with it and says so. The
+ * sub-group reported is the one that ran (the partition is smaller than --sub-group). */
+Test(bench_step, buffered_on_tmpfs)
+{
+	struct statfs fs;
+	if (statfs("/dev/shm", &fs) != 0 || fs.f_type != 0x01021994 /* TMPFS_MAGIC */) {
+		cr_skip_test("no tmpfs at /dev/shm");
+	}
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *d = zt_mkdtemp("/dev/shm");
+	char *argv[] = {"zinf", "bench",  "step", "--params", "1000", "--steps",
+			"1",	"--path", d,	  "--json",   NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "zinf bench step: for a file system without O_DIRECT (tmpfs), add "
+			    "--buffered"),
+		  "%s", t);
+	free(t);
+	char *argv2[] = {"zinf", "bench",  "step", "--params",	 "1000",   "--steps",
+			 "1",	 "--path", d,	   "--buffered", "--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);
+	json_t *j = zc_json(s.out);
+	cr_assert(json_is_true(json_object_get(j, "buffered")));
+	cr_assert_eq(zc_num(j, "sub_group"), 1000, "the sub-group that ran, not the 1e7 default");
+	cr_assert_eq(zc_num(j, "read_bytes"), 1000 * 3 * 4);
+	json_decref(j);
+	cr_assert_eq(zc_count(d), 0);
+	zt_rmtree(d);
+	free(d);
+	zc_scratch_fini(&s);
 }
