@@ -65,6 +65,7 @@ struct bench_res {
 	uint64_t max_inflight;		 /* blocks in flight at most (the engine's stats) */
 	uint64_t wakeups;		 /* workers woken from a wait by a new request */
 	bool registered;		 /* the buffers are registered with the backend */
+	bool direct;			 /* every directory did O_DIRECT */
 };
 
 static const char synopsis[] = "[options]";
@@ -325,6 +326,10 @@ open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
 		return ret;
 	}
 	snprintf(res->backend, sizeof(res->backend), "%s", zinf_io_backend(st->io));
+	res->direct = true;
+	for (unsigned i = 0; i < c->paths.n && c->buffered; i++) {
+		res->direct = res->direct && cli_dir_direct(st->io, c->paths.v[i], SCRATCH_STEM);
+	}
 	char prefix[64];
 	cli_scratch_prefix(prefix, sizeof(prefix), SCRATCH_STEM);
 	struct zinf_swap_opts so;
@@ -468,6 +473,7 @@ res_json(const struct bench_cfg *c, const struct bench_res *r)
 	json_object_set_new(o, "buffer_pattern", json_string(patterns[c->pattern]));
 	json_object_set_new(o, "registered", json_boolean(r->registered));
 	json_object_set_new(o, "buffered", json_boolean(c->buffered));
+	json_object_set_new(o, "direct", json_boolean(r->direct));
 	json_object_set_new(o, "crc", json_boolean(c->crc));
 	json_object_set_new(o, "max_inflight", json_integer((json_int_t)r->max_inflight));
 	json_object_set_new(o, "wakeups", json_integer((json_int_t)r->wakeups));
@@ -494,7 +500,10 @@ report_human(const struct bench_cfg *c, const struct bench_res *r)
 	printf("\n  %s, block %s, queue depth %u, threads %u, buffers: %s, %s%s%s\n", sz, bs,
 	       c->queue_depth, c->threads, c->pattern == PAT_LARGE ? "one large" : "small, cycled",
 	       r->registered ? "registered" : "not registered",
-	       c->buffered ? ", buffered I/O allowed" : "", c->crc ? ", CRC32C on" : "");
+	       !r->direct    ? ", buffered I/O (page cache)"
+	       : c->buffered ? ", O_DIRECT"
+			     : "",
+	       c->crc ? ", CRC32C on" : "");
 	if (r->write_s >= 0) {
 		printf("  write %7.2f GB/s  (%.2f s)\n", gbps(r->bytes, r->write_s), r->write_s);
 	}

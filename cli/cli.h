@@ -77,6 +77,14 @@ void cli_scratch_prefix(char *out, size_t n, const char *stem);
  */
 int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
 
+/*
+ * Whether files in dir get O_DIRECT when buffered I/O is allowed (the swap space then falls back
+ * to buffered I/O without a word): opened as the swap opens its files, through io, as a probe
+ * named like the scratch files (a killed run's probe is reclaimed).
+ */
+struct zinf_io;
+bool cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem);
+
 /* After zinf_swap_create() returned rc: if O_DIRECT was refused, say that --buffered exists. */
 void cli_hint_buffered(const char *prog, int rc, bool buffered);
 

@@ -15,6 +15,7 @@
 
 #include "cli/cli.h"
 #include "zinf/common.h"
+#include "zinf/io.h"
 
 volatile sig_atomic_t cli_interrupted;
 
@@ -159,4 +160,21 @@ cli_hint_buffered(const char *prog, int rc, bool buffered)
 		fprintf(stderr, "%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
 			prog);
 	}
+}
+
+bool
+cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/.%s-%ld-direct.probe", dir, stem, (long)getpid());
+	struct zinf_io_file *f = NULL;
+	bool direct = false;
+	/* The flags the swap space opens its files with when buffered I/O is allowed. */
+	if (zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_DIRECT_OR_BUFFERED,
+			      &f) == 0) {
+		direct = zinf_io_file_direct(f);
+		zinf_io_file_close(io, f);
+	}
+	unlink(path);
+	return direct;
 }

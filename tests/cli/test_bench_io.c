@@ -52,6 +52,7 @@ Test(bench_io, json_keys_and_null_mode)
 	cr_assert(json_real_value(json_object_get(j, "write_GBps")) > 0);
 	cr_assert(json_is_boolean(json_object_get(j, "registered")));
 	cr_assert(json_is_false(json_object_get(j, "buffered")));
+	cr_assert(json_is_true(json_object_get(j, "direct")));
 	json_decref(j);
 	cr_assert_eq(zc_count(s.dir), 0, "files removed");
 	zc_scratch_fini(&s);
@@ -294,6 +295,7 @@ Test(bench_io, buffered_on_tmpfs)
 	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);
 	json_t *j = zc_json(s.out);
 	cr_assert(json_is_true(json_object_get(j, "buffered")));
+	cr_assert(json_is_false(json_object_get(j, "direct")), "tmpfs ran buffered, and says so");
 	cr_assert_eq(json_integer_value(json_object_get(j, "bytes")), 4 << 20);
 	json_decref(j);
 	cr_assert_eq(zc_count(d), 0);
