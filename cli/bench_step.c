@@ -105,6 +105,7 @@ struct ctx {
 	uint32_t slots; /* buffers in flight, as the step takes them: min(buffers, nsg + 1) */
 	float *init, *grad;
 	bool made_dir, reclaimed;
+	bool direct; /* the swap files got O_DIRECT (not the page cache) */
 	struct cli_progress prog;
 };
 
@@ -336,6 +337,7 @@ setup(struct ctx *x)
 		cli_hint_buffered(PROG, rc, c->buffered);
 		return rc;
 	}
+	x->direct = !c->buffered || cli_dir_direct(x->io, c->path, SCRATCH_STEM);
 	struct zinf_step_opts *so = &x->so;
 	zinf_step_opts_init(so);
 	so->n = c->params;
@@ -512,6 +514,7 @@ report_json(const struct ctx *x, const struct round *r, const struct summary *s)
 	json_object_set_new(o, "copy", json_string(copies[c->copy]));
 	json_object_set_new(o, "backend", json_string(zinf_io_backend(x->io)));
 	json_object_set_new(o, "buffered", json_boolean(c->buffered));
+	json_object_set_new(o, "direct", json_boolean(x->direct));
 	json_object_set_new(o, "block_size", json_integer(eo.block_size));
 	json_object_set_new(o, "queue_depth", json_integer(eo.queue_depth));
 	json_object_set_new(o, "threads", json_integer(eo.threads));
@@ -557,7 +560,7 @@ report_human(const struct ctx *x, const struct round *r, const struct summary *s
 	       (unsigned long long)c->params, x->nsg,
 	       (unsigned long long)zinf_step_sub_group_len(x->st, 0), c->buffers, bb,
 	       zinf_pool_pinned(x->pool) ? "pinned" : "not pinned", schedules[c->schedule],
-	       zinf_io_backend(x->io), c->buffered ? ", buffered I/O allowed" : "");
+	       zinf_io_backend(x->io), x->direct ? "" : ", buffered I/O (page cache)");
 	printf("  step      %8.3f s (median of %u)   %.2f GB/s of state moved\n", s->step_s,
 	       c->steps, (double)s->step_bytes / s->step_s / 1e9);
 	printf("  io alone  %8.3f s   %.2f GB/s (read+write, same files, %u buffers in flight)\n",

@@ -195,6 +195,7 @@ Test(bench_step, buffered_on_tmpfs)
 	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);
 	json_t *j = zc_json(s.out);
 	cr_assert(json_is_true(json_object_get(j, "buffered")));
+	cr_assert(json_is_false(json_object_get(j, "direct")));
 	cr_assert_eq(zc_num(j, "sub_group"), 1000, "the sub-group that ran, not the 1e7 default");
 	cr_assert_eq(zc_num(j, "read_bytes"), 1000 * 3 * 4);
 	json_decref(j);
