@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,4 +124,14 @@ zc_scratch_fini(struct zc_scratch *s)
 	unlink(s->err);
 	zt_rmtree(s->dir);
 	free(s->dir);
+}
+
+char *
+zc_tmpfs_dir(void)
+{
+	struct statfs fs;
+	if (statfs("/dev/shm", &fs) != 0 || fs.f_type != 0x01021994 /* TMPFS_MAGIC */) {
+		cr_skip_test("no tmpfs at /dev/shm");
+	}
+	return zt_mkdtemp("/dev/shm");
 }

@@ -27,6 +27,8 @@ json_t *zc_json(const char *path);
 char *zc_text(const char *path);
 /* Entries in dir, hidden ones included. */
 int zc_count(const char *dir);
+/* A fresh directory on tmpfs (/dev/shm; zt_rmtree it), or skip the test. */
+char *zc_tmpfs_dir(void);
 /* The number j[key] (asserts it is one). */
 double zc_num(json_t *j, const char *key);
 
