@@ -18,62 +18,74 @@
 #include "cpu_adam/adam_internal.h"
 #include "zinf/adam.h"
 
-static void
-usage(FILE *f)
+#define PROG "zinf bench adam"
+
+static const char *const grad_dtypes[] = {"f32", "f16", "bf16", NULL};
+static const char *const copy_dtypes[] = {"none", "f32", "f16", "bf16", NULL};
+static const char *const simds[] = {"auto", "scalar", "avx2", "avx512", NULL};
+static const char *const states[] = {"f32", "bf16", "bf16-sr", NULL};
+
+struct cfg {
+	uint64_t params, steps;
+	int threads, reps, grad, copy, simd, state;
+	bool json, three, accuracy, params_given;
+};
+
+static struct cfg cfg;
+
+/* The SIMD path option for the library: NULL (auto) lets it pick the best. */
+static const char *
+simd_name(const struct cfg *c)
 {
-	fprintf(f,
-		"usage: zinf bench adam [--params N] [--threads T] [--grad-dtype f32|f16|bf16]\n"
-		"                       [--copy-dtype none|f32|f16|bf16] [--simd "
-		"scalar|avx2|avx512]\n"
-		"                       [--three-pass] [--state f32|bf16|bf16-sr] [--reps R] "
-		"[--json]\n"
-		"       zinf bench adam --accuracy [--params N] [--steps S] [--json]\n"
-		"\n"
-		"  --params N      elements per step (default 1e8; far larger than the caches)\n"
-		"  --threads T     OpenMP threads for the step and the triad (default 1)\n"
-		"  --three-pass    time unscale + Adam + copy as three passes instead of one\n"
-		"  --state         optimizer state: f32 (default), bf16 (RNE), bf16-sr "
-		"(stochastic)\n"
-		"  --reps R        interleaved repetitions of step and triad (default 7); medians\n"
-		"  --accuracy      bf16 vs f32 optimizer state on a noisy quadratic (default 4096\n"
-		"                  params, 10000 steps)\n");
+	return c->simd ? simds[c->simd] : NULL;
 }
 
+static const char synopsis[] = "[options]\n       zinf bench adam --accuracy [--params N] "
+			       "[--steps S] [--json]";
+static const char description[] =
+	"Time the fused CPU-Adam step against a STREAM triad (the machine's memory bandwidth)\n"
+	"measured in the same run with the same threads, repetitions interleaved, medians.\n"
+	"The arrays are checked against physical memory before they are allocated.\n"
+	"--accuracy: bf16 vs f32 optimizer state on a noisy quadratic (default 4096 params).\n";
+
+static const struct cli_opt opts[] = {
+	{"params", CLI_COUNT, &cfg.params, "1e8", "N",
+	 "elements per step (far larger than the caches)", .min = 1, .given = &cfg.params_given},
+	{"threads", CLI_INT, &cfg.threads, "1", "T", "OpenMP threads for the step and the triad",
+	 .min = 1, .max = 4096},
+	{"grad-dtype", CLI_ENUM, &cfg.grad, "f32", NULL, "gradient element type",
+	 .choices = grad_dtypes},
+	{"copy-dtype", CLI_ENUM, &cfg.copy, "bf16", NULL,
+	 "16-bit parameter copy written by the step", .choices = copy_dtypes},
+	{"simd", CLI_ENUM, &cfg.simd, "auto", NULL, "kernel (auto: the best this CPU runs)",
+	 .choices = simds},
+	{"three-pass", CLI_FLAG, &cfg.three, NULL, NULL,
+	 "time unscale + Adam + copy as three passes instead of one"},
+	{"state", CLI_ENUM, &cfg.state, "f32", NULL,
+	 "optimizer state: f32, bf16 (RNE), bf16-sr (stochastic)", .choices = states},
+	{"reps", CLI_INT, &cfg.reps, "7", "R", "interleaved repetitions of step and triad; medians",
+	 .min = 1, .max = 10000},
+	{"accuracy", CLI_FLAG, &cfg.accuracy, NULL, NULL, "bf16 vs f32 state on a noisy quadratic"},
+	{"steps", CLI_COUNT, &cfg.steps, "10000", "S", "--accuracy: steps", .min = 1, .max = 1e9},
+	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
+	{NULL},
+};
+
+/* The zinf_dtype of a --grad-dtype / --copy-dtype choice; -1 for "none". */
 static int
-parse_dtype(const char *s, int *out, bool allow_none)
+dtype_of(const char *name)
 {
-	if (allow_none && strcmp(s, "none") == 0) {
-		*out = -1;
-	} else if (strcmp(s, "f32") == 0) {
-		*out = ZINF_F32;
-	} else if (strcmp(s, "f16") == 0) {
-		*out = ZINF_F16;
-	} else if (strcmp(s, "bf16") == 0) {
-		*out = ZINF_BF16;
-	} else {
-		return -EINVAL;
+	enum zinf_dtype d;
+	if (strcmp(name, "none") == 0 || zinf_dtype_parse(name, &d) < 0) {
+		return -1;
 	}
-	return 0;
+	return (int)d;
 }
 
 static const char *
 dtype_name(int dt)
 {
-	return dt == ZINF_F32 ? "f32" : dt == ZINF_F16 ? "f16" : dt == ZINF_BF16 ? "bf16" : "none";
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double
-median(double *v, int n)
-{
-	qsort(v, n, sizeof(double), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+	return dt < 0 ? "none" : zinf_dtype_name((enum zinf_dtype)dt);
 }
 
 static double
@@ -213,29 +225,32 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 		loss0 += 0.5 * a[i] * xs[i] * xs[i];
 	}
 	loss0 /= (double)n;
-	if (r == 0) {
-		if (json) {
-			printf("{\"bench\": \"adam-accuracy\", \"params\": %zu, \"steps\": %d, "
-			       "\"noise_sigma\": %g, \"initial_loss\": %.6g, \"runs\": [",
-			       n, steps, sigma, loss0);
-			for (int k = 0; k < 3; k++) {
-				printf("%s{\"state\": \"%s\", \"final_loss\": %.6g, "
-				       "\"rms_dist_to_opt\": "
-				       "%.6g, \"param_rel_diff_vs_f32\": %.6g}",
-				       k ? ", " : "", runs[k].name, runs[k].loss, runs[k].dist,
-				       runs[k].rel_to_f32);
-			}
-			printf("]}\n");
-		} else {
-			printf("quadratic, gradient noise sigma %g, %zu params, %d steps, initial "
-			       "loss %.6g\n",
-			       sigma, n, steps, loss0);
-			for (int k = 0; k < 3; k++) {
-				printf("  %-9s final loss %.6g  rms dist to optimum %.6g  "
-				       "|x - x_f32| / |x_f32| %.3g\n",
-				       runs[k].name, runs[k].loss, runs[k].dist,
-				       runs[k].rel_to_f32);
-			}
+	if (r == 0 && json) {
+		json_t *o = json_object(), *arr = json_array();
+		json_object_set_new(o, "bench", json_string("adam-accuracy"));
+		json_object_set_new(o, "params", json_integer((json_int_t)n));
+		json_object_set_new(o, "steps", json_integer(steps));
+		json_object_set_new(o, "noise_sigma", cli_json_real(sigma));
+		json_object_set_new(o, "initial_loss", cli_json_real(loss0));
+		for (int k = 0; k < 3; k++) {
+			json_t *e = json_object();
+			json_object_set_new(e, "state", json_string(runs[k].name));
+			json_object_set_new(e, "final_loss", cli_json_real(runs[k].loss));
+			json_object_set_new(e, "rms_dist_to_opt", cli_json_real(runs[k].dist));
+			json_object_set_new(e, "param_rel_diff_vs_f32",
+					    cli_json_real(runs[k].rel_to_f32));
+			json_array_append_new(arr, e);
+		}
+		json_object_set_new(o, "runs", arr);
+		r = cli_json_print(o, 0);
+	} else if (r == 0) {
+		printf("quadratic, gradient noise sigma %g, %zu params, %d steps, initial loss "
+		       "%.6g\n",
+		       sigma, n, steps, loss0);
+		for (int k = 0; k < 3; k++) {
+			printf("  %-9s final loss %.6g  rms dist to optimum %.6g  "
+			       "|x - x_f32| / |x_f32| %.3g\n",
+			       runs[k].name, runs[k].loss, runs[k].dist, runs[k].rel_to_f32);
 		}
 	}
 	for (int k = 0; k < 3; k++) {
@@ -253,176 +268,206 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 
 /* ---- throughput ----------------------------------------------------------------------------- */
 
-int
-cli_bench_adam(int argc, char **argv)
+struct tp {
+	size_t n, ns; /* step elements; triad elements */
+	size_t gsz, ssz, csz;
+	float *p;
+	void *g, *m, *v, *c;
+	double *sa, *sb, *sc;
+	double *t_adam, *t_triad;
+};
+
+static void
+tp_free(struct tp *t)
 {
-	uint64_t params = 100000000, steps_acc = 10000;
-	int threads = 1, gdt = ZINF_F32, cdt = ZINF_BF16, reps = 7;
-	bool json = false, three = false, acc = false, params_set = false;
-	const char *simd = NULL, *state = "f32";
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-		uint64_t u;
-		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-			usage(stdout);
-			return 0;
-		} else if (strcmp(a, "--json") == 0) {
-			json = true;
-		} else if (strcmp(a, "--three-pass") == 0) {
-			three = true;
-		} else if (strcmp(a, "--accuracy") == 0) {
-			acc = true;
-		} else if (!val) {
-			fprintf(stderr, "zinf bench adam: %s needs a value\n", a);
-			return 2;
-		} else if (strcmp(a, "--params") == 0 && cli_parse_size(val, &u) == 0 && u > 0) {
-			params = u, params_set = true, i++;
-		} else if (strcmp(a, "--steps") == 0 && cli_parse_size(val, &u) == 0 && u > 0) {
-			steps_acc = u, i++;
-		} else if (strcmp(a, "--threads") == 0 && atoi(val) > 0) {
-			threads = atoi(val), i++;
-		} else if (strcmp(a, "--reps") == 0 && atoi(val) > 0) {
-			reps = atoi(val), i++;
-		} else if (strcmp(a, "--grad-dtype") == 0 && parse_dtype(val, &gdt, false) == 0) {
-			i++;
-		} else if (strcmp(a, "--copy-dtype") == 0 && parse_dtype(val, &cdt, true) == 0) {
-			i++;
-		} else if (strcmp(a, "--simd") == 0) {
-			simd = val, i++;
-		} else if (strcmp(a, "--state") == 0 &&
-			   (!strcmp(val, "f32") || !strcmp(val, "bf16") ||
-			    !strcmp(val, "bf16-sr"))) {
-			state = val, i++;
-		} else {
-			fprintf(stderr, "zinf bench adam: bad option %s %s\n", a, val);
-			usage(stderr);
-			return 2;
-		}
-	}
-	const struct zinf_adam_ops *ops;
-	if (zinf_adam_select(simd, "zinf bench adam", &ops)) {
-		return 1;
-	}
-	if (acc) {
-		int r = accuracy(params_set ? params : 4096, (int)steps_acc, 0.1, json, simd);
-		return r ? r
-			 : accuracy(params_set ? params : 4096, (int)steps_acc, 0.0, json, simd);
-	}
-	bool bf16_state = strcmp(state, "f32") != 0;
-	if (three && bf16_state) {
-		fprintf(stderr, "zinf bench adam: --three-pass times f32 state only\n");
-		return 2;
-	}
-	size_t n = params, gsz = gdt == ZINF_F32 ? 4 : 2, ssz = bf16_state ? 2 : 4;
-	size_t csz = cdt < 0 ? 0 : cdt == ZINF_F32 ? 4 : 2;
+	zinf_free_aligned(t->p);
+	zinf_free_aligned(t->g);
+	zinf_free_aligned(t->m);
+	zinf_free_aligned(t->v);
+	zinf_free_aligned(t->c);
+	zinf_free_aligned(t->sa);
+	zinf_free_aligned(t->sb);
+	zinf_free_aligned(t->sc);
+	free(t->t_adam);
+	free(t->t_triad);
+}
+
+/* Check the arrays against physical memory, then allocate and first-touch them. */
+static int
+tp_alloc(const struct cfg *c, int gdt, int cdt, struct tp *t)
+{
+	size_t n = c->params;
+	t->n = n;
+	t->gsz = zinf_dtype_size((enum zinf_dtype)gdt);
+	t->ssz = c->state ? 2 : 4;
+	t->csz = cdt < 0 ? 0 : zinf_dtype_size((enum zinf_dtype)cdt);
 	/* The triad runs over 3 x 8 bytes x ns, at least 4x the step's largest array. */
-	size_t ns = ZINF_MAX(n / 2, (size_t)1 << 24);
-	float *p = zinf_alloc_aligned(64, n * 4);
-	void *g = zinf_alloc_aligned(64, n * gsz), *m = zinf_alloc_aligned(64, n * ssz);
-	void *v = zinf_alloc_aligned(64, n * ssz);
-	void *c = csz ? zinf_alloc_aligned(64, n * csz) : NULL;
-	double *sa = zinf_alloc_aligned(64, ns * 8), *sb = zinf_alloc_aligned(64, ns * 8);
-	double *sc = zinf_alloc_aligned(64, ns * 8);
-	double *t_adam = calloc(reps, sizeof(double)), *t_triad = calloc(reps, sizeof(double));
+	t->ns = ZINF_MAX(n / 2, (size_t)1 << 24);
+	double need = (double)n * (double)(4 + t->gsz + 2 * t->ssz + t->csz) + 24.0 * (double)t->ns;
+	if (cli_check_memory(PROG, "the step's arrays and the triad's", (uint64_t)need,
+			     "--params") < 0) {
+		return -ENOMEM;
+	}
+	t->p = zinf_alloc_aligned(64, n * 4);
+	t->g = zinf_alloc_aligned(64, n * t->gsz);
+	t->m = zinf_alloc_aligned(64, n * t->ssz);
+	t->v = zinf_alloc_aligned(64, n * t->ssz);
+	t->c = t->csz ? zinf_alloc_aligned(64, n * t->csz) : NULL;
+	t->sa = zinf_alloc_aligned(64, t->ns * 8);
+	t->sb = zinf_alloc_aligned(64, t->ns * 8);
+	t->sc = zinf_alloc_aligned(64, t->ns * 8);
+	t->t_adam = calloc(c->reps, sizeof(double));
+	t->t_triad = calloc(c->reps, sizeof(double));
+	if (!t->p || !t->g || !t->m || !t->v || (t->csz && !t->c) || !t->sa || !t->sb || !t->sc ||
+	    !t->t_adam || !t->t_triad) {
+		fprintf(stderr, PROG ": out of memory for %zu params\n", n);
+		return -ENOMEM;
+	}
+	int th = c->threads;
+	fill_values(t->p, ZINF_F32, n, th, 0.1f);
+	fill_values(t->g, gdt, n, th, 1e-2f * 1024); /* times grad_scale 1/1024 below */
+	touch(t->m, n * t->ssz, t->ssz, th, 0);
+	touch(t->v, n * t->ssz, t->ssz, th, 0);
+	if (t->c) {
+		touch(t->c, n * t->csz, t->csz, th, 0);
+	}
+	touch(t->sa, t->ns * 8, 8, th, 0);
+	touch(t->sb, t->ns * 8, 8, th, 0x3f);
+	touch(t->sc, t->ns * 8, 8, th, 0x3f);
+	return 0;
+}
+
+/* One step of the configured kind. */
+static int
+tp_step(const struct cfg *c, const struct zinf_adam_opts *o, struct tp *t, int64_t step, int gdt,
+	int cdt)
+{
+	const float scale = 1.0f / 1024;
+	enum zinf_dtype cd = cdt < 0 ? ZINF_F32 : (enum zinf_dtype)cdt;
+	enum zinf_dtype gd = (enum zinf_dtype)gdt;
+	if (c->three) {
+		struct zinf_grad_opts go;
+		zinf_grad_opts_init(&go);
+		go.threads = c->threads;
+		go.simd = simd_name(c);
+		int e = zinf_adam_unscale(t->g, gd, t->n, scale, &go);
+		e = e ? e
+		      : zinf_adam_step(o, step, 1.0f, t->p, t->g, gd, t->m, t->v, t->n, NULL, 0);
+		return e ? e : (t->c ? zinf_adam_convert(t->p, t->c, cd, t->n, &go) : 0);
+	}
+	if (c->state) {
+		return zinf_adam_step_bf16state(
+			o, step, scale, t->p, t->g, gd, t->m, t->v, t->n, t->c, cd,
+			c->state == 2 ? ZINF_ROUND_STOCHASTIC : ZINF_ROUND_NEAREST_EVEN, 1);
+	}
+	return zinf_adam_step(o, step, scale, t->p, t->g, gd, t->m, t->v, t->n, t->c, cd);
+}
+
+static int
+tp_report(const struct cfg *c, const struct zinf_adam_ops *ops, const struct tp *t, int done,
+	  int gdt, int cdt)
+{
+	double ta = cli_median(t->t_adam, done), tt = cli_median(t->t_triad, done);
+	/* p r+w, g, m r+w, v r+w, copy */
+	double bytes_per = 4 + 4 + t->gsz + 2.0 * t->ssz + 2.0 * t->ssz + t->csz;
+	double pps = (double)t->n / ta, gbps = (double)t->n * bytes_per / ta / 1e9;
+	double sgbps = (double)t->ns * 32 / tt / 1e9;
+	if (c->json) {
+		json_t *o = json_object();
+		json_object_set_new(o, "bench", json_string("adam"));
+		json_object_set_new(o, "simd", json_string(ops->name));
+		json_object_set_new(o, "params", json_integer((json_int_t)t->n));
+		json_object_set_new(o, "threads", json_integer(c->threads));
+		json_object_set_new(o, "grad_dtype", json_string(dtype_name(gdt)));
+		json_object_set_new(o, "copy_dtype", json_string(dtype_name(cdt)));
+		json_object_set_new(o, "state", json_string(states[c->state]));
+		json_object_set_new(o, "passes", json_integer(c->three ? 3 : 1));
+		json_object_set_new(o, "reps", json_integer(done));
+		json_object_set_new(o, "bytes_per_param", cli_json_real(bytes_per));
+		json_object_set_new(o, "step_s", cli_json_real(ta));
+		json_object_set_new(o, "params_per_s", cli_json_real(pps));
+		json_object_set_new(o, "GBps", cli_json_real(gbps));
+		json_object_set_new(o, "stream_elems", json_integer((json_int_t)t->ns));
+		json_object_set_new(o, "stream_GBps", cli_json_real(sgbps));
+		json_object_set_new(o, "ratio", cli_json_real(gbps / sgbps));
+		double l = loadavg1();
+		json_object_set_new(o, "loadavg", l >= 0 ? cli_json_real(l) : json_null());
+		return cli_json_print(o, 0);
+	}
+	printf("adam %s: %zu params, %d thread(s), grad %s, copy %s, state %s, %s\n", ops->name,
+	       t->n, c->threads, dtype_name(gdt), dtype_name(cdt), states[c->state],
+	       c->three ? "three passes" : "fused");
+	printf("  step %.4f s (median of %d)  %.4g params/s  %.2f GB/s (%.0f B/param)\n", ta, done,
+	       pps, gbps, bytes_per);
+	printf("  STREAM triad %.2f GB/s (same run, same threads)  ratio %.3f  load %.2f\n", sgbps,
+	       gbps / sgbps, loadavg1());
+	return 0;
+}
+
+static int
+throughput(const struct cfg *c, const struct zinf_adam_ops *ops)
+{
+	int gdt = dtype_of(grad_dtypes[c->grad]), cdt = dtype_of(copy_dtypes[c->copy]);
+	struct tp t = {0};
 	int rc = 1;
-	if (!p || !g || !m || !v || (csz && !c) || !sa || !sb || !sc || !t_adam || !t_triad) {
-		fprintf(stderr, "zinf bench adam: out of memory for %zu params\n", n);
+	if (tp_alloc(c, gdt, cdt, &t) < 0) {
 		goto out;
 	}
-	cli_catch_signals();
-	fill_values(p, ZINF_F32, n, threads, 0.1f);
-	fill_values(g, gdt, n, threads, 1e-2f * 1024); /* times grad_scale 1/1024 below */
-	touch(m, n * ssz, ssz, threads, 0);
-	touch(v, n * ssz, ssz, threads, 0);
-	if (c) {
-		touch(c, n * csz, csz, threads, 0);
-	}
-	touch(sa, ns * 8, 8, threads, 0);
-	touch(sb, ns * 8, 8, threads, 0x3f);
-	touch(sc, ns * 8, 8, threads, 0x3f);
 	struct zinf_adam_opts o;
 	zinf_adam_opts_init(&o);
-	o.threads = threads;
+	o.threads = c->threads;
+	o.simd = simd_name(c);
 	o.weight_decay = 0.01f;
-	o.simd = simd;
-	struct zinf_grad_opts go;
-	zinf_grad_opts_init(&go);
-	go.threads = threads;
-	go.simd = simd;
-	const float scale = 1.0f / 1024;
-	triad(sa, sb, sc, ns, threads); /* warm-up: page tables, frequency */
+	triad(t.sa, t.sb, t.sc, t.ns, c->threads); /* warm-up: page tables, frequency */
 	/* warm-up step (and the step the repetitions continue from) */
-	int warm = bf16_state
-			   ? zinf_adam_step_bf16state(&o, 1, scale, p, g, gdt, m, v, n, c,
-						      cdt < 0 ? 0 : cdt, ZINF_ROUND_NEAREST_EVEN, 1)
-			   : zinf_adam_step(&o, 1, scale, p, g, gdt, m, v, n, c, cdt < 0 ? 0 : cdt);
-	if (warm) {
+	if (tp_step(c, &o, &t, 1, gdt, cdt)) {
 		goto out;
 	}
 	int done = 0;
-	for (int r = 0; r < reps && !cli_interrupted; r++, done++) {
-		int64_t step = r + 2;
+	for (int r = 0; r < c->reps && !cli_interrupted; r++, done++) {
 		double t0 = zinf_now_s();
-		int e = 0;
-		if (three) {
-			e = zinf_adam_unscale(g, gdt, n, scale, &go);
-			e = e ? e : zinf_adam_step(&o, step, 1.0f, p, g, gdt, m, v, n, NULL, 0);
-			e = e ? e : (c ? zinf_adam_convert(p, c, cdt, n, &go) : 0);
-		} else if (bf16_state) {
-			e = zinf_adam_step_bf16state(
-				&o, step, scale, p, g, gdt, m, v, n, c, cdt < 0 ? 0 : cdt,
-				strcmp(state, "bf16-sr") == 0 ? ZINF_ROUND_STOCHASTIC
-							      : ZINF_ROUND_NEAREST_EVEN,
-				1);
-		} else {
-			e = zinf_adam_step(&o, step, scale, p, g, gdt, m, v, n, c,
-					   cdt < 0 ? 0 : cdt);
-		}
-		if (e) {
+		if (tp_step(c, &o, &t, r + 2, gdt, cdt)) {
 			goto out;
 		}
-		t_adam[r] = zinf_now_s() - t0;
-		t_triad[r] = triad(sa, sb, sc, ns, threads);
+		t.t_adam[r] = zinf_now_s() - t0;
+		t.t_triad[r] = triad(t.sa, t.sb, t.sc, t.ns, c->threads);
 	}
-	if (done == 0) {
-		rc = 130;
+	if (cli_interrupted) {
+		rc = cli_interrupt_status();
 		goto out;
 	}
-	double ta = median(t_adam, done), tt = median(t_triad, done);
-	double bytes_per =
-		4 + 4 + gsz + 2.0 * ssz + 2.0 * ssz + csz; /* p r+w, g, m r+w, v r+w, copy */
-	double pps = (double)n / ta, gbps = (double)n * bytes_per / ta / 1e9;
-	double sgbps = (double)ns * 32 / tt / 1e9;
-	if (json) {
-		printf("{\"bench\": \"adam\", \"simd\": \"%s\", \"params\": %zu, \"threads\": %d, "
-		       "\"grad_dtype\": \"%s\", \"copy_dtype\": \"%s\", \"state\": \"%s\", "
-		       "\"passes\": %d, \"reps\": %d, \"bytes_per_param\": %.0f, "
-		       "\"step_s\": %.6f, \"params_per_s\": %.4g, \"GBps\": %.3f, "
-		       "\"stream_elems\": %zu, \"stream_GBps\": %.3f, \"ratio\": %.3f, "
-		       "\"loadavg\": %.2f}\n",
-		       ops->name, n, threads, dtype_name(gdt), dtype_name(cdt), state,
-		       three ? 3 : 1, done, bytes_per, ta, pps, gbps, ns, sgbps, gbps / sgbps,
-		       loadavg1());
-	} else {
-		printf("adam %s: %zu params, %d thread(s), grad %s, copy %s, state %s, %s\n",
-		       ops->name, n, threads, dtype_name(gdt), dtype_name(cdt), state,
-		       three ? "three passes" : "fused");
-		printf("  step %.4f s (median of %d)  %.4g params/s  %.2f GB/s (%.0f B/param)\n",
-		       ta, done, pps, gbps, bytes_per);
-		printf("  STREAM triad %.2f GB/s (same run, same threads)  ratio %.3f  load %.2f\n",
-		       sgbps, gbps / sgbps, loadavg1());
-	}
-	rc = 0;
+	rc = tp_report(c, ops, &t, done, gdt, cdt) ? 1 : 0;
 out:
-	zinf_free_aligned(p);
-	zinf_free_aligned(g);
-	zinf_free_aligned(m);
-	zinf_free_aligned(v);
-	zinf_free_aligned(c);
-	zinf_free_aligned(sa);
-	zinf_free_aligned(sb);
-	zinf_free_aligned(sc);
-	free(t_adam);
-	free(t_triad);
+	tp_free(&t);
 	return rc;
+}
+
+int
+cli_bench_adam(int argc, char **argv)
+{
+	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
+	if (rc >= 0) {
+		return rc;
+	}
+	struct cfg c = cfg;
+	const struct zinf_adam_ops *ops;
+	if (zinf_adam_select(simd_name(&c), PROG, &ops)) {
+		return 1;
+	}
+	cli_catch_signals();
+	if (c.accuracy) {
+		size_t n = c.params_given ? c.params : 4096;
+		/* a, x*: doubles; three x, g, m, v: floats; bf16 m, v */
+		if (cli_check_memory(PROG, "the --accuracy arrays", (uint64_t)n * 44, "--params")) {
+			return 1;
+		}
+		int r = accuracy(n, (int)c.steps, 0.1, c.json, simd_name(&c));
+		return r ? r : accuracy(n, (int)c.steps, 0.0, c.json, simd_name(&c));
+	}
+	if (c.three && c.state) {
+		fprintf(stderr, PROG ": --three-pass times f32 state only (not --state %s)\n",
+			states[c.state]);
+		return 2;
+	}
+	return throughput(&c, ops);
 }

@@ -14,8 +14,8 @@
  * SIGINT/SIGTERM (exit 130).
  */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,30 +23,38 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "nvme/io_internal.h" /* stats_wakeups */
-#include "nvme/swap_internal.h"
+#include "common/util.h"
+#include "nvme/io_internal.h"	/* stats_wakeups */
+#include "nvme/swap_internal.h" /* zinf_crc32c_sw, zinf_crc32c_hw_available */
 #include "zinf/io.h"
 #include "zinf/swap.h"
 
-#define MAX_PATHS   16
-#define LARGE_CHUNK (1ull << 30) /* bytes per tensor in the "large" pattern */
-#define DEFAULT_DIR "./zinf-bench-io"
+#define PROG	     "zinf bench io"
+#define LARGE_CHUNK  (1ull << 30) /* bytes per tensor in the "large" pattern */
+#define DEFAULT_DIR  "./zinf-bench-io"
+#define SCRATCH_STEM "zinf-bench-io"
+/* Host memory per tensor besides its buffer: the swap's table entry, extents, hash slot, id. */
+#define TENSOR_HOST_BYTES 128
 
 enum pattern { PAT_LARGE = 0, PAT_SMALL = 1 };
+enum mode { MODE_BOTH = 0, MODE_READ = 1, MODE_WRITE = 2 };
+
+static const char *const backends[] = {"auto", "io_uring", "libaio", "psync", NULL};
+static const char *const modes[] = {"both", "read", "write", NULL};
+static const char *const patterns[] = {"large", "small", NULL};
 
 struct bench_cfg {
-	const char *paths[MAX_PATHS];
-	unsigned n_paths;
+	struct cli_list paths;
 	uint64_t size;	      /* bytes */
-	uint32_t block_size;  /* bytes */
+	uint64_t block_size;  /* bytes */
 	uint32_t queue_depth; /* blocks per worker */
 	uint32_t threads;
-	const char *backend; /* NULL: best */
-	bool do_read, do_write;
-	bool json, sweep, crc, sqpoll;
-	unsigned rounds; /* --sweep: rounds over the grid */
-	enum pattern pattern;
-	uint64_t stripe_unit; /* bytes; 0: the swap default (1 MiB) */
+	int backend; /* index into backends; 0: best */
+	int mode;
+	bool json, sweep, crc, sqpoll, buffered, size_given;
+	uint32_t rounds; /* --sweep: rounds over the grid */
+	int pattern;
+	uint64_t stripe_unit; /* bytes */
 };
 
 struct bench_res {
@@ -56,38 +64,59 @@ struct bench_res {
 	double crc_GBps, crc_table_GBps; /* zinf_crc32c and the table fallback; < 0: not run */
 	uint64_t max_inflight;		 /* blocks in flight at most (the engine's stats) */
 	uint64_t wakeups;		 /* workers woken from a wait by a new request */
+	bool registered;		 /* the buffers are registered with the backend */
+	bool direct;			 /* every directory did O_DIRECT */
 };
 
-static void
-usage(FILE *f)
-{
-	fprintf(f,
-		"usage: zinf bench io [options]\n"
-		"\n"
-		"Write, then read back, --size bytes through the I/O engine (O_DIRECT swap files)\n"
-		"and report the bandwidth in GB/s (10^9 bytes/s).\n"
-		"\n"
-		"  --path DIR          directory for the files (repeat to stripe over several;\n"
-		"                      default " DEFAULT_DIR ", created and removed)\n"
-		"  --size N            bytes to write and read (default 1G; K/M/G/T suffixes)\n"
-		"  --block-size N      bytes per block request (default 1M; power of two >= 4K)\n"
-		"  --queue-depth N     blocks in flight per thread (default 32)\n"
-		"  --threads N         submitting threads, one ring each (default 1)\n"
-		"  --backend NAME      io_uring | libaio | psync (default: best that works)\n"
-		"  --mode M            read | write | both (default both; read writes first)\n"
-		"  --buffer-pattern P  large: one large registered buffer, one request per GiB\n"
-		"                      (default); small: queue-depth buffers of one block, cycled\n"
-		"  --stripe-unit N     bytes per stripe unit over several --path (default 1M)\n"
-		"  --crc               per-extent CRC32C on (its cost is in the numbers)\n"
-		"  --sqpoll            io_uring kernel submission thread\n"
-		"  --sweep             grid of block size x queue depth x threads; prints the "
-		"best\n"
-		"                      as a DeepSpeed \"aio\" config section (--size default "
-		"128M)\n"
-		"  --rounds N          --sweep: rounds over the grid, medians (default 3)\n"
-		"  --json              one JSON object on stdout instead of the report\n"
-		"  -h, --help          this text\n");
-}
+static const char synopsis[] = "[options]";
+static const char description[] =
+	"Write, then read back, --size bytes through the I/O engine (O_DIRECT swap files)\n"
+	"and report the bandwidth in GB/s (10^9 bytes/s). The report says what ran: the backend,\n"
+	"whether the buffers were registered, buffered or direct I/O. Memory for the buffers is\n"
+	"checked against physical memory first. Files are removed at the end, also on SIGINT,\n"
+	"SIGTERM, SIGHUP and SIGPIPE (exit 128 + signal); files left by a killed run in the same\n"
+	"directory are removed by the next run.\n";
+
+static struct bench_cfg cfg;
+
+static const struct cli_opt opts[] = {
+	{"path", CLI_LIST, &cfg.paths, DEFAULT_DIR, "DIR",
+	 "directory for the files; several are striped (the default\nis created and removed)",
+	 .max = CLI_LIST_MAX},
+	{"size", CLI_SIZE, &cfg.size, "1G", "N",
+	 "bytes to write and read (--sweep: 128M unless given)", .min = 1,
+	 .given = &cfg.size_given},
+	{"block-size", CLI_SIZE, &cfg.block_size, "1M", "N", "bytes per block request", .min = 4096,
+	 .max = 1 << 30, .flags = CLI_POW2},
+	{"queue-depth", CLI_U32, &cfg.queue_depth, "32", "N", "blocks in flight per thread",
+	 .min = 1, .max = 4096},
+	{"threads", CLI_U32, &cfg.threads, "1", "N", "submitting threads, one ring each", .min = 1,
+	 .max = 64},
+	{"backend", CLI_ENUM, &cfg.backend, "auto", NULL, "I/O backend (auto: the best that works)",
+	 .choices = backends},
+	{"mode", CLI_ENUM, &cfg.mode, "both", NULL, "what to time (read writes the data first)",
+	 .choices = modes},
+	{"buffer-pattern", CLI_ENUM, &cfg.pattern, "large", NULL,
+	 "large: one large buffer, one request per GiB;\n"
+	 "small: queue-depth x threads buffers of one block, cycled",
+	 .choices = patterns},
+	{"stripe-unit", CLI_SIZE, &cfg.stripe_unit, "1M", "N",
+	 "bytes per stripe unit over several --path", .min = 4096, .max = 1 << 30},
+	{"buffered", CLI_FLAG, &cfg.buffered, NULL, NULL,
+	 "buffered I/O where the file system has no O_DIRECT (tmpfs);\n"
+	 "the page cache is then part of the numbers"},
+	{"crc", CLI_FLAG, &cfg.crc, NULL, NULL,
+	 "per-extent CRC32C on (its cost is in the numbers)"},
+	{"sqpoll", CLI_FLAG, &cfg.sqpoll, NULL, NULL, "io_uring kernel submission thread"},
+	{"sweep", CLI_FLAG, &cfg.sweep, NULL, NULL,
+	 "grid of block size x queue depth x threads; prints the best\n"
+	 "as a DeepSpeed \"aio\" config section"},
+	{"rounds", CLI_U32, &cfg.rounds, "3", "N", "--sweep: rounds over the grid, medians",
+	 .min = 1, .max = 100},
+	{"json", CLI_FLAG, &cfg.json, NULL, NULL,
+	 "one JSON object on stdout instead of the report"},
+	{NULL},
+};
 
 /* ---- one run ------------------------------------------------------------------------------ */
 
@@ -112,7 +141,7 @@ wait_op(struct run_state *st, struct zinf_swap_op *op, bool large)
 	if (!large) {
 		return zinf_swap_wait(st->swap, op);
 	}
-	struct zinf_io_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	struct zinf_io_stats s0, s1;
 	zinf_io_get_stats(st->io, &s0);
 	while (!zinf_swap_poll(st->swap, op)) {
 		usleep(200);
@@ -217,119 +246,188 @@ run_free(struct run_state *st)
 	free(st->ids);
 }
 
+/*
+ * Host memory a run allocates, checked before anything is: the buffers (queue depth x threads
+ * blocks, or one of up to 1 GiB) and the per-tensor tables. Returns 0 or -ENOMEM (printed).
+ */
+static int
+check_memory(const struct bench_cfg *c, uint64_t ntens, uint64_t tens_bytes, uint64_t nbufs)
+{
+	uint64_t buf = ZINF_ALIGN_UP(tens_bytes, 4096);
+	double bufs = (double)buf * (double)nbufs, tables = (double)ntens * TENSOR_HOST_BYTES;
+	double total = bufs + tables;
+	const char *lower = c->pattern == PAT_LARGE ? "--size (its 1 GiB buffer)"
+						    : "--queue-depth, --threads or --block-size";
+	if (tables > bufs) {
+		lower = "--size, or raise --block-size (fewer, larger tensors)";
+	}
+	return cli_check_memory(PROG, "the run's buffers and tensor tables",
+				total >= 1.8e19 ? UINT64_MAX : (uint64_t)total, lower);
+}
+
+/* Register the buffers; a failure is reported once, here, and the run goes on without. */
+static bool
+register_bufs(struct run_state *st, const struct iovec *iov)
+{
+	if (strcmp(zinf_io_backend(st->io), "io_uring") != 0) {
+		return false; /* only io_uring registers buffers; the others accept and ignore */
+	}
+	zinf_log_set_callback(NULL, NULL); /* the message is printed below, once */
+	int ret = zinf_io_register_buffers(st->io, iov, st->nbufs);
+	zinf_log_set_callback(zinf_log_to_file, stderr);
+	if (ret < 0 && !st->c->json) {
+		fprintf(stderr, PROG ": %s; running with unregistered buffers\n",
+			zinf_last_error());
+	}
+	return ret == 0;
+}
+
+/*
+ * The run's shape: tensors of tens_bytes, buffers (more than tensors would never be used), and
+ * the checks made before anything is allocated. Returns 0, or a negative errno (printed).
+ */
+static int
+plan(const struct bench_cfg *c, struct run_state *st, uint64_t *tens_bytes)
+{
+	uint64_t tb = c->pattern == PAT_LARGE ? LARGE_CHUNK : c->block_size;
+	tb = tb < c->size ? tb : c->size;
+	st->ntens = (c->size + tb - 1) / tb;
+	uint64_t nbufs = c->pattern == PAT_LARGE ? 1 : (uint64_t)c->queue_depth * c->threads;
+	nbufs = nbufs < st->ntens ? nbufs : st->ntens;
+	if (st->ntens > INT32_MAX) {
+		char sz[32], bs[32];
+		cli_size_str(sz, sizeof(sz), c->size);
+		cli_size_str(bs, sizeof(bs), tb);
+		fprintf(stderr,
+			PROG ": --size %s in tensors of %s is %llu tensors, more than a swap space "
+			     "holds (2^31 - 1): raise --block-size\n",
+			sz, bs, (unsigned long long)st->ntens);
+		return -EINVAL;
+	}
+	st->nbufs = (unsigned)nbufs;
+	*tens_bytes = tb;
+	return check_memory(c, st->ntens, tb, nbufs);
+}
+
+/* The I/O engine and the swap space with every tensor declared and its files reserved. */
+static int
+open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
+	  struct bench_res *res)
+{
+	struct zinf_io_opts o;
+	zinf_io_opts_init(&o);
+	o.backend = c->backend ? backends[c->backend] : NULL;
+	o.block_size = (uint32_t)c->block_size;
+	o.queue_depth = c->queue_depth;
+	o.threads = c->threads;
+	o.sqpoll = c->sqpoll;
+	int ret = zinf_io_create(&o, &st->io);
+	if (ret < 0) {
+		return ret;
+	}
+	snprintf(res->backend, sizeof(res->backend), "%s", zinf_io_backend(st->io));
+	res->direct = true;
+	for (unsigned i = 0; i < c->paths.n && c->buffered; i++) {
+		res->direct = res->direct && cli_dir_direct(st->io, c->paths.v[i], SCRATCH_STEM);
+	}
+	char prefix[64];
+	cli_scratch_prefix(prefix, sizeof(prefix), SCRATCH_STEM);
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	so.dirs = c->paths.v;
+	so.n_dirs = c->paths.n;
+	so.prefix = prefix;
+	so.crc = c->crc;
+	so.buffered = c->buffered;
+	so.stripe_unit = c->stripe_unit;
+	if ((ret = zinf_swap_create(st->io, &so, &st->swap)) < 0) {
+		cli_hint_buffered(PROG, ret, c->buffered);
+		return ret;
+	}
+	st->ids = calloc(st->ntens, sizeof(*st->ids));
+	if (!st->ids) {
+		fprintf(stderr, PROG ": out of memory for %llu tensor ids\n",
+			(unsigned long long)st->ntens);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < st->ntens; i++) {
+		uint64_t b = i + 1 < st->ntens ? tens_bytes : c->size - i * tens_bytes;
+		ret = st->ids[i] = zinf_swap_add(st->swap, "data", (uint32_t)i, b);
+		if (ret < 0) {
+			return ret;
+		}
+	}
+	return zinf_swap_reserve(st->swap);
+}
+
+/*
+ * One slab from the engine's allocator (2 MiB aligned, huge pages advised before the first
+ * touch: a 1 MiB block is then one DMA segment, see RESULTS.md), cut into the pattern's
+ * buffers, touched (page faults are not timed) and registered each on its own.
+ */
+static int
+make_bufs(struct run_state *st, struct bench_res *res)
+{
+	st->buf_bytes = zinf_swap_buf_bytes(st->swap, st->ids[0]);
+	st->bufs = calloc(st->nbufs, sizeof(*st->bufs));
+	struct iovec *iov = calloc(st->nbufs, sizeof(*iov));
+	st->slab_bytes = (size_t)st->buf_bytes * st->nbufs;
+	st->slab = st->bufs && iov ? zinf_alloc_huge(st->slab_bytes) : NULL;
+	if (!st->slab) {
+		free(iov);
+		fprintf(stderr, PROG ": cannot allocate %llu bytes of buffers\n",
+			(unsigned long long)st->slab_bytes);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < st->nbufs; i++) {
+		st->bufs[i] = (char *)st->slab + (size_t)i * st->buf_bytes;
+		memset(st->bufs[i], 0x5a + (int)i, st->buf_bytes);
+		iov[i].iov_base = st->bufs[i];
+		iov[i].iov_len = st->buf_bytes;
+	}
+	res->registered = register_bufs(st, iov);
+	free(iov);
+	return 0;
+}
+
+/* One run; the library has logged any error it returns (the CLI does not repeat it). */
 static int
 run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 {
 	struct run_state st = {.c = c};
 	memset(res, 0, sizeof(*res));
 	res->write_s = res->read_s = res->crc_GBps = res->crc_table_GBps = -1;
-	struct zinf_io_opts o;
-	zinf_io_opts_init(&o);
-	o.backend = c->backend;
-	o.block_size = c->block_size;
-	o.queue_depth = c->queue_depth;
-	o.threads = c->threads;
-	o.sqpoll = c->sqpoll;
-	int ret = zinf_io_create(&o, &st.io);
+	uint64_t tens_bytes = 0;
+	int ret = plan(c, &st, &tens_bytes);
 	if (ret < 0) {
-		fprintf(stderr, "zinf bench io: cannot open the I/O engine: %s\n", strerror(-ret));
 		return ret;
 	}
-	snprintf(res->backend, sizeof(res->backend), "%s", zinf_io_backend(st.io));
-	struct zinf_swap_opts so;
-	zinf_swap_opts_init(&so);
-	so.dirs = c->paths;
-	so.n_dirs = c->n_paths;
-	so.prefix = "bench";
-	so.crc = c->crc;
-	if (c->stripe_unit) {
-		so.stripe_unit = c->stripe_unit;
-	}
-	ret = zinf_swap_create(st.io, &so, &st.swap);
-	if (ret < 0) {
+	if ((ret = open_swap(c, &st, tens_bytes, res)) < 0 || (ret = make_bufs(&st, res)) < 0) {
 		goto out;
-	}
-	uint64_t tens_bytes = c->pattern == PAT_LARGE ? LARGE_CHUNK : c->block_size;
-	if (tens_bytes > c->size) {
-		tens_bytes = c->size;
-	}
-	st.ntens = (c->size + tens_bytes - 1) / tens_bytes;
-	st.ids = calloc(st.ntens, sizeof(*st.ids));
-	if (!st.ids) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (uint64_t i = 0; i < st.ntens; i++) {
-		uint64_t b = i + 1 < st.ntens ? tens_bytes : c->size - i * tens_bytes;
-		ret = st.ids[i] = zinf_swap_add(st.swap, "data", (uint32_t)i, b);
-		if (ret < 0) {
-			goto out;
-		}
-	}
-	ret = zinf_swap_reserve(st.swap);
-	if (ret < 0) {
-		goto out;
-	}
-	st.nbufs = c->pattern == PAT_LARGE ? 1 : c->queue_depth * c->threads;
-	st.buf_bytes = zinf_swap_buf_bytes(st.swap, st.ids[0]);
-	st.bufs = calloc(st.nbufs, sizeof(*st.bufs));
-	struct iovec *iov = calloc(st.nbufs, sizeof(*iov));
-	if (!st.bufs || !iov) {
-		free(iov);
-		ret = -ENOMEM;
-		goto out;
-	}
-	/*
-	 * One slab from the engine's allocator (2 MiB aligned, huge pages advised before the
-	 * first touch: a 1 MiB block is then one DMA segment, see RESULTS.md), cut into the
-	 * pattern's buffers; each is registered on its own.
-	 */
-	st.slab_bytes = (size_t)st.buf_bytes * st.nbufs;
-	st.slab = zinf_alloc_huge(st.slab_bytes);
-	if (!st.slab) {
-		free(iov);
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (unsigned i = 0; i < st.nbufs; i++) {
-		st.bufs[i] = (char *)st.slab + (size_t)i * st.buf_bytes;
-		/* Touch every page now, so that page faults are not timed. */
-		memset(st.bufs[i], 0x5a + (int)i, st.buf_bytes);
-		iov[i].iov_base = st.bufs[i];
-		iov[i].iov_len = st.buf_bytes;
-	}
-	ret = zinf_io_register_buffers(st.io, iov, st.nbufs);
-	free(iov);
-	if (ret < 0) {
-		fprintf(stderr,
-			"zinf bench io: registering buffers failed (%s); continuing without\n",
-			strerror(-ret));
 	}
 	if (c->crc) {
 		crc_speed(st.bufs[0], st.buf_bytes, res);
 	}
 	res->bytes = c->size;
-	bool rd = c->do_read, wr = c->do_write || c->do_read;
-	cli_progress_init(&st.prog, label, (wr ? c->size : 0) + (rd ? c->size : 0));
-	if (wr) {
-		double t = run_phase(&st, true);
-		if (t < 0) {
-			ret = (int)t;
-			goto out_prog;
-		}
-		if (c->do_write) {
-			res->write_s = t;
-		}
+	bool rd = c->mode != MODE_WRITE; /* a read needs the data written first: always write */
+	cli_progress_init(&st.prog, label, c->size + (rd ? c->size : 0));
+	double t = run_phase(&st, true);
+	if (t < 0) {
+		ret = (int)t;
+		goto out_prog;
+	}
+	if (c->mode != MODE_READ) {
+		res->write_s = t;
 	}
 	if (rd) {
-		double t = run_phase(&st, false);
+		t = run_phase(&st, false);
 		if (t < 0) {
 			ret = (int)t;
 			goto out_prog;
 		}
 		res->read_s = t;
 	}
-	struct zinf_io_stats ios = {.size = sizeof(ios)};
+	struct zinf_io_stats ios;
 	zinf_io_get_stats(st.io, &ios);
 	res->max_inflight = ios.max_inflight;
 	res->wakeups = __atomic_load_n(&st.io->stats_wakeups, __ATOMIC_RELAXED);
@@ -337,10 +435,6 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 out_prog:
 	cli_progress_done(&st.prog);
 out:
-	if (ret < 0 && ret != -EINTR) {
-		fprintf(stderr, "zinf bench io: %s\n",
-			zinf_last_error()[0] ? zinf_last_error() : strerror(-ret));
-	}
 	run_free(&st);
 	return ret;
 }
@@ -350,40 +444,42 @@ out:
 static double
 gbps(uint64_t bytes, double s)
 {
-	return s > 0 ? (double)bytes / s / 1e9 : -1;
+	return s > 0 ? (double)bytes / s / 1e9 : NAN;
 }
 
-static json_t *
-num_or_null(double v)
+static double
+secs(double s)
 {
-	return v >= 0 ? json_real(v) : json_null();
+	return s >= 0 ? s : NAN;
 }
 
 static json_t *
 res_json(const struct bench_cfg *c, const struct bench_res *r)
 {
 	json_t *paths = json_array();
-	for (unsigned i = 0; i < c->n_paths; i++) {
-		json_array_append_new(paths, json_string(c->paths[i]));
+	for (unsigned i = 0; i < c->paths.n; i++) {
+		json_array_append_new(paths, json_string(c->paths.v[i]));
 	}
 	json_t *o = json_object();
 	json_object_set_new(o, "backend", json_string(r->backend));
-	json_object_set_new(o, "block_size", json_integer(c->block_size));
+	json_object_set_new(o, "block_size", json_integer((json_int_t)c->block_size));
 	json_object_set_new(o, "queue_depth", json_integer(c->queue_depth));
 	json_object_set_new(o, "threads", json_integer(c->threads));
 	json_object_set_new(o, "bytes", json_integer((json_int_t)r->bytes));
-	json_object_set_new(o, "read_GBps", num_or_null(gbps(r->bytes, r->read_s)));
-	json_object_set_new(o, "write_GBps", num_or_null(gbps(r->bytes, r->write_s)));
-	json_object_set_new(o, "read_s", num_or_null(r->read_s));
-	json_object_set_new(o, "write_s", num_or_null(r->write_s));
-	json_object_set_new(o, "buffer_pattern",
-			    json_string(c->pattern == PAT_LARGE ? "large" : "small"));
+	json_object_set_new(o, "read_GBps", cli_json_real(gbps(r->bytes, r->read_s)));
+	json_object_set_new(o, "write_GBps", cli_json_real(gbps(r->bytes, r->write_s)));
+	json_object_set_new(o, "read_s", cli_json_real(secs(r->read_s)));
+	json_object_set_new(o, "write_s", cli_json_real(secs(r->write_s)));
+	json_object_set_new(o, "buffer_pattern", json_string(patterns[c->pattern]));
+	json_object_set_new(o, "registered", json_boolean(r->registered));
+	json_object_set_new(o, "buffered", json_boolean(c->buffered));
+	json_object_set_new(o, "direct", json_boolean(r->direct));
 	json_object_set_new(o, "crc", json_boolean(c->crc));
 	json_object_set_new(o, "max_inflight", json_integer((json_int_t)r->max_inflight));
 	json_object_set_new(o, "wakeups", json_integer((json_int_t)r->wakeups));
 	if (c->crc) {
-		json_object_set_new(o, "crc32c_GBps", num_or_null(r->crc_GBps));
-		json_object_set_new(o, "crc32c_table_GBps", num_or_null(r->crc_table_GBps));
+		json_object_set_new(o, "crc32c_GBps", cli_json_real(secs(r->crc_GBps)));
+		json_object_set_new(o, "crc32c_table_GBps", cli_json_real(secs(r->crc_table_GBps)));
 		json_object_set_new(o, "crc32c_instruction",
 				    json_boolean(zinf_crc32c_hw_available()));
 	}
@@ -392,33 +488,21 @@ res_json(const struct bench_cfg *c, const struct bench_res *r)
 }
 
 static void
-print_size(char *out, size_t n, uint64_t b)
-{
-	if (b >= (1ull << 30) && b % (1ull << 30) == 0) {
-		snprintf(out, n, "%llu GiB", (unsigned long long)(b >> 30));
-	} else if (b >= (1ull << 20) && b % (1ull << 20) == 0) {
-		snprintf(out, n, "%llu MiB", (unsigned long long)(b >> 20));
-	} else if (b >= 1024 && b % 1024 == 0) {
-		snprintf(out, n, "%llu KiB", (unsigned long long)(b >> 10));
-	} else {
-		snprintf(out, n, "%llu B", (unsigned long long)b);
-	}
-}
-
-static void
 report_human(const struct bench_cfg *c, const struct bench_res *r)
 {
 	char sz[32], bs[32];
-	print_size(sz, sizeof(sz), c->size);
-	print_size(bs, sizeof(bs), c->block_size);
-	printf("zinf bench io: %s, %u director%s:", r->backend, c->n_paths,
-	       c->n_paths == 1 ? "y" : "ies");
-	for (unsigned i = 0; i < c->n_paths; i++) {
-		printf(" %s", c->paths[i]);
+	cli_size_str(sz, sizeof(sz), c->size);
+	cli_size_str(bs, sizeof(bs), c->block_size);
+	printf(PROG ": %s, %u director%s:", r->backend, c->paths.n, c->paths.n == 1 ? "y" : "ies");
+	for (unsigned i = 0; i < c->paths.n; i++) {
+		printf(" %s", c->paths.v[i]);
 	}
-	printf("\n  %s, block %s, queue depth %u, threads %u, buffers: %s%s\n", sz, bs,
-	       c->queue_depth, c->threads,
-	       c->pattern == PAT_LARGE ? "one large registered" : "small, cycled",
+	printf("\n  %s, block %s, queue depth %u, threads %u, buffers: %s, %s%s%s\n", sz, bs,
+	       c->queue_depth, c->threads, c->pattern == PAT_LARGE ? "one large" : "small, cycled",
+	       r->registered ? "registered" : "not registered",
+	       !r->direct    ? ", buffered I/O (page cache)"
+	       : c->buffered ? ", O_DIRECT"
+			     : "",
 	       c->crc ? ", CRC32C on" : "");
 	if (r->write_s >= 0) {
 		printf("  write %7.2f GB/s  (%.2f s)\n", gbps(r->bytes, r->write_s), r->write_s);
@@ -435,99 +519,19 @@ report_human(const struct bench_cfg *c, const struct bench_res *r)
 
 /* ---- sweep -------------------------------------------------------------------------------- */
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
+/* The sweep's grid: block size x queue depth x threads. */
+static const uint32_t sweep_bs[] = {256u << 10, 1u << 20, 4u << 20};
+static const uint32_t sweep_qd[] = {8, 32, 64};
+static const uint32_t sweep_th[] = {1, 2};
+#define SWEEP_N 18
 
-/* Median of n values (sorted in place). */
-static double
-median(double *v, unsigned n)
+static void
+sweep_print(const struct bench_cfg *c, const struct bench_cfg *cfgs, const struct bench_res *res,
+	    unsigned best, unsigned rounds)
 {
-	qsort(v, n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-static int
-sweep(struct bench_cfg *c)
-{
-	static const uint32_t bss[] = {256u << 10, 1u << 20, 4u << 20};
-	static const uint32_t qds[] = {8, 32, 64};
-	static const uint32_t ths[] = {1, 2};
-	const unsigned n = 3 * 3 * 2;
-	struct bench_res *res = calloc(n, sizeof(*res));
-	struct bench_cfg *cfgs = calloc(n, sizeof(*cfgs));
-	if (!res || !cfgs) {
-		free(res);
-		free(cfgs);
-		return 1;
-	}
-	unsigned k = 0;
-	for (unsigned a = 0; a < 3; a++) {
-		for (unsigned b = 0; b < 3; b++) {
-			for (unsigned t = 0; t < 2; t++, k++) {
-				cfgs[k] = *c;
-				cfgs[k].block_size = bss[a];
-				cfgs[k].queue_depth = qds[b];
-				cfgs[k].threads = ths[t];
-			}
-		}
-	}
-	/*
-	 * Rounds over the whole grid, so that drift of a virtual disk spreads over all settings;
-	 * each setting's time is the median of its rounds.
-	 */
-	unsigned rounds = c->rounds;
-	double *wt = calloc((size_t)n * rounds, sizeof(*wt));
-	double *rt = calloc((size_t)n * rounds, sizeof(*rt));
-	int ret = (wt && rt) ? 0 : -ENOMEM;
-	for (unsigned r = 0; r < rounds && ret == 0; r++) {
-		for (k = 0; k < n && ret == 0; k++) {
-			char label[64];
-			snprintf(label, sizeof(label), "%u/%u bs %uK qd %u t %u", r + 1, rounds,
-				 cfgs[k].block_size >> 10, cfgs[k].queue_depth, cfgs[k].threads);
-			ret = run_one(&cfgs[k], &res[k], label);
-			wt[k * rounds + r] = res[k].write_s;
-			rt[k * rounds + r] = res[k].read_s;
-		}
-	}
-	if (ret < 0) {
-		free(wt);
-		free(rt);
-		free(res);
-		free(cfgs);
-		return ret == -EINTR ? 130 : 1;
-	}
-	int best = -1;
-	double best_t = 0;
-	if (!c->json) {
-		printf("%-10s %6s %8s %11s %11s   (medians of %u rounds)\n", "block", "qd",
-		       "threads", "write GB/s", "read GB/s", rounds);
-	}
-	for (k = 0; k < n; k++) {
-		res[k].write_s = median(&wt[k * rounds], rounds);
-		res[k].read_s = median(&rt[k * rounds], rounds);
-		/* Best: least time to write and read the same bytes. */
-		double tt = res[k].write_s + res[k].read_s;
-		if (best < 0 || tt < best_t) {
-			best = (int)k;
-			best_t = tt;
-		}
-		if (!c->json) {
-			char bs[32];
-			print_size(bs, sizeof(bs), cfgs[k].block_size);
-			printf("%-10s %6u %8u %11.2f %11.2f\n", bs, cfgs[k].queue_depth,
-			       cfgs[k].threads, gbps(res[k].bytes, res[k].write_s),
-			       gbps(res[k].bytes, res[k].read_s));
-		}
-	}
-	free(wt);
-	free(rt);
 	const struct bench_cfg *bc = &cfgs[best];
 	json_t *aio = json_object();
-	json_object_set_new(aio, "block_size", json_integer(bc->block_size));
+	json_object_set_new(aio, "block_size", json_integer((json_int_t)bc->block_size));
 	json_object_set_new(aio, "queue_depth", json_integer(bc->queue_depth));
 	json_object_set_new(aio, "intra_op_parallelism", json_integer(bc->threads));
 	json_object_set_new(aio, "single_submit", json_false());
@@ -536,251 +540,152 @@ sweep(struct bench_cfg *c)
 	if (c->json) {
 		json_t *o = json_object();
 		json_t *all = json_array();
-		for (unsigned i = 0; i < k; i++) {
+		for (unsigned i = 0; i < SWEEP_N; i++) {
 			json_array_append_new(all, res_json(&cfgs[i], &res[i]));
 		}
+		json_object_set_new(o, "rounds", json_integer(rounds));
 		json_object_set_new(o, "results", all);
 		json_object_set_new(o, "best", res_json(bc, &res[best]));
 		json_object_set_new(o, "aio", aio);
-		char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		printf("%s\n", s);
-		free(s);
-		json_decref(o);
-	} else {
-		json_t *wrap = json_object();
-		json_object_set_new(wrap, "aio", aio);
-		char *s = json_dumps(wrap, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-		printf("\nbest: block %u, queue depth %u, threads %u (write %.2f GB/s, read %.2f "
-		       "GB/s)\n",
-		       bc->block_size, bc->queue_depth, bc->threads,
-		       gbps(res[best].bytes, res[best].write_s),
-		       gbps(res[best].bytes, res[best].read_s));
-		printf("DeepSpeed config section (DeepSpeed < 0.15 calls intra_op_parallelism "
-		       "\"thread_count\"):\n");
-		/* Strip the outer braces: a section to paste into ds_config.json. */
-		size_t len = strlen(s);
-		printf("%.*s\n", (int)(len - 4), s + 2);
-		free(s);
-		json_decref(wrap);
+		cli_json_print(o, 2);
+		return;
 	}
-	free(res);
-	free(cfgs);
-	return 0;
+	printf("%-10s %6s %8s %11s %11s   (medians of %u rounds)\n", "block", "qd", "threads",
+	       "write GB/s", "read GB/s", rounds);
+	for (unsigned k = 0; k < SWEEP_N; k++) {
+		char bs[32];
+		cli_size_str(bs, sizeof(bs), cfgs[k].block_size);
+		printf("%-10s %6u %8u %11.2f %11.2f\n", bs, cfgs[k].queue_depth, cfgs[k].threads,
+		       gbps(res[k].bytes, res[k].write_s), gbps(res[k].bytes, res[k].read_s));
+	}
+	json_t *wrap = json_object();
+	json_object_set_new(wrap, "aio", aio);
+	char *s = json_dumps(wrap, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	printf("\nbest: block %llu, queue depth %u, threads %u (write %.2f GB/s, read %.2f GB/s)\n",
+	       (unsigned long long)bc->block_size, bc->queue_depth, bc->threads,
+	       gbps(res[best].bytes, res[best].write_s), gbps(res[best].bytes, res[best].read_s));
+	printf("DeepSpeed config section (DeepSpeed < 0.15 calls intra_op_parallelism "
+	       "\"thread_count\"):\n");
+	/* Strip the outer braces: a section to paste into ds_config.json. */
+	size_t len = s ? strlen(s) : 0;
+	if (len > 4) {
+		printf("%.*s\n", (int)(len - 4), s + 2);
+	}
+	free(s);
+	json_decref(wrap);
+}
+
+static int
+sweep(const struct bench_cfg *c)
+{
+	const unsigned n = SWEEP_N, rounds = c->rounds;
+	struct bench_res res[SWEEP_N];
+	struct bench_cfg cfgs[SWEEP_N];
+	unsigned k = 0;
+	for (unsigned a = 0; a < 3; a++) {
+		for (unsigned b = 0; b < 3; b++) {
+			for (unsigned t = 0; t < 2; t++, k++) {
+				cfgs[k] = *c;
+				cfgs[k].block_size = sweep_bs[a];
+				cfgs[k].queue_depth = sweep_qd[b];
+				cfgs[k].threads = sweep_th[t];
+			}
+		}
+	}
+	/*
+	 * Rounds over the whole grid, so that drift of a virtual disk spreads over all settings;
+	 * each setting's time is the median of its rounds.
+	 */
+	double *wt = calloc((size_t)n * rounds, sizeof(*wt));
+	double *rt = calloc((size_t)n * rounds, sizeof(*rt));
+	int ret = (wt && rt) ? 0 : -ENOMEM;
+	for (unsigned r = 0; r < rounds && ret == 0; r++) {
+		for (k = 0; k < n && ret == 0; k++) {
+			char label[64];
+			snprintf(label, sizeof(label), "%u/%u bs %lluK qd %u t %u", r + 1, rounds,
+				 (unsigned long long)cfgs[k].block_size >> 10, cfgs[k].queue_depth,
+				 cfgs[k].threads);
+			ret = run_one(&cfgs[k], &res[k], label);
+			wt[k * rounds + r] = res[k].write_s;
+			rt[k * rounds + r] = res[k].read_s;
+		}
+	}
+	unsigned best = 0;
+	double best_t = 0;
+	for (k = 0; k < n && ret == 0; k++) {
+		res[k].write_s = cli_median(&wt[k * rounds], rounds);
+		res[k].read_s = cli_median(&rt[k * rounds], rounds);
+		/* Best: least time to write and read the same bytes. */
+		double tt = res[k].write_s + res[k].read_s;
+		if (k == 0 || tt < best_t) {
+			best = k;
+			best_t = tt;
+		}
+	}
+	free(wt);
+	free(rt);
+	if (ret == 0) {
+		sweep_print(c, cfgs, res, best, rounds);
+	}
+	return ret;
 }
 
 /* ---- entry -------------------------------------------------------------------------------- */
 
+/* The default directory: created if missing; removed at the end when empty. */
 static int
-parse_u32(const char *opt, const char *arg, uint32_t *out, bool size)
+default_dir(bool *made)
 {
-	uint64_t v;
-	char *end = NULL;
-	if (size) {
-		if (cli_parse_size(arg, &v) < 0) {
-			goto bad;
-		}
-	} else {
-		errno = 0;
-		v = strtoull(arg, &end, 10);
-		if (errno || end == arg || *end) {
-			goto bad;
-		}
+	*made = false;
+	if (mkdir(DEFAULT_DIR, 0700) == 0) {
+		*made = true;
+	} else if (errno != EEXIST) {
+		fprintf(stderr, PROG ": cannot create %s: %s\n", DEFAULT_DIR, strerror(errno));
+		return -errno;
 	}
-	if (v == 0 || v > UINT32_MAX) {
-		goto bad;
-	}
-	*out = (uint32_t)v;
 	return 0;
-bad:
-	fprintf(stderr, "zinf bench io: bad value '%s' for %s\n", arg, opt);
-	return -EINVAL;
 }
 
 int
 cli_bench_io(int argc, char **argv)
 {
-	struct bench_cfg c = {
-		.size = 1ull << 30,
-		.block_size = 1u << 20,
-		.queue_depth = 32,
-		.threads = 1,
-		.do_read = true,
-		.do_write = true,
-		.rounds = 3,
-	};
-	bool size_given = false;
-	enum {
-		O_PATH = 256,
-		O_SIZE,
-		O_BS,
-		O_QD,
-		O_TH,
-		O_BE,
-		O_MODE,
-		O_SWEEP,
-		O_JSON,
-		O_CRC,
-		O_PAT,
-		O_SU,
-		O_SQPOLL,
-		O_ROUNDS
-	};
-	static const struct option lopts[] = {
-		{"path", required_argument, NULL, O_PATH},
-		{"size", required_argument, NULL, O_SIZE},
-		{"block-size", required_argument, NULL, O_BS},
-		{"queue-depth", required_argument, NULL, O_QD},
-		{"threads", required_argument, NULL, O_TH},
-		{"backend", required_argument, NULL, O_BE},
-		{"mode", required_argument, NULL, O_MODE},
-		{"sweep", no_argument, NULL, O_SWEEP},
-		{"json", no_argument, NULL, O_JSON},
-		{"crc", no_argument, NULL, O_CRC},
-		{"buffer-pattern", required_argument, NULL, O_PAT},
-		{"stripe-unit", required_argument, NULL, O_SU},
-		{"sqpoll", no_argument, NULL, O_SQPOLL},
-		{"rounds", required_argument, NULL, O_ROUNDS},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	optind = 1;
-	opterr = 1;
-	int ch;
-	while ((ch = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
-		switch (ch) {
-		case O_PATH:
-			if (c.n_paths == MAX_PATHS) {
-				fprintf(stderr, "zinf bench io: at most %d --path\n", MAX_PATHS);
-				return 2;
-			}
-			c.paths[c.n_paths++] = optarg;
-			break;
-		case O_SIZE:
-			if (cli_parse_size(optarg, &c.size) < 0 || c.size == 0) {
-				fprintf(stderr, "zinf bench io: bad --size '%s'\n", optarg);
-				return 2;
-			}
-			size_given = true;
-			break;
-		case O_BS:
-			if (parse_u32("--block-size", optarg, &c.block_size, true) < 0) {
-				return 2;
-			}
-			if (c.block_size < 4096 || (c.block_size & (c.block_size - 1))) {
-				fprintf(stderr,
-					"zinf bench io: --block-size must be a power of two "
-					">= 4096\n");
-				return 2;
-			}
-			break;
-		case O_QD:
-			if (parse_u32("--queue-depth", optarg, &c.queue_depth, false) < 0) {
-				return 2;
-			}
-			break;
-		case O_TH:
-			if (parse_u32("--threads", optarg, &c.threads, false) < 0) {
-				return 2;
-			}
-			break;
-		case O_BE:
-			c.backend = optarg;
-			break;
-		case O_MODE:
-			if (strcmp(optarg, "read") == 0) {
-				c.do_write = false;
-			} else if (strcmp(optarg, "write") == 0) {
-				c.do_read = false;
-			} else if (strcmp(optarg, "both") != 0) {
-				fprintf(stderr, "zinf bench io: --mode read|write|both\n");
-				return 2;
-			}
-			break;
-		case O_PAT:
-			if (strcmp(optarg, "large") == 0) {
-				c.pattern = PAT_LARGE;
-			} else if (strcmp(optarg, "small") == 0) {
-				c.pattern = PAT_SMALL;
-			} else {
-				fprintf(stderr, "zinf bench io: --buffer-pattern large|small\n");
-				return 2;
-			}
-			break;
-		case O_SU:
-			if (cli_parse_size(optarg, &c.stripe_unit) < 0 || c.stripe_unit == 0) {
-				fprintf(stderr, "zinf bench io: bad --stripe-unit '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case O_SWEEP:
-			c.sweep = true;
-			break;
-		case O_JSON:
-			c.json = true;
-			break;
-		case O_CRC:
-			c.crc = true;
-			break;
-		case O_SQPOLL:
-			c.sqpoll = true;
-			break;
-		case O_ROUNDS:
-			if (parse_u32("--rounds", optarg, &c.rounds, false) < 0) {
-				return 2;
-			}
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
+	if (rc >= 0) {
+		return rc;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "zinf bench io: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
-	if (c.sweep && !size_given) {
+	struct bench_cfg c = cfg;
+	if (c.sweep && !c.size_given) {
 		c.size = 128ull << 20; /* 18 settings x 2 directions x rounds: keep it short */
 	}
-	bool made_dir = false;
-	if (c.n_paths == 0) {
-		c.paths[c.n_paths++] = DEFAULT_DIR;
-		if (mkdir(DEFAULT_DIR, 0700) == 0) {
-			made_dir = true;
-		} else if (errno != EEXIST) {
-			fprintf(stderr, "zinf bench io: cannot create %s: %s\n", DEFAULT_DIR,
-				strerror(errno));
-			return 1;
-		}
+	bool is_default = c.paths.n == 1 && strcmp(c.paths.v[0], DEFAULT_DIR) == 0, made = false;
+	if (is_default && default_dir(&made) < 0) {
+		return 1;
 	}
 	cli_catch_signals();
-	int rc;
+	int reclaimed = 0;
+	for (unsigned i = 0; i < c.paths.n; i++) {
+		reclaimed += cli_reclaim_scratch(PROG, c.paths.v[i], SCRATCH_STEM);
+	}
+	int ret;
 	if (c.sweep) {
-		rc = sweep(&c);
+		ret = sweep(&c);
 	} else {
 		struct bench_res r;
-		int ret = run_one(&c, &r, c.do_write ? "zinf bench io" : "zinf bench io");
-		if (ret == 0) {
-			if (c.json) {
-				json_t *o = res_json(&c, &r);
-				char *s = json_dumps(o, JSON_PRESERVE_ORDER);
-				printf("%s\n", s);
-				free(s);
-				json_decref(o);
-			} else {
-				report_human(&c, &r);
-			}
+		ret = run_one(&c, &r, PROG);
+		if (ret == 0 && c.json) {
+			ret = cli_json_print(res_json(&c, &r), 0);
+		} else if (ret == 0) {
+			report_human(&c, &r);
 		}
-		rc = ret == 0 ? 0 : (ret == -EINTR ? 130 : 1);
 	}
-	if (made_dir) {
+	/* Ours, or a killed run's that was just cleaned: an empty default directory goes. */
+	if (is_default && (made || reclaimed)) {
 		rmdir(DEFAULT_DIR);
 	}
 	if (cli_interrupted) {
-		fprintf(stderr, "zinf bench io: interrupted; files removed\n");
-		rc = 130;
+		fprintf(stderr, PROG ": interrupted (signal %d); files removed\n",
+			(int)cli_interrupted);
+		return cli_interrupt_status();
 	}
-	return rc;
+	return ret == 0 ? 0 : 1;
 }

@@ -1,24 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cli/bench_step.c: `zinf bench step`, the pipelined optimizer step over fp32 master, m and v
- * on NVMe. Creates the state of --params elements in swap files under --path, then runs
- * --steps rounds; each round measures, interleaved on the same files (the disk's speed drifts):
+ * cli/bench_step.c: `zinf bench step`, the pipelined optimizer step over the optimizer's state
+ * (--optimizer, --state: fp32 master plus its parts, found through zinf_step_part_info) on NVMe.
+ * Creates the state of --params elements in swap files under --path, then runs
+ * --steps rounds; each round measures three things on the same files (the disk's speed drifts),
+ * in an order rotated from round to round so that no measurement always follows the same one:
  *
  *   io:    the step's I/O without Adam: every sub-group read and written back through the same
- *          pool buffers, as many in flight as the step may have (io_GBps);
- *   step:  the optimizer step (zinf_step_begin / ready per sub-group / finish) (step_s);
- *   adam:  the same Adam work (every sub-group's elements) on state already in memory (adam_s).
+ *          pool buffers, as many in flight as the step has (min(buffers, sub-groups + 1));
+ *   step:  the optimizer step (zinf_step_begin / ready per sub-group / finish);
+ *   adam:  the same optimizer work on state in memory, in the chunks the step runs it in
+ *          (ZINF_STEP_CHUNK elements), over the same buffers in rotation.
  *
- * efficiency = max(io_s, adam_s) / step_s: 1.0 means the step takes as long as the slower of
- * its two resources alone; computed per round (io, step and adam back to back) and the median
- * of rounds reported (also the ratio of medians). Times are medians over the rounds. Host memory
- * does not grow with
- * --params: one sub-group's gradient (reused for every sub-group) and the pool's buffers; the
- * 16-bit copy goes nowhere by default (--copy swap writes it to the files). Peak RSS comes
- * from getrusage. Files are removed at the end, also on SIGINT/SIGTERM (exit 130).
+ * efficiency = max(io-bound, adam) / step, per round, and its median over the rounds is
+ * reported. io-bound is the round's io time scaled to the bytes the step moved that round. Both
+ * references measure the step's own work done one part at a time, so a value above 1 is
+ * measurement noise (reported as measured, never clamped). Host memory does not grow with
+ * --params beyond the per-sub-group tables: one sub-group's gradient and initial values, and the
+ * pool; all of it is checked against physical memory before it is allocated. Peak RSS comes
+ * from getrusage. Files are removed at the end, also on SIGINT/SIGTERM/SIGHUP/SIGPIPE; a killed
+ * run's files are removed by the next run in the same directory.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,165 +32,76 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "zinf/adam.h"
 #include "zinf/offload.h"
+#include "zinf/optimizer.h"
 
-#define DEFAULT_DIR "./zinf-bench-step"
-#define MAX_STEPS   64
+#define PROG	     "zinf bench step"
+#define DEFAULT_DIR  "./zinf-bench-step"
+#define SCRATCH_STEM "zinf-bench-step"
+/* Host memory per sub-group besides the pool: its swap tensors' tables (up to 4 parts with the
+ * copy) and the step's arrays. */
+#define SUB_GROUP_HOST_BYTES 576
+
+static const char *const backends[] = {"auto", "io_uring", "libaio", "psync", NULL};
+static const char *const schedules[] = {"zinf", "deepspeed", NULL};
+static const char *const copies[] = {"none", "swap", NULL};
+/* In zinf_optim_kind's order. */
+static const char *const optimizers[] = {"adam", "adamw", "adagrad", "lion", NULL};
+static const char *const states[] = {"f32", "bf16", NULL};
 
 struct cfg {
 	uint64_t params, sub_group;
 	const char *path;
 	uint32_t buffers, steps;
-	enum zinf_step_schedule schedule;
-	bool json, copy_swap;
-	const char *backend;
-	uint32_t block_size, queue_depth, threads;
+	int schedule, copy, backend, optimizer, state;
+	bool json, buffered;
+	uint64_t block_size;
+	uint32_t queue_depth, threads;
 };
 
-static void
-usage(FILE *f)
-{
-	fprintf(f, "usage: zinf bench step --params N [options]\n"
-		   "\n"
-		   "Create N parameters' fp32 master, m and v on NVMe and time the pipelined "
-		   "optimizer\n"
-		   "step against the same I/O alone and the same Adam alone, measured in the same "
-		   "run.\n"
-		   "\n"
-		   "  --params N        fp32 elements of the partition (e.g. 2e8)\n"
-		   "  --sub-group S     elements per sub-group (default 1e7)\n"
-		   "  --path DIR        directory for the swap files (default " DEFAULT_DIR ")\n"
-		   "  --buffers B       pool buffers, each one sub-group's master+m+v (default 4)\n"
-		   "  --schedule S      zinf (default) | deepspeed (one read ahead, one write "
-		   "behind)\n"
-		   "  --steps K         rounds of io + step + adam (default 3; medians reported)\n"
-		   "  --copy C          none (default) | swap: write the 16-bit copy to the files "
-		   "too\n"
-		   "  --backend NAME    I/O backend (default: best that works)\n"
-		   "  --block-size N    I/O block size (default 1M)\n"
-		   "  --queue-depth N   blocks in flight per I/O thread (default 32)\n"
-		   "  --threads N       I/O threads (default 1)\n"
-		   "  --json            one JSON object on stdout\n"
-		   "  -h, --help        this text\n");
-}
+static struct cfg cfg;
 
-static int
-parse(int argc, char **argv, struct cfg *c)
-{
-	static const struct option lo[] = {
-		{"params", required_argument, NULL, 'n'},
-		{"sub-group", required_argument, NULL, 's'},
-		{"path", required_argument, NULL, 'p'},
-		{"buffers", required_argument, NULL, 'b'},
-		{"schedule", required_argument, NULL, 'S'},
-		{"steps", required_argument, NULL, 'k'},
-		{"copy", required_argument, NULL, 'c'},
-		{"backend", required_argument, NULL, 'B'},
-		{"block-size", required_argument, NULL, 'z'},
-		{"queue-depth", required_argument, NULL, 'q'},
-		{"threads", required_argument, NULL, 't'},
-		{"json", no_argument, NULL, 'j'},
-		{"help", no_argument, NULL, 'h'},
-		{0},
-	};
-	memset(c, 0, sizeof(*c));
-	c->sub_group = 10000000;
-	c->path = DEFAULT_DIR;
-	c->buffers = 4;
-	c->steps = 3;
-	c->block_size = 1 << 20;
-	c->queue_depth = 32;
-	c->threads = 1;
-	optind = 1;
-	int ch;
-	uint64_t v;
-	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (ch) {
-		case 'n':
-		case 's':
-		case 'b':
-		case 'k':
-		case 'z':
-		case 'q':
-		case 't':
-			if (cli_parse_size(optarg, &v) || v == 0) {
-				fprintf(stderr, "zinf bench step: bad number \"%s\"\n", optarg);
-				return 2;
-			}
-			if (ch == 'n') {
-				c->params = v;
-			} else if (ch == 's') {
-				c->sub_group = v;
-			} else if (ch == 'b') {
-				c->buffers = (uint32_t)v;
-			} else if (ch == 'k') {
-				c->steps = (uint32_t)(v < MAX_STEPS ? v : MAX_STEPS);
-			} else if (ch == 'z') {
-				c->block_size = (uint32_t)v;
-			} else if (ch == 'q') {
-				c->queue_depth = (uint32_t)v;
-			} else {
-				c->threads = (uint32_t)v;
-			}
-			break;
-		case 'p':
-			c->path = optarg;
-			break;
-		case 'S':
-			if (strcmp(optarg, "zinf") == 0) {
-				c->schedule = ZINF_SCHEDULE_PIPELINED;
-			} else if (strcmp(optarg, "deepspeed") == 0) {
-				c->schedule = ZINF_SCHEDULE_DEEPSPEED;
-			} else {
-				fprintf(stderr, "zinf bench step: --schedule zinf|deepspeed\n");
-				return 2;
-			}
-			break;
-		case 'c':
-			if (strcmp(optarg, "none") && strcmp(optarg, "swap")) {
-				fprintf(stderr, "zinf bench step: --copy none|swap\n");
-				return 2;
-			}
-			c->copy_swap = strcmp(optarg, "swap") == 0;
-			break;
-		case 'B':
-			c->backend = optarg;
-			break;
-		case 'j':
-			c->json = true;
-			break;
-		case 'h':
-			usage(stdout);
-			return 1;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (c->params == 0) {
-		fprintf(stderr, "zinf bench step: --params is required\n");
-		usage(stderr);
-		return 2;
-	}
-	return 0;
-}
+static const char synopsis[] = "--params N [options]";
+static const char description[] =
+	"Create N parameters' optimizer state (fp32 master and the optimizer's parts: m and v\n"
+	"for Adam) on NVMe and time the pipelined optimizer step against the same I/O alone and\n"
+	"the same optimizer work alone, measured in the same rounds (order rotated per round).\n"
+	"--state bf16 keeps Adam's m and v in bfloat16 (stochastic rounding): 8 bytes of state\n"
+	"per parameter instead of 12, a third less disk traffic.\n"
+	"\n"
+	"efficiency = max(io-bound, adam) / step per round, median of rounds: 1.0 means the\n"
+	"step takes as long as the slower of its two parts done alone (the step's I/O through\n"
+	"the same buffers, its Adam in the same chunks); above 1 only by measurement noise.\n";
 
-static int
-cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double
-median(const double *v, uint32_t n)
-{
-	double s[MAX_STEPS];
-	memcpy(s, v, n * sizeof(*v));
-	qsort(s, n, sizeof(*s), cmp_double);
-	return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
+static const struct cli_opt opts[] = {
+	{"params", CLI_COUNT, &cfg.params, NULL, "N", "fp32 elements of the partition (e.g. 2e8)",
+	 .min = 1, .flags = CLI_REQUIRED},
+	{"sub-group", CLI_COUNT, &cfg.sub_group, "1e7", "N", "elements per sub-group", .min = 1},
+	{"path", CLI_STR, &cfg.path, DEFAULT_DIR, "DIR", "directory for the swap files"},
+	{"buffers", CLI_U32, &cfg.buffers, "4", "N", "pool buffers, each one sub-group's state",
+	 .min = 1, .max = 1024},
+	{"optimizer", CLI_ENUM, &cfg.optimizer, "adamw", NULL, "optimizer and its state parts",
+	 .choices = optimizers},
+	{"state", CLI_ENUM, &cfg.state, "f32", NULL,
+	 "dtype of the parts after the master (bf16: adam and adamw only)", .choices = states},
+	{"schedule", CLI_ENUM, &cfg.schedule, "zinf", NULL,
+	 "deepspeed: one read ahead, one write behind", .choices = schedules},
+	{"steps", CLI_U32, &cfg.steps, "3", "N", "rounds of io + step + adam; medians reported",
+	 .min = 1, .max = 1000},
+	{"copy", CLI_ENUM, &cfg.copy, "none", NULL, "swap: write the 16-bit copy to the files too",
+	 .choices = copies},
+	{"backend", CLI_ENUM, &cfg.backend, "auto", NULL, "I/O backend (auto: the best that works)",
+	 .choices = backends},
+	{"block-size", CLI_SIZE, &cfg.block_size, "1M", "N", "I/O block size", .min = 4096,
+	 .max = 1 << 30, .flags = CLI_POW2},
+	{"queue-depth", CLI_U32, &cfg.queue_depth, "32", "N", "blocks in flight per I/O thread",
+	 .min = 1, .max = 4096},
+	{"threads", CLI_U32, &cfg.threads, "1", "N", "I/O threads", .min = 1, .max = 64},
+	{"buffered", CLI_FLAG, &cfg.buffered, NULL, NULL,
+	 "buffered I/O where the file system has no O_DIRECT (tmpfs)"},
+	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
+	{NULL},
+};
 
 struct ctx {
 	const struct cfg *c;
@@ -195,8 +109,23 @@ struct ctx {
 	struct zinf_swap *swap;
 	struct zinf_pool *pool;
 	struct zinf_step *st;
+	struct zinf_optimizer *opt;
+	struct zinf_step_opts so;
+	uint32_t nparts; /* the optimizer's state parts (the step's parts, less the copy) */
 	uint32_t nsg;
+	uint32_t slots; /* buffers in flight, as the step takes them: min(buffers, nsg + 1) */
+	float *init, *grad;
+	bool made_dir, reclaimed;
+	bool direct; /* the swap files got O_DIRECT (not the page cache) */
 	struct cli_progress prog;
+};
+
+/* One round's measurements. */
+struct round {
+	double io_s, step_s, adam_s;
+	uint64_t io_bytes, step_bytes;
+	double eff; /* max(io-bound, adam) / step */
+	struct zinf_step_stats ss;
 };
 
 /* ---- the step's I/O alone ------------------------------------------------------------------ */
@@ -206,21 +135,39 @@ struct ring_slot {
 	int state; /* 0 free, 1 reading, 2 writing */
 	uint32_t k;
 	uint64_t seq;
-	struct zinf_swap_op ops[3];
+	struct zinf_swap_op ops[ZINF_OPTIM_MAX_PARTS];
 };
 
-static const char *const kinds[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+/* Bytes of part p of a sub-group in a buffer (the largest sub-group's, aligned), and its
+ * offset: the parts one after another, as the step lays them out. */
+static uint64_t
+part_bytes(const struct ctx *x, uint32_t p)
+{
+	uint64_t a = zinf_swap_align(x->swap);
+	uint64_t b = zinf_step_sub_group_len(x->st, 0) * zinf_optimizer_part_bytes(x->opt, p);
+	return (b + a - 1) / a * a;
+}
+
+static uint64_t
+part_off(const struct ctx *x, uint32_t p)
+{
+	uint64_t off = 0;
+	for (uint32_t q = 0; q < p; q++) {
+		off += part_bytes(x, q);
+	}
+	return off;
+}
 
 static int
 ring_poll(struct ctx *x, struct ring_slot *s, bool block)
 {
 	int rc = 0;
-	for (int p = 0; p < 3; p++) {
+	for (uint32_t p = 0; p < x->nparts; p++) {
 		if (!block && !zinf_swap_poll(x->swap, &s->ops[p])) {
 			return 0;
 		}
 	}
-	for (int p = 0; p < 3; p++) {
+	for (uint32_t p = 0; p < x->nparts; p++) {
 		int r = zinf_swap_wait(x->swap, &s->ops[p]);
 		rc = rc ? rc : r;
 	}
@@ -234,10 +181,11 @@ ring_poll(struct ctx *x, struct ring_slot *s, bool block)
 static double
 run_io(struct ctx *x, uint64_t *bytes)
 {
-	uint32_t nb = zinf_pool_buffer_count(x->pool);
+	uint32_t nb = x->slots;
 	struct ring_slot *sl = calloc(nb, sizeof(*sl));
-	uint64_t a = zinf_swap_align(x->swap);
-	uint64_t part = (zinf_step_sub_group_len(x->st, 0) * 4 + a - 1) / a * a;
+	if (!sl) {
+		return -ENOMEM;
+	}
 	uint64_t seq = 0, moved = 0;
 	uint32_t next = 0, done = 0;
 	int err = 0;
@@ -254,9 +202,9 @@ run_io(struct ctx *x, uint64_t *bytes)
 				s->k = next++;
 				s->state = 1;
 				s->seq = seq++;
-				for (int p = 0; p < 3; p++) {
-					int id = zinf_swap_find(x->swap, kinds[p], s->k);
-					zinf_swap_read_async(x->swap, id, s->buf + p * part,
+				for (uint32_t p = 0; p < x->nparts; p++) {
+					int id = zinf_step_swap_id(x->st, s->k, p);
+					zinf_swap_read_async(x->swap, id, s->buf + part_off(x, p),
 							     &s->ops[p]);
 				}
 			}
@@ -279,9 +227,10 @@ run_io(struct ctx *x, uint64_t *bytes)
 		} else if (s->state == 1) {
 			s->state = 2;
 			s->seq = seq++;
-			for (int p = 0; p < 3; p++) {
-				int id = zinf_swap_find(x->swap, kinds[p], s->k);
-				zinf_swap_write_async(x->swap, id, s->buf + p * part, &s->ops[p]);
+			for (uint32_t p = 0; p < x->nparts; p++) {
+				int id = zinf_step_swap_id(x->st, s->k, p);
+				zinf_swap_write_async(x->swap, id, s->buf + part_off(x, p),
+						      &s->ops[p]);
 				moved += 2 * zinf_swap_bytes(x->swap, id);
 			}
 		} else {
@@ -331,26 +280,37 @@ run_step(struct ctx *x, int64_t t, const float *grad)
 }
 
 /*
- * The same Adam work on state in memory: every sub-group's elements, with the state in the
- * pool's buffers in rotation (as in the step, so it comes from DRAM, not a cache-resident
- * scratch array). Returns seconds.
+ * The same optimizer work on state in memory, as the step runs it: every sub-group's elements
+ * in chunks of ZINF_STEP_CHUNK, with the state in the pool's buffers in rotation over as many
+ * buffers as the step uses (so it comes from DRAM, not a cache-resident scratch array).
+ * Returns seconds or a negative errno.
  */
 static double
-run_adam(struct ctx *x, const struct zinf_adam_opts *ao, int64_t t, const float *grad)
+run_adam(struct ctx *x, int64_t t, const float *grad)
 {
-	uint32_t nb = zinf_pool_buffer_count(x->pool);
+	uint32_t nb = x->slots;
 	char **bufs = calloc(nb, sizeof(*bufs));
-	uint64_t a = zinf_swap_align(x->swap);
-	uint64_t part = (zinf_step_sub_group_len(x->st, 0) * 4 + a - 1) / a * a;
+	if (!bufs) {
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < nb; i++) {
 		zinf_pool_acquire(x->pool, -1, (void **)&bufs[i]);
 	}
+	int rc = 0;
 	double t0 = zinf_now_s();
-	for (uint32_t k = 0; k < x->nsg && !cli_interrupted; k++) {
+	for (uint32_t k = 0; k < x->nsg && !cli_interrupted && !rc; k++) {
 		uint64_t len = zinf_step_sub_group_len(x->st, k);
-		char *b = bufs[k % nb];
-		zinf_adam_step(ao, t, 1.0f, (float *)b, grad, ZINF_F32, (float *)(b + part),
-			       (float *)(b + 2 * part), len, NULL, ZINF_F16);
+		uint64_t start = zinf_step_sub_group_start(x->st, k);
+		for (uint64_t i = 0; i < len && !rc; i += ZINF_STEP_CHUNK) {
+			uint64_t n = len - i < ZINF_STEP_CHUNK ? len - i : ZINF_STEP_CHUNK;
+			void *parts[ZINF_OPTIM_MAX_PARTS];
+			for (uint32_t p = 0; p < x->nparts; p++) {
+				parts[p] = bufs[k % nb] + part_off(x, p) +
+					   i * zinf_optimizer_part_bytes(x->opt, p);
+			}
+			rc = zinf_optimizer_step(x->opt, t, 1.0f, parts, grad + i, ZINF_F32,
+						 start + i, n, NULL, ZINF_F16);
+		}
 		cli_progress_add(&x->prog, 1);
 	}
 	double s = zinf_now_s() - t0;
@@ -358,7 +318,10 @@ run_adam(struct ctx *x, const struct zinf_adam_opts *ao, int64_t t, const float 
 		zinf_pool_release(x->pool, bufs[i]);
 	}
 	free(bufs);
-	return s;
+	if (cli_interrupted) {
+		return -EINTR;
+	}
+	return rc ? rc : s;
 }
 
 static double
@@ -369,220 +332,366 @@ peak_rss_mib(void)
 	return ru.ru_maxrss / 1024.0;
 }
 
-int
-cli_bench_step(int argc, char **argv)
-{
-	struct cfg c;
-	int prc = parse(argc, argv, &c);
-	if (prc) {
-		return prc == 1 ? 0 : prc;
-	}
-	cli_catch_signals();
-	int ret = 1;
-	struct ctx x = {.c = &c};
-	bool made_dir = mkdir(c.path, 0700) == 0;
-	float *sg_buf = NULL, *am = NULL, *av = NULL, *grad = NULL;
+/* ---- set-up ------------------------------------------------------------------------------- */
 
+/*
+ * Open the I/O engine and the swap space, check the memory the run will take (pool, the
+ * per-sub-group tables, one sub-group's gradient and initial values) against physical memory,
+ * then make the pool and the step and reserve the files. Library errors were logged by the
+ * library; the CLI prints only its own. Returns 0 or a negative errno.
+ */
+static int
+setup(struct ctx *x)
+{
+	const struct cfg *c = x->c;
 	struct zinf_io_opts io_o;
 	zinf_io_opts_init(&io_o);
-	io_o.backend = c.backend;
-	io_o.block_size = c.block_size;
-	io_o.queue_depth = c.queue_depth;
-	io_o.threads = c.threads;
-	if (zinf_io_create(&io_o, &x.io)) {
-		goto out;
+	io_o.backend = c->backend ? backends[c->backend] : NULL;
+	io_o.block_size = (uint32_t)c->block_size;
+	io_o.queue_depth = c->queue_depth;
+	io_o.threads = c->threads;
+	int rc = zinf_io_create(&io_o, &x->io);
+	if (rc) {
+		return rc;
 	}
+	char prefix[64];
+	cli_scratch_prefix(prefix, sizeof(prefix), SCRATCH_STEM);
 	struct zinf_swap_opts sw;
 	zinf_swap_opts_init(&sw);
-	const char *dirs[1] = {c.path};
+	const char *dirs[1] = {c->path};
 	sw.dirs = dirs;
 	sw.n_dirs = 1;
-	sw.prefix = "zinf-bench-step";
-	if (zinf_swap_create(x.io, &sw, &x.swap)) {
-		goto out;
+	sw.prefix = prefix;
+	sw.buffered = c->buffered;
+	if ((rc = zinf_swap_create(x->io, &sw, &x->swap))) {
+		cli_hint_buffered(PROG, rc, c->buffered);
+		return rc;
 	}
-	struct zinf_step_opts so;
-	zinf_step_opts_init(&so);
-	so.n = c.params;
-	so.sub_group_size = c.sub_group;
-	so.swap = x.swap;
-	so.schedule = c.schedule;
-	so.param_swap = c.copy_swap ? x.swap : NULL;
+	x->direct = !c->buffered || cli_dir_direct(x->io, c->path, SCRATCH_STEM);
+	struct zinf_optimizer_opts oo;
+	zinf_optimizer_opts_init(&oo, (enum zinf_optim_kind)c->optimizer);
+	oo.state_dtype = c->state ? ZINF_BF16 : ZINF_F32;
+	if ((rc = zinf_optimizer_create(&oo, &x->opt))) {
+		return rc; /* the library's message names the optimizer and the state dtype */
+	}
+	x->nparts = zinf_optimizer_part_count(x->opt);
+	struct zinf_step_opts *so = &x->so;
+	zinf_step_opts_init(so);
+	so->optimizer = x->opt;
+	so->n = c->params;
+	so->sub_group_size = c->sub_group;
+	so->swap = x->swap;
+	so->schedule = c->schedule ? ZINF_SCHEDULE_DEEPSPEED : ZINF_SCHEDULE_PIPELINED;
+	so->param_swap = c->copy ? x->swap : NULL;
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);
-	po.buffer_count = c.buffers;
-	po.buffer_bytes = zinf_step_buffer_bytes(&so, zinf_swap_align(x.swap));
-	po.io = x.io;
+	po.buffer_count = c->buffers;
+	po.buffer_bytes = zinf_step_buffer_bytes(so, zinf_swap_align(x->swap));
+	po.io = x->io;
 	po.pin_fallback = true;
-	if (zinf_pool_create(&po, &x.pool)) {
-		goto out;
+	struct zinf_pool_budget bud = {0};
+	zinf_pool_check(&po, &bud); /* fills the budget in every case; its verdict comes below */
+	uint64_t sg = c->sub_group < c->params ? c->sub_group : c->params;
+	uint64_t nsg = (c->params + sg - 1) / sg;
+	double need = (double)bud.bytes + 2.0 * (double)sg * 4 + (double)nsg * SUB_GROUP_HOST_BYTES;
+	if (cli_check_memory(PROG, "the pool, one sub-group's arrays and the sub-group tables",
+			     need >= 1.8e19 ? UINT64_MAX : (uint64_t)need,
+			     "--buffers or --sub-group (or raise --sub-group: fewer tables)") < 0) {
+		return -ENOMEM;
 	}
-	so.pool = x.pool;
-	if (zinf_step_create(&so, &x.st) || zinf_swap_reserve(x.swap)) {
-		goto out;
+	if ((rc = zinf_pool_create(&po, &x->pool))) {
+		return rc;
 	}
-	x.nsg = zinf_step_sub_groups(x.st);
-	uint64_t sg = zinf_step_sub_group_len(x.st, 0);
+	so->pool = x->pool;
+	if ((rc = zinf_step_create(so, &x->st)) || (rc = zinf_swap_reserve(x->swap))) {
+		return rc;
+	}
+	x->nsg = zinf_step_sub_groups(x->st);
+	x->slots = c->buffers < x->nsg + 1 ? c->buffers : x->nsg + 1;
+	x->init = zinf_alloc_aligned(64, sg * 4);
+	x->grad = zinf_alloc_aligned(64, sg * 4);
+	if (!x->init || !x->grad) {
+		fprintf(stderr, PROG ": out of memory for a sub-group of %llu elements\n",
+			(unsigned long long)sg);
+		return -ENOMEM;
+	}
+	return 0;
+}
 
-	/* Initial state, one sub-group at a time: host memory stays one sub-group. */
-	sg_buf = zinf_alloc_aligned(64, sg * 4);
-	grad = zinf_alloc_aligned(64, sg * 4);
-	am = zinf_alloc_aligned(64, sg * 4);
-	av = zinf_alloc_aligned(64, sg * 4);
-	if (!sg_buf || !grad || !am || !av) {
-		fprintf(stderr, "zinf bench step: out of memory\n");
-		goto out;
-	}
+/* Initial state, one sub-group at a time: host memory stays one sub-group. Returns seconds. */
+static double
+load_state(struct ctx *x)
+{
+	uint64_t sg = zinf_step_sub_group_len(x->st, 0);
 	uint64_t r = 0x9e3779b97f4a7c15ull;
 	for (uint64_t i = 0; i < sg; i++) {
 		r ^= r << 13;
 		r ^= r >> 7;
 		r ^= r << 17;
-		sg_buf[i] = (float)((int64_t)(r >> 11) - (1LL << 52)) * 0x1p-52f;
-		grad[i] = (float)((int64_t)(r & 0xfffff) - 0x80000) * 0x1p-20f;
+		x->init[i] = (float)((int64_t)(r >> 11) - (1LL << 52)) * 0x1p-52f;
+		x->grad[i] = (float)((int64_t)(r & 0xfffff) - 0x80000) * 0x1p-20f;
 	}
-	memset(am, 0, sg * 4);
-	memset(av, 0, sg * 4);
-	double t_load = zinf_now_s();
-	cli_progress_init(&x.prog, "creating state", x.nsg);
-	for (uint32_t k = 0; k < x.nsg && !cli_interrupted; k++) {
-		const void *init[ZINF_OPTIM_MAX_PARTS] = {sg_buf};
-		if (zinf_step_load(x.st, k, init)) {
-			goto out;
+	double t0 = zinf_now_s();
+	cli_progress_init(&x->prog, "creating state", x->nsg);
+	for (uint32_t k = 0; k < x->nsg && !cli_interrupted; k++) {
+		const void *state[ZINF_OPTIM_MAX_PARTS] = {x->init}; /* the other parts: zeros */
+		int rc = zinf_step_load(x->st, k, state);
+		if (rc) {
+			cli_progress_done(&x->prog);
+			return rc;
 		}
-		cli_progress_add(&x.prog, 1);
+		cli_progress_add(&x->prog, 1);
 	}
-	cli_progress_done(&x.prog);
-	t_load = zinf_now_s() - t_load;
-	if (cli_interrupted) {
-		goto out;
-	}
+	cli_progress_done(&x->prog);
+	return cli_interrupted ? -EINTR : zinf_now_s() - t0;
+}
 
-	double step_s[MAX_STEPS], io_s[MAX_STEPS], adam_s[MAX_STEPS];
-	uint64_t io_bytes = 0;
-	struct zinf_step_stats ss = {.size = sizeof(ss)};
-	struct zinf_adam_opts ao; /* the step's default optimizer: AdamW, these defaults */
-	zinf_adam_opts_init(&ao);
-	double wait_read = 0, wait_write = 0;
-	cli_progress_init(&x.prog, "io / step / adam", (uint64_t)x.nsg * 3 * c.steps);
-	for (uint32_t i = 0; i < c.steps; i++) {
-		io_s[i] = run_io(&x, &io_bytes);
-		step_s[i] = run_step(&x, (int64_t)i + 1, grad);
-		adam_s[i] = run_adam(&x, &ao, (int64_t)i + 1, grad);
-		if (io_s[i] < 0 || step_s[i] < 0) {
-			cli_progress_done(&x.prog);
-			if (!cli_interrupted) {
-				fprintf(stderr, "zinf bench step: round %u failed: %s\n", i,
-					zinf_strerror((int)(io_s[i] < 0 ? io_s[i] : step_s[i])));
-			}
-			goto out;
-		}
-		zinf_step_get_stats(x.st, &ss);
-		wait_read += ss.wait_read_s;
-		wait_write += ss.wait_write_s;
-	}
-	cli_progress_done(&x.prog);
-	double step_m = median(step_s, c.steps), io_m = median(io_s, c.steps),
-	       adam_m = median(adam_s, c.steps);
-	uint64_t step_bytes = ss.read_bytes + ss.write_bytes;
-	/* The I/O-bound time of the step: its bytes at the bandwidth the same files gave. */
-	double io_gbps = io_bytes / io_m / 1e9;
-	double io_bound = step_bytes / (io_gbps * 1e9);
-	double eff_of_medians = fmax(io_bound, adam_m) / step_m;
-	/* Each round's io, step and adam ran back to back: their ratio sees the same disk, so
-	 * the median of per-round ratios is the figure that the disk's drift disturbs least. */
-	double effs[MAX_STEPS];
-	for (uint32_t i = 0; i < c.steps; i++) {
-		double iob = step_bytes / ((double)io_bytes / io_s[i]);
-		effs[i] = fmax(iob, adam_s[i]) / step_s[i];
-	}
-	double eff = median(effs, c.steps);
-	struct zinf_io_opts eff_o;
-	zinf_io_get_opts(x.io, &eff_o);
+/* ---- rounds ------------------------------------------------------------------------------- */
 
-	if (c.json) {
-		json_t *o = json_object();
-		json_object_set_new(o, "params", json_integer((json_int_t)c.params));
-		json_object_set_new(o, "sub_group", json_integer((json_int_t)c.sub_group));
-		json_object_set_new(o, "sub_groups", json_integer(x.nsg));
-		json_object_set_new(o, "buffers", json_integer(c.buffers));
-		json_object_set_new(o, "buffer_bytes",
-				    json_integer((json_int_t)zinf_pool_buffer_bytes(x.pool)));
-		json_object_set_new(o, "pinned", json_boolean(zinf_pool_pinned(x.pool)));
-		json_object_set_new(
-			o, "schedule",
-			json_string(c.schedule == ZINF_SCHEDULE_DEEPSPEED ? "deepspeed" : "zinf"));
-		json_object_set_new(o, "copy", json_string(c.copy_swap ? "swap" : "none"));
-		json_object_set_new(o, "backend", json_string(zinf_io_backend(x.io)));
-		json_object_set_new(o, "block_size", json_integer(eff_o.block_size));
-		json_object_set_new(o, "queue_depth", json_integer(eff_o.queue_depth));
-		json_object_set_new(o, "threads", json_integer(eff_o.threads));
-		json_object_set_new(o, "steps", json_integer(c.steps));
-		json_object_set_new(o, "step_s", json_real(step_m));
-		json_t *all = json_array();
-		for (uint32_t i = 0; i < c.steps; i++) {
-			json_array_append_new(all, json_real(step_s[i]));
+/*
+ * Round i: io, step and adam, starting with measurement i % 3 so that each follows each other
+ * one equally often. Returns 0 or a negative errno.
+ */
+static int
+run_round(struct ctx *x, uint32_t i, struct round *r)
+{
+	int64_t t = (int64_t)i + 1;
+	for (int j = 0; j < 3; j++) {
+		double v;
+		switch ((i + j) % 3) {
+		case 0:
+			v = r->io_s = run_io(x, &r->io_bytes);
+			break;
+		case 1:
+			v = r->step_s = run_step(x, t, x->grad);
+			r->ss.size = sizeof(r->ss);
+			zinf_step_get_stats(x->st, &r->ss);
+			break;
+		default:
+			v = r->adam_s = run_adam(x, t, x->grad);
+			break;
 		}
-		json_object_set_new(o, "step_s_all", all);
-		json_object_set_new(o, "read_bytes", json_integer((json_int_t)ss.read_bytes));
-		json_object_set_new(o, "write_bytes", json_integer((json_int_t)ss.write_bytes));
-		json_object_set_new(o, "adam_s", json_real(adam_m));
-		json_object_set_new(o, "io_s", json_real(io_m));
-		json_object_set_new(o, "io_GBps", json_real(io_gbps));
-		json_object_set_new(o, "io_bound_s", json_real(io_bound));
-		json_object_set_new(o, "step_GBps", json_real(step_bytes / step_m / 1e9));
-		json_object_set_new(o, "efficiency", json_real(eff));
-		json_object_set_new(o, "efficiency_of_medians", json_real(eff_of_medians));
-		json_t *ea = json_array();
-		for (uint32_t i = 0; i < c.steps; i++) {
-			json_array_append_new(ea, json_real(effs[i]));
+		if (v < 0) {
+			return (int)v;
 		}
-		json_object_set_new(o, "efficiency_all", ea);
-		json_object_set_new(o, "wait_read_s", json_real(wait_read / c.steps));
-		json_object_set_new(o, "wait_write_s", json_real(wait_write / c.steps));
-		json_object_set_new(o, "max_reads_in_flight", json_integer(ss.max_reads_in_flight));
-		json_object_set_new(o, "load_s", json_real(t_load));
-		json_object_set_new(o, "peak_rss_MiB", json_real(peak_rss_mib()));
-		char *s = json_dumps(o, JSON_INDENT(2));
-		printf("%s\n", s);
-		free(s);
-		json_decref(o);
-	} else {
-		printf("zinf bench step: %llu params, %u sub-groups of %llu, %u buffers of %.1f "
-		       "MiB, "
-		       "schedule %s, backend %s\n",
-		       (unsigned long long)c.params, x.nsg, (unsigned long long)c.sub_group,
-		       c.buffers, zinf_pool_buffer_bytes(x.pool) / 1048576.0,
-		       c.schedule == ZINF_SCHEDULE_DEEPSPEED ? "deepspeed" : "zinf",
-		       zinf_io_backend(x.io));
-		printf("  step      %8.3f s (median of %u)   %.2f GB/s of state moved\n", step_m,
-		       c.steps, step_bytes / step_m / 1e9);
-		printf("  io alone  %8.3f s   %.2f GB/s (read+write, same files, same depth)\n",
-		       io_m, io_gbps);
-		printf("  adam      %8.3f s   (same Adam work in memory)\n", adam_m);
-		printf("  efficiency %.3f (median of rounds); of medians: max(io-bound %.3f s, "
-		       "adam "
-		       "%.3f s) / step %.3f s = %.3f\n",
-		       eff, io_bound, adam_m, step_m, eff_of_medians);
-		printf("  read %llu bytes, write %llu bytes per step; peak RSS %.1f MiB\n",
-		       (unsigned long long)ss.read_bytes, (unsigned long long)ss.write_bytes,
-		       peak_rss_mib());
 	}
-	ret = 0;
-out:
-	zinf_free_aligned(sg_buf);
-	zinf_free_aligned(grad);
-	zinf_free_aligned(am);
-	zinf_free_aligned(av);
-	zinf_step_destroy(x.st);
-	zinf_pool_destroy(x.pool);
-	zinf_swap_destroy(x.swap);
-	zinf_io_destroy(x.io);
-	if (made_dir) {
-		rmdir(c.path);
+	r->step_bytes = r->ss.read_bytes + r->ss.write_bytes;
+	double io_bound = r->io_s * (double)r->step_bytes / (double)r->io_bytes;
+	r->eff = fmax(io_bound, r->adam_s) / r->step_s;
+	return 0;
+}
+
+/* ---- report ------------------------------------------------------------------------------- */
+
+struct summary {
+	double step_s, io_s, adam_s, io_GBps, io_bound_s, eff, eff_of_medians;
+	double wait_read_s, wait_write_s, load_s;
+	uint64_t step_bytes;
+	const char *bound; /* "io" or "adam": the slower part alone */
+};
+
+static void
+summarise(const struct ctx *x, const struct round *r, uint32_t n, double load_s, struct summary *s)
+{
+	double *v = calloc(n, sizeof(*v));
+	double med[4] = {NAN, NAN, NAN, NAN};
+	for (int q = 0; q < 4 && v; q++) {
+		for (uint32_t i = 0; i < n; i++) {
+			v[i] = q == 0	? r[i].step_s
+			       : q == 1 ? r[i].io_s
+			       : q == 2 ? r[i].adam_s
+					: r[i].eff;
+		}
+		med[q] = cli_median(v, n);
 	}
+	free(v);
+	memset(s, 0, sizeof(*s));
+	s->step_s = med[0];
+	s->io_s = med[1];
+	s->adam_s = med[2];
+	s->eff = med[3];
+	s->step_bytes = r[n - 1].step_bytes;
+	s->io_GBps = (double)r[n - 1].io_bytes / s->io_s / 1e9;
+	s->io_bound_s = (double)s->step_bytes / (s->io_GBps * 1e9);
+	s->eff_of_medians = fmax(s->io_bound_s, s->adam_s) / s->step_s;
+	s->bound = s->io_bound_s >= s->adam_s ? "io" : "adam";
+	for (uint32_t i = 0; i < n; i++) {
+		s->wait_read_s += r[i].ss.wait_read_s / n;
+		s->wait_write_s += r[i].ss.wait_write_s / n;
+	}
+	s->load_s = load_s;
+}
+
+static json_t *
+per_round(const struct round *r, uint32_t n, size_t off)
+{
+	json_t *a = json_array();
+	for (uint32_t i = 0; i < n; i++) {
+		json_array_append_new(a,
+				      cli_json_real(*(const double *)((const char *)&r[i] + off)));
+	}
+	return a;
+}
+
+static int
+report_json(const struct ctx *x, const struct round *r, const struct summary *s)
+{
+	const struct cfg *c = x->c;
+	struct zinf_io_opts eo;
+	zinf_io_get_opts(x->io, &eo);
+	const struct zinf_step_stats *ss = &r[c->steps - 1].ss;
+	json_t *o = json_object();
+	json_object_set_new(o, "params", json_integer((json_int_t)c->params));
+	json_object_set_new(o, "sub_group",
+			    json_integer((json_int_t)zinf_step_sub_group_len(x->st, 0)));
+	json_object_set_new(o, "sub_groups", json_integer(x->nsg));
+	json_object_set_new(o, "buffers", json_integer(c->buffers));
+	json_object_set_new(o, "buffers_in_flight", json_integer(ss->buffers));
+	json_object_set_new(o, "buffer_bytes",
+			    json_integer((json_int_t)zinf_pool_buffer_bytes(x->pool)));
+	json_object_set_new(o, "pinned", json_boolean(zinf_pool_pinned(x->pool)));
+	json_object_set_new(o, "schedule", json_string(schedules[c->schedule]));
+	json_object_set_new(o, "optimizer", json_string(zinf_optimizer_name(x->opt)));
+	json_object_set_new(o, "state", json_string(states[c->state]));
+	json_object_set_new(o, "state_bytes_per_param",
+			    json_integer(zinf_optimizer_state_bytes(x->opt)));
+	json_object_set_new(o, "copy", json_string(copies[c->copy]));
+	json_object_set_new(o, "backend", json_string(zinf_io_backend(x->io)));
+	json_object_set_new(o, "buffered", json_boolean(c->buffered));
+	json_object_set_new(o, "direct", json_boolean(x->direct));
+	json_object_set_new(o, "block_size", json_integer(eo.block_size));
+	json_object_set_new(o, "queue_depth", json_integer(eo.queue_depth));
+	json_object_set_new(o, "threads", json_integer(eo.threads));
+	json_object_set_new(o, "steps", json_integer(c->steps));
+	json_object_set_new(o, "step_s", cli_json_real(s->step_s));
+	json_object_set_new(o, "step_s_all",
+			    per_round(r, c->steps, offsetof(struct round, step_s)));
+	json_object_set_new(o, "read_bytes", json_integer((json_int_t)ss->read_bytes));
+	json_object_set_new(o, "write_bytes", json_integer((json_int_t)ss->write_bytes));
+	json_object_set_new(o, "adam_s", cli_json_real(s->adam_s));
+	json_object_set_new(o, "adam_s_all",
+			    per_round(r, c->steps, offsetof(struct round, adam_s)));
+	json_object_set_new(o, "adam_in_step_s_all",
+			    per_round(r, c->steps, offsetof(struct round, ss.optim_s)));
+	json_object_set_new(o, "io_s", cli_json_real(s->io_s));
+	json_object_set_new(o, "io_bytes", json_integer((json_int_t)r[c->steps - 1].io_bytes));
+	json_object_set_new(o, "io_s_all", per_round(r, c->steps, offsetof(struct round, io_s)));
+	json_object_set_new(o, "io_GBps", cli_json_real(s->io_GBps));
+	json_object_set_new(o, "io_bound_s", cli_json_real(s->io_bound_s));
+	json_object_set_new(o, "step_GBps", cli_json_real((double)s->step_bytes / s->step_s / 1e9));
+	json_object_set_new(o, "bound", json_string(s->bound));
+	json_object_set_new(o, "efficiency", cli_json_real(s->eff));
+	json_object_set_new(o, "efficiency_of_medians", cli_json_real(s->eff_of_medians));
+	json_object_set_new(o, "efficiency_all",
+			    per_round(r, c->steps, offsetof(struct round, eff)));
+	json_object_set_new(o, "wait_read_s", cli_json_real(s->wait_read_s));
+	json_object_set_new(o, "wait_write_s", cli_json_real(s->wait_write_s));
+	json_object_set_new(o, "max_reads_in_flight", json_integer(ss->max_reads_in_flight));
+	json_object_set_new(o, "load_s", cli_json_real(s->load_s));
+	json_object_set_new(o, "peak_rss_MiB", cli_json_real(peak_rss_mib()));
+	return cli_json_print(o, 2);
+}
+
+static void
+report_human(const struct ctx *x, const struct round *r, const struct summary *s)
+{
+	const struct cfg *c = x->c;
+	const struct zinf_step_stats *ss = &r[c->steps - 1].ss;
+	char bb[32];
+	cli_size_str(bb, sizeof(bb), zinf_pool_buffer_bytes(x->pool));
+	printf(PROG ": %llu params, %s with %s state (%u bytes/param), %u sub-groups of %llu, %u "
+		    "buffers of %s (%s), schedule %s, backend %s%s\n",
+	       (unsigned long long)c->params, zinf_optimizer_name(x->opt), states[c->state],
+	       zinf_optimizer_state_bytes(x->opt), x->nsg,
+	       (unsigned long long)zinf_step_sub_group_len(x->st, 0), c->buffers, bb,
+	       zinf_pool_pinned(x->pool) ? "pinned" : "not pinned", schedules[c->schedule],
+	       zinf_io_backend(x->io), x->direct ? "" : ", buffered I/O (page cache)");
+	printf("  step      %8.3f s (median of %u)   %.2f GB/s of state moved\n", s->step_s,
+	       c->steps, (double)s->step_bytes / s->step_s / 1e9);
+	printf("  io alone  %8.3f s   %.2f GB/s (read+write, same files, %u buffers in flight)\n",
+	       s->io_s, s->io_GBps, x->slots);
+	printf("  %-9s %8.3f s   (same optimizer work in memory, same chunks)\n",
+	       zinf_optimizer_name(x->opt), s->adam_s);
+	printf("  efficiency %.3f (median of rounds; %s-bound); of medians: max(io-bound %.3f s, "
+	       "adam %.3f s) / step %.3f s = %.3f\n",
+	       s->eff, s->bound, s->io_bound_s, s->adam_s, s->step_s, s->eff_of_medians);
+	printf("  read %llu bytes, write %llu bytes per step; peak RSS %.1f MiB\n",
+	       (unsigned long long)ss->read_bytes, (unsigned long long)ss->write_bytes,
+	       peak_rss_mib());
+}
+
+/* ---- entry -------------------------------------------------------------------------------- */
+
+static void
+teardown(struct ctx *x)
+{
+	zinf_free_aligned(x->init);
+	zinf_free_aligned(x->grad);
+	zinf_step_destroy(x->st);
+	zinf_optimizer_destroy(x->opt);
+	zinf_pool_destroy(x->pool);
+	zinf_swap_destroy(x->swap); /* removes the files */
+	zinf_io_destroy(x->io);
+	/* Made by this run, or the default one a killed run left: an empty directory goes. */
+	if (x->made_dir || (x->reclaimed && strcmp(x->c->path, DEFAULT_DIR) == 0)) {
+		rmdir(x->c->path);
+	}
+}
+
+/* Set up, load, run the rounds. Returns 0 or a negative errno (printed by whoever failed). */
+static int
+bench(struct ctx *x, struct round *r, double *load_s)
+{
+	int rc = setup(x);
+	if (rc) {
+		return rc;
+	}
+	double t = load_state(x);
+	if (t < 0) {
+		return (int)t;
+	}
+	*load_s = t;
+	cli_progress_init(&x->prog, "io / step / adam", (uint64_t)x->nsg * 3 * x->c->steps);
+	for (uint32_t i = 0; i < x->c->steps && rc == 0; i++) {
+		rc = run_round(x, i, &r[i]);
+	}
+	cli_progress_done(&x->prog);
+	return rc;
+}
+
+int
+cli_bench_step(int argc, char **argv)
+{
+	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
+	if (rc >= 0) {
+		return rc;
+	}
+	struct cfg c = cfg;
+	struct ctx x = {.c = &c};
+	struct round *r = calloc(c.steps, sizeof(*r));
+	if (!r) {
+		return 1;
+	}
+	x.made_dir = mkdir(c.path, 0700) == 0;
+	cli_catch_signals();
+	x.reclaimed = cli_reclaim_scratch(PROG, c.path, SCRATCH_STEM) > 0;
+	double load_s = 0;
+	rc = bench(&x, r, &load_s);
+	if (rc == 0) {
+		struct summary s;
+		summarise(&x, r, c.steps, load_s, &s);
+		if (c.json) {
+			rc = report_json(&x, r, &s);
+		} else {
+			report_human(&x, r, &s);
+		}
+	}
+	teardown(&x);
+	free(r);
 	if (cli_interrupted) {
-		return 130;
+		fprintf(stderr, PROG ": interrupted (signal %d); files removed\n",
+			(int)cli_interrupted);
+		return cli_interrupt_status();
 	}
-	return ret;
+	return rc == 0 ? 0 : 1;
 }

@@ -1,22 +1,34 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* cli/cli.h: the subcommands of `zinf` and the helpers they share (sizes, progress, signals). */
+/*
+ * cli/cli.h: the subcommands of `zinf` and the helpers they share: reports (JSON, medians,
+ * sizes, the progress bar; report.c) and guards (signals, the memory check, scratch files of
+ * runs that were killed; guard.c). Options: cli/opts.h.
+ */
 #ifndef ZINF_CLI_H
 #define ZINF_CLI_H
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "cli/opts.h"
 
 /* Subcommands: argv[0] is the subcommand's name ("io" for `zinf bench io`). Return an exit code. */
 int cli_bench_io(int argc, char **argv);
 int cli_bench_adam(int argc, char **argv);
 int cli_bench_step(int argc, char **argv);
 
-/*
- * Parse "4096", "64K", "1M", "1.5G", "2GiB", "1e9" (K/M/G/T are powers of 1024; a plain number
- * with an exponent is a count). Returns 0 or -EINVAL.
- */
-int cli_parse_size(const char *s, uint64_t *out);
+/* ---- reports (report.c) ------------------------------------------------------------------- */
+
+/* A JSON number; NaN and infinities (not JSON) become null. */
+json_t *cli_json_real(double v);
+/* Print o as one line (indent 0) or indented, on stdout, then free it. Returns 0 or -EIO. */
+int cli_json_print(json_t *o, int indent);
+/* Median of n values (n >= 1); v is left unchanged. */
+double cli_median(const double *v, size_t n);
+/* "1 GiB", "256 KiB", "1.5 GiB", "123 B": bytes as a person reads them. */
+void cli_size_str(char *out, size_t n, uint64_t bytes);
 
 /* A one-line progress bar on stderr when stderr is a terminal; silent otherwise. */
 struct cli_progress {
@@ -29,11 +41,51 @@ void cli_progress_init(struct cli_progress *p, const char *label, uint64_t total
 void cli_progress_add(struct cli_progress *p, uint64_t n);
 void cli_progress_done(struct cli_progress *p);
 
+/* ---- guards (guard.c) --------------------------------------------------------------------- */
+
 /*
- * SIGINT/SIGTERM set cli_interrupted instead of killing the process, so a benchmark can stop,
- * remove its files and exit 130.
+ * SIGINT, SIGTERM, SIGHUP and SIGPIPE set cli_interrupted (the signal's number) instead of
+ * killing the process, so that a benchmark stops, removes its files and exits 128 + signal.
+ * SIGXFSZ is ignored: a write past `ulimit -f` then fails with EFBIG and is reported.
  */
 extern volatile sig_atomic_t cli_interrupted;
 void cli_catch_signals(void);
+/* The exit code for an interrupted run: 128 + the signal. */
+int cli_interrupt_status(void);
+
+/* Physical memory of the machine, bytes (zinf_topo_memory, else sysconf). */
+uint64_t cli_phys_memory(void);
+
+/*
+ * Before allocating: `bytes` of host memory must leave 10% of physical memory free (the
+ * pool's rule). Otherwise print "<prog>: <what>: X needed, more than 90% of the machine's Y
+ * of physical memory; lower <lower>" and return -ENOMEM.
+ */
+int cli_check_memory(const char *prog, const char *what, uint64_t bytes, const char *lower);
+
+/*
+ * The scratch-file prefix of this run: "<stem>-<pid>" (the pid names the owner, so that a
+ * later run can tell a killed run's files from a running one's).
+ */
+void cli_scratch_prefix(char *out, size_t n, const char *stem);
+
+/*
+ * Remove the files a killed run of the same command left in dir: names "<stem>-<pid>-..." (and
+ * the swap's hidden probes ".<stem>-<pid>-...") whose pid no longer runs. Prints one line per
+ * directory cleaned, and one naming the files of a run that is still going (left alone).
+ * Returns the number of files removed.
+ */
+int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
+
+/*
+ * Whether files in dir get O_DIRECT when buffered I/O is allowed (the swap space then falls back
+ * to buffered I/O without a word): opened as the swap opens its files, through io, as a probe
+ * named like the scratch files (a killed run's probe is reclaimed).
+ */
+struct zinf_io;
+bool cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem);
+
+/* After zinf_swap_create() returned rc: if O_DIRECT was refused, say that --buffered exists. */
+void cli_hint_buffered(const char *prog, int rc, bool buffered);
 
 #endif

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cli/guard.c: what keeps a benchmark from hurting the machine it measures: signals turned into
+ * a flag (so files are removed on the way out), the memory check made before any large
+ * allocation, and the scratch files of runs that were killed (kill -9, the OOM killer) found and
+ * removed by the next run. It allocates nothing large itself.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "zinf/common.h"
+#include "zinf/io.h"
+
+volatile sig_atomic_t cli_interrupted;
+
+static void
+on_signal(int sig)
+{
+	cli_interrupted = sig;
+}
+
+void
+cli_catch_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+	struct sigaction sa = {0};
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		sigaction(sigs[i], &sa, NULL);
+	}
+	/* A write past RLIMIT_FSIZE then fails with EFBIG, which is reported and cleaned up. */
+	signal(SIGXFSZ, SIG_IGN);
+}
+
+int
+cli_interrupt_status(void)
+{
+	return cli_interrupted ? 128 + cli_interrupted : 0;
+}
+
+uint64_t
+cli_phys_memory(void)
+{
+	struct zinf_topo *t = NULL;
+	uint64_t m = 0;
+	if (zinf_topo_create(&t) == 0) {
+		m = zinf_topo_memory(t);
+		zinf_topo_destroy(t);
+	}
+	if (m == 0) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		m = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+	}
+	return m;
+}
+
+int
+cli_check_memory(const char *prog, const char *what, uint64_t bytes, const char *lower)
+{
+	uint64_t phys = cli_phys_memory();
+	if (phys == 0 || (double)bytes <= 0.9 * (double)phys) {
+		return 0;
+	}
+	char need[32], have[32];
+	cli_size_str(need, sizeof(need), bytes);
+	cli_size_str(have, sizeof(have), phys);
+	fprintf(stderr,
+		"%s: %s: %s needed, more than 90%% of the machine's %s of physical memory; "
+		"lower %s\n",
+		prog, what, need, have, lower);
+	return -ENOMEM;
+}
+
+void
+cli_scratch_prefix(char *out, size_t n, const char *stem)
+{
+	snprintf(out, n, "%s-%ld", stem, (long)getpid());
+}
+
+/* The owner's pid of a scratch name "<stem>-<pid>-..." (a leading '.' allowed), or 0. */
+static long
+scratch_owner(const char *name, const char *stem)
+{
+	size_t sl = strlen(stem);
+	if (name[0] == '.') {
+		name++;
+	}
+	if (strncmp(name, stem, sl) != 0 || name[sl] != '-') {
+		return 0;
+	}
+	char *end = NULL;
+	long pid = strtol(name + sl + 1, &end, 10);
+	return pid > 0 && end != name + sl + 1 && *end == '-' ? pid : 0;
+}
+
+static bool
+pid_running(long pid)
+{
+	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+int
+cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
+{
+	DIR *d = opendir(dir);
+	if (!d) {
+		return 0; /* a missing directory is reported by the swap space, with its name */
+	}
+	int removed = 0, failed = 0;
+	long dead = 0, alive = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		long pid = scratch_owner(e->d_name, stem);
+		if (pid == 0 || pid == (long)getpid()) {
+			continue;
+		}
+		if (pid_running(pid)) {
+			alive = pid;
+			continue;
+		}
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+			removed++;
+			dead = pid;
+		} else {
+			failed++;
+		}
+	}
+	closedir(d);
+	if (removed) {
+		fprintf(stderr,
+			"%s: removed %d file%s left in %s by an earlier run (pid %ld, no "
+			"longer running)\n",
+			prog, removed, removed == 1 ? "" : "s", dir, dead);
+	}
+	if (failed) {
+		fprintf(stderr, "%s: could not remove %d file%s named %s-<pid>-* in %s\n", prog,
+			failed, failed == 1 ? "" : "s", stem, dir);
+	}
+	if (alive) {
+		fprintf(stderr,
+			"%s: %s holds files of pid %ld, which is still running; left alone\n", prog,
+			dir, alive);
+	}
+	return removed;
+}
+
+void
+cli_hint_buffered(const char *prog, int rc, bool buffered)
+{
+	/* The library's message names its own option (opts.buffered); the command's is --buffered.
+	 */
+	if (rc == -EINVAL && !buffered && strstr(zinf_last_error(), "O_DIRECT")) {
+		fprintf(stderr, "%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
+			prog);
+	}
+}
+
+bool
+cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/.%s-%ld-direct.probe", dir, stem, (long)getpid());
+	struct zinf_io_file *f = NULL;
+	bool direct = false;
+	/* The flags the swap space opens its files with when buffered I/O is allowed. */
+	if (zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_DIRECT_OR_BUFFERED,
+			      &f) == 0) {
+		direct = zinf_io_file_direct(f);
+		zinf_io_file_close(io, f);
+	}
+	unlink(path);
+	return direct;
+}

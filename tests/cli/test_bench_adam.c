@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cli/test_bench_adam.c: `zinf bench adam` run as a command with tiny sizes: its JSON
+ * (the settings echoed, bytes per parameter worked by hand for each state and dtype, the ratio
+ * consistent with the two bandwidths), --accuracy's two runs, and its refusals (ranges,
+ * enumerations, combinations, memory).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "common/test_util.h"
+
+/* One throughput run; checks the echo and bytes per parameter. */
+static void
+throughput(char *const argv[], double bytes_per, const char *state, const char *grad,
+	   const char *copy)
+{
+	struct zc_scratch r;
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 0);
+	json_t *j = zc_json(r.out);
+	cr_assert_eq(zc_num(j, "params"), 100000);
+	cr_assert_eq(zc_num(j, "reps"), 3);
+	cr_assert_eq(zc_num(j, "threads"), 1);
+	cr_assert_eq(zc_num(j, "bytes_per_param"), bytes_per);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "state")), state);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "grad_dtype")), grad);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "copy_dtype")), copy);
+	double g = zc_num(j, "GBps"), s = zc_num(j, "stream_GBps");
+	cr_assert(g > 0 && s > 0);
+	cr_assert_float_eq(zc_num(j, "ratio"), g / s, 1e-9 * g / s);
+	cr_assert_float_eq(zc_num(j, "params_per_s") * bytes_per / 1e9, g, 1e-9 * g);
+	json_decref(j);
+	zc_scratch_fini(&r);
+}
+
+Test(bench_adam, json_f32_state)
+{
+	/* p read+write 8, grad 4, m and v read+write 16, bf16 copy 2 */
+	char *argv[] = {"zinf", "bench", "adam", "--params", "1e5", "--reps", "3", "--json", NULL};
+	throughput(argv, 30, "f32", "f32", "bf16");
+}
+
+Test(bench_adam, json_bf16_state)
+{
+	/* p 8, bf16 grad 2, bf16 m and v read+write 8, no copy */
+	char *argv[] = {"zinf", "bench",   "adam", "--params",	   "100000", "--reps",
+			"3",	"--state", "bf16", "--grad-dtype", "bf16",   "--copy-dtype",
+			"none", "--json",  NULL};
+	throughput(argv, 18, "bf16", "bf16", "none");
+}
+
+Test(bench_adam, accuracy_two_runs)
+{
+	struct zc_scratch r;
+	char *argv[] = {"zinf", "bench",   "adam", "--accuracy", "--params",
+			"256",	"--steps", "50",   "--json",	 NULL};
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 0);
+	char *t = zc_text(r.out);
+	char *nl = strchr(t, '\n');
+	cr_assert_not_null(nl);
+	*nl = '\0';
+	const double sigma[2] = {0.1, 0.0};
+	const char *line[2] = {t, nl + 1};
+	for (int k = 0; k < 2; k++) {
+		json_error_t e;
+		json_t *j = json_loads(line[k], JSON_DISABLE_EOF_CHECK, &e);
+		cr_assert_not_null(j, "line %d: %s", k, e.text);
+		cr_assert_eq(zc_num(j, "params"), 256);
+		cr_assert_eq(zc_num(j, "steps"), 50);
+		cr_assert_eq(zc_num(j, "noise_sigma"), sigma[k]);
+		json_t *runs = json_object_get(j, "runs");
+		cr_assert_eq(json_array_size(runs), 3);
+		cr_assert_eq(zc_num(json_array_get(runs, 0), "param_rel_diff_vs_f32"), 0,
+			     "f32 against itself");
+		double d1 = zc_num(json_array_get(runs, 1), "param_rel_diff_vs_f32");
+		cr_assert(d1 > 0 && d1 < 0.05, "bf16 state differs a little: %g", d1);
+		cr_assert(zc_num(json_array_get(runs, 0), "final_loss") <
+			  zc_num(j, "initial_loss"));
+		json_decref(j);
+	}
+	free(t);
+	zc_scratch_fini(&r);
+}
+
+static void
+refused(char *const argv[], int want_rc, const char *want)
+{
+	struct zc_scratch r;
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), want_rc);
+	char *t = zc_text(r.err);
+	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
+	free(t);
+	zc_scratch_fini(&r);
+}
+
+Test(bench_adam, refusals)
+{
+	char *a1[] = {"zinf", "bench", "adam", "--grad-dtype", "f8", NULL};
+	refused(a1, 2, "--grad-dtype f8: expected f32, f16 or bf16");
+	char *a2[] = {"zinf", "bench", "adam", "--reps", "0", NULL};
+	refused(a2, 2, "--reps 0: must be in [1, 10000]");
+	char *a3[] = {"zinf", "bench", "adam", "--three-pass", "--state", "bf16", NULL};
+	refused(a3, 2, "--three-pass times f32 state only");
+	char *a4[] = {"zinf", "bench", "adam", "--params", "1e13", NULL};
+	refused(a4, 1, "lower --params");
+	char *a5[] = {"zinf", "bench", "adam", "--param", "1e5", NULL};
+	refused(a5, 2, "--param: unknown option; did you mean --params?");
+}

@@ -1,0 +1,333 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cli/test_bench_io.c: the `zinf bench io` command as a user runs it ($ZINF_CLI, set by
+ * CMake): its JSON output (keys, null for a mode not run, what really ran), the DeepSpeed "aio"
+ * section of a sweep, the default directory created and removed, the memory check made before
+ * allocating, errors printed once, --buffered on tmpfs, and cleanup: SIGINT and SIGHUP mid-run,
+ * `ulimit -f` (EFBIG reported, no file left), and the files of a killed run removed by the next.
+ * Also the command's front: `zinf bench --help`, ZINF_LOG_LEVEL. Bandwidth figures are not
+ * judged here (benchmarks, not tests).
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "common/test_util.h"
+
+Test(bench_io, json_keys_and_null_mode)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench",  "io",	   "--path",	   s.dir,  "--size",
+			"8M",	"--mode", "write", "--block-size", "256K", "--queue-depth",
+			"4",	"--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	json_t *j = zc_json(s.out);
+	const char *be = json_string_value(json_object_get(j, "backend"));
+	cr_assert(be && (!strcmp(be, "io_uring") || !strcmp(be, "libaio") || !strcmp(be, "psync")),
+		  "backend %s", be ? be : "(none)");
+	cr_assert_eq(json_integer_value(json_object_get(j, "block_size")), 256 * 1024);
+	cr_assert_eq(json_integer_value(json_object_get(j, "queue_depth")), 4);
+	cr_assert_eq(json_integer_value(json_object_get(j, "threads")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(j, "bytes")), 8 << 20);
+	cr_assert(json_is_null(json_object_get(j, "read_GBps")), "read not run: null");
+	cr_assert(json_is_null(json_object_get(j, "read_s")), "read not run: null");
+	cr_assert(json_real_value(json_object_get(j, "write_GBps")) > 0);
+	cr_assert(json_is_boolean(json_object_get(j, "registered")));
+	cr_assert(json_is_false(json_object_get(j, "buffered")));
+	cr_assert(json_is_true(json_object_get(j, "direct")));
+	json_decref(j);
+	cr_assert_eq(zc_count(s.dir), 0, "files removed");
+	zc_scratch_fini(&s);
+}
+
+/* psync registers nothing: the report must not claim registered buffers. */
+Test(bench_io, registered_reports_what_ran)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench",     "io",    "--path", s.dir, "--size",
+			"4M",	"--backend", "psync", "--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	json_t *j = zc_json(s.out);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "backend")), "psync");
+	cr_assert(json_is_false(json_object_get(j, "registered")), "psync registers no buffers");
+	json_decref(j);
+	char *argv2[] = {"zinf",   "bench", "io",	 "--path", s.dir,
+			 "--size", "4M",    "--backend", "psync",  NULL};
+	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);
+	char *t = zc_text(s.out);
+	cr_assert(strstr(t, "not registered"), "%s", t);
+	free(t);
+	zc_scratch_fini(&s);
+}
+
+Test(bench_io, sweep_prints_deepspeed_aio)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf",	   "bench",    "io", "--path",	  s.dir,   "--size", "4M",
+			"--sweep", "--rounds", "1",  "--backend", "psync", "--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	json_t *j = zc_json(s.out);
+	cr_assert_eq(json_array_size(json_object_get(j, "results")), 18);
+	cr_assert_eq(json_integer_value(json_object_get(j, "rounds")), 1);
+	json_t *aio = json_object_get(j, "aio");
+	const char *keys[] = {"block_size",    "queue_depth",	 "intra_op_parallelism",
+			      "single_submit", "overlap_events", "use_gds"};
+	cr_assert_eq(json_object_size(aio), 6);
+	for (size_t i = 0; i < 6; i++) {
+		cr_assert_not_null(json_object_get(aio, keys[i]), "aio.%s", keys[i]);
+	}
+	json_t *best = json_object_get(j, "best");
+	cr_assert_eq(json_integer_value(json_object_get(aio, "block_size")),
+		     json_integer_value(json_object_get(best, "block_size")));
+	cr_assert_eq(json_integer_value(json_object_get(aio, "intra_op_parallelism")),
+		     json_integer_value(json_object_get(best, "threads")));
+	json_decref(j);
+	cr_assert_eq(zc_count(s.dir), 0);
+	zc_scratch_fini(&s);
+}
+
+Test(bench_io, default_dir_created_and_removed)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench", "io", "--size", "4M", NULL};
+	cr_assert_eq(zc_run(s.dir, argv, s.out, s.err), 0);
+	char *t = zc_text(s.out);
+	cr_assert(strstr(t, "zinf bench io:") && strstr(t, "./zinf-bench-io"), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "./zinf-bench-io removed");
+	zc_scratch_fini(&s);
+}
+
+/* 1 TiB of buffers: refused before anything is allocated, naming what to lower. */
+Test(bench_io, memory_checked_before_allocating)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf",	 "bench",	 "io",	"--path",
+			s.dir,	 "--size",	 "1T",	"--buffer-pattern",
+			"small", "--threads",	 "64",	"--queue-depth",
+			"4096",	 "--block-size", "64M", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "1.0 TiB needed") && strstr(t, "lower --queue-depth, --threads or "
+							   "--block-size"),
+		  "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file created");
+	zc_scratch_fini(&s);
+}
+
+/* 2^32 tensors of 4 KiB: refused before the swap space is made (ids are 31-bit). */
+Test(bench_io, tensor_count_checked)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench",	"io", "--path",		  s.dir,   "--size",
+			"16T",	"--block-size", "4K", "--buffer-pattern", "small", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "--size 16 TiB in tensors of 4 KiB is 4294967296 tensors") &&
+			  strstr(t, "raise --block-size"),
+		  "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file created");
+	zc_scratch_fini(&s);
+}
+
+/* A missing directory: one message naming it, not the library's and the CLI's both. */
+Test(bench_io, error_printed_once)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char missing[4300];
+	snprintf(missing, sizeof(missing), "%s/no-such-dir", s.dir);
+	char *argv[] = {"zinf", "bench", "io", "--path", missing, "--size", "4M", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	/* the swap space's name carries its directory, so the path may stand twice in the line */
+	cr_assert_eq(zc_count_substr(t, "No such file or directory"), 1, "printed once:\n%s", t);
+	cr_assert(strstr(t, "no-such-dir"), "names the directory:\n%s", t);
+	cr_assert_eq(zc_count_substr(t, "\n"), 1, "one line:\n%s", t);
+	free(t);
+	zc_scratch_fini(&s);
+}
+
+/* Start a 4 GiB run, wait for its file, send sig; the run must exit 128 + sig, no file left. */
+static void
+signal_mid_run(int sig)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	/* Big enough to be mid-run when the signal arrives, small enough to be cheap if not. */
+	char *argv[] = {"zinf",	 "bench",	  "io", "--path",
+			s.dir,	 "--size",	  "4G", "--buffer-pattern",
+			"small", "--queue-depth", "4",	NULL};
+	pid_t pid = zc_spawn(NULL, argv, s.out, s.err);
+	for (int i = 0; i < 3000 && zc_count(s.dir) == 0; i++) {
+		usleep(10000);
+	}
+	cr_assert(zc_count(s.dir) > 0, "no file appeared");
+	usleep(100000);
+	kill(pid, sig);
+	cr_assert_eq(zc_status(pid), 128 + sig, "exit status after signal %d", sig);
+	cr_assert_eq(zc_count(s.dir), 0, "files removed after signal %d", sig);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "interrupted"), "%s", t);
+	free(t);
+	zc_scratch_fini(&s);
+}
+
+Test(bench_io, sigint_cleans_up)
+{
+	signal_mid_run(SIGINT);
+}
+
+Test(bench_io, sighup_cleans_up)
+{
+	signal_mid_run(SIGHUP);
+}
+
+/* `ulimit -f 1024` (512 KiB): the run fails with a message, not SIGXFSZ, and leaves no file. */
+Test(bench_io, file_size_limit_reported)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char cmd[9000];
+	snprintf(cmd, sizeof(cmd),
+		 "ulimit -f 1024; exec '%s' bench io --path '%s' --size 8M >'%s' 2>'%s'", zc_cli(),
+		 s.dir, s.out, s.err);
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	cr_assert_eq(WEXITSTATUS(st), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "file size limit") && strstr(t, s.dir), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file left");
+	zc_scratch_fini(&s);
+}
+
+/* A pid that ran and is gone. */
+static pid_t
+dead_pid(void)
+{
+	pid_t p = fork();
+	cr_assert(p >= 0);
+	if (p == 0) {
+		_exit(0);
+	}
+	waitpid(p, NULL, 0);
+	return p;
+}
+
+static void
+touch(const char *dir, const char *fmt, long pid)
+{
+	char name[256], path[4400];
+	snprintf(name, sizeof(name), fmt, pid);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f, "%s", path);
+	fputs("leftover", f);
+	fclose(f);
+}
+
+/* What a kill -9 leaves: the next run removes it, says so in one line, and keeps others' files. */
+Test(bench_io, killed_run_leftovers_reclaimed)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	long pid = dead_pid();
+	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", pid);
+	touch(s.dir, ".zinf-bench-io-%ld-r0.0.probe", pid);
+	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", (long)getpid()); /* a live owner */
+	touch(s.dir, "other-%ld.txt", pid);				 /* not ours */
+	char *argv[] = {"zinf", "bench", "io", "--path", s.dir, "--size", "4M", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	char *t = zc_text(s.err);
+	char want[128];
+	snprintf(want, sizeof(want), "removed 2 files left in %s by an earlier run (pid %ld", s.dir,
+		 pid);
+	cr_assert(strstr(t, want), "%s", t);
+	cr_assert(strstr(t, "still running; left alone"), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 2, "the live owner's file and the foreign file stay");
+	zc_scratch_fini(&s);
+}
+
+/* tmpfs has no O_DIRECT: refused without --buffered, runs with it. */
+Test(bench_io, buffered_on_tmpfs)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *d = zc_tmpfs_dir();
+	char *argv[] = {"zinf", "bench", "io", "--path", d, "--size", "4M", "--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1, "O_DIRECT refused on tmpfs");
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "zinf bench io: for a file system without O_DIRECT (tmpfs), add "
+			    "--buffered"),
+		  "%s", t);
+	free(t);
+	char *argv2[] = {"zinf",   "bench", "io",	  "--path", d,
+			 "--size", "4M",    "--buffered", "--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);
+	json_t *j = zc_json(s.out);
+	cr_assert(json_is_true(json_object_get(j, "buffered")));
+	cr_assert(json_is_false(json_object_get(j, "direct")), "tmpfs ran buffered, and says so");
+	cr_assert_eq(json_integer_value(json_object_get(j, "bytes")), 4 << 20);
+	json_decref(j);
+	cr_assert_eq(zc_count(d), 0);
+	zt_rmtree(d);
+	free(d);
+	zc_scratch_fini(&s);
+}
+
+Test(zinf, bench_help_lists_benchmarks)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench", "--help", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	char *t = zc_text(s.out);
+	cr_assert(strstr(t, "  io ") && strstr(t, "  adam ") && strstr(t, "  step "), "%s", t);
+	free(t);
+	char *argv1[] = {"zinf", "bench", NULL};
+	cr_assert_eq(zc_run(NULL, argv1, s.out, s.err), 2, "a group needs its command");
+	t = zc_text(s.err);
+	cr_assert(strstr(t, "usage: zinf bench <command>"), "%s", t);
+	free(t);
+	char *argv2[] = {"zinf", "bench", "stpe", NULL};
+	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 2);
+	t = zc_text(s.err);
+	cr_assert(strstr(t, "did you mean `zinf bench step`?"), "%s", t);
+	free(t);
+	zc_scratch_fini(&s);
+}
+
+Test(zinf, log_level_validated)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "version", NULL};
+	setenv("ZINF_LOG_LEVEL", "verbose", 1);
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 2);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "ZINF_LOG_LEVEL=verbose: expected error, warn, info or debug"), "%s",
+		  t);
+	free(t);
+	setenv("ZINF_LOG_LEVEL", "debug", 1);
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	setenv("ZINF_LOG_LEVEL", "2", 1);
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	unsetenv("ZINF_LOG_LEVEL");
+	zc_scratch_fini(&s);
+}

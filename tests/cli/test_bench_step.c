@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cli/test_bench_step.c: `zinf bench step` run as a command with tiny sizes: its JSON
+ * (the sizes asked for echoed, the bytes the step moved worked by hand, the efficiency
+ * recomputed from the per-round figures it reports), options out of range refused with the
+ * range named (never truncated or clamped), and the memory check made before the pool is.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "common/test_util.h"
+
+static double
+at(json_t *j, const char *key, size_t i)
+{
+	json_t *v = json_array_get(json_object_get(j, key), i);
+	cr_assert(json_is_number(v), "%s[%zu] is not a number", key, i);
+	return json_number_value(v);
+}
+
+static int
+cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+Test(bench_step, json_tiny)
+{
+	char *d = zt_mkdtemp(NULL);
+	char out[4200], err[4200];
+	snprintf(out, sizeof(out), "%s.out", d);
+	snprintf(err, sizeof(err), "%s.err", d);
+	/* 250000 elements in sub-groups of 100000: 3 sub-groups, the last one 50000. */
+	char *argv[] = {"zinf",	 "bench",     "step", "--params", "250000", "--sub-group",
+			"1e5",	 "--buffers", "2",    "--steps",  "3",	    "--backend",
+			"psync", "--path",    d,      "--json",	  NULL};
+	int rc = zc_run(NULL, argv, out, err);
+	char *e = zc_text(err);
+	cr_assert_eq(rc, 0, "stderr: %s", e);
+	free(e);
+	json_t *j = zc_json(out);
+	cr_assert_eq(zc_num(j, "params"), 250000);
+	cr_assert_eq(zc_num(j, "sub_group"), 100000);
+	cr_assert_eq(zc_num(j, "sub_groups"), 3);
+	cr_assert_eq(zc_num(j, "buffers"), 2);
+	cr_assert_eq(zc_num(j, "buffers_in_flight"), 2);
+	cr_assert_eq(zc_num(j, "steps"), 3);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "backend")), "psync");
+	cr_assert(json_is_boolean(json_object_get(j, "pinned")));
+	/* master, m and v of every element, 4 bytes each, read once and written once */
+	cr_assert_eq(zc_num(j, "read_bytes"), 250000.0 * 3 * 4);
+	cr_assert_eq(zc_num(j, "write_bytes"), 250000.0 * 3 * 4);
+	cr_assert_eq(zc_num(j, "io_bytes"), 2 * 250000.0 * 3 * 4, "io alone moves the same bytes");
+	cr_assert_eq(json_array_size(json_object_get(j, "step_s_all")), 3);
+	/* efficiency_all[i] = max(io_s[i] * step bytes / io bytes, adam_s[i]) / step_s[i] */
+	double e3[3], sb = zc_num(j, "read_bytes") + zc_num(j, "write_bytes");
+	for (size_t i = 0; i < 3; i++) {
+		double iob = at(j, "io_s_all", i) * sb / zc_num(j, "io_bytes");
+		double want = fmax(iob, at(j, "adam_s_all", i)) / at(j, "step_s_all", i);
+		e3[i] = at(j, "efficiency_all", i);
+		cr_assert_float_eq(e3[i], want, 1e-9 * want, "round %zu: %g vs %g", i, e3[i], want);
+		cr_assert(e3[i] > 0 && isfinite(e3[i]));
+		/* Adam inside the step is part of the step's time. */
+		cr_assert_leq(at(j, "adam_in_step_s_all", i), at(j, "step_s_all", i));
+	}
+	qsort(e3, 3, sizeof(double), cmp);
+	cr_assert_eq(zc_num(j, "efficiency"), e3[1], "efficiency is the median of rounds");
+	const char *bound = json_string_value(json_object_get(j, "bound"));
+	cr_assert(bound && (!strcmp(bound, "io") || !strcmp(bound, "adam")));
+	json_decref(j);
+	cr_assert_eq(zc_count(d), 0, "swap files removed");
+	unlink(out);
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* Run with argv, expect exit 2 and `want` on stderr. */
+static void
+refused(char *const argv[], const char *want)
+{
+	char *d = zt_mkdtemp(NULL);
+	char err[4200];
+	snprintf(err, sizeof(err), "%s.err", d);
+	cr_assert_eq(zc_run(d, argv, NULL, err), 2);
+	char *t = zc_text(err);
+	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0, "nothing created");
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
+
+Test(bench_step, out_of_range_is_an_error)
+{
+	char *a1[] = {"zinf", "bench", "step", "--params", "1000", "--steps", "5000", NULL};
+	refused(a1, "--steps 5000: must be in [1, 1000]");
+	char *a2[] = {"zinf", "bench", "step", "--params", "1000", "--buffers", "4294967297", NULL};
+	refused(a2, "--buffers 4294967297: must be in [1, 1024]");
+	char *a3[] = {"zinf", "bench", "step", "--params", "1000", "--block-size", "3K", NULL};
+	refused(a3, "--block-size 3K: must be in [4K, 1G]");
+	char *a4[] = {"zinf", "bench", "step", "--params", "1000", "--block-size", "12K", NULL};
+	refused(a4, "--block-size 12K: must be a power of two");
+	char *a5[] = {"zinf", "bench", "step", "--steps", "2", NULL};
+	refused(a5, "--params is required");
+	char *a6[] = {"zinf", "bench", "step", "--params", "1.5", NULL};
+	refused(a6, "--params 1.5: not a whole number");
+	char *a7[] = {"zinf", "bench", "step", "--params", "1000", "--schedule", "fast", NULL};
+	refused(a7, "--schedule fast: expected zinf or deepspeed");
+}
+
+/* 4 buffers of 1e11 elements x 12 bytes: refused before the pool, naming what to lower. */
+Test(bench_step, memory_checked_before_allocating)
+{
+	char *d = zt_mkdtemp(NULL);
+	char err[4200];
+	snprintf(err, sizeof(err), "%s.err", d);
+	char *argv[] = {"zinf",	       "bench", "step",	  "--params", "1e12",
+			"--sub-group", "1e11",	"--path", d,	      NULL};
+	cr_assert_eq(zc_run(NULL, argv, NULL, err), 1);
+	char *t = zc_text(err);
+	cr_assert(strstr(t, "needed, more than 90% of the machine's") &&
+			  strstr(t, "lower --buffers or --sub-group"),
+		  "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0, "no file created");
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* A killed run's swap file (its pid no longer runs) is removed by the next run, which says so. */
+Test(bench_step, killed_run_leftovers_reclaimed)
+{
+	char *d = zt_mkdtemp(NULL);
+	char out[4200], err[4200], path[4400];
+	snprintf(out, sizeof(out), "%s.out", d);
+	snprintf(err, sizeof(err), "%s.err", d);
+	pid_t dead = fork();
+	cr_assert(dead >= 0);
+	if (dead == 0) {
+		_exit(0);
+	}
+	waitpid(dead, NULL, 0);
+	snprintf(path, sizeof(path), "%s/zinf-bench-step-%ld-r0-fp32.0.swp", d, (long)dead);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	char *argv[] = {"zinf", "bench",  "step", "--params", "1000", "--steps",
+			"1",	"--path", d,	  "--json",   NULL};
+	cr_assert_eq(zc_run(NULL, argv, out, err), 0);
+	char *t = zc_text(err);
+	char want[128];
+	snprintf(want, sizeof(want), "removed 1 file left in %s by an earlier run (pid %ld", d,
+		 (long)dead);
+	cr_assert(strstr(t, want), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0);
+	unlink(out);
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
+
+/* tmpfs: refused without --buffered, with a hint naming it; runs with it and says so. The
+ * sub-group reported is the one that ran (the partition is smaller than --sub-group). */
+Test(bench_step, buffered_on_tmpfs)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *d = zc_tmpfs_dir();
+	char *argv[] = {"zinf", "bench",  "step", "--params", "1000", "--steps",
+			"1",	"--path", d,	  "--json",   NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "zinf bench step: for a file system without O_DIRECT (tmpfs), add "
+			    "--buffered"),
+		  "%s", t);
+	free(t);
+	char *argv2[] = {"zinf", "bench",  "step", "--params",	 "1000",   "--steps",
+			 "1",	 "--path", d,	   "--buffered", "--json", NULL};
+	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 0);
+	json_t *j = zc_json(s.out);
+	cr_assert(json_is_true(json_object_get(j, "buffered")));
+	cr_assert(json_is_false(json_object_get(j, "direct")));
+	cr_assert_eq(zc_num(j, "sub_group"), 1000, "the sub-group that ran, not the 1e7 default");
+	cr_assert_eq(zc_num(j, "read_bytes"), 1000 * 3 * 4);
+	json_decref(j);
+	cr_assert_eq(zc_count(d), 0);
+	zt_rmtree(d);
+	free(d);
+	zc_scratch_fini(&s);
+}
+
+/* --optimizer and --state: the parts the step moves are the optimizer's (bytes worked by hand:
+ * master 4 + m, v 2 each for bf16 Adam; master 4 + one 4-byte part for Adagrad and Lion), the
+ * io reference moves the same parts, and a state the optimizer has not is refused. */
+Test(bench_step, optimizer_and_state_parts)
+{
+	static const struct {
+		const char *opt, *state;
+		double bytes_per_param;
+	} cases[] = {{"adamw", "bf16", 8},
+		     {"adagrad", "f32", 8},
+		     {"lion", "f32", 8},
+		     {"adam", "f32", 12}};
+	char *d = zt_mkdtemp(NULL);
+	char out[4200], err[4200];
+	snprintf(out, sizeof(out), "%s.out", d);
+	snprintf(err, sizeof(err), "%s.err", d);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		char *argv[] = {"zinf",
+				"bench",
+				"step",
+				"--params",
+				"150000",
+				"--sub-group",
+				"1e5",
+				"--steps",
+				"1",
+				"--optimizer",
+				(char *)cases[c].opt,
+				"--state",
+				(char *)cases[c].state,
+				"--path",
+				d,
+				"--json",
+				NULL};
+		int rc = zc_run(NULL, argv, out, err);
+		char *e = zc_text(err);
+		cr_assert_eq(rc, 0, "%s/%s: %s", cases[c].opt, cases[c].state, e);
+		free(e);
+		json_t *j = zc_json(out);
+		cr_assert_str_eq(json_string_value(json_object_get(j, "optimizer")), cases[c].opt);
+		cr_assert_str_eq(json_string_value(json_object_get(j, "state")), cases[c].state);
+		cr_assert_eq(zc_num(j, "state_bytes_per_param"), cases[c].bytes_per_param);
+		double want = 150000.0 * cases[c].bytes_per_param;
+		cr_assert_eq(zc_num(j, "read_bytes"), want, "%s", cases[c].opt);
+		cr_assert_eq(zc_num(j, "write_bytes"), want, "%s", cases[c].opt);
+		cr_assert_eq(zc_num(j, "io_bytes"), 2 * want, "io alone moves the same parts");
+		json_decref(j);
+	}
+	char *argv[] = {"zinf", "bench",   "step", "--params", "150000", "--optimizer",
+			"lion", "--state", "bf16", "--path",   d,	 NULL};
+	cr_assert_eq(zc_run(NULL, argv, out, err), 1);
+	char *e = zc_text(err);
+	cr_assert(strstr(e, "optimizer lion: state_dtype bf16 is not supported (f32 only)"), "%s",
+		  e);
+	cr_assert_eq(zc_count_substr(e, "\n"), 1, "printed once: %s", e);
+	free(e);
+	cr_assert_eq(zc_count(d), 0, "swap files removed");
+	unlink(out);
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
