@@ -14,6 +14,9 @@ static const struct cli_cmd bench_cmds[] = {
 	{"io", "NVMe/file bandwidth of the I/O engine (default: ./zinf-bench-io)", cli_bench_io},
 	{"adam", "CPU-Adam throughput against the machine's memory bandwidth", cli_bench_adam},
 	{"step", "the pipelined optimizer step over state on NVMe", cli_bench_step},
+	{"comm", "collective bandwidth against the raw MPI/NCCL call (under mpirun)",
+	 cli_bench_comm},
+	{"pcie", "host-device copy bandwidth against cudaMemcpyAsync (on a GPU)", cli_bench_pcie},
 	{NULL},
 };
 
