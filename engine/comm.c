@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "common/opts.h"
@@ -46,8 +47,19 @@ zinf_comm_backoff(unsigned *spins)
 	if (s < 64) {
 		return; /* a collective on one node often completes within microseconds */
 	}
-	long ns = 1000L << ZINF_MIN(s - 64, 10u);
-	struct timespec ts = {0, ZINF_MIN(ns, 1000000L)};
+	/*
+	 * MPI (Open MPI without a progress thread) advances a non-blocking collective only inside
+	 * MPI calls, one step of its algorithm per call: a sleep between two tests delays every
+	 * step of a ring by the sleep. Yield instead (an oversubscribed peer rank gets the core,
+	 * as Open MPI's own blocking wait does with yield_when_idle) for the first ~2^16 polls,
+	 * tens of milliseconds; only a longer wait sleeps, 100 us at a time, so a stuck
+	 * collective does not hold a core until its deadline.
+	 */
+	if (s < 64 + (1u << 16)) {
+		sched_yield();
+		return;
+	}
+	struct timespec ts = {0, 100000L};
 	nanosleep(&ts, NULL);
 }
 

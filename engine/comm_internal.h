@@ -79,7 +79,8 @@ struct zinf_comm {
 	struct zinf_comm_stats stats;
 };
 
-/* Backoff for polling loops: spin, then sleep 1 us doubling to 1 ms. *spins starts at 0. */
+/* Backoff for polling loops: spin, then yield the core, then (a long wait) sleep 100 us at a
+ * time. *spins starts at 0. */
 void zinf_comm_backoff(unsigned *spins);
 /* "all_gather", ...; "?" for an unknown kind. */
 const char *zinf_comm_kind_name(int kind);
