@@ -453,12 +453,13 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 }
 
 /*
- * The checks every collective shares: c usable, dtype and reduction known, buffers present,
+ * The checks every collective shares: c usable, dtype known, the reduction one of enum
+ * zinf_comm_red when the call reduces (red is -1 for one that does not), buffers present,
  * count x mult x element size representable. Sets *bytes to that product.
  */
 static int
 check_args(struct zinf_comm *c, const char *what, const void *a, const void *b, size_t count,
-	   size_t mult, enum zinf_dtype dtype, int red, uint64_t *bytes)
+	   size_t mult, enum zinf_dtype dtype, bool reduces, int red, uint64_t *bytes)
 {
 	if (!c) {
 		return ZINF_FAIL(-EINVAL, "%s: communicator is NULL", what);
@@ -470,7 +471,7 @@ check_args(struct zinf_comm *c, const char *what, const void *a, const void *b, 
 	if (!es) {
 		return ZINF_FAIL(-EINVAL, "%s: dtype %d unknown", what, (int)dtype);
 	}
-	if (red < -1 || red > ZINF_COMM_MAX) {
+	if (reduces ? red < ZINF_COMM_SUM || red > ZINF_COMM_MAX : red != -1) {
 		return ZINF_FAIL(-EINVAL, "%s: reduction %d unknown", what, red);
 	}
 	if (count && (!a || !b)) {
@@ -490,8 +491,8 @@ zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *recv, size_t c
 		     enum zinf_dtype dtype, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "all_gather", send, recv, count, c ? (size_t)c->world : 1, dtype, -1,
-			    &bytes);
+	int rc = check_args(c, "all_gather", send, recv, count, c ? (size_t)c->world : 1, dtype,
+			    false, -1, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -516,7 +517,7 @@ zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv, size
 {
 	uint64_t bytes;
 	int rc = check_args(c, "reduce_scatter", send, recv, count, c ? (size_t)c->world : 1, dtype,
-			    (int)red, &bytes);
+			    true, (int)red, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -537,7 +538,7 @@ zinf_comm_all_reduce(struct zinf_comm *c, void *buf, size_t count, enum zinf_dty
 		     enum zinf_comm_red red, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "all_reduce", buf, buf, count, 1, dtype, (int)red, &bytes);
+	int rc = check_args(c, "all_reduce", buf, buf, count, 1, dtype, true, (int)red, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -554,7 +555,7 @@ zinf_comm_broadcast(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtyp
 		    struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "broadcast", buf, buf, count, 1, dtype, -1, &bytes);
+	int rc = check_args(c, "broadcast", buf, buf, count, 1, dtype, false, -1, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -574,7 +575,7 @@ ZINF_API int
 zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "barrier", NULL, NULL, 0, 1, ZINF_F32, -1, &bytes);
+	int rc = check_args(c, "barrier", NULL, NULL, 0, 1, ZINF_F32, false, -1, &bytes);
 	if (rc < 0) {
 		return rc;
 	}

@@ -169,6 +169,15 @@ Test(comm, argument_checks)
 		  zinf_last_error());
 	cr_assert_eq(zinf_comm_all_gather(c, a, b, 1, (enum zinf_dtype)7, NULL), -EINVAL);
 	cr_assert_eq(zinf_comm_all_reduce(c, a, 1, ZINF_F32, (enum zinf_comm_red)9, NULL), -EINVAL);
+	/* -1 means "no reduction" inside the library only: a reducing call refuses it */
+	cr_assert_eq(zinf_comm_all_reduce(c, a, 1, ZINF_F32, (enum zinf_comm_red) - 1, NULL),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "all_reduce: reduction -1 unknown") != NULL, "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_comm_reduce_scatter(c, a, b, 1, ZINF_F32, (enum zinf_comm_red) - 1, NULL),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "reduce_scatter: reduction -1 unknown") != NULL, "%s",
+		  zinf_last_error());
 	cr_assert_eq(zinf_comm_all_reduce(c, a, SIZE_MAX / 2, ZINF_F32, ZINF_COMM_SUM, NULL),
 		     -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "wraps") != NULL, "%s", zinf_last_error());
