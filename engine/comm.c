@@ -341,18 +341,20 @@ timed_out(struct zinf_comm *c, struct zinf_comm_req *r)
 /*
  * One poll of r; frees r unless it is still in flight. 1 done, 0 in flight, -errno. On a
  * communicator that failed since r was posted, r is given up at once (its peers are gone or
- * out of step) rather than waited on for the rest of its deadline.
+ * out of step) rather than waited on for the rest of its deadline, and without polling the
+ * backend: the failure abandoned a call, which may have torn down what a poll would query
+ * (nccl aborts, and so frees, its communicator), and a call completed by an abort is no result.
  */
 static int
 poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	char msg[160], a[96];
-	int rc = c->ops->poll(c, r);
-	if (rc == 0 && c->failed) {
+	if (c->failed) {
 		desc_text(&r->d, a, sizeof(a));
 		drop_req(c, r);
 		return refuse_failed(c, a);
 	}
+	int rc = c->ops->poll(c, r);
 	if (rc == 0) {
 		return zinf_now_ns() > r->deadline_ns ? timed_out(c, r) : 0;
 	}

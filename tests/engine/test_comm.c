@@ -238,3 +238,63 @@ Test(comm, out_of_memory)
 	cr_assert(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
 	zinf_comm_destroy(c);
 }
+
+/*
+ * A backend whose collectives never complete until abandoned, and then report complete (as an
+ * NCCL event may once ncclCommAbort ended its kernels), counting the polls that follow an
+ * abandon: after one call timed out and failed the communicator, waiting on a second call must
+ * give it up without asking the backend (nccl's poll would query the aborted, freed
+ * communicator) and must not report it complete.
+ */
+static bool stuck_abandoned;
+static int stuck_polls_after_abandon;
+
+static int
+stuck_start(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	return 0;
+}
+
+static int
+stuck_poll(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	if (stuck_abandoned) {
+		stuck_polls_after_abandon++;
+		return 1;
+	}
+	return 0;
+}
+
+static void
+stuck_abandon(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	stuck_abandoned = true;
+}
+
+Test(comm, a_failed_communicator_polls_nothing_after_abandoning)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = "single";
+	o.timeout_s = 0.05;
+	cr_assert_eq(zinf_comm_create(&o, &c), 0, "%s", zinf_last_error());
+	struct zinf_comm_ops stuck = *c->ops;
+	stuck.start = stuck_start;
+	stuck.poll = stuck_poll;
+	stuck.abandon = stuck_abandon;
+	c->ops = &stuck;
+	float a = 1.0f, b = 2.0f;
+	struct zinf_comm_req *ra = NULL, *rb = NULL;
+	cr_assert_eq(zinf_comm_all_reduce(c, &a, 1, ZINF_F32, ZINF_COMM_SUM, &ra), 0);
+	cr_assert_eq(zinf_comm_all_reduce(c, &b, 1, ZINF_F32, ZINF_COMM_SUM, &rb), 0);
+	cr_assert_eq(zinf_comm_wait(c, ra), -ETIMEDOUT);
+	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum") != NULL, "%s",
+		  zinf_last_error());
+	cr_assert(stuck_abandoned);
+	cr_assert_eq(zinf_comm_wait(c, rb), -ETIMEDOUT, "the second call is given up, not done");
+	cr_assert(strstr(zinf_last_error(), "seq 2 all_reduce") != NULL, "%s", zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
+	cr_assert_eq(stuck_polls_after_abandon, 0, "the backend was polled after the abandon");
+	zinf_comm_destroy(c);
+}
