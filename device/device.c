@@ -462,20 +462,21 @@ zinf_device_adam(struct zinf_stream *s, const struct zinf_adam_opts *o, int64_t 
 		return ZINF_FAIL(-EINVAL, "%s: NULL stream", __func__);
 	}
 	/*
-	 * cpu_adam's own checks of the options, step, scale and dtypes, with n = 0 so that no
-	 * array is touched (the arrays are device memory): one definition of what is valid.
+	 * cpu_adam's own checks of the caller's options (its size rule included: a size ending
+	 * inside the simd pointer is refused before anything reads it), step, scale and dtypes,
+	 * with n = 0 so that no array is touched (the arrays are device memory): one definition
+	 * of what is valid. Only then are the options taken.
 	 */
 	struct zinf_adam_opts ao;
 	zinf_adam_opts_init(&ao);
-	int rc = o ? zinf_opts_take(&ao, sizeof(ao), o, "zinf_adam_opts")
-		   : ZINF_FAIL(-EINVAL, "NULL zinf_adam_opts");
+	int rc = zinf_adam_step(o, step, grad_scale, param, grad, grad_dtype, exp_avg, exp_avg_sq,
+				0, param_copy, copy_dtype);
+	if (rc == 0) {
+		rc = zinf_opts_take(&ao, sizeof(ao), o, "zinf_adam_opts");
+	}
 	if (rc == 0) {
 		/* a constant name: nothing of the caller's is kept past this call */
 		rc = zinf_simd_resolve(ao.simd, &ao.simd);
-	}
-	if (rc == 0) {
-		rc = zinf_adam_step(&ao, step, grad_scale, param, grad, grad_dtype, exp_avg,
-				    exp_avg_sq, 0, param_copy, copy_dtype);
 	}
 	if (rc) {
 		char why[256];
