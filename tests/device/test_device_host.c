@@ -301,3 +301,31 @@ Test(device_host, adam_refuses_a_size_inside_the_simd_pointer)
 	zinf_stream_destroy(s);
 	zinf_device_destroy(d);
 }
+
+/*
+ * Destroying the device before its streams and events is a caller bug, logged; the stream's
+ * thread and the event's marks still use the device's state, so it stays open until the last
+ * of them is destroyed (before: freed under them; ASan saw the use after free).
+ */
+Test(device_host, a_device_destroyed_first_outlives_its_streams_and_events)
+{
+	zt_log_to_stderr();
+	struct zinf_device *d = open_host(false);
+	struct zinf_stream *s = NULL;
+	struct zinf_event *e = NULL;
+	cr_assert_eq(zinf_stream_create(d, "late", &s), 0);
+	cr_assert_eq(zinf_event_create(d, &e), 0);
+	float *x = NULL, src[4] = {1, 2, 3, 4};
+	cr_assert_eq(zinf_device_alloc(d, sizeof(src), (void **)&x), 0);
+	zinf_device_destroy(d);
+	cr_assert(strstr(zinf_last_error(), "device host:0: destroyed with 1 streams and 1 events "
+					    "alive: closed when the last of them is destroyed"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_device_copy(s, x, src, sizeof(src), ZINF_COPY_H2D), 0);
+	cr_assert_eq(zinf_event_record(e, s), 0);
+	cr_assert_eq(zinf_event_sync(e), 0);
+	cr_assert_eq(x[3], 4.0f);
+	zinf_device_free(d, x); /* d is still open */
+	zinf_event_destroy(e);
+	zinf_stream_destroy(s);
+}
