@@ -80,13 +80,14 @@ pick_backend(const struct zinf_comm_opts *o, const struct zinf_comm_ops **out)
 }
 
 /*
- * The check's descriptor buffer. Its own function so that the mpi tests' LeakSanitizer
- * suppression names it: after a check timed out it stays with MPI, which may still write it.
+ * The check's descriptor buffers: world received, then the one this rank sends (descs[world]).
+ * Its own function so that the mpi tests' LeakSanitizer suppression names it: after a check
+ * timed out both stay with MPI, which may still read the one and write the others.
  */
 static __attribute__((noinline)) struct zinf_comm_desc *
 comm_descs_alloc(int world)
 {
-	return zinf_calloc((size_t)world, sizeof(struct zinf_comm_desc));
+	return zinf_calloc((size_t)world + 1, sizeof(struct zinf_comm_desc));
 }
 
 ZINF_API int
@@ -293,12 +294,13 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 	char msg[256], a[96], b[96];
 	uint64_t t0 = zinf_now_ns();
 
-	c->my_desc = *d;
-	int rc = c->ops->exchange(c, &c->my_desc, c->descs, deadline_ns);
+	struct zinf_comm_desc *mine = &c->descs[c->world]; /* outlives c if abandoned */
+	*mine = *d;
+	int rc = c->ops->exchange(c, mine, c->descs, deadline_ns);
 	c->stats.check_ns += zinf_now_ns() - t0;
 	desc_text(d, a, sizeof(a));
 	if (rc == -ETIMEDOUT) {
-		c->descs_abandoned = true; /* the exchange may still write them */
+		c->descs_abandoned = true; /* the exchange may still use them */
 		c->stats.timeouts++;
 		snprintf(msg, sizeof(msg),
 			 "%s (%.0f bytes): the call check timed out after %g s (comm_timeout_s): "

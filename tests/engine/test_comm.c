@@ -298,3 +298,42 @@ Test(comm, a_failed_communicator_polls_nothing_after_abandoning)
 	cr_assert_eq(stuck_polls_after_abandon, 0, "the backend was polled after the abandon");
 	zinf_comm_destroy(c);
 }
+
+/*
+ * A call check that times out leaves its exchange posted (MPI cannot cancel it): both the
+ * buffer it receives into and the one it sends from stay with the backend after
+ * zinf_comm_destroy, which must not free either (the send buffer was a field of the
+ * communicator itself).
+ */
+static const struct zinf_comm_desc *late_mine;
+
+static int
+late_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zinf_comm_desc *all,
+	      uint64_t deadline_ns)
+{
+	late_mine = mine;
+	return -ETIMEDOUT;
+}
+
+Test(comm, a_timed_out_check_keeps_both_of_its_buffers)
+{
+	struct zinf_comm *c = open_single(true);
+	struct zinf_comm_ops late = *c->ops;
+	late.exchange = late_exchange;
+	c->ops = &late;
+	float v = 1.0f;
+	cr_assert_eq(zinf_comm_all_reduce(c, &v, 1, ZINF_F32, ZINF_COMM_SUM, NULL), -ETIMEDOUT);
+	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum (4 bytes): the call check "
+					    "timed out"),
+		  "%s", zinf_last_error());
+	cr_assert_not_null(late_mine);
+	struct zinf_comm_desc *descs = c->descs;
+	cr_assert((const char *)late_mine < (const char *)c ||
+			  (const char *)late_mine >= (const char *)(c + 1),
+		  "the check sends from inside the communicator, which destroy frees");
+	zinf_comm_destroy(c);
+	/* still the backend's (under ASan a freed buffer fails here) */
+	cr_assert_eq(late_mine->seq, 1);
+	cr_assert_eq(late_mine->kind, ZINF_COMM_ALL_REDUCE);
+	zinf_free(descs); /* the test plays MPI finishing with them */
+}
