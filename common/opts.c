@@ -26,6 +26,16 @@ zinf_opts_take(void *dst, size_t dst_size, const void *src, const char *type)
 					 "bytes): the caller was built against a newer zinf",
 					 type, n, dst_size);
 		}
+		if (n % sizeof(size_t) != 0) {
+			/* Every version starts with size_t and ends without tail padding, so its
+			 * sizeof is a multiple of sizeof(size_t): any other size would copy part of
+			 * a field (half a pointer, which the library would then follow). */
+			return ZINF_FAIL(
+				-EINVAL,
+				"struct %s: size %zu is not a multiple of %zu: ends inside "
+				"a field (call %s_init to set it)",
+				type, n, sizeof(size_t), type);
+		}
 		memcpy(dst, src, n);
 	}
 	memcpy(dst, &dst_size, sizeof(size_t));

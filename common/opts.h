@@ -7,7 +7,9 @@
  * against, set by the *_opts_init() it called). A caller built against an older, smaller struct
  * still works: the library starts from its own defaults and copies the caller's `size` bytes over
  * them, so the fields that caller did not know keep their defaults. A larger struct (a newer
- * caller than this library) is refused, as is a size too small to hold the size field.
+ * caller than this library) is refused, as is a size too small to hold the size field, and a
+ * size that is not a multiple of sizeof(size_t) (no version has one: see below; it would end
+ * inside a field, such as half a pointer).
  * Fields are only ever appended, and no struct may end in tail padding (an older caller's
  * padding would otherwise be copied into the first field appended after it): each struct's .c
  * file pins that with ZINF_OPTS_NO_TAIL_PAD.

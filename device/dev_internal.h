@@ -20,6 +20,7 @@ struct zinf_device {
 	char name[32];		    /* "cuda:0", "host:0": for messages */
 	void *priv;		    /* the backend's */
 	atomic_int streams, events; /* alive, for the check at destroy */
+	atomic_int refs;	    /* the caller's (until destroy), one per stream and event */
 };
 
 struct zinf_stream {

@@ -53,6 +53,7 @@ zinf_device_create(const struct zinf_device_opts *opts, struct zinf_device **out
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory", ops->name);
 	}
 	d->ops = ops;
+	atomic_init(&d->refs, 1);
 	d->o = o;
 	d->o.backend = NULL;
 	snprintf(d->name, sizeof(d->name), "%s:%d", ops->name, o.index);
@@ -66,19 +67,31 @@ zinf_device_create(const struct zinf_device_opts *opts, struct zinf_device **out
 	return 0;
 }
 
+/* Drop a reference to d; the last one closes it. */
+static void
+dev_put(struct zinf_device *d)
+{
+	if (atomic_fetch_sub(&d->refs, 1) == 1) {
+		d->ops->close(d);
+		zinf_free(d);
+	}
+}
+
 void
 zinf_device_destroy(struct zinf_device *d)
 {
 	if (!d) {
 		return;
 	}
+	/* A stream's thread and an event's marks use the device's state: it stays until the
+	 * last of them is destroyed, rather than being freed under them. */
 	int ns = atomic_load(&d->streams), ne = atomic_load(&d->events);
 	if (ns || ne) {
-		ZINF_ERR("device %s: destroyed with %d streams and %d events alive", d->name, ns,
-			 ne);
+		ZINF_ERR("device %s: destroyed with %d streams and %d events alive: closed when "
+			 "the last of them is destroyed",
+			 d->name, ns, ne);
 	}
-	d->ops->close(d);
-	zinf_free(d);
+	dev_put(d);
 }
 
 const char *
@@ -155,6 +168,7 @@ stream_new(struct zinf_device *d, bool wrapped, void *native, const char *name,
 		return rc;
 	}
 	atomic_fetch_add(&d->streams, 1);
+	atomic_fetch_add(&d->refs, 1);
 	*out = s;
 	return 0;
 }
@@ -177,10 +191,12 @@ zinf_stream_destroy(struct zinf_stream *s)
 	if (!s) {
 		return;
 	}
-	(void)s->dev->ops->stream_sync(s);
-	s->dev->ops->stream_close(s);
-	atomic_fetch_sub(&s->dev->streams, 1);
+	struct zinf_device *d = s->dev;
+	(void)d->ops->stream_sync(s);
+	d->ops->stream_close(s);
+	atomic_fetch_sub(&d->streams, 1);
 	zinf_free(s);
+	dev_put(d);
 }
 
 void *
@@ -215,6 +231,7 @@ zinf_event_create(struct zinf_device *d, struct zinf_event **out)
 		return rc;
 	}
 	atomic_fetch_add(&d->events, 1);
+	atomic_fetch_add(&d->refs, 1);
 	*out = e;
 	return 0;
 }
@@ -225,9 +242,11 @@ zinf_event_destroy(struct zinf_event *e)
 	if (!e) {
 		return;
 	}
-	e->dev->ops->event_close(e);
-	atomic_fetch_sub(&e->dev->events, 1);
+	struct zinf_device *d = e->dev;
+	d->ops->event_close(e);
+	atomic_fetch_sub(&d->events, 1);
 	zinf_free(e);
+	dev_put(d);
 }
 
 static int
@@ -462,20 +481,21 @@ zinf_device_adam(struct zinf_stream *s, const struct zinf_adam_opts *o, int64_t 
 		return ZINF_FAIL(-EINVAL, "%s: NULL stream", __func__);
 	}
 	/*
-	 * cpu_adam's own checks of the options, step, scale and dtypes, with n = 0 so that no
-	 * array is touched (the arrays are device memory): one definition of what is valid.
+	 * cpu_adam's own checks of the caller's options (its size rule included: a size ending
+	 * inside the simd pointer is refused before anything reads it), step, scale and dtypes,
+	 * with n = 0 so that no array is touched (the arrays are device memory): one definition
+	 * of what is valid. Only then are the options taken.
 	 */
 	struct zinf_adam_opts ao;
 	zinf_adam_opts_init(&ao);
-	int rc = o ? zinf_opts_take(&ao, sizeof(ao), o, "zinf_adam_opts")
-		   : ZINF_FAIL(-EINVAL, "NULL zinf_adam_opts");
+	int rc = zinf_adam_step(o, step, grad_scale, param, grad, grad_dtype, exp_avg, exp_avg_sq,
+				0, param_copy, copy_dtype);
+	if (rc == 0) {
+		rc = zinf_opts_take(&ao, sizeof(ao), o, "zinf_adam_opts");
+	}
 	if (rc == 0) {
 		/* a constant name: nothing of the caller's is kept past this call */
 		rc = zinf_simd_resolve(ao.simd, &ao.simd);
-	}
-	if (rc == 0) {
-		rc = zinf_adam_step(&ao, step, grad_scale, param, grad, grad_dtype, exp_avg,
-				    exp_avg_sq, 0, param_copy, copy_dtype);
 	}
 	if (rc) {
 		char why[256];

@@ -92,13 +92,14 @@ pick_backend(const struct zinf_comm_opts *o, const struct zinf_comm_ops **out)
 }
 
 /*
- * The check's descriptor buffer. Its own function so that the mpi tests' LeakSanitizer
- * suppression names it: after a check timed out it stays with MPI, which may still write it.
+ * The check's descriptor buffers: world received, then the one this rank sends (descs[world]).
+ * Its own function so that the mpi tests' LeakSanitizer suppression names it: after a check
+ * timed out both stay with MPI, which may still read the one and write the others.
  */
 static __attribute__((noinline)) struct zinf_comm_desc *
 comm_descs_alloc(int world)
 {
-	return zinf_calloc((size_t)world, sizeof(struct zinf_comm_desc));
+	return zinf_calloc((size_t)world + 1, sizeof(struct zinf_comm_desc));
 }
 
 ZINF_API int
@@ -305,12 +306,13 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 	char msg[256], a[96], b[96];
 	uint64_t t0 = zinf_now_ns();
 
-	c->my_desc = *d;
-	int rc = c->ops->exchange(c, &c->my_desc, c->descs, deadline_ns);
+	struct zinf_comm_desc *mine = &c->descs[c->world]; /* outlives c if abandoned */
+	*mine = *d;
+	int rc = c->ops->exchange(c, mine, c->descs, deadline_ns);
 	c->stats.check_ns += zinf_now_ns() - t0;
 	desc_text(d, a, sizeof(a));
 	if (rc == -ETIMEDOUT) {
-		c->descs_abandoned = true; /* the exchange may still write them */
+		c->descs_abandoned = true; /* the exchange may still use them */
 		c->stats.timeouts++;
 		snprintf(msg, sizeof(msg),
 			 "%s (%.0f bytes): the call check timed out after %g s (comm_timeout_s): "
@@ -353,18 +355,20 @@ timed_out(struct zinf_comm *c, struct zinf_comm_req *r)
 /*
  * One poll of r; frees r unless it is still in flight. 1 done, 0 in flight, -errno. On a
  * communicator that failed since r was posted, r is given up at once (its peers are gone or
- * out of step) rather than waited on for the rest of its deadline.
+ * out of step) rather than waited on for the rest of its deadline, and without polling the
+ * backend: the failure abandoned a call, which may have torn down what a poll would query
+ * (nccl aborts, and so frees, its communicator), and a call completed by an abort is no result.
  */
 static int
 poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	char msg[160], a[96];
-	int rc = c->ops->poll(c, r);
-	if (rc == 0 && c->failed) {
+	if (c->failed) {
 		desc_text(&r->d, a, sizeof(a));
 		drop_req(c, r);
 		return refuse_failed(c, a);
 	}
+	int rc = c->ops->poll(c, r);
 	if (rc == 0) {
 		return zinf_now_ns() > r->deadline_ns ? timed_out(c, r) : 0;
 	}
@@ -465,12 +469,13 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 }
 
 /*
- * The checks every collective shares: c usable, dtype and reduction known, buffers present,
+ * The checks every collective shares: c usable, dtype known, the reduction one of enum
+ * zinf_comm_red when the call reduces (red is -1 for one that does not), buffers present,
  * count x mult x element size representable. Sets *bytes to that product.
  */
 static int
 check_args(struct zinf_comm *c, const char *what, const void *a, const void *b, size_t count,
-	   size_t mult, enum zinf_dtype dtype, int red, uint64_t *bytes)
+	   size_t mult, enum zinf_dtype dtype, bool reduces, int red, uint64_t *bytes)
 {
 	if (!c) {
 		return ZINF_FAIL(-EINVAL, "%s: communicator is NULL", what);
@@ -482,7 +487,7 @@ check_args(struct zinf_comm *c, const char *what, const void *a, const void *b, 
 	if (!es) {
 		return ZINF_FAIL(-EINVAL, "%s: dtype %d unknown", what, (int)dtype);
 	}
-	if (red < -1 || red > ZINF_COMM_MAX) {
+	if (reduces ? red < ZINF_COMM_SUM || red > ZINF_COMM_MAX : red != -1) {
 		return ZINF_FAIL(-EINVAL, "%s: reduction %d unknown", what, red);
 	}
 	if (count && (!a || !b)) {
@@ -502,8 +507,8 @@ zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *recv, size_t c
 		     enum zinf_dtype dtype, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "all_gather", send, recv, count, c ? (size_t)c->world : 1, dtype, -1,
-			    &bytes);
+	int rc = check_args(c, "all_gather", send, recv, count, c ? (size_t)c->world : 1, dtype,
+			    false, -1, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -528,7 +533,7 @@ zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv, size
 {
 	uint64_t bytes;
 	int rc = check_args(c, "reduce_scatter", send, recv, count, c ? (size_t)c->world : 1, dtype,
-			    (int)red, &bytes);
+			    true, (int)red, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -549,7 +554,7 @@ zinf_comm_all_reduce(struct zinf_comm *c, void *buf, size_t count, enum zinf_dty
 		     enum zinf_comm_red red, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "all_reduce", buf, buf, count, 1, dtype, (int)red, &bytes);
+	int rc = check_args(c, "all_reduce", buf, buf, count, 1, dtype, true, (int)red, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -566,7 +571,7 @@ zinf_comm_broadcast(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtyp
 		    struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "broadcast", buf, buf, count, 1, dtype, -1, &bytes);
+	int rc = check_args(c, "broadcast", buf, buf, count, 1, dtype, false, -1, &bytes);
 	if (rc < 0) {
 		return rc;
 	}
@@ -586,7 +591,7 @@ ZINF_API int
 zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
-	int rc = check_args(c, "barrier", NULL, NULL, 0, 1, ZINF_F32, -1, &bytes);
+	int rc = check_args(c, "barrier", NULL, NULL, 0, 1, ZINF_F32, false, -1, &bytes);
 	if (rc < 0) {
 		return rc;
 	}

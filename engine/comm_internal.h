@@ -72,9 +72,9 @@ struct zinf_comm {
 	uint64_t seq; /* collectives called so far */
 	int failed;   /* 0, or the error every later call returns */
 	char fail_msg[256];
-	struct zinf_comm_desc my_desc; /* this rank's call, as the check sends it */
-	struct zinf_comm_desc *descs;  /* world descriptors, as the check receives them */
-	bool descs_abandoned;	       /* a timed-out check may still write descs: leak them */
+	struct zinf_comm_desc *descs; /* world descriptors, as the check receives them, then
+					 this rank's, as it sends it (descs[world]) */
+	bool descs_abandoned;	      /* a timed-out check may still use descs: leak them */
 	struct zinf_comm_req *inflight;
 	struct zinf_comm_stats stats;
 };

@@ -107,7 +107,7 @@ backend_try(struct zinf_io *io, const struct zinf_io_ops *ops, const struct zinf
 	io->inner_ops = inner;
 	io->workers = zinf_calloc(n, sizeof(*io->workers));
 	if (!io->workers) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "out of memory for %u workers", n);
 	}
 	io->nworkers = n;
 	if (ops->init && (rc = ops->init(io, inner)) < 0) {
@@ -304,7 +304,7 @@ zinf_io_create(const struct zinf_io_opts *opts, struct zinf_io **out)
 	}
 	io = zinf_calloc(1, sizeof(*io));
 	if (!io) {
-		return -ENOMEM;
+		return IO_FAIL(NULL, -ENOMEM, "zinf_io_create: out of memory");
 	}
 	io->opts = o;
 	snprintf(io->name, sizeof(io->name), "I/O context");

@@ -45,7 +45,7 @@ fault_init(struct zinf_io *io, const struct zinf_io_ops *inner)
 {
 	struct fault_ctx *c = zinf_calloc(1, sizeof(*c));
 	if (!c) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "fault backend: out of memory");
 	}
 	c->inner = inner;
 	pthread_mutex_init(&c->lock, NULL);
@@ -71,7 +71,7 @@ fault_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 	int rc;
 
 	if (!fw) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "fault worker %u: out of memory", id);
 	}
 	fw->failed = zinf_calloc(depth, sizeof(*fw->failed));
 	if (!fw->failed) {

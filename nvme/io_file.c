@@ -215,11 +215,12 @@ zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct z
 	}
 	struct zinf_io_file *f = zinf_calloc(1, sizeof(*f));
 	if (!f) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "opening %s: out of memory", path);
 	}
 	int rc = -ENOMEM;
 	f->path = zinf_strdup(path);
 	if (!f->path) {
+		rc = IO_FAIL(io, -ENOMEM, "opening %s: out of memory", path);
 		goto fail_free;
 	}
 	f->io = io;
@@ -393,7 +394,7 @@ zinf_io_register_buffers(struct zinf_io *io, const struct iovec *iov, unsigned n
 	if (n && io->ops->register_buffers) {
 		copy = zinf_calloc(n, sizeof(*copy));
 		if (!copy) {
-			return -ENOMEM;
+			return IO_FAIL(io, -ENOMEM, "registering %u buffers: out of memory", n);
 		}
 		memcpy(copy, iov, n * sizeof(*copy));
 	}

@@ -49,7 +49,7 @@ aio_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_i
 	int rc;
 
 	if (!a) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "libaio worker %u: out of memory", id);
 	}
 	a->iocbs = zinf_calloc(depth, sizeof(*a->iocbs));
 	a->prepared = zinf_calloc(depth, sizeof(*a->prepared));

@@ -16,7 +16,7 @@ psync_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 {
 	struct psync_worker *p = zinf_calloc(1, sizeof(*p) + depth * sizeof(p->queued[0]));
 	if (!p) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "psync worker %u: out of memory", id);
 	}
 	int rc = zinf_io_worker_init(&p->w, io, id, depth);
 	if (rc < 0) {

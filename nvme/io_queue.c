@@ -40,7 +40,8 @@ zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, u
 	w->reaped = zinf_calloc(depth, sizeof(*w->reaped));
 	if (!w->blks || !w->free_blks || !w->pending || !w->reaped) {
 		zinf_io_worker_fini(w);
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "worker %u: out of memory for a queue of %u blocks", id,
+			       depth);
 	}
 	for (unsigned i = 0; i < depth; i++) {
 		w->blks[i].idx = i;

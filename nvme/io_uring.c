@@ -47,7 +47,7 @@ uring_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 	int rc;
 
 	if (!u) {
-		return -ENOMEM;
+		return IO_FAIL(io, -ENOMEM, "io_uring worker %u: out of memory", id);
 	}
 	rc = zinf_io_worker_init(&u->w, io, id, depth);
 	if (rc < 0) {

@@ -94,7 +94,7 @@ dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
 	}
 	char *path = NULL;
 	if (asprintf(&path, "%s/.%s-r%d.%u.probe", dir, s->prefix, s->rank, d) < 0) {
-		return -ENOMEM;
+		return SWAP_FAIL(s, -ENOMEM, "out of memory for the probe file's name in %s", dir);
 	}
 	struct zinf_io_file *f = NULL;
 	unsigned flags = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC;
@@ -182,7 +182,7 @@ zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct z
 	}
 	struct zinf_swap *s = zinf_calloc(1, sizeof(*s));
 	if (!s) {
-		return -ENOMEM;
+		return SWAP_FAIL(NULL, -ENOMEM, "zinf_swap_create: out of memory");
 	}
 	ret = -ENOMEM;
 	s->io = io;
@@ -203,11 +203,13 @@ zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct z
 	}
 	if (!s->name || !s->prefix || !s->dirs || !s->dir_buffered || !s->lock_fd ||
 	    !s->lock_path) {
+		ret = SWAP_FAIL(s, -ENOMEM, "zinf_swap_create: out of memory");
 		goto fail;
 	}
 	for (unsigned d = 0; d < s->n_dirs; d++) {
 		s->dirs[d] = zinf_strdup(o.dirs[d]);
 		if (!s->dirs[d]) {
+			ret = SWAP_FAIL(s, -ENOMEM, "zinf_swap_create: out of memory");
 			goto fail;
 		}
 	}
@@ -334,7 +336,7 @@ hash_grow(struct zinf_swap *s)
 	unsigned cap = s->hash_cap ? s->hash_cap * 2 : 64;
 	int *h = zinf_calloc(cap, sizeof(*h));
 	if (!h) {
-		return -ENOMEM;
+		return SWAP_FAIL(s, -ENOMEM, "out of memory for a table of %u tensors", cap);
 	}
 	zinf_free(s->hash);
 	s->hash = h;
@@ -394,7 +396,7 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 			int cap = s->kinds_cap ? s->kinds_cap * 2 : 4;
 			struct swap_kind *nk = zinf_calloc(cap, sizeof(*nk));
 			if (!nk) {
-				return -ENOMEM;
+				return SWAP_FAIL(s, -ENOMEM, "%s[%u]: out of memory", kind, index);
 			}
 			if (s->nkinds) {
 				memcpy(nk, s->kinds, s->nkinds * sizeof(*nk));
@@ -411,7 +413,7 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 		int cap = s->t_cap ? s->t_cap * 2 : 64;
 		struct swap_tensor *nt = zinf_calloc(cap, sizeof(*nt));
 		if (!nt) {
-			return -ENOMEM;
+			return SWAP_FAIL(s, -ENOMEM, "%s[%u]: out of memory", kind, index);
 		}
 		if (s->nt) {
 			memcpy(nt, s->t, s->nt * sizeof(*nt));
@@ -421,7 +423,7 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 		s->t_cap = cap;
 	}
 	if ((unsigned)(s->nt + 1) * 2 > s->hash_cap && hash_grow(s) < 0) {
-		return -ENOMEM;
+		return -ENOMEM; /* logged */
 	}
 	int id = s->nt++;
 	struct swap_tensor *t = &s->t[id];

@@ -116,7 +116,9 @@ op_start(struct zinf_swap *s, struct zinf_swap_op *op)
 	}
 	op->reqs = zinf_calloc(t->npieces, sizeof(*op->reqs));
 	if (!op->reqs) {
-		return -ENOMEM;
+		return SWAP_FAIL(s, -ENOMEM, "%s of %s[%u]: out of memory for %u requests",
+				 op->write ? "write" : "read", tensor_kind(s, op->id), t->index,
+				 t->npieces);
 	}
 	for (uint32_t p = 0; p < t->npieces; p++) {
 		int ret = piece_submit(s, op, p);

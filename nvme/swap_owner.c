@@ -52,7 +52,8 @@ zinf_swap_lock_dir(struct zinf_swap *s, unsigned d)
 	if (asprintf(&s->lock_path[d], "%s/%s-r%d.%u.lock", s->dirs[d], s->prefix, s->rank, d) <
 	    0) {
 		s->lock_path[d] = NULL;
-		return -ENOMEM;
+		return SWAP_FAIL(s, -ENOMEM, "out of memory for the lock file's name in %s",
+				 s->dirs[d]);
 	}
 	const char *path = s->lock_path[d];
 	for (int tries = 0; tries < 100; tries++) {
@@ -175,7 +176,7 @@ zinf_swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo)
 	memset(lo, 0, sizeof(*lo));
 	lo->dir_bytes = zinf_calloc(s->n_dirs, sizeof(*lo->dir_bytes));
 	if (!lo->dir_bytes) {
-		return -ENOMEM;
+		return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory listing leftovers");
 	}
 	for (unsigned d = 0; d < s->n_dirs; d++) {
 		DIR *dp = opendir(s->dirs[d]);
@@ -198,7 +199,8 @@ zinf_swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo)
 		}
 		closedir(dp);
 		if (ret < 0) {
-			return ret;
+			return SWAP_FAIL(s, ret, "reserve: out of memory listing leftovers in %s",
+					 s->dirs[d]);
 		}
 	}
 	return 0;

@@ -58,7 +58,7 @@ layout_alloc(struct zinf_swap *s)
 {
 	s->ext_off = zinf_calloc((size_t)(s->nt ? s->nt : 1) * s->n_dirs, sizeof(*s->ext_off));
 	if (!s->ext_off) {
-		return -ENOMEM;
+		return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory for the layout");
 	}
 	for (int k = 0; k < s->nkinds; k++) {
 		struct swap_kind *kd = &s->kinds[k];
@@ -66,7 +66,7 @@ layout_alloc(struct zinf_swap *s)
 		kd->files = zinf_calloc(s->n_dirs, sizeof(*kd->files));
 		kd->paths = zinf_calloc(s->n_dirs, sizeof(*kd->paths));
 		if (!kd->file_bytes || !kd->files || !kd->paths) {
-			return -ENOMEM;
+			return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory for the layout");
 		}
 	}
 	return 0;
@@ -97,11 +97,13 @@ static int
 layout(struct zinf_swap *s)
 {
 	int ret = layout_alloc(s);
+	if (ret < 0) {
+		return ret;
+	}
 	uint64_t *kind_units =
 		zinf_calloc((size_t)(s->nkinds ? s->nkinds : 1), sizeof(*kind_units));
-	if (ret < 0 || !kind_units) {
-		zinf_free(kind_units);
-		return -ENOMEM;
+	if (!kind_units) {
+		return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory for the layout");
 	}
 	s->total_bytes = 0;
 	for (int id = 0; id < s->nt && ret == 0; id++) {
@@ -127,7 +129,10 @@ layout(struct zinf_swap *s)
 		if (ret == 0 && s->crc && t->npieces) {
 			t->crc = zinf_calloc(t->npieces, sizeof(*t->crc));
 			t->crc_new = zinf_calloc(t->npieces, sizeof(*t->crc_new));
-			ret = (!t->crc || !t->crc_new) ? -ENOMEM : 0;
+			ret = (!t->crc || !t->crc_new)
+				      ? SWAP_FAIL(s, -ENOMEM, "%s[%u]: out of memory for %u CRCs",
+						  s->kinds[t->kind].name, t->index, t->npieces)
+				      : 0;
 		}
 	}
 	zinf_free(kind_units);
@@ -258,7 +263,10 @@ files_create(struct zinf_swap *s)
 			if (asprintf(&kd->paths[d], "%s/%s-r%d-%s.%u.swp", s->dirs[d], s->prefix,
 				     s->rank, kd->name, d) < 0) {
 				kd->paths[d] = NULL;
-				return -ENOMEM;
+				return SWAP_FAIL(s, -ENOMEM,
+						 "out of memory for the name of the %s "
+						 "file in %s",
+						 kd->name, s->dirs[d]);
 			}
 			unsigned fl = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC;
 			if (s->dir_buffered[d]) {

@@ -62,7 +62,10 @@ ZINF_API void zinf_device_opts_init(struct zinf_device_opts *o);
  * Free with zinf_device_destroy() after its streams and events.
  */
 ZINF_API int zinf_device_create(const struct zinf_device_opts *opts, struct zinf_device **out);
-/** Close a device. Streams or events still alive are a caller bug (logged). NULL: no-op. */
+/**
+ * Close a device. Streams or events still alive are a caller bug (logged); the device then
+ * stays open until the last of them is destroyed. NULL: no-op.
+ */
 ZINF_API void zinf_device_destroy(struct zinf_device *d);
 /** "cuda" or "host". */
 ZINF_API const char *zinf_device_backend(const struct zinf_device *d);

@@ -188,7 +188,7 @@ Test(common, dtype_sizes_names_parse)
 	cr_assert_eq(zinf_dtype_size(ZINF_BF16), 2);
 	cr_assert_eq(zinf_dtype_size((enum zinf_dtype)7), 0);
 	cr_assert_str_eq(zinf_dtype_name(ZINF_BF16), "bf16");
-	cr_assert_str_eq(zinf_dtype_name((enum zinf_dtype)-1), "?");
+	cr_assert_str_eq(zinf_dtype_name((enum zinf_dtype) - 1), "?");
 	enum zinf_dtype d = ZINF_F32;
 	cr_assert_eq(zinf_dtype_parse("BFloat16", &d), 0);
 	cr_assert_eq(d, ZINF_BF16);
@@ -204,8 +204,16 @@ Test(common, dtype_sizes_names_parse)
  * f16 has 10 mantissa bits, max 65504, smallest subnormal 2^-24. */
 Test(common, dtype_convert_known_values)
 {
-	float in[] = {1.0f, 1.00390625f /* 1 + 2^-8: tie, even stays */, 1.01171875f /* 1 + 3*2^-8 */,
-		      65504.0f, 65520.0f, 0x1p-24f, 0x1p-26f, -0.0f, __builtin_inff(), __builtin_nanf("")};
+	float in[] = {1.0f,
+		      1.00390625f /* 1 + 2^-8: tie, even stays */,
+		      1.01171875f /* 1 + 3*2^-8 */,
+		      65504.0f,
+		      65520.0f,
+		      0x1p-24f,
+		      0x1p-26f,
+		      -0.0f,
+		      __builtin_inff(),
+		      __builtin_nanf("")};
 	uint16_t bf[10], hf[10];
 	cr_assert_eq(zinf_dtype_convert(bf, ZINF_BF16, in, ZINF_F32, 10), 0);
 	cr_assert_eq(zinf_dtype_convert(hf, ZINF_F16, in, ZINF_F32, 10), 0);
@@ -244,13 +252,13 @@ Test(common, dtype_roundtrip_all_16bit_patterns)
 		cr_assert_eq(zinf_dtype_convert(&f, ZINF_F32, &h, ZINF_F16, 1), 0);
 		cr_assert_eq(zinf_dtype_convert(&b, ZINF_F16, &f, ZINF_F32, 1), 0);
 		bool nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
-		cr_assert(nan ? ((b & 0x7c00) == 0x7c00 && (b & 0x3ff)) : b == h, "f16 0x%04x -> 0x%04x",
-			  h, b);
+		cr_assert(nan ? ((b & 0x7c00) == 0x7c00 && (b & 0x3ff)) : b == h,
+			  "f16 0x%04x -> 0x%04x", h, b);
 		cr_assert_eq(zinf_dtype_convert(&f, ZINF_F32, &h, ZINF_BF16, 1), 0);
 		cr_assert_eq(zinf_dtype_convert(&b, ZINF_BF16, &f, ZINF_F32, 1), 0);
 		nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
-		cr_assert(nan ? ((b & 0x7f80) == 0x7f80 && (b & 0x7f)) : b == h, "bf16 0x%04x -> 0x%04x",
-			  h, b);
+		cr_assert(nan ? ((b & 0x7f80) == 0x7f80 && (b & 0x7f)) : b == h,
+			  "bf16 0x%04x -> 0x%04x", h, b);
 	}
 }
 
@@ -287,10 +295,19 @@ Test(common, opts_rule_older_caller_keeps_defaults_newer_refused)
 	cr_assert_eq(mine.a, 1, "a refused struct changes nothing");
 	struct t_opts_v1 zero = {.size = 0, .a = 5};
 	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), &zero, "t_opts"), -EINVAL);
-	cr_assert(strstr(zinf_last_error(), "t_opts: size 0 is too small"), "%s", zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "t_opts: size 0 is too small"), "%s",
+		  zinf_last_error());
 	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), NULL, "t_opts"), 0);
 	cr_assert_eq(mine.size, sizeof(mine));
 	cr_assert_eq(mine.a, 1);
+	/* Every version starts with size_t and has no tail padding, so its size is a multiple of
+	 * sizeof(size_t): any other size would copy part of a field (half a pointer) */
+	struct t_opts_v2 odd = {.size = sizeof(struct t_opts_v1) + 4, .a = 5, .b = 6, .c = 7};
+	cr_assert_eq(zinf_opts_take(&lib, sizeof(lib), &odd, "t_opts"), -EINVAL);
+	cr_assert(strstr(zinf_last_error(),
+			 "struct t_opts: size 20 is not a multiple of 8: ends inside a field"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(lib.a, 10, "a refused struct changes nothing");
 }
 
 Test(common, stats_rule_older_caller_gets_its_prefix)

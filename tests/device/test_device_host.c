@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -270,4 +271,61 @@ Test(device_host, null_handles_are_refused)
 	cr_assert_eq(zinf_device_nonfinite(s, &p, ZINF_F32, 1, NULL), -EINVAL);
 	zinf_stream_destroy(s);
 	zinf_device_destroy(d);
+}
+
+/*
+ * zinf_device_adam takes the caller's options by cpu_adam's rule: a size that ends inside the
+ * simd pointer is refused (half a pointer copied over the default would be dereferenced).
+ */
+Test(device_host, adam_refuses_a_size_inside_the_simd_pointer)
+{
+	zt_log_to_stderr();
+	struct zinf_device *d = open_host(false);
+	struct zinf_stream *s = NULL;
+	cr_assert_eq(zinf_stream_create(d, "adam", &s), 0);
+	struct zinf_adam_opts o;
+	zinf_adam_opts_init(&o);
+	o.simd = "scalar";
+	o.size = offsetof(struct zinf_adam_opts, simd) + sizeof(o.simd) / 2;
+	float p[4] = {1, 1, 1, 1}, g[4] = {1, 1, 1, 1}, m[4] = {0}, v[4] = {0};
+	cr_assert_eq(zinf_device_adam(s, &o, 1, 1.0f, p, g, ZINF_F32, m, v, 4, NULL, ZINF_F32),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "ends inside the field simd"), "%s", zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "stream \"adam\""), "%s", zinf_last_error());
+	/* an older caller without simd at all keeps the default path */
+	o.size = offsetof(struct zinf_adam_opts, simd);
+	cr_assert_eq(zinf_device_adam(s, &o, 1, 1.0f, p, g, ZINF_F32, m, v, 4, NULL, ZINF_F32), 0,
+		     "%s", zinf_last_error());
+	cr_assert_eq(zinf_stream_sync(s), 0);
+	cr_assert_neq(p[0], 1.0f);
+	zinf_stream_destroy(s);
+	zinf_device_destroy(d);
+}
+
+/*
+ * Destroying the device before its streams and events is a caller bug, logged; the stream's
+ * thread and the event's marks still use the device's state, so it stays open until the last
+ * of them is destroyed (before: freed under them; ASan saw the use after free).
+ */
+Test(device_host, a_device_destroyed_first_outlives_its_streams_and_events)
+{
+	zt_log_to_stderr();
+	struct zinf_device *d = open_host(false);
+	struct zinf_stream *s = NULL;
+	struct zinf_event *e = NULL;
+	cr_assert_eq(zinf_stream_create(d, "late", &s), 0);
+	cr_assert_eq(zinf_event_create(d, &e), 0);
+	float *x = NULL, src[4] = {1, 2, 3, 4};
+	cr_assert_eq(zinf_device_alloc(d, sizeof(src), (void **)&x), 0);
+	zinf_device_destroy(d);
+	cr_assert(strstr(zinf_last_error(), "device host:0: destroyed with 1 streams and 1 events "
+					    "alive: closed when the last of them is destroyed"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_device_copy(s, x, src, sizeof(src), ZINF_COPY_H2D), 0);
+	cr_assert_eq(zinf_event_record(e, s), 0);
+	cr_assert_eq(zinf_event_sync(e), 0);
+	cr_assert_eq(x[3], 4.0f);
+	zinf_device_free(d, x); /* d is still open */
+	zinf_event_destroy(e);
+	zinf_stream_destroy(s);
 }

@@ -169,6 +169,15 @@ Test(comm, argument_checks)
 		  zinf_last_error());
 	cr_assert_eq(zinf_comm_all_gather(c, a, b, 1, (enum zinf_dtype)7, NULL), -EINVAL);
 	cr_assert_eq(zinf_comm_all_reduce(c, a, 1, ZINF_F32, (enum zinf_comm_red)9, NULL), -EINVAL);
+	/* -1 means "no reduction" inside the library only: a reducing call refuses it */
+	cr_assert_eq(zinf_comm_all_reduce(c, a, 1, ZINF_F32, (enum zinf_comm_red) - 1, NULL),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "all_reduce: reduction -1 unknown") != NULL, "%s",
+		  zinf_last_error());
+	cr_assert_eq(zinf_comm_reduce_scatter(c, a, b, 1, ZINF_F32, (enum zinf_comm_red) - 1, NULL),
+		     -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "reduce_scatter: reduction -1 unknown") != NULL, "%s",
+		  zinf_last_error());
 	cr_assert_eq(zinf_comm_all_reduce(c, a, SIZE_MAX / 2, ZINF_F32, ZINF_COMM_SUM, NULL),
 		     -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "wraps") != NULL, "%s", zinf_last_error());
@@ -228,4 +237,103 @@ Test(comm, out_of_memory)
 	cr_assert_eq(zinf_comm_barrier(c, NULL), -ENOMEM);
 	cr_assert(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
 	zinf_comm_destroy(c);
+}
+
+/*
+ * A backend whose collectives never complete until abandoned, and then report complete (as an
+ * NCCL event may once ncclCommAbort ended its kernels), counting the polls that follow an
+ * abandon: after one call timed out and failed the communicator, waiting on a second call must
+ * give it up without asking the backend (nccl's poll would query the aborted, freed
+ * communicator) and must not report it complete.
+ */
+static bool stuck_abandoned;
+static int stuck_polls_after_abandon;
+
+static int
+stuck_start(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	return 0;
+}
+
+static int
+stuck_poll(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	if (stuck_abandoned) {
+		stuck_polls_after_abandon++;
+		return 1;
+	}
+	return 0;
+}
+
+static void
+stuck_abandon(struct zinf_comm *c, struct zinf_comm_req *r)
+{
+	stuck_abandoned = true;
+}
+
+Test(comm, a_failed_communicator_polls_nothing_after_abandoning)
+{
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = "single";
+	o.timeout_s = 0.05;
+	cr_assert_eq(zinf_comm_create(&o, &c), 0, "%s", zinf_last_error());
+	struct zinf_comm_ops stuck = *c->ops;
+	stuck.start = stuck_start;
+	stuck.poll = stuck_poll;
+	stuck.abandon = stuck_abandon;
+	c->ops = &stuck;
+	float a = 1.0f, b = 2.0f;
+	struct zinf_comm_req *ra = NULL, *rb = NULL;
+	cr_assert_eq(zinf_comm_all_reduce(c, &a, 1, ZINF_F32, ZINF_COMM_SUM, &ra), 0);
+	cr_assert_eq(zinf_comm_all_reduce(c, &b, 1, ZINF_F32, ZINF_COMM_SUM, &rb), 0);
+	cr_assert_eq(zinf_comm_wait(c, ra), -ETIMEDOUT);
+	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum") != NULL, "%s",
+		  zinf_last_error());
+	cr_assert(stuck_abandoned);
+	cr_assert_eq(zinf_comm_wait(c, rb), -ETIMEDOUT, "the second call is given up, not done");
+	cr_assert(strstr(zinf_last_error(), "seq 2 all_reduce") != NULL, "%s", zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "failed earlier") != NULL, "%s", zinf_last_error());
+	cr_assert_eq(stuck_polls_after_abandon, 0, "the backend was polled after the abandon");
+	zinf_comm_destroy(c);
+}
+
+/*
+ * A call check that times out leaves its exchange posted (MPI cannot cancel it): both the
+ * buffer it receives into and the one it sends from stay with the backend after
+ * zinf_comm_destroy, which must not free either (the send buffer was a field of the
+ * communicator itself).
+ */
+static const struct zinf_comm_desc *late_mine;
+
+static int
+late_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zinf_comm_desc *all,
+	      uint64_t deadline_ns)
+{
+	late_mine = mine;
+	return -ETIMEDOUT;
+}
+
+Test(comm, a_timed_out_check_keeps_both_of_its_buffers)
+{
+	struct zinf_comm *c = open_single(true);
+	struct zinf_comm_ops late = *c->ops;
+	late.exchange = late_exchange;
+	c->ops = &late;
+	float v = 1.0f;
+	cr_assert_eq(zinf_comm_all_reduce(c, &v, 1, ZINF_F32, ZINF_COMM_SUM, NULL), -ETIMEDOUT);
+	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum (4 bytes): the call check "
+					    "timed out"),
+		  "%s", zinf_last_error());
+	cr_assert_not_null(late_mine);
+	struct zinf_comm_desc *descs = c->descs;
+	cr_assert((const char *)late_mine < (const char *)c ||
+			  (const char *)late_mine >= (const char *)(c + 1),
+		  "the check sends from inside the communicator, which destroy frees");
+	zinf_comm_destroy(c);
+	/* still the backend's (under ASan a freed buffer fails here) */
+	cr_assert_eq(late_mine->seq, 1);
+	cr_assert_eq(late_mine->kind, ZINF_COMM_ALL_REDUCE);
+	zinf_free(descs); /* the test plays MPI finishing with them */
 }

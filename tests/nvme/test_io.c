@@ -757,6 +757,7 @@ Test(nvme_io, allocation_failures_unwind)
 		o.backend = v;
 		o.threads = 2;
 		o.queue_depth = 4;
+		cr_assert_eq(zinf_io_submit(NULL, NULL), -EINVAL); /* the sentinel message */
 		zinf_test_alloc_fail_nth(n);
 		int rc = zinf_io_create(&o, &io);
 		if (rc == -ENODEV) {
@@ -771,6 +772,11 @@ Test(nvme_io, allocation_failures_unwind)
 			cr_assert_null(io);
 		}
 		zinf_test_alloc_fail_nth(0);
+		/* the failure says so itself: not an earlier, unrelated message (the sentinel) */
+		cr_assert(rc == 0 || (!strstr(zinf_last_error(), "NULL request") &&
+				      (strstr(zinf_last_error(), "out of memory") ||
+				       strstr(zinf_last_error(), strerror(ENOMEM)))),
+			  "allocation %ld: %s", n, zinf_last_error());
 		if (rc < 0) {
 			failed++;
 		} else {

@@ -729,6 +729,7 @@ Test(swap, allocation_failures_unwind)
 	const char *dirs[] = {d, d};
 	bool completed = false;
 	for (long n = 1; n < 200 && !completed; n++) {
+		cr_assert_eq(zinf_swap_reserve(NULL), -EINVAL); /* the sentinel message */
 		zinf_test_alloc_fail_nth(n);
 		struct zinf_swap_opts so;
 		zinf_swap_opts_init(&so);
@@ -767,6 +768,11 @@ Test(swap, allocation_failures_unwind)
 		}
 		zinf_test_alloc_fail_nth(0);
 		cr_assert(ret >= 0 || ret == -ENOMEM, "n=%ld: %d %s", n, ret, zinf_last_error());
+		/* the failure says so itself: not an earlier, unrelated message (the sentinel) */
+		cr_assert(ret >= 0 || (!strstr(zinf_last_error(), "NULL swap space") &&
+				       (strstr(zinf_last_error(), "out of memory") ||
+					strstr(zinf_last_error(), strerror(ENOMEM)))),
+			  "n=%ld: %s", n, zinf_last_error());
 		cr_assert_eq(count_entries(d), 0, "n=%ld: files left after destroy", n);
 	}
 	cr_assert(completed, "never ran to the end without a failure");

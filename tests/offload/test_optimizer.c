@@ -207,6 +207,16 @@ Test(optimizer, refused_options_and_null_handles)
 	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
 	cr_assert_eq(zinf_optimizer_create(NULL, NULL), -EINVAL);
 	cr_assert_eq(z, (void *)0x1, "*out untouched");
+	/* A size no version of the struct has (it ends inside the simd pointer): refused before
+	 * half a pointer is copied over the default and resolved. */
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.simd = "scalar";
+	o.size = offsetof(struct zinf_optimizer_opts, simd) + sizeof(o.simd) / 2;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_optimizer_opts: size") &&
+			  strstr(zinf_last_error(), "not a multiple of"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(z, (void *)0x1, "*out untouched");
 	/* An older caller without seed and the rest: their defaults. */
 	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
 	o.size = offsetof(struct zinf_optimizer_opts, seed);

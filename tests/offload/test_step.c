@@ -951,7 +951,7 @@ Test(step, options_and_statistics_size_rule)
 	so.sub_group_size = 10000;
 	so.tier = ZINF_TIER_CPU;
 	so.rank = 7;
-	so.size = offsetof(struct zinf_step_opts, rank); /* an older caller */
+	so.size = offsetof(struct zinf_step_opts, timeout_ms); /* an older caller */
 	struct zinf_step *st = NULL;
 	cr_assert_eq(zinf_step_create(&so, &st), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_step_begin(st, 0, 1.0f, NULL, false), -EINVAL);
