@@ -261,8 +261,7 @@ check_memory(const struct bench_cfg *c, uint64_t ntens, uint64_t tens_bytes, uin
 	if (tables > bufs) {
 		lower = "--size, or raise --block-size (fewer, larger tensors)";
 	}
-	return cli_check_memory(PROG, "the run's buffers and tensor tables",
-				total >= 1.8e19 ? UINT64_MAX : (uint64_t)total, lower);
+	return cli_check_memory(PROG, "the run's buffers and tensor tables", total, lower);
 }
 
 /* Register the buffers; a failure is reported once, here, and the run goes on without. */

@@ -395,7 +395,7 @@ setup(struct ctx *x)
 	uint64_t nsg = (c->params + sg - 1) / sg;
 	double need = (double)bud.bytes + 2.0 * (double)sg * 4 + (double)nsg * SUB_GROUP_HOST_BYTES;
 	if (cli_check_memory(PROG, "the pool, one sub-group's arrays and the sub-group tables",
-			     need >= 1.8e19 ? UINT64_MAX : (uint64_t)need,
+			     need,
 			     "--buffers or --sub-group (or raise --sub-group: fewer tables)") < 0) {
 		return -ENOMEM;
 	}

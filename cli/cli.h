@@ -59,9 +59,10 @@ uint64_t cli_phys_memory(void);
 /*
  * Before allocating: `bytes` of host memory must leave 10% of physical memory free (the
  * pool's rule). Otherwise print "<prog>: <what>: X needed, more than 90% of the machine's Y
- * of physical memory; lower <lower>" and return -ENOMEM.
+ * of physical memory; lower <lower>" and return -ENOMEM. bytes is a double so that a caller's
+ * product (elements x bytes) cannot wrap past 2^64 on its way here.
  */
-int cli_check_memory(const char *prog, const char *what, uint64_t bytes, const char *lower);
+int cli_check_memory(const char *prog, const char *what, double bytes, const char *lower);
 
 /*
  * The scratch-file prefix of this run: "<stem>-<pid>" (the pid names the owner, so that a

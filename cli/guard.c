@@ -62,14 +62,14 @@ cli_phys_memory(void)
 }
 
 int
-cli_check_memory(const char *prog, const char *what, uint64_t bytes, const char *lower)
+cli_check_memory(const char *prog, const char *what, double bytes, const char *lower)
 {
 	uint64_t phys = cli_phys_memory();
-	if (phys == 0 || (double)bytes <= 0.9 * (double)phys) {
+	if (phys == 0 || bytes <= 0.9 * (double)phys) {
 		return 0;
 	}
 	char need[32], have[32];
-	cli_size_str(need, sizeof(need), bytes);
+	cli_size_str(need, sizeof(need), bytes >= 1.8e19 ? UINT64_MAX : (uint64_t)bytes);
 	cli_size_str(have, sizeof(have), phys);
 	fprintf(stderr,
 		"%s: %s: %s needed, more than 90%% of the machine's %s of physical memory; "
