@@ -290,7 +290,7 @@ plan(const struct bench_cfg *c, struct run_state *st, uint64_t *tens_bytes)
 {
 	uint64_t tb = c->pattern == PAT_LARGE ? LARGE_CHUNK : c->block_size;
 	tb = tb < c->size ? tb : c->size;
-	st->ntens = (c->size + tb - 1) / tb;
+	st->ntens = c->size / tb + (c->size % tb != 0); /* size + tb - 1 wraps near 2^64 */
 	uint64_t nbufs = c->pattern == PAT_LARGE ? 1 : (uint64_t)c->queue_depth * c->threads;
 	nbufs = nbufs < st->ntens ? nbufs : st->ntens;
 	if (st->ntens > INT32_MAX) {
@@ -299,8 +299,10 @@ plan(const struct bench_cfg *c, struct run_state *st, uint64_t *tens_bytes)
 		cli_size_str(bs, sizeof(bs), tb);
 		fprintf(stderr,
 			PROG ": --size %s in tensors of %s is %llu tensors, more than a swap space "
-			     "holds (2^31 - 1): raise --block-size\n",
-			sz, bs, (unsigned long long)st->ntens);
+			     "holds (2^31 - 1): %s\n",
+			sz, bs, (unsigned long long)st->ntens,
+			c->pattern == PAT_LARGE ? "lower --size"
+						: "lower --size or raise --block-size");
 		return -EINVAL;
 	}
 	st->nbufs = (unsigned)nbufs;

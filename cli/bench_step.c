@@ -392,7 +392,7 @@ setup(struct ctx *x)
 	struct zinf_pool_budget bud = {0};
 	zinf_pool_check(&po, &bud); /* fills the budget in every case; its verdict comes below */
 	uint64_t sg = c->sub_group < c->params ? c->sub_group : c->params;
-	uint64_t nsg = (c->params + sg - 1) / sg;
+	uint64_t nsg = c->params / sg + (c->params % sg != 0); /* params + sg - 1 wraps */
 	double need = (double)bud.bytes + 2.0 * (double)sg * 4 + (double)nsg * SUB_GROUP_HOST_BYTES;
 	if (cli_check_memory(PROG, "the pool, one sub-group's arrays and the sub-group tables",
 			     need,

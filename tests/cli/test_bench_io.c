@@ -144,6 +144,40 @@ Test(bench_io, tensor_count_checked)
 	zc_scratch_fini(&s);
 }
 
+/* --size 2^64 - 1: the tensor count must not wrap (it did: 0 tensors, a read past an empty
+ * array, "cannot allocate 0 bytes"); in 1 GiB tensors it is too many, and --size is to lower. */
+Test(bench_io, size_near_2_64_refused)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char *argv[] = {"zinf", "bench", "io", "--path", s.dir, "--size", "18446744073709551615",
+			NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "is 17179869184 tensors, more than a swap space holds (2^31 - 1): "
+			    "lower --size"),
+		  "%s", t);
+	free(t);
+	char *argv2[] = {"zinf",
+			 "bench",
+			 "io",
+			 "--path",
+			 s.dir,
+			 "--size",
+			 "18446744073709551615",
+			 "--block-size",
+			 "1G",
+			 "--buffer-pattern",
+			 "small",
+			 NULL};
+	cr_assert_eq(zc_run(NULL, argv2, s.out, s.err), 1);
+	t = zc_text(s.err);
+	cr_assert(strstr(t, "is 17179869184 tensors") && strstr(t, "raise --block-size"), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file created");
+	zc_scratch_fini(&s);
+}
+
 /* A missing directory: one message naming it, not the library's and the CLI's both. */
 Test(bench_io, error_printed_once)
 {
