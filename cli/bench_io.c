@@ -341,8 +341,7 @@ open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
 	so.crc = c->crc;
 	so.buffered = c->buffered;
 	so.stripe_unit = c->stripe_unit;
-	if ((ret = zinf_swap_create(st->io, &so, &st->swap)) < 0) {
-		cli_hint_buffered(PROG, ret, c->buffered);
+	if ((ret = cli_swap_create(PROG, st->io, &so, &st->swap)) < 0) {
 		return ret;
 	}
 	st->ids = calloc(st->ntens, sizeof(*st->ids));

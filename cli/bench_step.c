@@ -363,8 +363,7 @@ setup(struct ctx *x)
 	sw.n_dirs = 1;
 	sw.prefix = prefix;
 	sw.buffered = c->buffered;
-	if ((rc = zinf_swap_create(x->io, &sw, &x->swap))) {
-		cli_hint_buffered(PROG, rc, c->buffered);
+	if ((rc = cli_swap_create(PROG, x->io, &sw, &x->swap))) {
 		return rc;
 	}
 	x->direct = !c->buffered || cli_dir_direct(x->io, c->path, SCRATCH_STEM);

@@ -86,7 +86,15 @@ int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
 struct zinf_io;
 bool cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem);
 
-/* After zinf_swap_create() returned rc: if O_DIRECT was refused, say that --buffered exists. */
-void cli_hint_buffered(const char *prog, int rc, bool buffered);
+/*
+ * zinf_swap_create() with its refusal printed once: the library logs each layer's refusal (the
+ * directory's O_DIRECT probe, with the library's own options, then the swap space); only the
+ * last, which names the swap space and its directory, is printed, then "add --buffered" when
+ * O_DIRECT was refused. Warnings pass through. Returns what zinf_swap_create() returned.
+ */
+struct zinf_swap;
+struct zinf_swap_opts;
+int cli_swap_create(const char *prog, struct zinf_io *io, const struct zinf_swap_opts *opts,
+		    struct zinf_swap **out);
 
 #endif

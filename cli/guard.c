@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "zinf/common.h"
 #include "zinf/io.h"
+#include "zinf/swap.h"
 
 volatile sig_atomic_t cli_interrupted;
 
@@ -151,15 +152,34 @@ cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 	return removed;
 }
 
-void
-cli_hint_buffered(const char *prog, int rc, bool buffered)
+/* The log sink while a call's errors are held back: warnings and the rest go to stderr. */
+static void
+log_no_errors(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+	      const char *msg)
 {
-	/* The library's message names its own option (opts.buffered); the command's is --buffered.
-	 */
-	if (rc == -EINVAL && !buffered && strstr(zinf_last_error(), "O_DIRECT")) {
-		fprintf(stderr, "%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
-			prog);
+	if (level != ZINF_LOG_ERROR) {
+		zinf_log_to_file(ctx, level, file, line, func, msg);
 	}
+}
+
+int
+cli_swap_create(const char *prog, struct zinf_io *io, const struct zinf_swap_opts *opts,
+		struct zinf_swap **out)
+{
+	zinf_log_set_callback(log_no_errors, stderr);
+	int rc = zinf_swap_create(io, opts, out);
+	zinf_log_set_callback(zinf_log_to_file, stderr);
+	if (rc < 0) {
+		const char *msg = zinf_last_error();
+		zinf_log_to_file(stderr, ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, msg);
+		/* The library names its own option (opts.buffered); the command's is --buffered. */
+		if (rc == -EINVAL && !opts->buffered && strstr(msg, "O_DIRECT")) {
+			fprintf(stderr,
+				"%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
+				prog);
+		}
+	}
+	return rc;
 }
 
 bool

@@ -184,6 +184,10 @@ Test(bench_step, buffered_on_tmpfs)
 	cr_assert(strstr(t, "zinf bench step: for a file system without O_DIRECT (tmpfs), add "
 			    "--buffered"),
 		  "%s", t);
+	/* once: the swap space's refusal and the hint, not also the probe's (which names the
+	 * library's ZINF_IO_BUFFERED, no option of the command) */
+	cr_assert_eq(zc_count_substr(t, "\n"), 2, "two lines:\n%s", t);
+	cr_assert_null(strstr(t, "ZINF_IO_BUFFERED"), "%s", t);
 	free(t);
 	char *argv2[] = {"zinf", "bench",  "step", "--params",	 "1000",   "--steps",
 			 "1",	 "--path", d,	   "--buffered", "--json", NULL};
