@@ -141,7 +141,7 @@ wait_op(struct run_state *st, struct zinf_swap_op *op, bool large)
 	if (!large) {
 		return zinf_swap_wait(st->swap, op);
 	}
-	struct zinf_io_stats s0, s1;
+	struct zinf_io_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 	zinf_io_get_stats(st->io, &s0);
 	while (!zinf_swap_poll(st->swap, op)) {
 		usleep(200);
@@ -427,7 +427,7 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 		}
 		res->read_s = t;
 	}
-	struct zinf_io_stats ios;
+	struct zinf_io_stats ios = {.size = sizeof(ios)};
 	zinf_io_get_stats(st.io, &ios);
 	res->max_inflight = ios.max_inflight;
 	res->wakeups = __atomic_load_n(&st.io->stats_wakeups, __ATOMIC_RELAXED);
