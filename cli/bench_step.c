@@ -266,16 +266,25 @@ run_step(struct ctx *x, int64_t t, const float *grad)
 	if (rc) {
 		return rc;
 	}
-	for (uint32_t k = 0; k < x->nsg && !cli_interrupted; k++) {
-		if (zinf_step_ready(x->st, k, grad, ZINF_F32)) {
-			break;
-		}
+	int rr = 0;
+	for (uint32_t k = 0; k < x->nsg && !cli_interrupted && rr == 0; k++) {
+		rr = zinf_step_ready(x->st, k, grad, ZINF_F32);
 		cli_progress_add(&x->prog, 1);
 	}
+	/* A step cut short (an interrupt, or a refused sub-group, whose error is printed): its
+	 * finish reports the sub-groups never made ready, which is no news; not printed. */
+	bool short_step = rr || cli_interrupted;
+	if (short_step) {
+		zinf_log_set_callback(NULL, NULL);
+	}
 	rc = zinf_step_finish(x->st);
+	if (short_step) {
+		zinf_log_set_callback(zinf_log_to_file, stderr);
+	}
 	if (cli_interrupted) {
 		return -EINTR;
 	}
+	rc = rr ? rr : rc;
 	return rc ? rc : zinf_now_s() - t0;
 }
 
