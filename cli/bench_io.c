@@ -375,8 +375,13 @@ make_bufs(struct run_state *st, struct bench_res *res)
 	st->slab = st->bufs && iov ? zinf_alloc_huge(st->slab_bytes) : NULL;
 	if (!st->slab) {
 		free(iov);
-		fprintf(stderr, PROG ": cannot allocate %llu bytes of buffers\n",
-			(unsigned long long)st->slab_bytes);
+		/* Fits physical memory (checked), yet refused: a limit (ulimit -v) or overcommit.
+		 */
+		fprintf(stderr,
+			PROG ": cannot allocate %llu bytes of buffers (ulimit -v?); lower %s\n",
+			(unsigned long long)st->slab_bytes,
+			st->c->pattern == PAT_LARGE ? "--size (its 1 GiB buffer)"
+						    : "--queue-depth, --threads or --block-size");
 		return -ENOMEM;
 	}
 	for (unsigned i = 0; i < st->nbufs; i++) {

@@ -281,6 +281,30 @@ Test(bench_io, file_size_limit_reported)
 	zc_scratch_fini(&s);
 }
 
+/* `ulimit -v` below the buffers: the refusal names the option to lower. */
+Test(bench_io, address_space_limit_reported)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	cr_skip_test("a sanitizer build reserves more address space than the limit");
+#endif
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char cmd[9000];
+	snprintf(cmd, sizeof(cmd),
+		 "ulimit -v 400000; exec '%s' bench io --path '%s' --size 2G >'%s' 2>'%s'",
+		 zc_cli(), s.dir, s.out, s.err);
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	cr_assert_eq(WEXITSTATUS(st), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "cannot allocate 1073741824 bytes of buffers") &&
+			  strstr(t, "lower --size"),
+		  "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file left");
+	zc_scratch_fini(&s);
+}
+
 /* A pid that ran and is gone. */
 static pid_t
 dead_pid(void)
