@@ -408,6 +408,9 @@ setup(struct ctx *x)
 		return -ENOMEM;
 	}
 	if ((rc = zinf_pool_create(&po, &x->pool))) {
+		if (rc == -ENOMEM) { /* fits physical memory (checked): a limit, as ulimit -v */
+			fprintf(stderr, PROG ": lower --buffers or --sub-group\n");
+		}
 		return rc;
 	}
 	so->pool = x->pool;

@@ -298,3 +298,26 @@ Test(bench_step, sigint_mid_step_prints_no_error)
 		zc_scratch_fini(&s);
 	}
 }
+
+/* `ulimit -v` below the pool: the library's refusal, then the options to lower. */
+Test(bench_step, address_space_limit_names_options)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	cr_skip_test("a sanitizer build reserves more address space than the limit");
+#endif
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	char cmd[9000];
+	snprintf(cmd, sizeof(cmd),
+		 "ulimit -v 400000; exec '%s' bench step --params 1e8 --path '%s' >'%s' 2>'%s'",
+		 zc_cli(), s.dir, s.out, s.err);
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	cr_assert_eq(WEXITSTATUS(st), 1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "pinned pool") && strstr(t, "lower --buffers or --sub-group"), "%s", t);
+	cr_assert_eq(zc_count_substr(t, "\n"), 2, "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file left");
+	zc_scratch_fini(&s);
+}
