@@ -134,13 +134,8 @@ Test(bench_adam, accuracy_out_of_memory_reported)
 {
 	struct zc_scratch r;
 	zc_scratch_init(&r);
-	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "ulimit -v 200000; exec '%s' bench adam --accuracy --params 1e7 >'%s' 2>'%s'",
-		 zc_cli(), r.out, r.err);
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	cr_assert_eq(WEXITSTATUS(st), 1);
+	cr_assert_eq(zc_run_sh(&r, "ulimit -v 200000", "", "bench adam --accuracy --params 1e7"),
+		     1);
 	char *t = zc_text(r.err);
 	cr_assert(strstr(t, "out of memory") && strstr(t, "lower --params"), "%s", t);
 	free(t);

@@ -193,14 +193,10 @@ Test(bench_io, no_uninitialised_reads)
 	}
 	struct zc_scratch s;
 	zc_scratch_init(&s);
-	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "exec valgrind -q --error-exitcode=99 '%s' bench io --path '%s' --size 4M "
-		 "--backend psync --json >'%s' 2>'%s'",
-		 zc_cli(), s.dir, s.out, s.err);
-	int st = system(cmd);
+	int rc = zc_run_sh(&s, "", "valgrind -q --error-exitcode=99",
+			   "bench io --path '%s' --size 4M --backend psync --json", s.dir);
 	char *t = zc_text(s.err);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x:\n%s", st, t);
+	cr_assert_eq(rc, 0, "%s", t);
 	cr_assert_null(strstr(t, "zinf: error"), "%s", t);
 	free(t);
 	json_t *j = zc_json(s.out);
@@ -267,13 +263,8 @@ Test(bench_io, file_size_limit_reported)
 {
 	struct zc_scratch s;
 	zc_scratch_init(&s);
-	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "ulimit -f 1024; exec '%s' bench io --path '%s' --size 8M >'%s' 2>'%s'", zc_cli(),
-		 s.dir, s.out, s.err);
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	cr_assert_eq(WEXITSTATUS(st), 1);
+	cr_assert_eq(zc_run_sh(&s, "ulimit -f 1024", "", "bench io --path '%s' --size 8M", s.dir),
+		     1);
 	char *t = zc_text(s.err);
 	cr_assert(strstr(t, "file size limit") && strstr(t, s.dir), "%s", t);
 	free(t);
@@ -289,13 +280,8 @@ Test(bench_io, address_space_limit_reported)
 #endif
 	struct zc_scratch s;
 	zc_scratch_init(&s);
-	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "ulimit -v 400000; exec '%s' bench io --path '%s' --size 2G >'%s' 2>'%s'",
-		 zc_cli(), s.dir, s.out, s.err);
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	cr_assert_eq(WEXITSTATUS(st), 1);
+	cr_assert_eq(zc_run_sh(&s, "ulimit -v 400000", "", "bench io --path '%s' --size 2G", s.dir),
+		     1);
 	char *t = zc_text(s.err);
 	cr_assert(strstr(t, "cannot allocate 1073741824 bytes of buffers") &&
 			  strstr(t, "lower --size"),

@@ -307,13 +307,9 @@ Test(bench_step, address_space_limit_names_options)
 #endif
 	struct zc_scratch s;
 	zc_scratch_init(&s);
-	char cmd[9000];
-	snprintf(cmd, sizeof(cmd),
-		 "ulimit -v 400000; exec '%s' bench step --params 1e8 --path '%s' >'%s' 2>'%s'",
-		 zc_cli(), s.dir, s.out, s.err);
-	int st = system(cmd);
-	cr_assert(WIFEXITED(st), "killed by signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	cr_assert_eq(WEXITSTATUS(st), 1);
+	cr_assert_eq(
+		zc_run_sh(&s, "ulimit -v 400000", "", "bench step --params 1e8 --path '%s'", s.dir),
+		1);
 	char *t = zc_text(s.err);
 	cr_assert(strstr(t, "pinned pool") && strstr(t, "lower --buffers or --sub-group"), "%s", t);
 	cr_assert_eq(zc_count_substr(t, "\n"), 2, "%s", t);
