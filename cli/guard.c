@@ -7,10 +7,12 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -107,6 +109,39 @@ pid_running(long pid)
 	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
+/*
+ * Whether the swap lock file `name` in dir is held: its owner lives, though its pid may not be
+ * one this process sees (another pid namespace: a container sharing the directory).
+ */
+static bool
+lock_held(int dfd, const char *name)
+{
+	size_t n = strlen(name);
+	if (n < 5 || strcmp(name + n - 5, ".lock") != 0) {
+		return false;
+	}
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		return false;
+	}
+	bool held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd); /* releases the lock if we took it */
+	return held;
+}
+
+#define RECLAIM_LIVE_MAX 64
+
+static bool
+in(const long *v, int n, long x)
+{
+	for (int i = 0; i < n; i++) {
+		if (v[i] == x) {
+			return true;
+		}
+	}
+	return false;
+}
+
 int
 cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 {
@@ -114,15 +149,27 @@ cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 	if (!d) {
 		return 0; /* a missing directory is reported by the swap space, with its name */
 	}
-	int removed = 0, failed = 0;
-	long dead = 0, alive = 0;
+	int removed = 0, failed = 0, nlive = 0;
+	long dead = 0, alive = 0, live[RECLAIM_LIVE_MAX];
 	struct dirent *e;
+	/* First the owners whose swap lock is held: alive wherever their pid lives. */
+	while ((e = readdir(d)) != NULL) {
+		long pid = scratch_owner(e->d_name, stem);
+		if (pid != 0 && !in(live, nlive, pid) && lock_held(dirfd(d), e->d_name)) {
+			if (nlive == RECLAIM_LIVE_MAX) {
+				closedir(d); /* too many to tell apart: remove nothing */
+				return 0;
+			}
+			live[nlive++] = pid;
+		}
+	}
+	rewinddir(d);
 	while ((e = readdir(d)) != NULL) {
 		long pid = scratch_owner(e->d_name, stem);
 		if (pid == 0 || pid == (long)getpid()) {
 			continue;
 		}
-		if (pid_running(pid)) {
+		if (pid_running(pid) || in(live, nlive, pid)) {
 			alive = pid;
 			continue;
 		}

@@ -9,10 +9,12 @@
  * judged here (benchmarks, not tests).
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -336,6 +338,34 @@ Test(bench_io, killed_run_leftovers_reclaimed)
 	cr_assert(strstr(t, "still running; left alone"), "%s", t);
 	free(t);
 	cr_assert_eq(zc_count(s.dir), 2, "the live owner's file and the foreign file stay");
+	zc_scratch_fini(&s);
+}
+
+/*
+ * A run whose pid this process cannot see (another pid namespace: a container sharing the
+ * directory) but whose swap lock is held is alive: its files stay (they were removed).
+ */
+Test(bench_io, locked_files_of_an_unseen_pid_kept)
+{
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	long pid = dead_pid();
+	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", pid);
+	touch(s.dir, "zinf-bench-io-%ld-r0.0.lock", pid);
+	char lock[4400];
+	snprintf(lock, sizeof(lock), "%s/zinf-bench-io-%ld-r0.0.lock", s.dir, pid);
+	int fd = open(lock, O_RDWR);
+	cr_assert(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "%s", lock);
+	char *argv[] = {"zinf", "bench", "io", "--path", s.dir, "--size", "4M", NULL};
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "still running; left alone") && !strstr(t, "removed"), "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 2, "the locked run's files stay");
+	close(fd);
+	/* released (the run died): the next run reclaims them */
+	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
+	cr_assert_eq(zc_count(s.dir), 0);
 	zc_scratch_fini(&s);
 }
 
