@@ -271,14 +271,16 @@ register_bufs(struct run_state *st, const struct iovec *iov)
 	if (strcmp(zinf_io_backend(st->io), "io_uring") != 0) {
 		return false; /* only io_uring registers buffers; the others accept and ignore */
 	}
-	zinf_log_set_callback(NULL, NULL); /* the message is printed below, once */
+	/* An error is printed below, once; a refusal over RLIMIT_MEMLOCK is the library's warning
+	 * (it names `ulimit -l`), which passes, and registers nothing though it returns 0. */
+	cli_quiet_errors(true);
 	int ret = zinf_io_register_buffers(st->io, iov, st->nbufs);
-	zinf_log_set_callback(zinf_log_to_file, stderr);
-	if (ret < 0 && !st->c->json) {
+	cli_quiet_errors(false);
+	if (ret < 0) {
 		fprintf(stderr, PROG ": %s; running with unregistered buffers\n",
 			zinf_last_error());
 	}
-	return ret == 0;
+	return ret == 0 && zinf_io_buffers_registered(st->io) > 0;
 }
 
 /*

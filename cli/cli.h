@@ -88,6 +88,10 @@ int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
 struct zinf_io;
 bool cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem);
 
+/* Hold the library's errors back (the caller prints the one that matters) or not; warnings
+ * and the rest always reach stderr. */
+void cli_quiet_errors(bool quiet);
+
 /*
  * zinf_swap_create() with its refusal printed once: the library logs each layer's refusal (the
  * directory's O_DIRECT probe, with the library's own options, then the swap space); only the

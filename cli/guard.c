@@ -209,13 +209,19 @@ log_no_errors(void *ctx, enum zinf_log_level level, const char *file, int line, 
 	}
 }
 
+void
+cli_quiet_errors(bool quiet)
+{
+	zinf_log_set_callback(quiet ? log_no_errors : zinf_log_to_file, stderr);
+}
+
 int
 cli_swap_create(const char *prog, struct zinf_io *io, const struct zinf_swap_opts *opts,
 		struct zinf_swap **out)
 {
-	zinf_log_set_callback(log_no_errors, stderr);
+	cli_quiet_errors(true);
 	int rc = zinf_swap_create(io, opts, out);
-	zinf_log_set_callback(zinf_log_to_file, stderr);
+	cli_quiet_errors(false);
 	if (rc < 0) {
 		const char *msg = zinf_last_error();
 		zinf_log_to_file(stderr, ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, msg);

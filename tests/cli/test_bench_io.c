@@ -70,6 +70,39 @@ Test(bench_io, registered_reports_what_ran)
 	zc_scratch_fini(&s);
 }
 
+/*
+ * A user without CAP_IPC_LOCK over `ulimit -l`: io_uring refuses to pin the buffer, the library
+ * falls back with one warning naming `ulimit -l`; the report says "not registered" (it said
+ * registered, and the warning was held back). Root drops the capability with setpriv(1).
+ */
+Test(bench_io, registration_refused_over_memlock_reported)
+{
+	const char *wrap = "";
+	if (geteuid() == 0) {
+		if (system("setpriv --help >/dev/null 2>&1") != 0) {
+			cr_skip_test("setpriv(1) not installed: cannot drop CAP_IPC_LOCK");
+		}
+		wrap = "setpriv --bounding-set -ipc_lock --inh-caps -ipc_lock";
+	}
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	cr_assert_eq(zc_run_sh(&s, "ulimit -l 64", wrap,
+			       "bench io --path '%s' --size 16M --mode write --json", s.dir),
+		     0);
+	json_t *j = zc_json(s.out);
+	const char *be = json_string_value(json_object_get(j, "backend"));
+	char *t = zc_text(s.err);
+	if (strcmp(be, "io_uring") == 0) {
+		cr_assert(json_is_false(json_object_get(j, "registered")),
+			  "registered over memlock");
+		cr_assert(strstr(t, "zinf: warning:") && strstr(t, "ulimit -l"), "%s", t);
+		cr_assert_eq(zc_count_substr(t, "\n"), 1, "one warning:\n%s", t);
+	}
+	free(t);
+	json_decref(j);
+	zc_scratch_fini(&s);
+}
+
 Test(bench_io, sweep_prints_deepspeed_aio)
 {
 	struct zc_scratch s;
