@@ -173,6 +173,15 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 	for (int k = 0; k < 3; k++) {
 		x[k] = malloc(n * 4);
 	}
+	int r = 0;
+	if (!a || !xs || !g || !m || !v || !mb || !vb || !x[0] || !x[1] || !x[2]) {
+		fprintf(stderr,
+			PROG ": out of memory for the --accuracy arrays of %zu params; lower "
+			     "--params\n",
+			n);
+		r = -ENOMEM;
+		goto out;
+	}
 	for (size_t i = 0; i < n; i++) {
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		a[i] = pow(10.0, 3.0 * (double)(rng >> 11) * 0x1p-53);
@@ -184,7 +193,6 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 	o.lr = 1e-3f;
 	o.threads = 1;
 	o.simd = simd;
-	int r = 0;
 	for (int k = 0; k < 3 && r == 0; k++) {
 		uint64_t noise = 777;
 		memset(x[k], 0, n * 4);
@@ -193,6 +201,10 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 		memset(mb, 0, n * 2);
 		memset(vb, 0, n * 2);
 		for (int t = 1; t <= steps && r == 0; t++) {
+			if (cli_interrupted) {
+				r = -EINTR;
+				break;
+			}
 			for (size_t i = 0; i < n; i++) {
 				noise = noise * 6364136223846793005ull + 1442695040888963407ull;
 				double u = (double)(noise >> 11) * 0x1p-53 - 0.5;
@@ -221,7 +233,7 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 		runs[k].rel_to_f32 = sqrt(d32 / n32);
 	}
 	double loss0 = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && r == 0; i++) {
 		loss0 += 0.5 * a[i] * xs[i] * xs[i];
 	}
 	loss0 /= (double)n;
@@ -253,6 +265,7 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 			       runs[k].name, runs[k].loss, runs[k].dist, runs[k].rel_to_f32);
 		}
 	}
+out:
 	for (int k = 0; k < 3; k++) {
 		free(x[k]);
 	}
@@ -263,7 +276,7 @@ accuracy(size_t n, int steps, double sigma, bool json, const char *simd)
 	free(v);
 	free(mb);
 	free(vb);
-	return r ? 1 : 0;
+	return r == -EINTR ? cli_interrupt_status() : r ? 1 : 0;
 }
 
 /* ---- throughput ----------------------------------------------------------------------------- */
@@ -304,8 +317,7 @@ tp_alloc(const struct cfg *c, int gdt, int cdt, struct tp *t)
 	/* The triad runs over 3 x 8 bytes x ns, at least 4x the step's largest array. */
 	t->ns = ZINF_MAX(n / 2, (size_t)1 << 24);
 	double need = (double)n * (double)(4 + t->gsz + 2 * t->ssz + t->csz) + 24.0 * (double)t->ns;
-	if (cli_check_memory(PROG, "the step's arrays and the triad's", (uint64_t)need,
-			     "--params") < 0) {
+	if (cli_check_memory(PROG, "the step's arrays and the triad's", need, "--params") < 0) {
 		return -ENOMEM;
 	}
 	t->p = zinf_alloc_aligned(64, n * 4);
@@ -458,7 +470,7 @@ cli_bench_adam(int argc, char **argv)
 	if (c.accuracy) {
 		size_t n = c.params_given ? c.params : 4096;
 		/* a, x*: doubles; three x, g, m, v: floats; bf16 m, v */
-		if (cli_check_memory(PROG, "the --accuracy arrays", (uint64_t)n * 44, "--params")) {
+		if (cli_check_memory(PROG, "the --accuracy arrays", (double)n * 44, "--params")) {
 			return 1;
 		}
 		int r = accuracy(n, (int)c.steps, 0.1, c.json, simd_name(&c));

@@ -141,7 +141,7 @@ wait_op(struct run_state *st, struct zinf_swap_op *op, bool large)
 	if (!large) {
 		return zinf_swap_wait(st->swap, op);
 	}
-	struct zinf_io_stats s0, s1;
+	struct zinf_io_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 	zinf_io_get_stats(st->io, &s0);
 	while (!zinf_swap_poll(st->swap, op)) {
 		usleep(200);
@@ -261,8 +261,7 @@ check_memory(const struct bench_cfg *c, uint64_t ntens, uint64_t tens_bytes, uin
 	if (tables > bufs) {
 		lower = "--size, or raise --block-size (fewer, larger tensors)";
 	}
-	return cli_check_memory(PROG, "the run's buffers and tensor tables",
-				total >= 1.8e19 ? UINT64_MAX : (uint64_t)total, lower);
+	return cli_check_memory(PROG, "the run's buffers and tensor tables", total, lower);
 }
 
 /* Register the buffers; a failure is reported once, here, and the run goes on without. */
@@ -272,14 +271,16 @@ register_bufs(struct run_state *st, const struct iovec *iov)
 	if (strcmp(zinf_io_backend(st->io), "io_uring") != 0) {
 		return false; /* only io_uring registers buffers; the others accept and ignore */
 	}
-	zinf_log_set_callback(NULL, NULL); /* the message is printed below, once */
+	/* An error is printed below, once; a refusal over RLIMIT_MEMLOCK is the library's warning
+	 * (it names `ulimit -l`), which passes, and registers nothing though it returns 0. */
+	cli_quiet_errors(true);
 	int ret = zinf_io_register_buffers(st->io, iov, st->nbufs);
-	zinf_log_set_callback(zinf_log_to_file, stderr);
-	if (ret < 0 && !st->c->json) {
+	cli_quiet_errors(false);
+	if (ret < 0) {
 		fprintf(stderr, PROG ": %s; running with unregistered buffers\n",
 			zinf_last_error());
 	}
-	return ret == 0;
+	return ret == 0 && zinf_io_buffers_registered(st->io) > 0;
 }
 
 /*
@@ -291,7 +292,7 @@ plan(const struct bench_cfg *c, struct run_state *st, uint64_t *tens_bytes)
 {
 	uint64_t tb = c->pattern == PAT_LARGE ? LARGE_CHUNK : c->block_size;
 	tb = tb < c->size ? tb : c->size;
-	st->ntens = (c->size + tb - 1) / tb;
+	st->ntens = c->size / tb + (c->size % tb != 0); /* size + tb - 1 wraps near 2^64 */
 	uint64_t nbufs = c->pattern == PAT_LARGE ? 1 : (uint64_t)c->queue_depth * c->threads;
 	nbufs = nbufs < st->ntens ? nbufs : st->ntens;
 	if (st->ntens > INT32_MAX) {
@@ -300,8 +301,10 @@ plan(const struct bench_cfg *c, struct run_state *st, uint64_t *tens_bytes)
 		cli_size_str(bs, sizeof(bs), tb);
 		fprintf(stderr,
 			PROG ": --size %s in tensors of %s is %llu tensors, more than a swap space "
-			     "holds (2^31 - 1): raise --block-size\n",
-			sz, bs, (unsigned long long)st->ntens);
+			     "holds (2^31 - 1): %s\n",
+			sz, bs, (unsigned long long)st->ntens,
+			c->pattern == PAT_LARGE ? "lower --size"
+						: "lower --size or raise --block-size");
 		return -EINVAL;
 	}
 	st->nbufs = (unsigned)nbufs;
@@ -340,8 +343,7 @@ open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
 	so.crc = c->crc;
 	so.buffered = c->buffered;
 	so.stripe_unit = c->stripe_unit;
-	if ((ret = zinf_swap_create(st->io, &so, &st->swap)) < 0) {
-		cli_hint_buffered(PROG, ret, c->buffered);
+	if ((ret = cli_swap_create(PROG, st->io, &so, &st->swap)) < 0) {
 		return ret;
 	}
 	st->ids = calloc(st->ntens, sizeof(*st->ids));
@@ -375,8 +377,13 @@ make_bufs(struct run_state *st, struct bench_res *res)
 	st->slab = st->bufs && iov ? zinf_alloc_huge(st->slab_bytes) : NULL;
 	if (!st->slab) {
 		free(iov);
-		fprintf(stderr, PROG ": cannot allocate %llu bytes of buffers\n",
-			(unsigned long long)st->slab_bytes);
+		/* Fits physical memory (checked), yet refused: a limit (ulimit -v) or overcommit.
+		 */
+		fprintf(stderr,
+			PROG ": cannot allocate %llu bytes of buffers (ulimit -v?); lower %s\n",
+			(unsigned long long)st->slab_bytes,
+			st->c->pattern == PAT_LARGE ? "--size (its 1 GiB buffer)"
+						    : "--queue-depth, --threads or --block-size");
 		return -ENOMEM;
 	}
 	for (unsigned i = 0; i < st->nbufs; i++) {
@@ -427,7 +434,7 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 		}
 		res->read_s = t;
 	}
-	struct zinf_io_stats ios;
+	struct zinf_io_stats ios = {.size = sizeof(ios)};
 	zinf_io_get_stats(st.io, &ios);
 	res->max_inflight = ios.max_inflight;
 	res->wakeups = __atomic_load_n(&st.io->stats_wakeups, __ATOMIC_RELAXED);

@@ -266,16 +266,25 @@ run_step(struct ctx *x, int64_t t, const float *grad)
 	if (rc) {
 		return rc;
 	}
-	for (uint32_t k = 0; k < x->nsg && !cli_interrupted; k++) {
-		if (zinf_step_ready(x->st, k, grad, ZINF_F32)) {
-			break;
-		}
+	int rr = 0;
+	for (uint32_t k = 0; k < x->nsg && !cli_interrupted && rr == 0; k++) {
+		rr = zinf_step_ready(x->st, k, grad, ZINF_F32);
 		cli_progress_add(&x->prog, 1);
 	}
+	/* A step cut short (an interrupt, or a refused sub-group, whose error is printed): its
+	 * finish reports the sub-groups never made ready, which is no news; not printed. */
+	bool short_step = rr || cli_interrupted;
+	if (short_step) {
+		zinf_log_set_callback(NULL, NULL);
+	}
 	rc = zinf_step_finish(x->st);
+	if (short_step) {
+		zinf_log_set_callback(zinf_log_to_file, stderr);
+	}
 	if (cli_interrupted) {
 		return -EINTR;
 	}
+	rc = rr ? rr : rc;
 	return rc ? rc : zinf_now_s() - t0;
 }
 
@@ -363,8 +372,7 @@ setup(struct ctx *x)
 	sw.n_dirs = 1;
 	sw.prefix = prefix;
 	sw.buffered = c->buffered;
-	if ((rc = zinf_swap_create(x->io, &sw, &x->swap))) {
-		cli_hint_buffered(PROG, rc, c->buffered);
+	if ((rc = cli_swap_create(PROG, x->io, &sw, &x->swap))) {
 		return rc;
 	}
 	x->direct = !c->buffered || cli_dir_direct(x->io, c->path, SCRATCH_STEM);
@@ -392,14 +400,17 @@ setup(struct ctx *x)
 	struct zinf_pool_budget bud = {0};
 	zinf_pool_check(&po, &bud); /* fills the budget in every case; its verdict comes below */
 	uint64_t sg = c->sub_group < c->params ? c->sub_group : c->params;
-	uint64_t nsg = (c->params + sg - 1) / sg;
+	uint64_t nsg = c->params / sg + (c->params % sg != 0); /* params + sg - 1 wraps */
 	double need = (double)bud.bytes + 2.0 * (double)sg * 4 + (double)nsg * SUB_GROUP_HOST_BYTES;
 	if (cli_check_memory(PROG, "the pool, one sub-group's arrays and the sub-group tables",
-			     need >= 1.8e19 ? UINT64_MAX : (uint64_t)need,
+			     need,
 			     "--buffers or --sub-group (or raise --sub-group: fewer tables)") < 0) {
 		return -ENOMEM;
 	}
 	if ((rc = zinf_pool_create(&po, &x->pool))) {
+		if (rc == -ENOMEM) { /* fits physical memory (checked): a limit, as ulimit -v */
+			fprintf(stderr, PROG ": lower --buffers or --sub-group\n");
+		}
 		return rc;
 	}
 	so->pool = x->pool;

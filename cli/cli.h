@@ -61,9 +61,10 @@ uint64_t cli_phys_memory(void);
 /*
  * Before allocating: `bytes` of host memory must leave 10% of physical memory free (the
  * pool's rule). Otherwise print "<prog>: <what>: X needed, more than 90% of the machine's Y
- * of physical memory; lower <lower>" and return -ENOMEM.
+ * of physical memory; lower <lower>" and return -ENOMEM. bytes is a double so that a caller's
+ * product (elements x bytes) cannot wrap past 2^64 on its way here.
  */
-int cli_check_memory(const char *prog, const char *what, uint64_t bytes, const char *lower);
+int cli_check_memory(const char *prog, const char *what, double bytes, const char *lower);
 
 /*
  * The scratch-file prefix of this run: "<stem>-<pid>" (the pid names the owner, so that a
@@ -73,7 +74,9 @@ void cli_scratch_prefix(char *out, size_t n, const char *stem);
 
 /*
  * Remove the files a killed run of the same command left in dir: names "<stem>-<pid>-..." (and
- * the swap's hidden probes ".<stem>-<pid>-...") whose pid no longer runs. Prints one line per
+ * the swap's hidden probes ".<stem>-<pid>-...") whose pid no longer runs and whose swap lock
+ * (<stem>-<pid>-r<rank>.<d>.lock) nobody holds: a pid from another pid namespace (a container
+ * sharing the directory) is not taken for dead. Prints one line per
  * directory cleaned, and one naming the files of a run that is still going (left alone).
  * Returns the number of files removed.
  */
@@ -87,7 +90,19 @@ int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
 struct zinf_io;
 bool cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem);
 
-/* After zinf_swap_create() returned rc: if O_DIRECT was refused, say that --buffered exists. */
-void cli_hint_buffered(const char *prog, int rc, bool buffered);
+/* Hold the library's errors back (the caller prints the one that matters) or not; warnings
+ * and the rest always reach stderr. */
+void cli_quiet_errors(bool quiet);
+
+/*
+ * zinf_swap_create() with its refusal printed once: the library logs each layer's refusal (the
+ * directory's O_DIRECT probe, with the library's own options, then the swap space); only the
+ * last, which names the swap space and its directory, is printed, then "add --buffered" when
+ * O_DIRECT was refused. Warnings pass through. Returns what zinf_swap_create() returned.
+ */
+struct zinf_swap;
+struct zinf_swap_opts;
+int cli_swap_create(const char *prog, struct zinf_io *io, const struct zinf_swap_opts *opts,
+		    struct zinf_swap **out);
 
 #endif

@@ -7,15 +7,18 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "zinf/common.h"
 #include "zinf/io.h"
+#include "zinf/swap.h"
 
 volatile sig_atomic_t cli_interrupted;
 
@@ -62,14 +65,14 @@ cli_phys_memory(void)
 }
 
 int
-cli_check_memory(const char *prog, const char *what, uint64_t bytes, const char *lower)
+cli_check_memory(const char *prog, const char *what, double bytes, const char *lower)
 {
 	uint64_t phys = cli_phys_memory();
-	if (phys == 0 || (double)bytes <= 0.9 * (double)phys) {
+	if (phys == 0 || bytes <= 0.9 * (double)phys) {
 		return 0;
 	}
 	char need[32], have[32];
-	cli_size_str(need, sizeof(need), bytes);
+	cli_size_str(need, sizeof(need), bytes >= 1.8e19 ? UINT64_MAX : (uint64_t)bytes);
 	cli_size_str(have, sizeof(have), phys);
 	fprintf(stderr,
 		"%s: %s: %s needed, more than 90%% of the machine's %s of physical memory; "
@@ -106,6 +109,39 @@ pid_running(long pid)
 	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
+/*
+ * Whether the swap lock file `name` in dir is held: its owner lives, though its pid may not be
+ * one this process sees (another pid namespace: a container sharing the directory).
+ */
+static bool
+lock_held(int dfd, const char *name)
+{
+	size_t n = strlen(name);
+	if (n < 5 || strcmp(name + n - 5, ".lock") != 0) {
+		return false;
+	}
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		return false;
+	}
+	bool held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd); /* releases the lock if we took it */
+	return held;
+}
+
+#define RECLAIM_LIVE_MAX 64
+
+static bool
+in(const long *v, int n, long x)
+{
+	for (int i = 0; i < n; i++) {
+		if (v[i] == x) {
+			return true;
+		}
+	}
+	return false;
+}
+
 int
 cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 {
@@ -113,15 +149,27 @@ cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 	if (!d) {
 		return 0; /* a missing directory is reported by the swap space, with its name */
 	}
-	int removed = 0, failed = 0;
-	long dead = 0, alive = 0;
+	int removed = 0, failed = 0, nlive = 0;
+	long dead = 0, alive = 0, live[RECLAIM_LIVE_MAX];
 	struct dirent *e;
+	/* First the owners whose swap lock is held: alive wherever their pid lives. */
+	while ((e = readdir(d)) != NULL) {
+		long pid = scratch_owner(e->d_name, stem);
+		if (pid != 0 && !in(live, nlive, pid) && lock_held(dirfd(d), e->d_name)) {
+			if (nlive == RECLAIM_LIVE_MAX) {
+				closedir(d); /* too many to tell apart: remove nothing */
+				return 0;
+			}
+			live[nlive++] = pid;
+		}
+	}
+	rewinddir(d);
 	while ((e = readdir(d)) != NULL) {
 		long pid = scratch_owner(e->d_name, stem);
 		if (pid == 0 || pid == (long)getpid()) {
 			continue;
 		}
-		if (pid_running(pid)) {
+		if (pid_running(pid) || in(live, nlive, pid)) {
 			alive = pid;
 			continue;
 		}
@@ -151,15 +199,40 @@ cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 	return removed;
 }
 
-void
-cli_hint_buffered(const char *prog, int rc, bool buffered)
+/* The log sink while a call's errors are held back: warnings and the rest go to stderr. */
+static void
+log_no_errors(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+	      const char *msg)
 {
-	/* The library's message names its own option (opts.buffered); the command's is --buffered.
-	 */
-	if (rc == -EINVAL && !buffered && strstr(zinf_last_error(), "O_DIRECT")) {
-		fprintf(stderr, "%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
-			prog);
+	if (level != ZINF_LOG_ERROR) {
+		zinf_log_to_file(ctx, level, file, line, func, msg);
 	}
+}
+
+void
+cli_quiet_errors(bool quiet)
+{
+	zinf_log_set_callback(quiet ? log_no_errors : zinf_log_to_file, stderr);
+}
+
+int
+cli_swap_create(const char *prog, struct zinf_io *io, const struct zinf_swap_opts *opts,
+		struct zinf_swap **out)
+{
+	cli_quiet_errors(true);
+	int rc = zinf_swap_create(io, opts, out);
+	cli_quiet_errors(false);
+	if (rc < 0) {
+		const char *msg = zinf_last_error();
+		zinf_log_to_file(stderr, ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, msg);
+		/* The library names its own option (opts.buffered); the command's is --buffered. */
+		if (rc == -EINVAL && !opts->buffered && strstr(msg, "O_DIRECT")) {
+			fprintf(stderr,
+				"%s: for a file system without O_DIRECT (tmpfs), add --buffered\n",
+				prog);
+		}
+	}
+	return rc;
 }
 
 bool

@@ -424,6 +424,10 @@ check_names(const struct cli_opt *opts, int argc, char **argv, char *err, size_t
 		const char *name = a + 2, *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
 		if (len == 4 && strncmp(name, "help", 4) == 0) {
+			if (eq) { /* getopt_long would name it "-h" */
+				return fail(err, errlen, "--help: takes no value (given '%s')",
+					    eq + 1);
+			}
 			continue;
 		}
 		const struct cli_opt *o = find(opts, name, len);

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,4 +145,20 @@ zc_count_substr(const char *hay, const char *needle)
 		n++;
 	}
 	return n;
+}
+
+int
+zc_run_sh(const struct zc_scratch *s, const char *pre, const char *wrap, const char *fmt, ...)
+{
+	char args[4096], cmd[16384];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s%s exec %s '%s' %s >'%s' 2>'%s'", pre, pre[0] ? ";" : "",
+		 wrap, zc_cli(), args, s->out, s->err);
+	int st = system(cmd);
+	cr_assert(WIFEXITED(st), "%s: killed by signal %d", cmd,
+		  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	return WEXITSTATUS(st);
 }

@@ -42,5 +42,12 @@ struct zc_scratch {
 void zc_scratch_init(struct zc_scratch *s);
 /* Remove the directory tree and the two files. */
 void zc_scratch_fini(struct zc_scratch *s);
+/*
+ * Run the CLI through the shell, as `<pre>; exec <wrap> zinf <args>` (pre: "ulimit -v 400000",
+ * wrap: "valgrind -q"; either may be ""), stdout and stderr to s's files; args is a printf
+ * format. Asserts no signal killed it; returns its exit code.
+ */
+int zc_run_sh(const struct zc_scratch *s, const char *pre, const char *wrap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 #endif

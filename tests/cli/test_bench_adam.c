@@ -7,9 +7,11 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli_run.h"
@@ -110,4 +112,62 @@ Test(bench_adam, refusals)
 	refused(a4, 1, "lower --params");
 	char *a5[] = {"zinf", "bench", "adam", "--param", "1e5", NULL};
 	refused(a5, 2, "--param: unknown option; did you mean --params?");
+}
+
+/*
+ * --params whose arrays' bytes pass 2^64: the memory check must see the true size (it wrapped,
+ * the allocations of 0 bytes succeeded and the first touch crashed).
+ */
+Test(bench_adam, params_bytes_past_2_64_refused)
+{
+	char *a1[] = {"zinf",	      "bench", "adam", "--params", "4611686018427387904",
+		      "--copy-dtype", "none",  NULL};
+	refused(a1, 1, "lower --params");
+	/* 44 bytes a parameter: 419244183493398901 x 44 is 2^64 + 28 */
+	char *a2[] = {"zinf", "bench", "adam", "--accuracy", "--params", "419244183493398901",
+		      NULL};
+	refused(a2, 1, "lower --params");
+}
+
+/* Under `ulimit -v` the --accuracy arrays cannot be had: an error naming --params, no crash. */
+Test(bench_adam, accuracy_out_of_memory_reported)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	cr_skip_test("a sanitizer build reserves more address space than the limit");
+#endif
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	cr_assert_eq(zc_run_sh(&r, "ulimit -v 200000", "", "bench adam --accuracy --params 1e7"),
+		     1);
+	char *t = zc_text(r.err);
+	cr_assert(strstr(t, "out of memory") && strstr(t, "lower --params"), "%s", t);
+	free(t);
+	zc_scratch_fini(&r);
+}
+
+/* SIGINT stops --accuracy (it ran to its end before): exit 130 within seconds. */
+Test(bench_adam, accuracy_stops_on_sigint)
+{
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	char *argv[] = {"zinf",	  "bench",   "adam", "--accuracy", "--params",
+			"100000", "--steps", "1e9",  NULL};
+	pid_t pid = zc_spawn(NULL, argv, r.out, r.err);
+	usleep(500000);
+	kill(pid, SIGINT);
+	int st = 0;
+	pid_t got = 0;
+	for (int i = 0; i < 3000 && got == 0; i++) { /* 30 s at most, then it ignored SIGINT */
+		got = waitpid(pid, &st, WNOHANG);
+		if (got == 0) {
+			usleep(10000);
+		}
+	}
+	if (got == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		cr_assert_fail("--accuracy still running 30 s after SIGINT");
+	}
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGINT, "status %#x", st);
+	zc_scratch_fini(&r);
 }

@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,10 @@ Test(bench_step, buffered_on_tmpfs)
 	cr_assert(strstr(t, "zinf bench step: for a file system without O_DIRECT (tmpfs), add "
 			    "--buffered"),
 		  "%s", t);
+	/* once: the swap space's refusal and the hint, not also the probe's (which names the
+	 * library's ZINF_IO_BUFFERED, no option of the command) */
+	cr_assert_eq(zc_count_substr(t, "\n"), 2, "two lines:\n%s", t);
+	cr_assert_null(strstr(t, "ZINF_IO_BUFFERED"), "%s", t);
 	free(t);
 	char *argv2[] = {"zinf", "bench",  "step", "--params",	 "1000",   "--steps",
 			 "1",	 "--path", d,	   "--buffered", "--json", NULL};
@@ -261,4 +266,54 @@ Test(bench_step, optimizer_and_state_parts)
 	unlink(err);
 	zt_rmtree(d);
 	free(d);
+}
+
+/*
+ * SIGINT at several points of the rounds: exit 130, files removed, one line saying so, and no
+ * error: a step cut short by the interrupt used to add the library's "sub-group N was never
+ * made ready" (an error about its own break). One buffer: the step is half of each round.
+ */
+Test(bench_step, sigint_mid_step_prints_no_error)
+{
+	for (int i = 0; i < 12; i++) {
+		struct zc_scratch s;
+		zc_scratch_init(&s);
+		char *argv[] = {"zinf",	       "bench",	 "step",      "--params", "4e6",
+				"--sub-group", "5e4",	 "--buffers", "1",	  "--steps",
+				"1000",	       "--path", s.dir,	      NULL};
+		pid_t pid = zc_spawn(NULL, argv, s.out, s.err);
+		/* its files appear after it catches signals */
+		for (int w = 0; w < 3000 && zc_count(s.dir) == 0; w++) {
+			usleep(10000);
+		}
+		usleep(300000 + 130000 * (useconds_t)i);
+		kill(pid, SIGINT);
+		int st = zc_status(pid);
+		char *t = zc_text(s.err);
+		cr_assert_eq(st, 128 + SIGINT, "attempt %d: %s", i, t);
+		cr_assert_null(strstr(t, "zinf: error"), "attempt %d:\n%s", i, t);
+		cr_assert(strstr(t, "interrupted (signal 2); files removed"), "%s", t);
+		free(t);
+		cr_assert_eq(zc_count(s.dir), 0, "files removed");
+		zc_scratch_fini(&s);
+	}
+}
+
+/* `ulimit -v` below the pool: the library's refusal, then the options to lower. */
+Test(bench_step, address_space_limit_names_options)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	cr_skip_test("a sanitizer build reserves more address space than the limit");
+#endif
+	struct zc_scratch s;
+	zc_scratch_init(&s);
+	cr_assert_eq(
+		zc_run_sh(&s, "ulimit -v 400000", "", "bench step --params 1e8 --path '%s'", s.dir),
+		1);
+	char *t = zc_text(s.err);
+	cr_assert(strstr(t, "pinned pool") && strstr(t, "lower --buffers or --sub-group"), "%s", t);
+	cr_assert_eq(zc_count_substr(t, "\n"), 2, "%s", t);
+	free(t);
+	cr_assert_eq(zc_count(s.dir), 0, "no file left");
+	zc_scratch_fini(&s);
 }

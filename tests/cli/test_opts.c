@@ -198,6 +198,7 @@ Test(opts, errors_name_the_problem)
 		 parse(e, sizeof(e), "--queue", "3", NULL), e);
 	error_is("--zzzzzz: unknown option", parse(e, sizeof(e), "--zzzzzz", NULL), e);
 	error_is("--flag: takes no value (given '1')", parse(e, sizeof(e), "--flag=1", NULL), e);
+	error_is("--help: takes no value (given 'x')", parse(e, sizeof(e), "--help=x", NULL), e);
 	error_is("--size: needs a value", parse(e, sizeof(e), "--size", NULL), e);
 	error_is("unexpected argument 'extra'", parse(e, sizeof(e), "extra", NULL), e);
 	error_is("--n is required", parse(e, sizeof(e), "--flag", NULL), e);
