@@ -137,7 +137,7 @@ Test(bench_adam, accuracy_out_of_memory_reported)
 #endif
 	struct zc_scratch r;
 	zc_scratch_init(&r);
-	cr_assert_eq(zc_run_sh(&r, "ulimit -v 200000", "", "bench adam --accuracy --params 1e7"),
+	cr_assert_eq(zc_run_sh(&r, "ulimit -v 1000000", "", "bench adam --accuracy --params 1e8"),
 		     1);
 	char *t = zc_text(r.err);
 	cr_assert(strstr(t, "out of memory") && strstr(t, "lower --params"), "%s", t);
