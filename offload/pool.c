@@ -374,11 +374,50 @@ init_free_list(struct zinf_pool *p)
 	p->nfree = p->count;
 }
 
+/* The device the pool registers with: the caller's, or the best present (owned). */
+static int
+open_device(struct zinf_pool *p, const struct zinf_pool_opts *o)
+{
+	p->dev = o->device;
+	if (p->dev) {
+		return 0;
+	}
+	int rc = zinf_device_create(NULL, &p->dev); /* the best present: cuda, else host */
+	p->dev_owned = rc == 0;
+	return rc;
+}
+
 /*
- * Set-up in the order the pages need it (map, bind, lock, register), one unwind chain. About 100
- * lines because the device and I/O registration steps are still inline here: the device module
- * (issue 7) moves them out.
+ * Register the locked pages with the device (an error: the pool exists for it) and the
+ * buffers with the I/O context (a refusal is a warning: requests then use plain buffers).
  */
+static int
+register_all(struct zinf_pool *p, const struct zinf_pool_budget *b)
+{
+	if (p->pinned && strcmp(zinf_device_backend(p->dev), "host") != 0) {
+		int rc = zinf_device_host_register(p->dev, p->base, b->bytes);
+		if (rc) {
+			return POOL_FAIL(p, rc, "%s host registration of %" PRIu64 " bytes failed",
+					 zinf_device_backend(p->dev), b->bytes);
+		}
+		p->dev_registered = true;
+	}
+	/*
+	 * io_uring pins registered buffers and charges them to RLIMIT_MEMLOCK (without
+	 * CAP_IPC_LOCK): an unpinned pool over that limit would only fail to register, with an
+	 * error for a case that is handled, so it is not tried.
+	 */
+	if (p->pinned || !b->memlock_binding || b->bytes <= b->memlock_limit) {
+		register_io(p);
+	} else if (p->io) {
+		POOL_INFO(p,
+			  "unpinned and over RLIMIT_MEMLOCK: buffers not registered with the I/O "
+			  "context");
+	}
+	return 0;
+}
+
+/* Set-up in the order the pages need it (map, bind, lock, register), one unwind chain. */
 int
 zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 {
@@ -411,13 +450,9 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 		rc = POOL_FAIL(p, -ENOMEM, "out of memory");
 		goto err_free;
 	}
-	p->dev = o->device;
-	if (!p->dev) {
-		rc = zinf_device_create(NULL, &p->dev); /* the best present: cuda, else host */
-		if (rc) {
-			goto err_free;
-		}
-		p->dev_owned = true;
+	rc = open_device(p, o);
+	if (rc) {
+		goto err_free;
 	}
 
 	/*
@@ -449,25 +484,9 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 		goto err_unmap;
 	}
 
-	if (p->pinned && strcmp(zinf_device_backend(p->dev), "host") != 0) {
-		rc = zinf_device_host_register(p->dev, p->base, b.bytes);
-		if (rc) {
-			rc = POOL_FAIL(p, rc, "%s host registration of %" PRIu64 " bytes failed",
-				       zinf_device_backend(p->dev), b.bytes);
-			goto err_unlock;
-		}
-		p->dev_registered = true;
-	}
-	/*
-	 * io_uring pins registered buffers and charges them to RLIMIT_MEMLOCK (without
-	 * CAP_IPC_LOCK): an unpinned pool over that limit would only fail to register, with an
-	 * error for a case that is handled, so it is not tried.
-	 */
-	if (p->pinned || !b.memlock_binding || b.bytes <= b.memlock_limit) {
-		register_io(p);
-	} else if (p->io) {
-		POOL_INFO(p, "unpinned and over RLIMIT_MEMLOCK: buffers not registered with the I/O "
-			     "context");
+	rc = register_all(p, &b);
+	if (rc) {
+		goto err_unlock;
 	}
 
 	init_free_list(p);
