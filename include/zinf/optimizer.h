@@ -52,9 +52,9 @@ struct zinf_optimizer_opts {
 	float lr_decay;		     /* Adagrad only */
 	bool bias_correction;	     /* Adam/AdamW only; default true */
 	uint8_t reserved[7];	     /* zero */
-	const char *simd;	     /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
-					| "scalar" (zinf/adam.h); resolved once at create, so a
-					path this CPU cannot run is refused there */
+	const char *simd; /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
+			     | "scalar" (zinf/adam.h); resolved once at create, so a
+			     path this CPU cannot run is refused there */
 };
 
 /**

@@ -275,7 +275,8 @@ Test(store, failed_write_keeps_the_data_failed_read_frees_the_buffer)
 	cr_assert_eq(zinf_store_wait(r.st, 0, &d), -EIO);
 	/* The store's name, and one tensor throughout: the store's and the swap space's. */
 	const char *e = zinf_last_error();
-	cr_assert(strstr(e, "store (offload_param): swap-in of param16[0] failed: swap zinf-r0 in ") &&
+	cr_assert(strstr(e,
+			 "store (offload_param): swap-in of param16[0] failed: swap zinf-r0 in ") &&
 			  strstr(e, ": read of param16[0] failed: ") && strstr(e, r.dir),
 		  "%s", e);
 	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
