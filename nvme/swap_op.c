@@ -136,6 +136,26 @@ op_start(struct zinf_swap *s, struct zinf_swap_op *op)
 	return 0;
 }
 
+/*
+ * Start op's pieces for tensor t; a refused start puts t back in `refused` (a write: UNWRITTEN,
+ * a read: VALID), an op with no piece (a zero-byte tensor) completes at once.
+ */
+static int
+op_run(struct zinf_swap *s, struct zinf_swap_op *op, struct swap_tensor *t, enum swap_state refused)
+{
+	int ret = op_start(s, op);
+	if (ret < 0) {
+		t->state = refused;
+		op->result = ret;
+		return ret;
+	}
+	if (op->nreq == 0) {
+		t->state = SWAP_VALID;
+		op->result = 0;
+	}
+	return 0;
+}
+
 ZINF_API int
 zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op)
 {
@@ -150,17 +170,7 @@ zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_o
 	if (t->buf_bytes > t->bytes) {
 		memset((char *)buf + t->bytes, 0, t->buf_bytes - t->bytes);
 	}
-	ret = op_start(s, op);
-	if (ret < 0) {
-		t->state = SWAP_UNWRITTEN;
-		op->result = ret;
-		return ret;
-	}
-	if (op->nreq == 0) {
-		t->state = SWAP_VALID;
-		op->result = 0;
-	}
-	return 0;
+	return op_run(s, op, t, SWAP_UNWRITTEN);
 }
 
 ZINF_API int
@@ -178,17 +188,7 @@ zinf_swap_read_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op
 					      tensor_kind(s, id), t->index);
 	}
 	t->state = SWAP_READING;
-	ret = op_start(s, op);
-	if (ret < 0) {
-		t->state = SWAP_VALID;
-		op->result = ret;
-		return ret;
-	}
-	if (op->nreq == 0) {
-		t->state = SWAP_VALID;
-		op->result = 0;
-	}
-	return 0;
+	return op_run(s, op, t, SWAP_VALID);
 }
 
 /*
