@@ -17,7 +17,7 @@
 #include "common/opts.h"
 #include "offload/step_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_opts, rank);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_opts, copy_ctx);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_stats, max_reads_in_flight);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_part_info, reserved);
 

@@ -246,6 +246,14 @@ enum zinf_step_schedule {
  */
 #define ZINF_STEP_CHUNK (1u << 20)
 
+/**
+ * Called after the optimizer ran on sub-group k: copy holds its n = zinf_step_sub_group_len(k)
+ * updated parameters as copy_dtype, valid during the call only. Called on the thread that
+ * called zinf_step_ready() or zinf_step_run(), before the sub-group's state is written back.
+ * Returns 0, or a negative errno that fails the step (named with the sub-group).
+ */
+typedef int (*zinf_step_copy_fn)(void *ctx, uint32_t k, const void *copy, uint64_t n);
+
 struct zinf_step_opts {
 	size_t size;			  /* sizeof(struct zinf_step_opts); zinf_step_opts_init() */
 	uint64_t n;			  /* elements in this rank's flat partition */
@@ -274,6 +282,16 @@ struct zinf_step_opts {
 	enum zinf_dtype copy_dtype;   /* dtype of the parameter copy; default ZINF_F16 */
 	int timeout_ms;		      /* waiting for pool buffers at begin; default -1 */
 	int rank;		      /* named in messages; -1 (default): unknown, not named */
+	/* Sub-groups of different sizes (the engine cuts at parameter boundaries): NULL (default):
+	   sub_group_size elements each. Otherwise n_sub_groups strictly increasing ends, the last
+	   equal to n: sub-group k is [ends[k - 1] (0 for k = 0), ends[k]); copied at create,
+	   sub_group_size is then ignored. */
+	const uint64_t *sub_group_ends;
+	uint32_t n_sub_groups;
+	uint32_t reserved;	   /* zero */
+	zinf_step_copy_fn copy_fn; /* if not NULL: receives each sub-group's copy (see the type);
+				      the pool's buffers carry it as with param_swap (required) */
+	void *copy_ctx;		   /* passed to copy_fn */
 };
 
 ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);

@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/engine.h: the ZeRO engine, what a C trainer links zinf for. The trainer registers its
+ * parameters, fetches each layer before computing it (forward and backward), hands each
+ * parameter's gradient over during backward, and calls zinf_engine_step() after every
+ * micro-batch; the engine partitions parameters, gradients and optimizer state across the
+ * data-parallel ranks as the ZeRO stage says, keeps each in the tier the options name (GPU,
+ * pinned CPU memory, NVMe), reduces gradients in buckets while backward goes on and runs the
+ * optimizer step per sub-group, during backward where that is exact.
+ *
+ *   stage 0  nothing partitioned; gradients all-reduced (averaged); every rank steps all
+ *   stage 1  fp32 master and optimizer state partitioned; after the step the updated 16-bit
+ *            parameters are all-gathered
+ *   stage 2  gradients partitioned too (reduce-scatter)
+ *   stage 3  16-bit parameters partitioned too: zinf_engine_fetch() all-gathers a layer into
+ *            transient device buffers, zinf_engine_release() gives them back
+ *
+ * Every tensor is partitioned on its own (zinf_comm_partition: padded to a multiple of the
+ * world size; the padding is never visible to the trainer and never counted as data). A rank's
+ * partitions, concatenated in backward order (layers last to first), form its flat partition,
+ * which the optimizer steps in sub-groups of whole parameters of at most sub_group_size
+ * elements (a larger parameter is a sub-group alone).
+ *
+ * One training step (every rank the same calls, in the same order):
+ *     for each micro-batch (gradient_accumulation_steps of them):
+ *         forward:  for layer in order:    fetch(layer); compute; release(layer)
+ *         backward: for layer reversed:    fetch(layer); compute; grad(p) for each p of
+ *                                          the layer; release(layer)
+ *         zinf_engine_step()   (returns 1 when the optimizer stepped: the last micro-batch)
+ *
+ * Ordering with the device (zinf/device.h): the engine's work is ordered after what the
+ * trainer queued on its compute stream (opts.compute_stream) before each call, and work the
+ * trainer queues on that stream after a call is ordered after the engine's: the pointers of
+ * zinf_engine_param() are valid for work queued on the compute stream after zinf_engine_fetch()
+ * and until zinf_engine_release(); a gradient buffer handed to zinf_engine_grad() may be
+ * overwritten by work queued on the compute stream after the call. On the "host" device, code
+ * that reads or writes those buffers from the host thread synchronises the compute stream
+ * first (zinf_stream_sync), as it would with cudaStreamSynchronize.
+ *
+ * Errors: every function returns 0 (or a count, or an id) or a negative errno with a message
+ * through the log naming the parameter, layer, sub-group, file or option. A call in the wrong
+ * order (a gradient twice in a micro-batch, a step before every gradient arrived, a fetch of an
+ * unknown layer) is -EINVAL and leaves the engine as it was. An I/O error or a collective
+ * error (-ETIMEDOUT, -EPROTO: see zinf/comm.h) fails the engine: every later call returns that
+ * error; the process should report it and exit.
+ *
+ * An engine is used by one thread at a time (it runs its own worker threads inside).
+ */
+#ifndef ZINF_ENGINE_H
+#define ZINF_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/comm.h"
+#include "zinf/common.h"
+#include "zinf/device.h"
+#include "zinf/io.h"
+#include "zinf/optimizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zinf_engine; /* opaque */
+
+/** Where offloaded state lives (DeepSpeed's offload_param/offload_optimizer "device"). */
+enum zinf_offload_device {
+	ZINF_OFFLOAD_NONE = 0, /* on the GPU (the compute device) */
+	ZINF_OFFLOAD_CPU = 1,  /* pinned CPU memory (the pool's CPU region) */
+	ZINF_OFFLOAD_NVME = 2, /* files under nvme_path (pinned buffers in between) */
+};
+
+/** Most NVMe directories one offload section stripes over. */
+#define ZINF_ENGINE_MAX_PATHS 8
+
+/** zero_optimization.offload_param / offload_optimizer, DeepSpeed's keys and defaults. */
+struct zinf_offload_opts {
+	enum zinf_offload_device device; /* default ZINF_OFFLOAD_NONE */
+	uint32_t n_paths;		 /* entries of nvme_path used; 0 unless device is nvme */
+	const char *nvme_path[ZINF_ENGINE_MAX_PATHS]; /* directories (copied); several are
+							 striped */
+	uint32_t buffer_count; /* pinned swap buffers; default 5 (param) / 4 (optimizer) */
+	bool pin_memory;       /* page-lock the buffers; default false (DeepSpeed's) */
+	bool pipeline_read;    /* optimizer: accepted; zinf always reads ahead and writes behind
+				  (ZINF_SCHEDULE_PIPELINED); default false */
+	bool pipeline_write;   /* optimizer: accepted, as pipeline_read; default false */
+	bool fast_init;	       /* accepted, no effect: zinf always initialises sub-group by
+				  sub-group; default false */
+	uint64_t buffer_size;  /* param: elements per buffer (a partition larger is refused,
+				  naming this key); default 1e8. Optimizer: unused (sized from
+				  sub_group_size) */
+	uint64_t max_in_cpu;   /* param, nvme: elements of partitions kept cached in pinned
+				  memory after release; default 1e9 */
+	double ratio;	       /* optimizer: fraction offloaded; only 1.0 is supported
+				  (default 1.0; other values are -EINVAL naming the key) */
+};
+
+/** aio: DeepSpeed's keys and defaults. */
+struct zinf_aio_opts {
+	uint32_t block_size;	       /* bytes per request; default 1048576 */
+	uint32_t queue_depth;	       /* default 8 */
+	uint32_t intra_op_parallelism; /* I/O threads (older name thread_count); default 1 */
+	bool single_submit;	       /* accepted (zinf batches submissions either way); false */
+	bool overlap_events;	       /* accepted (zinf always overlaps); default true */
+	bool use_gds;		       /* GPUDirect Storage: not supported, true is -EINVAL */
+	uint8_t reserved[1];	       /* zero */
+};
+
+struct zinf_engine_opts {
+	size_t size; /* sizeof(struct zinf_engine_opts); set by zinf_engine_opts_init() */
+
+	/* zero_optimization */
+	int32_t stage;				    /* 0..3; default 0 */
+	uint32_t reserved0;			    /* zero */
+	struct zinf_offload_opts offload_param;	    /* stage 3 only (else none) */
+	struct zinf_offload_opts offload_optimizer; /* stages 1-3 (else none) */
+	uint64_t sub_group_size;		    /* elements; default 1e9 */
+	uint64_t reduce_bucket_size;		    /* elements per gradient bucket; default 5e8 */
+	uint64_t allgather_bucket_size; /* elements per all-gather after the step (stages 1-2);
+					   default 5e8 */
+	bool overlap_comm;	   /* reduce while backward goes on; default false (DeepSpeed's;
+				      stage 3 behaves as true) */
+	bool contiguous_gradients; /* accepted (gradients always go to one contiguous buffer);
+				      default true */
+	uint8_t reserved1[6];	   /* zero */
+	uint64_t stage3_prefetch_bucket_size;	     /* elements in flight ahead; default 5e7 */
+	uint64_t stage3_max_live_parameters;	     /* gathered elements at most; default 1e9 */
+	uint64_t stage3_max_reuse_distance;	     /* elements; default 1e9 */
+	uint64_t stage3_param_persistence_threshold; /* elements; default 1e5 */
+	uint64_t stage3_model_persistence_threshold; /* elements; default UINT64_MAX */
+
+	/* batch */
+	uint32_t gradient_accumulation_steps; /* micro-batches per optimizer step; default 1 */
+	uint32_t reserved2;		      /* zero */
+
+	/* optimizer: kind, hyper-parameters, state dtype, SIMD path (zinf/optimizer.h); default
+	   AdamW with zinf_optimizer_opts_init()'s values */
+	struct zinf_optimizer_opts optimizer;
+
+	/* precision: the dtype of the parameters the trainer computes with and of the gradients
+	   reduced: ZINF_BF16, ZINF_F16, or ZINF_F32 (fp32 training); default ZINF_BF16 */
+	enum zinf_dtype dtype;
+	uint32_t reserved3; /* zero */
+
+	struct zinf_aio_opts aio;
+
+	/* devices and collectives */
+	const char *device_backend; /* zinf_device_opts.backend: NULL: the best present */
+	int32_t device_index;	    /* -1 (default): local rank modulo the devices present */
+	bool host_sync;		    /* host device: run streams synchronously (debugging) */
+	bool comm_check;	    /* zinf_comm_opts.check; default false */
+	uint8_t reserved4[2];	    /* zero */
+	const char *comm_backend; /* zinf_comm_opts.backend: NULL: mpi under mpirun, else single */
+	double comm_timeout_s;	  /* deadline of every collective; default 1800 */
+	struct zinf_device *device; /* use this device (not owned; outlives the engine) instead of
+				       opening one; NULL (default): open device_backend */
+	struct zinf_comm *comm;	    /* use this communicator (not owned) instead of creating
+				       one; NULL (default): create comm_backend */
+	void *compute_stream;	    /* the trainer's stream: cudaStream_t on "cuda" (NULL: the
+				       legacy default stream); NULL on "host", where the engine
+				       creates a host stream that stands for it
+				       (zinf_engine_compute_stream()) */
+	const char *io_backend;	    /* zinf_io_opts.backend for the NVMe tiers: NULL: best that
+				       works; "fault" in tests (zinf_engine_io() arms it) */
+	const char *swap_prefix;    /* swap file name prefix; default "zinf" */
+	bool step_during_backward;  /* at the accumulation boundary, step each sub-group as soon
+				       as its gradient is final (exact; default true) */
+	bool record_trace;	    /* stage 3: record the fetch order and prefetch along it;
+				       default true */
+	uint8_t reserved5[6];	    /* zero */
+};
+
+/** Fill *o with the defaults above (and o->size). */
+ZINF_API void zinf_engine_opts_init(struct zinf_engine_opts *o);
+
+/**
+ * Create an engine: open (or take) the device and the communicator (collective: every rank
+ * calls it). Checks the options; combinations DeepSpeed refuses are -EINVAL naming the key:
+ * offload_param below stage 3, offload_optimizer at stage 0, device nvme without nvme_path,
+ * fp16 or bf16 state for an optimizer that has none, use_gds, ratio other than 1. Returns 0 and
+ * sets *out; -EINVAL; -ENODEV (device or collective backend); -ENOMEM. Free with
+ * zinf_engine_destroy().
+ */
+ZINF_API int zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out);
+/**
+ * Wait for work in flight, free every buffer, remove the swap files, close what the engine
+ * opened. NULL is a no-op.
+ */
+ZINF_API void zinf_engine_destroy(struct zinf_engine *e);
+
+/** This rank and the world size (of the communicator). */
+ZINF_API int zinf_engine_rank(const struct zinf_engine *e);
+ZINF_API int zinf_engine_world(const struct zinf_engine *e);
+/** The device (for the trainer's own buffers and kernels) and the compute stream. */
+ZINF_API struct zinf_device *zinf_engine_device(const struct zinf_engine *e);
+ZINF_API struct zinf_stream *zinf_engine_compute_stream(const struct zinf_engine *e);
+/** The I/O context of the NVMe tiers (NULL without one): tests arm faults on it. */
+ZINF_API struct zinf_io *zinf_engine_io(const struct zinf_engine *e);
+
+/* ---- parameters ---------------------------------------------------------------------------- */
+
+/**
+ * Initial values of elements [first, first + count) of a parameter, as fp32, into out. Called
+ * only for the ranges this rank owns (and, for stages 0-2, never for more than this rank's
+ * partition at a time), so that no rank ever holds the whole model. Returns 0 or a negative
+ * errno (passed back by zinf_engine_init).
+ */
+typedef int (*zinf_param_init_fn)(void *ctx, uint32_t param, uint64_t first, uint64_t count,
+				  float *out);
+
+struct zinf_param_desc {
+	size_t size;	  /* sizeof(struct zinf_param_desc); set by zinf_param_desc_init() */
+	const char *name; /* unique (copied) */
+	uint64_t numel;	  /* elements, >= 1 */
+	int32_t layer;	  /* the layer it belongs to, >= 0; layers are fetched as units */
+	enum zinf_dtype init_dtype; /* dtype of `init` */
+	const void *init;	    /* the whole tensor's initial values on the host, or NULL */
+	zinf_param_init_fn init_fn; /* or a callback; neither: zeros */
+	void *init_ctx;
+};
+
+ZINF_API void zinf_param_desc_init(struct zinf_param_desc *d);
+
+/**
+ * Register a parameter (before zinf_engine_init; every rank the same parameters in the same
+ * order). Returns its id (0, 1, ... in order); -EINVAL (NULL, numel 0, layer < 0, a name
+ * already registered, after init), -ENOMEM.
+ */
+ZINF_API int zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d);
+
+/**
+ * Lay out the partitions, check and allocate every tier (pinned pool against RLIMIT_MEMLOCK,
+ * NVMe free space), and write every parameter's initial values into its tiers (collective).
+ * Returns 0; -EINVAL (no parameter; a partition larger than offload_param.buffer_size, named),
+ * -ENOMEM, -ENOSPC (the path, bytes needed and free), an init callback's error, I/O errors.
+ */
+ZINF_API int zinf_engine_init(struct zinf_engine *e);
+
+/** Parameters registered; a parameter's id by name (-ENOENT when none). */
+ZINF_API int zinf_engine_param_count(const struct zinf_engine *e);
+ZINF_API int zinf_engine_param_find(const struct zinf_engine *e, const char *name);
+
+/* ---- forward and backward ------------------------------------------------------------------ */
+
+/**
+ * Make every parameter of `layer` available on the device in opts.dtype (stage 3: all-gathered;
+ * stages 0-2: always there, this only records the order). Returns 0; -EINVAL (unknown layer,
+ * layer already fetched, before init); -EPROTO (comm_check: the ranks fetched different layers;
+ * the message names the layer and step), -ETIMEDOUT, I/O errors naming the parameter and file.
+ */
+ZINF_API int zinf_engine_fetch(struct zinf_engine *e, int32_t layer);
+/** Done with `layer` for now (stage 3: its gathered buffers may be freed). -EINVAL when not
+ * fetched. */
+ZINF_API int zinf_engine_release(struct zinf_engine *e, int32_t layer);
+/**
+ * Device pointer to parameter `id`'s numel elements of opts.dtype, valid while its layer is
+ * fetched (stages 0-2: always after init). Returns 0 and sets *dev; -EINVAL (unknown id, layer
+ * not fetched at stage 3).
+ */
+ZINF_API int zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev);
+
+/**
+ * Parameter `id`'s gradient for this micro-batch: numel elements of `dtype` (f32, bf16, f16) in
+ * device memory. Copied into a reduction bucket (ordered after the compute stream's work queued
+ * so far); the bucket is reduced across ranks when full (averaged: the result is the mean over
+ * ranks of the gradients handed) and this rank's partition accumulated in fp32. Returns 0;
+ * -EINVAL (unknown id, a second gradient for id in this micro-batch, before init), collective
+ * errors.
+ */
+ZINF_API int zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad,
+			      enum zinf_dtype dtype);
+
+/**
+ * End the micro-batch: reduce what is left in the buckets; at the accumulation boundary (every
+ * gradient_accumulation_steps-th call) finish the optimizer step (the sub-groups not stepped
+ * during backward, then the all-gather of stages 1-2) and return 1; otherwise return 0.
+ * -EINVAL (a registered parameter's gradient missing, named; a layer still fetched); I/O and
+ * collective errors naming the sub-group or the call.
+ */
+ZINF_API int zinf_engine_step(struct zinf_engine *e);
+
+/** Learning rate of the following optimizer steps (schedules). -EINVAL for lr < 0 or NaN. */
+ZINF_API int zinf_engine_set_lr(struct zinf_engine *e, float lr);
+/** Optimizer steps taken. */
+ZINF_API int64_t zinf_engine_steps(const struct zinf_engine *e);
+
+/**
+ * Read parameter `id`'s fp32 master weights, all numel elements, into host memory `out`
+ * (collective: every rank calls it with the same id and receives the whole tensor). Between
+ * steps only. Returns 0; -EINVAL; I/O and collective errors.
+ */
+ZINF_API int zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out);
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+
+struct zinf_engine_stats {
+	size_t size; /* set by the caller: sizeof(struct zinf_engine_stats) */
+	/* counters since create */
+	uint64_t steps, micro_steps;
+	uint64_t peak_live_elems;  /* most gathered elements at once (stage 3; persistent ones
+				      included) */
+	uint64_t live_elems;	   /* gathered now */
+	uint64_t persistent_elems; /* parameters never partitioned (persistence thresholds) */
+	uint64_t trace_hits, trace_misses, trace_invalidations;
+	/* the last accumulation window (from the end of the previous optimizer step to the end
+	   of the last): bytes per tier and direction, reduced and gathered bytes, times */
+	uint64_t nvme_read_bytes, nvme_write_bytes; /* swap files, parameters and optimizer */
+	uint64_t h2d_bytes, d2h_bytes;		    /* host <-> device copies */
+	uint64_t reduced_bytes;			    /* gradients handed to collectives */
+	uint64_t gathered_bytes;		    /* parameters all-gathered */
+	double step_s;				    /* first fetch to the end of the step */
+	double exposed_fetch_s;			    /* time the trainer waited inside fetch */
+	double exposed_step_s; /* optimizer time left after the last gradient: the time the
+				  final zinf_engine_step() call waited */
+	double optimizer_s;    /* time in the optimizer's kernel */
+	uint32_t sub_groups;   /* this rank's sub-groups */
+	uint32_t stepped_during_backward; /* of them, stepped before the final call */
+};
+
+/** Copy the statistics (common size rule). Returns 0; -EINVAL (NULL, bad out->size). */
+ZINF_API int zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
