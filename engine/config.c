@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/config.c: reading ds_config.json (zinf/config.h): DeepSpeed's defaults, the file or
+ * string read through jansson, the walk (config_parse.c), then what spans several keys: the
+ * batch keys derived and checked as DeepSpeed's config.py does, fp16 against bf16, offload
+ * against the stage, nvme without nvme_path, the schedule's required parameters. Not here:
+ * the per-key checks (config_parse.c), the text scans (config_text.c), the dump
+ * (config_dump.c).
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/opts.h"
+#include "engine/config_internal.h"
+
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_config_inputs, max_grad_norm);
+
+void
+zinf_config_inputs_init(struct zinf_config_inputs *in)
+{
+	if (!in) {
+		return;
+	}
+	memset(in, 0, sizeof(*in));
+	in->size = sizeof(*in);
+	in->world_size = 1;
+	in->fp16 = in->bf16 = -1;
+	in->total_num_steps = in->warmup_num_steps = -1;
+	in->lr = in->beta1 = in->beta2 = in->eps = in->weight_decay = in->max_grad_norm = NAN;
+}
+
+/* The engine options as DeepSpeed's defaults and zinf/engine.h's for the rest (fp32 training:
+   DeepSpeed trains in fp32 unless fp16 or bf16 is enabled). */
+static void
+engine_defaults(struct zinf_engine_opts *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->size = sizeof(*e);
+	e->offload_param.buffer_count = 5;
+	e->offload_optimizer.buffer_count = 4;
+	for (int i = 0; i < 2; i++) {
+		struct zinf_offload_opts *o = i ? &e->offload_optimizer : &e->offload_param;
+		o->buffer_size = 100000000;
+		o->max_in_cpu = 1000000000;
+		o->ratio = 1.0;
+	}
+	e->sub_group_size = 1000000000;
+	e->reduce_bucket_size = 500000000;
+	e->allgather_bucket_size = 500000000;
+	e->contiguous_gradients = true;
+	e->stage3_prefetch_bucket_size = 50000000;
+	e->stage3_max_live_parameters = 1000000000;
+	e->stage3_max_reuse_distance = 1000000000;
+	e->stage3_param_persistence_threshold = 100000;
+	e->stage3_model_persistence_threshold = UINT64_MAX;
+	e->gradient_accumulation_steps = 1;
+	zinf_optimizer_opts_init(&e->optimizer, ZINF_OPTIM_ADAMW);
+	e->dtype = ZINF_F32;
+	e->aio.block_size = 1048576;
+	e->aio.queue_depth = 8;
+	e->aio.intra_op_parallelism = 1;
+	e->aio.overlap_events = true;
+	e->device_index = -1;
+	e->comm_timeout_s = 1800.0;
+	e->swap_prefix = "zinf";
+	e->step_during_backward = true;
+	e->record_trace = true;
+}
+
+void
+zinf_config_init(struct zinf_train_config *c)
+{
+	if (!c) {
+		return;
+	}
+	memset(c, 0, sizeof(*c));
+	c->size = sizeof(*c);
+	engine_defaults(&c->engine);
+	c->train_batch_size = 1;
+	c->train_micro_batch_size_per_gpu = 1;
+	c->world_size = 1;
+	c->steps_per_print = 10;
+	c->gradient_predivide_factor = 1.0;
+	c->reduce_scatter = true;
+	c->allgather_partitions = true;
+	c->load_from_fp32_weights = true;
+	c->ignore_unused_parameters = true;
+	zinf_fp16_opts_init(&c->fp16);
+	zinf_schedule_opts_init(&c->scheduler, ZINF_SCHED_NONE, c->engine.optimizer.lr);
+}
+
+static void
+free_paths(struct zinf_offload_opts *o)
+{
+	for (uint32_t i = 0; i < o->n_paths && i < ZINF_ENGINE_MAX_PATHS; i++) {
+		zinf_free((char *)o->nvme_path[i]);
+		o->nvme_path[i] = NULL;
+	}
+	o->n_paths = 0;
+}
+
+void
+zinf_config_fini(struct zinf_train_config *c)
+{
+	if (!c) {
+		return;
+	}
+	free_paths(&c->engine.offload_param);
+	free_paths(&c->engine.offload_optimizer);
+	zinf_config_init(c);
+}
+
+/* DeepSpeed's _set_batch_related_parameters and _batch_assertion. */
+static void
+check_batch(struct cfg_ctx *x)
+{
+	struct zinf_train_config *c = x->c;
+	bool t = x->given & (1u << A_TRAIN_BATCH), m = x->given & (1u << A_MICRO),
+	     g = x->given & (1u << A_GAS);
+	long long tb = c->train_batch_size, mb = c->train_micro_batch_size_per_gpu;
+	long long gas = c->engine.gradient_accumulation_steps, w = c->world_size;
+	char how[160] = "";
+	if (t && m && !g) {
+		gas = tb / mb / w;
+		snprintf(how, sizeof(how),
+			 "; gradient_accumulation_steps derived as %lld / %lld / %lld = %lld", tb, mb,
+			 w, gas);
+	} else if (t && g && !m) {
+		mb = tb / w / gas;
+		snprintf(how, sizeof(how),
+			 "; train_micro_batch_size_per_gpu derived as %lld / %lld / %lld = %lld", tb,
+			 w, gas, mb);
+	} else if (m && g && !t) {
+		tb = mb * gas * w;
+	} else if (t && !m && !g) {
+		gas = 1;
+		mb = tb / w;
+		snprintf(how, sizeof(how),
+			 "; train_micro_batch_size_per_gpu derived as %lld / %lld = %lld", tb, w, mb);
+	} else if (m && !t && !g) {
+		gas = 1;
+		tb = mb * w;
+	} else if (!t && !m) {
+		CERR(x, "train_batch_size",
+		     "neither train_batch_size nor train_micro_batch_size_per_gpu is given "
+		     "(DeepSpeed needs at least one)");
+		return;
+	}
+	if (mb < 1 || gas < 1 || gas > UINT32_MAX || tb != mb * gas * w) {
+		CERR(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
+		     "train_batch_size %lld != train_micro_batch_size_per_gpu %lld x "
+		     "gradient_accumulation_steps %lld x world size %lld (= %lld)%s",
+		     tb, mb, gas, w, mb * gas * w, how);
+		return;
+	}
+	c->train_batch_size = tb;
+	c->train_micro_batch_size_per_gpu = mb;
+	c->engine.gradient_accumulation_steps = (uint32_t)gas;
+}
+
+static const char *const dev_names[] = {"none", "cpu", "nvme"};
+
+static void
+check_offload(struct cfg_ctx *x, struct zinf_offload_opts *o, const char *path, bool param)
+{
+	char p[128];
+	int stage = x->c->engine.stage;
+	if (o->device != ZINF_OFFLOAD_NONE && param && stage < 3) {
+		snprintf(p, sizeof(p), "%s.device", path);
+		CERR(x, p,
+		     "parameter offload (device \"%s\") needs zero_optimization.stage 3; the stage "
+		     "is %d",
+		     dev_names[o->device], stage);
+	}
+	if (o->device != ZINF_OFFLOAD_NONE && !param && stage == 0) {
+		snprintf(p, sizeof(p), "%s.device", path);
+		CERR(x, p,
+		     "optimizer offload (device \"%s\") needs zero_optimization.stage 1, 2 or 3; "
+		     "the stage is 0",
+		     dev_names[o->device]);
+	}
+	if (o->device == ZINF_OFFLOAD_NVME && o->n_paths == 0) {
+		snprintf(p, sizeof(p), "%s.nvme_path", path);
+		CERR(x, p,
+		     "device is \"nvme\" but nvme_path is not given: name the directory (or a list "
+		     "of directories) on the NVMe drive(s) for the swap files");
+	}
+	if (o->device != ZINF_OFFLOAD_NVME) {
+		free_paths(o); /* DeepSpeed ignores nvme_path then */
+	}
+	if (o->ratio != 1.0) {
+		snprintf(p, sizeof(p), "%s.ratio", path);
+		CERR(x, p, "%g: zinf offloads all of the optimizer state (only 1.0 is supported)",
+		     o->ratio);
+	}
+}
+
+static void
+check_schedule(struct cfg_ctx *x)
+{
+	struct zinf_schedule_opts *s = &x->c->scheduler;
+	s->base_lr = x->c->engine.optimizer.lr;
+	if (!x->c->scheduler_given) {
+		return;
+	}
+	const char *name = zinf_schedule_name(s->type);
+	if (s->type == ZINF_SCHED_WARMUP_LR && !(x->given & (1u << A_WARMUP_MAX_LR))) {
+		s->warmup_max_lr = s->base_lr; /* DeepSpeed: the optimizer's lr */
+	}
+	bool total = x->given & (1u << A_TOTAL_STEPS);
+	if ((s->type == ZINF_SCHED_WARMUP_DECAY || s->type == ZINF_SCHED_WARMUP_COSINE) && !total) {
+		CERR(x, "scheduler.params.total_num_steps", "required by %s (no default)", name);
+	}
+	int64_t warm = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
+	if (s->type == ZINF_SCHED_WARMUP_COSINE && total && s->total_num_steps <= warm) {
+		CERR(x, "scheduler.params.total_num_steps",
+		     "%lld must be greater than warmup_num_steps %lld for WarmupCosineLR (the cosine "
+		     "phase would have no steps)",
+		     (long long)s->total_num_steps, (long long)warm);
+	}
+	if (s->type == ZINF_SCHED_WARMUP_DECAY && total && s->total_num_steps < warm) {
+		CWARN(x, "scheduler.params.total_num_steps", "%lld is less than warmup_num_steps %lld",
+		      (long long)s->total_num_steps, (long long)warm);
+	}
+	json_t *params = json_object_get(json_object_get(x->root, "scheduler"), "params");
+	if (s->type == ZINF_SCHED_ONE_CYCLE) {
+		static const char *const req[] = {"cycle_min_lr", "cycle_max_lr"};
+		for (int i = 0; i < 2; i++) {
+			char p[64];
+			snprintf(p, sizeof(p), "scheduler.params.%s", req[i]);
+			if (!json_object_get(params, req[i])) {
+				CERR(x, p, "required by OneCycle (no default)");
+			}
+		}
+	}
+}
+
+/* What spans several keys, after the walk. */
+static void
+check_all(struct cfg_ctx *x)
+{
+	struct zinf_train_config *c = x->c;
+	struct zinf_engine_opts *e = &c->engine;
+	check_batch(x);
+	if (c->fp16.enabled && c->bf16_enabled) {
+		CERR(x, json_object_get(x->root, "bf16") ? "bf16.enabled" : "bfloat16.enabled",
+		     "fp16.enabled and bf16.enabled are both true: enable one of them");
+	}
+	e->dtype = c->fp16.enabled ? ZINF_F16 : c->bf16_enabled ? ZINF_BF16 : ZINF_F32;
+	json_t *zero = json_object_get(x->root, "zero_optimization");
+	json_t *oc = json_object_get(zero, "overlap_comm");
+	if (!oc || json_is_null(oc)) {
+		e->overlap_comm = e->stage == 3; /* DeepSpeed's overlap_comm_valid */
+	}
+	check_offload(x, &e->offload_param, "zero_optimization.offload_param", true);
+	check_offload(x, &e->offload_optimizer, "zero_optimization.offload_optimizer", false);
+	check_schedule(x);
+}
+
+int
+zinf_config_read_string(const char *text, const char *name,
+			const struct zinf_config_inputs *inputs, struct zinf_train_config *c)
+{
+	struct zinf_config_inputs in;
+	struct cfg_keyline *kl = NULL;
+	json_error_t je;
+	int n_kl = 0, rc;
+
+	if (!text || !c || c->size != sizeof(*c)) {
+		return ZINF_FAIL(-EINVAL, "config: NULL text or config, or config not initialised "
+					  "with zinf_config_init()");
+	}
+	zinf_config_inputs_init(&in);
+	rc = zinf_opts_take(&in, sizeof(in), inputs, "struct zinf_config_inputs");
+	if (rc < 0) {
+		return rc;
+	}
+	if (in.world_size < 1) {
+		return ZINF_FAIL(-EINVAL, "config: world_size %d: must be at least 1",
+				 in.world_size);
+	}
+	name = name ? name : "<string>";
+	zinf_config_fini(c);
+	c->world_size = in.world_size;
+
+	int bad = cfg_prescan(text, name);
+	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+	if (!root) {
+		if (!bad) { /* else the characters named above are what jansson stopped at */
+			ZINF_ERR("%s:%d:%d: malformed JSON: %s", name, je.line, je.column, je.text);
+		}
+		return -EINVAL;
+	}
+	if (bad) {
+		json_decref(root);
+		return -EINVAL;
+	}
+	struct cfg_ctx x = {.name = name, .in = &in, .c = c, .root = root};
+	if (!json_is_object(root)) {
+		ZINF_ERR("%s: the top level must be an object ({...})", name);
+		rc = -EINVAL;
+		goto out;
+	}
+	n_kl = cfg_keylines_scan(text, &kl);
+	if (n_kl < 0) {
+		rc = ZINF_FAIL(n_kl, "%s: out of memory", name);
+		n_kl = 0;
+		goto out;
+	}
+	x.kl = kl;
+	x.n_kl = (size_t)n_kl;
+	cfg_parse_section(&x, root, &cfg_top, c, "", 0, NULL);
+	if (!x.fatal) {
+		check_all(&x);
+	}
+	rc = x.fatal ? ZINF_FAIL(x.fatal, "%s: out of memory", name) : x.errors ? -EINVAL : 0;
+	if (x.errors) {
+		ZINF_ERR("%s: %d error%s", name, x.errors, x.errors == 1 ? "" : "s");
+	}
+out:
+	if (rc < 0) {
+		zinf_config_fini(c);
+	}
+	cfg_keylines_free(kl, (size_t)n_kl);
+	json_decref(root);
+	return rc;
+}
+
+int
+zinf_config_read_file(const char *path, const struct zinf_config_inputs *inputs,
+		      struct zinf_train_config *c)
+{
+	struct stat st;
+	int rc;
+	if (!path) {
+		return ZINF_FAIL(-EINVAL, "config: NULL path");
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		return ZINF_FAIL(-errno, "%s: cannot open: %s", path, zinf_strerror(-errno));
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
+		rc = ZINF_FAIL(-EINVAL, "%s: not a regular file of at most 64 MiB", path);
+		goto out;
+	}
+	char *text = zinf_malloc((size_t)st.st_size + 1);
+	if (!text) {
+		rc = ZINF_FAIL(-ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	size_t got = 0;
+	while (got < (size_t)st.st_size) {
+		ssize_t r = read(fd, text + got, (size_t)st.st_size - got);
+		if (r <= 0) {
+			rc = ZINF_FAIL(r < 0 ? -errno : -EIO, "%s: read failed", path);
+			zinf_free(text);
+			goto out;
+		}
+		got += (size_t)r;
+	}
+	text[got] = '\0';
+	if (strlen(text) != got) {
+		rc = ZINF_FAIL(-EINVAL, "%s: contains a NUL byte: not a JSON text file", path);
+	} else {
+		rc = zinf_config_read_string(text, path, inputs, c);
+	}
+	zinf_free(text);
+out:
+	close(fd);
+	return rc;
+}

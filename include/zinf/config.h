@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/config.h: DeepSpeed's ds_config.json read with DeepSpeed's meaning into the engine's
+ * options (zinf/engine.h) plus the training semantics the engine options do not carry (batch
+ * sizes, clipping, fp16 loss scaling, the lr schedule), with "auto" resolved as the Hugging
+ * Face integration resolves it.
+ *
+ * Keys and defaults follow deepspeed/runtime/config.py, runtime/zero/config.py,
+ * runtime/zero/offload_config.py, the aio block, runtime/lr_schedules.py and the fp16 block;
+ * DeepSpeed's deprecated spellings are accepted with a warning naming the new one. Keys of
+ * DeepSpeed features zinf does not implement (activation_checkpointing, flops_profiler,
+ * tensorboard, ...) are accepted with one warning each.
+ *
+ * Errors. Every problem found is logged (at ERROR, through the log callback of zinf/common.h),
+ * not only the first, as "NAME:LINE: PATH: what is wrong; what is allowed", NAME the file (or
+ * the name given for a string), LINE the line of the key, PATH its full path
+ * (zero_optimization.offload_optimizer.nvme_path). Classes: malformed JSON (line and column; a
+ * non-ASCII space or quote outside strings, such as U+00A0 NO-BREAK SPACE copied from a web
+ * page, is named with its line and column); an unknown key (the nearest valid key is
+ * suggested); a key in the wrong section (where it belongs is named); a wrong type or a value
+ * out of range (what is allowed); inconsistent batch keys; device nvme without nvme_path;
+ * offload_param below stage 3; fp16 and bf16 both enabled; optimizers and schedules zinf does
+ * not implement (named).
+ *
+ * Not here: memory planning (zinf config check, zinf estimate), creating the engine.
+ */
+#ifndef ZINF_TRAIN_CONFIG_H
+#define ZINF_TRAIN_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/common.h"
+#include "zinf/engine.h"
+#include "zinf/loss_scale.h"
+#include "zinf/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * What "auto" is resolved from: the trainer's values (Hugging Face TrainingArguments) and the
+ * model's hidden size. A field left at its "not given" value makes an "auto" that needs it an
+ * error naming the key and the field.
+ */
+struct zinf_config_inputs {
+	size_t size;	      /* sizeof(struct zinf_config_inputs); set by _inputs_init() */
+	int32_t world_size;   /* data-parallel ranks; default 1 (always used, auto or not) */
+	int32_t fp16;	      /* fp16.enabled "auto": 0 or 1; -1 (default): not given */
+	int32_t bf16;	      /* bf16.enabled "auto": 0 or 1; -1: not given */
+	uint32_t reserved;    /* zero */
+	int64_t micro_batch;  /* per_device_train_batch_size; 0: not given */
+	int64_t grad_accum;   /* gradient_accumulation_steps; 0: not given */
+	uint64_t hidden_size; /* the model's hidden size; 0: not given */
+	int64_t total_num_steps;  /* training steps (scheduler total_num_steps); -1: not given */
+	int64_t warmup_num_steps; /* warmup steps; -1: not given */
+	double lr;		  /* learning_rate; NaN: not given (so are the next five) */
+	double beta1, beta2;	  /* adam_beta1, adam_beta2 */
+	double eps;		  /* adam_epsilon */
+	double weight_decay;
+	double max_grad_norm; /* gradient_clipping */
+};
+
+/** Fill *in with "nothing given" and world_size 1. */
+ZINF_API void zinf_config_inputs_init(struct zinf_config_inputs *in);
+
+/** Most "auto" values one configuration reports. */
+#define ZINF_CONFIG_MAX_RESOLVED 32
+
+/** One "auto" resolved: the key's full path and the value, as JSON text. */
+struct zinf_config_resolved {
+	char path[80];
+	char value[48];
+};
+
+/** A whole ds_config.json, read. Caller-owned: zinf_config_init() / zinf_config_fini(). */
+struct zinf_train_config {
+	size_t size; /* sizeof(struct zinf_train_config); set by zinf_config_init() */
+
+	/* zero_optimization, offload_*, aio, optimizer, precision, gradient_accumulation_steps;
+	   nvme_path strings are owned by this struct (freed by zinf_config_fini) */
+	struct zinf_engine_opts engine;
+
+	/* batch: train_batch_size = micro x gradient_accumulation_steps x world_size */
+	int64_t train_batch_size;
+	int64_t train_micro_batch_size_per_gpu;
+	int32_t world_size; /* the inputs' */
+	uint32_t reserved0; /* zero */
+
+	double gradient_clipping;	  /* max global norm; 0 (default): none */
+	int64_t steps_per_print;	  /* default 10 */
+	double gradient_predivide_factor; /* default 1.0 */
+	bool wall_clock_breakdown;	  /* default false */
+	bool prescale_gradients;	  /* default false */
+	bool bf16_enabled;		  /* bf16.enabled (or the older "bfloat16" block) */
+	bool optimizer_given;		  /* the file has an optimizer block */
+	bool scheduler_given;		  /* ... a scheduler block */
+	/* zero_optimization keys the engine options lack (DeepSpeed's defaults) */
+	bool reduce_scatter;			       /* true */
+	bool allgather_partitions;		       /* true */
+	bool round_robin_gradients;		       /* false */
+	bool stage3_gather_16bit_weights_on_model_save; /* false */
+	bool load_from_fp32_weights;		       /* true */
+	bool elastic_checkpoint;		       /* false */
+	bool ignore_unused_parameters;		       /* true */
+	uint8_t reserved1[4];			       /* zero */
+
+	struct zinf_fp16_opts fp16;
+	struct zinf_schedule_opts scheduler; /* type NONE without a scheduler block */
+
+	/* every "auto" resolved, in the order met */
+	uint32_t n_resolved;
+	uint32_t reserved2; /* zero */
+	struct zinf_config_resolved resolved[ZINF_CONFIG_MAX_RESOLVED];
+};
+
+/**
+ * Fill *c with DeepSpeed's defaults (what an empty "{}" with train_batch_size 1 reads as): stage
+ * 0, no offload, AdamW (zinf_optimizer_opts_init), fp32 (engine.dtype ZINF_F32), no schedule,
+ * batch 1 x 1 x 1. Owns nothing yet.
+ */
+ZINF_API void zinf_config_init(struct zinf_train_config *c);
+/** Free what *c owns (the nvme_path strings) and leave it as zinf_config_init() does. NULL: no-op. */
+ZINF_API void zinf_config_fini(struct zinf_train_config *c);
+
+/**
+ * Read ds_config.json text; `name` (the file name, or NULL: "<string>") starts every message.
+ * *c must have been zinf_config_init()'ed (its size is checked); it is filled on success and
+ * left at the defaults on failure. inputs may be NULL (nothing given, world size 1).
+ * Returns 0; -EINVAL (every error logged, see above; also NULL arguments, a bad size);
+ * -ENOMEM.
+ */
+ZINF_API int zinf_config_read_string(const char *text, const char *name,
+				     const struct zinf_config_inputs *inputs,
+				     struct zinf_train_config *c);
+/** zinf_config_read_string() on a file's contents. Also -errno of open/read (path logged). */
+ZINF_API int zinf_config_read_file(const char *path, const struct zinf_config_inputs *inputs,
+				   struct zinf_train_config *c);
+
+/**
+ * The resolved configuration as ds_config.json text (every key zinf uses, with its value, "auto"
+ * replaced; 4-space indent), in *out, malloc'ed: free() it. Returns 0; -EINVAL; -ENOMEM.
+ */
+ZINF_API int zinf_config_dump(const struct zinf_train_config *c, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/test_schedule.c: the lr schedules against their published formulas (DeepSpeed's
+ * lr_schedules.py docstrings and code, written again here in double, independently of
+ * engine/schedule.c) and against values worked by hand; the loss scaler through forced
+ * overflows against sequences worked by hand (hysteresis, window, minimum, static scale).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+
+#include "zinf/loss_scale.h"
+#include "zinf/schedule.h"
+
+static void
+expect_lr(const struct zinf_schedule_opts *s, int64_t it, double want)
+{
+	double got = zinf_schedule_lr(s, it);
+	cr_expect(fabs(got - want) <= 1e-12 * fmax(1.0, fabs(want)),
+		  "%s at iteration %lld: %.17g, want %.17g", zinf_schedule_name(s->type),
+		  (long long)it, got, want);
+}
+
+/* ---- reference formulas (double) ---------------------------------------------------------- */
+
+static double
+ref_warm_gamma(bool linear, double warm, double it)
+{
+	return linear ? it / warm : log(it + 1.0) / log(warm);
+}
+
+static double
+ref_warmup(double lo, double hi, double warm, double it, bool linear)
+{
+	if (it < 0) {
+		return lo;
+	}
+	return lo + (hi - lo) * (it < warm ? ref_warm_gamma(linear, warm, it) : 1.0);
+}
+
+static double
+ref_decay(double lo, double hi, double warm, double total, double it, bool linear)
+{
+	if (it < 0) {
+		return lo;
+	}
+	double g = it < warm ? ref_warm_gamma(linear, warm, it)
+			     : fmax(0.0, (total - it) / fmax(1.0, total - warm));
+	return lo + (hi - lo) * g;
+}
+
+static double
+ref_cosine(double base, double wmin, double cmin, double warm, double total, double it,
+	   bool linear)
+{
+	if (it < 0) {
+		return 0.0;
+	}
+	if (it < warm) {
+		return base * (wmin + (1 - wmin) * ref_warm_gamma(linear, warm, it));
+	}
+	double r = 0.5 * (1 + cos(M_PI * (it - warm + 1) / (total - warm)));
+	return base * fmax(0.0, cmin + (1 - cmin) * r);
+}
+
+Test(schedule, warmup_lr_log_and_linear)
+{
+	struct zinf_schedule_opts s;
+	zinf_schedule_opts_init(&s, ZINF_SCHED_WARMUP_LR, 0.5);
+	cr_assert_eq(s.warmup_max_lr, 0.5, "WarmupLR's max defaults to the optimizer's lr");
+	s.warmup_min_lr = 1e-5;
+	s.warmup_max_lr = 3e-4;
+	s.warmup_num_steps = 50;
+	for (int64_t it = -1; it < 80; it++) {
+		expect_lr(&s, it, ref_warmup(1e-5, 3e-4, 50, (double)it, false));
+	}
+	s.warmup_type = ZINF_WARMUP_LINEAR;
+	for (int64_t it = -1; it < 80; it++) {
+		expect_lr(&s, it, ref_warmup(1e-5, 3e-4, 50, (double)it, true));
+	}
+	/* by hand: linear, 0 -> 1 over 4 steps */
+	s.warmup_min_lr = 0;
+	s.warmup_max_lr = 1;
+	s.warmup_num_steps = 4;
+	expect_lr(&s, 0, 0.0);
+	expect_lr(&s, 1, 0.25);
+	expect_lr(&s, 3, 0.75);
+	expect_lr(&s, 4, 1.0);
+	expect_lr(&s, 1000, 1.0);
+	/* optimizer step n runs with get_lr at n - 2: steps 1 and 2 both at the minimum */
+	cr_expect_eq(zinf_schedule_step_lr(&s, 1), 0.0);
+	cr_expect_eq(zinf_schedule_step_lr(&s, 2), 0.0);
+	cr_expect_eq(zinf_schedule_step_lr(&s, 3), 0.25);
+	/* warmup_num_steps below 2 acts as 2 (log(1) would divide by zero) */
+	s.warmup_num_steps = 1;
+	s.warmup_type = ZINF_WARMUP_LOG;
+	expect_lr(&s, 0, 0.0);
+	expect_lr(&s, 1, 1.0); /* log(2) / log(2) */
+	expect_lr(&s, 2, 1.0);
+}
+
+Test(schedule, warmup_decay)
+{
+	struct zinf_schedule_opts s;
+	zinf_schedule_opts_init(&s, ZINF_SCHED_WARMUP_DECAY, 0.5);
+	cr_assert_eq(s.warmup_max_lr, 0.001, "WarmupDecayLR's max defaults to 0.001");
+	s.warmup_num_steps = 20;
+	s.total_num_steps = 100;
+	s.warmup_min_lr = 1e-6;
+	for (int64_t it = -1; it < 130; it++) {
+		expect_lr(&s, it, ref_decay(1e-6, 0.001, 20, 100, (double)it, false));
+	}
+	/* by hand: linear, 0 -> 1 in 4, to 0 at 10 */
+	s.warmup_type = ZINF_WARMUP_LINEAR;
+	s.warmup_min_lr = 0;
+	s.warmup_max_lr = 1;
+	s.warmup_num_steps = 4;
+	s.total_num_steps = 10;
+	expect_lr(&s, 2, 0.5);
+	expect_lr(&s, 4, 1.0);
+	expect_lr(&s, 7, 0.5);
+	expect_lr(&s, 10, 0.0);
+	expect_lr(&s, 12, 0.0);
+}
+
+Test(schedule, warmup_cosine)
+{
+	struct zinf_schedule_opts s;
+	zinf_schedule_opts_init(&s, ZINF_SCHED_WARMUP_COSINE, 2e-4);
+	s.warmup_num_steps = 30;
+	s.total_num_steps = 200;
+	s.warmup_min_ratio = 0.1;
+	for (int64_t it = -1; it < 220; it++) {
+		expect_lr(&s, it, ref_cosine(2e-4, 0.1, 1e-4, 30, 200, (double)it, false));
+	}
+	s.warmup_type = ZINF_WARMUP_LINEAR;
+	for (int64_t it = -1; it < 220; it++) {
+		expect_lr(&s, it, ref_cosine(2e-4, 0.1, 1e-4, 30, 200, (double)it, true));
+	}
+	/* by hand: base 1, linear warm-up over 4, 8 cosine steps to 0 */
+	s.base_lr = 1;
+	s.warmup_min_ratio = 0;
+	s.cos_min_ratio = 0;
+	s.warmup_num_steps = 4;
+	s.total_num_steps = 12;
+	expect_lr(&s, -1, 0.0);
+	expect_lr(&s, 3, 0.75);
+	expect_lr(&s, 4, (1 + cos(M_PI / 8)) / 2);
+	expect_lr(&s, 7, 0.5); /* real step 4 of 8 */
+	expect_lr(&s, 11, 0.0);
+	s.cos_min_ratio = 0.1;
+	expect_lr(&s, 7, 0.1 + 0.9 * 0.5);
+}
+
+Test(schedule, one_cycle)
+{
+	struct zinf_schedule_opts s;
+	zinf_schedule_opts_init(&s, ZINF_SCHED_ONE_CYCLE, 0.5);
+	s.cycle_min_lr = 0.1;
+	s.cycle_max_lr = 1.0;
+	s.cycle_first_step_size = 4;
+	s.decay_step_size = 2;
+	s.decay_lr_rate = 0.5;
+	/* by hand: cycle of 8 (second size = first), peak at iteration 3 */
+	double want[] = {0.1, 0.325, 0.55, 0.775, 1.0, 0.775, 0.55, 0.325, 0.1};
+	for (int i = 0; i < 9; i++) {
+		expect_lr(&s, i - 1, want[i]);
+	}
+	expect_lr(&s, 8, 0.1 / 1.25); /* decay interval (8 - 8 + 1) / 2 */
+	expect_lr(&s, 11, 0.1 / 2.0);
+	/* asymmetric cycle: up 2, down 6 */
+	s.cycle_first_step_size = 2;
+	s.cycle_second_step_size = 6;
+	expect_lr(&s, 1, 1.0);
+	expect_lr(&s, 4, 0.1 + 0.9 * (1.0 - 3.0 / 6.0));
+	/* no decay when decay_step_size is 0 */
+	s.decay_step_size = 0;
+	expect_lr(&s, 100, 0.1);
+}
+
+Test(schedule, lr_range_test)
+{
+	struct zinf_schedule_opts s;
+	zinf_schedule_opts_init(&s, ZINF_SCHED_LR_RANGE_TEST, 0.5);
+	s.lr_range_test_min_lr = 0.01;
+	s.lr_range_test_step_size = 10;
+	s.lr_range_test_step_rate = 2;
+	expect_lr(&s, -1, 0.01);
+	expect_lr(&s, 4, 0.02);
+	expect_lr(&s, 9, 0.03);
+	s.lr_range_test_staircase = true;
+	expect_lr(&s, 4, 0.01);
+	expect_lr(&s, 8, 0.01);
+	expect_lr(&s, 9, 0.03);
+	expect_lr(&s, 29, 0.07);
+}
+
+Test(schedule, names)
+{
+	enum zinf_sched_type t;
+	cr_expect_eq(zinf_schedule_parse("WarmupCosineLR", &t), 0);
+	cr_expect_eq(t, ZINF_SCHED_WARMUP_COSINE);
+	cr_expect_eq(zinf_schedule_parse("warmuplr", &t), -EINVAL, "DeepSpeed's names are exact");
+	cr_expect_str_eq(zinf_schedule_name(ZINF_SCHED_ONE_CYCLE), "OneCycle");
+	cr_expect(isnan(zinf_schedule_lr(NULL, 0)));
+}
+
+/* ---- loss scaling --------------------------------------------------------------------------- */
+
+static void
+scaler(struct zinf_loss_scaler *ls, uint32_t power, uint32_t window, uint32_t hyst, bool consec,
+       double min)
+{
+	struct zinf_fp16_opts f;
+	zinf_fp16_opts_init(&f);
+	f.enabled = true;
+	f.initial_scale_power = power;
+	f.loss_scale_window = window;
+	f.hysteresis = hyst;
+	f.consecutive_hysteresis = consec;
+	f.min_loss_scale = min;
+	cr_assert_eq(zinf_loss_scaler_init(ls, &f), 0);
+}
+
+/* Drive `seq` ('o' overflow, '.' clean) and compare the scale after each update. */
+static void
+drive(struct zinf_loss_scaler *ls, const char *seq, const double *want)
+{
+	for (int i = 0; seq[i]; i++) {
+		int r = zinf_loss_scaler_update(ls, seq[i] == 'o');
+		cr_expect_eq(r, seq[i] == 'o' ? 1 : 0, "update %d: returned %d", i, r);
+		cr_expect_eq(zinf_loss_scaler_scale(ls), want[i], "after update %d (%c): %g, want %g",
+			     i, seq[i], zinf_loss_scaler_scale(ls), want[i]);
+	}
+}
+
+Test(loss_scale, defaults)
+{
+	struct zinf_fp16_opts f;
+	struct zinf_loss_scaler ls;
+	zinf_fp16_opts_init(&f);
+	cr_expect_eq(f.initial_scale_power, 16);
+	cr_expect_eq(f.loss_scale_window, 1000);
+	cr_expect_eq(f.hysteresis, 2);
+	cr_expect_eq(f.min_loss_scale, 1.0);
+	cr_assert_eq(zinf_loss_scaler_init(&ls, &f), 0);
+	cr_expect_eq(zinf_loss_scaler_scale(&ls), 65536.0);
+	f.hysteresis = 0;
+	cr_expect_eq(zinf_loss_scaler_init(&ls, &f), -EINVAL);
+}
+
+Test(loss_scale, window_without_hysteresis)
+{
+	struct zinf_loss_scaler ls;
+	scaler(&ls, 4, 3, 1, false, 1);
+	/* the window counts from the start (last overflow -1): the 3rd clean update doubles */
+	const double want[] = {16, 16, 32, 16, 16, 16, 32, 32, 32, 64};
+	drive(&ls, "...o......", want);
+	cr_expect_eq(ls.overflows, 1);
+}
+
+Test(loss_scale, hysteresis)
+{
+	struct zinf_loss_scaler ls;
+	scaler(&ls, 4, 3, 2, false, 1);
+	/* 1st overflow spends the hysteresis; the next ones halve (it is not refilled by clean
+	   steps, only when the scale grows) */
+	const double want[] = {16, 8, 4, 4, 4, 8, 8, 4};
+	drive(&ls, "ooo...oo", want);
+}
+
+Test(loss_scale, consecutive_hysteresis)
+{
+	struct zinf_loss_scaler ls;
+	scaler(&ls, 4, 3, 2, true, 1);
+	/* a clean step refills the hysteresis: isolated overflows never halve */
+	const double want[] = {16, 16, 16, 16, 16, 8};
+	drive(&ls, "o.o.oo", want);
+}
+
+Test(loss_scale, minimum)
+{
+	struct zinf_loss_scaler ls;
+	scaler(&ls, 1, 1000, 1, false, 1.5); /* 2^1 */
+	const double want[] = {2, 1.5};
+	drive(&ls, ".o", want);
+	cr_expect_eq(ls.scale, 1.5, "halving stops at min_loss_scale");
+	int64_t iter = ls.iter;
+	cr_expect_eq(zinf_loss_scaler_update(&ls, true), -ERANGE, "at the minimum, as DeepSpeed");
+	cr_expect_eq(ls.scale, 1.5);
+	cr_expect_eq(ls.iter, iter, "state left as it was");
+}
+
+Test(loss_scale, window_one_and_static)
+{
+	struct zinf_loss_scaler ls;
+	scaler(&ls, 0, 1, 1, false, 1);
+	const double want[] = {2, 4, 2, 4};
+	drive(&ls, "..o.", want);
+
+	struct zinf_fp16_opts f;
+	zinf_fp16_opts_init(&f);
+	f.loss_scale = 128;
+	cr_assert_eq(zinf_loss_scaler_init(&ls, &f), 0);
+	const double st[] = {128, 128, 128};
+	drive(&ls, "o.o", st);
+	cr_expect_eq(ls.overflows, 2, "static scale: overflowed steps are still skipped");
+}
