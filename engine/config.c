@@ -128,20 +128,21 @@ check_batch(struct cfg_ctx *x)
 	if (t && m && !g) {
 		gas = tb / mb / w;
 		snprintf(how, sizeof(how),
-			 "; gradient_accumulation_steps derived as %lld / %lld / %lld = %lld", tb, mb,
-			 w, gas);
+			 "; gradient_accumulation_steps derived as %lld / %lld / %lld = %lld", tb,
+			 mb, w, gas);
 	} else if (t && g && !m) {
 		mb = tb / w / gas;
 		snprintf(how, sizeof(how),
-			 "; train_micro_batch_size_per_gpu derived as %lld / %lld / %lld = %lld", tb,
-			 w, gas, mb);
+			 "; train_micro_batch_size_per_gpu derived as %lld / %lld / %lld = %lld",
+			 tb, w, gas, mb);
 	} else if (m && g && !t) {
 		tb = mb * gas * w;
 	} else if (t && !m && !g) {
 		gas = 1;
 		mb = tb / w;
 		snprintf(how, sizeof(how),
-			 "; train_micro_batch_size_per_gpu derived as %lld / %lld = %lld", tb, w, mb);
+			 "; train_micro_batch_size_per_gpu derived as %lld / %lld = %lld", tb, w,
+			 mb);
 	} else if (m && !t && !g) {
 		gas = 1;
 		tb = mb * w;
@@ -219,13 +220,15 @@ check_schedule(struct cfg_ctx *x)
 	int64_t warm = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
 	if (s->type == ZINF_SCHED_WARMUP_COSINE && total && s->total_num_steps <= warm) {
 		CERR(x, "scheduler.params.total_num_steps",
-		     "%lld must be greater than warmup_num_steps %lld for WarmupCosineLR (the cosine "
+		     "%lld must be greater than warmup_num_steps %lld for WarmupCosineLR (the "
+		     "cosine "
 		     "phase would have no steps)",
 		     (long long)s->total_num_steps, (long long)warm);
 	}
 	if (s->type == ZINF_SCHED_WARMUP_DECAY && total && s->total_num_steps < warm) {
-		CWARN(x, "scheduler.params.total_num_steps", "%lld is less than warmup_num_steps %lld",
-		      (long long)s->total_num_steps, (long long)warm);
+		CWARN(x, "scheduler.params.total_num_steps",
+		      "%lld is less than warmup_num_steps %lld", (long long)s->total_num_steps,
+		      (long long)warm);
 	}
 	json_t *params = json_object_get(json_object_get(x->root, "scheduler"), "params");
 	if (s->type == ZINF_SCHED_ONE_CYCLE) {
@@ -263,8 +266,8 @@ check_all(struct cfg_ctx *x)
 }
 
 int
-zinf_config_read_string(const char *text, const char *name,
-			const struct zinf_config_inputs *inputs, struct zinf_train_config *c)
+zinf_config_read_string(const char *text, const char *name, const struct zinf_config_inputs *inputs,
+			struct zinf_train_config *c)
 {
 	struct zinf_config_inputs in;
 	struct cfg_keyline *kl = NULL;

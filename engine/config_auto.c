@@ -133,4 +133,3 @@ cfg_resolve_auto(struct cfg_ctx *x, const struct cfg_key *k, void *base, const c
 	}
 	json_decref(v);
 }
-

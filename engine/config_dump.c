@@ -50,9 +50,8 @@ value_json(const struct cfg_key *k, const void *base)
 	case ST_DEVICE:
 		return json_string(dev[*(const enum zinf_offload_device *)p % 3]);
 	case ST_WARMUP_TYPE:
-		return json_string(*(const enum zinf_warmup_type *)p == ZINF_WARMUP_LINEAR
-					   ? "linear"
-					   : "log");
+		return json_string(
+			*(const enum zinf_warmup_type *)p == ZINF_WARMUP_LINEAR ? "linear" : "log");
 	case ST_BETAS: {
 		const struct zinf_optimizer_opts *o = base;
 		json_t *a = json_array();
@@ -95,8 +94,12 @@ section_json(const struct zinf_train_config *c, const struct cfg_section *sec, c
 				continue;
 			}
 			const struct zinf_optimizer_opts *o = &c->engine.optimizer;
-			v = json_pack("{s:s, s:o}", "type", kinds[o->kind % 4], "params",
-				      section_json(c, &cfg_optimizer_params, o, 1u << o->kind));
+			json_t *params = section_json(c, &cfg_optimizer_params, o, 1u << o->kind);
+			if (params && o->kind == ZINF_OPTIM_ADAM) {
+				/* DeepSpeed's "Adam" is AdamW unless told otherwise */
+				json_object_set_new(params, "adam_w_mode", json_false());
+			}
+			v = json_pack("{s:s, s:o}", "type", kinds[o->kind % 4], "params", params);
 		} else if (k->store == ST_SPECIAL && strcmp(k->name, "scheduler") == 0) {
 			if (!c->scheduler_given) {
 				continue;

@@ -16,20 +16,20 @@
 
 /* How a key's value is stored at (char *)base + off. */
 enum cfg_store {
-	ST_NONE = 0,	 /* accepted, not stored */
-	ST_BOOL,	 /* bool */
-	ST_U32,		 /* uint32_t */
-	ST_I32,		 /* int32_t */
-	ST_U64,		 /* uint64_t */
-	ST_I64,		 /* int64_t */
-	ST_F64,		 /* double */
-	ST_F32,		 /* float */
-	ST_DEVICE,	 /* enum zinf_offload_device from "none" | "cpu" | "nvme" */
-	ST_PATHS,	 /* a zinf_offload_opts' nvme_path (a string or a list of strings) */
-	ST_BETAS,	 /* [beta1, beta2] into zinf_optimizer_opts.beta1/.beta2 (base) */
-	ST_WARMUP_TYPE,	 /* "log" | "linear" */
-	ST_SECTION,	 /* an object: `sub`, based at base + off */
-	ST_SPECIAL,	 /* handled by the reader itself (optimizer, scheduler, deprecated) */
+	ST_NONE = 0,	/* accepted, not stored */
+	ST_BOOL,	/* bool */
+	ST_U32,		/* uint32_t */
+	ST_I32,		/* int32_t */
+	ST_U64,		/* uint64_t */
+	ST_I64,		/* int64_t */
+	ST_F64,		/* double */
+	ST_F32,		/* float */
+	ST_DEVICE,	/* enum zinf_offload_device from "none" | "cpu" | "nvme" */
+	ST_PATHS,	/* a zinf_offload_opts' nvme_path (a string or a list of strings) */
+	ST_BETAS,	/* [beta1, beta2] into zinf_optimizer_opts.beta1/.beta2 (base) */
+	ST_WARMUP_TYPE, /* "log" | "linear" */
+	ST_SECTION,	/* an object: `sub`, based at base + off */
+	ST_SPECIAL,	/* handled by the reader itself (optimizer, scheduler, deprecated) */
 };
 
 enum cfg_flag {
@@ -66,13 +66,13 @@ struct cfg_section;
 
 struct cfg_key {
 	const char *name;
-	uint8_t store;	 /* enum cfg_store */
-	uint8_t flags;	 /* enum cfg_flag */
-	uint8_t auto_id; /* enum cfg_auto */
-	uint8_t mask;	 /* optimizer.params: 1 << zinf_optim_kind; scheduler.params:
-			    1 << zinf_sched_type; 0: every kind */
-	size_t off;	 /* of the value from the section's base */
-	double min, max; /* numbers: allowed range (inclusive) */
+	uint8_t store;	   /* enum cfg_store */
+	uint8_t flags;	   /* enum cfg_flag */
+	uint8_t auto_id;   /* enum cfg_auto */
+	uint8_t mask;	   /* optimizer.params: 1 << zinf_optim_kind; scheduler.params:
+			      1 << zinf_sched_type; 0: every kind */
+	size_t off;	   /* of the value from the section's base */
+	double min, max;   /* numbers: allowed range (inclusive) */
 	const char *alias; /* F_DEPRECATED / F_ALIAS: the key it stands for */
 	const char *note;  /* F_NOT_TRUE / F_WARN: why */
 	const struct cfg_section *sub;

@@ -26,14 +26,17 @@
 #define I32M 2147483647.0
 #define TINY 1e-300 /* "> 0" */
 
-#define KEY(nm, st, o, ...)	{.name = (nm), .store = (st), .off = (o), __VA_ARGS__}
-#define BOOL(nm, o, ...)	KEY(nm, ST_BOOL, o, ##__VA_ARGS__)
+#define KEY(nm, st, o, ...)                                                                        \
+	{                                                                                          \
+		.name = (nm), .store = (st), .off = (o), __VA_ARGS__                               \
+	}
+#define BOOL(nm, o, ...)	    KEY(nm, ST_BOOL, o, ##__VA_ARGS__)
 #define NUM(nm, st, o, lo, hi, ...) KEY(nm, st, o, .min = (lo), .max = (hi), ##__VA_ARGS__)
-#define SECT(nm, o, s, ...)	KEY(nm, ST_SECTION, o, .sub = &(s), ##__VA_ARGS__)
-#define WARN(nm)		KEY(nm, ST_NONE, 0, .flags = F_WARN)
-#define IGN(nm, ...)		KEY(nm, ST_NONE, 0, .flags = F_IGNORED, ##__VA_ARGS__)
-#define ALIAS(nm, st, o, to, ...) KEY(nm, st, o, .flags = F_ALIAS, .alias = (to), ##__VA_ARGS__)
-#define OLD(nm, st, o, to, ...)	KEY(nm, st, o, .flags = F_DEPRECATED, .alias = (to), ##__VA_ARGS__)
+#define SECT(nm, o, s, ...)	    KEY(nm, ST_SECTION, o, .sub = &(s), ##__VA_ARGS__)
+#define WARN(nm)		    KEY(nm, ST_NONE, 0, .flags = F_WARN)
+#define IGN(nm, ...)		    KEY(nm, ST_NONE, 0, .flags = F_IGNORED, ##__VA_ARGS__)
+#define ALIAS(nm, st, o, to, ...)   KEY(nm, st, o, .flags = F_ALIAS, .alias = (to), ##__VA_ARGS__)
+#define OLD(nm, st, o, to, ...)	    KEY(nm, st, o, .flags = F_DEPRECATED, .alias = (to), ##__VA_ARGS__)
 
 #define SECTION(var, p, arr) const struct cfg_section var = {(p), (arr), ZINF_ARRAY_SIZE(arr)}
 
@@ -42,11 +45,11 @@
 #define M_ADAGRAD (1u << ZINF_OPTIM_ADAGRAD)
 #define M_LION	  (1u << ZINF_OPTIM_LION)
 /* scheduler.params masks: 1 << enum zinf_sched_type */
-#define M_WARM	 ((1u << ZINF_SCHED_WARMUP_LR) | (1u << ZINF_SCHED_WARMUP_DECAY))
-#define M_DECAY	 (1u << ZINF_SCHED_WARMUP_DECAY)
-#define M_COS	 (1u << ZINF_SCHED_WARMUP_COSINE)
-#define M_CYCLE	 (1u << ZINF_SCHED_ONE_CYCLE)
-#define M_RANGE	 (1u << ZINF_SCHED_LR_RANGE_TEST)
+#define M_WARM	((1u << ZINF_SCHED_WARMUP_LR) | (1u << ZINF_SCHED_WARMUP_DECAY))
+#define M_DECAY (1u << ZINF_SCHED_WARMUP_DECAY)
+#define M_COS	(1u << ZINF_SCHED_WARMUP_COSINE)
+#define M_CYCLE (1u << ZINF_SCHED_ONE_CYCLE)
+#define M_RANGE (1u << ZINF_SCHED_LR_RANGE_TEST)
 
 static const struct cfg_key offload_param_keys[] = {
 	KEY("device", ST_DEVICE, OF(device)),
@@ -91,10 +94,10 @@ static const struct cfg_key zero_keys[] = {
 	BOOL("ignore_unused_parameters", TC(ignore_unused_parameters)),
 	NUM("stage3_prefetch_bucket_size", ST_U64, EO(stage3_prefetch_bucket_size), 0, BIG,
 	    .flags = F_AUTO, .auto_id = A_PREFETCH),
-	NUM("stage3_param_persistence_threshold", ST_U64, EO(stage3_param_persistence_threshold),
-	    0, BIG, .flags = F_AUTO, .auto_id = A_PERSIST),
-	NUM("stage3_model_persistence_threshold", ST_U64, EO(stage3_model_persistence_threshold),
-	    0, BIG),
+	NUM("stage3_param_persistence_threshold", ST_U64, EO(stage3_param_persistence_threshold), 0,
+	    BIG, .flags = F_AUTO, .auto_id = A_PERSIST),
+	NUM("stage3_model_persistence_threshold", ST_U64, EO(stage3_model_persistence_threshold), 0,
+	    BIG),
 	NUM("stage3_max_live_parameters", ST_U64, EO(stage3_max_live_parameters), 0, BIG),
 	NUM("stage3_max_reuse_distance", ST_U64, EO(stage3_max_reuse_distance), 0, BIG),
 	BOOL("stage3_gather_16bit_weights_on_model_save",
@@ -232,8 +235,7 @@ static const struct cfg_key scheduler_params_keys[] = {
 	NUM("cycle_min_mom", ST_F64, SC(cycle_min_mom), 0, 1, .mask = M_CYCLE),
 	NUM("cycle_max_mom", ST_F64, SC(cycle_max_mom), 0, 1, .mask = M_CYCLE),
 	NUM("decay_mom_rate", ST_F64, SC(decay_mom_rate), 0, INFINITY, .mask = M_CYCLE),
-	NUM("lr_range_test_min_lr", ST_F64, SC(lr_range_test_min_lr), 0, INFINITY,
-	    .mask = M_RANGE),
+	NUM("lr_range_test_min_lr", ST_F64, SC(lr_range_test_min_lr), 0, INFINITY, .mask = M_RANGE),
 	NUM("lr_range_test_step_size", ST_F64, SC(lr_range_test_step_size), 1, INFINITY,
 	    .mask = M_RANGE),
 	NUM("lr_range_test_step_rate", ST_F64, SC(lr_range_test_step_rate), 0, INFINITY,
@@ -252,8 +254,8 @@ SECTION(cfg_scheduler, "scheduler", scheduler_keys);
 static const struct cfg_key top_keys[] = {
 	NUM("train_batch_size", ST_I64, TC(train_batch_size), 1, I64M, .flags = F_AUTO,
 	    .auto_id = A_TRAIN_BATCH),
-	NUM("train_micro_batch_size_per_gpu", ST_I64, TC(train_micro_batch_size_per_gpu), 1,
-	    I64M, .flags = F_AUTO, .auto_id = A_MICRO),
+	NUM("train_micro_batch_size_per_gpu", ST_I64, TC(train_micro_batch_size_per_gpu), 1, I64M,
+	    .flags = F_AUTO, .auto_id = A_MICRO),
 	NUM("gradient_accumulation_steps", ST_U32, EO(gradient_accumulation_steps), 1, U32M,
 	    .flags = F_AUTO, .auto_id = A_GAS),
 	NUM("gradient_clipping", ST_F64, TC(gradient_clipping), 0, INFINITY, .flags = F_AUTO,
@@ -317,9 +319,17 @@ static const struct cfg_key top_keys[] = {
 SECTION(cfg_top, "", top_keys);
 
 const struct cfg_section *const cfg_all_sections[] = {
-	&cfg_top,   &cfg_zero,	    &cfg_offload_param,	   &cfg_offload_optimizer,
-	&cfg_aio,   &cfg_fp16,	    &cfg_bf16,		   &cfg_optimizer,
-	&cfg_optimizer_params, &cfg_scheduler, &cfg_scheduler_params,
+	&cfg_top,
+	&cfg_zero,
+	&cfg_offload_param,
+	&cfg_offload_optimizer,
+	&cfg_aio,
+	&cfg_fp16,
+	&cfg_bf16,
+	&cfg_optimizer,
+	&cfg_optimizer_params,
+	&cfg_scheduler,
+	&cfg_scheduler_params,
 };
 const size_t cfg_n_sections = ZINF_ARRAY_SIZE(cfg_all_sections);
 

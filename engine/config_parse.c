@@ -41,7 +41,7 @@ const char *
 cfg_describe(json_t *v, char *buf, size_t len)
 {
 	static const char *const kinds[] = {"an object", "an array", "a string", "an integer",
-					    "a number", "true", "false", "null"};
+					    "a number",	 "true",     "false",	 "null"};
 	char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 	int type = json_typeof(v);
 	if (type == JSON_OBJECT || type == JSON_ARRAY || !t) {
@@ -161,7 +161,8 @@ cfg_store_value(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void *bas
 	switch (k->store) {
 	case ST_BOOL:
 		if (!json_is_boolean(v)) {
-			CERR(x, path, "expected true or false, not %s", cfg_describe(v, b, sizeof(b)));
+			CERR(x, path, "expected true or false, not %s",
+			     cfg_describe(v, b, sizeof(b)));
 			return false;
 		}
 		if ((k->flags & F_NOT_TRUE) && json_is_true(v)) {
@@ -190,7 +191,8 @@ cfg_store_value(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void *bas
 				s[1] == 'o' ? ZINF_WARMUP_LOG : ZINF_WARMUP_LINEAR;
 			return true;
 		}
-		CERR(x, path, "expected \"log\" or \"linear\", not %s", cfg_describe(v, b, sizeof(b)));
+		CERR(x, path, "expected \"log\" or \"linear\", not %s",
+		     cfg_describe(v, b, sizeof(b)));
 		return false;
 	case ST_PATHS:
 		return store_paths(x, v, base, path);
@@ -219,7 +221,8 @@ join(char *out, size_t len, const char *prefix, const char *key)
 {
 	int n = snprintf(out, len, "%s%s%s", prefix, *prefix ? "." : "", key);
 	if (n >= (int)len) {
-		out[len - 4] = out[len - 3] = out[len - 2] = '.'; /* a key path that long: shown cut */
+		out[len - 4] = out[len - 3] = out[len - 2] =
+			'.'; /* a key path that long: shown cut */
 	}
 }
 
@@ -284,9 +287,9 @@ static void
 parse_optimizer(struct cfg_ctx *x, json_t *obj, const char *path)
 {
 	static const char *const kinds[] = {"Adam", "AdamW", "Adagrad", "Lion"};
-	static const char *const refused[] = {"lamb",	 "onebitadam", "zerooneadam", "onebitlamb",
-					      "muadam",	 "muadamw",    "musgd",	      "sgd",
-					      "adafactor"};
+	static const char *const refused[] = {"lamb",	    "onebitadam", "zerooneadam",
+					      "onebitlamb", "muadam",	  "muadamw",
+					      "musgd",	    "sgd",	  "adafactor"};
 	char tpath[256], lower[64], b[96];
 	join(tpath, sizeof(tpath), path, "type");
 	json_t *type = json_object_get(obj, "type");
@@ -333,7 +336,8 @@ parse_optimizer(struct cfg_ctx *x, json_t *obj, const char *path)
 				best = i;
 			}
 		}
-		CERR(x, tpath, "unknown optimizer \"%s\"%s%s%s (zinf has Adam, AdamW, Adagrad, Lion)",
+		CERR(x, tpath,
+		     "unknown optimizer \"%s\"%s%s%s (zinf has Adam, AdamW, Adagrad, Lion)",
 		     json_string_value(type), bd <= 2 ? "; did you mean \"" : "",
 		     bd <= 2 ? kinds[best] : "", bd <= 2 ? "\"?" : "");
 		return;
@@ -425,7 +429,8 @@ cfg_parse_section(struct cfg_ctx *x, json_t *obj, const struct cfg_section *sec,
 	const char *k;
 	json_t *v;
 	if (!json_is_object(obj)) {
-		CERR(x, prefix, "expected an object ({...}), not %s", cfg_describe(obj, b, sizeof(b)));
+		CERR(x, prefix, "expected an object ({...}), not %s",
+		     cfg_describe(obj, b, sizeof(b)));
 		return;
 	}
 	json_object_foreach(obj, k, v)
@@ -446,7 +451,8 @@ cfg_parse_section(struct cfg_ctx *x, json_t *obj, const struct cfg_section *sec,
 		}
 		if (key->flags & F_WARN) {
 			if (!disabled(v)) {
-				CWARN(x, path, "a DeepSpeed feature zinf does not implement; ignored");
+				CWARN(x, path,
+				      "a DeepSpeed feature zinf does not implement; ignored");
 			}
 			continue;
 		}
@@ -454,13 +460,15 @@ cfg_parse_section(struct cfg_ctx *x, json_t *obj, const struct cfg_section *sec,
 			json_t *other = json_object_get(obj, key->alias);
 			if (other && !json_is_null(other) &&
 			    strcmp(k, "cpu_offload_use_pin_memory") != 0) {
-				CERR(x, path, "given together with \"%s\", which it is %s of: keep one",
+				CERR(x, path,
+				     "given together with \"%s\", which it is %s of: keep one",
 				     key->alias,
 				     key->flags & F_ALIAS ? "another name" : "the older name");
 				continue;
 			}
 			if (key->flags & F_DEPRECATED) {
-				CWARN(x, path, "deprecated by DeepSpeed: read as \"%s\"", key->alias);
+				CWARN(x, path, "deprecated by DeepSpeed: read as \"%s\"",
+				      key->alias);
 			}
 		}
 		if (key->store == ST_SPECIAL) {
@@ -469,8 +477,9 @@ cfg_parse_section(struct cfg_ctx *x, json_t *obj, const struct cfg_section *sec,
 			if (key->flags & F_AUTO) {
 				cfg_resolve_auto(x, key, base, path);
 			} else {
-				CERR(x, path, "\"auto\" is not accepted here (only where Hugging "
-					      "Face's integration resolves it)");
+				CERR(x, path,
+				     "\"auto\" is not accepted here (only where Hugging "
+				     "Face's integration resolves it)");
 			}
 		} else if (key->store == ST_SECTION) {
 			parse_section(x, v, key->sub, (char *)base + key->off, path, 0, NULL);

@@ -72,11 +72,12 @@ zinf_loss_scaler_update(struct zinf_loss_scaler *ls, bool overflow)
 	if (overflow) {
 		if (ls->hysteresis == 1 || ls->cur_hysteresis == 1) {
 			if (ls->scale == ls->min_scale) {
-				return ZINF_FAIL(-ERANGE,
-						 "fp16: gradient overflow with the loss scale already "
-						 "at min_loss_scale %g (iteration %lld): the run "
-						 "cannot go on (DeepSpeed stops here too)",
-						 ls->min_scale, (long long)ls->iter);
+				return ZINF_FAIL(
+					-ERANGE,
+					"fp16: gradient overflow with the loss scale already "
+					"at min_loss_scale %g (iteration %lld): the run "
+					"cannot go on (DeepSpeed stops here too)",
+					ls->min_scale, (long long)ls->iter);
 			}
 			ls->scale = fmax(ls->scale / ls->factor, ls->min_scale);
 		} else {

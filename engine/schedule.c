@@ -10,8 +10,8 @@
 #include "common/util.h"
 #include "zinf/schedule.h"
 
-static const char *const sched_names[] = {"none", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR",
-					  "OneCycle", "LRRangeTest"};
+static const char *const sched_names[] = {"none",	    "WarmupLR", "WarmupDecayLR",
+					  "WarmupCosineLR", "OneCycle", "LRRangeTest"};
 
 const char *
 zinf_schedule_name(enum zinf_sched_type type)

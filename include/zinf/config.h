@@ -46,14 +46,14 @@ extern "C" {
  * error naming the key and the field.
  */
 struct zinf_config_inputs {
-	size_t size;	      /* sizeof(struct zinf_config_inputs); set by _inputs_init() */
-	int32_t world_size;   /* data-parallel ranks; default 1 (always used, auto or not) */
-	int32_t fp16;	      /* fp16.enabled "auto": 0 or 1; -1 (default): not given */
-	int32_t bf16;	      /* bf16.enabled "auto": 0 or 1; -1: not given */
-	uint32_t reserved;    /* zero */
-	int64_t micro_batch;  /* per_device_train_batch_size; 0: not given */
-	int64_t grad_accum;   /* gradient_accumulation_steps; 0: not given */
-	uint64_t hidden_size; /* the model's hidden size; 0: not given */
+	size_t size;		  /* sizeof(struct zinf_config_inputs); set by _inputs_init() */
+	int32_t world_size;	  /* data-parallel ranks; default 1 (always used, auto or not) */
+	int32_t fp16;		  /* fp16.enabled "auto": 0 or 1; -1 (default): not given */
+	int32_t bf16;		  /* bf16.enabled "auto": 0 or 1; -1: not given */
+	uint32_t reserved;	  /* zero */
+	int64_t micro_batch;	  /* per_device_train_batch_size; 0: not given */
+	int64_t grad_accum;	  /* gradient_accumulation_steps; 0: not given */
+	uint64_t hidden_size;	  /* the model's hidden size; 0: not given */
 	int64_t total_num_steps;  /* training steps (scheduler total_num_steps); -1: not given */
 	int64_t warmup_num_steps; /* warmup steps; -1: not given */
 	double lr;		  /* learning_rate; NaN: not given (so are the next five) */
@@ -98,14 +98,14 @@ struct zinf_train_config {
 	bool optimizer_given;		  /* the file has an optimizer block */
 	bool scheduler_given;		  /* ... a scheduler block */
 	/* zero_optimization keys the engine options lack (DeepSpeed's defaults) */
-	bool reduce_scatter;			       /* true */
-	bool allgather_partitions;		       /* true */
-	bool round_robin_gradients;		       /* false */
+	bool reduce_scatter;				/* true */
+	bool allgather_partitions;			/* true */
+	bool round_robin_gradients;			/* false */
 	bool stage3_gather_16bit_weights_on_model_save; /* false */
-	bool load_from_fp32_weights;		       /* true */
-	bool elastic_checkpoint;		       /* false */
-	bool ignore_unused_parameters;		       /* true */
-	uint8_t reserved1[4];			       /* zero */
+	bool load_from_fp32_weights;			/* true */
+	bool elastic_checkpoint;			/* false */
+	bool ignore_unused_parameters;			/* true */
+	uint8_t reserved1[4];				/* zero */
 
 	struct zinf_fp16_opts fp16;
 	struct zinf_schedule_opts scheduler; /* type NONE without a scheduler block */
@@ -122,7 +122,8 @@ struct zinf_train_config {
  * batch 1 x 1 x 1. Owns nothing yet.
  */
 ZINF_API void zinf_config_init(struct zinf_train_config *c);
-/** Free what *c owns (the nvme_path strings) and leave it as zinf_config_init() does. NULL: no-op. */
+/** Free what *c owns (the nvme_path strings) and leave it as zinf_config_init() does. NULL: no-op.
+ */
 ZINF_API void zinf_config_fini(struct zinf_train_config *c);
 
 /**

@@ -28,11 +28,11 @@ extern "C" {
 
 /** ds_config.json's fp16 block, DeepSpeed's defaults. */
 struct zinf_fp16_opts {
-	bool enabled;		     /* default false */
-	bool auto_cast;		     /* default false (read; the trainer casts its inputs) */
-	bool consecutive_hysteresis; /* default false */
-	uint8_t reserved[5];	     /* zero */
-	double loss_scale;	     /* 0 (default): dynamic; > 0: this static scale */
+	bool enabled;		      /* default false */
+	bool auto_cast;		      /* default false (read; the trainer casts its inputs) */
+	bool consecutive_hysteresis;  /* default false */
+	uint8_t reserved[5];	      /* zero */
+	double loss_scale;	      /* 0 (default): dynamic; > 0: this static scale */
 	uint32_t initial_scale_power; /* dynamic start 2^this; default 16 */
 	uint32_t loss_scale_window;   /* clean iterations before doubling; default 1000 */
 	uint32_t hysteresis;	      /* overflows before halving (delayed shift); default 2 */
@@ -45,19 +45,19 @@ ZINF_API void zinf_fp16_opts_init(struct zinf_fp16_opts *o);
 
 /** The scaler's state (caller-owned; zinf_loss_scaler_init fills it). */
 struct zinf_loss_scaler {
-	double scale;		  /* current loss scale */
-	double min_scale;	  /* min_loss_scale */
-	double factor;		  /* 2 */
-	bool dynamic;		  /* false: static scale */
+	double scale;	  /* current loss scale */
+	double min_scale; /* min_loss_scale */
+	double factor;	  /* 2 */
+	bool dynamic;	  /* false: static scale */
 	bool consecutive_hysteresis;
 	uint8_t reserved[6];
-	uint32_t window;	  /* loss_scale_window */
-	uint32_t hysteresis;	  /* delayed shift */
-	uint32_t cur_hysteresis;  /* overflows left before the next halving */
+	uint32_t window;	 /* loss_scale_window */
+	uint32_t hysteresis;	 /* delayed shift */
+	uint32_t cur_hysteresis; /* overflows left before the next halving */
 	uint32_t reserved2;
-	int64_t iter;		  /* updates so far */
-	int64_t last_overflow;	  /* iteration of the last overflow; -1: none */
-	uint64_t overflows;	  /* skipped steps so far */
+	int64_t iter;	       /* updates so far */
+	int64_t last_overflow; /* iteration of the last overflow; -1: none */
+	uint64_t overflows;    /* skipped steps so far */
 };
 
 /**

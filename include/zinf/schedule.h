@@ -27,12 +27,12 @@ extern "C" {
 #endif
 
 enum zinf_sched_type {
-	ZINF_SCHED_NONE = 0,	       /* the optimizer's lr, constant */
-	ZINF_SCHED_WARMUP_LR = 1,      /* "WarmupLR" */
-	ZINF_SCHED_WARMUP_DECAY = 2,   /* "WarmupDecayLR" */
-	ZINF_SCHED_WARMUP_COSINE = 3,  /* "WarmupCosineLR" */
-	ZINF_SCHED_ONE_CYCLE = 4,      /* "OneCycle" */
-	ZINF_SCHED_LR_RANGE_TEST = 5,  /* "LRRangeTest" */
+	ZINF_SCHED_NONE = 0,	      /* the optimizer's lr, constant */
+	ZINF_SCHED_WARMUP_LR = 1,     /* "WarmupLR" */
+	ZINF_SCHED_WARMUP_DECAY = 2,  /* "WarmupDecayLR" */
+	ZINF_SCHED_WARMUP_COSINE = 3, /* "WarmupCosineLR" */
+	ZINF_SCHED_ONE_CYCLE = 4,     /* "OneCycle" */
+	ZINF_SCHED_LR_RANGE_TEST = 5, /* "LRRangeTest" */
 };
 
 enum zinf_warmup_type { ZINF_WARMUP_LOG = 0, ZINF_WARMUP_LINEAR = 1 };
@@ -41,8 +41,8 @@ enum zinf_warmup_type { ZINF_WARMUP_LOG = 0, ZINF_WARMUP_LINEAR = 1 };
 struct zinf_schedule_opts {
 	enum zinf_sched_type type;
 	enum zinf_warmup_type warmup_type; /* Warmup*: "log" (default) or "linear" */
-	double base_lr;		  /* the optimizer's lr: WarmupCosineLR's org_lr, WarmupLR's
-				     warmup_max_lr when that is absent, NONE's lr */
+	double base_lr; /* the optimizer's lr: WarmupCosineLR's org_lr, WarmupLR's
+			   warmup_max_lr when that is absent, NONE's lr */
 	/* WarmupLR, WarmupDecayLR */
 	double warmup_min_lr;	  /* default 0 */
 	double warmup_max_lr;	  /* WarmupLR: default base_lr; WarmupDecayLR: 0.001 */
@@ -52,17 +52,17 @@ struct zinf_schedule_opts {
 	double warmup_min_ratio; /* default 0 */
 	double cos_min_ratio;	 /* default 1e-4 */
 	/* OneCycle */
-	double cycle_min_lr, cycle_max_lr;	 /* required */
-	double decay_lr_rate;			 /* default 0: no decay after the cycle */
-	double cycle_first_step_size;		 /* default 2000 */
-	double cycle_second_step_size;		 /* < 0 (default): cycle_first_step_size */
-	int64_t cycle_first_stair_count;	 /* read, no effect (as in DeepSpeed); 0 */
-	int64_t cycle_second_stair_count;	 /* read, no effect; -1: first's */
-	double decay_step_size;			 /* default 0: no decay */
-	bool cycle_momentum;			 /* read; the betas are not cycled; true */
-	uint8_t reserved[7];			 /* zero */
-	double cycle_min_mom, cycle_max_mom;	 /* 0.8, 0.9 */
-	double decay_mom_rate;			 /* 0 */
+	double cycle_min_lr, cycle_max_lr;   /* required */
+	double decay_lr_rate;		     /* default 0: no decay after the cycle */
+	double cycle_first_step_size;	     /* default 2000 */
+	double cycle_second_step_size;	     /* < 0 (default): cycle_first_step_size */
+	int64_t cycle_first_stair_count;     /* read, no effect (as in DeepSpeed); 0 */
+	int64_t cycle_second_stair_count;    /* read, no effect; -1: first's */
+	double decay_step_size;		     /* default 0: no decay */
+	bool cycle_momentum;		     /* read; the betas are not cycled; true */
+	uint8_t reserved[7];		     /* zero */
+	double cycle_min_mom, cycle_max_mom; /* 0.8, 0.9 */
+	double decay_mom_rate;		     /* 0 */
 	/* LRRangeTest */
 	double lr_range_test_min_lr;	/* default 1e-3 */
 	double lr_range_test_step_size; /* default 2000 */

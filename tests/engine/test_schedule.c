@@ -50,8 +50,7 @@ ref_decay(double lo, double hi, double warm, double total, double it, bool linea
 }
 
 static double
-ref_cosine(double base, double wmin, double cmin, double warm, double total, double it,
-	   bool linear)
+ref_cosine(double base, double wmin, double cmin, double warm, double total, double it, bool linear)
 {
 	if (it < 0) {
 		return 0.0;
@@ -229,8 +228,9 @@ drive(struct zinf_loss_scaler *ls, const char *seq, const double *want)
 	for (int i = 0; seq[i]; i++) {
 		int r = zinf_loss_scaler_update(ls, seq[i] == 'o');
 		cr_expect_eq(r, seq[i] == 'o' ? 1 : 0, "update %d: returned %d", i, r);
-		cr_expect_eq(zinf_loss_scaler_scale(ls), want[i], "after update %d (%c): %g, want %g",
-			     i, seq[i], zinf_loss_scaler_scale(ls), want[i]);
+		cr_expect_eq(zinf_loss_scaler_scale(ls), want[i],
+			     "after update %d (%c): %g, want %g", i, seq[i],
+			     zinf_loss_scaler_scale(ls), want[i]);
 	}
 }
 
