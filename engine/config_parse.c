@@ -291,6 +291,11 @@ parse_optimizer(struct cfg_ctx *x, json_t *obj, const char *path)
 					      "onebitlamb", "muadam",	  "muadamw",
 					      "musgd",	    "sgd",	  "adafactor"};
 	char tpath[256], lower[64], b[96];
+	if (!json_is_object(obj)) {
+		CERR(x, path, "expected an object ({\"type\": ..., \"params\": {...}}), not %s",
+		     cfg_describe(obj, b, sizeof(b)));
+		return;
+	}
 	join(tpath, sizeof(tpath), path, "type");
 	json_t *type = json_object_get(obj, "type");
 	json_t *params = json_object_get(obj, "params");
@@ -357,6 +362,11 @@ static void
 parse_scheduler(struct cfg_ctx *x, json_t *obj, const char *path)
 {
 	char tpath[256], b[96];
+	if (!json_is_object(obj)) {
+		CERR(x, path, "expected an object ({\"type\": ..., \"params\": {...}}), not %s",
+		     cfg_describe(obj, b, sizeof(b)));
+		return;
+	}
 	join(tpath, sizeof(tpath), path, "type");
 	json_t *type = json_object_get(obj, "type");
 	enum zinf_sched_type t;

@@ -526,6 +526,9 @@ Test(config, optimizers)
 		 "{\"lr\": 1e-3}}}",
 		 NULL);
 	expect_log("optimizer.type: optimizer \"OneBitAdam\" is not implemented by zinf");
+	read_bad("{\"train_batch_size\": 8, \"optimizer\": \"Adam\"}", NULL);
+	expect_log("t.json:1: optimizer: expected an object ({\"type\": ..., \"params\": {...}}), "
+		   "not \"Adam\" (a string)");
 	read_bad("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adamm\"}}", NULL);
 	expect_log("unknown optimizer \"Adamm\"; did you mean \"Adam\"?");
 	read_bad("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lion\", \"params\": "
