@@ -151,6 +151,12 @@ int cfg_keylines_find(const struct cfg_keyline *kl, size_t n, const char *path);
  */
 int cfg_prescan(const char *text, const char *name);
 
+/* The Unicode name of a space or quote that web pages carry, else "a non-ASCII character". */
+const char *cfg_char_name(uint32_t cp);
+/* The 1-based character position of the first non-ASCII character of text (its code point in
+ *cp), or 0 when there is none. */
+int cfg_first_non_ascii(const char *text, uint32_t *cp);
+
 /* Optimal string alignment distance (edits, adjacent transpositions count one). */
 size_t cfg_edit_distance(const char *a, const char *b);
 

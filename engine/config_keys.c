@@ -143,6 +143,7 @@ static const struct cfg_key zero_keys[] = {
 	WARN("zeropp_loco_param"),
 	WARN("mics_shard_size"),
 	WARN("mics_hierarchical_params_gather"),
+	WARN("zenflow"),
 };
 SECTION(cfg_zero, "zero_optimization", zero_keys);
 

@@ -42,7 +42,7 @@ cfg_describe(json_t *v, char *buf, size_t len)
 {
 	static const char *const kinds[] = {"an object", "an array", "a string", "an integer",
 					    "a number",	 "true",     "false",	 "null"};
-	char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII);
 	int type = json_typeof(v);
 	if (type == JSON_OBJECT || type == JSON_ARRAY || !t) {
 		snprintf(buf, len, "%s", kinds[type]);
@@ -233,6 +233,16 @@ unknown_key(struct cfg_ctx *x, const struct cfg_section *sec, const char *k, con
 {
 	char where[256] = "";
 	size_t nw = 0;
+	uint32_t cp;
+	int at = cfg_first_non_ascii(k, &cp);
+	if (at > 0) {
+		CERR(x, path,
+		     "unknown key: character %d of the name is U+%04X %s (copied from a web "
+		     "page?); "
+		     "keys are ASCII",
+		     at, (unsigned)cp, cfg_char_name(cp));
+		return;
+	}
 	for (size_t i = 0; i < cfg_n_sections; i++) {
 		const struct cfg_section *s = cfg_all_sections[i];
 		const struct cfg_key *o = s == sec ? NULL : cfg_find_key(s, k);

@@ -166,6 +166,32 @@ static const struct {
 	{0x201d, "RIGHT DOUBLE QUOTATION MARK"},
 };
 
+const char *
+cfg_char_name(uint32_t cp)
+{
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(char_names); i++) {
+		if (char_names[i].cp == cp) {
+			return char_names[i].name;
+		}
+	}
+	return "a non-ASCII character";
+}
+
+int
+cfg_first_non_ascii(const char *text, uint32_t *cp)
+{
+	const unsigned char *s = (const unsigned char *)text;
+	for (int col = 1; *s; col++) {
+		int len = 1;
+		if (*s >= 0x80) {
+			*cp = utf8_decode(s, &len);
+			return col;
+		}
+		s += len;
+	}
+	return 0;
+}
+
 int
 cfg_prescan(const char *text, const char *name)
 {
@@ -185,12 +211,7 @@ cfg_prescan(const char *text, const char *name)
 			in_string = true;
 		} else if (*s >= 0x80) {
 			uint32_t cp = utf8_decode(s, &len);
-			const char *what = "a non-ASCII character";
-			for (size_t i = 0; i < ZINF_ARRAY_SIZE(char_names); i++) {
-				if (char_names[i].cp == cp) {
-					what = char_names[i].name;
-				}
-			}
+			const char *what = cfg_char_name(cp);
 			ZINF_ERR("%s:%d:%d: U+%04X %s outside a string (JSON allows only ASCII "
 				 "spaces, tabs, newlines and \" there; text copied from a web page "
 				 "often carries it): replace it",
