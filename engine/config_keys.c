@@ -34,6 +34,7 @@
 #define NUM(nm, st, o, lo, hi, ...) KEY(nm, st, o, .min = (lo), .max = (hi), ##__VA_ARGS__)
 #define SECT(nm, o, s, ...)	    KEY(nm, ST_SECTION, o, .sub = &(s), ##__VA_ARGS__)
 #define WARN(nm)		    KEY(nm, ST_NONE, 0, .flags = F_WARN)
+#define WARN_OFF(nm, off)	    KEY(nm, ST_NONE, 0, .flags = F_WARN, .min = (off)) /* off: silent */
 #define IGN(nm, ...)		    KEY(nm, ST_NONE, 0, .flags = F_IGNORED, ##__VA_ARGS__)
 #define ALIAS(nm, st, o, to, ...)   KEY(nm, st, o, .flags = F_ALIAS, .alias = (to), ##__VA_ARGS__)
 #define OLD(nm, st, o, to, ...)	    KEY(nm, st, o, .flags = F_DEPRECATED, .alias = (to), ##__VA_ARGS__)
@@ -136,12 +137,12 @@ static const struct cfg_key zero_keys[] = {
 	IGN("stage3_use_all_reduce_for_fetch_params"),
 	/* ZeRO++, MiCS and the legacy stage 1: not implemented */
 	WARN("legacy_stage1"),
-	WARN("zero_hpz_partition_size"),
+	WARN_OFF("zero_hpz_partition_size", 1),
 	WARN("zero_quantized_weights"),
 	WARN("zero_quantized_nontrainable_weights"),
 	WARN("zero_quantized_gradients"),
 	WARN("zeropp_loco_param"),
-	WARN("mics_shard_size"),
+	WARN_OFF("mics_shard_size", -1),
 	WARN("mics_hierarchical_params_gather"),
 	WARN("zenflow"),
 };

@@ -284,13 +284,14 @@ unknown_key(struct cfg_ctx *x, const struct cfg_section *sec, const char *k, con
 	}
 }
 
-/* F_WARN keys: an explicitly disabled feature needs no warning. */
+/* F_WARN keys: an explicitly disabled feature (false, {"enabled": false}, the number that means
+   off: k->min, 0 by default) needs no warning. */
 static bool
-disabled(json_t *v)
+disabled(const struct cfg_key *k, json_t *v)
 {
 	json_t *en = json_is_object(v) ? json_object_get(v, "enabled") : NULL;
 	return json_is_false(v) || json_is_null(v) || json_is_false(en) ||
-	       (json_is_integer(v) && json_integer_value(v) == 0);
+	       (json_is_number(v) && json_number_value(v) == k->min);
 }
 
 static void
@@ -470,7 +471,7 @@ cfg_parse_section(struct cfg_ctx *x, json_t *obj, const struct cfg_section *sec,
 			continue; /* DeepSpeed's None: the default */
 		}
 		if (key->flags & F_WARN) {
-			if (!disabled(v)) {
+			if (!disabled(key, v)) {
 				CWARN(x, path,
 				      "a DeepSpeed feature zinf does not implement; ignored");
 			}

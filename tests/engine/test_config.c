@@ -612,13 +612,16 @@ Test(config, unimplemented_features_warn_once)
 	struct zinf_train_config c;
 	read_ok("{\"train_batch_size\": 8,\n \"flops_profiler\": {\"enabled\": true},\n"
 		" \"tensorboard\": {\"enabled\": false},\n \"comms_logger\": {\"enabled\": true},\n"
-		" \"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}",
+		" \"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true,\n"
+		" \"zero_hpz_partition_size\": 1, \"mics_shard_size\": -1, \"legacy_stage1\": "
+		"false}}",
 		NULL, &c);
 	expect_log("W t.json:2: flops_profiler: a DeepSpeed feature zinf does not implement; "
 		   "ignored");
 	expect_log("W t.json:4: comms_logger: a DeepSpeed feature");
 	expect_log("W t.json:5: zero_optimization.zero_quantized_weights: a DeepSpeed feature");
-	cr_expect_eq(n_warnings, 3, "tensorboard is disabled: no warning; log:\n%s", logbuf);
+	cr_expect_eq(n_warnings, 3,
+		     "tensorboard, hpZ, MiCS, legacy stage 1 off: no warning; log:\n%s", logbuf);
 	zinf_config_fini(&c);
 }
 
