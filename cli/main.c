@@ -29,6 +29,8 @@ cmd_version(int argc, char **argv)
 
 static const struct cli_cmd top_cmds[] = {
 	{"bench", "benchmarks", NULL, bench_cmds},
+	{"estimate", "model-state memory per GPU, CPU and NVMe for every ZeRO stage and offload",
+	 cli_estimate},
 	{"version", "print the library version", cmd_version},
 	{NULL},
 };
