@@ -31,6 +31,7 @@
  * all-gathers per micro-batch (3 x 2 P); compute 6 P x tokens / (N x flop/s).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,6 +67,8 @@ struct cfg {
 	bool gpu_given, cpu_given, nvme_given;
 	double factor;
 	double nvme_read, nvme_write, pcie, net, adam, tflops;
+	bool read_given, write_given, pcie_given, net_given, adam_given;
+	const char *from_bench;
 	uint64_t tokens;
 	bool json;
 };
@@ -112,19 +115,22 @@ static const struct cli_opt opts[] = {
 	{"buffer-factor", CLI_DOUBLE, &cfg.factor, "1.5", "F",
 	 "CPU bytes x F (DeepSpeed's additional_buffer_factor)", .min = 1, .max = 100},
 	{"nvme-read-bw", CLI_DOUBLE, &cfg.nvme_read, "0", "GBps", "NVMe read bandwidth per node",
-	 .min = 0, .max = 1e6},
+	 .min = 0, .max = 1e6, .given = &cfg.read_given},
 	{"nvme-write-bw", CLI_DOUBLE, &cfg.nvme_write, "0", "GBps",
-	 "NVMe write bandwidth per node (default: the read bandwidth)", .min = 0, .max = 1e6},
+	 "NVMe write bandwidth per node (default: the read bandwidth)", .min = 0, .max = 1e6,
+	 .given = &cfg.write_given},
 	{"pcie-bw", CLI_DOUBLE, &cfg.pcie, "0", "GBps", "host-device bandwidth per GPU", .min = 0,
-	 .max = 1e6},
+	 .max = 1e6, .given = &cfg.pcie_given},
 	{"net-bw", CLI_DOUBLE, &cfg.net, "0", "GBps", "collective bus bandwidth per GPU", .min = 0,
-	 .max = 1e6},
+	 .max = 1e6, .given = &cfg.net_given},
 	{"adam-rate", CLI_DOUBLE, &cfg.adam, "0", "P/s", "CPU-Adam parameters per second per node",
-	 .min = 0, .max = 1e15},
+	 .min = 0, .max = 1e15, .given = &cfg.adam_given},
 	{"tokens", CLI_COUNT, &cfg.tokens, "0", "T", "tokens per step (all GPUs), for compute time",
 	 .max = 1e15},
 	{"gpu-tflops", CLI_DOUBLE, &cfg.tflops, "0", "F", "achieved TFLOP/s per GPU", .min = 0,
 	 .max = 1e6},
+	{"from-bench", CLI_STR, &cfg.from_bench, NULL, "FILE",
+	 "bandwidths from `zinf bench all --out FILE` (the flags above win)"},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
 	{NULL},
 };
@@ -320,6 +326,46 @@ machine_defaults(struct cfg *c)
 	return 0;
 }
 
+/* The bandwidths of a `zinf bench all` profile, where no flag gave them. */
+static int
+from_bench(struct cfg *c)
+{
+	json_error_t jerr;
+	json_t *o = json_load_file(c->from_bench, 0, &jerr);
+	if (!o) {
+		fprintf(stderr, PROG ": --from-bench %s: line %d column %d: %s\n", c->from_bench,
+			jerr.line, jerr.column, jerr.text);
+		return -1;
+	}
+	if (!json_is_object(o)) {
+		fprintf(stderr, PROG ": --from-bench %s: not a `zinf bench all` profile\n",
+			c->from_bench);
+		json_decref(o);
+		return -1;
+	}
+	static const struct {
+		const char *key;
+		size_t off, given;
+	} keys[] = {
+		{"nvme_read_GBps", offsetof(struct cfg, nvme_read),
+		 offsetof(struct cfg, read_given)},
+		{"nvme_write_GBps", offsetof(struct cfg, nvme_write),
+		 offsetof(struct cfg, write_given)},
+		{"pcie_GBps", offsetof(struct cfg, pcie), offsetof(struct cfg, pcie_given)},
+		{"net_busbw_GBps", offsetof(struct cfg, net), offsetof(struct cfg, net_given)},
+		{"adam_params_per_s", offsetof(struct cfg, adam), offsetof(struct cfg, adam_given)},
+	};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		json_t *v = json_object_get(o, keys[i].key);
+		bool *given = (bool *)((char *)c + keys[i].given);
+		if (json_is_number(v) && json_number_value(v) > 0 && !*given) {
+			*(double *)((char *)c + keys[i].off) = json_number_value(v);
+		}
+	}
+	json_decref(o);
+	return 0;
+}
+
 static void
 gb(char *out, size_t n, double bytes)
 {
@@ -334,7 +380,7 @@ cli_estimate(int argc, char **argv)
 		return rc;
 	}
 	struct cfg c = cfg;
-	if (machine_defaults(&c) < 0) {
+	if (machine_defaults(&c) < 0 || (c.from_bench && from_bench(&c) < 0)) {
 		return 1;
 	}
 	double P = (double)c.params, L = largest_of(&c, P);

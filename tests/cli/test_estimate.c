@@ -171,3 +171,44 @@ Test(estimate, text_and_errors)
 	cr_expect(strstr(t, "--nodes") != NULL, "%s", t);
 	free(t);
 }
+
+/* bench all writes a profile; estimate --from-bench takes its bandwidths (flags win). */
+Test(estimate, from_bench_profile)
+{
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "",
+			  "bench all --path %s --io-size 16M --adam-params 1e6 --out %s/prof.json",
+			  sc.dir, sc.dir),
+		0);
+	char prof[4300];
+	snprintf(prof, sizeof(prof), "%s/prof.json", sc.dir);
+	json_t *p = zc_json(prof);
+	double rd = zc_num(p, "nvme_read_GBps"), wr = zc_num(p, "nvme_write_GBps");
+	double adam = zc_num(p, "adam_params_per_s");
+	cr_assert(rd > 0 && wr > 0 && adam > 0, "read %g write %g adam %g", rd, wr, adam);
+	cr_expect(json_is_null(json_object_get(p, "net_busbw_GBps")), "one rank: no network");
+	cr_expect_not_null(json_object_get(json_object_get(p, "io"), "backend"));
+	json_decref(p);
+	/* 1e9 parameters on one GPU, both on NVMe, adam from the profile, NVMe write from a flag:
+	   reads 12P + 4P at rd, writes 14P at 3 GB/s. */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 1e9 --gpu-mem 80e9 --cpu-mem 1e12 --nvme 1e13 "
+			       "--from-bench %s --nvme-write-bw 3 --json",
+			       prof),
+		     0);
+	json_t *o = zc_json(sc.out);
+	json_t *r = row(o, 3, "nvme", "nvme");
+	double nvme_s = 16e9 / (rd * 1e9) + 14e9 / 3e9;
+	cr_expect(fabs(zc_num(r, "nvme_s") - nvme_s) <= 1e-9 * nvme_s, "nvme_s %g, expected %g",
+		  zc_num(r, "nvme_s"), nvme_s);
+	cr_expect(fabs(zc_num(r, "adam_s") - 1e9 / adam) <= 1e-9 * (1e9 / adam), "adam_s %g",
+		  zc_num(r, "adam_s"));
+	json_decref(o);
+	/* A file that is not a profile. */
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 1e9 --from-bench %s/nothing.json",
+			       sc.dir),
+		     1);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "nothing.json") != NULL, "%s", t);
+	free(t);
+}
