@@ -17,6 +17,8 @@ static const struct cli_cmd bench_cmds[] = {
 	{"comm", "collective bandwidth against the raw MPI/NCCL call (under mpirun)",
 	 cli_bench_comm},
 	{"pcie", "host-device copy bandwidth against cudaMemcpyAsync (on a GPU)", cli_bench_pcie},
+	{"all", "the machine profile for `zinf estimate --from-bench` (io, adam, pcie, comm)",
+	 cli_bench_all},
 	{NULL},
 };
 
@@ -29,6 +31,8 @@ cmd_version(int argc, char **argv)
 
 static const struct cli_cmd top_cmds[] = {
 	{"bench", "benchmarks", NULL, bench_cmds},
+	{"estimate", "model-state memory per GPU, CPU and NVMe for every ZeRO stage and offload",
+	 cli_estimate},
 	{"version", "print the library version", cmd_version},
 	{NULL},
 };

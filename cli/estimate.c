@@ -1,0 +1,466 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cli/estimate.c: `zinf estimate`: model-state memory per GPU, per node's CPU and per node's
+ * NVMe for every ZeRO stage and offload choice, whether each fits the machine, the largest model
+ * each choice fits, and (with bandwidths) a step-time bound per choice and a recommended
+ * ds_config section. Formulas only: nothing is allocated or measured here.
+ *
+ * The accounting (P parameters, N = G x M GPUs, G per node, M nodes, L the largest layer's
+ * parameters, f the CPU buffer factor, DeepSpeed's additional_buffer_factor, default 1.5):
+ *   GPU, the ZeRO paper's: 2 bytes of 16-bit parameter, 2 of 16-bit gradient, K = 12 of fp32
+ *   optimizer state (master, m, v) per parameter, each partitioned as the stage says; stage 3
+ *   adds the gathered working set of the largest layer, 4 L (its 16-bit parameters and
+ *   gradients, as DeepSpeed's estimate_zero3_model_states_mem_needs counts it).
+ *   CPU per node, DeepSpeed's estimate_zero2/zero3_model_states_mem_needs: offloaded state is
+ *   partitioned over all N GPUs, so a node holds its G partitions: 16 P / M x f for the
+ *   optimizer on the CPU (fp32 master, m, v and the fp32 gradient), + 2 P / M x f for
+ *   parameters on the CPU; with the optimizer on NVMe only the fp32 gradient, 4 P / M x f,
+ *   stays on the CPU.
+ *   NVMe per node: 12 P / M for the optimizer, 2 P / M for the parameters.
+ * It does not count activations, the pinned swap buffers or the framework's own memory.
+ *
+ * The step time (with bandwidths): the ZeRO-Infinity paper's bandwidth model with the traffic
+ * overlapped, as zinf overlaps it: time = max over the links of bytes / bandwidth, and of the
+ * compute. Per step and node: NVMe reads and writes of the state (12 P / M each way) and of the
+ * parameters (2 fetches per micro-batch of 2 P / M, one write of 2 P / M); CPU Adam over P / M
+ * parameters; per GPU over PCIe: the offloaded parameters fetched (2 x 2 P / N per
+ * micro-batch), the fp32 gradient partition copied out (4 P / N per micro-batch) and the new
+ * 16-bit parameters copied in (2 P / N); per GPU over the network, ring bus bytes (N - 1) / N
+ * of: stage 0-1 an all-reduce of the 16-bit gradients (2 x 2 P), stage 2 a reduce-scatter
+ * (2 P) and the all-gather after the step (2 P), stage 3 the reduce-scatter and two
+ * all-gathers per micro-batch (3 x 2 P); compute 6 P x tokens / (N x flop/s).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "cli/cli.h"
+
+#define PROG "zinf estimate"
+
+enum off { OFF_NONE = 0, OFF_CPU = 1, OFF_NVME = 2 };
+static const char *const off_name[] = {"none", "cpu", "nvme"};
+
+/* One choice: a stage and where parameters and the optimizer live. */
+struct choice {
+	int stage;
+	enum off param, optim;
+};
+
+/* Least offload first: the order in which a choice is recommended when bandwidths are absent. */
+static const struct choice choices[] = {
+	{0, OFF_NONE, OFF_NONE}, {1, OFF_NONE, OFF_NONE}, {2, OFF_NONE, OFF_NONE},
+	{3, OFF_NONE, OFF_NONE}, {1, OFF_NONE, OFF_CPU},  {2, OFF_NONE, OFF_CPU},
+	{3, OFF_NONE, OFF_CPU},	 {3, OFF_CPU, OFF_CPU},	  {2, OFF_NONE, OFF_NVME},
+	{3, OFF_NONE, OFF_NVME}, {3, OFF_CPU, OFF_NVME},  {3, OFF_NVME, OFF_CPU},
+	{3, OFF_NVME, OFF_NVME},
+};
+#define NCHOICES (sizeof(choices) / sizeof(choices[0]))
+
+struct cfg {
+	uint64_t params, layers, hidden, largest;
+	uint32_t gpus, nodes, micro;
+	uint64_t gpu_mem, cpu_mem, nvme;
+	bool gpu_given, cpu_given, nvme_given;
+	double factor;
+	double nvme_read, nvme_write, pcie, net, adam, tflops;
+	bool read_given, write_given, pcie_given, net_given, adam_given;
+	const char *from_bench;
+	uint64_t tokens;
+	bool json;
+};
+
+static struct cfg cfg;
+
+static const char synopsis[] =
+	"--params P [--layers L --hidden H] [--gpus-per-node G] [--nodes M]\n"
+	"       [--gpu-mem B --cpu-mem B --nvme B] [--nvme-read-bw GBps --nvme-write-bw GBps\n"
+	"       --pcie-bw GBps --net-bw GBps --adam-rate P/s --tokens T --gpu-tflops F] [--json]";
+static const char description[] =
+	"Model-state memory per GPU, per node's CPU and per node's NVMe for ZeRO stages 0-3 and\n"
+	"each offload choice; whether each fits (--gpu-mem per GPU, --cpu-mem and --nvme per "
+	"node;\n"
+	"defaults: 80 GB, this machine's memory, the free space here); the largest model each\n"
+	"choice fits. GPU bytes follow the ZeRO paper (2 + 2 + 12 bytes per parameter, "
+	"partitioned\n"
+	"by the stage; stage 3 adds 4 x the largest layer), CPU bytes DeepSpeed's\n"
+	"estimate_zero2/zero3_model_states_mem_needs (16 or 18 bytes per parameter offloaded, x\n"
+	"--buffer-factor), NVMe 12 bytes (optimizer) and 2 (parameters). The largest layer is\n"
+	"12 H^2 with --hidden, P / L with --layers only, --largest-layer if given. With\n"
+	"bandwidths, a step-time bound per choice (the traffic overlapped: the slowest link) and\n"
+	"the fastest choice that fits, printed as a ds_config section.\n";
+
+static const struct cli_opt opts[] = {
+	{"params", CLI_COUNT, &cfg.params, NULL, "P", "model parameters", .min = 1, .max = 1e15,
+	 .flags = CLI_REQUIRED},
+	{"layers", CLI_COUNT, &cfg.layers, "0", "L", "transformer layers (largest layer P / L)",
+	 .max = 1e9},
+	{"hidden", CLI_COUNT, &cfg.hidden, "0", "H", "hidden size (largest layer 12 H^2)",
+	 .max = 1e7},
+	{"largest-layer", CLI_COUNT, &cfg.largest, "0", "N", "parameters of the largest layer",
+	 .max = 1e15},
+	{"gpus-per-node", CLI_U32, &cfg.gpus, "1", "G", "GPUs per node", .min = 1, .max = 1 << 20},
+	{"nodes", CLI_U32, &cfg.nodes, "1", "M", "nodes", .min = 1, .max = 1 << 20},
+	{"micro-batches", CLI_U32, &cfg.micro, "1", "N",
+	 "micro-batches per step (gradient_accumulation_steps)", .min = 1, .max = 1 << 20},
+	{"gpu-mem", CLI_SIZE, &cfg.gpu_mem, "80G", "B", "memory per GPU", .min = 1,
+	 .given = &cfg.gpu_given},
+	{"cpu-mem", CLI_SIZE, &cfg.cpu_mem, "0", "B",
+	 "CPU memory per node (default: this machine's)", .given = &cfg.cpu_given},
+	{"nvme", CLI_SIZE, &cfg.nvme, "0", "B", "NVMe per node (default: free space here)",
+	 .given = &cfg.nvme_given},
+	{"buffer-factor", CLI_DOUBLE, &cfg.factor, "1.5", "F",
+	 "CPU bytes x F (DeepSpeed's additional_buffer_factor)", .min = 1, .max = 100},
+	{"nvme-read-bw", CLI_DOUBLE, &cfg.nvme_read, "0", "GBps", "NVMe read bandwidth per node",
+	 .min = 0, .max = 1e6, .given = &cfg.read_given},
+	{"nvme-write-bw", CLI_DOUBLE, &cfg.nvme_write, "0", "GBps",
+	 "NVMe write bandwidth per node (default: the read bandwidth)", .min = 0, .max = 1e6,
+	 .given = &cfg.write_given},
+	{"pcie-bw", CLI_DOUBLE, &cfg.pcie, "0", "GBps", "host-device bandwidth per GPU", .min = 0,
+	 .max = 1e6, .given = &cfg.pcie_given},
+	{"net-bw", CLI_DOUBLE, &cfg.net, "0", "GBps", "collective bus bandwidth per GPU", .min = 0,
+	 .max = 1e6, .given = &cfg.net_given},
+	{"adam-rate", CLI_DOUBLE, &cfg.adam, "0", "P/s", "CPU-Adam parameters per second per node",
+	 .min = 0, .max = 1e15, .given = &cfg.adam_given},
+	{"tokens", CLI_COUNT, &cfg.tokens, "0", "T", "tokens per step (all GPUs), for compute time",
+	 .max = 1e15},
+	{"gpu-tflops", CLI_DOUBLE, &cfg.tflops, "0", "F", "achieved TFLOP/s per GPU", .min = 0,
+	 .max = 1e6},
+	{"from-bench", CLI_STR, &cfg.from_bench, NULL, "FILE",
+	 "bandwidths from `zinf bench all --out FILE` (the flags above win)"},
+	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
+	{NULL},
+};
+
+/* Bytes of one choice: a P + b per resource, with L folded in by the caller. */
+struct need {
+	double gpu, cpu, nvme;
+};
+
+/* Bytes per GPU / per node for P parameters and a largest layer of L parameters. */
+static struct need
+need_of(const struct choice *ch, const struct cfg *c, double P, double L)
+{
+	double N = (double)c->gpus * c->nodes, M = c->nodes, f = c->factor;
+	struct need n = {0, 0, 0};
+	double p16 = 2 * P, g16 = 2 * P, os = 12 * P;
+	switch (ch->stage) {
+	case 0:
+		n.gpu = p16 + g16 + os;
+		break;
+	case 1:
+		n.gpu = p16 + g16 + (ch->optim == OFF_NONE ? os / N : 0);
+		break;
+	case 2:
+		n.gpu = p16 + g16 / N + (ch->optim == OFF_NONE ? os / N : 0);
+		break;
+	default:
+		n.gpu = 4 * L + (ch->param == OFF_NONE ? p16 / N : 0) +
+			(ch->optim == OFF_NONE ? (g16 + os) / N : 0);
+		break;
+	}
+	if (ch->optim == OFF_CPU) {
+		n.cpu += 16 * P / M * f;
+	} else if (ch->optim == OFF_NVME) {
+		n.cpu += 4 * P / M * f;
+		n.nvme += os / M;
+	}
+	if (ch->param == OFF_CPU) {
+		n.cpu += 2 * P / M * f;
+	} else if (ch->param == OFF_NVME) {
+		n.nvme += 2 * P / M;
+	}
+	return n;
+}
+
+/* The largest layer for P parameters: fixed (--largest-layer, --hidden), P / L, or 0. */
+static double
+largest_of(const struct cfg *c, double P)
+{
+	if (c->largest) {
+		return (double)c->largest;
+	}
+	if (c->hidden) {
+		return 12.0 * (double)c->hidden * (double)c->hidden;
+	}
+	return c->layers ? P / (double)c->layers : 0;
+}
+
+static bool
+fits(const struct need *n, const struct cfg *c)
+{
+	return n->gpu <= (double)c->gpu_mem && n->cpu <= (double)c->cpu_mem &&
+	       n->nvme <= (double)c->nvme;
+}
+
+/*
+ * The largest P that fits: every need is affine in P (the largest layer fixed or P / L), so
+ * each resource's bound is (cap - need(0)) / (need(1) - need(0)); the least of them.
+ */
+static double
+largest_model(const struct choice *ch, const struct cfg *c)
+{
+	struct need n0 = need_of(ch, c, 0, largest_of(c, 0));
+	struct need n1 = need_of(ch, c, 1e9, largest_of(c, 1e9));
+	double caps[3] = {(double)c->gpu_mem, (double)c->cpu_mem, (double)c->nvme};
+	double a[3] = {(n1.gpu - n0.gpu) / 1e9, (n1.cpu - n0.cpu) / 1e9, (n1.nvme - n0.nvme) / 1e9};
+	double b[3] = {n0.gpu, n0.cpu, n0.nvme};
+	double best = INFINITY;
+	for (int i = 0; i < 3; i++) {
+		if (b[i] > caps[i]) {
+			return 0;
+		}
+		if (a[i] > 0) {
+			best = fmin(best, (caps[i] - b[i]) / a[i]);
+		}
+	}
+	return isfinite(best) ? floor(best) : 0;
+}
+
+/* Seconds per step of one choice: the slowest link; -1 when no bandwidth was given. */
+struct times {
+	double nvme, pcie, net, adam, compute, step;
+};
+
+static struct times
+step_time(const struct choice *ch, const struct cfg *c)
+{
+	double P = (double)c->params, N = (double)c->gpus * c->nodes, M = c->nodes;
+	double mb = c->micro;
+	struct times t = {0, 0, 0, 0, 0, -1};
+	double rd = 0, wr = 0, h2d = 0, d2h = 0, net = 0;
+	if (ch->optim == OFF_NVME) {
+		rd += 12 * P / M;
+		wr += 12 * P / M;
+	}
+	if (ch->param == OFF_NVME) {
+		rd += mb * 2 * 2 * P / M;
+		wr += 2 * P / M;
+	}
+	if (ch->param != OFF_NONE) {
+		h2d += mb * 2 * 2 * P / N;
+	}
+	if (ch->optim != OFF_NONE) {
+		d2h += mb * 4 * P / N;
+		h2d += 2 * P / N;
+	}
+	double ring = (N - 1) / N;
+	switch (ch->stage) {
+	case 0:
+	case 1:
+		net = mb * 2 * 2 * P * ring + (ch->stage == 1 ? 2 * P * ring : 0);
+		break;
+	case 2:
+		net = (mb * 2 * P + 2 * P) * ring;
+		break;
+	default:
+		net = mb * 3 * 2 * P * ring;
+		break;
+	}
+	double wbw = c->nvme_write > 0 ? c->nvme_write : c->nvme_read;
+	/* With any bandwidth or compute given, a link that carries nothing costs 0. */
+	bool any = c->nvme_read > 0 || c->pcie > 0 || c->net > 0 || c->adam > 0 ||
+		   (c->tokens && c->tflops > 0);
+	if (rd + wr > 0 && c->nvme_read > 0) {
+		t.nvme = rd / (c->nvme_read * 1e9) + wr / (wbw * 1e9);
+	}
+	if (h2d + d2h > 0 && c->pcie > 0) {
+		t.pcie = fmax(h2d, d2h) / (c->pcie * 1e9); /* full duplex */
+	}
+	if (N > 1 && c->net > 0) {
+		t.net = net / (c->net * 1e9);
+	}
+	if (ch->optim != OFF_NONE && c->adam > 0) {
+		t.adam = P / M / c->adam;
+	}
+	if (c->tokens && c->tflops > 0) {
+		t.compute = 6 * P * (double)c->tokens / (N * c->tflops * 1e12);
+	}
+	if (any) {
+		t.step = fmax(fmax(fmax(t.nvme, t.pcie), fmax(t.net, t.adam)), t.compute);
+	}
+	return t;
+}
+
+/* The ds_config zero_optimization section of a choice, as JSON. */
+static json_t *
+ds_section(const struct choice *ch)
+{
+	json_t *z = json_object();
+	json_object_set_new(z, "stage", json_integer(ch->stage));
+	if (ch->optim != OFF_NONE) {
+		json_t *o = json_pack("{s:s, s:b}", "device", off_name[ch->optim], "pin_memory", 1);
+		if (ch->optim == OFF_NVME) {
+			json_object_set_new(o, "nvme_path", json_string("/local_nvme"));
+		}
+		json_object_set_new(z, "offload_optimizer", o);
+	}
+	if (ch->param != OFF_NONE) {
+		json_t *o = json_pack("{s:s, s:b}", "device", off_name[ch->param], "pin_memory", 1);
+		if (ch->param == OFF_NVME) {
+			json_object_set_new(o, "nvme_path", json_string("/local_nvme"));
+		}
+		json_object_set_new(z, "offload_param", o);
+	}
+	return json_pack("{s:o}", "zero_optimization", z);
+}
+
+/* Fill the machine defaults: this machine's memory, the free space of the current directory. */
+static int
+machine_defaults(struct cfg *c)
+{
+	if (!c->cpu_given) {
+		c->cpu_mem = cli_phys_memory();
+	}
+	if (!c->nvme_given) {
+		struct statvfs v;
+		if (statvfs(".", &v) != 0) {
+			fprintf(stderr, PROG ": statvfs(.): %s; give --nvme\n", strerror(errno));
+			return -1;
+		}
+		c->nvme = (uint64_t)v.f_bavail * v.f_frsize;
+	}
+	return 0;
+}
+
+/* The bandwidths of a `zinf bench all` profile, where no flag gave them. */
+static int
+from_bench(struct cfg *c)
+{
+	json_error_t jerr;
+	json_t *o = json_load_file(c->from_bench, 0, &jerr);
+	if (!o) {
+		fprintf(stderr, PROG ": --from-bench %s: line %d column %d: %s\n", c->from_bench,
+			jerr.line, jerr.column, jerr.text);
+		return -1;
+	}
+	if (!json_is_object(o)) {
+		fprintf(stderr, PROG ": --from-bench %s: not a `zinf bench all` profile\n",
+			c->from_bench);
+		json_decref(o);
+		return -1;
+	}
+	static const struct {
+		const char *key;
+		size_t off, given;
+	} keys[] = {
+		{"nvme_read_GBps", offsetof(struct cfg, nvme_read),
+		 offsetof(struct cfg, read_given)},
+		{"nvme_write_GBps", offsetof(struct cfg, nvme_write),
+		 offsetof(struct cfg, write_given)},
+		{"pcie_GBps", offsetof(struct cfg, pcie), offsetof(struct cfg, pcie_given)},
+		{"net_busbw_GBps", offsetof(struct cfg, net), offsetof(struct cfg, net_given)},
+		{"adam_params_per_s", offsetof(struct cfg, adam), offsetof(struct cfg, adam_given)},
+	};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		json_t *v = json_object_get(o, keys[i].key);
+		bool *given = (bool *)((char *)c + keys[i].given);
+		if (json_is_number(v) && json_number_value(v) > 0 && !*given) {
+			*(double *)((char *)c + keys[i].off) = json_number_value(v);
+		}
+	}
+	json_decref(o);
+	return 0;
+}
+
+static void
+gb(char *out, size_t n, double bytes)
+{
+	snprintf(out, n, "%.2f GiB", bytes / (double)(1ull << 30));
+}
+
+int
+cli_estimate(int argc, char **argv)
+{
+	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
+	if (rc >= 0) {
+		return rc;
+	}
+	struct cfg c = cfg;
+	if (machine_defaults(&c) < 0 || (c.from_bench && from_bench(&c) < 0)) {
+		return 1;
+	}
+	double P = (double)c.params, L = largest_of(&c, P);
+	json_t *rows = json_array();
+	int best = -1;
+	double best_t = INFINITY;
+	for (size_t i = 0; i < NCHOICES; i++) {
+		const struct choice *ch = &choices[i];
+		struct need n = need_of(ch, &c, P, L);
+		struct times t = step_time(ch, &c);
+		bool ok = fits(&n, &c);
+		if (ok && best < 0) {
+			best = (int)i; /* least offload that fits */
+		}
+		if (ok && t.step >= 0 && t.step < best_t) {
+			best_t = t.step;
+			best = (int)i;
+		}
+		json_t *r =
+			json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:b, s:I}", "stage", ch->stage,
+				  "offload_param", off_name[ch->param], "offload_optimizer",
+				  off_name[ch->optim], "gpu_bytes", (json_int_t)ceil(n.gpu),
+				  "cpu_bytes_per_node", (json_int_t)ceil(n.cpu),
+				  "nvme_bytes_per_node", (json_int_t)ceil(n.nvme), "fits", ok,
+				  "largest_params", (json_int_t)largest_model(ch, &c));
+		if (t.step >= 0) {
+			json_object_set_new(r, "step_s", cli_json_real(t.step));
+			json_object_set_new(r, "nvme_s", cli_json_real(t.nvme));
+			json_object_set_new(r, "pcie_s", cli_json_real(t.pcie));
+			json_object_set_new(r, "net_s", cli_json_real(t.net));
+			json_object_set_new(r, "adam_s", cli_json_real(t.adam));
+			json_object_set_new(r, "compute_s", cli_json_real(t.compute));
+		}
+		json_array_append_new(rows, r);
+	}
+	if (c.json) {
+		json_t *o = json_pack("{s:I, s:i, s:i, s:I, s:I, s:I, s:I, s:f, s:o}", "params",
+				      (json_int_t)c.params, "gpus_per_node", (int)c.gpus, "nodes",
+				      (int)c.nodes, "largest_layer_params", (json_int_t)L,
+				      "gpu_mem", (json_int_t)c.gpu_mem, "cpu_mem_per_node",
+				      (json_int_t)c.cpu_mem, "nvme_per_node", (json_int_t)c.nvme,
+				      "buffer_factor", c.factor, "rows", rows);
+		json_object_set_new(o, "recommended",
+				    best >= 0 ? ds_section(&choices[best]) : json_null());
+		return cli_json_print(o, 0) ? 1 : 0;
+	}
+	char g[32], cm[32], nv[32];
+	gb(g, sizeof(g), (double)c.gpu_mem);
+	gb(cm, sizeof(cm), (double)c.cpu_mem);
+	gb(nv, sizeof(nv), (double)c.nvme);
+	printf("%.3g parameters (largest layer %.3g), %u node(s) x %u GPU(s); limits: %s per GPU, "
+	       "%s CPU and %s NVMe per node\n",
+	       P, L, c.nodes, c.gpus, g, cm, nv);
+	printf("stage  param  optim  %12s %14s %15s  fits  %12s%s\n", "GPU", "CPU/node",
+	       "NVMe/node", "largest P", best_t < INFINITY ? "     step" : "");
+	size_t i;
+	json_t *r;
+	json_array_foreach(rows, i, r)
+	{
+		const struct choice *ch = &choices[i];
+		char a[32], b[32], d[32];
+		gb(a, sizeof(a), json_number_value(json_object_get(r, "gpu_bytes")));
+		gb(b, sizeof(b), json_number_value(json_object_get(r, "cpu_bytes_per_node")));
+		gb(d, sizeof(d), json_number_value(json_object_get(r, "nvme_bytes_per_node")));
+		printf("%5d  %-5s  %-5s  %12s %14s %15s  %-4s  %12.3g", ch->stage,
+		       off_name[ch->param], off_name[ch->optim], a, b, d,
+		       json_is_true(json_object_get(r, "fits")) ? "yes" : "no",
+		       json_number_value(json_object_get(r, "largest_params")));
+		json_t *s = json_object_get(r, "step_s");
+		if (s) {
+			printf("  %7.3f s", json_number_value(s));
+		}
+		printf("\n");
+	}
+	json_decref(rows);
+	if (best < 0) {
+		printf("nothing fits: add GPUs or nodes, CPU memory or NVMe\n");
+		return 0;
+	}
+	printf("recommended (%s):\n",
+	       best_t < INFINITY ? "the fastest that fits" : "the least offload that fits");
+	return cli_json_print(ds_section(&choices[best]), 2) ? 1 : 0;
+}

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cli/test_estimate.c: `zinf estimate` against figures computed by hand from the formulas
+ * its help states (ZeRO paper for the GPU: 2 + 2 + 12 bytes per parameter partitioned by the
+ * stage, + 4 x the largest layer at stage 3; DeepSpeed's CPU bytes 16 (optimizer), 18 (+
+ * parameters), 4 (optimizer on NVMe) per parameter per node x 1.5; NVMe 12 and 2), for a 70B
+ * model on 8 GPUs of 80e9 bytes with 1e12 bytes of CPU, a 1.3B model on one 24e9 GPU, and a
+ * 10B model on 2 nodes of 4 GPUs; the largest model of a choice; the recommendation; the
+ * step-time bound; errors.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "cli_run.h"
+
+static struct zc_scratch sc;
+
+static void
+setup(void)
+{
+	zc_scratch_init(&sc);
+}
+
+static void
+teardown(void)
+{
+	zc_scratch_fini(&sc);
+}
+
+TestSuite(estimate, .init = setup, .fini = teardown);
+
+/* The row of (stage, param, optim). */
+static json_t *
+row(json_t *o, int stage, const char *param, const char *optim)
+{
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(o, "rows"), i, r)
+	{
+		if (json_integer_value(json_object_get(r, "stage")) == stage &&
+		    strcmp(json_string_value(json_object_get(r, "offload_param")), param) == 0 &&
+		    strcmp(json_string_value(json_object_get(r, "offload_optimizer")), optim) ==
+			    0) {
+			return r;
+		}
+	}
+	cr_assert_fail("no row stage %d param %s optim %s", stage, param, optim);
+	return NULL;
+}
+
+static void
+expect(json_t *r, double gpu, double cpu, double nvme, bool fits)
+{
+	cr_expect_eq(zc_num(r, "gpu_bytes"), gpu, "gpu %.0f, expected %.0f", zc_num(r, "gpu_bytes"),
+		     gpu);
+	cr_expect_eq(zc_num(r, "cpu_bytes_per_node"), cpu, "cpu %.0f, expected %.0f",
+		     zc_num(r, "cpu_bytes_per_node"), cpu);
+	cr_expect_eq(zc_num(r, "nvme_bytes_per_node"), nvme, "nvme %.0f, expected %.0f",
+		     zc_num(r, "nvme_bytes_per_node"), nvme);
+	cr_expect_eq(json_is_true(json_object_get(r, "fits")), fits);
+}
+
+Test(estimate, llama70b_on_8_gpus)
+{
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 70e9 --hidden 8192 --gpus-per-node 8 --nodes 1 "
+			       "--gpu-mem 80e9 --cpu-mem 1e12 --nvme 1e13 --json"),
+		     0);
+	json_t *o = zc_json(sc.out);
+	cr_assert_eq(zc_num(o, "params"), 70e9);
+	cr_assert_eq(zc_num(o, "gpus_per_node"), 8);
+	cr_assert_eq(zc_num(o, "nodes"), 1);
+	/* L = 12 x 8192^2 = 805306368; 4L = 3221225472. */
+	cr_assert_eq(zc_num(o, "largest_layer_params"), 805306368.0);
+	/* stage 0: 16 x 70e9. */
+	expect(row(o, 0, "none", "none"), 1120e9, 0, 0, false);
+	/* stage 1: 2P + 2P + 12P / 8 = 280e9 + 105e9. */
+	expect(row(o, 1, "none", "none"), 385e9, 0, 0, false);
+	/* stage 2: 2P + 14P / 8 = 140e9 + 122.5e9. */
+	expect(row(o, 2, "none", "none"), 262.5e9, 0, 0, false);
+	/* stage 3: 4L + 16P / 8. */
+	expect(row(o, 3, "none", "none"), 3221225472.0 + 140e9, 0, 0, false);
+	/* stage 3, optimizer on CPU: 4L + 2P / 8 on the GPU, 16P x 1.5 on the CPU (1.68e12). */
+	expect(row(o, 3, "none", "cpu"), 3221225472.0 + 17.5e9, 1680e9, 0, false);
+	/* + parameters on CPU: 4L; 18P x 1.5 = 1.89e12. */
+	expect(row(o, 3, "cpu", "cpu"), 3221225472.0, 1890e9, 0, false);
+	/* optimizer on NVMe: 4P x 1.5 = 420e9 CPU, 12P = 840e9 NVMe: fits. */
+	expect(row(o, 3, "none", "nvme"), 3221225472.0 + 17.5e9, 420e9, 840e9, true);
+	/* both on NVMe: + 2P on NVMe. */
+	expect(row(o, 3, "nvme", "nvme"), 3221225472.0, 420e9, 980e9, true);
+	/* Largest model of stage 0: 80e9 / 16 = 5e9. Of stage 3 with the optimizer on NVMe: the
+	   CPU binds, 1e12 / 6 = 166666666666.67. */
+	cr_expect_eq(zc_num(row(o, 0, "none", "none"), "largest_params"), 5e9);
+	cr_expect_eq(zc_num(row(o, 3, "none", "nvme"), "largest_params"), 166666666666.0);
+	/* Without bandwidths the least offload that fits: stage 3, optimizer on NVMe. */
+	json_t *z = json_object_get(json_object_get(o, "recommended"), "zero_optimization");
+	cr_assert_not_null(z);
+	cr_expect_eq(json_integer_value(json_object_get(z, "stage")), 3);
+	cr_expect_str_eq(json_string_value(json_object_get(json_object_get(z, "offload_optimizer"),
+							   "device")),
+			 "nvme");
+	cr_expect_null(json_object_get(z, "offload_param"));
+	json_decref(o);
+}
+
+Test(estimate, one_gpu_layers_and_step_time)
+{
+	/* L = P / 24; stage 2 with the optimizer on the CPU: 2P + 2P on the GPU, 16P x 1.5. */
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "",
+			  "estimate --params 1.2e9 --layers 24 --gpus-per-node 1 --gpu-mem 24e9 "
+			  "--cpu-mem 64e9 --nvme 1e12 --nvme-read-bw 2 --nvme-write-bw 1 "
+			  "--pcie-bw 10 --adam-rate 1e9 --json"),
+		0);
+	json_t *o = zc_json(sc.out);
+	cr_assert_eq(zc_num(o, "largest_layer_params"), 50e6);
+	expect(row(o, 0, "none", "none"), 19.2e9, 0, 0, true);
+	expect(row(o, 2, "none", "cpu"), 4.8e9, 28.8e9, 0, true);
+	/* stage 0's largest: 24e9 / 16 = 1.5e9. Stage 3 with both on NVMe: the GPU holds 4L = 4P /
+	   24, the CPU 6P (64e9 / 6 = 10666666666.67), the NVMe 14P (1e12 / 14 = 71428571428.57):
+	   GPU bound 24e9 x 6 = 144e9, so the CPU binds. */
+	cr_expect_eq(zc_num(row(o, 0, "none", "none"), "largest_params"), 1.5e9);
+	cr_expect_eq(zc_num(row(o, 3, "nvme", "nvme"), "largest_params"), 10666666666.0);
+	/* Step bound of stage 3, both on NVMe, one micro-batch: NVMe reads 12P + 4P = 19.2e9 B at
+	   2 GB/s = 9.6 s, writes 12P + 2P = 16.8e9 B at 1 GB/s = 16.8 s: 26.4 s; PCIe max(4P + 2P,
+	   4P) / 10e9 = 0.72 s; Adam 1.2 s. The slowest: 26.4 s. */
+	json_t *r = row(o, 3, "nvme", "nvme");
+	cr_expect(fabs(zc_num(r, "nvme_s") - 26.4) < 1e-9, "nvme_s %g", zc_num(r, "nvme_s"));
+	cr_expect(fabs(zc_num(r, "pcie_s") - 0.72) < 1e-12, "pcie_s %g", zc_num(r, "pcie_s"));
+	cr_expect(fabs(zc_num(r, "adam_s") - 1.2) < 1e-12, "adam_s %g", zc_num(r, "adam_s"));
+	cr_expect(fabs(zc_num(r, "step_s") - 26.4) < 1e-9, "step_s %g", zc_num(r, "step_s"));
+	/* Stage 0 fits and moves nothing: it is the fastest. */
+	cr_expect_eq(zc_num(row(o, 0, "none", "none"), "step_s"), 0);
+	json_t *z = json_object_get(json_object_get(o, "recommended"), "zero_optimization");
+	cr_expect_eq(json_integer_value(json_object_get(z, "stage")), 0);
+	json_decref(o);
+}
+
+Test(estimate, two_nodes)
+{
+	/* N = 8, M = 2: stage 2, optimizer on the CPU: 2P + 2P / 8 per GPU; 16P / 2 x 1.5 per node;
+	   on NVMe: 4P / 2 x 1.5 CPU and 12P / 2 NVMe per node. */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 10e9 --gpus-per-node 4 --nodes 2 --gpu-mem 80e9 "
+			       "--cpu-mem 512e9 --nvme 4e12 --json"),
+		     0);
+	json_t *o = zc_json(sc.out);
+	cr_assert_eq(zc_num(o, "largest_layer_params"), 0);
+	expect(row(o, 2, "none", "cpu"), 22.5e9, 120e9, 0, true);
+	expect(row(o, 2, "none", "nvme"), 22.5e9, 30e9, 60e9, true);
+	expect(row(o, 1, "none", "none"), 40e9 + 15e9, 0, 0, true);
+	json_decref(o);
+}
+
+Test(estimate, text_and_errors)
+{
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 1e9 --gpu-mem 1e9 --cpu-mem 1e9 "
+			       "--nvme 1e9"),
+		     0);
+	char *t = zc_text(sc.out);
+	cr_expect(strstr(t, "nothing fits") != NULL, "%s", t);
+	free(t);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --gpus-per-node 8"), 2);
+	t = zc_text(sc.err);
+	cr_expect(strstr(t, "--params") != NULL, "%s", t);
+	free(t);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 1e9 --nodes 0"), 2);
+	t = zc_text(sc.err);
+	cr_expect(strstr(t, "--nodes") != NULL, "%s", t);
+	free(t);
+}
+
+/* bench all writes a profile; estimate --from-bench takes its bandwidths (flags win). */
+Test(estimate, from_bench_profile)
+{
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "",
+			  "bench all --path %s --io-size 16M --adam-params 1e6 --out %s/prof.json",
+			  sc.dir, sc.dir),
+		0);
+	char prof[4300];
+	snprintf(prof, sizeof(prof), "%s/prof.json", sc.dir);
+	json_t *p = zc_json(prof);
+	double rd = zc_num(p, "nvme_read_GBps"), wr = zc_num(p, "nvme_write_GBps");
+	double adam = zc_num(p, "adam_params_per_s");
+	cr_assert(rd > 0 && wr > 0 && adam > 0, "read %g write %g adam %g", rd, wr, adam);
+	cr_expect(json_is_null(json_object_get(p, "net_busbw_GBps")), "one rank: no network");
+	cr_expect_not_null(json_object_get(json_object_get(p, "io"), "backend"));
+	json_decref(p);
+	/* 1e9 parameters on one GPU, both on NVMe, adam from the profile, NVMe write from a flag:
+	   reads 12P + 4P at rd, writes 14P at 3 GB/s. */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 1e9 --gpu-mem 80e9 --cpu-mem 1e12 --nvme 1e13 "
+			       "--from-bench %s --nvme-write-bw 3 --json",
+			       prof),
+		     0);
+	json_t *o = zc_json(sc.out);
+	json_t *r = row(o, 3, "nvme", "nvme");
+	double nvme_s = 16e9 / (rd * 1e9) + 14e9 / 3e9;
+	cr_expect(fabs(zc_num(r, "nvme_s") - nvme_s) <= 1e-9 * nvme_s, "nvme_s %g, expected %g",
+		  zc_num(r, "nvme_s"), nvme_s);
+	cr_expect(fabs(zc_num(r, "adam_s") - 1e9 / adam) <= 1e-9 * (1e9 / adam), "adam_s %g",
+		  zc_num(r, "adam_s"));
+	json_decref(o);
+	/* A file that is not a profile. */
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 1e9 --from-bench %s/nothing.json",
+			       sc.dir),
+		     1);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "nothing.json") != NULL, "%s", t);
+	free(t);
+}
