@@ -22,6 +22,7 @@ int cli_bench_comm(int argc, char **argv);
 int cli_bench_pcie(int argc, char **argv);
 int cli_bench_all(int argc, char **argv);
 int cli_estimate(int argc, char **argv);
+int cli_config_check(int argc, char **argv);
 
 /* ---- reports (report.c) ------------------------------------------------------------------- */
 

@@ -22,6 +22,12 @@ static const struct cli_cmd bench_cmds[] = {
 	{NULL},
 };
 
+static const struct cli_cmd config_cmds[] = {
+	{"check", "read a ds_config.json, print it resolved and the memory plan per rank",
+	 cli_config_check},
+	{NULL},
+};
+
 static int
 cmd_version(int argc, char **argv)
 {
@@ -31,6 +37,7 @@ cmd_version(int argc, char **argv)
 
 static const struct cli_cmd top_cmds[] = {
 	{"bench", "benchmarks", NULL, bench_cmds},
+	{"config", "DeepSpeed configuration files", NULL, config_cmds},
 	{"estimate", "model-state memory per GPU, CPU and NVMe for every ZeRO stage and offload",
 	 cli_estimate},
 	{"version", "print the library version", cmd_version},

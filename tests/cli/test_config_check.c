@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cli/test_config_check.c: `zinf config check` as a user runs it: Hugging Face's ZeRO-3
+ * config with "auto" resolved from --hidden and the trainer's defaults, and its memory plan
+ * per rank worked by hand; an NVMe config written into a scratch directory (fits, and then a
+ * model too large for the disk: exit 1 naming the path); a misspelt key (exit 2 naming it, its
+ * line and the nearest key).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_run.h"
+
+static struct zc_scratch sc;
+
+static void
+setup(void)
+{
+	zc_scratch_init(&sc);
+}
+
+static void
+teardown(void)
+{
+	zc_scratch_fini(&sc);
+}
+
+TestSuite(config_check, .init = setup, .fini = teardown);
+
+/* The bytes of the plan item whose description starts with `what` (and tier). */
+static double
+item(json_t *o, const char *tier, const char *what)
+{
+	size_t i;
+	json_t *it;
+	json_array_foreach(json_object_get(json_object_get(o, "plan"), "items"), i, it)
+	{
+		if (strcmp(json_string_value(json_object_get(it, "tier")), tier) == 0 &&
+		    strncmp(json_string_value(json_object_get(it, "what")), what, strlen(what)) ==
+			    0) {
+			return zc_num(it, "bytes");
+		}
+	}
+	return -1;
+}
+
+static const char *
+resolved(json_t *o, const char *path)
+{
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(o, "resolved"), i, r)
+	{
+		if (strcmp(json_string_value(json_object_get(r, "path")), path) == 0) {
+			return json_string_value(json_object_get(r, "value"));
+		}
+	}
+	return "(not resolved)";
+}
+
+Test(config_check, hf_zero3_auto_and_plan)
+{
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/tests/engine/configs/hf_zero3.json --hidden 1024 "
+			       "--world 2 --params 1e8 --json",
+			       ZINF_SOURCE_DIR),
+		     0);
+	json_t *o = zc_json(sc.out);
+	cr_expect(json_is_true(json_object_get(o, "ok")));
+	/* hidden 1024: reduce_bucket_size 1024^2, prefetch 0.9 x 1024^2 (943718.4, floored),
+	   persistence 10 x 1024; the batch from the trainer's default micro batch 8 x 2 ranks. */
+	cr_expect_str_eq(resolved(o, "zero_optimization.reduce_bucket_size"), "1048576");
+	cr_expect_str_eq(resolved(o, "zero_optimization.stage3_prefetch_bucket_size"), "943718");
+	cr_expect_str_eq(resolved(o, "zero_optimization.stage3_param_persistence_threshold"),
+			 "10240");
+	cr_expect_str_eq(resolved(o, "train_batch_size"), "16");
+	/* fp32 training (fp16/bf16 "auto" with the default --precision fp32): 4-byte parameters.
+	   Stage 3, both offloaded to the CPU, 2 ranks: a rank owns 5e7 elements of each kind. */
+	cr_expect_eq(item(o, "gpu", "gathered parameters"), 1e8 * 4); /* min(1e9 live, 1e8) */
+	cr_expect_eq(item(o, "gpu", "gradient buckets"), 2 * 1048576.0 * 4);
+	cr_expect_eq(item(o, "gpu", "16-bit parameter"), -1); /* offloaded */
+	cr_expect_eq(item(o, "pinned", "optimizer state"), 5e7 * 12);
+	cr_expect_eq(item(o, "pinned", "fp32 gradient partition"), 5e7 * 4);
+	cr_expect_eq(item(o, "pinned", "16-bit parameter partitions"), 5e7 * 4);
+	/* CPU tier: the pool's buffers carry one sub-group's copy each: 4 x 5e7 x 4, aligned */
+	double buf = item(o, "pinned", "optimizer swap buffers");
+	cr_expect(buf >= 4 * 5e7 * 4 && buf < 4 * (5e7 * 4 + 4096), "%.0f", buf);
+	json_decref(o);
+}
+
+static void
+write_nvme_config(void)
+{
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/ds.json", sc.dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f,
+		"{\n  \"train_micro_batch_size_per_gpu\": 1,\n  \"bf16\": {\"enabled\": true},\n"
+		"  \"zero_optimization\": {\n    \"stage\": 3,\n    \"sub_group_size\": 1e6,\n"
+		"    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"},\n"
+		"    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
+		"\"buffer_size\": 1e6}\n  }\n}\n",
+		sc.dir, sc.dir);
+	fclose(f);
+}
+
+Test(config_check, nvme_plan_and_free_space)
+{
+	write_nvme_config();
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s/ds.json --world 2 --params 4e6 --json",
+			       sc.dir),
+		     0);
+	json_t *o = zc_json(sc.out);
+	/* 2e6 elements per rank: 12 bytes of fp32 Adam state, 2 of bf16 parameters, on NVMe; the
+	   fp32 gradient partition pinned; 4 optimizer buffers of one sub-group (1e6 x (12 + 2),
+	   aligned) and 5 parameter buffers of 1e6 bf16 elements. */
+	cr_expect_eq(item(o, "nvme", "optimizer state"), 2e6 * 12);
+	cr_expect_eq(item(o, "nvme", "16-bit parameter partitions"), 2e6 * 2);
+	cr_expect_eq(item(o, "pinned", "fp32 gradient partition"), 2e6 * 4);
+	cr_expect_eq(item(o, "pinned", "parameter swap buffers"), 5 * 1e6 * 2);
+	double buf = item(o, "pinned", "optimizer swap buffers");
+	cr_expect(buf >= 4 * 14e6 && buf < 4 * (14e6 + 4 * 4096), "%.0f", buf);
+	json_decref(o);
+	/* 1e15 parameters: 7e15 bytes per rank on the scratch disk. */
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "", "config check %s/ds.json --world 2 --params 1e15", sc.dir),
+		1);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, sc.dir) != NULL && strstr(t, "needed") != NULL, "%s", t);
+	free(t);
+}
+
+Test(config_check, misspelt_key)
+{
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/bad.json", sc.dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("{\n  \"train_batch_size\": 8,\n  \"zero_optimization\": {\n    \"stgae\": 2\n  "
+	      "}\n}\n",
+	      f);
+	fclose(f);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s", path), 2);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "bad.json:4") != NULL, "%s", t);
+	cr_expect(strstr(t, "zero_optimization.stgae") != NULL, "%s", t);
+	cr_expect(strstr(t, "stage") != NULL, "%s", t);
+	free(t);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check"), 2);
+}
