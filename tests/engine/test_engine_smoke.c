@@ -230,6 +230,16 @@ main(int argc, char **argv)
 	struct zinf_engine_stats st = {.size = sizeof(st)};
 	CHECK(zinf_engine_get_stats(e, &st) == 0, "stats");
 	CHECK(st.steps == STEPS && st.micro_steps == (uint64_t)(STEPS * gas), "stats steps");
+	CHECK(st.sub_groups >= 2, "sub_groups %u", st.sub_groups);
+	if (o.step_during_backward) {
+		CHECK(st.stepped_during_backward >= 1 &&
+			      st.stepped_during_backward <= st.sub_groups,
+		      "stepped_during_backward %u of %u", st.stepped_during_backward,
+		      st.sub_groups);
+	} else {
+		CHECK(st.stepped_during_backward == 0, "stepped_during_backward %u without it",
+		      st.stepped_during_backward);
+	}
 	if (o.stage == 3) {
 		CHECK(st.live_elems == st.persistent_elems, "live %llu persistent %llu",
 		      (unsigned long long)st.live_elems, (unsigned long long)st.persistent_elems);
