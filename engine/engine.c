@@ -554,5 +554,8 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.live_elems = e->live_elems;
 	s.persistent_elems = e->persistent_elems;
 	s.sub_groups = e->n_sg;
+	s.trace_hits = e->trace_hits;
+	s.trace_misses = e->trace_misses;
+	s.trace_invalidations = e->trace_invalidations;
 	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

@@ -500,12 +500,18 @@ zinf_engine_step(struct zinf_engine *e)
 	}
 	e->grads_seen = 0;
 	e->micro_steps++;
+	if (e->o.stage == 3) {
+		eng_trace_micro_end(e);
+	}
 	if (e->micro + 1 < e->o.gradient_accumulation_steps) {
 		e->micro++;
 		return 0;
 	}
 	if ((ret = eng_step_run(e))) {
 		return ret;
+	}
+	if (e->o.stage == 3 && (ret = eng_fetch_drop_all(e))) {
+		return eng_fail(e, ret);
 	}
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
