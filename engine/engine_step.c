@@ -529,6 +529,33 @@ zinf_engine_step(struct zinf_engine *e)
 	return 1;
 }
 
+/* All-gather part floats per rank (mine is inside full, host memory) into full. */
+static int
+gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, uint64_t padded)
+{
+	if (e->host_comm) {
+		return eng_fail(e, zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL));
+	}
+	/* nccl: device buffers, ordered on cs (the communicator's stream) */
+	float *dev = NULL;
+	int ret = zinf_device_alloc(e->dev, padded * 4, (void **)&dev);
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, dev + (mine - full), mine, part * 4, ZINF_COPY_H2D);
+	}
+	if (!ret) {
+		ret = eng_fail(e, zinf_comm_all_gather(e->comm, dev + (mine - full), dev, part,
+						       ZINF_F32, NULL));
+	}
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, full, dev, padded * 4, ZINF_COPY_D2H);
+	}
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	zinf_device_free(e->dev, dev);
+	return ret;
+}
+
 int
 zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 {
@@ -569,10 +596,7 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 		}
 	}
 	if (!ret && e->W > 1) {
-		ret = zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL);
-		if (ret) {
-			eng_fail(e, ret);
-		}
+		ret = gather_master(e, mine, full, part, p->part.padded);
 	}
 	if (ret) {
 		ret = ENG_FAIL(e, ret, "read_master: parameter \"%s\"", p->name);
