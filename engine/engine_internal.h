@@ -132,7 +132,8 @@ struct zinf_engine {
 	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
 
 	struct zinf_optimizer *opt;
-	float lr;
+	float lr;      /* set by zinf_engine_set_lr */
+	float step_lr; /* in the optimizer: latched for the step in progress */
 	uint32_t nparts;
 
 	/* parameters and layers */
@@ -206,6 +207,7 @@ struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 double eng_now(void);
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
 /* queue on `to` a wait for everything queued on `from` so far */
+int eng_latch_lr(struct zinf_engine *e);
 int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to);
 
 /* engine_param.c */
