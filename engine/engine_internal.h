@@ -220,6 +220,7 @@ int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, cons
 /* engine_fetch.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */
 int eng_refresh_persistent(struct zinf_engine *e);
+int eng_gather_after_step(struct zinf_engine *e);
 int eng_fetch_drop_all(struct zinf_engine *e);
 void eng_trace_micro_end(struct zinf_engine *e);
 void eng_fetch_free(struct zinf_engine *e);

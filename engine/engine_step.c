@@ -451,13 +451,7 @@ eng_step_run(struct zinf_engine *e)
 	if (ret) {
 		return eng_fail(e, ret);
 	}
-	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
-		struct eparam *p = &e->params[i];
-		if ((e->o.stage > 0 && e->o.stage < 3) || p->persistent) {
-			ret = eng_gather_full(e, p);
-		}
-	}
-	if (ret || (ret = eng_order(e, e->cs, e->compute))) {
+	if ((ret = eng_gather_after_step(e)) || (ret = eng_order(e, e->cs, e->compute))) {
 		return eng_fail(e, ret);
 	}
 	e->steps++;

@@ -103,6 +103,7 @@ main(int argc, char **argv)
 	o.comm_check = true;
 	o.sub_group_size = strchr(flags, 's') ? 1 : 400;
 	o.reduce_bucket_size = 512;
+	o.allgather_bucket_size = 300; /* several all-gathers in flight, waited in order */
 	o.stage3_param_persistence_threshold = 20;
 	o.optimizer.lr = 1e-2f;
 	if (strchr(flags, 'l')) {
