@@ -420,6 +420,9 @@ zinf_engine_release(struct zinf_engine *e, int32_t layer)
 				l ? "is not fetched" : "is unknown");
 	}
 	l->fetched = false;
+	if (e->micro + 1 == e->o.gradient_accumulation_steps) {
+		eng_worker_pump(e); /* sub-groups of this layer may be final */
+	}
 	if (e->o.stage < 3 || !l->gathered) {
 		return 0;
 	}

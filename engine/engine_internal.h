@@ -131,6 +131,7 @@ struct zinf_engine {
 	bool store_mu_init;
 	struct eworker w;
 	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
+	uint8_t *sg_handed;	   /* sub-group k handed to the worker in this step */
 
 	struct zinf_optimizer *opt;
 	float lr;      /* set by zinf_engine_set_lr */
@@ -152,6 +153,7 @@ struct zinf_engine {
 	uint64_t *sg_end;     /* exclusive ends */
 	uint32_t *sg_params;  /* parameters per sub-group */
 	uint32_t *sg_pending; /* parameters whose gradient is not yet accumulated */
+	uint32_t *sg_first;   /* index in order[] of its first parameter */
 	uint64_t max_sg;      /* longest sub-group */
 
 	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
@@ -254,7 +256,8 @@ int eng_worker_start(struct zinf_engine *e);
 void eng_worker_stop(struct zinf_engine *e);
 int eng_worker_wait(struct zinf_engine *e);
 void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
-int eng_step_run(struct zinf_engine *e);		/* the whole step at the boundary */
+void eng_worker_pump(struct zinf_engine *e); /* hand final sub-groups whose layers are released */
+int eng_step_run(struct zinf_engine *e);     /* the whole step at the boundary */
 void eng_step_free(struct zinf_engine *e);
 
 #endif

@@ -371,6 +371,9 @@ zinf_engine_step(struct zinf_engine *e)
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
 		e->sg_pending[k] = e->sg_params[k];
+		if (e->sg_handed) {
+			e->sg_handed[k] = 0;
+		}
 	}
 	double t1 = eng_now();
 	e->win.exposed_step_s = t1 - t0;

@@ -58,7 +58,8 @@ eng_worker_start(struct zinf_engine *e)
 	int ret;
 	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
 	e->sg_ev = zinf_calloc(e->n_sg, sizeof(*e->sg_ev));
-	if (!w->queue || !e->sg_ev) {
+	e->sg_handed = zinf_calloc(e->n_sg, 1);
+	if (!w->queue || !e->sg_ev || !e->sg_handed) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
 	}
 	for (uint32_t k = 0; k < e->n_sg; k++) {
@@ -108,17 +109,22 @@ eng_worker_stop(struct zinf_engine *e)
 	e->sg_ev = NULL;
 	zinf_free(w->queue);
 	w->queue = NULL;
+	zinf_free(e->sg_handed);
+	e->sg_handed = NULL;
 }
 
-/* Sub-group k's gradient is final (the boundary micro-batch): hand it to the worker. */
-void
-eng_step_final(struct zinf_engine *e, uint32_t k)
+/* Hand sub-group k to the worker, after the engine stream's work so far (its accumulations,
+ * and through the wait below, the compute stream's work queued so far: every use of its
+ * parameters, whose layers were released). */
+static void
+hand(struct zinf_engine *e, uint32_t k)
 {
 	struct eworker *w = &e->w;
-	if (!w->started) {
-		return; /* stepped after backward, in eng_step_run */
+	int ret = eng_order(e, e->compute, e->cs);
+	if (!ret) {
+		ret = zinf_event_record(e->sg_ev[k], e->cs);
 	}
-	int ret = zinf_event_record(e->sg_ev[k], e->cs);
+	e->sg_handed[k] = 1;
 	pthread_mutex_lock(&w->mu);
 	if (ret && !w->err) {
 		w->err = ret;
@@ -126,6 +132,46 @@ eng_step_final(struct zinf_engine *e, uint32_t k)
 	w->queue[w->tail++] = k;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+}
+
+/* Whether no layer holding a parameter of sub-group k is fetched. */
+static bool
+released(struct zinf_engine *e, uint32_t k)
+{
+	for (uint32_t i = e->sg_first[k]; i < e->n_params && e->params[e->order[i]].sg == k; i++) {
+		if (eng_layer(e, e->params[e->order[i]].layer)->fetched) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Hand the sub-groups that are final (every gradient accumulated at the boundary micro-batch)
+ * and whose layers are all released: the worker writes new values where the trainer may still
+ * read them (stages 0-2: the device tensors) only after the trainer is done with the layer.
+ */
+void
+eng_worker_pump(struct zinf_engine *e)
+{
+	if (!e->w.started) {
+		return;
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		if (e->sg_pending[k] == 0 && !e->sg_handed[k] && released(e, k)) {
+			hand(e, k);
+		}
+	}
+}
+
+/* Sub-group k's gradient is final (the boundary micro-batch). */
+void
+eng_step_final(struct zinf_engine *e, uint32_t k)
+{
+	if (e->w.started && released(e, k)) {
+		hand(e, k);
+	}
+	/* else: stepped after backward (eng_step_run), or handed at its layers' release */
 }
 
 /* Wait for every sub-group handed to the worker; its error, if any. */

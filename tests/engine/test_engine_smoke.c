@@ -153,6 +153,11 @@ main(int argc, char **argv)
 	if (strchr(flags, 'f')) {
 		o.io_backend = "fault";
 	}
+	/* tests run in parallel over one directory: a swap prefix per configuration */
+	char prefix[128];
+	snprintf(prefix, sizeof(prefix), "smoke-%s-%s-%s-%s-%s", argv[1], argv[2], argv[3], argv[4],
+		 flags[0] ? flags : "x");
+	o.swap_prefix = prefix;
 	o.device_backend = "host";
 	o.comm_check = true;
 	o.sub_group_size = strchr(flags, 's') ? 1 : 400;
