@@ -137,9 +137,12 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 			struct gbuf *g = *pp;
 			*pp = g->next;
 			g->next = NULL;
+			e->free_bytes -= g->bytes;
 			*out = g;
-			/* the compute stream's last use of it, before the host collective writes */
-			return zinf_event_sync(g->released);
+			/* after the compute stream's last use of it: host collectives write from
+			   this thread, nccl and the copies from cs */
+			return e->host_comm ? zinf_event_sync(g->released)
+					    : zinf_stream_wait_event(e->cs, g->released);
 		}
 	}
 	struct gbuf *g = zinf_calloc(1, sizeof(*g));
@@ -160,10 +163,36 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 }
 
 static void
+gbuf_free(struct zinf_engine *e, struct gbuf *g)
+{
+	zinf_event_sync(g->released);
+	zinf_event_destroy(g->released);
+	zinf_device_free(e->dev, g->dev);
+	zinf_free(g);
+}
+
+/*
+ * Back to the free list (most recent first). The list keeps at most
+ * stage3_max_live_parameters elements' bytes: a model of many distinct sizes would otherwise
+ * keep a buffer of each, the whole model, on the device; the oldest go first.
+ */
+static void
 gbuf_put(struct zinf_engine *e, struct gbuf *g)
 {
 	g->next = e->free_list;
 	e->free_list = g;
+	e->free_bytes += g->bytes;
+	uint64_t cap = e->o.stage3_max_live_parameters * eng_dsize(e);
+	while (e->free_bytes > cap && e->free_list->next) {
+		struct gbuf **pp = &e->free_list;
+		while ((*pp)->next) {
+			pp = &(*pp)->next;
+		}
+		struct gbuf *old = *pp;
+		*pp = NULL;
+		e->free_bytes -= old->bytes;
+		gbuf_free(e, old);
+	}
 }
 
 void
@@ -192,11 +221,9 @@ eng_fetch_free(struct zinf_engine *e)
 	while (e->free_list) {
 		struct gbuf *g = e->free_list;
 		e->free_list = g->next;
-		zinf_event_sync(g->released);
-		zinf_event_destroy(g->released);
-		zinf_device_free(e->dev, g->dev);
-		zinf_free(g);
+		gbuf_free(e, g);
 	}
+	e->free_bytes = 0;
 }
 
 /* comm_check: every rank fetches the same layer, or every rank fails naming it. */

@@ -179,6 +179,7 @@ struct zinf_engine {
 
 	/* stage 3 */
 	struct gbuf *free_list;
+	uint64_t free_bytes; /* on the free list */
 	uint64_t live_elems, peak_live, persistent_elems;
 	uint64_t pf_inflight; /* elements prefetched, not yet fetched */
 	bool warned_live, warned_trace;
