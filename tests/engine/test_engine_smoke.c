@@ -13,7 +13,8 @@
  * reduced whatever the timing, so that at least one is stepped during backward; l: stage 3
  * with stage3_max_live_parameters 1100 (every layer alone fits: the peak stays under it); v:
  * the forward of step 2 fetches layers 0, 2, 1 (the trace is invalidated, results unchanged);
- * f: an injected NVMe read error fails the engine (run_fault).
+ * f: an injected NVMe read error fails the engine (run_fault); F, H: fp32 or f16 parameters
+ * (default bf16).
  */
 #include <errno.h>
 #include <math.h>
@@ -164,6 +165,7 @@ main(int argc, char **argv)
 	o.reduce_bucket_size = 512;
 	o.allgather_bucket_size = 300; /* several all-gathers in flight, waited in order */
 	o.stage3_param_persistence_threshold = 20;
+	o.dtype = strchr(flags, 'F') ? ZINF_F32 : strchr(flags, 'H') ? ZINF_F16 : ZINF_BF16;
 	o.optimizer.lr = 1e-2f;
 	if (strchr(flags, 'l')) {
 		o.stage3_max_live_parameters = 1100;
@@ -314,10 +316,11 @@ main(int argc, char **argv)
 			}
 			CHECK(zinf_engine_param(e, (uint32_t)i, &d) == 0, "param %d", i);
 			zinf_stream_sync(cs);
-			uint16_t *want = malloc(P[i].numel * 2);
-			zinf_dtype_convert(want, ZINF_BF16, ref[i][0], ZINF_F32, P[i].numel);
-			CHECK(memcmp(d, want, P[i].numel * 2) == 0, "param %s 16-bit differs",
-			      P[i].name);
+			size_t dsz = zinf_dtype_size(o.dtype);
+			void *want = malloc(P[i].numel * dsz);
+			zinf_dtype_convert(want, o.dtype, ref[i][0], ZINF_F32, P[i].numel);
+			CHECK(memcmp(d, want, P[i].numel * dsz) == 0, "param %s (%s) differs",
+			      P[i].name, zinf_dtype_name(o.dtype));
 			free(want);
 		}
 		CHECK(zinf_engine_release(e, l) == 0, "release %d", l);
