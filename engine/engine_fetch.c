@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_fetch.c: making parameters available on the device. Stages 0-2 keep every
+ * tensor gathered, so fetch and release only record the order. Stage 3: zinf_engine_fetch()
+ * puts this rank's 16-bit partition of each parameter of the layer (device partition, pinned
+ * CPU partition, or NVMe through the store) at its place in a gathered device buffer (from a
+ * size-keyed free list: no device free on the hot path) and all-gathers in place; release
+ * gives the buffers back after an event on the compute stream, which the next user waits for.
+ * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
+ * Along a valid trace (engine_trace.c), a fetch then gathers the following layers ahead and a
+ * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
+ * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* This rank's 16-bit partition of p into p->dev_full at its place (stage 3), on cs. */
+static int
+put_partition(struct zinf_engine *e, struct eparam *p)
+{
+	size_t ds = eng_dsize(e);
+	size_t bytes = p->part.part * ds;
+	char *dst = (char *)p->dev_full + p->part.offset * ds;
+	int ret;
+	void *buf = NULL;
+	switch (e->ptier) {
+	case ZINF_OFFLOAD_NONE:
+		return zinf_device_copy(e->cs, dst, p->dev_part, bytes, ZINF_COPY_D2D);
+	case ZINF_OFFLOAD_CPU:
+		e->win.h2d_bytes += bytes;
+		return zinf_device_copy(e->cs, dst, p->cpu_part, bytes, ZINF_COPY_H2D);
+	default:
+		ret = zinf_store_wait(e->store, p->store_id, &buf);
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"fetch: parameter \"%s\": reading its NVMe partition",
+					p->name);
+		}
+		e->win.h2d_bytes += bytes;
+		e->win.nvme_read_bytes += bytes;
+		return zinf_device_copy(e->cs, dst, buf, bytes, ZINF_COPY_H2D);
+	}
+}
+
+/* All-gather p->dev_full in place (this rank's partition is in place on cs). */
+static int
+gather(struct zinf_engine *e, struct eparam *p, struct zinf_comm_req **req)
+{
+	size_t ds = eng_dsize(e);
+	e->win.gathered_bytes += p->part.padded * ds;
+	return zinf_comm_all_gather(e->comm, (char *)p->dev_full + p->part.offset * ds, p->dev_full,
+				    p->part.part, e->o.dtype, req);
+}
+
+int
+eng_gather_full(struct zinf_engine *e, struct eparam *p)
+{
+	int ret = 0;
+	if (e->o.stage == 3) {
+		if (e->ptier == ZINF_OFFLOAD_NVME) {
+			ret = zinf_store_swap_in(e->store, p->store_id, 0);
+		}
+		if (!ret) {
+			ret = put_partition(e, p);
+		}
+	}
+	if (!ret && e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME) {
+		int r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+	}
+	if (!ret && e->W > 1) {
+		ret = gather(e, p, NULL);
+	}
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", p->name)) : 0;
+}
+
+/*
+ * After the step: stages 1-2 all-gather every tensor in place (this rank's partition was
+ * written on cs), non-blocking, at most allgather_bucket_size elements in flight (at least one
+ * call); stage 3 re-gathers its persistent parameters.
+ */
+int
+eng_gather_after_step(struct zinf_engine *e)
+{
+	int ret = 0;
+	if (e->o.stage == 3) {
+		return eng_refresh_persistent(e);
+	}
+	if (e->o.stage == 0 || e->W == 1) {
+		return 0;
+	}
+	struct zinf_comm_req **reqs = zinf_calloc(e->n_params, sizeof(*reqs));
+	if (!reqs) {
+		return ENG_FAIL(e, -ENOMEM, "step: out of memory for the all-gathers");
+	}
+	if (e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	uint32_t head = 0;
+	uint64_t inflight = 0;
+	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
+		struct eparam *p = &e->params[i];
+		while (head < i && inflight + p->part.padded > e->o.allgather_bucket_size) {
+			ret = zinf_comm_wait(e->comm, reqs[head]);
+			reqs[head] = NULL;
+			inflight -= e->params[head++].part.padded;
+			if (ret) {
+				break;
+			}
+		}
+		if (!ret) {
+			ret = gather(e, p, &reqs[i]);
+			inflight += p->part.padded;
+		}
+	}
+	for (uint32_t i = head; i < e->n_params; i++) {
+		if (reqs[i]) {
+			int r2 = zinf_comm_wait(e->comm, reqs[i]);
+			ret = ret ? ret : r2;
+		}
+	}
+	zinf_free(reqs);
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step: all-gathering the new parameters")) : 0;
+}
+
+static int
+gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
+{
+	struct gbuf **pp = &e->free_list;
+	for (; *pp; pp = &(*pp)->next) {
+		if ((*pp)->bytes == bytes) {
+			struct gbuf *g = *pp;
+			*pp = g->next;
+			g->next = NULL;
+			e->free_bytes -= g->bytes;
+			*out = g;
+			/* after the compute stream's last use of it: host collectives write from
+			   this thread, nccl and the copies from cs */
+			return e->host_comm ? zinf_event_sync(g->released)
+					    : zinf_stream_wait_event(e->cs, g->released);
+		}
+	}
+	struct gbuf *g = zinf_calloc(1, sizeof(*g));
+	if (!g) {
+		return -ENOMEM;
+	}
+	int ret = zinf_device_alloc(e->dev, bytes, &g->dev);
+	if (!ret && (ret = zinf_event_create(e->dev, &g->released))) {
+		zinf_device_free(e->dev, g->dev);
+	}
+	if (ret) {
+		zinf_free(g);
+		return ret;
+	}
+	g->bytes = bytes;
+	*out = g;
+	return 0;
+}
+
+static void
+gbuf_free(struct zinf_engine *e, struct gbuf *g)
+{
+	zinf_event_sync(g->released);
+	zinf_event_destroy(g->released);
+	zinf_device_free(e->dev, g->dev);
+	zinf_free(g);
+}
+
+/*
+ * Back to the free list (most recent first). The list keeps at most
+ * stage3_max_live_parameters elements' bytes: a model of many distinct sizes would otherwise
+ * keep a buffer of each, the whole model, on the device; the oldest go first.
+ */
+static void
+gbuf_put(struct zinf_engine *e, struct gbuf *g)
+{
+	g->next = e->free_list;
+	e->free_list = g;
+	e->free_bytes += g->bytes;
+	uint64_t cap = e->o.stage3_max_live_parameters * eng_dsize(e);
+	while (e->free_bytes > cap && e->free_list->next) {
+		struct gbuf **pp = &e->free_list;
+		while ((*pp)->next) {
+			pp = &(*pp)->next;
+		}
+		struct gbuf *old = *pp;
+		*pp = NULL;
+		e->free_bytes -= old->bytes;
+		gbuf_free(e, old);
+	}
+}
+
+void
+eng_fetch_free(struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		struct elayer *l = &e->layers[i];
+		for (uint32_t j = 0; l->reqs && j < l->n; j++) {
+			if (l->reqs[j] && !zinf_comm_failed(e->comm)) {
+				zinf_comm_wait(e->comm, l->reqs[j]);
+			}
+		}
+		zinf_free(l->reqs);
+		l->reqs = NULL;
+	}
+	zinf_free(e->trace);
+	e->trace = NULL;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		if (p->gathered) {
+			gbuf_put(e, p->gathered);
+			p->gathered = NULL;
+			p->dev_full = NULL;
+		}
+	}
+	while (e->free_list) {
+		struct gbuf *g = e->free_list;
+		e->free_list = g->next;
+		gbuf_free(e, g);
+	}
+	e->free_bytes = 0;
+}
+
+/* comm_check: every rank fetches the same layer, or every rank fails naming it. */
+static int
+check_layer(struct zinf_engine *e, int32_t layer)
+{
+	float v[2] = {(float)layer, -(float)layer};
+	int ret = zinf_comm_all_reduce(e->comm, v, 2, ZINF_F32, ZINF_COMM_MAX, NULL);
+	if (ret) {
+		return eng_fail(
+			e, ENG_FAIL(e, ret, "fetch: layer %d, step %" PRId64, layer, e->steps + 1));
+	}
+	if (v[0] != (float)layer || -v[1] != (float)layer) {
+		return eng_fail(e, ENG_FAIL(e, -EPROTO,
+					    "fetch: ranks fetched different layers at step %" PRId64
+					    ": this rank layer %d, others between %g and %g",
+					    e->steps + 1, layer, (double)-v[1], (double)v[0]));
+	}
+	return 0;
+}
+
+/*
+ * Start gathering layer l: its partitions into gathered buffers (NVMe reads first, so that
+ * they overlap each other), then the all-gathers, left in flight in l->reqs. Every rank makes
+ * the same calls (the decisions depend only on the calls the trainer made).
+ */
+int
+eng_gather_start(struct zinf_engine *e, struct elayer *l)
+{
+	size_t ds = eng_dsize(e);
+	int ret = 0;
+	bool nvme = e->ptier == ZINF_OFFLOAD_NVME;
+	if (nvme) {
+		/* the step worker writes new values into the store during backward */
+		pthread_mutex_lock(&e->store_mu);
+	}
+	for (uint32_t i = 0; i < l->n && !ret && nvme; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->persistent) {
+			ret = zinf_store_swap_in(e->store, p->store_id, 0);
+		}
+	}
+	for (uint32_t i = 0; i < l->n && !ret; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (p->persistent) {
+			continue;
+		}
+		if ((ret = gbuf_get(e, p->part.padded * ds, &p->gathered))) {
+			ret = ENG_FAIL(e, ret, "fetch: parameter \"%s\": gathered buffer", p->name);
+			break;
+		}
+		p->dev_full = p->gathered->dev;
+		ret = put_partition(e, p);
+	}
+	if (!ret && e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	for (uint32_t i = 0; i < l->n && nvme; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->persistent) {
+			int r2 = zinf_store_release(e->store, p->store_id);
+			ret = ret ? ret : r2;
+		}
+	}
+	if (nvme) {
+		pthread_mutex_unlock(&e->store_mu);
+	}
+	for (uint32_t i = 0; i < l->n && !ret && e->W > 1; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->persistent) {
+			ret = gather(e, p, &l->reqs[i]);
+		}
+	}
+	l->gathered = true;
+	e->live_elems += l->gather_elems;
+	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
+	return ret;
+}
+
+/* Complete layer l's all-gathers; the compute stream's later work is ordered after them. */
+static int
+gather_finish(struct zinf_engine *e, struct elayer *l)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < l->n; i++) {
+		if (l->reqs[i]) {
+			int r2 = zinf_comm_wait(e->comm, l->reqs[i]);
+			l->reqs[i] = NULL;
+			ret = ret ? ret : r2;
+		}
+	}
+	if (!ret) {
+		ret = eng_order(e, e->cs, e->compute);
+	}
+	return ret;
+}
+
+/* Give layer l's gathered buffers back (after the compute stream's work queued so far). */
+static int
+drop(struct zinf_engine *e, struct elayer *l)
+{
+	int ret = gather_finish(e, l); /* a collective cannot be cancelled */
+	for (uint32_t i = 0; i < l->n; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->gathered) {
+			continue;
+		}
+		int r2 = zinf_event_record(p->gathered->released, e->compute);
+		ret = ret ? ret : r2;
+		gbuf_put(e, p->gathered);
+		p->gathered = NULL;
+		p->dev_full = NULL;
+	}
+	if (l->gathered) {
+		e->live_elems -= l->gather_elems;
+		l->gathered = false;
+	}
+	if (l->prefetched) {
+		e->pf_inflight -= l->gather_elems;
+		l->prefetched = false;
+	}
+	return ret;
+}
+
+/* After an optimizer step every gathered copy is stale: drop those not fetched. */
+int
+eng_fetch_drop_all(struct zinf_engine *e)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		struct elayer *l = &e->layers[i];
+		if (l->gathered && !l->fetched) {
+			int r2 = drop(e, l);
+			ret = ret ? ret : r2;
+		}
+	}
+	return ret;
+}
+
+int
+zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
+{
+	int ret = eng_ready(e, "fetch");
+	if (ret) {
+		return ret;
+	}
+	struct elayer *l = eng_layer(e, layer);
+	if (!l || l->fetched) {
+		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
+				l ? "is already fetched" : "is unknown");
+	}
+	double t0 = eng_now();
+	if (e->window_t0 < 0) {
+		e->window_t0 = t0;
+	}
+	if (e->o.stage < 3) {
+		l->fetched = true;
+		return 0;
+	}
+	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
+		return ret;
+	}
+	if ((ret = eng_trace_fetch(e, layer))) {
+		return ret;
+	}
+	if (!l->gathered && l->gather_elems > 0) {
+		/* make room: drop layers kept or prefetched but not fetched */
+		for (uint32_t i = 0; i < e->n_layers && !ret; i++) {
+			struct elayer *k = &e->layers[i];
+			if (e->live_elems + l->gather_elems <= e->o.stage3_max_live_parameters) {
+				break;
+			}
+			if (k->gathered && !k->fetched && k != l) {
+				ret = drop(e, k);
+			}
+		}
+		if (ret) {
+			return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+		}
+		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
+		    !e->warned_live) {
+			e->warned_live = true;
+			ENG_WARN(e,
+				 "fetch: layer %d (%" PRIu64 " elements) with %" PRIu64
+				 " live passes stage3_max_live_parameters (%" PRIu64
+				 "); fetched anyway (warned once)",
+				 layer, l->gather_elems, e->live_elems,
+				 e->o.stage3_max_live_parameters);
+		}
+		ret = eng_gather_start(e, l);
+	}
+	if (!ret) {
+		ret = gather_finish(e, l);
+	}
+	if (l->prefetched) {
+		e->pf_inflight -= l->gather_elems;
+		l->prefetched = false;
+	}
+	if (ret) {
+		drop(e, l);
+		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+	}
+	l->fetched = true;
+	e->win.exposed_fetch_s += eng_now() - t0;
+	if ((ret = eng_prefetch(e))) {
+		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
+	}
+	return 0;
+}
+
+int
+zinf_engine_release(struct zinf_engine *e, int32_t layer)
+{
+	int ret = eng_ready(e, "release");
+	if (ret) {
+		return ret;
+	}
+	struct elayer *l = eng_layer(e, layer);
+	if (!l || !l->fetched) {
+		return ENG_FAIL(e, -EINVAL, "release: layer %d %s", layer,
+				l ? "is not fetched" : "is unknown");
+	}
+	l->fetched = false;
+	if (e->micro + 1 == e->o.gradient_accumulation_steps) {
+		eng_worker_pump(e); /* sub-groups of this layer may be final */
+	}
+	if (e->o.stage < 3 || !l->gathered) {
+		return 0;
+	}
+	/* kept when the trace fetches it again soon and the live bound allows */
+	if (e->tr_state == TRACE_VALID &&
+	    eng_reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
+	    e->live_elems <= e->o.stage3_max_live_parameters) {
+		return 0;
+	}
+	return (ret = drop(e, l)) ? eng_fail(e, ret) : 0;
+}
+
+int
+zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
+{
+	int ret = eng_ready(e, "param");
+	if (ret) {
+		return ret;
+	}
+	if (id >= e->n_params || !dev) {
+		return ENG_FAIL(e, -EINVAL, "param: %s", dev ? "unknown parameter id" : "NULL dev");
+	}
+	struct eparam *p = &e->params[id];
+	if (!p->dev_full ||
+	    (e->o.stage == 3 && !p->persistent && !eng_layer(e, p->layer)->fetched)) {
+		return ENG_FAIL(e, -EINVAL, "param: parameter \"%s\": layer %d is not fetched",
+				p->name, p->layer);
+	}
+	*dev = p->dev_full;
+	return 0;
+}
+
+int
+eng_refresh_persistent(struct zinf_engine *e)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
+		if (e->params[i].persistent) {
+			ret = eng_gather_full(e, &e->params[i]);
+		}
+	}
+	return ret;
+}
