@@ -803,15 +803,20 @@ bench(struct run *r)
 int
 cli_bench_engine(int argc, char **argv)
 {
-	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
-	if (rc >= 0) {
-		return rc;
+	bool quiet = launcher_rank() != 0; /* under mpirun: one report of an option error */
+	char err[512];
+	int rc = cli_opts_parse(opts, argc, argv, err, sizeof(err));
+	if (rc == CLI_PARSE_HELP) {
+		if (!quiet) {
+			cli_opts_help(stdout, PROG, synopsis, description, opts);
+		}
+		return 0;
 	}
 	struct cfg c = cfg;
-	char err[256];
-	if (check_cfg(&c, err, sizeof(err))) {
-		if (launcher_rank() == 0) {
-			fprintf(stderr, PROG ": %s\nrun `" PROG " --help`\n", err);
+	if (rc < 0 || check_cfg(&c, err, sizeof(err))) {
+		if (!quiet) {
+			fprintf(stderr, "%s: %s\nRun `%s --help` for the options.\n", PROG, err,
+				PROG);
 		}
 		return 2;
 	}
