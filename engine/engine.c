@@ -305,17 +305,32 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 		ret = ZINF_FAIL(-ENOMEM, "engine: out of memory copying the options' strings");
 		goto fail;
 	}
+	e->main.s = NULL; /* set once cs exists */
+	e->main.st = &e->win;
+	pthread_mutex_init(&e->store_mu, NULL);
+	e->store_mu_init = true;
 	e->otier = e->o.offload_optimizer.device;
 	e->ptier = e->o.offload_param.device;
 	if ((ret = open_device(e))) {
 		goto fail;
 	}
-	if ((ret = zinf_stream_wrap(e->dev, e->o.compute_stream, "compute", &e->compute)) ||
-	    (ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs)) ||
-	    (ret = zinf_event_create(e->dev, &e->ev_compute)) ||
+	if ((ret = zinf_stream_wrap(e->dev, e->o.compute_stream, "compute", &e->compute))) {
+		goto fail;
+	}
+	if (e->o.comm && zinf_comm_backend(e->o.comm) &&
+	    strcmp(zinf_comm_backend(e->o.comm), "nccl") == 0) {
+		/* the caller's NCCL communicator orders its collectives on its own stream: the
+		   engine's copies and casts go on that stream too */
+		ret = zinf_stream_wrap(e->dev, zinf_comm_get_opts(e->o.comm)->stream, "zinf-engine",
+				       &e->cs);
+	} else {
+		ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs);
+	}
+	if (ret || (ret = zinf_event_create(e->dev, &e->ev_compute)) ||
 	    (ret = zinf_event_create(e->dev, &e->ev_cs))) {
 		goto fail;
 	}
+	e->main.s = e->cs;
 	if ((ret = open_comm(e))) {
 		goto fail;
 	}
@@ -382,6 +397,9 @@ zinf_engine_destroy(struct zinf_engine *e)
 	for (uint32_t i = 0; i < ZINF_ENGINE_MAX_PATHS; i++) {
 		zinf_free(e->param_paths[i]);
 		zinf_free(e->optim_paths[i]);
+	}
+	if (e->store_mu_init) {
+		pthread_mutex_destroy(&e->store_mu);
 	}
 	zinf_free(e->device_backend);
 	zinf_free(e->comm_backend);
@@ -546,5 +564,8 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.live_elems = e->live_elems;
 	s.persistent_elems = e->persistent_elems;
 	s.sub_groups = e->n_sg;
+	s.trace_hits = e->trace_hits;
+	s.trace_misses = e->trace_misses;
+	s.trace_invalidations = e->trace_invalidations;
 	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }
