@@ -546,10 +546,14 @@ case_unquantised(void)
 /*
  * bf16 training (stage 3, both tiers on NVMe): bit for bit the reference that rounds the
  * parameters and the handed gradients to bf16 as the engine's trainer sees them; and, looser,
- * within `tol` of the fp32 reference: each step's gradient changes by at most a relative 2^-7
- * (parameters rounded to half a bf16 ulp, 2^-9, in up to three factors, and the gradient itself
- * rounded), which moves AdamW's update by at most (lr/eps)(1 + t) 2^-7 abs_grad[t]; summed
- * over the 10 steps.
+ * within `tol` of the fp32 reference. Derivation: each gradient changes by at most a relative
+ * rho = 2^-7 (the parameters rounded to half a bf16 ulp, 2^-9, in up to three factors, and the
+ * gradient itself rounded). AdamW's update u = lr m^ / (sqrt(v^) + eps) then moves by at most
+ * lr rho (sum_k w1_k |g_k| / sqrt(v^) + |m^| / sqrt(v^)) <= 2.2 lr rho (over t <= 10 steps,
+ * sum_k w1_k |g_k| <= sqrt(sum_k w1_k^2 / w2_k) sqrt(v^) <= 1.1 sqrt(v^) for the moment
+ * weights w1 (beta1 0.9) and w2 (beta2 0.999)); over 10 steps 22 lr rho, doubled for the
+ * feedback of the changed parameters: tol = 44 lr 2^-7 = 3.4e-3, about 5% of the largest
+ * movement of a weight in these 10 steps (printed).
  */
 static int
 case_bf16(void)
@@ -564,10 +568,7 @@ case_bf16(void)
 	}
 	struct zinf_optimizer_opts oo;
 	edrive_optimizer(&oo);
-	double tol = 0;
-	for (int t = 1; t <= STEPS; t++) {
-		tol += (oo.lr / oo.eps) * (1 + t) * 0x1p-7 * ref32.abs_grad[t];
-	}
+	double tol = 2 * 2.2 * STEPS * oo.lr * 0x1p-7;
 	fails += train(&c, ZINF_BF16, QUANTUM, &m, "bf16 stage 3 nvme/nvme");
 	if (fails == 0) {
 		double md = 0, moved = 0;
@@ -625,8 +626,12 @@ case_live_and_persistence(void)
 	}
 	struct zinf_engine_stats st = {.size = sizeof(st)};
 	CHECK(zinf_engine_get_stats(e, &st) == 0, "stats");
-	CHECK(st.persistent_elems == 23, "persistent_elems %llu, expected 16 + 7 = 23",
-	      (unsigned long long)st.persistent_elems);
+	/* engine.h does not say whether the padding counts: either reading is accepted; which
+	   parameters are persistent is pinned by live_elems after the run below */
+	uint64_t pers_padded = padded(16) + padded(7);
+	CHECK(st.persistent_elems == 23 || st.persistent_elems == pers_padded,
+	      "persistent_elems %llu, expected 16 + 7 = 23 (or padded %llu)",
+	      (unsigned long long)st.persistent_elems, (unsigned long long)pers_padded);
 	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
 	if (rc == 0) {
 		rc = edrive_run(&d, 0, 4, GAS, -1);
@@ -644,7 +649,8 @@ case_live_and_persistence(void)
 		      "live after the run %llu, expected the persistent %llu",
 		      (unsigned long long)st.live_elems,
 		      (unsigned long long)(padded(16) + padded(7)));
-		CHECK(st.persistent_elems == 23, "persistent_elems %llu after the run",
+		CHECK(st.persistent_elems == 23 || st.persistent_elems == pers_padded,
+		      "persistent_elems %llu after the run",
 		      (unsigned long long)st.persistent_elems);
 		rc = edrive_read_master(e, m.p);
 		CHECK(rc == 0, "read_master %d %s", rc, zinf_last_error());
