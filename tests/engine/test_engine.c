@@ -66,7 +66,8 @@ assert_master_equals(struct zinf_engine *e, const struct eref_result *ref, const
 }
 
 static void
-reference(struct eref_result *ref, int steps, uint32_t gas, int lr_step, float lr_after)
+reference_opt(struct eref_result *ref, int steps, uint32_t gas, int lr_step, float lr_after,
+	      const struct zinf_optimizer_opts *opt)
 {
 	struct eref_opts ro = {.world = 1,
 			       .steps = steps,
@@ -75,13 +76,23 @@ reference(struct eref_result *ref, int steps, uint32_t gas, int lr_step, float l
 			       .quantum = QUANTUM,
 			       .lr_step = lr_step,
 			       .lr_after = lr_after};
-	edrive_optimizer(&ro.opt);
+	if (opt) {
+		ro.opt = *opt;
+	} else {
+		edrive_optimizer(&ro.opt);
+	}
 	int rc = eref_train(&ro, ref);
 	cr_assert_eq(rc, 0, "eref_train: %d %s", rc, zinf_last_error());
 	/* the quantisation is exact only below 2^6 (engine_ref.h) */
 	for (int t = 1; t <= steps; t++) {
 		cr_assert_lt(ref->abs_grad[t], 64.0);
 	}
+}
+
+static void
+reference(struct eref_result *ref, int steps, uint32_t gas, int lr_step, float lr_after)
+{
+	reference_opt(ref, steps, gas, lr_step, lr_after, NULL);
 }
 
 /* ---- options ------------------------------------------------------------------------------ */
@@ -417,6 +428,115 @@ Test(engine, lr_zero_keeps_the_weights)
 		}
 	}
 	cr_assert_eq(zinf_engine_read_master(e, 6, (float[1]){0}), -EINVAL);
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+}
+
+/*
+ * Every optimizer kind through the engine equals the same kernel run on whole tensors by the
+ * reference, bit for bit: Adam (L2), Adagrad, Lion, and AdamW with bf16 state rounded to nearest
+ * even (no dependence on how the engine cuts its sub-groups, unlike stochastic rounding), over
+ * the tiers that step on the host (cpu, nvme) and on the device (none: "host" device memory).
+ */
+Test(engine, optimizers_equal_reference)
+{
+	static const struct {
+		enum zinf_optim_kind kind;
+		enum zinf_dtype state;
+		int stage;
+		enum zinf_offload_device opt, param;
+	} cases[] = {
+		{ZINF_OPTIM_ADAM, ZINF_F32, 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE},
+		{ZINF_OPTIM_ADAGRAD, ZINF_F32, 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU},
+		{ZINF_OPTIM_ADAGRAD, ZINF_F32, 1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE},
+		{ZINF_OPTIM_LION, ZINF_F32, 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME},
+		{ZINF_OPTIM_LION, ZINF_F32, 2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE},
+		{ZINF_OPTIM_ADAMW, ZINF_BF16, 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE},
+	};
+	char *dir = zt_mkdtemp(NULL);
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct zinf_engine_opts o;
+		struct edrive d;
+		struct eref_result ref;
+		char what[96];
+		edrive_opts(&o, "single", cases[k].stage, cases[k].opt, cases[k].param, dir,
+			    ZINF_F32, 2);
+		zinf_optimizer_opts_init(&o.optimizer, cases[k].kind);
+		o.optimizer.lr = 0.01f;
+		o.optimizer.weight_decay = 0.01f;
+		o.optimizer.state_dtype = cases[k].state;
+		o.optimizer.rounding = ZINF_ROUND_NEAREST_EVEN;
+		snprintf(what, sizeof(what), "optimizer kind %d state %s stage %d tier %d/%d",
+			 cases[k].kind, zinf_dtype_name(cases[k].state), cases[k].stage,
+			 cases[k].opt, cases[k].param);
+		struct zinf_engine *e = make_model(&o);
+		cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+		int rc = edrive_run(&d, 0, 3, 2, -1);
+		cr_assert_eq(rc, 0, "%s: %s", what, d.why);
+		reference_opt(&ref, 3, 2, 0, 0, &o.optimizer);
+		assert_master_equals(e, &ref, what);
+		eref_result_free(&ref);
+		edrive_fini(&d);
+		zinf_engine_destroy(e);
+	}
+	zt_rmtree(dir);
+	free(dir);
+}
+
+/*
+ * step_during_backward on, one rank ("single": every reduction completes when posted), stage 2,
+ * buckets of 100 elements: backward hands b2 W2 b1 (31 elements, one bucket), W1 (112, a bucket
+ * alone), b0, W0. When W1's bucket closes, the first bucket's reduction is accumulated, so
+ * sub-group 0 (b2 W2 b1) is final while backward still runs layers 1 and 0: engine.h says it is
+ * stepped then ("step each sub-group as soon as its gradient is final"), and the statistics
+ * count it in stepped_during_backward. The result is bit for bit the one without.
+ */
+Test(engine, step_during_backward_steps_early)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	struct eref_result ref;
+	edrive_opts(&o, "single", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, NULL, ZINF_F32, 1);
+	o.step_during_backward = true;
+	struct zinf_engine *e = make_model(&o);
+	cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+	cr_assert_eq(edrive_run(&d, 0, 2, 1, -1), 0, "%s", d.why);
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+	cr_assert_eq(st.sub_groups, 4);
+	cr_expect_geq(st.stepped_during_backward, 1,
+		      "no sub-group of 4 stepped before the final zinf_engine_step() with "
+		      "step_during_backward on");
+	reference(&ref, 2, 1, 0, 0);
+	assert_master_equals(e, &ref, "step during backward");
+	eref_result_free(&ref);
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+}
+
+/*
+ * stage3_max_live_parameters below the largest layer (64 < 240 + 16): the fetch of a layer
+ * larger than the bound still happens when nothing else is live (a warning), the peak is that
+ * layer, never two layers at once, and training is unchanged (bit for bit the reference).
+ */
+Test(engine, live_bound_below_a_layer)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	struct eref_result ref;
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, 1);
+	o.stage3_max_live_parameters = 64;
+	struct zinf_engine *e = make_model(&o);
+	cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+	cr_assert_eq(edrive_run(&d, 0, 2, 1, -1), 0, "%s", d.why);
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+	cr_assert_eq(st.peak_live_elems, 256, "peak %llu: layer 0 alone is 240 + 16",
+		     (unsigned long long)st.peak_live_elems);
+	cr_assert_eq(st.live_elems, 0);
+	reference(&ref, 2, 1, 0, 0);
+	assert_master_equals(e, &ref, "live bound below a layer");
+	eref_result_free(&ref);
 	edrive_fini(&d);
 	zinf_engine_destroy(e);
 }
