@@ -293,6 +293,9 @@ known_answer_stage(int stage)
 				uint16_t got = ((uint16_t *)dev)[i];
 				CHECK(got == want, "stage %d: w%d[%d] after init: %g, expected %g",
 				      stage, l, i, zinf_bf16_to_f32(got), zinf_bf16_to_f32(want));
+				if (got != want) {
+					break; /* one message per weight */
+				}
 			}
 		}
 		if (rc == 0) {
@@ -341,6 +344,9 @@ known_answer_stage(int stage)
 			CHECK(fabs(mw[i] - want) <= tol,
 			      "stage %d: w%u[%d] after the step: %.9g, expected %.9g (G = %g)",
 			      stage, p, i, mw[i], want, g);
+			if (fabs(mw[i] - want) > tol) {
+				break; /* one message per weight */
+			}
 		}
 		if (rc == 0 && world == 2 && p == 0) {
 			/* by hand: rank 0's last element (7) and rank 1's last (14, before the
@@ -361,6 +367,9 @@ known_answer_stage(int stage)
 				CHECK(got == zinf_f32_to_bf16_rne(mw[i]),
 				      "stage %d: w%u[%d] after the step: %g, master %.9g", stage, p,
 				      i, zinf_bf16_to_f32(got), mw[i]);
+				if (got != zinf_f32_to_bf16_rne(mw[i])) {
+					break; /* one message per weight */
+				}
 			}
 			rc = zinf_engine_release(e, (int32_t)p);
 			CHECK(rc == 0, "release %u: %d", p, rc);
