@@ -305,6 +305,10 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 		ret = ZINF_FAIL(-ENOMEM, "engine: out of memory copying the options' strings");
 		goto fail;
 	}
+	e->main.s = NULL; /* set once cs exists */
+	e->main.st = &e->win;
+	pthread_mutex_init(&e->store_mu, NULL);
+	e->store_mu_init = true;
 	e->otier = e->o.offload_optimizer.device;
 	e->ptier = e->o.offload_param.device;
 	if ((ret = open_device(e))) {
@@ -316,6 +320,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	    (ret = zinf_event_create(e->dev, &e->ev_cs))) {
 		goto fail;
 	}
+	e->main.s = e->cs;
 	if ((ret = open_comm(e))) {
 		goto fail;
 	}
@@ -382,6 +387,9 @@ zinf_engine_destroy(struct zinf_engine *e)
 	for (uint32_t i = 0; i < ZINF_ENGINE_MAX_PATHS; i++) {
 		zinf_free(e->param_paths[i]);
 		zinf_free(e->optim_paths[i]);
+	}
+	if (e->store_mu_init) {
+		pthread_mutex_destroy(&e->store_mu);
 	}
 	zinf_free(e->device_backend);
 	zinf_free(e->comm_backend);

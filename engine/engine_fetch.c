@@ -136,6 +136,8 @@ eng_fetch_free(struct zinf_engine *e)
 	}
 }
 
+static int fetch_layer(struct zinf_engine *e, struct elayer *l, struct zinf_comm_req **reqs);
+
 /* comm_check: every rank fetches the same layer, or every rank fails naming it. */
 static int
 check_layer(struct zinf_engine *e, int32_t layer)
@@ -185,11 +187,36 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 			 "stage3_max_live_parameters (%" PRIu64 "); fetched anyway (warned once)",
 			 layer, l->gather_elems, e->live_elems, e->o.stage3_max_live_parameters);
 	}
-	size_t ds = eng_dsize(e);
 	struct zinf_comm_req **reqs = zinf_calloc(l->n, sizeof(*reqs));
 	if (!reqs) {
 		return ENG_FAIL(e, -ENOMEM, "fetch: layer %d: out of memory", layer);
 	}
+	bool locked = e->ptier == ZINF_OFFLOAD_NVME;
+	if (locked) {
+		/* the step worker writes new values into the store during backward */
+		pthread_mutex_lock(&e->store_mu);
+	}
+	ret = fetch_layer(e, l, reqs);
+	if (locked) {
+		pthread_mutex_unlock(&e->store_mu);
+	}
+	zinf_free(reqs);
+	if (ret) {
+		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+	}
+	e->live_elems += l->gather_elems;
+	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
+	l->fetched = true;
+	e->win.exposed_fetch_s += eng_now() - t0;
+	return 0;
+}
+
+/* The partitions of l's parameters into gathered buffers, then the all-gathers. */
+static int
+fetch_layer(struct zinf_engine *e, struct elayer *l, struct zinf_comm_req **reqs)
+{
+	size_t ds = eng_dsize(e);
+	int ret = 0;
 	/* reads first (NVMe), so that they overlap each other */
 	for (uint32_t i = 0; i < l->n && !ret; i++) {
 		struct eparam *p = &e->params[l->params[i]];
@@ -231,7 +258,6 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 			ret = ret ? ret : r2;
 		}
 	}
-	zinf_free(reqs);
 	if (!ret) {
 		ret = eng_order(e, e->cs, e->compute);
 	}
@@ -244,13 +270,8 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 				p->dev_full = NULL;
 			}
 		}
-		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
 	}
-	e->live_elems += l->gather_elems;
-	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
-	l->fetched = true;
-	e->win.exposed_fetch_s += eng_now() - t0;
-	return 0;
+	return ret;
 }
 
 int

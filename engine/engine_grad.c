@@ -135,8 +135,9 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			}
 			staged += n;
 		}
-		if (e->micro + 1 == e->o.gradient_accumulation_steps) {
-			e->sg_pending[p->sg]--;
+		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
+		    --e->sg_pending[p->sg] == 0) {
+			eng_step_final(e, p->sg); /* after its accumulations were queued on cs */
 		}
 	}
 	if (ret) {

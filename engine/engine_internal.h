@@ -19,11 +19,37 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "common/util.h"
 #include "zinf/engine.h"
 #include "zinf/offload.h"
+
+/* Where a piece of work queues its copies and counts its bytes: the calling thread's (cs and
+ * the window's counters) or the step worker's (its stream and counters). */
+struct ectx {
+	struct zinf_stream *s;
+	struct zinf_engine_stats *st;
+};
+
+/* The step worker (step during backward): sub-groups handed in the order they become final. */
+struct eworker {
+	pthread_t th;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;   /* work queued, or stop */
+	pthread_cond_t done; /* a sub-group finished */
+	uint32_t *queue;     /* n_sg entries */
+	uint32_t head, tail; /* queued [head, tail) */
+	uint32_t finished;   /* sub-groups done this step */
+	bool stop;
+	bool began; /* zinf_step_begin called for this step */
+	int err;
+	struct zinf_stream *ws;
+	struct zinf_engine_stats st;
+	struct ectx x;
+};
 
 /* One registered parameter. */
 struct eparam {
@@ -95,6 +121,12 @@ struct zinf_engine {
 	struct zinf_stream *compute;
 	struct zinf_stream *cs;
 	struct zinf_event *ev_compute, *ev_cs;
+	struct ectx main;	  /* {cs, &win} */
+	struct ectx *cb;	  /* the context zinf_step's copy callback writes with */
+	pthread_mutex_t store_mu; /* the parameter store: fetch (caller) and the step worker */
+	bool store_mu_init;
+	struct eworker w;
+	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
 
 	struct zinf_optimizer *opt;
 	float lr;
@@ -169,8 +201,8 @@ size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts
 int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to);
 
 /* engine_param.c */
-int eng_param_home_write(struct zinf_engine *e, uint64_t flat_start, const void *src, bool src_dev,
-			 uint64_t n);
+int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
+			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
@@ -188,8 +220,9 @@ void eng_grad_free(struct zinf_engine *e);
 /* engine_step.c */
 int eng_step_setup(struct zinf_engine *e);
 int eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master);
-int eng_step_sub_group(struct zinf_engine *e, uint32_t k); /* optimizer on k (tiers none/cpu) */
-int eng_step_run(struct zinf_engine *e);		   /* the whole step at the boundary */
+int eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* none/cpu */
+void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
+int eng_step_run(struct zinf_engine *e);		/* the whole step at the boundary */
 void eng_step_free(struct zinf_engine *e);
 
 #endif

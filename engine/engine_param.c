@@ -373,8 +373,8 @@ flat_find(const struct zinf_engine *e, uint64_t x)
 }
 
 static int
-write_nvme(struct zinf_engine *e, struct eparam *p, uint64_t off, const void *src, bool src_dev,
-	   uint64_t len)
+write_nvme(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+	   const void *src, bool src_dev, uint64_t len)
 {
 	size_t ds = eng_dsize(e);
 	bool whole = off == 0 && len == p->part.part;
@@ -387,9 +387,9 @@ write_nvme(struct zinf_engine *e, struct eparam *p, uint64_t off, const void *sr
 		return ENG_FAIL(e, ret, "parameter \"%s\": reading its NVMe partition", p->name);
 	}
 	if (src_dev) {
-		ret = zinf_device_copy(e->cs, (char *)buf + off * ds, src, len * ds, ZINF_COPY_D2H);
+		ret = zinf_device_copy(x->s, (char *)buf + off * ds, src, len * ds, ZINF_COPY_D2H);
 		if (!ret) {
-			ret = zinf_stream_sync(e->cs);
+			ret = zinf_stream_sync(x->s);
 		}
 	} else {
 		memcpy((char *)buf + off * ds, src, len * ds);
@@ -399,7 +399,7 @@ write_nvme(struct zinf_engine *e, struct eparam *p, uint64_t off, const void *sr
 	}
 	int r2 = zinf_store_release(e->store, p->store_id);
 	ret = ret ? ret : r2;
-	e->win.nvme_write_bytes += p->part.part * ds;
+	x->st->nvme_write_bytes += p->part.part * ds;
 	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
 }
 
@@ -410,8 +410,8 @@ write_nvme(struct zinf_engine *e, struct eparam *p, uint64_t off, const void *sr
  * run on cs; a host source is synchronised before returning (the caller may reuse it).
  */
 int
-eng_param_home_write(struct zinf_engine *e, uint64_t flat_start, const void *src, bool src_dev,
-		     uint64_t n)
+eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
+		     const void *src, bool src_dev, uint64_t n)
 {
 	size_t ds = eng_dsize(e);
 	const char *s = src;
@@ -423,36 +423,38 @@ eng_param_home_write(struct zinf_engine *e, uint64_t flat_start, const void *src
 		uint64_t len = ZINF_MIN(n, p->part.part - off);
 		if (e->o.stage < 3) {
 			char *dst = (char *)p->dev_full + (p->part.offset + off) * ds;
-			ret = zinf_device_copy(e->cs, dst, s, len * ds,
+			ret = zinf_device_copy(x->s, dst, s, len * ds,
 					       src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
 			queued = true;
 		} else if (e->ptier == ZINF_OFFLOAD_NONE) {
-			ret = zinf_device_copy(e->cs, (char *)p->dev_part + off * ds, s, len * ds,
+			ret = zinf_device_copy(x->s, (char *)p->dev_part + off * ds, s, len * ds,
 					       src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
 			queued = true;
 		} else if (e->ptier == ZINF_OFFLOAD_CPU) {
 			if (src_dev) {
-				ret = zinf_device_copy(e->cs, (char *)p->cpu_part + off * ds, s,
+				ret = zinf_device_copy(x->s, (char *)p->cpu_part + off * ds, s,
 						       len * ds, ZINF_COPY_D2H);
-				e->win.d2h_bytes += len * ds;
+				x->st->d2h_bytes += len * ds;
 			} else {
 				memcpy((char *)p->cpu_part + off * ds, s, len * ds);
 			}
 		} else {
-			ret = write_nvme(e, p, off, s, src_dev, len);
+			pthread_mutex_lock(&e->store_mu);
+			ret = write_nvme(e, x, p, off, s, src_dev, len);
+			pthread_mutex_unlock(&e->store_mu);
 		}
 		if (ret) {
 			return ret;
 		}
 		if (!src_dev && queued) {
-			e->win.h2d_bytes += len * ds;
+			x->st->h2d_bytes += len * ds;
 		}
 		s += len * ds;
 		flat_start += len;
 		n -= len;
 	}
-	if (!src_dev && queued && (ret = zinf_stream_sync(e->cs))) {
-		return eng_fail(e, ENG_FAIL(e, ret, "copying new parameter values to the device"));
+	if (!src_dev && queued && (ret = zinf_stream_sync(x->s))) {
+		return ENG_FAIL(e, ret, "copying new parameter values to the device");
 	}
 	return 0;
 }
@@ -507,7 +509,7 @@ write_initial(struct zinf_engine *e)
 			ret = zinf_dtype_convert(copy, e->o.dtype, master, ZINF_F32, len);
 		}
 		if (!ret) {
-			ret = eng_param_home_write(e, start, copy, false, len);
+			ret = eng_param_home_write(e, &e->main, start, copy, false, len);
 		}
 	}
 out:

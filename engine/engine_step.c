@@ -24,7 +24,7 @@ static int
 copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 {
 	struct zinf_engine *e = ctx;
-	return eng_param_home_write(e, sg_start(e, k), copy, false, n);
+	return eng_param_home_write(e, e->cb, sg_start(e, k), copy, false, n);
 }
 
 static uint64_t
@@ -87,9 +87,16 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	return 0;
 }
 
+static int worker_start(struct zinf_engine *e);
+static void worker_stop(struct zinf_engine *e);
+
 int
 eng_step_setup(struct zinf_engine *e)
 {
+	int r0 = e->o.step_during_backward ? worker_start(e) : 0;
+	if (r0) {
+		return r0;
+	}
 	size_t ds = eng_dsize(e);
 	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
 	int ret;
@@ -153,6 +160,7 @@ eng_step_setup(struct zinf_engine *e)
 void
 eng_step_free(struct zinf_engine *e)
 {
+	worker_stop(e);
 	zinf_step_destroy(e->step);
 	e->step = NULL;
 	if (e->otier == ZINF_OFFLOAD_NONE) {
@@ -193,9 +201,10 @@ eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master)
 	return ret ? ENG_FAIL(e, ret, "init: sub-group %u: writing the master weights", k) : 0;
 }
 
-/* The optimizer on sub-group k, tiers none and cpu; the caller synchronised cs. */
+/* The optimizer on sub-group k, tiers none and cpu, its copies on x->s; the gradient of k is
+ * final in grad_part as seen from the host (host tiers) or from x->s (tier none). */
 int
-eng_step_sub_group(struct zinf_engine *e, uint32_t k)
+eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 {
 	int64_t step = e->steps + 1;
 	uint64_t start = sg_start(e, k), end = e->sg_end[k];
@@ -218,22 +227,208 @@ eng_step_sub_group(struct zinf_engine *e, uint32_t k)
 			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
 			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
 			a.bias_correction = e->o.optimizer.bias_correction;
-			ret = zinf_device_adam(e->cs, &a, step, 1.0f, parts[0], e->grad_part + off,
+			ret = zinf_device_adam(x->s, &a, step, 1.0f, parts[0], e->grad_part + off,
 					       ZINF_F32, parts[1], parts[2], n, copy, e->o.dtype);
 		} else {
 			ret = zinf_optimizer_step(e->opt, step, 1.0f, parts, e->grad_part + off,
 						  ZINF_F32, off, n, copy, e->o.dtype);
 		}
-		e->win.optimizer_s += eng_now() - t0;
+		x->st->optimizer_s += eng_now() - t0;
 		if (!ret) {
-			ret = eng_param_home_write(e, off, copy, on_dev, n);
+			ret = eng_param_home_write(e, x, off, copy, on_dev, n);
 		}
 		if (!ret && on_dev && host_dev) {
-			ret = zinf_stream_sync(
-				e->cs); /* the copy buffer is reused on this thread */
+			ret = zinf_stream_sync(x->s); /* the copy buffer is reused on this thread */
 		}
 	}
-	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", step, k)) : 0;
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", step, k) : 0;
+}
+
+/* Sub-group k on the calling thread's context x (the worker's or the caller's). */
+static int
+step_one(struct zinf_engine *e, struct ectx *x, uint32_t k)
+{
+	if (!e->step) {
+		return eng_step_sub_group(e, x, k);
+	}
+	e->cb = x;
+	int ret = zinf_step_ready(e->step, k, e->grad_part + sg_start(e, k), ZINF_F32);
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct zinf_engine *e = arg;
+	struct eworker *w = &e->w;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->stop && w->head == w->tail) {
+			pthread_cond_wait(&w->cv, &w->mu);
+		}
+		if (w->stop) {
+			break;
+		}
+		uint32_t k = w->queue[w->head++];
+		bool skip = w->err != 0;
+		pthread_mutex_unlock(&w->mu);
+		int ret = 0;
+		if (!skip) {
+			/* the accumulations of k were queued on cs before this event */
+			ret = zinf_event_sync(e->sg_ev[k]);
+			if (!ret && e->step && !w->began) {
+				ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+				w->began = ret == 0;
+			}
+			if (!ret) {
+				ret = step_one(e, &w->x, k);
+			}
+		}
+		pthread_mutex_lock(&w->mu);
+		if (ret && !w->err) {
+			w->err = ret;
+		}
+		w->finished++;
+		pthread_cond_broadcast(&w->done);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static int
+worker_start(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	int ret;
+	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
+	e->sg_ev = zinf_calloc(e->n_sg, sizeof(*e->sg_ev));
+	if (!w->queue || !e->sg_ev) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		if ((ret = zinf_event_create(e->dev, &e->sg_ev[k]))) {
+			return ENG_FAIL(e, ret, "init: events of the step worker");
+		}
+	}
+	if ((ret = zinf_stream_create(e->dev, "zinf-step", &w->ws))) {
+		return ENG_FAIL(e, ret, "init: the step worker's stream");
+	}
+	w->x.s = w->ws;
+	w->x.st = &w->st;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	pthread_cond_init(&w->done, NULL);
+	if ((ret = pthread_create(&w->th, NULL, worker_main, e))) {
+		pthread_cond_destroy(&w->done);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		return ENG_FAIL(e, -ret, "init: cannot start the step worker thread");
+	}
+	w->started = true;
+	return 0;
+}
+
+static void
+worker_stop(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	if (w->started) {
+		pthread_mutex_lock(&w->mu);
+		w->stop = true;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->th, NULL);
+		pthread_cond_destroy(&w->done);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		w->started = false;
+	}
+	zinf_stream_destroy(w->ws);
+	w->ws = NULL;
+	for (uint32_t k = 0; e->sg_ev && k < e->n_sg; k++) {
+		zinf_event_destroy(e->sg_ev[k]);
+	}
+	zinf_free(e->sg_ev);
+	e->sg_ev = NULL;
+	zinf_free(w->queue);
+	w->queue = NULL;
+}
+
+/* Sub-group k's gradient is final (the boundary micro-batch): hand it to the worker. */
+void
+eng_step_final(struct zinf_engine *e, uint32_t k)
+{
+	struct eworker *w = &e->w;
+	if (!w->started) {
+		return; /* stepped after backward, in eng_step_run */
+	}
+	int ret = zinf_event_record(e->sg_ev[k], e->cs);
+	pthread_mutex_lock(&w->mu);
+	if (ret && !w->err) {
+		w->err = ret;
+	}
+	w->queue[w->tail++] = k;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Wait for every sub-group handed to the worker; its error, if any. */
+static int
+worker_wait(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	pthread_mutex_lock(&w->mu);
+	while (w->finished < w->tail) {
+		pthread_cond_wait(&w->done, &w->mu);
+	}
+	int ret = w->err;
+	pthread_mutex_unlock(&w->mu);
+	return ret;
+}
+
+/* The end of the step: every sub-group stepped (the worker's, then the rest here). */
+static int
+step_all(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	int ret = 0;
+	if (w->started) {
+		ret = worker_wait(e);
+		if (!ret && w->tail < e->n_sg) {
+			ret = ENG_FAIL(e, -EPROTO, "step: %u of %u sub-groups final", w->tail,
+				       e->n_sg);
+		}
+		if (!ret) {
+			ret = zinf_stream_sync(w->ws);
+		}
+		bool began = w->began;
+		w->head = w->tail = w->finished = 0;
+		w->err = 0;
+		w->began = false;
+		if (e->step && began) {
+			int r2 = zinf_step_finish(e->step);
+			ret = ret ? ret : r2;
+		}
+		/* fold the worker's counters into the window's */
+		e->win.h2d_bytes += w->st.h2d_bytes;
+		e->win.d2h_bytes += w->st.d2h_bytes;
+		e->win.nvme_write_bytes += w->st.nvme_write_bytes;
+		e->win.optimizer_s += w->st.optimizer_s;
+		memset(&w->st, 0, sizeof(w->st));
+		return ret;
+	}
+	if (e->step) {
+		ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+			ret = step_one(e, &e->main, k);
+		}
+		int r2 = zinf_step_finish(e->step);
+		return ret ? ret : r2;
+	}
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		ret = step_one(e, &e->main, k);
+	}
+	return ret;
 }
 
 /* The whole step at the accumulation boundary: every sub-group, then the all-gathers. */
@@ -244,29 +439,17 @@ eng_step_run(struct zinf_engine *e)
 	if (ret) {
 		return eng_fail(e, ENG_FAIL(e, ret, "step: the engine stream failed"));
 	}
+	ret = step_all(e);
 	if (e->step) {
 		struct zinf_step_stats st = {.size = sizeof(st)};
-		ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
-		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-			ret = zinf_step_ready(e->step, k, e->grad_part + sg_start(e, k), ZINF_F32);
-		}
-		int r2 = zinf_step_finish(e->step);
-		ret = ret ? ret : r2;
 		if (!zinf_step_get_stats(e->step, &st)) {
 			e->win.nvme_read_bytes += st.read_bytes;
 			e->win.nvme_write_bytes += st.write_bytes;
 			e->win.optimizer_s += st.optim_s;
 		}
-		if (ret) {
-			return eng_fail(e, ret);
-		}
-	} else {
-		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-			ret = eng_step_sub_group(e, k);
-		}
-		if (ret) {
-			return ret;
-		}
+	}
+	if (ret) {
+		return eng_fail(e, ret);
 	}
 	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
 		struct eparam *p = &e->params[i];
@@ -308,6 +491,7 @@ zinf_engine_step(struct zinf_engine *e)
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;
 	}
+	e->stepped_early = e->w.tail; /* handed to the worker before this call */
 	if ((ret = eng_order(e, e->compute, e->cs)) || (ret = eng_grad_flush(e))) {
 		return eng_fail(e, ret);
 	}

@@ -7,8 +7,10 @@
  * ranks and accumulates over micro-batches in the engine's order and runs zinf_optimizer_step
  * on whole tensors. Also: wrong-order calls are -EINVAL and leave the engine usable.
  *
- *   test_engine_smoke STAGE OPTIM_TIER PARAM_TIER GAS [NVME_DIR] [sdb]
- * tiers: none | cpu | nvme; sdb: step during backward off.
+ *   test_engine_smoke STAGE OPTIM_TIER PARAM_TIER GAS [NVME_DIR] [FLAGS]
+ * tiers: none | cpu | nvme; FLAGS letters: a: step after backward (no worker); s: one parameter
+ * per sub-group, where the first sub-group of backward is final before the last bucket is
+ * reduced whatever the timing, so that at least one is stepped during backward.
  */
 #include <errno.h>
 #include <math.h>
@@ -93,10 +95,11 @@ main(int argc, char **argv)
 		o.offload_param.n_paths = 1;
 		o.offload_param.nvme_path[0] = dir;
 	}
-	o.step_during_backward = !(argc > 6 && !strcmp(argv[6], "sdb"));
+	const char *flags = argc > 6 ? argv[6] : "";
+	o.step_during_backward = !strchr(flags, 'a');
 	o.device_backend = "host";
 	o.comm_check = true;
-	o.sub_group_size = 400;
+	o.sub_group_size = strchr(flags, 's') ? 1 : 400;
 	o.reduce_bucket_size = 512;
 	o.stage3_param_persistence_threshold = 20;
 	o.optimizer.lr = 1e-2f;
@@ -230,6 +233,16 @@ main(int argc, char **argv)
 	struct zinf_engine_stats st = {.size = sizeof(st)};
 	CHECK(zinf_engine_get_stats(e, &st) == 0, "stats");
 	CHECK(st.steps == STEPS && st.micro_steps == (uint64_t)(STEPS * gas), "stats steps");
+	CHECK(st.sub_groups >= 2, "sub_groups %u", st.sub_groups);
+	if (o.step_during_backward) {
+		CHECK(st.stepped_during_backward <= st.sub_groups &&
+			      (st.stepped_during_backward >= 1 || !strchr(flags, 's')),
+		      "stepped_during_backward %u of %u", st.stepped_during_backward,
+		      st.sub_groups);
+	} else {
+		CHECK(st.stepped_during_backward == 0, "stepped_during_backward %u without it",
+		      st.stepped_during_backward);
+	}
 	if (o.stage == 3) {
 		CHECK(st.live_elems == st.persistent_elems, "live %llu persistent %llu",
 		      (unsigned long long)st.live_elems, (unsigned long long)st.persistent_elems);
