@@ -20,6 +20,7 @@ int cli_bench_adam(int argc, char **argv);
 int cli_bench_step(int argc, char **argv);
 int cli_bench_comm(int argc, char **argv);
 int cli_bench_pcie(int argc, char **argv);
+int cli_bench_engine(int argc, char **argv);
 
 /* ---- reports (report.c) ------------------------------------------------------------------- */
 

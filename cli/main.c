@@ -17,6 +17,8 @@ static const struct cli_cmd bench_cmds[] = {
 	{"comm", "collective bandwidth against the raw MPI/NCCL call (under mpirun)",
 	 cli_bench_comm},
 	{"pcie", "host-device copy bandwidth against cudaMemcpyAsync (on a GPU)", cli_bench_pcie},
+	{"engine", "the ZeRO engine on a synthetic transformer (alone or under mpirun)",
+	 cli_bench_engine},
 	{NULL},
 };
 

@@ -1,0 +1,847 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cli/bench_engine.c: `zinf bench engine`, the ZeRO engine (zinf/engine.h) driven by a
+ * synthetic transformer: --layers blocks of 12 H^2 parameters (qkv 3 H^2, proj H^2, fc1 4 H^2,
+ * fc2 4 H^2) plus six vectors of H elements (two norms' weight and bias, the proj and fc2
+ * biases: small enough to stay persistent at stage 3 by default). Every optimizer step runs
+ * --micro-batches micro-batches of
+ *
+ *   forward:  for each layer:          fetch, compute, release
+ *   backward: for each layer reversed: fetch, compute x 2, grad of each parameter, release
+ *   zinf_engine_step()
+ *
+ * Compute is simulated by a CPU loop of --compute-ms per layer forward (twice that backward) on
+ * the calling thread, on every device: no GPU kernel runs, so on "cuda" the compute stream stays
+ * empty and the engine's device work overlaps the loop as it would overlap a kernel of that
+ * length. Gradients come from one fixed device buffer of small values (1e-3).
+ *
+ * Per timed step it reports the step's wall time (first fetch to the step's return), the
+ * simulated compute, the exposed fetch and step times, the optimizer's time and the bytes per
+ * tier (the engine's statistics of the step's window), and
+ *
+ *   efficiency = max(compute, io_bound) / step,   io_bound = NVMe bytes of the step / disk rate
+ *
+ * where the disk rate is measured in the same run, after the timed steps, on the same
+ * directories: a file of half the step's NVMe bytes (the largest step's) written, then read
+ * back, sequentially through zinf_swap (its stripes over the --nvme-path directories, O_DIRECT,
+ * 4 requests of up to 64 MiB in flight, the engine's aio block size and queue depth); rate =
+ * bytes moved / (write time + read time). Without an NVMe tier io_bound is 0. Medians over the
+ * timed steps are reported. --compare also builds the same model with step_during_backward off
+ * and runs the two interleaved, step by step, in the same run (same device, same disk rate).
+ *
+ * Under mpirun every rank runs the same calls; each measures its own disk rate at the same point
+ * (the ranks of a node share the disk as they do in the step); rank 0 prints its own figures.
+ * Files are removed at the end, also on SIGINT/SIGTERM/SIGHUP/SIGPIPE (between steps); a killed
+ * run's files are removed by the next run in the same directory.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/util.h"
+#include "zinf/engine.h"
+#include "zinf/swap.h"
+
+#define PROG	     "zinf bench engine"
+#define DEFAULT_DIR  "./zinf-bench-engine"
+#define SCRATCH_STEM "zinf-bench-engine"
+#define NPARAM	     10 /* parameters per layer */
+#define GRAD_VALUE   1e-3f
+
+/* In enum zinf_offload_device's order. */
+static const char *const tiers[] = {"none", "cpu", "nvme", NULL};
+/* In zinf_optim_kind's order. */
+static const char *const optimizers[] = {"adam", "adamw", "adagrad", "lion", NULL};
+static const char *const dtypes[] = {"bf16", "f16", "f32", NULL};
+static const enum zinf_dtype dtype_of[] = {ZINF_BF16, ZINF_F16, ZINF_F32};
+static const char *const devices[] = {"auto", "host", "cuda", NULL};
+
+struct cfg {
+	uint32_t layers, micro_batches, steps, warmup;
+	uint64_t hidden, sub_group, bucket;
+	double compute_ms;
+	int stage, off_param, off_optim, optimizer, dtype, device;
+	struct cli_list paths;
+	bool no_sdb, compare, pin, json;
+};
+
+static struct cfg cfg;
+
+static const char synopsis[] =
+	"[--layers L] [--hidden H] [--compute-ms MS] [--stage 0-3]\n"
+	"       [--offload-param none|cpu|nvme] [--offload-optimizer none|cpu|nvme] "
+	"[--nvme-path DIR]...\n"
+	"       [--micro-batches N] [--steps N] [--compare] [--json]   (alone or under mpirun)";
+static const char description[] =
+	"Drive the ZeRO engine with a synthetic transformer of L layers of 12 H^2 parameters\n"
+	"(qkv, proj, fc1, fc2; plus norms and biases of H elements): per micro-batch, fetch /\n"
+	"compute / release forward, fetch / compute x 2 / grad / release backward, then\n"
+	"zinf_engine_step. Compute is a CPU loop of --compute-ms per layer forward.\n"
+	"\n"
+	"efficiency = max(compute, io_bound) / step per step, median of the timed steps; io_bound\n"
+	"= the step's NVMe bytes / the disk rate measured in the same run on the same directories\n"
+	"(a file of half the step's NVMe bytes written then read through zinf_swap). 1.0: the\n"
+	"step takes no longer than the slower of its compute and its disk traffic.\n"
+	"--compare runs the same model with step_during_backward off, interleaved step by step.\n";
+
+static const struct cli_opt opts[] = {
+	{"layers", CLI_U32, &cfg.layers, "4", "L", "transformer blocks", .min = 1, .max = 100000},
+	{"hidden", CLI_COUNT, &cfg.hidden, "1024", "H",
+	 "hidden size: 12 H^2 + 6 H parameters per layer", .min = 1, .max = 1 << 20},
+	{"compute-ms", CLI_DOUBLE, &cfg.compute_ms, "1", "MS",
+	 "simulated compute per layer forward (backward: twice that)", .min = 0, .max = 60000},
+	{"stage", CLI_INT, &cfg.stage, "3", "N", "ZeRO stage", .min = 0, .max = 3},
+	{"offload-param", CLI_ENUM, &cfg.off_param, "none", NULL,
+	 "where the 16-bit parameters live (stage 3)", .choices = tiers},
+	{"offload-optimizer", CLI_ENUM, &cfg.off_optim, "none", NULL,
+	 "where the fp32 master and optimizer state live (stages 1-3)", .choices = tiers},
+	{"nvme-path", CLI_LIST, &cfg.paths, DEFAULT_DIR, "DIR",
+	 "directory for the swap files of the nvme tiers; repeat to stripe",
+	 .max = ZINF_ENGINE_MAX_PATHS},
+	{"optimizer", CLI_ENUM, &cfg.optimizer, "adamw", NULL, "optimizer", .choices = optimizers},
+	{"dtype", CLI_ENUM, &cfg.dtype, "bf16", NULL, "dtype of the parameters and gradients",
+	 .choices = dtypes},
+	{"device", CLI_ENUM, &cfg.device, "auto", NULL, "compute device (auto: cuda when present)",
+	 .choices = devices},
+	{"micro-batches", CLI_U32, &cfg.micro_batches, "1", "N",
+	 "micro-batches per optimizer step (gradient_accumulation_steps)", .min = 1, .max = 10000},
+	{"steps", CLI_U32, &cfg.steps, "5", "N", "timed optimizer steps; medians reported",
+	 .min = 1, .max = 100000},
+	{"warmup", CLI_U32, &cfg.warmup, "1", "N", "untimed optimizer steps first", .min = 0,
+	 .max = 10000},
+	{"sub-group-size", CLI_COUNT, &cfg.sub_group, "1e9", "N",
+	 "elements per optimizer sub-group (sub_group_size)", .min = 1},
+	{"bucket", CLI_COUNT, &cfg.bucket, "5e8", "N",
+	 "elements per gradient bucket (reduce_bucket_size)", .min = 1},
+	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
+	 "step every sub-group in zinf_engine_step, none during backward"},
+	{"compare", CLI_FLAG, &cfg.compare, NULL, NULL,
+	 "also run step_during_backward off, interleaved step by step"},
+	{"pin-memory", CLI_FLAG, &cfg.pin, NULL, NULL, "page-lock the offload buffers"},
+	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout (rank 0)"},
+	{NULL},
+};
+
+/* The launcher's rank before the engine joins the job (0 when started alone). */
+static int
+launcher_rank(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+					   "SLURM_PROCID"};
+	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v) {
+			return atoi(v);
+		}
+	}
+	return 0;
+}
+
+/* ---- the model ----------------------------------------------------------------------------- */
+
+/* A layer's parameters: name and size in units of H^2 (big) or H (small). */
+static const struct {
+	const char *name;
+	uint32_t h2, h;
+} layer_params[NPARAM] = {
+	{"ln1.weight", 0, 1},	  {"ln1.bias", 0, 1},	  {"attn.qkv", 3, 0}, {"attn.proj", 1, 0},
+	{"attn.proj.bias", 0, 1}, {"ln2.weight", 0, 1},	  {"ln2.bias", 0, 1}, {"mlp.fc1", 4, 0},
+	{"mlp.fc2", 4, 0},	  {"mlp.fc2.bias", 0, 1},
+};
+
+static uint64_t
+param_numel(const struct cfg *c, uint32_t j)
+{
+	return layer_params[j].h2 * c->hidden * c->hidden + layer_params[j].h * c->hidden;
+}
+
+/* Initial values: small, deterministic, per (parameter, element); no whole tensor on the host. */
+static int
+init_values(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	for (uint64_t i = 0; i < count; i++) {
+		uint64_t x = (first + i) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)param << 40);
+		x ^= x >> 29;
+		x *= 0xbf58476d1ce4e5b9ull;
+		x ^= x >> 32;
+		out[i] = ((float)(x & 0xffff) / 65536.0f - 0.5f) * 0.04f;
+	}
+	return 0;
+}
+
+/* ---- one arm: an engine over the model ----------------------------------------------------- */
+
+struct sample {
+	double step_s, compute_s, io_bound_s, eff;
+	struct zinf_engine_stats es;
+};
+
+struct arm {
+	const char *label; /* "step during backward" / "step after backward" */
+	bool sdb;
+	char prefix[80];
+	struct zinf_engine *e;
+	uint32_t *ids; /* layers x NPARAM */
+	struct sample *s;
+};
+
+struct run {
+	const struct cfg *c;
+	int rank, world;
+	struct arm arm[2];
+	uint32_t narms;
+	void *dev_grad; /* 4 H^2 elements of the dtype, on arm 0's device */
+	struct zinf_device *dev;
+	bool made_dir[ZINF_ENGINE_MAX_PATHS];
+	bool nvme;
+	/* the disk rate (NVMe tiers only) */
+	uint64_t disk_bytes;
+	double disk_read_s, disk_write_s, disk_rate;
+};
+
+static int
+fail_call(const struct run *r, const char *call, int rc)
+{
+	fprintf(stderr, PROG ": rank %d: %s failed: %s\n", r->rank, call, zinf_strerror(rc));
+	return rc;
+}
+
+static void
+offload(const struct cfg *c, int tier, struct zinf_offload_opts *o)
+{
+	o->device = (enum zinf_offload_device)tier;
+	o->pin_memory = c->pin;
+	if (tier == ZINF_OFFLOAD_NVME) {
+		o->n_paths = c->paths.n;
+		for (unsigned i = 0; i < c->paths.n; i++) {
+			o->nvme_path[i] = c->paths.v[i];
+		}
+	}
+}
+
+/* Create arm a's engine (on dev when not NULL), register the model and init. */
+static int
+arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
+{
+	const struct cfg *c = r->c;
+	struct zinf_engine_opts eo;
+	zinf_engine_opts_init(&eo);
+	eo.stage = c->stage;
+	offload(c, c->off_param, &eo.offload_param);
+	offload(c, c->off_optim, &eo.offload_optimizer);
+	eo.sub_group_size = c->sub_group;
+	eo.reduce_bucket_size = c->bucket;
+	eo.gradient_accumulation_steps = c->micro_batches;
+	zinf_optimizer_opts_init(&eo.optimizer, (enum zinf_optim_kind)c->optimizer);
+	eo.dtype = dtype_of[c->dtype];
+	eo.device_backend = c->device ? devices[c->device] : NULL;
+	eo.device = dev;
+	eo.swap_prefix = a->prefix;
+	eo.step_during_backward = a->sdb;
+	int rc = zinf_engine_create(&eo, &a->e);
+	if (rc) {
+		return fail_call(r, "zinf_engine_create", rc);
+	}
+	a->ids = calloc((size_t)c->layers * NPARAM, sizeof(*a->ids));
+	a->s = calloc(c->steps, sizeof(*a->s));
+	if (!a->ids || !a->s) {
+		return fail_call(r, "allocating the model's tables", -ENOMEM);
+	}
+	for (uint32_t l = 0; l < c->layers; l++) {
+		for (uint32_t j = 0; j < NPARAM; j++) {
+			char name[64];
+			snprintf(name, sizeof(name), "layer%u.%s", l, layer_params[j].name);
+			struct zinf_param_desc d;
+			zinf_param_desc_init(&d);
+			d.name = name;
+			d.numel = param_numel(c, j);
+			d.layer = (int32_t)l;
+			d.init_fn = init_values;
+			rc = zinf_engine_add_param(a->e, &d);
+			if (rc < 0) {
+				return fail_call(r, "zinf_engine_add_param", rc);
+			}
+			a->ids[l * NPARAM + j] = (uint32_t)rc;
+		}
+	}
+	rc = zinf_engine_init(a->e);
+	return rc ? fail_call(r, "zinf_engine_init", rc) : 0;
+}
+
+/* A real CPU loop of `ms` milliseconds (simulated compute). Returns the seconds it took. */
+static double
+spin(double ms)
+{
+	double t0 = zinf_now_s(), end = t0 + ms / 1e3, t = t0;
+	volatile double x = 1.0;
+	while (t < end) {
+		for (int i = 0; i < 256; i++) {
+			x = x * 1.0000001 + 1e-9;
+		}
+		t = zinf_now_s();
+	}
+	return t - t0;
+}
+
+/* One optimizer step: every micro-batch's forward, backward and zinf_engine_step. */
+static int
+arm_step(struct run *r, struct arm *a, struct sample *s)
+{
+	const struct cfg *c = r->c;
+	enum zinf_dtype dt = dtype_of[c->dtype];
+	double t0 = zinf_now_s(), compute = 0;
+	int rc = 0;
+	char call[96];
+	for (uint32_t mb = 0; mb < c->micro_batches; mb++) {
+		for (uint32_t l = 0; l < c->layers; l++) {
+			if ((rc = zinf_engine_fetch(a->e, (int32_t)l))) {
+				snprintf(call, sizeof(call), "forward: zinf_engine_fetch(layer %u)",
+					 l);
+				return fail_call(r, call, rc);
+			}
+			compute += spin(c->compute_ms);
+			if ((rc = zinf_engine_release(a->e, (int32_t)l))) {
+				snprintf(call, sizeof(call), "zinf_engine_release(layer %u)", l);
+				return fail_call(r, call, rc);
+			}
+		}
+		for (uint32_t l = c->layers; l-- > 0;) {
+			if ((rc = zinf_engine_fetch(a->e, (int32_t)l))) {
+				snprintf(call, sizeof(call),
+					 "backward: zinf_engine_fetch(layer %u)", l);
+				return fail_call(r, call, rc);
+			}
+			compute += spin(2 * c->compute_ms);
+			for (uint32_t j = NPARAM; j-- > 0;) {
+				uint32_t id = a->ids[l * NPARAM + j];
+				if ((rc = zinf_engine_grad(a->e, id, r->dev_grad, dt))) {
+					snprintf(call, sizeof(call), "zinf_engine_grad(layer%u.%s)",
+						 l, layer_params[j].name);
+					return fail_call(r, call, rc);
+				}
+			}
+			if ((rc = zinf_engine_release(a->e, (int32_t)l))) {
+				snprintf(call, sizeof(call), "zinf_engine_release(layer %u)", l);
+				return fail_call(r, call, rc);
+			}
+		}
+		rc = zinf_engine_step(a->e);
+		if (rc < 0) {
+			return fail_call(r, "zinf_engine_step", rc);
+		}
+		if (rc != (mb + 1 == c->micro_batches)) {
+			fprintf(stderr,
+				PROG ": rank %d: zinf_engine_step returned %d after micro-batch "
+				     "%u of %u\n",
+				r->rank, rc, mb + 1, c->micro_batches);
+			return -EPROTO;
+		}
+	}
+	s->step_s = zinf_now_s() - t0;
+	s->compute_s = compute;
+	s->es.size = sizeof(s->es);
+	rc = zinf_engine_get_stats(a->e, &s->es);
+	return rc ? fail_call(r, "zinf_engine_get_stats", rc) : 0;
+}
+
+/* ---- the disk rate ------------------------------------------------------------------------- */
+
+#define DISK_SLOTS 4
+#define DISK_CHUNK (64ull << 20)
+
+/* Write every tensor of the swap, then read them back; DISK_SLOTS in flight. */
+static int
+disk_pass(struct zinf_swap *sw, int n, char **buf, bool write, double *secs)
+{
+	struct zinf_swap_op op[DISK_SLOTS];
+	bool busy[DISK_SLOTS] = {false};
+	int rc = 0;
+	double t0 = zinf_now_s();
+	for (int i = 0; i < n && rc == 0; i++) {
+		int k = i % DISK_SLOTS;
+		if (busy[k]) {
+			rc = zinf_swap_wait(sw, &op[k]);
+			busy[k] = false;
+		}
+		if (rc == 0) {
+			rc = write ? zinf_swap_write_async(sw, i, buf[k], &op[k])
+				   : zinf_swap_read_async(sw, i, buf[k], &op[k]);
+			busy[k] = rc == 0;
+		}
+	}
+	for (int k = 0; k < DISK_SLOTS; k++) {
+		if (busy[k]) {
+			int w = zinf_swap_wait(sw, &op[k]);
+			rc = rc ? rc : w;
+		}
+	}
+	*secs = zinf_now_s() - t0;
+	return rc;
+}
+
+/*
+ * Sequential write then read of `bytes` (rounded up to whole chunks) in the --nvme-path
+ * directories through zinf_swap, with the I/O options the engine's aio defaults give.
+ */
+static int
+measure_disk(struct run *r, uint64_t bytes)
+{
+	const struct cfg *c = r->c;
+	struct zinf_engine_opts eo;
+	zinf_engine_opts_init(&eo);
+	struct zinf_io_opts io_o;
+	zinf_io_opts_init(&io_o);
+	io_o.block_size = eo.aio.block_size;
+	io_o.queue_depth = eo.aio.queue_depth;
+	io_o.threads = eo.aio.intra_op_parallelism;
+	struct zinf_io *io = NULL;
+	struct zinf_swap *sw = NULL;
+	char *buf[DISK_SLOTS] = {NULL};
+	int rc = zinf_io_create(&io_o, &io);
+	if (rc) {
+		return fail_call(r, "measuring the disk: zinf_io_create", rc);
+	}
+	char prefix[96];
+	snprintf(prefix, sizeof(prefix), "%s-disk", r->arm[0].prefix);
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	so.dirs = c->paths.v;
+	so.n_dirs = c->paths.n;
+	so.prefix = prefix;
+	so.rank = r->rank;
+	if ((rc = cli_swap_create(PROG, io, &so, &sw))) {
+		goto out;
+	}
+	uint64_t chunk = bytes < DISK_CHUNK ? ZINF_ALIGN_UP(bytes ? bytes : 1, 4096) : DISK_CHUNK;
+	int n = (int)((bytes + chunk - 1) / chunk);
+	n = n ? n : 1;
+	for (int i = 0; i < n; i++) {
+		if ((rc = zinf_swap_add(sw, "disk", (uint32_t)i, chunk)) < 0) {
+			goto out;
+		}
+	}
+	if ((rc = zinf_swap_reserve(sw))) {
+		goto out;
+	}
+	for (int k = 0; k < DISK_SLOTS; k++) {
+		buf[k] = zinf_alloc_aligned(ZINF_MAX(zinf_swap_align(sw), 4096u),
+					    zinf_swap_buf_bytes(sw, 0));
+		if (!buf[k]) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		memset(buf[k], 0x5a + k, zinf_swap_buf_bytes(sw, 0));
+	}
+	if ((rc = disk_pass(sw, n, buf, true, &r->disk_write_s)) ||
+	    (rc = disk_pass(sw, n, buf, false, &r->disk_read_s))) {
+		goto out;
+	}
+	r->disk_bytes = (uint64_t)n * chunk;
+	r->disk_rate = 2.0 * (double)r->disk_bytes / (r->disk_write_s + r->disk_read_s);
+out:
+	if (rc) {
+		fail_call(r, "measuring the disk rate", rc);
+	}
+	for (int k = 0; k < DISK_SLOTS; k++) {
+		zinf_free_aligned(buf[k]);
+	}
+	zinf_swap_destroy(sw); /* removes the file */
+	zinf_io_destroy(io);
+	return rc;
+}
+
+/* ---- summary and report -------------------------------------------------------------------- */
+
+static uint64_t
+nvme_bytes(const struct sample *s)
+{
+	return s->es.nvme_read_bytes + s->es.nvme_write_bytes;
+}
+
+/* io_bound and efficiency of every sample, from the disk rate. */
+static void
+finish_samples(struct run *r, struct arm *a)
+{
+	for (uint32_t i = 0; i < r->c->steps; i++) {
+		struct sample *s = &a->s[i];
+		s->io_bound_s = r->disk_rate > 0 ? (double)nvme_bytes(s) / r->disk_rate : 0;
+		s->eff = fmax(s->compute_s, s->io_bound_s) / s->step_s;
+	}
+}
+
+/* Median over the timed steps of the double at `off` in struct sample. */
+static double
+med_at(const struct run *r, const struct arm *a, size_t off)
+{
+	uint32_t n = r->c->steps;
+	double *v = calloc(n, sizeof(*v));
+	if (!v) {
+		return NAN;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		v[i] = *(const double *)((const char *)&a->s[i] + off);
+	}
+	double m = cli_median(v, n);
+	free(v);
+	return m;
+}
+
+/* Median of a uint64_t counter at `off` in struct zinf_engine_stats. */
+static double
+med_u64(const struct run *r, const struct arm *a, size_t off)
+{
+	uint32_t n = r->c->steps;
+	double *v = calloc(n, sizeof(*v));
+	if (!v) {
+		return NAN;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		v[i] = (double)*(const uint64_t *)((const char *)&a->s[i].es + off);
+	}
+	double m = cli_median(v, n);
+	free(v);
+	return m;
+}
+
+#define MED(r, a, f)	 med_at((r), (a), offsetof(struct sample, f))
+#define MED_ES(r, a, f)	 med_at((r), (a), offsetof(struct sample, es.f))
+#define MED_U64(r, a, f) med_u64((r), (a), offsetof(struct zinf_engine_stats, f))
+
+static const char *const u64_fields[] = {"nvme_read_bytes", "nvme_write_bytes", "h2d_bytes",
+					 "d2h_bytes",	    "reduced_bytes",	"gathered_bytes"};
+static const size_t u64_offs[] = {
+	offsetof(struct zinf_engine_stats, nvme_read_bytes),
+	offsetof(struct zinf_engine_stats, nvme_write_bytes),
+	offsetof(struct zinf_engine_stats, h2d_bytes),
+	offsetof(struct zinf_engine_stats, d2h_bytes),
+	offsetof(struct zinf_engine_stats, reduced_bytes),
+	offsetof(struct zinf_engine_stats, gathered_bytes),
+};
+
+static uint64_t
+rss_peak_bytes(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+static json_t *
+sample_json(const struct sample *s)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "step_s", cli_json_real(s->step_s));
+	json_object_set_new(o, "compute_s", cli_json_real(s->compute_s));
+	json_object_set_new(o, "io_bound_s", cli_json_real(s->io_bound_s));
+	json_object_set_new(o, "exposed_fetch_s", cli_json_real(s->es.exposed_fetch_s));
+	json_object_set_new(o, "exposed_step_s", cli_json_real(s->es.exposed_step_s));
+	json_object_set_new(o, "optimizer_s", cli_json_real(s->es.optimizer_s));
+	json_object_set_new(o, "engine_step_s", cli_json_real(s->es.step_s));
+	json_object_set_new(o, "efficiency", cli_json_real(s->eff));
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(u64_fields); i++) {
+		json_object_set_new(
+			o, u64_fields[i],
+			json_integer((json_int_t) *
+				     (const uint64_t *)((const char *)&s->es + u64_offs[i])));
+	}
+	json_object_set_new(o, "stepped_during_backward",
+			    json_integer(s->es.stepped_during_backward));
+	return o;
+}
+
+/* An arm's medians and per-step figures, into o. */
+static void
+arm_json(const struct run *r, const struct arm *a, json_t *o)
+{
+	const struct sample *last = &a->s[r->c->steps - 1];
+	json_object_set_new(o, "step_during_backward", json_boolean(a->sdb));
+	json_object_set_new(o, "step_s", cli_json_real(MED(r, a, step_s)));
+	json_object_set_new(o, "compute_s", cli_json_real(MED(r, a, compute_s)));
+	json_object_set_new(o, "io_bound_s", cli_json_real(MED(r, a, io_bound_s)));
+	json_object_set_new(o, "exposed_fetch_s", cli_json_real(MED_ES(r, a, exposed_fetch_s)));
+	json_object_set_new(o, "exposed_step_s", cli_json_real(MED_ES(r, a, exposed_step_s)));
+	json_object_set_new(o, "optimizer_s", cli_json_real(MED_ES(r, a, optimizer_s)));
+	json_object_set_new(o, "engine_step_s", cli_json_real(MED_ES(r, a, step_s)));
+	json_object_set_new(o, "efficiency", cli_json_real(MED(r, a, eff)));
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(u64_fields); i++) {
+		json_object_set_new(o, u64_fields[i],
+				    json_integer((json_int_t)llround(med_u64(r, a, u64_offs[i]))));
+	}
+	json_object_set_new(o, "sub_groups", json_integer(last->es.sub_groups));
+	json_object_set_new(o, "stepped_during_backward",
+			    json_integer(last->es.stepped_during_backward));
+	json_object_set_new(o, "peak_live_elems",
+			    json_integer((json_int_t)last->es.peak_live_elems));
+	json_object_set_new(o, "persistent_elems",
+			    json_integer((json_int_t)last->es.persistent_elems));
+	json_t *per = json_array();
+	for (uint32_t i = 0; i < r->c->steps; i++) {
+		json_array_append_new(per, sample_json(&a->s[i]));
+	}
+	json_object_set_new(o, "per_step", per);
+}
+
+static uint64_t
+model_params(const struct cfg *c)
+{
+	uint64_t per = 0;
+	for (uint32_t j = 0; j < NPARAM; j++) {
+		per += param_numel(c, j);
+	}
+	return per * c->layers;
+}
+
+static int
+report_json(const struct run *r)
+{
+	const struct cfg *c = r->c;
+	json_t *o = json_object();
+	json_object_set_new(o, "layers", json_integer(c->layers));
+	json_object_set_new(o, "hidden", json_integer((json_int_t)c->hidden));
+	json_object_set_new(o, "params", json_integer((json_int_t)model_params(c)));
+	json_object_set_new(o, "stage", json_integer(c->stage));
+	json_object_set_new(o, "offload_param", json_string(tiers[c->off_param]));
+	json_object_set_new(o, "offload_optimizer", json_string(tiers[c->off_optim]));
+	json_t *paths = json_array();
+	for (unsigned i = 0; r->nvme && i < c->paths.n; i++) {
+		json_array_append_new(paths, json_string(c->paths.v[i]));
+	}
+	json_object_set_new(o, "nvme_path", paths);
+	json_object_set_new(o, "optimizer", json_string(optimizers[c->optimizer]));
+	json_object_set_new(o, "dtype", json_string(dtypes[c->dtype]));
+	json_object_set_new(o, "device", json_string(zinf_device_backend(r->dev)));
+	json_object_set_new(o, "world", json_integer(r->world));
+	json_object_set_new(o, "micro_batches", json_integer(c->micro_batches));
+	json_object_set_new(o, "steps", json_integer(c->steps));
+	json_object_set_new(o, "warmup", json_integer(c->warmup));
+	json_object_set_new(o, "sub_group_size", json_integer((json_int_t)c->sub_group));
+	json_object_set_new(o, "bucket", json_integer((json_int_t)c->bucket));
+	json_object_set_new(o, "compute_ms", cli_json_real(c->compute_ms));
+	arm_json(r, &r->arm[0], o);
+	if (r->nvme) {
+		json_t *d = json_object();
+		json_object_set_new(d, "method",
+				    json_string("zinf_swap: sequential write then read of a "
+						"file of half the step's NVMe bytes"));
+		json_object_set_new(d, "bytes", json_integer((json_int_t)r->disk_bytes));
+		json_object_set_new(d, "write_s", cli_json_real(r->disk_write_s));
+		json_object_set_new(d, "read_s", cli_json_real(r->disk_read_s));
+		json_object_set_new(d, "GBps", cli_json_real(r->disk_rate / 1e9));
+		json_object_set_new(o, "disk", d);
+	} else {
+		json_object_set_new(o, "disk", json_null());
+	}
+	if (r->narms > 1) {
+		json_t *cmp = json_object();
+		arm_json(r, &r->arm[1], cmp);
+		json_object_set_new(o, "compare", cmp);
+	}
+	json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak_bytes()));
+	return cli_json_print(o, 2);
+}
+
+static void
+report_human(const struct run *r)
+{
+	const struct cfg *c = r->c;
+	char sz[32];
+	printf(PROG ": %u layers, hidden %llu: %llu params; stage %d, params on %s, optimizer "
+		    "state on %s; %s, %s, %u micro-batch(es), %d rank(s), device %s\n",
+	       c->layers, (unsigned long long)c->hidden, (unsigned long long)model_params(c),
+	       c->stage, tiers[c->off_param], tiers[c->off_optim], optimizers[c->optimizer],
+	       dtypes[c->dtype], c->micro_batches, r->world, zinf_device_backend(r->dev));
+	if (r->nvme) {
+		cli_size_str(sz, sizeof(sz), r->disk_bytes);
+		printf("  disk: %.2f GB/s (write then read of %s through zinf_swap)\n",
+		       r->disk_rate / 1e9, sz);
+	}
+	for (uint32_t k = 0; k < r->narms; k++) {
+		const struct arm *a = &r->arm[k];
+		printf("  %s:\n", a->label);
+		printf("    %4s %9s %9s %9s %9s %9s %9s %10s %10s %10s %6s\n", "step", "time_s",
+		       "compute", "io_bound", "exp_fetch", "exp_step", "optim", "nvme_rd",
+		       "nvme_wr", "h2d", "eff");
+		for (uint32_t i = 0; i < c->steps; i++) {
+			const struct sample *s = &a->s[i];
+			char rd[16], wr[16], hd[16];
+			cli_size_str(rd, sizeof(rd), s->es.nvme_read_bytes);
+			cli_size_str(wr, sizeof(wr), s->es.nvme_write_bytes);
+			cli_size_str(hd, sizeof(hd), s->es.h2d_bytes);
+			printf("    %4u %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %10s %10s %10s %6.3f\n",
+			       i + 1, s->step_s, s->compute_s, s->io_bound_s, s->es.exposed_fetch_s,
+			       s->es.exposed_step_s, s->es.optimizer_s, rd, wr, hd, s->eff);
+		}
+		printf("    median: step %.4f s, compute %.4f s, io_bound %.4f s, exposed fetch "
+		       "%.4f s, exposed step %.4f s, efficiency %.3f\n",
+		       MED(r, a, step_s), MED(r, a, compute_s), MED(r, a, io_bound_s),
+		       MED_ES(r, a, exposed_fetch_s), MED_ES(r, a, exposed_step_s), MED(r, a, eff));
+	}
+	cli_size_str(sz, sizeof(sz), rss_peak_bytes());
+	printf("  peak RSS %s\n", sz);
+}
+
+/* ---- set-up and the run -------------------------------------------------------------------- */
+
+/* Option combinations the engine would refuse, said in the CLI's terms (exit 2). */
+static int
+check_cfg(const struct cfg *c, char *err, size_t n)
+{
+	if (c->off_param != ZINF_OFFLOAD_NONE && c->stage != 3) {
+		snprintf(err, n,
+			 "--offload-param %s needs --stage 3 (only ZeRO-3 partitions the "
+			 "parameters)",
+			 tiers[c->off_param]);
+		return -EINVAL;
+	}
+	if (c->off_optim != ZINF_OFFLOAD_NONE && c->stage == 0) {
+		snprintf(err, n, "--offload-optimizer %s needs --stage 1 or above",
+			 tiers[c->off_optim]);
+		return -EINVAL;
+	}
+	if (c->compare && c->no_sdb) {
+		snprintf(err, n,
+			 "--compare runs step_during_backward off against on: drop "
+			 "--no-step-during-backward");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int
+setup(struct run *r)
+{
+	const struct cfg *c = r->c;
+	char base[64];
+	cli_scratch_prefix(base, sizeof(base), SCRATCH_STEM);
+	r->narms = c->compare ? 2 : 1;
+	r->arm[0].sdb = !c->no_sdb;
+	r->arm[1].sdb = false;
+	for (uint32_t k = 0; k < r->narms; k++) {
+		struct arm *a = &r->arm[k];
+		a->label = a->sdb ? "step during backward" : "step after backward";
+		snprintf(a->prefix, sizeof(a->prefix), "%s%s", base, k ? "-b" : "");
+	}
+	int rc = arm_open(r, &r->arm[0], NULL);
+	if (rc) {
+		return rc;
+	}
+	r->dev = zinf_engine_device(r->arm[0].e);
+	r->rank = zinf_engine_rank(r->arm[0].e);
+	r->world = zinf_engine_world(r->arm[0].e);
+	if (r->narms > 1 && (rc = arm_open(r, &r->arm[1], r->dev))) {
+		return rc;
+	}
+	size_t bytes = 4 * c->hidden * c->hidden * zinf_dtype_size(dtype_of[c->dtype]);
+	if ((rc = zinf_device_alloc(r->dev, bytes, &r->dev_grad))) {
+		return fail_call(r, "allocating the gradient buffer", rc);
+	}
+	struct zinf_stream *cs = zinf_engine_compute_stream(r->arm[0].e);
+	if ((rc = zinf_device_fill(cs, r->dev_grad, dtype_of[c->dtype], GRAD_VALUE,
+				   4 * c->hidden * c->hidden)) ||
+	    (rc = zinf_stream_sync(cs))) {
+		return fail_call(r, "filling the gradient buffer", rc);
+	}
+	return 0;
+}
+
+static void
+teardown(struct run *r)
+{
+	if (r->dev_grad) {
+		zinf_device_free(r->dev, r->dev_grad);
+	}
+	/* The second arm runs on the first one's device (and, under MPI, the first one's comm
+	 * joined MPI): it goes first. */
+	for (uint32_t k = 2; k-- > 0;) {
+		zinf_engine_destroy(r->arm[k].e);
+		free(r->arm[k].ids);
+		free(r->arm[k].s);
+	}
+}
+
+/* Warm-up steps, then the timed ones, the arms interleaved step by step, then the disk. */
+static int
+bench(struct run *r)
+{
+	const struct cfg *c = r->c;
+	int rc = setup(r);
+	struct sample w;
+	for (uint32_t i = 0; i < c->warmup && rc == 0 && !cli_interrupted; i++) {
+		for (uint32_t k = 0; k < r->narms && rc == 0; k++) {
+			rc = arm_step(r, &r->arm[k], &w);
+		}
+	}
+	uint64_t most = 0;
+	for (uint32_t i = 0; i < c->steps && rc == 0 && !cli_interrupted; i++) {
+		for (uint32_t k = 0; k < r->narms && rc == 0; k++) {
+			/* Alternate which arm goes first, so neither always follows the other. */
+			struct arm *a = &r->arm[(k + i) % r->narms];
+			rc = arm_step(r, a, &a->s[i]);
+			most = rc == 0 ? ZINF_MAX(most, nvme_bytes(&a->s[i])) : most;
+		}
+	}
+	if (rc == 0 && cli_interrupted) {
+		rc = -EINTR;
+	}
+	if (rc == 0 && r->nvme) {
+		rc = measure_disk(r, most / 2);
+	}
+	for (uint32_t k = 0; k < r->narms && rc == 0; k++) {
+		finish_samples(r, &r->arm[k]);
+	}
+	return rc;
+}
+
+int
+cli_bench_engine(int argc, char **argv)
+{
+	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
+	if (rc >= 0) {
+		return rc;
+	}
+	struct cfg c = cfg;
+	char err[256];
+	if (check_cfg(&c, err, sizeof(err))) {
+		if (launcher_rank() == 0) {
+			fprintf(stderr, PROG ": %s\nrun `" PROG " --help`\n", err);
+		}
+		return 2;
+	}
+	struct run r = {.c = &c, .rank = launcher_rank(), .world = 1};
+	r.nvme = c.off_param == ZINF_OFFLOAD_NVME || c.off_optim == ZINF_OFFLOAD_NVME;
+	cli_catch_signals();
+	for (unsigned i = 0; r.nvme && i < c.paths.n; i++) {
+		r.made_dir[i] = mkdir(c.paths.v[i], 0700) == 0;
+		if (r.rank == 0) {
+			(void)cli_reclaim_scratch(PROG, c.paths.v[i], SCRATCH_STEM);
+		}
+	}
+	rc = bench(&r);
+	if (rc == 0 && r.rank == 0) {
+		if (c.json) {
+			rc = report_json(&r);
+		} else {
+			report_human(&r);
+		}
+	}
+	teardown(&r);
+	for (unsigned i = 0; r.nvme && i < c.paths.n; i++) {
+		if (r.made_dir[i]) {
+			rmdir(c.paths.v[i]); /* empty unless another rank still has files there */
+		}
+	}
+	if (cli_interrupted) {
+		fprintf(stderr, PROG ": interrupted (signal %d); files removed\n",
+			(int)cli_interrupted);
+		return cli_interrupt_status();
+	}
+	return rc == 0 ? 0 : 1;
+}

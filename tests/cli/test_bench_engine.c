@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/cli/test_bench_engine.c: `zinf bench engine` run as a command on a tiny model (2 layers,
+ * hidden 32: 2 x (12 x 32^2 + 6 x 32) = 24960 parameters). Variant "alone": option errors
+ * refused with exit 2 before anything is created; stage 3 with both tiers on the CPU: the JSON's
+ * fields, the parameter count worked by hand, the simulated compute at least the loop's length,
+ * per step efficiency = max(compute, io_bound) / step recomputed, its median; both tiers on
+ * NVMe: bytes moved, io_bound = the step's NVMe bytes / the disk rate, the disk file's size from
+ * the largest step's bytes, files removed; --compare: the second arm with step_during_backward
+ * off and as many bytes per step. Variant "mpi": two ranks under mpirun ($ZINF_MPIRUN), one JSON
+ * object (rank 0's), world 2. No timing is asserted beyond signs and the compute loop's floor.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "common/test_util.h"
+
+#define PARAMS_2x32 (2.0 * (12 * 32 * 32 + 6 * 32))
+
+static void
+need_variant(const char *v)
+{
+	const char *cur = zt_variant();
+	if (!cur || strcmp(cur, v) != 0) {
+		cr_skip_test("variant %s only", v);
+	}
+}
+
+/* Run `zinf bench engine args...` in cwd; expect exit 2 and `want` on stderr, nothing made. */
+static void
+refused(const char *const *args, const char *want)
+{
+	char *d = zt_mkdtemp(NULL);
+	char err[4200];
+	snprintf(err, sizeof(err), "%s.err", d);
+	char *argv[32] = {"zinf", "bench", "engine"};
+	int k = 3;
+	for (int i = 0; args[i] && k < 31; i++) {
+		argv[k++] = (char *)args[i];
+	}
+	argv[k] = NULL;
+	cr_assert_eq(zc_run(d, argv, NULL, err), 2);
+	char *t = zc_text(err);
+	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0, "nothing created");
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
+
+Test(bench_engine, option_errors)
+{
+	need_variant("alone");
+	const char *a1[] = {"--stage", "4", NULL};
+	refused(a1, "--stage 4: must be in [0, 3]");
+	const char *a2[] = {"--stage", "2", "--offload-param", "cpu", NULL};
+	refused(a2, "--offload-param cpu needs --stage 3");
+	const char *a3[] = {"--stage", "0", "--offload-optimizer", "nvme", NULL};
+	refused(a3, "--offload-optimizer nvme needs --stage 1 or above");
+	const char *a4[] = {"--compare", "--no-step-during-backward", NULL};
+	refused(a4, "drop --no-step-during-backward");
+	const char *a5[] = {"--hidden", "0", NULL};
+	refused(a5, "--hidden 0: must be in [1, ");
+	const char *a6[] = {"--offload-param", "disk", NULL};
+	refused(a6, "--offload-param disk: expected none, cpu or nvme");
+	const char *a7[] = {"--layers", "2", "--steps", "0", NULL};
+	refused(a7, "--steps 0: must be in [1, ");
+	const char *a8[] = {"--dtype", "f64", NULL};
+	refused(a8, "--dtype f64: expected bf16, f16 or f32");
+}
+
+static double
+num(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	cr_assert(json_is_number(v), "%s is not a number", key);
+	return json_number_value(v);
+}
+
+static int
+cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/*
+ * An arm's figures (the top level, or "compare"): every field, per-step efficiency recomputed,
+ * medians of the steps, compute at least the loop's length (2 layers x (1 + 2) x compute_ms).
+ */
+static void
+check_arm(json_t *o, int steps, double compute_ms, bool nvme, double disk_Bps)
+{
+	static const char *const keys[] = {
+		"step_s",	   "compute_s",	      "io_bound_s",
+		"exposed_fetch_s", "exposed_step_s",  "optimizer_s",
+		"efficiency",	   "nvme_read_bytes", "nvme_write_bytes",
+		"h2d_bytes",	   "d2h_bytes",	      "reduced_bytes",
+		"gathered_bytes",  "sub_groups",      "stepped_during_backward"};
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		cr_assert(json_is_number(json_object_get(o, keys[i])), "JSON lacks %s", keys[i]);
+	}
+	json_t *per = json_object_get(o, "per_step");
+	cr_assert_eq(json_array_size(per), (size_t)steps);
+	double eff[64], step[64];
+	for (int i = 0; i < steps; i++) {
+		json_t *s = json_array_get(per, i);
+		double st = num(s, "step_s"), c = num(s, "compute_s"), io = num(s, "io_bound_s");
+		cr_assert_gt(st, 0);
+		cr_assert_geq(c, 2 * 3 * compute_ms / 1e3, "step %d: compute %g s", i, c);
+		cr_assert_leq(c, st, "the compute loop runs inside the step");
+		double bytes = num(s, "nvme_read_bytes") + num(s, "nvme_write_bytes");
+		if (nvme) {
+			cr_assert_gt(num(s, "nvme_read_bytes"), 0);
+			cr_assert_gt(num(s, "nvme_write_bytes"), 0);
+			cr_assert_float_eq(io, bytes / disk_Bps, 1e-9 * io, "step %d", i);
+		} else {
+			cr_assert_eq(bytes, 0);
+			cr_assert_eq(io, 0);
+		}
+		double want = fmax(c, io) / st;
+		eff[i] = num(s, "efficiency");
+		step[i] = st;
+		cr_assert_float_eq(eff[i], want, 1e-9 * want, "step %d: %g vs %g", i, eff[i], want);
+		cr_assert(eff[i] > 0 && eff[i] <= 1.5, "step %d: efficiency %g", i, eff[i]);
+	}
+	qsort(eff, (size_t)steps, sizeof(double), cmp);
+	qsort(step, (size_t)steps, sizeof(double), cmp);
+	cr_assert_eq(num(o, "efficiency"), eff[steps / 2], "median of the steps (odd count)");
+	cr_assert_eq(num(o, "step_s"), step[steps / 2]);
+	cr_assert(num(o, "efficiency") > 0 && num(o, "efficiency") <= 1.5);
+	cr_assert_geq(num(o, "sub_groups"), 1);
+	cr_assert_leq(num(o, "stepped_during_backward"), num(o, "sub_groups"));
+}
+
+/* The run's own fields: the model as asked, the RSS, the disk (or null). */
+static void
+check_run(json_t *j, int stage, const char *op, const char *oo)
+{
+	cr_assert_eq(num(j, "layers"), 2);
+	cr_assert_eq(num(j, "hidden"), 32);
+	cr_assert_eq(num(j, "params"), PARAMS_2x32);
+	cr_assert_eq(num(j, "stage"), stage);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "offload_param")), op);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "offload_optimizer")), oo);
+	cr_assert_gt(num(j, "rss_peak_bytes"), 1 << 20);
+}
+
+Test(bench_engine, json_tiny_cpu_tiers)
+{
+	need_variant("alone");
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	int st = zc_run_sh(&r, "", "",
+			   "bench engine --layers 2 --hidden 32 --stage 3 --offload-param cpu "
+			   "--offload-optimizer cpu --steps 3 --warmup 1 --compute-ms 2 --json");
+	char *e = zc_text(r.err);
+	cr_assert_eq(st, 0, "stderr: %s", e);
+	free(e);
+	json_t *j = zc_json(r.out);
+	check_run(j, 3, "cpu", "cpu");
+	cr_assert(json_is_null(json_object_get(j, "disk")), "no NVMe tier: no disk rate");
+	cr_assert_eq(json_object_get(j, "compare"), NULL);
+	cr_assert(json_is_true(json_object_get(j, "step_during_backward")));
+	check_arm(j, 3, 2, false, 0);
+	json_decref(j);
+	zc_scratch_fini(&r);
+}
+
+/* Both tiers on NVMe under the scratch directory (O_DIRECT: not tmpfs), compared. */
+Test(bench_engine, json_tiny_nvme_tiers_compare)
+{
+	need_variant("alone");
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	int st = zc_run_sh(&r, "", "",
+			   "bench engine --layers 2 --hidden 32 --stage 3 --offload-param nvme "
+			   "--offload-optimizer nvme --nvme-path %s --steps 3 --warmup 1 "
+			   "--compute-ms 1 --compare --json",
+			   r.dir);
+	char *e = zc_text(r.err);
+	cr_assert_eq(st, 0, "stderr: %s", e);
+	free(e);
+	json_t *j = zc_json(r.out);
+	check_run(j, 3, "nvme", "nvme");
+	json_t *disk = json_object_get(j, "disk");
+	cr_assert(json_is_object(disk), "an NVMe tier: the disk rate measured");
+	double rate = num(disk, "GBps") * 1e9;
+	cr_assert_gt(rate, 0);
+	/* rate = 2 x bytes / (write + read) */
+	double want = 2 * num(disk, "bytes") / (num(disk, "write_s") + num(disk, "read_s"));
+	cr_assert_float_eq(rate, want, 1e-9 * want);
+	check_arm(j, 3, 1, true, rate);
+	json_t *c = json_object_get(j, "compare");
+	cr_assert(json_is_object(c), "--compare: the second arm");
+	cr_assert(json_is_true(json_object_get(j, "step_during_backward")));
+	cr_assert(json_is_false(json_object_get(c, "step_during_backward")));
+	cr_assert_eq(num(c, "stepped_during_backward"), 0, "stepping after backward only");
+	check_arm(c, 3, 1, true, rate);
+	/* The disk file: half of the largest step's NVMe bytes, in 4 KiB units. */
+	double most = 0;
+	json_t *arms[2] = {j, c};
+	for (int a = 0; a < 2; a++) {
+		json_t *per = json_object_get(arms[a], "per_step");
+		for (size_t i = 0; i < json_array_size(per); i++) {
+			json_t *s = json_array_get(per, i);
+			most = fmax(most, num(s, "nvme_read_bytes") + num(s, "nvme_write_bytes"));
+		}
+	}
+	uint64_t half = (uint64_t)most / 2;
+	cr_assert_eq(num(disk, "bytes"), (double)((half + 4095) / 4096 * 4096));
+	/* The same model: the same state bytes per step on both arms (the optimizer's part). */
+	cr_assert_eq(num(j, "params"), PARAMS_2x32);
+	json_decref(j);
+	cr_assert_eq(zc_count(r.dir), 0, "swap files and the disk file removed");
+	zc_scratch_fini(&r);
+}
+
+/* mpirun -np 2: one JSON object, from rank 0, world 2. */
+Test(bench_engine, mpirun_two_ranks)
+{
+	need_variant("mpi");
+	const char *mpi = getenv("ZINF_MPIRUN");
+	if (!mpi || !*mpi) {
+		cr_skip_test("no mpirun (MPI not built)");
+	}
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int fo = open(r.out, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		int fe = open(r.err, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		if (fo < 0 || fe < 0) {
+			_exit(121);
+		}
+		dup2(fo, 1);
+		dup2(fe, 2);
+		const char *argv[] = {mpi,	   "--oversubscribe",
+				      "--bind-to", "none",
+				      "-np",	   "2",
+				      zc_cli(),	   "bench",
+				      "engine",	   "--layers",
+				      "2",	   "--hidden",
+				      "32",	   "--stage",
+				      "3",	   "--offload-param",
+				      "cpu",	   "--offload-optimizer",
+				      "cpu",	   "--steps",
+				      "3",	   "--compute-ms",
+				      "1",	   "--json",
+				      NULL};
+		execv(mpi, (char *const *)argv);
+		_exit(122);
+	}
+	int st = zc_status(pid);
+	char *e = zc_text(r.err);
+	cr_assert_eq(st, 0, "stderr: %s", e);
+	free(e);
+	char *out = zc_text(r.out);
+	cr_assert_eq(zc_count_substr(out, "\"rss_peak_bytes\""), 1, "rank 0 only: %s", out);
+	free(out);
+	json_t *j = zc_json(r.out);
+	cr_assert_eq(num(j, "world"), 2);
+	check_run(j, 3, "cpu", "cpu");
+	check_arm(j, 3, 1, false, 0);
+	/* Stage 3 on two ranks: gradients reduce-scattered, parameters gathered. */
+	cr_assert_gt(num(j, "reduced_bytes"), 0);
+	cr_assert_gt(num(j, "gathered_bytes"), 0);
+	json_decref(j);
+	zc_scratch_fini(&r);
+}
