@@ -12,6 +12,7 @@
  * quantised to 2^-14 anyway (engine_ref.h), which makes sums exact in any order.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -539,4 +540,99 @@ Test(engine, live_bound_below_a_layer)
 	eref_result_free(&ref);
 	edrive_fini(&d);
 	zinf_engine_destroy(e);
+}
+
+static int
+failing_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	(void)first;
+	(void)count;
+	(void)out;
+	return param == 2 ? -EIO : 0;
+}
+
+/* An init callback's error comes back from zinf_engine_init; a parameter partition larger than
+ * offload_param.buffer_size is -EINVAL naming the key. */
+Test(engine, init_errors)
+{
+	struct zinf_engine_opts o;
+	struct zinf_engine *e;
+	struct zinf_param_desc d;
+	char *dir = zt_mkdtemp(NULL);
+
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, 1);
+	e = make(&o);
+	for (uint32_t id = 0; id < 3; id++) {
+		zinf_param_desc_init(&d);
+		d.name = eref_params[id].name;
+		d.numel = eref_numel(id);
+		d.layer = eref_params[id].layer;
+		d.init_fn = failing_init;
+		cr_assert_eq(zinf_engine_add_param(e, &d), (int)id);
+	}
+	cr_assert_eq(zinf_engine_init(e), -EIO, "the init callback's error");
+	zinf_engine_destroy(e);
+
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, dir, ZINF_F32, 1);
+	o.offload_param.buffer_size = 100; /* layer0.weight's partition is 240 */
+	e = make(&o);
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_init(e), -EINVAL, "a partition larger than buffer_size");
+	cr_assert(strstr(zinf_last_error(), "buffer_size") != NULL, "%s", zinf_last_error());
+	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
+}
+
+static int
+count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	if (!d) {
+		return -1;
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * Both tiers on NVMe: the window's statistics count NVMe bytes both ways (the optimizer reads
+ * and writes every sub-group; fetches read the parameters), the swap files are in nvme_path
+ * while the engine lives and gone after zinf_engine_destroy (engine.h). With no NVMe tier the
+ * NVMe counters stay 0.
+ */
+Test(engine, nvme_bytes_and_swap_files)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	char *dir = zt_mkdtemp(NULL);
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, dir, ZINF_F32, 1);
+	struct zinf_engine *e = make_model(&o);
+	cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+	cr_assert_eq(edrive_run(&d, 0, 2, 1, -1), 0, "%s", d.why);
+	cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+	cr_assert_gt(st.nvme_read_bytes, 0, "no NVMe read counted with both tiers on NVMe");
+	cr_assert_gt(st.nvme_write_bytes, 0, "no NVMe write counted with both tiers on NVMe");
+	cr_assert_gt(count_entries(dir), 0, "no swap file in %s", dir);
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	cr_assert_eq(count_entries(dir), 0, "swap files left in %s after destroy", dir);
+
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, dir, ZINF_F32, 1);
+	e = make_model(&o);
+	cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+	cr_assert_eq(edrive_run(&d, 0, 1, 1, -1), 0, "%s", d.why);
+	cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+	cr_assert_eq(st.nvme_read_bytes + st.nvme_write_bytes, 0, "NVMe bytes with no NVMe tier");
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
 }
