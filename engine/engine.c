@@ -314,9 +314,19 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if ((ret = open_device(e))) {
 		goto fail;
 	}
-	if ((ret = zinf_stream_wrap(e->dev, e->o.compute_stream, "compute", &e->compute)) ||
-	    (ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs)) ||
-	    (ret = zinf_event_create(e->dev, &e->ev_compute)) ||
+	if ((ret = zinf_stream_wrap(e->dev, e->o.compute_stream, "compute", &e->compute))) {
+		goto fail;
+	}
+	if (e->o.comm && zinf_comm_backend(e->o.comm) &&
+	    strcmp(zinf_comm_backend(e->o.comm), "nccl") == 0) {
+		/* the caller's NCCL communicator orders its collectives on its own stream: the
+		   engine's copies and casts go on that stream too */
+		ret = zinf_stream_wrap(e->dev, zinf_comm_get_opts(e->o.comm)->stream, "zinf-engine",
+				       &e->cs);
+	} else {
+		ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs);
+	}
+	if (ret || (ret = zinf_event_create(e->dev, &e->ev_compute)) ||
 	    (ret = zinf_event_create(e->dev, &e->ev_cs))) {
 		goto fail;
 	}
@@ -554,5 +564,8 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.live_elems = e->live_elems;
 	s.persistent_elems = e->persistent_elems;
 	s.sub_groups = e->n_sg;
+	s.trace_hits = e->trace_hits;
+	s.trace_misses = e->trace_misses;
+	s.trace_invalidations = e->trace_invalidations;
 	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

@@ -7,7 +7,12 @@
  * size-keyed free list: no device free on the hot path) and all-gathers in place; release
  * gives the buffers back after an event on the compute stream, which the next user waits for.
  * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
- * Not here (yet): the fetch trace and prefetch along it.
+ * The trace: the first micro-batch records the order of fetches; later ones follow it (a
+ * difference invalidates it: counted, warned once, recorded again from the next micro-batch).
+ * Along a valid trace, a fetch starts gathering the layers that follow (within
+ * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live), and a
+ * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
+ * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
  */
 #include <errno.h>
 #include <string.h>
@@ -118,6 +123,18 @@ gbuf_put(struct zinf_engine *e, struct gbuf *g)
 void
 eng_fetch_free(struct zinf_engine *e)
 {
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		struct elayer *l = &e->layers[i];
+		for (uint32_t j = 0; l->reqs && j < l->n; j++) {
+			if (l->reqs[j] && !zinf_comm_failed(e->comm)) {
+				zinf_comm_wait(e->comm, l->reqs[j]);
+			}
+		}
+		zinf_free(l->reqs);
+		l->reqs = NULL;
+	}
+	zinf_free(e->trace);
+	e->trace = NULL;
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		struct eparam *p = &e->params[i];
 		if (p->gathered) {
@@ -135,8 +152,6 @@ eng_fetch_free(struct zinf_engine *e)
 		zinf_free(g);
 	}
 }
-
-static int fetch_layer(struct zinf_engine *e, struct elayer *l, struct zinf_comm_req **reqs);
 
 /* comm_check: every rank fetches the same layer, or every rank fails naming it. */
 static int
@@ -157,70 +172,24 @@ check_layer(struct zinf_engine *e, int32_t layer)
 	return 0;
 }
 
-int
-zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
-{
-	int ret = eng_ready(e, "fetch");
-	if (ret) {
-		return ret;
-	}
-	struct elayer *l = eng_layer(e, layer);
-	if (!l || l->fetched) {
-		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
-				l ? "is already fetched" : "is unknown");
-	}
-	double t0 = eng_now();
-	if (e->window_t0 < 0) {
-		e->window_t0 = t0;
-	}
-	if (e->o.stage < 3 || l->gather_elems == 0) {
-		l->fetched = true;
-		return 0;
-	}
-	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
-		return ret;
-	}
-	if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters && !e->warned_live) {
-		e->warned_live = true;
-		ENG_WARN(e,
-			 "fetch: layer %d (%" PRIu64 " elements) with %" PRIu64 " live passes "
-			 "stage3_max_live_parameters (%" PRIu64 "); fetched anyway (warned once)",
-			 layer, l->gather_elems, e->live_elems, e->o.stage3_max_live_parameters);
-	}
-	struct zinf_comm_req **reqs = zinf_calloc(l->n, sizeof(*reqs));
-	if (!reqs) {
-		return ENG_FAIL(e, -ENOMEM, "fetch: layer %d: out of memory", layer);
-	}
-	bool locked = e->ptier == ZINF_OFFLOAD_NVME;
-	if (locked) {
-		/* the step worker writes new values into the store during backward */
-		pthread_mutex_lock(&e->store_mu);
-	}
-	ret = fetch_layer(e, l, reqs);
-	if (locked) {
-		pthread_mutex_unlock(&e->store_mu);
-	}
-	zinf_free(reqs);
-	if (ret) {
-		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
-	}
-	e->live_elems += l->gather_elems;
-	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
-	l->fetched = true;
-	e->win.exposed_fetch_s += eng_now() - t0;
-	return 0;
-}
-
-/* The partitions of l's parameters into gathered buffers, then the all-gathers. */
+/*
+ * Start gathering layer l: its partitions into gathered buffers (NVMe reads first, so that
+ * they overlap each other), then the all-gathers, left in flight in l->reqs. Every rank makes
+ * the same calls (the decisions depend only on the calls the trainer made).
+ */
 static int
-fetch_layer(struct zinf_engine *e, struct elayer *l, struct zinf_comm_req **reqs)
+gather_start(struct zinf_engine *e, struct elayer *l)
 {
 	size_t ds = eng_dsize(e);
 	int ret = 0;
-	/* reads first (NVMe), so that they overlap each other */
-	for (uint32_t i = 0; i < l->n && !ret; i++) {
+	bool nvme = e->ptier == ZINF_OFFLOAD_NVME;
+	if (nvme) {
+		/* the step worker writes new values into the store during backward */
+		pthread_mutex_lock(&e->store_mu);
+	}
+	for (uint32_t i = 0; i < l->n && !ret && nvme; i++) {
 		struct eparam *p = &e->params[l->params[i]];
-		if (!p->persistent && e->ptier == ZINF_OFFLOAD_NVME) {
+		if (!p->persistent) {
 			ret = zinf_store_swap_in(e->store, p->store_id, 0);
 		}
 	}
@@ -239,39 +208,265 @@ fetch_layer(struct zinf_engine *e, struct elayer *l, struct zinf_comm_req **reqs
 	if (!ret && e->host_comm) {
 		ret = zinf_stream_sync(e->cs);
 	}
-	for (uint32_t i = 0; i < l->n && e->ptier == ZINF_OFFLOAD_NVME; i++) {
+	for (uint32_t i = 0; i < l->n && nvme; i++) {
 		struct eparam *p = &e->params[l->params[i]];
 		if (!p->persistent) {
 			int r2 = zinf_store_release(e->store, p->store_id);
 			ret = ret ? ret : r2;
 		}
 	}
+	if (nvme) {
+		pthread_mutex_unlock(&e->store_mu);
+	}
 	for (uint32_t i = 0; i < l->n && !ret && e->W > 1; i++) {
 		struct eparam *p = &e->params[l->params[i]];
 		if (!p->persistent) {
-			ret = gather(e, p, &reqs[i]);
+			ret = gather(e, p, &l->reqs[i]);
 		}
 	}
+	l->gathered = true;
+	e->live_elems += l->gather_elems;
+	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
+	return ret;
+}
+
+/* Complete layer l's all-gathers; the compute stream's later work is ordered after them. */
+static int
+gather_finish(struct zinf_engine *e, struct elayer *l)
+{
+	int ret = 0;
 	for (uint32_t i = 0; i < l->n; i++) {
-		if (reqs[i]) {
-			int r2 = zinf_comm_wait(e->comm, reqs[i]);
+		if (l->reqs[i]) {
+			int r2 = zinf_comm_wait(e->comm, l->reqs[i]);
+			l->reqs[i] = NULL;
 			ret = ret ? ret : r2;
 		}
 	}
 	if (!ret) {
 		ret = eng_order(e, e->cs, e->compute);
 	}
-	if (ret) {
-		for (uint32_t i = 0; i < l->n; i++) {
-			struct eparam *p = &e->params[l->params[i]];
-			if (p->gathered) {
-				gbuf_put(e, p->gathered);
-				p->gathered = NULL;
-				p->dev_full = NULL;
-			}
+	return ret;
+}
+
+/* Give layer l's gathered buffers back (after the compute stream's work queued so far). */
+static int
+drop(struct zinf_engine *e, struct elayer *l)
+{
+	int ret = gather_finish(e, l); /* a collective cannot be cancelled */
+	for (uint32_t i = 0; i < l->n; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->gathered) {
+			continue;
+		}
+		int r2 = zinf_event_record(p->gathered->released, e->compute);
+		ret = ret ? ret : r2;
+		gbuf_put(e, p->gathered);
+		p->gathered = NULL;
+		p->dev_full = NULL;
+	}
+	if (l->gathered) {
+		e->live_elems -= l->gather_elems;
+		l->gathered = false;
+	}
+	if (l->prefetched) {
+		e->pf_inflight -= l->gather_elems;
+		l->prefetched = false;
+	}
+	return ret;
+}
+
+/* After an optimizer step every gathered copy is stale: drop those not fetched. */
+int
+eng_fetch_drop_all(struct zinf_engine *e)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		struct elayer *l = &e->layers[i];
+		if (l->gathered && !l->fetched) {
+			int r2 = drop(e, l);
+			ret = ret ? ret : r2;
 		}
 	}
 	return ret;
+}
+
+/* ---- the trace ------------------------------------------------------------------------------ */
+
+static int
+trace_push(struct zinf_engine *e, int32_t layer)
+{
+	if (e->trace_n == e->trace_cap) {
+		uint32_t cap = e->trace_cap ? e->trace_cap * 2 : 64;
+		int32_t *t = zinf_calloc(cap, sizeof(*t));
+		if (!t) {
+			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
+		}
+		if (e->trace_n) {
+			memcpy(t, e->trace, e->trace_n * sizeof(*t));
+		}
+		zinf_free(e->trace);
+		e->trace = t;
+		e->trace_cap = cap;
+	}
+	e->trace[e->trace_n++] = layer;
+	return 0;
+}
+
+/* Follow (or record) the trace at a fetch of `layer`. */
+static int
+trace_fetch(struct zinf_engine *e, int32_t layer)
+{
+	if (!e->o.record_trace) {
+		return 0;
+	}
+	if (e->tr_state == TRACE_RECORDING) {
+		return trace_push(e, layer);
+	}
+	if (e->tr_state != TRACE_VALID) {
+		return 0;
+	}
+	if (e->cursor < e->trace_n && e->trace[e->cursor] == layer) {
+		e->cursor++;
+		e->trace_hits++;
+		return 0;
+	}
+	e->trace_misses++;
+	e->trace_invalidations++;
+	if (!e->warned_trace) {
+		e->warned_trace = true;
+		ENG_WARN(e,
+			 "fetch: layer %d at position %u differs from the recorded trace (%d): "
+			 "trace invalidated, recorded again from the next micro-batch (warned "
+			 "once)",
+			 layer, e->cursor, e->cursor < e->trace_n ? e->trace[e->cursor] : -1);
+	}
+	e->tr_state = TRACE_INVALID;
+	return 0;
+}
+
+/* End of a micro-batch (zinf_engine_step). */
+void
+eng_trace_micro_end(struct zinf_engine *e)
+{
+	if (!e->o.record_trace) {
+		return;
+	}
+	if (e->tr_state == TRACE_RECORDING && e->trace_n > 0) {
+		e->tr_state = TRACE_VALID;
+	} else if (e->tr_state == TRACE_INVALID) {
+		e->trace_n = 0;
+		e->tr_state = TRACE_RECORDING;
+	}
+	e->cursor = 0;
+}
+
+/* Elements fetched in the trace from position `from` until `layer` comes again, or UINT64_MAX. */
+static uint64_t
+reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
+{
+	uint64_t d = 0;
+	for (uint32_t i = from; i < e->trace_n; i++) {
+		if (e->trace[i] == layer) {
+			return d;
+		}
+		d += eng_layer(e, e->trace[i])->gather_elems;
+	}
+	return UINT64_MAX;
+}
+
+/* Gather the layers that follow in the trace, within the prefetch and live budgets. */
+static int
+prefetch(struct zinf_engine *e)
+{
+	if (e->tr_state != TRACE_VALID) {
+		return 0;
+	}
+	int ret = 0;
+	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
+		struct elayer *l = eng_layer(e, e->trace[i]);
+		if (l->gathered || l->fetched || l->gather_elems == 0) {
+			continue;
+		}
+		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
+		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
+			break;
+		}
+		ret = gather_start(e, l);
+		l->prefetched = true;
+		e->pf_inflight += l->gather_elems;
+	}
+	return ret;
+}
+
+int
+zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
+{
+	int ret = eng_ready(e, "fetch");
+	if (ret) {
+		return ret;
+	}
+	struct elayer *l = eng_layer(e, layer);
+	if (!l || l->fetched) {
+		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
+				l ? "is already fetched" : "is unknown");
+	}
+	double t0 = eng_now();
+	if (e->window_t0 < 0) {
+		e->window_t0 = t0;
+	}
+	if (e->o.stage < 3) {
+		l->fetched = true;
+		return 0;
+	}
+	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
+		return ret;
+	}
+	if ((ret = trace_fetch(e, layer))) {
+		return ret;
+	}
+	if (!l->gathered && l->gather_elems > 0) {
+		/* make room: drop layers kept or prefetched but not fetched */
+		for (uint32_t i = 0; i < e->n_layers && !ret; i++) {
+			struct elayer *k = &e->layers[i];
+			if (e->live_elems + l->gather_elems <= e->o.stage3_max_live_parameters) {
+				break;
+			}
+			if (k->gathered && !k->fetched && k != l) {
+				ret = drop(e, k);
+			}
+		}
+		if (ret) {
+			return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+		}
+		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
+		    !e->warned_live) {
+			e->warned_live = true;
+			ENG_WARN(e,
+				 "fetch: layer %d (%" PRIu64 " elements) with %" PRIu64
+				 " live passes stage3_max_live_parameters (%" PRIu64
+				 "); fetched anyway (warned once)",
+				 layer, l->gather_elems, e->live_elems,
+				 e->o.stage3_max_live_parameters);
+		}
+		ret = gather_start(e, l);
+	}
+	if (!ret) {
+		ret = gather_finish(e, l);
+	}
+	if (l->prefetched) {
+		e->pf_inflight -= l->gather_elems;
+		l->prefetched = false;
+	}
+	if (ret) {
+		drop(e, l);
+		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+	}
+	l->fetched = true;
+	e->win.exposed_fetch_s += eng_now() - t0;
+	if ((ret = prefetch(e))) {
+		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
+	}
+	return 0;
 }
 
 int
@@ -286,23 +481,17 @@ zinf_engine_release(struct zinf_engine *e, int32_t layer)
 		return ENG_FAIL(e, -EINVAL, "release: layer %d %s", layer,
 				l ? "is not fetched" : "is unknown");
 	}
-	if (e->o.stage == 3) {
-		for (uint32_t i = 0; i < l->n; i++) {
-			struct eparam *p = &e->params[l->params[i]];
-			if (!p->gathered) {
-				continue;
-			}
-			if ((ret = zinf_event_record(p->gathered->released, e->compute))) {
-				return eng_fail(e, ret);
-			}
-			gbuf_put(e, p->gathered);
-			p->gathered = NULL;
-			p->dev_full = NULL;
-		}
-		e->live_elems -= l->gather_elems;
-	}
 	l->fetched = false;
-	return 0;
+	if (e->o.stage < 3 || !l->gathered) {
+		return 0;
+	}
+	/* kept when the trace fetches it again soon and the live bound allows */
+	if (e->tr_state == TRACE_VALID &&
+	    reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
+	    e->live_elems <= e->o.stage3_max_live_parameters) {
+		return 0;
+	}
+	return (ret = drop(e, l)) ? eng_fail(e, ret) : 0;
 }
 
 int
@@ -316,7 +505,8 @@ zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
 		return ENG_FAIL(e, -EINVAL, "param: %s", dev ? "unknown parameter id" : "NULL dev");
 	}
 	struct eparam *p = &e->params[id];
-	if (!p->dev_full) {
+	if (!p->dev_full ||
+	    (e->o.stage == 3 && !p->persistent && !eng_layer(e, p->layer)->fetched)) {
 		return ENG_FAIL(e, -EINVAL, "param: parameter \"%s\": layer %d is not fetched",
 				p->name, p->layer);
 	}

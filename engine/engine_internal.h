@@ -82,8 +82,11 @@ struct elayer {
 	int32_t layer;
 	uint32_t n;
 	uint32_t *params;
-	uint64_t gather_elems; /* padded elements of its non-persistent parameters */
-	bool fetched;
+	uint64_t gather_elems;	     /* padded elements of its non-persistent parameters */
+	struct zinf_comm_req **reqs; /* n: all-gathers in flight (stage 3) */
+	bool fetched;		     /* between fetch and release */
+	bool gathered;		     /* its buffers hold the values (fetched, prefetched, kept) */
+	bool prefetched;	     /* gathered ahead of its fetch */
 };
 
 /* A gathered device buffer (stage 3), on a size-keyed free list when not in use. */
@@ -173,7 +176,12 @@ struct zinf_engine {
 	/* stage 3 */
 	struct gbuf *free_list;
 	uint64_t live_elems, peak_live, persistent_elems;
-	bool warned_live;
+	uint64_t pf_inflight; /* elements prefetched, not yet fetched */
+	bool warned_live, warned_trace;
+	enum { TRACE_NONE, TRACE_RECORDING, TRACE_VALID, TRACE_INVALID } tr_state;
+	int32_t *trace;
+	uint32_t trace_n, trace_cap, cursor;
+	uint64_t trace_hits, trace_misses, trace_invalidations;
 
 	/* statistics */
 	int64_t steps;
@@ -210,6 +218,8 @@ int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, cons
 /* engine_fetch.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */
 int eng_refresh_persistent(struct zinf_engine *e);
+int eng_fetch_drop_all(struct zinf_engine *e);
+void eng_trace_micro_end(struct zinf_engine *e);
 void eng_fetch_free(struct zinf_engine *e);
 
 /* engine_grad.c */

@@ -135,7 +135,8 @@ build_layers(struct zinf_engine *e)
 	}
 	for (uint32_t i = 0; i < e->n_layers; i++) {
 		e->layers[i].params = zinf_calloc(e->layers[i].n, sizeof(uint32_t));
-		if (!e->layers[i].params) {
+		e->layers[i].reqs = zinf_calloc(e->layers[i].n, sizeof(struct zinf_comm_req *));
+		if (!e->layers[i].params || !e->layers[i].reqs) {
 			return ENG_FAIL(e, -ENOMEM, "init: out of memory for layer lists");
 		}
 		e->layers[i].n = 0;
@@ -551,6 +552,7 @@ zinf_engine_init(struct zinf_engine *e)
 	if ((ret = eng_order(e, e->cs, e->compute))) {
 		return eng_fail(e, ret);
 	}
+	e->tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
 	e->live_elems = e->persistent_elems;
 	e->peak_live = e->live_elems;
 	e->inited = true;

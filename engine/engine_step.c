@@ -500,12 +500,18 @@ zinf_engine_step(struct zinf_engine *e)
 	}
 	e->grads_seen = 0;
 	e->micro_steps++;
+	if (e->o.stage == 3) {
+		eng_trace_micro_end(e);
+	}
 	if (e->micro + 1 < e->o.gradient_accumulation_steps) {
 		e->micro++;
 		return 0;
 	}
 	if ((ret = eng_step_run(e))) {
 		return ret;
+	}
+	if (e->o.stage == 3 && (ret = eng_fetch_drop_all(e))) {
+		return eng_fail(e, ret);
 	}
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
@@ -521,6 +527,33 @@ zinf_engine_step(struct zinf_engine *e)
 	e->window_t0 = -1;
 	e->stepped_early = 0;
 	return 1;
+}
+
+/* All-gather part floats per rank (mine is inside full, host memory) into full. */
+static int
+gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, uint64_t padded)
+{
+	if (e->host_comm) {
+		return eng_fail(e, zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL));
+	}
+	/* nccl: device buffers, ordered on cs (the communicator's stream) */
+	float *dev = NULL;
+	int ret = zinf_device_alloc(e->dev, padded * 4, (void **)&dev);
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, dev + (mine - full), mine, part * 4, ZINF_COPY_H2D);
+	}
+	if (!ret) {
+		ret = eng_fail(e, zinf_comm_all_gather(e->comm, dev + (mine - full), dev, part,
+						       ZINF_F32, NULL));
+	}
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, full, dev, padded * 4, ZINF_COPY_D2H);
+	}
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	zinf_device_free(e->dev, dev);
+	return ret;
 }
 
 int
@@ -563,10 +596,7 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 		}
 	}
 	if (!ret && e->W > 1) {
-		ret = zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL);
-		if (ret) {
-			eng_fail(e, ret);
-		}
+		ret = gather_master(e, mine, full, part, p->part.padded);
 	}
 	if (ret) {
 		ret = ENG_FAIL(e, ret, "read_master: parameter \"%s\"", p->name);
