@@ -65,7 +65,7 @@ static const char *const devices[] = {"auto", "host", "cuda", NULL};
 
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
-	uint64_t hidden, sub_group, bucket;
+	uint64_t hidden, sub_group, bucket, param_buffer;
 	double compute_ms;
 	int stage, off_param, off_optim, optimizer, dtype, device;
 	struct cli_list paths;
@@ -120,6 +120,8 @@ static const struct cli_opt opts[] = {
 	 "elements per optimizer sub-group (sub_group_size)", .min = 1},
 	{"bucket", CLI_COUNT, &cfg.bucket, "5e8", "N",
 	 "elements per gradient bucket (reduce_bucket_size)", .min = 1},
+	{"param-buffer-size", CLI_COUNT, &cfg.param_buffer, "1e8", "N",
+	 "elements per offload_param buffer (buffer_size; nvme: 5 of them)", .min = 1},
 	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
 	 "step every sub-group in zinf_engine_step, none during backward"},
 	{"compare", CLI_FLAG, &cfg.compare, NULL, NULL,
@@ -236,6 +238,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	zinf_engine_opts_init(&eo);
 	eo.stage = c->stage;
 	offload(c, c->off_param, &eo.offload_param);
+	eo.offload_param.buffer_size = c->param_buffer;
 	offload(c, c->off_optim, &eo.offload_optimizer);
 	eo.sub_group_size = c->sub_group;
 	eo.reduce_bucket_size = c->bucket;
@@ -357,9 +360,9 @@ arm_step(struct run *r, struct arm *a, struct sample *s)
 #define DISK_SLOTS 4
 #define DISK_CHUNK (64ull << 20)
 
-/* Write every tensor of the swap, then read them back; DISK_SLOTS in flight. */
+/* Write (or read) the n tensors `ids` in order, DISK_SLOTS in flight; the seconds it took. */
 static int
-disk_pass(struct zinf_swap *sw, int n, char **buf, bool write, double *secs)
+disk_pass(struct zinf_swap *sw, const int *ids, int n, char **buf, bool write, double *secs)
 {
 	struct zinf_swap_op op[DISK_SLOTS];
 	bool busy[DISK_SLOTS] = {false};
@@ -372,8 +375,8 @@ disk_pass(struct zinf_swap *sw, int n, char **buf, bool write, double *secs)
 			busy[k] = false;
 		}
 		if (rc == 0) {
-			rc = write ? zinf_swap_write_async(sw, i, buf[k], &op[k])
-				   : zinf_swap_read_async(sw, i, buf[k], &op[k]);
+			rc = write ? zinf_swap_write_async(sw, ids[i], buf[k], &op[k])
+				   : zinf_swap_read_async(sw, ids[i], buf[k], &op[k]);
 			busy[k] = rc == 0;
 		}
 	}
@@ -405,6 +408,7 @@ measure_disk(struct run *r, uint64_t bytes)
 	struct zinf_io *io = NULL;
 	struct zinf_swap *sw = NULL;
 	char *buf[DISK_SLOTS] = {NULL};
+	int *ids = NULL;
 	int rc = zinf_io_create(&io_o, &io);
 	if (rc) {
 		return fail_call(r, "measuring the disk: zinf_io_create", rc);
@@ -423,8 +427,12 @@ measure_disk(struct run *r, uint64_t bytes)
 	uint64_t chunk = bytes < DISK_CHUNK ? ZINF_ALIGN_UP(bytes ? bytes : 1, 4096) : DISK_CHUNK;
 	int n = (int)((bytes + chunk - 1) / chunk);
 	n = n ? n : 1;
+	if (!(ids = calloc((size_t)n, sizeof(*ids)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (int i = 0; i < n; i++) {
-		if ((rc = zinf_swap_add(sw, "disk", (uint32_t)i, chunk)) < 0) {
+		if ((rc = ids[i] = zinf_swap_add(sw, "disk", (uint32_t)i, chunk)) < 0) {
 			goto out;
 		}
 	}
@@ -433,15 +441,15 @@ measure_disk(struct run *r, uint64_t bytes)
 	}
 	for (int k = 0; k < DISK_SLOTS; k++) {
 		buf[k] = zinf_alloc_aligned(ZINF_MAX(zinf_swap_align(sw), 4096u),
-					    zinf_swap_buf_bytes(sw, 0));
+					    zinf_swap_buf_bytes(sw, ids[0]));
 		if (!buf[k]) {
 			rc = -ENOMEM;
 			goto out;
 		}
-		memset(buf[k], 0x5a + k, zinf_swap_buf_bytes(sw, 0));
+		memset(buf[k], 0x5a + k, zinf_swap_buf_bytes(sw, ids[0]));
 	}
-	if ((rc = disk_pass(sw, n, buf, true, &r->disk_write_s)) ||
-	    (rc = disk_pass(sw, n, buf, false, &r->disk_read_s))) {
+	if ((rc = disk_pass(sw, ids, n, buf, true, &r->disk_write_s)) ||
+	    (rc = disk_pass(sw, ids, n, buf, false, &r->disk_read_s))) {
 		goto out;
 	}
 	r->disk_bytes = (uint64_t)n * chunk;
@@ -453,6 +461,7 @@ out:
 	for (int k = 0; k < DISK_SLOTS; k++) {
 		zinf_free_aligned(buf[k]);
 	}
+	free(ids);
 	zinf_swap_destroy(sw); /* removes the file */
 	zinf_io_destroy(io);
 	return rc;
@@ -803,15 +812,20 @@ bench(struct run *r)
 int
 cli_bench_engine(int argc, char **argv)
 {
-	int rc = cli_opts_main(PROG, synopsis, description, opts, argc, argv);
-	if (rc >= 0) {
-		return rc;
+	bool quiet = launcher_rank() != 0; /* under mpirun: one report of an option error */
+	char err[512];
+	int rc = cli_opts_parse(opts, argc, argv, err, sizeof(err));
+	if (rc == CLI_PARSE_HELP) {
+		if (!quiet) {
+			cli_opts_help(stdout, PROG, synopsis, description, opts);
+		}
+		return 0;
 	}
 	struct cfg c = cfg;
-	char err[256];
-	if (check_cfg(&c, err, sizeof(err))) {
-		if (launcher_rank() == 0) {
-			fprintf(stderr, PROG ": %s\nrun `" PROG " --help`\n", err);
+	if (rc < 0 || check_cfg(&c, err, sizeof(err))) {
+		if (!quiet) {
+			fprintf(stderr, "%s: %s\nRun `%s --help` for the options.\n", PROG, err,
+				PROG);
 		}
 		return 2;
 	}

@@ -224,43 +224,60 @@ Test(bench_engine, json_tiny_nvme_tiers_compare)
 	zc_scratch_fini(&r);
 }
 
-/* mpirun -np 2: one JSON object, from rank 0, world 2. */
-Test(bench_engine, mpirun_two_ranks)
+/* mpirun -np 2 <zinf> bench engine args..., stdout and stderr to r's files; its status. */
+static int
+mpirun2(const struct zc_scratch *r, const char *const *args)
 {
-	need_variant("mpi");
 	const char *mpi = getenv("ZINF_MPIRUN");
 	if (!mpi || !*mpi) {
 		cr_skip_test("no mpirun (MPI not built)");
 	}
-	struct zc_scratch r;
-	zc_scratch_init(&r);
+	const char *argv[40] = {mpi, "--oversubscribe", "--bind-to", "none",  "-np",
+				"2", zc_cli(),		"bench",     "engine"};
+	int k = 9;
+	for (int i = 0; args[i] && k < 39; i++) {
+		argv[k++] = args[i];
+	}
+	argv[k] = NULL;
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
-		int fo = open(r.out, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-		int fe = open(r.err, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		int fo = open(r->out, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		int fe = open(r->err, O_CREAT | O_TRUNC | O_WRONLY, 0600);
 		if (fo < 0 || fe < 0) {
 			_exit(121);
 		}
 		dup2(fo, 1);
 		dup2(fe, 2);
-		const char *argv[] = {mpi,	   "--oversubscribe",
-				      "--bind-to", "none",
-				      "-np",	   "2",
-				      zc_cli(),	   "bench",
-				      "engine",	   "--layers",
-				      "2",	   "--hidden",
-				      "32",	   "--stage",
-				      "3",	   "--offload-param",
-				      "cpu",	   "--offload-optimizer",
-				      "cpu",	   "--steps",
-				      "3",	   "--compute-ms",
-				      "1",	   "--json",
-				      NULL};
 		execv(mpi, (char *const *)argv);
 		_exit(122);
 	}
-	int st = zc_status(pid);
+	return zc_status(pid);
+}
+
+/* mpirun -np 2: one JSON object, from rank 0, world 2; an option error reported once. */
+Test(bench_engine, mpirun_two_ranks)
+{
+	need_variant("mpi");
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	const char *args[] = {"--layers",
+			      "2",
+			      "--hidden",
+			      "32",
+			      "--stage",
+			      "3",
+			      "--offload-param",
+			      "cpu",
+			      "--offload-optimizer",
+			      "cpu",
+			      "--steps",
+			      "3",
+			      "--compute-ms",
+			      "1",
+			      "--json",
+			      NULL};
+	int st = mpirun2(&r, args);
 	char *e = zc_text(r.err);
 	cr_assert_eq(st, 0, "stderr: %s", e);
 	free(e);
@@ -275,5 +292,11 @@ Test(bench_engine, mpirun_two_ranks)
 	cr_assert_gt(num(j, "reduced_bytes"), 0);
 	cr_assert_gt(num(j, "gathered_bytes"), 0);
 	json_decref(j);
+	const char *bad[] = {"--stage", "2", "--offload-param", "cpu", NULL};
+	cr_assert_neq(mpirun2(&r, bad), 0);
+	e = zc_text(r.err);
+	cr_assert_eq(zc_count_substr(e, "--offload-param cpu needs --stage 3"), 1,
+		     "reported once: %s", e);
+	free(e);
 	zc_scratch_fini(&r);
 }
