@@ -750,39 +750,67 @@ case_trace(void)
 /* ---- failures (last: they fail communicators) --------------------------------------------- */
 
 /*
- * comm_check on: rank 0 fetches layer 0, the others layer 1. Every rank gets an error (-EPROTO
- * from the check; a hang would be ended by ctest's TIMEOUT), and the engine stays failed.
+ * comm_check on: rank 0 fetches layer 0, the others layer 1. Every rank gets an error (-EPROTO;
+ * a hang would be ended by ctest's TIMEOUT) naming the layer, and the engine stays failed. Twice:
+ * on the test model, whose layers differ in size (the collective's own check sees different
+ * counts), and on three layers of one 15-element weight each, where every collective of the two
+ * fetches looks the same and only the engine's check of the layer can tell.
  */
 static int
-case_fetch_mismatch(void)
+fetch_mismatch(bool same_sizes)
 {
-	if (world < 2) {
-		return SKIP;
-	}
 	struct zinf_engine_opts o;
-	int fails = 0;
+	struct zinf_engine *e = NULL;
+	int fails = 0, rc;
 	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, 1);
 	o.comm_check = true;
 	o.comm_timeout_s = 10;
-	struct zinf_engine *e = make_model(&o, &fails);
+	if (!same_sizes) {
+		e = make_model(&o, &fails);
+	} else if ((rc = zinf_engine_create(&o, &e)) == 0) {
+		for (uint32_t p = 0; p < 3 && rc == 0; p++) {
+			char name[16];
+			struct zinf_param_desc d;
+			snprintf(name, sizeof(name), "w%u", p);
+			zinf_param_desc_init(&d);
+			d.name = name;
+			d.numel = 15;
+			d.layer = (int32_t)p;
+			rc = zinf_engine_add_param(e, &d) == (int)p ? 0 : -1;
+		}
+		rc = rc ? rc : zinf_engine_init(e);
+		CHECK(rc == 0, "three 15-element layers: %d %s", rc, zinf_last_error());
+		if (rc) {
+			zinf_engine_destroy(e);
+			e = NULL;
+		}
+	}
 	if (!e) {
 		return fails + 1;
 	}
 	log_clear();
 	double t0 = zinf_now_s();
-	int rc = zinf_engine_fetch(e, rank == 0 ? 0 : 1);
+	rc = zinf_engine_fetch(e, rank == 0 ? 0 : 1);
 	const char *msg = zinf_last_error();
-	CHECK(rc == -EPROTO, "fetch of different layers: rc %d (%s), expected -EPROTO", rc, msg);
+	CHECK(rc == -EPROTO, "%s: fetch of different layers: rc %d (%s), expected -EPROTO",
+	      same_sizes ? "same sizes" : "test model", rc, msg);
 	CHECK(rc != -EPROTO || log_has("layer"), "the message does not name the layer: %s", msg);
 	if (rc < 0) {
 		int again = zinf_engine_fetch(e, 2);
 		CHECK(again == rc, "the engine is not failed: a later fetch returned %d", again);
 	}
 	if (rank == 0) {
-		printf("  fetch mismatch: rc %d after %.2f s\n", rc, zinf_now_s() - t0);
+		printf("  fetch mismatch (%s): rc %d after %.2f s\n",
+		       same_sizes ? "layers of one size" : "test model", rc, zinf_now_s() - t0);
 	}
 	zinf_engine_destroy(e);
 	return fails;
+}
+
+static int
+case_fetch_mismatch(void)
+{
+	return world < 2 ? SKIP : fetch_mismatch(false) + fetch_mismatch(true);
 }
 
 /*
