@@ -337,7 +337,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if ((ret = zinf_optimizer_create(&e->o.optimizer, &e->opt))) {
 		goto fail;
 	}
-	e->lr = e->o.optimizer.lr;
+	e->lr = e->step_lr = e->o.optimizer.lr;
 	e->nparts = zinf_optimizer_part_count(e->opt);
 	if (e->otier == ZINF_OFFLOAD_NONE && !e->host_comm &&
 	    (e->o.optimizer.kind > ZINF_OPTIM_ADAMW || e->o.optimizer.state_dtype != ZINF_F32)) {
@@ -536,12 +536,27 @@ zinf_engine_set_lr(struct zinf_engine *e, float lr)
 	if (!(lr >= 0) || isinf(lr)) {
 		return ENG_FAIL(e, -EINVAL, "set_lr: lr %g is not a finite value >= 0", (double)lr);
 	}
-	int ret = zinf_optimizer_set_lr(e->opt, lr);
-	if (ret) {
-		return ret;
-	}
+	/* taken by the step at the first gradient of its boundary micro-batch (eng_latch_lr) */
 	e->lr = lr;
 	return 0;
+}
+
+/*
+ * The learning rate of the coming step is the one set before the first gradient of its
+ * boundary micro-batch: from then on sub-groups may be stepped during backward, and stepping
+ * after backward must use the same value to give the same bits.
+ */
+int
+eng_latch_lr(struct zinf_engine *e)
+{
+	if (e->lr == e->step_lr) {
+		return 0;
+	}
+	int ret = zinf_optimizer_set_lr(e->opt, e->lr);
+	if (!ret) {
+		e->step_lr = e->lr;
+	}
+	return ret;
 }
 
 int64_t

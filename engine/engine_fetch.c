@@ -82,6 +82,55 @@ eng_gather_full(struct zinf_engine *e, struct eparam *p)
 	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", p->name)) : 0;
 }
 
+/*
+ * After the step: stages 1-2 all-gather every tensor in place (this rank's partition was
+ * written on cs), non-blocking, at most allgather_bucket_size elements in flight (at least one
+ * call); stage 3 re-gathers its persistent parameters.
+ */
+int
+eng_gather_after_step(struct zinf_engine *e)
+{
+	int ret = 0;
+	if (e->o.stage == 3) {
+		return eng_refresh_persistent(e);
+	}
+	if (e->o.stage == 0 || e->W == 1) {
+		return 0;
+	}
+	struct zinf_comm_req **reqs = zinf_calloc(e->n_params, sizeof(*reqs));
+	if (!reqs) {
+		return ENG_FAIL(e, -ENOMEM, "step: out of memory for the all-gathers");
+	}
+	if (e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	uint32_t head = 0;
+	uint64_t inflight = 0;
+	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
+		struct eparam *p = &e->params[i];
+		while (head < i && inflight + p->part.padded > e->o.allgather_bucket_size) {
+			ret = zinf_comm_wait(e->comm, reqs[head]);
+			reqs[head] = NULL;
+			inflight -= e->params[head++].part.padded;
+			if (ret) {
+				break;
+			}
+		}
+		if (!ret) {
+			ret = gather(e, p, &reqs[i]);
+			inflight += p->part.padded;
+		}
+	}
+	for (uint32_t i = head; i < e->n_params; i++) {
+		if (reqs[i]) {
+			int r2 = zinf_comm_wait(e->comm, reqs[i]);
+			ret = ret ? ret : r2;
+		}
+	}
+	zinf_free(reqs);
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step: all-gathering the new parameters")) : 0;
+}
+
 static int
 gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 {

@@ -205,6 +205,10 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 	if (e->window_t0 < 0) {
 		e->window_t0 = eng_now();
 	}
+	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps &&
+	    (ret = eng_latch_lr(e))) {
+		return ret;
+	}
 	bool rs = rs_mode(e);
 	uint64_t need = rs ? p->part.part : p->part.padded;
 	uint64_t room = rs ? e->bucket_cap / e->world : e->bucket_cap;

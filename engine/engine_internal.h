@@ -132,7 +132,8 @@ struct zinf_engine {
 	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
 
 	struct zinf_optimizer *opt;
-	float lr;
+	float lr;      /* set by zinf_engine_set_lr */
+	float step_lr; /* in the optimizer: latched for the step in progress */
 	uint32_t nparts;
 
 	/* parameters and layers */
@@ -206,6 +207,7 @@ struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 double eng_now(void);
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
 /* queue on `to` a wait for everything queued on `from` so far */
+int eng_latch_lr(struct zinf_engine *e);
 int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to);
 
 /* engine_param.c */
@@ -218,6 +220,7 @@ int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, cons
 /* engine_fetch.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */
 int eng_refresh_persistent(struct zinf_engine *e);
+int eng_gather_after_step(struct zinf_engine *e);
 int eng_fetch_drop_all(struct zinf_engine *e);
 void eng_trace_micro_end(struct zinf_engine *e);
 void eng_fetch_free(struct zinf_engine *e);

@@ -222,7 +222,7 @@ eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 		if (on_dev && !host_dev) {
 			struct zinf_adam_opts a;
 			zinf_adam_opts_init(&a);
-			a.lr = e->lr, a.beta1 = e->o.optimizer.beta1,
+			a.lr = e->step_lr, a.beta1 = e->o.optimizer.beta1,
 			a.beta2 = e->o.optimizer.beta2;
 			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
 			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
@@ -451,13 +451,7 @@ eng_step_run(struct zinf_engine *e)
 	if (ret) {
 		return eng_fail(e, ret);
 	}
-	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
-		struct eparam *p = &e->params[i];
-		if ((e->o.stage > 0 && e->o.stage < 3) || p->persistent) {
-			ret = eng_gather_full(e, p);
-		}
-	}
-	if (ret || (ret = eng_order(e, e->cs, e->compute))) {
+	if ((ret = eng_gather_after_step(e)) || (ret = eng_order(e, e->cs, e->compute))) {
 		return eng_fail(e, ret);
 	}
 	e->steps++;

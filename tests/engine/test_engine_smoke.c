@@ -103,6 +103,7 @@ main(int argc, char **argv)
 	o.comm_check = true;
 	o.sub_group_size = strchr(flags, 's') ? 1 : 400;
 	o.reduce_bucket_size = 512;
+	o.allgather_bucket_size = 300; /* several all-gathers in flight, waited in order */
 	o.stage3_param_persistence_threshold = 20;
 	o.optimizer.lr = 1e-2f;
 	if (strchr(flags, 'l')) {
@@ -145,6 +146,12 @@ main(int argc, char **argv)
 		zinf_device_alloc(dev, P[i].numel * 2, (void **)&g16[i]);
 	}
 	for (int step = 1; step <= STEPS && !fails; step++) {
+		/* a schedule; the value set inside the boundary micro-batch below is the next
+		   step's (and is overwritten here first) */
+		float lr = 1e-2f / (float)step;
+		CHECK(zinf_engine_set_lr(e, lr) == 0, "set_lr");
+		CHECK(zinf_engine_set_lr(e, -1.0f) == -EINVAL, "set_lr -1");
+		zinf_optimizer_set_lr(opt, lr);
 		for (int micro = 0; micro < gas; micro++) {
 			for (int f = 0; f <= 2; f++) {
 				int l = strchr(flags, 'v') && step == 2 && micro == 0 && f ? 3 - f
@@ -174,6 +181,9 @@ main(int argc, char **argv)
 					      zinf_engine_grad(e, 3, g16[3], ZINF_BF16) == -EINVAL,
 				      "second gradient accepted");
 				CHECK(zinf_engine_release(e, l) == 0, "release %d", l);
+				if (micro == gas - 1) {
+					CHECK(zinf_engine_set_lr(e, 0.5f) == 0, "set_lr late");
+				}
 			}
 			if (step == 1 && micro == 0) {
 				/* "e" missing: -EINVAL, then hand it and go on */
