@@ -423,6 +423,42 @@ reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
 	return UINT64_MAX;
 }
 
+/*
+ * NVMe: queue reads of the partitions of the layers that follow in the trace and are not
+ * gathered, stage3_prefetch_bucket_size partition elements ahead (the store starts them within
+ * its byte budget and gives an unclaimed one's buffer up when it needs it).
+ */
+static int
+prefetch_nvme(struct zinf_engine *e)
+{
+	if (e->ptier != ZINF_OFFLOAD_NVME) {
+		return 0;
+	}
+	uint64_t queued = 0;
+	pthread_mutex_lock(&e->store_mu);
+	for (uint32_t i = e->cursor; i < e->trace_n; i++) {
+		struct elayer *l = eng_layer(e, e->trace[i]);
+		if (l->gathered || l->fetched) {
+			continue;
+		}
+		for (uint32_t j = 0; j < l->n; j++) {
+			struct eparam *p = &e->params[l->params[j]];
+			if (p->persistent) {
+				continue;
+			}
+			if (queued + p->part.part > e->o.stage3_prefetch_bucket_size) {
+				goto out;
+			}
+			queued += p->part.part;
+			/* -ENOSPC: larger than the budget alone; it is read at its fetch */
+			zinf_store_prefetch(e->store, p->store_id);
+		}
+	}
+out:
+	pthread_mutex_unlock(&e->store_mu);
+	return 0;
+}
+
 /* Gather the layers that follow in the trace, within the prefetch and live budgets. */
 static int
 prefetch(struct zinf_engine *e)
@@ -444,7 +480,7 @@ prefetch(struct zinf_engine *e)
 		l->prefetched = true;
 		e->pf_inflight += l->gather_elems;
 	}
-	return ret;
+	return ret ? ret : prefetch_nvme(e);
 }
 
 int
