@@ -7,10 +7,7 @@
  * size-keyed free list: no device free on the hot path) and all-gathers in place; release
  * gives the buffers back after an event on the compute stream, which the next user waits for.
  * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
- * The trace: the first micro-batch records the order of fetches; later ones follow it (a
- * difference invalidates it: counted, warned once, recorded again from the next micro-batch).
- * Along a valid trace, a fetch starts gathering the layers that follow (within
- * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live), and a
+ * Along a valid trace (engine_trace.c), a fetch then gathers the following layers ahead and a
  * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
  * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
  */
@@ -226,8 +223,8 @@ check_layer(struct zinf_engine *e, int32_t layer)
  * they overlap each other), then the all-gathers, left in flight in l->reqs. Every rank makes
  * the same calls (the decisions depend only on the calls the trainer made).
  */
-static int
-gather_start(struct zinf_engine *e, struct elayer *l)
+int
+eng_gather_start(struct zinf_engine *e, struct elayer *l)
 {
 	size_t ds = eng_dsize(e);
 	int ret = 0;
@@ -339,150 +336,6 @@ eng_fetch_drop_all(struct zinf_engine *e)
 	return ret;
 }
 
-/* ---- the trace ------------------------------------------------------------------------------ */
-
-static int
-trace_push(struct zinf_engine *e, int32_t layer)
-{
-	if (e->trace_n == e->trace_cap) {
-		uint32_t cap = e->trace_cap ? e->trace_cap * 2 : 64;
-		int32_t *t = zinf_calloc(cap, sizeof(*t));
-		if (!t) {
-			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
-		}
-		if (e->trace_n) {
-			memcpy(t, e->trace, e->trace_n * sizeof(*t));
-		}
-		zinf_free(e->trace);
-		e->trace = t;
-		e->trace_cap = cap;
-	}
-	e->trace[e->trace_n++] = layer;
-	return 0;
-}
-
-/* Follow (or record) the trace at a fetch of `layer`. */
-static int
-trace_fetch(struct zinf_engine *e, int32_t layer)
-{
-	if (!e->o.record_trace) {
-		return 0;
-	}
-	if (e->tr_state == TRACE_RECORDING) {
-		return trace_push(e, layer);
-	}
-	if (e->tr_state != TRACE_VALID) {
-		return 0;
-	}
-	if (e->cursor < e->trace_n && e->trace[e->cursor] == layer) {
-		e->cursor++;
-		e->trace_hits++;
-		return 0;
-	}
-	e->trace_misses++;
-	e->trace_invalidations++;
-	if (!e->warned_trace) {
-		e->warned_trace = true;
-		ENG_WARN(e,
-			 "fetch: layer %d at position %u differs from the recorded trace (%d): "
-			 "trace invalidated, recorded again from the next micro-batch (warned "
-			 "once)",
-			 layer, e->cursor, e->cursor < e->trace_n ? e->trace[e->cursor] : -1);
-	}
-	e->tr_state = TRACE_INVALID;
-	return 0;
-}
-
-/* End of a micro-batch (zinf_engine_step). */
-void
-eng_trace_micro_end(struct zinf_engine *e)
-{
-	if (!e->o.record_trace) {
-		return;
-	}
-	if (e->tr_state == TRACE_RECORDING && e->trace_n > 0) {
-		e->tr_state = TRACE_VALID;
-	} else if (e->tr_state == TRACE_INVALID) {
-		e->trace_n = 0;
-		e->tr_state = TRACE_RECORDING;
-	}
-	e->cursor = 0;
-}
-
-/* Elements fetched in the trace from position `from` until `layer` comes again, or UINT64_MAX. */
-static uint64_t
-reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
-{
-	uint64_t d = 0;
-	for (uint32_t i = from; i < e->trace_n; i++) {
-		if (e->trace[i] == layer) {
-			return d;
-		}
-		d += eng_layer(e, e->trace[i])->gather_elems;
-	}
-	return UINT64_MAX;
-}
-
-/*
- * NVMe: queue reads of the partitions of the layers that follow in the trace and are not
- * gathered, stage3_prefetch_bucket_size partition elements ahead (the store starts them within
- * its byte budget and gives an unclaimed one's buffer up when it needs it).
- */
-static int
-prefetch_nvme(struct zinf_engine *e)
-{
-	if (e->ptier != ZINF_OFFLOAD_NVME) {
-		return 0;
-	}
-	uint64_t queued = 0;
-	pthread_mutex_lock(&e->store_mu);
-	for (uint32_t i = e->cursor; i < e->trace_n; i++) {
-		struct elayer *l = eng_layer(e, e->trace[i]);
-		if (l->gathered || l->fetched) {
-			continue;
-		}
-		for (uint32_t j = 0; j < l->n; j++) {
-			struct eparam *p = &e->params[l->params[j]];
-			if (p->persistent) {
-				continue;
-			}
-			if (queued + p->part.part > e->o.stage3_prefetch_bucket_size) {
-				goto out;
-			}
-			queued += p->part.part;
-			/* -ENOSPC: larger than the budget alone; it is read at its fetch */
-			zinf_store_prefetch(e->store, p->store_id);
-		}
-	}
-out:
-	pthread_mutex_unlock(&e->store_mu);
-	return 0;
-}
-
-/* Gather the layers that follow in the trace, within the prefetch and live budgets. */
-static int
-prefetch(struct zinf_engine *e)
-{
-	if (e->tr_state != TRACE_VALID) {
-		return 0;
-	}
-	int ret = 0;
-	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
-		struct elayer *l = eng_layer(e, e->trace[i]);
-		if (l->gathered || l->fetched || l->gather_elems == 0) {
-			continue;
-		}
-		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
-		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
-			break;
-		}
-		ret = gather_start(e, l);
-		l->prefetched = true;
-		e->pf_inflight += l->gather_elems;
-	}
-	return ret ? ret : prefetch_nvme(e);
-}
-
 int
 zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 {
@@ -506,7 +359,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
 		return ret;
 	}
-	if ((ret = trace_fetch(e, layer))) {
+	if ((ret = eng_trace_fetch(e, layer))) {
 		return ret;
 	}
 	if (!l->gathered && l->gather_elems > 0) {
@@ -533,7 +386,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 				 layer, l->gather_elems, e->live_elems,
 				 e->o.stage3_max_live_parameters);
 		}
-		ret = gather_start(e, l);
+		ret = eng_gather_start(e, l);
 	}
 	if (!ret) {
 		ret = gather_finish(e, l);
@@ -548,7 +401,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 	}
 	l->fetched = true;
 	e->win.exposed_fetch_s += eng_now() - t0;
-	if ((ret = prefetch(e))) {
+	if ((ret = eng_prefetch(e))) {
 		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
 	}
 	return 0;
@@ -572,7 +425,7 @@ zinf_engine_release(struct zinf_engine *e, int32_t layer)
 	}
 	/* kept when the trace fetches it again soon and the live bound allows */
 	if (e->tr_state == TRACE_VALID &&
-	    reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
+	    eng_reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
 	    e->live_elems <= e->o.stage3_max_live_parameters) {
 		return 0;
 	}

@@ -12,7 +12,8 @@
  * per sub-group, where the first sub-group of backward is final before the last bucket is
  * reduced whatever the timing, so that at least one is stepped during backward; l: stage 3
  * with stage3_max_live_parameters 1100 (every layer alone fits: the peak stays under it); v:
- * the forward of step 2 fetches layers 0, 2, 1 (the trace is invalidated, results unchanged).
+ * the forward of step 2 fetches layers 0, 2, 1 (the trace is invalidated, results unchanged);
+ * f: an injected NVMe read error fails the engine (run_fault).
  */
 #include <errno.h>
 #include <math.h>
@@ -66,11 +67,61 @@ tier(const char *s)
 				    : ZINF_OFFLOAD_NONE;
 }
 
+static bool saw_file, saw_named; /* error messages naming a swap file; a parameter or sub-group */
+
 static void
 logcb(void *ctx, enum zinf_log_level l, const char *f, int line, const char *fn, const char *m)
 {
 	(void)ctx, (void)f, (void)line, (void)fn;
+	if (l == ZINF_LOG_ERROR) {
+		saw_file |= strstr(m, ".swp") != NULL;
+		saw_named |= strstr(m, "parameter \"") != NULL || strstr(m, "sub-group") != NULL;
+	}
 	fprintf(stderr, "zinf %s: %s\n", l == ZINF_LOG_ERROR ? "error" : "warn", m);
+}
+
+/*
+ * Flag f: the first NVMe read after init fails with EIO. Some call of the first steps returns
+ * -EIO with a message naming a swap file; every later call returns it too; destroy works.
+ */
+static int
+run_fault(struct zinf_engine *e, uint16_t *g16[])
+{
+	struct zinf_io_fault f = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1, .err = EIO};
+	CHECK(zinf_io_fault_add(zinf_engine_io(e), &f) == 0, "fault_add");
+	int ret = 0;
+	for (int step = 0; step < 2 && ret == 0; step++) {
+		for (int l = 0; l <= 2 && ret == 0; l++) {
+			if ((ret = zinf_engine_fetch(e, l)) == 0) {
+				ret = zinf_engine_release(e, l);
+			}
+		}
+		for (int l = 2; l >= 0 && ret == 0; l--) {
+			ret = zinf_engine_fetch(e, l);
+			for (int i = 0; i < NP && ret == 0; i++) {
+				if (P[i].layer == l) {
+					ret = zinf_engine_grad(e, (uint32_t)i, g16[i], ZINF_BF16);
+				}
+			}
+			if (ret == 0) {
+				ret = zinf_engine_release(e, l);
+			}
+		}
+		if (ret == 0) {
+			ret = zinf_engine_step(e);
+			ret = ret < 0 ? ret : 0;
+		}
+	}
+	CHECK(ret == -EIO, "no -EIO from an injected read error (%d)", ret);
+	CHECK(saw_file && saw_named,
+	      "no message named the swap file (%d) and the parameter or "
+	      "sub-group (%d)",
+	      saw_file, saw_named);
+	CHECK(zinf_engine_fetch(e, 0) == ret && zinf_engine_step(e) == ret &&
+		      zinf_engine_grad(e, 0, g16[0], ZINF_BF16) == ret,
+	      "the engine did not stay failed");
+	return fails ? 1 : 0;
 }
 
 int
@@ -99,6 +150,9 @@ main(int argc, char **argv)
 	}
 	const char *flags = argc > 6 ? argv[6] : "";
 	o.step_during_backward = !strchr(flags, 'a');
+	if (strchr(flags, 'f')) {
+		o.io_backend = "fault";
+	}
 	o.device_backend = "host";
 	o.comm_check = true;
 	o.sub_group_size = strchr(flags, 's') ? 1 : 400;
@@ -127,6 +181,22 @@ main(int argc, char **argv)
 		CHECK(zinf_engine_add_param(e, &d) == i, "add_param %d", i);
 	}
 	CHECK((ret = zinf_engine_init(e)) == 0, "init %d", ret);
+	if (strchr(flags, 'f')) {
+		uint16_t *g[NP];
+		for (int i = 0; i < NP; i++) {
+			zinf_device_alloc(zinf_engine_device(e), P[i].numel * 2, (void **)&g[i]);
+			memset(g[i], 0, P[i].numel * 2);
+		}
+		ret = run_fault(e, g);
+		for (int i = 0; i < NP; i++) {
+			zinf_device_free(zinf_engine_device(e), g[i]);
+		}
+		zinf_engine_destroy(e);
+		if (!ret && rank == 0) {
+			printf("ok fault\n");
+		}
+		return ret;
+	}
 
 	/* the reference */
 	struct zinf_optimizer *opt;
