@@ -1,0 +1,299 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/engine_drive.c: the tests' trainer (see engine_drive.h): options for the test
+ * model, registration, and micro-batches driven through the engine's public API only, the
+ * parameters read and the gradients written on the host after zinf_stream_sync of the compute
+ * stream, as engine.h asks of code on the "host" device. Not here: assertions.
+ */
+#include "engine/engine_drive.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "zinf/device.h"
+
+void
+edrive_optimizer(struct zinf_optimizer_opts *o)
+{
+	zinf_optimizer_opts_init(o, ZINF_OPTIM_ADAMW);
+	o->lr = 0.01f;
+	o->eps = 0.05f;
+	o->weight_decay = 0.01f;
+}
+
+void
+edrive_opts(struct zinf_engine_opts *o, const char *comm_backend, int stage,
+	    enum zinf_offload_device opt_tier, enum zinf_offload_device param_tier,
+	    const char *nvme_dir, enum zinf_dtype dtype, uint32_t gas)
+{
+	zinf_engine_opts_init(o);
+	o->stage = stage;
+	o->offload_optimizer.device = opt_tier;
+	if (opt_tier == ZINF_OFFLOAD_NVME) {
+		o->offload_optimizer.n_paths = 1;
+		o->offload_optimizer.nvme_path[0] = nvme_dir;
+	}
+	o->offload_param.device = param_tier;
+	if (param_tier == ZINF_OFFLOAD_NVME) {
+		o->offload_param.n_paths = 1;
+		o->offload_param.nvme_path[0] = nvme_dir;
+	}
+	o->offload_param.buffer_size = 2048; /* elements; the largest partition is 240 */
+	o->offload_param.max_in_cpu = 0;     /* every fetch reads the NVMe tier */
+	o->sub_group_size = 64;
+	o->reduce_bucket_size = 100;
+	o->allgather_bucket_size = 100;
+	o->stage3_prefetch_bucket_size = 300;
+	o->stage3_max_reuse_distance = 0;
+	o->stage3_param_persistence_threshold = 0;
+	o->gradient_accumulation_steps = gas;
+	edrive_optimizer(&o->optimizer);
+	o->dtype = dtype;
+	o->device_backend = "host";
+	o->host_sync = false;
+	o->comm_backend = comm_backend;
+	o->comm_timeout_s = 60;
+	o->swap_prefix = "etest";
+}
+
+int
+edrive_add_params(struct zinf_engine *e)
+{
+	static float bias_init[EREF_NPARAMS][16];
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		struct zinf_param_desc pd;
+		zinf_param_desc_init(&pd);
+		pd.name = eref_params[id].name;
+		pd.numel = eref_numel(id);
+		pd.layer = eref_params[id].layer;
+		if (id % 2) {
+			/* biases: the whole tensor on the host (a test-local constant table) */
+			for (uint64_t i = 0; i < pd.numel; i++) {
+				bias_init[id][i] = eref_init_value(id, i);
+			}
+			pd.init_dtype = ZINF_F32;
+			pd.init = bias_init[id];
+		} else {
+			pd.init_fn = eref_init_fn;
+		}
+		int rc = zinf_engine_add_param(e, &pd);
+		if (rc != (int)id) {
+			return rc < 0 ? rc : -EPROTO;
+		}
+	}
+	return 0;
+}
+
+int
+edrive_init(struct edrive *d, struct zinf_engine *e, enum zinf_dtype dtype, float quantum)
+{
+	memset(d, 0, sizeof(*d));
+	d->e = e;
+	d->rank = zinf_engine_rank(e);
+	d->dtype = dtype;
+	d->quantum = quantum;
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		size_t n = eref_numel(id);
+		void *p = NULL;
+		if (zinf_device_alloc(zinf_engine_device(e), n * sizeof(float), &p) < 0) {
+			edrive_fini(d);
+			return -ENOMEM;
+		}
+		d->grad_dev[id] = p;
+		d->host[id] = malloc(n * sizeof(float));
+		d->g[id] = malloc(n * sizeof(float));
+		if (!d->host[id] || !d->g[id]) {
+			edrive_fini(d);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void
+edrive_fini(struct edrive *d)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		if (d->grad_dev[id]) {
+			zinf_stream_sync(zinf_engine_compute_stream(d->e));
+			zinf_device_free(zinf_engine_device(d->e), d->grad_dev[id]);
+		}
+		free(d->host[id]);
+		free(d->g[id]);
+		d->grad_dev[id] = NULL;
+		d->host[id] = d->g[id] = NULL;
+	}
+}
+
+#define FAIL(rc, ...)                                                                              \
+	do {                                                                                       \
+		snprintf(d->why, sizeof(d->why), __VA_ARGS__);                                     \
+		return (rc);                                                                       \
+	} while (0)
+
+int
+edrive_read_param(struct edrive *d, uint32_t id, float *dst)
+{
+	void *p = NULL;
+	int rc = zinf_engine_param(d->e, id, &p);
+	if (rc < 0) {
+		FAIL(rc, "zinf_engine_param(%u): %d %s", id, rc, zinf_last_error());
+	}
+	rc = zinf_stream_sync(zinf_engine_compute_stream(d->e));
+	if (rc < 0) {
+		FAIL(rc, "zinf_stream_sync(compute): %d", rc);
+	}
+	for (uint64_t i = 0; i < eref_numel(id); i++) {
+		dst[i] = zinf_dtype_load(p, d->dtype, i);
+	}
+	return 0;
+}
+
+static int
+fetch(struct edrive *d, int32_t layer)
+{
+	int rc = zinf_engine_fetch(d->e, layer);
+	if (rc < 0) {
+		FAIL(rc, "fetch(%d): %d %s", layer, rc, zinf_last_error());
+	}
+	return 0;
+}
+
+static int
+release(struct edrive *d, int32_t layer)
+{
+	int rc = zinf_engine_release(d->e, layer);
+	if (rc < 0) {
+		FAIL(rc, "release(%d): %d %s", layer, rc, zinf_last_error());
+	}
+	return 0;
+}
+
+static int
+read_layer(struct edrive *d, int32_t layer)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		int rc = eref_params[id].layer == layer ? edrive_read_param(d, id, d->host[id]) : 0;
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int
+edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order order)
+{
+	static const int32_t changed[EREF_NLAYERS] = {2, 0, 1};
+	float *check = NULL;
+	int rc;
+
+	/* forward */
+	if (order == EDRIVE_ORDER_NORMAL) {
+		for (int32_t l = 0; l < EREF_NLAYERS; l++) {
+			if ((rc = fetch(d, l)) < 0 || (rc = read_layer(d, l)) < 0 ||
+			    (rc = release(d, l)) < 0) {
+				return rc;
+			}
+		}
+	} else {
+		for (int32_t k = 0; k < EREF_NLAYERS; k++) {
+			if ((rc = fetch(d, changed[k])) < 0) {
+				return rc;
+			}
+		}
+		for (int32_t l = 0; l < EREF_NLAYERS; l++) {
+			if ((rc = read_layer(d, l)) < 0 || (rc = release(d, l)) < 0) {
+				return rc;
+			}
+		}
+	}
+	eref_grad((const float *const *)d->host, d->rank, step, micro, d->quantum, d->g);
+
+	/* backward: layers in reverse, parameters of a layer in reverse */
+	check = malloc(240 * sizeof(float));
+	if (!check) {
+		return -ENOMEM;
+	}
+	for (int32_t l = EREF_NLAYERS; l-- > 0;) {
+		if ((rc = fetch(d, l)) < 0) {
+			goto out;
+		}
+		for (uint32_t id = EREF_NPARAMS; id-- > 0;) {
+			if (eref_params[id].layer != l) {
+				continue;
+			}
+			/* the sync in read_param also orders these host writes after the engine's
+			   reads of the previous micro-batch's gradient (engine.h) */
+			if ((rc = edrive_read_param(d, id, check)) < 0) {
+				goto out;
+			}
+			if (memcmp(check, d->host[id], eref_numel(id) * sizeof(float)) != 0) {
+				rc = -EILSEQ;
+				snprintf(d->why, sizeof(d->why),
+					 "step %lld micro %u: %s fetched in backward differs from "
+					 "the forward's",
+					 (long long)step, micro, eref_params[id].name);
+				goto out;
+			}
+			for (uint64_t i = 0; i < eref_numel(id); i++) {
+				zinf_dtype_store(d->grad_dev[id], d->dtype, i, d->g[id][i]);
+			}
+			rc = zinf_engine_grad(d->e, id, d->grad_dev[id], d->dtype);
+			if (rc < 0) {
+				snprintf(d->why, sizeof(d->why),
+					 "grad(%s) step %lld micro %u: %d %s", eref_params[id].name,
+					 (long long)step, micro, rc, zinf_last_error());
+				goto out;
+			}
+		}
+		if ((rc = release(d, l)) < 0) {
+			goto out;
+		}
+	}
+	rc = zinf_engine_step(d->e);
+	if (rc < 0) {
+		snprintf(d->why, sizeof(d->why), "step() step %lld micro %u: %d %s",
+			 (long long)step, micro, rc, zinf_last_error());
+	}
+out:
+	free(check);
+	return rc;
+}
+
+int
+edrive_run(struct edrive *d, int64_t first_step, int steps, uint32_t gas, int change_at)
+{
+	for (int64_t s = first_step; s < first_step + steps; s++) {
+		for (uint32_t m = 0; m < gas; m++) {
+			enum edrive_order ord = change_at >= 0 && s >= change_at
+							? EDRIVE_ORDER_CHANGED
+							: EDRIVE_ORDER_NORMAL;
+			int rc = edrive_micro(d, s, m, ord);
+			if (rc < 0) {
+				return rc;
+			}
+			if (rc != (m == gas - 1)) {
+				FAIL(-EPROTO,
+				     "step index %lld micro %u: zinf_engine_step returned %d",
+				     (long long)s, m, rc);
+			}
+		}
+	}
+	return 0;
+}
+
+int
+edrive_read_master(struct zinf_engine *e, float *const out[EREF_NPARAMS])
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		int rc = zinf_engine_read_master(e, id, out[id]);
+		if (rc < 0) {
+			return rc;
+		}
+	}
+	return 0;
+}

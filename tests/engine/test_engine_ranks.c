@@ -1,0 +1,949 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/test_engine_ranks.c: the ZeRO engine over several ranks, a plain program that
+ * ctest runs under mpirun with 1 to 4 ranks (Criterion forks every test, which MPI does not
+ * survive), on the "host" device with asynchronous streams and the "mpi" collectives. Every rank
+ * runs every case in the same order; each case returns its failures, printed with rank and line;
+ * rank 0 prints "N passed, M failed" (totals over ranks). Exit status 1 when any rank failed a
+ * case, 77 when every case skipped. The cases that fail a communicator on purpose run last.
+ *
+ * Cases: a known answer worked by hand (three 3x5 weights); the test model (engine_ref.h)
+ * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
+ * single-process reference; the same without quantised gradients (a derived tolerance); a bf16
+ * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
+ * fetching different layers under comm_check; an I/O fault in the optimizer's NVMe tier.
+ *
+ * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
+ */
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/dtype.h"
+#include "common/test_util.h"
+#include "engine/engine_drive.h"
+#include "engine/engine_ref.h"
+#include "zinf/comm.h"
+#include "zinf/device.h"
+#include "zinf/engine.h"
+#include "zinf/io.h"
+
+#define QUANTUM 0x1p-14f
+#define STEPS	10
+#define GAS	2
+
+static int rank, world;
+static char *scratch; /* this rank's NVMe directory */
+
+#define CHECK(cond, ...)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __func__, __LINE__, #cond);  \
+			fprintf(stderr, __VA_ARGS__);                                              \
+			fprintf(stderr, "\n");                                                     \
+			fails++;                                                                   \
+		}                                                                                  \
+	} while (0)
+#define SKIP 1000 /* a case's return value: skipped */
+
+/* ---- the log, kept so that a case can look for what a worker thread said ------------------ */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 16];
+static size_t log_len;
+
+static void
+log_keep(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
+	 const char *msg)
+{
+	(void)ctx;
+	(void)file;
+	(void)line;
+	(void)func;
+	pthread_mutex_lock(&log_lock);
+	fprintf(stderr, "rank %d: zinf: %s: %s\n", rank, level == ZINF_LOG_ERROR ? "error" : "warn",
+		msg);
+	int n = snprintf(log_text + log_len, sizeof(log_text) - log_len, "%s\n", msg);
+	if (n > 0) {
+		log_len += (size_t)n;
+		if (log_len >= sizeof(log_text)) {
+			log_len = 0; /* wrap: only the latest messages matter */
+		}
+	}
+	pthread_mutex_unlock(&log_lock);
+}
+
+static void
+log_clear(void)
+{
+	pthread_mutex_lock(&log_lock);
+	log_len = 0;
+	log_text[0] = 0;
+	pthread_mutex_unlock(&log_lock);
+}
+
+static bool
+log_has(const char *s)
+{
+	pthread_mutex_lock(&log_lock);
+	bool r = strstr(log_text, s) != NULL;
+	pthread_mutex_unlock(&log_lock);
+	return r;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static uint64_t
+padded(uint64_t numel)
+{
+	return (numel + (uint64_t)world - 1) / (uint64_t)world * (uint64_t)world;
+}
+
+/* Sub-groups of the flat partition (backward order: b2 W2 b1 W1 b0 W0), greedily packed into
+ * runs of whole parameters of at most `sgs` elements (engine.h). */
+static uint32_t
+expected_sub_groups(int w, uint64_t sgs)
+{
+	static const uint32_t order[EREF_NPARAMS] = {5, 4, 3, 2, 1, 0};
+	uint64_t cur = 0;
+	uint32_t n = 0;
+	for (int k = 0; k < EREF_NPARAMS; k++) {
+		uint64_t part = (eref_numel(order[k]) + (uint64_t)w - 1) / (uint64_t)w;
+		if (cur > 0 && cur + part > sgs) {
+			n++;
+			cur = 0;
+		}
+		cur += part;
+	}
+	return n + (cur > 0);
+}
+
+static struct zinf_engine *
+make_model(struct zinf_engine_opts *o, int *fails_out)
+{
+	struct zinf_engine *e = NULL;
+	int fails = 0;
+	int rc = zinf_engine_create(o, &e);
+	CHECK(rc == 0, "zinf_engine_create: %d %s", rc, zinf_last_error());
+	if (rc == 0) {
+		rc = edrive_add_params(e);
+		CHECK(rc == 0, "add_params: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == 0, "zinf_engine_init: %d %s", rc, zinf_last_error());
+	}
+	if (rc < 0) {
+		zinf_engine_destroy(e);
+		e = NULL;
+	}
+	*fails_out += fails;
+	return e;
+}
+
+struct master {
+	float *p[EREF_NPARAMS];
+};
+
+static int
+master_alloc(struct master *m)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		m->p[id] = calloc(eref_numel(id), sizeof(float));
+		if (!m->p[id]) {
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+static void
+master_free(struct master *m)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		free(m->p[id]);
+		m->p[id] = NULL;
+	}
+}
+
+/* Failures of |a - b| > tol (tol 0: bit for bit), the largest difference in *maxdiff. */
+static int
+compare(const char *what, float *const a[EREF_NPARAMS], float *const b[EREF_NPARAMS], double tol,
+	double *maxdiff)
+{
+	int fails = 0;
+	double md = 0;
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		for (uint64_t i = 0; i < eref_numel(id); i++) {
+			double d = fabs((double)a[id][i] - b[id][i]);
+			md = fmax(md, d);
+			bool ok = tol == 0 ? memcmp(&a[id][i], &b[id][i], 4) == 0 : d <= tol;
+			if (!ok && fails < 5) {
+				CHECK(ok,
+				      "%s: %s[%llu] = %.9g, reference %.9g (diff %.3g, tol %.3g)",
+				      what, eref_params[id].name, (unsigned long long)i, a[id][i],
+				      b[id][i], d, tol);
+			} else if (!ok) {
+				fails++;
+			}
+		}
+	}
+	if (maxdiff) {
+		*maxdiff = md;
+	}
+	return fails;
+}
+
+static int
+reference(struct eref_result *ref, enum zinf_dtype dtype, float quantum, int steps, uint32_t gas)
+{
+	struct eref_opts ro = {
+		.world = world, .steps = steps, .gas = gas, .dtype = dtype, .quantum = quantum};
+	edrive_optimizer(&ro.opt);
+	int rc = eref_train(&ro, ref);
+	if (rc < 0) {
+		fprintf(stderr, "rank %d: eref_train: %d %s\n", rank, rc, zinf_last_error());
+	}
+	return rc;
+}
+
+/* ---- a known answer worked by hand -------------------------------------------------------- */
+
+/*
+ * Three 3x5 weights (15 elements), one per layer; initial value of element i of weight p:
+ * p + i/4 (exact in bf16). In micro-batch m (0, 1, 2; gradient_accumulation_steps 3) rank r hands
+ * for element i of weight p the gradient (m + 1)(p + 1)(i + 1)(1 + r), so the averaged gradient
+ * is (m + 1)(p + 1)(i + 1)(world + 1)/2 (2 ranks: 1.5 (m + 1)(p + 1)(i + 1)), exact in fp32
+ * for 1..4 ranks, and the accumulated gradient G = 3 (p + 1)(i + 1)(world + 1) (2 ranks:
+ * 9 (p + 1)(i + 1)).
+ * With 2 ranks each 15-element weight is 8 elements per rank, rank 1 holding 7 and one zero pad.
+ * Checked: the gathered bf16 weights after init, exactly; AdamW's first step with lr 1,
+ * eps 64, no weight decay moves element i by exactly G / (G + eps) in real arithmetic (m-hat =
+ * G, sqrt(v-hat) = G), so the master weight after the step encodes the accumulated gradient
+ * (float64 reference, tolerance 2^-20 (|p| + 1): a few fp32 roundings of the kernel; a gradient
+ * off by one micro-batch or one rank moves it by more than 1e-2); then the gathered weights are
+ * the master rounded to bf16, exactly.
+ */
+static int
+ka_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	for (uint64_t i = 0; i < count; i++) {
+		out[i] = (float)param + 0.25f * (float)(first + i);
+	}
+	return 0;
+}
+
+static int
+known_answer_stage(int stage)
+{
+	struct zinf_engine_opts o;
+	struct zinf_engine *e = NULL;
+	int fails = 0, rc;
+	float *grad[3] = {0};
+	edrive_opts(&o, "mpi", stage, stage ? ZINF_OFFLOAD_CPU : ZINF_OFFLOAD_NONE,
+		    ZINF_OFFLOAD_NONE, NULL, ZINF_BF16, 3);
+	o.optimizer.lr = 1.0f;
+	o.optimizer.eps = 64.0f;
+	o.optimizer.weight_decay = 0.0f;
+	rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "stage %d: create: %d %s", stage, rc, zinf_last_error());
+	if (rc < 0) {
+		return fails;
+	}
+	for (uint32_t p = 0; p < 3 && rc == 0; p++) {
+		char name[16];
+		struct zinf_param_desc d;
+		snprintf(name, sizeof(name), "w%u", p);
+		zinf_param_desc_init(&d);
+		d.name = name;
+		d.numel = 15;
+		d.layer = (int32_t)p;
+		d.init_fn = ka_init;
+		rc = zinf_engine_add_param(e, &d);
+		CHECK(rc == (int)p, "add_param %u: %d", p, rc);
+		rc = rc == (int)p ? 0 : -1;
+	}
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == 0, "stage %d: init: %d %s", stage, rc, zinf_last_error());
+	}
+	struct zinf_stream *cs = zinf_engine_compute_stream(e);
+	for (uint32_t p = 0; p < 3 && rc == 0; p++) {
+		rc = zinf_device_alloc(zinf_engine_device(e), 15 * sizeof(float),
+				       (void **)&grad[p]);
+		CHECK(rc == 0, "device_alloc");
+	}
+	/* gathered weights after init */
+	for (int32_t l = 0; l < 3 && rc == 0; l++) {
+		void *dev = NULL;
+		rc = zinf_engine_fetch(e, l);
+		CHECK(rc == 0, "fetch %d: %d %s", l, rc, zinf_last_error());
+		if (rc == 0) {
+			rc = zinf_engine_param(e, (uint32_t)l, &dev);
+			CHECK(rc == 0, "param %d: %d %s", l, rc, zinf_last_error());
+		}
+		if (rc == 0 && zinf_stream_sync(cs) == 0) {
+			for (int i = 0; i < 15; i++) {
+				uint16_t want = zinf_f32_to_bf16_rne((float)l + 0.25f * (float)i);
+				uint16_t got = ((uint16_t *)dev)[i];
+				CHECK(got == want, "stage %d: w%d[%d] after init: %g, expected %g",
+				      stage, l, i, zinf_bf16_to_f32(got), zinf_bf16_to_f32(want));
+				if (got != want) {
+					break; /* one message per weight */
+				}
+			}
+		}
+		if (rc == 0) {
+			rc = zinf_engine_release(e, l);
+			CHECK(rc == 0, "release %d: %d %s", l, rc, zinf_last_error());
+		}
+	}
+	/* three micro-batches; the first two forwards were done above and below */
+	for (uint32_t m = 0; m < 3 && rc == 0; m++) {
+		for (int32_t l = 0; l < 3 && rc == 0 && m > 0; l++) {
+			rc = zinf_engine_fetch(e, l);
+			rc = rc ? rc : zinf_engine_release(e, l);
+			CHECK(rc == 0, "forward %d: %d %s", l, rc, zinf_last_error());
+		}
+		for (int32_t l = 2; l >= 0 && rc == 0; l--) {
+			rc = zinf_engine_fetch(e, l);
+			CHECK(rc == 0, "fetch %d: %d %s", l, rc, zinf_last_error());
+			if (rc == 0) {
+				zinf_stream_sync(cs);
+				for (int i = 0; i < 15; i++) {
+					grad[l][i] =
+						(float)((m + 1) * (l + 1) * (i + 1) * (1 + rank));
+				}
+				rc = zinf_engine_grad(e, (uint32_t)l, grad[l], ZINF_F32);
+				CHECK(rc == 0, "grad %d: %d %s", l, rc, zinf_last_error());
+			}
+			if (rc == 0) {
+				rc = zinf_engine_release(e, l);
+				CHECK(rc == 0, "release %d: %d %s", l, rc, zinf_last_error());
+			}
+		}
+		if (rc == 0) {
+			rc = zinf_engine_step(e);
+			CHECK(rc == (m == 2), "step() micro %u: %d %s", m, rc, zinf_last_error());
+			rc = rc == (m == 2) ? 0 : -1;
+		}
+	}
+	for (uint32_t p = 0; p < 3 && rc == 0; p++) {
+		float mw[15];
+		rc = zinf_engine_read_master(e, p, mw);
+		CHECK(rc == 0, "read_master %u: %d %s", p, rc, zinf_last_error());
+		for (int i = 0; i < 15 && rc == 0; i++) {
+			double g = 3.0 * (p + 1) * (i + 1) * (world + 1);
+			double want = (double)p + 0.25 * i - g / (g + 64.0);
+			double tol = 0x1p-20 * (fabs(want) + 1);
+			CHECK(fabs(mw[i] - want) <= tol,
+			      "stage %d: w%u[%d] after the step: %.9g, expected %.9g (G = %g)",
+			      stage, p, i, mw[i], want, g);
+			if (fabs(mw[i] - want) > tol) {
+				break; /* one message per weight */
+			}
+		}
+		if (rc == 0 && world == 2 && p == 0) {
+			/* by hand: rank 0's last element (7) and rank 1's last (14, before the
+			   pad): G = 9 * 8 = 72: 1.75 - 72/136; G = 9 * 15 = 135: 3.5 - 135/199 */
+			CHECK(fabs(mw[7] - 1.2205882353) < 4e-6, "w0[7] %.9g", mw[7]);
+			CHECK(fabs(mw[14] - 2.8216080402) < 4e-6, "w0[14] %.9g", mw[14]);
+		}
+		/* the parameters the trainer sees are the master rounded to bf16 */
+		void *dev = NULL;
+		if (rc == 0) {
+			rc = zinf_engine_fetch(e, (int32_t)p);
+			rc = rc ? rc : zinf_engine_param(e, p, &dev);
+			CHECK(rc == 0, "fetch after step %u: %d %s", p, rc, zinf_last_error());
+		}
+		if (rc == 0 && zinf_stream_sync(cs) == 0) {
+			for (int i = 0; i < 15; i++) {
+				uint16_t got = ((uint16_t *)dev)[i];
+				CHECK(got == zinf_f32_to_bf16_rne(mw[i]),
+				      "stage %d: w%u[%d] after the step: %g, master %.9g", stage, p,
+				      i, zinf_bf16_to_f32(got), mw[i]);
+				if (got != zinf_f32_to_bf16_rne(mw[i])) {
+					break; /* one message per weight */
+				}
+			}
+			rc = zinf_engine_release(e, (int32_t)p);
+			CHECK(rc == 0, "release %u: %d", p, rc);
+		}
+	}
+	for (uint32_t p = 0; p < 3; p++) {
+		zinf_device_free(zinf_engine_device(e), grad[p]);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_known_answer(void)
+{
+	int fails = 0;
+	for (int stage = 0; stage <= 3; stage++) {
+		fails += known_answer_stage(stage);
+	}
+	return fails;
+}
+
+/* ---- the test model, every stage and tier ------------------------------------------------- */
+
+struct config {
+	int stage;
+	enum zinf_offload_device opt, param;
+	bool sdb;
+};
+
+static const char *const tier_names[] = {"none", "cpu", "nvme"};
+
+/*
+ * Train the test model STEPS steps of GAS micro-batches under configuration c and read the
+ * master weights into out. Checks the statistics on the way.
+ */
+static int
+train(const struct config *c, enum zinf_dtype dtype, float quantum, struct master *out,
+      const char *what)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	int fails = 0;
+	edrive_opts(&o, "mpi", c->stage, c->opt, c->param, scratch, dtype, GAS);
+	o.step_during_backward = c->sdb;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, dtype, quantum);
+	CHECK(rc == 0, "%s: edrive_init", what);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, STEPS, GAS, -1);
+		CHECK(rc == 0, "%s: %s", what, d.why);
+	}
+	if (rc == 0) {
+		rc = edrive_read_master(e, out->p);
+		CHECK(rc == 0, "%s: read_master: %d %s", what, rc, zinf_last_error());
+	}
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	if (rc == 0 && zinf_engine_get_stats(e, &st) == 0) {
+		uint32_t sg = expected_sub_groups(c->stage ? world : 1, o.sub_group_size);
+		CHECK(st.steps == STEPS && st.micro_steps == STEPS * GAS,
+		      "%s: steps %llu micro %llu", what, (unsigned long long)st.steps,
+		      (unsigned long long)st.micro_steps);
+		CHECK(zinf_engine_steps(e) == STEPS, "%s: zinf_engine_steps %lld", what,
+		      (long long)zinf_engine_steps(e));
+		CHECK(st.sub_groups == sg, "%s: %u sub-groups, expected %u", what, st.sub_groups,
+		      sg);
+		CHECK(c->sdb || st.stepped_during_backward == 0,
+		      "%s: %u sub-groups stepped during backward with it off", what,
+		      st.stepped_during_backward);
+		if (c->stage == 3) {
+			uint64_t low = padded(240) + padded(16);
+			CHECK(st.peak_live_elems >= low, "%s: peak live %llu < layer 0's %llu",
+			      what, (unsigned long long)st.peak_live_elems,
+			      (unsigned long long)low);
+		}
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+/*
+ * Every stage x optimizer tier x parameter tier (stage 3 only), fp32, quantised gradients,
+ * against the single-process reference bit for bit: with gradients on the grid 2^-14 the
+ * averaged gradient is the same in any order of summation (engine_ref.h), and fp32 training has
+ * no 16-bit rounding, so nothing is left to differ (tolerance 0). Every configuration's master
+ * weights are also compared byte for byte with the first one's, and with 2 ranks each is run
+ * with step_during_backward off as well.
+ */
+static int
+case_matrix(void)
+{
+	struct config cfgs[40];
+	int n = 0, fails = 0;
+	for (int stage = 0; stage <= 3; stage++) {
+		for (int opt = 0; opt <= 2; opt++) {
+			for (int par = 0; par <= (stage == 3 ? 2 : 0); par++) {
+				if (stage == 0 && opt > 0) {
+					continue;
+				}
+				for (int sdb = 1; sdb >= (world == 2 ? 0 : 1); sdb--) {
+					cfgs[n++] = (struct config){stage, opt, par, sdb};
+				}
+			}
+		}
+	}
+	struct eref_result ref;
+	struct master first = {{0}}, m = {{0}};
+	if (reference(&ref, ZINF_F32, QUANTUM, STEPS, GAS) < 0 || master_alloc(&first) < 0 ||
+	    master_alloc(&m) < 0) {
+		return 1;
+	}
+	for (int t = 1; t <= STEPS; t++) {
+		CHECK(ref.abs_grad[t] < 64, "the quantisation is exact below 2^6 only: %g",
+		      ref.abs_grad[t]);
+	}
+	for (int k = 0; k < n; k++) {
+		const struct config *c = &cfgs[k];
+		char what[96];
+		snprintf(what, sizeof(what), "%d ranks stage %d optimizer %s param %s sdb %s",
+			 world, c->stage, tier_names[c->opt], tier_names[c->param],
+			 c->sdb ? "on" : "off");
+		int f = train(c, ZINF_F32, QUANTUM, k == 0 ? &first : &m, what);
+		fails += f;
+		if (f == 0) {
+			fails += compare(what, k == 0 ? first.p : m.p, ref.master, 0, NULL);
+			if (k > 0) {
+				fails += compare(what, m.p, first.p, 0, NULL);
+			}
+		}
+	}
+	master_free(&first);
+	master_free(&m);
+	eref_result_free(&ref);
+	return fails;
+}
+
+/*
+ * Gradients not quantised, fp32: the averaged gradient now depends on the order of summation.
+ * With 1 or 2 ranks it does not (a + b = b + a, and the halving is exact): tolerance 0. With
+ * more, each element of the mean differs by at most 2W 2^-24 mean_r |g_r| per micro-batch (both
+ * sums within (W - 1) 2^-24 sum_r |g_r| of the exact one, plus the division's rounding), so
+ * e_t <= 2W 2^-24 abs_grad[t] at step t. AdamW's update u = lr m^ / (sqrt(v^) + eps) moves by at
+ * most (lr/eps)(1 + t) times the largest gradient error so far (|du/dm^| <= lr/eps; the v^ term
+ * adds at most sqrt(t) as v^ >= max g^2 / t over t <= 10 steps); the tolerance sums that over the
+ * steps, times 16 for the first-order feedback of the changed parameters into the gradients.
+ */
+static int
+case_unquantised(void)
+{
+	struct config c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, true};
+	struct eref_result ref;
+	struct master m = {{0}};
+	int fails = 0;
+	if (reference(&ref, ZINF_F32, 0, STEPS, GAS) < 0 || master_alloc(&m) < 0) {
+		return 1;
+	}
+	struct zinf_optimizer_opts oo;
+	edrive_optimizer(&oo);
+	double tol = 0, e_max = 0;
+	for (int t = 1; t <= STEPS && world > 2; t++) {
+		e_max = fmax(e_max, 2.0 * world * 0x1p-24 * ref.abs_grad[t]);
+		tol += 16.0 * (oo.lr / oo.eps) * (1 + t) * e_max;
+	}
+	fails += train(&c, ZINF_F32, 0, &m, "unquantised stage 3 cpu/cpu");
+	if (fails == 0) {
+		double md = 0;
+		fails += compare("unquantised", m.p, ref.master, tol, &md);
+		if (rank == 0) {
+			printf("  unquantised fp32, %d ranks: max |engine - reference| %.3g, "
+			       "tolerance %.3g\n",
+			       world, md, tol);
+		}
+	}
+	master_free(&m);
+	eref_result_free(&ref);
+	return fails;
+}
+
+/*
+ * bf16 training (stage 3, both tiers on NVMe): bit for bit the reference that rounds the
+ * parameters and the handed gradients to bf16 as the engine's trainer sees them; and, looser,
+ * within `tol` of the fp32 reference. Derivation: each gradient changes by at most a relative
+ * rho = 2^-7 (the parameters rounded to half a bf16 ulp, 2^-9, in up to three factors, and the
+ * gradient itself rounded). AdamW's update u = lr m^ / (sqrt(v^) + eps) then moves by at most
+ * lr rho (sum_k w1_k |g_k| / sqrt(v^) + |m^| / sqrt(v^)) <= 2.2 lr rho (over t <= 10 steps,
+ * sum_k w1_k |g_k| <= sqrt(sum_k w1_k^2 / w2_k) sqrt(v^) <= 1.1 sqrt(v^) for the moment
+ * weights w1 (beta1 0.9) and w2 (beta2 0.999)); over 10 steps 22 lr rho, doubled for the
+ * feedback of the changed parameters: tol = 44 lr 2^-7 = 3.4e-3, about 5% of the largest
+ * movement of a weight in these 10 steps (printed).
+ */
+static int
+case_bf16(void)
+{
+	struct config c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true};
+	struct eref_result ref16, ref32;
+	struct master m = {{0}};
+	int fails = 0;
+	if (reference(&ref16, ZINF_BF16, QUANTUM, STEPS, GAS) < 0 ||
+	    reference(&ref32, ZINF_F32, QUANTUM, STEPS, GAS) < 0 || master_alloc(&m) < 0) {
+		return 1;
+	}
+	struct zinf_optimizer_opts oo;
+	edrive_optimizer(&oo);
+	double tol = 2 * 2.2 * STEPS * oo.lr * 0x1p-7;
+	fails += train(&c, ZINF_BF16, QUANTUM, &m, "bf16 stage 3 nvme/nvme");
+	if (fails == 0) {
+		double md = 0, moved = 0;
+		fails += compare("bf16 vs bf16 reference", m.p, ref16.master, 0, NULL);
+		fails += compare("bf16 vs fp32 reference", m.p, ref32.master, tol, &md);
+		for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+			for (uint64_t i = 0; i < eref_numel(id); i++) {
+				moved = fmax(moved,
+					     fabs(ref32.master[id][i] - eref_init_value(id, i)));
+			}
+		}
+		if (rank == 0) {
+			printf("  bf16, %d ranks: max |engine - fp32 reference| %.3g, tolerance "
+			       "%.3g "
+			       "(largest movement of a weight %.3g)\n",
+			       world, md, tol, moved);
+		}
+	}
+	master_free(&m);
+	eref_result_free(&ref16);
+	eref_result_free(&ref32);
+	return fails;
+}
+
+/* ---- stage 3: the live bound and persistence ---------------------------------------------- */
+
+/*
+ * Persistence threshold 16 elements, model persistence threshold 23: in registration order
+ * layer0.bias (16) and layer1.bias (7) are persistent (23 elements), layer2.bias (3) would make
+ * 26 and is not; the weights are above 16. stage3_max_live_parameters is what layer 0 needs
+ * with the persistent ones gathered: padded(240) + padded(16) + padded(7); the peak must reach
+ * it (layer 0 is fetched) and never pass it, whatever the prefetcher does. After the run only
+ * the persistent parameters stay gathered. The result is still the reference's, bit for bit.
+ */
+static int
+case_live_and_persistence(void)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	struct eref_result ref;
+	struct master m = {{0}};
+	int fails = 0;
+	uint64_t bound = padded(240) + padded(16) + padded(7);
+	if (reference(&ref, ZINF_F32, QUANTUM, 4, GAS) < 0 || master_alloc(&m) < 0) {
+		return 1;
+	}
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, GAS);
+	o.stage3_param_persistence_threshold = 16;
+	o.stage3_model_persistence_threshold = 23;
+	o.stage3_max_live_parameters = bound;
+	o.stage3_prefetch_bucket_size = 1000;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	CHECK(zinf_engine_get_stats(e, &st) == 0, "stats");
+	/* engine.h does not say whether the padding counts: either reading is accepted; which
+	   parameters are persistent is pinned by live_elems after the run below */
+	uint64_t pers_padded = padded(16) + padded(7);
+	CHECK(st.persistent_elems == 23 || st.persistent_elems == pers_padded,
+	      "persistent_elems %llu, expected 16 + 7 = 23 (or padded %llu)",
+	      (unsigned long long)st.persistent_elems, (unsigned long long)pers_padded);
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 4, GAS, -1);
+		CHECK(rc == 0, "%s", d.why);
+	}
+	if (rc == 0) {
+		CHECK(zinf_engine_get_stats(e, &st) == 0, "stats");
+		CHECK(st.peak_live_elems <= bound,
+		      "peak live %llu > stage3_max_live_parameters %llu",
+		      (unsigned long long)st.peak_live_elems, (unsigned long long)bound);
+		CHECK(st.peak_live_elems >= bound,
+		      "peak live %llu: layer 0 with the persistent ones is %llu",
+		      (unsigned long long)st.peak_live_elems, (unsigned long long)bound);
+		CHECK(st.live_elems == padded(16) + padded(7),
+		      "live after the run %llu, expected the persistent %llu",
+		      (unsigned long long)st.live_elems,
+		      (unsigned long long)(padded(16) + padded(7)));
+		CHECK(st.persistent_elems == 23 || st.persistent_elems == pers_padded,
+		      "persistent_elems %llu after the run",
+		      (unsigned long long)st.persistent_elems);
+		rc = edrive_read_master(e, m.p);
+		CHECK(rc == 0, "read_master %d %s", rc, zinf_last_error());
+		if (rc == 0) {
+			fails += compare("live/persistence", m.p, ref.master, 0, NULL);
+		}
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	master_free(&m);
+	eref_result_free(&ref);
+	return fails;
+}
+
+/*
+ * The fetch order changes at step index 3 (forward 2, 0, 1 instead of 0, 1, 2) and stays
+ * changed: results unchanged (bit for bit the reference), and, where the engine keeps a trace,
+ * exactly one invalidation. Hits counted by hand (6 fetches per micro-batch, 2 micro-batches per
+ * step; docs/ARCHITECTURE.md: the trace is recorded over the first micro-batch, a difference
+ * invalidates it and it is recorded again over the next micro-batch): steps 0-2 are 6
+ * micro-batches, the first records, 5 x 6 = 30 hits; step 3's first micro-batch misses at its
+ * first fetch (1 miss, 1 invalidation), its second records again; steps 4-5 hit 4 x 6 = 24:
+ * 54 in all. An engine that counts nothing in the trace statistics has no trace: said, and that
+ * part skipped (not faked).
+ */
+static int
+case_trace(void)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	struct eref_result ref;
+	struct master m = {{0}};
+	int fails = 0;
+	if (reference(&ref, ZINF_F32, QUANTUM, 6, GAS) < 0 || master_alloc(&m) < 0) {
+		return 1;
+	}
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, scratch, ZINF_F32, GAS);
+	o.record_trace = true;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	struct zinf_engine_stats before = {.size = sizeof(before)}, st = {.size = sizeof(st)};
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 3, GAS, -1);
+		CHECK(rc == 0, "%s", d.why);
+		zinf_engine_get_stats(e, &before);
+	}
+	if (rc == 0) {
+		rc = edrive_run(&d, 3, 3, GAS, 3);
+		CHECK(rc == 0, "%s", d.why);
+		zinf_engine_get_stats(e, &st);
+	}
+	if (rc == 0) {
+		rc = edrive_read_master(e, m.p);
+		CHECK(rc == 0, "read_master %d %s", rc, zinf_last_error());
+		if (rc == 0) {
+			fails += compare("changed fetch order", m.p, ref.master, 0, NULL);
+		}
+		if (st.trace_hits + st.trace_misses + st.trace_invalidations == 0) {
+			if (rank == 0) {
+				printf("  trace: NOT IMPLEMENTED by this engine (trace_hits, "
+				       "trace_misses and trace_invalidations are all 0 after 6 "
+				       "steps with record_trace on); its checks skipped\n");
+			}
+		} else {
+			CHECK(before.trace_invalidations == 0 && before.trace_misses == 0,
+			      "%llu invalidations, %llu misses before the order changed",
+			      (unsigned long long)before.trace_invalidations,
+			      (unsigned long long)before.trace_misses);
+			CHECK(before.trace_hits == 30,
+			      "%llu hits in steps 0-2, expected 5 x 6 = 30",
+			      (unsigned long long)before.trace_hits);
+			CHECK(st.trace_invalidations == 1, "%llu invalidations, expected 1",
+			      (unsigned long long)st.trace_invalidations);
+			CHECK(st.trace_misses == 1, "%llu misses, expected 1",
+			      (unsigned long long)st.trace_misses);
+			CHECK(st.trace_hits == 54, "%llu hits in all, expected 30 + 4 x 6 = 54",
+			      (unsigned long long)st.trace_hits);
+			if (rank == 0) {
+				printf("  trace: hits %llu misses %llu invalidations %llu\n",
+				       (unsigned long long)st.trace_hits,
+				       (unsigned long long)st.trace_misses,
+				       (unsigned long long)st.trace_invalidations);
+			}
+		}
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	master_free(&m);
+	eref_result_free(&ref);
+	return fails;
+}
+
+/* ---- failures (last: they fail communicators) --------------------------------------------- */
+
+/*
+ * comm_check on: rank 0 fetches layer 0, the others layer 1. Every rank gets an error (-EPROTO;
+ * a hang would be ended by ctest's TIMEOUT) naming the layer, and the engine stays failed. Twice:
+ * on the test model, whose layers differ in size (the collective's own check sees different
+ * counts), and on three layers of one 15-element weight each, where every collective of the two
+ * fetches looks the same and only the engine's check of the layer can tell.
+ */
+static int
+fetch_mismatch(bool same_sizes)
+{
+	struct zinf_engine_opts o;
+	struct zinf_engine *e = NULL;
+	int fails = 0, rc;
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, 1);
+	o.comm_check = true;
+	o.comm_timeout_s = 10;
+	if (!same_sizes) {
+		e = make_model(&o, &fails);
+	} else if ((rc = zinf_engine_create(&o, &e)) == 0) {
+		for (uint32_t p = 0; p < 3 && rc == 0; p++) {
+			char name[16];
+			struct zinf_param_desc d;
+			snprintf(name, sizeof(name), "w%u", p);
+			zinf_param_desc_init(&d);
+			d.name = name;
+			d.numel = 15;
+			d.layer = (int32_t)p;
+			rc = zinf_engine_add_param(e, &d) == (int)p ? 0 : -1;
+		}
+		rc = rc ? rc : zinf_engine_init(e);
+		CHECK(rc == 0, "three 15-element layers: %d %s", rc, zinf_last_error());
+		if (rc) {
+			zinf_engine_destroy(e);
+			e = NULL;
+		}
+	}
+	if (!e) {
+		return fails + 1;
+	}
+	log_clear();
+	double t0 = zinf_now_s();
+	rc = zinf_engine_fetch(e, rank == 0 ? 0 : 1);
+	const char *msg = zinf_last_error();
+	CHECK(rc == -EPROTO, "%s: fetch of different layers: rc %d (%s), expected -EPROTO",
+	      same_sizes ? "same sizes" : "test model", rc, msg);
+	CHECK(rc != -EPROTO || log_has("layer"), "the message does not name the layer: %s", msg);
+	if (rc < 0) {
+		int again = zinf_engine_fetch(e, 2);
+		CHECK(again == rc, "the engine is not failed: a later fetch returned %d", again);
+	}
+	if (rank == 0) {
+		printf("  fetch mismatch (%s): rc %d after %.2f s\n",
+		       same_sizes ? "layers of one size" : "test model", rc, zinf_now_s() - t0);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_fetch_mismatch(void)
+{
+	return world < 2 ? SKIP : fetch_mismatch(false) + fetch_mismatch(true);
+}
+
+/*
+ * The optimizer on NVMe through the "fault" I/O backend (stage 2, comm_check, 5 s deadline).
+ * One step runs clean; then the last rank arms a read failure (EIO) and every rank trains on:
+ * the last rank gets an error whose message names the sub-group or the swap file, every other
+ * rank an error too (the collective it waits in times out or is refused), none hangs; later
+ * calls return the same error.
+ */
+static int
+case_io_fault(void)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	int fails = 0;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.io_backend = "fault";
+	o.comm_check = true;
+	o.comm_timeout_s = 5;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 1, 1, -1);
+		CHECK(rc == 0, "clean step: %s", d.why);
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	CHECK(io != NULL, "no I/O context with the optimizer on NVMe");
+	if (rc == 0 && io && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = 1,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	log_clear();
+	if (rc == 0) {
+		for (int s = 1; s <= 3 && rc >= 0; s++) {
+			rc = edrive_run(&d, s, 1, 1, -1);
+		}
+		CHECK(rc < 0, "no error in 3 steps after the fault was armed on rank %d",
+		      world - 1);
+		if (rank == world - 1) {
+			CHECK(log_has("sub-group") || log_has("etest"),
+			      "the failing rank's error names neither the sub-group nor the swap "
+			      "file "
+			      "(rc %d: %s)",
+			      rc, d.why);
+		}
+		if (rc < 0) {
+			int again = zinf_engine_step(e);
+			CHECK(again == rc || (rank != world - 1 && again < 0),
+			      "later step returned %d after %d", again, rc);
+		}
+		printf("  io fault: rank %d: rc %d (%s)\n", rank, rc, d.why);
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+/* ---- runner ------------------------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	int (*fn)(void);
+} cases[] = {
+	{"known_answer", case_known_answer},
+	{"matrix", case_matrix},
+	{"unquantised", case_unquantised},
+	{"bf16", case_bf16},
+	{"live_and_persistence", case_live_and_persistence},
+	{"trace", case_trace},
+	{"fetch_mismatch", case_fetch_mismatch},
+	{"io_fault", case_io_fault},
+};
+
+int
+main(int argc, char **argv)
+{
+	int provided, passed = 0, failed = 0, skipped = 0, ran = 0;
+	const char *only = argc > 1 ? argv[1] : NULL;
+
+	MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &world);
+	zinf_log_set_callback(log_keep, NULL);
+	scratch = zt_mkdtemp(NULL);
+	if (!scratch) {
+		fprintf(stderr, "rank %d: no scratch directory\n", rank);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (only && strcmp(only, cases[i].name) != 0) {
+			continue;
+		}
+		double t0 = zinf_now_s();
+		int f = cases[i].fn();
+		int mine = f == SKIP ? 0 : f, all = 0;
+		MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+		if (rank == 0) {
+			printf("%-22s %s (%d ranks, %.1f s)\n", cases[i].name,
+			       f == SKIP ? "skipped"
+			       : all	 ? "FAILED"
+					 : "ok",
+			       world, zinf_now_s() - t0);
+			fflush(stdout);
+		}
+		skipped += f == SKIP;
+		ran += f != SKIP;
+		passed += f != SKIP && all == 0;
+		failed += f != SKIP && all != 0;
+	}
+	if (rank == 0) {
+		printf("engine, %d ranks: %d passed, %d failed, %d skipped\n", world, passed,
+		       failed, skipped);
+		fflush(stdout);
+	}
+	zt_rmtree(scratch);
+	free(scratch);
+	zinf_log_set_callback(NULL, NULL);
+	MPI_Finalize();
+	return failed ? 1 : ran ? 0 : 77;
+}
