@@ -12,8 +12,10 @@
  *   when the thread returns from the call, and the waiter sleeps on a condition variable
  *   meanwhile. Open MPI's blocking calls use its tuned algorithms, which the non-blocking ones
  *   (libnbc) do not: all_reduce twice as fast with 2 ranks (bench/RESULTS.md).
- * - non-blocking (a lower thread level, or ZINF_COMM_MPI_PROGRESS=0 in the environment):
- *   MPI_I* calls that the generic layer polls with MPI_Test under each call's deadline.
+ * - non-blocking (all_gather, whose MPI_Iallgather measured at par with or faster than the
+ *   blocking call; every kind below MPI_THREAD_MULTIPLE or with ZINF_COMM_MPI_PROGRESS=0):
+ *   MPI_I* calls on the check's duplicate that the generic layer polls with MPI_Test under
+ *   each call's deadline. ZINF_COMM_MPI_PROGRESS=all puts all_gather on the thread too.
  * The call check (opts.check) exchanges descriptors on another duplicate, so that it never
  * interleaves with the thread's calls. A call stuck in a blocking MPI call cannot be
  * cancelled: past its deadline the communicator is failed, and destroy leaves the thread (it
@@ -78,9 +80,10 @@ struct progress {
 /* The mpi backend's state (c->be). */
 struct mpi_be {
 	struct zinf_comm_mpi *m;
-	struct progress *pt; /* NULL: non-blocking calls */
-	/* fp32 scratch buffers not in use, grow-only, freed at destroy (the caller's thread only)
-	 */
+	struct progress *pt; /* NULL: non-blocking calls only */
+	unsigned
+		thread_kinds; /* 1 << enum zinf_comm_kind: the kinds pt runs; others non-blocking */
+	/* fp32 scratch not in use: grow-only, freed at destroy; touched by the caller only */
 	float *scratch[SCRATCH_SLOTS];
 	size_t scratch_n[SCRATCH_SLOTS]; /* their capacities, elements */
 	int nscratch;
@@ -418,24 +421,31 @@ zinf_comm_mpi_progress(const struct zinf_comm *c)
 }
 
 /*
- * The progress thread when MPI provides MPI_THREAD_MULTIPLE and ZINF_COMM_MPI_PROGRESS is not
- * "0", on every rank (one rank without it makes every rank use the non-blocking calls: the
- * thread's duplicate communicator is created collectively).
+ * Which kinds run on the progress thread (a mask of 1 << enum zinf_comm_kind; 0: no thread).
+ * With MPI_THREAD_MULTIPLE on every rank: every kind but all_gather, whose non-blocking call
+ * measured at par or faster than the blocking one here (bench/RESULTS.md, issue 8 follow-up);
+ * ZINF_COMM_MPI_PROGRESS=all puts all_gather on the thread too, =0 none. Every rank must agree
+ * (the thread's duplicate communicator is created collectively): the minimum is taken.
  */
 static int
-want_progress(struct zinf_comm *c, struct mpi_be *b, bool *out)
+progress_kinds(struct zinf_comm *c, struct mpi_be *b, unsigned *out)
 {
+	const unsigned every = (1u << (ZINF_COMM_BARRIER + 1)) - 1;
 	const char *env = getenv("ZINF_COMM_MPI_PROGRESS");
-	int mine = b->m->level >= MPI_THREAD_MULTIPLE && !(env && strcmp(env, "0") == 0), all = 0;
-	int rc = MPI_TRY(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, b->m->comm));
+	bool off = env && strcmp(env, "0") == 0, all_kinds = env && strcmp(env, "all") == 0;
+	int mine = b->m->level < MPI_THREAD_MULTIPLE || off ? 0
+		   : all_kinds				    ? (int)every
+			       : (int)(every & ~(1u << ZINF_COMM_ALL_GATHER));
+	int agreed = 0;
+	int rc = MPI_TRY(MPI_Allreduce(&mine, &agreed, 1, MPI_INT, MPI_MIN, b->m->comm));
 	if (rc < 0) {
 		return rc;
 	}
-	*out = all != 0;
-	if (!all && c->rank == 0) {
+	*out = (unsigned)agreed;
+	if (!agreed && c->rank == 0) {
 		ZINF_INFO("comm mpi: collectives are non-blocking MPI calls, not a progress thread "
 			  "(%s)",
-			  env && strcmp(env, "0") == 0 ? "ZINF_COMM_MPI_PROGRESS=0"
+			  off	 ? "ZINF_COMM_MPI_PROGRESS=0"
 			  : mine ? "a rank's MPI provides less than MPI_THREAD_MULTIPLE"
 				 : "MPI provides less than MPI_THREAD_MULTIPLE");
 	}
@@ -446,7 +456,6 @@ static int
 mpi_open(struct zinf_comm *c)
 {
 	struct mpi_be *b = zinf_calloc(1, sizeof(*b));
-	bool thread = false;
 	int rc;
 
 	if (!b) {
@@ -456,8 +465,8 @@ mpi_open(struct zinf_comm *c)
 	if (rc < 0) {
 		goto err_free;
 	}
-	rc = want_progress(c, b, &thread);
-	if (rc == 0 && thread) {
+	rc = progress_kinds(c, b, &b->thread_kinds);
+	if (rc == 0 && b->thread_kinds) {
 		rc = progress_start(c, &b->pt);
 	}
 	if (rc < 0) {
@@ -665,7 +674,7 @@ mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 	if (rc < 0) {
 		return rc;
 	}
-	if (!b->pt) {
+	if (!(b->thread_kinds & (1u << r->d.kind))) {
 		rc = post_nonblocking(&call, b->m->comm, &q->req);
 		if (rc < 0) {
 			scratch_give(b, q);
