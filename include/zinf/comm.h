@@ -65,11 +65,12 @@ ZINF_API void zinf_comm_opts_init(struct zinf_comm_opts *o);
  * backends initialise MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE) when the program has not;
  * the communicator that did so finalises MPI when it is destroyed (destroy it last; MPI cannot
  * be initialised twice in a process). A program that initialises MPI itself keeps ownership;
- * with MPI_THREAD_MULTIPLE the "mpi" backend runs each collective as the blocking MPI call on
- * a progress thread of its own (faster: Open MPI's blocking algorithms), with a lower level as
- * non-blocking MPI calls (said once at INFO); below MPI_THREAD_SERIALIZED it warns (zinf calls
+ * with MPI_THREAD_MULTIPLE the "mpi" backend runs reduce-scatter, all-reduce, broadcast and
+ * barrier as the blocking MPI call on a progress thread of its own (faster: Open MPI's blocking
+ * algorithms) and all-gather as a non-blocking call; with a lower level every collective is a
+ * non-blocking MPI call (said once at INFO); below MPI_THREAD_SERIALIZED it warns (zinf calls
  * MPI from the thread that calls zinf). ZINF_COMM_MPI_PROGRESS=0 in the environment turns the
- * progress thread off.
+ * progress thread off, =all runs all-gather on it too.
  * opts may be NULL (defaults). Free with zinf_comm_destroy().
  * Returns 0 and sets *out, or a negative errno and leaves *out untouched:
  *   -EINVAL  bad option  -ENODEV  backend not built, no CUDA device, or MPI finalised already
