@@ -135,6 +135,7 @@ struct ring_slot {
 	int state; /* 0 free, 1 reading, 2 writing */
 	uint32_t k;
 	uint64_t seq;
+	uint32_t started; /* ops[0..started) were submitted and are to be waited on */
 	struct zinf_swap_op ops[ZINF_OPTIM_MAX_PARTS];
 };
 
@@ -162,16 +163,44 @@ static int
 ring_poll(struct ctx *x, struct ring_slot *s, bool block)
 {
 	int rc = 0;
-	for (uint32_t p = 0; p < x->nparts; p++) {
+	for (uint32_t p = 0; p < s->started; p++) {
 		if (!block && !zinf_swap_poll(x->swap, &s->ops[p])) {
 			return 0;
 		}
 	}
-	for (uint32_t p = 0; p < x->nparts; p++) {
+	for (uint32_t p = 0; p < s->started; p++) {
 		int r = zinf_swap_wait(x->swap, &s->ops[p]);
 		rc = rc ? rc : r;
 	}
+	s->started = 0;
 	return rc ? rc : 1;
+}
+
+/*
+ * Start sub-group s->k's parts (read, or write back). A part that cannot be submitted is an
+ * error (its message names the file); the parts already submitted stay in flight in s, to be
+ * waited on. Returns 0 or that error.
+ */
+static int
+ring_start(struct ctx *x, struct ring_slot *s, bool write, uint64_t *moved)
+{
+	for (uint32_t p = 0; p < x->nparts; p++) {
+		int id = zinf_step_swap_id(x->st, s->k, p);
+		void *buf = s->buf + part_off(x, p);
+		int rc = write ? zinf_swap_write_async(x->swap, id, buf, &s->ops[p])
+			       : zinf_swap_read_async(x->swap, id, buf, &s->ops[p]);
+		if (rc < 0) {
+			fprintf(stderr,
+				PROG ": %s of sub-group %u part %u could not be submitted: %s\n",
+				write ? "write" : "read", s->k, p, zinf_last_error());
+			return rc;
+		}
+		s->started = p + 1;
+		if (write) {
+			*moved += 2 * zinf_swap_bytes(x->swap, id);
+		}
+	}
+	return 0;
 }
 
 /*
@@ -202,12 +231,14 @@ run_io(struct ctx *x, uint64_t *bytes)
 				s->k = next++;
 				s->state = 1;
 				s->seq = seq++;
-				for (uint32_t p = 0; p < x->nparts; p++) {
-					int id = zinf_step_swap_id(x->st, s->k, p);
-					zinf_swap_read_async(x->swap, id, s->buf + part_off(x, p),
-							     &s->ops[p]);
+				err = ring_start(x, s, false, &moved);
+				if (err) {
+					break;
 				}
 			}
+		}
+		if (err) {
+			break;
 		}
 		/* Whichever operation completes first; a short sleep, not a spin, between looks. */
 		struct ring_slot *s = NULL;
@@ -227,12 +258,7 @@ run_io(struct ctx *x, uint64_t *bytes)
 		} else if (s->state == 1) {
 			s->state = 2;
 			s->seq = seq++;
-			for (uint32_t p = 0; p < x->nparts; p++) {
-				int id = zinf_step_swap_id(x->st, s->k, p);
-				zinf_swap_write_async(x->swap, id, s->buf + part_off(x, p),
-						      &s->ops[p]);
-				moved += 2 * zinf_swap_bytes(x->swap, id);
-			}
+			err = ring_start(x, s, true, &moved);
 		} else {
 			s->state = 0;
 			done++;

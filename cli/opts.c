@@ -494,7 +494,13 @@ cli_opts_parse(const struct cli_opt *opts, int argc, char **argv, char *err, siz
 				    : fail(err, errlen, "%s: unknown option", argv[optind - 1]);
 		} else {
 			const struct cli_opt *o = &opts[ch - 256];
-			if (store(o, optarg, err, errlen) < 0) {
+			if (seen[ch - 256] && o->type != CLI_LIST) {
+				/* the last of two values would win silently: say so instead */
+				rc = fail(err, errlen,
+					  "--%s: given more than once (it takes one value; only "
+					  "list options repeat)",
+					  o->name);
+			} else if (store(o, optarg, err, errlen) < 0) {
 				rc = -EINVAL;
 			} else if (o->given) {
 				*o->given = true;

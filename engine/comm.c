@@ -396,7 +396,11 @@ zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *r)
 	}
 	uint64_t t0 = zinf_now_ns();
 	while ((rc = poll_once(c, r)) == 0) {
-		zinf_comm_backoff(&spins);
+		if (c->ops->block) {
+			c->ops->block(c, r, r->deadline_ns, &spins);
+		} else {
+			zinf_comm_backoff(&spins);
+		}
 	}
 	c->stats.wait_ns += zinf_now_ns() - t0;
 	return rc < 0 ? rc : 0;
@@ -637,6 +641,12 @@ zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 void
 zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 {
+}
+
+bool
+zinf_comm_mpi_progress(const struct zinf_comm *c)
+{
+	return false;
 }
 
 int

@@ -54,6 +54,12 @@ struct zinf_comm_ops {
 	int (*start)(struct zinf_comm *c, struct zinf_comm_req *r);
 	/* Without blocking: 1 complete (backend state of r released), 0 in flight, -errno. */
 	int (*poll)(struct zinf_comm *c, struct zinf_comm_req *r);
+	/*
+	 * Optional: wait between two polls of r in zinf_comm_wait, at most until deadline_ns
+	 * (returns early when r may have completed). NULL: zinf_comm_backoff(spins).
+	 */
+	void (*block)(struct zinf_comm *c, struct zinf_comm_req *r, uint64_t deadline_ns,
+		      unsigned *spins);
 	/* r is abandoned (deadline passed, c failed): keep whatever the backend still uses. */
 	void (*abandon)(struct zinf_comm *c, struct zinf_comm_req *r);
 	/* Gather every rank's descriptor into all[world] by deadline_ns; 0, -ETIMEDOUT, -EIO. */
@@ -105,6 +111,8 @@ struct zinf_comm_mpi;
 bool zinf_comm_mpi_initialized(void); /* MPI_Init done and MPI_Finalize not */
 int zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out);
 void zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed);
+/* Whether c (backend "mpi") runs its collectives on a progress thread; false otherwise. */
+bool zinf_comm_mpi_progress(const struct zinf_comm *c);
 int zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
 			   const char *what, uint64_t deadline_ns);
 int zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,

@@ -1,33 +1,99 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/comm_mpi.c: the collectives over MPI, on host buffers, as non-blocking MPI_I* calls
- * that the generic layer polls with MPI_Test under each call's deadline. Also the MPI side
- * that the nccl backend reuses: joining the job (MPI_Init_thread when the program has not),
- * exchanging the call descriptors, broadcasting NCCL's unique id.
+ * engine/comm_mpi.c: the collectives over MPI, on host buffers. Also the MPI side that the
+ * nccl backend reuses: joining the job (MPI_Init_thread when the program has not), exchanging
+ * the call descriptors, broadcasting NCCL's unique id.
  *
- * The communicator is a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so that zinf's
+ * Two ways to run a collective, chosen once per communicator (every rank agrees):
+ * - progress thread (MPI_THREAD_MULTIPLE provided): the blocking call (MPI_Allgather,
+ *   MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Bcast, MPI_Barrier) runs on a thread of the
+ *   communicator's own, in call order (a FIFO: collectives are called in the same order on
+ *   every rank), on a duplicate of MPI_COMM_WORLD used by nothing else; a request completes
+ *   when the thread returns from the call, and the waiter sleeps on a condition variable
+ *   meanwhile. Open MPI's blocking calls use its tuned algorithms, which the non-blocking ones
+ *   (libnbc) do not: all_reduce twice as fast with 2 ranks (bench/RESULTS.md).
+ * - non-blocking (all_gather, whose MPI_Iallgather measured at par with or faster than the
+ *   blocking call; every kind below MPI_THREAD_MULTIPLE or with ZINF_COMM_MPI_PROGRESS=0):
+ *   MPI_I* calls on the check's duplicate that the generic layer polls with MPI_Test under
+ *   each call's deadline. ZINF_COMM_MPI_PROGRESS=all puts all_gather on the thread too.
+ * The call check (opts.check) exchanges descriptors on another duplicate, so that it never
+ * interleaves with the thread's calls. A call stuck in a blocking MPI call cannot be
+ * cancelled: past its deadline the communicator is failed, and destroy leaves the thread (it
+ * exits if its call ever returns) instead of joining it.
+ *
+ * The communicators are duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so that zinf's
  * calls never match the program's own and an MPI error is a return value, never an abort.
- * 16-bit reductions are widened to fp32 into a scratch buffer, reduced as MPI_FLOAT (MPI's
- * order of summation), divided by the world size for AVG, and rounded once to nearest even
- * into the caller's buffer when the request completes. Counts above INT_MAX elements are
- * refused (MPI counts are int): split the call. Not here: MPI_Abort (the library never ends
- * the process), cancelling a collective (MPI has no way to).
+ * 16-bit reductions are widened to fp32 into a scratch buffer (cached per communicator,
+ * grow-only, freed at destroy), reduced as MPI_FLOAT (MPI's order of summation), divided by
+ * the world size for AVG, and rounded once to nearest even into the caller's buffer when the
+ * request completes. Counts above INT_MAX elements are refused (MPI counts are int): split
+ * the call. Not here: MPI_Abort (the library never ends the process), cancelling a collective
+ * (MPI has no way to).
  */
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "common/dtype.h"
 #include "engine/comm_internal.h"
 
 struct zinf_comm_mpi {
-	MPI_Comm comm; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN */
+	MPI_Comm comm; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN: the check, non-blocking calls */
 	bool owns;     /* this communicator called MPI_Init_thread: it finalises MPI */
+	int level;     /* the thread level MPI provides */
+};
+
+/* One blocking call for the progress thread; shared by the thread and the request. */
+struct job {
+	struct job *next;
+	int kind; /* enum zinf_comm_kind */
+	const void *send;
+	void *recv;
+	int count, root;
+	MPI_Datatype type;
+	MPI_Op op;
+	int mpi_rc; /* the call's MPI status, once done */
+	bool done;
+	bool abandoned; /* the request gave it up: skip it if not started */
+	int refs;	/* 2 at the start (thread, request); freed by whoever drops the last */
+};
+
+/* The progress thread of one communicator; everything below mu is guarded by it. */
+struct progress {
+	pthread_t thread;
+	MPI_Comm comm; /* its own dup of MPI_COMM_WORLD: no other call uses it */
+	pthread_mutex_t mu;
+	pthread_cond_t work; /* a job queued, or stop */
+	pthread_cond_t done; /* a job done */
+	struct job *head, *tail;
+	bool busy;     /* inside an MPI call */
+	bool stop;     /* exit once the queue is empty (abandoned jobs skipped) */
+	bool orphaned; /* the communicator is gone: the thread frees this on exit */
+};
+
+#define SCRATCH_SLOTS 4
+
+/* The mpi backend's state (c->be). */
+struct mpi_be {
+	struct zinf_comm_mpi *m;
+	struct progress *pt; /* NULL: non-blocking calls only */
+	unsigned
+		thread_kinds; /* 1 << enum zinf_comm_kind: the kinds pt runs; others non-blocking */
+	/* fp32 scratch not in use: grow-only, freed at destroy; touched by the caller only */
+	float *scratch[SCRATCH_SLOTS];
+	size_t scratch_n[SCRATCH_SLOTS]; /* their capacities, elements */
+	int nscratch;
 };
 
 struct mpi_req {
-	MPI_Request req;
-	float *scratch; /* 16-bit reductions: the fp32 operands, then the fp32 result */
+	MPI_Request req;  /* non-blocking path */
+	struct job *job;  /* progress thread path */
+	float *scratch;	  /* 16-bit reductions: the fp32 operands, then the fp32 result */
+	size_t scratch_n; /* its capacity, elements */
 };
 
 /* The one place MPI status codes become errnos: logs the call, file and line; -EIO. */
@@ -78,11 +144,24 @@ zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 		return ZINF_FAIL(-ENOMEM, "comm %s: out of memory", c->ops->name);
 	}
 	if (!init) {
-		rc = MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided));
+		rc = MPI_TRY(MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided));
 		if (rc < 0) {
 			goto err_free;
 		}
 		m->owns = true;
+	} else {
+		rc = MPI_TRY(MPI_Query_thread(&provided));
+		if (rc < 0) {
+			goto err_free;
+		}
+	}
+	m->level = provided;
+	if (provided < MPI_THREAD_SERIALIZED) {
+		/* zinf calls MPI from whichever thread calls zinf: with FUNNELED that must be the
+		 * thread that initialised MPI, with SINGLE the process must have no other thread */
+		ZINF_WARN("comm %s: MPI provides thread level %s (below SERIALIZED): call zinf's "
+			  "collectives only from the thread that initialised MPI",
+			  c->ops->name, provided == MPI_THREAD_SINGLE ? "SINGLE" : "FUNNELED");
 	}
 	rc = MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm));
 	if (rc < 0) {
@@ -178,68 +257,408 @@ zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, cons
 	return rc < 0 ? rc : poll_until(&q, what, deadline_ns);
 }
 
+/* ---- the progress thread ---------------------------------------------------------------- */
+
+/* Drop one reference to j (mu held). */
+static void
+job_put(struct job *j)
+{
+	if (--j->refs == 0) {
+		zinf_free(j);
+	}
+}
+
+static int
+job_run(struct job *j, MPI_Comm comm)
+{
+	switch (j->kind) {
+	case ZINF_COMM_ALL_GATHER:
+		return MPI_Allgather(j->send, j->count, j->type, j->recv, j->count, j->type, comm);
+	case ZINF_COMM_REDUCE_SCATTER:
+		return MPI_Reduce_scatter_block(j->send, j->recv, j->count, j->type, j->op, comm);
+	case ZINF_COMM_ALL_REDUCE:
+		return MPI_Allreduce(j->send, j->recv, j->count, j->type, j->op, comm);
+	case ZINF_COMM_BROADCAST:
+		return MPI_Bcast(j->recv, j->count, j->type, j->root, comm);
+	default:
+		return MPI_Barrier(comm);
+	}
+}
+
+static void
+progress_free(struct progress *pt)
+{
+	pthread_cond_destroy(&pt->done);
+	pthread_cond_destroy(&pt->work);
+	pthread_mutex_destroy(&pt->mu);
+	zinf_free(pt);
+}
+
+/*
+ * The thread: one blocking call at a time, in queue order. It logs nothing (the waiter names
+ * the call and converts the MPI status). When the communicator was destroyed while a call of
+ * ours hung (orphaned), the thread frees the shared state itself if the call ever returns.
+ */
+static void *
+progress_main(void *arg)
+{
+	struct progress *pt = arg;
+
+	pthread_mutex_lock(&pt->mu);
+	for (;;) {
+		while (!pt->head && !pt->stop) {
+			pthread_cond_wait(&pt->work, &pt->mu);
+		}
+		struct job *j = pt->head;
+		if (!j) {
+			break; /* stop, and nothing queued */
+		}
+		pt->head = j->next;
+		if (!pt->head) {
+			pt->tail = NULL;
+		}
+		if (j->abandoned || pt->stop) {
+			/* given up before it started (the communicator failed): not run */
+			j->mpi_rc = MPI_ERR_OTHER;
+		} else {
+			pt->busy = true;
+			pthread_mutex_unlock(&pt->mu);
+			int rc = job_run(j, pt->comm);
+			pthread_mutex_lock(&pt->mu);
+			pt->busy = false;
+			j->mpi_rc = rc;
+		}
+		j->done = true;
+		job_put(j);
+		pthread_cond_broadcast(&pt->done);
+	}
+	bool orphaned = pt->orphaned;
+	pthread_mutex_unlock(&pt->mu);
+	if (orphaned) {
+		progress_free(pt);
+	}
+	return NULL;
+}
+
+/* Start c's progress thread on a new duplicate of MPI_COMM_WORLD (collective). */
+static int
+progress_start(struct zinf_comm *c, struct progress **out)
+{
+	pthread_condattr_t ca;
+	struct progress *pt = zinf_calloc(1, sizeof(*pt));
+	int rc;
+
+	if (!pt) {
+		return ZINF_FAIL(-ENOMEM, "comm mpi rank %d: out of memory", c->rank);
+	}
+	rc = MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &pt->comm));
+	if (rc < 0) {
+		goto err_free;
+	}
+	rc = MPI_TRY(MPI_Comm_set_errhandler(pt->comm, MPI_ERRORS_RETURN));
+	if (rc < 0) {
+		goto err_comm;
+	}
+	/* waits end at deadlines of zinf_now_ns(), which is CLOCK_MONOTONIC */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&pt->mu, NULL);
+	pthread_cond_init(&pt->work, NULL);
+	pthread_cond_init(&pt->done, &ca);
+	pthread_condattr_destroy(&ca);
+	rc = -pthread_create(&pt->thread, NULL, progress_main, pt);
+	if (rc < 0) {
+		ZINF_FAIL(rc, "comm mpi rank %d: cannot start the progress thread", c->rank);
+		pthread_cond_destroy(&pt->done);
+		pthread_cond_destroy(&pt->work);
+		pthread_mutex_destroy(&pt->mu);
+		goto err_comm;
+	}
+	*out = pt;
+	return 0;
+
+err_comm:
+	MPI_Comm_free(&pt->comm);
+err_free:
+	zinf_free(pt);
+	return rc;
+}
+
+/*
+ * Stop the thread. Not failed: the queue is empty (destroy completed every request): join it
+ * and free its communicator. Failed: a call of ours may hang in MPI for good, so neither join
+ * nor free what could wait on another rank; an idle thread is joined, a busy one is left to
+ * free the state itself if its call returns.
+ */
+static void
+progress_stop(struct progress *pt, bool failed)
+{
+	pthread_mutex_lock(&pt->mu);
+	pt->stop = true;
+	bool busy = pt->busy;
+	pt->orphaned = failed && busy;
+	pthread_cond_signal(&pt->work);
+	pthread_mutex_unlock(&pt->mu);
+	if (failed && busy) {
+		pthread_detach(pt->thread);
+		return;
+	}
+	pthread_join(pt->thread, NULL);
+	if (!failed) {
+		MPI_Comm_free(&pt->comm);
+	}
+	progress_free(pt);
+}
+
 /* ---- the mpi backend ---------------------------------------------------------------------- */
+
+extern const struct zinf_comm_ops zinf_comm_mpi_ops;
+
+bool
+zinf_comm_mpi_progress(const struct zinf_comm *c)
+{
+	return c && c->ops == &zinf_comm_mpi_ops && c->be && ((struct mpi_be *)c->be)->pt;
+}
+
+/*
+ * Which kinds run on the progress thread (a mask of 1 << enum zinf_comm_kind; 0: no thread).
+ * With MPI_THREAD_MULTIPLE on every rank: every kind but all_gather, whose non-blocking call
+ * measured at par or faster than the blocking one here (bench/RESULTS.md, issue 8 follow-up);
+ * ZINF_COMM_MPI_PROGRESS=all puts all_gather on the thread too, =0 none. Every rank must agree
+ * (the thread's duplicate communicator is created collectively): the minimum is taken.
+ */
+static int
+progress_kinds(struct zinf_comm *c, struct mpi_be *b, unsigned *out)
+{
+	const unsigned every = (1u << (ZINF_COMM_BARRIER + 1)) - 1;
+	const char *env = getenv("ZINF_COMM_MPI_PROGRESS");
+	bool off = env && strcmp(env, "0") == 0, all_kinds = env && strcmp(env, "all") == 0;
+	int mine = b->m->level < MPI_THREAD_MULTIPLE || off ? 0
+		   : all_kinds				    ? (int)every
+			       : (int)(every & ~(1u << ZINF_COMM_ALL_GATHER));
+	int agreed = 0;
+	int rc = MPI_TRY(MPI_Allreduce(&mine, &agreed, 1, MPI_INT, MPI_MIN, b->m->comm));
+	if (rc < 0) {
+		return rc;
+	}
+	*out = (unsigned)agreed;
+	if (!agreed && c->rank == 0) {
+		ZINF_INFO("comm mpi: collectives are non-blocking MPI calls, not a progress thread "
+			  "(%s)",
+			  off	 ? "ZINF_COMM_MPI_PROGRESS=0"
+			  : mine ? "a rank's MPI provides less than MPI_THREAD_MULTIPLE"
+				 : "MPI provides less than MPI_THREAD_MULTIPLE");
+	}
+	return 0;
+}
 
 static int
 mpi_open(struct zinf_comm *c)
 {
-	return zinf_comm_mpi_join(c, (struct zinf_comm_mpi **)&c->be);
+	struct mpi_be *b = zinf_calloc(1, sizeof(*b));
+	int rc;
+
+	if (!b) {
+		return ZINF_FAIL(-ENOMEM, "comm mpi: out of memory");
+	}
+	rc = zinf_comm_mpi_join(c, &b->m);
+	if (rc < 0) {
+		goto err_free;
+	}
+	rc = progress_kinds(c, b, &b->thread_kinds);
+	if (rc == 0 && b->thread_kinds) {
+		rc = progress_start(c, &b->pt);
+	}
+	if (rc < 0) {
+		goto err_leave;
+	}
+	c->be = b;
+	return 0;
+
+err_leave:
+	zinf_comm_mpi_leave(b->m, false);
+err_free:
+	zinf_free(b);
+	return rc;
 }
 
 static void
 mpi_close(struct zinf_comm *c)
 {
-	zinf_comm_mpi_leave(c->be, c->failed != 0);
-}
-
-/* Widen n elements of a 16-bit src into a new fp32 scratch buffer. */
-static int
-widen(struct mpi_req *q, const void *src, enum zinf_dtype dtype, size_t n)
-{
-	q->scratch = zinf_malloc(ZINF_MAX(n, 1) * sizeof(float));
-	if (!q->scratch) {
-		return ZINF_FAIL(-ENOMEM, "comm mpi: out of memory for %zu fp32 elements", n);
+	struct mpi_be *b = c->be;
+	if (!b) {
+		return;
 	}
-	return zinf_dtype_convert(q->scratch, ZINF_F32, src, dtype, n);
+	if (b->pt) {
+		progress_stop(b->pt, c->failed != 0);
+	}
+	for (int i = 0; i < b->nscratch; i++) {
+		zinf_free(b->scratch[i]);
+	}
+	zinf_comm_mpi_leave(b->m, c->failed != 0);
+	zinf_free(b);
 }
 
 /*
- * Post a reduction. f32 reduces in the caller's buffers; 16-bit types reduce an fp32 copy in
- * place (the reduce-scatter result is the first count elements of the scratch buffer).
+ * An fp32 scratch buffer of at least n elements from c's cache (the smallest that fits, else
+ * the largest, grown), or a new one; back to the cache when the request completes.
  */
 static int
-start_reduce(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q, int count)
+scratch_take(struct mpi_be *b, struct mpi_req *q, size_t n)
 {
-	struct zinf_comm_mpi *m = c->be;
-	MPI_Op op = r->d.red == ZINF_COMM_MAX ? MPI_MAX : MPI_SUM;
-	bool scatter = r->d.kind == ZINF_COMM_REDUCE_SCATTER;
-	size_t n = (size_t)count * (scatter ? (size_t)c->world : 1);
+	int best = -1;
+	n = ZINF_MAX(n, 1);
+	for (int i = 0; i < b->nscratch; i++) {
+		bool fits = b->scratch_n[i] >= n;
+		if (best < 0 ||
+		    (fits && (b->scratch_n[best] < n || b->scratch_n[i] < b->scratch_n[best])) ||
+		    (!fits && b->scratch_n[best] < n && b->scratch_n[i] > b->scratch_n[best])) {
+			best = i;
+		}
+	}
+	if (best >= 0) {
+		q->scratch = b->scratch[best];
+		q->scratch_n = b->scratch_n[best];
+		b->scratch[best] = b->scratch[--b->nscratch];
+		b->scratch_n[best] = b->scratch_n[b->nscratch];
+		if (q->scratch_n >= n) {
+			return 0;
+		}
+		zinf_free(q->scratch); /* grow: its contents do not matter */
+	}
+	q->scratch = zinf_malloc(n * sizeof(float));
+	q->scratch_n = q->scratch ? n : 0;
+	return q->scratch ? 0
+			  : ZINF_FAIL(-ENOMEM, "comm mpi: out of memory for %zu fp32 elements", n);
+}
+
+/* Back to the cache (the smallest one goes when it is full). */
+static void
+scratch_give(struct mpi_be *b, struct mpi_req *q)
+{
+	if (!q->scratch) {
+		return;
+	}
+	if (b->nscratch == SCRATCH_SLOTS) {
+		int small = 0;
+		for (int i = 1; i < b->nscratch; i++) {
+			small = b->scratch_n[i] < b->scratch_n[small] ? i : small;
+		}
+		if (b->scratch_n[small] >= q->scratch_n) {
+			zinf_free(q->scratch);
+			q->scratch = NULL;
+			return;
+		}
+		zinf_free(b->scratch[small]);
+		b->scratch[small] = b->scratch[--b->nscratch];
+		b->scratch_n[small] = b->scratch_n[b->nscratch];
+	}
+	b->scratch[b->nscratch] = q->scratch;
+	b->scratch_n[b->nscratch++] = q->scratch_n;
+	q->scratch = NULL;
+}
+
+/*
+ * Widen n 16-bit elements to fp32, exactly; one loop per type, so that the compiler
+ * vectorises it (zinf_dtype_convert dispatches per element).
+ */
+static void
+widen(float *dst, const uint16_t *src, enum zinf_dtype t, size_t n)
+{
+	if (t == ZINF_BF16) {
+		for (size_t i = 0; i < n; i++) {
+			dst[i] = zinf_bf16_to_f32(src[i]);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			dst[i] = zinf_f16_to_f32(src[i]);
+		}
+	}
+}
+
+/* dst = the 16-bit rounding (nearest even) of src / div (div 1: no division), in one pass. */
+static void
+narrow(uint16_t *dst, enum zinf_dtype t, const float *src, size_t n, float div)
+{
+	if (t == ZINF_BF16 && div == 1.0f) {
+		for (size_t i = 0; i < n; i++) {
+			dst[i] = zinf_f32_to_bf16_rne(src[i]);
+		}
+	} else if (t == ZINF_BF16) {
+		for (size_t i = 0; i < n; i++) {
+			dst[i] = zinf_f32_to_bf16_rne(src[i] / div);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			dst[i] = zinf_f32_to_f16_rne(src[i] / div);
+		}
+	}
+}
+
+/* The MPI call of r, as a job (the non-blocking path posts the same arguments). */
+static int
+make_call(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q, struct job *j)
+{
+	size_t es = zinf_dtype_size(r->d.dtype);
+	bool reduce = r->d.kind == ZINF_COMM_REDUCE_SCATTER || r->d.kind == ZINF_COMM_ALL_REDUCE;
 	int rc;
 
-	if (r->d.dtype != ZINF_F32) {
-		rc = widen(q, r->send, r->d.dtype, n);
-		if (rc < 0) {
-			return rc;
-		}
-		return scatter ? MPI_TRY(MPI_Ireduce_scatter_block(MPI_IN_PLACE, q->scratch, count,
-								   MPI_FLOAT, op, m->comm, &q->req))
-			       : MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, q->scratch, count, MPI_FLOAT,
-							op, m->comm, &q->req));
+	j->kind = r->d.kind;
+	j->count = (int)r->d.count;
+	j->root = r->d.root;
+	j->type = r->d.dtype == ZINF_F32 ? MPI_FLOAT : MPI_UINT16_T;
+	j->op = r->d.red == ZINF_COMM_MAX ? MPI_MAX : MPI_SUM;
+	j->send = r->send;
+	j->recv = r->recv;
+	if (r->d.kind == ZINF_COMM_ALL_GATHER) {
+		const char *mine = (const char *)r->recv + (size_t)c->rank * r->d.count * es;
+		j->send = r->send == mine ? MPI_IN_PLACE : r->send;
+	} else if (r->d.kind == ZINF_COMM_ALL_REDUCE) {
+		j->send = MPI_IN_PLACE;
 	}
-	return scatter ? MPI_TRY(MPI_Ireduce_scatter_block(r->send, r->recv, count, MPI_FLOAT, op,
-							   m->comm, &q->req))
-		       : MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, r->recv, count, MPI_FLOAT, op,
-						m->comm, &q->req));
+	if (!reduce || r->d.dtype == ZINF_F32) {
+		return 0;
+	}
+	/* 16-bit: reduce an fp32 copy in place (the reduce-scatter result is its first count) */
+	size_t n = r->d.count * (r->d.kind == ZINF_COMM_REDUCE_SCATTER ? (size_t)c->world : 1);
+	rc = scratch_take(c->be, q, n);
+	if (rc < 0) {
+		return rc;
+	}
+	widen(q->scratch, r->send, r->d.dtype, n);
+	j->type = MPI_FLOAT;
+	j->send = MPI_IN_PLACE;
+	j->recv = q->scratch;
+	return 0;
+}
+
+static int
+post_nonblocking(const struct job *j, MPI_Comm comm, MPI_Request *req)
+{
+	switch (j->kind) {
+	case ZINF_COMM_ALL_GATHER:
+		return MPI_TRY(MPI_Iallgather(j->send, j->count, j->type, j->recv, j->count,
+					      j->type, comm, req));
+	case ZINF_COMM_REDUCE_SCATTER:
+		return MPI_TRY(MPI_Ireduce_scatter_block(j->send, j->recv, j->count, j->type, j->op,
+							 comm, req));
+	case ZINF_COMM_ALL_REDUCE:
+		return MPI_TRY(
+			MPI_Iallreduce(j->send, j->recv, j->count, j->type, j->op, comm, req));
+	case ZINF_COMM_BROADCAST:
+		return MPI_TRY(MPI_Ibcast(j->recv, j->count, j->type, j->root, comm, req));
+	default:
+		return MPI_TRY(MPI_Ibarrier(comm, req));
+	}
 }
 
 static int
 mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 {
-	struct zinf_comm_mpi *m = c->be;
+	struct mpi_be *b = c->be;
 	struct mpi_req *q = (struct mpi_req *)r->priv;
-	MPI_Datatype t = r->d.dtype == ZINF_F32 ? MPI_FLOAT : MPI_UINT16_T;
-	size_t es = zinf_dtype_size(r->d.dtype);
-	int rc, count = (int)r->d.count;
+	struct job call = {0};
+	int rc;
 
 	if (r->d.count > INT_MAX) {
 		return ZINF_FAIL(-EINVAL,
@@ -248,26 +667,38 @@ mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 				 zinf_comm_kind_name(r->d.kind), (unsigned long long)r->d.count,
 				 INT_MAX);
 	}
-	switch (r->d.kind) {
-	case ZINF_COMM_ALL_GATHER: {
-		const char *mine = (const char *)r->recv + (size_t)c->rank * r->d.count * es;
-		const void *send = r->send == mine ? MPI_IN_PLACE : r->send;
-		return MPI_TRY(MPI_Iallgather(send, count, t, r->recv, count, t, m->comm, &q->req));
+	if (r->d.kind < ZINF_COMM_ALL_GATHER || r->d.kind > ZINF_COMM_BARRIER) {
+		return ZINF_FAIL(-EINVAL, "comm mpi: collective kind %d unknown", r->d.kind);
 	}
-	case ZINF_COMM_REDUCE_SCATTER:
-	case ZINF_COMM_ALL_REDUCE:
-		rc = start_reduce(c, r, q, count);
+	rc = make_call(c, r, q, &call);
+	if (rc < 0) {
+		return rc;
+	}
+	if (!(b->thread_kinds & (1u << r->d.kind))) {
+		rc = post_nonblocking(&call, b->m->comm, &q->req);
 		if (rc < 0) {
-			zinf_free(q->scratch);
-			q->scratch = NULL;
+			scratch_give(b, q);
 		}
 		return rc;
-	case ZINF_COMM_BROADCAST:
-		return MPI_TRY(MPI_Ibcast(r->recv, count, t, r->d.root, m->comm, &q->req));
-	case ZINF_COMM_BARRIER:
-		return MPI_TRY(MPI_Ibarrier(m->comm, &q->req));
 	}
-	return ZINF_FAIL(-EINVAL, "comm mpi: collective kind %d unknown", r->d.kind);
+	struct job *j = zinf_malloc(sizeof(*j));
+	if (!j) {
+		scratch_give(b, q);
+		return ZINF_FAIL(-ENOMEM, "comm mpi rank %d: out of memory", c->rank);
+	}
+	*j = call;
+	j->refs = 2;
+	q->job = j;
+	pthread_mutex_lock(&b->pt->mu);
+	if (b->pt->tail) {
+		b->pt->tail->next = j;
+	} else {
+		b->pt->head = j;
+	}
+	b->pt->tail = j;
+	pthread_cond_signal(&b->pt->work);
+	pthread_mutex_unlock(&b->pt->mu);
+	return 0;
 }
 
 /* The request completed: AVG divides the fp32 sum once; 16-bit results are rounded once. */
@@ -275,32 +706,48 @@ static int
 finish(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q)
 {
 	size_t n = r->d.count;
-	float *x = q->scratch ? q->scratch : r->recv;
-	int rc = 0;
+	float div = r->d.red == ZINF_COMM_AVG ? (float)c->world : 1.0f;
 
 	if (r->d.kind != ZINF_COMM_REDUCE_SCATTER && r->d.kind != ZINF_COMM_ALL_REDUCE) {
 		return 0;
 	}
-	if (r->d.red == ZINF_COMM_AVG) {
+	if (q->scratch) {
+		narrow(r->recv, r->d.dtype, q->scratch, n, div);
+		scratch_give(c->be, q);
+	} else if (div != 1.0f) {
+		float *x = r->recv;
 		for (size_t i = 0; i < n; i++) {
-			x[i] /= (float)c->world;
+			x[i] /= div;
 		}
 	}
-	if (q->scratch) {
-		rc = zinf_dtype_convert(r->recv, r->d.dtype, q->scratch, ZINF_F32, n);
-		zinf_free(q->scratch);
-		q->scratch = NULL;
-	}
-	return rc;
+	return 0;
 }
 
 static int
 mpi_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 {
+	struct mpi_be *b = c->be;
 	struct mpi_req *q = (struct mpi_req *)r->priv;
-	int flag = 0;
-	int rc = MPI_TRY(MPI_Test(&q->req, &flag, MPI_STATUS_IGNORE));
+	int flag = 0, rc;
+
+	if (q->job) {
+		pthread_mutex_lock(&b->pt->mu);
+		flag = q->job->done;
+		int mpi_rc = q->job->mpi_rc;
+		if (flag) {
+			job_put(q->job);
+			q->job = NULL;
+		}
+		pthread_mutex_unlock(&b->pt->mu);
+		if (!flag) {
+			return 0;
+		}
+		rc = mpi_status(mpi_rc, zinf_comm_kind_name(r->d.kind), __FILE__, __LINE__);
+	} else {
+		rc = MPI_TRY(MPI_Test(&q->req, &flag, MPI_STATUS_IGNORE));
+	}
 	if (rc < 0) {
+		scratch_give(b, q); /* MPI is done with it */
 		return rc;
 	}
 	if (!flag) {
@@ -310,23 +757,56 @@ mpi_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 	return rc < 0 ? rc : 1;
 }
 
+/*
+ * Sleep until r's job is done or deadline_ns. The non-blocking path backs off between
+ * MPI_Tests as before (MPI advances those only inside MPI calls).
+ */
+static void
+mpi_block(struct zinf_comm *c, struct zinf_comm_req *r, uint64_t deadline_ns, unsigned *spins)
+{
+	struct mpi_be *b = c->be;
+	struct mpi_req *q = (struct mpi_req *)r->priv;
+
+	if (!q->job) {
+		zinf_comm_backoff(spins);
+		return;
+	}
+	struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
+			      .tv_nsec = (long)(deadline_ns % 1000000000u)};
+	pthread_mutex_lock(&b->pt->mu);
+	while (!q->job->done && zinf_now_ns() < deadline_ns) {
+		pthread_cond_timedwait(&b->pt->done, &b->pt->mu, &ts);
+	}
+	pthread_mutex_unlock(&b->pt->mu);
+}
+
 static void
 mpi_abandon(struct zinf_comm *c, struct zinf_comm_req *r)
 {
-	/* MPI still owns the request and may write q->scratch: both are left to it. */
+	struct mpi_be *b = c->be;
+	struct mpi_req *q = (struct mpi_req *)r->priv;
+	/* MPI (or the thread) may still write q->scratch: it is left to it. */
+	if (q->job) {
+		pthread_mutex_lock(&b->pt->mu);
+		q->job->abandoned = true;
+		job_put(q->job);
+		pthread_mutex_unlock(&b->pt->mu);
+		q->job = NULL;
+	}
 }
 
 static int
 mpi_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zinf_comm_desc *all,
 	     uint64_t deadline_ns)
 {
-	return zinf_comm_mpi_exchange(c->be, mine, all, sizeof(*mine), "call check", deadline_ns);
+	struct mpi_be *b = c->be;
+	return zinf_comm_mpi_exchange(b->m, mine, all, sizeof(*mine), "call check", deadline_ns);
 }
 
 static void *
 mpi_native(struct zinf_comm *c)
 {
-	return &((struct zinf_comm_mpi *)c->be)->comm;
+	return &((struct mpi_be *)c->be)->m->comm;
 }
 
 const struct zinf_comm_ops zinf_comm_mpi_ops = {
@@ -336,6 +816,7 @@ const struct zinf_comm_ops zinf_comm_mpi_ops = {
 	.close = mpi_close,
 	.start = mpi_start,
 	.poll = mpi_poll,
+	.block = mpi_block,
 	.abandon = mpi_abandon,
 	.exchange = mpi_exchange,
 	.native = mpi_native,

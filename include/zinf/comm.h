@@ -62,9 +62,15 @@ ZINF_API void zinf_comm_opts_init(struct zinf_comm_opts *o);
 
 /**
  * Join the job's communicator: every rank calls it (it is collective). The "mpi" and "nccl"
- * backends initialise MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) when the program has not;
+ * backends initialise MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE) when the program has not;
  * the communicator that did so finalises MPI when it is destroyed (destroy it last; MPI cannot
- * be initialised twice in a process). A program that initialises MPI itself keeps ownership.
+ * be initialised twice in a process). A program that initialises MPI itself keeps ownership;
+ * with MPI_THREAD_MULTIPLE the "mpi" backend runs reduce-scatter, all-reduce, broadcast and
+ * barrier as the blocking MPI call on a progress thread of its own (faster: Open MPI's blocking
+ * algorithms) and all-gather as a non-blocking call; with a lower level every collective is a
+ * non-blocking MPI call (said once at INFO); below MPI_THREAD_SERIALIZED it warns (zinf calls
+ * MPI from the thread that calls zinf). ZINF_COMM_MPI_PROGRESS=0 in the environment turns the
+ * progress thread off, =all runs all-gather on it too.
  * opts may be NULL (defaults). Free with zinf_comm_destroy().
  * Returns 0 and sets *out, or a negative errno and leaves *out untouched:
  *   -EINVAL  bad option  -ENODEV  backend not built, no CUDA device, or MPI finalised already
@@ -75,8 +81,9 @@ ZINF_API int zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_com
  * Complete the requests still in flight (each within its deadline), free the communicator, and
  * finalise MPI if this communicator initialised it. A failed communicator skips every call
  * that could wait on another rank (MPI_Comm_free, MPI_Finalize, ncclCommDestroy: it aborts
- * NCCL's instead) and leaks the requests that never completed: it returns, and the process
- * should exit. NULL is a no-op.
+ * NCCL's instead) and leaks the requests that never completed; a progress thread stuck in a
+ * blocking MPI call is left running, not joined (it exits if the call ever returns): destroy
+ * returns, and the process should exit. NULL is a no-op.
  */
 ZINF_API void zinf_comm_destroy(struct zinf_comm *c);
 

@@ -173,6 +173,24 @@ error_is(const char *want, int rc, const char *err)
 	cr_assert_str_eq(err, want);
 }
 
+/* A scalar given twice is an error naming it (the second value would win silently); a list
+ * repeats. */
+Test(opts, repeated_scalar_refused)
+{
+	char e[256];
+	error_is("--n: given more than once (it takes one value; only list options repeat)",
+		 parse(e, sizeof(e), "--n", "1", "--n", "2", NULL), e);
+	error_is("--size: given more than once (it takes one value; only list options repeat)",
+		 parse(e, sizeof(e), "--size", "4K", "--flag", "--size=8K", NULL), e);
+	error_is("--flag: given more than once (it takes one value; only list options repeat)",
+		 parse(e, sizeof(e), "--flag", "--flag", NULL), e);
+	cr_assert_eq(
+		parse(e, sizeof(e), "--n", "1", "--path", "a", "--path", "b", "--path", "c", NULL),
+		CLI_PARSE_OK, "%s", e);
+	cr_assert_eq(v.paths.n, 3);
+	cr_assert_str_eq(v.paths.v[2], "c");
+}
+
 Test(opts, errors_name_the_problem)
 {
 	char e[256];

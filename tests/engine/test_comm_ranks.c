@@ -6,11 +6,13 @@
  * printed with rank and line. Rank 0 prints "N passed, M failed" (totals over ranks); the exit
  * status is 1 when any rank failed a case, 77 when every case skipped.
  *
- * Usage: test_comm_ranks BACKEND [--lib-init]. BACKEND is "mpi" (host buffers) or "nccl"
- * (CUDA managed memory, which the host reads once a request completed). With --lib-init the
- * program leaves MPI to zinf (MPI_Init_thread in zinf_comm_create, MPI_Finalize in destroy)
- * and runs the basic cases only; otherwise it initialises MPI itself, which lets it go on after
- * the cases that fail a communicator on purpose (a skipped call, a mismatched call).
+ * Usage: test_comm_ranks BACKEND [--lib-init | --multiple]. BACKEND is "mpi" (host buffers)
+ * or "nccl" (CUDA managed memory, which the host reads once a request completed). With
+ * --lib-init the program leaves MPI to zinf (MPI_Init_thread(MULTIPLE) in zinf_comm_create,
+ * MPI_Finalize in destroy) and runs the basic cases only; otherwise it initialises MPI itself,
+ * which lets it go on after the cases that fail a communicator on purpose (a skipped call, a
+ * mismatched call): with MPI_THREAD_MULTIPLE given --multiple (the mpi backend then runs its
+ * collectives on a progress thread), else MPI_THREAD_SERIALIZED (non-blocking MPI calls).
  */
 #include <errno.h>
 #include <math.h>
@@ -30,6 +32,7 @@
 
 static const char *backend;
 static int rank, world;
+static bool want_thread; /* mpi: the progress thread is expected (MULTIPLE provided) */
 static uint64_t seed;
 
 #define CHECK(cond, ...)                                                                           \
@@ -352,6 +355,137 @@ case_two_in_flight(void)
 	return fails;
 }
 
+/* The mpi backend runs on a progress thread exactly when MPI provides MPI_THREAD_MULTIPLE. */
+static int
+case_path(void)
+{
+	if (strcmp(backend, "mpi") != 0) {
+		return SKIP;
+	}
+	struct zinf_comm *c = open_comm(60, false);
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	CHECK(zinf_comm_mpi_progress(c) == want_thread, "progress thread %d, expected %d",
+	      zinf_comm_mpi_progress(c), want_thread);
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/*
+ * Six collectives in flight at once (the progress thread's queue holds them in call order),
+ * two of them 16-bit reductions that need their own fp32 scratch at the same time, completed in
+ * reverse order; three rounds with growing counts, so that the cached scratch is reused and
+ * grown. Every result against its exact value or a float64 reference.
+ */
+static int
+case_many_in_flight(void)
+{
+	struct zinf_comm *c = open_comm(60, true);
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	for (int round = 0; round < 3; round++) {
+		size_t n = (size_t)1000 << (2 * round) | (size_t)round; /* 1000, 4001, 16002 */
+		struct zinf_comm_req *q[6] = {NULL};
+		uint16_t *ar = buf_alloc(n * 2), *rs_send = buf_alloc(n * world * 2),
+			 *rs = buf_alloc(n * 2);
+		float *part = buf_alloc(n * 4), *full = buf_alloc(n * world * 4),
+		      *bc = buf_alloc(n * 4);
+		for (size_t i = 0; i < n; i++) {
+			ar[i] = zinf_f32_to_bf16_rne(value(200 + round, rank, i));
+			part[i] = value(300 + round, rank, i);
+			bc[i] = rank == 0 ? value(400 + round, 0, i) : 0.0f;
+		}
+		for (size_t i = 0; i < n * world; i++) {
+			rs_send[i] = zinf_f32_to_f16_rne(value(500 + round, rank, i));
+		}
+		CHECK(zinf_comm_all_reduce(c, ar, n, ZINF_BF16, ZINF_COMM_AVG, &q[0]) == 0, "%s",
+		      zinf_last_error());
+		CHECK(zinf_comm_reduce_scatter(c, rs_send, rs, n, ZINF_F16, ZINF_COMM_SUM, &q[1]) ==
+			      0,
+		      "%s", zinf_last_error());
+		CHECK(zinf_comm_all_gather(c, part, full, n, ZINF_F32, &q[2]) == 0, "%s",
+		      zinf_last_error());
+		CHECK(zinf_comm_broadcast(c, bc, n, ZINF_F32, 0, &q[3]) == 0, "%s",
+		      zinf_last_error());
+		CHECK(zinf_comm_barrier(c, &q[4]) == 0, "%s", zinf_last_error());
+		float *mx = buf_alloc(sizeof(float));
+		*mx = (float)rank;
+		CHECK(zinf_comm_all_reduce(c, mx, 1, ZINF_F32, ZINF_COMM_MAX, &q[5]) == 0, "%s",
+		      zinf_last_error());
+		for (int k = 5; k >= 0; k--) {
+			int rc = 0;
+			if (!q[k]) {
+				continue;
+			}
+			if (k % 2) {
+				while ((rc = zinf_comm_test(c, q[k])) == 0) {
+				}
+				rc = rc == 1 ? 0 : rc;
+			} else {
+				rc = zinf_comm_wait(c, q[k]);
+			}
+			CHECK(rc == 0, "request %d: %s", k, zinf_last_error());
+		}
+		CHECK(*mx == world - 1, "max %g", *mx);
+		for (size_t i = 0; i < n; i++) {
+			double ref = 0, abs_sum = 0;
+			for (int r = 0; r < world; r++) {
+				ref += zinf_bf16_to_f32(
+					zinf_f32_to_bf16_rne(value(200 + round, r, i)));
+			}
+			ref /= world;
+			for (int r = 0; r < world; r++) {
+				abs_sum += fabs(value(200 + round, r, i)) / world;
+			}
+			double got = zinf_bf16_to_f32(ar[i]);
+			if (fabs(got - ref) > tolerance(ZINF_BF16, ref, abs_sum)) {
+				CHECK(0, "round %d bf16 avg element %zu: %.9g, reference %.9g",
+				      round, i, got, ref);
+				break;
+			}
+		}
+		for (size_t i = 0; i < n; i++) {
+			size_t g = (size_t)rank * n + i;
+			double ref = 0, abs_sum = 0;
+			for (int r = 0; r < world; r++) {
+				ref += value(500 + round, r, g);
+				abs_sum += fabs(value(500 + round, r, g));
+			}
+			double got = zinf_f16_to_f32(rs[i]);
+			if (fabs(got - ref) > tolerance(ZINF_F16, ref, abs_sum)) {
+				CHECK(0, "round %d f16 sum element %zu: %.9g, reference %.9g",
+				      round, i, got, ref);
+				break;
+			}
+		}
+		for (size_t i = 0; i < n * world; i++) {
+			if (full[i] != value(300 + round, (int)(i / n), i % n)) {
+				CHECK(0, "round %d all_gather element %zu: %g", round, i, full[i]);
+				break;
+			}
+		}
+		for (size_t i = 0; i < n; i++) {
+			if (bc[i] != value(400 + round, 0, i)) {
+				CHECK(0, "round %d broadcast element %zu: %g", round, i, bc[i]);
+				break;
+			}
+		}
+		buf_free(ar);
+		buf_free(rs_send);
+		buf_free(rs);
+		buf_free(part);
+		buf_free(full);
+		buf_free(bc);
+		buf_free(mx);
+	}
+	zinf_comm_destroy(c);
+	return fails;
+}
+
 /*
  * The last rank skips the third collective: the others return -ETIMEDOUT within the 2 s
  * deadline (not before it), naming the call and its sequence number, and refuse every later
@@ -384,7 +518,27 @@ skip_one(bool check)
 		zinf_comm_get_stats(c, &st);
 		CHECK(st.timeouts == 1, "timeouts %llu", (unsigned long long)st.timeouts);
 	}
-	zinf_comm_destroy(c);  /* must return: the failed one skips what could wait */
+	/*
+	 * Destroy must return: the failed communicator skips what could wait. On the progress
+	 * thread the other ranks' thread is inside MPI_Allreduce for good: left, not joined.
+	 * Then the late rank makes the call they wait for (before its own destroy frees the
+	 * thread's communicator), so that their threads return and free what they hold instead
+	 * of spinning through the remaining cases.
+	 */
+	bool late = zinf_comm_mpi_progress(c) && !check;
+	if (rank != world - 1) {
+		zinf_comm_destroy(c);
+	}
+	if (late) {
+		MPI_Barrier(MPI_COMM_WORLD); /* the others returned from destroy */
+	}
+	if (rank == world - 1) {
+		if (late) {
+			CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0,
+			      "the late call: %s", zinf_last_error());
+		}
+		zinf_comm_destroy(c);
+	}
 	kept[nkept++ % 4] = v; /* a timed-out MPI request may still write it */
 	return fails;
 }
@@ -438,11 +592,13 @@ static const struct {
 	int (*fn)(void);
 	bool basic; /* also run with --lib-init */
 } cases[] = {
+	{"path", case_path, true},
 	{"all_gather_uneven", case_all_gather_uneven, true},
 	{"reduce_scatter", case_reduce_scatter, true},
 	{"all_reduce", case_all_reduce, true},
 	{"broadcast_barrier", case_broadcast_barrier, false},
 	{"two_in_flight", case_two_in_flight, false},
+	{"many_in_flight", case_many_in_flight, true},
 	{"skip_unchecked", case_skip_unchecked, false},
 	{"skip_checked", case_skip_checked, false},
 	{"mismatch", case_mismatch, false},
@@ -466,14 +622,22 @@ int
 main(int argc, char **argv)
 {
 	bool lib_init = argc > 2 && strcmp(argv[2], "--lib-init") == 0;
-	int provided, passed = 0, failed = 0, skipped = 0, ran = 0;
+	bool multiple = argc > 2 && strcmp(argv[2], "--multiple") == 0;
+	int provided = 0, passed = 0, failed = 0, skipped = 0, ran = 0;
 	struct zinf_comm *lc = NULL;
 
 	backend = argc > 1 ? argv[1] : "mpi";
 	if (!lib_init) {
-		MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+		MPI_Init_thread(&argc, &argv,
+				multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided);
 		MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 		MPI_Comm_size(MPI_COMM_WORLD, &world);
+		want_thread = provided >= MPI_THREAD_MULTIPLE;
+		if (multiple && !want_thread && rank == 0) {
+			printf("note: MPI provides thread level %d, not MULTIPLE: the progress "
+			       "thread is not tested\n",
+			       provided);
+		}
 	} else {
 		/* backend NULL: zinf sees mpirun's environment and picks mpi */
 		if (zinf_comm_create(NULL, &lc) < 0) {
@@ -482,6 +646,8 @@ main(int argc, char **argv)
 		}
 		rank = zinf_comm_rank(lc);
 		world = zinf_comm_world(lc);
+		MPI_Query_thread(&provided); /* zinf asked for MULTIPLE */
+		want_thread = provided >= MPI_THREAD_MULTIPLE;
 		if (strcmp(zinf_comm_backend(lc), "mpi") != 0) {
 			fprintf(stderr, "backend %s under mpirun\n", zinf_comm_backend(lc));
 			return 1;
