@@ -122,6 +122,22 @@ kernel_opts(struct zinf_optimizer *z)
 	z->lion.simd = o->simd;
 }
 
+/* The learning rate of the following steps (the kernels' options are rebuilt). */
+int
+zinf_optimizer_set_lr(struct zinf_optimizer *opt, float lr)
+{
+	if (!opt) {
+		return ZINF_FAIL(-EINVAL, "optimizer: set_lr with a NULL optimizer");
+	}
+	if (!(lr >= 0) || lr > 3.4e38f) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: lr %g is not a finite value >= 0",
+				 opt->k->name, (double)lr);
+	}
+	opt->o.lr = lr;
+	kernel_opts(opt);
+	return 0;
+}
+
 int
 zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimizer **out)
 {

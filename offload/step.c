@@ -52,14 +52,44 @@ span(uint64_t elems, uint64_t esz, uint64_t align, uint64_t *out)
 }
 
 /*
- * A slot buffer's layout for options o: NVMe, every optimizer part then (param_swap) the copy;
- * CPU tier, the copy alone. Sets off[] (may be NULL) and *total. -EOVERFLOW when it wraps.
+ * Elements of the largest sub-group options o cut: the largest gap between sub_group_ends, or
+ * sub_group_size (at most n). 0 when the ends are not strictly increasing up to n (validate()
+ * names the fault).
+ */
+static uint64_t
+opts_sg_max(const struct zinf_step_opts *o)
+{
+	if (!o->sub_group_ends) {
+		return ZINF_MIN(o->sub_group_size, o->n);
+	}
+	uint64_t prev = 0, max = 0;
+	for (uint32_t k = 0; k < o->n_sub_groups; k++) {
+		if (o->sub_group_ends[k] <= prev) {
+			return 0;
+		}
+		max = ZINF_MAX(max, o->sub_group_ends[k] - prev);
+		prev = o->sub_group_ends[k];
+	}
+	return prev == o->n ? max : 0;
+}
+
+/* The copy goes through the slot buffers: to the parameter tier's files, or to copy_fn. */
+static bool
+opts_slot_copy(const struct zinf_step_opts *o)
+{
+	return o->param_swap || o->copy_fn;
+}
+
+/*
+ * A slot buffer's layout for options o and sub-groups of at most sg elements: NVMe, every
+ * optimizer part then (param_swap, copy_fn) the copy; CPU tier, the copy alone. Sets off[] (may
+ * be NULL) and *total. -EOVERFLOW when it wraps.
  */
 static int
-layout(const struct zinf_step_opts *o, uint64_t align, uint64_t *off, uint64_t *total)
+layout(const struct zinf_step_opts *o, uint64_t sg, uint64_t align, uint64_t *off, uint64_t *total)
 {
 	uint32_t np = o->optimizer ? zinf_optimizer_part_count(o->optimizer) : 3;
-	uint64_t sg = ZINF_MIN(o->sub_group_size, o->n), at = 0, b = 0;
+	uint64_t at = 0, b = 0;
 	if (o->tier != ZINF_TIER_CPU) {
 		for (uint32_t p = 0; p < np; p++) {
 			uint32_t esz = o->optimizer ? zinf_optimizer_part_bytes(o->optimizer, p)
@@ -72,7 +102,7 @@ layout(const struct zinf_step_opts *o, uint64_t align, uint64_t *off, uint64_t *
 			}
 		}
 	}
-	if (o->param_swap) {
+	if (opts_slot_copy(o)) {
 		if (off) {
 			off[np] = at;
 		}
@@ -90,9 +120,9 @@ zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align)
 {
 	struct zinf_step_opts o;
 	zinf_step_opts_init(&o);
-	uint64_t total = 0;
+	uint64_t total = 0, sg;
 	if (!opts || zinf_opts_take(&o, sizeof(o), opts, "zinf_step_opts") ||
-	    layout(&o, align ? align : 4096, NULL, &total)) {
+	    (sg = opts_sg_max(&o)) == 0 || layout(&o, sg, align ? align : 4096, NULL, &total)) {
 		return 0;
 	}
 	return total;
@@ -100,16 +130,59 @@ zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align)
 
 /* ---- create / destroy -------------------------------------------------------------------- */
 
+/* sub_group_ends: n_sub_groups ends, strictly increasing from above 0, the last equal to n. */
+static int
+validate_ends(struct zinf_step *st)
+{
+	const struct zinf_step_opts *o = &st->o;
+	if (o->n_sub_groups == 0) {
+		return STEP_FAIL(st, -EINVAL, "sub_group_ends given with n_sub_groups 0");
+	}
+	if (o->n_sub_groups > INT32_MAX / STEP_MAXP) {
+		return STEP_FAIL(st, -EINVAL, "n_sub_groups %u is too many", o->n_sub_groups);
+	}
+	uint64_t prev = 0;
+	for (uint32_t k = 0; k < o->n_sub_groups; k++) {
+		if (o->sub_group_ends[k] <= prev) {
+			return STEP_FAIL(st, -EINVAL,
+					 "sub_group_ends[%u] = %" PRIu64 " is not above %" PRIu64
+					 " (%s): the ends must be strictly increasing (no empty "
+					 "sub-group)",
+					 k, o->sub_group_ends[k], prev,
+					 k ? "the previous end" : "the start, 0");
+		}
+		prev = o->sub_group_ends[k];
+	}
+	if (prev != o->n) {
+		return STEP_FAIL(st, -EINVAL,
+				 "sub_group_ends[%u] = %" PRIu64
+				 ", the last end, must equal n %" PRIu64,
+				 o->n_sub_groups - 1, prev, o->n);
+	}
+	return 0;
+}
+
 static int
 validate(struct zinf_step *st)
 {
 	const struct zinf_step_opts *o = &st->o;
-	if (o->n == 0 || o->sub_group_size == 0) {
+	if (!o->sub_group_ends && o->n_sub_groups) {
+		return STEP_FAIL(st, -EINVAL,
+				 "n_sub_groups %u without sub_group_ends (NULL: sub-groups of "
+				 "sub_group_size elements; n_sub_groups must then be 0)",
+				 o->n_sub_groups);
+	}
+	if (o->n == 0 || (!o->sub_group_ends && o->sub_group_size == 0)) {
 		return STEP_FAIL(st, -EINVAL,
 				 "n %" PRIu64 " and sub_group_size %" PRIu64 " must be > 0", o->n,
 				 o->sub_group_size);
 	}
-	if (ZINF_DIV_ROUND_UP(o->n, o->sub_group_size) > INT32_MAX / STEP_MAXP) {
+	if (o->sub_group_ends) {
+		int rc = validate_ends(st);
+		if (rc) {
+			return rc;
+		}
+	} else if (ZINF_DIV_ROUND_UP(o->n, o->sub_group_size) > INT32_MAX / STEP_MAXP) {
 		return STEP_FAIL(st, -EINVAL,
 				 "%" PRIu64 " sub-groups are too many: raise "
 				 "sub_group_size",
@@ -133,12 +206,17 @@ validate(struct zinf_step *st)
 				 "tier's files needs a pinned pool (its buffers carry the copy to "
 				 "the files)");
 	}
-	uint64_t total;
-	if (layout(o, 4096, NULL, &total) || o->n > (UINT64_MAX - 64) / 4) {
+	if (o->tier == ZINF_TIER_CPU && o->copy_fn && !o->pool) {
 		return STEP_FAIL(st, -EINVAL,
-				 "n %" PRIu64 " with sub_group_size %" PRIu64
-				 ": the state's bytes overflow 64 bits",
-				 o->n, o->sub_group_size);
+				 "state on the CPU tier with a copy_fn needs a pinned pool (its "
+				 "buffers carry the copy to copy_fn)");
+	}
+	uint64_t total;
+	if (layout(o, opts_sg_max(o), 4096, NULL, &total) || o->n > (UINT64_MAX - 64) / 4) {
+		return STEP_FAIL(st, -EINVAL,
+				 "n %" PRIu64 " with sub-groups of up to %" PRIu64
+				 " elements: the state's bytes overflow 64 bits",
+				 o->n, opts_sg_max(o));
 	}
 	return 0;
 }
@@ -175,8 +253,19 @@ setup_common(struct zinf_step *st)
 		 o->param_kind ? o->param_kind : "param16");
 	o->param_kind = st->param_kind;
 	st->n = o->n;
-	st->sgsize = ZINF_MIN(o->sub_group_size, o->n);
-	st->nsg = (uint32_t)ZINF_DIV_ROUND_UP(st->n, st->sgsize);
+	st->sgsize = opts_sg_max(o);
+	st->nsg = o->sub_group_ends ? o->n_sub_groups
+				    : (uint32_t)ZINF_DIV_ROUND_UP(st->n, st->sgsize);
+	st->slot_copy = opts_slot_copy(o);
+	st->ends = zinf_calloc(st->nsg, sizeof(*st->ends));
+	if (!st->ends) {
+		return STEP_FAIL(st, -ENOMEM, "out of memory for %u sub-groups", st->nsg);
+	}
+	for (uint32_t k = 0; k < st->nsg; k++) {
+		st->ends[k] = o->sub_group_ends ? o->sub_group_ends[k]
+						: ZINF_MIN((uint64_t)(k + 1) * st->sgsize, st->n);
+	}
+	o->sub_group_ends = st->ends; /* the caller's array need not outlive create */
 	if (o->rank >= 0) {
 		snprintf(st->name, sizeof(st->name), "optimizer step (rank %d, %u sub-groups)",
 			 o->rank, st->nsg);
@@ -239,7 +328,7 @@ check_pool(struct zinf_step *st)
 		st->align = ZINF_MAX(st->align, zinf_swap_align(o->param_swap));
 	}
 	st->align = st->align ? st->align : 4096;
-	if (layout(o, st->align, st->part_off, &st->buf_bytes)) {
+	if (layout(o, st->sgsize, st->align, st->part_off, &st->buf_bytes)) {
 		return STEP_FAIL(st, -EINVAL,
 				 "a sub-group of %" PRIu64
 				 " elements aligned to %u bytes overflows "
@@ -249,14 +338,14 @@ check_pool(struct zinf_step *st)
 	uint64_t have = zinf_pool_buffer_bytes(o->pool);
 	uint32_t count = zinf_pool_buffer_count(o->pool);
 	if (count == 0 || have < st->buf_bytes) {
-		return STEP_FAIL(st, -ENOMEM,
-				 "too few buffers for one sub-group: a sub-group of %" PRIu64
-				 " elements needs a buffer of %" PRIu64 " bytes (%s%s), the pool "
-				 "has %u of %" PRIu64 " bytes: raise the pool's buffer size or "
-				 "lower sub_group_size",
-				 st->sgsize, st->buf_bytes,
-				 nvme ? zinf_optimizer_name(st->opt) : "", nvme ? " state" : "",
-				 count, have);
+		return STEP_FAIL(
+			st, -ENOMEM,
+			"too few buffers for one sub-group: the largest sub-group, of %" PRIu64
+			" elements needs a buffer of %" PRIu64 " bytes (%s%s), the pool "
+			"has %u of %" PRIu64 " bytes: raise the pool's buffer size or "
+			"lower sub_group_size",
+			st->sgsize, st->buf_bytes, nvme ? zinf_optimizer_name(st->opt) : "",
+			nvme ? " state" : "", count, have);
 	}
 	/* Buffers start at the pool's (2 MiB-aligned) base plus multiples of their size. */
 	if (have % st->align != 0) {
@@ -301,6 +390,7 @@ step_free(struct zinf_step *st)
 	}
 	zinf_optimizer_destroy(st->own_opt);
 	zinf_free(st->ids);
+	zinf_free(st->ends);
 	zinf_free(st->sg_slot);
 	zinf_free(st->done);
 	zinf_free(st->written);
@@ -329,7 +419,7 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 	if (rc == 0 && st->o.tier == ZINF_TIER_CPU) {
 		rc = create_cpu_state(st);
 	}
-	if (rc == 0 && (st->o.tier == ZINF_TIER_NVME || st->o.param_swap)) {
+	if (rc == 0 && step_uses_slots(st)) {
 		rc = check_pool(st);
 		rc = rc ? rc : declare_swap(st);
 	}
@@ -364,7 +454,7 @@ zinf_step_sub_groups(const struct zinf_step *st)
 uint64_t
 zinf_step_sub_group_start(const struct zinf_step *st, uint32_t k)
 {
-	return st && k < st->nsg ? (uint64_t)k * st->sgsize : 0;
+	return st && k < st->nsg && k > 0 ? st->ends[k - 1] : 0;
 }
 
 uint64_t
@@ -373,8 +463,7 @@ zinf_step_sub_group_len(const struct zinf_step *st, uint32_t k)
 	if (!st || k >= st->nsg) {
 		return 0;
 	}
-	uint64_t s = (uint64_t)k * st->sgsize;
-	return ZINF_MIN(st->sgsize, st->n - s);
+	return st->ends[k] - zinf_step_sub_group_start(st, k);
 }
 
 int64_t
@@ -482,6 +571,21 @@ step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], const
 	return 0;
 }
 
+int
+step_give_copy(struct zinf_step *st, uint32_t k, const char *copy)
+{
+	if (!st->o.copy_fn) {
+		return 0;
+	}
+	int rc = st->o.copy_fn(st->o.copy_ctx, k, copy, zinf_step_sub_group_len(st, k));
+	if (rc < 0) {
+		char why[64];
+		snprintf(why, sizeof(why), "returned %d (%s)", rc, zinf_strerror(rc));
+		return step_note_err(st, rc, k, "copy_fn", why);
+	}
+	return 0;
+}
+
 /* ---- the step ---------------------------------------------------------------------------- */
 
 int
@@ -508,7 +612,7 @@ zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy
 	memset(st->done, 0, st->nsg);
 	memset(&st->stats, 0, sizeof(st->stats));
 	st->stats.size = sizeof(st->stats);
-	if (st->o.tier == ZINF_TIER_CPU && !st->o.param_swap) {
+	if (!step_uses_slots(st)) {
 		st->in_step = true;
 		return 0;
 	}
@@ -560,7 +664,7 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 	}
 	size_t csz = zinf_dtype_size(st->o.copy_dtype);
 	char *host = st->copy_host ? st->copy_host + zinf_step_sub_group_start(st, k) * csz : NULL;
-	if (st->o.tier == ZINF_TIER_CPU && !st->o.param_swap) {
+	if (!step_uses_slots(st)) {
 		return ready_cpu(st, k, grad, grad_dtype, host);
 	}
 	if (st->o.tier == ZINF_TIER_CPU) {
@@ -578,7 +682,7 @@ zinf_step_finish(struct zinf_step *st)
 	if (!st->in_step) {
 		return STEP_FAIL(st, -EINVAL, "finish without begin");
 	}
-	if (st->o.tier == ZINF_TIER_NVME || st->o.param_swap) {
+	if (step_uses_slots(st)) {
 		step_abort_slots(st); /* waits for every write; a failed one is the step's error */
 	}
 	st->in_step = false;

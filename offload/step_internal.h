@@ -40,8 +40,10 @@ struct zinf_step {
 	uint32_t nparts;		/* nopt, + 1 with param_swap */
 	uint32_t esz[STEP_MAXP];	/* bytes per element of each part */
 	const char *kind[STEP_MAXP];	/* state kind of each part */
-	uint64_t n, sgsize;
+	uint64_t n, sgsize;		/* sgsize: elements of the largest sub-group */
 	uint32_t nsg;
+	uint64_t *ends; /* per sub-group: its end (copied from opts, or cut from sub_group_size) */
+	bool slot_copy; /* the copy goes through the slot buffers (param_swap or copy_fn) */
 	uint32_t align;
 	uint64_t part_off[STEP_MAXP]; /* offsets inside a slot buffer */
 	uint64_t buf_bytes;
@@ -69,6 +71,13 @@ struct zinf_step {
 	struct zinf_step_stats stats;
 };
 
+/* The step moves data through pool-buffer slots: state on NVMe, or the copy leaves the step. */
+static inline bool
+step_uses_slots(const struct zinf_step *st)
+{
+	return st->o.tier == ZINF_TIER_NVME || st->slot_copy;
+}
+
 /* Called between two optimizer calls on sub-group k (look at the I/O). */
 typedef void (*step_between_fn)(struct zinf_step *st, uint32_t k);
 
@@ -81,6 +90,8 @@ int step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], c
 /* Record the step's first error: the sub-group, its elements, what failed and why. */
 int step_note_err(struct zinf_step *st, int rc, uint32_t k, const char *what, const char *why);
 int step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t part);
+/* Hand sub-group k's copy to opts.copy_fn (if any); its failure is the step's error. */
+int step_give_copy(struct zinf_step *st, uint32_t k, const char *copy);
 
 /* step_pipe.c */
 int step_take_buffers(struct zinf_step *st);

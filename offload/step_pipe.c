@@ -13,7 +13,9 @@
  * A slot becomes free only when its writes are acknowledged. Depth is B, not one. The
  * DEEPSPEED schedule reproduces PipelinedOptimizerSwapper (pipeline_read + pipeline_write):
  * one read ahead, and the previous sub-group's write waited for before the next one starts.
- * The CPU tier with param_swap uses the same slots for the copy alone (no reads).
+ * The CPU tier with param_swap or copy_fn uses the same slots for the copy alone (no reads;
+ * written to the parameter files with param_swap). copy_fn gets the copy from the slot after
+ * the optimizer ran and before the writes start.
  *
  * Errors: the swap space logs an operation's failure (naming the tensor and the file) when it
  * is reaped, which may be long before the step looks at that part again; the slot keeps the
@@ -407,7 +409,8 @@ step_take_buffers(struct zinf_step *st)
 }
 
 /*
- * State on the CPU tier, the 16-bit copy to the parameter tier's files: the optimizer writes
+ * State on the CPU tier, the 16-bit copy to the parameter tier's files (or copy_fn): the
+ * optimizer writes
  * sub-group k's copy into a pool buffer (and the caller's host buffer), whose write to
  * (param_kind, k) runs while the optimizer goes on with the next sub-groups. The buffer frees
  * when the write is acknowledged; with all of them writing, the oldest is waited for.
@@ -438,8 +441,18 @@ step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zin
 	if (host) {
 		memcpy(host, copy, len * st->esz[st->nopt]);
 	}
+	rc = step_give_copy(st, k, copy);
+	if (rc) {
+		slot_free(st, s);
+		return rc;
+	}
 	st->done[k] = 1;
-	slot_start(st, s, k, SLOT_WRITING, st->nopt, st->nparts);
+	if (st->o.param_swap) {
+		slot_start(st, s, k, SLOT_WRITING, st->nopt, st->nparts);
+	} else {
+		st->written[k] = st->t; /* the state is in memory; the copy went to copy_fn */
+		slot_free(st, s);
+	}
 	reap_writes(st);
 	return st->err;
 }
@@ -482,15 +495,21 @@ step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dt
 	for (uint32_t p = 0; p < st->nopt; p++) {
 		base[p] = s->buf + st->part_off[p];
 	}
-	char *copy = st->o.param_swap ? s->buf + st->part_off[st->nopt] : host;
+	char *copy = st->slot_copy ? s->buf + st->part_off[st->nopt] : host;
 	/* Between chunks: finished writes become reads, so the disk does not idle. */
 	rc = step_optim_sub_group(st, k, base, grad, gdt, copy, pump_between);
 	if (rc) {
 		slot_free(st, s);
 		return rc;
 	}
-	if (st->o.param_swap && host) {
+	if (st->slot_copy && host) {
 		memcpy(host, copy, zinf_step_sub_group_len(st, k) * st->esz[st->nopt]);
+	}
+	/* Before the writes start: copy_fn may fail the step, and then nothing of k is written. */
+	rc = step_give_copy(st, k, copy);
+	if (rc) {
+		slot_free(st, s);
+		return rc;
 	}
 	st->done[k] = 1;
 	if (st->o.schedule == ZINF_SCHEDULE_DEEPSPEED) {

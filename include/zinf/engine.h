@@ -281,7 +281,11 @@ ZINF_API int zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *de
  */
 ZINF_API int zinf_engine_step(struct zinf_engine *e);
 
-/** Learning rate of the following optimizer steps (schedules). -EINVAL for lr < 0 or NaN. */
+/**
+ * Learning rate of the following optimizer steps (schedules): a step uses the value set before
+ * the first gradient of its last micro-batch (from there on it may run during backward); a
+ * value set later applies from the next step. -EINVAL for lr < 0, NaN or infinite.
+ */
 ZINF_API int zinf_engine_set_lr(struct zinf_engine *e, float lr);
 /** Optimizer steps taken. */
 ZINF_API int64_t zinf_engine_steps(const struct zinf_engine *e);

@@ -297,10 +297,11 @@ struct zinf_step_opts {
 ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);
 
 /**
- * Bytes a pool buffer needs to hold one sub-group: every optimizer part (NVMe tier) and, with
- * param_swap, the 16-bit copy, each aligned to `align` (the swap space's alignment; 0: 4096).
- * CPU tier: the copy only (0 without param_swap). 0 for NULL options or sizes that overflow
- * 64 bits (zinf_step_create() names them).
+ * Bytes a pool buffer needs to hold the largest sub-group: every optimizer part (NVMe tier)
+ * and, with param_swap or copy_fn, the 16-bit copy, each aligned to `align` (the swap space's
+ * alignment; 0: 4096). CPU tier: the copy only (0 without param_swap and copy_fn). 0 for NULL
+ * options, invalid sub_group_ends or sizes that overflow 64 bits (zinf_step_create() names
+ * them).
  */
 ZINF_API uint64_t zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align);
 

@@ -75,6 +75,13 @@ ZINF_API int zinf_optimizer_create(const struct zinf_optimizer_opts *opts,
 /** NULL is a no-op. */
 ZINF_API void zinf_optimizer_destroy(struct zinf_optimizer *opt);
 
+/**
+ * Set the learning rate of the following steps (schedules). Not to be called while another
+ * thread runs zinf_optimizer_step() with opt. Returns 0; -EINVAL (NULL, lr < 0, NaN or
+ * infinite) with a message.
+ */
+ZINF_API int zinf_optimizer_set_lr(struct zinf_optimizer *opt, float lr);
+
 /** "adam", "adamw", "adagrad" or "lion"; "?" for NULL. */
 ZINF_API const char *zinf_optimizer_name(const struct zinf_optimizer *opt);
 /** Parts of the state per parameter (master included): 3 Adam/AdamW, 2 Adagrad and Lion; 0 for

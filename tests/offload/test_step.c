@@ -21,6 +21,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,8 +115,9 @@ rig_init_opt(struct rig *r, struct zinf_step_opts *so, uint32_t buffers, bool fa
 	if (so->param_swap) {
 		so->param_swap = r->swap;
 	}
-	if (so->tier == ZINF_TIER_NVME || so->param_swap) {
-		/* CPU tier with param_swap: buffers for the copy, the state in the CPU region. */
+	if (so->tier == ZINF_TIER_NVME || so->param_swap || so->copy_fn) {
+		/* CPU tier with param_swap or copy_fn: buffers for the copy, the state in the CPU
+		 * region. */
 		struct zinf_pool_opts po;
 		zinf_pool_opts_init(&po);
 		po.buffer_count = buffers;
@@ -315,6 +317,62 @@ struct scase {
 	int optim; /* OPT_* */
 };
 
+/* A case with sub_group_ends and/or copy_fn. */
+struct xcase {
+	struct scase c;
+	uint64_t ends[8]; /* sub_group_ends (no pointers: parameters cross into the test
+			     process) */
+	uint32_t n_ends;  /* n_sub_groups; 0: sub-groups of c.sg elements */
+	bool copy_fn;	  /* take the copy through copy_fn too */
+};
+
+/* What copy_fn received: each sub-group's bytes at its place, the calls per sub-group. */
+struct crec {
+	struct rig *r;
+	char *copy; /* n elements of the copy dtype */
+	size_t csz;
+	uint32_t *calls; /* per sub-group, this step */
+	pthread_t thread;
+	int bad;    /* calls with a wrong length, sub-group or thread */
+	int fail_k; /* return -EIO for this sub-group (-1: never) */
+};
+
+static int
+rec_copy(void *ctx, uint32_t k, const void *copy, uint64_t n)
+{
+	struct crec *c = ctx;
+	if (k >= zinf_step_sub_groups(c->r->st) || n != zinf_step_sub_group_len(c->r->st, k) ||
+	    !pthread_equal(pthread_self(), c->thread)) {
+		c->bad++;
+		return 0;
+	}
+	c->calls[k]++;
+	if ((int)k == c->fail_k) {
+		return -EIO;
+	}
+	memcpy(c->copy + zinf_step_sub_group_start(c->r->st, k) * c->csz, copy, n * c->csz);
+	return 0;
+}
+
+static void
+rec_init(struct crec *c, struct rig *r, size_t n, enum zinf_dtype dt, uint32_t nsg)
+{
+	c->r = r;
+	c->csz = zinf_dtype_size(dt);
+	c->copy = malloc(n * c->csz);
+	c->calls = calloc(nsg, sizeof(*c->calls));
+	c->thread = pthread_self();
+	c->bad = 0;
+	c->fail_k = -1;
+}
+
+static void
+rec_fini(struct crec *c)
+{
+	free(c->copy);
+	free(c->calls);
+}
+
 /* One step through begin/ready/finish in the case's order. */
 static void
 step_in_order(struct rig *r, const struct scase *c, int64_t t, float scale, const void *grad,
@@ -379,7 +437,7 @@ check_stats(struct rig *r, const struct scase *c)
 }
 
 static void
-run_case(const struct scase *c)
+run_case(const struct scase *c, const struct xcase *x)
 {
 	uint64_t seed = zt_seed();
 	struct zinf_step_opts so;
@@ -391,17 +449,45 @@ run_case(const struct scase *c)
 	so.copy_dtype = c->copy_dtype;
 	so.param_swap = c->to_swap ? (struct zinf_swap *)1 : NULL; /* rig sets the real one */
 	struct rig r;
+	struct crec rec;
+	uint64_t *ends = NULL;
+	if (x && x->n_ends) {
+		/* The step keeps its own copy: the caller's array may go at once after create. */
+		ends = malloc(x->n_ends * sizeof(*ends));
+		memcpy(ends, x->ends, x->n_ends * sizeof(*ends));
+		so.sub_group_ends = ends;
+		so.n_sub_groups = x->n_ends;
+		so.sub_group_size = 0;
+	}
+	if (x && x->copy_fn) {
+		so.copy_fn = rec_copy;
+		so.copy_ctx = &rec;
+	}
 	rig_init_opt(&r, &so, c->buffers, false, c->optim);
+	if (ends) {
+		memset(ends, 0xff, x->n_ends * sizeof(*ends));
+		free(ends);
+		cr_assert_eq(zinf_step_sub_groups(r.st), x->n_ends);
+		for (uint32_t k = 0; k < x->n_ends; k++) {
+			uint64_t s0 = k ? x->ends[k - 1] : 0;
+			cr_assert_eq(zinf_step_sub_group_start(r.st, k), s0);
+			cr_assert_eq(zinf_step_sub_group_len(r.st, k), x->ends[k] - s0);
+		}
+		cr_assert_eq(zinf_step_sub_group_len(r.st, x->n_ends), 0);
+	}
 	struct ref f;
 	ref_init(&f, r.opt, c->n, &seed);
 	load_state(&r, &f);
 	uint16_t *copy = malloc(c->n * 2);
 	uint32_t nsg = zinf_step_sub_groups(r.st);
 	uint32_t *perm = malloc(nsg * sizeof(*perm));
+	rec_init(&rec, &r, c->n, c->copy_dtype, nsg);
 	for (int64_t t = 1; t <= 3; t++) {
 		fill_grad(&f, c->grad_dtype, &seed);
 		float scale = t == 2 ? 0.5f : 1.0f;
 		memset(copy, 0xee, c->n * 2);
+		memset(rec.copy, 0xee, c->n * rec.csz);
+		memset(rec.calls, 0, nsg * sizeof(*rec.calls));
 		if (c->order == 0) {
 			cr_assert_eq(zinf_step_run(r.st, t, scale, f.grad, c->grad_dtype, copy), 0,
 				     "%s", zinf_last_error());
@@ -412,6 +498,15 @@ run_case(const struct scase *c)
 			 opt_cuts(c->optim));
 		cr_assert_eq(memcmp(copy, f.copy, c->n * 2), 0, "16-bit copy differs at step %d",
 			     (int)t);
+		if (so.copy_fn) {
+			cr_assert_eq(rec.bad, 0, "copy_fn: wrong length, sub-group or thread");
+			for (uint32_t k = 0; k < nsg; k++) {
+				cr_assert_eq(rec.calls[k], 1, "copy_fn called %u times for %u",
+					     rec.calls[k], k);
+			}
+			cr_assert_eq(memcmp(rec.copy, f.copy, c->n * rec.csz), 0,
+				     "copy_fn's copy differs at step %d", (int)t);
+		}
 		for (uint32_t k = 0; k < nsg; k++) {
 			cr_assert_eq(zinf_step_sub_group_written(r.st, k), t);
 		}
@@ -434,9 +529,16 @@ run_case(const struct scase *c)
 	}
 	free(perm);
 	free(copy);
+	rec_fini(&rec);
 	ref_fini(&f);
 	rig_fini(&r);
 }
+
+/* Sub-groups of different sizes, as the engine cuts at parameter boundaries: one of a single
+ * element, a large one, a tail; and one longer than ZINF_STEP_CHUNK starting off any multiple
+ * of it (the chunks are cut from the sub-group's start). */
+#define ENDS_A	   {1, 5000, 5001, 40000, 40003, 61000, 100003}, 7
+#define ENDS_CHUNK {17, (1 << 20) + 20, (1 << 20) + 4099}, 3
 
 #define PIPE ZINF_SCHEDULE_PIPELINED
 #define NVME ZINF_TIER_NVME
@@ -489,7 +591,68 @@ ParameterizedTestParameters(step, bit_identical_to_the_optimizer_in_memory)
 
 ParameterizedTest(struct scase *c, step, bit_identical_to_the_optimizer_in_memory)
 {
-	run_case(c);
+	run_case(c, NULL);
+}
+
+ParameterizedTestParameters(step, variable_sub_groups_and_copy_fn_bit_identical)
+{
+	static struct xcase cases[] = {
+		/* variable sub-groups (sub_group_ends), both tiers; bf16 stochastic rounding
+		 * is the optimizer whose result depends on the cuts */
+		{{100003, 0, 2, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME, OPT_ADAMW},
+		 ENDS_A,
+		 false},
+		{{100003, 0, 3, PIPE, ZINF_BF16, ZINF_F16, 2, true, NVME, OPT_ADAMW_BF16_SR},
+		 ENDS_A,
+		 false},
+		{{100003, 0, 1, ZINF_SCHEDULE_DEEPSPEED, ZINF_F16, ZINF_BF16, 1, false, NVME,
+		  OPT_ADAMW_BF16_SR},
+		 ENDS_A,
+		 false},
+		{{(1 << 20) + 4099, 0, 2, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME,
+		  OPT_ADAMW_BF16_SR},
+		 ENDS_CHUNK,
+		 false},
+		{{100003, 0, 0, PIPE, ZINF_F32, ZINF_F16, 2, false, CPU, OPT_ADAMW_BF16_SR},
+		 ENDS_A,
+		 false},
+		{{100003, 0, 2, PIPE, ZINF_F16, ZINF_F16, 1, true, CPU, OPT_ADAMW_BF16_SR},
+		 ENDS_A,
+		 false},
+		{{(1 << 20) + 4099, 0, 0, PIPE, ZINF_F32, ZINF_F16, 0, false, CPU,
+		  OPT_ADAMW_BF16_SR},
+		 ENDS_CHUNK,
+		 false},
+		/* copy_fn: alone, with param_swap, both tiers, uniform and variable sub-groups
+		 * (copy_host is given in every case) */
+		{{100003, 10007, 1, PIPE, ZINF_F32, ZINF_F16, 0, false, NVME, OPT_ADAMW},
+		 {0},
+		 0,
+		 true},
+		{{100003, 0, 3, PIPE, ZINF_BF16, ZINF_BF16, 2, true, NVME, OPT_ADAMW_BF16_SR},
+		 ENDS_A,
+		 true},
+		{{100003, 0, 2, ZINF_SCHEDULE_DEEPSPEED, ZINF_F32, ZINF_F16, 1, false, NVME,
+		  OPT_LION},
+		 ENDS_A,
+		 true},
+		{{100003, 10007, 1, PIPE, ZINF_F16, ZINF_F16, 0, false, CPU, OPT_ADAMW},
+		 {0},
+		 0,
+		 true},
+		{{100003, 0, 2, PIPE, ZINF_F32, ZINF_BF16, 2, false, CPU, OPT_ADAGRAD},
+		 ENDS_A,
+		 true},
+		{{100003, 0, 3, PIPE, ZINF_F32, ZINF_F16, 1, true, CPU, OPT_ADAMW_BF16_SR},
+		 ENDS_A,
+		 true},
+	};
+	return cr_make_param_array(struct xcase, cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+ParameterizedTest(struct xcase *x, step, variable_sub_groups_and_copy_fn_bit_identical)
+{
+	run_case(&x->c, x);
 }
 
 /* Copy the reference's state (to step it on apart). */
@@ -798,6 +961,167 @@ Test(step, cpu_tier_param_swap_write_error)
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 4), 2);
 	free(copy);
 	ref_fini(&f);
+	rig_fini(&r);
+}
+
+/* copy_fn failing on sub-group 2 fails the step naming it; nothing of sub-group 2 is written
+ * (NVMe: its state stays the previous step's), no buffer leaks, the step stays usable. */
+static void
+copy_fn_error_case(int tier)
+{
+	uint64_t seed = zt_seed();
+	static const uint64_t ends[] = {3000, 10000, 10001, 30011};
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 30011;
+	so.sub_group_ends = ends;
+	so.n_sub_groups = 4;
+	so.tier = tier;
+	struct crec rec;
+	so.copy_fn = rec_copy;
+	so.copy_ctx = &rec;
+	struct rig r;
+	rig_init(&r, &so, 2, false);
+	rec_init(&rec, &r, so.n, ZINF_F16, 4);
+	struct ref f;
+	ref_init(&f, r.opt, so.n, &seed);
+	load_state(&r, &f);
+	fill_grad(&f, ZINF_F32, &seed);
+	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, f.grad, ZINF_F32, NULL), 0, "%s",
+		     zinf_last_error());
+	ref_step(r.st, &f, 1, 1.0f, ZINF_F32, NULL, ZINF_F16, false);
+	rec.fail_k = 2;
+	memset(rec.calls, 0, 4 * sizeof(*rec.calls));
+	int rc = zinf_step_run(r.st, 2, 1.0f, f.grad, ZINF_F32, NULL);
+	cr_assert_eq(rc, -EIO, "the step must fail, got %d", rc);
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "step 2: sub-group 2 (elements 10000..10001): copy_fn failed: "
+			    "returned -5"),
+		  "%s", e);
+	cr_assert_eq(rec.calls[3], 0, "in order, the step stops at the failed sub-group");
+	cr_assert_eq(zinf_pool_free_count(r.pool), zinf_pool_buffer_count(r.pool),
+		     "a buffer leaked");
+	cr_assert_eq(zinf_step_sub_group_written(r.st, 0), 2);
+	cr_assert_eq(zinf_step_sub_group_written(r.st, 2), 1);
+	if (tier == NVME) {
+		bool eq = false;
+		cr_assert_eq(sub_group_equals(&r, 2, &f, &eq), 0, "%s", zinf_last_error());
+		cr_assert(eq, "sub-group 2 must still hold step 1's state");
+	}
+	rec.fail_k = -1;
+	cr_assert_eq(zinf_step_run(r.st, 3, 1.0f, f.grad, ZINF_F32, NULL), 0, "%s",
+		     zinf_last_error());
+	cr_assert_eq(zinf_step_sub_group_written(r.st, 2), 3);
+	cr_assert_eq(rec.bad, 0);
+	rec_fini(&rec);
+	ref_fini(&f);
+	rig_fini(&r);
+}
+
+Test(step, copy_fn_error_fails_the_step_nvme)
+{
+	copy_fn_error_case(NVME);
+}
+
+Test(step, copy_fn_error_fails_the_step_cpu)
+{
+	copy_fn_error_case(CPU);
+}
+
+/* Bad sub_group_ends / n_sub_groups / copy_fn: -EINVAL at create naming the field, and
+ * zinf_step_buffer_bytes() 0 for bad ends. */
+struct ecase {
+	uint64_t ends[4];
+	uint32_t n_ends;
+	bool ends_null;
+	bool copy_fn_no_pool;
+	char want[96];
+};
+
+static int
+nop_copy(void *ctx, uint32_t k, const void *copy, uint64_t n)
+{
+	(void)ctx, (void)k, (void)copy, (void)n;
+	return 0;
+}
+
+ParameterizedTestParameters(step, sub_group_ends_and_copy_fn_errors)
+{
+	static struct ecase cases[] = {
+		{{100, 50, 1000}, 3, false, false, "sub_group_ends[1] = 50 is not above 100"},
+		{{100, 100, 1000}, 3, false, false, "sub_group_ends[1] = 100 is not above 100"},
+		{{0, 500, 1000}, 3, false, false, "sub_group_ends[0] = 0 is not above 0"},
+		{{100, 500, 999},
+		 3,
+		 false,
+		 false,
+		 "sub_group_ends[2] = 999, the last end, must "
+		 "equal n 1000"},
+		{{100, 500, 1001}, 3, false, false, "the last end, must equal n 1000"},
+		{{1000}, 0, false, false, "sub_group_ends given with n_sub_groups 0"},
+		{{0}, 2, true, false, "n_sub_groups 2 without sub_group_ends"},
+		{{0}, 0, true, true, "with a copy_fn needs a pinned pool"},
+	};
+	return cr_make_param_array(struct ecase, cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+ParameterizedTest(struct ecase *c, step, sub_group_ends_and_copy_fn_errors)
+{
+	zt_log_to_stderr();
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 1000;
+	so.sub_group_size = 300;
+	so.tier = ZINF_TIER_CPU;
+	so.sub_group_ends = c->ends_null ? NULL : c->ends;
+	so.n_sub_groups = c->n_ends;
+	if (c->copy_fn_no_pool) {
+		so.copy_fn = nop_copy;
+	}
+	struct zinf_step *st = (void *)0x1;
+	cr_assert_eq(zinf_step_create(&so, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), c->want), "want \"%s\" in: %s", c->want,
+		  zinf_last_error());
+	cr_assert_eq(st, (void *)0x1, "*out untouched");
+	if (!c->ends_null) {
+		so.tier = ZINF_TIER_NVME;
+		cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 0, "bad ends size nothing");
+	}
+}
+
+/* The buffer holds the largest sub-group (not sub_group_size's): worked by hand, and a pool
+ * sized for smaller sub-groups is refused at create naming the largest. */
+Test(step, sub_group_ends_size_the_buffer_by_the_largest)
+{
+	struct rig r;
+	rig_open_swap(&r, false);
+	static const uint64_t ends[] = {10000, 60000, 70000, 100000};
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = 100000;
+	so.sub_group_size = 10000; /* ignored with ends */
+	so.sub_group_ends = ends;
+	so.n_sub_groups = 4;
+	so.swap = r.swap;
+	/* AdamW fp32: 3 parts of 50000 x 4 = 200000 bytes, each aligned up to 4096: 200704. */
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 3 * 200704ull);
+	so.copy_fn = nop_copy; /* + the f16 copy: 100000 bytes, aligned 102400 */
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 3 * 200704ull + 102400);
+	so.tier = ZINF_TIER_CPU;
+	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 102400ull);
+	so.tier = ZINF_TIER_NVME;
+	so.copy_fn = NULL;
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_count = 2;
+	po.buffer_bytes = 3 * 40960; /* enough for sub-groups of 10000 */
+	cr_assert_eq(zinf_pool_create(&po, &r.pool), 0);
+	so.pool = r.pool;
+	struct zinf_step *st = NULL;
+	cr_assert_eq(zinf_step_create(&so, &st), -ENOMEM);
+	cr_assert(strstr(zinf_last_error(), "the largest sub-group, of 50000 elements"), "%s",
+		  zinf_last_error());
+	cr_assert_null(st);
 	rig_fini(&r);
 }
 

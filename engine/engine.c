@@ -1,0 +1,586 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine.c: the ZeRO engine's handle: option defaults and checks, create/destroy (the
+ * device, the communicator, the streams and the optimizer), getters, statistics and the
+ * learning rate. The layout and tiers are engine_param.c's; the data paths are in
+ * engine_fetch.c, engine_grad.c and engine_step.c. It does not read ds_config.json (config*.c
+ * fills struct zinf_engine_opts).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/opts.h"
+#include "engine/engine_internal.h"
+
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, reserved5);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_param_desc, init_ctx);
+
+static void
+offload_defaults(struct zinf_offload_opts *o, uint32_t buffers)
+{
+	memset(o, 0, sizeof(*o));
+	o->device = ZINF_OFFLOAD_NONE;
+	o->buffer_count = buffers;
+	o->buffer_size = 100000000ull;
+	o->max_in_cpu = 1000000000ull;
+	o->ratio = 1.0;
+}
+
+void
+zinf_engine_opts_init(struct zinf_engine_opts *o)
+{
+	if (!o) {
+		return;
+	}
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	offload_defaults(&o->offload_param, 5);
+	offload_defaults(&o->offload_optimizer, 4);
+	o->sub_group_size = 1000000000ull;
+	o->reduce_bucket_size = 500000000ull;
+	o->allgather_bucket_size = 500000000ull;
+	o->contiguous_gradients = true;
+	o->stage3_prefetch_bucket_size = 50000000ull;
+	o->stage3_max_live_parameters = 1000000000ull;
+	o->stage3_max_reuse_distance = 1000000000ull;
+	o->stage3_param_persistence_threshold = 100000ull;
+	o->stage3_model_persistence_threshold = UINT64_MAX;
+	o->gradient_accumulation_steps = 1;
+	zinf_optimizer_opts_init(&o->optimizer, ZINF_OPTIM_ADAMW);
+	o->dtype = ZINF_BF16;
+	o->aio.block_size = 1048576;
+	o->aio.queue_depth = 8;
+	o->aio.intra_op_parallelism = 1;
+	o->aio.overlap_events = true;
+	o->device_index = -1;
+	o->comm_timeout_s = 1800.0;
+	o->step_during_backward = true;
+	o->record_trace = true;
+}
+
+void
+zinf_param_desc_init(struct zinf_param_desc *d)
+{
+	if (!d) {
+		return;
+	}
+	memset(d, 0, sizeof(*d));
+	d->size = sizeof(*d);
+	d->init_dtype = ZINF_F32;
+}
+
+static bool
+all_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		if (b[i]) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static int
+check_offload(const struct zinf_offload_opts *s, const char *key)
+{
+	if (s->device > ZINF_OFFLOAD_NVME) {
+		return ZINF_FAIL(-EINVAL, "engine: %s.device %d is not none, cpu or nvme", key,
+				 (int)s->device);
+	}
+	if (s->n_paths > ZINF_ENGINE_MAX_PATHS) {
+		return ZINF_FAIL(-EINVAL, "engine: %s.nvme_path has %u entries (at most %d)", key,
+				 s->n_paths, ZINF_ENGINE_MAX_PATHS);
+	}
+	if (s->device == ZINF_OFFLOAD_NVME) {
+		if (s->n_paths == 0) {
+			return ZINF_FAIL(-EINVAL,
+					 "engine: %s.device is nvme but %s.nvme_path is "
+					 "empty",
+					 key, key);
+		}
+		for (uint32_t i = 0; i < s->n_paths; i++) {
+			if (!s->nvme_path[i] || !s->nvme_path[i][0]) {
+				return ZINF_FAIL(-EINVAL, "engine: %s.nvme_path[%u] is empty", key,
+						 i);
+			}
+		}
+		if (s->buffer_count == 0) {
+			return ZINF_FAIL(-EINVAL, "engine: %s.buffer_count is 0 with device nvme",
+					 key);
+		}
+	}
+	if (s->ratio != 1.0) {
+		return ZINF_FAIL(-EINVAL, "engine: %s.ratio %g: only 1.0 is supported", key,
+				 s->ratio);
+	}
+	return 0;
+}
+
+static int
+check_opts(const struct zinf_engine_opts *o)
+{
+	int ret;
+	if (o->stage < 0 || o->stage > 3) {
+		return ZINF_FAIL(-EINVAL, "engine: zero_optimization.stage %d is not 0..3",
+				 o->stage);
+	}
+	if ((ret = check_offload(&o->offload_param, "zero_optimization.offload_param")) ||
+	    (ret = check_offload(&o->offload_optimizer, "zero_optimization.offload_optimizer"))) {
+		return ret;
+	}
+	if (o->offload_param.device != ZINF_OFFLOAD_NONE && o->stage < 3) {
+		return ZINF_FAIL(-EINVAL,
+				 "engine: zero_optimization.offload_param needs stage 3 "
+				 "(stage is %d)",
+				 o->stage);
+	}
+	if (o->offload_optimizer.device != ZINF_OFFLOAD_NONE && o->stage == 0) {
+		return ZINF_FAIL(-EINVAL, "engine: zero_optimization.offload_optimizer needs "
+					  "stage 1, 2 or 3 (stage is 0)");
+	}
+	if (o->aio.use_gds) {
+		return ZINF_FAIL(-EINVAL, "engine: aio.use_gds: GPUDirect Storage is not "
+					  "supported");
+	}
+	if (o->dtype != ZINF_F32 && o->dtype != ZINF_F16 && o->dtype != ZINF_BF16) {
+		return ZINF_FAIL(-EINVAL, "engine: dtype %d is not f32, f16 or bf16",
+				 (int)o->dtype);
+	}
+	if (o->sub_group_size == 0 || o->reduce_bucket_size == 0 || o->allgather_bucket_size == 0 ||
+	    o->gradient_accumulation_steps == 0) {
+		return ZINF_FAIL(-EINVAL, "engine: zero_optimization.%s is 0",
+				 o->sub_group_size == 0		 ? "sub_group_size"
+				 : o->reduce_bucket_size == 0	 ? "reduce_bucket_size"
+				 : o->allgather_bucket_size == 0 ? "allgather_bucket_size"
+								 : "gradient_accumulation_steps");
+	}
+	if (o->reserved0 || o->reserved2 || o->reserved3 || !all_zero(o->reserved1, 6) ||
+	    !all_zero(o->reserved4, 2) || !all_zero(o->reserved5, 6) || o->aio.reserved[0]) {
+		return ZINF_FAIL(-EINVAL, "engine: reserved option bytes are not zero");
+	}
+	if (!(o->comm_timeout_s > 0)) {
+		return ZINF_FAIL(-EINVAL, "engine: comm_timeout_s %g is not positive",
+				 o->comm_timeout_s);
+	}
+	return 0;
+}
+
+static int
+dup_str(const char *s, char **out)
+{
+	*out = NULL;
+	if (!s) {
+		return 0;
+	}
+	*out = zinf_strdup(s);
+	return *out ? 0 : -ENOMEM;
+}
+
+static int
+copy_strings(struct zinf_engine *e)
+{
+	struct zinf_engine_opts *o = &e->o;
+	if (dup_str(o->device_backend, &e->device_backend) ||
+	    dup_str(o->comm_backend, &e->comm_backend) || dup_str(o->io_backend, &e->io_backend) ||
+	    dup_str(o->swap_prefix ? o->swap_prefix : "zinf", &e->swap_prefix)) {
+		return -ENOMEM;
+	}
+	o->device_backend = e->device_backend;
+	o->comm_backend = e->comm_backend;
+	o->io_backend = e->io_backend;
+	o->swap_prefix = e->swap_prefix;
+	for (uint32_t i = 0; i < o->offload_param.n_paths; i++) {
+		if (dup_str(o->offload_param.nvme_path[i], &e->param_paths[i])) {
+			return -ENOMEM;
+		}
+		o->offload_param.nvme_path[i] = e->param_paths[i];
+	}
+	for (uint32_t i = 0; i < o->offload_optimizer.n_paths; i++) {
+		if (dup_str(o->offload_optimizer.nvme_path[i], &e->optim_paths[i])) {
+			return -ENOMEM;
+		}
+		o->offload_optimizer.nvme_path[i] = e->optim_paths[i];
+	}
+	return 0;
+}
+
+static int
+local_rank_env(void)
+{
+	const char *v[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+			   "LOCAL_RANK"};
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(v); i++) {
+		const char *s = getenv(v[i]);
+		if (s && *s) {
+			return atoi(s);
+		}
+	}
+	return 0;
+}
+
+static int
+open_device(struct zinf_engine *e)
+{
+	if (e->o.device) {
+		e->dev = e->o.device;
+		return 0;
+	}
+	struct zinf_device_opts d;
+	zinf_device_opts_init(&d);
+	d.backend = e->o.device_backend;
+	d.host_sync = e->o.host_sync;
+	d.index = e->o.device_index >= 0 ? e->o.device_index : 0;
+	int ret = zinf_device_create(&d, &e->dev);
+	if (ret) {
+		return ret;
+	}
+	int lr = local_rank_env();
+	if (e->o.device_index < 0 && lr > 0 && strcmp(zinf_device_backend(e->dev), "host")) {
+		/* one device per local rank where there are enough; else share device 0 */
+		struct zinf_device *mine;
+		d.backend = zinf_device_backend(e->dev);
+		d.index = lr;
+		if (zinf_device_create(&d, &mine) == 0) {
+			zinf_device_destroy(e->dev);
+			e->dev = mine;
+		}
+	}
+	e->own_dev = true;
+	return 0;
+}
+
+static int
+open_comm(struct zinf_engine *e)
+{
+	if (e->o.comm) {
+		e->comm = e->o.comm;
+	} else {
+		struct zinf_comm_opts c;
+		zinf_comm_opts_init(&c);
+		c.backend = e->o.comm_backend;
+		c.timeout_s = e->o.comm_timeout_s;
+		c.check = e->o.comm_check;
+		c.stream = zinf_stream_native(e->cs);
+		c.device = zinf_device_index(e->dev);
+		int ret = zinf_comm_create(&c, &e->comm);
+		if (ret) {
+			return ret;
+		}
+		e->own_comm = true;
+	}
+	e->rank = zinf_comm_rank(e->comm);
+	e->world = zinf_comm_world(e->comm);
+	const char *cb = zinf_comm_backend(e->comm);
+	bool host_dev = strcmp(zinf_device_backend(e->dev), "host") == 0;
+	e->host_comm = strcmp(cb, "nccl") != 0;
+	if (e->host_comm != host_dev) {
+		return ENG_FAIL(e, -EINVAL,
+				"comm_backend \"%s\" with device \"%s\": the engine needs host "
+				"collectives (mpi, single) with the host device and nccl with cuda",
+				cb, zinf_device_backend(e->dev));
+	}
+	e->W = e->o.stage == 0 ? 1 : e->world;
+	return 0;
+}
+
+int
+zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out)
+{
+	if (!out) {
+		return ZINF_FAIL(-EINVAL, "engine: create with a NULL out");
+	}
+	struct zinf_engine *e = zinf_calloc(1, sizeof(*e));
+	if (!e) {
+		return ZINF_FAIL(-ENOMEM, "engine: out of memory for the handle");
+	}
+	zinf_engine_opts_init(&e->o);
+	int ret = zinf_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
+	if (ret || (ret = check_opts(&e->o))) {
+		goto fail;
+	}
+	if ((ret = copy_strings(e))) {
+		ret = ZINF_FAIL(-ENOMEM, "engine: out of memory copying the options' strings");
+		goto fail;
+	}
+	e->main.s = NULL; /* set once cs exists */
+	e->main.st = &e->win;
+	pthread_mutex_init(&e->store_mu, NULL);
+	e->store_mu_init = true;
+	e->otier = e->o.offload_optimizer.device;
+	e->ptier = e->o.offload_param.device;
+	if ((ret = open_device(e))) {
+		goto fail;
+	}
+	if ((ret = zinf_stream_wrap(e->dev, e->o.compute_stream, "compute", &e->compute))) {
+		goto fail;
+	}
+	if (e->o.comm && zinf_comm_backend(e->o.comm) &&
+	    strcmp(zinf_comm_backend(e->o.comm), "nccl") == 0) {
+		/* the caller's NCCL communicator orders its collectives on its own stream: the
+		   engine's copies and casts go on that stream too */
+		ret = zinf_stream_wrap(e->dev, zinf_comm_get_opts(e->o.comm)->stream, "zinf-engine",
+				       &e->cs);
+	} else {
+		ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs);
+	}
+	if (ret || (ret = zinf_event_create(e->dev, &e->ev_compute)) ||
+	    (ret = zinf_event_create(e->dev, &e->ev_cs))) {
+		goto fail;
+	}
+	e->main.s = e->cs;
+	if ((ret = open_comm(e))) {
+		goto fail;
+	}
+	if ((ret = zinf_optimizer_create(&e->o.optimizer, &e->opt))) {
+		goto fail;
+	}
+	e->lr = e->step_lr = e->o.optimizer.lr;
+	e->nparts = zinf_optimizer_part_count(e->opt);
+	if (e->otier == ZINF_OFFLOAD_NONE && !e->host_comm &&
+	    (e->o.optimizer.kind > ZINF_OPTIM_ADAMW || e->o.optimizer.state_dtype != ZINF_F32)) {
+		ret = ENG_FAIL(e, -EINVAL,
+			       "zero_optimization.offload_optimizer.device none on \"%s\": the "
+			       "device optimizer is Adam/AdamW with fp32 state (optimizer %s)",
+			       zinf_device_backend(e->dev), zinf_optimizer_name(e->opt));
+		goto fail;
+	}
+	e->window_t0 = -1;
+	*out = e;
+	return 0;
+fail:
+	zinf_engine_destroy(e);
+	return ret;
+}
+
+void
+zinf_engine_destroy(struct zinf_engine *e)
+{
+	if (!e) {
+		return;
+	}
+	if (e->cs) {
+		zinf_stream_sync(e->cs);
+	}
+	if (e->compute) {
+		zinf_stream_sync(e->compute);
+	}
+	eng_grad_free(e);
+	eng_fetch_free(e);
+	eng_step_free(e);
+	eng_param_free(e);
+	zinf_optimizer_destroy(e->opt);
+	zinf_event_destroy(e->ev_compute);
+	zinf_event_destroy(e->ev_cs);
+	zinf_stream_destroy(e->cs);
+	zinf_stream_destroy(e->compute);
+	if (e->own_comm) {
+		zinf_comm_destroy(e->comm);
+	}
+	if (e->own_dev) {
+		zinf_device_destroy(e->dev);
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		zinf_free(e->params[i].name);
+	}
+	zinf_free(e->params);
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		zinf_free(e->layers[i].params);
+	}
+	zinf_free(e->layers);
+	zinf_free(e->order);
+	zinf_free(e->sg_end);
+	zinf_free(e->sg_params);
+	zinf_free(e->sg_pending);
+	for (uint32_t i = 0; i < ZINF_ENGINE_MAX_PATHS; i++) {
+		zinf_free(e->param_paths[i]);
+		zinf_free(e->optim_paths[i]);
+	}
+	if (e->store_mu_init) {
+		pthread_mutex_destroy(&e->store_mu);
+	}
+	zinf_free(e->device_backend);
+	zinf_free(e->comm_backend);
+	zinf_free(e->io_backend);
+	zinf_free(e->swap_prefix);
+	zinf_free(e);
+}
+
+/* ---- shared helpers ------------------------------------------------------------------------ */
+
+int
+eng_fail(struct zinf_engine *e, int err)
+{
+	if (err < 0 && err != -EINVAL && !e->failed) {
+		e->failed = err;
+	}
+	return err;
+}
+
+int
+eng_ready(const struct zinf_engine *e, const char *what)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: %s with a NULL engine", what);
+	}
+	if (e->failed) {
+		return e->failed;
+	}
+	if (!e->inited) {
+		return ENG_FAIL(e, -EINVAL, "%s before zinf_engine_init", what);
+	}
+	return 0;
+}
+
+struct elayer *
+eng_layer(struct zinf_engine *e, int32_t layer)
+{
+	uint32_t lo = 0, hi = e->n_layers;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		if (e->layers[mid].layer == layer) {
+			return &e->layers[mid];
+		}
+		if (e->layers[mid].layer < layer) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	return NULL;
+}
+
+double
+eng_now(void)
+{
+	return zinf_now_s();
+}
+
+size_t
+eng_dsize(const struct zinf_engine *e)
+{
+	return zinf_dtype_size(e->o.dtype);
+}
+
+int
+eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to)
+{
+	struct zinf_event *ev = from == e->compute ? e->ev_compute : e->ev_cs;
+	int ret = zinf_event_record(ev, from);
+	if (!ret) {
+		ret = zinf_stream_wait_event(to, ev);
+	}
+	return ret;
+}
+
+/* ---- getters ------------------------------------------------------------------------------- */
+
+int
+zinf_engine_rank(const struct zinf_engine *e)
+{
+	return e ? e->rank : -EINVAL;
+}
+
+int
+zinf_engine_world(const struct zinf_engine *e)
+{
+	return e ? e->world : -EINVAL;
+}
+
+struct zinf_device *
+zinf_engine_device(const struct zinf_engine *e)
+{
+	return e ? e->dev : NULL;
+}
+
+struct zinf_stream *
+zinf_engine_compute_stream(const struct zinf_engine *e)
+{
+	return e ? e->compute : NULL;
+}
+
+struct zinf_io *
+zinf_engine_io(const struct zinf_engine *e)
+{
+	return e ? e->io : NULL;
+}
+
+int
+zinf_engine_param_count(const struct zinf_engine *e)
+{
+	return e ? (int)e->n_params : -EINVAL;
+}
+
+int
+zinf_engine_param_find(const struct zinf_engine *e, const char *name)
+{
+	if (!e || !name) {
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		if (strcmp(e->params[i].name, name) == 0) {
+			return (int)i;
+		}
+	}
+	return -ENOENT;
+}
+
+int
+zinf_engine_set_lr(struct zinf_engine *e, float lr)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: set_lr with a NULL engine");
+	}
+	if (!(lr >= 0) || isinf(lr)) {
+		return ENG_FAIL(e, -EINVAL, "set_lr: lr %g is not a finite value >= 0", (double)lr);
+	}
+	/* taken by the step at the first gradient of its boundary micro-batch (eng_latch_lr) */
+	e->lr = lr;
+	return 0;
+}
+
+/*
+ * The learning rate of the coming step is the one set before the first gradient of its
+ * boundary micro-batch: from then on sub-groups may be stepped during backward, and stepping
+ * after backward must use the same value to give the same bits.
+ */
+int
+eng_latch_lr(struct zinf_engine *e)
+{
+	if (e->lr == e->step_lr) {
+		return 0;
+	}
+	int ret = zinf_optimizer_set_lr(e->opt, e->lr);
+	if (!ret) {
+		e->step_lr = e->lr;
+	}
+	return ret;
+}
+
+int64_t
+zinf_engine_steps(const struct zinf_engine *e)
+{
+	return e ? e->steps : 0;
+}
+
+int
+zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out)
+{
+	if (!e || !out) {
+		return ZINF_FAIL(-EINVAL, "engine: get_stats with a NULL %s", e ? "out" : "engine");
+	}
+	struct zinf_engine_stats s = e->last;
+	s.size = sizeof(s);
+	s.steps = (uint64_t)e->steps;
+	s.micro_steps = e->micro_steps;
+	s.peak_live_elems = e->peak_live;
+	s.live_elems = e->live_elems;
+	s.persistent_elems = e->persistent_elems;
+	s.sub_groups = e->n_sg;
+	s.trace_hits = e->trace_hits;
+	s.trace_misses = e->trace_misses;
+	s.trace_invalidations = e->trace_invalidations;
+	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
+}

@@ -1,0 +1,576 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_fetch.c: making parameters available on the device. Stages 0-2 keep every
+ * tensor gathered, so fetch and release only record the order. Stage 3: zinf_engine_fetch()
+ * puts this rank's 16-bit partition of each parameter of the layer (device partition, pinned
+ * CPU partition, or NVMe through the store) at its place in a gathered device buffer (from a
+ * size-keyed free list: no device free on the hot path) and all-gathers in place; release
+ * gives the buffers back after an event on the compute stream, which the next user waits for.
+ * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
+ * The trace: the first micro-batch records the order of fetches; later ones follow it (a
+ * difference invalidates it: counted, warned once, recorded again from the next micro-batch).
+ * Along a valid trace, a fetch starts gathering the layers that follow (within
+ * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live), and a
+ * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
+ * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* This rank's 16-bit partition of p into p->dev_full at its place (stage 3), on cs. */
+static int
+put_partition(struct zinf_engine *e, struct eparam *p)
+{
+	size_t ds = eng_dsize(e);
+	size_t bytes = p->part.part * ds;
+	char *dst = (char *)p->dev_full + p->part.offset * ds;
+	int ret;
+	void *buf = NULL;
+	switch (e->ptier) {
+	case ZINF_OFFLOAD_NONE:
+		return zinf_device_copy(e->cs, dst, p->dev_part, bytes, ZINF_COPY_D2D);
+	case ZINF_OFFLOAD_CPU:
+		e->win.h2d_bytes += bytes;
+		return zinf_device_copy(e->cs, dst, p->cpu_part, bytes, ZINF_COPY_H2D);
+	default:
+		ret = zinf_store_wait(e->store, p->store_id, &buf);
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"fetch: parameter \"%s\": reading its NVMe partition",
+					p->name);
+		}
+		e->win.h2d_bytes += bytes;
+		e->win.nvme_read_bytes += bytes;
+		return zinf_device_copy(e->cs, dst, buf, bytes, ZINF_COPY_H2D);
+	}
+}
+
+/* All-gather p->dev_full in place (this rank's partition is in place on cs). */
+static int
+gather(struct zinf_engine *e, struct eparam *p, struct zinf_comm_req **req)
+{
+	size_t ds = eng_dsize(e);
+	e->win.gathered_bytes += p->part.padded * ds;
+	return zinf_comm_all_gather(e->comm, (char *)p->dev_full + p->part.offset * ds, p->dev_full,
+				    p->part.part, e->o.dtype, req);
+}
+
+int
+eng_gather_full(struct zinf_engine *e, struct eparam *p)
+{
+	int ret = 0;
+	if (e->o.stage == 3) {
+		if (e->ptier == ZINF_OFFLOAD_NVME) {
+			ret = zinf_store_swap_in(e->store, p->store_id, 0);
+		}
+		if (!ret) {
+			ret = put_partition(e, p);
+		}
+	}
+	if (!ret && e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME) {
+		int r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+	}
+	if (!ret && e->W > 1) {
+		ret = gather(e, p, NULL);
+	}
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", p->name)) : 0;
+}
+
+/*
+ * After the step: stages 1-2 all-gather every tensor in place (this rank's partition was
+ * written on cs), non-blocking, at most allgather_bucket_size elements in flight (at least one
+ * call); stage 3 re-gathers its persistent parameters.
+ */
+int
+eng_gather_after_step(struct zinf_engine *e)
+{
+	int ret = 0;
+	if (e->o.stage == 3) {
+		return eng_refresh_persistent(e);
+	}
+	if (e->o.stage == 0 || e->W == 1) {
+		return 0;
+	}
+	struct zinf_comm_req **reqs = zinf_calloc(e->n_params, sizeof(*reqs));
+	if (!reqs) {
+		return ENG_FAIL(e, -ENOMEM, "step: out of memory for the all-gathers");
+	}
+	if (e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	uint32_t head = 0;
+	uint64_t inflight = 0;
+	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
+		struct eparam *p = &e->params[i];
+		while (head < i && inflight + p->part.padded > e->o.allgather_bucket_size) {
+			ret = zinf_comm_wait(e->comm, reqs[head]);
+			reqs[head] = NULL;
+			inflight -= e->params[head++].part.padded;
+			if (ret) {
+				break;
+			}
+		}
+		if (!ret) {
+			ret = gather(e, p, &reqs[i]);
+			inflight += p->part.padded;
+		}
+	}
+	for (uint32_t i = head; i < e->n_params; i++) {
+		if (reqs[i]) {
+			int r2 = zinf_comm_wait(e->comm, reqs[i]);
+			ret = ret ? ret : r2;
+		}
+	}
+	zinf_free(reqs);
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step: all-gathering the new parameters")) : 0;
+}
+
+static int
+gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
+{
+	struct gbuf **pp = &e->free_list;
+	for (; *pp; pp = &(*pp)->next) {
+		if ((*pp)->bytes == bytes) {
+			struct gbuf *g = *pp;
+			*pp = g->next;
+			g->next = NULL;
+			*out = g;
+			/* the compute stream's last use of it, before the host collective writes */
+			return zinf_event_sync(g->released);
+		}
+	}
+	struct gbuf *g = zinf_calloc(1, sizeof(*g));
+	if (!g) {
+		return -ENOMEM;
+	}
+	int ret = zinf_device_alloc(e->dev, bytes, &g->dev);
+	if (!ret && (ret = zinf_event_create(e->dev, &g->released))) {
+		zinf_device_free(e->dev, g->dev);
+	}
+	if (ret) {
+		zinf_free(g);
+		return ret;
+	}
+	g->bytes = bytes;
+	*out = g;
+	return 0;
+}
+
+static void
+gbuf_put(struct zinf_engine *e, struct gbuf *g)
+{
+	g->next = e->free_list;
+	e->free_list = g;
+}
+
+void
+eng_fetch_free(struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		struct elayer *l = &e->layers[i];
+		for (uint32_t j = 0; l->reqs && j < l->n; j++) {
+			if (l->reqs[j] && !zinf_comm_failed(e->comm)) {
+				zinf_comm_wait(e->comm, l->reqs[j]);
+			}
+		}
+		zinf_free(l->reqs);
+		l->reqs = NULL;
+	}
+	zinf_free(e->trace);
+	e->trace = NULL;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		if (p->gathered) {
+			gbuf_put(e, p->gathered);
+			p->gathered = NULL;
+			p->dev_full = NULL;
+		}
+	}
+	while (e->free_list) {
+		struct gbuf *g = e->free_list;
+		e->free_list = g->next;
+		zinf_event_sync(g->released);
+		zinf_event_destroy(g->released);
+		zinf_device_free(e->dev, g->dev);
+		zinf_free(g);
+	}
+}
+
+/* comm_check: every rank fetches the same layer, or every rank fails naming it. */
+static int
+check_layer(struct zinf_engine *e, int32_t layer)
+{
+	float v[2] = {(float)layer, -(float)layer};
+	int ret = zinf_comm_all_reduce(e->comm, v, 2, ZINF_F32, ZINF_COMM_MAX, NULL);
+	if (ret) {
+		return eng_fail(
+			e, ENG_FAIL(e, ret, "fetch: layer %d, step %" PRId64, layer, e->steps + 1));
+	}
+	if (v[0] != (float)layer || -v[1] != (float)layer) {
+		return eng_fail(e, ENG_FAIL(e, -EPROTO,
+					    "fetch: ranks fetched different layers at step %" PRId64
+					    ": this rank layer %d, others between %g and %g",
+					    e->steps + 1, layer, (double)-v[1], (double)v[0]));
+	}
+	return 0;
+}
+
+/*
+ * Start gathering layer l: its partitions into gathered buffers (NVMe reads first, so that
+ * they overlap each other), then the all-gathers, left in flight in l->reqs. Every rank makes
+ * the same calls (the decisions depend only on the calls the trainer made).
+ */
+static int
+gather_start(struct zinf_engine *e, struct elayer *l)
+{
+	size_t ds = eng_dsize(e);
+	int ret = 0;
+	bool nvme = e->ptier == ZINF_OFFLOAD_NVME;
+	if (nvme) {
+		/* the step worker writes new values into the store during backward */
+		pthread_mutex_lock(&e->store_mu);
+	}
+	for (uint32_t i = 0; i < l->n && !ret && nvme; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->persistent) {
+			ret = zinf_store_swap_in(e->store, p->store_id, 0);
+		}
+	}
+	for (uint32_t i = 0; i < l->n && !ret; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (p->persistent) {
+			continue;
+		}
+		if ((ret = gbuf_get(e, p->part.padded * ds, &p->gathered))) {
+			ret = ENG_FAIL(e, ret, "fetch: parameter \"%s\": gathered buffer", p->name);
+			break;
+		}
+		p->dev_full = p->gathered->dev;
+		ret = put_partition(e, p);
+	}
+	if (!ret && e->host_comm) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	for (uint32_t i = 0; i < l->n && nvme; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->persistent) {
+			int r2 = zinf_store_release(e->store, p->store_id);
+			ret = ret ? ret : r2;
+		}
+	}
+	if (nvme) {
+		pthread_mutex_unlock(&e->store_mu);
+	}
+	for (uint32_t i = 0; i < l->n && !ret && e->W > 1; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->persistent) {
+			ret = gather(e, p, &l->reqs[i]);
+		}
+	}
+	l->gathered = true;
+	e->live_elems += l->gather_elems;
+	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
+	return ret;
+}
+
+/* Complete layer l's all-gathers; the compute stream's later work is ordered after them. */
+static int
+gather_finish(struct zinf_engine *e, struct elayer *l)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < l->n; i++) {
+		if (l->reqs[i]) {
+			int r2 = zinf_comm_wait(e->comm, l->reqs[i]);
+			l->reqs[i] = NULL;
+			ret = ret ? ret : r2;
+		}
+	}
+	if (!ret) {
+		ret = eng_order(e, e->cs, e->compute);
+	}
+	return ret;
+}
+
+/* Give layer l's gathered buffers back (after the compute stream's work queued so far). */
+static int
+drop(struct zinf_engine *e, struct elayer *l)
+{
+	int ret = gather_finish(e, l); /* a collective cannot be cancelled */
+	for (uint32_t i = 0; i < l->n; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (!p->gathered) {
+			continue;
+		}
+		int r2 = zinf_event_record(p->gathered->released, e->compute);
+		ret = ret ? ret : r2;
+		gbuf_put(e, p->gathered);
+		p->gathered = NULL;
+		p->dev_full = NULL;
+	}
+	if (l->gathered) {
+		e->live_elems -= l->gather_elems;
+		l->gathered = false;
+	}
+	if (l->prefetched) {
+		e->pf_inflight -= l->gather_elems;
+		l->prefetched = false;
+	}
+	return ret;
+}
+
+/* After an optimizer step every gathered copy is stale: drop those not fetched. */
+int
+eng_fetch_drop_all(struct zinf_engine *e)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		struct elayer *l = &e->layers[i];
+		if (l->gathered && !l->fetched) {
+			int r2 = drop(e, l);
+			ret = ret ? ret : r2;
+		}
+	}
+	return ret;
+}
+
+/* ---- the trace ------------------------------------------------------------------------------ */
+
+static int
+trace_push(struct zinf_engine *e, int32_t layer)
+{
+	if (e->trace_n == e->trace_cap) {
+		uint32_t cap = e->trace_cap ? e->trace_cap * 2 : 64;
+		int32_t *t = zinf_calloc(cap, sizeof(*t));
+		if (!t) {
+			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
+		}
+		if (e->trace_n) {
+			memcpy(t, e->trace, e->trace_n * sizeof(*t));
+		}
+		zinf_free(e->trace);
+		e->trace = t;
+		e->trace_cap = cap;
+	}
+	e->trace[e->trace_n++] = layer;
+	return 0;
+}
+
+/* Follow (or record) the trace at a fetch of `layer`. */
+static int
+trace_fetch(struct zinf_engine *e, int32_t layer)
+{
+	if (!e->o.record_trace) {
+		return 0;
+	}
+	if (e->tr_state == TRACE_RECORDING) {
+		return trace_push(e, layer);
+	}
+	if (e->tr_state != TRACE_VALID) {
+		return 0;
+	}
+	if (e->cursor < e->trace_n && e->trace[e->cursor] == layer) {
+		e->cursor++;
+		e->trace_hits++;
+		return 0;
+	}
+	e->trace_misses++;
+	e->trace_invalidations++;
+	if (!e->warned_trace) {
+		e->warned_trace = true;
+		ENG_WARN(e,
+			 "fetch: layer %d at position %u differs from the recorded trace (%d): "
+			 "trace invalidated, recorded again from the next micro-batch (warned "
+			 "once)",
+			 layer, e->cursor, e->cursor < e->trace_n ? e->trace[e->cursor] : -1);
+	}
+	e->tr_state = TRACE_INVALID;
+	return 0;
+}
+
+/* End of a micro-batch (zinf_engine_step). */
+void
+eng_trace_micro_end(struct zinf_engine *e)
+{
+	if (!e->o.record_trace) {
+		return;
+	}
+	if (e->tr_state == TRACE_RECORDING && e->trace_n > 0) {
+		e->tr_state = TRACE_VALID;
+	} else if (e->tr_state == TRACE_INVALID) {
+		e->trace_n = 0;
+		e->tr_state = TRACE_RECORDING;
+	}
+	e->cursor = 0;
+}
+
+/* Elements fetched in the trace from position `from` until `layer` comes again, or UINT64_MAX. */
+static uint64_t
+reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
+{
+	uint64_t d = 0;
+	for (uint32_t i = from; i < e->trace_n; i++) {
+		if (e->trace[i] == layer) {
+			return d;
+		}
+		d += eng_layer(e, e->trace[i])->gather_elems;
+	}
+	return UINT64_MAX;
+}
+
+/* Gather the layers that follow in the trace, within the prefetch and live budgets. */
+static int
+prefetch(struct zinf_engine *e)
+{
+	if (e->tr_state != TRACE_VALID) {
+		return 0;
+	}
+	int ret = 0;
+	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
+		struct elayer *l = eng_layer(e, e->trace[i]);
+		if (l->gathered || l->fetched || l->gather_elems == 0) {
+			continue;
+		}
+		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
+		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
+			break;
+		}
+		ret = gather_start(e, l);
+		l->prefetched = true;
+		e->pf_inflight += l->gather_elems;
+	}
+	return ret;
+}
+
+int
+zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
+{
+	int ret = eng_ready(e, "fetch");
+	if (ret) {
+		return ret;
+	}
+	struct elayer *l = eng_layer(e, layer);
+	if (!l || l->fetched) {
+		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
+				l ? "is already fetched" : "is unknown");
+	}
+	double t0 = eng_now();
+	if (e->window_t0 < 0) {
+		e->window_t0 = t0;
+	}
+	if (e->o.stage < 3) {
+		l->fetched = true;
+		return 0;
+	}
+	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
+		return ret;
+	}
+	if ((ret = trace_fetch(e, layer))) {
+		return ret;
+	}
+	if (!l->gathered && l->gather_elems > 0) {
+		/* make room: drop layers kept or prefetched but not fetched */
+		for (uint32_t i = 0; i < e->n_layers && !ret; i++) {
+			struct elayer *k = &e->layers[i];
+			if (e->live_elems + l->gather_elems <= e->o.stage3_max_live_parameters) {
+				break;
+			}
+			if (k->gathered && !k->fetched && k != l) {
+				ret = drop(e, k);
+			}
+		}
+		if (ret) {
+			return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+		}
+		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
+		    !e->warned_live) {
+			e->warned_live = true;
+			ENG_WARN(e,
+				 "fetch: layer %d (%" PRIu64 " elements) with %" PRIu64
+				 " live passes stage3_max_live_parameters (%" PRIu64
+				 "); fetched anyway (warned once)",
+				 layer, l->gather_elems, e->live_elems,
+				 e->o.stage3_max_live_parameters);
+		}
+		ret = gather_start(e, l);
+	}
+	if (!ret) {
+		ret = gather_finish(e, l);
+	}
+	if (l->prefetched) {
+		e->pf_inflight -= l->gather_elems;
+		l->prefetched = false;
+	}
+	if (ret) {
+		drop(e, l);
+		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+	}
+	l->fetched = true;
+	e->win.exposed_fetch_s += eng_now() - t0;
+	if ((ret = prefetch(e))) {
+		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
+	}
+	return 0;
+}
+
+int
+zinf_engine_release(struct zinf_engine *e, int32_t layer)
+{
+	int ret = eng_ready(e, "release");
+	if (ret) {
+		return ret;
+	}
+	struct elayer *l = eng_layer(e, layer);
+	if (!l || !l->fetched) {
+		return ENG_FAIL(e, -EINVAL, "release: layer %d %s", layer,
+				l ? "is not fetched" : "is unknown");
+	}
+	l->fetched = false;
+	if (e->o.stage < 3 || !l->gathered) {
+		return 0;
+	}
+	/* kept when the trace fetches it again soon and the live bound allows */
+	if (e->tr_state == TRACE_VALID &&
+	    reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
+	    e->live_elems <= e->o.stage3_max_live_parameters) {
+		return 0;
+	}
+	return (ret = drop(e, l)) ? eng_fail(e, ret) : 0;
+}
+
+int
+zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
+{
+	int ret = eng_ready(e, "param");
+	if (ret) {
+		return ret;
+	}
+	if (id >= e->n_params || !dev) {
+		return ENG_FAIL(e, -EINVAL, "param: %s", dev ? "unknown parameter id" : "NULL dev");
+	}
+	struct eparam *p = &e->params[id];
+	if (!p->dev_full ||
+	    (e->o.stage == 3 && !p->persistent && !eng_layer(e, p->layer)->fetched)) {
+		return ENG_FAIL(e, -EINVAL, "param: parameter \"%s\": layer %d is not fetched",
+				p->name, p->layer);
+	}
+	*dev = p->dev_full;
+	return 0;
+}
+
+int
+eng_refresh_persistent(struct zinf_engine *e)
+{
+	int ret = 0;
+	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
+		if (e->params[i].persistent) {
+			ret = eng_gather_full(e, &e->params[i]);
+		}
+	}
+	return ret;
+}

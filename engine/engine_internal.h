@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_internal.h: the ZeRO engine's private state (struct zinf_engine, struct eparam,
+ * struct elayer, the gradient buckets) and the helpers its files share. Not installed.
+ *
+ * Files: engine.c (options, create/destroy, getters, stats, lr), engine_param.c (add_param,
+ * init: layout, tiers, initial values), engine_fetch.c (stage 3 gather/release, persistence,
+ * live bound), engine_grad.c (buckets, reduction, accumulation), engine_step.c (the optimizer
+ * step per sub-group, the new 16-bit values to their homes, the post-step all-gather,
+ * read_master).
+ *
+ * Streams: the trainer's compute stream and one engine stream (`cs`) that runs every copy,
+ * cast and accumulation of the engine in order; cross-stream order is by events only. Host
+ * collectives ("mpi", "single") run on the calling thread after cs was synchronised; "nccl"
+ * collectives are ordered on cs (its native handle is the communicator's stream).
+ */
+#ifndef ZINF_ENGINE_INTERNAL_H
+#define ZINF_ENGINE_INTERNAL_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/util.h"
+#include "zinf/engine.h"
+#include "zinf/offload.h"
+
+/* Where a piece of work queues its copies and counts its bytes: the calling thread's (cs and
+ * the window's counters) or the step worker's (its stream and counters). */
+struct ectx {
+	struct zinf_stream *s;
+	struct zinf_engine_stats *st;
+};
+
+/* The step worker (step during backward): sub-groups handed in the order they become final. */
+struct eworker {
+	pthread_t th;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;   /* work queued, or stop */
+	pthread_cond_t done; /* a sub-group finished */
+	uint32_t *queue;     /* n_sg entries */
+	uint32_t head, tail; /* queued [head, tail) */
+	uint32_t finished;   /* sub-groups done this step */
+	bool stop;
+	bool began; /* zinf_step_begin called for this step */
+	int err;
+	struct zinf_stream *ws;
+	struct zinf_engine_stats st;
+	struct ectx x;
+};
+
+/* One registered parameter. */
+struct eparam {
+	char *name;
+	uint64_t numel;
+	int32_t layer;
+	uint32_t id;
+	enum zinf_dtype init_dtype;
+	const void *init;
+	zinf_param_init_fn init_fn;
+	void *init_ctx;
+
+	struct zinf_comm_part part; /* W-partition (W = 1 at stage 0) */
+	uint64_t flat_off;	    /* offset of this rank's partition in the flat partition */
+	uint32_t sg;		    /* sub-group holding it */
+	bool persistent;	    /* stage 3: always gathered */
+	bool grad_done;		    /* gradient handed in this micro-batch */
+
+	/* 16-bit values (opts.dtype) */
+	void *dev_full;	       /* stages 0-2 and persistent: padded elements, always valid;
+				  stage 3: the gathered buffer while fetched (else NULL) */
+	struct gbuf *gathered; /* stage 3, not persistent: the free-list entry of dev_full */
+	void *dev_part;	       /* stage 3, param tier none: this rank's partition */
+	void *cpu_part;	       /* stage 3, param tier cpu: pinned partition */
+	int store_id;	       /* stage 3, param tier nvme: the store tensor */
+};
+
+/* A layer: the parameters fetched together. */
+struct elayer {
+	int32_t layer;
+	uint32_t n;
+	uint32_t *params;
+	uint64_t gather_elems;	     /* padded elements of its non-persistent parameters */
+	struct zinf_comm_req **reqs; /* n: all-gathers in flight (stage 3) */
+	bool fetched;		     /* between fetch and release */
+	bool gathered;		     /* its buffers hold the values (fetched, prefetched, kept) */
+	bool prefetched;	     /* gathered ahead of its fetch */
+};
+
+/* A gathered device buffer (stage 3), on a size-keyed free list when not in use. */
+struct gbuf {
+	void *dev;
+	size_t bytes;
+	struct zinf_event *released; /* recorded on compute at release: reuse after it */
+	struct gbuf *next;
+};
+
+/* A gradient bucket: fp32 on the device; the collective runs in place (all-reduce) or into
+ * recv (reduce-scatter). */
+struct bucket {
+	float *dev;	 /* capacity elements */
+	float *dev_recv; /* reduce-scatter: capacity / W elements */
+	uint64_t used;	 /* elements (full tensors for all-reduce; per segment for
+			    reduce-scatter) */
+	uint32_t n;	 /* parameters in it */
+	uint32_t *params;
+	uint64_t *offs; /* parameter i's offset in the bucket (segment offset for RS) */
+	struct zinf_comm_req *req;
+	bool posted;
+};
+
+struct zinf_engine {
+	struct zinf_engine_opts o;
+	char *device_backend, *comm_backend, *io_backend, *swap_prefix;
+	char *param_paths[ZINF_ENGINE_MAX_PATHS], *optim_paths[ZINF_ENGINE_MAX_PATHS];
+	struct zinf_device *dev;
+	bool own_dev;
+	struct zinf_comm *comm;
+	bool own_comm;
+	bool host_comm; /* collectives on host buffers on the calling thread */
+	int rank, world, W;
+	struct zinf_stream *compute;
+	struct zinf_stream *cs;
+	struct zinf_event *ev_compute, *ev_cs;
+	struct ectx main;	  /* {cs, &win} */
+	struct ectx *cb;	  /* the context zinf_step's copy callback writes with */
+	pthread_mutex_t store_mu; /* the parameter store: fetch (caller) and the step worker */
+	bool store_mu_init;
+	struct eworker w;
+	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
+
+	struct zinf_optimizer *opt;
+	float lr;      /* set by zinf_engine_set_lr */
+	float step_lr; /* in the optimizer: latched for the step in progress */
+	uint32_t nparts;
+
+	/* parameters and layers */
+	uint32_t n_params, cap_params;
+	struct eparam *params;
+	uint32_t n_layers;
+	struct elayer *layers; /* sorted by layer */
+	uint32_t *order;       /* parameter ids in flat (backward) order */
+	bool inited;
+	int failed;
+
+	/* flat partition and sub-groups */
+	uint64_t flat_n;
+	uint32_t n_sg;
+	uint64_t *sg_end;     /* exclusive ends */
+	uint32_t *sg_params;  /* parameters per sub-group */
+	uint32_t *sg_pending; /* parameters whose gradient is not yet accumulated */
+	uint64_t max_sg;      /* longest sub-group */
+
+	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
+	enum zinf_offload_device otier, ptier;
+	void *state[ZINF_OPTIM_MAX_PARTS]; /* flat arrays: device (none) or pinned (cpu) */
+	float *grad_part;		   /* fp32 accumulation: device (none) or pinned */
+	float *host_stage;		   /* pinned: bucket capacity elements (cpu/nvme) */
+	void *dev_copy;			   /* device: ZINF_STEP_CHUNK elements of dtype */
+	void *host_copy;		   /* host: ZINF_STEP_CHUNK elements of dtype */
+	struct zinf_pool *opool, *ppool;
+	struct zinf_io *io;
+	struct zinf_swap *oswap, *pswap;
+	struct zinf_step *step;
+	struct zinf_store *store;
+
+	/* gradients */
+	uint64_t bucket_cap; /* elements */
+	struct bucket bk[2];
+	int cur;	     /* bucket being filled */
+	uint32_t micro;	     /* micro-batch index in the window */
+	uint32_t grads_seen; /* gradients handed this micro-batch */
+	bool step_begun;
+
+	/* stage 3 */
+	struct gbuf *free_list;
+	uint64_t live_elems, peak_live, persistent_elems;
+	uint64_t pf_inflight; /* elements prefetched, not yet fetched */
+	bool warned_live, warned_trace;
+	enum { TRACE_NONE, TRACE_RECORDING, TRACE_VALID, TRACE_INVALID } tr_state;
+	int32_t *trace;
+	uint32_t trace_n, trace_cap, cursor;
+	uint64_t trace_hits, trace_misses, trace_invalidations;
+
+	/* statistics */
+	int64_t steps;
+	uint64_t micro_steps;
+	struct zinf_engine_stats win; /* the current window's byte counters and times */
+	struct zinf_engine_stats last;
+	double window_t0;
+	uint32_t stepped_early;
+};
+
+#define ENG_FAIL(e, err, fmt, ...)                                                                 \
+	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "engine rank %d: " fmt, \
+		      (e)->rank, ##__VA_ARGS__)
+#define ENG_WARN(e, fmt, ...)                                                                      \
+	zinf_log_emit(0, ZINF_LOG_WARN, __FILE__, __LINE__, __func__, "engine rank %d: " fmt,      \
+		      (e)->rank, ##__VA_ARGS__)
+
+/* engine.c */
+int eng_fail(struct zinf_engine *e, int err); /* keep the first fatal error; returns err */
+int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
+struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
+double eng_now(void);
+size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
+/* queue on `to` a wait for everything queued on `from` so far */
+int eng_latch_lr(struct zinf_engine *e);
+int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to);
+
+/* engine_param.c */
+int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
+			 const void *src, bool src_dev, uint64_t n);
+void eng_param_free(struct zinf_engine *e);
+int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
+		  struct zinf_swap **out);
+
+/* engine_fetch.c */
+int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */
+int eng_refresh_persistent(struct zinf_engine *e);
+int eng_gather_after_step(struct zinf_engine *e);
+int eng_fetch_drop_all(struct zinf_engine *e);
+void eng_trace_micro_end(struct zinf_engine *e);
+void eng_fetch_free(struct zinf_engine *e);
+
+/* engine_grad.c */
+int eng_grad_setup(struct zinf_engine *e);
+int eng_grad_flush(struct zinf_engine *e); /* close the current bucket, complete every one */
+void eng_grad_free(struct zinf_engine *e);
+
+/* engine_step.c */
+int eng_step_setup(struct zinf_engine *e);
+int eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master);
+int eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* none/cpu */
+void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
+int eng_step_run(struct zinf_engine *e);		/* the whole step at the boundary */
+void eng_step_free(struct zinf_engine *e);
+
+#endif

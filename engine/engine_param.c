@@ -1,0 +1,560 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_param.c: parameter registration and zinf_engine_init(): the partitions, the
+ * persistent parameters, the flat partition in backward order and its sub-groups, the 16-bit
+ * parameter tiers (device tensors, pinned CPU partitions or NVMe tensors of a zinf_store),
+ * and the initial values, one sub-group at a time. Also the one function that writes new
+ * 16-bit values to their homes (eng_param_home_write), for init and for the step. The
+ * optimizer state's tiers are engine_step.c's, the buckets engine_grad.c's.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+int
+zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
+{
+	if (!e || !d) {
+		return ZINF_FAIL(-EINVAL, "engine: add_param with a NULL %s",
+				 e ? "desc" : "engine");
+	}
+	if (e->inited) {
+		return ENG_FAIL(e, -EINVAL, "add_param \"%s\" after zinf_engine_init",
+				d->name ? d->name : "?");
+	}
+	if (d->size < offsetof(struct zinf_param_desc, init_ctx) + sizeof(void *) ||
+	    d->size > sizeof(*d)) {
+		return ENG_FAIL(e, -EINVAL, "add_param: desc size %zu (call zinf_param_desc_init)",
+				d->size);
+	}
+	if (!d->name || !d->name[0] || d->numel == 0 || d->layer < 0) {
+		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": %s", d->name ? d->name : "(null)",
+				!d->name || !d->name[0] ? "no name"
+				: d->numel == 0		? "numel is 0"
+							: "layer < 0");
+	}
+	if (d->init && zinf_dtype_size(d->init_dtype) == 0) {
+		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": init_dtype %d unknown", d->name,
+				(int)d->init_dtype);
+	}
+	if (zinf_engine_param_find(e, d->name) >= 0) {
+		return ENG_FAIL(e, -EINVAL, "add_param: \"%s\" is already registered", d->name);
+	}
+	if (e->n_params == INT32_MAX) {
+		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": too many parameters", d->name);
+	}
+	if (e->n_params == e->cap_params) {
+		uint32_t cap = e->cap_params ? e->cap_params * 2 : 16;
+		struct eparam *np = zinf_calloc(cap, sizeof(*np));
+		if (!np) {
+			return ENG_FAIL(e, -ENOMEM, "add_param \"%s\": out of memory", d->name);
+		}
+		if (e->n_params) {
+			memcpy(np, e->params, e->n_params * sizeof(*np));
+		}
+		zinf_free(e->params);
+		e->params = np;
+		e->cap_params = cap;
+	}
+	struct eparam *p = &e->params[e->n_params];
+	memset(p, 0, sizeof(*p));
+	p->name = zinf_strdup(d->name);
+	if (!p->name) {
+		return ENG_FAIL(e, -ENOMEM, "add_param \"%s\": out of memory", d->name);
+	}
+	p->numel = d->numel;
+	p->layer = d->layer;
+	p->id = e->n_params;
+	p->init_dtype = d->init_dtype;
+	p->init = d->init;
+	p->init_fn = d->init_fn;
+	p->init_ctx = d->init_ctx;
+	p->store_id = -1;
+	return (int)e->n_params++;
+}
+
+/* ---- layout -------------------------------------------------------------------------------- */
+
+/* Backward order: layers last to first, within a layer ids descending. */
+static bool
+before(const struct zinf_engine *e, uint32_t a, uint32_t b)
+{
+	const struct eparam *pa = &e->params[a], *pb = &e->params[b];
+	if (pa->layer != pb->layer) {
+		return pa->layer > pb->layer;
+	}
+	return pa->id > pb->id;
+}
+
+static void
+sort_backward(const struct zinf_engine *e, uint32_t *v, uint32_t *tmp, uint32_t n)
+{
+	if (n < 2) {
+		return;
+	}
+	uint32_t h = n / 2;
+	sort_backward(e, v, tmp, h);
+	sort_backward(e, v + h, tmp, n - h);
+	uint32_t i = 0, j = h, k = 0;
+	while (i < h || j < n) {
+		tmp[k++] = (j >= n || (i < h && !before(e, v[j], v[i]))) ? v[i++] : v[j++];
+	}
+	memcpy(v, tmp, n * sizeof(*v));
+}
+
+static int
+build_layers(struct zinf_engine *e)
+{
+	/* parameters in backward order, then layers ascending from the reversed list */
+	e->order = zinf_calloc(e->n_params, sizeof(uint32_t));
+	e->layers = zinf_calloc(e->n_params, sizeof(struct elayer));
+	if (!e->order || !e->layers) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for %u parameters", e->n_params);
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		e->order[i] = i;
+	}
+	uint32_t *tmp = zinf_calloc(e->n_params, sizeof(uint32_t));
+	if (!tmp) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for %u parameters", e->n_params);
+	}
+	sort_backward(e, e->order, tmp, e->n_params);
+	zinf_free(tmp);
+	for (uint32_t i = e->n_params; i-- > 0;) {
+		struct eparam *p = &e->params[e->order[i]];
+		struct elayer *l = e->n_layers ? &e->layers[e->n_layers - 1] : NULL;
+		if (!l || l->layer != p->layer) {
+			l = &e->layers[e->n_layers++];
+			l->layer = p->layer;
+		}
+		l->n++;
+	}
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		e->layers[i].params = zinf_calloc(e->layers[i].n, sizeof(uint32_t));
+		e->layers[i].reqs = zinf_calloc(e->layers[i].n, sizeof(struct zinf_comm_req *));
+		if (!e->layers[i].params || !e->layers[i].reqs) {
+			return ENG_FAIL(e, -ENOMEM, "init: out of memory for layer lists");
+		}
+		e->layers[i].n = 0;
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) { /* registration order within a layer */
+		struct elayer *l = eng_layer(e, e->params[i].layer);
+		l->params[l->n++] = i;
+	}
+	return 0;
+}
+
+static int
+build_partitions(struct zinf_engine *e)
+{
+	uint64_t persist = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		int ret = zinf_comm_partition(p->numel, e->W, e->W == 1 ? 0 : e->rank, &p->part);
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"init: parameter \"%s\": cannot partition %" PRIu64
+					" elements",
+					p->name, p->numel);
+		}
+		if (e->o.stage == 3 && p->numel <= e->o.stage3_param_persistence_threshold &&
+		    persist + p->numel <= e->o.stage3_model_persistence_threshold) {
+			p->persistent = true;
+			persist += p->numel;
+			e->persistent_elems += p->part.padded;
+		}
+		if (e->o.stage == 3 && !p->persistent) {
+			eng_layer(e, p->layer)->gather_elems += p->part.padded;
+		}
+	}
+	/* flat partition and sub-groups of whole parameters */
+	e->sg_end = zinf_calloc(e->n_params, sizeof(uint64_t));
+	e->sg_params = zinf_calloc(e->n_params, sizeof(uint32_t));
+	e->sg_pending = zinf_calloc(e->n_params, sizeof(uint32_t));
+	if (!e->sg_end || !e->sg_params || !e->sg_pending) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for sub-groups");
+	}
+	uint64_t off = 0, sg_start = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[e->order[i]];
+		uint64_t len = p->part.part;
+		if (e->n_sg > 0 && off > sg_start && off - sg_start + len > e->o.sub_group_size) {
+			sg_start = off; /* close the sub-group before p */
+		}
+		if (off == sg_start) {
+			e->n_sg++;
+		}
+		p->flat_off = off;
+		p->sg = e->n_sg - 1;
+		e->sg_params[p->sg]++;
+		off += len;
+		e->sg_end[p->sg] = off;
+	}
+	e->flat_n = off;
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		uint64_t len = e->sg_end[k] - (k ? e->sg_end[k - 1] : 0);
+		e->max_sg = ZINF_MAX(e->max_sg, len);
+		e->sg_pending[k] = e->sg_params[k];
+	}
+	return 0;
+}
+
+/* ---- the 16-bit tiers ---------------------------------------------------------------------- */
+
+static int
+open_io(struct zinf_engine *e)
+{
+	if (e->io) {
+		return 0;
+	}
+	struct zinf_io_opts io;
+	zinf_io_opts_init(&io);
+	io.backend = e->o.io_backend;
+	io.queue_depth = e->o.aio.queue_depth;
+	io.block_size = e->o.aio.block_size;
+	io.threads = e->o.aio.intra_op_parallelism;
+	int ret = zinf_io_create(&io, &e->io);
+	return ret ? ENG_FAIL(e, ret, "init: cannot open the I/O context for the NVMe tiers") : 0;
+}
+
+int
+eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
+	      struct zinf_swap **out)
+{
+	int ret = open_io(e);
+	if (ret) {
+		return ret;
+	}
+	char prefix[256];
+	snprintf(prefix, sizeof(prefix), "%s-%s", e->o.swap_prefix, what);
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	so.dirs = s->nvme_path;
+	so.n_dirs = s->n_paths;
+	so.rank = e->rank;
+	so.prefix = prefix;
+	ret = zinf_swap_create(e->io, &so, out);
+	return ret ? ENG_FAIL(e, ret, "init: swap space for %s under %s", what, s->nvme_path[0])
+		   : 0;
+}
+
+static int
+param_tiers(struct zinf_engine *e)
+{
+	size_t ds = eng_dsize(e);
+	int ret;
+	uint64_t cpu_bytes = 0, max_part = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		if (e->o.stage < 3 || p->persistent) {
+			ret = zinf_device_alloc(e->dev, p->part.padded * ds, &p->dev_full);
+			if (ret) {
+				return ENG_FAIL(e, ret,
+						"init: parameter \"%s\": device memory for "
+						"%zu elements",
+						p->name, p->part.padded);
+			}
+		}
+		if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NONE) {
+			ret = zinf_device_alloc(e->dev, p->part.part * ds, &p->dev_part);
+			if (ret) {
+				return ENG_FAIL(e, ret, "init: parameter \"%s\": device partition",
+						p->name);
+			}
+		}
+		if (e->ptier == ZINF_OFFLOAD_NVME &&
+		    p->part.part > e->o.offload_param.buffer_size) {
+			return ENG_FAIL(
+				e, -EINVAL,
+				"init: parameter \"%s\": partition of %zu elements is larger "
+				"than zero_optimization.offload_param.buffer_size (%" PRIu64 ")",
+				p->name, p->part.part, e->o.offload_param.buffer_size);
+		}
+		cpu_bytes += ZINF_ALIGN_UP(p->part.part * ds, 4096);
+		max_part = ZINF_MAX(max_part, p->part.part);
+	}
+	if (e->o.stage < 3 || e->ptier == ZINF_OFFLOAD_NONE) {
+		return 0;
+	}
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.pin_memory = e->o.offload_param.pin_memory;
+	po.pin_fallback = true;
+	po.device = e->dev;
+	po.what = "offload_param";
+	if (e->ptier == ZINF_OFFLOAD_CPU) {
+		po.cpu_bytes = cpu_bytes;
+	} else {
+		if ((ret = eng_open_swap(e, &e->o.offload_param, "param", &e->pswap))) {
+			return ret;
+		}
+		po.align = zinf_swap_align(e->pswap);
+		po.buffer_bytes = ZINF_ALIGN_UP(max_part * ds, po.align);
+		po.buffer_count = e->o.offload_param.buffer_count;
+		po.io = e->io;
+	}
+	if ((ret = zinf_pool_create(&po, &e->ppool))) {
+		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
+	}
+	if (e->ptier == ZINF_OFFLOAD_CPU) {
+		for (uint32_t i = 0; i < e->n_params; i++) {
+			struct eparam *p = &e->params[i];
+			if ((ret = zinf_pool_cpu_alloc(e->ppool, p->part.part * ds,
+						       &p->cpu_part))) {
+				return ENG_FAIL(e, ret, "init: parameter \"%s\": CPU partition",
+						p->name);
+			}
+			memset(p->cpu_part, 0, p->part.part * ds);
+		}
+		return 0;
+	}
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.pool = e->ppool;
+	so.swap = e->pswap;
+	so.max_in_cpu = e->o.offload_param.max_in_cpu;
+	if ((ret = zinf_store_create(&so, &e->store))) {
+		return ENG_FAIL(e, ret, "init: parameter store");
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		ret = zinf_store_add(e->store, "param16", i, p->part.part, (uint32_t)ds,
+				     ZINF_TIER_NVME);
+		if (ret < 0) {
+			return ENG_FAIL(e, ret, "init: parameter \"%s\": NVMe tensor", p->name);
+		}
+		p->store_id = ret;
+	}
+	if ((ret = zinf_swap_reserve(e->pswap))) {
+		return ENG_FAIL(e, ret, "init: reserving the parameters' swap files");
+	}
+	return 0;
+}
+
+void
+eng_param_free(struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		if (!p->gathered) {
+			zinf_device_free(e->dev, p->dev_full);
+		}
+		zinf_device_free(e->dev, p->dev_part);
+		p->dev_full = p->dev_part = NULL;
+	}
+	zinf_store_destroy(e->store);
+	e->store = NULL;
+	zinf_pool_destroy(e->ppool);
+	e->ppool = NULL;
+	zinf_swap_destroy(e->pswap);
+	e->pswap = NULL;
+	zinf_io_destroy(e->io); /* after both swap spaces (engine_step.c frees its own first) */
+	e->io = NULL;
+}
+
+/* The first parameter (in flat order) whose partition ends after flat index x. */
+static uint32_t
+flat_find(const struct zinf_engine *e, uint64_t x)
+{
+	uint32_t lo = 0, hi = e->n_params;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		const struct eparam *p = &e->params[e->order[mid]];
+		if (p->flat_off + p->part.part <= x) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	return lo;
+}
+
+static int
+write_nvme(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+	   const void *src, bool src_dev, uint64_t len)
+{
+	size_t ds = eng_dsize(e);
+	bool whole = off == 0 && len == p->part.part;
+	void *buf;
+	int ret = zinf_store_swap_in(e->store, p->store_id, whole ? ZINF_STORE_NEW : 0);
+	if (!ret) {
+		ret = zinf_store_wait(e->store, p->store_id, &buf);
+	}
+	if (ret) {
+		return ENG_FAIL(e, ret, "parameter \"%s\": reading its NVMe partition", p->name);
+	}
+	if (src_dev) {
+		ret = zinf_device_copy(x->s, (char *)buf + off * ds, src, len * ds, ZINF_COPY_D2H);
+		if (!ret) {
+			ret = zinf_stream_sync(x->s);
+		}
+	} else {
+		memcpy((char *)buf + off * ds, src, len * ds);
+	}
+	if (!ret) {
+		ret = zinf_store_mark_dirty(e->store, p->store_id);
+	}
+	int r2 = zinf_store_release(e->store, p->store_id);
+	ret = ret ? ret : r2;
+	x->st->nvme_write_bytes += p->part.part * ds;
+	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
+}
+
+/*
+ * Write new 16-bit values of flat elements [flat_start, flat_start + n) (src: n elements of
+ * opts.dtype, on the device or the host) to each parameter's home: stages 0-2 and stage 3 with
+ * the parameter tier none: device memory; cpu: the pinned partition; nvme: the store. Copies
+ * run on cs; a host source is synchronised before returning (the caller may reuse it).
+ */
+int
+eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
+		     const void *src, bool src_dev, uint64_t n)
+{
+	size_t ds = eng_dsize(e);
+	const char *s = src;
+	int ret = 0;
+	bool queued = false;
+	for (uint32_t i = flat_find(e, flat_start); i < e->n_params && n > 0; i++) {
+		struct eparam *p = &e->params[e->order[i]];
+		uint64_t off = flat_start - p->flat_off;
+		uint64_t len = ZINF_MIN(n, p->part.part - off);
+		if (e->o.stage < 3) {
+			char *dst = (char *)p->dev_full + (p->part.offset + off) * ds;
+			ret = zinf_device_copy(x->s, dst, s, len * ds,
+					       src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
+			queued = true;
+		} else if (e->ptier == ZINF_OFFLOAD_NONE) {
+			ret = zinf_device_copy(x->s, (char *)p->dev_part + off * ds, s, len * ds,
+					       src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
+			queued = true;
+		} else if (e->ptier == ZINF_OFFLOAD_CPU) {
+			if (src_dev) {
+				ret = zinf_device_copy(x->s, (char *)p->cpu_part + off * ds, s,
+						       len * ds, ZINF_COPY_D2H);
+				x->st->d2h_bytes += len * ds;
+			} else {
+				memcpy((char *)p->cpu_part + off * ds, s, len * ds);
+			}
+		} else {
+			pthread_mutex_lock(&e->store_mu);
+			ret = write_nvme(e, x, p, off, s, src_dev, len);
+			pthread_mutex_unlock(&e->store_mu);
+		}
+		if (ret) {
+			return ret;
+		}
+		if (!src_dev && queued) {
+			x->st->h2d_bytes += len * ds;
+		}
+		s += len * ds;
+		flat_start += len;
+		n -= len;
+	}
+	if (!src_dev && queued && (ret = zinf_stream_sync(x->s))) {
+		return ENG_FAIL(e, ret, "copying new parameter values to the device");
+	}
+	return 0;
+}
+
+/* ---- initial values ------------------------------------------------------------------------ */
+
+static int
+init_values(struct zinf_engine *e, struct eparam *p, float *out)
+{
+	uint64_t first = p->part.offset, count = p->part.count;
+	if (count == 0) {
+		return 0;
+	}
+	int ret = 0;
+	if (p->init) {
+		size_t isz = zinf_dtype_size(p->init_dtype);
+		ret = zinf_dtype_convert(out, ZINF_F32, (const char *)p->init + first * isz,
+					 p->init_dtype, count);
+	} else if (p->init_fn) {
+		ret = p->init_fn(p->init_ctx, p->id, first, count, out);
+	} else {
+		memset(out, 0, count * sizeof(float));
+	}
+	return ret ? ENG_FAIL(e, ret, "init: parameter \"%s\": initial values", p->name) : 0;
+}
+
+static int
+write_initial(struct zinf_engine *e)
+{
+	size_t ds = eng_dsize(e);
+	float *master = zinf_calloc(e->max_sg ? e->max_sg : 1, sizeof(float));
+	void *copy = zinf_calloc(e->max_sg ? e->max_sg : 1, ds);
+	int ret = 0;
+	if (!master || !copy) {
+		ret = ENG_FAIL(e, -ENOMEM,
+			       "init: out of memory for one sub-group (%" PRIu64 " elements)",
+			       e->max_sg);
+		goto out;
+	}
+	uint32_t i = 0;
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		uint64_t start = k ? e->sg_end[k - 1] : 0, len = e->sg_end[k] - start;
+		memset(master, 0, len * sizeof(float));
+		for (; i < e->n_params && e->params[e->order[i]].sg == k && !ret; i++) {
+			struct eparam *p = &e->params[e->order[i]];
+			ret = init_values(e, p, master + (p->flat_off - start));
+		}
+		if (!ret) {
+			ret = eng_step_load_master(e, k, master);
+		}
+		if (!ret) {
+			ret = zinf_dtype_convert(copy, e->o.dtype, master, ZINF_F32, len);
+		}
+		if (!ret) {
+			ret = eng_param_home_write(e, &e->main, start, copy, false, len);
+		}
+	}
+out:
+	zinf_free(master);
+	zinf_free(copy);
+	return ret;
+}
+
+int
+zinf_engine_init(struct zinf_engine *e)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: init with a NULL engine");
+	}
+	if (e->failed) {
+		return e->failed;
+	}
+	if (e->inited || e->n_params == 0) {
+		return ENG_FAIL(e, -EINVAL, "init: %s",
+				e->inited ? "called twice" : "no parameter registered");
+	}
+	int ret;
+	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
+	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write_initial(e))) {
+		return eng_fail(e, ret == -EINVAL ? ret : ret);
+	}
+	/* stages 1-2: every rank wrote its partition of each tensor; stage 3: persistent ones */
+	if (e->o.stage > 0) {
+		for (uint32_t i = 0; i < e->n_params && !ret; i++) {
+			struct eparam *p = &e->params[i];
+			if (e->o.stage < 3 || p->persistent) {
+				ret = eng_gather_full(e, p);
+			}
+		}
+		if (ret) {
+			return eng_fail(e, ret);
+		}
+	}
+	if ((ret = eng_order(e, e->cs, e->compute))) {
+		return eng_fail(e, ret);
+	}
+	e->tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
+	e->live_elems = e->persistent_elems;
+	e->peak_live = e->live_elems;
+	e->inited = true;
+	return 0;
+}

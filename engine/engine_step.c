@@ -1,0 +1,604 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_step.c: the optimizer step of the engine. The fp32 master and the optimizer's
+ * parts live over the flat partition: tier none in device memory, tier cpu in the pinned
+ * pool's CPU region (both stepped here, sub-group by sub-group, cut every ZINF_STEP_CHUNK
+ * elements with index0 the piece's flat index, as zinf_step cuts), tier nvme in a swap space
+ * stepped by zinf_step with the engine's sub-group ends and a copy callback. The new 16-bit
+ * values go home through eng_param_home_write; stages 1-2 all-gather them after the step and
+ * stage 3 refreshes its persistent parameters. Also zinf_engine_step() (end of a micro-batch)
+ * and zinf_engine_read_master(). Gradient reduction is engine_grad.c's.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static uint64_t
+sg_start(const struct zinf_engine *e, uint32_t k)
+{
+	return k ? e->sg_end[k - 1] : 0;
+}
+
+static int
+copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
+{
+	struct zinf_engine *e = ctx;
+	return eng_param_home_write(e, e->cb, sg_start(e, k), copy, false, n);
+}
+
+static uint64_t
+bucket_cap(const struct zinf_engine *e)
+{
+	uint64_t total = 0, maxp = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		total += e->params[i].part.padded;
+		maxp = ZINF_MAX(maxp, e->params[i].part.padded);
+	}
+	uint64_t cap = ZINF_MAX(ZINF_MIN(e->o.reduce_bucket_size, total), maxp);
+	return ZINF_ALIGN_UP(cap, (uint64_t)e->world);
+}
+
+static int
+nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
+{
+	int ret = eng_open_swap(e, &e->o.offload_optimizer, "optim", &e->oswap);
+	if (ret) {
+		return ret;
+	}
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = e->flat_n;
+	so.sub_group_size = e->o.sub_group_size;
+	so.tier = ZINF_TIER_NVME;
+	so.swap = e->oswap;
+	so.optimizer = e->opt;
+	so.copy_dtype = e->o.dtype;
+	so.rank = e->rank;
+	so.sub_group_ends = e->sg_end;
+	so.n_sub_groups = e->n_sg;
+	so.copy_fn = copy_cb;
+	so.copy_ctx = e;
+	uint32_t align = zinf_swap_align(e->oswap);
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
+	po.buffer_count = e->o.offload_optimizer.buffer_count;
+	po.cpu_bytes = cpu_bytes;
+	po.align = align;
+	po.pin_memory = e->o.offload_optimizer.pin_memory;
+	po.pin_fallback = true;
+	po.io = e->io;
+	po.device = e->dev;
+	po.what = "offload_optimizer";
+	if (po.buffer_bytes == 0) {
+		return ENG_FAIL(e, -EINVAL, "init: optimizer sub-groups too large for a buffer");
+	}
+	if ((ret = zinf_pool_create(&po, &e->opool))) {
+		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
+	}
+	so.pool = e->opool;
+	if ((ret = zinf_step_create(&so, &e->step))) {
+		return ENG_FAIL(e, ret, "init: optimizer step over NVMe");
+	}
+	if ((ret = zinf_swap_reserve(e->oswap))) {
+		return ENG_FAIL(e, ret, "init: reserving the optimizer's swap files");
+	}
+	return 0;
+}
+
+static int worker_start(struct zinf_engine *e);
+static void worker_stop(struct zinf_engine *e);
+
+int
+eng_step_setup(struct zinf_engine *e)
+{
+	int r0 = e->o.step_during_backward ? worker_start(e) : 0;
+	if (r0) {
+		return r0;
+	}
+	size_t ds = eng_dsize(e);
+	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
+	int ret;
+	e->bucket_cap = bucket_cap(e);
+	if (e->otier == ZINF_OFFLOAD_NONE) {
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			uint32_t pb = zinf_optimizer_part_bytes(e->opt, i);
+			if ((ret = zinf_device_alloc(e->dev, e->flat_n * pb, &e->state[i])) ||
+			    (ret = zinf_device_fill(e->cs, e->state[i],
+						    pb == 4 ? ZINF_F32 : ZINF_BF16, 0.0f,
+						    e->flat_n))) {
+				return ENG_FAIL(e, ret, "init: device memory for optimizer part %s",
+						zinf_optimizer_part_name(e->opt, i));
+			}
+		}
+		if ((ret = zinf_device_alloc(e->dev, e->flat_n * 4, (void **)&e->grad_part)) ||
+		    (ret = zinf_device_fill(e->cs, e->grad_part, ZINF_F32, 0.0f, e->flat_n)) ||
+		    (ret = zinf_device_alloc(e->dev, chunk * ds, &e->dev_copy))) {
+			return ENG_FAIL(e, ret, "init: device memory for the gradient partition");
+		}
+		return zinf_stream_sync(e->cs);
+	}
+	/* pinned: the gradient partition, the bucket staging, the copy chunk (cpu: the state) */
+	uint64_t cpu = ZINF_ALIGN_UP(e->flat_n * 4, 4096) + ZINF_ALIGN_UP(e->bucket_cap * 4, 4096) +
+		       ZINF_ALIGN_UP(chunk * ds, 4096);
+	if (e->otier == ZINF_OFFLOAD_CPU) {
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			cpu += ZINF_ALIGN_UP(e->flat_n * zinf_optimizer_part_bytes(e->opt, i),
+					     4096);
+		}
+		struct zinf_pool_opts po;
+		zinf_pool_opts_init(&po);
+		po.cpu_bytes = cpu;
+		po.pin_memory = e->o.offload_optimizer.pin_memory;
+		po.pin_fallback = true;
+		po.device = e->dev;
+		po.what = "offload_optimizer";
+		if ((ret = zinf_pool_create(&po, &e->opool))) {
+			return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
+		}
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			uint64_t b = e->flat_n * zinf_optimizer_part_bytes(e->opt, i);
+			if ((ret = zinf_pool_cpu_alloc(e->opool, b, &e->state[i]))) {
+				return ENG_FAIL(e, ret, "init: optimizer part %s",
+						zinf_optimizer_part_name(e->opt, i));
+			}
+			memset(e->state[i], 0, b);
+		}
+	} else if ((ret = nvme_step(e, cpu))) {
+		return ret;
+	}
+	if ((ret = zinf_pool_cpu_alloc(e->opool, e->flat_n * 4, (void **)&e->grad_part)) ||
+	    (ret = zinf_pool_cpu_alloc(e->opool, e->bucket_cap * 4, (void **)&e->host_stage)) ||
+	    (ret = zinf_pool_cpu_alloc(e->opool, chunk * ds, &e->host_copy))) {
+		return ENG_FAIL(e, ret, "init: pinned gradient partition");
+	}
+	memset(e->grad_part, 0, e->flat_n * 4);
+	return 0;
+}
+
+void
+eng_step_free(struct zinf_engine *e)
+{
+	worker_stop(e);
+	zinf_step_destroy(e->step);
+	e->step = NULL;
+	if (e->otier == ZINF_OFFLOAD_NONE) {
+		for (uint32_t i = 0; i < ZINF_OPTIM_MAX_PARTS; i++) {
+			zinf_device_free(e->dev, e->state[i]);
+		}
+		zinf_device_free(e->dev, e->grad_part);
+		zinf_device_free(e->dev, e->dev_copy);
+	}
+	memset(e->state, 0, sizeof(e->state));
+	e->grad_part = NULL;
+	e->dev_copy = e->host_copy = NULL;
+	e->host_stage = NULL;
+	zinf_pool_destroy(e->opool);
+	e->opool = NULL;
+	zinf_swap_destroy(e->oswap);
+	e->oswap = NULL;
+}
+
+int
+eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master)
+{
+	uint64_t start = sg_start(e, k), len = e->sg_end[k] - start;
+	int ret;
+	if (e->otier == ZINF_OFFLOAD_NONE) {
+		ret = zinf_device_copy(e->cs, (float *)e->state[0] + start, master, len * 4,
+				       ZINF_COPY_H2D);
+		if (!ret) {
+			ret = zinf_stream_sync(e->cs);
+		}
+	} else if (e->otier == ZINF_OFFLOAD_CPU) {
+		memcpy((float *)e->state[0] + start, master, len * 4);
+		ret = 0;
+	} else {
+		const void *st[ZINF_OPTIM_MAX_PARTS] = {master};
+		ret = zinf_step_load(e->step, k, st);
+	}
+	return ret ? ENG_FAIL(e, ret, "init: sub-group %u: writing the master weights", k) : 0;
+}
+
+/* The optimizer on sub-group k, tiers none and cpu, its copies on x->s; the gradient of k is
+ * final in grad_part as seen from the host (host tiers) or from x->s (tier none). */
+int
+eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
+{
+	int64_t step = e->steps + 1;
+	uint64_t start = sg_start(e, k), end = e->sg_end[k];
+	bool on_dev = e->otier == ZINF_OFFLOAD_NONE;
+	bool host_dev = e->host_comm; /* the host device: device memory is host memory */
+	void *copy = on_dev ? e->dev_copy : e->host_copy;
+	int ret = 0;
+	for (uint64_t off = start; off < end && !ret; off += ZINF_STEP_CHUNK) {
+		size_t n = (size_t)ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, end - off);
+		void *parts[ZINF_OPTIM_MAX_PARTS] = {0};
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			parts[i] = (char *)e->state[i] + off * zinf_optimizer_part_bytes(e->opt, i);
+		}
+		double t0 = eng_now();
+		if (on_dev && !host_dev) {
+			struct zinf_adam_opts a;
+			zinf_adam_opts_init(&a);
+			a.lr = e->step_lr, a.beta1 = e->o.optimizer.beta1,
+			a.beta2 = e->o.optimizer.beta2;
+			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
+			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
+			a.bias_correction = e->o.optimizer.bias_correction;
+			ret = zinf_device_adam(x->s, &a, step, 1.0f, parts[0], e->grad_part + off,
+					       ZINF_F32, parts[1], parts[2], n, copy, e->o.dtype);
+		} else {
+			ret = zinf_optimizer_step(e->opt, step, 1.0f, parts, e->grad_part + off,
+						  ZINF_F32, off, n, copy, e->o.dtype);
+		}
+		x->st->optimizer_s += eng_now() - t0;
+		if (!ret) {
+			ret = eng_param_home_write(e, x, off, copy, on_dev, n);
+		}
+		if (!ret && on_dev && host_dev) {
+			ret = zinf_stream_sync(x->s); /* the copy buffer is reused on this thread */
+		}
+	}
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", step, k) : 0;
+}
+
+/* Sub-group k on the calling thread's context x (the worker's or the caller's). */
+static int
+step_one(struct zinf_engine *e, struct ectx *x, uint32_t k)
+{
+	if (!e->step) {
+		return eng_step_sub_group(e, x, k);
+	}
+	e->cb = x;
+	int ret = zinf_step_ready(e->step, k, e->grad_part + sg_start(e, k), ZINF_F32);
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
+}
+
+static void *
+worker_main(void *arg)
+{
+	struct zinf_engine *e = arg;
+	struct eworker *w = &e->w;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->stop && w->head == w->tail) {
+			pthread_cond_wait(&w->cv, &w->mu);
+		}
+		if (w->stop) {
+			break;
+		}
+		uint32_t k = w->queue[w->head++];
+		bool skip = w->err != 0;
+		pthread_mutex_unlock(&w->mu);
+		int ret = 0;
+		if (!skip) {
+			/* the accumulations of k were queued on cs before this event */
+			ret = zinf_event_sync(e->sg_ev[k]);
+			if (!ret && e->step && !w->began) {
+				ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+				w->began = ret == 0;
+			}
+			if (!ret) {
+				ret = step_one(e, &w->x, k);
+			}
+		}
+		pthread_mutex_lock(&w->mu);
+		if (ret && !w->err) {
+			w->err = ret;
+		}
+		w->finished++;
+		pthread_cond_broadcast(&w->done);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static int
+worker_start(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	int ret;
+	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
+	e->sg_ev = zinf_calloc(e->n_sg, sizeof(*e->sg_ev));
+	if (!w->queue || !e->sg_ev) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		if ((ret = zinf_event_create(e->dev, &e->sg_ev[k]))) {
+			return ENG_FAIL(e, ret, "init: events of the step worker");
+		}
+	}
+	if ((ret = zinf_stream_create(e->dev, "zinf-step", &w->ws))) {
+		return ENG_FAIL(e, ret, "init: the step worker's stream");
+	}
+	w->x.s = w->ws;
+	w->x.st = &w->st;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	pthread_cond_init(&w->done, NULL);
+	if ((ret = pthread_create(&w->th, NULL, worker_main, e))) {
+		pthread_cond_destroy(&w->done);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		return ENG_FAIL(e, -ret, "init: cannot start the step worker thread");
+	}
+	w->started = true;
+	return 0;
+}
+
+static void
+worker_stop(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	if (w->started) {
+		pthread_mutex_lock(&w->mu);
+		w->stop = true;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->th, NULL);
+		pthread_cond_destroy(&w->done);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		w->started = false;
+	}
+	zinf_stream_destroy(w->ws);
+	w->ws = NULL;
+	for (uint32_t k = 0; e->sg_ev && k < e->n_sg; k++) {
+		zinf_event_destroy(e->sg_ev[k]);
+	}
+	zinf_free(e->sg_ev);
+	e->sg_ev = NULL;
+	zinf_free(w->queue);
+	w->queue = NULL;
+}
+
+/* Sub-group k's gradient is final (the boundary micro-batch): hand it to the worker. */
+void
+eng_step_final(struct zinf_engine *e, uint32_t k)
+{
+	struct eworker *w = &e->w;
+	if (!w->started) {
+		return; /* stepped after backward, in eng_step_run */
+	}
+	int ret = zinf_event_record(e->sg_ev[k], e->cs);
+	pthread_mutex_lock(&w->mu);
+	if (ret && !w->err) {
+		w->err = ret;
+	}
+	w->queue[w->tail++] = k;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Wait for every sub-group handed to the worker; its error, if any. */
+static int
+worker_wait(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	pthread_mutex_lock(&w->mu);
+	while (w->finished < w->tail) {
+		pthread_cond_wait(&w->done, &w->mu);
+	}
+	int ret = w->err;
+	pthread_mutex_unlock(&w->mu);
+	return ret;
+}
+
+/* The end of the step: every sub-group stepped (the worker's, then the rest here). */
+static int
+step_all(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	int ret = 0;
+	if (w->started) {
+		ret = worker_wait(e);
+		if (!ret && w->tail < e->n_sg) {
+			ret = ENG_FAIL(e, -EPROTO, "step: %u of %u sub-groups final", w->tail,
+				       e->n_sg);
+		}
+		if (!ret) {
+			ret = zinf_stream_sync(w->ws);
+		}
+		bool began = w->began;
+		w->head = w->tail = w->finished = 0;
+		w->err = 0;
+		w->began = false;
+		if (e->step && began) {
+			int r2 = zinf_step_finish(e->step);
+			ret = ret ? ret : r2;
+		}
+		/* fold the worker's counters into the window's */
+		e->win.h2d_bytes += w->st.h2d_bytes;
+		e->win.d2h_bytes += w->st.d2h_bytes;
+		e->win.nvme_write_bytes += w->st.nvme_write_bytes;
+		e->win.optimizer_s += w->st.optimizer_s;
+		memset(&w->st, 0, sizeof(w->st));
+		return ret;
+	}
+	if (e->step) {
+		ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+			ret = step_one(e, &e->main, k);
+		}
+		int r2 = zinf_step_finish(e->step);
+		return ret ? ret : r2;
+	}
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		ret = step_one(e, &e->main, k);
+	}
+	return ret;
+}
+
+/* The whole step at the accumulation boundary: every sub-group, then the all-gathers. */
+int
+eng_step_run(struct zinf_engine *e)
+{
+	int ret = zinf_stream_sync(e->cs); /* every accumulation is in grad_part */
+	if (ret) {
+		return eng_fail(e, ENG_FAIL(e, ret, "step: the engine stream failed"));
+	}
+	ret = step_all(e);
+	if (e->step) {
+		struct zinf_step_stats st = {.size = sizeof(st)};
+		if (!zinf_step_get_stats(e->step, &st)) {
+			e->win.nvme_read_bytes += st.read_bytes;
+			e->win.nvme_write_bytes += st.write_bytes;
+			e->win.optimizer_s += st.optim_s;
+		}
+	}
+	if (ret) {
+		return eng_fail(e, ret);
+	}
+	if ((ret = eng_gather_after_step(e)) || (ret = eng_order(e, e->cs, e->compute))) {
+		return eng_fail(e, ret);
+	}
+	e->steps++;
+	return 0;
+}
+
+int
+zinf_engine_step(struct zinf_engine *e)
+{
+	int ret = eng_ready(e, "step");
+	if (ret) {
+		return ret;
+	}
+	for (uint32_t i = 0; i < e->n_layers; i++) {
+		if (e->layers[i].fetched) {
+			return ENG_FAIL(e, -EINVAL,
+					"step: layer %d is still fetched (release it "
+					"first)",
+					e->layers[i].layer);
+		}
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		if (!e->params[i].grad_done) {
+			return ENG_FAIL(e, -EINVAL,
+					"step: no gradient for parameter \"%s\" in "
+					"micro-batch %u",
+					e->params[i].name, e->micro);
+		}
+	}
+	double t0 = eng_now();
+	if (e->window_t0 < 0) {
+		e->window_t0 = t0;
+	}
+	e->stepped_early = e->w.tail; /* handed to the worker before this call */
+	if ((ret = eng_order(e, e->compute, e->cs)) || (ret = eng_grad_flush(e))) {
+		return eng_fail(e, ret);
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		e->params[i].grad_done = false;
+	}
+	e->grads_seen = 0;
+	e->micro_steps++;
+	if (e->o.stage == 3) {
+		eng_trace_micro_end(e);
+	}
+	if (e->micro + 1 < e->o.gradient_accumulation_steps) {
+		e->micro++;
+		return 0;
+	}
+	if ((ret = eng_step_run(e))) {
+		return ret;
+	}
+	if (e->o.stage == 3 && (ret = eng_fetch_drop_all(e))) {
+		return eng_fail(e, ret);
+	}
+	e->micro = 0;
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		e->sg_pending[k] = e->sg_params[k];
+	}
+	double t1 = eng_now();
+	e->win.exposed_step_s = t1 - t0;
+	e->win.step_s = t1 - e->window_t0;
+	e->win.sub_groups = e->n_sg;
+	e->win.stepped_during_backward = e->stepped_early;
+	e->last = e->win;
+	memset(&e->win, 0, sizeof(e->win));
+	e->window_t0 = -1;
+	e->stepped_early = 0;
+	return 1;
+}
+
+/* All-gather part floats per rank (mine is inside full, host memory) into full. */
+static int
+gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, uint64_t padded)
+{
+	if (e->host_comm) {
+		return eng_fail(e, zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL));
+	}
+	/* nccl: device buffers, ordered on cs (the communicator's stream) */
+	float *dev = NULL;
+	int ret = zinf_device_alloc(e->dev, padded * 4, (void **)&dev);
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, dev + (mine - full), mine, part * 4, ZINF_COPY_H2D);
+	}
+	if (!ret) {
+		ret = eng_fail(e, zinf_comm_all_gather(e->comm, dev + (mine - full), dev, part,
+						       ZINF_F32, NULL));
+	}
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, full, dev, padded * 4, ZINF_COPY_D2H);
+	}
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	zinf_device_free(e->dev, dev);
+	return ret;
+}
+
+int
+zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
+{
+	int ret = eng_ready(e, "read_master");
+	if (ret) {
+		return ret;
+	}
+	if (id >= e->n_params || !out) {
+		return ENG_FAIL(e, -EINVAL, "read_master: %s",
+				out ? "unknown parameter id" : "NULL out");
+	}
+	if (e->micro != 0 || e->grads_seen != 0) {
+		return ENG_FAIL(e, -EINVAL, "read_master: inside an accumulation window");
+	}
+	struct eparam *p = &e->params[id];
+	uint64_t part = p->part.part, k0 = sg_start(e, p->sg);
+	uint64_t sglen = e->sg_end[p->sg] - k0;
+	float *full = zinf_calloc(p->part.padded, sizeof(float));
+	float *sg = e->step ? zinf_calloc(sglen, sizeof(float)) : NULL;
+	if (!full || (e->step && !sg)) {
+		ret = ENG_FAIL(e, -ENOMEM, "read_master \"%s\": out of memory", p->name);
+		goto out;
+	}
+	float *mine = full + (size_t)(e->W == 1 ? 0 : e->rank) * part;
+	if (e->otier == ZINF_OFFLOAD_NONE) {
+		ret = zinf_device_copy(e->cs, mine, (float *)e->state[0] + p->flat_off, part * 4,
+				       ZINF_COPY_D2H);
+		if (!ret) {
+			ret = zinf_stream_sync(e->cs);
+		}
+	} else if (e->otier == ZINF_OFFLOAD_CPU) {
+		memcpy(mine, (float *)e->state[0] + p->flat_off, part * 4);
+	} else {
+		void *st[ZINF_OPTIM_MAX_PARTS] = {sg};
+		ret = zinf_step_save(e->step, p->sg, st);
+		if (!ret) {
+			memcpy(mine, sg + (p->flat_off - k0), part * 4);
+		}
+	}
+	if (!ret && e->W > 1) {
+		ret = gather_master(e, mine, full, part, p->part.padded);
+	}
+	if (ret) {
+		ret = ENG_FAIL(e, ret, "read_master: parameter \"%s\"", p->name);
+	} else {
+		memcpy(out, full, p->numel * sizeof(float));
+	}
+out:
+	zinf_free(full);
+	zinf_free(sg);
+	return ret;
+}
