@@ -67,10 +67,10 @@ struct model {
 struct bufs {
 	struct gpt_acts acts;
 	gpt_real *acts_base;
-	int *tokens, *targets;				  /* [N] */
-	gpt_real *dblock[2];				  /* two block gradients, alternated */
-	gpt_real *dwte, *dwpe, *dlnf;			  /* dlnf: [2C] weight then bias */
-	gpt_real *f32_embed, *f32_block, *f32_lnf;	  /* bf16 engines: f32 copies */
+	int *tokens, *targets;			   /* [N] */
+	gpt_real *dblock[2];			   /* two block gradients, alternated */
+	gpt_real *dwte, *dwpe, *dlnf;		   /* dlnf: [2C] weight then bias */
+	gpt_real *f32_embed, *f32_block, *f32_lnf; /* bf16 engines: f32 copies */
 };
 
 struct timers {
@@ -131,38 +131,96 @@ parse_int(const char *opt, const char *s, int lo, int hi, int *out)
 static int
 parse_args(int argc, char **argv, struct args *a)
 {
-	*a = (struct args){.config = GPT_DEFAULT_CONFIG, .scratch_parent = ".", .steps = 300,
-			   .layers = 4, .heads = 4, .hidden = 64, .context = 32, .vocab = 64,
-			   .batch = 16, .grad_accum = 1, .fanout = 4, .lr = NAN, .seed = 1,
+	*a = (struct args){.config = GPT_DEFAULT_CONFIG,
+			   .scratch_parent = ".",
+			   .steps = 300,
+			   .layers = 4,
+			   .heads = 4,
+			   .hidden = 64,
+			   .context = 32,
+			   .vocab = 64,
+			   .batch = 16,
+			   .grad_accum = 1,
+			   .fanout = 4,
+			   .lr = NAN,
+			   .seed = 1,
 			   .steps_per_print = -1};
-	enum { O_STEPS = 256, O_LAYERS, O_HEADS, O_HIDDEN, O_CONTEXT, O_VOCAB, O_BATCH, O_GA,
-	       O_LR, O_FANOUT, O_SEED, O_JSON, O_NVME, O_SCRATCH, O_SPP, O_SAB, O_NOPROG,
-	       O_QUIET, O_CONFIG, O_HELP };
-	static const struct option opts[] = {
-		{"config", 1, 0, O_CONFIG},	  {"steps", 1, 0, O_STEPS},
-		{"layers", 1, 0, O_LAYERS},	  {"heads", 1, 0, O_HEADS},
-		{"hidden", 1, 0, O_HIDDEN},	  {"context", 1, 0, O_CONTEXT},
-		{"vocab", 1, 0, O_VOCAB},	  {"batch", 1, 0, O_BATCH},
-		{"grad-accum", 1, 0, O_GA},	  {"lr", 1, 0, O_LR},
-		{"fanout", 1, 0, O_FANOUT},	  {"seed", 1, 0, O_SEED},
-		{"json", 1, 0, O_JSON},		  {"nvme-path", 1, 0, O_NVME},
-		{"scratch-parent", 1, 0, O_SCRATCH}, {"steps-per-print", 1, 0, O_SPP},
-		{"step-after-backward", 0, 0, O_SAB}, {"no-progress", 0, 0, O_NOPROG},
-		{"quiet", 0, 0, O_QUIET},	  {"help", 0, 0, O_HELP},
-		{0, 0, 0, 0}};
+	enum {
+		O_STEPS = 256,
+		O_LAYERS,
+		O_HEADS,
+		O_HIDDEN,
+		O_CONTEXT,
+		O_VOCAB,
+		O_BATCH,
+		O_GA,
+		O_LR,
+		O_FANOUT,
+		O_SEED,
+		O_JSON,
+		O_NVME,
+		O_SCRATCH,
+		O_SPP,
+		O_SAB,
+		O_NOPROG,
+		O_QUIET,
+		O_CONFIG,
+		O_HELP
+	};
+	static const struct option opts[] = {{"config", 1, 0, O_CONFIG},
+					     {"steps", 1, 0, O_STEPS},
+					     {"layers", 1, 0, O_LAYERS},
+					     {"heads", 1, 0, O_HEADS},
+					     {"hidden", 1, 0, O_HIDDEN},
+					     {"context", 1, 0, O_CONTEXT},
+					     {"vocab", 1, 0, O_VOCAB},
+					     {"batch", 1, 0, O_BATCH},
+					     {"grad-accum", 1, 0, O_GA},
+					     {"lr", 1, 0, O_LR},
+					     {"fanout", 1, 0, O_FANOUT},
+					     {"seed", 1, 0, O_SEED},
+					     {"json", 1, 0, O_JSON},
+					     {"nvme-path", 1, 0, O_NVME},
+					     {"scratch-parent", 1, 0, O_SCRATCH},
+					     {"steps-per-print", 1, 0, O_SPP},
+					     {"step-after-backward", 0, 0, O_SAB},
+					     {"no-progress", 0, 0, O_NOPROG},
+					     {"quiet", 0, 0, O_QUIET},
+					     {"help", 0, 0, O_HELP},
+					     {0, 0, 0, 0}};
 	int c, r = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1 && !r) {
 		switch (c) {
-		case O_CONFIG: a->config = optarg; break;
-		case O_STEPS: r = parse_int("--steps", optarg, 1, 100000000, &a->steps); break;
-		case O_LAYERS: r = parse_int("--layers", optarg, 1, 1024, &a->layers); break;
-		case O_HEADS: r = parse_int("--heads", optarg, 1, 1024, &a->heads); break;
-		case O_HIDDEN: r = parse_int("--hidden", optarg, 1, 65536, &a->hidden); break;
-		case O_CONTEXT: r = parse_int("--context", optarg, 1, 65536, &a->context); break;
-		case O_VOCAB: r = parse_int("--vocab", optarg, 2, 1 << 24, &a->vocab); break;
-		case O_BATCH: r = parse_int("--batch", optarg, 1, 1 << 20, &a->batch); break;
-		case O_GA: r = parse_int("--grad-accum", optarg, 1, 1 << 20, &a->grad_accum); break;
-		case O_FANOUT: r = parse_int("--fanout", optarg, 1, 1 << 24, &a->fanout); break;
+		case O_CONFIG:
+			a->config = optarg;
+			break;
+		case O_STEPS:
+			r = parse_int("--steps", optarg, 1, 100000000, &a->steps);
+			break;
+		case O_LAYERS:
+			r = parse_int("--layers", optarg, 1, 1024, &a->layers);
+			break;
+		case O_HEADS:
+			r = parse_int("--heads", optarg, 1, 1024, &a->heads);
+			break;
+		case O_HIDDEN:
+			r = parse_int("--hidden", optarg, 1, 65536, &a->hidden);
+			break;
+		case O_CONTEXT:
+			r = parse_int("--context", optarg, 1, 65536, &a->context);
+			break;
+		case O_VOCAB:
+			r = parse_int("--vocab", optarg, 2, 1 << 24, &a->vocab);
+			break;
+		case O_BATCH:
+			r = parse_int("--batch", optarg, 1, 1 << 20, &a->batch);
+			break;
+		case O_GA:
+			r = parse_int("--grad-accum", optarg, 1, 1 << 20, &a->grad_accum);
+			break;
+		case O_FANOUT:
+			r = parse_int("--fanout", optarg, 1, 1 << 24, &a->fanout);
+			break;
 		case O_SPP:
 			r = parse_int("--steps-per-print", optarg, 1, 1 << 30, &a->steps_per_print);
 			break;
@@ -170,20 +228,39 @@ parse_args(int argc, char **argv, struct args *a)
 			char *end;
 			a->lr = strtod(optarg, &end);
 			if (*end || !(a->lr >= 0)) {
-				fprintf(stderr, "zinf_gpt: --lr %s: expected a number >= 0\n", optarg);
+				fprintf(stderr, "zinf_gpt: --lr %s: expected a number >= 0\n",
+					optarg);
 				r = -1;
 			}
 			break;
 		}
-		case O_SEED: a->seed = strtoull(optarg, NULL, 0); break;
-		case O_JSON: a->json = optarg; break;
-		case O_NVME: a->nvme_path = optarg; break;
-		case O_SCRATCH: a->scratch_parent = optarg; break;
-		case O_SAB: a->step_after_backward = true; break;
-		case O_NOPROG: a->no_progress = true; break;
-		case O_QUIET: a->quiet = true; break;
-		case O_HELP: usage(stdout); exit(0);
-		default: usage(stderr); return -1;
+		case O_SEED:
+			a->seed = strtoull(optarg, NULL, 0);
+			break;
+		case O_JSON:
+			a->json = optarg;
+			break;
+		case O_NVME:
+			a->nvme_path = optarg;
+			break;
+		case O_SCRATCH:
+			a->scratch_parent = optarg;
+			break;
+		case O_SAB:
+			a->step_after_backward = true;
+			break;
+		case O_NOPROG:
+			a->no_progress = true;
+			break;
+		case O_QUIET:
+			a->quiet = true;
+			break;
+		case O_HELP:
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
 		}
 	}
 	if (!r && optind < argc) {
@@ -191,8 +268,8 @@ parse_args(int argc, char **argv, struct args *a)
 		r = -1;
 	}
 	if (!r && a->hidden % a->heads) {
-		fprintf(stderr, "zinf_gpt: --hidden %d is not a multiple of --heads %d\n", a->hidden,
-			a->heads);
+		fprintf(stderr, "zinf_gpt: --hidden %d is not a multiple of --heads %d\n",
+			a->hidden, a->heads);
 		r = -1;
 	}
 	if (!r && a->fanout > a->vocab) {
@@ -544,9 +621,8 @@ static void
 bufs_free(struct trainer *t)
 {
 	struct bufs *b = &t->b;
-	void *all[] = {b->acts_base, b->tokens, b->targets, b->dblock[0], b->dblock[1],
-		       b->dwte,	     b->dwpe,	b->dlnf,    b->f32_embed, b->f32_block,
-		       b->f32_lnf};
+	void *all[] = {b->acts_base, b->tokens, b->targets,   b->dblock[0], b->dblock[1], b->dwte,
+		       b->dwpe,	     b->dlnf,	b->f32_embed, b->f32_block, b->f32_lnf};
 	if (!t->dev) {
 		return;
 	}
@@ -607,8 +683,7 @@ progress(int step, int steps, double loss, double floor_)
 }
 
 static void
-logcb(void *ctx, enum zinf_log_level l, const char *file, int line, const char *fn,
-      const char *msg)
+logcb(void *ctx, enum zinf_log_level l, const char *file, int line, const char *fn, const char *msg)
 {
 	(void)file, (void)line, (void)fn;
 	const int *rank = ctx;
@@ -631,6 +706,7 @@ main(int argc, char **argv)
 	char scratch[4096] = "";
 	int rc = 1, r, log_rank = -1;
 	int *host_tok = NULL;
+	float *rank_loss = NULL;
 
 	if (parse_args(argc, argv, &a)) {
 		return 2;
@@ -667,14 +743,16 @@ main(int argc, char **argv)
 		goto out;
 	}
 	if (cfg.fp16.enabled) {
-		fprintf(stderr, "zinf_gpt: %s: fp16 needs loss scaling, which this example does not "
-				"do yet: use bf16 or fp32\n",
+		fprintf(stderr,
+			"zinf_gpt: %s: fp16 needs loss scaling, which this example does not "
+			"do yet: use bf16 or fp32\n",
 			a.config);
 		goto out;
 	}
 	if (cfg.gradient_clipping > 0 && lead) {
-		fprintf(stderr, "zinf_gpt: warning: gradient_clipping %g is not applied (the engine "
-				"has no clipping yet)\n",
+		fprintf(stderr,
+			"zinf_gpt: warning: gradient_clipping %g is not applied (the engine "
+			"has no clipping yet)\n",
 			cfg.gradient_clipping);
 	}
 	struct zinf_engine_opts eo = cfg.engine; /* paths still owned by cfg */
@@ -687,8 +765,8 @@ main(int argc, char **argv)
 	bool need_scratch = false;
 	for (int s = 0; s < 2; s++) {
 		for (uint32_t i = 0; i < sec[s]->n_paths; i++) {
-			need_scratch |= !a.nvme_path && !strcmp(sec[s]->nvme_path[i],
-								GPT_SCRATCH_PATH);
+			need_scratch |=
+				!a.nvme_path && !strcmp(sec[s]->nvme_path[i], GPT_SCRATCH_PATH);
 		}
 	}
 	if (need_scratch) {
@@ -712,8 +790,12 @@ main(int argc, char **argv)
 	}
 	t.gas = (int)eo.gradient_accumulation_steps;
 	t.dtype = eo.dtype;
-	t.m.d = (struct gpt_dims){.V = a.vocab, .T = a.context, .C = a.hidden, .NH = a.heads,
-				  .L = a.layers, .B = (int)cfg.train_micro_batch_size_per_gpu};
+	t.m.d = (struct gpt_dims){.V = a.vocab,
+				  .T = a.context,
+				  .C = a.hidden,
+				  .NH = a.heads,
+				  .L = a.layers,
+				  .B = (int)cfg.train_micro_batch_size_per_gpu};
 	t.m.seed = a.seed;
 	int spp = a.steps_per_print > 0 ? a.steps_per_print : (int)cfg.steps_per_print;
 	if (spp < 1) {
@@ -764,8 +846,8 @@ main(int argc, char **argv)
 		       t.world > 1 ? "s" : "", zinf_comm_backend(comm));
 		printf("model: %d layers, %d heads, hidden %d, context %d, vocab %d: %llu "
 		       "parameters; batch %d x %d x %d ranks = %lld sequences per step\n",
-		       d->L, d->NH, d->C, d->T, d->V, (unsigned long long)t.m.n_params, d->B,
-		       t.gas, t.world, (long long)cfg.train_batch_size);
+		       d->L, d->NH, d->C, d->T, d->V, (unsigned long long)t.m.n_params, d->B, t.gas,
+		       t.world, (long long)cfg.train_batch_size);
 		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
 		       "(uniform %.4f)%s%s\n",
 		       a.fanout, data.entropy, log((double)a.vocab), scratch[0] ? "; scratch " : "",
@@ -777,7 +859,7 @@ main(int argc, char **argv)
 	double sum_exp_fetch = 0, sum_exp_step = 0, sum_opt = 0, last_loss = NAN;
 	uint64_t sum_rd = 0, sum_wr = 0;
 	int tail_n = 0, steps_done = 0, tail_from = a.steps - a.steps / 10;
-	float *rank_loss = malloc((size_t)t.world * sizeof(float));
+	rank_loss = malloc((size_t)t.world * 2 * sizeof(float));
 	if (!rank_loss) {
 		goto out;
 	}
@@ -821,20 +903,23 @@ main(int argc, char **argv)
 				goto out;
 			}
 			if (r != (micro == t.gas - 1)) {
-				fprintf(stderr, "zinf_gpt: step %d micro-batch %d: step returned %d\n",
+				fprintf(stderr,
+					"zinf_gpt: step %d micro-batch %d: step returned %d\n",
 					step, micro, r);
 				goto out;
 			}
 		}
-		/* the step's loss: mean over the global batch, summed in rank order */
-		float mine = (float)(loss_sum / ((double)N * t.gas));
-		if ((r = zinf_comm_all_gather(comm, &mine, rank_loss, 1, ZINF_F32, NULL))) {
+		/* the step's loss: mean over the global batch, summed in rank order; each rank's
+		   mean travels as two floats (high part and remainder: 48 bits of the double) */
+		double mean = loss_sum / ((double)N * t.gas);
+		float mine[2] = {(float)mean, (float)(mean - (double)(float)mean)};
+		if ((r = zinf_comm_all_gather(comm, mine, rank_loss, 2, ZINF_F32, NULL))) {
 			fprintf(stderr, "zinf_gpt: loss all-gather: %s\n", zinf_strerror(r));
 			goto out;
 		}
 		double loss = 0;
 		for (int i = 0; i < t.world; i++) {
-			loss += rank_loss[i];
+			loss += (double)rank_loss[2 * i] + (double)rank_loss[2 * i + 1];
 		}
 		loss /= t.world;
 		double step_wall = zinf_now_s() - st0;
@@ -859,7 +944,8 @@ main(int argc, char **argv)
 		if (json) {
 			fprintf(json,
 				"{\"step\": %d, \"loss\": %.17g, \"floor\": %.17g, \"lr\": %.9g, "
-				"\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"nvme_read_bytes\": %llu, "
+				"\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"nvme_read_bytes\": "
+				"%llu, "
 				"\"nvme_write_bytes\": %llu, \"nvme_read_GBps\": %.6f, "
 				"\"nvme_write_GBps\": %.6f, \"pinned_bytes\": %lld, "
 				"\"exposed_fetch_s\": %.6f, \"exposed_step_s\": %.6f, "
@@ -901,7 +987,8 @@ main(int argc, char **argv)
 	if (lead) {
 		double to = tail_n ? tail_sum / tail_n : last_loss;
 		double other = total - t.tm.compute - t.tm.fetch - t.tm.grad - t.tm.step;
-		printf("summary: %d steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f (mean of the "
+		printf("summary: %d steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f (mean of "
+		       "the "
 		       "last %d steps), floor %.4f: %.0f%% of the way from %.4f (uniform)\n",
 		       steps_done, total, (double)N * t.gas * t.world * steps_done / total,
 		       first_loss, to, tail_n, data.entropy,
@@ -918,9 +1005,9 @@ main(int argc, char **argv)
 		       sum_wr / 1e6);
 		fflush(stdout);
 	}
-	free(rank_loss);
 	rc = g_stop ? 130 : 0;
 out:
+	free(rank_loss);
 	if (json) {
 		fclose(json);
 	}

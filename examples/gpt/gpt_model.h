@@ -37,15 +37,25 @@ struct gpt_dims {
 
 /* Tensors of one block, in their order inside the block's layer (and their zinf ids). */
 enum gpt_block_tensor {
-	GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_ATTPROJW, GPT_ATTPROJB,
-	GPT_LN2W, GPT_LN2B, GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB,
+	GPT_LN1W,
+	GPT_LN1B,
+	GPT_QKVW,
+	GPT_QKVB,
+	GPT_ATTPROJW,
+	GPT_ATTPROJB,
+	GPT_LN2W,
+	GPT_LN2B,
+	GPT_FCW,
+	GPT_FCB,
+	GPT_FCPROJW,
+	GPT_FCPROJB,
 	GPT_BLOCK_TENSORS
 };
 
 /* zinf layers: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the final LayerNorm. */
-#define GPT_LAYER_EMBED 0
+#define GPT_LAYER_EMBED	      0
 #define GPT_LAYER_BLOCK(d, l) (1 + (l))
-#define GPT_LAYER_LNF(d) ((d)->L + 1)
+#define GPT_LAYER_LNF(d)      ((d)->L + 1)
 
 /* Elements of each tensor of a block, and its offset in a contiguous copy of the block. */
 size_t gpt_block_numel(const struct gpt_dims *d, int tensor);
@@ -68,14 +78,14 @@ struct gpt_acts {
 	gpt_real *probs;		     /* [N, V] softmax, then the logits' gradient */
 	gpt_real *losses;		     /* [N] */
 	/* backward scratch */
-	gpt_real *dres;	     /* [N, C] the gradient flowing down the residual stream */
-	gpt_real *dres_b;    /* [N, C] */
-	gpt_real *dbig;	     /* [N, 4C] */
-	gpt_real *dbig2;     /* [N, 4C] */
-	gpt_real *datt;	     /* [B, NH, T, T] */
-	gpt_real *dpreatt;   /* [B, NH, T, T] */
-	gpt_real *dsmall;    /* [N, C] */
-	gpt_real *dsmall2;   /* [N, C] */
+	gpt_real *dres;	   /* [N, C] the gradient flowing down the residual stream */
+	gpt_real *dres_b;  /* [N, C] */
+	gpt_real *dbig;	   /* [N, 4C] */
+	gpt_real *dbig2;   /* [N, 4C] */
+	gpt_real *datt;	   /* [B, NH, T, T] */
+	gpt_real *dpreatt; /* [B, NH, T, T] */
+	gpt_real *dsmall;  /* [N, C] */
+	gpt_real *dsmall2; /* [N, C] */
 };
 
 /* Element count of the whole gpt_acts (one allocation carved by gpt_acts_carve). */
@@ -84,15 +94,13 @@ void gpt_acts_carve(const struct gpt_dims *d, gpt_real *base, struct gpt_acts *a
 
 /*
  * The operations, per layer. A block's parameters and gradients are GPT_BLOCK_TENSORS pointers
- * (each tensor its own zinf buffer; gpt_block_numel elements each); `tokens` and `targets` are [N] ints (device memory).
- *   encoder_forward:  a->encoded = wte[tokens] + wpe[t]
- *   block_forward:    block l on x (a->encoded for l = 0, else block l-1's res3)
- *   head_forward_backward: final LayerNorm (lnfw, lnfb) of the last block's output, logits =
- *                     lnf @ wte^T, per-position loss into a->losses; then backward: dwte = (=)
- *                     dlogits^T lnf, dlnfw, dlnfb (=), a->dres = d(last block output);
- *                     dloss is the loss gradient of every position (1 / positions averaged)
- *   block_backward:   from a->dres (d of block l's output) to a->dres (d of its input) and the
- *                     block's parameter gradients (=)
+ * (each tensor its own zinf buffer; gpt_block_numel elements each); `tokens` and `targets` are [N]
+ * ints (device memory). encoder_forward:  a->encoded = wte[tokens] + wpe[t] block_forward:    block
+ * l on x (a->encoded for l = 0, else block l-1's res3) head_forward_backward: final LayerNorm
+ * (lnfw, lnfb) of the last block's output, logits = lnf @ wte^T, per-position loss into a->losses;
+ * then backward: dwte = (=) dlogits^T lnf, dlnfw, dlnfb (=), a->dres = d(last block output); dloss
+ * is the loss gradient of every position (1 / positions averaged) block_backward:   from a->dres (d
+ * of block l's output) to a->dres (d of its input) and the block's parameter gradients (=)
  *   encoder_backward: dwte += scatter of a->dres, dwpe = (=) its sum over the batch
  */
 struct gpt_ops {
@@ -102,9 +110,9 @@ struct gpt_ops {
 	void (*block_forward)(const struct gpt_dims *d, struct gpt_acts *a, int l,
 			      const gpt_real *const *params);
 	void (*head_forward_backward)(const struct gpt_dims *d, struct gpt_acts *a,
-				      const int *targets, const gpt_real *wte,
-				      const gpt_real *lnfw, const gpt_real *lnfb, gpt_real dloss,
-				      gpt_real *dwte, gpt_real *dlnfw, gpt_real *dlnfb);
+				      const int *targets, const gpt_real *wte, const gpt_real *lnfw,
+				      const gpt_real *lnfb, gpt_real dloss, gpt_real *dwte,
+				      gpt_real *dlnfw, gpt_real *dlnfb);
 	void (*block_backward)(const struct gpt_dims *d, struct gpt_acts *a, int l,
 			       const gpt_real *const *params, gpt_real *const *grads);
 	void (*encoder_backward)(const struct gpt_dims *d, struct gpt_acts *a, const int *tokens,
