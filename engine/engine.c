@@ -394,6 +394,7 @@ zinf_engine_destroy(struct zinf_engine *e)
 	zinf_free(e->sg_end);
 	zinf_free(e->sg_params);
 	zinf_free(e->sg_pending);
+	zinf_free(e->sg_first);
 	for (uint32_t i = 0; i < ZINF_ENGINE_MAX_PATHS; i++) {
 		zinf_free(e->param_paths[i]);
 		zinf_free(e->optim_paths[i]);

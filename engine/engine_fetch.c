@@ -7,10 +7,7 @@
  * size-keyed free list: no device free on the hot path) and all-gathers in place; release
  * gives the buffers back after an event on the compute stream, which the next user waits for.
  * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
- * The trace: the first micro-batch records the order of fetches; later ones follow it (a
- * difference invalidates it: counted, warned once, recorded again from the next micro-batch).
- * Along a valid trace, a fetch starts gathering the layers that follow (within
- * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live), and a
+ * Along a valid trace (engine_trace.c), a fetch then gathers the following layers ahead and a
  * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
  * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
  */
@@ -140,9 +137,12 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 			struct gbuf *g = *pp;
 			*pp = g->next;
 			g->next = NULL;
+			e->free_bytes -= g->bytes;
 			*out = g;
-			/* the compute stream's last use of it, before the host collective writes */
-			return zinf_event_sync(g->released);
+			/* after the compute stream's last use of it: host collectives write from
+			   this thread, nccl and the copies from cs */
+			return e->host_comm ? zinf_event_sync(g->released)
+					    : zinf_stream_wait_event(e->cs, g->released);
 		}
 	}
 	struct gbuf *g = zinf_calloc(1, sizeof(*g));
@@ -163,10 +163,36 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 }
 
 static void
+gbuf_free(struct zinf_engine *e, struct gbuf *g)
+{
+	zinf_event_sync(g->released);
+	zinf_event_destroy(g->released);
+	zinf_device_free(e->dev, g->dev);
+	zinf_free(g);
+}
+
+/*
+ * Back to the free list (most recent first). The list keeps at most
+ * stage3_max_live_parameters elements' bytes: a model of many distinct sizes would otherwise
+ * keep a buffer of each, the whole model, on the device; the oldest go first.
+ */
+static void
 gbuf_put(struct zinf_engine *e, struct gbuf *g)
 {
 	g->next = e->free_list;
 	e->free_list = g;
+	e->free_bytes += g->bytes;
+	uint64_t cap = e->o.stage3_max_live_parameters * eng_dsize(e);
+	while (e->free_bytes > cap && e->free_list->next) {
+		struct gbuf **pp = &e->free_list;
+		while ((*pp)->next) {
+			pp = &(*pp)->next;
+		}
+		struct gbuf *old = *pp;
+		*pp = NULL;
+		e->free_bytes -= old->bytes;
+		gbuf_free(e, old);
+	}
 }
 
 void
@@ -195,11 +221,9 @@ eng_fetch_free(struct zinf_engine *e)
 	while (e->free_list) {
 		struct gbuf *g = e->free_list;
 		e->free_list = g->next;
-		zinf_event_sync(g->released);
-		zinf_event_destroy(g->released);
-		zinf_device_free(e->dev, g->dev);
-		zinf_free(g);
+		gbuf_free(e, g);
 	}
+	e->free_bytes = 0;
 }
 
 /* comm_check: every rank fetches the same layer, or every rank fails naming it. */
@@ -226,8 +250,8 @@ check_layer(struct zinf_engine *e, int32_t layer)
  * they overlap each other), then the all-gathers, left in flight in l->reqs. Every rank makes
  * the same calls (the decisions depend only on the calls the trainer made).
  */
-static int
-gather_start(struct zinf_engine *e, struct elayer *l)
+int
+eng_gather_start(struct zinf_engine *e, struct elayer *l)
 {
 	size_t ds = eng_dsize(e);
 	int ret = 0;
@@ -339,114 +363,6 @@ eng_fetch_drop_all(struct zinf_engine *e)
 	return ret;
 }
 
-/* ---- the trace ------------------------------------------------------------------------------ */
-
-static int
-trace_push(struct zinf_engine *e, int32_t layer)
-{
-	if (e->trace_n == e->trace_cap) {
-		uint32_t cap = e->trace_cap ? e->trace_cap * 2 : 64;
-		int32_t *t = zinf_calloc(cap, sizeof(*t));
-		if (!t) {
-			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
-		}
-		if (e->trace_n) {
-			memcpy(t, e->trace, e->trace_n * sizeof(*t));
-		}
-		zinf_free(e->trace);
-		e->trace = t;
-		e->trace_cap = cap;
-	}
-	e->trace[e->trace_n++] = layer;
-	return 0;
-}
-
-/* Follow (or record) the trace at a fetch of `layer`. */
-static int
-trace_fetch(struct zinf_engine *e, int32_t layer)
-{
-	if (!e->o.record_trace) {
-		return 0;
-	}
-	if (e->tr_state == TRACE_RECORDING) {
-		return trace_push(e, layer);
-	}
-	if (e->tr_state != TRACE_VALID) {
-		return 0;
-	}
-	if (e->cursor < e->trace_n && e->trace[e->cursor] == layer) {
-		e->cursor++;
-		e->trace_hits++;
-		return 0;
-	}
-	e->trace_misses++;
-	e->trace_invalidations++;
-	if (!e->warned_trace) {
-		e->warned_trace = true;
-		ENG_WARN(e,
-			 "fetch: layer %d at position %u differs from the recorded trace (%d): "
-			 "trace invalidated, recorded again from the next micro-batch (warned "
-			 "once)",
-			 layer, e->cursor, e->cursor < e->trace_n ? e->trace[e->cursor] : -1);
-	}
-	e->tr_state = TRACE_INVALID;
-	return 0;
-}
-
-/* End of a micro-batch (zinf_engine_step). */
-void
-eng_trace_micro_end(struct zinf_engine *e)
-{
-	if (!e->o.record_trace) {
-		return;
-	}
-	if (e->tr_state == TRACE_RECORDING && e->trace_n > 0) {
-		e->tr_state = TRACE_VALID;
-	} else if (e->tr_state == TRACE_INVALID) {
-		e->trace_n = 0;
-		e->tr_state = TRACE_RECORDING;
-	}
-	e->cursor = 0;
-}
-
-/* Elements fetched in the trace from position `from` until `layer` comes again, or UINT64_MAX. */
-static uint64_t
-reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
-{
-	uint64_t d = 0;
-	for (uint32_t i = from; i < e->trace_n; i++) {
-		if (e->trace[i] == layer) {
-			return d;
-		}
-		d += eng_layer(e, e->trace[i])->gather_elems;
-	}
-	return UINT64_MAX;
-}
-
-/* Gather the layers that follow in the trace, within the prefetch and live budgets. */
-static int
-prefetch(struct zinf_engine *e)
-{
-	if (e->tr_state != TRACE_VALID) {
-		return 0;
-	}
-	int ret = 0;
-	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
-		struct elayer *l = eng_layer(e, e->trace[i]);
-		if (l->gathered || l->fetched || l->gather_elems == 0) {
-			continue;
-		}
-		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
-		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
-			break;
-		}
-		ret = gather_start(e, l);
-		l->prefetched = true;
-		e->pf_inflight += l->gather_elems;
-	}
-	return ret;
-}
-
 int
 zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 {
@@ -470,7 +386,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
 		return ret;
 	}
-	if ((ret = trace_fetch(e, layer))) {
+	if ((ret = eng_trace_fetch(e, layer))) {
 		return ret;
 	}
 	if (!l->gathered && l->gather_elems > 0) {
@@ -497,7 +413,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 				 layer, l->gather_elems, e->live_elems,
 				 e->o.stage3_max_live_parameters);
 		}
-		ret = gather_start(e, l);
+		ret = eng_gather_start(e, l);
 	}
 	if (!ret) {
 		ret = gather_finish(e, l);
@@ -512,7 +428,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 	}
 	l->fetched = true;
 	e->win.exposed_fetch_s += eng_now() - t0;
-	if ((ret = prefetch(e))) {
+	if ((ret = eng_prefetch(e))) {
 		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
 	}
 	return 0;
@@ -531,12 +447,15 @@ zinf_engine_release(struct zinf_engine *e, int32_t layer)
 				l ? "is not fetched" : "is unknown");
 	}
 	l->fetched = false;
+	if (e->micro + 1 == e->o.gradient_accumulation_steps) {
+		eng_worker_pump(e); /* sub-groups of this layer may be final */
+	}
 	if (e->o.stage < 3 || !l->gathered) {
 		return 0;
 	}
 	/* kept when the trace fetches it again soon and the live bound allows */
 	if (e->tr_state == TRACE_VALID &&
-	    reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
+	    eng_reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
 	    e->live_elems <= e->o.stage3_max_live_parameters) {
 		return 0;
 	}

@@ -4,10 +4,11 @@
  * struct elayer, the gradient buckets) and the helpers its files share. Not installed.
  *
  * Files: engine.c (options, create/destroy, getters, stats, lr), engine_param.c (add_param,
- * init: layout, tiers, initial values), engine_fetch.c (stage 3 gather/release, persistence,
- * live bound), engine_grad.c (buckets, reduction, accumulation), engine_step.c (the optimizer
- * step per sub-group, the new 16-bit values to their homes, the post-step all-gather,
- * read_master).
+ * init: layout, tiers, initial values, the writer of new 16-bit values), engine_fetch.c
+ * (stage 3 gather/release, persistence, live bound), engine_trace.c (the fetch trace,
+ * prefetch), engine_grad.c (buckets, reduction, accumulation), engine_step.c (the optimizer
+ * step per sub-group, the post-step all-gather, read_master), engine_worker.c (the step
+ * worker of the step during backward).
  *
  * Streams: the trainer's compute stream and one engine stream (`cs`) that runs every copy,
  * cast and accumulation of the engine in order; cross-stream order is by events only. Host
@@ -130,6 +131,7 @@ struct zinf_engine {
 	bool store_mu_init;
 	struct eworker w;
 	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
+	uint8_t *sg_handed;	   /* sub-group k handed to the worker in this step */
 
 	struct zinf_optimizer *opt;
 	float lr;      /* set by zinf_engine_set_lr */
@@ -151,6 +153,7 @@ struct zinf_engine {
 	uint64_t *sg_end;     /* exclusive ends */
 	uint32_t *sg_params;  /* parameters per sub-group */
 	uint32_t *sg_pending; /* parameters whose gradient is not yet accumulated */
+	uint32_t *sg_first;   /* index in order[] of its first parameter */
 	uint64_t max_sg;      /* longest sub-group */
 
 	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
@@ -176,6 +179,7 @@ struct zinf_engine {
 
 	/* stage 3 */
 	struct gbuf *free_list;
+	uint64_t free_bytes; /* on the free list */
 	uint64_t live_elems, peak_live, persistent_elems;
 	uint64_t pf_inflight; /* elements prefetched, not yet fetched */
 	bool warned_live, warned_trace;
@@ -222,7 +226,13 @@ int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p-
 int eng_refresh_persistent(struct zinf_engine *e);
 int eng_gather_after_step(struct zinf_engine *e);
 int eng_fetch_drop_all(struct zinf_engine *e);
+int eng_gather_start(struct zinf_engine *e, struct elayer *l);
+
+/* engine_trace.c */
+int eng_trace_fetch(struct zinf_engine *e, int32_t layer);
 void eng_trace_micro_end(struct zinf_engine *e);
+uint64_t eng_reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer);
+int eng_prefetch(struct zinf_engine *e);
 void eng_fetch_free(struct zinf_engine *e);
 
 /* engine_grad.c */
@@ -234,8 +244,21 @@ void eng_grad_free(struct zinf_engine *e);
 int eng_step_setup(struct zinf_engine *e);
 int eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master);
 int eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* none/cpu */
+int eng_step_one(struct zinf_engine *e, struct ectx *x, uint32_t k);
+
+static inline uint64_t
+eng_sg_start(const struct zinf_engine *e, uint32_t k)
+{
+	return k ? e->sg_end[k - 1] : 0;
+}
+
+/* engine_worker.c */
+int eng_worker_start(struct zinf_engine *e);
+void eng_worker_stop(struct zinf_engine *e);
+int eng_worker_wait(struct zinf_engine *e);
 void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
-int eng_step_run(struct zinf_engine *e);		/* the whole step at the boundary */
+void eng_worker_pump(struct zinf_engine *e); /* hand final sub-groups whose layers are released */
+int eng_step_run(struct zinf_engine *e);     /* the whole step at the boundary */
 void eng_step_free(struct zinf_engine *e);
 
 #endif

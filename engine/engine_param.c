@@ -175,7 +175,8 @@ build_partitions(struct zinf_engine *e)
 	e->sg_end = zinf_calloc(e->n_params, sizeof(uint64_t));
 	e->sg_params = zinf_calloc(e->n_params, sizeof(uint32_t));
 	e->sg_pending = zinf_calloc(e->n_params, sizeof(uint32_t));
-	if (!e->sg_end || !e->sg_params || !e->sg_pending) {
+	e->sg_first = zinf_calloc(e->n_params, sizeof(uint32_t));
+	if (!e->sg_end || !e->sg_params || !e->sg_pending || !e->sg_first) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for sub-groups");
 	}
 	uint64_t off = 0, sg_start = 0;
@@ -186,7 +187,7 @@ build_partitions(struct zinf_engine *e)
 			sg_start = off; /* close the sub-group before p */
 		}
 		if (off == sg_start) {
-			e->n_sg++;
+			e->sg_first[e->n_sg++] = i;
 		}
 		p->flat_off = off;
 		p->sg = e->n_sg - 1;
@@ -317,6 +318,7 @@ param_tiers(struct zinf_engine *e)
 	so.pool = e->ppool;
 	so.swap = e->pswap;
 	so.max_in_cpu = e->o.offload_param.max_in_cpu;
+	so.prefetch_bytes = e->o.stage3_prefetch_bucket_size * ds;
 	if ((ret = zinf_store_create(&so, &e->store))) {
 		return ENG_FAIL(e, ret, "init: parameter store");
 	}

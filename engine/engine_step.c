@@ -14,17 +14,11 @@
 
 #include "engine/engine_internal.h"
 
-static uint64_t
-sg_start(const struct zinf_engine *e, uint32_t k)
-{
-	return k ? e->sg_end[k - 1] : 0;
-}
-
 static int
 copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 {
 	struct zinf_engine *e = ctx;
-	return eng_param_home_write(e, e->cb, sg_start(e, k), copy, false, n);
+	return eng_param_home_write(e, e->cb, eng_sg_start(e, k), copy, false, n);
 }
 
 static uint64_t
@@ -87,13 +81,10 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	return 0;
 }
 
-static int worker_start(struct zinf_engine *e);
-static void worker_stop(struct zinf_engine *e);
-
 int
 eng_step_setup(struct zinf_engine *e)
 {
-	int r0 = e->o.step_during_backward ? worker_start(e) : 0;
+	int r0 = e->o.step_during_backward ? eng_worker_start(e) : 0;
 	if (r0) {
 		return r0;
 	}
@@ -160,7 +151,7 @@ eng_step_setup(struct zinf_engine *e)
 void
 eng_step_free(struct zinf_engine *e)
 {
-	worker_stop(e);
+	eng_worker_stop(e);
 	zinf_step_destroy(e->step);
 	e->step = NULL;
 	if (e->otier == ZINF_OFFLOAD_NONE) {
@@ -183,7 +174,7 @@ eng_step_free(struct zinf_engine *e)
 int
 eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master)
 {
-	uint64_t start = sg_start(e, k), len = e->sg_end[k] - start;
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	int ret;
 	if (e->otier == ZINF_OFFLOAD_NONE) {
 		ret = zinf_device_copy(e->cs, (float *)e->state[0] + start, master, len * 4,
@@ -207,7 +198,7 @@ int
 eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 {
 	int64_t step = e->steps + 1;
-	uint64_t start = sg_start(e, k), end = e->sg_end[k];
+	uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
 	bool on_dev = e->otier == ZINF_OFFLOAD_NONE;
 	bool host_dev = e->host_comm; /* the host device: device memory is host memory */
 	void *copy = on_dev ? e->dev_copy : e->host_copy;
@@ -245,145 +236,15 @@ eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 }
 
 /* Sub-group k on the calling thread's context x (the worker's or the caller's). */
-static int
-step_one(struct zinf_engine *e, struct ectx *x, uint32_t k)
+int
+eng_step_one(struct zinf_engine *e, struct ectx *x, uint32_t k)
 {
 	if (!e->step) {
 		return eng_step_sub_group(e, x, k);
 	}
 	e->cb = x;
-	int ret = zinf_step_ready(e->step, k, e->grad_part + sg_start(e, k), ZINF_F32);
+	int ret = zinf_step_ready(e->step, k, e->grad_part + eng_sg_start(e, k), ZINF_F32);
 	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
-}
-
-static void *
-worker_main(void *arg)
-{
-	struct zinf_engine *e = arg;
-	struct eworker *w = &e->w;
-	pthread_mutex_lock(&w->mu);
-	for (;;) {
-		while (!w->stop && w->head == w->tail) {
-			pthread_cond_wait(&w->cv, &w->mu);
-		}
-		if (w->stop) {
-			break;
-		}
-		uint32_t k = w->queue[w->head++];
-		bool skip = w->err != 0;
-		pthread_mutex_unlock(&w->mu);
-		int ret = 0;
-		if (!skip) {
-			/* the accumulations of k were queued on cs before this event */
-			ret = zinf_event_sync(e->sg_ev[k]);
-			if (!ret && e->step && !w->began) {
-				ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
-				w->began = ret == 0;
-			}
-			if (!ret) {
-				ret = step_one(e, &w->x, k);
-			}
-		}
-		pthread_mutex_lock(&w->mu);
-		if (ret && !w->err) {
-			w->err = ret;
-		}
-		w->finished++;
-		pthread_cond_broadcast(&w->done);
-	}
-	pthread_mutex_unlock(&w->mu);
-	return NULL;
-}
-
-static int
-worker_start(struct zinf_engine *e)
-{
-	struct eworker *w = &e->w;
-	int ret;
-	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
-	e->sg_ev = zinf_calloc(e->n_sg, sizeof(*e->sg_ev));
-	if (!w->queue || !e->sg_ev) {
-		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
-	}
-	for (uint32_t k = 0; k < e->n_sg; k++) {
-		if ((ret = zinf_event_create(e->dev, &e->sg_ev[k]))) {
-			return ENG_FAIL(e, ret, "init: events of the step worker");
-		}
-	}
-	if ((ret = zinf_stream_create(e->dev, "zinf-step", &w->ws))) {
-		return ENG_FAIL(e, ret, "init: the step worker's stream");
-	}
-	w->x.s = w->ws;
-	w->x.st = &w->st;
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	pthread_cond_init(&w->done, NULL);
-	if ((ret = pthread_create(&w->th, NULL, worker_main, e))) {
-		pthread_cond_destroy(&w->done);
-		pthread_cond_destroy(&w->cv);
-		pthread_mutex_destroy(&w->mu);
-		return ENG_FAIL(e, -ret, "init: cannot start the step worker thread");
-	}
-	w->started = true;
-	return 0;
-}
-
-static void
-worker_stop(struct zinf_engine *e)
-{
-	struct eworker *w = &e->w;
-	if (w->started) {
-		pthread_mutex_lock(&w->mu);
-		w->stop = true;
-		pthread_cond_broadcast(&w->cv);
-		pthread_mutex_unlock(&w->mu);
-		pthread_join(w->th, NULL);
-		pthread_cond_destroy(&w->done);
-		pthread_cond_destroy(&w->cv);
-		pthread_mutex_destroy(&w->mu);
-		w->started = false;
-	}
-	zinf_stream_destroy(w->ws);
-	w->ws = NULL;
-	for (uint32_t k = 0; e->sg_ev && k < e->n_sg; k++) {
-		zinf_event_destroy(e->sg_ev[k]);
-	}
-	zinf_free(e->sg_ev);
-	e->sg_ev = NULL;
-	zinf_free(w->queue);
-	w->queue = NULL;
-}
-
-/* Sub-group k's gradient is final (the boundary micro-batch): hand it to the worker. */
-void
-eng_step_final(struct zinf_engine *e, uint32_t k)
-{
-	struct eworker *w = &e->w;
-	if (!w->started) {
-		return; /* stepped after backward, in eng_step_run */
-	}
-	int ret = zinf_event_record(e->sg_ev[k], e->cs);
-	pthread_mutex_lock(&w->mu);
-	if (ret && !w->err) {
-		w->err = ret;
-	}
-	w->queue[w->tail++] = k;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-/* Wait for every sub-group handed to the worker; its error, if any. */
-static int
-worker_wait(struct zinf_engine *e)
-{
-	struct eworker *w = &e->w;
-	pthread_mutex_lock(&w->mu);
-	while (w->finished < w->tail) {
-		pthread_cond_wait(&w->done, &w->mu);
-	}
-	int ret = w->err;
-	pthread_mutex_unlock(&w->mu);
-	return ret;
 }
 
 /* The end of the step: every sub-group stepped (the worker's, then the rest here). */
@@ -393,7 +254,7 @@ step_all(struct zinf_engine *e)
 	struct eworker *w = &e->w;
 	int ret = 0;
 	if (w->started) {
-		ret = worker_wait(e);
+		ret = eng_worker_wait(e);
 		if (!ret && w->tail < e->n_sg) {
 			ret = ENG_FAIL(e, -EPROTO, "step: %u of %u sub-groups final", w->tail,
 				       e->n_sg);
@@ -420,13 +281,13 @@ step_all(struct zinf_engine *e)
 	if (e->step) {
 		ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
 		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-			ret = step_one(e, &e->main, k);
+			ret = eng_step_one(e, &e->main, k);
 		}
 		int r2 = zinf_step_finish(e->step);
 		return ret ? ret : r2;
 	}
 	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-		ret = step_one(e, &e->main, k);
+		ret = eng_step_one(e, &e->main, k);
 	}
 	return ret;
 }
@@ -510,6 +371,9 @@ zinf_engine_step(struct zinf_engine *e)
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
 		e->sg_pending[k] = e->sg_params[k];
+		if (e->sg_handed) {
+			e->sg_handed[k] = 0;
+		}
 	}
 	double t1 = eng_now();
 	e->win.exposed_step_s = t1 - t0;
@@ -565,7 +429,7 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 		return ENG_FAIL(e, -EINVAL, "read_master: inside an accumulation window");
 	}
 	struct eparam *p = &e->params[id];
-	uint64_t part = p->part.part, k0 = sg_start(e, p->sg);
+	uint64_t part = p->part.part, k0 = eng_sg_start(e, p->sg);
 	uint64_t sglen = e->sg_end[p->sg] - k0;
 	float *full = zinf_calloc(p->part.padded, sizeof(float));
 	float *sg = e->step ? zinf_calloc(sglen, sizeof(float)) : NULL;

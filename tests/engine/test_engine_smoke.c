@@ -12,7 +12,9 @@
  * per sub-group, where the first sub-group of backward is final before the last bucket is
  * reduced whatever the timing, so that at least one is stepped during backward; l: stage 3
  * with stage3_max_live_parameters 1100 (every layer alone fits: the peak stays under it); v:
- * the forward of step 2 fetches layers 0, 2, 1 (the trace is invalidated, results unchanged).
+ * the forward of step 2 fetches layers 0, 2, 1 (the trace is invalidated, results unchanged);
+ * f: an injected NVMe read error fails the engine (run_fault); F, H: fp32 or f16 parameters
+ * (default bf16).
  */
 #include <errno.h>
 #include <math.h>
@@ -66,11 +68,61 @@ tier(const char *s)
 				    : ZINF_OFFLOAD_NONE;
 }
 
+static bool saw_file, saw_named; /* error messages naming a swap file; a parameter or sub-group */
+
 static void
 logcb(void *ctx, enum zinf_log_level l, const char *f, int line, const char *fn, const char *m)
 {
 	(void)ctx, (void)f, (void)line, (void)fn;
+	if (l == ZINF_LOG_ERROR) {
+		saw_file |= strstr(m, ".swp") != NULL;
+		saw_named |= strstr(m, "parameter \"") != NULL || strstr(m, "sub-group") != NULL;
+	}
 	fprintf(stderr, "zinf %s: %s\n", l == ZINF_LOG_ERROR ? "error" : "warn", m);
+}
+
+/*
+ * Flag f: the first NVMe read after init fails with EIO. Some call of the first steps returns
+ * -EIO with a message naming a swap file; every later call returns it too; destroy works.
+ */
+static int
+run_fault(struct zinf_engine *e, uint16_t *g16[])
+{
+	struct zinf_io_fault f = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1, .err = EIO};
+	CHECK(zinf_io_fault_add(zinf_engine_io(e), &f) == 0, "fault_add");
+	int ret = 0;
+	for (int step = 0; step < 2 && ret == 0; step++) {
+		for (int l = 0; l <= 2 && ret == 0; l++) {
+			if ((ret = zinf_engine_fetch(e, l)) == 0) {
+				ret = zinf_engine_release(e, l);
+			}
+		}
+		for (int l = 2; l >= 0 && ret == 0; l--) {
+			ret = zinf_engine_fetch(e, l);
+			for (int i = 0; i < NP && ret == 0; i++) {
+				if (P[i].layer == l) {
+					ret = zinf_engine_grad(e, (uint32_t)i, g16[i], ZINF_BF16);
+				}
+			}
+			if (ret == 0) {
+				ret = zinf_engine_release(e, l);
+			}
+		}
+		if (ret == 0) {
+			ret = zinf_engine_step(e);
+			ret = ret < 0 ? ret : 0;
+		}
+	}
+	CHECK(ret == -EIO, "no -EIO from an injected read error (%d)", ret);
+	CHECK(saw_file && saw_named,
+	      "no message named the swap file (%d) and the parameter or "
+	      "sub-group (%d)",
+	      saw_file, saw_named);
+	CHECK(zinf_engine_fetch(e, 0) == ret && zinf_engine_step(e) == ret &&
+		      zinf_engine_grad(e, 0, g16[0], ZINF_BF16) == ret,
+	      "the engine did not stay failed");
+	return fails ? 1 : 0;
 }
 
 int
@@ -99,12 +151,21 @@ main(int argc, char **argv)
 	}
 	const char *flags = argc > 6 ? argv[6] : "";
 	o.step_during_backward = !strchr(flags, 'a');
+	if (strchr(flags, 'f')) {
+		o.io_backend = "fault";
+	}
+	/* tests run in parallel over one directory: a swap prefix per configuration */
+	char prefix[128];
+	snprintf(prefix, sizeof(prefix), "smoke-%s-%s-%s-%s-%s", argv[1], argv[2], argv[3], argv[4],
+		 flags[0] ? flags : "x");
+	o.swap_prefix = prefix;
 	o.device_backend = "host";
 	o.comm_check = true;
 	o.sub_group_size = strchr(flags, 's') ? 1 : 400;
 	o.reduce_bucket_size = 512;
 	o.allgather_bucket_size = 300; /* several all-gathers in flight, waited in order */
 	o.stage3_param_persistence_threshold = 20;
+	o.dtype = strchr(flags, 'F') ? ZINF_F32 : strchr(flags, 'H') ? ZINF_F16 : ZINF_BF16;
 	o.optimizer.lr = 1e-2f;
 	if (strchr(flags, 'l')) {
 		o.stage3_max_live_parameters = 1100;
@@ -127,6 +188,22 @@ main(int argc, char **argv)
 		CHECK(zinf_engine_add_param(e, &d) == i, "add_param %d", i);
 	}
 	CHECK((ret = zinf_engine_init(e)) == 0, "init %d", ret);
+	if (strchr(flags, 'f')) {
+		uint16_t *g[NP];
+		for (int i = 0; i < NP; i++) {
+			zinf_device_alloc(zinf_engine_device(e), P[i].numel * 2, (void **)&g[i]);
+			memset(g[i], 0, P[i].numel * 2);
+		}
+		ret = run_fault(e, g);
+		for (int i = 0; i < NP; i++) {
+			zinf_device_free(zinf_engine_device(e), g[i]);
+		}
+		zinf_engine_destroy(e);
+		if (!ret && rank == 0) {
+			printf("ok fault\n");
+		}
+		return ret;
+	}
 
 	/* the reference */
 	struct zinf_optimizer *opt;
@@ -239,10 +316,11 @@ main(int argc, char **argv)
 			}
 			CHECK(zinf_engine_param(e, (uint32_t)i, &d) == 0, "param %d", i);
 			zinf_stream_sync(cs);
-			uint16_t *want = malloc(P[i].numel * 2);
-			zinf_dtype_convert(want, ZINF_BF16, ref[i][0], ZINF_F32, P[i].numel);
-			CHECK(memcmp(d, want, P[i].numel * 2) == 0, "param %s 16-bit differs",
-			      P[i].name);
+			size_t dsz = zinf_dtype_size(o.dtype);
+			void *want = malloc(P[i].numel * dsz);
+			zinf_dtype_convert(want, o.dtype, ref[i][0], ZINF_F32, P[i].numel);
+			CHECK(memcmp(d, want, P[i].numel * dsz) == 0, "param %s (%s) differs",
+			      P[i].name, zinf_dtype_name(o.dtype));
 			free(want);
 		}
 		CHECK(zinf_engine_release(e, l) == 0, "release %d", l);

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_trace.c: stage 3's fetch trace and prefetch. The first micro-batch records the
+ * order of fetches; later ones follow it (hits); a difference invalidates it (counted, warned
+ * once per engine, recorded again from the next micro-batch). Along a valid trace, after each
+ * fetch the following layers are gathered ahead (all-gathers left in flight) within
+ * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live, and with
+ * the parameters on NVMe the partitions of the layers after those are queued as store
+ * prefetches. Every rank makes the same decisions: they depend only on the trainer's calls.
+ * The gathers themselves are engine_fetch.c's.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static int
+trace_push(struct zinf_engine *e, int32_t layer)
+{
+	if (e->trace_n == e->trace_cap) {
+		uint32_t cap = e->trace_cap ? e->trace_cap * 2 : 64;
+		int32_t *t = zinf_calloc(cap, sizeof(*t));
+		if (!t) {
+			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
+		}
+		if (e->trace_n) {
+			memcpy(t, e->trace, e->trace_n * sizeof(*t));
+		}
+		zinf_free(e->trace);
+		e->trace = t;
+		e->trace_cap = cap;
+	}
+	e->trace[e->trace_n++] = layer;
+	return 0;
+}
+
+/* Follow (or record) the trace at a fetch of `layer`. */
+int
+eng_trace_fetch(struct zinf_engine *e, int32_t layer)
+{
+	if (!e->o.record_trace) {
+		return 0;
+	}
+	if (e->tr_state == TRACE_RECORDING) {
+		return trace_push(e, layer);
+	}
+	if (e->tr_state != TRACE_VALID) {
+		return 0;
+	}
+	if (e->cursor < e->trace_n && e->trace[e->cursor] == layer) {
+		e->cursor++;
+		e->trace_hits++;
+		return 0;
+	}
+	e->trace_misses++;
+	e->trace_invalidations++;
+	if (!e->warned_trace) {
+		e->warned_trace = true;
+		ENG_WARN(e,
+			 "fetch: layer %d at position %u differs from the recorded trace (%d): "
+			 "trace invalidated, recorded again from the next micro-batch (warned "
+			 "once)",
+			 layer, e->cursor, e->cursor < e->trace_n ? e->trace[e->cursor] : -1);
+	}
+	e->tr_state = TRACE_INVALID;
+	return 0;
+}
+
+/* End of a micro-batch (zinf_engine_step). */
+void
+eng_trace_micro_end(struct zinf_engine *e)
+{
+	if (!e->o.record_trace) {
+		return;
+	}
+	if (e->tr_state == TRACE_RECORDING && e->trace_n > 0) {
+		e->tr_state = TRACE_VALID;
+	} else if (e->tr_state == TRACE_INVALID) {
+		e->trace_n = 0;
+		e->tr_state = TRACE_RECORDING;
+	}
+	e->cursor = 0;
+}
+
+/* Elements fetched in the trace from position `from` until `layer` comes again, or UINT64_MAX. */
+uint64_t
+eng_reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
+{
+	uint64_t d = 0;
+	for (uint32_t i = from; i < e->trace_n; i++) {
+		if (e->trace[i] == layer) {
+			return d;
+		}
+		d += eng_layer(e, e->trace[i])->gather_elems;
+	}
+	return UINT64_MAX;
+}
+
+/*
+ * NVMe: queue reads of the partitions of the layers that follow in the trace and are not
+ * gathered, stage3_prefetch_bucket_size partition elements ahead (the store starts them within
+ * its byte budget and gives an unclaimed one's buffer up when it needs it).
+ */
+static int
+prefetch_nvme(struct zinf_engine *e)
+{
+	if (e->ptier != ZINF_OFFLOAD_NVME) {
+		return 0;
+	}
+	uint64_t queued = 0;
+	pthread_mutex_lock(&e->store_mu);
+	for (uint32_t i = e->cursor; i < e->trace_n; i++) {
+		struct elayer *l = eng_layer(e, e->trace[i]);
+		if (l->gathered || l->fetched) {
+			continue;
+		}
+		for (uint32_t j = 0; j < l->n; j++) {
+			struct eparam *p = &e->params[l->params[j]];
+			if (p->persistent) {
+				continue;
+			}
+			if (queued + p->part.part > e->o.stage3_prefetch_bucket_size) {
+				goto out;
+			}
+			queued += p->part.part;
+			/* -ENOSPC: larger than the budget alone; it is read at its fetch */
+			zinf_store_prefetch(e->store, p->store_id);
+		}
+	}
+out:
+	pthread_mutex_unlock(&e->store_mu);
+	return 0;
+}
+
+/* Gather the layers that follow in the trace, within the prefetch and live budgets. */
+int
+eng_prefetch(struct zinf_engine *e)
+{
+	if (e->tr_state != TRACE_VALID) {
+		return 0;
+	}
+	int ret = 0;
+	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
+		struct elayer *l = eng_layer(e, e->trace[i]);
+		if (l->gathered || l->fetched || l->gather_elems == 0) {
+			continue;
+		}
+		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
+		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
+			break;
+		}
+		ret = eng_gather_start(e, l);
+		l->prefetched = true;
+		e->pf_inflight += l->gather_elems;
+	}
+	return ret ? ret : prefetch_nvme(e);
+}

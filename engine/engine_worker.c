@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_worker.c: the step worker of the step during backward. At the accumulation
+ * boundary, engine_grad.c hands each sub-group whose gradient became final (eng_step_final,
+ * after an event on the engine stream); the worker waits for that event and steps it with
+ * eng_step_one() on its own stream and counters while backward goes on; zinf_engine_step()
+ * waits for it (eng_worker_wait). The stepping itself is engine_step.c's, the same function
+ * as the step after backward, so that the results are the same bits.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static void *
+worker_main(void *arg)
+{
+	struct zinf_engine *e = arg;
+	struct eworker *w = &e->w;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		while (!w->stop && w->head == w->tail) {
+			pthread_cond_wait(&w->cv, &w->mu);
+		}
+		if (w->stop) {
+			break;
+		}
+		uint32_t k = w->queue[w->head++];
+		bool skip = w->err != 0;
+		pthread_mutex_unlock(&w->mu);
+		int ret = 0;
+		if (!skip) {
+			/* the accumulations of k were queued on cs before this event */
+			ret = zinf_event_sync(e->sg_ev[k]);
+			if (!ret && e->step && !w->began) {
+				ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+				w->began = ret == 0;
+			}
+			if (!ret) {
+				ret = eng_step_one(e, &w->x, k);
+			}
+		}
+		pthread_mutex_lock(&w->mu);
+		if (ret && !w->err) {
+			w->err = ret;
+		}
+		w->finished++;
+		pthread_cond_broadcast(&w->done);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+int
+eng_worker_start(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	int ret;
+	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
+	e->sg_ev = zinf_calloc(e->n_sg, sizeof(*e->sg_ev));
+	e->sg_handed = zinf_calloc(e->n_sg, 1);
+	if (!w->queue || !e->sg_ev || !e->sg_handed) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		if ((ret = zinf_event_create(e->dev, &e->sg_ev[k]))) {
+			return ENG_FAIL(e, ret, "init: events of the step worker");
+		}
+	}
+	if ((ret = zinf_stream_create(e->dev, "zinf-step", &w->ws))) {
+		return ENG_FAIL(e, ret, "init: the step worker's stream");
+	}
+	w->x.s = w->ws;
+	w->x.st = &w->st;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	pthread_cond_init(&w->done, NULL);
+	if ((ret = pthread_create(&w->th, NULL, worker_main, e))) {
+		pthread_cond_destroy(&w->done);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		return ENG_FAIL(e, -ret, "init: cannot start the step worker thread");
+	}
+	w->started = true;
+	return 0;
+}
+
+void
+eng_worker_stop(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	if (w->started) {
+		pthread_mutex_lock(&w->mu);
+		w->stop = true;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+		pthread_join(w->th, NULL);
+		pthread_cond_destroy(&w->done);
+		pthread_cond_destroy(&w->cv);
+		pthread_mutex_destroy(&w->mu);
+		w->started = false;
+	}
+	zinf_stream_destroy(w->ws);
+	w->ws = NULL;
+	for (uint32_t k = 0; e->sg_ev && k < e->n_sg; k++) {
+		zinf_event_destroy(e->sg_ev[k]);
+	}
+	zinf_free(e->sg_ev);
+	e->sg_ev = NULL;
+	zinf_free(w->queue);
+	w->queue = NULL;
+	zinf_free(e->sg_handed);
+	e->sg_handed = NULL;
+}
+
+/* Hand sub-group k to the worker, after the engine stream's work so far (its accumulations,
+ * and through the wait below, the compute stream's work queued so far: every use of its
+ * parameters, whose layers were released). */
+static void
+hand(struct zinf_engine *e, uint32_t k)
+{
+	struct eworker *w = &e->w;
+	int ret = eng_order(e, e->compute, e->cs);
+	if (!ret) {
+		ret = zinf_event_record(e->sg_ev[k], e->cs);
+	}
+	e->sg_handed[k] = 1;
+	pthread_mutex_lock(&w->mu);
+	if (ret && !w->err) {
+		w->err = ret;
+	}
+	w->queue[w->tail++] = k;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Whether no layer holding a parameter of sub-group k is fetched. */
+static bool
+released(struct zinf_engine *e, uint32_t k)
+{
+	for (uint32_t i = e->sg_first[k]; i < e->n_params && e->params[e->order[i]].sg == k; i++) {
+		if (eng_layer(e, e->params[e->order[i]].layer)->fetched) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Hand the sub-groups that are final (every gradient accumulated at the boundary micro-batch)
+ * and whose layers are all released: the worker writes new values where the trainer may still
+ * read them (stages 0-2: the device tensors) only after the trainer is done with the layer.
+ */
+void
+eng_worker_pump(struct zinf_engine *e)
+{
+	if (!e->w.started) {
+		return;
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		if (e->sg_pending[k] == 0 && !e->sg_handed[k] && released(e, k)) {
+			hand(e, k);
+		}
+	}
+}
+
+/* Sub-group k's gradient is final (the boundary micro-batch). */
+void
+eng_step_final(struct zinf_engine *e, uint32_t k)
+{
+	if (e->w.started && released(e, k)) {
+		hand(e, k);
+	}
+	/* else: stepped after backward (eng_step_run), or handed at its layers' release */
+}
+
+/* Wait for every sub-group handed to the worker; its error, if any. */
+int
+eng_worker_wait(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	pthread_mutex_lock(&w->mu);
+	while (w->finished < w->tail) {
+		pthread_cond_wait(&w->done, &w->mu);
+	}
+	int ret = w->err;
+	pthread_mutex_unlock(&w->mu);
+	return ret;
+}
