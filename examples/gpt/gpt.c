@@ -838,7 +838,7 @@ main(int argc, char **argv)
 		goto out;
 	}
 	bool bar = lead && !a.no_progress && !a.quiet && isatty(STDERR_FILENO);
-	const char *pt[] = {"gpu", "cpu", "nvme"};
+	const char *pt[] = {"device", "cpu", "nvme"};
 	if (lead && !a.quiet) {
 		printf("zinf_gpt: %s, ZeRO-%d, params %s, optimizer %s, %s, %d rank%s, comm %s\n",
 		       a.config, eo.stage, pt[eo.offload_param.device],
