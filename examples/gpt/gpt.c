@@ -707,6 +707,7 @@ main(int argc, char **argv)
 	int rc = 1, r, log_rank = -1;
 	int *host_tok = NULL;
 	float *rank_loss = NULL;
+	double *losses = NULL;
 
 	if (parse_args(argc, argv, &a)) {
 		return 2;
@@ -855,10 +856,14 @@ main(int argc, char **argv)
 		fflush(stdout);
 	}
 
-	double first_loss = NAN, tail_sum = 0, t_start = zinf_now_s(), win_t0 = t_start;
-	double sum_exp_fetch = 0, sum_exp_step = 0, sum_opt = 0, last_loss = NAN;
+	double t_start = zinf_now_s(), win_t0 = t_start;
+	double sum_exp_fetch = 0, sum_exp_step = 0, sum_opt = 0;
 	uint64_t sum_rd = 0, sum_wr = 0;
-	int tail_n = 0, steps_done = 0, tail_from = a.steps - a.steps / 10;
+	int steps_done = 0;
+	losses = malloc((size_t)a.steps * sizeof(double));
+	if (!losses) {
+		goto out;
+	}
 	rank_loss = malloc((size_t)t.world * 2 * sizeof(float));
 	if (!rank_loss) {
 		goto out;
@@ -933,14 +938,7 @@ main(int argc, char **argv)
 		long long lk = locked_bytes();
 		double toks = (double)N * t.gas * t.world / step_wall;
 		steps_done = step;
-		last_loss = loss;
-		if (step == 1) {
-			first_loss = loss;
-		}
-		if (step > tail_from) {
-			tail_sum += loss;
-			tail_n++;
-		}
+		losses[step - 1] = loss;
 		if (json) {
 			fprintf(json,
 				"{\"step\": %d, \"loss\": %.17g, \"floor\": %.17g, \"lr\": %.9g, "
@@ -985,7 +983,12 @@ main(int argc, char **argv)
 	}
 	double total = zinf_now_s() - t_start;
 	if (lead) {
-		double to = tail_n ? tail_sum / tail_n : last_loss;
+		/* from the first step's loss to the mean of the last tenth of the steps run */
+		int tail_n = steps_done / 10 > 0 ? steps_done / 10 : 1;
+		double to = 0, first_loss = steps_done ? losses[0] : NAN;
+		for (int i = steps_done - tail_n; i < steps_done; i++) {
+			to += i >= 0 ? losses[i] / tail_n : NAN;
+		}
 		double other = total - t.tm.compute - t.tm.fetch - t.tm.grad - t.tm.step;
 		printf("summary: %d steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f (mean of "
 		       "the "
@@ -1008,6 +1011,7 @@ main(int argc, char **argv)
 	rc = g_stop ? 130 : 0;
 out:
 	free(rank_loss);
+	free(losses);
 	if (json) {
 		fclose(json);
 	}
