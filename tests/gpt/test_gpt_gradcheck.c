@@ -181,5 +181,15 @@ main(void)
 	printf("gradcheck: %zu elements, largest |gradient| %.3g, worst error / tolerance "
 	       "%.3g, %d over\n",
 	       checked, gmax, worst, bad);
+	for (int k = 0; k < nt; k++) {
+		free(t[k].g);
+	}
+	for (int l = 0; l < d->L; l++) {
+		free(n.blocks[l]);
+		free(n.dblocks[l]);
+	}
+	free(n.wte), free(n.wpe), free(n.lnfw), free(n.lnfb);
+	free(n.dwte), free(n.dwpe), free(n.dlnfw), free(n.dlnfb);
+	free(n.tokens), free(n.targets), free(n.acts);
 	return bad ? 1 : 0;
 }
