@@ -4,9 +4,10 @@
 # vocabulary 32), 30 steps, OMP_NUM_THREADS=1; each case takes seconds.
 #
 # usage: check_gpt.sh CASE ZINF_GPT CONFIG_DIR SCRATCH [MPIRUN...]
-#   nvme_vs_memory   ZeRO-3 with parameters and optimizer on NVMe vs ZeRO-0 all in memory, one
-#                    rank, fp32: every step's loss bit-identical (the records print 17 digits);
-#                    the NVMe run really read and wrote its swap files
+#   nvme_vs_memory   ZeRO-3 with parameters and optimizer on NVMe, and ZeRO-2 with the optimizer
+#                    on CPU, vs ZeRO-0 all in memory, one rank, fp32: every step's loss
+#                    bit-identical (the records print 17 digits); the NVMe run really read and
+#                    wrote its swap files
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
 #                    reduce_bucket_size cut to 2000, so that sub-groups become final while
 #                    backward goes on and are stepped then: asserted) vs after backward:
@@ -14,6 +15,8 @@
 #   ranks N          N ranks with micro-batch 6/N (under MPIRUN) vs one rank with micro-batch 6:
 #                    the same 6 sequences per step (samples indexed by their place in the
 #                    global batch); equal within the reduction tolerance (below)
+#   ranks_config     configs/zero3_2ranks.json (16 x 2 ranks, under MPIRUN) vs one rank, ZeRO-0,
+#                    micro-batch 32: the same tolerance
 #   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same
 #                    tolerance
 # Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
@@ -88,6 +91,8 @@ nvme_vs_memory)
 	[ "$(field "$work/mem.jsonl" nvme_read_bytes | sort -u)" = 0 ] ||
 		{ echo "FAIL: the in-memory run read NVMe"; exit 1; }
 	identical "$work/nvme.jsonl" "$work/mem.jsonl"
+	run "$work/cpu.jsonl" -- --config "$cfgdir/zero2_cpu.json" --batch 6
+	identical "$work/cpu.jsonl" "$work/mem.jsonl"
 	;;
 step_after)
 	sed -e 's/"sub_group_size": 5e4/"sub_group_size": 2000/' \
@@ -106,6 +111,12 @@ ranks)
 	shift
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
 	run "$work/many.jsonl" "$@" -np "$n" -- --config "$cfgdir/zero3_nvme.json" --batch $((6 / n))
+	close "$work/many.jsonl" "$work/one.jsonl"
+	;;
+ranks_config)
+	# the shipped two-rank config (micro-batch 16 x 2 ranks) against one rank with 32
+	run "$work/one.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 32
+	run "$work/many.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_2ranks.json"
 	close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 gas)
