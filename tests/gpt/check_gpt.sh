@@ -7,7 +7,7 @@
 #   nvme_vs_memory   ZeRO-3 with parameters and optimizer on NVMe, and ZeRO-2 with the optimizer
 #                    on CPU, vs ZeRO-0 all in memory, one rank, fp32: every step's loss
 #                    bit-identical (the records print 17 digits); the NVMe run really read and
-#                    wrote its swap files
+#                    wrote its swap files and removed its scratch directory
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
 #                    reduce_bucket_size cut to 2000, so that sub-groups become final while
 #                    backward goes on and are stepped then: asserted) vs after backward:
@@ -88,6 +88,8 @@ nvme_vs_memory)
 	rd=$(field "$work/nvme.jsonl" nvme_read_bytes | tail -1)
 	wr=$(field "$work/nvme.jsonl" nvme_write_bytes | tail -1)
 	[ "$rd" -gt 0 ] && [ "$wr" -gt 0 ] || { echo "FAIL: NVMe run read $rd, wrote $wr bytes"; exit 1; }
+	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
+	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
 	[ "$(field "$work/mem.jsonl" nvme_read_bytes | sort -u)" = 0 ] ||
 		{ echo "FAIL: the in-memory run read NVMe"; exit 1; }
 	identical "$work/nvme.jsonl" "$work/mem.jsonl"
