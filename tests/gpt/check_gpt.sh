@@ -8,6 +8,8 @@
 #                    on CPU, vs ZeRO-0 all in memory, one rank, fp32: every step's loss
 #                    bit-identical (the records print 17 digits); the NVMe run really read and
 #                    wrote its swap files and removed its scratch directory
+#   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
+#                    fetched tensor to f32): bit-identical to each other, different from fp32
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
 #                    reduce_bucket_size cut to 2000, so that sub-groups become final while
 #                    backward goes on and are stepped then: asserted) vs after backward:
@@ -95,6 +97,19 @@ nvme_vs_memory)
 	identical "$work/nvme.jsonl" "$work/mem.jsonl"
 	run "$work/cpu.jsonl" -- --config "$cfgdir/zero2_cpu.json" --batch 6
 	identical "$work/cpu.jsonl" "$work/mem.jsonl"
+	;;
+bf16)
+	for c in zero3_nvme zero0_memory; do
+		sed 's/"steps_per_print": 20,/"steps_per_print": 20, "bf16": {"enabled": true},/' \
+			"$cfgdir/$c.json" >"$work/$c.json"
+		run "$work/$c.jsonl" -- --config "$work/$c.json" --batch 6
+	done
+	identical "$work/zero3_nvme.jsonl" "$work/zero0_memory.jsonl"
+	run "$work/f32.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	if diff -q <(losses "$work/f32.jsonl") <(losses "$work/zero0_memory.jsonl") >/dev/null; then
+		echo "FAIL: bf16 losses equal the fp32 ones: bf16 not in effect"
+		exit 1
+	fi
 	;;
 step_after)
 	sed -e 's/"sub_group_size": 5e4/"sub_group_size": 2000/' \
