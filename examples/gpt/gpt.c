@@ -67,9 +67,11 @@ struct model {
 struct bufs {
 	struct gpt_acts acts;
 	gpt_real *acts_base;
-	int *tokens, *targets;			   /* [N] */
-	gpt_real *dblock[2];			   /* two block gradients, alternated */
-	gpt_real *dwte, *dwpe, *dlnf;		   /* dlnf: [2C] weight then bias */
+	int *tokens, *targets;	      /* [N] */
+	int *host_io;		      /* [2N] tokens then targets, host memory (registered) */
+	gpt_real *host_losses;	      /* [N] per-position losses, host memory (registered) */
+	gpt_real *dblock[2];	      /* two block gradients, alternated */
+	gpt_real *dwte, *dwpe, *dlnf; /* dlnf: [2C] weight then bias */
 	gpt_real *f32_embed, *f32_block, *f32_lnf; /* bf16 engines: f32 copies */
 };
 
@@ -534,12 +536,12 @@ micro_batch(struct trainer *t, double *loss_sum)
 	gpt_real dloss = (gpt_real)(1.0 / ((double)N * t->gas));
 	ops->head_forward_backward(d, a, b->targets, wte, lnfw, lnfb, dloss, b->dwte, b->dlnf,
 				   b->dlnf + d->C);
-	double s = 0;
-	for (int i = 0; i < N; i++) {
-		s += a->losses[i];
-	}
-	*loss_sum = s;
 	t->tm.compute += zinf_now_s() - t0;
+	/* the losses come back to the host on the compute stream; read after a later sync */
+	if ((r = zinf_device_copy(t->cs, b->host_losses, a->losses, (size_t)N * sizeof(gpt_real),
+				  ZINF_COPY_D2H))) {
+		return r;
+	}
 	if ((r = release(t, GPT_LAYER_EMBED)) || (r = grad(t, t->m.lnfw, b->dlnf)) ||
 	    (r = grad(t, t->m.lnfb, b->dlnf + d->C)) || (r = release(t, GPT_LAYER_LNF(d)))) {
 		return r;
@@ -569,6 +571,11 @@ micro_batch(struct trainer *t, double *loss_sum)
 	if ((r = fetch(t, GPT_LAYER_EMBED)) || (r = sync_cs(t))) {
 		return r;
 	}
+	double s = 0;
+	for (int i = 0; i < N; i++) {
+		s += b->host_losses[i];
+	}
+	*loss_sum = s;
 	t0 = zinf_now_s();
 	ops->encoder_backward(d, a, b->tokens, b->dwte, b->dwpe);
 	t->tm.compute += zinf_now_s() - t0;
@@ -606,6 +613,23 @@ bufs_alloc(struct trainer *t)
 	r = r ?: dalloc(t, (size_t)d->V * C * g, &b->dwte);
 	r = r ?: dalloc(t, (size_t)d->T * C * g, &b->dwpe);
 	r = r ?: dalloc(t, 2 * C * g, &b->dlnf);
+	if (!r && !(b->host_io = malloc(2 * N * sizeof(int)))) {
+		r = -ENOMEM;
+	}
+	if (!r && !(b->host_losses = malloc(N * g))) {
+		r = -ENOMEM;
+	}
+	r = r ?: zinf_device_host_register(t->dev, b->host_io, 2 * N * sizeof(int));
+	if (!r && (r = zinf_device_host_register(t->dev, b->host_losses, N * g))) {
+		zinf_device_host_unregister(t->dev, b->host_io);
+	}
+	if (r) {
+		free(b->host_io);
+		free(b->host_losses);
+		b->host_io = NULL;
+		b->host_losses = NULL;
+		fprintf(stderr, "zinf_gpt: host staging buffers: %s\n", zinf_strerror(r));
+	}
 	if (!r && t->dtype != ZINF_F32) {
 		r = dalloc(t, emb * g, &b->f32_embed);
 		r = r ?: dalloc(t, blk * g, &b->f32_block);
@@ -625,6 +649,12 @@ bufs_free(struct trainer *t)
 		       b->dwpe,	     b->dlnf,	b->f32_embed, b->f32_block, b->f32_lnf};
 	if (!t->dev) {
 		return;
+	}
+	if (b->host_io) {
+		zinf_device_host_unregister(t->dev, b->host_io);
+		zinf_device_host_unregister(t->dev, b->host_losses);
+		free(b->host_io);
+		free(b->host_losses);
 	}
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		if (all[i]) {
@@ -888,10 +918,17 @@ main(int argc, char **argv)
 			for (int bi = 0; bi < d->B; bi++) {
 				int64_t gi = ((int64_t)micro * t.world + t.rank) * d->B + bi;
 				gpt_data_sample(&data, step, gi, d->T, host_tok);
-				memcpy(t.b.tokens + (size_t)bi * d->T, host_tok,
+				memcpy(t.b.host_io + (size_t)bi * d->T, host_tok,
 				       (size_t)d->T * sizeof(int));
-				memcpy(t.b.targets + (size_t)bi * d->T, host_tok + 1,
+				memcpy(t.b.host_io + (size_t)(d->B + bi) * d->T, host_tok + 1,
 				       (size_t)d->T * sizeof(int));
+			}
+			size_t nb = (size_t)N * sizeof(int);
+			if ((r = zinf_device_copy(t.cs, t.b.tokens, t.b.host_io, nb,
+						  ZINF_COPY_H2D)) ||
+			    (r = zinf_device_copy(t.cs, t.b.targets, t.b.host_io + N, nb,
+						  ZINF_COPY_H2D))) {
+				goto out;
 			}
 			t.tm.data += zinf_now_s() - t0;
 			double ls;
