@@ -236,9 +236,17 @@ parse_args(int argc, char **argv, struct args *a)
 			}
 			break;
 		}
-		case O_SEED:
-			a->seed = strtoull(optarg, NULL, 0);
+		case O_SEED: {
+			char *end;
+			errno = 0;
+			a->seed = strtoull(optarg, &end, 0);
+			if (errno || *end || optarg[0] == '-') {
+				fprintf(stderr, "zinf_gpt: --seed %s: expected an integer >= 0\n",
+					optarg);
+				r = -1;
+			}
 			break;
+		}
 		case O_JSON:
 			a->json = optarg;
 			break;
@@ -743,6 +751,25 @@ main(int argc, char **argv)
 		return 2;
 	}
 	zinf_log_set_callback(logcb, &log_rank);
+	/* ZINF_LOG_LEVEL as the zinf command takes it: error, warn, info, debug or 0-3 */
+	const char *lvl = getenv("ZINF_LOG_LEVEL");
+	if (lvl && *lvl) {
+		static const char *const names[] = {"error", "warn", "info", "debug"};
+		int l = -1;
+		for (int i = 0; i < 4; i++) {
+			if (!strcmp(lvl, names[i]) || (lvl[0] == '0' + i && !lvl[1])) {
+				l = i;
+			}
+		}
+		if (l < 0) {
+			fprintf(stderr,
+				"zinf_gpt: ZINF_LOG_LEVEL=%s: expected error, warn, info or "
+				"debug (or 0-3)\n",
+				lvl);
+			return 2;
+		}
+		zinf_log_set_level((enum zinf_log_level)l);
+	}
 	zinf_config_init(&cfg);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
