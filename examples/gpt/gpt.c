@@ -1012,14 +1012,17 @@ main(int argc, char **argv)
 				"\"nvme_write_GBps\": %.6f, \"pinned_bytes\": %lld, "
 				"\"exposed_fetch_s\": %.6f, \"exposed_step_s\": %.6f, "
 				"\"optimizer_s\": %.6f, \"stepped_during_backward\": %u, "
-				"\"sub_groups\": %u}\n",
+				"\"sub_groups\": %u, \"trace_hits\": %llu, \"trace_misses\": %llu, "
+				"\"peak_live_elems\": %llu}\n",
 				step, loss, data.entropy, lr, step_wall, toks,
 				(unsigned long long)es.nvme_read_bytes,
 				(unsigned long long)es.nvme_write_bytes,
 				es.nvme_read_bytes / step_wall / 1e9,
 				es.nvme_write_bytes / step_wall / 1e9, lk, es.exposed_fetch_s,
 				es.exposed_step_s, es.optimizer_s, es.stepped_during_backward,
-				es.sub_groups);
+				es.sub_groups, (unsigned long long)es.trace_hits,
+				(unsigned long long)es.trace_misses,
+				(unsigned long long)es.peak_live_elems);
 		}
 		if (lead && !a.quiet && (step % spp == 0 || step == 1 || step == a.steps)) {
 			double wall = zinf_now_s() - win_t0;
