@@ -10,6 +10,8 @@
 #                    wrote its swap files and removed its scratch directory
 #   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
 #                    fetched tensor to f32): bit-identical to each other, different from fp32
+#   threads          one and three OpenMP threads: bit-identical (the CPU layers write every
+#                    output element from one thread in a fixed order)
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
 #                    reduce_bucket_size cut to 2000, so that sub-groups become final while
 #                    backward goes on and are stepped then: asserted) vs after backward:
@@ -110,6 +112,11 @@ bf16)
 		echo "FAIL: bf16 losses equal the fp32 ones: bf16 not in effect"
 		exit 1
 	fi
+	;;
+threads)
+	OMP_NUM_THREADS=1 run "$work/t1.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	OMP_NUM_THREADS=3 run "$work/t3.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	identical "$work/t1.jsonl" "$work/t3.jsonl"
 	;;
 step_after)
 	sed -e 's/"sub_group_size": 5e4/"sub_group_size": 2000/' \
