@@ -793,7 +793,9 @@ main(int argc, char **argv)
 	in.micro_batch = a.batch;
 	in.grad_accum = a.grad_accum;
 	in.hidden_size = (uint64_t)a.hidden;
-	in.total_num_steps = a.steps;
+	/* WarmupCosineLR needs more steps than its warmup (at least 2): runs of 1 or 2 steps
+	   use the start of a 3-step schedule */
+	in.total_num_steps = a.steps < 3 ? 3 : a.steps;
 	in.warmup_num_steps = a.steps / 10;
 	in.lr = a.lr;
 	if ((r = zinf_config_read_file(a.config, &in, &cfg))) {
