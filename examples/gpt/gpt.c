@@ -71,7 +71,8 @@ struct run {
 	int log_rank, spp;
 	bool lead, bar;
 	int *host_tok;	  /* [T + 1] one sample */
-	float *rank_loss; /* [2 x world] */
+	float *rank_loss; /* [3 x world]: loss (two floats), stop flag */
+	bool stop;	  /* a rank was interrupted: every rank stops after this step */
 	double *losses;	  /* [steps] */
 	/* sums over the steps run, from the engine's per-step statistics */
 	double exposed_fetch_s, exposed_step_s, optimizer_s;
@@ -247,7 +248,7 @@ run_init(struct run *R, int argc, char **argv)
 		return 1;
 	}
 	R->host_tok = malloc((size_t)(t->m.d.T + 1) * sizeof(int));
-	R->rank_loss = malloc((size_t)t->world * 2 * sizeof(float));
+	R->rank_loss = malloc((size_t)t->world * 3 * sizeof(float));
 	R->losses = malloc((size_t)R->a.steps * sizeof(double));
 	if (!R->host_tok || !R->rank_loss || !R->losses) {
 		fprintf(stderr, "zinf_gpt: out of memory\n");
@@ -327,7 +328,9 @@ load_batch(struct run *R, int step, int micro)
 /*
  * Optimizer step `step`: its learning rate, every micro-batch and zinf_engine_step() after
  * each. Returns 0 and the step's loss (the mean over the global batch: each rank's mean sent
- * as two floats, 48 bits, summed in rank order).
+ * as two floats, 48 bits, summed in rank order). The same all-gather carries each rank's
+ * SIGINT/SIGTERM flag, so that all ranks stop after the same step (one alone would leave the
+ * others waiting in a collective).
  */
 static int
 train_step(struct run *R, int step, double *lr_out, double *loss_out)
@@ -358,14 +361,15 @@ train_step(struct run *R, int step, double *lr_out, double *loss_out)
 		}
 	}
 	double mean = loss_sum / ((double)t->m.d.B * t->m.d.T * t->gas);
-	float mine[2] = {(float)mean, (float)(mean - (double)(float)mean)};
-	if ((r = zinf_comm_all_gather(R->comm, mine, R->rank_loss, 2, ZINF_F32, NULL))) {
+	float mine[3] = {(float)mean, (float)(mean - (double)(float)mean), g_stop ? 1.0f : 0.0f};
+	if ((r = zinf_comm_all_gather(R->comm, mine, R->rank_loss, 3, ZINF_F32, NULL))) {
 		fprintf(stderr, "zinf_gpt: loss all-gather: %s\n", zinf_strerror(r));
 		return r;
 	}
 	double loss = 0;
 	for (int i = 0; i < t->world; i++) {
-		loss += (double)R->rank_loss[2 * i] + (double)R->rank_loss[2 * i + 1];
+		loss += (double)R->rank_loss[3 * i] + (double)R->rank_loss[3 * i + 1];
+		R->stop |= R->rank_loss[3 * i + 2] != 0;
 	}
 	*loss_out = loss / t->world;
 	*lr_out = lr;
@@ -498,7 +502,7 @@ main(int argc, char **argv)
 	}
 	double t_start = zinf_now_s();
 	rc = 1;
-	for (int step = 1; step <= R.a.steps && !g_stop; step++) {
+	for (int step = 1; step <= R.a.steps && !R.stop; step++) {
 		double lr, loss, t0 = zinf_now_s();
 		if (train_step(&R, step, &lr, &loss)) {
 			goto out;
@@ -511,7 +515,7 @@ main(int argc, char **argv)
 	if (R.lead) {
 		summary(&R, zinf_now_s() - t_start);
 	}
-	rc = g_stop ? 130 : 0;
+	rc = R.stop ? 130 : 0;
 out:
 	run_fini(&R);
 	return rc;
