@@ -102,11 +102,11 @@ gpt_register(struct gpt_trainer *t)
 	int r = add(e, m, "wte", (size_t)d->V * C, GPT_LAYER_EMBED, &m->wte);
 	r = r ?: add(e, m, "wpe", (size_t)d->T * C, GPT_LAYER_EMBED, &m->wpe);
 	for (int l = 0; l < d->L && !r; l++) {
-		for (int t = 0; t < GPT_BLOCK_TENSORS && !r; t++) {
+		for (int k = 0; k < GPT_BLOCK_TENSORS && !r; k++) {
 			uint32_t id;
-			snprintf(name, sizeof(name), "h%d.%s", l, block_names[t]);
-			r = add(e, m, name, gpt_block_numel(d, t), GPT_LAYER_BLOCK(d, l), &id);
-			if (!r && l == 0 && t == 0) {
+			snprintf(name, sizeof(name), "h%d.%s", l, block_names[k]);
+			r = add(e, m, name, gpt_block_numel(d, k), GPT_LAYER_BLOCK(d, l), &id);
+			if (!r && l == 0 && k == 0) {
 				m->block0 = id;
 			}
 		}
