@@ -10,6 +10,8 @@
 #                    wrote its swap files and removed its scratch directory
 #   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
 #                    fetched tensor to f32): bit-identical to each other, different from fp32
+#   refusals         an fp16 config exits 1 naming fp16 (and leaves no scratch directory); a
+#                    hidden size that the heads do not divide exits 2
 #   threads          one and three OpenMP threads: bit-identical (the CPU layers write every
 #                    output element from one thread in a fixed order)
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
@@ -112,6 +114,24 @@ bf16)
 		echo "FAIL: bf16 losses equal the fp32 ones: bf16 not in effect"
 		exit 1
 	fi
+	;;
+refusals)
+	# fp16 (no loss scaling in the trainer): exit 1 naming it; bad flags: exit 2; nothing left
+	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "fp16": {"enabled": true},/' \
+		"$cfgdir/zero3_nvme.json" >"$work/fp16.json"
+	set +e
+	"$gpt" "${model[@]}" --config "$work/fp16.json" 2>"$work/err"
+	rc=$?
+	"$gpt" --hidden 30 --heads 4 2>>"$work/err"
+	rc2=$?
+	set -e
+	[ "$rc" = 1 ] && grep -q 'fp16 needs loss scaling' "$work/err" ||
+		{ echo "FAIL: fp16 config: exit $rc"; cat "$work/err"; exit 1; }
+	[ "$rc2" = 2 ] && grep -q 'not a multiple of --heads' "$work/err" ||
+		{ echo "FAIL: --hidden 30 --heads 4: exit $rc2"; cat "$work/err"; exit 1; }
+	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
+	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
+	echo "ok: fp16 refused (exit 1), bad flags refused (exit 2)"
 	;;
 threads)
 	OMP_NUM_THREADS=1 run "$work/t1.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
