@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Set up, build and run zinf's main job: install dependencies (Debian 12), configure, build,
-# and run `zinf bench io` on a default scratch directory. Extra arguments go to `zinf bench io`.
+# Set up, build and run zinf's main job: install dependencies (Debian 12), configure, build
+# everything, and train the example GPT (build/zinf_gpt, examples/gpt/) with its default
+# configuration: ZeRO-3 with parameters and optimizer state on NVMe, under a scratch directory
+# made here (in the current file system, not /tmp, which may be tmpfs) and removed afterwards.
+# Extra arguments go to zinf_gpt (scripts/run.sh --steps 500 --config examples/gpt/configs/...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)"
-exec build/zinf bench io "$@"
+scratch=$(mktemp -d "$PWD/zinf-run-XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+build/zinf_gpt --scratch-parent "$scratch" "$@"

@@ -19,6 +19,10 @@ cmake -S "$src/examples" -B "$work/ex" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/
 cmake --build "$work/ex" >/dev/null
 mkdir "$work/data"
 LD_LIBRARY_PATH="$work/prefix/lib" "$work/ex/offload_step" "$work/data"
+# The GPT trainer, built against the installed package only: a few steps on NVMe (scratch
+# directory under $work/data, removed by the trainer).
+OMP_NUM_THREADS=1 LD_LIBRARY_PATH="$work/prefix/lib" "$work/ex/zinf_gpt" --steps 3 --layers 1 \
+	--hidden 16 --heads 2 --context 8 --vocab 16 --batch 2 --quiet --scratch-parent "$work/data"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 cc "$src/examples/offload_step.c" $(pkg-config --cflags --libs zinf) \
 	-Wl,-rpath,"$work/prefix/lib" -o "$work/offload_step_pc"

@@ -1,0 +1,522 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * examples/gpt/gpt.c: zinf_gpt, a GPT trained through zinf's public API, as a user's trainer
+ * would be written: the parameters live in the ZeRO engine (zinf/engine.h), in the tiers a
+ * DeepSpeed configuration names (by default ZeRO-3 with parameters and optimizer state on NVMe
+ * under a scratch directory this program creates and removes). Runs alone or under
+ * `mpirun -np N` (the collectives are chosen by zinf: mpi under a launcher, else single).
+ * `zinf_gpt --help` lists the flags (gpt_args.c).
+ *
+ * This file: the configuration ("auto" from the flags; a nvme_path "scratch" becomes the
+ * scratch directory), the engine, the loop over optimizer steps (the lr schedule, the
+ * micro-batches of gpt_train.c, the step), the output (a line every steps_per_print steps, a
+ * progress bar on a terminal, --json records, the summary). The data (gpt_data.h) is a Markov
+ * source with a known entropy rate, printed as the loss's floor. Not here: checkpoints, fp16
+ * loss scaling (refused), gradient clipping (the engine has none yet: a configured value is
+ * warned about and not applied).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zinf/comm.h>
+#include <zinf/config.h>
+#include <zinf/device.h>
+#include <zinf/engine.h>
+#include <zinf/schedule.h>
+
+#include "gpt.h"
+#include "gpt_data.h"
+
+/* A configuration's nvme_path with this value is replaced by the scratch directory. */
+#define GPT_SCRATCH_PATH "scratch"
+
+static volatile sig_atomic_t g_stop;
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+}
+
+static void
+logcb(void *ctx, enum zinf_log_level l, const char *file, int line, const char *fn, const char *msg)
+{
+	(void)file, (void)line, (void)fn;
+	const int *rank = ctx;
+	fprintf(stderr, "zinf %s (rank %d): %s\n",
+		l == ZINF_LOG_ERROR  ? "error"
+		: l == ZINF_LOG_WARN ? "warning"
+				     : "info",
+		*rank, msg);
+}
+
+/* Everything one run holds; run_fini() frees what is set. */
+struct run {
+	struct gpt_args a;
+	struct gpt_trainer t;
+	struct zinf_train_config cfg;
+	struct zinf_comm *comm;
+	struct gpt_data data;
+	FILE *json;
+	char scratch[4096]; /* "" when none was made */
+	int log_rank, spp;
+	bool lead, bar;
+	int *host_tok;	  /* [T + 1] one sample */
+	float *rank_loss; /* [3 x world]: loss (two floats), stop flag */
+	bool stop;	  /* a rank was interrupted: every rank stops after this step */
+	double *losses;	  /* [steps] */
+	/* sums over the steps run, from the engine's per-step statistics */
+	double exposed_fetch_s, exposed_step_s, optimizer_s;
+	uint64_t nvme_read, nvme_write;
+	int steps_done;
+};
+
+/* ---- the scratch directory ----------------------------------------------------------------- */
+
+static int
+rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+/* Every nvme_path "scratch" (or all of them with --nvme-path) of the engine options. */
+static int
+scratch_setup(struct run *R, struct zinf_engine_opts *eo)
+{
+	struct zinf_offload_opts *sec[2] = {&eo->offload_param, &eo->offload_optimizer};
+	bool need = false;
+	for (int s = 0; s < 2; s++) {
+		for (uint32_t i = 0; i < sec[s]->n_paths; i++) {
+			need |= !R->a.nvme_path && !strcmp(sec[s]->nvme_path[i], GPT_SCRATCH_PATH);
+		}
+	}
+	if (need) {
+		snprintf(R->scratch, sizeof(R->scratch), "%s/zinf-gpt-r%d-XXXXXX",
+			 R->a.scratch_parent, R->t.rank);
+		if (!mkdtemp(R->scratch)) {
+			fprintf(stderr, "zinf_gpt: scratch directory under %s: %s\n",
+				R->a.scratch_parent, strerror(errno));
+			R->scratch[0] = 0;
+			return -1;
+		}
+	}
+	for (int s = 0; s < 2; s++) {
+		for (uint32_t i = 0; i < sec[s]->n_paths; i++) {
+			if (R->a.nvme_path) {
+				sec[s]->nvme_path[i] = R->a.nvme_path;
+			} else if (!strcmp(sec[s]->nvme_path[i], GPT_SCRATCH_PATH)) {
+				sec[s]->nvme_path[i] = R->scratch;
+			}
+		}
+	}
+	return 0;
+}
+
+/* ---- set-up -------------------------------------------------------------------------------- */
+
+/* The configuration, "auto" resolved from the flags as Hugging Face's integration does. */
+static int
+read_config(struct run *R)
+{
+	const struct gpt_args *a = &R->a;
+	struct zinf_config_inputs in;
+	zinf_config_inputs_init(&in);
+	in.world_size = R->t.world;
+	in.fp16 = 0;
+	in.bf16 = 0;
+	in.micro_batch = a->batch;
+	in.grad_accum = a->grad_accum;
+	in.hidden_size = (uint64_t)a->hidden;
+	/* WarmupCosineLR needs more steps than its warmup (at least 2): runs of 1 or 2 steps
+	   use the start of a 3-step schedule */
+	in.total_num_steps = a->steps < 3 ? 3 : a->steps;
+	in.warmup_num_steps = a->steps / 10;
+	in.lr = a->lr;
+	int r = zinf_config_read_file(a->config, &in, &R->cfg);
+	if (r) {
+		fprintf(stderr, "zinf_gpt: %s: %s\n", a->config, zinf_strerror(r));
+		return r;
+	}
+	if (R->cfg.fp16.enabled) {
+		fprintf(stderr,
+			"zinf_gpt: %s: fp16 needs loss scaling, which this example does not do "
+			"yet: "
+			"use bf16 or fp32\n",
+			a->config);
+		return -EINVAL;
+	}
+	if (R->cfg.gradient_clipping > 0 && R->lead) {
+		fprintf(stderr,
+			"zinf_gpt: warning: gradient_clipping %g is not applied (the engine has no "
+			"clipping yet)\n",
+			R->cfg.gradient_clipping);
+	}
+	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)R->cfg.steps_per_print;
+	if (R->spp < 1) {
+		R->spp = 10;
+	}
+	return 0;
+}
+
+/* The engine over the configuration, the model registered and initialised, the buffers. */
+static int
+make_engine(struct run *R)
+{
+	struct gpt_trainer *t = &R->t;
+	struct zinf_engine_opts eo = R->cfg.engine; /* its paths stay owned by cfg */
+	eo.device_backend = "host";		    /* the CPU layers read device memory */
+	eo.comm = R->comm;
+	if (R->a.step_after_backward) {
+		eo.step_during_backward = false;
+	}
+	int r = scratch_setup(R, &eo);
+	if (r) {
+		return r;
+	}
+	t->gas = (int)eo.gradient_accumulation_steps;
+	t->dtype = eo.dtype;
+	t->m.d = (struct gpt_dims){.V = R->a.vocab,
+				   .T = R->a.context,
+				   .C = R->a.hidden,
+				   .NH = R->a.heads,
+				   .L = R->a.layers,
+				   .B = (int)R->cfg.train_micro_batch_size_per_gpu};
+	t->m.seed = R->a.seed;
+	if ((r = zinf_engine_create(&eo, &t->e))) {
+		fprintf(stderr, "zinf_gpt: engine: %s\n", zinf_strerror(r));
+		return r;
+	}
+	t->dev = zinf_engine_device(t->e);
+	t->cs = zinf_engine_compute_stream(t->e);
+	if (strcmp(zinf_device_backend(t->dev), "host")) {
+		fprintf(stderr, "zinf_gpt: the %s layers need the host device, not %s\n",
+			t->ops->name, zinf_device_backend(t->dev));
+		return -ENODEV;
+	}
+	if ((r = gpt_register(t))) {
+		return r;
+	}
+	if ((r = zinf_engine_init(t->e))) {
+		fprintf(stderr, "zinf_gpt: engine init: %s\n", zinf_strerror(r));
+		return r;
+	}
+	if (R->lead && !R->a.quiet) {
+		static const char *const tier[] = {"device", "cpu", "nvme"};
+		printf("zinf_gpt: %s, ZeRO-%d, params %s, optimizer %s, %s, %d rank%s, comm %s\n",
+		       R->a.config, eo.stage, tier[eo.offload_param.device],
+		       tier[eo.offload_optimizer.device], zinf_dtype_name(eo.dtype), t->world,
+		       t->world > 1 ? "s" : "", zinf_comm_backend(R->comm));
+	}
+	return gpt_bufs_alloc(t);
+}
+
+static int
+run_init(struct run *R, int argc, char **argv)
+{
+	struct gpt_trainer *t = &R->t;
+	int r;
+	if (gpt_args_parse(argc, argv, &R->a) || gpt_log_level_from_env()) {
+		return 2;
+	}
+	zinf_log_set_callback(logcb, &R->log_rank);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	struct zinf_comm_opts co;
+	zinf_comm_opts_init(&co);
+	if ((r = zinf_comm_create(&co, &R->comm))) {
+		fprintf(stderr, "zinf_gpt: collectives: %s\n", zinf_strerror(r));
+		return 1;
+	}
+	t->rank = R->log_rank = zinf_comm_rank(R->comm);
+	t->world = zinf_comm_world(R->comm);
+	R->lead = t->rank == 0;
+	if (read_config(R) || make_engine(R)) {
+		return 1;
+	}
+	if ((r = gpt_data_init(&R->data, R->a.vocab, R->a.fanout, R->a.seed))) {
+		fprintf(stderr, "zinf_gpt: data: %s\n", zinf_strerror(r));
+		return 1;
+	}
+	R->host_tok = malloc((size_t)(t->m.d.T + 1) * sizeof(int));
+	R->rank_loss = malloc((size_t)t->world * 3 * sizeof(float));
+	R->losses = malloc((size_t)R->a.steps * sizeof(double));
+	if (!R->host_tok || !R->rank_loss || !R->losses) {
+		fprintf(stderr, "zinf_gpt: out of memory\n");
+		return 1;
+	}
+	if (R->lead && R->a.json && !(R->json = fopen(R->a.json, "w"))) {
+		fprintf(stderr, "zinf_gpt: %s: %s\n", R->a.json, strerror(errno));
+		return 1;
+	}
+	R->bar = R->lead && !R->a.no_progress && !R->a.quiet && isatty(STDERR_FILENO);
+	if (R->lead && !R->a.quiet) {
+		const struct gpt_dims *d = &t->m.d;
+		printf("model: %d layers, %d heads, hidden %d, context %d, vocab %d: %llu "
+		       "parameters; batch %d x %d x %d ranks = %lld sequences per step\n",
+		       d->L, d->NH, d->C, d->T, d->V, (unsigned long long)t->m.n_params, d->B,
+		       t->gas, t->world, (long long)R->cfg.train_batch_size);
+		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
+		       "(uniform %.4f)%s%s\n",
+		       R->a.fanout, R->data.entropy, log((double)R->a.vocab),
+		       R->scratch[0] ? "; scratch " : "", R->scratch);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+static void
+run_fini(struct run *R)
+{
+	if (R->json) {
+		fclose(R->json);
+	}
+	free(R->host_tok);
+	free(R->rank_loss);
+	free(R->losses);
+	gpt_bufs_free(&R->t);
+	zinf_engine_destroy(R->t.e);
+	zinf_comm_destroy(R->comm);
+	gpt_data_fini(&R->data);
+	zinf_config_fini(&R->cfg);
+	if (R->scratch[0]) {
+		nftw(R->scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	}
+}
+
+/* ---- one optimizer step -------------------------------------------------------------------- */
+
+/*
+ * This rank's sequences of micro-batch `micro`: global sample (micro x world + rank) x B + b,
+ * so that every split of the global batch sees the same samples. Copied to the device on the
+ * compute stream (after a sync: the previous copy out of host_io is done).
+ */
+static int
+load_batch(struct run *R, int step, int micro)
+{
+	struct gpt_trainer *t = &R->t;
+	const struct gpt_dims *d = &t->m.d;
+	size_t T = (size_t)d->T, N = (size_t)d->B * T;
+	double t0 = zinf_now_s();
+	int r = zinf_stream_sync(t->cs);
+	if (r) {
+		return r;
+	}
+	for (int b = 0; b < d->B; b++) {
+		int64_t gi = ((int64_t)micro * t->world + t->rank) * d->B + b;
+		gpt_data_sample(&R->data, step, gi, d->T, R->host_tok);
+		memcpy(t->b.host_io + b * T, R->host_tok, T * sizeof(int));
+		memcpy(t->b.host_io + N + b * T, R->host_tok + 1, T * sizeof(int));
+	}
+	r = zinf_device_copy(t->cs, t->b.tokens, t->b.host_io, N * sizeof(int), ZINF_COPY_H2D);
+	r = r
+		    ?: zinf_device_copy(t->cs, t->b.targets, t->b.host_io + N, N * sizeof(int),
+					ZINF_COPY_H2D);
+	t->tm.data += zinf_now_s() - t0;
+	return r;
+}
+
+/*
+ * Optimizer step `step`: its learning rate, every micro-batch and zinf_engine_step() after
+ * each. Returns 0 and the step's loss (the mean over the global batch: each rank's mean sent
+ * as two floats, 48 bits, summed in rank order). The same all-gather carries each rank's
+ * SIGINT/SIGTERM flag, so that all ranks stop after the same step (one alone would leave the
+ * others waiting in a collective).
+ */
+static int
+train_step(struct run *R, int step, double *lr_out, double *loss_out)
+{
+	struct gpt_trainer *t = &R->t;
+	double lr = zinf_schedule_step_lr(&R->cfg.scheduler, step), loss_sum = 0, t0;
+	if (!isfinite(lr)) {
+		lr = R->cfg.engine.optimizer.lr;
+	}
+	int r = zinf_engine_set_lr(t->e, (float)lr);
+	if (r) {
+		fprintf(stderr, "zinf_gpt: set_lr %g: %s\n", lr, zinf_strerror(r));
+		return r;
+	}
+	for (int micro = 0; micro < t->gas; micro++) {
+		double ls;
+		if ((r = load_batch(R, step, micro)) || (r = gpt_micro_batch(t, &ls))) {
+			return r;
+		}
+		loss_sum += ls;
+		t0 = zinf_now_s();
+		r = zinf_engine_step(t->e);
+		t->tm.step += zinf_now_s() - t0;
+		if (r != (micro == t->gas - 1)) {
+			fprintf(stderr, "zinf_gpt: rank %d: step %d, micro-batch %d: %s\n", t->rank,
+				step, micro, r < 0 ? zinf_strerror(r) : "unexpected return");
+			return r < 0 ? r : -EPROTO;
+		}
+	}
+	double mean = loss_sum / ((double)t->m.d.B * t->m.d.T * t->gas);
+	float mine[3] = {(float)mean, (float)(mean - (double)(float)mean), g_stop ? 1.0f : 0.0f};
+	if ((r = zinf_comm_all_gather(R->comm, mine, R->rank_loss, 3, ZINF_F32, NULL))) {
+		fprintf(stderr, "zinf_gpt: loss all-gather: %s\n", zinf_strerror(r));
+		return r;
+	}
+	double loss = 0;
+	for (int i = 0; i < t->world; i++) {
+		loss += (double)R->rank_loss[3 * i] + (double)R->rank_loss[3 * i + 1];
+		R->stop |= R->rank_loss[3 * i + 2] != 0;
+	}
+	*loss_out = loss / t->world;
+	*lr_out = lr;
+	return 0;
+}
+
+/* ---- output -------------------------------------------------------------------------------- */
+
+/* Locked (pinned) memory of this process, bytes, from /proc/self/status; -1 if unknown. */
+static long long
+locked_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long long kb = -1;
+	if (!f) {
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "VmLck: %lld kB", &kb) == 1) {
+			break;
+		}
+	}
+	fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+static void
+progress(int step, int steps, double loss, double floor_)
+{
+	int w = 30, fill = (int)((double)step / steps * w);
+	char bar[64];
+	for (int i = 0; i < w; i++) {
+		bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+	}
+	bar[w] = 0;
+	fprintf(stderr, "\r[%s] %d/%d loss %.4f (floor %.4f)", bar, step, steps, loss, floor_);
+	fflush(stderr);
+}
+
+/* The step's record: statistics summed, a JSON line, a printed line every spp steps. */
+static void
+report_step(struct run *R, int step, double lr, double loss, double wall)
+{
+	struct gpt_trainer *t = &R->t;
+	const struct gpt_dims *d = &t->m.d;
+	struct zinf_engine_stats es = {.size = sizeof(es)};
+	zinf_engine_get_stats(t->e, &es);
+	R->exposed_fetch_s += es.exposed_fetch_s;
+	R->exposed_step_s += es.exposed_step_s;
+	R->optimizer_s += es.optimizer_s;
+	R->nvme_read += es.nvme_read_bytes;
+	R->nvme_write += es.nvme_write_bytes;
+	R->losses[step - 1] = loss;
+	R->steps_done = step;
+	long long lk = locked_bytes();
+	double toks = (double)d->B * d->T * t->gas * t->world / wall;
+	double rd = es.nvme_read_bytes / wall / 1e9, wr = es.nvme_write_bytes / wall / 1e9;
+	if (R->json) {
+		fprintf(R->json,
+			"{\"step\": %d, \"loss\": %.17g, \"floor\": %.17g, \"lr\": %.9g, "
+			"\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"nvme_read_bytes\": %llu, "
+			"\"nvme_write_bytes\": %llu, \"nvme_read_GBps\": %.6f, "
+			"\"nvme_write_GBps\": %.6f, \"pinned_bytes\": %lld, "
+			"\"exposed_fetch_s\": %.6f, \"exposed_step_s\": %.6f, \"optimizer_s\": "
+			"%.6f, "
+			"\"stepped_during_backward\": %u, \"sub_groups\": %u, \"trace_hits\": "
+			"%llu, "
+			"\"trace_misses\": %llu, \"peak_live_elems\": %llu}\n",
+			step, loss, R->data.entropy, lr, wall, toks,
+			(unsigned long long)es.nvme_read_bytes,
+			(unsigned long long)es.nvme_write_bytes, rd, wr, lk, es.exposed_fetch_s,
+			es.exposed_step_s, es.optimizer_s, es.stepped_during_backward,
+			es.sub_groups, (unsigned long long)es.trace_hits,
+			(unsigned long long)es.trace_misses,
+			(unsigned long long)es.peak_live_elems);
+	}
+	if (R->lead && !R->a.quiet && (step % R->spp == 0 || step == 1 || step == R->a.steps)) {
+		if (R->bar) {
+			fprintf(stderr, "\r\033[K");
+		}
+		printf("step %5d/%d | loss %.4f (floor %.4f) | lr %.3e | %7.0f tok/s | nvme r %.3f "
+		       "w %.3f GB/s | pinned %.1f MiB | exposed fetch %.1f ms step %.1f ms\n",
+		       step, R->a.steps, loss, R->data.entropy, lr, toks, rd, wr,
+		       lk < 0 ? 0.0 : (double)lk / (1 << 20), es.exposed_fetch_s * 1e3,
+		       es.exposed_step_s * 1e3);
+		fflush(stdout);
+	}
+	if (R->bar) {
+		progress(step, R->a.steps, loss, R->data.entropy);
+	}
+}
+
+/* Loss from the first step to the mean of the last tenth of the steps run; time split. */
+static void
+summary(const struct run *R, double total)
+{
+	const struct gpt_trainer *t = &R->t;
+	const struct gpt_timers *tm = &t->tm;
+	int n = R->steps_done, tail = n / 10 > 0 ? n / 10 : 1;
+	double to = 0, from = n ? R->losses[0] : NAN, uni = log((double)t->m.d.V);
+	double floor_ = R->data.entropy;
+	for (int i = n - tail; i < n; i++) {
+		to += i >= 0 ? R->losses[i] / tail : NAN;
+	}
+	double other = total - tm->compute - tm->fetch - tm->grad - tm->step;
+	printf("summary: %d steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f (mean of the last "
+	       "%d steps), floor %.4f: %.0f%% of the way from %.4f (uniform)\n",
+	       n, total, (double)t->m.d.B * t->m.d.T * t->gas * t->world * n / total, from, to,
+	       tail, floor_, 100.0 * (uni - to) / (uni - floor_), uni);
+	printf("time (rank 0): compute %.1f s (%.0f%%), waiting for parameters %.1f s (%.0f%%; "
+	       "engine's exposed fetch %.1f s), optimizer %.1f s (%.0f%%; exposed step %.1f s, "
+	       "optimizer kernel %.1f s in all), gradient hand-off %.1f s, data and other %.1f s\n",
+	       tm->compute, 100 * tm->compute / total, tm->fetch, 100 * tm->fetch / total,
+	       R->exposed_fetch_s, tm->step, 100 * tm->step / total, R->exposed_step_s,
+	       R->optimizer_s, tm->grad, other);
+	printf("nvme (rank 0): %.1f MB read, %.1f MB written\n", R->nvme_read / 1e6,
+	       R->nvme_write / 1e6);
+	fflush(stdout);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct run R = {.t = {.ops = &gpt_cpu_ops}, .log_rank = -1};
+	zinf_config_init(&R.cfg);
+	int rc = run_init(&R, argc, argv);
+	if (rc) {
+		goto out;
+	}
+	double t_start = zinf_now_s();
+	rc = 1;
+	for (int step = 1; step <= R.a.steps && !R.stop; step++) {
+		double lr, loss, t0 = zinf_now_s();
+		if (train_step(&R, step, &lr, &loss)) {
+			goto out;
+		}
+		report_step(&R, step, lr, loss, zinf_now_s() - t0);
+	}
+	if (R.bar) {
+		fprintf(stderr, "\r\033[K");
+	}
+	if (R.lead) {
+		summary(&R, zinf_now_s() - t_start);
+	}
+	rc = R.stop ? 130 : 0;
+out:
+	run_fini(&R);
+	return rc;
+}

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * examples/gpt/gpt_args.c: zinf_gpt's flags (one table: name, what it sets, range, help) and
+ * ZINF_LOG_LEVEL. Not here: the configuration file (gpt.c reads it with zinf_config).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt.h"
+
+#ifndef GPT_DEFAULT_CONFIG
+#define GPT_DEFAULT_CONFIG "examples/gpt/configs/zero3_nvme.json"
+#endif
+
+enum kind { K_INT, K_STR, K_FLAG, K_LR, K_SEED, K_HELP };
+
+struct flag {
+	const char *name, *meta, *help;
+	enum kind kind;
+	size_t off; /* in struct gpt_args */
+	long lo, hi;
+};
+
+#define A(f) offsetof(struct gpt_args, f)
+static const struct flag flags[] = {
+	{"config", "FILE", "DeepSpeed config (default " GPT_DEFAULT_CONFIG ")", K_STR, A(config), 0,
+	 0},
+	{"steps", "N", "optimizer steps (default 300)", K_INT, A(steps), 1, 100000000},
+	{"layers", "L", "transformer blocks (default 4)", K_INT, A(layers), 1, 1024},
+	{"heads", "H", "attention heads (default 4)", K_INT, A(heads), 1, 1024},
+	{"hidden", "C", "hidden size (default 64)", K_INT, A(hidden), 1, 65536},
+	{"context", "T", "sequence length (default 32)", K_INT, A(context), 1, 65536},
+	{"vocab", "V", "vocabulary (default 64)", K_INT, A(vocab), 2, 1 << 24},
+	{"batch", "B", "micro-batch per rank, the config's \"auto\" (default 16)", K_INT, A(batch),
+	 1, 1 << 20},
+	{"grad-accum", "G", "gradient accumulation, the config's \"auto\" (default 1)", K_INT,
+	 A(grad_accum), 1, 1 << 20},
+	{"lr", "LR", "learning rate for an \"auto\" lr", K_LR, A(lr), 0, 0},
+	{"fanout", "K", "successors per token in the Markov source (default 4)", K_INT, A(fanout),
+	 1, 1 << 24},
+	{"seed", "S", "model and data seed (default 1)", K_SEED, A(seed), 0, 0},
+	{"json", "FILE", "per-step records, JSON lines (rank 0)", K_STR, A(json), 0, 0},
+	{"nvme-path", "DIR", "every nvme_path of the config becomes DIR", K_STR, A(nvme_path), 0,
+	 0},
+	{"scratch-parent", "DIR", "where the scratch directory is made (default .)", K_STR,
+	 A(scratch_parent), 0, 0},
+	{"steps-per-print", "N", "override the config's steps_per_print", K_INT, A(steps_per_print),
+	 1, 1 << 30},
+	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
+	 A(step_after_backward), 0, 0},
+	{"no-progress", NULL, "no progress bar", K_FLAG, A(no_progress), 0, 0},
+	{"quiet", NULL, "only the summary", K_FLAG, A(quiet), 0, 0},
+	{"help", NULL, "this text", K_HELP, 0, 0, 0},
+};
+#define N_FLAGS (sizeof(flags) / sizeof(flags[0]))
+
+static void
+usage(FILE *f)
+{
+	fprintf(f, "usage: zinf_gpt [options]\n");
+	for (size_t i = 0; i < N_FLAGS; i++) {
+		char left[40];
+		snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].meta ? " " : "",
+			 flags[i].meta ? flags[i].meta : "");
+		fprintf(f, "  %-24s %s\n", left, flags[i].help);
+	}
+}
+
+/* One flag's value into *a; 0 or -1 after a message. */
+static int
+set(const struct flag *fl, const char *v, struct gpt_args *a)
+{
+	char *p = (char *)a + fl->off, *end;
+	errno = 0;
+	switch (fl->kind) {
+	case K_STR:
+		*(const char **)p = v;
+		return 0;
+	case K_FLAG:
+		*(bool *)p = true;
+		return 0;
+	case K_INT: {
+		long x = strtol(v, &end, 10);
+		if (errno || *end || !*v || x < fl->lo || x > fl->hi) {
+			fprintf(stderr, "zinf_gpt: --%s %s: expected an integer in [%ld, %ld]\n",
+				fl->name, v, fl->lo, fl->hi);
+			return -1;
+		}
+		*(int *)p = (int)x;
+		return 0;
+	}
+	case K_LR: {
+		double x = strtod(v, &end);
+		if (errno || *end || !*v || !(x >= 0) || !isfinite(x)) {
+			fprintf(stderr, "zinf_gpt: --%s %s: expected a number >= 0\n", fl->name, v);
+			return -1;
+		}
+		*(double *)p = x;
+		return 0;
+	}
+	case K_SEED: {
+		unsigned long long x = strtoull(v, &end, 0);
+		if (errno || *end || !*v || v[0] == '-') {
+			fprintf(stderr, "zinf_gpt: --%s %s: expected an integer >= 0\n", fl->name,
+				v);
+			return -1;
+		}
+		*(uint64_t *)p = x;
+		return 0;
+	}
+	case K_HELP:
+		usage(stdout);
+		exit(0);
+	}
+	return -1;
+}
+
+int
+gpt_args_parse(int argc, char **argv, struct gpt_args *a)
+{
+	*a = (struct gpt_args){.config = GPT_DEFAULT_CONFIG,
+			       .scratch_parent = ".",
+			       .steps = 300,
+			       .layers = 4,
+			       .heads = 4,
+			       .hidden = 64,
+			       .context = 32,
+			       .vocab = 64,
+			       .batch = 16,
+			       .grad_accum = 1,
+			       .fanout = 4,
+			       .lr = NAN,
+			       .seed = 1,
+			       .steps_per_print = -1};
+	struct option opts[N_FLAGS + 1];
+	for (size_t i = 0; i < N_FLAGS; i++) {
+		opts[i] = (struct option){flags[i].name,
+					  flags[i].meta ? required_argument : no_argument, NULL,
+					  256 + (int)i};
+	}
+	opts[N_FLAGS] = (struct option){0};
+	int c;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c < 256 || c >= 256 + (int)N_FLAGS) {
+			usage(stderr);
+			return -1;
+		}
+		if (set(&flags[c - 256], optarg, a)) {
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "zinf_gpt: unexpected argument %s\n", argv[optind]);
+		return -1;
+	}
+	if (a->hidden % a->heads) {
+		fprintf(stderr, "zinf_gpt: --hidden %d is not a multiple of --heads %d\n",
+			a->hidden, a->heads);
+		return -1;
+	}
+	if (a->fanout > a->vocab) {
+		fprintf(stderr, "zinf_gpt: --fanout %d is larger than --vocab %d\n", a->fanout,
+			a->vocab);
+		return -1;
+	}
+	return 0;
+}
+
+int
+gpt_log_level_from_env(void)
+{
+	static const char *const names[] = {"error", "warn", "info", "debug"};
+	const char *v = getenv("ZINF_LOG_LEVEL");
+	if (!v || !*v) {
+		return 0;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (!strcmp(v, names[i]) || (v[0] == '0' + i && !v[1])) {
+			zinf_log_set_level((enum zinf_log_level)i);
+			return 0;
+		}
+	}
+	fprintf(stderr,
+		"zinf_gpt: ZINF_LOG_LEVEL=%s: expected error, warn, info or debug (or 0-3)\n", v);
+	return -1;
+}

@@ -1,0 +1,581 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * examples/gpt/gpt_cpu.c: the GPT's layers on the CPU (the "host" device), forward and
+ * backward, OpenMP over independent rows, after llm.c's train_gpt2.c. Deterministic for any
+ * thread count: every output element is written by one thread, summing in a fixed order (no
+ * atomics, no reduction clauses), so two runs with the same parameters give the same bits.
+ *
+ * Also the shapes of gpt_model.h (layer layout, activations). Not here: the training loop
+ * (gpt.c), a GPU backend (the same gpt_ops on the "cuda" device; a later task).
+ */
+#include <math.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "gpt_model.h"
+
+/* ---- shapes -------------------------------------------------------------------------------- */
+
+size_t
+gpt_block_numel(const struct gpt_dims *d, int tensor)
+{
+	size_t C = (size_t)d->C;
+	switch (tensor) {
+	case GPT_QKVW:
+		return 3 * C * C;
+	case GPT_QKVB:
+		return 3 * C;
+	case GPT_ATTPROJW:
+		return C * C;
+	case GPT_FCW:
+	case GPT_FCPROJW:
+		return 4 * C * C;
+	case GPT_FCB:
+		return 4 * C;
+	default: /* the LayerNorms' weights and biases, attproj and fcproj biases */
+		return C;
+	}
+}
+
+size_t
+gpt_block_offset(const struct gpt_dims *d, int tensor)
+{
+	size_t off = 0;
+	for (int i = 0; i < tensor; i++) {
+		off += gpt_block_numel(d, i);
+	}
+	return off;
+}
+
+size_t
+gpt_block_size(const struct gpt_dims *d)
+{
+	return gpt_block_offset(d, GPT_BLOCK_TENSORS);
+}
+
+/* The fields of struct gpt_acts in order, with their sizes. */
+static size_t
+acts_sizes(const struct gpt_dims *d, size_t *s)
+{
+	size_t N = (size_t)d->B * (size_t)d->T, C = (size_t)d->C, L = (size_t)d->L;
+	size_t att = (size_t)d->B * (size_t)d->NH * (size_t)d->T * (size_t)d->T;
+	size_t i = 0;
+	s[i++] = N * C;		   /* encoded */
+	s[i++] = L * N * C;	   /* ln1 */
+	s[i++] = L * N;		   /* ln1_mean */
+	s[i++] = L * N;		   /* ln1_rstd */
+	s[i++] = L * N * 3 * C;	   /* qkv */
+	s[i++] = L * N * C;	   /* atty */
+	s[i++] = L * att;	   /* att */
+	s[i++] = L * N * C;	   /* res2 */
+	s[i++] = L * N * C;	   /* ln2 */
+	s[i++] = L * N;		   /* ln2_mean */
+	s[i++] = L * N;		   /* ln2_rstd */
+	s[i++] = L * N * 4 * C;	   /* fch */
+	s[i++] = L * N * 4 * C;	   /* fch_gelu */
+	s[i++] = L * N * C;	   /* res3 */
+	s[i++] = N * C;		   /* lnf */
+	s[i++] = N;		   /* lnf_mean */
+	s[i++] = N;		   /* lnf_rstd */
+	s[i++] = N * (size_t)d->V; /* probs */
+	s[i++] = N;		   /* losses */
+	s[i++] = N * C;		   /* dres */
+	s[i++] = N * C;		   /* dres_b */
+	s[i++] = N * 4 * C;	   /* dbig */
+	s[i++] = N * 4 * C;	   /* dbig2 */
+	s[i++] = att;		   /* datt */
+	s[i++] = att;		   /* dpreatt */
+	s[i++] = N * C;		   /* dsmall */
+	s[i++] = N * C;		   /* dsmall2 */
+	return i;
+}
+
+size_t
+gpt_acts_numel(const struct gpt_dims *d)
+{
+	size_t s[32], n = acts_sizes(d, s), all = 0;
+	for (size_t i = 0; i < n; i++) {
+		all += s[i];
+	}
+	return all;
+}
+
+void
+gpt_acts_carve(const struct gpt_dims *d, gpt_real *base, struct gpt_acts *a)
+{
+	size_t s[32], n = acts_sizes(d, s);
+	gpt_real **f[] = {&a->encoded,	&a->ln1,      &a->ln1_mean, &a->ln1_rstd, &a->qkv,
+			  &a->atty,	&a->att,      &a->res2,	    &a->ln2,	  &a->ln2_mean,
+			  &a->ln2_rstd, &a->fch,      &a->fch_gelu, &a->res3,	  &a->lnf,
+			  &a->lnf_mean, &a->lnf_rstd, &a->probs,    &a->losses,	  &a->dres,
+			  &a->dres_b,	&a->dbig,     &a->dbig2,    &a->datt,	  &a->dpreatt,
+			  &a->dsmall,	&a->dsmall2};
+	_Static_assert(sizeof(f) / sizeof(f[0]) == 27, "struct gpt_acts fields");
+	for (size_t i = 0; i < n; i++) {
+		*f[i] = base;
+		base += s[i];
+	}
+}
+
+/* ---- kernels (llm.c's, each output written by one thread) -------------------------------- */
+
+#define LN_EPS 1e-5
+
+static void
+layernorm_forward(gpt_real *out, gpt_real *mean, gpt_real *rstd, const gpt_real *inp,
+		  const gpt_real *w, const gpt_real *b, int N, int C)
+{
+#pragma omp parallel for
+	for (int i = 0; i < N; i++) {
+		const gpt_real *x = inp + (size_t)i * C;
+		gpt_real m = 0, v = 0;
+		for (int c = 0; c < C; c++) {
+			m += x[c];
+		}
+		m /= C;
+		for (int c = 0; c < C; c++) {
+			gpt_real dx = x[c] - m;
+			v += dx * dx;
+		}
+		v /= C;
+		gpt_real s = 1 / sqrt(v + (gpt_real)LN_EPS);
+		gpt_real *o = out + (size_t)i * C;
+		for (int c = 0; c < C; c++) {
+			o[c] = (x[c] - m) * s * w[c] + b[c];
+		}
+		mean[i] = m;
+		rstd[i] = s;
+	}
+}
+
+/* dinp += d(LN)/dinp; dw, db = (set) */
+static void
+layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
+		   const gpt_real *inp, const gpt_real *w, const gpt_real *mean,
+		   const gpt_real *rstd, int N, int C)
+{
+#pragma omp parallel for
+	for (int c = 0; c < C; c++) {
+		gpt_real sw = 0, sb = 0;
+		for (int i = 0; i < N; i++) {
+			gpt_real n = (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
+			sw += n * dout[(size_t)i * C + c];
+			sb += dout[(size_t)i * C + c];
+		}
+		dw[c] = sw;
+		db[c] = sb;
+	}
+#pragma omp parallel for
+	for (int i = 0; i < N; i++) {
+		const gpt_real *x = inp + (size_t)i * C, *g = dout + (size_t)i * C;
+		gpt_real *dx = dinp + (size_t)i * C;
+		gpt_real dnorm_mean = 0, dnorm_norm_mean = 0;
+		for (int c = 0; c < C; c++) {
+			gpt_real n = (x[c] - mean[i]) * rstd[i];
+			gpt_real dn = w[c] * g[c];
+			dnorm_mean += dn;
+			dnorm_norm_mean += dn * n;
+		}
+		dnorm_mean /= C;
+		dnorm_norm_mean /= C;
+		for (int c = 0; c < C; c++) {
+			gpt_real n = (x[c] - mean[i]) * rstd[i];
+			gpt_real dn = w[c] * g[c];
+			dx[c] += (dn - dnorm_mean - n * dnorm_norm_mean) * rstd[i];
+		}
+	}
+}
+
+/* x . y in eight interleaved partial sums, added in a fixed order at the end: the compiler
+ * vectorises it without -ffast-math, and the bits do not depend on threads or on the SIMD
+ * width chosen. */
+static inline gpt_real
+dot(const gpt_real *x, const gpt_real *y, int n)
+{
+	gpt_real acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+	int c = 0;
+	for (; c + 8 <= n; c += 8) {
+#pragma omp simd
+		for (int k = 0; k < 8; k++) {
+			acc[k] += x[c + k] * y[c + k];
+		}
+	}
+	for (int k = 0; c < n; c++, k++) {
+		acc[k] += x[c] * y[c];
+	}
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* out[N, OC] = inp[N, C] @ w[OC, C]^T + b[OC] (b may be NULL) */
+static void
+matmul_forward(gpt_real *out, const gpt_real *inp, const gpt_real *w, const gpt_real *b, int N,
+	       int C, int OC)
+{
+#pragma omp parallel for
+	for (int i = 0; i < N; i++) {
+		const gpt_real *x = inp + (size_t)i * C;
+		gpt_real *o = out + (size_t)i * OC;
+		for (int j = 0; j < OC; j++) {
+			o[j] = (b ? b[j] : 0) + dot(x, w + (size_t)j * C, C);
+		}
+	}
+}
+
+/* dinp = (set) dout @ w; dw = (set) dout^T @ inp; db = (set) column sums (db may be NULL) */
+static void
+matmul_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
+		const gpt_real *inp, const gpt_real *w, int N, int C, int OC)
+{
+#pragma omp parallel for
+	for (int i = 0; i < N; i++) {
+		gpt_real *dx = dinp + (size_t)i * C;
+		const gpt_real *g = dout + (size_t)i * OC;
+		for (int c = 0; c < C; c++) {
+			dx[c] = 0;
+		}
+		for (int j = 0; j < OC; j++) {
+			const gpt_real *wr = w + (size_t)j * C;
+			gpt_real gj = g[j];
+#pragma omp simd
+			for (int c = 0; c < C; c++) {
+				dx[c] += gj * wr[c];
+			}
+		}
+	}
+#pragma omp parallel for
+	for (int j = 0; j < OC; j++) {
+		gpt_real *dwr = dw + (size_t)j * C;
+		gpt_real sb = 0;
+		for (int c = 0; c < C; c++) {
+			dwr[c] = 0;
+		}
+		for (int i = 0; i < N; i++) {
+			gpt_real gj = dout[(size_t)i * OC + j];
+			const gpt_real *x = inp + (size_t)i * C;
+#pragma omp simd
+			for (int c = 0; c < C; c++) {
+				dwr[c] += gj * x[c];
+			}
+			sb += gj;
+		}
+		if (db) {
+			db[j] = sb;
+		}
+	}
+}
+
+/*
+ * Causal self-attention. qkv [B, T, 3C] (q, k, v each C = NH heads of hs); att [B, NH, T, T]
+ * the softmax (entries above the diagonal left 0); out [B, T, C].
+ */
+static void
+attention_forward(gpt_real *out, gpt_real *att, const gpt_real *qkv, int B, int T, int C, int NH)
+{
+	int C3 = 3 * C, hs = C / NH;
+	gpt_real scale = 1 / sqrt((gpt_real)hs);
+#pragma omp parallel for collapse(2)
+	for (int b = 0; b < B; b++) {
+		for (int h = 0; h < NH; h++) {
+			for (int t = 0; t < T; t++) {
+				const gpt_real *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+				gpt_real *a = att + (((size_t)b * NH + h) * T + t) * T;
+				gpt_real maxv = -INFINITY;
+				for (int t2 = 0; t2 <= t; t2++) {
+					const gpt_real *k =
+						qkv + ((size_t)b * T + t2) * C3 + h * hs + C;
+					gpt_real s = 0;
+					for (int i = 0; i < hs; i++) {
+						s += q[i] * k[i];
+					}
+					s *= scale;
+					a[t2] = s;
+					maxv = s > maxv ? s : maxv;
+				}
+				gpt_real sum = 0;
+				for (int t2 = 0; t2 <= t; t2++) {
+					a[t2] = exp(a[t2] - maxv);
+					sum += a[t2];
+				}
+				for (int t2 = 0; t2 < T; t2++) {
+					a[t2] = t2 <= t ? a[t2] / sum : 0;
+				}
+				gpt_real *o = out + ((size_t)b * T + t) * C + h * hs;
+				for (int i = 0; i < hs; i++) {
+					o[i] = 0;
+				}
+				for (int t2 = 0; t2 <= t; t2++) {
+					const gpt_real *v =
+						qkv + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+					for (int i = 0; i < hs; i++) {
+						o[i] += a[t2] * v[i];
+					}
+				}
+			}
+		}
+	}
+}
+
+/* dqkv = (set); datt, dpreatt scratch [B, NH, T, T]. Each (b, h) writes only its own head's
+ * slices of dqkv, so the two loops in parallel never write the same element. */
+static void
+attention_backward(gpt_real *dqkv, gpt_real *datt, gpt_real *dpreatt, const gpt_real *dout,
+		   const gpt_real *qkv, const gpt_real *att, int B, int T, int C, int NH)
+{
+	int C3 = 3 * C, hs = C / NH;
+	gpt_real scale = 1 / sqrt((gpt_real)hs);
+#pragma omp parallel for collapse(2)
+	for (int b = 0; b < B; b++) {
+		for (int h = 0; h < NH; h++) {
+			for (int t = 0; t < T; t++) {
+				gpt_real *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+				for (int i = 0; i < hs; i++) {
+					dq[i] = dq[i + C] = dq[i + 2 * C] = 0;
+				}
+			}
+			for (int t = 0; t < T; t++) {
+				const gpt_real *a = att + (((size_t)b * NH + h) * T + t) * T;
+				gpt_real *da = datt + (((size_t)b * NH + h) * T + t) * T;
+				gpt_real *dp = dpreatt + (((size_t)b * NH + h) * T + t) * T;
+				const gpt_real *g = dout + ((size_t)b * T + t) * C + h * hs;
+				const gpt_real *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+				gpt_real *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+				/* out = sum att * v */
+				for (int t2 = 0; t2 <= t; t2++) {
+					const gpt_real *v =
+						qkv + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+					gpt_real *dv =
+						dqkv + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+					gpt_real s = 0;
+					for (int i = 0; i < hs; i++) {
+						s += v[i] * g[i];
+						dv[i] += a[t2] * g[i];
+					}
+					da[t2] = s;
+				}
+				/* softmax */
+				gpt_real dot = 0;
+				for (int t2 = 0; t2 <= t; t2++) {
+					dot += a[t2] * da[t2];
+				}
+				for (int t2 = 0; t2 <= t; t2++) {
+					dp[t2] = a[t2] * (da[t2] - dot);
+				}
+				/* preatt = scale q . k */
+				for (int t2 = 0; t2 <= t; t2++) {
+					const gpt_real *k =
+						qkv + ((size_t)b * T + t2) * C3 + h * hs + C;
+					gpt_real *dk =
+						dqkv + ((size_t)b * T + t2) * C3 + h * hs + C;
+					gpt_real ds = dp[t2] * scale;
+					for (int i = 0; i < hs; i++) {
+						dq[i] += k[i] * ds;
+						dk[i] += q[i] * ds;
+					}
+				}
+			}
+		}
+	}
+}
+
+#define GELU_SCALE 0.7978845608028654 /* sqrt(2 / pi) */
+
+static void
+gelu_forward(gpt_real *out, const gpt_real *inp, size_t n)
+{
+#pragma omp parallel for
+	for (size_t i = 0; i < n; i++) {
+		gpt_real x = inp[i];
+		gpt_real cube = (gpt_real)0.044715 * x * x * x;
+		out[i] = (gpt_real)0.5 * x * (1 + tanh((gpt_real)GELU_SCALE * (x + cube)));
+	}
+}
+
+/* dinp = (set) */
+static void
+gelu_backward(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
+{
+#pragma omp parallel for
+	for (size_t i = 0; i < n; i++) {
+		gpt_real x = inp[i];
+		gpt_real cube = (gpt_real)0.044715 * x * x * x;
+		gpt_real arg = (gpt_real)GELU_SCALE * (x + cube);
+		gpt_real th = tanh(arg);
+		gpt_real ch = cosh(arg);
+		gpt_real sech2 = 1 / (ch * ch);
+		gpt_real g = (gpt_real)0.5 * (1 + th) +
+			     x * (gpt_real)0.5 * sech2 * (gpt_real)GELU_SCALE *
+				     (1 + 3 * (gpt_real)0.044715 * x * x);
+		dinp[i] = g * dout[i];
+	}
+}
+
+/* ---- the layers ---------------------------------------------------------------------------- */
+
+static void
+cpu_encoder_forward(const struct gpt_dims *d, struct gpt_acts *a, const int *tokens,
+		    const gpt_real *wte, const gpt_real *wpe)
+{
+	int N = d->B * d->T, C = d->C;
+#pragma omp parallel for
+	for (int i = 0; i < N; i++) {
+		const gpt_real *we = wte + (size_t)tokens[i] * C,
+			       *pe = wpe + (size_t)(i % d->T) * C;
+		gpt_real *o = a->encoded + (size_t)i * C;
+		for (int c = 0; c < C; c++) {
+			o[c] = we[c] + pe[c];
+		}
+	}
+}
+
+static const gpt_real *
+block_input(const struct gpt_dims *d, const struct gpt_acts *a, int l)
+{
+	size_t NC = (size_t)d->B * d->T * d->C;
+	return l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
+}
+
+#define P(t) (params[(t)])
+#define G(t) (grads[(t)])
+
+static void
+cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
+		  const gpt_real *const *params)
+{
+	int N = d->B * d->T, C = d->C;
+	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
+	const gpt_real *x = block_input(d, a, l);
+	gpt_real *ln1 = a->ln1 + l * NC, *ln1m = a->ln1_mean + (size_t)l * N,
+		 *ln1r = a->ln1_rstd + (size_t)l * N, *qkv = a->qkv + l * 3 * NC,
+		 *atty = a->atty + l * NC, *attm = a->att + l * att, *res2 = a->res2 + l * NC,
+		 *ln2 = a->ln2 + l * NC, *ln2m = a->ln2_mean + (size_t)l * N,
+		 *ln2r = a->ln2_rstd + (size_t)l * N, *fch = a->fch + l * 4 * NC,
+		 *fchg = a->fch_gelu + l * 4 * NC, *res3 = a->res3 + l * NC;
+
+	layernorm_forward(ln1, ln1m, ln1r, x, P(GPT_LN1W), P(GPT_LN1B), N, C);
+	matmul_forward(qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
+	attention_forward(atty, attm, qkv, d->B, d->T, C, d->NH);
+	matmul_forward(res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
+#pragma omp parallel for
+	for (size_t i = 0; i < NC; i++) {
+		res2[i] += x[i];
+	}
+	layernorm_forward(ln2, ln2m, ln2r, res2, P(GPT_LN2W), P(GPT_LN2B), N, C);
+	matmul_forward(fch, ln2, P(GPT_FCW), P(GPT_FCB), N, C, 4 * C);
+	gelu_forward(fchg, fch, 4 * NC);
+	matmul_forward(res3, fchg, P(GPT_FCPROJW), P(GPT_FCPROJB), N, 4 * C, C);
+#pragma omp parallel for
+	for (size_t i = 0; i < NC; i++) {
+		res3[i] += res2[i];
+	}
+}
+
+static void
+cpu_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
+			  const gpt_real *wte, const gpt_real *lnfw, const gpt_real *lnfb,
+			  gpt_real dloss, gpt_real *dwte, gpt_real *dlnfw, gpt_real *dlnfb)
+{
+	int N = d->B * d->T, C = d->C, V = d->V;
+	const gpt_real *x = block_input(d, a, d->L);
+	layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
+	matmul_forward(a->probs, a->lnf, wte, NULL, N, C, V);
+#pragma omp parallel for
+	for (int i = 0; i < N; i++) {
+		gpt_real *p = a->probs + (size_t)i * V;
+		gpt_real maxv = -INFINITY, sum = 0;
+		for (int v = 0; v < V; v++) {
+			maxv = p[v] > maxv ? p[v] : maxv;
+		}
+		for (int v = 0; v < V; v++) {
+			p[v] = exp(p[v] - maxv);
+			sum += p[v];
+		}
+		for (int v = 0; v < V; v++) {
+			p[v] /= sum;
+		}
+		a->losses[i] = -log(p[targets[i]]);
+		/* now the logits' gradient */
+		for (int v = 0; v < V; v++) {
+			p[v] = (p[v] - (v == targets[i] ? 1 : 0)) * dloss;
+		}
+	}
+	matmul_backward(a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
+	for (size_t i = 0; i < (size_t)N * C; i++) {
+		a->dres[i] = 0;
+	}
+	layernorm_backward(a->dres, dlnfw, dlnfb, a->dsmall, x, lnfw, a->lnf_mean, a->lnf_rstd, N,
+			   C);
+}
+
+static void
+cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
+		   const gpt_real *const *params, gpt_real *const *grads)
+{
+	int N = d->B * d->T, C = d->C;
+	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
+	const gpt_real *x = block_input(d, a, l);
+	const gpt_real *ln1 = a->ln1 + l * NC, *ln1m = a->ln1_mean + (size_t)l * N,
+		       *ln1r = a->ln1_rstd + (size_t)l * N, *qkv = a->qkv + l * 3 * NC,
+		       *atty = a->atty + l * NC, *attm = a->att + l * att, *res2 = a->res2 + l * NC,
+		       *ln2 = a->ln2 + l * NC, *ln2m = a->ln2_mean + (size_t)l * N,
+		       *ln2r = a->ln2_rstd + (size_t)l * N, *fch = a->fch + l * 4 * NC,
+		       *fchg = a->fch_gelu + l * 4 * NC;
+	gpt_real *dout = a->dres; /* d res3 on entry; d x on return */
+	gpt_real *dres2 = a->dres_b;
+
+	/* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
+	matmul_backward(a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
+			4 * C, C);
+	gelu_backward(a->dbig2, fch, a->dbig, 4 * NC);
+	matmul_backward(a->dsmall, G(GPT_FCW), G(GPT_FCB), a->dbig2, ln2, P(GPT_FCW), N, C, 4 * C);
+	memcpy(dres2, dout, NC * sizeof(gpt_real));
+	layernorm_backward(dres2, G(GPT_LN2W), G(GPT_LN2B), a->dsmall, res2, P(GPT_LN2W), ln2m,
+			   ln2r, N, C);
+	/* res2 = x + attproj(attention(qkv(ln1(x)))) */
+	matmul_backward(a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty, P(GPT_ATTPROJW),
+			N, C, C);
+	attention_backward(a->dbig, a->datt, a->dpreatt, a->dsmall, qkv, attm, d->B, d->T, C,
+			   d->NH);
+	matmul_backward(a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
+			3 * C);
+	memcpy(dout, dres2, NC * sizeof(gpt_real));
+	layernorm_backward(dout, G(GPT_LN1W), G(GPT_LN1B), a->dsmall2, x, P(GPT_LN1W), ln1m, ln1r,
+			   N, C);
+}
+
+static void
+cpu_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *tokens,
+		     gpt_real *dwte, gpt_real *dwpe)
+{
+	int N = d->B * d->T, C = d->C, T = d->T;
+	/* dwpe[t] = sum over b, in b order */
+#pragma omp parallel for
+	for (int t = 0; t < T; t++) {
+		gpt_real *o = dwpe + (size_t)t * C;
+		for (int c = 0; c < C; c++) {
+			o[c] = 0;
+		}
+		for (int b = 0; b < d->B; b++) {
+			const gpt_real *g = a->dres + ((size_t)b * T + t) * C;
+			for (int c = 0; c < C; c++) {
+				o[c] += g[c];
+			}
+		}
+	}
+	/* dwte[v] += positions with token v, in position order: each thread owns a range of
+	 * channels, so no two threads write the same element */
+#pragma omp parallel for
+	for (int c = 0; c < C; c++) {
+		for (int i = 0; i < N; i++) {
+			dwte[(size_t)tokens[i] * C + c] += a->dres[(size_t)i * C + c];
+		}
+	}
+}
+
+const struct gpt_ops gpt_cpu_ops = {
+	.name = "cpu",
+	.encoder_forward = cpu_encoder_forward,
+	.block_forward = cpu_block_forward,
+	.head_forward_backward = cpu_head_forward_backward,
+	.block_backward = cpu_block_backward,
+	.encoder_backward = cpu_encoder_backward,
+};

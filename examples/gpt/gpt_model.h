@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * examples/gpt/gpt_model.h: the GPT's shapes and its layer operations (llm.c's GPT-2 structure:
+ * token + position embeddings, pre-LayerNorm blocks of causal multi-head attention and a GELU
+ * MLP, a final LayerNorm, the output head tied to the token embedding, cross-entropy).
+ *
+ * The trainer (gpt.c) holds no model: zinf does. It fetches one layer at a time, passes the
+ * layer's tensors (zinf_engine_param pointers, or f32 copies when the engine keeps bf16) and
+ * its gradient buffers to one operation of struct gpt_ops per layer. Every pointer
+ * an operation gets is device memory of the engine's device (zinf_engine_device()): the CPU
+ * backend (gpt_cpu.c, OpenMP) runs on the "host" device, whose memory is host memory. A GPU
+ * backend is another table with the same operations (cuBLAS for the matrix products, kernels
+ * for the rest) on the "cuda" device; the trainer would not change. Not here yet.
+ *
+ * gpt_real is float for the trainer; the gradient check (tests/gpt/test_gpt_gradcheck.c)
+ * compiles the same CPU backend with GPT_REAL=double.
+ */
+#ifndef ZINF_EXAMPLE_GPT_MODEL_H
+#define ZINF_EXAMPLE_GPT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef GPT_REAL
+#define GPT_REAL float
+#endif
+typedef GPT_REAL gpt_real;
+
+struct gpt_dims {
+	int V;	/* vocabulary */
+	int T;	/* context (sequence length) */
+	int C;	/* hidden size */
+	int NH; /* attention heads; C % NH == 0 */
+	int L;	/* transformer blocks */
+	int B;	/* sequences per micro-batch */
+};
+
+/* Tensors of one block, in their order inside the block's layer (and their zinf ids). */
+enum gpt_block_tensor {
+	GPT_LN1W,
+	GPT_LN1B,
+	GPT_QKVW,
+	GPT_QKVB,
+	GPT_ATTPROJW,
+	GPT_ATTPROJB,
+	GPT_LN2W,
+	GPT_LN2B,
+	GPT_FCW,
+	GPT_FCB,
+	GPT_FCPROJW,
+	GPT_FCPROJB,
+	GPT_BLOCK_TENSORS
+};
+
+/* zinf layers: 0 the embeddings (wte, wpe), 1..L the blocks, L + 1 the final LayerNorm. */
+#define GPT_LAYER_EMBED	      0
+#define GPT_LAYER_BLOCK(d, l) (1 + (l))
+#define GPT_LAYER_LNF(d)      ((d)->L + 1)
+
+/* Elements of each tensor of a block, and its offset in a contiguous copy of the block. */
+size_t gpt_block_numel(const struct gpt_dims *d, int tensor);
+size_t gpt_block_offset(const struct gpt_dims *d, int tensor);
+size_t gpt_block_size(const struct gpt_dims *d); /* all of a block's elements */
+
+/* The activations of one micro-batch (N = B x T positions), device memory. */
+struct gpt_acts {
+	gpt_real *encoded; /* [N, C] */
+	/* per block l, each [L][...] */
+	gpt_real *ln1, *ln1_mean, *ln1_rstd; /* [L][N, C], [L][N], [L][N] */
+	gpt_real *qkv;			     /* [L][N, 3C] */
+	gpt_real *atty;			     /* [L][N, C] */
+	gpt_real *att;			     /* [L][B, NH, T, T] softmax */
+	gpt_real *res2;			     /* [L][N, C] x + attention */
+	gpt_real *ln2, *ln2_mean, *ln2_rstd; /* [L][N, C], [L][N], [L][N] */
+	gpt_real *fch, *fch_gelu;	     /* [L][N, 4C] */
+	gpt_real *res3;			     /* [L][N, C] block output */
+	gpt_real *lnf, *lnf_mean, *lnf_rstd; /* [N, C], [N], [N] */
+	gpt_real *probs;		     /* [N, V] softmax, then the logits' gradient */
+	gpt_real *losses;		     /* [N] */
+	/* backward scratch */
+	gpt_real *dres;	   /* [N, C] the gradient flowing down the residual stream */
+	gpt_real *dres_b;  /* [N, C] */
+	gpt_real *dbig;	   /* [N, 4C] */
+	gpt_real *dbig2;   /* [N, 4C] */
+	gpt_real *datt;	   /* [B, NH, T, T] */
+	gpt_real *dpreatt; /* [B, NH, T, T] */
+	gpt_real *dsmall;  /* [N, C] */
+	gpt_real *dsmall2; /* [N, C] */
+};
+
+/* Element count of the whole gpt_acts (one allocation carved by gpt_acts_carve). */
+size_t gpt_acts_numel(const struct gpt_dims *d);
+void gpt_acts_carve(const struct gpt_dims *d, gpt_real *base, struct gpt_acts *a);
+
+/*
+ * The operations, per layer. A block's parameters and gradients are GPT_BLOCK_TENSORS pointers
+ * (each tensor its own zinf buffer; gpt_block_numel elements each); `tokens` and `targets` are [N]
+ * ints (device memory). encoder_forward:  a->encoded = wte[tokens] + wpe[t] block_forward:    block
+ * l on x (a->encoded for l = 0, else block l-1's res3) head_forward_backward: final LayerNorm
+ * (lnfw, lnfb) of the last block's output, logits = lnf @ wte^T, per-position loss into a->losses;
+ * then backward: dwte = (=) dlogits^T lnf, dlnfw, dlnfb (=), a->dres = d(last block output); dloss
+ * is the loss gradient of every position (1 / positions averaged) block_backward:   from a->dres (d
+ * of block l's output) to a->dres (d of its input) and the block's parameter gradients (=)
+ *   encoder_backward: dwte += scatter of a->dres, dwpe = (=) its sum over the batch
+ */
+struct gpt_ops {
+	const char *name;
+	void (*encoder_forward)(const struct gpt_dims *d, struct gpt_acts *a, const int *tokens,
+				const gpt_real *wte, const gpt_real *wpe);
+	void (*block_forward)(const struct gpt_dims *d, struct gpt_acts *a, int l,
+			      const gpt_real *const *params);
+	void (*head_forward_backward)(const struct gpt_dims *d, struct gpt_acts *a,
+				      const int *targets, const gpt_real *wte, const gpt_real *lnfw,
+				      const gpt_real *lnfb, gpt_real dloss, gpt_real *dwte,
+				      gpt_real *dlnfw, gpt_real *dlnfb);
+	void (*block_backward)(const struct gpt_dims *d, struct gpt_acts *a, int l,
+			       const gpt_real *const *params, gpt_real *const *grads);
+	void (*encoder_backward)(const struct gpt_dims *d, struct gpt_acts *a, const int *tokens,
+				 gpt_real *dwte, gpt_real *dwpe);
+};
+
+extern const struct gpt_ops gpt_cpu_ops;
+
+#endif

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# tests/gpt/check_gpt.sh: equivalence runs of the example GPT trainer (zinf_gpt), comparing the
+# per-step losses of its --json records. A tiny model (2 blocks, hidden 32, context 16,
+# vocabulary 32), 30 steps, OMP_NUM_THREADS=1; each case takes seconds.
+#
+# usage: check_gpt.sh CASE ZINF_GPT CONFIG_DIR SCRATCH [MPIRUN...]
+#   nvme_vs_memory   ZeRO-3 with parameters and optimizer on NVMe, and ZeRO-2 with the optimizer
+#                    on CPU, vs ZeRO-0 all in memory, one rank, fp32: every step's loss
+#                    bit-identical (the records print 17 digits); the NVMe run really read and
+#                    wrote its swap files and removed its scratch directory
+#   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
+#                    fetched tensor to f32): bit-identical to each other, different from fp32
+#   refusals         an fp16 config exits 1 naming fp16 (and leaves no scratch directory); a
+#                    hidden size that the heads do not divide exits 2
+#   threads          one and three OpenMP threads: bit-identical (the CPU layers write every
+#                    output element from one thread in a fixed order)
+#   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
+#                    reduce_bucket_size cut to 2000, so that sub-groups become final while
+#                    backward goes on and are stepped then: asserted) vs after backward:
+#                    bit-identical
+#   ranks N          N ranks with micro-batch 6/N (under MPIRUN) vs one rank with micro-batch 6:
+#                    the same 6 sequences per step (samples indexed by their place in the
+#                    global batch); equal within the reduction tolerance (below)
+#   ranks_config     configs/zero3_2ranks.json (16 x 2 ranks, under MPIRUN) vs one rank, ZeRO-0,
+#                    micro-batch 32: the same tolerance
+#   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same
+#                    tolerance
+# Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
+# run that trains nothing cannot pass by matching another that trains nothing.
+set -euo pipefail
+case_=$1 gpt=$2 cfgdir=$3 scratch=$4
+shift 4
+work=$(mktemp -d "$scratch/gpt-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1
+model=(--layers 2 --heads 2 --hidden 32 --context 16 --vocab 32 --fanout 4 --steps 30
+	--no-progress --quiet --scratch-parent "$work")
+
+# losses FILE: one loss per line, as printed (17 significant digits)
+losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
+field() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" "$1"; }
+
+fell() {
+	local f l
+	f=$(losses "$1" | head -1)
+	l=$(losses "$1" | tail -1)
+	awk -v f="$f" -v l="$l" 'BEGIN { exit !(l < f - 0.5) }' || {
+		echo "FAIL: $1: the loss did not fall: $f -> $l"
+		exit 1
+	}
+	[ "$(losses "$1" | wc -l)" -eq 30 ] || { echo "FAIL: $1: not 30 steps"; exit 1; }
+}
+
+identical() {
+	fell "$1"
+	fell "$2"
+	if ! diff <(losses "$1") <(losses "$2") >"$work/diff"; then
+		echo "FAIL: losses differ ($1 vs $2):"
+		cat "$work/diff"
+		exit 1
+	fi
+	echo "ok: $(losses "$1" | wc -l) losses bit-identical: $(losses "$1" | head -1) ->" \
+		"$(losses "$1" | tail -1)"
+}
+
+# Stated tolerance for a different reduction order (ranks: per-rank losses and gradients
+# averaged across ranks instead of one mean over the batch; accumulation: two partial sums):
+# fp32 rounding (~1e-7 relative) in the gradients, grown by 30 AdamW steps. Measured worst
+# relative difference of the losses on 2026-11-23: ~1e-7 (np2, np3, gas); asserted:
+# |a - b| <= 1e-5 |b| at every step.
+close() {
+	fell "$1"
+	fell "$2"
+	paste <(losses "$1") <(losses "$2") | awk '
+		{ d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
+		  if (r > worst) worst = r;
+		  if (r > 1e-5) { printf "FAIL: step %d: %s vs %s (relative %.3g)\n", NR, $1, $2, r; bad = 1 } }
+		END { printf "worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
+}
+
+run() { # OUT [MPIRUN...] -- ARGS...
+	local out=$1
+	shift
+	local pre=()
+	while [ "$1" != "--" ]; do pre+=("$1"); shift; done
+	shift
+	"${pre[@]}" "$gpt" "${model[@]}" --json "$out" "$@"
+}
+
+case $case_ in
+nvme_vs_memory)
+	run "$work/nvme.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
+	run "$work/mem.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	rd=$(field "$work/nvme.jsonl" nvme_read_bytes | tail -1)
+	wr=$(field "$work/nvme.jsonl" nvme_write_bytes | tail -1)
+	[ "$rd" -gt 0 ] && [ "$wr" -gt 0 ] || { echo "FAIL: NVMe run read $rd, wrote $wr bytes"; exit 1; }
+	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
+	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
+	[ "$(field "$work/mem.jsonl" nvme_read_bytes | sort -u)" = 0 ] ||
+		{ echo "FAIL: the in-memory run read NVMe"; exit 1; }
+	identical "$work/nvme.jsonl" "$work/mem.jsonl"
+	run "$work/cpu.jsonl" -- --config "$cfgdir/zero2_cpu.json" --batch 6
+	identical "$work/cpu.jsonl" "$work/mem.jsonl"
+	;;
+bf16)
+	for c in zero3_nvme zero0_memory; do
+		sed 's/"steps_per_print": 20,/"steps_per_print": 20, "bf16": {"enabled": true},/' \
+			"$cfgdir/$c.json" >"$work/$c.json"
+		run "$work/$c.jsonl" -- --config "$work/$c.json" --batch 6
+	done
+	identical "$work/zero3_nvme.jsonl" "$work/zero0_memory.jsonl"
+	run "$work/f32.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	if diff -q <(losses "$work/f32.jsonl") <(losses "$work/zero0_memory.jsonl") >/dev/null; then
+		echo "FAIL: bf16 losses equal the fp32 ones: bf16 not in effect"
+		exit 1
+	fi
+	;;
+refusals)
+	# fp16 (no loss scaling in the trainer): exit 1 naming it; bad flags: exit 2; nothing left
+	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "fp16": {"enabled": true},/' \
+		"$cfgdir/zero3_nvme.json" >"$work/fp16.json"
+	set +e
+	"$gpt" "${model[@]}" --config "$work/fp16.json" 2>"$work/err"
+	rc=$?
+	"$gpt" --hidden 30 --heads 4 2>>"$work/err"
+	rc2=$?
+	set -e
+	[ "$rc" = 1 ] && grep -q 'fp16 needs loss scaling' "$work/err" ||
+		{ echo "FAIL: fp16 config: exit $rc"; cat "$work/err"; exit 1; }
+	[ "$rc2" = 2 ] && grep -q 'not a multiple of --heads' "$work/err" ||
+		{ echo "FAIL: --hidden 30 --heads 4: exit $rc2"; cat "$work/err"; exit 1; }
+	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
+	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
+	echo "ok: fp16 refused (exit 1), bad flags refused (exit 2)"
+	;;
+threads)
+	OMP_NUM_THREADS=1 run "$work/t1.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	OMP_NUM_THREADS=3 run "$work/t3.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	identical "$work/t1.jsonl" "$work/t3.jsonl"
+	;;
+step_after)
+	sed -e 's/"sub_group_size": 5e4/"sub_group_size": 2000/' \
+		-e 's/"reduce_bucket_size": 1e5/"reduce_bucket_size": 2000/' \
+		"$cfgdir/zero3_nvme.json" >"$work/cfg.json"
+	run "$work/during.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/after.jsonl" -- --config "$work/cfg.json" --batch 6 --step-after-backward
+	during=$(field "$work/during.jsonl" stepped_during_backward | sort -n | tail -1)
+	after=$(field "$work/after.jsonl" stepped_during_backward | sort -n | tail -1)
+	[ "$during" -gt 0 ] && [ "$after" = 0 ] ||
+		{ echo "FAIL: sub-groups stepped during backward: $during (on), $after (off)"; exit 1; }
+	identical "$work/during.jsonl" "$work/after.jsonl"
+	;;
+ranks)
+	n=$1
+	shift
+	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
+	run "$work/many.jsonl" "$@" -np "$n" -- --config "$cfgdir/zero3_nvme.json" --batch $((6 / n))
+	close "$work/many.jsonl" "$work/one.jsonl"
+	;;
+ranks_config)
+	# the shipped two-rank config (micro-batch 16 x 2 ranks) against one rank with 32
+	run "$work/one.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 32
+	run "$work/many.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_2ranks.json"
+	close "$work/many.jsonl" "$work/one.jsonl"
+	;;
+gas)
+	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
+	run "$work/acc.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 3 --grad-accum 2
+	close "$work/acc.jsonl" "$work/one.jsonl"
+	;;
+*)
+	echo "unknown case $case_"
+	exit 2
+	;;
+esac

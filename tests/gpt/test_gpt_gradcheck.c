@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tests/gpt/test_gpt_gradcheck.c: the example GPT's backward (examples/gpt/gpt_cpu.c, compiled
+ * here with GPT_REAL=double) against central finite differences of its loss, for every element
+ * of every tensor of a tiny model (2 blocks, hidden 8, 2 heads, context 5, vocabulary 7, batch
+ * 2): wte's gradient is the tied head's plus the embedding lookup's, summed as the trainer sums
+ * them. Step h = 1e-5: truncation ~h^2 and rounding ~1e-16 / h leave errors near 1e-10; a
+ * wrong term in any backward is of the size of the gradient itself (1e-3 .. 1e-1).
+ * Pass: |numeric - analytic| <= 1e-7 + 1e-5 |analytic| for every element. Plain program
+ * (exit 0 / 1), label gpt.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_model.h"
+
+_Static_assert(sizeof(gpt_real) == sizeof(double), "compile with GPT_REAL=double");
+
+struct net {
+	struct gpt_dims d;
+	double *wte, *wpe, *lnfw, *lnfb, *blocks[2];
+	double *dwte, *dwpe, *dlnfw, *dlnfb, *dblocks[2];
+	int *tokens, *targets;
+	struct gpt_acts a;
+	double *acts;
+};
+
+static uint64_t rng = 0x1234567ull;
+
+static double
+urand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) * 0x1.0p-53;
+}
+
+static void
+ptrs(const struct net *n, int l, double *base, double **p)
+{
+	for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
+		p[k] = base + gpt_block_offset(&n->d, k);
+	}
+	(void)l;
+}
+
+/* Forward and backward; returns the mean loss. */
+static double
+run(struct net *n)
+{
+	const struct gpt_ops *o = &gpt_cpu_ops;
+	const struct gpt_dims *d = &n->d;
+	int N = d->B * d->T;
+	double *p[GPT_BLOCK_TENSORS], *g[GPT_BLOCK_TENSORS];
+	o->encoder_forward(d, &n->a, n->tokens, n->wte, n->wpe);
+	for (int l = 0; l < d->L; l++) {
+		ptrs(n, l, n->blocks[l], p);
+		o->block_forward(d, &n->a, l, (const double *const *)p);
+	}
+	o->head_forward_backward(d, &n->a, n->targets, n->wte, n->lnfw, n->lnfb, 1.0 / N, n->dwte,
+				 n->dlnfw, n->dlnfb);
+	double loss = 0;
+	for (int i = 0; i < N; i++) {
+		loss += n->a.losses[i];
+	}
+	for (int l = d->L - 1; l >= 0; l--) {
+		ptrs(n, l, n->blocks[l], p);
+		ptrs(n, l, n->dblocks[l], g);
+		o->block_backward(d, &n->a, l, (const double *const *)p, g);
+	}
+	o->encoder_backward(d, &n->a, n->tokens, n->dwte, n->dwpe);
+	return loss / N;
+}
+
+static double *
+fill(size_t count, double scale, double offset)
+{
+	double *x = malloc(count * sizeof(double));
+	for (size_t i = 0; i < count; i++) {
+		x[i] = offset + scale * (2 * urand() - 1);
+	}
+	return x;
+}
+
+int
+main(void)
+{
+	struct net n = {.d = {.V = 7, .T = 5, .C = 8, .NH = 2, .L = 2, .B = 2}};
+	const struct gpt_dims *d = &n.d;
+	size_t C = (size_t)d->C, N = (size_t)d->B * d->T, blk = gpt_block_size(d);
+	n.wte = fill((size_t)d->V * C, 0.5, 0);
+	n.wpe = fill((size_t)d->T * C, 0.3, 0);
+	n.lnfw = fill(C, 0.2, 1);
+	n.lnfb = fill(C, 0.2, 0);
+	for (int l = 0; l < d->L; l++) {
+		n.blocks[l] = fill(blk, 0.3, 0);
+		/* LayerNorm weights near 1 */
+		for (size_t i = 0; i < C; i++) {
+			n.blocks[l][gpt_block_offset(d, GPT_LN1W) + i] += 1;
+			n.blocks[l][gpt_block_offset(d, GPT_LN2W) + i] += 1;
+		}
+		n.dblocks[l] = calloc(blk, sizeof(double));
+	}
+	n.dwte = calloc((size_t)d->V * C, sizeof(double));
+	n.dwpe = calloc((size_t)d->T * C, sizeof(double));
+	n.dlnfw = calloc(C, sizeof(double));
+	n.dlnfb = calloc(C, sizeof(double));
+	n.tokens = malloc(N * sizeof(int));
+	n.targets = malloc(N * sizeof(int));
+	for (size_t i = 0; i < N; i++) {
+		n.tokens[i] = (int)(urand() * d->V);
+		n.targets[i] = (int)(urand() * d->V);
+	}
+	n.acts = calloc(gpt_acts_numel(d), sizeof(double));
+	gpt_acts_carve(d, n.acts, &n.a);
+
+	run(&n);
+	/* keep the analytic gradients */
+	struct {
+		const char *name;
+		double *x, *g;
+		size_t count;
+	} t[6];
+	int nt = 0;
+	t[nt++] = (typeof(t[0])){"wte", n.wte, NULL, (size_t)d->V * C};
+	t[nt++] = (typeof(t[0])){"wpe", n.wpe, NULL, (size_t)d->T * C};
+	t[nt++] = (typeof(t[0])){"lnf.w", n.lnfw, NULL, C};
+	t[nt++] = (typeof(t[0])){"lnf.b", n.lnfb, NULL, C};
+	t[nt++] = (typeof(t[0])){"h0", n.blocks[0], NULL, blk};
+	t[nt++] = (typeof(t[0])){"h1", n.blocks[1], NULL, blk};
+	double *src[6] = {n.dwte, n.dwpe, n.dlnfw, n.dlnfb, n.dblocks[0], n.dblocks[1]};
+	for (int k = 0; k < nt; k++) {
+		t[k].g = malloc(t[k].count * sizeof(double));
+		memcpy(t[k].g, src[k], t[k].count * sizeof(double));
+	}
+	const double h = 1e-5;
+	int bad = 0;
+	size_t checked = 0;
+	double worst = 0, gmax = 0;
+	for (int k = 0; k < nt; k++) {
+		for (size_t i = 0; i < t[k].count; i++) {
+			double x0 = t[k].x[i];
+			t[k].x[i] = x0 + h;
+			double lp = run(&n);
+			t[k].x[i] = x0 - h;
+			double lm = run(&n);
+			t[k].x[i] = x0;
+			double num = (lp - lm) / (2 * h), ana = t[k].g[i];
+			double err = fabs(num - ana);
+			checked++;
+			gmax = fmax(gmax, fabs(ana));
+			worst = fmax(worst, err / (1e-7 + 1e-5 * fabs(ana)));
+			if (err > 1e-7 + 1e-5 * fabs(ana)) {
+				if (bad++ < 10) {
+					const char *tn = "";
+					if (k >= 4) {
+						for (int q = GPT_BLOCK_TENSORS - 1; q >= 0; q--) {
+							if (i >= gpt_block_offset(d, q)) {
+								static const char *nm[] = {
+									"ln1.w",    "ln1.b",
+									"qkv.w",    "qkv.b",
+									"proj.w",   "proj.b",
+									"ln2.w",    "ln2.b",
+									"fc.w",	    "fc.b",
+									"fcproj.w", "fcproj.b"};
+								tn = nm[q];
+								break;
+							}
+						}
+					}
+					fprintf(stderr,
+						"FAIL %s%s%s[%zu]: analytic %.12g numeric %.12g\n",
+						t[k].name, tn[0] ? "." : "", tn, i, ana, num);
+				}
+			}
+		}
+	}
+	printf("gradcheck: %zu elements, largest |gradient| %.3g, worst error / tolerance "
+	       "%.3g, %d over\n",
+	       checked, gmax, worst, bad);
+	for (int k = 0; k < nt; k++) {
+		free(t[k].g);
+	}
+	for (int l = 0; l < d->L; l++) {
+		free(n.blocks[l]);
+		free(n.dblocks[l]);
+	}
+	free(n.wte), free(n.wpe), free(n.lnfw), free(n.lnfb);
+	free(n.dwte), free(n.dwpe), free(n.dlnfw), free(n.dlnfb);
+	free(n.tokens), free(n.targets), free(n.acts);
+	return bad ? 1 : 0;
+}
