@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * tests/engine/engine_drive.c: the tests' trainer (see engine_drive.h): options for the test
- * model, registration, and micro-batches driven through the engine's public API only, the
- * parameters read and the gradients written on the host after zinf_stream_sync of the compute
- * stream, as engine.h asks of code on the "host" device. Not here: assertions.
+ * model, registration, and micro-batches driven through the engine's public API only. The
+ * parameters are read and the gradients written through copies on the compute stream
+ * (zinf_device_copy, then zinf_stream_sync before the host looks), as a trainer on a GPU would,
+ * so that the same driver runs on the "host" and the "cuda" device. Not here: assertions.
  */
 #include "engine/engine_drive.h"
 
@@ -22,6 +23,13 @@ edrive_optimizer(struct zinf_optimizer_opts *o)
 	o->lr = 0.01f;
 	o->eps = 0.05f;
 	o->weight_decay = 0.01f;
+}
+
+const char *
+edrive_device(void)
+{
+	const char *d = getenv("ZINF_TEST_DEVICE");
+	return d && *d ? d : "host";
 }
 
 void
@@ -52,9 +60,13 @@ edrive_opts(struct zinf_engine_opts *o, const char *comm_backend, int stage,
 	o->gradient_accumulation_steps = gas;
 	edrive_optimizer(&o->optimizer);
 	o->dtype = dtype;
-	o->device_backend = "host";
+	o->device_backend = edrive_device();
 	o->host_sync = false;
 	o->comm_backend = comm_backend;
+	if (strcmp(o->device_backend, "cuda") == 0 && comm_backend &&
+	    strcmp(comm_backend, "mpi") == 0) {
+		o->comm_backend = "nccl";
+	}
 	o->comm_timeout_s = 60;
 	o->swap_prefix = "etest";
 }
@@ -103,12 +115,18 @@ edrive_init(struct edrive *d, struct zinf_engine *e, enum zinf_dtype dtype, floa
 			return -ENOMEM;
 		}
 		d->grad_dev[id] = p;
+		d->stage[id] = malloc(n * sizeof(float));
 		d->host[id] = malloc(n * sizeof(float));
 		d->g[id] = malloc(n * sizeof(float));
-		if (!d->host[id] || !d->g[id]) {
+		if (!d->stage[id] || !d->host[id] || !d->g[id]) {
 			edrive_fini(d);
 			return -ENOMEM;
 		}
+	}
+	d->rd = malloc(240 * sizeof(float)); /* the largest parameter */
+	if (!d->rd) {
+		edrive_fini(d);
+		return -ENOMEM;
 	}
 	return 0;
 }
@@ -121,11 +139,15 @@ edrive_fini(struct edrive *d)
 			zinf_stream_sync(zinf_engine_compute_stream(d->e));
 			zinf_device_free(zinf_engine_device(d->e), d->grad_dev[id]);
 		}
+		free(d->stage[id]);
 		free(d->host[id]);
 		free(d->g[id]);
 		d->grad_dev[id] = NULL;
+		d->stage[id] = NULL;
 		d->host[id] = d->g[id] = NULL;
 	}
+	free(d->rd);
+	d->rd = NULL;
 }
 
 #define FAIL(rc, ...)                                                                              \
@@ -142,12 +164,17 @@ edrive_read_param(struct edrive *d, uint32_t id, float *dst)
 	if (rc < 0) {
 		FAIL(rc, "zinf_engine_param(%u): %d %s", id, rc, zinf_last_error());
 	}
-	rc = zinf_stream_sync(zinf_engine_compute_stream(d->e));
+	struct zinf_stream *cs = zinf_engine_compute_stream(d->e);
+	size_t bytes = eref_numel(id) * zinf_dtype_size(d->dtype);
+	rc = zinf_device_copy(cs, d->rd, p, bytes, ZINF_COPY_D2H);
+	if (rc == 0) {
+		rc = zinf_stream_sync(cs);
+	}
 	if (rc < 0) {
-		FAIL(rc, "zinf_stream_sync(compute): %d", rc);
+		FAIL(rc, "copy of %s to the host: %d", eref_params[id].name, rc);
 	}
 	for (uint64_t i = 0; i < eref_numel(id); i++) {
-		dst[i] = zinf_dtype_load(p, d->dtype, i);
+		dst[i] = zinf_dtype_load(d->rd, d->dtype, i);
 	}
 	return 0;
 }
@@ -226,8 +253,6 @@ edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order o
 			if (eref_params[id].layer != l) {
 				continue;
 			}
-			/* the sync in read_param also orders these host writes after the engine's
-			   reads of the previous micro-batch's gradient (engine.h) */
 			if ((rc = edrive_read_param(d, id, check)) < 0) {
 				goto out;
 			}
@@ -239,10 +264,19 @@ edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order o
 					 (long long)step, micro, eref_params[id].name);
 				goto out;
 			}
+			/* The staging of id was last copied a micro-batch ago: read_param's sync of
+			   the compute stream since has finished that copy. The copy into grad_dev
+			   is queued on the compute stream, which the engine made wait for its read
+			   of the previous gradient (engine.h). */
 			for (uint64_t i = 0; i < eref_numel(id); i++) {
-				zinf_dtype_store(d->grad_dev[id], d->dtype, i, d->g[id][i]);
+				zinf_dtype_store(d->stage[id], d->dtype, i, d->g[id][i]);
 			}
-			rc = zinf_engine_grad(d->e, id, d->grad_dev[id], d->dtype);
+			rc = zinf_device_copy(
+				zinf_engine_compute_stream(d->e), d->grad_dev[id], d->stage[id],
+				eref_numel(id) * zinf_dtype_size(d->dtype), ZINF_COPY_H2D);
+			if (rc == 0) {
+				rc = zinf_engine_grad(d->e, id, d->grad_dev[id], d->dtype);
+			}
 			if (rc < 0) {
 				snprintf(d->why, sizeof(d->why),
 					 "grad(%s) step %lld micro %u: %d %s", eref_params[id].name,

@@ -19,7 +19,13 @@
 void edrive_optimizer(struct zinf_optimizer_opts *o);
 
 /*
- * Options for the test model: host device with asynchronous streams, the given comm backend,
+ * The device the tests run on: ZINF_TEST_DEVICE ("host", the default, or "cuda"). With "cuda"
+ * the collectives are "nccl" wherever a test asks for "mpi".
+ */
+const char *edrive_device(void);
+
+/*
+ * Options for the test model: edrive_device() (host: asynchronous streams), the comm backend,
  * stage, tiers (nvme_dir for both NVMe tiers, one directory), dtype and accumulation; tiny
  * buckets and sub-groups (64 elements: several per rank), no persistent parameters, reuse
  * distance 0 (release frees), nothing cached after release, swap prefix "etest".
@@ -43,6 +49,10 @@ struct edrive {
 	enum zinf_dtype dtype;	       /* of the parameters and of the gradients handed */
 	float quantum;		       /* eref_grad's */
 	float *grad_dev[EREF_NPARAMS]; /* gradient buffers in device memory (engine's device) */
+	void *stage[EREF_NPARAMS];     /* host staging of a gradient's bytes (copied to grad_dev on
+					  the compute stream) */
+	void *rd;		       /* host staging of a parameter's bytes (copied from the
+					  device on the compute stream) */
 	float *host[EREF_NPARAMS];     /* fp32 parameters read in the forward */
 	float *g[EREF_NPARAMS];	       /* fp32 gradients */
 	char why[256];		       /* what failed, for the caller's message */

@@ -910,6 +910,23 @@ main(int argc, char **argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
 	zinf_log_set_callback(log_keep, NULL);
+	if (strcmp(edrive_device(), "host") != 0) {
+		/* ZINF_TEST_DEVICE=cuda (label gpu): the same cases on the GPU with nccl, or a
+		   visible skip without one */
+		struct zinf_device_opts dopts;
+		struct zinf_device *dev = NULL;
+		zinf_device_opts_init(&dopts);
+		dopts.backend = edrive_device();
+		if (zinf_device_create(&dopts, &dev) != 0) {
+			if (rank == 0) {
+				printf("engine on %s: no device (%s): skipped\n", edrive_device(),
+				       zinf_last_error());
+			}
+			MPI_Finalize();
+			return 77;
+		}
+		zinf_device_destroy(dev);
+	}
 	scratch = zt_mkdtemp(NULL);
 	if (!scratch) {
 		fprintf(stderr, "rank %d: no scratch directory\n", rank);
