@@ -39,37 +39,8 @@ zinf_config_inputs_init(struct zinf_config_inputs *in)
 static void
 engine_defaults(struct zinf_engine_opts *e)
 {
-	memset(e, 0, sizeof(*e));
-	e->size = sizeof(*e);
-	e->offload_param.buffer_count = 5;
-	e->offload_optimizer.buffer_count = 4;
-	for (int i = 0; i < 2; i++) {
-		struct zinf_offload_opts *o = i ? &e->offload_optimizer : &e->offload_param;
-		o->buffer_size = 100000000;
-		o->max_in_cpu = 1000000000;
-		o->ratio = 1.0;
-	}
-	e->sub_group_size = 1000000000;
-	e->reduce_bucket_size = 500000000;
-	e->allgather_bucket_size = 500000000;
-	e->contiguous_gradients = true;
-	e->stage3_prefetch_bucket_size = 50000000;
-	e->stage3_max_live_parameters = 1000000000;
-	e->stage3_max_reuse_distance = 1000000000;
-	e->stage3_param_persistence_threshold = 100000;
-	e->stage3_model_persistence_threshold = UINT64_MAX;
-	e->gradient_accumulation_steps = 1;
-	zinf_optimizer_opts_init(&e->optimizer, ZINF_OPTIM_ADAMW);
-	e->dtype = ZINF_F32;
-	e->aio.block_size = 1048576;
-	e->aio.queue_depth = 8;
-	e->aio.intra_op_parallelism = 1;
-	e->aio.overlap_events = true;
-	e->device_index = -1;
-	e->comm_timeout_s = 1800.0;
-	e->swap_prefix = "zinf";
-	e->step_during_backward = true;
-	e->record_trace = true;
+	zinf_engine_opts_init(e);
+	e->dtype = ZINF_F32; /* DeepSpeed trains fp32 unless fp16 or bf16 is enabled */
 }
 
 void

@@ -22,7 +22,7 @@
  * offload_param below stage 3; fp16 and bf16 both enabled; optimizers and schedules zinf does
  * not implement (named).
  *
- * Not here: memory planning (zinf config check, zinf estimate), creating the engine.
+ * Not here: memory planning (zinf config check, zinf estimate).
  */
 #ifndef ZINF_TRAIN_CONFIG_H
 #define ZINF_TRAIN_CONFIG_H
@@ -145,6 +145,17 @@ ZINF_API int zinf_config_read_file(const char *path, const struct zinf_config_in
  * replaced; 4-space indent), in *out, malloc'ed: free() it. Returns 0; -EINVAL; -ENOMEM.
  */
 ZINF_API int zinf_config_dump(const struct zinf_train_config *c, char **out);
+
+/**
+ * Create an engine from a ds_config.json in one call: zinf_config_read_file(path, inputs), then
+ * zinf_engine_create() with its engine options (collective: every rank calls it). What the
+ * engine options do not hold (batch sizes, clipping, fp16 loss scaling, the schedule) is the
+ * trainer's to apply: read the file with zinf_config_read_file() for those. inputs may be NULL.
+ * Returns 0 and sets *out; the reader's errors (-EINVAL, every one logged, -errno of the file)
+ * or zinf_engine_create()'s, leaving *out untouched. Free with zinf_engine_destroy().
+ */
+ZINF_API int zinf_engine_create_from_file(const char *path, const struct zinf_config_inputs *inputs,
+					  struct zinf_engine **out);
 
 #ifdef __cplusplus
 }

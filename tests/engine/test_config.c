@@ -9,10 +9,12 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zinf/config.h"
 
@@ -660,4 +662,55 @@ Test(config, argument_checks)
 	cr_expect_eq(zinf_config_read_string("{}", NULL, &in, &c), -EINVAL);
 	zinf_config_fini(&c);
 	zinf_config_fini(NULL);
+}
+
+/* An engine from a file in one call: the file's options take effect (a stage 3 config trains
+ * with parameters fetched per layer); a file with errors creates nothing. */
+Test(config, engine_from_file)
+{
+	char path[] = "/tmp/zinf-cfg-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	const char *text = "{\"train_micro_batch_size_per_gpu\": 1,\n"
+			   " \"zero_optimization\": {\"stage\": 3,\n"
+			   "   \"offload_optimizer\": {\"device\": \"cpu\"},\n"
+			   "   \"stage3_param_persistence_threshold\": 0}}\n";
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	struct zinf_config_inputs in;
+	zinf_config_inputs_init(&in);
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create_from_file(path, &in, &e), 0, "%s", logbuf);
+	cr_assert_not_null(e);
+	cr_expect_eq(zinf_engine_world(e), 1);
+	struct zinf_param_desc d;
+	zinf_param_desc_init(&d);
+	d.name = "w";
+	d.numel = 10;
+	d.layer = 0;
+	cr_assert_eq(zinf_engine_add_param(e, &d), 0);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", logbuf);
+	/* stage 3 (from the file): the parameter has no device pointer until its layer is
+	   fetched */
+	void *p = NULL;
+	cr_expect_eq(zinf_engine_param(e, 0, &p), -EINVAL);
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0);
+	cr_expect_eq(zinf_engine_param(e, 0, &p), 0);
+	cr_expect_not_null(p);
+	cr_expect_eq(zinf_engine_release(e, 0), 0);
+	zinf_engine_destroy(e);
+
+	/* a misspelt key: the reader's error, no engine */
+	fd = open(path, O_WRONLY | O_TRUNC);
+	cr_assert(fd >= 0);
+	text = "{\"zero_optimization\": {\"stgae\": 3}}\n";
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	struct zinf_engine *sentinel = (struct zinf_engine *)&in;
+	e = sentinel;
+	cr_expect_eq(zinf_engine_create_from_file(path, NULL, &e), -EINVAL);
+	cr_expect_eq(e, sentinel, "*out untouched");
+	cr_expect(strstr(logbuf, "zero_optimization.stgae") != NULL, "%s", logbuf);
+	cr_expect_eq(zinf_engine_create_from_file(NULL, NULL, &e), -EINVAL);
+	unlink(path);
 }
