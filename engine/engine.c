@@ -583,5 +583,6 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.trace_hits = e->trace_hits;
 	s.trace_misses = e->trace_misses;
 	s.trace_invalidations = e->trace_invalidations;
+	s.host_pool_bytes = zinf_pool_bytes(e->opool) + zinf_pool_bytes(e->ppool);
 	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine/engine_grad.c: gradients. zinf_engine_grad() casts a parameter's gradient (after the
- * compute stream's work so far) into the fp32 bucket being filled; a full bucket is reduced
- * across ranks (averaged): all-reduce of whole tensors at stages 0-1, reduce-scatter at stages
- * 2-3 with the bucket laid out as W segments, parameter p's partition r in segment r at p's
- * offset, so that this rank's pieces come back contiguous. Two buckets: backward fills one
- * while the other reduces; a bucket is refilled only after its reduction was accumulated.
- * Accumulation into the fp32 gradient partition: the first micro-batch of a window copies,
- * later ones add once in fp32 (on the device for tier none, on the host after one D2H into
- * the pinned staging for cpu/nvme): the same additions in the same order either way. The step
+ * compute stream's work so far) into the fp32 bucket being filled and zeroes its padding only;
+ * a full bucket is reduced across ranks (averaged): all-reduce of whole tensors at stages 0-1,
+ * reduce-scatter at stages 2-3 with the bucket laid out as W segments, parameter p's partition
+ * r in segment r at p's offset, so that this rank's pieces come back contiguous. Only the
+ * filled part is reduced: a reduce-scatter of a bucket filled to `used` elements per segment
+ * first packs the segments to that stride. Two buckets: backward fills one while the other
+ * reduces; a bucket is refilled only after its reduction was accumulated.
+ * Accumulation: the first micro-batch of a window copies, later ones add once in fp32 (on the
+ * device for tier none, on the host after one D2H into the pinned staging for cpu/nvme): the
+ * same additions in the same order either way. Tiers none and cpu accumulate into the whole
+ * fp32 gradient partition (grad_part); the optimizer on NVMe into the gradient window: a few
+ * pinned sub-group slots, the least recently used one written to its "grad" tensor in the
+ * optimizer's swap space when a slot is needed and read back when its sub-group's pieces come
+ * again or the step needs it, so that host memory does not grow with the model. The step
  * itself is engine_step.c's.
  */
 #include <errno.h>
@@ -57,6 +63,227 @@ eng_grad_free(struct zinf_engine *e)
 	}
 }
 
+/* ---- the gradient window (optimizer on NVMe) ---------------------------------------------- */
+
+static uint32_t
+gwin_slots(const struct zinf_engine *e)
+{
+	uint32_t n = ZINF_MAX(e->o.offload_optimizer.buffer_count, 1u);
+	return ZINF_MIN(n, e->n_sg);
+}
+
+uint64_t
+eng_gwin_bytes(const struct zinf_engine *e, uint32_t align)
+{
+	return (uint64_t)gwin_slots(e) * ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align);
+}
+
+int
+eng_gwin_declare(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gw;
+	g->n = gwin_slots(e);
+	g->slot = zinf_calloc(g->n, sizeof(*g->slot));
+	g->sg_slot = zinf_calloc(e->n_sg, sizeof(*g->sg_slot));
+	g->sg_has = zinf_calloc(e->n_sg, 1);
+	g->sg_id = zinf_calloc(e->n_sg, sizeof(*g->sg_id));
+	if (!g->slot || !g->sg_slot || !g->sg_has || !g->sg_id) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the gradient window");
+	}
+	for (uint32_t s = 0; s < g->n; s++) {
+		g->slot[s].sg = -1;
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
+		g->sg_slot[k] = -1;
+		g->sg_id[k] = zinf_swap_add(e->oswap, "grad", k, len * 4);
+		if (g->sg_id[k] < 0) {
+			return ENG_FAIL(e, g->sg_id[k],
+					"init: sub-group %u: declaring its gradient in the "
+					"optimizer's swap space",
+					k);
+		}
+	}
+	return 0;
+}
+
+int
+eng_gwin_alloc(struct zinf_engine *e, uint32_t align)
+{
+	struct gwin *g = &e->gw;
+	g->stride = ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align) / 4;
+	int ret = zinf_pool_cpu_alloc(e->opool, eng_gwin_bytes(e, align), (void **)&g->mem);
+	return ret ? ENG_FAIL(e, ret, "init: pinned gradient window of %u sub-groups", g->n) : 0;
+}
+
+void
+eng_gwin_free(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gw;
+	zinf_free(g->slot);
+	zinf_free(g->sg_slot);
+	zinf_free(g->sg_has);
+	zinf_free(g->sg_id);
+	memset(g, 0, sizeof(*g)); /* mem is the pool's */
+}
+
+static void
+gwin_clear(struct gwin *g, uint32_t s)
+{
+	if (g->slot[s].sg >= 0) {
+		g->sg_slot[g->slot[s].sg] = -1;
+	}
+	g->slot[s] = (struct gslot){.sg = -1};
+}
+
+/* Free the slots of the sub-groups the step worker has finished (its gradient was read). */
+static void
+gwin_reclaim(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gw;
+	if (!e->w.started) {
+		return;
+	}
+	pthread_mutex_lock(&e->w.mu);
+	uint32_t fin = e->w.finished;
+	pthread_mutex_unlock(&e->w.mu);
+	for (uint32_t s = 0; s < g->n; s++) {
+		if (g->slot[s].handed && g->slot[s].qpos < fin) {
+			g->sg_has[g->slot[s].sg] = GW_STEPPED;
+			gwin_clear(g, s);
+		}
+	}
+}
+
+/* Write slot s's gradient to its sub-group's grad tensor (if changed) and free the slot. */
+static int
+gwin_evict(struct zinf_engine *e, uint32_t s)
+{
+	struct gwin *g = &e->gw;
+	uint32_t k = (uint32_t)g->slot[s].sg;
+	if (g->slot[s].dirty) {
+		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
+		int ret = zinf_swap_write(e->oswap, g->sg_id[k], g->mem + s * g->stride);
+		if (ret) {
+			return ENG_FAIL(e, ret, "gradients: sub-group %u: writing its gradient: %s",
+					k, zinf_last_error());
+		}
+		e->win.nvme_write_bytes += bytes;
+		e->win.grad_nvme_write_bytes += bytes;
+	}
+	gwin_clear(g, s);
+	return 0;
+}
+
+/* A free slot: a free one, else the least recently used one not handed (written out), else
+ * wait for the step worker to finish one (it needs nothing from this thread). */
+static int
+gwin_take(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gw;
+	for (;;) {
+		gwin_reclaim(e);
+		int best = -1;
+		uint32_t minq = UINT32_MAX;
+		for (uint32_t s = 0; s < g->n; s++) {
+			struct gslot *t = &g->slot[s];
+			if (t->sg < 0) {
+				return (int)s;
+			}
+			if (t->handed) {
+				minq = ZINF_MIN(minq, t->qpos);
+			} else if (best < 0 || t->tick < g->slot[best].tick) {
+				best = (int)s;
+			}
+		}
+		if (best >= 0) {
+			int ret = gwin_evict(e, (uint32_t)best);
+			return ret ? ret : best;
+		}
+		struct eworker *w = &e->w;
+		pthread_mutex_lock(&w->mu);
+		while (w->finished <= minq) {
+			pthread_cond_wait(&w->done, &w->mu);
+		}
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
+int
+eng_gwin_load(struct zinf_engine *e, uint32_t k)
+{
+	struct gwin *g = &e->gw;
+	int s = g->sg_slot[k];
+	if (s < 0) {
+		if ((s = gwin_take(e)) < 0) {
+			return s;
+		}
+		float *mem = g->mem + (uint64_t)s * g->stride;
+		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
+		bool dirty = false;
+		if (g->sg_has[k] == GW_HAS) {
+			int ret = zinf_swap_read(e->oswap, g->sg_id[k], mem);
+			if (ret) {
+				return ENG_FAIL(e, ret,
+						"gradients: sub-group %u: reading its gradient "
+						"back: %s",
+						k, zinf_last_error());
+			}
+			e->win.nvme_read_bytes += bytes;
+			e->win.grad_nvme_read_bytes += bytes;
+		} else {
+			memset(mem, 0, bytes); /* padding never handed stays 0 */
+			g->sg_has[k] = GW_HAS;
+			dirty = true;
+		}
+		g->slot[s] = (struct gslot){.sg = (int32_t)k, .dirty = dirty};
+		g->sg_slot[k] = s;
+	}
+	g->slot[s].tick = ++g->tick;
+	return 0;
+}
+
+void
+eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos)
+{
+	struct gslot *t = &e->gw.slot[e->gw.sg_slot[k]];
+	t->handed = true;
+	t->qpos = qpos;
+}
+
+void
+eng_gwin_drop(struct zinf_engine *e, uint32_t k)
+{
+	struct gwin *g = &e->gw;
+	if (g->sg_slot[k] >= 0) {
+		gwin_clear(g, (uint32_t)g->sg_slot[k]);
+	}
+	g->sg_has[k] = GW_STEPPED;
+}
+
+void
+eng_gwin_reset(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gw;
+	for (uint32_t s = 0; s < g->n; s++) {
+		gwin_clear(g, s);
+	}
+	if (g->sg_has) {
+		memset(g->sg_has, 0, e->n_sg);
+	}
+}
+
+float *
+eng_grad_of(struct zinf_engine *e, uint32_t k)
+{
+	if (e->gw.n) {
+		return e->gw.mem + (uint64_t)e->gw.sg_slot[k] * e->gw.stride;
+	}
+	return e->grad_part + eng_sg_start(e, k);
+}
+
+/* ---- buckets --------------------------------------------------------------------------- */
+
 static bool
 rs_mode(const struct zinf_engine *e)
 {
@@ -71,15 +298,33 @@ post(struct zinf_engine *e, struct bucket *b)
 	if (b->n == 0 || b->posted) {
 		return 0;
 	}
-	if (e->host_comm && (ret = zinf_stream_sync(e->cs))) {
-		return ENG_FAIL(e, ret, "gradients: the engine stream failed");
-	}
 	if (rs_mode(e)) {
-		uint64_t seg = e->bucket_cap / e->world;
-		ret = zinf_comm_reduce_scatter(e->comm, b->dev, b->dev_recv, seg, ZINF_F32,
-					       ZINF_COMM_AVG, &b->req);
-		e->win.reduced_bytes += e->bucket_cap * 4;
+		/* pack segment r from r * seg to r * used (through dev_recv where they overlap:
+		   it is free until the collective) so that only the filled part is reduced */
+		uint64_t seg = e->bucket_cap / e->world, used = b->used;
+		for (int r = 1; r < e->world && used < seg && !ret; r++) {
+			float *src = b->dev + (uint64_t)r * seg, *dst = b->dev + (uint64_t)r * used;
+			if (src < dst + used) {
+				ret = zinf_device_copy(e->cs, b->dev_recv, src, used * 4,
+						       ZINF_COPY_D2D);
+				src = b->dev_recv;
+			}
+			if (!ret) {
+				ret = zinf_device_copy(e->cs, dst, src, used * 4, ZINF_COPY_D2D);
+			}
+		}
+		if (!ret && e->host_comm && (ret = zinf_stream_sync(e->cs))) {
+			return ENG_FAIL(e, ret, "gradients: the engine stream failed");
+		}
+		if (!ret) {
+			ret = zinf_comm_reduce_scatter(e->comm, b->dev, b->dev_recv, used, ZINF_F32,
+						       ZINF_COMM_AVG, &b->req);
+		}
+		e->win.reduced_bytes += used * e->world * 4;
 	} else {
+		if (e->host_comm && (ret = zinf_stream_sync(e->cs))) {
+			return ENG_FAIL(e, ret, "gradients: the engine stream failed");
+		}
 		ret = zinf_comm_all_reduce(e->comm, b->dev, b->used, ZINF_F32, ZINF_COMM_AVG,
 					   &b->req);
 		e->win.reduced_bytes += b->used * 4;
@@ -93,12 +338,29 @@ post(struct zinf_engine *e, struct bucket *b)
 	return 0;
 }
 
-/* The reduced values of bucket b into the gradient partition. */
+/* Where the reduced piece of parameter p goes on the host: grad_part, or its sub-group's slot
+ * in the gradient window (read back or written out as needed). */
+static float *
+host_dst(struct zinf_engine *e, const struct eparam *p, int *ret)
+{
+	if (!e->gw.n) {
+		return e->grad_part + p->flat_off;
+	}
+	if ((*ret = eng_gwin_load(e, p->sg))) {
+		return NULL;
+	}
+	int s = e->gw.sg_slot[p->sg];
+	e->gw.slot[s].dirty = true;
+	return e->gw.mem + (uint64_t)s * e->gw.stride + (p->flat_off - eng_sg_start(e, p->sg));
+}
+
+/* The reduced values of bucket b into the gradient partition (or window). */
 static int
 accumulate(struct zinf_engine *e, struct bucket *b)
 {
 	bool first = e->micro == 0, rs = rs_mode(e);
 	bool host = e->otier != ZINF_OFFLOAD_NONE;
+	bool direct = host && first && !e->gw.n; /* D2H straight into grad_part */
 	uint64_t staged = 0;
 	int ret = 0;
 	for (uint32_t i = 0; i < b->n && !ret; i++) {
@@ -106,17 +368,18 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 		const float *src =
 			rs ? b->dev_recv + b->offs[i] : b->dev + b->offs[i] + p->part.offset;
 		size_t n = rs ? p->part.part : p->part.count;
-		float *dst = e->grad_part + p->flat_off;
 		if (n == 0) {
 			continue;
 		}
 		if (!host) {
+			float *dst = e->grad_part + p->flat_off;
 			ret = first ? zinf_device_copy(e->cs, dst, src, n * 4, ZINF_COPY_D2D)
 				    : zinf_device_accumulate(e->cs, dst, src, ZINF_F32, n);
 		} else {
-			ret = zinf_device_copy(e->cs, first ? dst : e->host_stage + staged, src,
-					       n * 4, ZINF_COPY_D2H);
-			staged += first ? 0 : n;
+			ret = zinf_device_copy(
+				e->cs, direct ? e->grad_part + p->flat_off : e->host_stage + staged,
+				src, n * 4, ZINF_COPY_D2H);
+			staged += direct ? 0 : n;
 			e->win.d2h_bytes += n * 4;
 		}
 	}
@@ -127,11 +390,18 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 	for (uint32_t i = 0; i < b->n && !ret; i++) {
 		struct eparam *p = &e->params[b->params[i]];
 		size_t n = rs ? p->part.part : p->part.count;
-		if (host && !first) {
-			float *dst = e->grad_part + p->flat_off;
+		if (host && !direct && n > 0) {
+			float *dst = host_dst(e, p, &ret);
 			const float *s = e->host_stage + staged;
-			for (size_t j = 0; j < n; j++) {
-				dst[j] += s[j];
+			if (!dst) {
+				return ret; /* named the sub-group and its file */
+			}
+			if (first) {
+				memcpy(dst, s, n * 4);
+			} else {
+				for (size_t j = 0; j < n; j++) {
+					dst[j] += s[j];
+				}
 			}
 			staged += n;
 		}
@@ -224,9 +494,6 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 			return ret;
 		}
 	}
-	if (b->n == 0 && (ret = zinf_device_fill(e->cs, b->dev, ZINF_F32, 0.0f, e->bucket_cap))) {
-		return eng_fail(e, ret);
-	}
 	if ((ret = eng_order(e, e->compute, e->cs))) {
 		return eng_fail(e, ret);
 	}
@@ -237,13 +504,21 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 			uint64_t first = (uint64_t)r * p->part.part;
 			uint64_t cnt =
 				first >= p->numel ? 0 : ZINF_MIN(p->part.part, p->numel - first);
-			ret = zinf_device_cast(e->cs, b->dev + (uint64_t)r * seg + b->used,
-					       ZINF_F32, (const char *)dev_grad + first * gsz,
-					       dtype, cnt);
+			float *dst = b->dev + (uint64_t)r * seg + b->used;
+			ret = zinf_device_cast(e->cs, dst, ZINF_F32,
+					       (const char *)dev_grad + first * gsz, dtype, cnt);
+			if (!ret && cnt < p->part.part) { /* the padding only */
+				ret = zinf_device_fill(e->cs, dst + cnt, ZINF_F32, 0.0f,
+						       p->part.part - cnt);
+			}
 		}
 	} else {
 		ret = zinf_device_cast(e->cs, b->dev + b->used, ZINF_F32, dev_grad, dtype,
 				       p->numel);
+		if (!ret && p->numel < p->part.padded) {
+			ret = zinf_device_fill(e->cs, b->dev + b->used + p->numel, ZINF_F32, 0.0f,
+					       p->part.padded - p->numel);
+		}
 	}
 	if (ret || (ret = eng_order(e, e->cs, e->compute))) {
 		return eng_fail(e, ret);

@@ -52,6 +52,34 @@ struct eworker {
 	struct ectx x;
 };
 
+/*
+ * The gradient window (optimizer on NVMe): the fp32 gradients of a few sub-groups in pinned
+ * slots of max_sg elements, the others in the "grad" tensors of the optimizer's swap space
+ * (one per sub-group). Used by the calling thread only; a slot handed to the step worker comes
+ * back when the worker has finished queue position qpos (w->finished > qpos).
+ */
+struct gslot {
+	int32_t sg;    /* sub-group held, -1: free */
+	bool dirty;    /* differs from its grad tensor */
+	bool handed;   /* the step worker reads it */
+	uint32_t qpos; /* the worker's queue position (handed) */
+	uint64_t tick; /* last use (least recently used goes first) */
+};
+
+enum { GW_NONE = 0, GW_HAS = 1, GW_STEPPED = 2 };
+
+struct gwin {
+	uint32_t n;	 /* slots; 0: no window (tiers none and cpu: grad_part) */
+	uint64_t stride; /* floats per slot (aligned to the swap space) */
+	float *mem;	 /* n * stride floats, pool CPU region */
+	struct gslot *slot;
+	int32_t *sg_slot; /* per sub-group: its slot or -1 */
+	uint8_t *sg_has;  /* per sub-group: GW_NONE, GW_HAS (an accumulation of this window, in
+			     its slot or its file), GW_STEPPED (its gradient was stepped) */
+	int *sg_id;	  /* per sub-group: its "grad" tensor in the optimizer's swap space */
+	uint64_t tick;
+};
+
 /* One registered parameter. */
 struct eparam {
 	char *name;
@@ -159,8 +187,9 @@ struct zinf_engine {
 	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
 	enum zinf_offload_device otier, ptier;
 	void *state[ZINF_OPTIM_MAX_PARTS]; /* flat arrays: device (none) or pinned (cpu) */
-	float *grad_part;		   /* fp32 accumulation: device (none) or pinned */
-	float *host_stage;		   /* pinned: bucket capacity elements (cpu/nvme) */
+	float *grad_part;		   /* fp32 accumulation: device (none) or pinned (cpu) */
+	struct gwin gw;			   /* nvme: the gradient window instead of grad_part */
+	float *host_stage;		   /* pinned: bucket_cap / W elements (cpu/nvme) */
 	void *dev_copy;			   /* device: ZINF_STEP_CHUNK elements of dtype */
 	void *host_copy;		   /* host: ZINF_STEP_CHUNK elements of dtype */
 	struct zinf_pool *opool, *ppool;
@@ -239,6 +268,18 @@ void eng_fetch_free(struct zinf_engine *e);
 int eng_grad_setup(struct zinf_engine *e);
 int eng_grad_flush(struct zinf_engine *e); /* close the current bucket, complete every one */
 void eng_grad_free(struct zinf_engine *e);
+/* the gradient window: declare the grad tensors (before zinf_swap_reserve), bytes of pinned
+ * memory it needs, carve it from the pool */
+int eng_gwin_declare(struct zinf_engine *e);
+uint64_t eng_gwin_bytes(const struct zinf_engine *e, uint32_t align);
+int eng_gwin_alloc(struct zinf_engine *e, uint32_t align);
+void eng_gwin_free(struct zinf_engine *e);
+int eng_gwin_load(struct zinf_engine *e, uint32_t k); /* sub-group k resident in a slot */
+void eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos); /* to the worker */
+void eng_gwin_drop(struct zinf_engine *e, uint32_t k); /* stepped: its slot is free */
+void eng_gwin_reset(struct zinf_engine *e);	       /* the window's end: every slot free */
+/* sub-group k's fp32 gradient (grad_part, or its slot: resident) */
+float *eng_grad_of(struct zinf_engine *e, uint32_t k);
 
 /* engine_step.c */
 int eng_step_setup(struct zinf_engine *e);

@@ -58,7 +58,7 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	zinf_pool_opts_init(&po);
 	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
 	po.buffer_count = e->o.offload_optimizer.buffer_count;
-	po.cpu_bytes = cpu_bytes;
+	po.cpu_bytes = cpu_bytes + eng_gwin_bytes(e, align);
 	po.align = align;
 	po.pin_memory = e->o.offload_optimizer.pin_memory;
 	po.pin_fallback = true;
@@ -75,10 +75,13 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	if ((ret = zinf_step_create(&so, &e->step))) {
 		return ENG_FAIL(e, ret, "init: optimizer step over NVMe");
 	}
+	if ((ret = eng_gwin_declare(e))) {
+		return ret;
+	}
 	if ((ret = zinf_swap_reserve(e->oswap))) {
 		return ENG_FAIL(e, ret, "init: reserving the optimizer's swap files");
 	}
-	return 0;
+	return eng_gwin_alloc(e, align);
 }
 
 int
@@ -110,10 +113,12 @@ eng_step_setup(struct zinf_engine *e)
 		}
 		return zinf_stream_sync(e->cs);
 	}
-	/* pinned: the gradient partition, the bucket staging, the copy chunk (cpu: the state) */
-	uint64_t cpu = ZINF_ALIGN_UP(e->flat_n * 4, 4096) + ZINF_ALIGN_UP(e->bucket_cap * 4, 4096) +
-		       ZINF_ALIGN_UP(chunk * ds, 4096);
+	/* pinned: the bucket staging (this rank's piece of a bucket), the copy chunk; cpu: the
+	   gradient partition and the state; nvme: the gradient window (nvme_step) */
+	uint64_t stage = e->bucket_cap / (uint64_t)e->W;
+	uint64_t cpu = ZINF_ALIGN_UP(stage * 4, 4096) + ZINF_ALIGN_UP(chunk * ds, 4096);
 	if (e->otier == ZINF_OFFLOAD_CPU) {
+		cpu += ZINF_ALIGN_UP(e->flat_n * 4, 4096);
 		for (uint32_t i = 0; i < e->nparts; i++) {
 			cpu += ZINF_ALIGN_UP(e->flat_n * zinf_optimizer_part_bytes(e->opt, i),
 					     4096);
@@ -139,12 +144,16 @@ eng_step_setup(struct zinf_engine *e)
 	} else if ((ret = nvme_step(e, cpu))) {
 		return ret;
 	}
-	if ((ret = zinf_pool_cpu_alloc(e->opool, e->flat_n * 4, (void **)&e->grad_part)) ||
-	    (ret = zinf_pool_cpu_alloc(e->opool, e->bucket_cap * 4, (void **)&e->host_stage)) ||
-	    (ret = zinf_pool_cpu_alloc(e->opool, chunk * ds, &e->host_copy))) {
-		return ENG_FAIL(e, ret, "init: pinned gradient partition");
+	if (e->otier == ZINF_OFFLOAD_CPU) {
+		if ((ret = zinf_pool_cpu_alloc(e->opool, e->flat_n * 4, (void **)&e->grad_part))) {
+			return ENG_FAIL(e, ret, "init: pinned gradient partition");
+		}
+		memset(e->grad_part, 0, e->flat_n * 4);
 	}
-	memset(e->grad_part, 0, e->flat_n * 4);
+	if ((ret = zinf_pool_cpu_alloc(e->opool, stage * 4, (void **)&e->host_stage)) ||
+	    (ret = zinf_pool_cpu_alloc(e->opool, chunk * ds, &e->host_copy))) {
+		return ENG_FAIL(e, ret, "init: pinned gradient staging");
+	}
 	return 0;
 }
 
@@ -169,6 +178,7 @@ eng_step_free(struct zinf_engine *e)
 	e->opool = NULL;
 	zinf_swap_destroy(e->oswap);
 	e->oswap = NULL;
+	eng_gwin_free(e);
 }
 
 int
@@ -243,7 +253,7 @@ eng_step_one(struct zinf_engine *e, struct ectx *x, uint32_t k)
 		return eng_step_sub_group(e, x, k);
 	}
 	e->cb = x;
-	int ret = zinf_step_ready(e->step, k, e->grad_part + eng_sg_start(e, k), ZINF_F32);
+	int ret = zinf_step_ready(e->step, k, eng_grad_of(e, k), ZINF_F32);
 	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
 }
 
@@ -279,9 +289,22 @@ step_all(struct zinf_engine *e)
 		return ret;
 	}
 	if (e->step) {
+		/* the gradient window's resident sub-groups first: no I/O for them */
 		ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
-		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-			ret = eng_step_one(e, &e->main, k);
+		for (int pass = e->gw.n ? 0 : 1; pass < 2 && !ret; pass++) {
+			for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+				if (e->gw.n && (e->gw.sg_has[k] == GW_STEPPED ||
+						(pass == 0 && e->gw.sg_slot[k] < 0))) {
+					continue;
+				}
+				if (e->gw.n && (ret = eng_gwin_load(e, k))) {
+					break;
+				}
+				ret = eng_step_one(e, &e->main, k);
+				if (e->gw.n) {
+					eng_gwin_drop(e, k);
+				}
+			}
 		}
 		int r2 = zinf_step_finish(e->step);
 		return ret ? ret : r2;
@@ -301,6 +324,9 @@ eng_step_run(struct zinf_engine *e)
 		return eng_fail(e, ENG_FAIL(e, ret, "step: the engine stream failed"));
 	}
 	ret = step_all(e);
+	if (e->gw.n) {
+		eng_gwin_reset(e); /* every gradient was stepped: the next window starts empty */
+	}
 	if (e->step) {
 		struct zinf_step_stats st = {.size = sizeof(st)};
 		if (!zinf_step_get_stats(e->step, &st)) {

@@ -5,7 +5,9 @@
  * after an event on the engine stream); the worker waits for that event and steps it with
  * eng_step_one() on its own stream and counters while backward goes on; zinf_engine_step()
  * waits for it (eng_worker_wait). The stepping itself is engine_step.c's, the same function
- * as the step after backward, so that the results are the same bits.
+ * as the step after backward, so that the results are the same bits. With the optimizer on
+ * NVMe a handed sub-group's gradient stays in its gradient-window slot until the worker has
+ * finished it (queue position < finished: engine_grad.c takes the slot back then).
  */
 #include <errno.h>
 #include <string.h>
@@ -123,6 +125,12 @@ hand(struct zinf_engine *e, uint32_t k)
 	int ret = eng_order(e, e->compute, e->cs);
 	if (!ret) {
 		ret = zinf_event_record(e->sg_ev[k], e->cs);
+	}
+	if (!ret && e->gw.n) {
+		/* the gradient window: k's gradient in a slot, the worker's until it is done */
+		if ((ret = eng_fail(e, eng_gwin_load(e, k))) == 0) {
+			eng_gwin_hand(e, k, w->tail);
+		}
 	}
 	e->sg_handed[k] = 1;
 	pthread_mutex_lock(&w->mu);

@@ -81,7 +81,9 @@ struct zinf_offload_opts {
 	uint32_t n_paths;		 /* entries of nvme_path used; 0 unless device is nvme */
 	const char *nvme_path[ZINF_ENGINE_MAX_PATHS]; /* directories (copied); several are
 							 striped */
-	uint32_t buffer_count; /* pinned swap buffers; default 5 (param) / 4 (optimizer) */
+	uint32_t buffer_count; /* pinned swap buffers; default 5 (param) / 4 (optimizer);
+				  optimizer on nvme: also the sub-groups the gradient window holds
+				  in pinned memory (the others' gradients go to the swap space) */
 	bool pin_memory;       /* page-lock the buffers; default false (DeepSpeed's) */
 	bool pipeline_read;    /* optimizer: accepted; zinf always reads ahead and writes behind
 				  (ZINF_SCHEDULE_PIPELINED); default false */
@@ -323,6 +325,12 @@ struct zinf_engine_stats {
 	double optimizer_s;    /* time in the optimizer's kernel */
 	uint32_t sub_groups;   /* this rank's sub-groups */
 	uint32_t stepped_during_backward; /* of them, stepped before the final call */
+	/* the optimizer on NVMe: of nvme_read_bytes and nvme_write_bytes, the fp32 gradients of
+	   sub-groups that left the gradient window (read back, written out) in the last window */
+	uint64_t grad_nvme_read_bytes, grad_nvme_write_bytes;
+	/* bytes of the engine's host pools (the offload sections' buffers and CPU regions,
+	   pinned when pin_memory), since init */
+	uint64_t host_pool_bytes;
 };
 
 /** Copy the statistics (common size rule). Returns 0; -EINVAL (NULL, bad out->size). */
