@@ -375,6 +375,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
 				l ? "is already fetched" : "is unknown");
 	}
+	eng_worker_prime(e);
 	double t0 = eng_now();
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;

@@ -46,6 +46,7 @@ struct eworker {
 	uint32_t finished;   /* sub-groups done this step */
 	bool stop;
 	bool began; /* zinf_step_begin called for this step */
+	bool prime; /* begin the step (its reads ahead) now, before any sub-group is final */
 	int err;
 	struct zinf_stream *ws;
 	struct zinf_engine_stats st;
@@ -297,6 +298,7 @@ eng_sg_start(const struct zinf_engine *e, uint32_t k)
 int eng_worker_start(struct zinf_engine *e);
 void eng_worker_stop(struct zinf_engine *e);
 int eng_worker_wait(struct zinf_engine *e);
+void eng_worker_prime(struct zinf_engine *e);		/* begin the step's reads ahead (nvme) */
 void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
 void eng_worker_pump(struct zinf_engine *e); /* hand final sub-groups whose layers are released */
 int eng_step_run(struct zinf_engine *e);     /* the whole step at the boundary */

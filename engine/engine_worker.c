@@ -21,12 +21,28 @@ worker_main(void *arg)
 	struct eworker *w = &e->w;
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		while (!w->stop && w->head == w->tail) {
+		while (!w->stop && w->head == w->tail && !w->prime) {
 			pthread_cond_wait(&w->cv, &w->mu);
 		}
 		if (w->stop) {
 			break;
 		}
+		if (w->prime && w->head == w->tail) {
+			/* eng_worker_prime: start the step's reads while the forward runs */
+			bool go = !w->began && !w->err;
+			pthread_mutex_unlock(&w->mu);
+			int ret =
+				go ? zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false) : 0;
+			pthread_mutex_lock(&w->mu);
+			w->began |= go && ret == 0;
+			if (ret && !w->err) {
+				w->err = ret;
+			}
+			w->prime = false;
+			pthread_cond_broadcast(&w->done);
+			continue;
+		}
+		w->prime = false; /* a sub-group came first: it begins the step itself */
 		uint32_t k = w->queue[w->head++];
 		bool skip = w->err != 0;
 		pthread_mutex_unlock(&w->mu);
@@ -182,13 +198,34 @@ eng_step_final(struct zinf_engine *e, uint32_t k)
 	/* else: stepped after backward (eng_step_run), or handed at its layers' release */
 }
 
-/* Wait for every sub-group handed to the worker; its error, if any. */
+/*
+ * At the boundary micro-batch's first fetch: with the optimizer state on NVMe, have the worker
+ * begin the step now, so that the reads of the first sub-groups' state (which do not depend on
+ * the gradients) run while the forward computes, not only from the first final sub-group on.
+ * The step's arithmetic is unchanged (zinf_step_ready runs where it did); only the reads move.
+ */
+void
+eng_worker_prime(struct zinf_engine *e)
+{
+	struct eworker *w = &e->w;
+	if (!w->started || !e->step || e->micro + 1 != e->o.gradient_accumulation_steps) {
+		return;
+	}
+	pthread_mutex_lock(&w->mu);
+	if (!w->began && w->head == w->tail && w->tail == 0) {
+		w->prime = true;
+		pthread_cond_signal(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* Wait for every sub-group handed to the worker (and a prime asked for); its error, if any. */
 int
 eng_worker_wait(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
 	pthread_mutex_lock(&w->mu);
-	while (w->finished < w->tail) {
+	while (w->finished < w->tail || w->prime) {
 		pthread_cond_wait(&w->done, &w->mu);
 	}
 	int ret = w->err;
