@@ -51,33 +51,6 @@ static const struct cli_opt opts[] = {
 	{NULL},
 };
 
-/* The launcher's rank and size (Open MPI, MPICH/PMI, Slurm), or 0 of 1 when started alone. */
-static int
-env_int(const char *const *names, int def)
-{
-	for (int i = 0; names[i]; i++) {
-		const char *v = getenv(names[i]);
-		if (v && *v) {
-			return atoi(v);
-		}
-	}
-	return def;
-}
-
-static int
-launcher_rank(void)
-{
-	static const char *const n[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
-	return env_int(n, 0);
-}
-
-static int
-launcher_size(void)
-{
-	static const char *const n[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
-	return env_int(n, 1);
-}
-
 /*
  * Run one subcommand in this process with its stdout captured; parse what it printed as JSON.
  * Returns the object (NULL when it failed or printed none: its stderr has said why) and sets
@@ -134,7 +107,7 @@ cli_bench_all(int argc, char **argv)
 		return rc;
 	}
 	struct cfg c = cfg;
-	int rank = launcher_rank(), world = launcher_size();
+	int rank = cli_launcher_rank(), world = cli_launcher_size();
 	char io_size[32], adam_params[32], threads[24], comm_size[32];
 	snprintf(io_size, sizeof(io_size), "%" PRIu64, c.io_size);
 	snprintf(adam_params, sizeof(adam_params), "%" PRIu64, c.adam_params);

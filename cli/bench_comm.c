@@ -91,21 +91,6 @@ static const struct cli_opt opts[] = {
 	{NULL},
 };
 
-/* The launcher's rank before MPI is joined (0 when started alone): only rank 0 prints. */
-static int
-launcher_rank(void)
-{
-	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-					   "SLURM_PROCID"};
-	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i]);
-		if (v && *v) {
-			return atoi(v);
-		}
-	}
-	return 0;
-}
-
 /* ---- the run: communicator, native handles, memory -------------------------------------- */
 
 struct run {
@@ -721,7 +706,7 @@ run_all(struct run *r, const uint64_t *sizes, int nsizes)
 int
 cli_bench_comm(int argc, char **argv)
 {
-	bool quiet = launcher_rank() != 0;
+	bool quiet = cli_launcher_rank() != 0;
 	char err[512];
 	int rc = cli_opts_parse(opts, argc, argv, err, sizeof(err));
 	if (rc == CLI_PARSE_HELP) {

@@ -131,21 +131,6 @@ static const struct cli_opt opts[] = {
 	{NULL},
 };
 
-/* The launcher's rank before the engine joins the job (0 when started alone). */
-static int
-launcher_rank(void)
-{
-	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-					   "SLURM_PROCID"};
-	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i]);
-		if (v && *v) {
-			return atoi(v);
-		}
-	}
-	return 0;
-}
-
 /* ---- the model ----------------------------------------------------------------------------- */
 
 /* A layer's parameters: name and size in units of H^2 (big) or H (small). */
@@ -812,7 +797,7 @@ bench(struct run *r)
 int
 cli_bench_engine(int argc, char **argv)
 {
-	bool quiet = launcher_rank() != 0; /* under mpirun: one report of an option error */
+	bool quiet = cli_launcher_rank() != 0; /* under mpirun: one report of an option error */
 	char err[512];
 	int rc = cli_opts_parse(opts, argc, argv, err, sizeof(err));
 	if (rc == CLI_PARSE_HELP) {
@@ -829,7 +814,7 @@ cli_bench_engine(int argc, char **argv)
 		}
 		return 2;
 	}
-	struct run r = {.c = &c, .rank = launcher_rank(), .world = 1};
+	struct run r = {.c = &c, .rank = cli_launcher_rank(), .world = 1};
 	r.nvme = c.off_param == ZINF_OFFLOAD_NVME || c.off_optim == ZINF_OFFLOAD_NVME;
 	cli_catch_signals();
 	for (unsigned i = 0; r.nvme && i < c.paths.n; i++) {

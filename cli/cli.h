@@ -59,6 +59,14 @@ void cli_catch_signals(void);
 /* The exit code for an interrupted run: 128 + the signal. */
 int cli_interrupt_status(void);
 
+/*
+ * The launcher's rank and size before MPI is joined (Open MPI, PMIx, PMI, Slurm), or 0 of 1 when
+ * the process was started alone: options are parsed (and errors printed by rank 0 only) before
+ * the job is joined.
+ */
+int cli_launcher_rank(void);
+int cli_launcher_size(void);
+
 /* Physical memory of the machine, bytes (zinf_topo_memory, else sysconf). */
 uint64_t cli_phys_memory(void);
 

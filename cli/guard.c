@@ -251,3 +251,31 @@ cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem)
 	unlink(path);
 	return direct;
 }
+
+static int
+env_first(const char *const *vars, int def)
+{
+	for (unsigned i = 0; vars[i]; i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v) {
+			return atoi(v);
+		}
+	}
+	return def;
+}
+
+int
+cli_launcher_rank(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+					   "SLURM_PROCID", NULL};
+	return env_first(vars, 0);
+}
+
+int
+cli_launcher_size(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS",
+					   NULL};
+	return env_first(vars, 1);
+}
