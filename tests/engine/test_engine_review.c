@@ -513,3 +513,147 @@ Test(engine_review, stage3_configurations_bit_identical)
 	zt_rmtree(dir);
 	free(dir);
 }
+
+/* ---- the fixes' tests (review findings 1, 5, 13, 10) ------------------------------------------
+ */
+
+/*
+ * Finding 1, the contract chosen: a failed init fails the engine for good. After a callback's
+ * -EINVAL, init again, add_param and fetch all return that error (add_param was accepted and a
+ * second init laid the model out over the first); destroy frees what the first init set up
+ * (ASan: nothing leaks, nothing is written out of bounds).
+ */
+Test(engine_review, failed_init_fails_the_engine_for_good)
+{
+	struct zinf_engine_opts o;
+	base_opts(&o);
+	o.stage = 3;
+	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
+	o.sub_group_size = 8;
+	struct zinf_engine *e = make(&o);
+	int calls = 0;
+	cr_assert_eq(add(e, "a", 5, 0, init_fail_once, &calls), 0);
+	cr_assert_eq(add(e, "b", 7, 1, init_fail_once, &calls), 1);
+	cr_assert_eq(zinf_engine_init(e), -EINVAL);
+	cr_expect_eq(zinf_engine_init(e), -EINVAL, "a second init after a failed one");
+	cr_expect_eq(add(e, "c", 3, 2, init_val, NULL), -EINVAL, "add_param after a failed init");
+	cr_expect_eq(zinf_engine_param_count(e), 2);
+	cr_expect_eq(zinf_engine_fetch(e, 0), -EINVAL, "fetch after a failed init");
+	zinf_engine_destroy(e);
+}
+
+static uint64_t max_init_count; /* the largest range an init callback was asked for */
+
+static int
+init_count(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	if (count > max_init_count) {
+		max_init_count = count;
+	}
+	return init_val(NULL, param, first, count, out);
+}
+
+/*
+ * Finding 5 (init): the initial values go sub-group by sub-group through buffers of at most
+ * ZINF_STEP_CHUNK elements, never one of the whole partition (the default sub_group_size makes
+ * the sub-group the whole partition): the init callback is asked for at most ZINF_STEP_CHUNK
+ * elements at a time (it was asked for the whole 1.5 Mi-element partition). The values arrive
+ * intact across the pieces: the master equals the callback's values and the fetched bf16
+ * values (the parameters on NVMe, written piece by piece) equal them rounded.
+ */
+Test(engine_review, initial_values_in_bounded_pieces)
+{
+	char *dir = zt_mkdtemp(NULL);
+	cr_assert(dir);
+	struct zinf_engine_opts o;
+	base_opts(&o);
+	o.stage = 3;
+	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
+	o.offload_param.device = ZINF_OFFLOAD_NVME;
+	o.offload_param.n_paths = 1;
+	o.offload_param.nvme_path[0] = dir;
+	o.swap_prefix = "review-init";
+	o.stage3_param_persistence_threshold = 0;
+	o.record_trace = false;
+	const uint64_t n = 3u << 19;
+	struct zinf_engine *e = make(&o);
+	max_init_count = 0;
+	cr_assert_eq(add(e, "w", n, 0, init_count, NULL), 0);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	cr_expect_leq(max_init_count, 1u << 20, "init asked for %llu elements at once",
+		      (unsigned long long)max_init_count);
+	float *want = malloc(n * 4), *m = malloc(n * 4);
+	uint16_t *want16 = malloc(n * 2);
+	cr_assert(want && m && want16);
+	init_val(NULL, 0, 0, n, want);
+	cr_assert_eq(zinf_engine_read_master(e, 0, m), 0);
+	cr_expect_eq(memcmp(m, want, n * 4), 0, "master differs from the initial values");
+	cr_assert_eq(zinf_dtype_convert(want16, ZINF_BF16, want, ZINF_F32, n), 0);
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	void *d;
+	cr_assert_eq(zinf_engine_param(e, 0, &d), 0);
+	zinf_stream_sync(zinf_engine_compute_stream(e));
+	cr_expect_eq(memcmp(d, want16, n * 2), 0, "fetched values differ from the initial values");
+	cr_assert_eq(zinf_engine_release(e, 0), 0);
+	free(want);
+	free(m);
+	free(want16);
+	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
+}
+
+/*
+ * Finding 13: with the step during backward, a layer's sub-group goes to the step worker once
+ * its gradients are in and the layer is released; fetching that layer again in the same
+ * micro-batch (tied weights fetched twice) would read values being stepped. It is -EINVAL,
+ * naming the parameter, and leaves the engine as it was: the micro-batch completes and steps.
+ */
+Test(engine_review, fetch_after_handing_to_the_worker_refused)
+{
+	struct zinf_engine_opts o;
+	base_opts(&o);
+	o.stage = 3;
+	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
+	o.offload_param.device = ZINF_OFFLOAD_CPU;
+	o.stage3_param_persistence_threshold = 0;
+	o.sub_group_size = 100;	    /* one sub-group per parameter */
+	o.reduce_bucket_size = 100; /* one bucket per gradient */
+	o.step_during_backward = true;
+	struct zinf_engine *e = make(&o);
+	cr_assert_eq(add(e, "a", 100, 0, init_val, NULL), 0);
+	cr_assert_eq(add(e, "b", 100, 1, init_val, NULL), 1);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	void *g[2] = {grad16(e, 100, 1), grad16(e, 100, 2)};
+	for (int l = 0; l < 2; l++) {
+		cr_assert_eq(zinf_engine_fetch(e, l), 0);
+		cr_assert_eq(zinf_engine_release(e, l), 0);
+	}
+	cr_assert_eq(zinf_engine_fetch(e, 1), 0);
+	cr_assert_eq(zinf_engine_grad(e, 1, g[1], ZINF_BF16), 0);
+	cr_assert_eq(zinf_engine_release(e, 1), 0);
+	/* b's bucket is reduced, b's sub-group final and handed by a's gradient at the latest */
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_grad(e, 0, g[0], ZINF_BF16), 0);
+	int rc = zinf_engine_fetch(e, 1);
+	cr_expect_eq(rc, -EINVAL, "layer 1 fetched again while its sub-group is being stepped: %d",
+		     rc);
+	cr_assert_eq(zinf_engine_release(e, 0), 0);
+	rc = zinf_engine_step(e);
+	cr_expect_eq(rc, 1, "step: %d %s", rc, zinf_last_error());
+	rc = zinf_engine_fetch(e, 1);
+	cr_expect_eq(rc, 0, "after the step the layer is fetched again: %s", zinf_last_error());
+	cr_expect_eq(zinf_engine_release(e, 1), 0);
+	for (int i = 0; i < 2; i++) {
+		zinf_device_free(zinf_engine_device(e), g[i]);
+	}
+	zinf_engine_destroy(e);
+}
+
+/* Finding 10: the engine picks local rank modulo zinf_device_count(); "host" has one device. */
+Test(engine_review, device_count)
+{
+	cr_expect_eq(zinf_device_count("host"), 1);
+	cr_expect_lt(zinf_device_count("no-such-backend"), 0);
+}
