@@ -373,7 +373,8 @@ zinf_engine_destroy(struct zinf_engine *e)
 	}
 	eng_grad_free(e);
 	eng_fetch_free(e);
-	eng_step_free(e);
+	eng_step_free(e);	  /* the worker joined: a partition still open was this thread's */
+	eng_param_write_abort(e); /* (a step that failed between its pieces) */
 	eng_param_free(e);
 	zinf_optimizer_destroy(e->opt);
 	if (e->scratch) {

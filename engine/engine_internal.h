@@ -227,7 +227,8 @@ int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_strea
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
-void eng_param_io_stats(struct zinf_engine *e); /* the store's NVMe bytes into the window */
+void eng_param_io_stats(struct zinf_engine *e);	   /* the store's NVMe bytes into the window */
+void eng_param_write_abort(struct zinf_engine *e); /* a partition left open by a failed step */
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
 

@@ -429,6 +429,20 @@ write_nvme(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64
 	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
 }
 
+/* A writer that failed between the pieces of a partition: give the partition (unchanged on
+ * NVMe, not marked dirty) and the store back. On the thread that wrote the pieces. */
+void
+eng_param_write_abort(struct zinf_engine *e)
+{
+	if (e->nv_open < 0) {
+		return;
+	}
+	zinf_store_release(e->store, e->params[e->nv_open].store_id);
+	e->nv_open = -1;
+	e->nv_buf = NULL;
+	pthread_mutex_unlock(&e->store_mu);
+}
+
 /* The window's NVMe bytes of the parameter store (what it read and wrote, cache hits not
  * counted), folded into the window's counters; called at the window's end and after init. */
 void
@@ -480,9 +494,15 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 				memcpy((char *)p->cpu_part + off * ds, s, len * ds);
 			}
 		} else {
-			pthread_mutex_lock(&e->store_mu);
+			/* the store is held from a partition's first piece to its last: fetch
+			   (under the same mutex) never waits for a buffer the writer holds */
+			if (e->nv_open < 0) {
+				pthread_mutex_lock(&e->store_mu);
+			}
 			ret = write_nvme(e, x, p, off, s, src_dev, len);
-			pthread_mutex_unlock(&e->store_mu);
+			if (e->nv_open < 0) {
+				pthread_mutex_unlock(&e->store_mu);
+			}
 		}
 		if (ret) {
 			return ret;
@@ -651,6 +671,7 @@ zinf_engine_init(struct zinf_engine *e)
 	   engine is failed for good (every later call, init included, returns the error) */
 	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
 	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write_initial(e))) {
+		eng_param_write_abort(e);
 		return init_failed(e, ret);
 	}
 	/* stages 1-2: every rank wrote its partition of each tensor; stage 3: persistent ones */
