@@ -295,6 +295,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if (!e) {
 		return ZINF_FAIL(-ENOMEM, "engine: out of memory for the handle");
 	}
+	e->nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
 	int ret = zinf_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
 	if (ret || (ret = check_opts(&e->o))) {
@@ -351,7 +352,6 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 		goto fail;
 	}
 	e->window_t0 = -1;
-	e->nv_open = -1;
 	*out = e;
 	return 0;
 fail:
