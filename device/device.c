@@ -106,6 +106,14 @@ zinf_device_index(const struct zinf_device *d)
 	return d ? d->o.index : -1;
 }
 
+int
+zinf_device_count(const char *backend)
+{
+	const struct zinf_dev_ops *ops;
+	int rc = zinf_dev_get(backend, &ops);
+	return rc ? rc : ops->probe();
+}
+
 /* ---- memory --------------------------------------------------------------------------------- */
 
 int

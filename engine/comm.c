@@ -239,6 +239,12 @@ zinf_comm_native(struct zinf_comm *c)
 	return c && c->ops->native ? c->ops->native(c) : NULL;
 }
 
+void *
+zinf_comm_stream(struct zinf_comm *c)
+{
+	return c && c->ops->stream ? c->ops->stream(c) : NULL;
+}
+
 ZINF_API int
 zinf_comm_partition(size_t numel, int world, int rank, struct zinf_comm_part *out)
 {

@@ -67,6 +67,8 @@ struct zinf_comm_ops {
 			struct zinf_comm_desc *all, uint64_t deadline_ns);
 	/* The native communicator: MPI_Comm * or ncclComm_t; NULL for single. */
 	void *(*native)(struct zinf_comm *c);
+	/* nccl: the cudaStream_t its collectives are ordered on (given or created); NULL: none */
+	void *(*stream)(struct zinf_comm *c);
 };
 
 struct zinf_comm {
@@ -96,6 +98,9 @@ const char *zinf_comm_kind_name(int kind);
  * "mpi": a MPI_Comm *, "nccl": the ncclComm_t; NULL for single or a NULL c.
  */
 void *zinf_comm_native(struct zinf_comm *c);
+/* The stream c's collectives are ordered on: "nccl": the cudaStream_t it was given or created;
+ * NULL for the host backends or a NULL c. */
+void *zinf_comm_stream(struct zinf_comm *c);
 
 extern const struct zinf_comm_ops zinf_comm_single_ops;
 extern const struct zinf_comm_ops *const zinf_comm_registry[];

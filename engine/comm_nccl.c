@@ -346,6 +346,12 @@ nccl_native(struct zinf_comm *c)
 	return ((struct nccl_be *)c->be)->comm;
 }
 
+static void *
+nccl_stream(struct zinf_comm *c)
+{
+	return ((struct nccl_be *)c->be)->stream;
+}
+
 const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.name = "nccl",
 	.req_size = sizeof(struct nccl_req),
@@ -356,4 +362,5 @@ const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.abandon = nccl_abandon,
 	.exchange = nccl_exchange,
 	.native = nccl_native,
+	.stream = nccl_stream,
 };

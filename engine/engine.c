@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/opts.h"
+#include "engine/comm_internal.h"
 #include "engine/engine_internal.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, reserved5);
@@ -232,21 +233,19 @@ open_device(struct zinf_engine *e)
 	zinf_device_opts_init(&d);
 	d.backend = e->o.device_backend;
 	d.host_sync = e->o.host_sync;
-	d.index = e->o.device_index >= 0 ? e->o.device_index : 0;
+	d.index = e->o.device_index;
+	if (d.index < 0) {
+		/* the local rank modulo the devices present, opened directly (no context on
+		   device 0 for every rank first) */
+		int n = zinf_device_count(e->o.device_backend);
+		if (n < 0) {
+			return n;
+		}
+		d.index = n > 0 ? local_rank_env() % n : 0;
+	}
 	int ret = zinf_device_create(&d, &e->dev);
 	if (ret) {
 		return ret;
-	}
-	int lr = local_rank_env();
-	if (e->o.device_index < 0 && lr > 0 && strcmp(zinf_device_backend(e->dev), "host")) {
-		/* one device per local rank where there are enough; else share device 0 */
-		struct zinf_device *mine;
-		d.backend = zinf_device_backend(e->dev);
-		d.index = lr;
-		if (zinf_device_create(&d, &mine) == 0) {
-			zinf_device_destroy(e->dev);
-			e->dev = mine;
-		}
 	}
 	e->own_dev = true;
 	return 0;
@@ -296,6 +295,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if (!e) {
 		return ZINF_FAIL(-ENOMEM, "engine: out of memory for the handle");
 	}
+	e->nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
 	int ret = zinf_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
 	if (ret || (ret = check_opts(&e->o))) {
@@ -319,10 +319,10 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	}
 	if (e->o.comm && zinf_comm_backend(e->o.comm) &&
 	    strcmp(zinf_comm_backend(e->o.comm), "nccl") == 0) {
-		/* the caller's NCCL communicator orders its collectives on its own stream: the
-		   engine's copies and casts go on that stream too */
-		ret = zinf_stream_wrap(e->dev, zinf_comm_get_opts(e->o.comm)->stream, "zinf-engine",
-				       &e->cs);
+		/* the caller's NCCL communicator orders its collectives on its own stream (the
+		   one it was given, or the one it created): the engine's copies and casts go on
+		   that stream too */
+		ret = zinf_stream_wrap(e->dev, zinf_comm_stream(e->o.comm), "zinf-engine", &e->cs);
 	} else {
 		ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs);
 	}
@@ -332,6 +332,10 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	}
 	e->main.s = e->cs;
 	if ((ret = open_comm(e))) {
+		goto fail;
+	}
+	if ((ret = zinf_device_alloc(e->dev, sizeof(float) * ENG_SCRATCH, &e->scratch))) {
+		ret = ENG_FAIL(e, ret, "create: device memory for the small all-reduces");
 		goto fail;
 	}
 	if ((ret = zinf_optimizer_create(&e->o.optimizer, &e->opt))) {
@@ -369,9 +373,13 @@ zinf_engine_destroy(struct zinf_engine *e)
 	}
 	eng_grad_free(e);
 	eng_fetch_free(e);
-	eng_step_free(e);
+	eng_step_free(e);	  /* the worker joined: a partition still open was this thread's */
+	eng_param_write_abort(e); /* (a step that failed between its pieces) */
 	eng_param_free(e);
 	zinf_optimizer_destroy(e->opt);
+	if (e->scratch) {
+		zinf_device_free(e->dev, e->scratch);
+	}
 	zinf_event_destroy(e->ev_compute);
 	zinf_event_destroy(e->ev_cs);
 	zinf_stream_destroy(e->cs);
@@ -474,6 +482,60 @@ eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *t
 		ret = zinf_stream_wait_event(to, ev);
 	}
 	return ret;
+}
+
+/*
+ * The element-wise MAX over ranks of n <= ENG_SCRATCH small floats (host memory v), through
+ * device memory so that "nccl" can run it; returns with the result in v.
+ */
+int
+eng_all_max(struct zinf_engine *e, float *v, uint32_t n)
+{
+	int ret = zinf_device_copy(e->cs, e->scratch, v, n * sizeof(float), ZINF_COPY_H2D);
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	if (!ret) {
+		ret = zinf_comm_all_reduce(e->comm, e->scratch, n, ZINF_F32, ZINF_COMM_MAX, NULL);
+	}
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, v, e->scratch, n * sizeof(float), ZINF_COPY_D2H);
+	}
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	return ret;
+}
+
+/*
+ * Every rank learns whether some rank's `what` failed (err < 0 here), before the collectives
+ * that follow it, so that no rank waits for a failed one until the deadline: returns err on a
+ * failed rank; on the others 0, or the failing rank's error with a message naming that rank.
+ */
+int
+eng_agree(struct zinf_engine *e, int err, const char *what)
+{
+	if (e->world == 1) {
+		return err;
+	}
+	int cf = zinf_comm_failed(e->comm);
+	if (cf) { /* nothing more can be exchanged; the others' collectives fail too */
+		return err ? err : cf;
+	}
+	float v[2] = {err ? (float)(e->rank + 1) : 0.0f, err ? (float)-err : 0.0f};
+	int ret = eng_all_max(e, v, 2);
+	if (err) {
+		return err;
+	}
+	if (ret) {
+		return ENG_FAIL(e, ret, "%s: agreeing on the outcome across ranks", what);
+	}
+	if (v[0] > 0) {
+		int other = (int)v[0] - 1, code = -(int)v[1];
+		return ENG_FAIL(e, code, "%s failed on rank %d (%s): this rank stops too", what,
+				other, zinf_strerror(code));
+	}
+	return 0;
 }
 
 /* ---- getters ------------------------------------------------------------------------------- */

@@ -38,8 +38,9 @@ put_partition(struct zinf_engine *e, struct eparam *p)
 					"fetch: parameter \"%s\": reading its NVMe partition",
 					p->name);
 		}
+		/* NVMe bytes are the store's own count (eng_param_io_stats): a partition served
+		   from its cache is read from no file */
 		e->win.h2d_bytes += bytes;
-		e->win.nvme_read_bytes += bytes;
 		return zinf_device_copy(e->cs, dst, buf, bytes, ZINF_COPY_H2D);
 	}
 }
@@ -66,10 +67,15 @@ eng_gather_full(struct zinf_engine *e, struct eparam *p)
 			ret = put_partition(e, p);
 		}
 	}
-	if (!ret && e->host_comm) {
-		ret = zinf_stream_sync(e->cs);
+	bool nvme = e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME;
+	if (e->host_comm || nvme) {
+		/* host collectives read from this thread; the store's buffer is handed back
+		   (and may be overwritten by the next swap-in) only once the H2D copy from it
+		   is done, even after an error (a copy may be queued) */
+		int r2 = zinf_stream_sync(e->cs);
+		ret = ret ? ret : r2;
 	}
-	if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME) {
+	if (nvme) {
 		int r2 = zinf_store_release(e->store, p->store_id);
 		ret = ret ? ret : r2;
 	}
@@ -128,23 +134,68 @@ eng_gather_after_step(struct zinf_engine *e)
 	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step: all-gathering the new parameters")) : 0;
 }
 
+/* Bytes the gathered buffers may hold on the device, in use and cached together. */
+static uint64_t
+gbuf_budget(const struct zinf_engine *e)
+{
+	return e->o.stage3_max_live_parameters * eng_dsize(e);
+}
+
+static void
+gbuf_free(struct zinf_engine *e, struct gbuf *g)
+{
+	zinf_event_sync(g->released);
+	zinf_event_destroy(g->released);
+	zinf_device_free(e->dev, g->dev);
+	e->gbuf_bytes -= g->bytes;
+	zinf_free(g);
+}
+
+/* Free cached buffers, least recently used first, until in use + cached + `need` fits the
+ * budget (or none is left). A device free may synchronise the device: only under pressure in
+ * the hot path, else after the step (eng_fetch_trim). */
+static void
+gbuf_shrink(struct zinf_engine *e, uint64_t need)
+{
+	while (e->free_list && e->gbuf_bytes + need > gbuf_budget(e)) {
+		struct gbuf **pp = &e->free_list;
+		while ((*pp)->next) {
+			pp = &(*pp)->next;
+		}
+		struct gbuf *old = *pp;
+		*pp = NULL;
+		e->free_bytes -= old->bytes;
+		gbuf_free(e, old);
+	}
+}
+
+/*
+ * A gathered buffer of at least `bytes`: a cached one of that size class (up to a quarter
+ * larger; the smallest that fits) if any, else a new allocation (after shrinking the cache so
+ * that in use + cached stays within the budget).
+ */
 static int
 gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 {
-	struct gbuf **pp = &e->free_list;
-	for (; *pp; pp = &(*pp)->next) {
-		if ((*pp)->bytes == bytes) {
-			struct gbuf *g = *pp;
-			*pp = g->next;
-			g->next = NULL;
-			e->free_bytes -= g->bytes;
-			*out = g;
-			/* after the compute stream's last use of it: host collectives write from
-			   this thread, nccl and the copies from cs */
-			return e->host_comm ? zinf_event_sync(g->released)
-					    : zinf_stream_wait_event(e->cs, g->released);
+	struct gbuf **best = NULL;
+	for (struct gbuf **pp = &e->free_list; *pp; pp = &(*pp)->next) {
+		size_t b = (*pp)->bytes;
+		if (b >= bytes && b - bytes <= bytes / 4 && (!best || b < (*best)->bytes)) {
+			best = pp;
 		}
 	}
+	if (best) {
+		struct gbuf *g = *best;
+		*best = g->next;
+		g->next = NULL;
+		e->free_bytes -= g->bytes;
+		*out = g;
+		/* after the compute stream's last use of it: host collectives write from
+		   this thread, nccl and the copies from cs */
+		return e->host_comm ? zinf_event_sync(g->released)
+				    : zinf_stream_wait_event(e->cs, g->released);
+	}
+	gbuf_shrink(e, bytes);
 	struct gbuf *g = zinf_calloc(1, sizeof(*g));
 	if (!g) {
 		return -ENOMEM;
@@ -158,41 +209,25 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 		return ret;
 	}
 	g->bytes = bytes;
+	e->gbuf_bytes += bytes;
 	*out = g;
 	return 0;
 }
 
-static void
-gbuf_free(struct zinf_engine *e, struct gbuf *g)
-{
-	zinf_event_sync(g->released);
-	zinf_event_destroy(g->released);
-	zinf_device_free(e->dev, g->dev);
-	zinf_free(g);
-}
-
-/*
- * Back to the free list (most recent first). The list keeps at most
- * stage3_max_live_parameters elements' bytes: a model of many distinct sizes would otherwise
- * keep a buffer of each, the whole model, on the device; the oldest go first.
- */
+/* Back to the cache (most recent first); nothing is freed here (see gbuf_shrink). */
 static void
 gbuf_put(struct zinf_engine *e, struct gbuf *g)
 {
 	g->next = e->free_list;
 	e->free_list = g;
 	e->free_bytes += g->bytes;
-	uint64_t cap = e->o.stage3_max_live_parameters * eng_dsize(e);
-	while (e->free_bytes > cap && e->free_list->next) {
-		struct gbuf **pp = &e->free_list;
-		while ((*pp)->next) {
-			pp = &(*pp)->next;
-		}
-		struct gbuf *old = *pp;
-		*pp = NULL;
-		e->free_bytes -= old->bytes;
-		gbuf_free(e, old);
-	}
+}
+
+/* Outside the hot path (after the step): the cache back within the budget. */
+void
+eng_fetch_trim(struct zinf_engine *e)
+{
+	gbuf_shrink(e, 0);
 }
 
 void
@@ -226,21 +261,30 @@ eng_fetch_free(struct zinf_engine *e)
 	e->free_bytes = 0;
 }
 
-/* comm_check: every rank fetches the same layer, or every rank fails naming it. */
+/*
+ * comm_check: every rank fetches the same layer, or every rank fails naming it. The id goes as
+ * two 16-bit halves (exact in fp32, which an id above 2^24 is not) with their negations: the
+ * MAX of each equals this rank's only if every rank sent the same. Through device memory
+ * (eng_all_max), so that it runs on "nccl" too.
+ */
 static int
 check_layer(struct zinf_engine *e, int32_t layer)
 {
-	float v[2] = {(float)layer, -(float)layer};
-	int ret = zinf_comm_all_reduce(e->comm, v, 2, ZINF_F32, ZINF_COMM_MAX, NULL);
+	uint32_t hi = (uint32_t)layer >> 16, lo = (uint32_t)layer & 0xffffu;
+	float v[4] = {(float)hi, -(float)hi, (float)lo, -(float)lo};
+	int ret = eng_all_max(e, v, 4);
 	if (ret) {
 		return eng_fail(
 			e, ENG_FAIL(e, ret, "fetch: layer %d, step %" PRId64, layer, e->steps + 1));
 	}
-	if (v[0] != (float)layer || -v[1] != (float)layer) {
+	if (v[0] != (float)hi || -v[1] != (float)hi || v[2] != (float)lo || -v[3] != (float)lo) {
+		int64_t top = (int64_t)v[0] * 65536 + (int64_t)v[2];
+		int64_t bot = (int64_t)-v[1] * 65536 + (int64_t)-v[3];
 		return eng_fail(e, ENG_FAIL(e, -EPROTO,
 					    "fetch: ranks fetched different layers at step %" PRId64
-					    ": this rank layer %d, others between %g and %g",
-					    e->steps + 1, layer, (double)-v[1], (double)v[0]));
+					    ": this rank layer %d, others' halves up to %" PRId64
+					    " and down to %" PRId64,
+					    e->steps + 1, layer, top, bot));
 	}
 	return 0;
 }
@@ -278,8 +322,11 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 		p->dev_full = p->gathered->dev;
 		ret = put_partition(e, p);
 	}
-	if (!ret && e->host_comm) {
-		ret = zinf_stream_sync(e->cs);
+	if (e->host_comm || nvme) {
+		/* as in eng_gather_full: the H2D copies from the store's buffers are done before
+		   the buffers go back (on "cuda" the copy is asynchronous) */
+		int r2 = zinf_stream_sync(e->cs);
+		ret = ret ? ret : r2;
 	}
 	for (uint32_t i = 0; i < l->n && nvme; i++) {
 		struct eparam *p = &e->params[l->params[i]];
@@ -360,6 +407,7 @@ eng_fetch_drop_all(struct zinf_engine *e)
 			ret = ret ? ret : r2;
 		}
 	}
+	eng_fetch_trim(e);
 	return ret;
 }
 
@@ -375,6 +423,17 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
 				l ? "is already fetched" : "is unknown");
 	}
+	for (uint32_t i = 0; e->sg_handed && i < l->n; i++) {
+		struct eparam *p = &e->params[l->params[i]];
+		if (e->sg_handed[p->sg]) {
+			return ENG_FAIL(
+				e, -EINVAL,
+				"fetch: layer %d again after its gradients: parameter \"%s\" "
+				"(sub-group %u) is being stepped; a layer is fetched once in "
+				"backward (tied weights belong to one layer)",
+				layer, p->name, p->sg);
+		}
+	}
 	eng_worker_prime(e);
 	double t0 = eng_now();
 	if (e->window_t0 < 0) {
@@ -384,7 +443,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		l->fetched = true;
 		return 0;
 	}
-	if (e->o.comm_check && e->host_comm && (ret = check_layer(e, layer))) {
+	if (e->o.comm_check && (ret = check_layer(e, layer))) {
 		return ret;
 	}
 	if ((ret = eng_trace_fetch(e, layer))) {
@@ -428,8 +487,9 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
 	}
 	l->fetched = true;
+	ret = eng_prefetch(e); /* synchronous parts of the prefetch: the trainer waits too */
 	e->win.exposed_fetch_s += eng_now() - t0;
-	if ((ret = eng_prefetch(e))) {
+	if (ret) {
 		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
 	}
 	return 0;

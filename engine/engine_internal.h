@@ -154,6 +154,7 @@ struct zinf_engine {
 	struct zinf_stream *compute;
 	struct zinf_stream *cs;
 	struct zinf_event *ev_compute, *ev_cs;
+	void *scratch;		  /* device: ENG_SCRATCH floats for eng_all_max */
 	struct ectx main;	  /* {cs, &win} */
 	struct ectx *cb;	  /* the context zinf_step's copy callback writes with */
 	pthread_mutex_t store_mu; /* the parameter store: fetch (caller) and the step worker */
@@ -198,6 +199,10 @@ struct zinf_engine {
 	struct zinf_swap *oswap, *pswap;
 	struct zinf_step *step;
 	struct zinf_store *store;
+	int64_t nv_open;  /* param id whose NVMe partition is being written, or -1 */
+	uint64_t nv_next; /* its next element */
+	void *nv_buf;	  /* its store buffer */
+	uint64_t store_read0, store_written0; /* the store's counts at the window's start */
 
 	/* gradients */
 	uint64_t bucket_cap; /* elements */
@@ -210,8 +215,9 @@ struct zinf_engine {
 	/* stage 3 */
 	struct gbuf *free_list;
 	uint64_t free_bytes; /* on the free list */
-	uint64_t live_elems, peak_live, persistent_elems;
-	uint64_t pf_inflight; /* elements prefetched, not yet fetched */
+	uint64_t gbuf_bytes; /* gathered buffers allocated: in use and on the free list */
+	uint64_t live_elems, peak_live, persistent_elems; /* padded (device memory) */
+	uint64_t pf_inflight;				  /* elements prefetched, not yet fetched */
 	bool warned_live, warned_trace;
 	enum { TRACE_NONE, TRACE_RECORDING, TRACE_VALID, TRACE_INVALID } tr_state;
 	int32_t *trace;
@@ -235,6 +241,9 @@ struct zinf_engine {
 		      (e)->rank, ##__VA_ARGS__)
 
 /* engine.c */
+#define ENG_SCRATCH 8
+int eng_all_max(struct zinf_engine *e, float *v, uint32_t n);	 /* MAX over ranks, in place */
+int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c */
 int eng_fail(struct zinf_engine *e, int err); /* keep the first fatal error; returns err */
 int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
@@ -248,6 +257,8 @@ int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_strea
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
+void eng_param_io_stats(struct zinf_engine *e);	   /* the store's NVMe bytes into the window */
+void eng_param_write_abort(struct zinf_engine *e); /* a partition left open by a failed step */
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
 
@@ -264,6 +275,7 @@ void eng_trace_micro_end(struct zinf_engine *e);
 uint64_t eng_reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer);
 int eng_prefetch(struct zinf_engine *e);
 void eng_fetch_free(struct zinf_engine *e);
+void eng_fetch_trim(struct zinf_engine *e); /* gathered-buffer cache back within its budget */
 
 /* engine_grad.c */
 int eng_grad_setup(struct zinf_engine *e);
@@ -292,6 +304,19 @@ static inline uint64_t
 eng_sg_start(const struct zinf_engine *e, uint32_t k)
 {
 	return k ? e->sg_end[k - 1] : 0;
+}
+
+/* Whether a parameter of layer l is in a sub-group handed to the step worker this step (its
+ * values are being stepped: neither fetched nor prefetched until the step ends). */
+static inline bool
+eng_layer_handed(const struct zinf_engine *e, const struct elayer *l)
+{
+	for (uint32_t i = 0; e->sg_handed && i < l->n; i++) {
+		if (e->sg_handed[e->params[l->params[i]].sg]) {
+			return true;
+		}
+	}
+	return false;
 }
 
 /* engine_worker.c */

@@ -22,6 +22,9 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 		return ZINF_FAIL(-EINVAL, "engine: add_param with a NULL %s",
 				 e ? "desc" : "engine");
 	}
+	if (e->failed) {
+		return e->failed;
+	}
 	if (e->inited) {
 		return ENG_FAIL(e, -EINVAL, "add_param \"%s\" after zinf_engine_init",
 				d->name ? d->name : "?");
@@ -375,35 +378,84 @@ flat_find(const struct zinf_engine *e, uint64_t x)
 	return lo;
 }
 
+/*
+ * NVMe home: the pieces of one partition arrive in order, from one context (the step's chunks
+ * of its sub-group, init's pieces): the first swaps the partition in without reading it
+ * (ZINF_STORE_NEW: every element is about to be written), the last marks it dirty and releases
+ * it, which writes it once. Between pieces the store keeps it in use (e->nv_open).
+ */
 static int
 write_nvme(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
 	   const void *src, bool src_dev, uint64_t len)
 {
 	size_t ds = eng_dsize(e);
-	bool whole = off == 0 && len == p->part.part;
-	void *buf;
-	int ret = zinf_store_swap_in(e->store, p->store_id, whole ? ZINF_STORE_NEW : 0);
-	if (!ret) {
-		ret = zinf_store_wait(e->store, p->store_id, &buf);
+	int ret = 0;
+	if (off == 0 && e->nv_open < 0) {
+		ret = zinf_store_swap_in(e->store, p->store_id, ZINF_STORE_NEW);
+		if (!ret) {
+			ret = zinf_store_wait(e->store, p->store_id, &e->nv_buf);
+		}
+		if (ret) {
+			return ENG_FAIL(e, ret, "parameter \"%s\": a buffer for its NVMe partition",
+					p->name);
+		}
+		e->nv_open = (int64_t)p->id;
+		e->nv_next = 0;
+	} else if (e->nv_open != (int64_t)p->id || off != e->nv_next) {
+		return ENG_FAIL(e, -EPROTO,
+				"parameter \"%s\": new values at %" PRIu64
+				" out of order (partition open: %" PRId64 ", next %" PRIu64 ")",
+				p->name, off, e->nv_open, e->nv_next);
 	}
-	if (ret) {
-		return ENG_FAIL(e, ret, "parameter \"%s\": reading its NVMe partition", p->name);
-	}
+	char *dst = (char *)e->nv_buf + off * ds;
 	if (src_dev) {
-		ret = zinf_device_copy(x->s, (char *)buf + off * ds, src, len * ds, ZINF_COPY_D2H);
+		ret = zinf_device_copy(x->s, dst, src, len * ds, ZINF_COPY_D2H);
 		if (!ret) {
 			ret = zinf_stream_sync(x->s);
 		}
 	} else {
-		memcpy((char *)buf + off * ds, src, len * ds);
+		memcpy(dst, src, len * ds);
 	}
-	if (!ret) {
-		ret = zinf_store_mark_dirty(e->store, p->store_id);
+	e->nv_next = off + len;
+	if (ret || e->nv_next == p->part.part) {
+		if (!ret) {
+			ret = zinf_store_mark_dirty(e->store, p->store_id);
+		}
+		int r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+		e->nv_open = -1;
+		e->nv_buf = NULL;
 	}
-	int r2 = zinf_store_release(e->store, p->store_id);
-	ret = ret ? ret : r2;
-	x->st->nvme_write_bytes += p->part.part * ds;
 	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
+}
+
+/* A writer that failed between the pieces of a partition: give the partition (unchanged on
+ * NVMe, not marked dirty) and the store back. On the thread that wrote the pieces. */
+void
+eng_param_write_abort(struct zinf_engine *e)
+{
+	if (e->nv_open < 0) {
+		return;
+	}
+	zinf_store_release(e->store, e->params[e->nv_open].store_id);
+	e->nv_open = -1;
+	e->nv_buf = NULL;
+	pthread_mutex_unlock(&e->store_mu);
+}
+
+/* The window's NVMe bytes of the parameter store (what it read and wrote, cache hits not
+ * counted), folded into the window's counters; called at the window's end and after init. */
+void
+eng_param_io_stats(struct zinf_engine *e)
+{
+	struct zinf_store_stats st = {.size = sizeof(st)};
+	if (!e->store || zinf_store_get_stats(e->store, &st)) {
+		return;
+	}
+	e->win.nvme_read_bytes += st.read_bytes - e->store_read0;
+	e->win.nvme_write_bytes += st.write_bytes - e->store_written0;
+	e->store_read0 = st.read_bytes;
+	e->store_written0 = st.write_bytes;
 }
 
 /*
@@ -442,9 +494,15 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 				memcpy((char *)p->cpu_part + off * ds, s, len * ds);
 			}
 		} else {
-			pthread_mutex_lock(&e->store_mu);
+			/* the store is held from a partition's first piece to its last: fetch
+			   (under the same mutex) never waits for a buffer the writer holds */
+			if (e->nv_open < 0) {
+				pthread_mutex_lock(&e->store_mu);
+			}
 			ret = write_nvme(e, x, p, off, s, src_dev, len);
-			pthread_mutex_unlock(&e->store_mu);
+			if (e->nv_open < 0) {
+				pthread_mutex_unlock(&e->store_mu);
+			}
 		}
 		if (ret) {
 			return ret;
@@ -464,13 +522,16 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 
 /* ---- initial values ------------------------------------------------------------------------ */
 
+/* Initial values of partition elements [j0, j0 + n) of p (padding: zeros) into out, fp32. */
 static int
-init_values(struct zinf_engine *e, struct eparam *p, float *out)
+init_values(struct zinf_engine *e, struct eparam *p, uint64_t j0, uint64_t n, float *out)
 {
-	uint64_t first = p->part.offset, count = p->part.count;
+	uint64_t count = j0 < p->part.count ? ZINF_MIN(n, p->part.count - j0) : 0;
+	memset(out + count, 0, (n - count) * sizeof(float));
 	if (count == 0) {
 		return 0;
 	}
+	uint64_t first = p->part.offset + j0;
 	int ret = 0;
 	if (p->init) {
 		size_t isz = zinf_dtype_size(p->init_dtype);
@@ -484,40 +545,111 @@ init_values(struct zinf_engine *e, struct eparam *p, float *out)
 	return ret ? ENG_FAIL(e, ret, "init: parameter \"%s\": initial values", p->name) : 0;
 }
 
+/* Initial fp32 values of flat elements [off, off + n) into out. */
+static int
+init_range(struct zinf_engine *e, uint64_t off, uint64_t n, float *out)
+{
+	int ret = 0;
+	for (uint32_t i = flat_find(e, off); i < e->n_params && n > 0 && !ret; i++) {
+		struct eparam *p = &e->params[e->order[i]];
+		uint64_t j0 = off - p->flat_off, len = ZINF_MIN(n, p->part.part - j0);
+		ret = init_values(e, p, j0, len, out);
+		out += len;
+		off += len;
+		n -= len;
+	}
+	return ret;
+}
+
+/* Master weights of flat elements [off, off + n), optimizer tiers none and cpu. */
+static int
+load_master_piece(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n)
+{
+	int ret = 0;
+	if (e->otier == ZINF_OFFLOAD_NONE) {
+		ret = zinf_device_copy(e->cs, (float *)e->state[0] + off, m, n * 4, ZINF_COPY_H2D);
+		if (!ret) {
+			ret = zinf_stream_sync(e->cs);
+		}
+	} else {
+		memcpy((float *)e->state[0] + off, m, n * 4);
+	}
+	return ret ? ENG_FAIL(e, ret, "init: writing the master weights at %" PRIu64, off) : 0;
+}
+
+/*
+ * The initial values, sub-group by sub-group in pieces of at most ZINF_STEP_CHUNK elements
+ * (a fp32 and a 16-bit buffer of that size on the heap: host memory does not grow with the
+ * model or the partition). The optimizer on NVMe takes a sub-group's master whole
+ * (zinf_step_load): it is built in one of the optimizer pool's pinned buffers, which hold a
+ * sub-group's state each, and only when the pool cannot spare one, on the heap.
+ */
 static int
 write_initial(struct zinf_engine *e)
 {
 	size_t ds = eng_dsize(e);
-	float *master = zinf_calloc(e->max_sg ? e->max_sg : 1, sizeof(float));
-	void *copy = zinf_calloc(e->max_sg ? e->max_sg : 1, ds);
+	uint64_t chunk = ZINF_MAX(ZINF_MIN(e->max_sg, (uint64_t)ZINF_STEP_CHUNK), 1);
+	bool whole = e->step != NULL;
+	void *pool_buf = NULL;
+	float *master = NULL;
+	void *copy = zinf_calloc(chunk, ds);
 	int ret = 0;
+	if (whole && zinf_pool_free_count(e->opool) >= 2 &&
+	    zinf_pool_acquire(e->opool, 0, &pool_buf) == 0) {
+		master = pool_buf;
+	} else {
+		master = zinf_calloc(whole ? e->max_sg : chunk, sizeof(float));
+	}
 	if (!master || !copy) {
 		ret = ENG_FAIL(e, -ENOMEM,
-			       "init: out of memory for one sub-group (%" PRIu64 " elements)",
-			       e->max_sg);
+			       "init: out of memory for the initial values (%" PRIu64 " elements)",
+			       whole ? e->max_sg : chunk);
 		goto out;
 	}
-	uint32_t i = 0;
 	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-		uint64_t start = k ? e->sg_end[k - 1] : 0, len = e->sg_end[k] - start;
-		memset(master, 0, len * sizeof(float));
-		for (; i < e->n_params && e->params[e->order[i]].sg == k && !ret; i++) {
-			struct eparam *p = &e->params[e->order[i]];
-			ret = init_values(e, p, master + (p->flat_off - start));
+		uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
+		for (uint64_t off = start; off < end && !ret; off += chunk) {
+			uint64_t n = ZINF_MIN(chunk, end - off);
+			float *m = whole ? master + (off - start) : master;
+			ret = init_range(e, off, n, m);
+			if (!ret && !whole) {
+				ret = load_master_piece(e, off, m, n);
+			}
+			if (!ret) {
+				ret = zinf_dtype_convert(copy, e->o.dtype, m, ZINF_F32, n);
+			}
+			if (!ret) {
+				ret = eng_param_home_write(e, &e->main, off, copy, false, n);
+			}
 		}
-		if (!ret) {
+		if (!ret && whole) {
 			ret = eng_step_load_master(e, k, master);
-		}
-		if (!ret) {
-			ret = zinf_dtype_convert(copy, e->o.dtype, master, ZINF_F32, len);
-		}
-		if (!ret) {
-			ret = eng_param_home_write(e, &e->main, start, copy, false, len);
 		}
 	}
 out:
-	zinf_free(master);
+	if (pool_buf) {
+		zinf_pool_release(e->opool, pool_buf);
+	} else {
+		zinf_free(master);
+	}
 	zinf_free(copy);
+	return ret;
+}
+
+/* A failed init: the engine keeps the error for good (-EINVAL included: the layout is half
+ * built and cannot be laid out again); zinf_engine_destroy() frees what was set up. */
+static int
+init_failed(struct zinf_engine *e, int ret)
+{
+	if (!e->failed) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", zinf_last_error());
+		e->failed = ret;
+		ENG_FAIL(e, ret,
+			 "init failed (%s): the engine is unusable, every later call returns this "
+			 "error; destroy it",
+			 why);
+	}
 	return ret;
 }
 
@@ -535,9 +667,12 @@ zinf_engine_init(struct zinf_engine *e)
 				e->inited ? "called twice" : "no parameter registered");
 	}
 	int ret;
+	/* From here on a failure leaves the layout, the tiers and the worker half built: the
+	   engine is failed for good (every later call, init included, returns the error) */
 	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
 	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write_initial(e))) {
-		return eng_fail(e, ret == -EINVAL ? ret : ret);
+		eng_param_write_abort(e);
+		return init_failed(e, ret);
 	}
 	/* stages 1-2: every rank wrote its partition of each tensor; stage 3: persistent ones */
 	if (e->o.stage > 0) {
@@ -548,12 +683,14 @@ zinf_engine_init(struct zinf_engine *e)
 			}
 		}
 		if (ret) {
-			return eng_fail(e, ret);
+			return init_failed(e, ret);
 		}
 	}
 	if ((ret = eng_order(e, e->cs, e->compute))) {
-		return eng_fail(e, ret);
+		return init_failed(e, ret);
 	}
+	eng_param_io_stats(e); /* init's NVMe writes are not the first window's */
+	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
 	e->tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
 	e->live_elems = e->persistent_elems;
 	e->peak_live = e->live_elems;

@@ -321,7 +321,8 @@ eng_step_run(struct zinf_engine *e)
 {
 	int ret = zinf_stream_sync(e->cs); /* every accumulation is in grad_part */
 	if (ret) {
-		return eng_fail(e, ENG_FAIL(e, ret, "step: the engine stream failed"));
+		ret = ENG_FAIL(e, ret, "step: the engine stream failed");
+		return eng_fail(e, eng_agree(e, ret, "step")); /* the others stop too */
 	}
 	ret = step_all(e);
 	if (e->gw.n) {
@@ -335,6 +336,8 @@ eng_step_run(struct zinf_engine *e)
 			e->win.optimizer_s += st.optim_s;
 		}
 	}
+	/* before the all-gathers: no rank waits for a failed one */
+	ret = eng_agree(e, ret, "step");
 	if (ret) {
 		return eng_fail(e, ret);
 	}
@@ -406,6 +409,7 @@ zinf_engine_step(struct zinf_engine *e)
 	e->win.step_s = t1 - e->window_t0;
 	e->win.sub_groups = e->n_sg;
 	e->win.stepped_during_backward = e->stepped_early;
+	eng_param_io_stats(e);
 	e->last = e->win;
 	memset(&e->win, 0, sizeof(e->win));
 	e->window_t0 = -1;

@@ -111,7 +111,7 @@ prefetch_nvme(struct zinf_engine *e)
 	pthread_mutex_lock(&e->store_mu);
 	for (uint32_t i = e->cursor; i < e->trace_n; i++) {
 		struct elayer *l = eng_layer(e, e->trace[i]);
-		if (l->gathered || l->fetched) {
+		if (l->gathered || l->fetched || eng_layer_handed(e, l)) {
 			continue;
 		}
 		for (uint32_t j = 0; j < l->n; j++) {
@@ -142,7 +142,7 @@ eng_prefetch(struct zinf_engine *e)
 	int ret = 0;
 	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
 		struct elayer *l = eng_layer(e, e->trace[i]);
-		if (l->gathered || l->fetched || l->gather_elems == 0) {
+		if (l->gathered || l->fetched || l->gather_elems == 0 || eng_layer_handed(e, l)) {
 			continue;
 		}
 		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||

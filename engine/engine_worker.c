@@ -57,6 +57,9 @@ worker_main(void *arg)
 			if (!ret) {
 				ret = eng_step_one(e, &w->x, k);
 			}
+			if (ret) {
+				eng_param_write_abort(e); /* the store mutex, if it holds it */
+			}
 		}
 		pthread_mutex_lock(&w->mu);
 		if (ret && !w->err) {

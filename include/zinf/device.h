@@ -71,6 +71,12 @@ ZINF_API void zinf_device_destroy(struct zinf_device *d);
 ZINF_API const char *zinf_device_backend(const struct zinf_device *d);
 /** The device index it was opened with. */
 ZINF_API int zinf_device_index(const struct zinf_device *d);
+/**
+ * Devices of `backend` present (NULL: the backend zinf_device_create() would pick): "host" has
+ * 1. Opens nothing (no context on any device). Returns the count (>= 1); -EINVAL unknown name;
+ * -ENODEV not built, or no device.
+ */
+ZINF_API int zinf_device_count(const char *backend);
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 

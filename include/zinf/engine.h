@@ -16,7 +16,8 @@
  *            transient device buffers, zinf_engine_release() gives them back
  *
  * Every tensor is partitioned on its own (zinf_comm_partition: padded to a multiple of the
- * world size; the padding is never visible to the trainer and never counted as data). A rank's
+ * world size; the padding is never visible to the trainer; the statistics of device buffers and
+ * collectives count it, as memory and bytes moved, see struct zinf_engine_stats). A rank's
  * partitions, concatenated in backward order (layers last to first), form its flat partition,
  * which the optimizer steps in sub-groups of whole parameters of at most sub_group_size
  * elements (a larger parameter is a sub-group alone).
@@ -42,7 +43,10 @@
  * order (a gradient twice in a micro-batch, a step before every gradient arrived, a fetch of an
  * unknown layer) is -EINVAL and leaves the engine as it was. An I/O error or a collective
  * error (-ETIMEDOUT, -EPROTO: see zinf/comm.h) fails the engine: every later call returns that
- * error; the process should report it and exit.
+ * error; the process should report it and exit. A failure during the optimizer step on one rank
+ * reaches every rank at once: the others' zinf_engine_step() returns the same errno, with a
+ * message naming the failing rank, rather than waiting for it until comm_timeout_s. A failed
+ * zinf_engine_init() fails the engine too (see there).
  *
  * An engine is used by one thread at a time (it runs its own worker threads inside).
  */
@@ -239,6 +243,10 @@ ZINF_API int zinf_engine_add_param(struct zinf_engine *e, const struct zinf_para
  * NVMe free space), and write every parameter's initial values into its tiers (collective).
  * Returns 0; -EINVAL (no parameter; a partition larger than offload_param.buffer_size, named),
  * -ENOMEM, -ENOSPC (the path, bytes needed and free), an init callback's error, I/O errors.
+ * Initial values are asked for (init_fn) and written in pieces of at most ZINF_STEP_CHUNK
+ * elements: host memory does not grow with the model. -EINVAL for a second call, or with no
+ * parameter, changes nothing; any other failure, -EINVAL included, fails the engine for good:
+ * every later call (init, add_param, ...) returns that error; destroy it.
  */
 ZINF_API int zinf_engine_init(struct zinf_engine *e);
 
@@ -251,8 +259,11 @@ ZINF_API int zinf_engine_param_find(const struct zinf_engine *e, const char *nam
 /**
  * Make every parameter of `layer` available on the device in opts.dtype (stage 3: all-gathered;
  * stages 0-2: always there, this only records the order). Returns 0; -EINVAL (unknown layer,
- * layer already fetched, before init); -EPROTO (comm_check: the ranks fetched different layers;
- * the message names the layer and step), -ETIMEDOUT, I/O errors naming the parameter and file.
+ * layer already fetched, before init; with step_during_backward, a layer fetched again at the
+ * boundary micro-batch after one of its parameters' sub-groups went to the step, e.g. tied
+ * weights fetched twice in backward: its values are being stepped); -EPROTO (comm_check: the ranks
+ * fetched different layers; the message names the layer and step), -ETIMEDOUT, I/O errors naming
+ * the parameter and file.
  */
 ZINF_API int zinf_engine_fetch(struct zinf_engine *e, int32_t layer);
 /** Done with `layer` for now (stage 3: its gathered buffers may be freed). -EINVAL when not
@@ -307,6 +318,8 @@ struct zinf_engine_stats {
 	size_t size; /* set by the caller: sizeof(struct zinf_engine_stats) */
 	/* counters since create */
 	uint64_t steps, micro_steps;
+	/* the three below count device buffer elements, padding included (at most world - 1 per
+	   parameter beyond its numel): memory, compared with stage3_max_live_parameters */
 	uint64_t peak_live_elems;  /* most gathered elements at once (stage 3; persistent ones
 				      included) */
 	uint64_t live_elems;	   /* gathered now */
@@ -314,16 +327,20 @@ struct zinf_engine_stats {
 	uint64_t trace_hits, trace_misses, trace_invalidations;
 	/* the last accumulation window (from the end of the previous optimizer step to the end
 	   of the last): bytes per tier and direction, reduced and gathered bytes, times */
-	uint64_t nvme_read_bytes, nvme_write_bytes; /* swap files, parameters and optimizer */
+	uint64_t nvme_read_bytes, nvme_write_bytes; /* swap files, parameters and optimizer: bytes
+						       the files moved (a partition served from
+						       the cache is no read) */
 	uint64_t h2d_bytes, d2h_bytes;		    /* host <-> device copies */
 	uint64_t reduced_bytes;			    /* gradients handed to collectives */
-	uint64_t gathered_bytes;		    /* parameters all-gathered */
+	uint64_t gathered_bytes;		    /* parameters all-gathered (padding
+						       included: the bytes the collective moves) */
 	double step_s;				    /* first fetch to the end of the step */
-	double exposed_fetch_s;			    /* time the trainer waited inside fetch */
-	double exposed_step_s; /* optimizer time left after the last gradient: the time the
-				  final zinf_engine_step() call waited */
-	double optimizer_s;    /* time in the optimizer's kernel */
-	uint32_t sub_groups;   /* this rank's sub-groups */
+	double exposed_fetch_s; /* time the trainer waited inside fetch (the prefetch it starts
+				   included) */
+	double exposed_step_s;	/* optimizer time left after the last gradient: the time the
+				   final zinf_engine_step() call waited */
+	double optimizer_s;	/* time in the optimizer's kernel */
+	uint32_t sub_groups;	/* this rank's sub-groups */
 	uint32_t stepped_during_backward; /* of them, stepped before the final call */
 	/* the optimizer on NVMe: of nvme_read_bytes and nvme_write_bytes, the fp32 gradients of
 	   sub-groups that left the gradient window (read back, written out) in the last window */

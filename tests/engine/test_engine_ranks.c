@@ -11,7 +11,9 @@
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
  * single-process reference; the same without quantised gradients (a derived tolerance); a bf16
  * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
- * fetching different layers under comm_check; an I/O fault in the optimizer's NVMe tier.
+ * fetching different layers under comm_check (ids above 2^24 too); an I/O fault in the
+ * optimizer's NVMe tier; the same without comm_check, every rank told at once (the step's
+ * outcome agreed).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -762,10 +764,12 @@ case_trace(void)
  * a hang would be ended by ctest's TIMEOUT) naming the layer, and the engine stays failed. Twice:
  * on the test model, whose layers differ in size (the collective's own check sees different
  * counts), and on three layers of one 15-element weight each, where every collective of the two
- * fetches looks the same and only the engine's check of the layer can tell.
+ * fetches looks the same and only the engine's check of the layer can tell; and the same with
+ * layer ids from 2^24 on (16777216 and 16777217 are one value in fp32: the check compared the
+ * ids as floats and let the mismatch through, review finding 8).
  */
 static int
-fetch_mismatch(bool same_sizes)
+fetch_mismatch(bool same_sizes, int32_t base)
 {
 	struct zinf_engine_opts o;
 	struct zinf_engine *e = NULL;
@@ -783,7 +787,7 @@ fetch_mismatch(bool same_sizes)
 			zinf_param_desc_init(&d);
 			d.name = name;
 			d.numel = 15;
-			d.layer = (int32_t)p;
+			d.layer = base + (int32_t)p;
 			rc = zinf_engine_add_param(e, &d) == (int)p ? 0 : -1;
 		}
 		rc = rc ? rc : zinf_engine_init(e);
@@ -798,13 +802,15 @@ fetch_mismatch(bool same_sizes)
 	}
 	log_clear();
 	double t0 = zinf_now_s();
-	rc = zinf_engine_fetch(e, rank == 0 ? 0 : 1);
+	rc = zinf_engine_fetch(e, base + (rank == 0 ? 0 : 1));
 	const char *msg = zinf_last_error();
-	CHECK(rc == -EPROTO, "%s: fetch of different layers: rc %d (%s), expected -EPROTO",
-	      same_sizes ? "same sizes" : "test model", rc, msg);
+	CHECK(rc == -EPROTO,
+	      "%s (ids from %d): fetch of different layers: rc %d (%s), expected "
+	      "-EPROTO",
+	      same_sizes ? "same sizes" : "test model", base, rc, msg);
 	CHECK(rc != -EPROTO || log_has("layer"), "the message does not name the layer: %s", msg);
 	if (rc < 0) {
-		int again = zinf_engine_fetch(e, 2);
+		int again = zinf_engine_fetch(e, base + 2);
 		CHECK(again == rc, "the engine is not failed: a later fetch returned %d", again);
 	}
 	if (rank == 0) {
@@ -818,7 +824,9 @@ fetch_mismatch(bool same_sizes)
 static int
 case_fetch_mismatch(void)
 {
-	return world < 2 ? SKIP : fetch_mismatch(false) + fetch_mismatch(true);
+	return world < 2 ? SKIP
+			 : fetch_mismatch(false, 0) + fetch_mismatch(true, 0) +
+				   fetch_mismatch(true, 1 << 24);
 }
 
 /*
@@ -884,6 +892,68 @@ case_io_fault(void)
 	return fails;
 }
 
+/*
+ * Review finding 9: the optimizer on NVMe through the "fault" I/O backend, the last rank's reads
+ * fail during a step, without comm_check and with a 60 s deadline. The step's outcome is agreed
+ * across ranks before the collectives that follow it: every rank returns an error from the same
+ * step, the failing rank its I/O error, the others that error too (never -ETIMEDOUT, which is
+ * what waiting out the deadline in the next collective gives) with a message naming the failing
+ * rank; later calls return it again.
+ */
+static int
+case_step_fault_agreed(void)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	int fails = 0;
+	if (world < 2) {
+		return SKIP;
+	}
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, scratch, ZINF_F32, 1);
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 60;
+	o.swap_prefix = "agree";
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 1, 1, -1);
+		CHECK(rc == 0, "clean step: %s", d.why);
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	CHECK(io != NULL, "no I/O context with the optimizer on NVMe");
+	if (rc == 0 && io && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = 1,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	log_clear();
+	if (rc == 0) {
+		rc = edrive_run(&d, 1, 1, 1, -1);
+		CHECK(rc == -EIO,
+		      "the step after the fault on rank %d returned %d (%s), expected "
+		      "-EIO on every rank",
+		      world - 1, rc, d.why);
+		char who[32];
+		snprintf(who, sizeof(who), "rank %d", world - 1);
+		CHECK(rank == world - 1 || log_has(who),
+		      "the error does not name the failing rank (%s): %s", who, d.why);
+		int again = zinf_engine_step(e);
+		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+		printf("  step fault agreed: rank %d: rc %d (%s)\n", rank, rc, d.why);
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
 /* ---- runner ------------------------------------------------------------------------------- */
 
 static const struct {
@@ -898,6 +968,7 @@ static const struct {
 	{"trace", case_trace},
 	{"fetch_mismatch", case_fetch_mismatch},
 	{"io_fault", case_io_fault},
+	{"step_fault_agreed", case_step_fault_agreed},
 };
 
 int
