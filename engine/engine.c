@@ -260,6 +260,11 @@ open_comm(struct zinf_engine *e)
 		struct zinf_comm_opts c;
 		zinf_comm_opts_init(&c);
 		c.backend = e->o.comm_backend;
+		if (!c.backend && strcmp(zinf_device_backend(e->dev), "host") != 0) {
+			/* a GPU: its collectives are nccl's (one rank too), whatever the launcher
+			 */
+			c.backend = "nccl";
+		}
 		c.timeout_s = e->o.comm_timeout_s;
 		c.check = e->o.comm_check;
 		c.stream = zinf_stream_native(e->cs);

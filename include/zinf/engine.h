@@ -160,8 +160,9 @@ struct zinf_engine_opts {
 	bool host_sync;		    /* host device: run streams synchronously (debugging) */
 	bool comm_check;	    /* zinf_comm_opts.check; default false */
 	uint8_t reserved4[2];	    /* zero */
-	const char *comm_backend; /* zinf_comm_opts.backend: NULL: mpi under mpirun, else single */
-	double comm_timeout_s;	  /* deadline of every collective; default 1800 */
+	const char *comm_backend;   /* zinf_comm_opts.backend: NULL: nccl on a cuda device; on the
+				       host device mpi under mpirun, else single */
+	double comm_timeout_s;	    /* deadline of every collective; default 1800 */
 	struct zinf_device *device; /* use this device (not owned; outlives the engine) instead of
 				       opening one; NULL (default): open device_backend */
 	struct zinf_comm *comm;	    /* use this communicator (not owned) instead of creating
