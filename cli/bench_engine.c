@@ -65,7 +65,7 @@ static const char *const devices[] = {"auto", "host", "cuda", NULL};
 
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
-	uint64_t hidden, sub_group, bucket, param_buffer;
+	uint64_t hidden, sub_group, bucket, param_buffer, max_live;
 	double compute_ms;
 	int stage, off_param, off_optim, optimizer, dtype, device;
 	struct cli_list paths;
@@ -120,6 +120,8 @@ static const struct cli_opt opts[] = {
 	 "elements per optimizer sub-group (sub_group_size)", .min = 1},
 	{"bucket", CLI_COUNT, &cfg.bucket, "5e8", "N",
 	 "elements per gradient bucket (reduce_bucket_size)", .min = 1},
+	{"max-live", CLI_COUNT, &cfg.max_live, "1e9", "N",
+	 "gathered elements at most, cached ones included (stage3_max_live_parameters)", .min = 1},
 	{"param-buffer-size", CLI_COUNT, &cfg.param_buffer, "1e8", "N",
 	 "elements per offload_param buffer (buffer_size; nvme: 5 of them)", .min = 1},
 	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
@@ -224,6 +226,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	eo.stage = c->stage;
 	offload(c, c->off_param, &eo.offload_param);
 	eo.offload_param.buffer_size = c->param_buffer;
+	eo.stage3_max_live_parameters = c->max_live;
 	offload(c, c->off_optim, &eo.offload_optimizer);
 	eo.sub_group_size = c->sub_group;
 	eo.reduce_bucket_size = c->bucket;
