@@ -11,9 +11,9 @@
  * norm gives the bits of no clipping; every optimizer tier gives the same bits with clipping
  * active; an fp16 overflow skips the step (master and 16-bit parameters unchanged bit for bit,
  * zinf_engine_step returns 2), the dynamic scale halves after `hysteresis` overflows and
- * doubles after loss_scale_window clean steps; a static scale skips without changing; the
- * options' checks; the config reader fills the engine options. Not here: several ranks
- * (test_engine_ranks.c's clip case).
+ * doubles after loss_scale_window clean steps; a static scale skips without changing; an
+ * overflow at min_loss_scale fails the engine with -ERANGE; the options' checks; the config reader
+ * fills the engine options. Not here: several ranks (test_engine_ranks.c's clip case).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -504,6 +504,24 @@ Test(engine_clip, fp16_static_scale_skips)
 	}
 	read_master(&m, got);
 	expect_bits(got, r.p, "static scale 4");
+	model_free(&m);
+}
+
+/* an overflow with the scale at min_loss_scale: -ERANGE, the engine failed (DeepSpeed stops) */
+Test(engine_clip, fp16_overflow_at_min_scale_fails)
+{
+	struct model m = {0};
+	struct zinf_engine_opts o;
+	fp16_opts(&o, ZINF_OFFLOAD_CPU, NULL);
+	o.fp16.initial_scale_power = 1; /* 2 */
+	o.fp16.min_loss_scale = 2;
+	o.fp16.hysteresis = 1;
+	model_make(&m, &o);
+	cr_assert_eq(micro(&m, 0, 0, 2.0, 0), 0);
+	int rc = micro(&m, 0, 1, 2.0, -1);
+	cr_assert_eq(rc, -ERANGE, "%d %s", rc, zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "min_loss_scale"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_fetch(m.e, 0), -ERANGE); /* failed: every later call */
 	model_free(&m);
 }
 
