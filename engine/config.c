@@ -226,6 +226,9 @@ check_all(struct cfg_ctx *x)
 		     "fp16.enabled and bf16.enabled are both true: enable one of them");
 	}
 	e->dtype = c->fp16.enabled ? ZINF_F16 : c->bf16_enabled ? ZINF_BF16 : ZINF_F32;
+	/* the engine clips and scales: it carries the same values as tc's own fields */
+	e->gradient_clipping = c->gradient_clipping;
+	e->fp16 = c->fp16;
 	json_t *zero = json_object_get(x->root, "zero_optimization");
 	json_t *oc = json_object_get(zero, "overlap_comm");
 	if (!oc || json_is_null(oc)) {

@@ -15,7 +15,7 @@
 #include "engine/comm_internal.h"
 #include "engine/engine_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, reserved5);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, fp16);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_param_desc, init_ctx);
 
 static void
@@ -59,6 +59,7 @@ zinf_engine_opts_init(struct zinf_engine_opts *o)
 	o->comm_timeout_s = 1800.0;
 	o->step_during_backward = true;
 	o->record_trace = true;
+	zinf_fp16_opts_init(&o->fp16);
 }
 
 void
@@ -303,7 +304,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
 	int ret = zinf_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
-	if (ret || (ret = check_opts(&e->o))) {
+	if (ret || (ret = check_opts(&e->o)) || (ret = eng_clip_init(e))) {
 		goto fail;
 	}
 	if ((ret = copy_strings(e))) {
@@ -651,5 +652,6 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.trace_misses = e->trace_misses;
 	s.trace_invalidations = e->trace_invalidations;
 	s.host_pool_bytes = zinf_pool_bytes(e->opool) + zinf_pool_bytes(e->ppool);
+	eng_clip_stats(e, &s);
 	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

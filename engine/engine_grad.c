@@ -407,7 +407,13 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 		}
 		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
 		    --e->sg_pending[p->sg] == 0) {
-			eng_step_final(e, p->sg); /* after its accumulations were queued on cs */
+			/* after its accumulations were queued on cs; with clipping or fp16 its sum
+			   of squares now, before the window may spill it, and the step waits */
+			if (e->gate) {
+				ret = eng_clip_sg(e, p->sg);
+			} else {
+				eng_step_final(e, p->sg);
+			}
 		}
 	}
 	if (ret) {

@@ -8,7 +8,8 @@
  * (stage 3 gather/release, persistence, live bound), engine_trace.c (the fetch trace,
  * prefetch), engine_grad.c (buckets, reduction, accumulation), engine_step.c (the optimizer
  * step per sub-group, the post-step all-gather, read_master), engine_worker.c (the step
- * worker of the step during backward).
+ * worker of the step during backward), engine_clip.c (gradient clipping and fp16 loss
+ * scaling: the global norm, the skip decision).
  *
  * Streams: the trainer's compute stream and one engine stream (`cs`) that runs every copy,
  * cast and accumulation of the engine in order; cross-stream order is by events only. Host
@@ -25,6 +26,7 @@
 
 #include "common/util.h"
 #include "zinf/engine.h"
+#include "zinf/loss_scale.h"
 #include "zinf/offload.h"
 
 /* Where a piece of work queues its copies and counts its bytes: the calling thread's (cs and
@@ -231,6 +233,14 @@ struct zinf_engine {
 	struct zinf_engine_stats last;
 	double window_t0;
 	uint32_t stepped_early;
+
+	/* clipping and fp16 loss scaling (engine_clip.c) */
+	bool gate;		    /* clipping or fp16: the step waits for the global norm */
+	struct zinf_loss_scaler ls; /* fp16.enabled */
+	double *sg_sumsq;	    /* host: per sub-group, its final gradient's sum of squares */
+	double *dev_sumsq;	    /* tier none: the same in device memory */
+	float step_scale;	    /* grad_scale of the step in progress (1 without gate) */
+	uint64_t skipped;	    /* skipped steps */
 };
 
 #define ENG_FAIL(e, err, fmt, ...)                                                                 \
@@ -318,6 +328,14 @@ eng_layer_handed(const struct zinf_engine *e, const struct elayer *l)
 	}
 	return false;
 }
+
+/* engine_clip.c */
+int eng_clip_init(struct zinf_engine *e);  /* create: check the options, set up the scaler */
+int eng_clip_setup(struct zinf_engine *e); /* init: per sub-group buffers */
+void eng_clip_free(struct zinf_engine *e);
+int eng_clip_sg(struct zinf_engine *e, uint32_t k); /* k's gradient is final: its sumsq */
+int eng_clip_decide(struct zinf_engine *e);	    /* boundary: 0 step (step_scale set), 1 skip */
+void eng_clip_stats(const struct zinf_engine *e, struct zinf_engine_stats *s);
 
 /* engine_worker.c */
 int eng_worker_start(struct zinf_engine *e);

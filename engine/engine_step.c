@@ -6,8 +6,9 @@
  * elements with index0 the piece's flat index, as zinf_step cuts), tier nvme in a swap space
  * stepped by zinf_step with the engine's sub-group ends and a copy callback. The new 16-bit
  * values go home through eng_param_home_write; stages 1-2 all-gather them after the step and
- * stage 3 refreshes its persistent parameters. Also zinf_engine_step() (end of a micro-batch)
- * and zinf_engine_read_master(). Gradient reduction is engine_grad.c's.
+ * stage 3 refreshes its persistent parameters. Also zinf_engine_step() (end of a micro-batch;
+ * with clipping or fp16 the boundary asks engine_clip.c for the grad_scale, or skips the step
+ * on an fp16 overflow) and zinf_engine_read_master(). Gradient reduction is engine_grad.c's.
  */
 #include <errno.h>
 #include <string.h>
@@ -88,7 +89,7 @@ int
 eng_step_setup(struct zinf_engine *e)
 {
 	int r0 = e->o.step_during_backward ? eng_worker_start(e) : 0;
-	if (r0) {
+	if (r0 || (r0 = eng_clip_setup(e))) {
 		return r0;
 	}
 	size_t ds = eng_dsize(e);
@@ -161,6 +162,7 @@ void
 eng_step_free(struct zinf_engine *e)
 {
 	eng_worker_stop(e);
+	eng_clip_free(e);
 	zinf_step_destroy(e->step);
 	e->step = NULL;
 	if (e->otier == ZINF_OFFLOAD_NONE) {
@@ -228,11 +230,13 @@ eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
 			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
 			a.bias_correction = e->o.optimizer.bias_correction;
-			ret = zinf_device_adam(x->s, &a, step, 1.0f, parts[0], e->grad_part + off,
-					       ZINF_F32, parts[1], parts[2], n, copy, e->o.dtype);
+			ret = zinf_device_adam(x->s, &a, step, e->step_scale, parts[0],
+					       e->grad_part + off, ZINF_F32, parts[1], parts[2], n,
+					       copy, e->o.dtype);
 		} else {
-			ret = zinf_optimizer_step(e->opt, step, 1.0f, parts, e->grad_part + off,
-						  ZINF_F32, off, n, copy, e->o.dtype);
+			ret = zinf_optimizer_step(e->opt, step, e->step_scale, parts,
+						  e->grad_part + off, ZINF_F32, off, n, copy,
+						  e->o.dtype);
 		}
 		x->st->optimizer_s += eng_now() - t0;
 		if (!ret) {
@@ -263,7 +267,7 @@ step_all(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
 	int ret = 0;
-	if (w->started) {
+	if (w->started && !e->gate) {
 		ret = eng_worker_wait(e);
 		if (!ret && w->tail < e->n_sg) {
 			ret = ENG_FAIL(e, -EPROTO, "step: %u of %u sub-groups final", w->tail,
@@ -290,7 +294,7 @@ step_all(struct zinf_engine *e)
 	}
 	if (e->step) {
 		/* the gradient window's resident sub-groups first: no I/O for them */
-		ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+		ret = zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL, false);
 		for (int pass = e->gw.n ? 0 : 1; pass < 2 && !ret; pass++) {
 			for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
 				if (e->gw.n && (e->gw.sg_has[k] == GW_STEPPED ||
@@ -313,6 +317,21 @@ step_all(struct zinf_engine *e)
 		ret = eng_step_one(e, &e->main, k);
 	}
 	return ret;
+}
+
+/* The boundary's step skipped (fp16 overflow): no sub-group stepped, nothing to gather; the
+ * gradient window starts empty again, and the trainer's next work follows the engine's. */
+static int
+step_skip(struct zinf_engine *e)
+{
+	int ret = zinf_stream_sync(e->cs);
+	if (e->gw.n) {
+		eng_gwin_reset(e);
+	}
+	if (!ret) {
+		ret = eng_order(e, e->cs, e->compute);
+	}
+	return ret ? eng_fail(e, ret) : 0;
 }
 
 /* The whole step at the accumulation boundary: every sub-group, then the all-gathers. */
@@ -391,7 +410,12 @@ zinf_engine_step(struct zinf_engine *e)
 		e->micro++;
 		return 0;
 	}
-	if ((ret = eng_step_run(e))) {
+	/* clipping or fp16: the global norm decides the grad_scale, or skips the step */
+	int skip = e->gate ? eng_clip_decide(e) : 0;
+	if (skip < 0) {
+		return eng_fail(e, skip);
+	}
+	if ((ret = skip ? step_skip(e) : eng_step_run(e))) {
 		return ret;
 	}
 	if (e->o.stage == 3 && (ret = eng_fetch_drop_all(e))) {
@@ -414,7 +438,7 @@ zinf_engine_step(struct zinf_engine *e)
 	memset(&e->win, 0, sizeof(e->win));
 	e->window_t0 = -1;
 	e->stepped_early = 0;
-	return 1;
+	return skip ? 2 : 1;
 }
 
 /* All-gather part floats per rank (mine is inside full, host memory) into full. */

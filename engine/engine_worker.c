@@ -8,6 +8,9 @@
  * as the step after backward, so that the results are the same bits. With the optimizer on
  * NVMe a handed sub-group's gradient stays in its gradient-window slot until the worker has
  * finished it (queue position < finished: engine_grad.c takes the slot back then).
+ * With gradient clipping or fp16 (e->gate) the worker is not used: the step's grad_scale
+ * depends on the global norm, known only after every gradient (the speculative step during
+ * backward, with roll-back, is not done yet); zinf_engine_step() steps every sub-group.
  */
 #include <errno.h>
 #include <string.h>
@@ -31,8 +34,9 @@ worker_main(void *arg)
 			/* eng_worker_prime: start the step's reads while the forward runs */
 			bool go = !w->began && !w->err;
 			pthread_mutex_unlock(&w->mu);
-			int ret =
-				go ? zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false) : 0;
+			int ret = go ? zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL,
+						       false)
+				     : 0;
 			pthread_mutex_lock(&w->mu);
 			w->began |= go && ret == 0;
 			if (ret && !w->err) {
@@ -51,7 +55,8 @@ worker_main(void *arg)
 			/* the accumulations of k were queued on cs before this event */
 			ret = zinf_event_sync(e->sg_ev[k]);
 			if (!ret && e->step && !w->began) {
-				ret = zinf_step_begin(e->step, e->steps + 1, 1.0f, NULL, false);
+				ret = zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL,
+						      false);
 				w->began = ret == 0;
 			}
 			if (!ret) {
@@ -181,7 +186,7 @@ released(struct zinf_engine *e, uint32_t k)
 void
 eng_worker_pump(struct zinf_engine *e)
 {
-	if (!e->w.started) {
+	if (!e->w.started || e->gate) {
 		return;
 	}
 	for (uint32_t k = 0; k < e->n_sg; k++) {
@@ -195,7 +200,7 @@ eng_worker_pump(struct zinf_engine *e)
 void
 eng_step_final(struct zinf_engine *e, uint32_t k)
 {
-	if (e->w.started && released(e, k)) {
+	if (e->w.started && !e->gate && released(e, k)) {
 		hand(e, k);
 	}
 	/* else: stepped after backward (eng_step_run), or handed at its layers' release */
@@ -211,7 +216,8 @@ void
 eng_worker_prime(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
-	if (!w->started || !e->step || e->micro + 1 != e->o.gradient_accumulation_steps) {
+	if (!w->started || e->gate || !e->step ||
+	    e->micro + 1 != e->o.gradient_accumulation_steps) {
 		return;
 	}
 	pthread_mutex_lock(&w->mu);

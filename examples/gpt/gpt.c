@@ -12,8 +12,8 @@
  * micro-batches of gpt_train.c, the step), the output (a line every steps_per_print steps, a
  * progress bar on a terminal, --json records, the summary). The data (gpt_data.h) is a Markov
  * source with a known entropy rate, printed as the loss's floor. Not here: checkpoints, fp16
- * loss scaling (refused), gradient clipping (the engine has none yet: a configured value is
- * warned about and not applied).
+ * loss scaling (refused: the trainer would multiply its loss by zinf_engine_loss_scale and
+ * take zinf_engine_step's 2, a skipped step). gradient_clipping is applied by the engine.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -155,12 +155,7 @@ read_config(struct run *R)
 			a->config);
 		return -EINVAL;
 	}
-	if (R->cfg.gradient_clipping > 0 && R->lead) {
-		fprintf(stderr,
-			"zinf_gpt: warning: gradient_clipping %g is not applied (the engine has no "
-			"clipping yet)\n",
-			R->cfg.gradient_clipping);
-	}
+	/* gradient_clipping: applied by the engine (cfg.engine carries it) */
 	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)R->cfg.steps_per_print;
 	if (R->spp < 1) {
 		R->spp = 10;

@@ -89,7 +89,7 @@ struct zinf_train_config {
 	int32_t world_size; /* the inputs' */
 	uint32_t reserved0; /* zero */
 
-	double gradient_clipping;	  /* max global norm; 0 (default): none */
+	double gradient_clipping;	  /* max global norm; 0 (default): none (also in engine) */
 	int64_t steps_per_print;	  /* default 10 */
 	double gradient_predivide_factor; /* default 1.0 */
 	bool wall_clock_breakdown;	  /* default false */
@@ -107,7 +107,7 @@ struct zinf_train_config {
 	bool ignore_unused_parameters;			/* true */
 	uint8_t reserved1[4];				/* zero */
 
-	struct zinf_fp16_opts fp16;
+	struct zinf_fp16_opts fp16;	     /* also copied into engine.fp16 */
 	struct zinf_schedule_opts scheduler; /* type NONE without a scheduler block */
 
 	/* every "auto" resolved, in the order met */
@@ -148,9 +148,10 @@ ZINF_API int zinf_config_dump(const struct zinf_train_config *c, char **out);
 
 /**
  * Create an engine from a ds_config.json in one call: zinf_config_read_file(path, inputs), then
- * zinf_engine_create() with its engine options (collective: every rank calls it). What the
- * engine options do not hold (batch sizes, clipping, fp16 loss scaling, the schedule) is the
- * trainer's to apply: read the file with zinf_config_read_file() for those. inputs may be NULL.
+ * zinf_engine_create() with its engine options (collective: every rank calls it); the engine
+ * applies gradient_clipping and the fp16 block (copied into the engine options). What the
+ * engine options do not hold (batch sizes, the schedule) is the trainer's to apply: read the
+ * file with zinf_config_read_file() for those. inputs may be NULL.
  * Returns 0 and sets *out; the reader's errors (-EINVAL, every one logged, -errno of the file)
  * or zinf_engine_create()'s, leaving *out untouched. Free with zinf_engine_destroy().
  */

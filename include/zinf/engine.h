@@ -61,6 +61,7 @@
 #include "zinf/common.h"
 #include "zinf/device.h"
 #include "zinf/io.h"
+#include "zinf/loss_scale.h"
 #include "zinf/optimizer.h"
 
 #ifdef __cplusplus
@@ -179,6 +180,14 @@ struct zinf_engine_opts {
 	bool record_trace;	    /* stage 3: record the fetch order and prefetch along it;
 				       default true */
 	uint8_t reserved5[6];	    /* zero */
+
+	/* training semantics (ds_config.json's gradient_clipping and fp16 blocks) */
+	double gradient_clipping;   /* max global L2 norm of the averaged (unscaled) gradient over
+				       every rank and partition; 0 (default): no clipping; < 0 or
+				       not finite: -EINVAL naming the key */
+	struct zinf_fp16_opts fp16; /* loss scaling (zinf/loss_scale.h): enabled only with dtype
+				       ZINF_F16 (else -EINVAL naming fp16.enabled); default:
+				       zinf_fp16_opts_init() (disabled) */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -294,8 +303,32 @@ ZINF_API int zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *de
  * during backward, then the all-gather of stages 1-2) and return 1; otherwise return 0.
  * -EINVAL (a registered parameter's gradient missing, named; a layer still fetched); I/O and
  * collective errors naming the sub-group or the call.
+ *
+ * With gradient_clipping or fp16 enabled, at the boundary the engine computes the global L2
+ * norm of the averaged gradient (each sub-group's sum of squares in float64 when its gradient
+ * is final, summed over the sub-groups and over the ranks in rank order) and whether any
+ * element is an infinity or a NaN. With fp16 the gradients carry the loss scale S the trainer
+ * multiplied its loss by (zinf_engine_loss_scale): norm = sqrt(sum of squares) / S. The step
+ * multiplies the gradients by grad_scale = 1 / (S * c), c = (norm + 1e-6) / gradient_clipping
+ * when that is > 1, else c = 1 (DeepSpeed's unscale_and_clip_grads; no extra pass over the
+ * gradients). fp16 and a non-finite gradient: the step is skipped on every rank (master
+ * weights, optimizer state and 16-bit parameters unchanged, zinf_engine_steps() not advanced),
+ * the loss scaler is updated (zinf_loss_scaler_update: halved after `hysteresis` overflows;
+ * doubled after loss_scale_window clean steps; a static scale is never changed) and the call
+ * returns 2. The scaler reaching min_loss_scale on an overflow is -ERANGE and fails the engine
+ * (DeepSpeed stops the run there). Without fp16 a non-finite gradient is stepped as it is.
+ * In this mode the step waits for the norm: the sub-groups are stepped in this call, after
+ * the exchange, not during backward (the speculative step during backward is not done yet).
+ * Returns 1: the optimizer stepped; 2: the boundary was reached and the step skipped; 0: not
+ * a boundary.
  */
 ZINF_API int zinf_engine_step(struct zinf_engine *e);
+
+/**
+ * The scale the trainer multiplies its loss by before backward: the fp16 loss scaler's
+ * current value (it changes only inside zinf_engine_step), 1 without fp16; NaN for NULL.
+ */
+ZINF_API double zinf_engine_loss_scale(const struct zinf_engine *e);
 
 /**
  * Learning rate of the following optimizer steps (schedules): a step uses the value set before
@@ -349,6 +382,15 @@ struct zinf_engine_stats {
 	/* bytes of the engine's host pools (the offload sections' buffers and CPU regions,
 	   pinned when pin_memory), since init */
 	uint64_t host_pool_bytes;
+	/* clipping and fp16 (zinf_engine_step) */
+	double grad_norm;  /* the last window's global norm of the unscaled averaged gradient
+			      (non-finite on an overflow); 0 when not computed (neither
+			      clipping nor fp16) */
+	double loss_scale; /* zinf_engine_loss_scale() now */
+	uint64_t
+		skipped_steps; /* boundaries whose step was skipped (fp16 overflow), since create */
+	bool overflow;	       /* the last window's gradient had an infinity or a NaN */
+	uint8_t reserved6[7];
 };
 
 /** Copy the statistics (common size rule). Returns 0; -EINVAL (NULL, bad out->size). */

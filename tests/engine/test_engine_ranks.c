@@ -11,9 +11,10 @@
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
  * single-process reference; the same without quantised gradients (a derived tolerance); a bf16
  * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
- * fetching different layers under comm_check (ids above 2^24 too); an I/O fault in the
- * optimizer's NVMe tier; the same without comm_check, every rank told at once (the step's
- * outcome agreed).
+ * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
+ * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
+ * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
+ * once (the step's outcome agreed).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -29,6 +30,7 @@
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
+#include "zinf/adam.h"
 #include "zinf/comm.h"
 #include "zinf/device.h"
 #include "zinf/engine.h"
@@ -956,6 +958,175 @@ case_step_fault_agreed(void)
 
 /* ---- runner ------------------------------------------------------------------------------- */
 
+/* ---- gradient clipping and fp16 overflow across ranks ------------------------------------- */
+
+/*
+ * Two weights, 13 and 6 elements (layers 0 and 1), initial value p + i/4; rank r hands for
+ * element i of weight p the gradient (p + 1)(i + 1)(1 + r)/4, so the averaged gradient is
+ * (p + 1)(i + 1)(world + 1)/8, exact in fp32, and its squares sum exactly in float64: the
+ * global norm is known exactly whatever the order of the additions. With the partitions spread
+ * over the ranks (stages 1-3) each rank holds part of the sum: the norm, the grad_scale
+ * 1 / ((norm + 1e-6) / max_norm) (max_norm 1: clipping active) and the master weights after
+ * one AdamW step (zinf_adam_step on the whole tensors with that grad_scale, bit for bit) show
+ * that the sum went over every rank. Then fp16: an infinity handed by the last rank at the
+ * last element of w0 (held by the last rank's partition only, stages 1-3): every rank skips
+ * the step (returns 2, master unchanged), then a clean step is taken.
+ */
+static int
+clip_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	for (uint64_t i = 0; i < count; i++) {
+		out[i] = (float)param + 0.25f * (float)(first + i);
+	}
+	return 0;
+}
+
+static const uint64_t clip_numel[2] = {13, 6};
+
+/* one micro-batch (gas 1): every gradient, scaled by `scale`; inf: the last rank's w0[12] */
+static int
+clip_micro(struct zinf_engine *e, float *grad[2], double scale, bool inf, int *fails_out)
+{
+	int fails = 0, rc = 0;
+	struct zinf_stream *cs = zinf_engine_compute_stream(e);
+	for (int32_t l = 0; l < 2 && rc == 0; l++) {
+		rc = zinf_engine_fetch(e, l);
+		rc = rc ? rc : zinf_engine_release(e, l);
+	}
+	for (int32_t l = 1; l >= 0 && rc == 0; l--) {
+		float h[13];
+		for (uint64_t i = 0; i < clip_numel[l]; i++) {
+			h[i] = (float)((l + 1) * (double)(i + 1) * (1 + rank) / 4 * scale);
+		}
+		if (inf && l == 0 && rank == world - 1) {
+			h[12] = INFINITY;
+		}
+		rc = zinf_engine_fetch(e, l);
+		rc = rc ? rc : zinf_device_copy(cs, grad[l], h, clip_numel[l] * 4, ZINF_COPY_H2D);
+		rc = rc ? rc : zinf_stream_sync(cs);
+		rc = rc ? rc : zinf_engine_grad(e, (uint32_t)l, grad[l], ZINF_F32);
+		rc = rc ? rc : zinf_engine_release(e, l);
+	}
+	CHECK(rc == 0, "micro-batch: %d %s", rc, zinf_last_error());
+	*fails_out += fails;
+	return rc ? rc : zinf_engine_step(e);
+}
+
+static int
+clip_stage(int stage, bool fp16)
+{
+	struct zinf_engine_opts o;
+	struct zinf_engine *e = NULL;
+	int fails = 0, rc;
+	float *grad[2] = {0};
+	edrive_opts(&o, "mpi", stage, stage ? ZINF_OFFLOAD_CPU : ZINF_OFFLOAD_NONE,
+		    ZINF_OFFLOAD_NONE, NULL, fp16 ? ZINF_F16 : ZINF_F32, 1);
+	o.gradient_clipping = 1.0;
+	o.fp16.enabled = fp16;
+	o.fp16.initial_scale_power = 3; /* 8 */
+	rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "stage %d: create: %d %s", stage, rc, zinf_last_error());
+	if (rc < 0) {
+		return fails;
+	}
+	for (uint32_t p = 0; p < 2 && rc == 0; p++) {
+		char name[16];
+		struct zinf_param_desc d;
+		snprintf(name, sizeof(name), "w%u", p);
+		zinf_param_desc_init(&d);
+		d.name = name;
+		d.numel = clip_numel[p];
+		d.layer = (int32_t)p;
+		d.init_fn = clip_init;
+		rc = zinf_engine_add_param(e, &d);
+		CHECK(rc == (int)p, "add_param %u: %d", p, rc);
+		rc = rc == (int)p ? 0 : -1;
+	}
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == 0, "stage %d: init: %d %s", stage, rc, zinf_last_error());
+	}
+	for (uint32_t p = 0; p < 2 && rc == 0; p++) {
+		rc = zinf_device_alloc(zinf_engine_device(e), 13 * sizeof(float),
+				       (void **)&grad[p]);
+		CHECK(rc == 0, "device_alloc");
+	}
+	float init[2][13], got[2][13], g[2][13], m[2][13] = {{0}}, v[2][13] = {{0}};
+	double sumsq = 0;
+	for (int p = 0; p < 2; p++) {
+		for (uint64_t i = 0; i < clip_numel[p]; i++) {
+			init[p][i] = (float)p + 0.25f * (float)i;
+			g[p][i] = (float)((p + 1) * (double)(i + 1) * (world + 1) / 8);
+			sumsq += (double)g[p][i] * g[p][i];
+		}
+	}
+	double norm = sqrt(sumsq);
+	float gs = (float)(1.0 / ((norm + 1e-6) / 1.0));
+	CHECK(gs < 0.5f, "the test's norm %g does not clip", norm);
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	if (rc == 0 && fp16) {
+		/* an overflow on one rank: every rank skips */
+		rc = clip_micro(e, grad, zinf_engine_loss_scale(e), true, &fails);
+		CHECK(rc == 2, "stage %d: overflow: step returned %d, expected 2", stage, rc);
+		rc = zinf_engine_get_stats(e, &st);
+		CHECK(st.skipped_steps == 1 && st.overflow && zinf_engine_steps(e) == 0,
+		      "stage %d: skipped %llu, overflow %d, steps %lld", stage,
+		      (unsigned long long)st.skipped_steps, st.overflow,
+		      (long long)zinf_engine_steps(e));
+		for (uint32_t p = 0; p < 2 && rc == 0; p++) {
+			rc = zinf_engine_read_master(e, p, got[p]);
+			CHECK(rc == 0, "read_master: %d %s", rc, zinf_last_error());
+			CHECK(rc || memcmp(got[p], init[p], clip_numel[p] * 4) == 0,
+			      "stage %d: w%u changed by a skipped step", stage, p);
+		}
+		/* hysteresis 2: the scale is still 8 */
+		CHECK(zinf_engine_loss_scale(e) == 8.0, "loss scale %g", zinf_engine_loss_scale(e));
+	}
+	if (rc == 0) {
+		rc = clip_micro(e, grad, fp16 ? zinf_engine_loss_scale(e) : 1.0, false, &fails);
+		CHECK(rc == 1, "stage %d: step returned %d, expected 1", stage, rc);
+		rc = rc == 1 ? 0 : -1;
+	}
+	if (rc == 0) {
+		rc = zinf_engine_get_stats(e, &st);
+		CHECK(st.grad_norm == norm && !st.overflow,
+		      "stage %d: grad_norm %.17g, expected %.17g (overflow %d)", stage,
+		      st.grad_norm, norm, st.overflow);
+	}
+	struct zinf_adam_opts a;
+	zinf_adam_opts_init(&a);
+	a.lr = o.optimizer.lr, a.eps = o.optimizer.eps, a.weight_decay = o.optimizer.weight_decay;
+	a.beta1 = o.optimizer.beta1, a.beta2 = o.optimizer.beta2;
+	for (uint32_t p = 0; p < 2 && rc == 0; p++) {
+		zinf_adam_step(&a, 1, gs, init[p], g[p], ZINF_F32, m[p], v[p], clip_numel[p], NULL,
+			       ZINF_F32);
+		rc = zinf_engine_read_master(e, p, got[p]);
+		CHECK(rc == 0, "read_master: %d %s", rc, zinf_last_error());
+		for (uint64_t i = 0; i < clip_numel[p] && rc == 0; i++) {
+			CHECK(memcmp(&got[p][i], &init[p][i], 4) == 0,
+			      "stage %d%s: w%u[%llu] = %.9g, reference %.9g", stage,
+			      fp16 ? " fp16" : "", p, (unsigned long long)i, got[p][i], init[p][i]);
+		}
+	}
+	for (uint32_t p = 0; p < 2; p++) {
+		zinf_device_free(zinf_engine_device(e), grad[p]);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_clip(void)
+{
+	int fails = 0;
+	for (int stage = 0; stage <= 3; stage++) {
+		fails += clip_stage(stage, false);
+		fails += clip_stage(stage, true);
+	}
+	return fails;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -966,6 +1137,7 @@ static const struct {
 	{"bf16", case_bf16},
 	{"live_and_persistence", case_live_and_persistence},
 	{"trace", case_trace},
+	{"clip", case_clip},
 	{"fetch_mismatch", case_fetch_mismatch},
 	{"io_fault", case_io_fault},
 	{"step_fault_agreed", case_step_fault_agreed},
