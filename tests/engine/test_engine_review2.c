@@ -31,7 +31,7 @@ init_val(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
 }
 
 static struct zinf_engine *
-make_nvme(const char *dir, uint32_t gas)
+make_nvme_io(const char *dir, uint32_t gas, const char *io_backend, bool sdb)
 {
 	struct zinf_engine_opts o;
 	zinf_engine_opts_init(&o);
@@ -39,7 +39,8 @@ make_nvme(const char *dir, uint32_t gas)
 	o.comm_backend = "single";
 	o.optimizer.lr = 1e-2f;
 	o.stage = 2;
-	o.step_during_backward = true;
+	o.step_during_backward = sdb;
+	o.io_backend = io_backend;
 	o.gradient_accumulation_steps = gas;
 	o.offload_optimizer.device = ZINF_OFFLOAD_NVME;
 	o.offload_optimizer.n_paths = 1;
@@ -57,6 +58,12 @@ make_nvme(const char *dir, uint32_t gas)
 	cr_assert_eq(zinf_engine_add_param(e, &d), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
 	return e;
+}
+
+static struct zinf_engine *
+make_nvme(const char *dir, uint32_t gas)
+{
+	return make_nvme_io(dir, gas, NULL, true);
 }
 
 /*
@@ -154,4 +161,59 @@ Test(engine_review2, eval_forward_between_steps_same_bits)
 	cr_expect(memcmp(m[0], ref, sizeof(ref)) != 0, "two steps changed nothing");
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/*
+ * An NVMe read of the optimizer state failing in the step with errno EINVAL (what io_uring
+ * reports for an O_DIRECT request it refuses): the step fails half done (zinf_step read
+ * nothing for the sub-group; steps not advanced, micro and sg_pending not reset). eng_fail()
+ * keeps -EINVAL out of e->failed (meant for a caller's bad argument), so the engine is not
+ * failed: later calls go on over a half-stepped state instead of returning the error, as
+ * they do for EIO (test_engine_grad's gradient_*_fault). Expected: like EIO, the engine
+ * stops (a later fetch returns an error).
+ */
+static void
+step_read_fault(int err, bool sdb)
+{
+	char *dir = zt_mkdtemp(NULL);
+	cr_assert(dir);
+	struct zinf_engine *e = make_nvme_io(dir, 1, "fault", sdb);
+	void *g = grad16(e, 100, 5);
+	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+				  .op = ZINF_IO_READ,
+				  .nth = 1,
+				  .count = 1000,
+				  .err = err};
+	cr_assert_eq(zinf_io_fault_add(zinf_engine_io(e), &f), 0, "%s", zinf_last_error());
+	int rc = train(e, g, false);
+	cr_assert_eq(rc, -err, "step with a failing state read: %d (%s)", rc, zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 0);
+	rc = zinf_engine_fetch(e, 0);
+	cr_expect_lt(rc, 0,
+		     "errno %d, sdb %d: a fetch after the failed step returned %d: the "
+		     "engine goes on over a half-done step",
+		     err, sdb, rc);
+	if (rc < 0) {
+		const char *msg = zinf_last_error();
+		cr_expect(
+			strstr(msg, "being stepped") == NULL,
+			"errno %d, sdb %d: the fetch is refused for a stale hand-off, not for the "
+			"failed engine: %s",
+			err, sdb, msg);
+	}
+	zinf_device_free(zinf_engine_device(e), g);
+	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
+}
+
+Test(engine_review2, step_io_error_eio_stops_engine)
+{
+	step_read_fault(EIO, false);
+}
+
+Test(engine_review2, step_io_error_einval_stops_engine)
+{
+	step_read_fault(EINVAL, false);
+	step_read_fault(EINVAL, true);
 }
