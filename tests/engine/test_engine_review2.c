@@ -217,3 +217,34 @@ Test(engine_review2, step_io_error_einval_stops_engine)
 	step_read_fault(EINVAL, false);
 	step_read_fault(EINVAL, true);
 }
+
+/*
+ * zinf_engine_set_lr between the boundary forward (whose first fetch primed the worker: the
+ * NVMe step begun) and the first gradient: the contract takes it for this step. Expected: the
+ * same bits with the step during backward (prime) as after backward.
+ */
+Test(engine_review2, set_lr_after_prime_same_bits)
+{
+	char *dir = zt_mkdtemp(NULL);
+	cr_assert(dir);
+	float m[2][100];
+	for (int run = 0; run < 2; run++) {
+		struct zinf_engine *e = make_nvme_io(dir, 1, NULL, run == 1);
+		void *g = grad16(e, 100, 3);
+		cr_assert_eq(train(e, g, false), 1, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_fetch(e, 0), 0);
+		cr_assert_eq(zinf_engine_release(e, 0), 0);
+		cr_assert_eq(zinf_engine_set_lr(e, 0.05f), 0);
+		cr_assert_eq(zinf_engine_fetch(e, 0), 0);
+		cr_assert_eq(zinf_engine_grad(e, 0, g, ZINF_BF16), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_release(e, 0), 0);
+		cr_assert_eq(zinf_engine_step(e), 1, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_read_master(e, 0, m[run]), 0, "%s", zinf_last_error());
+		zinf_device_free(zinf_engine_device(e), g);
+		zinf_engine_destroy(e);
+	}
+	cr_expect(memcmp(m[0], m[1], sizeof(m[0])) == 0,
+		  "set_lr after the prime: the step during backward differs from after");
+	zt_rmtree(dir);
+	free(dir);
+}
