@@ -434,6 +434,18 @@ eng_fail(struct zinf_engine *e, int err)
 	return err;
 }
 
+/* Inside the step (after the caller's arguments were checked) every error is the engine's own,
+ * -EINVAL included (an O_DIRECT request the kernel refused): the step is half done, so the
+ * engine is failed whatever the errno. */
+int
+eng_fail_hard(struct zinf_engine *e, int err)
+{
+	if (err < 0 && !e->failed) {
+		e->failed = err;
+	}
+	return err;
+}
+
 int
 eng_ready(const struct zinf_engine *e, const char *what)
 {

@@ -434,7 +434,6 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 				layer, p->name, p->sg);
 		}
 	}
-	eng_worker_prime(e);
 	double t0 = eng_now();
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;

@@ -481,9 +481,13 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 	if (e->window_t0 < 0) {
 		e->window_t0 = eng_now();
 	}
-	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps &&
-	    (ret = eng_latch_lr(e))) {
-		return ret;
+	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps) {
+		if ((ret = eng_latch_lr(e))) {
+			return ret;
+		}
+		/* the window is open from here on (read_master refuses): the worker may begin the
+		   step and read ahead (a forward alone, an evaluation, begins nothing) */
+		eng_worker_prime(e);
 	}
 	bool rs = rs_mode(e);
 	uint64_t need = rs ? p->part.part : p->part.padded;

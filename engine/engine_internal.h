@@ -254,7 +254,8 @@ struct zinf_engine {
 #define ENG_SCRATCH 8
 int eng_all_max(struct zinf_engine *e, float *v, uint32_t n);	 /* MAX over ranks, in place */
 int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c */
-int eng_fail(struct zinf_engine *e, int err); /* keep the first fatal error; returns err */
+int eng_fail(struct zinf_engine *e, int err);	   /* keep the first fatal error; returns err */
+int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
 int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 double eng_now(void);

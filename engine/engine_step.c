@@ -331,7 +331,7 @@ step_skip(struct zinf_engine *e)
 	if (!ret) {
 		ret = eng_order(e, e->cs, e->compute);
 	}
-	return ret ? eng_fail(e, ret) : 0;
+	return ret ? eng_fail_hard(e, ret) : 0;
 }
 
 /* The whole step at the accumulation boundary: every sub-group, then the all-gathers. */
@@ -341,7 +341,7 @@ eng_step_run(struct zinf_engine *e)
 	int ret = zinf_stream_sync(e->cs); /* every accumulation is in grad_part */
 	if (ret) {
 		ret = ENG_FAIL(e, ret, "step: the engine stream failed");
-		return eng_fail(e, eng_agree(e, ret, "step")); /* the others stop too */
+		return eng_fail_hard(e, eng_agree(e, ret, "step")); /* the others stop too */
 	}
 	ret = step_all(e);
 	if (e->gw.n) {
@@ -358,10 +358,10 @@ eng_step_run(struct zinf_engine *e)
 	/* before the all-gathers: no rank waits for a failed one */
 	ret = eng_agree(e, ret, "step");
 	if (ret) {
-		return eng_fail(e, ret);
+		return eng_fail_hard(e, ret);
 	}
 	if ((ret = eng_gather_after_step(e)) || (ret = eng_order(e, e->cs, e->compute))) {
-		return eng_fail(e, ret);
+		return eng_fail_hard(e, ret);
 	}
 	e->steps++;
 	return 0;
@@ -396,7 +396,7 @@ zinf_engine_step(struct zinf_engine *e)
 	}
 	e->stepped_early = e->w.tail; /* handed to the worker before this call */
 	if ((ret = eng_order(e, e->compute, e->cs)) || (ret = eng_grad_flush(e))) {
-		return eng_fail(e, ret);
+		return eng_fail_hard(e, ret);
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		e->params[i].grad_done = false;
@@ -413,13 +413,13 @@ zinf_engine_step(struct zinf_engine *e)
 	/* clipping or fp16: the global norm decides the grad_scale, or skips the step */
 	int skip = e->gate ? eng_clip_decide(e) : 0;
 	if (skip < 0) {
-		return eng_fail(e, skip);
+		return eng_fail_hard(e, skip);
 	}
 	if ((ret = skip ? step_skip(e) : eng_step_run(e))) {
 		return ret;
 	}
 	if (e->o.stage == 3 && (ret = eng_fetch_drop_all(e))) {
-		return eng_fail(e, ret);
+		return eng_fail_hard(e, ret);
 	}
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {

@@ -31,7 +31,7 @@ worker_main(void *arg)
 			break;
 		}
 		if (w->prime && w->head == w->tail) {
-			/* eng_worker_prime: start the step's reads while the forward runs */
+			/* eng_worker_prime: start the step's reads with the backward */
 			bool go = !w->began && !w->err;
 			pthread_mutex_unlock(&w->mu);
 			int ret = go ? zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL,
@@ -207,10 +207,12 @@ eng_step_final(struct zinf_engine *e, uint32_t k)
 }
 
 /*
- * At the boundary micro-batch's first fetch: with the optimizer state on NVMe, have the worker
- * begin the step now, so that the reads of the first sub-groups' state (which do not depend on
- * the gradients) run while the forward computes, not only from the first final sub-group on.
- * The step's arithmetic is unchanged (zinf_step_ready runs where it did); only the reads move.
+ * At the boundary micro-batch's first gradient: with the optimizer state on NVMe, have the
+ * worker begin the step now, so that the reads of the first sub-groups' state (which do not
+ * depend on the gradients) start with the backward, not only once the first sub-group is
+ * final. Not at the first fetch: a forward alone (an evaluation) must leave the step object
+ * idle, for zinf_engine_read_master between steps. The step's arithmetic is unchanged
+ * (zinf_step_ready runs where it did); only the reads move.
  */
 void
 eng_worker_prime(struct zinf_engine *e)
