@@ -134,11 +134,14 @@ eng_gather_after_step(struct zinf_engine *e)
 	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step: all-gathering the new parameters")) : 0;
 }
 
-/* Bytes the gathered buffers may hold on the device, in use and cached together. */
+/* Bytes the gathered buffers may hold on the device, in use and cached together: what
+ * stage3_max_live_parameters leaves after the persistent parameters (always gathered). */
 static uint64_t
 gbuf_budget(const struct zinf_engine *e)
 {
-	return e->o.stage3_max_live_parameters * eng_dsize(e);
+	uint64_t live = e->o.stage3_max_live_parameters;
+	uint64_t pers = ZINF_MIN(e->persistent_elems, live);
+	return (live - pers) * eng_dsize(e);
 }
 
 static void
