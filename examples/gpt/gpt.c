@@ -409,7 +409,8 @@ progress(int step, int steps, double loss, double floor_)
 	fflush(stderr);
 }
 
-/* The step's record: statistics summed, a JSON line, a printed line every spp steps. */
+/* The step's record: statistics summed, a JSON line, a printed line every spp steps and on
+   every skipped step. */
 static void
 report_step(struct run *R, int step, double lr, double loss, bool skipped, double wall)
 {
@@ -453,7 +454,8 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			gnorm, es.loss_scale, skipped ? "true" : "false",
 			(unsigned long long)es.skipped_steps);
 	}
-	if (R->lead && !R->a.quiet && (step % R->spp == 0 || step == 1 || step == R->a.steps)) {
+	if (R->lead && !R->a.quiet &&
+	    (skipped || step % R->spp == 0 || step == 1 || step == R->a.steps)) {
 		if (R->bar) {
 			fprintf(stderr, "\r\033[K");
 		}
