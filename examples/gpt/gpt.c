@@ -11,9 +11,12 @@
  * scratch directory), the engine, the loop over optimizer steps (the lr schedule, the
  * micro-batches of gpt_train.c, the step), the output (a line every steps_per_print steps, a
  * progress bar on a terminal, --json records, the summary). The data (gpt_data.h) is a Markov
- * source with a known entropy rate, printed as the loss's floor. Not here: checkpoints, fp16
- * loss scaling (refused: the trainer would multiply its loss by zinf_engine_loss_scale and
- * take zinf_engine_step's 2, a skipped step). gradient_clipping is applied by the engine.
+ * source with a known entropy rate, printed as the loss's floor. gradient_clipping and fp16
+ * loss scaling are the engine's: the trainer multiplies dL/dlogits by zinf_engine_loss_scale
+ * (gpt_train.c) and takes zinf_engine_step's 2 (a step skipped on an fp16 overflow) as
+ * DeepSpeed's engine does: the step is counted and reported ("skipped"), the lr schedule is
+ * not advanced (DeepSpeed calls lr_scheduler.step() only for an applied step). Not here:
+ * checkpoints.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -74,6 +77,7 @@ struct run {
 	float *rank_loss; /* [3 x world]: loss (two floats), stop flag */
 	bool stop;	  /* a rank was interrupted: every rank stops after this step */
 	double *losses;	  /* [steps] */
+	int sched_step;	  /* the lr schedule's step: applied (not skipped) steps + 1 */
 	/* sums over the steps run, from the engine's per-step statistics */
 	double exposed_fetch_s, exposed_step_s, optimizer_s;
 	uint64_t nvme_read, nvme_write;
@@ -147,15 +151,8 @@ read_config(struct run *R)
 		fprintf(stderr, "zinf_gpt: %s: %s\n", a->config, zinf_strerror(r));
 		return r;
 	}
-	if (R->cfg.fp16.enabled) {
-		fprintf(stderr,
-			"zinf_gpt: %s: fp16 needs loss scaling, which this example does not do "
-			"yet: "
-			"use bf16 or fp32\n",
-			a->config);
-		return -EINVAL;
-	}
-	/* gradient_clipping: applied by the engine (cfg.engine carries it) */
+	/* gradient_clipping and fp16 loss scaling: applied by the engine (cfg.engine carries
+	   them) */
 	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)R->cfg.steps_per_print;
 	if (R->spp < 1) {
 		R->spp = 10;
@@ -328,10 +325,10 @@ load_batch(struct run *R, int step, int micro)
  * others waiting in a collective).
  */
 static int
-train_step(struct run *R, int step, double *lr_out, double *loss_out)
+train_step(struct run *R, int step, double *lr_out, double *loss_out, bool *skipped)
 {
 	struct gpt_trainer *t = &R->t;
-	double lr = zinf_schedule_step_lr(&R->cfg.scheduler, step), loss_sum = 0, t0;
+	double lr = zinf_schedule_step_lr(&R->cfg.scheduler, R->sched_step), loss_sum = 0, t0;
 	if (!isfinite(lr)) {
 		lr = R->cfg.engine.optimizer.lr;
 	}
@@ -349,11 +346,18 @@ train_step(struct run *R, int step, double *lr_out, double *loss_out)
 		t0 = zinf_now_s();
 		r = zinf_engine_step(t->e);
 		t->tm.step += zinf_now_s() - t0;
-		if (r != (micro == t->gas - 1)) {
+		/* 1 (stepped) or 2 (skipped: fp16 overflow) at the boundary, 0 before */
+		bool last = micro == t->gas - 1;
+		if (last ? r != 1 && r != 2 : r != 0) {
 			fprintf(stderr, "zinf_gpt: rank %d: step %d, micro-batch %d: %s\n", t->rank,
 				step, micro, r < 0 ? zinf_strerror(r) : "unexpected return");
 			return r < 0 ? r : -EPROTO;
 		}
+		*skipped = r == 2;
+	}
+	/* as DeepSpeed: the schedule advances only with an applied step */
+	if (!*skipped) {
+		R->sched_step++;
 	}
 	double mean = loss_sum / ((double)t->m.d.B * t->m.d.T * t->gas);
 	float mine[3] = {(float)mean, (float)(mean - (double)(float)mean), g_stop ? 1.0f : 0.0f};
@@ -405,9 +409,10 @@ progress(int step, int steps, double loss, double floor_)
 	fflush(stderr);
 }
 
-/* The step's record: statistics summed, a JSON line, a printed line every spp steps. */
+/* The step's record: statistics summed, a JSON line, a printed line every spp steps and on
+   every skipped step. */
 static void
-report_step(struct run *R, int step, double lr, double loss, double wall)
+report_step(struct run *R, int step, double lr, double loss, bool skipped, double wall)
 {
 	struct gpt_trainer *t = &R->t;
 	const struct gpt_dims *d = &t->m.d;
@@ -424,6 +429,11 @@ report_step(struct run *R, int step, double lr, double loss, double wall)
 	double toks = (double)d->B * d->T * t->gas * t->world / wall;
 	double rd = es.nvme_read_bytes / wall / 1e9, wr = es.nvme_write_bytes / wall / 1e9;
 	if (R->json) {
+		/* JSON has no infinity or NaN: an overflowed step's norm is null */
+		char gnorm[32] = "null";
+		if (isfinite(es.grad_norm)) {
+			snprintf(gnorm, sizeof(gnorm), "%.9g", es.grad_norm);
+		}
 		fprintf(R->json,
 			"{\"step\": %d, \"loss\": %.17g, \"floor\": %.17g, \"lr\": %.9g, "
 			"\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"nvme_read_bytes\": %llu, "
@@ -433,24 +443,29 @@ report_step(struct run *R, int step, double lr, double loss, double wall)
 			"%.6f, "
 			"\"stepped_during_backward\": %u, \"sub_groups\": %u, \"trace_hits\": "
 			"%llu, "
-			"\"trace_misses\": %llu, \"peak_live_elems\": %llu}\n",
+			"\"trace_misses\": %llu, \"peak_live_elems\": %llu, \"grad_norm\": %s, "
+			"\"loss_scale\": %.17g, \"skipped\": %s, \"skipped_steps\": %llu}\n",
 			step, loss, R->data.entropy, lr, wall, toks,
 			(unsigned long long)es.nvme_read_bytes,
 			(unsigned long long)es.nvme_write_bytes, rd, wr, lk, es.exposed_fetch_s,
 			es.exposed_step_s, es.optimizer_s, es.stepped_during_backward,
 			es.sub_groups, (unsigned long long)es.trace_hits,
-			(unsigned long long)es.trace_misses,
-			(unsigned long long)es.peak_live_elems);
+			(unsigned long long)es.trace_misses, (unsigned long long)es.peak_live_elems,
+			gnorm, es.loss_scale, skipped ? "true" : "false",
+			(unsigned long long)es.skipped_steps);
 	}
-	if (R->lead && !R->a.quiet && (step % R->spp == 0 || step == 1 || step == R->a.steps)) {
+	if (R->lead && !R->a.quiet &&
+	    (skipped || step % R->spp == 0 || step == 1 || step == R->a.steps)) {
 		if (R->bar) {
 			fprintf(stderr, "\r\033[K");
 		}
 		printf("step %5d/%d | loss %.4f (floor %.4f) | lr %.3e | %7.0f tok/s | nvme r %.3f "
-		       "w %.3f GB/s | pinned %.1f MiB | exposed fetch %.1f ms step %.1f ms\n",
+		       "w %.3f GB/s | pinned %.1f MiB | exposed fetch %.1f ms step %.1f ms | "
+		       "grad norm %.4g | loss scale %g%s\n",
 		       step, R->a.steps, loss, R->data.entropy, lr, toks, rd, wr,
 		       lk < 0 ? 0.0 : (double)lk / (1 << 20), es.exposed_fetch_s * 1e3,
-		       es.exposed_step_s * 1e3);
+		       es.exposed_step_s * 1e3, es.grad_norm, es.loss_scale,
+		       skipped ? " | skipped (fp16 overflow)" : "");
 		fflush(stdout);
 	}
 	if (R->bar) {
@@ -489,7 +504,7 @@ summary(const struct run *R, double total)
 int
 main(int argc, char **argv)
 {
-	struct run R = {.t = {.ops = &gpt_cpu_ops}, .log_rank = -1};
+	struct run R = {.t = {.ops = &gpt_cpu_ops}, .log_rank = -1, .sched_step = 1};
 	zinf_config_init(&R.cfg);
 	int rc = run_init(&R, argc, argv);
 	if (rc) {
@@ -499,10 +514,11 @@ main(int argc, char **argv)
 	rc = 1;
 	for (int step = 1; step <= R.a.steps && !R.stop; step++) {
 		double lr, loss, t0 = zinf_now_s();
-		if (train_step(&R, step, &lr, &loss)) {
+		bool skipped = false;
+		if (train_step(&R, step, &lr, &loss, &skipped)) {
 			goto out;
 		}
-		report_step(&R, step, lr, loss, zinf_now_s() - t0);
+		report_step(&R, step, lr, loss, skipped, zinf_now_s() - t0);
 	}
 	if (R.bar) {
 		fprintf(stderr, "\r\033[K");

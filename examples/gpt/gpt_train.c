@@ -259,7 +259,9 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 		return r;
 	}
 	t0 = zinf_now_s();
-	gpt_real dloss = (gpt_real)(1.0 / ((double)N * t->gas));
+	/* the mean over the global batch's positions, times the fp16 loss scale (1 without
+	   fp16; the engine divides it out at the step) */
+	gpt_real dloss = (gpt_real)(zinf_engine_loss_scale(t->e) / ((double)N * t->gas));
 	ops->head_forward_backward(d, a, b->targets, wte, lnfw, lnfb, dloss, b->dwte, b->dlnf,
 				   b->dlnf + d->C);
 	t->tm.compute += zinf_now_s() - t0;

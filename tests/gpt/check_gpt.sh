@@ -10,8 +10,21 @@
 #                    wrote its swap files and removed its scratch directory
 #   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
 #                    fetched tensor to f32): bit-identical to each other, different from fp32
-#   refusals         an fp16 config exits 1 naming fp16 (and leaves no scratch directory); a
-#                    hidden size that the heads do not divide exits 2
+#   fp16             configs/zero3_fp16.json (dynamic loss scaling from 2^16, hysteresis 2,
+#                    clipping 1.0): every record's loss_scale 65536 (no overflow at this size),
+#                    no step skipped, a finite grad_norm > 0, losses not the fp32 run's; then
+#                    initial_scale_power 132, where the scaled f32 gradients overflow: some steps
+#                    skipped, and every record's loss_scale, skipped flag and skipped_steps
+#                    match DeepSpeed's DynamicLossScaler worked here in awk (halve on an
+#                    overflow once hysteresis is down to 1, else count it down; window 1000 so
+#                    no doubling in 30 steps); grad_norm null exactly on the skipped steps; the
+#                    lr schedule not advanced by a skipped step (step k's lr is the first
+#                    run's lr at 1 + the applied steps before k); the loss still fell
+#   clip             zero0_memory.json with "gradient_clipping": 0.1 (fp32): grad_norm > 0.1
+#                    on each of the first 5 steps (clipping active), losses differ from the
+#                    unclipped run's, the loss still fell
+#   refusals         a hidden size that the heads do not divide exits 2 (fp16 configs are
+#                    trained: case fp16)
 #   threads          one and three OpenMP threads: bit-identical (the CPU layers write every
 #                    output element from one thread in a fixed order)
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
@@ -116,22 +129,74 @@ bf16)
 	fi
 	;;
 refusals)
-	# fp16 (no loss scaling in the trainer): exit 1 naming it; bad flags: exit 2; nothing left
-	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "fp16": {"enabled": true},/' \
-		"$cfgdir/zero3_nvme.json" >"$work/fp16.json"
+	# bad flags: exit 2; nothing left
 	set +e
-	"$gpt" "${model[@]}" --config "$work/fp16.json" 2>"$work/err"
-	rc=$?
 	"$gpt" --hidden 30 --heads 4 2>>"$work/err"
 	rc2=$?
 	set -e
-	[ "$rc" = 1 ] && grep -q 'fp16 needs loss scaling' "$work/err" ||
-		{ echo "FAIL: fp16 config: exit $rc"; cat "$work/err"; exit 1; }
 	[ "$rc2" = 2 ] && grep -q 'not a multiple of --heads' "$work/err" ||
 		{ echo "FAIL: --hidden 30 --heads 4: exit $rc2"; cat "$work/err"; exit 1; }
 	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
 	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
-	echo "ok: fp16 refused (exit 1), bad flags refused (exit 2)"
+	echo "ok: bad flags refused (exit 2)"
+	;;
+fp16)
+	run "$work/fp16.jsonl" -- --config "$cfgdir/zero3_fp16.json" --batch 6
+	fell "$work/fp16.jsonl"
+	[ "$(field "$work/fp16.jsonl" loss_scale | sort -u)" = 65536 ] ||
+		{ echo "FAIL: loss scales $(field "$work/fp16.jsonl" loss_scale | sort -u | xargs)"; exit 1; }
+	[ "$(field "$work/fp16.jsonl" skipped | sort -u)" = false ] ||
+		{ echo "FAIL: a step was skipped at scale 65536"; exit 1; }
+	field "$work/fp16.jsonl" grad_norm | awk '!($1 > 0 && $1 < 1e30) { print "FAIL: grad_norm " $1; exit 1 }'
+	run "$work/f32.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
+	if diff -q <(losses "$work/f32.jsonl") <(losses "$work/fp16.jsonl") >/dev/null; then
+		echo "FAIL: fp16 losses equal the fp32 ones: fp16 not in effect"
+		exit 1
+	fi
+	sed 's/"initial_scale_power": 16/"initial_scale_power": 132/' "$cfgdir/zero3_fp16.json" \
+		>"$work/over.json"
+	grep -q '"initial_scale_power": 132' "$work/over.json" || { echo "FAIL: sed"; exit 1; }
+	run "$work/over.jsonl" -- --config "$work/over.json" --batch 6
+	fell "$work/over.jsonl"
+	paste <(field "$work/over.jsonl" skipped) <(field "$work/over.jsonl" loss_scale) \
+		<(field "$work/over.jsonl" skipped_steps) <(field "$work/over.jsonl" grad_norm) \
+		<(field "$work/over.jsonl" lr) | awk -v ref="$(field "$work/fp16.jsonl" lr | xargs)" '
+		BEGIN { n = split(ref, lr_ref, " "); s = 2 ^ 132; h = 2; applied = 0; skips = 0 }
+		{
+			want_lr = lr_ref[1 + applied]
+			if ($5 != want_lr) { printf "FAIL: step %d: lr %s, want %s (schedule step %d)\n", NR, $5, want_lr, 1 + applied; bad = 1 }
+			if ($1 == "true") {
+				skips++
+				if (h == 1) s /= 2; else h--
+				if ($4 != "null") { printf "FAIL: step %d skipped, grad_norm %s\n", NR, $4; bad = 1 }
+			} else {
+				applied++
+				if (!($4 > 0)) { printf "FAIL: step %d: grad_norm %s\n", NR, $4; bad = 1 }
+			}
+			d = $2 / s - 1; if (d < 0) d = -d
+			if (d > 1e-15) { printf "FAIL: step %d: loss_scale %s, scaler %.17g\n", NR, $2, s; bad = 1 }
+			if ($3 != skips) { printf "FAIL: step %d: skipped_steps %s, want %d\n", NR, $3, skips; bad = 1 }
+		}
+		END {
+			if (skips == 0) { print "FAIL: no step skipped at 2^132"; bad = 1 }
+			printf "%d of %d steps skipped, final scale 2^%g\n", skips, NR, log(s) / log(2)
+			exit bad
+		}'
+	echo "ok: fp16 trained at 65536; overflow run matches the scaler"
+	;;
+clip)
+	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
+		"$cfgdir/zero0_memory.json" >"$work/clip.json"
+	run "$work/clip.jsonl" -- --config "$work/clip.json" --batch 6
+	run "$work/noclip.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	fell "$work/clip.jsonl"
+	field "$work/clip.jsonl" grad_norm | head -5 |
+		awk '!($1 > 0.1) { printf "FAIL: step %d: grad_norm %s <= 0.1: clipping not active\n", NR, $1; exit 1 }'
+	if diff -q <(losses "$work/clip.jsonl") <(losses "$work/noclip.jsonl") >/dev/null; then
+		echo "FAIL: clipped losses equal the unclipped ones: clipping not in effect"
+		exit 1
+	fi
+	echo "ok: clipping at 0.1 active (first grad norms $(field "$work/clip.jsonl" grad_norm | head -3 | xargs)), loss fell"
 	;;
 threads)
 	OMP_NUM_THREADS=1 run "$work/t1.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
