@@ -479,12 +479,6 @@ eng_layer(struct zinf_engine *e, int32_t layer)
 	return NULL;
 }
 
-double
-eng_now(void)
-{
-	return zinf_now_s();
-}
-
 size_t
 eng_dsize(const struct zinf_engine *e)
 {

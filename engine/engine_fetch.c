@@ -437,7 +437,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 				layer, p->name, p->sg);
 		}
 	}
-	double t0 = eng_now();
+	double t0 = zinf_now_s();
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;
 	}
@@ -490,7 +490,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 	}
 	l->fetched = true;
 	ret = eng_prefetch(e); /* synchronous parts of the prefetch: the trainer waits too */
-	e->win.exposed_fetch_s += eng_now() - t0;
+	e->win.exposed_fetch_s += zinf_now_s() - t0;
 	if (ret) {
 		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
 	}

@@ -479,7 +479,7 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 				dev_grad ? "unknown dtype" : "NULL gradient");
 	}
 	if (e->window_t0 < 0) {
-		e->window_t0 = eng_now();
+		e->window_t0 = zinf_now_s();
 	}
 	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps) {
 		if ((ret = eng_latch_lr(e))) {

@@ -212,7 +212,6 @@ struct zinf_engine {
 	int cur;	     /* bucket being filled */
 	uint32_t micro;	     /* micro-batch index in the window */
 	uint32_t grads_seen; /* gradients handed this micro-batch */
-	bool step_begun;
 
 	/* stage 3 */
 	struct gbuf *free_list;
@@ -232,7 +231,6 @@ struct zinf_engine {
 	struct zinf_engine_stats win; /* the current window's byte counters and times */
 	struct zinf_engine_stats last;
 	double window_t0;
-	uint32_t stepped_early;
 
 	/* clipping and fp16 loss scaling (engine_clip.c) */
 	bool gate;		    /* clipping or fp16: the step waits for the global norm */
@@ -258,7 +256,7 @@ int eng_fail(struct zinf_engine *e, int err);	   /* keep the first fatal error; 
 int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
 int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
-double eng_now(void);
+bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
 /* queue on `to` a wait for everything queued on `from` so far */
 int eng_latch_lr(struct zinf_engine *e);

@@ -221,7 +221,7 @@ eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 		for (uint32_t i = 0; i < e->nparts; i++) {
 			parts[i] = (char *)e->state[i] + off * zinf_optimizer_part_bytes(e->opt, i);
 		}
-		double t0 = eng_now();
+		double t0 = zinf_now_s();
 		if (on_dev && !host_dev) {
 			struct zinf_adam_opts a;
 			zinf_adam_opts_init(&a);
@@ -238,7 +238,7 @@ eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 						  e->grad_part + off, ZINF_F32, off, n, copy,
 						  e->o.dtype);
 		}
-		x->st->optimizer_s += eng_now() - t0;
+		x->st->optimizer_s += zinf_now_s() - t0;
 		if (!ret) {
 			ret = eng_param_home_write(e, x, off, copy, on_dev, n);
 		}
@@ -390,11 +390,11 @@ zinf_engine_step(struct zinf_engine *e)
 					e->params[i].name, e->micro);
 		}
 	}
-	double t0 = eng_now();
+	double t0 = zinf_now_s();
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;
 	}
-	e->stepped_early = e->w.tail; /* handed to the worker before this call */
+	uint32_t early = e->w.tail; /* handed to the worker before this call */
 	if ((ret = eng_order(e, e->compute, e->cs)) || (ret = eng_grad_flush(e))) {
 		return eng_fail_hard(e, ret);
 	}
@@ -428,16 +428,15 @@ zinf_engine_step(struct zinf_engine *e)
 			e->sg_handed[k] = 0;
 		}
 	}
-	double t1 = eng_now();
+	double t1 = zinf_now_s();
 	e->win.exposed_step_s = t1 - t0;
 	e->win.step_s = t1 - e->window_t0;
 	e->win.sub_groups = e->n_sg;
-	e->win.stepped_during_backward = e->stepped_early;
+	e->win.stepped_during_backward = early;
 	eng_param_io_stats(e);
 	e->last = e->win;
 	memset(&e->win, 0, sizeof(e->win));
 	e->window_t0 = -1;
-	e->stepped_early = 0;
 	return skip ? 2 : 1;
 }
 
