@@ -73,8 +73,8 @@ zinf_param_desc_init(struct zinf_param_desc *d)
 	d->init_dtype = ZINF_F32;
 }
 
-static bool
-all_zero(const void *p, size_t n)
+bool
+eng_all_zero(const void *p, size_t n)
 {
 	const unsigned char *b = p;
 	for (size_t i = 0; i < n; i++) {
@@ -159,8 +159,9 @@ check_opts(const struct zinf_engine_opts *o)
 				 : o->allgather_bucket_size == 0 ? "allgather_bucket_size"
 								 : "gradient_accumulation_steps");
 	}
-	if (o->reserved0 || o->reserved2 || o->reserved3 || !all_zero(o->reserved1, 6) ||
-	    !all_zero(o->reserved4, 2) || !all_zero(o->reserved5, 6) || o->aio.reserved[0]) {
+	if (o->reserved0 || o->reserved2 || o->reserved3 || !eng_all_zero(o->reserved1, 6) ||
+	    !eng_all_zero(o->reserved4, 2) || !eng_all_zero(o->reserved5, 6) ||
+	    o->aio.reserved[0]) {
 		return ZINF_FAIL(-EINVAL, "engine: reserved option bytes are not zero");
 	}
 	if (!(o->comm_timeout_s > 0)) {

@@ -35,11 +35,7 @@ eng_clip_init(struct zinf_engine *e)
 				 "engine: fp16.enabled needs dtype f16 (the parameters are %s)",
 				 zinf_dtype_name(o->dtype));
 	}
-	bool zero = o->fp16.reserved2 == 0;
-	for (size_t i = 0; i < sizeof(o->fp16.reserved); i++) {
-		zero = zero && o->fp16.reserved[i] == 0;
-	}
-	if (!zero) {
+	if (o->fp16.reserved2 || !eng_all_zero(o->fp16.reserved, sizeof(o->fp16.reserved))) {
 		return ZINF_FAIL(-EINVAL, "engine: fp16: reserved fields are not zero");
 	}
 	if (o->fp16.enabled) {
