@@ -91,14 +91,6 @@ run_captured(int (*fn)(int, char **), int argc, char **argv, int *rc)
 	return o;
 }
 
-/* o[key] as a number, or NaN. */
-static double
-num(json_t *o, const char *key)
-{
-	json_t *v = o ? json_object_get(o, key) : NULL;
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
 int
 cli_bench_all(int argc, char **argv)
 {
@@ -151,24 +143,25 @@ cli_bench_all(int argc, char **argv)
 		const char *dir = json_string_value(json_object_get(p, "direction"));
 		const char *mem = json_string_value(json_object_get(p, "memory"));
 		if (dir && mem && strcmp(dir, "h2d") == 0 && strcmp(mem, "pinned") == 0) {
-			pcie_bw = num(p, "GBps");
+			pcie_bw = cli_json_num(p, "GBps");
 		}
 	}
 	double net = NAN;
 	json_array_foreach(comm ? json_object_get(comm, "results") : NULL, i, p)
 	{
-		double b = num(p, "busbw_GBps");
+		double b = cli_json_num(p, "busbw_GBps");
 		net = isnan(net) || b < net ? b : net;
 	}
 	if (comm && isnan(net)) {
-		net = num(comm, "busbw_GBps");
+		net = cli_json_num(comm, "busbw_GBps");
 	}
 	json_t *o = json_object();
 	json_object_set_new(o, "bench", json_string("all"));
 	json_object_set_new(o, "ranks", json_integer(world));
-	json_object_set_new(o, "nvme_read_GBps", cli_json_real(num(io, "read_GBps")));
-	json_object_set_new(o, "nvme_write_GBps", cli_json_real(num(io, "write_GBps")));
-	json_object_set_new(o, "adam_params_per_s", cli_json_real(num(adam, "params_per_s")));
+	json_object_set_new(o, "nvme_read_GBps", cli_json_real(cli_json_num(io, "read_GBps")));
+	json_object_set_new(o, "nvme_write_GBps", cli_json_real(cli_json_num(io, "write_GBps")));
+	json_object_set_new(o, "adam_params_per_s",
+			    cli_json_real(cli_json_num(adam, "params_per_s")));
 	json_object_set_new(o, "pcie_GBps", cli_json_real(pcie_bw));
 	json_object_set_new(o, "net_busbw_GBps", cli_json_real(net));
 	json_object_set_new(o, "io", io ? io : json_null());

@@ -610,14 +610,6 @@ meas_json(const struct run *r, const struct meas *m)
 	return o;
 }
 
-/* o[key] as a number; NaN when it is null (no reference). */
-static double
-num(json_t *o, const char *key)
-{
-	json_t *v = json_object_get(o, key);
-	return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
 static void
 meas_print(const struct run *r, const struct meas *m)
 {
@@ -625,9 +617,10 @@ meas_print(const struct run *r, const struct meas *m)
 	char sz[32];
 	cli_size_str(sz, sizeof(sz), m->bytes);
 	printf("%-14s %10s %10.1f %10.3f %10.3f  %-24s %10.1f %10.3f %7.3f\n", op_names[m->op], sz,
-	       1e6 * num(o, "time_s"), num(o, "algbw_GBps"), num(o, "busbw_GBps"),
-	       m->raw ? m->raw : "-", 1e6 * num(o, "raw_time_s"), num(o, "raw_busbw_GBps"),
-	       num(o, "ratio"));
+	       1e6 * cli_json_num(o, "time_s"), cli_json_num(o, "algbw_GBps"),
+	       cli_json_num(o, "busbw_GBps"), m->raw ? m->raw : "-",
+	       1e6 * cli_json_num(o, "raw_time_s"), cli_json_num(o, "raw_busbw_GBps"),
+	       cli_json_num(o, "ratio"));
 	fflush(stdout);
 	json_decref(o);
 }

@@ -29,6 +29,8 @@ int cli_config_check(int argc, char **argv);
 
 /* A JSON number; NaN and infinities (not JSON) become null. */
 json_t *cli_json_real(double v);
+/* o[key] as a number; NaN when o is NULL or the value is missing, null or not a number. */
+double cli_json_num(const json_t *o, const char *key);
 /* Print o as one line (indent 0) or indented, on stdout, then free it. Returns 0 or -EIO. */
 int cli_json_print(json_t *o, int indent);
 /* Median of n values (n >= 1); v is left unchanged. */

@@ -19,6 +19,13 @@ cli_json_real(double v)
 	return isfinite(v) ? json_real(v) : json_null();
 }
 
+double
+cli_json_num(const json_t *o, const char *key)
+{
+	json_t *v = o ? json_object_get(o, key) : NULL;
+	return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 int
 cli_json_print(json_t *o, int indent)
 {

@@ -73,13 +73,6 @@ opts_sg_max(const struct zinf_step_opts *o)
 	return prev == o->n ? max : 0;
 }
 
-/* The copy goes through the slot buffers: to the parameter tier's files, or to copy_fn. */
-static bool
-opts_slot_copy(const struct zinf_step_opts *o)
-{
-	return o->param_swap || o->copy_fn;
-}
-
 /*
  * A slot buffer's layout for options o and sub-groups of at most sg elements: NVMe, every
  * optimizer part then (param_swap, copy_fn) the copy; CPU tier, the copy alone. Sets off[] (may
@@ -102,7 +95,7 @@ layout(const struct zinf_step_opts *o, uint64_t sg, uint64_t align, uint64_t *of
 			}
 		}
 	}
-	if (opts_slot_copy(o)) {
+	if (step_opts_slot_copy(o)) {
 		if (off) {
 			off[np] = at;
 		}
@@ -256,7 +249,6 @@ setup_common(struct zinf_step *st)
 	st->sgsize = opts_sg_max(o);
 	st->nsg = o->sub_group_ends ? o->n_sub_groups
 				    : (uint32_t)ZINF_DIV_ROUND_UP(st->n, st->sgsize);
-	st->slot_copy = opts_slot_copy(o);
 	st->ends = zinf_calloc(st->nsg, sizeof(*st->ends));
 	if (!st->ends) {
 		return STEP_FAIL(st, -ENOMEM, "out of memory for %u sub-groups", st->nsg);

@@ -43,7 +43,6 @@ struct zinf_step {
 	uint64_t n, sgsize;		/* sgsize: elements of the largest sub-group */
 	uint32_t nsg;
 	uint64_t *ends; /* per sub-group: its end (copied from opts, or cut from sub_group_size) */
-	bool slot_copy; /* the copy goes through the slot buffers (param_swap or copy_fn) */
 	uint32_t align;
 	uint64_t part_off[STEP_MAXP]; /* offsets inside a slot buffer */
 	uint64_t buf_bytes;
@@ -71,11 +70,18 @@ struct zinf_step {
 	struct zinf_step_stats stats;
 };
 
+/* The copy goes through the slot buffers: to the parameter tier's files, or to copy_fn. */
+static inline bool
+step_opts_slot_copy(const struct zinf_step_opts *o)
+{
+	return o->param_swap || o->copy_fn;
+}
+
 /* The step moves data through pool-buffer slots: state on NVMe, or the copy leaves the step. */
 static inline bool
 step_uses_slots(const struct zinf_step *st)
 {
-	return st->o.tier == ZINF_TIER_NVME || st->slot_copy;
+	return st->o.tier == ZINF_TIER_NVME || step_opts_slot_copy(&st->o);
 }
 
 /* Called between two optimizer calls on sub-group k (look at the I/O). */

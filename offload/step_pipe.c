@@ -495,14 +495,14 @@ step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dt
 	for (uint32_t p = 0; p < st->nopt; p++) {
 		base[p] = s->buf + st->part_off[p];
 	}
-	char *copy = st->slot_copy ? s->buf + st->part_off[st->nopt] : host;
+	char *copy = step_opts_slot_copy(&st->o) ? s->buf + st->part_off[st->nopt] : host;
 	/* Between chunks: finished writes become reads, so the disk does not idle. */
 	rc = step_optim_sub_group(st, k, base, grad, gdt, copy, pump_between);
 	if (rc) {
 		slot_free(st, s);
 		return rc;
 	}
-	if (st->slot_copy && host) {
+	if (step_opts_slot_copy(&st->o) && host) {
 		memcpy(host, copy, zinf_step_sub_group_len(st, k) * st->esz[st->nopt]);
 	}
 	/* Before the writes start: copy_fn may fail the step, and then nothing of k is written. */
