@@ -162,3 +162,44 @@ zc_run_sh(const struct zc_scratch *s, const char *pre, const char *wrap, const c
 		  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	return WEXITSTATUS(st);
 }
+
+void
+zc_need_variant(const char *v)
+{
+	const char *cur = zt_variant();
+	if (!cur || strcmp(cur, v) != 0) {
+		cr_skip_test("variant %s only", v);
+	}
+}
+
+int
+zc_mpirun(int n, const char *const *args, const char *out_path, const char *err_path)
+{
+	const char *mpi = getenv("ZINF_MPIRUN");
+	if (!mpi || !*mpi) {
+		cr_skip_test("no mpirun (MPI not built)");
+	}
+	char np[16];
+	snprintf(np, sizeof(np), "%d", n);
+	const char *argv[48] = {mpi, "--oversubscribe", "--bind-to", "none", "-np", np, zc_cli()};
+	int k = 7;
+	for (int i = 0; args[i]; i++) {
+		cr_assert_lt(k, 47, "too many arguments for mpirun");
+		argv[k++] = args[i];
+	}
+	argv[k] = NULL;
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int fo = open(out_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		int fe = open(err_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		if (fo < 0 || fe < 0) {
+			_exit(121);
+		}
+		dup2(fo, 1);
+		dup2(fe, 2);
+		execv(mpi, (char *const *)argv);
+		_exit(122);
+	}
+	return zc_status(pid);
+}
