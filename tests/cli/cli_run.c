@@ -203,3 +203,19 @@ zc_mpirun(int n, const char *const *args, const char *out_path, const char *err_
 	}
 	return zc_status(pid);
 }
+
+void
+zc_refused(char *const argv[], const char *want)
+{
+	char *d = zt_mkdtemp(NULL);
+	char err[4200];
+	snprintf(err, sizeof(err), "%s.err", d);
+	cr_assert_eq(zc_run(d, argv, NULL, err), 2);
+	char *t = zc_text(err);
+	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0, "nothing created");
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}
