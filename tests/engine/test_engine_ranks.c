@@ -30,6 +30,7 @@
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
+#include "engine/rank_check.h"
 #include "zinf/adam.h"
 #include "zinf/comm.h"
 #include "zinf/device.h"
@@ -42,17 +43,6 @@
 
 static int rank, world;
 static char *scratch; /* this rank's NVMe directory */
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __func__, __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fprintf(stderr, "\n");                                                     \
-			fails++;                                                                   \
-		}                                                                                  \
-	} while (0)
-#define SKIP 1000 /* a case's return value: skipped */
 
 /* ---- the log, kept so that a case can look for what a worker thread said ------------------ */
 
