@@ -162,3 +162,60 @@ zc_run_sh(const struct zc_scratch *s, const char *pre, const char *wrap, const c
 		  WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	return WEXITSTATUS(st);
 }
+
+void
+zc_need_variant(const char *v)
+{
+	const char *cur = zt_variant();
+	if (!cur || strcmp(cur, v) != 0) {
+		cr_skip_test("variant %s only", v);
+	}
+}
+
+int
+zc_mpirun(int n, const char *const *args, const char *out_path, const char *err_path)
+{
+	const char *mpi = getenv("ZINF_MPIRUN");
+	if (!mpi || !*mpi) {
+		cr_skip_test("no mpirun (MPI not built)");
+	}
+	char np[16];
+	snprintf(np, sizeof(np), "%d", n);
+	const char *argv[48] = {mpi, "--oversubscribe", "--bind-to", "none", "-np", np, zc_cli()};
+	int k = 7;
+	for (int i = 0; args[i]; i++) {
+		cr_assert_lt(k, 47, "too many arguments for mpirun");
+		argv[k++] = args[i];
+	}
+	argv[k] = NULL;
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int fo = open(out_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		int fe = open(err_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		if (fo < 0 || fe < 0) {
+			_exit(121);
+		}
+		dup2(fo, 1);
+		dup2(fe, 2);
+		execv(mpi, (char *const *)argv);
+		_exit(122);
+	}
+	return zc_status(pid);
+}
+
+void
+zc_refused(char *const argv[], const char *want)
+{
+	char *d = zt_mkdtemp(NULL);
+	char err[4200];
+	snprintf(err, sizeof(err), "%s.err", d);
+	cr_assert_eq(zc_run(d, argv, NULL, err), 2);
+	char *t = zc_text(err);
+	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
+	free(t);
+	cr_assert_eq(zc_count(d), 0, "nothing created");
+	unlink(err);
+	zt_rmtree(d);
+	free(d);
+}

@@ -50,4 +50,18 @@ void zc_scratch_fini(struct zc_scratch *s);
 int zc_run_sh(const struct zc_scratch *s, const char *pre, const char *wrap, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
+/*
+ * Run the CLI with argv in a fresh directory; assert exit 2, `want` in its stderr and nothing
+ * created in the directory.
+ */
+void zc_refused(char *const argv[], const char *want);
+/* Skip the test unless this run is variant v ("alone" or "mpi", $ZINF_VARIANT). */
+void zc_need_variant(const char *v);
+/*
+ * Run `$ZINF_MPIRUN --oversubscribe --bind-to none -np n <zinf> args...` (args NULL-ended, at
+ * most 40), stdout and stderr to out_path and err_path; its exit status (zc_status). Skips the
+ * test when MPI was not built.
+ */
+int zc_mpirun(int n, const char *const *args, const char *out_path, const char *err_path);
+
 #endif

@@ -19,48 +19,6 @@
 #include "cli_run.h"
 #include "common/test_util.h"
 
-/* The variant this run is ("alone" or "mpi"); skip a test of the other one. */
-static void
-need_variant(const char *v)
-{
-	const char *cur = zt_variant();
-	if (!cur || strcmp(cur, v) != 0) {
-		cr_skip_test("variant %s only", v);
-	}
-}
-
-/* mpirun -np n <zinf> args..., stdout and stderr to files; its exit status. */
-static int
-mpirun(int n, const char *const *args, const char *out, const char *err)
-{
-	const char *mpi = getenv("ZINF_MPIRUN");
-	if (!mpi || !*mpi) {
-		cr_skip_test("no mpirun (MPI not built)");
-	}
-	char np[16];
-	snprintf(np, sizeof(np), "%d", n);
-	const char *argv[48] = {mpi, "--oversubscribe", "--bind-to", "none", "-np", np, zc_cli()};
-	int k = 7;
-	for (int i = 0; args[i] && k < 47; i++) {
-		argv[k++] = args[i];
-	}
-	argv[k] = NULL;
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		int fo = open(out, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-		int fe = open(err, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-		if (fo < 0 || fe < 0) {
-			_exit(121);
-		}
-		dup2(fo, 1);
-		dup2(fe, 2);
-		execv(mpi, (char *const *)argv);
-		_exit(122);
-	}
-	return zc_status(pid);
-}
-
 static const char *
 str(json_t *j, const char *key)
 {
@@ -102,7 +60,7 @@ check_result(json_t *j, const char *op, double bytes, int ranks, const char *bac
 
 Test(bench_comm, single_json)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	struct zc_scratch r;
 	char *argv[] = {"zinf", "bench",    "comm", "--backend", "single", "--op",
 			"all",	"--size",   "3M",   "--size",	 "1M",	   "--iters",
@@ -129,7 +87,7 @@ Test(bench_comm, single_json)
 
 Test(bench_comm, mpi_alone_one_rank)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	if (!getenv("ZINF_MPIRUN") || !*getenv("ZINF_MPIRUN")) {
 		cr_skip_test("MPI not built");
 	}
@@ -150,7 +108,7 @@ Test(bench_comm, mpi_alone_one_rank)
 
 Test(bench_comm, bad_op_names_choices)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	struct zc_scratch r;
 	char *argv[] = {"zinf", "bench", "comm", "--op", "allgather", NULL};
 	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 2);
@@ -164,7 +122,7 @@ Test(bench_comm, bad_op_names_choices)
 
 Test(bench_comm, size_too_small)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	struct zc_scratch r;
 	char *argv[] = {"zinf", "bench", "comm", "--backend", "single", "--size", "2", NULL};
 	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 1);
@@ -176,7 +134,7 @@ Test(bench_comm, size_too_small)
 
 Test(bench_pcie, no_gpu_exits_zero)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	struct zc_scratch r;
 	char *argv[] = {"zinf", "bench", "pcie", "--size", "1M", "--iters", "2", "--json", NULL};
 	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 0, "%s",
@@ -205,12 +163,12 @@ Test(bench_pcie, no_gpu_exits_zero)
 
 Test(bench_comm, mpirun_two_ranks)
 {
-	need_variant("mpi");
+	zc_need_variant("mpi");
 	struct zc_scratch r;
 	const char *args[] = {"bench",	 "comm", "--op",     "all", "--size", "2M",
 			      "--iters", "3",	 "--warmup", "1",   "--json", NULL};
 	zc_scratch_init(&r);
-	int st = mpirun(2, args, r.out, r.err);
+	int st = zc_mpirun(2, args, r.out, r.err);
 	cr_assert_eq(st, 0, "%s", zc_text(r.err));
 	char *out = zc_text(r.out);
 	cr_assert_eq(zc_count_substr(out, "\"bench\": \"comm\", \"results\""), 1,
@@ -232,13 +190,13 @@ Test(bench_comm, mpirun_two_ranks)
 
 Test(bench_comm, mpirun_bf16_reduction)
 {
-	need_variant("mpi");
+	zc_need_variant("mpi");
 	struct zc_scratch r;
 	const char *args[] = {"bench",	 "comm", "--op",   "reduce_scatter",
 			      "--dtype", "bf16", "--size", "1000006",
 			      "--iters", "2",	 "--json", NULL};
 	zc_scratch_init(&r);
-	cr_assert_eq(mpirun(2, args, r.out, r.err), 0, "%s", zc_text(r.err));
+	cr_assert_eq(zc_mpirun(2, args, r.out, r.err), 0, "%s", zc_text(r.err));
 	json_t *j = zc_json(r.out);
 	/* rounded down to whole elements per rank: 2 ranks x 2 bytes */
 	check_result(j, "reduce_scatter", 1000004, 2, "mpi");
@@ -252,11 +210,11 @@ Test(bench_comm, mpirun_bf16_reduction)
 
 Test(bench_comm, mpirun_bad_op_once)
 {
-	need_variant("mpi");
+	zc_need_variant("mpi");
 	struct zc_scratch r;
 	const char *args[] = {"bench", "comm", "--op", "gather", NULL};
 	zc_scratch_init(&r);
-	cr_assert_neq(mpirun(2, args, r.out, r.err), 0);
+	cr_assert_neq(zc_mpirun(2, args, r.out, r.err), 0);
 	char *e = zc_text(r.err);
 	cr_assert_eq(zc_count_substr(e, "--op gather: expected all_gather, reduce_scatter, "
 					"all_reduce or all"),

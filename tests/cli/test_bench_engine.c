@@ -24,41 +24,22 @@
 
 #define PARAMS_2x32 (2.0 * (12 * 32 * 32 + 6 * 32))
 
-static void
-need_variant(const char *v)
-{
-	const char *cur = zt_variant();
-	if (!cur || strcmp(cur, v) != 0) {
-		cr_skip_test("variant %s only", v);
-	}
-}
-
 /* Run `zinf bench engine args...` in cwd; expect exit 2 and `want` on stderr, nothing made. */
 static void
 refused(const char *const *args, const char *want)
 {
-	char *d = zt_mkdtemp(NULL);
-	char err[4200];
-	snprintf(err, sizeof(err), "%s.err", d);
 	char *argv[32] = {"zinf", "bench", "engine"};
 	int k = 3;
 	for (int i = 0; args[i] && k < 31; i++) {
 		argv[k++] = (char *)args[i];
 	}
 	argv[k] = NULL;
-	cr_assert_eq(zc_run(d, argv, NULL, err), 2);
-	char *t = zc_text(err);
-	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
-	free(t);
-	cr_assert_eq(zc_count(d), 0, "nothing created");
-	unlink(err);
-	zt_rmtree(d);
-	free(d);
+	zc_refused(argv, want);
 }
 
 Test(bench_engine, option_errors)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	const char *a1[] = {"--stage", "4", NULL};
 	refused(a1, "--stage 4: must be in [0, 3]");
 	const char *a2[] = {"--stage", "2", "--offload-param", "cpu", NULL};
@@ -156,7 +137,7 @@ check_run(json_t *j, int stage, const char *op, const char *oo)
 
 Test(bench_engine, json_tiny_cpu_tiers)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	struct zc_scratch r;
 	zc_scratch_init(&r);
 	int st = zc_run_sh(&r, "", "",
@@ -178,7 +159,7 @@ Test(bench_engine, json_tiny_cpu_tiers)
 /* Both tiers on NVMe under the scratch directory (O_DIRECT: not tmpfs), compared. */
 Test(bench_engine, json_tiny_nvme_tiers_compare)
 {
-	need_variant("alone");
+	zc_need_variant("alone");
 	struct zc_scratch r;
 	zc_scratch_init(&r);
 	int st = zc_run_sh(&r, "", "",
@@ -224,44 +205,15 @@ Test(bench_engine, json_tiny_nvme_tiers_compare)
 	zc_scratch_fini(&r);
 }
 
-/* mpirun -np 2 <zinf> bench engine args..., stdout and stderr to r's files; its status. */
-static int
-mpirun2(const struct zc_scratch *r, const char *const *args)
-{
-	const char *mpi = getenv("ZINF_MPIRUN");
-	if (!mpi || !*mpi) {
-		cr_skip_test("no mpirun (MPI not built)");
-	}
-	const char *argv[40] = {mpi, "--oversubscribe", "--bind-to", "none",  "-np",
-				"2", zc_cli(),		"bench",     "engine"};
-	int k = 9;
-	for (int i = 0; args[i] && k < 39; i++) {
-		argv[k++] = args[i];
-	}
-	argv[k] = NULL;
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		int fo = open(r->out, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-		int fe = open(r->err, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-		if (fo < 0 || fe < 0) {
-			_exit(121);
-		}
-		dup2(fo, 1);
-		dup2(fe, 2);
-		execv(mpi, (char *const *)argv);
-		_exit(122);
-	}
-	return zc_status(pid);
-}
-
 /* mpirun -np 2: one JSON object, from rank 0, world 2; an option error reported once. */
 Test(bench_engine, mpirun_two_ranks)
 {
-	need_variant("mpi");
+	zc_need_variant("mpi");
 	struct zc_scratch r;
 	zc_scratch_init(&r);
-	const char *args[] = {"--layers",
+	const char *args[] = {"bench",
+			      "engine",
+			      "--layers",
 			      "2",
 			      "--hidden",
 			      "32",
@@ -277,7 +229,7 @@ Test(bench_engine, mpirun_two_ranks)
 			      "1",
 			      "--json",
 			      NULL};
-	int st = mpirun2(&r, args);
+	int st = zc_mpirun(2, args, r.out, r.err);
 	char *e = zc_text(r.err);
 	cr_assert_eq(st, 0, "stderr: %s", e);
 	free(e);
@@ -292,8 +244,8 @@ Test(bench_engine, mpirun_two_ranks)
 	cr_assert_gt(num(j, "reduced_bytes"), 0);
 	cr_assert_gt(num(j, "gathered_bytes"), 0);
 	json_decref(j);
-	const char *bad[] = {"--stage", "2", "--offload-param", "cpu", NULL};
-	cr_assert_neq(mpirun2(&r, bad), 0);
+	const char *bad[] = {"bench", "engine", "--stage", "2", "--offload-param", "cpu", NULL};
+	cr_assert_neq(zc_mpirun(2, bad, r.out, r.err), 0);
 	e = zc_text(r.err);
 	cr_assert_eq(zc_count_substr(e, "--offload-param cpu needs --stage 3"), 1,
 		     "reported once: %s", e);

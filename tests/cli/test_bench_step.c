@@ -83,39 +83,22 @@ Test(bench_step, json_tiny)
 	free(d);
 }
 
-/* Run with argv, expect exit 2 and `want` on stderr. */
-static void
-refused(char *const argv[], const char *want)
-{
-	char *d = zt_mkdtemp(NULL);
-	char err[4200];
-	snprintf(err, sizeof(err), "%s.err", d);
-	cr_assert_eq(zc_run(d, argv, NULL, err), 2);
-	char *t = zc_text(err);
-	cr_assert(strstr(t, want), "want '%s' in:\n%s", want, t);
-	free(t);
-	cr_assert_eq(zc_count(d), 0, "nothing created");
-	unlink(err);
-	zt_rmtree(d);
-	free(d);
-}
-
 Test(bench_step, out_of_range_is_an_error)
 {
 	char *a1[] = {"zinf", "bench", "step", "--params", "1000", "--steps", "5000", NULL};
-	refused(a1, "--steps 5000: must be in [1, 1000]");
+	zc_refused(a1, "--steps 5000: must be in [1, 1000]");
 	char *a2[] = {"zinf", "bench", "step", "--params", "1000", "--buffers", "4294967297", NULL};
-	refused(a2, "--buffers 4294967297: must be in [1, 1024]");
+	zc_refused(a2, "--buffers 4294967297: must be in [1, 1024]");
 	char *a3[] = {"zinf", "bench", "step", "--params", "1000", "--block-size", "3K", NULL};
-	refused(a3, "--block-size 3K: must be in [4K, 1G]");
+	zc_refused(a3, "--block-size 3K: must be in [4K, 1G]");
 	char *a4[] = {"zinf", "bench", "step", "--params", "1000", "--block-size", "12K", NULL};
-	refused(a4, "--block-size 12K: must be a power of two");
+	zc_refused(a4, "--block-size 12K: must be a power of two");
 	char *a5[] = {"zinf", "bench", "step", "--steps", "2", NULL};
-	refused(a5, "--params is required");
+	zc_refused(a5, "--params is required");
 	char *a6[] = {"zinf", "bench", "step", "--params", "1.5", NULL};
-	refused(a6, "--params 1.5: not a whole number");
+	zc_refused(a6, "--params 1.5: not a whole number");
 	char *a7[] = {"zinf", "bench", "step", "--params", "1000", "--schedule", "fast", NULL};
-	refused(a7, "--schedule fast: expected zinf or deepspeed");
+	zc_refused(a7, "--schedule fast: expected zinf or deepspeed");
 }
 
 /* 4 buffers of 1e11 elements x 12 bytes: refused before the pool, naming what to lower. */

@@ -24,6 +24,7 @@
 #include "common/dtype.h"
 #include "common/test_util.h"
 #include "engine/comm_internal.h"
+#include "engine/rank_check.h"
 #include "zinf/comm.h"
 #include "zinf_config.h"
 #if ZINF_HAVE_NCCL
@@ -34,17 +35,6 @@ static const char *backend;
 static int rank, world;
 static bool want_thread; /* mpi: the progress thread is expected (MULTIPLE provided) */
 static uint64_t seed;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __func__, __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fprintf(stderr, "\n");                                                     \
-			fails++;                                                                   \
-		}                                                                                  \
-	} while (0)
-#define SKIP 1000 /* a case's return value: skipped */
 
 static void *kept[4]; /* buffers of abandoned calls: reachable, not leaked */
 static int nkept;

@@ -30,6 +30,7 @@
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
+#include "engine/rank_check.h"
 #include "zinf/adam.h"
 #include "zinf/comm.h"
 #include "zinf/device.h"
@@ -42,17 +43,6 @@
 
 static int rank, world;
 static char *scratch; /* this rank's NVMe directory */
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "rank %d: %s:%d: %s: ", rank, __func__, __LINE__, #cond);  \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fprintf(stderr, "\n");                                                     \
-			fails++;                                                                   \
-		}                                                                                  \
-	} while (0)
-#define SKIP 1000 /* a case's return value: skipped */
 
 /* ---- the log, kept so that a case can look for what a worker thread said ------------------ */
 
@@ -232,6 +222,7 @@ reference(struct eref_result *ref, enum zinf_dtype dtype, float quantum, int ste
  * off by one micro-batch or one rank moves it by more than 1e-2); then the gathered weights are
  * the master rounded to bf16, exactly.
  */
+/* element i of weight p: p + i/4 (also the clipping cases' initial values) */
 static int
 ka_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
 {
@@ -972,16 +963,6 @@ case_step_fault_agreed(void)
  * last element of w0 (held by the last rank's partition only, stages 1-3): every rank skips
  * the step (returns 2, master unchanged), then a clean step is taken.
  */
-static int
-clip_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
-{
-	(void)ctx;
-	for (uint64_t i = 0; i < count; i++) {
-		out[i] = (float)param + 0.25f * (float)(first + i);
-	}
-	return 0;
-}
-
 static const uint64_t clip_numel[2] = {13, 6};
 
 /* one micro-batch (gas 1): every gradient, scaled by `scale`; inf: the last rank's w0[12] */
@@ -1038,7 +1019,7 @@ clip_stage(int stage, bool fp16)
 		d.name = name;
 		d.numel = clip_numel[p];
 		d.layer = (int32_t)p;
-		d.init_fn = clip_init;
+		d.init_fn = ka_init;
 		rc = zinf_engine_add_param(e, &d);
 		CHECK(rc == (int)p, "add_param %u: %d", p, rc);
 		rc = rc == (int)p ? 0 : -1;

@@ -147,7 +147,8 @@ fp16)
 		{ echo "FAIL: loss scales $(field "$work/fp16.jsonl" loss_scale | sort -u | xargs)"; exit 1; }
 	[ "$(field "$work/fp16.jsonl" skipped | sort -u)" = false ] ||
 		{ echo "FAIL: a step was skipped at scale 65536"; exit 1; }
-	field "$work/fp16.jsonl" grad_norm | awk '!($1 > 0 && $1 < 1e30) { print "FAIL: grad_norm " $1; exit 1 }'
+	field "$work/fp16.jsonl" grad_norm | awk '!($1 > 0 && $1 < 1e30) { print "FAIL: grad_norm " $1; exit 1 }
+		END { if (NR != 30) { print "FAIL: " NR " grad norms, not 30"; exit 1 } }'
 	run "$work/f32.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
 	if diff -q <(losses "$work/f32.jsonl") <(losses "$work/fp16.jsonl") >/dev/null; then
 		echo "FAIL: fp16 losses equal the fp32 ones: fp16 not in effect"
@@ -178,6 +179,7 @@ fp16)
 			if ($3 != skips) { printf "FAIL: step %d: skipped_steps %s, want %d\n", NR, $3, skips; bad = 1 }
 		}
 		END {
+			if (NR != 30 || n != 30) { printf "FAIL: %d records, %d reference lrs, not 30\n", NR, n; bad = 1 }
 			if (skips == 0) { print "FAIL: no step skipped at 2^132"; bad = 1 }
 			printf "%d of %d steps skipped, final scale 2^%g\n", skips, NR, log(s) / log(2)
 			exit bad
@@ -191,7 +193,8 @@ clip)
 	run "$work/noclip.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
 	fell "$work/clip.jsonl"
 	field "$work/clip.jsonl" grad_norm | head -5 |
-		awk '!($1 > 0.1) { printf "FAIL: step %d: grad_norm %s <= 0.1: clipping not active\n", NR, $1; exit 1 }'
+		awk '!($1 > 0.1) { printf "FAIL: step %d: grad_norm %s <= 0.1: clipping not active\n", NR, $1; exit 1 }
+		END { if (NR != 5) { print "FAIL: " NR " grad norms, not 5"; exit 1 } }'
 	if diff -q <(losses "$work/clip.jsonl") <(losses "$work/noclip.jsonl") >/dev/null; then
 		echo "FAIL: clipped losses equal the unclipped ones: clipping not in effect"
 		exit 1
