@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * zinf/checkpoint.h: checkpoints of the engine's training state, and reading them offline.
+ *
+ * A checkpoint is a directory DIR/TAG holding the complete training state of every rank: the
+ * fp32 master weights and the optimizer state (wherever they live: GPU, pinned CPU memory,
+ * NVMe swap files, which are copied through the I/O engine in bounded pieces, never whole
+ * through host memory), the step counts, the loss scaler, the learning rate, the resolved
+ * options, the parameter table and the trainer's own state (an opaque blob). The 16-bit
+ * parameters are not stored: they are the master weights rounded to opts.dtype, regenerated
+ * bit for bit at load (the engine keeps that invariant after every step).
+ *
+ * On disk (format version 1; docs/CHECKPOINT.md has every field):
+ *   DIR/latest                   the tag of the newest complete checkpoint, one line
+ *   DIR/TAG/manifest.json        what is in it: format, version, step, world, options,
+ *                                parameters and their partitions, every file with its bytes
+ *                                and CRC32C
+ *   DIR/TAG/r<rank>.<part>       rank's flat partition of one state part ("fp32", "exp_avg",
+ *                                "exp_avg_sq", ...), raw little-endian elements
+ *   DIR/TAG/client.bin           the trainer's blob (when given)
+ *   DIR/TAG/model.safetensors    consolidated 16-bit weights (gather_16bit), optional
+ *
+ * Crash safety: a save writes DIR/.TAG.tmp, fsyncs every file and the directory, then renames
+ * it into place (an existing TAG is swapped out atomically with RENAME_EXCHANGE and removed),
+ * fsyncs DIR, and replaces `latest` the same way (write, fsync, rename, fsync). A process
+ * killed at any moment leaves the previous checkpoint loadable. Saves into one DIR are
+ * serialised by a lock (DIR/.zinf-ckpt.lock): two saves never race.
+ */
+#ifndef ZINF_CHECKPOINT_H
+#define ZINF_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinf/common.h"
+#include "zinf/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Format version this library writes and reads. */
+#define ZINF_CKPT_VERSION 1
+/** Longest tag (bytes, without the terminating NUL): letters, digits, '.', '_', '-'; not
+ * starting with '.'. */
+#define ZINF_CKPT_MAX_TAG 128
+
+/* ---- save and load (the engine; collective: every rank calls them) ------------------------- */
+
+struct zinf_ckpt_opts {
+	size_t size; /* sizeof(struct zinf_ckpt_opts); set by zinf_ckpt_opts_init() */
+	/* save: the trainer's state (data position, RNG, ...), stored as client.bin (rank 0's) */
+	const void *client;
+	uint64_t client_bytes;
+	/* load: receives client.bin (up to client_cap bytes); client_len is set to its size
+	   (larger than client_cap: -ENOSPC, nothing loaded) */
+	void *client_out;
+	uint64_t client_cap;
+	uint64_t client_len;
+	/* save: also write the consolidated 16-bit weights as model.safetensors: -1 (default):
+	   the engine option stage3_gather_16bit_weights_on_model_save; 0 no; 1 yes */
+	int32_t gather_16bit;
+	/* load: check every file's CRC32C before anything is loaded (default true); without it a
+	   corrupted byte is found only while loading, which then fails the engine */
+	bool verify;
+	uint8_t reserved[3]; /* zero */
+};
+
+ZINF_API void zinf_ckpt_opts_init(struct zinf_ckpt_opts *o);
+
+/**
+ * Save the training state into DIR/TAG (tag NULL: "step<steps>", e.g. "step120") and point
+ * DIR/latest at it. Between optimizer steps (not inside an accumulation window). DIR is
+ * created if missing (its parent must exist). Every rank returns the same result. Returns 0;
+ * -EINVAL (NULL engine or dir, bad tag naming it, inside a window, before init); -EBUSY
+ * (another process holds DIR's lock, naming its pid); -ENOSPC (bytes needed and free);
+ * I/O errors naming the file. On failure the previous checkpoints and `latest` are untouched
+ * and the engine goes on as it was (a save never fails the engine).
+ */
+ZINF_API int zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
+			      const struct zinf_ckpt_opts *opts);
+
+/**
+ * Load DIR/TAG (tag NULL: the one DIR/latest names) into the engine. Called in place of
+ * zinf_engine_init() (the engine is initialised from the checkpoint: no initial value is
+ * written), or after it between optimizer steps. The parameters registered must be those
+ * saved (names, element counts, in the same order); the world size and the ZeRO stage, the
+ * sub-group size, the tiers may differ (the partitions are re-cut; host memory stays bounded,
+ * a sub-group at a time). The optimizer kind and its state dtype must match. Restores the
+ * step count, the loss scaler, the learning rate, and the client blob (opts). Returns 0;
+ * -ENOENT (no checkpoint, naming the path); -EBADMSG (a file corrupted, truncated or missing,
+ * named with what is wrong; nothing loaded); -EINVAL (a parameter or option that differs,
+ * named; NULL arguments); I/O errors. Refusals before anything is loaded leave the engine as
+ * it was; a failure while loading fails it (its state is half loaded).
+ */
+ZINF_API int zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
+			      struct zinf_ckpt_opts *opts);
+
+/* ---- reading a checkpoint offline (no engine, no device: export, inspect) ------------------ */
+
+struct zinf_ckpt; /* an opened checkpoint: its manifest parsed and checked */
+
+/**
+ * Open DIR/TAG (tag NULL: DIR/latest's; dir may also name the TAG directory itself, holding
+ * manifest.json). Checks the manifest (format, version, fields, partitions consistent) and that
+ * every file it lists exists with its size; does not read the data. Returns 0 and sets *out;
+ * -ENOENT, -EBADMSG (naming the file and what is wrong), -ENOMEM.
+ */
+ZINF_API int zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out);
+ZINF_API void zinf_ckpt_close(struct zinf_ckpt *c);
+
+struct zinf_ckpt_info {
+	size_t size;	       /* set by the caller */
+	const char *path;      /* the TAG directory */
+	const char *tag;
+	int64_t steps;	       /* optimizer steps taken */
+	uint64_t micro_steps;
+	int32_t world;	       /* ranks that saved it */
+	int32_t stage;
+	enum zinf_dtype dtype; /* the 16-bit dtype (or f32) */
+	uint32_t n_params;
+	uint32_t n_parts;      /* state parts per element, master included */
+	uint32_t n_files;
+	uint64_t bytes;	       /* all files */
+	const char *optimizer; /* "adamw", ... */
+};
+ZINF_API int zinf_ckpt_get_info(const struct zinf_ckpt *c, struct zinf_ckpt_info *out);
+
+#define ZINF_CKPT_MAX_DIMS 8
+
+struct zinf_ckpt_param {
+	size_t size; /* set by the caller */
+	const char *name;
+	uint64_t numel;
+	int32_t layer;
+	uint32_t ndim; /* 1 and shape {numel} unless the trainer gave a shape */
+	uint64_t shape[ZINF_CKPT_MAX_DIMS];
+};
+ZINF_API int zinf_ckpt_param(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_param *out);
+
+struct zinf_ckpt_part {
+	size_t size;	       /* set by the caller */
+	const char *name;      /* "fp32", "exp_avg", ... */
+	enum zinf_dtype dtype; /* of its elements */
+	uint32_t reserved;
+};
+ZINF_API int zinf_ckpt_part(const struct zinf_ckpt *c, uint32_t part, struct zinf_ckpt_part *out);
+
+/**
+ * Elements [first, first + count) of parameter i's state part `part` (0: the fp32 master),
+ * converted to `dtype` into out, gathered from the ranks' files that hold them (pread; no
+ * other memory). Returns 0; -EINVAL (out of range); I/O errors naming the file.
+ */
+ZINF_API int zinf_ckpt_read(struct zinf_ckpt *c, uint32_t i, uint32_t part, uint64_t first,
+			    uint64_t count, enum zinf_dtype dtype, void *out);
+
+struct zinf_ckpt_file {
+	size_t size; /* set by the caller */
+	const char *name;
+	uint64_t bytes;
+	uint32_t crc32c; /* from the manifest */
+	uint32_t reserved;
+};
+ZINF_API uint32_t zinf_ckpt_file_count(const struct zinf_ckpt *c);
+ZINF_API int zinf_ckpt_file(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_file *out);
+/**
+ * Read file i whole and compare its CRC32C and size with the manifest. Returns 0 when they
+ * match; -EBADMSG naming the file and what differs; I/O errors.
+ */
+ZINF_API int zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i);
+
+/**
+ * Write the consolidated weights (the fp32 masters, converted to dtype: f32, bf16 or f16) as
+ * safetensors: one file `out`, or above shard_bytes (0: no limit) shards named as Hugging Face
+ * names them (model-00001-of-00003.safetensors next to out) plus out's ".index.json"
+ * (out must end in ".safetensors"). Streams a parameter at a time in bounded pieces. Returns 0,
+ * -EINVAL, I/O errors naming the file.
+ */
+ZINF_API int zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype,
+			      uint64_t shard_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
