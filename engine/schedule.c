@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/schedule.c: DeepSpeed's learning-rate schedules as pure functions of
- * last_batch_iteration (zinf/schedule.h). Each formula is DeepSpeed's get_lr(), in double; the
- * caller rounds to the optimizer's float. No state and no logging.
+ * engine/schedule.c: DeepSpeed's learning-rate schedules, and OneCycle's momentum, as pure
+ * functions of last_batch_iteration (zinf/schedule.h). Each formula is DeepSpeed's get_lr() (or
+ * OneCycle's get_mom()), in double; the caller rounds to the optimizer's float. No state and no
+ * logging.
  */
 #include <math.h>
 #include <string.h>
@@ -93,19 +94,33 @@ cosine_lr(const struct zinf_schedule_opts *s, int64_t warm, int64_t it)
 	return s->base_lr * ratio;
 }
 
+/* OneCycle's position in its cycle (DeepSpeed's _get_scale_factor): 0 at the ends, 1 at the
+   peak; `it` < the cycle's length. */
+static double
+one_cycle_scale(const struct zinf_schedule_opts *s, int64_t it, double total)
+{
+	double first = s->cycle_first_step_size;
+	double ratio = first / total;
+	double bi = (double)(it + 1);
+	double cycle = floor(1.0 + bi / total);
+	double x = 1.0 + bi / total - cycle;
+	return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+}
+
+static double
+one_cycle_total(const struct zinf_schedule_opts *s)
+{
+	double first = s->cycle_first_step_size;
+	return first + (s->cycle_second_step_size >= 0 ? s->cycle_second_step_size : first);
+}
+
 static double
 one_cycle_lr(const struct zinf_schedule_opts *s, int64_t it)
 {
-	double first = s->cycle_first_step_size;
-	double second = s->cycle_second_step_size >= 0 ? s->cycle_second_step_size : first;
-	double total = first + second;
+	double total = one_cycle_total(s);
 	if ((double)it < total) {
-		double ratio = first / total;
-		double bi = (double)(it + 1);
-		double cycle = floor(1.0 + bi / total);
-		double x = 1.0 + bi / total - cycle;
-		double scale = x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
-		return s->cycle_min_lr + (s->cycle_max_lr - s->cycle_min_lr) * scale;
+		return s->cycle_min_lr +
+		       (s->cycle_max_lr - s->cycle_min_lr) * one_cycle_scale(s, it, total);
 	}
 	/* DeepSpeed skips the decay when decay_step_size or decay_lr_rate is (close to) 0 */
 	if (fabs(s->decay_step_size) < 1e-9 || fabs(s->decay_lr_rate) < 1e-9) {
@@ -160,4 +175,36 @@ double
 zinf_schedule_step_lr(const struct zinf_schedule_opts *s, int64_t step)
 {
 	return zinf_schedule_lr(s, step - 2);
+}
+
+/*
+ * DeepSpeed's get_mom()[0]: inverse to the lr in the cycle (max at the ends, min at the peak);
+ * after it, cycle_max_mom times (not divided by) the decay factor, so a decay_mom_rate > 0
+ * raises it. Its constructor writes cycle_min_mom (min_moms), which is what it = -1 returns.
+ */
+double
+zinf_schedule_momentum(const struct zinf_schedule_opts *s, int64_t it)
+{
+	if (!s || s->type != ZINF_SCHED_ONE_CYCLE || !s->cycle_momentum) {
+		return NAN;
+	}
+	if (it < 0) {
+		return s->cycle_min_mom;
+	}
+	double total = one_cycle_total(s);
+	if ((double)it < total) {
+		return s->cycle_max_mom -
+		       (s->cycle_max_mom - s->cycle_min_mom) * one_cycle_scale(s, it, total);
+	}
+	if (fabs(s->decay_step_size) < 1e-9 || fabs(s->decay_mom_rate) < 1e-9) {
+		return s->cycle_max_mom;
+	}
+	double interval = ((double)it - total + 1.0) / s->decay_step_size;
+	return s->cycle_max_mom * (1.0 + s->decay_mom_rate * interval);
+}
+
+double
+zinf_schedule_step_momentum(const struct zinf_schedule_opts *s, int64_t step)
+{
+	return zinf_schedule_momentum(s, step - 2);
 }

@@ -11,8 +11,16 @@
  * scheduler's constructor wrote (its get_lr() at -1). zinf_schedule_lr() is get_lr();
  * zinf_schedule_step_lr() is the lr optimizer step n uses.
  *
- * Not here: OneCycle's momentum cycling (cycle_momentum; the keys are read, the betas are not
- * cycled), per-parameter-group lists of lrs (zinf has one group).
+ * OneCycle with cycle_momentum also writes the optimizer's betas at the same points:
+ * (get_mom(), 0.99), the momentum as the first and DeepSpeed's fixed 0.99 as the second
+ * (lr_schedules.py's min_moms / max_moms), so under it Adam's beta2 is 0.99 whatever the
+ * optimizer's config says. zinf_schedule_momentum() is get_mom()'s first element,
+ * zinf_schedule_step_momentum() the one optimizer step n uses (same convention as the lr); the
+ * trainer hands both betas to zinf_engine_set_betas(). DeepSpeed turns cycle_momentum off (a
+ * warning) for an optimizer without betas (Adagrad).
+ *
+ * Not here: per-parameter-group lists of lrs (zinf has one group); OneCycle's stair counts
+ * (read, no effect, as in DeepSpeed before its staircase was added).
  */
 #ifndef ZINF_SCHEDULE_H
 #define ZINF_SCHEDULE_H
@@ -59,7 +67,7 @@ struct zinf_schedule_opts {
 	int64_t cycle_first_stair_count;     /* read, no effect (as in DeepSpeed); 0 */
 	int64_t cycle_second_stair_count;    /* read, no effect; -1: first's */
 	double decay_step_size;		     /* default 0: no decay */
-	bool cycle_momentum;		     /* read; the betas are not cycled; true */
+	bool cycle_momentum;		     /* cycle the betas; default true */
 	uint8_t reserved[7];		     /* zero */
 	double cycle_min_mom, cycle_max_mom; /* 0.8, 0.9 */
 	double decay_mom_rate;		     /* 0 */
@@ -83,6 +91,25 @@ ZINF_API void zinf_schedule_opts_init(struct zinf_schedule_opts *s, enum zinf_sc
 ZINF_API double zinf_schedule_lr(const struct zinf_schedule_opts *s, int64_t it);
 /** The lr that optimizer step `step` (1, 2, ...) runs with: zinf_schedule_lr(s, step - 2). */
 ZINF_API double zinf_schedule_step_lr(const struct zinf_schedule_opts *s, int64_t step);
+
+/** The second beta DeepSpeed's OneCycle writes beside each momentum (cycle_momentum). */
+#define ZINF_SCHEDULE_MOM_BETA2 0.99
+
+/**
+ * OneCycle's momentum, DeepSpeed's get_mom()[0] with last_batch_iteration = it: during the
+ * cycle cycle_max_mom - (cycle_max_mom - cycle_min_mom) * f, f the lr's position (0 at the
+ * ends, 1 at the peak), so it falls from cycle_max_mom to cycle_min_mom over the first part and
+ * climbs back over the second; after the cycle cycle_max_mom * (1 + decay_mom_rate *
+ * (it - cycle + 1) / decay_step_size) (it grows: a decay_mom_rate > 0 reaches 1 eventually, and
+ * zinf_engine_set_betas refuses a beta1 >= 1), or cycle_max_mom when decay_step_size or
+ * decay_mom_rate is 0. it < 0: cycle_min_mom, what DeepSpeed's constructor writes. NaN when the
+ * schedule does not cycle momentum (NULL, a type other than OneCycle, cycle_momentum false):
+ * the optimizer keeps its betas.
+ */
+ZINF_API double zinf_schedule_momentum(const struct zinf_schedule_opts *s, int64_t it);
+/** The momentum optimizer step `step` (1, 2, ...) runs with: zinf_schedule_momentum(s, step - 2).
+ */
+ZINF_API double zinf_schedule_step_momentum(const struct zinf_schedule_opts *s, int64_t step);
 
 /** "WarmupLR", ... ("none" for ZINF_SCHED_NONE, "?" otherwise). */
 ZINF_API const char *zinf_schedule_name(enum zinf_sched_type type);

@@ -3,7 +3,8 @@
  * tests/engine/test_schedule.c: the lr schedules against their published formulas (DeepSpeed's
  * lr_schedules.py docstrings and code, written again here in double, independently of
  * engine/schedule.c) and against values worked by hand; the loss scaler through forced
- * overflows against sequences worked by hand (hysteresis, window, minimum, static scale).
+ * overflows against sequences worked by hand (hysteresis, window, minimum, static scale);
+ * OneCycle's momentum against its formula and against values worked by hand.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -175,6 +176,95 @@ Test(schedule, one_cycle)
 	/* no decay when decay_step_size is 0 */
 	s.decay_step_size = 0;
 	expect_lr(&s, 100, 0.1);
+}
+
+/* OneCycle's get_mom()[0] (lr_schedules.py) written again in double: it < 0 is what its
+ * constructor writes (min_moms); the cycle's scale as _get_scale_factor; after the cycle
+ * max_moms times (1 + rate * interval), or max_moms when either decay key is 0. */
+static double
+ref_one_cycle_mom(double lo, double hi, double first, double second, double rate, double dstep,
+		  double it)
+{
+	double total = first + second;
+	if (it < 0) {
+		return lo;
+	}
+	if (it < total) {
+		double bi = it + 1, ratio = first / total;
+		double x = 1 + bi / total - floor(1 + bi / total);
+		double f = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+		return hi - (hi - lo) * f;
+	}
+	if (rate == 0 || dstep == 0) {
+		return hi;
+	}
+	return hi * (1 + rate * (it - total + 1) / dstep);
+}
+
+static void
+expect_mom(const struct zinf_schedule_opts *s, int64_t it, double want)
+{
+	double got = zinf_schedule_momentum(s, it);
+	cr_expect(fabs(got - want) <= 1e-12,
+		  "OneCycle momentum at iteration %lld: %.17g, want %.17g", (long long)it, got,
+		  want);
+}
+
+Test(schedule, one_cycle_momentum)
+{
+	struct zinf_schedule_opts s;
+	zinf_schedule_opts_init(&s, ZINF_SCHED_ONE_CYCLE, 0.5);
+	cr_expect(s.cycle_momentum);
+	cr_expect_eq(s.cycle_min_mom, 0.8);
+	cr_expect_eq(s.cycle_max_mom, 0.9);
+	s.cycle_min_lr = 0.1;
+	s.cycle_max_lr = 1.0;
+	s.cycle_first_step_size = 4;
+	s.cycle_min_mom = 0.85;
+	s.cycle_max_mom = 0.95;
+	/* by hand: cycle of 8, momentum lowest where the lr peaks (iteration 3); iteration -1
+	   is the constructor's cycle_min_mom, not the cycle's start; no decay: cycle_max_mom */
+	double want[] = {0.85, 0.925, 0.9, 0.875, 0.85, 0.875, 0.9, 0.925, 0.95, 0.95, 0.95};
+	for (int i = 0; i < 11; i++) {
+		expect_mom(&s, i - 1, want[i]);
+	}
+	expect_mom(&s, 1000, 0.95);
+	/* decay after the cycle: 0.95 x (1 + 0.02 x (it - 8 + 1) / 3) */
+	s.decay_step_size = 3;
+	s.decay_mom_rate = 0.02;
+	expect_mom(&s, 7, 0.95);
+	expect_mom(&s, 8, 0.95 * (1 + 0.02 / 3));
+	expect_mom(&s, 10, 0.95 * 1.02);
+	/* decay_step_size 0 or decay_mom_rate 0: none */
+	s.decay_step_size = 0;
+	expect_mom(&s, 10, 0.95);
+	s.decay_step_size = 3;
+	s.decay_mom_rate = 0;
+	expect_mom(&s, 10, 0.95);
+	/* against the formula: an asymmetric cycle (up 5, down 11), both halves and the decay */
+	s.cycle_first_step_size = 5;
+	s.cycle_second_step_size = 11;
+	s.decay_step_size = 7;
+	s.decay_mom_rate = 0.001;
+	s.cycle_min_mom = 0.8;
+	s.cycle_max_mom = 0.9;
+	for (int64_t it = -1; it < 60; it++) {
+		expect_mom(&s, it, ref_one_cycle_mom(0.8, 0.9, 5, 11, 0.001, 7, (double)it));
+	}
+	/* the step convention: step n runs with iteration n - 2 */
+	for (int64_t n = 1; n < 30; n++) {
+		cr_expect_eq(zinf_schedule_step_momentum(&s, n), zinf_schedule_momentum(&s, n - 2));
+	}
+	cr_expect_eq(zinf_schedule_step_momentum(&s, 1), 0.8);
+	cr_expect_eq(zinf_schedule_step_momentum(&s, 6), 0.8); /* the lr's peak: iteration 4 */
+	cr_expect(fabs(zinf_schedule_step_lr(&s, 6) - 1.0) < 1e-12);
+	/* no cycling: NaN (the optimizer keeps its betas) */
+	s.cycle_momentum = false;
+	cr_expect(isnan(zinf_schedule_momentum(&s, 3)));
+	zinf_schedule_opts_init(&s, ZINF_SCHED_WARMUP_LR, 0.5);
+	cr_expect(isnan(zinf_schedule_step_momentum(&s, 3)));
+	cr_expect(isnan(zinf_schedule_momentum(NULL, 3)));
+	cr_expect_eq(ZINF_SCHEDULE_MOM_BETA2, 0.99);
 }
 
 Test(schedule, lr_range_test)
