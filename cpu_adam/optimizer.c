@@ -138,6 +138,26 @@ zinf_optimizer_set_lr(struct zinf_optimizer *opt, float lr)
 	return 0;
 }
 
+/* The betas of the following steps (the kernels' options are rebuilt). */
+int
+zinf_optimizer_set_betas(struct zinf_optimizer *opt, float beta1, float beta2)
+{
+	if (!opt) {
+		return ZINF_FAIL(-EINVAL, "optimizer: set_betas with a NULL optimizer");
+	}
+	if (opt->o.kind == ZINF_OPTIM_ADAGRAD) {
+		return -EOPNOTSUPP;
+	}
+	if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: betas (%g, %g) outside [0, 1)",
+				 opt->k->name, (double)beta1, (double)beta2);
+	}
+	opt->o.beta1 = beta1;
+	opt->o.beta2 = beta2;
+	kernel_opts(opt);
+	return 0;
+}
+
 int
 zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimizer **out)
 {

@@ -349,6 +349,8 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 		goto fail;
 	}
 	e->lr = e->step_lr = e->o.optimizer.lr;
+	e->beta1 = e->step_beta1 = e->o.optimizer.beta1;
+	e->beta2 = e->step_beta2 = e->o.optimizer.beta2;
 	e->nparts = zinf_optimizer_part_count(e->opt);
 	if (e->otier == ZINF_OFFLOAD_NONE && !e->host_comm &&
 	    (e->o.optimizer.kind > ZINF_OPTIM_ADAMW || e->o.optimizer.state_dtype != ZINF_F32)) {
@@ -617,20 +619,41 @@ zinf_engine_set_lr(struct zinf_engine *e, float lr)
 	return 0;
 }
 
+int
+zinf_engine_set_betas(struct zinf_engine *e, float beta1, float beta2)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: set_betas with a NULL engine");
+	}
+	if (e->o.optimizer.kind == ZINF_OPTIM_ADAGRAD) {
+		return -EOPNOTSUPP;
+	}
+	if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+		return ENG_FAIL(e, -EINVAL, "set_betas: betas (%g, %g) outside [0, 1)",
+				(double)beta1, (double)beta2);
+	}
+	/* taken with the lr (eng_latch_lr) */
+	e->beta1 = beta1;
+	e->beta2 = beta2;
+	return 0;
+}
+
 /*
- * The learning rate of the coming step is the one set before the first gradient of its
- * boundary micro-batch: from then on sub-groups may be stepped during backward, and stepping
- * after backward must use the same value to give the same bits.
+ * The learning rate and betas of the coming step are the ones set before the first gradient
+ * of its boundary micro-batch: from then on sub-groups may be stepped during backward, and
+ * stepping after backward must use the same values to give the same bits.
  */
 int
 eng_latch_lr(struct zinf_engine *e)
 {
-	if (e->lr == e->step_lr) {
-		return 0;
-	}
-	int ret = zinf_optimizer_set_lr(e->opt, e->lr);
-	if (!ret) {
+	int ret = 0;
+	if (e->lr != e->step_lr && !(ret = zinf_optimizer_set_lr(e->opt, e->lr))) {
 		e->step_lr = e->lr;
+	}
+	if (!ret && (e->beta1 != e->step_beta1 || e->beta2 != e->step_beta2) &&
+	    !(ret = zinf_optimizer_set_betas(e->opt, e->beta1, e->beta2))) {
+		e->step_beta1 = e->beta1;
+		e->step_beta2 = e->beta2;
 	}
 	return ret;
 }

@@ -166,8 +166,10 @@ struct zinf_engine {
 	uint8_t *sg_handed;	   /* sub-group k handed to the worker in this step */
 
 	struct zinf_optimizer *opt;
-	float lr;      /* set by zinf_engine_set_lr */
-	float step_lr; /* in the optimizer: latched for the step in progress */
+	float lr;		      /* set by zinf_engine_set_lr */
+	float step_lr;		      /* in the optimizer: latched for the step in progress */
+	float beta1, beta2;	      /* set by zinf_engine_set_betas */
+	float step_beta1, step_beta2; /* in the optimizer, latched as step_lr */
 	uint32_t nparts;
 
 	/* parameters and layers */
@@ -259,7 +261,7 @@ struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
 /* queue on `to` a wait for everything queued on `from` so far */
-int eng_latch_lr(struct zinf_engine *e);
+int eng_latch_lr(struct zinf_engine *e); /* the lr and the betas */
 int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to);
 
 /* engine_param.c */

@@ -225,8 +225,7 @@ eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 		if (on_dev && !host_dev) {
 			struct zinf_adam_opts a;
 			zinf_adam_opts_init(&a);
-			a.lr = e->step_lr, a.beta1 = e->o.optimizer.beta1,
-			a.beta2 = e->o.optimizer.beta2;
+			a.lr = e->step_lr, a.beta1 = e->step_beta1, a.beta2 = e->step_beta2;
 			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
 			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
 			a.bias_correction = e->o.optimizer.bias_correction;

@@ -81,6 +81,13 @@ ZINF_API void zinf_optimizer_destroy(struct zinf_optimizer *opt);
  * infinite) with a message.
  */
 ZINF_API int zinf_optimizer_set_lr(struct zinf_optimizer *opt, float lr);
+/**
+ * Set beta1 and beta2 of the following steps (OneCycle's momentum cycling), as set_lr. Returns
+ * 0; -EINVAL (NULL, a value outside [0, 1) or NaN) with a message; -EOPNOTSUPP for Adagrad,
+ * which has no betas (nothing logged: the caller decides, as DeepSpeed's OneCycle warns and
+ * stops cycling).
+ */
+ZINF_API int zinf_optimizer_set_betas(struct zinf_optimizer *opt, float beta1, float beta2);
 
 /** "adam", "adamw", "adagrad" or "lion"; "?" for NULL. */
 ZINF_API const char *zinf_optimizer_name(const struct zinf_optimizer *opt);

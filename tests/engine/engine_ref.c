@@ -214,10 +214,19 @@ eref_train(const struct eref_opts *o, struct eref_result *out)
 		if (t < 65) {
 			out->abs_grad[t] = amax;
 		}
-		if (o->lr_step > 0 && t == o->lr_step + 1) {
+		bool lr_now = o->lr_step > 0 && t == o->lr_step + 1;
+		bool betas_now = o->betas_step > 0 && t == o->betas_step + 1;
+		if (lr_now || betas_now) {
+			/* a new optimizer created with the new values (not the setters) */
 			zinf_optimizer_destroy(opt);
 			opt = NULL;
-			oo.lr = o->lr_after;
+			if (lr_now) {
+				oo.lr = o->lr_after;
+			}
+			if (betas_now) {
+				oo.beta1 = o->beta1_after;
+				oo.beta2 = o->beta2_after;
+			}
 			rc = zinf_optimizer_create(&oo, &opt);
 		}
 		for (uint32_t id = 0; id < EREF_NPARAMS && rc == 0; id++) {

@@ -76,6 +76,9 @@ struct eref_opts {
 	/* after step `lr_step` (1-based; 0: never), the learning rate becomes lr_after */
 	int lr_step;
 	float lr_after;
+	/* after step `betas_step` (0: never), the betas become beta1_after, beta2_after */
+	int betas_step;
+	float beta1_after, beta2_after;
 };
 
 struct eref_result {
