@@ -15,7 +15,9 @@
  * loss scaling are the engine's: the trainer multiplies dL/dlogits by zinf_engine_loss_scale
  * (gpt_train.c) and takes zinf_engine_step's 2 (a step skipped on an fp16 overflow) as
  * DeepSpeed's engine does: the step is counted and reported ("skipped"), the lr schedule is
- * not advanced (DeepSpeed calls lr_scheduler.step() only for an applied step). Not here:
+ * not advanced (DeepSpeed calls lr_scheduler.step() only for an applied step). OneCycle with
+ * cycle_momentum also sets the betas each step (zinf_engine_set_betas: the momentum and 0.99, as
+ * DeepSpeed's scheduler writes them). Not here:
  * checkpoints.
  */
 #define _GNU_SOURCE
@@ -78,6 +80,8 @@ struct run {
 	bool stop;	  /* a rank was interrupted: every rank stops after this step */
 	double *losses;	  /* [steps] */
 	int sched_step;	  /* the lr schedule's step: applied (not skipped) steps + 1 */
+	bool no_momentum; /* OneCycle's cycle_momentum off: the optimizer has no betas */
+	double beta1;	  /* this step's OneCycle momentum; NaN without */
 	/* sums over the steps run, from the engine's per-step statistics */
 	double exposed_fetch_s, exposed_step_s, optimizer_s;
 	uint64_t nvme_read, nvme_write;
@@ -337,6 +341,25 @@ train_step(struct run *R, int step, double *lr_out, double *loss_out, bool *skip
 		fprintf(stderr, "zinf_gpt: set_lr %g: %s\n", lr, zinf_strerror(r));
 		return r;
 	}
+	/* OneCycle's cycle_momentum: betas (momentum, 0.99) as DeepSpeed's scheduler writes them;
+	   an optimizer without betas (Adagrad) turns it off with a warning, as DeepSpeed does */
+	double mom = zinf_schedule_step_momentum(&R->cfg.scheduler, R->sched_step);
+	if (!R->no_momentum && !isnan(mom)) {
+		r = zinf_engine_set_betas(t->e, (float)mom, (float)ZINF_SCHEDULE_MOM_BETA2);
+		if (r == -EOPNOTSUPP) {
+			if (R->lead) {
+				fprintf(stderr,
+					"zinf_gpt: warning: cycle_momentum is disabled: the "
+					"optimizer has no betas\n");
+			}
+			R->no_momentum = true;
+		} else if (r) {
+			fprintf(stderr, "zinf_gpt: OneCycle momentum %g at step %d: %s\n", mom,
+				R->sched_step, zinf_strerror(r));
+			return r;
+		}
+	}
+	R->beta1 = R->no_momentum || isnan(mom) ? NAN : mom;
 	for (int micro = 0; micro < t->gas; micro++) {
 		double ls;
 		if ((r = load_batch(R, step, micro)) || (r = gpt_micro_batch(t, &ls))) {
@@ -430,9 +453,12 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 	double rd = es.nvme_read_bytes / wall / 1e9, wr = es.nvme_write_bytes / wall / 1e9;
 	if (R->json) {
 		/* JSON has no infinity or NaN: an overflowed step's norm is null */
-		char gnorm[32] = "null";
+		char gnorm[32] = "null", beta1[32] = "null";
 		if (isfinite(es.grad_norm)) {
 			snprintf(gnorm, sizeof(gnorm), "%.9g", es.grad_norm);
+		}
+		if (!isnan(R->beta1)) {
+			snprintf(beta1, sizeof(beta1), "%.9g", R->beta1);
 		}
 		fprintf(R->json,
 			"{\"step\": %d, \"loss\": %.17g, \"floor\": %.17g, \"lr\": %.9g, "
@@ -444,7 +470,8 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			"\"stepped_during_backward\": %u, \"sub_groups\": %u, \"trace_hits\": "
 			"%llu, "
 			"\"trace_misses\": %llu, \"peak_live_elems\": %llu, \"grad_norm\": %s, "
-			"\"loss_scale\": %.17g, \"skipped\": %s, \"skipped_steps\": %llu}\n",
+			"\"loss_scale\": %.17g, \"skipped\": %s, \"skipped_steps\": %llu, "
+			"\"beta1\": %s}\n",
 			step, loss, R->data.entropy, lr, wall, toks,
 			(unsigned long long)es.nvme_read_bytes,
 			(unsigned long long)es.nvme_write_bytes, rd, wr, lk, es.exposed_fetch_s,
@@ -452,7 +479,7 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			es.sub_groups, (unsigned long long)es.trace_hits,
 			(unsigned long long)es.trace_misses, (unsigned long long)es.peak_live_elems,
 			gnorm, es.loss_scale, skipped ? "true" : "false",
-			(unsigned long long)es.skipped_steps);
+			(unsigned long long)es.skipped_steps, beta1);
 	}
 	if (R->lead && !R->a.quiet &&
 	    (skipped || step % R->spp == 0 || step == 1 || step == R->a.steps)) {
@@ -504,7 +531,7 @@ summary(const struct run *R, double total)
 int
 main(int argc, char **argv)
 {
-	struct run R = {.t = {.ops = &gpt_cpu_ops}, .log_rank = -1, .sched_step = 1};
+	struct run R = {.t = {.ops = &gpt_cpu_ops}, .log_rank = -1, .sched_step = 1, .beta1 = NAN};
 	zinf_config_init(&R.cfg);
 	int rc = run_init(&R, argc, argv);
 	if (rc) {

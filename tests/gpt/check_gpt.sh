@@ -23,6 +23,13 @@
 #   clip             zero0_memory.json with "gradient_clipping": 0.1 (fp32): grad_norm > 0.1
 #                    on each of the first 5 steps (clipping active), losses differ from the
 #                    unclipped run's, the loss still fell
+#   one_cycle        zero0_memory.json with DeepSpeed's OneCycle (cycle of 8 + 12 steps,
+#                    momentum 0.95 -> 0.85 -> 0.95, then decay_mom_rate 0.004 every 2 steps): each
+#                    record's beta1 equals get_mom()[0] at that step, worked here in awk from the
+#                    published formula (constructor's cycle_min_mom on step 1); losses differ from
+#                    the same run with "cycle_momentum": false (beta1 null there: the betas really
+#                    change the steps); the loss still fell. With Adagrad (no betas) the run
+#                    warns that cycle_momentum is disabled, as DeepSpeed does, and trains
 #   refusals         a hidden size that the heads do not divide exits 2 (fp16 configs are
 #                    trained: case fp16)
 #   threads          one and three OpenMP threads: bit-identical (the CPU layers write every
@@ -185,6 +192,55 @@ fp16)
 			exit bad
 		}'
 	echo "ok: fp16 trained at 65536; overflow run matches the scaler"
+	;;
+one_cycle)
+	onecycle() { # MOMENTUM(true|false) OPTIMIZER
+		sed -e '/"scheduler"/,/^    },$/c\
+    "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-3, "cycle_max_lr": 6e-3,\
+        "cycle_first_step_size": 8, "cycle_second_step_size": 12, "decay_step_size": 2,\
+        "decay_lr_rate": 0.1, "cycle_momentum": '"$1"', "cycle_min_mom": 0.85,\
+        "cycle_max_mom": 0.95, "decay_mom_rate": 0.004}},' \
+			-e 's/"type": "AdamW"/"type": "'"$2"'"/' \
+			-e 's/, "betas": \[0.9, 0.95\], "eps": 1e-8/, "eps": 1e-8/' \
+			"$cfgdir/zero0_memory.json"
+	}
+	onecycle true AdamW >"$work/mom.json"
+	onecycle false AdamW >"$work/nomom.json"
+	grep -q '"cycle_momentum": true' "$work/mom.json" || { echo "FAIL: sed"; cat "$work/mom.json"; exit 1; }
+	run "$work/mom.jsonl" -- --config "$work/mom.json" --batch 6
+	run "$work/nomom.jsonl" -- --config "$work/nomom.json" --batch 6
+	fell "$work/mom.jsonl"
+	fell "$work/nomom.jsonl"
+	# step n (no step skipped in fp32) runs at last_batch_iteration it = n - 2
+	field "$work/mom.jsonl" beta1 | awk '
+		BEGIN { lo = 0.85; hi = 0.95; first = 8; total = 20; rate = 0.004; dstep = 2 }
+		{
+			it = NR - 2
+			if (it < 0) want = lo
+			else if (it < total) {
+				bi = it + 1; x = 1 + bi / total - int(1 + bi / total); r = first / total
+				f = x <= r ? x / r : (x - 1) / (r - 1)
+				want = hi - (hi - lo) * f
+			} else want = hi * (1 + rate * (it - total + 1) / dstep)
+			d = $1 - want; if (d < 0) d = -d
+			if (!(d <= 1e-8)) { printf "FAIL: step %d: beta1 %s, want %.9g\n", NR, $1, want; bad = 1 }
+			if (NR == 9 && (want - lo > 1e-12 || lo - want > 1e-12)) { print "FAIL: the lr peak (step 9) is not the momentum trough"; bad = 1 }
+		}
+		END { if (NR != 30) { print "FAIL: " NR " records"; bad = 1 }
+		      printf "beta1 over 30 steps matches OneCycle (last %s)\n", $1; exit bad }'
+	[ "$(field "$work/nomom.jsonl" beta1 | sort -u)" = null ] ||
+		{ echo "FAIL: beta1 recorded without cycle_momentum"; exit 1; }
+	if diff -q <(losses "$work/mom.jsonl") <(losses "$work/nomom.jsonl") >/dev/null; then
+		echo "FAIL: cycling the momentum changed no loss"
+		exit 1
+	fi
+	onecycle true Adagrad >"$work/ada.json"
+	run "$work/ada.jsonl" -- --config "$work/ada.json" --batch 6 2>"$work/ada.err"
+	grep -q 'cycle_momentum is disabled' "$work/ada.err" ||
+		{ echo "FAIL: no warning for Adagrad"; cat "$work/ada.err"; exit 1; }
+	[ "$(field "$work/ada.jsonl" beta1 | sort -u)" = null ] ||
+		{ echo "FAIL: beta1 recorded for Adagrad"; exit 1; }
+	echo "ok: OneCycle momentum applied; Adagrad warned"
 	;;
 clip)
 	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
