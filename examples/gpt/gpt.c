@@ -13,12 +13,12 @@
  * progress bar on a terminal, --json records, the summary). The data (gpt_data.h) is a Markov
  * source with a known entropy rate, printed as the loss's floor. gradient_clipping and fp16
  * loss scaling are the engine's: the trainer multiplies dL/dlogits by zinf_engine_loss_scale
- * (gpt_train.c) and takes zinf_engine_step's 2 (a step skipped on an fp16 overflow) as
- * DeepSpeed's engine does: the step is counted and reported ("skipped"), the lr schedule is
- * not advanced (DeepSpeed calls lr_scheduler.step() only for an applied step). OneCycle with
- * cycle_momentum also sets the betas each step (zinf_engine_set_betas: the momentum and 0.99, as
- * DeepSpeed's scheduler writes them). Not here:
- * checkpoints.
+ * and hands fp16 gradients as f16 (gpt_train.c), and takes zinf_engine_step's 2 (a step
+ * skipped on an fp16 overflow) as DeepSpeed's engine does: the step is counted and reported
+ * ("skipped"), the lr schedule is not advanced (DeepSpeed calls lr_scheduler.step() only for
+ * an applied step). OneCycle with cycle_momentum also sets the betas each step
+ * (zinf_engine_set_betas: the momentum and 0.99, as DeepSpeed's scheduler writes them). Not
+ * here: checkpoints.
  */
 #define _GNU_SOURCE
 #include <errno.h>

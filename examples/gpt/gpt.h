@@ -51,6 +51,7 @@ struct gpt_bufs {
 	gpt_real *dblock[2];	      /* two block gradients, alternated */
 	gpt_real *dwte, *dwpe, *dlnf; /* dlnf: [2C] weight then bias */
 	gpt_real *f32_embed, *f32_block, *f32_lnf; /* bf16 engines: f32 copies */
+	void *grad16; /* fp16 engines: one gradient as f16 (the largest tensor's numel) */
 };
 
 /* Seconds spent, this rank, since the start. */

@@ -174,11 +174,26 @@ sync_cs(struct gpt_trainer *t)
 	return r;
 }
 
+/*
+ * Hand parameter id's gradient (numel elements, already times the loss scale). With fp16 it is
+ * first cast to f16 on the compute stream, as DeepSpeed's fp16 backward produces it (round to
+ * nearest even; past 65504 an infinity, which the engine's overflow check sees): the engine
+ * copies it before anything queued after this call, so one buffer serves every gradient. bf16
+ * and f32 hand the f32 gradient (bf16 has f32's range: no overflow is lost).
+ */
 static int
-grad(struct gpt_trainer *t, uint32_t id, const gpt_real *g)
+grad(struct gpt_trainer *t, uint32_t id, const gpt_real *g, size_t numel)
 {
 	double t0 = zinf_now_s();
-	int r = zinf_engine_grad(t->e, id, g, ZINF_F32);
+	const void *h = g;
+	enum zinf_dtype dt = ZINF_F32;
+	int r = 0;
+	if (t->dtype == ZINF_F16) {
+		r = zinf_device_cast(t->cs, t->b.grad16, ZINF_F16, g, ZINF_F32, numel);
+		h = t->b.grad16;
+		dt = ZINF_F16;
+	}
+	r = r ?: zinf_engine_grad(t->e, id, h, dt);
 	t->tm.grad += zinf_now_s() - t0;
 	if (r) {
 		fprintf(stderr, "zinf_gpt: rank %d: grad %u: %s\n", t->rank, id, zinf_strerror(r));
@@ -270,8 +285,9 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 				  ZINF_COPY_D2H))) {
 		return r;
 	}
-	if ((r = release(t, GPT_LAYER_EMBED)) || (r = grad(t, t->m.lnfw, b->dlnf)) ||
-	    (r = grad(t, t->m.lnfb, b->dlnf + d->C)) || (r = release(t, GPT_LAYER_LNF(d)))) {
+	if ((r = release(t, GPT_LAYER_EMBED)) || (r = grad(t, t->m.lnfw, b->dlnf, (size_t)d->C)) ||
+	    (r = grad(t, t->m.lnfb, b->dlnf + d->C, (size_t)d->C)) ||
+	    (r = release(t, GPT_LAYER_LNF(d)))) {
 		return r;
 	}
 	/* backward through the blocks; their gradient buffers alternate so that a GPU backend
@@ -289,7 +305,7 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 		t->tm.compute += zinf_now_s() - t0;
 		uint32_t id0 = t->m.block0 + (uint32_t)(l * GPT_BLOCK_TENSORS);
 		for (int k = GPT_BLOCK_TENSORS - 1; k >= 0 && !r; k--) {
-			r = grad(t, id0 + (uint32_t)k, bg[k]);
+			r = grad(t, id0 + (uint32_t)k, bg[k], gpt_block_numel(d, k));
 		}
 		if (r || (r = release(t, GPT_LAYER_BLOCK(d, l)))) {
 			return r;
@@ -307,7 +323,8 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	t0 = zinf_now_s();
 	ops->encoder_backward(d, a, b->tokens, b->dwte, b->dwpe);
 	t->tm.compute += zinf_now_s() - t0;
-	if ((r = grad(t, t->m.wpe, b->dwpe)) || (r = grad(t, t->m.wte, b->dwte))) {
+	if ((r = grad(t, t->m.wpe, b->dwpe, (size_t)d->T * d->C)) ||
+	    (r = grad(t, t->m.wte, b->dwte, (size_t)d->V * d->C))) {
 		return r;
 	}
 	return release(t, GPT_LAYER_EMBED);
@@ -363,6 +380,10 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 		r = r ?: dalloc(t, blk * g, &b->f32_block);
 		r = r ?: dalloc(t, 2 * C * g, &b->f32_lnf);
 	}
+	if (!r && t->dtype == ZINF_F16) {
+		size_t most = (size_t)d->V * C > blk ? (size_t)d->V * C : blk; /* any tensor's */
+		r = dalloc(t, (most > (size_t)d->T * C ? most : (size_t)d->T * C) * 2, &b->grad16);
+	}
 	if (!r) {
 		gpt_acts_carve(d, b->acts_base, &b->acts);
 	}
@@ -373,8 +394,9 @@ void
 gpt_bufs_free(struct gpt_trainer *t)
 {
 	struct gpt_bufs *b = &t->b;
-	void *all[] = {b->acts_base, b->tokens, b->targets,   b->dblock[0], b->dblock[1], b->dwte,
-		       b->dwpe,	     b->dlnf,	b->f32_embed, b->f32_block, b->f32_lnf};
+	void *all[] = {b->acts_base, b->tokens,	   b->targets, b->dblock[0],
+		       b->dblock[1], b->dwte,	   b->dwpe,    b->dlnf,
+		       b->f32_embed, b->f32_block, b->f32_lnf, b->grad16};
 	if (!t->dev) {
 		return;
 	}
