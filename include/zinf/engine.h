@@ -338,9 +338,9 @@ ZINF_API double zinf_engine_loss_scale(const struct zinf_engine *e);
 ZINF_API int zinf_engine_set_lr(struct zinf_engine *e, float lr);
 /**
  * beta1 and beta2 of the following optimizer steps (OneCycle's momentum cycling: the trainer
- * passes zinf_schedule_step_momentum() and ZINF_SCHEDULE_MOM_BETA2), taken as zinf_engine_set_lr's
- * value is, on every tier (Adam/AdamW's, Lion's betas). -EINVAL for a value outside [0, 1) or
- * NaN; -EOPNOTSUPP for Adagrad, which has no betas (nothing logged). The engine goes on with its
+ * passes zinf_schedule_step_momentum() and ZINF_SCHEDULE_MOM_BETA2), taken as set_lr's value
+ * is, on every tier (Adam/AdamW's, Lion's betas). -EINVAL for a value outside [0, 1) or NaN;
+ * -EOPNOTSUPP for Adagrad, which has no betas (nothing logged). The engine goes on with its
  * previous betas after an error.
  */
 ZINF_API int zinf_engine_set_betas(struct zinf_engine *e, float beta1, float beta2);

@@ -107,8 +107,7 @@ ZINF_API double zinf_schedule_step_lr(const struct zinf_schedule_opts *s, int64_
  * the optimizer keeps its betas.
  */
 ZINF_API double zinf_schedule_momentum(const struct zinf_schedule_opts *s, int64_t it);
-/** The momentum optimizer step `step` (1, 2, ...) runs with: zinf_schedule_momentum(s, step - 2).
- */
+/** The momentum optimizer step `step` (1, 2, ...) runs with: momentum(s, step - 2). */
 ZINF_API double zinf_schedule_step_momentum(const struct zinf_schedule_opts *s, int64_t step);
 
 /** "WarmupLR", ... ("none" for ZINF_SCHED_NONE, "?" otherwise). */
