@@ -46,6 +46,7 @@
 
 #include "cli/cli.h"
 #include "common/util.h"
+#include "zinf/checkpoint.h"
 #include "zinf/engine.h"
 #include "zinf/swap.h"
 
@@ -504,7 +505,8 @@ measure_checkpoint(struct run *r)
 	for (uint32_t j = 0; j < NPARAM; j++) {
 		elems += param_numel(c, j) * c->layers;
 	}
-	uint32_t sb = c->optimizer == ZINF_OPTIM_ADAGRAD || c->optimizer == ZINF_OPTIM_LION ? 8 : 12;
+	uint32_t sb =
+		c->optimizer == ZINF_OPTIM_ADAGRAD || c->optimizer == ZINF_OPTIM_LION ? 8 : 12;
 	int fw = c->stage == 0 ? 1 : r->world;
 	r->ck_bytes = (r->rank < fw ? elems / (uint64_t)fw : 0) * sb;
 	if (mkdir(c->checkpoint, 0755) != 0 && errno != EEXIST) {
@@ -534,9 +536,9 @@ measure_checkpoint(struct run *r)
 		r->ck_ref_write_s = median3(w, CK_ROUNDS);
 		r->ck_ref_read_s = median3(rd, CK_ROUNDS);
 		double scale = r->ck_ref_bytes ? (double)r->ck_bytes / (double)r->ck_ref_bytes : 0;
-		r->ck_bound_s = scale * (r->ck_ref_write_s + (c->off_optim == ZINF_OFFLOAD_NVME
-								      ? r->ck_ref_read_s
-								      : 0));
+		r->ck_bound_s =
+			scale * (r->ck_ref_write_s +
+				 (c->off_optim == ZINF_OFFLOAD_NVME ? r->ck_ref_read_s : 0));
 	}
 	return rc;
 }
@@ -737,8 +739,9 @@ report_json(const struct run *r)
 		json_object_set_new(k, "ref_write_s", cli_json_real(r->ck_ref_write_s));
 		json_object_set_new(k, "ref_read_s", cli_json_real(r->ck_ref_read_s));
 		json_object_set_new(k, "bound_s", cli_json_real(r->ck_bound_s));
-		json_object_set_new(k, "save_efficiency",
-				    cli_json_real(r->ck_save_s > 0 ? r->ck_bound_s / r->ck_save_s : 0));
+		json_object_set_new(
+			k, "save_efficiency",
+			cli_json_real(r->ck_save_s > 0 ? r->ck_bound_s / r->ck_save_s : 0));
 		json_object_set_new(o, "checkpoint", k);
 	}
 	json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak_bytes()));

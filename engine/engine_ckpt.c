@@ -213,11 +213,13 @@ static json_t *
 scaler_json(const struct zinf_loss_scaler *ls)
 {
 	json_t *o = json_object();
+	int64_t good = ls->last_overflow >= 0 ? ls->iter - ls->last_overflow - 1 : ls->iter;
 	json_object_set_new(o, "scale", json_real(ls->scale));
-	json_object_set_new(o, "cur_hysteresis", json_integer(ls->cur_hysteresis));
+	json_object_set_new(o, "good_steps", json_integer(good > 0 ? good : 0));
+	json_object_set_new(o, "hysteresis_left", json_integer(ls->cur_hysteresis));
+	json_object_set_new(o, "overflows", json_integer((json_int_t)ls->overflows));
 	json_object_set_new(o, "iter", json_integer(ls->iter));
 	json_object_set_new(o, "last_overflow", json_integer(ls->last_overflow));
-	json_object_set_new(o, "overflows", json_integer((json_int_t)ls->overflows));
 	return o;
 }
 

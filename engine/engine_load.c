@@ -296,6 +296,9 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 	if (!ret && (o.client_out || o.client_cap)) {
 		ret = read_client(e, tagdir, &o);
 	}
+	if (opts) {
+		opts->client_len = o.client_len;
+	}
 	if ((ret = eng_agree(e, ret, "load: checking the checkpoint"))) {
 		zinf_ckpt_close(c);
 		return ret;
@@ -318,9 +321,6 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 			e->ls.iter = cnt.ls.iter;
 			e->ls.last_overflow = cnt.ls.last_overflow;
 			e->ls.overflows = cnt.ls.overflows;
-		}
-		if (opts) {
-			opts->client_len = o.client_len;
 		}
 	}
 	int agreed = eng_agree(e, ret, "load");

@@ -865,6 +865,7 @@ zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode
 	if (rc < 0) {
 		return rc;
 	}
+	rc = 0; /* the acquire's buffer index */
 	struct zinf_swap_op ops[ZINF_OPTIM_MAX_PARTS];
 	bool started[ZINF_OPTIM_MAX_PARTS] = {false};
 	for (uint32_t p = 0; p < st->nopt; p++) {

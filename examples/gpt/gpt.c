@@ -287,7 +287,6 @@ run_fini(struct run *R)
 	}
 }
 
-
 /* ---- checkpoints (--save, --resume) -------------------------------------------------------- */
 
 /* The trainer's own state, the checkpoint's client blob: where the loop is, the schedule's
@@ -319,8 +318,11 @@ save_checkpoint(struct run *R, int step)
 	if (!buf) {
 		return -ENOMEM;
 	}
-	struct gpt_ckpt_head h = {.magic = "zgptck1", .step = step, .sched_step = R->sched_step,
-				  .seed = R->a.seed, .gas = R->t.gas};
+	struct gpt_ckpt_head h = {.magic = "zgptck1",
+				  .step = step,
+				  .sched_step = R->sched_step,
+				  .seed = R->a.seed,
+				  .gas = R->t.gas};
 	ckpt_dims(R, h.dims);
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), R->losses, (size_t)step * sizeof(double));
@@ -372,8 +374,9 @@ resume_checkpoint(struct run *R, int *first_step)
 	} else if (o.client_len < sizeof(h) ||
 		   (memcpy(&h, buf, sizeof(h)), memcmp(h.magic, "zgptck1", 8) != 0) ||
 		   o.client_len != sizeof(h) + (size_t)h.step * sizeof(double)) {
-		fprintf(stderr, "zinf_gpt: %s: not a zinf_gpt checkpoint (its trainer state is %llu "
-				"bytes)\n",
+		fprintf(stderr,
+			"zinf_gpt: %s: not a zinf_gpt checkpoint (its trainer state is %llu "
+			"bytes)\n",
 			R->a.resume, (unsigned long long)o.client_len);
 		r = -EINVAL;
 	} else if (h.seed != R->a.seed || memcmp(h.dims, dims, sizeof(dims)) != 0 ||
@@ -639,8 +642,8 @@ main(int argc, char **argv)
 			goto out;
 		}
 		report_step(&R, step, lr, loss, skipped, zinf_now_s() - t0);
-		if (R.a.save && R.a.save_every > 0 && step % R.a.save_every == 0 && step < R.a.steps &&
-		    !R.stop && save_checkpoint(&R, step)) {
+		if (R.a.save && R.a.save_every > 0 && step % R.a.save_every == 0 &&
+		    step < R.a.steps && !R.stop && save_checkpoint(&R, step)) {
 			goto out;
 		}
 	}

@@ -51,8 +51,10 @@ static const struct flag flags[] = {
 	 A(scratch_parent), 0, 0},
 	{"steps-per-print", "N", "override the config's steps_per_print", K_INT, A(steps_per_print),
 	 1, 1 << 30},
-	{"save", "DIR", "save checkpoints into DIR (at the end, every --save-every steps, and on "
-	 "Ctrl-C)", K_STR, A(save), 0, 0},
+	{"save", "DIR",
+	 "save checkpoints into DIR (at the end, every --save-every steps, and on "
+	 "Ctrl-C)",
+	 K_STR, A(save), 0, 0},
 	{"save-every", "N", "steps between checkpoints (default 0: at the end only)", K_INT,
 	 A(save_every), 0, 100000000},
 	{"resume", "DIR", "continue from DIR's latest checkpoint (to --steps in all)", K_STR,

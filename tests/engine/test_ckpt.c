@@ -233,7 +233,7 @@ Test(ckpt, load_into_other_tiers_and_stage)
 static bool
 exists(const char *dir, const char *name)
 {
-	char p[4096];
+	char p[8192];
 	snprintf(p, sizeof(p), "%s/%s", dir, name);
 	struct stat st;
 	return stat(p, &st) == 0;
@@ -242,7 +242,7 @@ exists(const char *dir, const char *name)
 static char *
 slurp(const char *dir, const char *name)
 {
-	char p[4096];
+	char p[8192];
 	snprintf(p, sizeof(p), "%s/%s", dir, name);
 	FILE *f = fopen(p, "rb");
 	cr_assert_not_null(f, "%s missing", p);
@@ -434,7 +434,7 @@ load_refused(const struct cfg *c, const char *nvme, const char *ck, const char *
 static void
 corrupt(const char *dir, const char *name, long at, int how)
 {
-	char p[4096];
+	char p[8192];
 	snprintf(p, sizeof(p), "%s/%s", dir, name);
 	if (how == 0) { /* flip one byte */
 		int fd = open(p, O_RDWR);

@@ -34,6 +34,7 @@
 #include "zinf/adam.h"
 #include "zinf/comm.h"
 #include "zinf/device.h"
+#include "zinf/checkpoint.h"
 #include "zinf/engine.h"
 #include "zinf/io.h"
 
@@ -1284,19 +1285,19 @@ static const struct {
 	int (*fn)(void);
 	bool named_only; /* run only when named on the command line */
 } cases[] = {
-	{"known_answer", case_known_answer},
-	{"matrix", case_matrix},
-	{"unquantised", case_unquantised},
-	{"bf16", case_bf16},
-	{"live_and_persistence", case_live_and_persistence},
-	{"trace", case_trace},
-	{"clip", case_clip},
-	{"ckpt_resume", case_ckpt_resume},
+	{"known_answer", case_known_answer, false},
+	{"matrix", case_matrix, false},
+	{"unquantised", case_unquantised, false},
+	{"bf16", case_bf16, false},
+	{"live_and_persistence", case_live_and_persistence, false},
+	{"trace", case_trace, false},
+	{"clip", case_clip, false},
+	{"ckpt_resume", case_ckpt_resume, false},
 	{"ckpt_save", case_ckpt_save, true},
 	{"ckpt_reshard", case_ckpt_reshard, true},
-	{"fetch_mismatch", case_fetch_mismatch},
-	{"io_fault", case_io_fault},
-	{"step_fault_agreed", case_step_fault_agreed},
+	{"fetch_mismatch", case_fetch_mismatch, false},
+	{"io_fault", case_io_fault, false},
+	{"step_fault_agreed", case_step_fault_agreed, false},
 };
 
 int
