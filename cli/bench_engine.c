@@ -46,6 +46,7 @@
 
 #include "cli/cli.h"
 #include "common/util.h"
+#include "zinf/checkpoint.h"
 #include "zinf/engine.h"
 #include "zinf/swap.h"
 
@@ -69,6 +70,7 @@ struct cfg {
 	double compute_ms;
 	int stage, off_param, off_optim, optimizer, dtype, device;
 	struct cli_list paths;
+	const char *checkpoint;
 	bool no_sdb, compare, pin, json;
 };
 
@@ -129,6 +131,9 @@ static const struct cli_opt opts[] = {
 	{"compare", CLI_FLAG, &cfg.compare, NULL, NULL,
 	 "also run step_during_backward off, interleaved step by step"},
 	{"pin-memory", CLI_FLAG, &cfg.pin, NULL, NULL, "page-lock the offload buffers"},
+	{"checkpoint", CLI_STR, &cfg.checkpoint, NULL, "DIR",
+	 "after the steps, time zinf_engine_save and zinf_engine_load into DIR (interleaved "
+	 "rounds with a write and a read of as many bytes there)"},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout (rank 0)"},
 	{NULL},
 };
@@ -194,6 +199,9 @@ struct run {
 	/* the disk rate (NVMe tiers only) */
 	uint64_t disk_bytes;
 	double disk_read_s, disk_write_s, disk_rate;
+	/* --checkpoint: medians of the rounds; this rank's state bytes; the reference's */
+	uint64_t ck_bytes, ck_ref_bytes;
+	double ck_save_s, ck_load_s, ck_ref_write_s, ck_ref_read_s, ck_bound_s;
 };
 
 static int
@@ -383,9 +391,9 @@ disk_pass(struct zinf_swap *sw, const int *ids, int n, char **buf, bool write, d
  * directories through zinf_swap, with the I/O options the engine's aio defaults give.
  */
 static int
-measure_disk(struct run *r, uint64_t bytes)
+disk_rw(struct run *r, const char *const *dirs, unsigned n_dirs, const char *tag, uint64_t bytes,
+	uint64_t *moved, double *write_s, double *read_s)
 {
-	const struct cfg *c = r->c;
 	struct zinf_engine_opts eo;
 	zinf_engine_opts_init(&eo);
 	struct zinf_io_opts io_o;
@@ -402,11 +410,11 @@ measure_disk(struct run *r, uint64_t bytes)
 		return fail_call(r, "measuring the disk: zinf_io_create", rc);
 	}
 	char prefix[96];
-	snprintf(prefix, sizeof(prefix), "%s-disk", r->arm[0].prefix);
+	snprintf(prefix, sizeof(prefix), "%s-%s", r->arm[0].prefix, tag);
 	struct zinf_swap_opts so;
 	zinf_swap_opts_init(&so);
-	so.dirs = c->paths.v;
-	so.n_dirs = c->paths.n;
+	so.dirs = dirs;
+	so.n_dirs = n_dirs;
 	so.prefix = prefix;
 	so.rank = r->rank;
 	if ((rc = cli_swap_create(PROG, io, &so, &sw))) {
@@ -436,12 +444,11 @@ measure_disk(struct run *r, uint64_t bytes)
 		}
 		memset(buf[k], 0x5a + k, zinf_swap_buf_bytes(sw, ids[0]));
 	}
-	if ((rc = disk_pass(sw, ids, n, buf, true, &r->disk_write_s)) ||
-	    (rc = disk_pass(sw, ids, n, buf, false, &r->disk_read_s))) {
+	if ((rc = disk_pass(sw, ids, n, buf, true, write_s)) ||
+	    (rc = disk_pass(sw, ids, n, buf, false, read_s))) {
 		goto out;
 	}
-	r->disk_bytes = (uint64_t)n * chunk;
-	r->disk_rate = 2.0 * (double)r->disk_bytes / (r->disk_write_s + r->disk_read_s);
+	*moved = (uint64_t)n * chunk;
 out:
 	if (rc) {
 		fail_call(r, "measuring the disk rate", rc);
@@ -452,6 +459,87 @@ out:
 	free(ids);
 	zinf_swap_destroy(sw); /* removes the file */
 	zinf_io_destroy(io);
+	return rc;
+}
+
+/* The --nvme-path directories' rate: a write then a read of `bytes` through zinf_swap. */
+static int
+measure_disk(struct run *r, uint64_t bytes)
+{
+	int rc = disk_rw(r, (const char *const *)r->c->paths.v, r->c->paths.n, "disk", bytes,
+			 &r->disk_bytes, &r->disk_write_s, &r->disk_read_s);
+	if (rc == 0) {
+		r->disk_rate = 2.0 * (double)r->disk_bytes / (r->disk_write_s + r->disk_read_s);
+	}
+	return rc;
+}
+
+static double
+median3(double *v, int n)
+{
+	for (int i = 1; i < n; i++) {
+		for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	}
+	return n ? v[n / 2] : 0;
+}
+
+/*
+ * --checkpoint DIR: CK_ROUNDS rounds of zinf_engine_save (tag "bench", replaced each round)
+ * interleaved with the reference, a write then a read of as many bytes as this rank's state
+ * through zinf_swap in DIR; then zinf_engine_load of it into the running engine. The bound of a
+ * save is one write of the state, plus one read of it when it is on NVMe (the swap files).
+ */
+#define CK_ROUNDS 3
+static int
+measure_checkpoint(struct run *r)
+{
+	const struct cfg *c = r->c;
+	struct zinf_engine *e = r->arm[0].e;
+	double save[CK_ROUNDS], w[CK_ROUNDS], rd[CK_ROUNDS];
+	int rc = 0;
+	uint64_t elems = 0; /* the model's elements (padding aside) */
+	for (uint32_t j = 0; j < NPARAM; j++) {
+		elems += param_numel(c, j) * c->layers;
+	}
+	uint32_t sb =
+		c->optimizer == ZINF_OPTIM_ADAGRAD || c->optimizer == ZINF_OPTIM_LION ? 8 : 12;
+	int fw = c->stage == 0 ? 1 : r->world;
+	r->ck_bytes = (r->rank < fw ? elems / (uint64_t)fw : 0) * sb;
+	if (mkdir(c->checkpoint, 0755) != 0 && errno != EEXIST) {
+		return fail_call(r, "creating the --checkpoint directory", -errno);
+	}
+	const char *dirs[1] = {c->checkpoint};
+	for (int k = 0; k < CK_ROUNDS && rc == 0 && !cli_interrupted; k++) {
+		double t0 = zinf_now_s();
+		rc = zinf_engine_save(e, c->checkpoint, "bench", NULL);
+		save[k] = zinf_now_s() - t0;
+		if (rc) {
+			return fail_call(r, "zinf_engine_save", rc);
+		}
+		rc = disk_rw(r, dirs, 1, "ckref", ZINF_MAX(r->ck_bytes, 1), &r->ck_ref_bytes, &w[k],
+			     &rd[k]);
+	}
+	if (rc == 0) {
+		double t0 = zinf_now_s();
+		rc = zinf_engine_load(e, c->checkpoint, "bench", NULL);
+		r->ck_load_s = zinf_now_s() - t0;
+		if (rc) {
+			return fail_call(r, "zinf_engine_load", rc);
+		}
+	}
+	if (rc == 0) {
+		r->ck_save_s = median3(save, CK_ROUNDS);
+		r->ck_ref_write_s = median3(w, CK_ROUNDS);
+		r->ck_ref_read_s = median3(rd, CK_ROUNDS);
+		double scale = r->ck_ref_bytes ? (double)r->ck_bytes / (double)r->ck_ref_bytes : 0;
+		r->ck_bound_s =
+			scale * (r->ck_ref_write_s +
+				 (c->off_optim == ZINF_OFFLOAD_NVME ? r->ck_ref_read_s : 0));
+	}
 	return rc;
 }
 
@@ -641,6 +729,21 @@ report_json(const struct run *r)
 		arm_json(r, &r->arm[1], cmp);
 		json_object_set_new(o, "compare", cmp);
 	}
+	if (c->checkpoint) {
+		json_t *k = json_object();
+		json_object_set_new(k, "dir", json_string(c->checkpoint));
+		json_object_set_new(k, "state_bytes", json_integer((json_int_t)r->ck_bytes));
+		json_object_set_new(k, "save_s", cli_json_real(r->ck_save_s));
+		json_object_set_new(k, "load_s", cli_json_real(r->ck_load_s));
+		json_object_set_new(k, "ref_bytes", json_integer((json_int_t)r->ck_ref_bytes));
+		json_object_set_new(k, "ref_write_s", cli_json_real(r->ck_ref_write_s));
+		json_object_set_new(k, "ref_read_s", cli_json_real(r->ck_ref_read_s));
+		json_object_set_new(k, "bound_s", cli_json_real(r->ck_bound_s));
+		json_object_set_new(
+			k, "save_efficiency",
+			cli_json_real(r->ck_save_s > 0 ? r->ck_bound_s / r->ck_save_s : 0));
+		json_object_set_new(o, "checkpoint", k);
+	}
 	json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak_bytes()));
 	return cli_json_print(o, 2);
 }
@@ -680,6 +783,15 @@ report_human(const struct run *r)
 		       "%.4f s, exposed step %.4f s, efficiency %.3f\n",
 		       MED(r, a, step_s), MED(r, a, compute_s), MED(r, a, io_bound_s),
 		       MED_ES(r, a, exposed_fetch_s), MED_ES(r, a, exposed_step_s), MED(r, a, eff));
+	}
+	if (c->checkpoint) {
+		cli_size_str(sz, sizeof(sz), r->ck_bytes);
+		printf("  checkpoint (%s, rank 0's %s): save %.3f s (median of %d), load %.3f s; "
+		       "bound %.3f s (one write%s of the state at the rate measured there); "
+		       "efficiency %.3f\n",
+		       c->checkpoint, sz, r->ck_save_s, CK_ROUNDS, r->ck_load_s, r->ck_bound_s,
+		       c->off_optim == ZINF_OFFLOAD_NVME ? " and one read" : "",
+		       r->ck_save_s > 0 ? r->ck_bound_s / r->ck_save_s : 0);
 	}
 	cli_size_str(sz, sizeof(sz), rss_peak_bytes());
 	printf("  peak RSS %s\n", sz);
@@ -790,6 +902,9 @@ bench(struct run *r)
 	}
 	if (rc == 0 && r->nvme) {
 		rc = measure_disk(r, most / 2);
+	}
+	if (rc == 0 && c->checkpoint) {
+		rc = measure_checkpoint(r);
 	}
 	for (uint32_t k = 0; k < r->narms && rc == 0; k++) {
 		finish_samples(r, &r->arm[k]);

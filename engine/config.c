@@ -229,6 +229,7 @@ check_all(struct cfg_ctx *x)
 	/* the engine clips and scales: it carries the same values as tc's own fields */
 	e->gradient_clipping = c->gradient_clipping;
 	e->fp16 = c->fp16;
+	e->stage3_gather_16bit_weights_on_model_save = c->stage3_gather_16bit_weights_on_model_save;
 	json_t *zero = json_object_get(x->root, "zero_optimization");
 	json_t *oc = json_object_get(zero, "overlap_comm");
 	if (!oc || json_is_null(oc)) {

@@ -15,8 +15,8 @@
 #include "engine/comm_internal.h"
 #include "engine/engine_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, fp16);
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_param_desc, init_ctx);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, reserved6);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_param_desc, shape);
 
 static void
 offload_defaults(struct zinf_offload_opts *o, uint32_t buffers)
@@ -161,7 +161,7 @@ check_opts(const struct zinf_engine_opts *o)
 	}
 	if (o->reserved0 || o->reserved2 || o->reserved3 || !eng_all_zero(o->reserved1, 6) ||
 	    !eng_all_zero(o->reserved4, 2) || !eng_all_zero(o->reserved5, 6) ||
-	    o->aio.reserved[0]) {
+	    !eng_all_zero(o->reserved6, 7) || o->aio.reserved[0]) {
 		return ZINF_FAIL(-EINVAL, "engine: reserved option bytes are not zero");
 	}
 	if (!(o->comm_timeout_s > 0)) {

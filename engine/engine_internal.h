@@ -93,6 +93,8 @@ struct eparam {
 	const void *init;
 	zinf_param_init_fn init_fn;
 	void *init_ctx;
+	uint32_t ndim;
+	uint64_t shape[ZINF_PARAM_MAX_DIMS];
 
 	struct zinf_comm_part part; /* W-partition (W = 1 at stage 0) */
 	uint64_t flat_off;	    /* offset of this rank's partition in the flat partition */
@@ -272,6 +274,23 @@ void eng_param_io_stats(struct zinf_engine *e);	   /* the store's NVMe bytes int
 void eng_param_write_abort(struct zinf_engine *e); /* a partition left open by a failed step */
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
+
+/* zinf_engine_init with `write` filling every tier's values (init: the initial values;
+ * zinf_engine_load: a checkpoint's) */
+int eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *ctx), void *ctx);
+/* index in order[] of the parameter holding flat element x (n_params past the end) */
+uint32_t eng_flat_find(const struct zinf_engine *e, uint64_t x);
+/* flat elements [off, off + n) of the master (fp32, host) into the 16-bit parameter's homes */
+int eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n,
+			       void *copy);
+
+/* engine_ckpt.c: sub-group k's master and optimizer parts as host memory (fn gets flat
+ * elements [off, off + n) of every part; write: fn fills them and they go back to the tier).
+ * bounce: eng_state_bounce_bytes() of host memory (the GPU tier), else NULL. */
+typedef int (*eng_visit_fn)(void *ctx, uint64_t off, uint64_t n, void *const parts[]);
+size_t eng_state_bounce_bytes(const struct zinf_engine *e);
+int eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
+		    void *bounce);
 
 /* engine_fetch.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */

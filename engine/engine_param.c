@@ -40,6 +40,27 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 				: d->numel == 0		? "numel is 0"
 							: "layer < 0");
 	}
+	uint32_t ndim = 0;
+	uint64_t shape[ZINF_PARAM_MAX_DIMS] = {0};
+	if (d->size >= offsetof(struct zinf_param_desc, shape) + sizeof(d->shape) && d->ndim) {
+		uint64_t prod = 1;
+		bool wraps = false;
+		for (uint32_t i = 0; i < d->ndim && i < ZINF_PARAM_MAX_DIMS; i++) {
+			wraps |= d->shape[i] && prod > UINT64_MAX / d->shape[i];
+			prod *= d->shape[i];
+		}
+		if (d->ndim > ZINF_PARAM_MAX_DIMS || wraps || prod != d->numel) {
+			return ENG_FAIL(
+				e, -EINVAL,
+				"add_param \"%s\": shape of %u dimensions %s numel %" PRIu64,
+				d->name, d->ndim,
+				d->ndim > ZINF_PARAM_MAX_DIMS ? "(at most 8) for"
+							      : "does not multiply to",
+				d->numel);
+		}
+		ndim = d->ndim;
+		memcpy(shape, d->shape, ndim * sizeof(uint64_t));
+	}
 	if (d->init && zinf_dtype_size(d->init_dtype) == 0) {
 		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": init_dtype %d unknown", d->name,
 				(int)d->init_dtype);
@@ -76,6 +97,11 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 	p->init = d->init;
 	p->init_fn = d->init_fn;
 	p->init_ctx = d->init_ctx;
+	p->ndim = ndim ? ndim : 1;
+	memcpy(p->shape, shape, sizeof(shape));
+	if (!ndim) {
+		p->shape[0] = d->numel;
+	}
 	p->store_id = -1;
 	return (int)e->n_params++;
 }
@@ -362,8 +388,8 @@ eng_param_free(struct zinf_engine *e)
 }
 
 /* The first parameter (in flat order) whose partition ends after flat index x. */
-static uint32_t
-flat_find(const struct zinf_engine *e, uint64_t x)
+uint32_t
+eng_flat_find(const struct zinf_engine *e, uint64_t x)
 {
 	uint32_t lo = 0, hi = e->n_params;
 	while (lo < hi) {
@@ -472,7 +498,7 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 	const char *s = src;
 	int ret = 0;
 	bool queued = false;
-	for (uint32_t i = flat_find(e, flat_start); i < e->n_params && n > 0; i++) {
+	for (uint32_t i = eng_flat_find(e, flat_start); i < e->n_params && n > 0; i++) {
 		struct eparam *p = &e->params[e->order[i]];
 		uint64_t off = flat_start - p->flat_off;
 		uint64_t len = ZINF_MIN(n, p->part.part - off);
@@ -550,7 +576,7 @@ static int
 init_range(struct zinf_engine *e, uint64_t off, uint64_t n, float *out)
 {
 	int ret = 0;
-	for (uint32_t i = flat_find(e, off); i < e->n_params && n > 0 && !ret; i++) {
+	for (uint32_t i = eng_flat_find(e, off); i < e->n_params && n > 0 && !ret; i++) {
 		struct eparam *p = &e->params[e->order[i]];
 		uint64_t j0 = off - p->flat_off, len = ZINF_MIN(n, p->part.part - j0);
 		ret = init_values(e, p, j0, len, out);
@@ -653,12 +679,25 @@ init_failed(struct zinf_engine *e, int ret)
 	return ret;
 }
 
+static int
+write_initial_cb(struct zinf_engine *e, void *ctx)
+{
+	(void)ctx;
+	return write_initial(e);
+}
+
 int
 zinf_engine_init(struct zinf_engine *e)
 {
 	if (!e) {
 		return ZINF_FAIL(-EINVAL, "engine: init with a NULL engine");
 	}
+	return eng_init_with(e, write_initial_cb, NULL);
+}
+
+int
+eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *ctx), void *ctx)
+{
 	if (e->failed) {
 		return e->failed;
 	}
@@ -670,7 +709,7 @@ zinf_engine_init(struct zinf_engine *e)
 	/* From here on a failure leaves the layout, the tiers and the worker half built: the
 	   engine is failed for good (every later call, init included, returns the error) */
 	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
-	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write_initial(e))) {
+	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write(e, ctx))) {
 		eng_param_write_abort(e);
 		return init_failed(e, ret);
 	}
@@ -696,4 +735,19 @@ zinf_engine_init(struct zinf_engine *e)
 	e->peak_live = e->live_elems;
 	e->inited = true;
 	return 0;
+}
+
+int
+eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n,
+			   void *copy)
+{
+	int ret = 0;
+	for (uint64_t i = 0; i < n && !ret; i += ZINF_STEP_CHUNK) {
+		uint64_t c = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, n - i);
+		ret = zinf_dtype_convert(copy, e->o.dtype, m + i, ZINF_F32, c);
+		if (!ret) {
+			ret = eng_param_home_write(e, &e->main, off + i, copy, false, c);
+		}
+	}
+	return ret;
 }

@@ -837,3 +837,73 @@ zinf_step_save(struct zinf_step *st, uint32_t k, void *const state[])
 	}
 	return load_save_nvme(st, k, state, true);
 }
+
+/* ---- sub-group state in place ------------------------------------------------------------- */
+
+int
+zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode,
+		zinf_step_visit_fn fn, void *ctx)
+{
+	int rc = load_save_check(st, k);
+	if (rc) {
+		return rc;
+	}
+	if (!fn || (mode != ZINF_STEP_VISIT_READ && mode != ZINF_STEP_VISIT_WRITE)) {
+		return STEP_FAIL(st, -EINVAL, "visit of sub-group %u: %s", k,
+				 fn ? "unknown mode" : "NULL callback");
+	}
+	uint64_t len = zinf_step_sub_group_len(st, k);
+	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
+	if (st->o.tier == ZINF_TIER_CPU) {
+		for (uint32_t p = 0; p < st->nopt; p++) {
+			parts[p] = st->cpu[p] + zinf_step_sub_group_start(st, k) * st->esz[p];
+		}
+		return fn(ctx, k, parts, len);
+	}
+	char *buf = NULL;
+	rc = zinf_pool_acquire(st->o.pool, st->o.timeout_ms, (void **)&buf);
+	if (rc < 0) {
+		return rc;
+	}
+	rc = 0; /* the acquire's buffer index */
+	struct zinf_swap_op ops[ZINF_OPTIM_MAX_PARTS];
+	bool started[ZINF_OPTIM_MAX_PARTS] = {false};
+	for (uint32_t p = 0; p < st->nopt; p++) {
+		parts[p] = buf + st->part_off[p];
+	}
+	if (mode == ZINF_STEP_VISIT_READ) {
+		for (uint32_t p = 0; p < st->nopt && !rc; p++) {
+			int id = step_swap_id(st, k, p);
+			rc = zinf_swap_read_async(st->o.swap, id, parts[p], &ops[p]);
+			started[p] = rc == 0;
+		}
+	} else {
+		rc = fn(ctx, k, parts, len);
+		for (uint32_t p = 0; p < st->nopt && !rc; p++) {
+			int id = step_swap_id(st, k, p);
+			rc = zinf_swap_write_async(st->o.swap, id, parts[p], &ops[p]);
+			started[p] = rc == 0;
+		}
+	}
+	for (uint32_t p = 0; p < st->nopt; p++) {
+		if (!started[p]) {
+			continue;
+		}
+		int r = zinf_swap_wait(st->o.swap, &ops[p]);
+		if (r && !rc) {
+			char why[256];
+			snprintf(why, sizeof(why), "%s", zinf_last_error());
+			rc = STEP_FAIL(st, r, "sub-group %u: %s of %s[%u] failed: %s", k,
+				       mode == ZINF_STEP_VISIT_READ ? "read" : "write", st->kind[p],
+				       k, why);
+		}
+	}
+	if (!rc && mode == ZINF_STEP_VISIT_READ) {
+		rc = fn(ctx, k, parts, len);
+	}
+	if (mode == ZINF_STEP_VISIT_WRITE) {
+		st->written[k] = 0;
+	}
+	(void)zinf_pool_release(st->o.pool, buf);
+	return rc;
+}

@@ -39,6 +39,7 @@
 
 #include "gpt.h"
 #include "gpt_data.h"
+#include "zinf/checkpoint.h"
 
 /* A configuration's nvme_path with this value is replaced by the scratch directory. */
 #define GPT_SCRATCH_PATH "scratch"
@@ -86,6 +87,7 @@ struct run {
 	double exposed_fetch_s, exposed_step_s, optimizer_s;
 	uint64_t nvme_read, nvme_write;
 	int steps_done;
+	int resumed_at; /* --resume: the checkpoint's step (0: from scratch) */
 };
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
@@ -202,7 +204,7 @@ make_engine(struct run *R)
 	if ((r = gpt_register(t))) {
 		return r;
 	}
-	if ((r = zinf_engine_init(t->e))) {
+	if (!R->a.resume && (r = zinf_engine_init(t->e))) { /* --resume: the load inits */
 		fprintf(stderr, "zinf_gpt: engine init: %s\n", zinf_strerror(r));
 		return r;
 	}
@@ -287,6 +289,121 @@ run_fini(struct run *R)
 	if (R->scratch[0]) {
 		nftw(R->scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 	}
+}
+
+/* ---- checkpoints (--save, --resume) -------------------------------------------------------- */
+
+/* The trainer's own state, the checkpoint's client blob: where the loop is, the schedule's
+ * position, what the data and model were made from, and the losses so far (for the summary).
+ * The data of a step is a function of (seed, step) only, so nothing else is needed to go on
+ * exactly where the run stopped. */
+struct gpt_ckpt_head {
+	char magic[8]; /* "zgptck1" */
+	int32_t step;  /* loop steps done */
+	int32_t sched_step;
+	uint64_t seed;
+	int32_t dims[7]; /* V T C NH L B fanout */
+	int32_t gas;
+};
+
+static void
+ckpt_dims(const struct run *R, int32_t out[7])
+{
+	const struct gpt_dims *d = &R->t.m.d;
+	int32_t v[7] = {d->V, d->T, d->C, d->NH, d->L, d->B, R->a.fanout};
+	memcpy(out, v, sizeof(v));
+}
+
+static int
+save_checkpoint(struct run *R, int step)
+{
+	size_t n = sizeof(struct gpt_ckpt_head) + (size_t)step * sizeof(double);
+	char *buf = calloc(1, n);
+	if (!buf) {
+		return -ENOMEM;
+	}
+	struct gpt_ckpt_head h = {.magic = "zgptck1",
+				  .step = step,
+				  .sched_step = R->sched_step,
+				  .seed = R->a.seed,
+				  .gas = R->t.gas};
+	ckpt_dims(R, h.dims);
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), R->losses, (size_t)step * sizeof(double));
+	struct zinf_ckpt_opts o;
+	zinf_ckpt_opts_init(&o);
+	o.client = buf;
+	o.client_bytes = n;
+	char tag[32];
+	snprintf(tag, sizeof(tag), "step%d", step);
+	double t0 = zinf_now_s();
+	int r = zinf_engine_save(R->t.e, R->a.save, tag, &o);
+	free(buf);
+	if (r) {
+		fprintf(stderr, "zinf_gpt: saving %s/%s: %s\n", R->a.save, tag, zinf_strerror(r));
+	} else if (R->lead && !R->a.quiet) {
+		if (R->bar) {
+			fprintf(stderr, "\r\033[K");
+		}
+		printf("checkpoint: step %d saved into %s/%s in %.2f s\n", step, R->a.save, tag,
+		       zinf_now_s() - t0);
+		fflush(stdout);
+	}
+	return r;
+}
+
+/* Load --resume's latest checkpoint in place of the engine's init; the loop goes on from the
+ * step after it. */
+static int
+resume_checkpoint(struct run *R, int *first_step)
+{
+	size_t cap = sizeof(struct gpt_ckpt_head) + (size_t)R->a.steps * sizeof(double);
+	char *buf = calloc(1, cap);
+	if (!buf) {
+		return -ENOMEM;
+	}
+	struct zinf_ckpt_opts o;
+	zinf_ckpt_opts_init(&o);
+	o.client_out = buf;
+	o.client_cap = cap;
+	int r = zinf_engine_load(R->t.e, R->a.resume, NULL, &o);
+	struct gpt_ckpt_head h;
+	int32_t dims[7];
+	ckpt_dims(R, dims);
+	if (r == -ENOSPC) {
+		fprintf(stderr, "zinf_gpt: %s: its run went past --steps %d: nothing to do\n",
+			R->a.resume, R->a.steps);
+	} else if (r) {
+		fprintf(stderr, "zinf_gpt: resuming from %s: %s\n", R->a.resume, zinf_strerror(r));
+	} else if (o.client_len < sizeof(h) ||
+		   (memcpy(&h, buf, sizeof(h)), memcmp(h.magic, "zgptck1", 8) != 0) ||
+		   o.client_len != sizeof(h) + (size_t)h.step * sizeof(double)) {
+		fprintf(stderr,
+			"zinf_gpt: %s: not a zinf_gpt checkpoint (its trainer state is %llu "
+			"bytes)\n",
+			R->a.resume, (unsigned long long)o.client_len);
+		r = -EINVAL;
+	} else if (h.seed != R->a.seed || memcmp(h.dims, dims, sizeof(dims)) != 0 ||
+		   h.gas != R->t.gas) {
+		fprintf(stderr,
+			"zinf_gpt: %s was trained with another model, data or batch (seed %llu, "
+			"V T C NH L B fanout %d %d %d %d %d %d %d, accumulation %d): give the same "
+			"flags\n",
+			R->a.resume, (unsigned long long)h.seed, h.dims[0], h.dims[1], h.dims[2],
+			h.dims[3], h.dims[4], h.dims[5], h.dims[6], h.gas);
+		r = -EINVAL;
+	} else {
+		R->sched_step = h.sched_step;
+		memcpy(R->losses, buf + sizeof(h), (size_t)h.step * sizeof(double));
+		R->steps_done = R->resumed_at = h.step;
+		*first_step = h.step + 1;
+		if (R->lead && !R->a.quiet) {
+			printf("checkpoint: resumed from %s at step %d\n", R->a.resume, h.step);
+			fflush(stdout);
+		}
+	}
+	free(buf);
+	return r;
 }
 
 /* ---- one optimizer step -------------------------------------------------------------------- */
@@ -513,10 +630,12 @@ summary(const struct run *R, double total)
 		to += i >= 0 ? R->losses[i] / tail : NAN;
 	}
 	double other = total - tm->compute - tm->fetch - tm->grad - tm->step;
-	printf("summary: %d steps in %.1f s (%.0f tokens/s); loss %.4f -> %.4f (mean of the last "
-	       "%d steps), floor %.4f: %.0f%% of the way from %.4f (uniform)\n",
-	       n, total, (double)t->m.d.B * t->m.d.T * t->gas * t->world * n / total, from, to,
-	       tail, floor_, 100.0 * (uni - to) / (uni - floor_), uni);
+	int ran = n - R->resumed_at; /* steps this process ran */
+	printf("summary: %d steps in %.1f s (%.0f tokens/s)%s; loss %.4f -> %.4f (mean of the "
+	       "last %d steps), floor %.4f: %.0f%% of the way from %.4f (uniform)\n",
+	       ran, total, (double)t->m.d.B * t->m.d.T * t->gas * t->world * ran / total,
+	       R->resumed_at ? " after resuming" : "", from, to, tail, floor_,
+	       100.0 * (uni - to) / (uni - floor_), uni);
 	printf("time (rank 0): compute %.1f s (%.0f%%), waiting for parameters %.1f s (%.0f%%; "
 	       "engine's exposed fetch %.1f s), optimizer %.1f s (%.0f%%; exposed step %.1f s, "
 	       "optimizer kernel %.1f s in all), gradient hand-off %.1f s, data and other %.1f s\n",
@@ -537,15 +656,27 @@ main(int argc, char **argv)
 	if (rc) {
 		goto out;
 	}
-	double t_start = zinf_now_s();
+	int first = 1, step;
 	rc = 1;
-	for (int step = 1; step <= R.a.steps && !R.stop; step++) {
+	if (R.a.resume && resume_checkpoint(&R, &first)) {
+		goto out;
+	}
+	double t_start = zinf_now_s();
+	for (step = first; step <= R.a.steps && !R.stop; step++) {
 		double lr, loss, t0 = zinf_now_s();
 		bool skipped = false;
 		if (train_step(&R, step, &lr, &loss, &skipped)) {
 			goto out;
 		}
 		report_step(&R, step, lr, loss, skipped, zinf_now_s() - t0);
+		if (R.a.save && R.a.save_every > 0 && step % R.a.save_every == 0 &&
+		    step < R.a.steps && !R.stop && save_checkpoint(&R, step)) {
+			goto out;
+		}
+	}
+	/* the end, or a Ctrl-C (every rank stops after the same step): the last state saved */
+	if (R.a.save && R.steps_done >= first && save_checkpoint(&R, R.steps_done)) {
+		goto out;
 	}
 	if (R.bar) {
 		fprintf(stderr, "\r\033[K");

@@ -19,6 +19,8 @@
 
 struct gpt_args {
 	const char *config, *json, *nvme_path, *scratch_parent;
+	const char *save, *resume; /* checkpoint directories (NULL: none) */
+	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
 	int steps_per_print; /* -1: the config's */
 	double lr;	     /* NaN: not given */

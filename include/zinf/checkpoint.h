@@ -58,8 +58,9 @@ struct zinf_ckpt_opts {
 	void *client_out;
 	uint64_t client_cap;
 	uint64_t client_len;
-	/* save: also write the consolidated 16-bit weights as model.safetensors: -1 (default):
-	   the engine option stage3_gather_16bit_weights_on_model_save; 0 no; 1 yes */
+	/* save: also write the consolidated 16-bit weights (opts.dtype; f32 for fp32 training) as
+	   model.safetensors: -1 (default): the engine option
+	   stage3_gather_16bit_weights_on_model_save; 0 no; 1 yes */
 	int32_t gather_16bit;
 	/* load: check every file's CRC32C before anything is loaded (default true); without it a
 	   corrupted byte is found only while loading, which then fails the engine */

@@ -188,6 +188,12 @@ struct zinf_engine_opts {
 	struct zinf_fp16_opts fp16; /* loss scaling (zinf/loss_scale.h): enabled only with dtype
 				       ZINF_F16 (else -EINVAL naming fp16.enabled); default:
 				       zinf_fp16_opts_init() (disabled) */
+
+	/* checkpoints (zinf/checkpoint.h) */
+	bool stage3_gather_16bit_weights_on_model_save; /* zinf_engine_save() also writes the
+							   consolidated 16-bit weights
+							   (model.safetensors); default false */
+	uint8_t reserved6[7];				/* zero */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -228,6 +234,9 @@ ZINF_API struct zinf_io *zinf_engine_io(const struct zinf_engine *e);
 typedef int (*zinf_param_init_fn)(void *ctx, uint32_t param, uint64_t first, uint64_t count,
 				  float *out);
 
+/** Most dimensions of a parameter's shape. */
+#define ZINF_PARAM_MAX_DIMS 8
+
 struct zinf_param_desc {
 	size_t size;	  /* sizeof(struct zinf_param_desc); set by zinf_param_desc_init() */
 	const char *name; /* unique (copied) */
@@ -237,6 +246,11 @@ struct zinf_param_desc {
 	const void *init;	    /* the whole tensor's initial values on the host, or NULL */
 	zinf_param_init_fn init_fn; /* or a callback; neither: zeros */
 	void *init_ctx;
+	/* the tensor's shape (informative: checkpoints and exported weights carry it); ndim 0
+	   (default): one dimension of numel; else the product of shape[0..ndim) must be numel */
+	uint32_t ndim;
+	uint32_t reserved; /* zero */
+	uint64_t shape[ZINF_PARAM_MAX_DIMS];
 };
 
 ZINF_API void zinf_param_desc_init(struct zinf_param_desc *d);

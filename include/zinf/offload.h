@@ -360,6 +360,25 @@ ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const void *const 
  * zinf_step_load(), and -EINVAL for a NULL state array. */
 ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, void *const state[]);
 
+enum zinf_step_visit_mode {
+	ZINF_STEP_VISIT_READ = 0,  /* parts hold sub-group k's state for fn to read */
+	ZINF_STEP_VISIT_WRITE = 1, /* fn fills every part (contents unspecified before), which is
+				      then written to the tier */
+};
+/** fn receives part i's len elements at parts[i] (zinf_step_part_count() - (param_swap ? 1 :
+ * 0) parts: the optimizer's); returns 0 or a negative errno. */
+typedef int (*zinf_step_visit_fn)(void *ctx, uint32_t k, void *const parts[], uint64_t len);
+/**
+ * Sub-group k's state in place, without a copy of it in the caller's memory: on the CPU tier
+ * parts point into the tier itself; on NVMe into one of the pool's buffers (read before fn, or
+ * written after it). A checkpoint streams a partition through this at disk speed with no
+ * memory beyond the pool's. Between steps. Returns 0, fn's error, or errors as
+ * zinf_step_load() (I/O errors naming the sub-group and part; the tier is not written when fn
+ * fails).
+ */
+ZINF_API int zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode,
+			     zinf_step_visit_fn fn, void *ctx);
+
 /**
  * Begin optimizer step `step` (>= 1): takes buffers from the pool and starts reading the first
  * sub-groups (in ascending order, or descending with `reverse`, the order in which backward

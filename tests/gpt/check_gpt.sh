@@ -49,6 +49,11 @@
 #                    micro-batch 32: the same tolerance
 #   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same
 #                    tolerance
+#   resume           ZeRO-3 on NVMe: 30 steps straight; the same run saving a checkpoint every 2
+#                    steps (--save), killed with SIGKILL once one past step 4 exists; then
+#                    --resume from its latest: the resumed run's records start at the step
+#                    after the checkpoint's and every loss equals the straight run's bit for
+#                    bit; the checkpoint's files are there and `latest` names a complete one
 # Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
 # run that trains nothing cannot pass by matching another that trains nothing.
 set -euo pipefail
@@ -292,6 +297,40 @@ ranks_config)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 32
 	run "$work/many.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_2ranks.json"
 	close "$work/many.jsonl" "$work/one.jsonl"
+	;;
+resume)
+	run "$work/straight.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
+	"$gpt" "${model[@]}" --config "$cfgdir/zero3_nvme.json" --batch 6 --save "$work/ck" \
+		--save-every 2 --json "$work/killed.jsonl" &
+	pid=$!
+	k=0
+	for _ in $(seq 3000); do
+		t=$(cat "$work/ck/latest" 2>/dev/null || true)
+		t=${t#step}
+		if [ -n "$t" ] && [ "$t" -ge 4 ]; then
+			kill -KILL $pid 2>/dev/null || true
+			k=$t
+			break
+		fi
+		sleep 0.01
+	done
+	st=0
+	wait $pid || st=$?
+	[ "$st" = 137 ] || { echo "FAIL: the saving run was not killed mid-run (status $st, latest step $k)"; exit 1; }
+	k=$(cat "$work/ck/latest")
+	k=${k#step}
+	[ -f "$work/ck/step$k/manifest.json" ] && [ -f "$work/ck/step$k/r00000.fp32" ] ||
+		{ echo "FAIL: checkpoint step$k incomplete"; ls -la "$work/ck" "$work/ck/step$k"; exit 1; }
+	run "$work/resumed.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6 --resume "$work/ck"
+	first=$(field "$work/resumed.jsonl" step | head -1)
+	[ "$first" = $((k + 1)) ] || { echo "FAIL: resumed at step $first, checkpoint at $k"; exit 1; }
+	losses "$work/resumed.jsonl" >"$work/a"
+	losses "$work/straight.jsonl" | tail -n +$((k + 1)) >"$work/b"
+	[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records after resuming"; exit 1; }
+	cmp -s "$work/a" "$work/b" || { echo "FAIL: losses after resuming at step $k differ:"; paste "$work/a" "$work/b" | head; exit 1; }
+	fell "$work/straight.jsonl"
+	echo "resumed at step $k: $((30 - k)) losses bit-identical"
+	exit 0
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/ckpt_fs.c: the file-system half of a checkpoint save: tags, the directory lock,
+ * fsync of files and directories, the atomic publication (rename, RENAME_EXCHANGE, `latest`),
+ * removal of a temporary directory, and the streaming writer that puts a rank's state files on
+ * disk through the I/O engine (aligned double buffers, O_DIRECT where the file system has it,
+ * CRC32C as the bytes go). Not here: what the files hold (engine_ckpt.c).
+ */
+#include <dirent.h>
+#include <stdarg.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/opts.h"
+#include "engine/ckpt_fs.h"
+#include "zinf/swap.h"
+
+void (*ckpt_test_hook)(const char *point);
+
+void
+ckpt_join(char *out, const char *dir, const char *fmt, ...)
+{
+	int n = snprintf(out, CKPT_PATH, "%s/", dir);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n >= 0 && n < CKPT_PATH) {
+		vsnprintf(out + n, (size_t)(CKPT_PATH - n), fmt, ap);
+	}
+	va_end(ap);
+}
+
+bool
+ckpt_tag_ok(const char *tag)
+{
+	size_t n = tag ? strlen(tag) : 0;
+	if (n == 0 || n > ZINF_CKPT_MAX_TAG || tag[0] == '.' || strcmp(tag, "latest") == 0) {
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = tag[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+		if (!ok) {
+			return false;
+		}
+	}
+	return true;
+}
+
+int
+ckpt_fsync_path(const char *path, bool dir)
+{
+	int fd = open(path, (dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int err = -errno;
+		return ZINF_FAIL(err, "checkpoint: opening %s to fsync it: %s", path,
+				 zinf_strerror(err));
+	}
+	int ret = 0;
+	if (fsync(fd) != 0) {
+		ret = -errno;
+		ZINF_FAIL(ret, "checkpoint: fsync of %s: %s", path, zinf_strerror(ret));
+	}
+	close(fd);
+	return ret;
+}
+
+int
+ckpt_rm_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d) {
+		return errno == ENOENT ? 0 : ZINF_FAIL(-errno, "checkpoint: opening %s", path);
+	}
+	int ret = 0;
+	struct dirent *de;
+	char p[CKPT_PATH];
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) {
+			continue;
+		}
+		ckpt_join(p, path, "%s", de->d_name);
+		if (unlink(p) != 0 && errno != ENOENT && !ret) {
+			ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", p,
+					zinf_strerror(-errno));
+		}
+	}
+	closedir(d);
+	if (rmdir(path) != 0 && errno != ENOENT && !ret) {
+		ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path, zinf_strerror(-errno));
+	}
+	return ret;
+}
+
+int
+ckpt_clean_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d) {
+		return ZINF_FAIL(-errno, "checkpoint: opening %s: %s", dir, zinf_strerror(-errno));
+	}
+	int ret = 0;
+	struct dirent *de;
+	char p[CKPT_PATH];
+	while ((de = readdir(d)) && !ret) {
+		size_t n = strlen(de->d_name);
+		if (de->d_name[0] == '.' && n > 5 && strcmp(de->d_name + n - 4, ".tmp") == 0 &&
+		    strcmp(de->d_name, ".latest.tmp") != 0) {
+			ckpt_join(p, dir, "%s", de->d_name);
+			ret = ckpt_rm_dir(p);
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+int
+ckpt_lock(const char *dir, int *fd_out)
+{
+	char p[CKPT_PATH];
+	ckpt_join(p, dir, ".zinf-ckpt.lock");
+	int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		int err = -errno;
+		return ZINF_FAIL(err, "checkpoint: opening the lock %s: %s", p, zinf_strerror(err));
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int err = errno;
+		char pid[32] = "?";
+		ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 1] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		close(fd);
+		if (err == EWOULDBLOCK) {
+			return ZINF_FAIL(-EBUSY,
+					 "checkpoint: %s is being saved into by another process "
+					 "(pid %s holds %s); saves into one directory never race: "
+					 "wait for it or use another directory",
+					 dir, pid, p);
+		}
+		return ZINF_FAIL(-err, "checkpoint: locking %s: %s", p, zinf_strerror(-err));
+	}
+	char pid[32];
+	int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+		/* the pid is for messages only */
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+void
+ckpt_unlock(int fd)
+{
+	if (fd >= 0) {
+		if (ftruncate(fd, 0) != 0) {
+			/* the pid is for messages only */
+		}
+		flock(fd, LOCK_UN);
+		close(fd);
+	}
+}
+
+int
+ckpt_write_small(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		int err = -errno;
+		return ZINF_FAIL(err, "checkpoint: creating %s: %s", path, zinf_strerror(err));
+	}
+	const char *s = data;
+	size_t done = 0;
+	int ret = 0;
+	while (done < len) {
+		ssize_t w = write(fd, s + done, len - done);
+		if (w < 0 && errno == EINTR) {
+			continue;
+		}
+		if (w <= 0) {
+			ret = w < 0 ? -errno : -EIO;
+			ZINF_FAIL(ret, "checkpoint: writing %s at %zu of %zu bytes: %s", path, done,
+				  len, zinf_strerror(ret));
+			break;
+		}
+		done += (size_t)w;
+	}
+	if (!ret && fsync(fd) != 0) {
+		ret = -errno;
+		ZINF_FAIL(ret, "checkpoint: fsync of %s: %s", path, zinf_strerror(ret));
+	}
+	close(fd);
+	return ret;
+}
+
+int
+ckpt_publish(const char *dir, const char *tmp, const char *tag)
+{
+	char final[CKPT_PATH], p[CKPT_PATH], lt[CKPT_PATH];
+	ckpt_join(final, dir, "%s", tag);
+	int ret = ckpt_fsync_path(tmp, true);
+	if (ret) {
+		return ret;
+	}
+	ckpt_point("tmp_synced");
+	/* a new tag appears whole; an existing one is swapped out in one step, then removed */
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) != 0) {
+		if (errno != EEXIST) {
+			return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", tmp, final,
+					 zinf_strerror(-errno));
+		}
+		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
+			return ZINF_FAIL(-errno, "checkpoint: exchanging %s with %s: %s", tmp,
+					 final, zinf_strerror(-errno));
+		}
+		ckpt_point("swapped");
+		if ((ret = ckpt_fsync_path(dir, true))) {
+			return ret;
+		}
+		(void)ckpt_rm_dir(
+			tmp); /* the previous TAG: a leftover is removed by the next save */
+	}
+	if ((ret = ckpt_fsync_path(dir, true))) {
+		return ret;
+	}
+	ckpt_point("renamed");
+	ckpt_join(p, dir, ".latest.tmp");
+	ckpt_join(lt, dir, "latest");
+	char line[ZINF_CKPT_MAX_TAG + 2];
+	int n = snprintf(line, sizeof(line), "%s\n", tag);
+	if ((ret = ckpt_write_small(p, line, (size_t)n))) {
+		return ret;
+	}
+	ckpt_point("latest_tmp");
+	if (rename(p, lt) != 0) {
+		return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", p, lt,
+				 zinf_strerror(-errno));
+	}
+	ret = ckpt_fsync_path(dir, true);
+	ckpt_point("latest");
+	return ret;
+}
+
+/* ---- the streaming writer ------------------------------------------------------------------ */
+
+int
+ckpt_writer_open(struct ckpt_writer *w, struct zinf_io *io, const char *path)
+{
+	memset(w, 0, sizeof(*w));
+	w->io = io;
+	snprintf(w->path, sizeof(w->path), "%s", path);
+	int ret = zinf_io_file_open(
+		io, path,
+		ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC | ZINF_IO_DIRECT_OR_BUFFERED, &w->f);
+	if (ret) {
+		return ret;
+	}
+	w->align = zinf_io_file_align(w->f);
+	if (w->align < 4096) {
+		w->align = 4096;
+	}
+	for (int i = 0; i < 2; i++) {
+		w->buf[i] = zinf_alloc_huge(CKPT_WBUF);
+		if (!w->buf[i]) {
+			ckpt_writer_close(w);
+			return ZINF_FAIL(-ENOMEM, "checkpoint: %s: out of memory for its buffers",
+					 path);
+		}
+	}
+	return 0;
+}
+
+/* Write buffer `cur` (fill bytes, padded with zeros to the alignment) at w->off. */
+static int
+flush_cur(struct ckpt_writer *w)
+{
+	int c = w->cur;
+	size_t len = w->fill;
+	if (len == 0) {
+		return 0;
+	}
+	size_t padded = (len + w->align - 1) / w->align * w->align;
+	memset(w->buf[c] + len, 0, padded - len);
+	int ret = zinf_io_write_async(w->io, &w->req[c], w->f, w->buf[c], padded, w->off);
+	if (ret) {
+		return ret;
+	}
+	w->busy[c] = true;
+	w->off += len;
+	w->fill = 0;
+	w->cur ^= 1;
+	if (w->busy[w->cur]) { /* the other buffer's write must be done before it is refilled */
+		w->busy[w->cur] = false;
+		ret = zinf_io_wait(w->io, &w->req[w->cur]);
+	}
+	return ret;
+}
+
+int
+ckpt_writer_put(struct ckpt_writer *w, const void *data, size_t len)
+{
+	const char *s = data;
+	w->crc = zinf_crc32c(w->crc, data, len);
+	w->bytes += len;
+	while (len > 0) {
+		size_t n = ZINF_MIN(len, (size_t)CKPT_WBUF - w->fill);
+		memcpy(w->buf[w->cur] + w->fill, s, n);
+		w->fill += n;
+		s += n;
+		len -= n;
+		if (w->fill == CKPT_WBUF) {
+			int ret = flush_cur(w);
+			if (ret) {
+				return ZINF_FAIL(ret,
+						 "checkpoint: writing %s at byte %" PRIu64 ": %s",
+						 w->path, w->off, zinf_strerror(ret));
+			}
+		}
+	}
+	return 0;
+}
+
+int
+ckpt_writer_finish(struct ckpt_writer *w)
+{
+	int ret = flush_cur(w);
+	for (int i = 0; i < 2; i++) {
+		if (w->busy[i]) {
+			w->busy[i] = false;
+			int r = zinf_io_wait(w->io, &w->req[i]);
+			ret = ret ? ret : r;
+		}
+	}
+	int fd = zinf_io_file_fd(w->f);
+	if (!ret && ftruncate(fd, (off_t)w->bytes) != 0) {
+		ret = -errno;
+	}
+	if (!ret && fsync(fd) != 0) {
+		ret = -errno;
+	}
+	if (ret) {
+		return ZINF_FAIL(ret, "checkpoint: writing %s (%" PRIu64 " bytes): %s", w->path,
+				 w->bytes, zinf_strerror(ret));
+	}
+	return 0;
+}
+
+void
+ckpt_writer_close(struct ckpt_writer *w)
+{
+	for (int i = 0; i < 2; i++) {
+		if (w->busy[i]) {
+			(void)zinf_io_wait(w->io, &w->req[i]);
+			w->busy[i] = false;
+		}
+		zinf_free_huge(w->buf[i], CKPT_WBUF);
+		w->buf[i] = NULL;
+	}
+	if (w->f) {
+		zinf_io_file_close(w->io, w->f);
+		w->f = NULL;
+	}
+}

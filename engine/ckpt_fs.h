@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/ckpt_fs.h: what the checkpoint save and load files share (ckpt_fs.c: tags, lock, fsync,
+ * publication, the streaming writer; engine_ckpt.c: save; engine_load.c: load).
+ */
+#ifndef ZINF_CKPT_FS_H
+#define ZINF_CKPT_FS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/util.h"
+#include "zinf/checkpoint.h"
+#include "zinf/io.h"
+
+#define CKPT_PATH 4096
+#define CKPT_WBUF (8u << 20) /* bytes per writer buffer (two per file) */
+
+/* out (CKPT_PATH bytes) = dir/<fmt...>; callers bound dir's length first */
+void ckpt_join(char *out, const char *dir, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+bool ckpt_tag_ok(const char *tag);
+
+/* The tests' seam: when set, called at each named point of a save ("files", "manifest",
+ * "tmp_synced", "renamed", "swapped", "latest_tmp", "latest") so that a test can kill the
+ * process exactly there. NULL (always, outside the crash tests). Not exported by libzinf.so. */
+extern void (*ckpt_test_hook)(const char *point);
+static inline void
+ckpt_point(const char *point)
+{
+	if (ckpt_test_hook) {
+		ckpt_test_hook(point);
+	}
+}
+int ckpt_fsync_path(const char *path, bool dir);
+int ckpt_rm_dir(const char *path);   /* a flat directory and its files */
+int ckpt_clean_tmp(const char *dir); /* every DIR/.*.tmp a dead save left (lock held) */
+int ckpt_lock(const char *dir, int *fd_out);
+void ckpt_unlock(int fd);
+int ckpt_write_small(const char *path, const void *data, size_t len); /* create, write, fsync */
+/* rename tmp to dir/tag (swapping out an existing one), fsync dir, point dir/latest at tag */
+int ckpt_publish(const char *dir, const char *tmp, const char *tag);
+
+/* A file written sequentially through the I/O engine: two aligned buffers, one written while
+ * the other fills; the CRC32C and size of what was put. */
+struct ckpt_writer {
+	struct zinf_io *io;
+	struct zinf_io_file *f;
+	char path[CKPT_PATH];
+	char *buf[2];
+	struct zinf_io_req req[2];
+	bool busy[2];
+	int cur;
+	size_t fill;
+	uint32_t align;
+	uint64_t off;	/* bytes submitted */
+	uint64_t bytes; /* bytes put */
+	uint32_t crc;
+};
+int ckpt_writer_open(struct ckpt_writer *w, struct zinf_io *io, const char *path);
+int ckpt_writer_put(struct ckpt_writer *w, const void *data, size_t len);
+int ckpt_writer_finish(struct ckpt_writer *w); /* the last bytes, exact size, fsync */
+void ckpt_writer_close(struct ckpt_writer *w);
+
+#endif

@@ -1,0 +1,1123 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * engine/ckpt_read.c: reading a checkpoint offline (zinf/checkpoint.h, docs/CHECKPOINT.md):
+ * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field
+ * (types, ranges, partitions consistent with their ranks' files, every listed file present with
+ * its size), the ranges of a parameter's state gathered from the stored ranks' files with pread
+ * (one descriptor per file, opened on first use) and converted, and the files' CRC32C checked
+ * in bounded chunks. Every refusal names the file and the field. Not here: writing checkpoints
+ * (the engine's save), safetensors (safetensors.c, ckpt_export.c), any device or collective.
+ * A handle is used by one thread at a time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/opts.h"
+#include "common/util.h"
+#include "engine/ckpt_internal.h"
+#include "zinf/checkpoint.h"
+#include "zinf/swap.h"
+
+#define CKPT_FORMAT	  "zinf-checkpoint"
+#define CKPT_MAX_PARTS	  16
+#define CKPT_MAX_WORLD	  (1 << 24)
+#define CKPT_VERIFY_CHUNK (4u << 20)
+/* Elements converted per pread when the dtypes differ (the bounce buffer: 1 MiB of f32). */
+#define CKPT_BOUNCE_ELEMS (256u << 10)
+
+struct ckpt_param {
+	char *name;
+	uint64_t numel;
+	int32_t layer;
+	uint32_t ndim;
+	uint64_t shape[ZINF_CKPT_MAX_DIMS];
+	uint64_t part;	    /* elements per stored rank: ceil(numel / files_world) */
+	uint64_t *flat_off; /* [files_world]: element offset in that rank's part files */
+};
+
+struct ckpt_part {
+	char *name;
+	enum zinf_dtype dtype;
+};
+
+struct ckpt_file {
+	char *name;
+	uint64_t bytes;
+	uint32_t crc32c;
+	int fd; /* -1 until first read */
+};
+
+struct zinf_ckpt {
+	char *path;  /* the TAG directory */
+	char *mpath; /* its manifest.json, for messages */
+	json_t *m;
+	const char *tag;
+	const char *optimizer;
+	int64_t steps;
+	uint64_t micro_steps;
+	int32_t world, files_world, stage;
+	enum zinf_dtype dtype;
+	uint32_t n_params, n_parts, n_files;
+	struct ckpt_param *params;
+	struct ckpt_part *parts;
+	struct ckpt_file *files;
+	uint64_t *flat;	     /* [files_world]: elements of each stored rank's part files */
+	uint32_t *rank_file; /* [files_world * n_parts]: index into files */
+	uint64_t bytes;
+};
+
+/* ---- manifest checks ---------------------------------------------------------------------- */
+
+/* Log "<manifest>: <field>: <what>" and return -EBADMSG. */
+static int __attribute__((format(printf, 3, 4)))
+bad(const struct zinf_ckpt *c, const char *field, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "%s: %s", field, msg);
+}
+
+static const char *
+kind_of(const json_t *v)
+{
+	static const char *const kinds[] = {"an object", "an array", "a string", "an integer",
+					    "a number",	 "true",     "false",	 "null"};
+	return v ? kinds[json_typeof(v)] : "missing";
+}
+
+/* o[key] as an integer in [min, max]; `field` names it in messages. */
+static int
+get_int(const struct zinf_ckpt *c, const json_t *o, const char *key, const char *field, int64_t min,
+	int64_t max, int64_t *out)
+{
+	const json_t *v = json_object_get(o, key);
+	if (!json_is_integer(v)) {
+		return bad(c, field, "expected an integer, found %s", kind_of(v));
+	}
+	json_int_t x = json_integer_value(v);
+	if (x < min || x > max) {
+		return bad(c, field, "%lld out of range [%" PRId64 ", %" PRId64 "]", (long long)x,
+			   min, max);
+	}
+	*out = x;
+	return 0;
+}
+
+static int
+get_str(const struct zinf_ckpt *c, const json_t *o, const char *key, const char *field,
+	const char **out)
+{
+	const json_t *v = json_object_get(o, key);
+	if (!json_is_string(v)) {
+		return bad(c, field, "expected a string, found %s", kind_of(v));
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int
+get_dtype(const struct zinf_ckpt *c, const json_t *o, const char *key, const char *field,
+	  enum zinf_dtype *out)
+{
+	const char *s = NULL;
+	int rc = get_str(c, o, key, field, &s);
+	if (rc) {
+		return rc;
+	}
+	if (zinf_dtype_parse(s, out) < 0) {
+		return bad(c, field, "\"%s\" is not a dtype (f32, f16, bf16)", s);
+	}
+	return 0;
+}
+
+/* A present key's type: number (integer or real), boolean, object or string. */
+static int
+check_type(const struct zinf_ckpt *c, const json_t *o, const char *key, const char *field, int want,
+	   bool required)
+{
+	const json_t *v = json_object_get(o, key);
+	if (!v && !required) {
+		return 0;
+	}
+	bool ok = want == JSON_REAL	? json_is_number(v)
+		  : want == JSON_TRUE	? json_is_boolean(v)
+		  : want == JSON_OBJECT ? json_is_object(v)
+		  : want == JSON_STRING ? json_is_string(v)
+					: false;
+	if (!ok) {
+		const char *w = want == JSON_REAL     ? "a number"
+				: want == JSON_TRUE   ? "a boolean"
+				: want == JSON_OBJECT ? "an object"
+						      : "a string";
+		return bad(c, field, "expected %s, found %s", w, kind_of(v));
+	}
+	return 0;
+}
+
+/* A name usable as a file name's part: [A-Za-z0-9_-]{1,64}. */
+static bool
+safe_word(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 64) {
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-')) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A file name in the TAG directory: no '/', not hidden, not "." or "..". */
+static bool
+safe_file_name(const char *s)
+{
+	size_t n = strlen(s);
+	return n > 0 && n < 256 && s[0] != '.' && !strchr(s, '/');
+}
+
+static bool
+valid_tag(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > ZINF_CKPT_MAX_TAG || s[0] == '.') {
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.')) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static int
+parse_header(struct zinf_ckpt *c)
+{
+	const json_t *m = c->m;
+	const char *s = NULL;
+	int64_t v;
+	int rc;
+	if ((rc = get_str(c, m, "format", "format", &s))) {
+		return rc;
+	}
+	if (strcmp(s, CKPT_FORMAT) != 0) {
+		return bad(c, "format", "\"%s\", expected \"" CKPT_FORMAT "\"", s);
+	}
+	if ((rc = get_int(c, m, "version", "version", 0, INT64_MAX, &v))) {
+		return rc;
+	}
+	if (v != ZINF_CKPT_VERSION) {
+		return bad(c, "version", "%" PRId64 ": this library reads version %d only", v,
+			   ZINF_CKPT_VERSION);
+	}
+	if ((rc = get_str(c, m, "tag", "tag", &c->tag))) {
+		return rc;
+	}
+	if ((rc = check_type(c, m, "created", "created", JSON_STRING, false)) ||
+	    (rc = check_type(c, m, "options", "options", JSON_OBJECT, false))) {
+		return rc;
+	}
+	if ((rc = get_int(c, m, "world", "world", 1, CKPT_MAX_WORLD, &v))) {
+		return rc;
+	}
+	c->world = (int32_t)v;
+	if ((rc = get_int(c, m, "files_world", "files_world", 1, c->world, &v))) {
+		return rc;
+	}
+	c->files_world = (int32_t)v;
+	if ((rc = get_int(c, m, "stage", "stage", 0, 3, &v))) {
+		return rc;
+	}
+	c->stage = (int32_t)v;
+	if (c->files_world != 1 && c->files_world != c->world) {
+		return bad(c, "files_world", "%d: expected 1 or the world (%d)", c->files_world,
+			   c->world);
+	}
+	if ((rc = get_dtype(c, m, "dtype", "dtype", &c->dtype))) {
+		return rc;
+	}
+	if ((rc = get_int(c, m, "steps", "steps", 0, INT64_MAX, &c->steps))) {
+		return rc;
+	}
+	if ((rc = get_int(c, m, "micro_steps", "micro_steps", 0, INT64_MAX, &v))) {
+		return rc;
+	}
+	c->micro_steps = (uint64_t)v;
+	if ((rc = get_int(c, m, "skipped_steps", "skipped_steps", 0, INT64_MAX, &v)) ||
+	    (rc = check_type(c, m, "lr", "lr", JSON_REAL, true))) {
+		return rc;
+	}
+	const json_t *ls = json_object_get(m, "loss_scaler");
+	if ((rc = check_type(c, m, "loss_scaler", "loss_scaler", JSON_OBJECT, true)) ||
+	    (rc = check_type(c, ls, "scale", "loss_scaler.scale", JSON_REAL, true)) ||
+	    (rc = get_int(c, ls, "good_steps", "loss_scaler.good_steps", 0, INT64_MAX, &v)) ||
+	    (rc = get_int(c, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, INT64_MAX,
+			  &v)) ||
+	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, INT64_MAX, &v))) {
+		return rc;
+	}
+	const json_t *op = json_object_get(m, "optimizer");
+	enum zinf_dtype sd;
+	if ((rc = check_type(c, m, "optimizer", "optimizer", JSON_OBJECT, true)) ||
+	    (rc = get_str(c, op, "kind", "optimizer.kind", &c->optimizer)) ||
+	    (rc = get_dtype(c, op, "state_dtype", "optimizer.state_dtype", &sd))) {
+		return rc;
+	}
+	static const char *const nums[] = {"lr",  "beta1",	  "beta2",
+					   "eps", "weight_decay", "lr_decay"};
+	char field[64];
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(nums); i++) {
+		snprintf(field, sizeof(field), "optimizer.%s", nums[i]);
+		if ((rc = check_type(c, op, nums[i], field, JSON_REAL, false))) {
+			return rc;
+		}
+	}
+	if ((rc = check_type(c, op, "bias_correction", "optimizer.bias_correction", JSON_TRUE,
+			     false))) {
+		return rc;
+	}
+	return 0;
+}
+
+static int
+parse_parts(struct zinf_ckpt *c)
+{
+	const json_t *a = json_object_get(c->m, "parts");
+	if (!json_is_array(a)) {
+		return bad(c, "parts", "expected an array, found %s", kind_of(a));
+	}
+	size_t n = json_array_size(a);
+	if (n < 1 || n > CKPT_MAX_PARTS) {
+		return bad(c, "parts", "%zu entries, expected 1 to %d", n, CKPT_MAX_PARTS);
+	}
+	c->parts = zinf_calloc(n, sizeof(*c->parts));
+	if (!c->parts) {
+		return -ENOMEM;
+	}
+	c->n_parts = (uint32_t)n;
+	char field[64];
+	for (size_t i = 0; i < n; i++) {
+		const json_t *p = json_array_get(a, i);
+		int rc;
+		const char *name = NULL;
+		snprintf(field, sizeof(field), "parts[%zu]", i);
+		if (!json_is_object(p)) {
+			return bad(c, field, "expected an object, found %s", kind_of(p));
+		}
+		snprintf(field, sizeof(field), "parts[%zu].name", i);
+		if ((rc = get_str(c, p, "name", field, &name))) {
+			return rc;
+		}
+		if (!safe_word(name)) {
+			return bad(c, field, "\"%s\": not a part name ([A-Za-z0-9_-], 1-64 bytes)",
+				   name);
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(c->parts[j].name, name) == 0) {
+				return bad(c, field, "\"%s\" listed twice", name);
+			}
+		}
+		c->parts[i].name = (char *)name; /* borrowed from the manifest */
+		snprintf(field, sizeof(field), "parts[%zu].dtype", i);
+		if ((rc = get_dtype(c, p, "dtype", field, &c->parts[i].dtype))) {
+			return rc;
+		}
+	}
+	if (strcmp(c->parts[0].name, "fp32") != 0 || c->parts[0].dtype != ZINF_F32) {
+		return bad(c, "parts[0]", "\"%s\" (%s): expected the master, \"fp32\" (f32)",
+			   c->parts[0].name, zinf_dtype_name(c->parts[0].dtype));
+	}
+	return 0;
+}
+
+static int
+parse_ranks(struct zinf_ckpt *c)
+{
+	const json_t *a = json_object_get(c->m, "ranks");
+	if (!json_is_array(a)) {
+		return bad(c, "ranks", "expected an array, found %s", kind_of(a));
+	}
+	size_t n = json_array_size(a);
+	if (n != (size_t)c->files_world) {
+		return bad(c, "ranks", "%zu entries, expected files_world (%d)", n, c->files_world);
+	}
+	c->flat = zinf_calloc(n, sizeof(*c->flat));
+	if (!c->flat) {
+		return -ENOMEM;
+	}
+	char field[64];
+	for (size_t r = 0; r < n; r++) {
+		const json_t *e = json_array_get(a, r);
+		int64_t v;
+		int rc;
+		snprintf(field, sizeof(field), "ranks[%zu]", r);
+		if (!json_is_object(e)) {
+			return bad(c, field, "expected an object, found %s", kind_of(e));
+		}
+		snprintf(field, sizeof(field), "ranks[%zu].rank", r);
+		if ((rc = get_int(c, e, "rank", field, 0, INT64_MAX, &v))) {
+			return rc;
+		}
+		if (v != (int64_t)r) {
+			return bad(c, field, "%" PRId64 ", expected %zu (ranks in order)", v, r);
+		}
+		snprintf(field, sizeof(field), "ranks[%zu].flat", r);
+		/* bytes of a file fit an off_t */
+		if ((rc = get_int(c, e, "flat", field, 0, INT64_MAX / 8, &v))) {
+			return rc;
+		}
+		c->flat[r] = (uint64_t)v;
+	}
+	return 0;
+}
+
+static int
+parse_shape(struct zinf_ckpt *c, const json_t *p, size_t i, struct ckpt_param *q)
+{
+	char field[96];
+	snprintf(field, sizeof(field), "params[%zu].shape", i);
+	const json_t *s = json_object_get(p, "shape");
+	if (!s) {
+		q->ndim = 1;
+		q->shape[0] = q->numel;
+		return 0;
+	}
+	if (!json_is_array(s)) {
+		return bad(c, field, "expected an array, found %s", kind_of(s));
+	}
+	size_t n = json_array_size(s);
+	if (n < 1 || n > ZINF_CKPT_MAX_DIMS) {
+		return bad(c, field, "%zu dimensions, expected 1 to %d", n, ZINF_CKPT_MAX_DIMS);
+	}
+	uint64_t prod = 1;
+	for (size_t d = 0; d < n; d++) {
+		const json_t *v = json_array_get(s, d);
+		if (!json_is_integer(v) || json_integer_value(v) < 1) {
+			return bad(c, field, "dimension %zu: expected an integer >= 1, found %s", d,
+				   json_is_integer(v) ? "a smaller one" : kind_of(v));
+		}
+		uint64_t x = (uint64_t)json_integer_value(v);
+		if (prod > UINT64_MAX / x) {
+			return bad(c, field, "the product overflows");
+		}
+		prod *= x;
+		q->shape[d] = x;
+	}
+	if (prod != q->numel) {
+		return bad(c, field, "its product %" PRIu64 " differs from numel %" PRIu64, prod,
+			   q->numel);
+	}
+	q->ndim = (uint32_t)n;
+	return 0;
+}
+
+static int
+parse_params(struct zinf_ckpt *c)
+{
+	const json_t *a = json_object_get(c->m, "params");
+	if (!json_is_array(a)) {
+		return bad(c, "params", "expected an array, found %s", kind_of(a));
+	}
+	size_t n = json_array_size(a);
+	if (n > UINT32_MAX) {
+		return bad(c, "params", "%zu entries: too many", n);
+	}
+	c->params = zinf_calloc(n ? n : 1, sizeof(*c->params));
+	if (!c->params) {
+		return -ENOMEM;
+	}
+	c->n_params = (uint32_t)n;
+	json_t *names = json_object(); /* a set: names are unique */
+	if (!names) {
+		return -ENOMEM;
+	}
+	int rc = 0;
+	char field[96];
+	size_t W = (size_t)c->files_world;
+	for (size_t i = 0; i < n && !rc; i++) {
+		const json_t *p = json_array_get(a, i);
+		struct ckpt_param *q = &c->params[i];
+		const char *name = NULL;
+		int64_t v;
+		snprintf(field, sizeof(field), "params[%zu]", i);
+		if (!json_is_object(p)) {
+			rc = bad(c, field, "expected an object, found %s", kind_of(p));
+			break;
+		}
+		snprintf(field, sizeof(field), "params[%zu].name", i);
+		if ((rc = get_str(c, p, "name", field, &name))) {
+			break;
+		}
+		if (!name[0]) {
+			rc = bad(c, field, "empty");
+			break;
+		}
+		if (json_object_get(names, name)) {
+			rc = bad(c, field, "\"%s\" listed twice", name);
+			break;
+		}
+		if (json_object_set_new(names, name, json_true())) {
+			rc = -ENOMEM;
+			break;
+		}
+		q->name = (char *)name; /* borrowed from the manifest */
+		snprintf(field, sizeof(field), "params[%zu].numel", i);
+		if ((rc = get_int(c, p, "numel", field, 1, INT64_MAX / 8, &v))) {
+			break;
+		}
+		q->numel = (uint64_t)v;
+		snprintf(field, sizeof(field), "params[%zu].layer", i);
+		if ((rc = get_int(c, p, "layer", field, 0, INT32_MAX, &v))) {
+			break;
+		}
+		q->layer = (int32_t)v;
+		if ((rc = parse_shape(c, p, i, q))) {
+			break;
+		}
+		snprintf(field, sizeof(field), "params[%zu].part", i);
+		if ((rc = get_int(c, p, "part", field, 0, INT64_MAX / 8, &v))) {
+			break;
+		}
+		q->part = (uint64_t)v;
+		uint64_t want = ZINF_DIV_ROUND_UP(q->numel, (uint64_t)W);
+		if (q->part != want) {
+			rc = bad(c, field,
+				 "\"%s\": %" PRIu64 ", expected ceil(numel %" PRIu64
+				 " / files_world %zu) = %" PRIu64,
+				 name, q->part, q->numel, W, want);
+			break;
+		}
+		snprintf(field, sizeof(field), "params[%zu].flat_off", i);
+		const json_t *fo = json_object_get(p, "flat_off");
+		if (!json_is_array(fo) || json_array_size(fo) != W) {
+			rc = json_is_array(fo)
+				     ? bad(c, field,
+					   "\"%s\": %zu entries, expected files_world (%zu)", name,
+					   json_array_size(fo), W)
+				     : bad(c, field, "expected an array, found %s", kind_of(fo));
+			break;
+		}
+		q->flat_off = zinf_calloc(W, sizeof(*q->flat_off));
+		if (!q->flat_off) {
+			rc = -ENOMEM;
+			break;
+		}
+		for (size_t r = 0; r < W; r++) {
+			const json_t *x = json_array_get(fo, r);
+			if (!json_is_integer(x) || json_integer_value(x) < 0) {
+				rc = bad(c, field,
+					 "\"%s\": rank %zu: expected an integer >= 0, found %s",
+					 name, r,
+					 json_is_integer(x) ? "a negative one" : kind_of(x));
+				break;
+			}
+			uint64_t off = (uint64_t)json_integer_value(x);
+			if (off > c->flat[r] || q->part > c->flat[r] - off) {
+				rc = bad(c, field,
+					 "\"%s\": rank %zu: partition [%" PRIu64 ", %" PRIu64
+					 ") past the rank's flat %" PRIu64,
+					 name, r, off, off + q->part, c->flat[r]);
+				break;
+			}
+			q->flat_off[r] = off;
+		}
+	}
+	json_decref(names);
+	return rc;
+}
+
+static int
+parse_files(struct zinf_ckpt *c)
+{
+	const json_t *a = json_object_get(c->m, "files");
+	if (!json_is_array(a)) {
+		return bad(c, "files", "expected an array, found %s", kind_of(a));
+	}
+	size_t n = json_array_size(a);
+	if (n > UINT32_MAX) {
+		return bad(c, "files", "%zu entries: too many", n);
+	}
+	c->files = zinf_calloc(n ? n : 1, sizeof(*c->files));
+	if (!c->files) {
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		c->files[i].fd = -1;
+	}
+	c->n_files = (uint32_t)n;
+	char field[64];
+	for (size_t i = 0; i < n; i++) {
+		const json_t *f = json_array_get(a, i);
+		struct ckpt_file *q = &c->files[i];
+		const char *name = NULL;
+		int64_t v;
+		int rc;
+		snprintf(field, sizeof(field), "files[%zu]", i);
+		if (!json_is_object(f)) {
+			return bad(c, field, "expected an object, found %s", kind_of(f));
+		}
+		snprintf(field, sizeof(field), "files[%zu].name", i);
+		if ((rc = get_str(c, f, "name", field, &name))) {
+			return rc;
+		}
+		if (!safe_file_name(name)) {
+			return bad(c, field, "\"%s\": not a plain file name", name);
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (strcmp(c->files[j].name, name) == 0) {
+				return bad(c, field, "\"%s\" listed twice", name);
+			}
+		}
+		q->name = (char *)name; /* borrowed from the manifest */
+		snprintf(field, sizeof(field), "files[%zu].bytes", i);
+		if ((rc = get_int(c, f, "bytes", field, 0, INT64_MAX, &v))) {
+			return rc;
+		}
+		q->bytes = (uint64_t)v;
+		snprintf(field, sizeof(field), "files[%zu].crc32c", i);
+		if ((rc = get_int(c, f, "crc32c", field, 0, UINT32_MAX, &v))) {
+			return rc;
+		}
+		q->crc32c = (uint32_t)v;
+		c->bytes += q->bytes;
+	}
+	return 0;
+}
+
+int
+ckpt_file_find(const struct zinf_ckpt *c, const char *name)
+{
+	for (uint32_t i = 0; i < c->n_files; i++) {
+		if (strcmp(c->files[i].name, name) == 0) {
+			return (int)i;
+		}
+	}
+	return -ENOENT;
+}
+
+/* The rank files each part needs, listed with the size flat * elem_bytes; client.bin and the
+ * safetensors file listed when the manifest names them. */
+static int
+check_listed(struct zinf_ckpt *c)
+{
+	size_t W = (size_t)c->files_world;
+	c->rank_file = zinf_calloc(W * c->n_parts, sizeof(*c->rank_file));
+	if (!c->rank_file) {
+		return -ENOMEM;
+	}
+	char name[128];
+	for (size_t r = 0; r < W; r++) {
+		for (uint32_t p = 0; p < c->n_parts; p++) {
+			snprintf(name, sizeof(name), "r%05zu.%s", r, c->parts[p].name);
+			int k = ckpt_file_find(c, name);
+			if (k < 0) {
+				return bad(c, "files", "%s (rank %zu's part \"%s\") not listed",
+					   name, r, c->parts[p].name);
+			}
+			uint64_t want = c->flat[r] * zinf_dtype_size(c->parts[p].dtype);
+			if (c->files[k].bytes != want) {
+				return bad(c, "files",
+					   "%s: %" PRIu64 " bytes listed, expected flat %" PRIu64
+					   " x %zu = %" PRIu64,
+					   name, c->files[k].bytes, c->flat[r],
+					   zinf_dtype_size(c->parts[p].dtype), want);
+			}
+			c->rank_file[r * c->n_parts + p] = (uint32_t)k;
+		}
+	}
+	int64_t cb;
+	int rc = get_int(c, c->m, "client_bytes", "client_bytes", 0, INT64_MAX, &cb);
+	if (rc) {
+		return rc;
+	}
+	if (cb > 0) {
+		int k = ckpt_file_find(c, "client.bin");
+		if (k < 0) {
+			return bad(c, "client_bytes", "%" PRId64 " but client.bin is not listed",
+				   cb);
+		}
+		if (c->files[k].bytes != (uint64_t)cb) {
+			return bad(c, "client_bytes",
+				   "%" PRId64 ", but client.bin is listed with %" PRIu64 " bytes",
+				   cb, c->files[k].bytes);
+		}
+	}
+	const json_t *st = json_object_get(c->m, "safetensors");
+	if (st) {
+		const char *s = NULL;
+		if ((rc = get_str(c, c->m, "safetensors", "safetensors", &s))) {
+			return rc;
+		}
+		if (ckpt_file_find(c, s) < 0) {
+			return bad(c, "safetensors", "\"%s\" is not listed in files", s);
+		}
+	}
+	return 0;
+}
+
+int
+ckpt_path(const struct zinf_ckpt *c, const char *name, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%s/%s", c->path, name);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Every listed file exists, is a regular file and has its listed size. */
+static int
+check_files_present(struct zinf_ckpt *c)
+{
+	char path[4352];
+	for (uint32_t i = 0; i < c->n_files; i++) {
+		struct ckpt_file *f = &c->files[i];
+		if (ckpt_path(c, f->name, path, sizeof(path))) {
+			return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
+		}
+		struct stat st;
+		if (stat(path, &st) < 0) {
+			int e = errno;
+			if (e == ENOENT) {
+				return ZINF_OBJ_FAIL(path, -EBADMSG,
+						     "listed in manifest.json but missing");
+			}
+			return ZINF_OBJ_FAIL(path, -e, "stat: %s", strerror(e));
+		}
+		if (!S_ISREG(st.st_mode)) {
+			return ZINF_OBJ_FAIL(path, -EBADMSG, "not a regular file");
+		}
+		if ((uint64_t)st.st_size != f->bytes) {
+			return ZINF_OBJ_FAIL(
+				path, -EBADMSG, "%jd bytes, manifest.json lists %" PRIu64 " (%s)",
+				(intmax_t)st.st_size, f->bytes,
+				(uint64_t)st.st_size < f->bytes ? "truncated" : "longer");
+		}
+	}
+	return 0;
+}
+
+/* ---- opening ------------------------------------------------------------------------------ */
+
+static char *
+join(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *s = zinf_malloc(la + lb + 2);
+	if (s) {
+		memcpy(s, a, la);
+		s[la] = '/';
+		memcpy(s + la + 1, b, lb + 1);
+	}
+	return s;
+}
+
+static bool
+is_file(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* DIR/latest's tag into tag (ZINF_CKPT_MAX_TAG + 1 bytes). */
+static int
+read_latest(const char *dir, char *tag)
+{
+	char *lp = join(dir, "latest");
+	if (!lp) {
+		return -ENOMEM;
+	}
+	int rc = 0;
+	FILE *f = fopen(lp, "r");
+	if (!f) {
+		int e = errno;
+		rc = e == ENOENT ? ZINF_OBJ_FAIL(dir, -ENOENT,
+						 "no checkpoint: neither latest nor manifest.json")
+				 : ZINF_OBJ_FAIL(lp, -e, "open: %s", strerror(e));
+		goto out;
+	}
+	char line[ZINF_CKPT_MAX_TAG + 8];
+	size_t n = fread(line, 1, sizeof(line) - 1, f);
+	bool err = ferror(f);
+	fclose(f);
+	if (err) {
+		rc = ZINF_OBJ_FAIL(lp, -EIO, "read failed");
+		goto out;
+	}
+	line[n] = '\0';
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) {
+		line[--n] = '\0';
+	}
+	if (!valid_tag(line) || strlen(line) != n) {
+		rc = ZINF_OBJ_FAIL(lp, -EBADMSG, "\"%.40s\" is not a tag", line);
+		goto out;
+	}
+	memcpy(tag, line, n + 1);
+out:
+	zinf_free(lp);
+	return rc;
+}
+
+/* c->path: DIR/TAG, or DIR itself when it holds manifest.json and no tag was asked for. */
+static int
+resolve(struct zinf_ckpt *c, const char *dir, const char *tag)
+{
+	char latest[ZINF_CKPT_MAX_TAG + 1];
+	if (tag) {
+		if (!valid_tag(tag)) {
+			return ZINF_OBJ_FAIL(dir, -EINVAL,
+					     "tag \"%s\": letters, digits, '.', '_', '-', "
+					     "at most %d bytes, not starting with '.'",
+					     tag, ZINF_CKPT_MAX_TAG);
+		}
+	} else {
+		char *mp = join(dir, "manifest.json");
+		if (!mp) {
+			return -ENOMEM;
+		}
+		bool here = is_file(mp);
+		zinf_free(mp);
+		if (here) {
+			c->path = zinf_strdup(dir);
+			return c->path ? 0 : -ENOMEM;
+		}
+		int rc = read_latest(dir, latest);
+		if (rc) {
+			return rc;
+		}
+		tag = latest;
+	}
+	c->path = join(dir, tag);
+	return c->path ? 0 : -ENOMEM;
+}
+
+int
+zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
+{
+	if (!dir || !out) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_open: NULL %s", dir ? "out" : "dir");
+	}
+	struct zinf_ckpt *c = zinf_calloc(1, sizeof(*c));
+	if (!c) {
+		return -ENOMEM;
+	}
+	int rc = resolve(c, dir, tag);
+	if (rc) {
+		goto fail;
+	}
+	c->mpath = join(c->path, "manifest.json");
+	if (!c->mpath) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	struct stat st;
+	if (stat(c->mpath, &st) < 0) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(c->mpath, -e, "%s",
+				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
+		goto fail;
+	}
+	json_error_t jerr;
+	c->m = json_load_file(c->mpath, JSON_REJECT_DUPLICATES, &jerr);
+	if (!c->m) {
+		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "line %d column %d: %s", jerr.line,
+				   jerr.column, jerr.text);
+		goto fail;
+	}
+	if (!json_is_object(c->m)) {
+		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "expected a JSON object, found %s",
+				   kind_of(c->m));
+		goto fail;
+	}
+	if ((rc = parse_header(c)) || (rc = parse_parts(c)) || (rc = parse_ranks(c)) ||
+	    (rc = parse_params(c)) || (rc = parse_files(c)) || (rc = check_listed(c)) ||
+	    (rc = check_files_present(c))) {
+		goto fail;
+	}
+	*out = c;
+	return 0;
+fail:
+	zinf_ckpt_close(c);
+	return rc;
+}
+
+void
+zinf_ckpt_close(struct zinf_ckpt *c)
+{
+	if (!c) {
+		return;
+	}
+	for (uint32_t i = 0; c->files && i < c->n_files; i++) {
+		if (c->files[i].fd >= 0) {
+			close(c->files[i].fd);
+		}
+	}
+	for (uint32_t i = 0; c->params && i < c->n_params; i++) {
+		zinf_free(c->params[i].flat_off);
+	}
+	zinf_free(c->params);
+	zinf_free(c->parts);
+	zinf_free(c->files);
+	zinf_free(c->flat);
+	zinf_free(c->rank_file);
+	json_decref(c->m);
+	zinf_free(c->mpath);
+	zinf_free(c->path);
+	zinf_free(c);
+}
+
+/* ---- queries ------------------------------------------------------------------------------ */
+
+const json_t *
+ckpt_manifest(const struct zinf_ckpt *c)
+{
+	return c->m;
+}
+
+int32_t
+ckpt_files_world(const struct zinf_ckpt *c)
+{
+	return c->files_world;
+}
+
+int
+zinf_ckpt_get_info(const struct zinf_ckpt *c, struct zinf_ckpt_info *out)
+{
+	if (!c) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_get_info: NULL checkpoint");
+	}
+	struct zinf_ckpt_info i = {
+		.size = sizeof(i),
+		.path = c->path,
+		.tag = c->tag,
+		.steps = c->steps,
+		.micro_steps = c->micro_steps,
+		.world = c->world,
+		.stage = c->stage,
+		.dtype = c->dtype,
+		.n_params = c->n_params,
+		.n_parts = c->n_parts,
+		.n_files = c->n_files,
+		.bytes = c->bytes,
+		.optimizer = c->optimizer,
+	};
+	return zinf_stats_give(out, &i, sizeof(i), "zinf_ckpt_info");
+}
+
+int
+zinf_ckpt_param(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_param *out)
+{
+	if (!c || i >= c->n_params) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_param: %s",
+				 c ? "index out of range" : "NULL checkpoint");
+	}
+	const struct ckpt_param *p = &c->params[i];
+	struct zinf_ckpt_param q = {.size = sizeof(q),
+				    .name = p->name,
+				    .numel = p->numel,
+				    .layer = p->layer,
+				    .ndim = p->ndim};
+	memcpy(q.shape, p->shape, sizeof(q.shape));
+	return zinf_stats_give(out, &q, sizeof(q), "zinf_ckpt_param");
+}
+
+int
+zinf_ckpt_part(const struct zinf_ckpt *c, uint32_t part, struct zinf_ckpt_part *out)
+{
+	if (!c || part >= c->n_parts) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_part: %s",
+				 c ? "part out of range" : "NULL checkpoint");
+	}
+	struct zinf_ckpt_part q = {
+		.size = sizeof(q), .name = c->parts[part].name, .dtype = c->parts[part].dtype};
+	return zinf_stats_give(out, &q, sizeof(q), "zinf_ckpt_part");
+}
+
+uint32_t
+zinf_ckpt_file_count(const struct zinf_ckpt *c)
+{
+	return c ? c->n_files : 0;
+}
+
+int
+zinf_ckpt_file(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_file *out)
+{
+	if (!c || i >= c->n_files) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_file: %s",
+				 c ? "index out of range" : "NULL checkpoint");
+	}
+	struct zinf_ckpt_file q = {.size = sizeof(q),
+				   .name = c->files[i].name,
+				   .bytes = c->files[i].bytes,
+				   .crc32c = c->files[i].crc32c};
+	return zinf_stats_give(out, &q, sizeof(q), "zinf_ckpt_file");
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+static int
+file_fd(struct zinf_ckpt *c, uint32_t k)
+{
+	struct ckpt_file *f = &c->files[k];
+	if (f->fd >= 0) {
+		return f->fd;
+	}
+	char path[4352];
+	if (ckpt_path(c, f->name, path, sizeof(path))) {
+		return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		return ZINF_OBJ_FAIL(path, e == ENOENT ? -EBADMSG : -e, "open: %s", strerror(e));
+	}
+	f->fd = fd;
+	return fd;
+}
+
+/* len bytes at off of file k, whole: a short read means the file shrank since open. */
+static int
+pread_full(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off)
+{
+	int fd = file_fd(c, k);
+	if (fd < 0) {
+		return fd;
+	}
+	char *p = buf, path[4352];
+	size_t done = 0;
+	ckpt_path(c, c->files[k].name, path, sizeof(path));
+	while (done < len) {
+		ssize_t n = pread(fd, p + done, len - done, (off_t)(off + done));
+		if (n < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			int e = errno;
+			return ZINF_OBJ_FAIL(path, -e, "pread %zu bytes at %" PRIu64 ": %s",
+					     len - done, off + done, strerror(e));
+		}
+		if (n == 0) {
+			return ZINF_OBJ_FAIL(path, -EBADMSG,
+					     "ends at %" PRIu64 ", before %" PRIu64
+					     " (truncated since the checkpoint was opened)",
+					     off + done, off + len);
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int
+zinf_ckpt_read(struct zinf_ckpt *c, uint32_t i, uint32_t part, uint64_t first, uint64_t count,
+	       enum zinf_dtype dtype, void *out)
+{
+	if (!c || i >= c->n_params || part >= c->n_parts || zinf_dtype_size(dtype) == 0 ||
+	    (!out && count > 0)) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_read: %s",
+				 !c			   ? "NULL checkpoint"
+				 : i >= c->n_params	   ? "parameter index out of range"
+				 : part >= c->n_parts	   ? "part out of range"
+				 : !zinf_dtype_size(dtype) ? "unknown dtype"
+							   : "NULL out");
+	}
+	const struct ckpt_param *p = &c->params[i];
+	if (first > p->numel || count > p->numel - first) {
+		return ZINF_OBJ_FAIL(c->path, -EINVAL,
+				     "parameter \"%s\": elements [%" PRIu64 ", +%" PRIu64
+				     ") past numel %" PRIu64,
+				     p->name, first, count, p->numel);
+	}
+	enum zinf_dtype src = c->parts[part].dtype;
+	size_t ssz = zinf_dtype_size(src), dsz = zinf_dtype_size(dtype);
+	void *bounce = NULL;
+	if (src != dtype && count > 0) {
+		bounce = zinf_malloc((size_t)ZINF_MIN(count, CKPT_BOUNCE_ELEMS) * ssz);
+		if (!bounce) {
+			return -ENOMEM;
+		}
+	}
+	int rc = 0;
+	char *dst = out;
+	uint64_t e = first, end = first + count;
+	while (e < end && !rc) {
+		/* stored rank r holds [r * part, (r + 1) * part) of the tensor */
+		uint64_t r = e / p->part, local = e - r * p->part;
+		uint64_t n = ZINF_MIN(end - e, p->part - local);
+		uint32_t k = c->rank_file[r * c->n_parts + part];
+		uint64_t off = (p->flat_off[r] + local) * ssz;
+		if (!bounce) {
+			rc = pread_full(c, k, dst, (size_t)(n * ssz), off);
+		} else {
+			n = ZINF_MIN(n, CKPT_BOUNCE_ELEMS);
+			rc = pread_full(c, k, bounce, (size_t)(n * ssz), off);
+			if (!rc) {
+				rc = zinf_dtype_convert(dst, dtype, bounce, src, (size_t)n);
+			}
+		}
+		dst += n * dsz;
+		e += n;
+	}
+	zinf_free(bounce);
+	return rc;
+}
+
+int
+zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i)
+{
+	if (!c || i >= c->n_files) {
+		return ZINF_FAIL(-EINVAL, "zinf_ckpt_verify_file: %s",
+				 c ? "index out of range" : "NULL checkpoint");
+	}
+	struct ckpt_file *f = &c->files[i];
+	char path[4352];
+	ckpt_path(c, f->name, path, sizeof(path));
+	int fd = file_fd(c, i);
+	if (fd < 0) {
+		return fd;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		return ZINF_OBJ_FAIL(path, -e, "fstat: %s", strerror(e));
+	}
+	if ((uint64_t)st.st_size != f->bytes) {
+		return ZINF_OBJ_FAIL(path, -EBADMSG, "%jd bytes, manifest.json lists %" PRIu64,
+				     (intmax_t)st.st_size, f->bytes);
+	}
+	size_t chunk = (size_t)ZINF_MIN(f->bytes, (uint64_t)CKPT_VERIFY_CHUNK);
+	void *buf = zinf_malloc(chunk ? chunk : 1);
+	if (!buf) {
+		return -ENOMEM;
+	}
+	uint32_t crc = 0;
+	int rc = 0;
+	for (uint64_t off = 0; off < f->bytes && !rc; off += chunk) {
+		size_t n = (size_t)ZINF_MIN((uint64_t)chunk, f->bytes - off);
+		rc = pread_full(c, i, buf, n, off);
+		if (!rc) {
+			crc = zinf_crc32c(crc, buf, n);
+		}
+	}
+	zinf_free(buf);
+	if (!rc && crc != f->crc32c) {
+		rc = ZINF_OBJ_FAIL(path, -EBADMSG,
+				   "CRC32C 0x%08x, manifest.json lists 0x%08x (corrupted)", crc,
+				   f->crc32c);
+	}
+	return rc;
+}

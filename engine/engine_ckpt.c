@@ -1,0 +1,587 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_ckpt.c: zinf_engine_save (zinf/checkpoint.h, docs/CHECKPOINT.md) and the
+ * state visitor that save and load share (eng_state_visit: a sub-group's master and optimizer
+ * parts as host memory, wherever they live: the pinned CPU tier in place, NVMe through one of
+ * the optimizer pool's buffers, the GPU in pieces through a bounce buffer).
+ *
+ * A save: rank 0 takes DIR's lock and makes DIR/.TAG.tmp; every rank that stores files (all,
+ * or rank 0 at stage 0 where the state is replicated) streams its flat partition of each part
+ * into r<rank>.<part> through the I/O engine, fsyncs them and leaves a small sidecar with their
+ * sizes, CRCs and its parameter offsets; rank 0 folds the sidecars into manifest.json, writes
+ * client.bin and the optional model.safetensors, fsyncs, and publishes (ckpt_fs.c). Each phase
+ * ends with eng_agree, so every rank returns the same result, and a failed save leaves the
+ * engine and the previous checkpoints as they were. Not here: load (engine_load.c).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/opts.h"
+#include "engine/ckpt_fs.h"
+#include "engine/engine_internal.h"
+#include "zinf/config.h"
+
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_ckpt_opts, reserved);
+
+void
+zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
+{
+	if (!o) {
+		return;
+	}
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->gather_16bit = -1;
+	o->verify = true;
+}
+
+/* ---- the state of a sub-group as host memory ----------------------------------------------- */
+
+struct visit_nvme {
+	struct zinf_engine *e;
+	eng_visit_fn fn;
+	void *ctx;
+};
+
+static int
+visit_nvme_cb(void *ctx, uint32_t k, void *const parts[], uint64_t len)
+{
+	struct visit_nvme *v = ctx;
+	(void)len;
+	return v->fn(v->ctx, eng_sg_start(v->e, k), v->e->sg_end[k] - eng_sg_start(v->e, k), parts);
+}
+
+size_t
+eng_state_bounce_bytes(const struct zinf_engine *e)
+{
+	return e->otier == ZINF_OFFLOAD_NONE
+		       ? (size_t)ZINF_STEP_CHUNK * zinf_optimizer_state_bytes(e->opt)
+		       : 0;
+}
+
+int
+eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
+		void *bounce)
+{
+	uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
+	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
+	if (e->otier == ZINF_OFFLOAD_NVME) {
+		struct visit_nvme v = {e, fn, ctx};
+		return zinf_step_visit(e->step, k,
+				       write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
+				       visit_nvme_cb, &v);
+	}
+	if (e->otier == ZINF_OFFLOAD_CPU) {
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			parts[i] =
+				(char *)e->state[i] + start * zinf_optimizer_part_bytes(e->opt, i);
+		}
+		return fn(ctx, start, end - start, parts);
+	}
+	/* the GPU: ZINF_STEP_CHUNK elements at a time through the bounce buffer */
+	int ret = 0;
+	for (uint64_t off = start; off < end && !ret; off += ZINF_STEP_CHUNK) {
+		uint64_t n = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, end - off);
+		char *b = bounce;
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			parts[i] = b;
+			b += (size_t)ZINF_STEP_CHUNK * zinf_optimizer_part_bytes(e->opt, i);
+		}
+		for (uint32_t i = 0; i < e->nparts && !write && !ret; i++) {
+			size_t pb = zinf_optimizer_part_bytes(e->opt, i);
+			ret = zinf_device_copy(e->cs, parts[i], (char *)e->state[i] + off * pb,
+					       n * pb, ZINF_COPY_D2H);
+		}
+		if (!ret && !write) {
+			ret = zinf_stream_sync(e->cs);
+		}
+		if (!ret) {
+			ret = fn(ctx, off, n, parts);
+		}
+		for (uint32_t i = 0; i < e->nparts && write && !ret; i++) {
+			size_t pb = zinf_optimizer_part_bytes(e->opt, i);
+			ret = zinf_device_copy(e->cs, (char *)e->state[i] + off * pb, parts[i],
+					       n * pb, ZINF_COPY_H2D);
+		}
+		if (!ret && write) {
+			ret = zinf_stream_sync(e->cs);
+		}
+	}
+	return ret;
+}
+
+/* ---- this rank's files ---------------------------------------------------------------------- */
+
+struct save_rank {
+	struct zinf_engine *e;
+	struct ckpt_writer w[ZINF_OPTIM_MAX_PARTS];
+};
+
+static int
+save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
+{
+	struct save_rank *s = ctx;
+	(void)off;
+	int ret = 0;
+	for (uint32_t i = 0; i < s->e->nparts && !ret; i++) {
+		ret = ckpt_writer_put(&s->w[i], parts[i],
+				      n * zinf_optimizer_part_bytes(s->e->opt, i));
+	}
+	return ret;
+}
+
+static const char *
+part_dtype(const struct zinf_engine *e, uint32_t i)
+{
+	return zinf_optimizer_part_bytes(e->opt, i) == 2 ? "bf16" : "f32";
+}
+
+/* The sidecar rank 0 folds into the manifest: this rank's flat size, parameter offsets, files. */
+static int
+write_sidecar(struct zinf_engine *e, const char *tmp, const struct save_rank *s)
+{
+	json_t *o = json_object(), *offs = json_array(), *files = json_array();
+	json_object_set_new(o, "rank", json_integer(e->rank));
+	json_object_set_new(o, "flat", json_integer((json_int_t)e->flat_n));
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		json_array_append_new(offs, json_integer((json_int_t)e->params[i].flat_off));
+	}
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		json_t *f = json_object();
+		const char *slash = strrchr(s->w[i].path, '/');
+		json_object_set_new(f, "name", json_string(slash ? slash + 1 : s->w[i].path));
+		json_object_set_new(f, "bytes", json_integer((json_int_t)s->w[i].bytes));
+		json_object_set_new(f, "crc32c", json_integer(s->w[i].crc));
+		json_array_append_new(files, f);
+	}
+	json_object_set_new(o, "flat_off", offs);
+	json_object_set_new(o, "files", files);
+	char *text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!text) {
+		return ENG_FAIL(e, -ENOMEM, "save: out of memory for the sidecar");
+	}
+	char p[CKPT_PATH];
+	ckpt_join(p, tmp, ".r%05d.json", e->rank);
+	int ret = ckpt_write_small(p, text, strlen(text));
+	free(text);
+	return ret;
+}
+
+static int
+save_rank_files(struct zinf_engine *e, struct zinf_io *io, const char *tmp)
+{
+	struct save_rank s = {.e = e};
+	size_t bb = eng_state_bounce_bytes(e);
+	void *bounce = bb ? zinf_alloc_huge(bb) : NULL;
+	int ret = bb && !bounce ? ENG_FAIL(e, -ENOMEM, "save: out of memory (%zu bytes)", bb) : 0;
+	uint32_t opened = 0;
+	for (uint32_t i = 0; i < e->nparts && !ret; i++, opened++) {
+		char p[CKPT_PATH];
+		ckpt_join(p, tmp, "r%05d.%s", e->rank, zinf_optimizer_part_name(e->opt, i));
+		ret = ckpt_writer_open(&s.w[i], io, p);
+	}
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		ret = eng_state_visit(e, k, false, save_put, &s, bounce);
+		if (ret) {
+			ret = ENG_FAIL(e, ret, "save: sub-group %u", k);
+		}
+	}
+	for (uint32_t i = 0; i < opened && !ret; i++) {
+		ret = ckpt_writer_finish(&s.w[i]);
+	}
+	if (!ret) {
+		ret = write_sidecar(e, tmp, &s);
+	}
+	for (uint32_t i = 0; i < opened; i++) {
+		ckpt_writer_close(&s.w[i]);
+	}
+	zinf_free_huge(bounce, bb);
+	return ret;
+}
+
+/* ---- the manifest (rank 0) ------------------------------------------------------------------ */
+
+static json_t *
+scaler_json(const struct zinf_loss_scaler *ls)
+{
+	json_t *o = json_object();
+	int64_t good = ls->last_overflow >= 0 ? ls->iter - ls->last_overflow - 1 : ls->iter;
+	json_object_set_new(o, "scale", json_real(ls->scale));
+	json_object_set_new(o, "good_steps", json_integer(good > 0 ? good : 0));
+	json_object_set_new(o, "hysteresis_left", json_integer(ls->cur_hysteresis));
+	json_object_set_new(o, "overflows", json_integer((json_int_t)ls->overflows));
+	json_object_set_new(o, "iter", json_integer(ls->iter));
+	json_object_set_new(o, "last_overflow", json_integer(ls->last_overflow));
+	return o;
+}
+
+static json_t *
+optimizer_json(const struct zinf_engine *e)
+{
+	const struct zinf_optimizer_opts *o = &e->o.optimizer;
+	json_t *j = json_object();
+	json_object_set_new(j, "kind", json_string(zinf_optimizer_name(e->opt)));
+	json_object_set_new(j, "state_dtype", json_string(part_dtype(e, e->nparts - 1)));
+	json_object_set_new(j, "lr", json_real(o->lr));
+	json_object_set_new(j, "beta1", json_real(o->beta1));
+	json_object_set_new(j, "beta2", json_real(o->beta2));
+	json_object_set_new(j, "eps", json_real(o->eps));
+	json_object_set_new(j, "weight_decay", json_real(o->weight_decay));
+	json_object_set_new(j, "bias_correction", json_boolean(o->bias_correction));
+	return j;
+}
+
+/* The engine's options as ds_config.json (zinf_config_dump); NULL when it cannot be made. */
+static json_t *
+options_json(const struct zinf_engine *e)
+{
+	struct zinf_train_config c;
+	zinf_config_init(&c);
+	c.engine = e->o; /* read only: the dump does not free the borrowed strings */
+	c.optimizer_given = true;
+	c.gradient_clipping = e->o.gradient_clipping;
+	c.fp16 = e->o.fp16;
+	c.bf16_enabled = e->o.dtype == ZINF_BF16;
+	c.stage3_gather_16bit_weights_on_model_save =
+		e->o.stage3_gather_16bit_weights_on_model_save;
+	c.train_batch_size = e->o.gradient_accumulation_steps * (int64_t)e->world;
+	c.world_size = e->world;
+	char *text = NULL;
+	json_t *j = NULL;
+	if (zinf_config_dump(&c, &text) == 0 && text) {
+		j = json_loads(text, 0, NULL);
+	}
+	free(text);
+	return j;
+}
+
+static json_t *
+params_json(const struct zinf_engine *e, json_t *const side[], int fw)
+{
+	json_t *a = json_array();
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		const struct eparam *p = &e->params[i];
+		json_t *o = json_object(), *shape = json_array(), *offs = json_array();
+		json_object_set_new(o, "name", json_string(p->name));
+		json_object_set_new(o, "numel", json_integer((json_int_t)p->numel));
+		json_object_set_new(o, "layer", json_integer(p->layer));
+		for (uint32_t d = 0; d < p->ndim; d++) {
+			json_array_append_new(shape, json_integer((json_int_t)p->shape[d]));
+		}
+		json_object_set_new(o, "shape", shape);
+		json_object_set_new(o, "part", json_integer((json_int_t)p->part.part));
+		for (int r = 0; r < fw; r++) {
+			json_t *v = json_array_get(json_object_get(side[r], "flat_off"), i);
+			json_array_append_new(offs, v ? json_incref(v) : json_integer(-1));
+		}
+		json_object_set_new(o, "flat_off", offs);
+		json_array_append_new(a, o);
+	}
+	return a;
+}
+
+static void
+now_iso(char *buf, size_t n)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* A file of the checkpoint other than the ranks' (client.bin, model.safetensors). */
+struct extra_file {
+	const char *name;
+	uint64_t bytes;
+	uint32_t crc;
+};
+
+static int
+write_manifest(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
+	       const struct extra_file *client, const struct extra_file *st)
+{
+	json_t *side[fw];
+	memset(side, 0, sizeof(side));
+	int ret = 0;
+	for (int r = 0; r < fw && !ret; r++) {
+		char p[CKPT_PATH];
+		json_error_t jerr;
+		ckpt_join(p, tmp, ".r%05d.json", r);
+		side[r] = json_load_file(p, 0, &jerr);
+		if (!side[r]) {
+			ret = ENG_FAIL(e, -EIO, "save: reading rank %d's sidecar %s: %s", r, p,
+				       jerr.text);
+		}
+	}
+	json_t *m = NULL;
+	if (!ret) {
+		char when[32];
+		now_iso(when, sizeof(when));
+		m = json_object();
+		json_object_set_new(m, "format", json_string("zinf-checkpoint"));
+		json_object_set_new(m, "version", json_integer(ZINF_CKPT_VERSION));
+		json_object_set_new(m, "tag", json_string(tag));
+		json_object_set_new(m, "created", json_string(when));
+		json_object_set_new(m, "world", json_integer(e->world));
+		json_object_set_new(m, "files_world", json_integer(fw));
+		json_object_set_new(m, "stage", json_integer(e->o.stage));
+		json_object_set_new(m, "dtype", json_string(zinf_dtype_name(e->o.dtype)));
+		json_object_set_new(m, "steps", json_integer(e->steps));
+		json_object_set_new(m, "micro_steps", json_integer((json_int_t)e->micro_steps));
+		json_object_set_new(m, "skipped_steps", json_integer((json_int_t)e->skipped));
+		json_object_set_new(m, "lr", json_real(e->lr));
+		json_object_set_new(m, "loss_scaler", scaler_json(&e->ls));
+		json_object_set_new(m, "optimizer", optimizer_json(e));
+		json_t *parts = json_array();
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			json_t *o = json_object();
+			json_object_set_new(o, "name",
+					    json_string(zinf_optimizer_part_name(e->opt, i)));
+			json_object_set_new(o, "dtype", json_string(part_dtype(e, i)));
+			json_array_append_new(parts, o);
+		}
+		json_object_set_new(m, "parts", parts);
+		json_t *opts = options_json(e);
+		if (opts) {
+			json_object_set_new(m, "options", opts);
+		}
+		json_object_set_new(m, "params", params_json(e, side, fw));
+		json_t *ranks = json_array(), *files = json_array();
+		for (int r = 0; r < fw; r++) {
+			json_t *o = json_object();
+			json_object_set_new(o, "rank", json_integer(r));
+			json_object_set(o, "flat", json_object_get(side[r], "flat"));
+			json_array_append_new(ranks, o);
+			json_array_extend(files, json_object_get(side[r], "files"));
+		}
+		const struct extra_file *ex[2] = {client, st};
+		for (int x = 0; x < 2; x++) {
+			if (!ex[x]) {
+				continue;
+			}
+			json_t *f = json_object();
+			json_object_set_new(f, "name", json_string(ex[x]->name));
+			json_object_set_new(f, "bytes", json_integer((json_int_t)ex[x]->bytes));
+			json_object_set_new(f, "crc32c", json_integer(ex[x]->crc));
+			json_array_append_new(files, f);
+		}
+		if (st) {
+			json_object_set_new(m, "safetensors", json_string(st->name));
+		}
+		json_object_set_new(m, "ranks", ranks);
+		json_object_set_new(m, "files", files);
+		json_object_set_new(m, "client_bytes",
+				    json_integer(client ? (json_int_t)client->bytes : 0));
+	}
+	for (int r = 0; r < fw; r++) {
+		json_decref(side[r]);
+	}
+	if (ret) {
+		return ret;
+	}
+	char *text = json_dumps(m, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+	json_decref(m);
+	if (!text) {
+		return ENG_FAIL(e, -ENOMEM, "save: out of memory for the manifest");
+	}
+	char p[CKPT_PATH];
+	ckpt_join(p, tmp, "manifest.json");
+	ret = ckpt_write_small(p, text, strlen(text));
+	free(text);
+	return ret;
+}
+
+/* CRC32C and size of a whole file, read in bounded pieces. */
+static int
+file_crc(const char *path, uint64_t *bytes, uint32_t *crc)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		return ZINF_FAIL(-errno, "checkpoint: opening %s: %s", path, zinf_strerror(-errno));
+	}
+	enum { B = 1 << 20 };
+	char *buf = zinf_malloc(B);
+	size_t n;
+	*bytes = 0;
+	*crc = 0;
+	while (buf && (n = fread(buf, 1, B, f)) > 0) {
+		*crc = zinf_crc32c(*crc, buf, n);
+		*bytes += n;
+	}
+	int ret = !buf ? -ENOMEM : ferror(f) ? -EIO : 0;
+	zinf_free(buf);
+	fclose(f);
+	return ret ? ZINF_FAIL(ret, "checkpoint: reading %s back", path) : 0;
+}
+
+/* Rank 0: the manifest, the consolidated weights (which the export reads from the manifest
+ * and the rank files just written), the manifest again listing them. */
+static int
+finish_rank0(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
+	     const struct extra_file *client, bool gather)
+{
+	int ret = write_manifest(e, tmp, tag, fw, client, NULL);
+	if (ret || !gather) {
+		return ret;
+	}
+	struct zinf_ckpt *c = NULL;
+	char out[CKPT_PATH];
+	ckpt_join(out, tmp, "model.safetensors");
+	enum zinf_dtype dt = e->o.dtype == ZINF_F32 ? ZINF_F32 : e->o.dtype;
+	struct extra_file st = {"model.safetensors", 0, 0};
+	if ((ret = zinf_ckpt_open(tmp, NULL, &c)) == 0) {
+		ret = zinf_ckpt_export(c, out, dt, 0);
+		zinf_ckpt_close(c);
+	}
+	if (!ret) {
+		ret = file_crc(out, &st.bytes, &st.crc);
+	}
+	if (!ret) {
+		ret = write_manifest(e, tmp, tag, fw, client, &st);
+	}
+	return ret ? ENG_FAIL(e, ret, "save: the consolidated 16-bit weights") : 0;
+}
+
+static int
+prepare_rank0(struct zinf_engine *e, const char *dir, const char *tmp, int *lockfd)
+{
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		int err = -errno;
+		return ENG_FAIL(e, err, "save: creating %s: %s", dir, zinf_strerror(err));
+	}
+	int ret = ckpt_lock(dir, lockfd);
+	if (!ret) {
+		ret = ckpt_clean_tmp(dir); /* what saves that died before publishing left */
+	}
+	if (!ret && mkdir(tmp, 0755) != 0) {
+		ret = ENG_FAIL(e, -errno, "save: creating %s: %s", tmp, zinf_strerror(-errno));
+	}
+	return ret;
+}
+
+static int
+check_space(struct zinf_engine *e, const char *tmp)
+{
+	struct statvfs sv;
+	uint64_t need = e->flat_n * zinf_optimizer_state_bytes(e->opt) + (64u << 20);
+	if (statvfs(tmp, &sv) != 0) {
+		return ENG_FAIL(e, -errno, "save: statvfs %s: %s", tmp, zinf_strerror(-errno));
+	}
+	uint64_t have = (uint64_t)sv.f_bavail * sv.f_frsize;
+	if (have < need) {
+		return ENG_FAIL(e, -ENOSPC,
+				"save: %s has %" PRIu64
+				" bytes free, this rank's state needs %" PRIu64,
+				tmp, have, need);
+	}
+	return 0;
+}
+
+int
+zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
+		 const struct zinf_ckpt_opts *opts)
+{
+	int ret = eng_ready(e, "save");
+	if (ret) {
+		return ret;
+	}
+	struct zinf_ckpt_opts o;
+	zinf_ckpt_opts_init(&o);
+	if (opts && (ret = zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts"))) {
+		return ret;
+	}
+	char tagbuf[32];
+	if (!tag) {
+		snprintf(tagbuf, sizeof(tagbuf), "step%" PRId64, e->steps);
+		tag = tagbuf;
+	}
+	if (!dir || !dir[0] || strlen(dir) > CKPT_PATH - ZINF_CKPT_MAX_TAG - 64) {
+		return ENG_FAIL(e, -EINVAL, "save: %s",
+				dir ? "directory path too long or empty" : "NULL directory");
+	}
+	if (!ckpt_tag_ok(tag)) {
+		return ENG_FAIL(e, -EINVAL,
+				"save: tag \"%s\": use 1-%d letters, digits, '.', '_' or '-', not "
+				"starting with '.', and not \"latest\"",
+				tag, ZINF_CKPT_MAX_TAG);
+	}
+	if (e->micro != 0 || e->grads_seen != 0) {
+		return ENG_FAIL(e, -EINVAL,
+				"save: inside an accumulation window (micro-batch %u of %u): save "
+				"after the step",
+				e->micro + 1, e->o.gradient_accumulation_steps);
+	}
+	if (o.client_bytes && !o.client) {
+		return ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
+				o.client_bytes);
+	}
+	bool gather = o.gather_16bit < 0 ? e->o.stage3_gather_16bit_weights_on_model_save
+					 : o.gather_16bit != 0;
+	int fw = e->o.stage == 0 ? 1 : e->world;
+	char tmp[CKPT_PATH];
+	ckpt_join(tmp, dir, ".%s.tmp", tag);
+	int lockfd = -1;
+	if (e->rank == 0) {
+		ret = prepare_rank0(e, dir, tmp, &lockfd);
+	}
+	if ((ret = eng_agree(e, ret, "save: preparing the directory"))) {
+		goto out;
+	}
+	struct zinf_io *io = e->io;
+	if (!io && e->rank < fw) {
+		struct zinf_io_opts io_o;
+		zinf_io_opts_init(&io_o);
+		ret = zinf_io_create(&io_o, &io);
+	}
+	if (!ret && e->rank < fw) {
+		ret = check_space(e, tmp);
+	}
+	if (!ret && e->rank < fw) {
+		ret = save_rank_files(e, io, tmp);
+	}
+	if (io != e->io) {
+		zinf_io_destroy(io);
+	}
+	struct extra_file client = {"client.bin", o.client_bytes, 0};
+	if (!ret && e->rank == 0 && o.client_bytes) {
+		char p[CKPT_PATH];
+		ckpt_join(p, tmp, "client.bin");
+		client.crc = zinf_crc32c(0, o.client, o.client_bytes);
+		ret = ckpt_write_small(p, o.client, o.client_bytes);
+	}
+	if ((ret = eng_agree(e, ret, "save: writing the state"))) {
+		goto out;
+	}
+	ckpt_point("files");
+	if (e->rank == 0) {
+		ret = finish_rank0(e, tmp, tag, fw, o.client_bytes ? &client : NULL, gather);
+		for (int r = 0; r < fw && !ret; r++) {
+			char p[CKPT_PATH];
+			ckpt_join(p, tmp, ".r%05d.json", r);
+			if (unlink(p) != 0) {
+				ret = ENG_FAIL(e, -errno, "save: removing %s", p);
+			}
+		}
+		if (!ret) {
+			ckpt_point("manifest");
+			ret = ckpt_publish(dir, tmp, tag);
+		}
+	}
+	ret = eng_agree(e, ret, "save: publishing");
+out:
+	if (e->rank == 0) {
+		if (ret && lockfd >= 0) {
+			(void)ckpt_rm_dir(tmp);
+		}
+		ckpt_unlock(lockfd);
+	}
+	return ret;
+}

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_load.c: zinf_engine_load (zinf/checkpoint.h). Every rank opens the checkpoint
+ * (zinf_ckpt_open: the manifest and the files' sizes), checks that it matches the engine (the
+ * parameters by id, name and numel; the optimizer and its parts), verifies the CRCs of its
+ * share of the files, and the ranks agree before anything is written. Then each rank fills its
+ * own partition sub-group by sub-group (eng_state_visit), each parameter's range read from the
+ * stored ranks' files that hold it (zinf_ckpt_read), so that a checkpoint of any world size
+ * loads into any other; the 16-bit parameters are the masters rounded, written to their homes
+ * as init writes its initial values. Not here: the file format (ckpt_read.c), save.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/opts.h"
+#include "engine/ckpt_fs.h"
+#include "engine/engine_internal.h"
+
+struct load_ctx {
+	struct zinf_engine *e;
+	struct zinf_ckpt *c;
+	void *copy;   /* ZINF_STEP_CHUNK elements of opts.dtype */
+	void *bounce; /* eng_state_bounce_bytes() */
+};
+
+static enum zinf_dtype
+part_dtype(const struct zinf_engine *e, uint32_t i)
+{
+	return zinf_optimizer_part_bytes(e->opt, i) == 2 ? ZINF_BF16 : ZINF_F32;
+}
+
+/* Flat elements [off, off + n) of every part from the checkpoint, then their 16-bit copy home. */
+static int
+load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
+{
+	struct load_ctx *x = ctx;
+	struct zinf_engine *e = x->e;
+	uint64_t pos = 0;
+	int ret = 0;
+	for (uint32_t i = eng_flat_find(e, off); i < e->n_params && pos < n && !ret; i++) {
+		struct eparam *p = &e->params[e->order[i]];
+		uint64_t j0 = off + pos - p->flat_off, len = ZINF_MIN(n - pos, p->part.part - j0);
+		uint64_t g0 = p->part.offset + j0;
+		uint64_t valid = g0 < p->numel ? ZINF_MIN(len, p->numel - g0) : 0;
+		for (uint32_t k = 0; k < e->nparts && !ret; k++) {
+			size_t pb = zinf_optimizer_part_bytes(e->opt, k);
+			char *dst = (char *)parts[k] + pos * pb;
+			if (valid) {
+				ret = zinf_ckpt_read(x->c, p->id, k, g0, valid, part_dtype(e, k),
+						     dst);
+			}
+			memset(dst + valid * pb, 0, (len - valid) * pb); /* the padding */
+		}
+		if (ret) {
+			ret = ENG_FAIL(e, ret,
+				       "load: parameter \"%s\" elements %" PRIu64 "..%" PRIu64,
+				       p->name, g0, g0 + valid);
+		}
+		pos += len;
+	}
+	if (!ret) {
+		ret = eng_param_home_from_master(e, off, parts[0], n, x->copy);
+	}
+	return ret;
+}
+
+static int
+load_write(struct zinf_engine *e, void *ctx)
+{
+	struct load_ctx *x = ctx;
+	size_t bb = eng_state_bounce_bytes(e);
+	x->copy = zinf_calloc(ZINF_STEP_CHUNK, eng_dsize(e));
+	x->bounce = bb ? zinf_alloc_huge(bb) : NULL;
+	int ret = 0;
+	if (!x->copy || (bb && !x->bounce)) {
+		ret = ENG_FAIL(e, -ENOMEM, "load: out of memory for its buffers");
+	}
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		ret = eng_state_visit(e, k, true, load_fill, x, x->bounce);
+		if (ret) {
+			ret = ENG_FAIL(e, ret, "load: sub-group %u", k);
+		}
+	}
+	zinf_free(x->copy);
+	zinf_free_huge(x->bounce, bb);
+	x->copy = x->bounce = NULL;
+	return ret;
+}
+
+/* After init: the gathered copies go, then the new values are written and gathered again. */
+static int
+load_into_running(struct zinf_engine *e, struct load_ctx *x)
+{
+	int ret = e->o.stage == 3 ? eng_fetch_drop_all(e) : 0;
+	if (!ret) {
+		ret = load_write(e, x);
+	}
+	for (uint32_t i = 0; i < e->n_params && !ret && e->o.stage > 0; i++) {
+		struct eparam *p = &e->params[i];
+		if (e->o.stage < 3 || p->persistent) {
+			ret = eng_gather_full(e, p);
+		}
+	}
+	if (!ret) {
+		ret = eng_order(e, e->cs, e->compute);
+	}
+	eng_param_io_stats(e);
+	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
+	return ret;
+}
+
+/* The checkpoint matches this engine: parameters, optimizer, parts. */
+static int
+check_match(struct zinf_engine *e, struct zinf_ckpt *c, const struct zinf_ckpt_info *in)
+{
+	if (in->n_params != e->n_params) {
+		return ENG_FAIL(e, -EINVAL,
+				"load: %s holds %u parameters, this engine has %u registered",
+				in->path, in->n_params, e->n_params);
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct zinf_ckpt_param cp = {.size = sizeof(cp)};
+		int ret = zinf_ckpt_param(c, i, &cp);
+		if (ret) {
+			return ret;
+		}
+		const struct eparam *p = &e->params[i];
+		if (strcmp(cp.name, p->name) != 0 || cp.numel != p->numel) {
+			return ENG_FAIL(e, -EINVAL,
+					"load: parameter %u is \"%s\" of %" PRIu64
+					" elements in %s, \"%s\" of %" PRIu64 " here",
+					i, cp.name, cp.numel, in->path, p->name, p->numel);
+		}
+	}
+	if (strcmp(in->optimizer, zinf_optimizer_name(e->opt)) != 0 || in->n_parts != e->nparts) {
+		return ENG_FAIL(
+			e, -EINVAL,
+			"load: %s holds %s state (%u parts), this engine runs %s (%u parts)",
+			in->path, in->optimizer, in->n_parts, zinf_optimizer_name(e->opt),
+			e->nparts);
+	}
+	for (uint32_t k = 0; k < e->nparts; k++) {
+		struct zinf_ckpt_part cp = {.size = sizeof(cp)};
+		int ret = zinf_ckpt_part(c, k, &cp);
+		if (ret) {
+			return ret;
+		}
+		if (strcmp(cp.name, zinf_optimizer_part_name(e->opt, k)) != 0 ||
+		    cp.dtype != part_dtype(e, k)) {
+			return ENG_FAIL(e, -EINVAL,
+					"load: state part %u is %s (%s) in %s, %s (%s) here: the "
+					"optimizer's state dtype differs",
+					k, cp.name, zinf_dtype_name(cp.dtype), in->path,
+					zinf_optimizer_part_name(e->opt, k),
+					zinf_dtype_name(part_dtype(e, k)));
+		}
+	}
+	return 0;
+}
+
+/* The counters and the scaler from the manifest. */
+struct counters {
+	int64_t steps;
+	uint64_t micro_steps, skipped;
+	double lr;
+	struct zinf_loss_scaler ls;
+	bool has_ls;
+};
+
+static int
+read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
+{
+	char p[CKPT_PATH];
+	json_error_t jerr;
+	ckpt_join(p, tagdir, "manifest.json");
+	json_t *m = json_load_file(p, 0, &jerr);
+	if (!m) {
+		return ENG_FAIL(e, -EBADMSG, "load: %s line %d: %s", p, jerr.line, jerr.text);
+	}
+	json_t *steps = json_object_get(m, "steps"), *micro = json_object_get(m, "micro_steps");
+	json_t *skipped = json_object_get(m, "skipped_steps"), *lr = json_object_get(m, "lr");
+	json_t *ls = json_object_get(m, "loss_scaler");
+	int ret = 0;
+	if (!json_is_integer(steps) || !json_is_integer(micro) || !json_is_integer(skipped) ||
+	    !json_is_number(lr) || !json_is_object(ls)) {
+		ret = ENG_FAIL(e, -EBADMSG,
+			       "load: %s: steps, micro_steps, skipped_steps, lr or loss_scaler "
+			       "missing or of the wrong type",
+			       p);
+	} else {
+		out->steps = json_integer_value(steps);
+		out->micro_steps = (uint64_t)json_integer_value(micro);
+		out->skipped = (uint64_t)json_integer_value(skipped);
+		out->lr = json_number_value(lr);
+		json_t *sc = json_object_get(ls, "scale"),
+		       *h = json_object_get(ls, "cur_hysteresis");
+		json_t *it = json_object_get(ls, "iter"),
+		       *lo = json_object_get(ls, "last_overflow");
+		json_t *ov = json_object_get(ls, "overflows");
+		out->has_ls = json_is_number(sc) && json_is_integer(h) && json_is_integer(it) &&
+			      json_is_integer(lo) && json_is_integer(ov);
+		if (out->has_ls) {
+			out->ls.scale = json_number_value(sc);
+			out->ls.cur_hysteresis = (uint32_t)json_integer_value(h);
+			out->ls.iter = json_integer_value(it);
+			out->ls.last_overflow = json_integer_value(lo);
+			out->ls.overflows = (uint64_t)json_integer_value(ov);
+		}
+		if (out->steps < 0 || !(out->lr >= 0)) {
+			ret = ENG_FAIL(e, -EBADMSG, "load: %s: steps %" PRId64 " or lr %g invalid",
+				       p, out->steps, out->lr);
+		}
+	}
+	json_decref(m);
+	return ret;
+}
+
+static int
+read_client(struct zinf_engine *e, const char *tagdir, struct zinf_ckpt_opts *o)
+{
+	char p[CKPT_PATH];
+	ckpt_join(p, tagdir, "client.bin");
+	FILE *f = fopen(p, "rb");
+	if (!f) {
+		o->client_len = 0;
+		return errno == ENOENT ? 0 : ENG_FAIL(e, -errno, "load: opening %s", p);
+	}
+	int ret = 0;
+	if (fseek(f, 0, SEEK_END) != 0) {
+		ret = -errno;
+	}
+	long len = ret ? 0 : ftell(f);
+	o->client_len = len > 0 ? (uint64_t)len : 0;
+	if (!ret && o->client_len > o->client_cap) {
+		ret = ENG_FAIL(e, -ENOSPC,
+			       "load: %s holds %" PRIu64 " bytes, client_cap is %" PRIu64, p,
+			       o->client_len, o->client_cap);
+	} else if (!ret && o->client_len && o->client_out) {
+		rewind(f);
+		if (fread(o->client_out, 1, o->client_len, f) != o->client_len) {
+			ret = ENG_FAIL(e, -EIO, "load: reading %s", p);
+		}
+	}
+	fclose(f);
+	return ret;
+}
+
+int
+zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
+		 struct zinf_ckpt_opts *opts)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: load with a NULL engine");
+	}
+	if (e->failed) {
+		return e->failed;
+	}
+	if (e->n_params == 0) {
+		return ENG_FAIL(e, -EINVAL, "load: no parameter registered");
+	}
+	if (!dir) {
+		return ENG_FAIL(e, -EINVAL, "load: NULL directory");
+	}
+	if (e->inited && (e->micro != 0 || e->grads_seen != 0)) {
+		return ENG_FAIL(e, -EINVAL, "load: inside an accumulation window");
+	}
+	struct zinf_ckpt_opts o;
+	zinf_ckpt_opts_init(&o);
+	int ret = opts ? zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts") : 0;
+	if (ret) {
+		return ret;
+	}
+	/* every check before anything is written; the ranks agree on them */
+	struct zinf_ckpt *c = NULL;
+	struct zinf_ckpt_info in = {.size = sizeof(in)};
+	struct counters cnt = {0};
+	char tagdir[CKPT_PATH] = "";
+	ret = zinf_ckpt_open(dir, tag, &c);
+	if (!ret) {
+		ret = zinf_ckpt_get_info(c, &in);
+	}
+	if (!ret) {
+		snprintf(tagdir, sizeof(tagdir), "%s", in.path);
+		ret = check_match(e, c, &in);
+	}
+	if (!ret) {
+		ret = read_counters(e, tagdir, &cnt);
+	}
+	for (uint32_t i = (uint32_t)e->rank; !ret && o.verify && i < zinf_ckpt_file_count(c);
+	     i += (uint32_t)e->world) {
+		ret = zinf_ckpt_verify_file(c, i);
+	}
+	if (!ret && (o.client_out || o.client_cap)) {
+		ret = read_client(e, tagdir, &o);
+	}
+	if (opts) {
+		opts->client_len = o.client_len;
+	}
+	if ((ret = eng_agree(e, ret, "load: checking the checkpoint"))) {
+		zinf_ckpt_close(c);
+		return ret;
+	}
+	struct load_ctx x = {.e = e, .c = c};
+	if (!e->inited) {
+		ret = eng_init_with(e, load_write, &x); /* fails the engine on its own */
+	} else if ((ret = load_into_running(e, &x))) {
+		ret = eng_fail(e, ret);
+	}
+	zinf_ckpt_close(c);
+	if (!ret) {
+		e->steps = cnt.steps;
+		e->micro_steps = cnt.micro_steps;
+		e->skipped = cnt.skipped;
+		e->lr = (float)cnt.lr;
+		if (e->o.fp16.enabled && cnt.has_ls) {
+			e->ls.scale = cnt.ls.scale;
+			e->ls.cur_hysteresis = cnt.ls.cur_hysteresis;
+			e->ls.iter = cnt.ls.iter;
+			e->ls.last_overflow = cnt.ls.last_overflow;
+			e->ls.overflows = cnt.ls.overflows;
+		}
+	}
+	int agreed = eng_agree(e, ret, "load");
+	if (agreed && !ret) {
+		ret = eng_fail(e, agreed); /* another rank's state is half loaded */
+	}
+	return ret ? ret : agreed;
+}

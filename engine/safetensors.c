@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * engine/safetensors.c: writing one safetensors file (safetensors_internal.h): the JSON header
+ * (built with jansson, keys in the tensors' order, padded with spaces to a multiple of 8 so that
+ * the data starts aligned), then each tensor's bytes streamed from the caller's callback in
+ * pieces of ST_PIECE_ELEMS elements, under a temporary name that is fsynced and renamed into
+ * place. Elements are written as they are in memory: little-endian hosts only (x86-64, arm64),
+ * like the rest of zinf's files. Not here: sharding and the index (ckpt_export.c), reading.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/util.h"
+#include "engine/safetensors_internal.h"
+
+static const char *
+st_dtype(enum zinf_dtype d)
+{
+	switch (d) {
+	case ZINF_F32:
+		return "F32";
+	case ZINF_F16:
+		return "F16";
+	case ZINF_BF16:
+		return "BF16";
+	}
+	return NULL;
+}
+
+uint64_t
+st_tensor_bytes(const struct st_tensor *t)
+{
+	return t->numel * zinf_dtype_size(t->dtype);
+}
+
+/* The header, padded: *out (malloc'ed by jansson's allocator: free()) and its length. */
+static int
+make_header(const char *path, const struct st_tensor *t, uint32_t n, char **out, size_t *len)
+{
+	json_t *h = json_object();
+	if (!h) {
+		return -ENOMEM;
+	}
+	int rc = 0;
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		const struct st_tensor *x = &t[i];
+		uint64_t prod = 1;
+		if (!x->name || !x->name[0] || !st_dtype(x->dtype) || x->ndim < 1 ||
+		    x->ndim > ST_MAX_DIMS || strcmp(x->name, "__metadata__") == 0) {
+			rc = ZINF_OBJ_FAIL(path, -EINVAL,
+					   "tensor %u \"%s\": bad name, dtype or ndim", i,
+					   x->name ? x->name : "(null)");
+			break;
+		}
+		json_t *shape = json_array();
+		for (uint32_t d = 0; d < x->ndim; d++) {
+			prod *= x->shape[d];
+			json_array_append_new(shape, json_integer((json_int_t)x->shape[d]));
+		}
+		if (prod != x->numel) {
+			json_decref(shape);
+			rc = ZINF_OBJ_FAIL(path, -EINVAL,
+					   "tensor \"%s\": shape's product %" PRIu64
+					   " differs from numel %" PRIu64,
+					   x->name, prod, x->numel);
+			break;
+		}
+		if (json_object_get(h, x->name)) {
+			json_decref(shape);
+			rc = ZINF_OBJ_FAIL(path, -EINVAL, "tensor \"%s\" given twice", x->name);
+			break;
+		}
+		uint64_t b = st_tensor_bytes(x);
+		json_t *e =
+			json_pack("{s:s, s:o, s:[I, I]}", "dtype", st_dtype(x->dtype), "shape",
+				  shape, "data_offsets", (json_int_t)off, (json_int_t)(off + b));
+		if (!e || json_object_set_new(h, x->name, e)) {
+			rc = -ENOMEM;
+		}
+		off += b;
+	}
+	if (!rc && json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"))) {
+		rc = -ENOMEM;
+	}
+	char *s = NULL;
+	if (!rc) {
+		s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		if (!s) {
+			rc = -ENOMEM;
+		}
+	}
+	json_decref(h);
+	if (rc) {
+		return rc;
+	}
+	size_t l = strlen(s), padded = ZINF_ALIGN_UP(l, 8);
+	char *p = realloc(s, padded + 1);
+	if (!p) {
+		free(s);
+		return -ENOMEM;
+	}
+	memset(p + l, ' ', padded - l);
+	p[padded] = '\0';
+	*out = p;
+	*len = padded;
+	return 0;
+}
+
+static int
+write_full(int fd, const char *path, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0) {
+			if (errno == EINTR) {
+				continue;
+			}
+			int e = errno;
+			return ZINF_OBJ_FAIL(path, -e, "write: %s", strerror(e));
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* fsync the directory holding path (the rename's entry). */
+static int
+fsync_parent(const char *path)
+{
+	char dir[4096];
+	const char *slash = strrchr(path, '/');
+	if (!slash) {
+		snprintf(dir, sizeof(dir), ".");
+	} else if (slash == path) {
+		snprintf(dir, sizeof(dir), "/");
+	} else {
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	}
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		return ZINF_OBJ_FAIL(dir, -e, "open (to fsync the directory): %s", strerror(e));
+	}
+	int rc = 0;
+	if (fsync(fd) < 0 && errno != EINVAL) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(dir, -e, "fsync: %s", strerror(e));
+	}
+	close(fd);
+	return rc;
+}
+
+/* ".<base>.tmp<pid>" beside path. */
+static int
+tmp_name(const char *path, char *buf, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+	int dl = slash ? (int)(slash - path + 1) : 0;
+	int n = snprintf(buf, len, "%.*s.%s.tmp%ld", dl, path, path + dl, (long)getpid());
+	if (n < 0 || (size_t)n >= len) {
+		return ZINF_OBJ_FAIL(path, -ENAMETOOLONG, "path too long");
+	}
+	return 0;
+}
+
+static int
+open_tmp(const char *path, char *tmp, size_t len, int *fd)
+{
+	int rc = tmp_name(path, tmp, len);
+	if (rc) {
+		return rc;
+	}
+	*fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (*fd < 0) {
+		int e = errno;
+		return ZINF_OBJ_FAIL(tmp, -e, "create: %s", strerror(e));
+	}
+	return 0;
+}
+
+/* fsync, close, rename over path, fsync the directory; on failure the temporary is removed. */
+static int
+finish(int fd, const char *tmp, const char *path, int rc)
+{
+	if (!rc && fsync(fd) < 0) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(tmp, -e, "fsync: %s", strerror(e));
+	}
+	if (close(fd) < 0 && !rc) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(tmp, -e, "close: %s", strerror(e));
+	}
+	if (!rc && rename(tmp, path) < 0) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(path, -e, "rename from %s: %s", tmp, strerror(e));
+	}
+	if (rc) {
+		unlink(tmp);
+		return rc;
+	}
+	return fsync_parent(path);
+}
+
+int
+st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fill, void *ctx)
+{
+	char *hdr = NULL;
+	size_t hlen = 0;
+	int rc = make_header(path, t, n, &hdr, &hlen);
+	if (rc) {
+		return rc;
+	}
+	size_t cap = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		size_t piece = (size_t)ZINF_MIN(t[i].numel, (uint64_t)ST_PIECE_ELEMS);
+		cap = ZINF_MAX(cap, piece * zinf_dtype_size(t[i].dtype));
+	}
+	void *buf = zinf_malloc(cap ? cap : 1);
+	if (!buf) {
+		free(hdr);
+		return -ENOMEM;
+	}
+	char tmp[4352];
+	int fd = -1;
+	rc = open_tmp(path, tmp, sizeof(tmp), &fd);
+	if (rc) {
+		goto out;
+	}
+	uint8_t le[8];
+	for (int b = 0; b < 8; b++) {
+		le[b] = (uint8_t)((uint64_t)hlen >> (8 * b));
+	}
+	rc = write_full(fd, tmp, le, 8);
+	if (!rc) {
+		rc = write_full(fd, tmp, hdr, hlen);
+	}
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		size_t es = zinf_dtype_size(t[i].dtype);
+		for (uint64_t e = 0; e < t[i].numel && !rc; e += ST_PIECE_ELEMS) {
+			uint64_t cnt = ZINF_MIN((uint64_t)ST_PIECE_ELEMS, t[i].numel - e);
+			rc = fill(ctx, i, e, cnt, buf);
+			if (!rc) {
+				rc = write_full(fd, tmp, buf, (size_t)cnt * es);
+			}
+		}
+	}
+	rc = finish(fd, tmp, path, rc);
+out:
+	zinf_free(buf);
+	free(hdr);
+	return rc;
+}
+
+int
+st_write_small(const char *path, const void *text, size_t len)
+{
+	char tmp[4352];
+	int fd = -1;
+	int rc = open_tmp(path, tmp, sizeof(tmp), &fd);
+	if (rc) {
+		return rc;
+	}
+	rc = write_full(fd, tmp, text, len);
+	return finish(fd, tmp, path, rc);
+}

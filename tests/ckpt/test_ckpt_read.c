@@ -1,0 +1,670 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/ckpt/test_ckpt_read.c: the offline reader (zinf_ckpt_open/read/verify) on the
+ * hand-written checkpoint of ckpt_fixture.c: the manifest's values; every parameter and part
+ * read whole and in random ranges (crossing the boundary between the stored ranks) equal to the
+ * known values; bf16/f16 conversion against a rounding worked in double and by hand; bf16 state
+ * widened; files_world 1 (stage 0); DIR/latest, an explicit tag and the TAG directory itself;
+ * the CRC check of every file, then one corrupted byte; truncated, missing and unlisted files;
+ * malformed manifests, each refusal naming the field; unknown keys ignored.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_fixture.h"
+#include "common/test_util.h"
+#include "zinf/checkpoint.h"
+
+static char *dir;
+
+static void
+setup(void)
+{
+	dir = zt_mkdtemp(NULL);
+}
+
+static void
+teardown(void)
+{
+	zt_rmtree(dir);
+	free(dir);
+}
+
+TestSuite(ckpt_read, .init = setup, .fini = teardown);
+
+static struct zinf_ckpt *
+fx_open(const struct fx_opts *o)
+{
+	fx_write(dir, "step120", o);
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, NULL, &c);
+	cr_assert_eq(rc, 0, "open: %d %s", rc, zinf_last_error());
+	return c;
+}
+
+static struct zinf_ckpt *
+fx_open_default(void)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	return fx_open(&o);
+}
+
+/* Read parameter i, part p, [first, +count) as f32 and compare with the known values
+ * (rounded to bf16 where the state is bf16). */
+static void
+check_range(struct zinf_ckpt *c, int i, int p, uint64_t first, uint64_t count, bool bf16)
+{
+	float *v = malloc((count ? count : 1) * sizeof(float));
+	cr_assert_not_null(v);
+	int rc = zinf_ckpt_read(c, (uint32_t)i, (uint32_t)p, first, count, ZINF_F32, v);
+	cr_assert_eq(rc, 0, "read %d/%d [%lu, +%lu]: %d %s", i, p, (unsigned long)first,
+		     (unsigned long)count, rc, zinf_last_error());
+	for (uint64_t k = 0; k < count; k++) {
+		double want = fx_value(i, p, first + k);
+		if (bf16) {
+			int e;
+			frexp(want, &e);
+			double sp = ldexp(1.0, e - 8);
+			want = nearbyint(want / sp) * sp;
+		}
+		if ((double)v[k] != want) {
+			cr_assert_fail("param %d part %d element %lu: %.9g, expected %.9g", i, p,
+				       (unsigned long)(first + k), (double)v[k], want);
+		}
+	}
+	free(v);
+}
+
+Test(ckpt_read, info_params_parts_files)
+{
+	struct zinf_ckpt *c = fx_open_default();
+	struct zinf_ckpt_info in = {.size = sizeof(in)};
+	cr_assert_eq(zinf_ckpt_get_info(c, &in), 0);
+	cr_expect_str_eq(in.tag, "step120");
+	cr_expect_eq(in.steps, 120);
+	cr_expect_eq(in.micro_steps, 480);
+	cr_expect_eq(in.world, 2);
+	cr_expect_eq(in.stage, 3);
+	cr_expect_eq(in.dtype, ZINF_BF16);
+	cr_expect_eq(in.n_params, 3);
+	cr_expect_eq(in.n_parts, 3);
+	cr_expect_eq(in.n_files, 7); /* 2 ranks x 3 parts + client.bin */
+	cr_expect_str_eq(in.optimizer, "adamw");
+	cr_expect(strstr(in.path, "step120") != NULL);
+	/* rank 0: partitions at 0, 150008, 150016 (part 150001, 1, 6), ending at 150022, aligned
+	   to 150024, + 3 gap: flat 150027 elements; rank 1: its 2-element gap aligned to 8, then
+	   150016, 150024, ending at 150030, aligned 150032 + 3: 150035 */
+	struct zinf_ckpt_file f = {.size = sizeof(f)};
+	uint64_t total = 0;
+	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
+		cr_assert_eq(zinf_ckpt_file(c, k, &f), 0);
+		total += f.bytes;
+		if (strcmp(f.name, "r00001.exp_avg") == 0) {
+			cr_expect_eq(f.bytes, 150035 * 4);
+		}
+	}
+	cr_expect_eq(total, 3 * 150027 * 4 + 3 * 150035 * 4 + 16);
+	cr_expect_eq(in.bytes, total);
+	for (int i = 0; i < FX_PARAMS; i++) {
+		struct zinf_ckpt_param p = {.size = sizeof(p)};
+		cr_assert_eq(zinf_ckpt_param(c, (uint32_t)i, &p), 0);
+		cr_expect_str_eq(p.name, fx_name[i]);
+		cr_expect_eq(p.numel, fx_numel[i]);
+		cr_expect_eq(p.layer, i);
+		cr_expect_eq(p.ndim, fx_ndim[i]);
+		for (uint32_t d = 0; d < p.ndim; d++) {
+			cr_expect_eq(p.shape[d], fx_shape[i][d], "param %d dim %u", i, d);
+		}
+	}
+	for (int p = 0; p < FX_PARTS; p++) {
+		struct zinf_ckpt_part q = {.size = sizeof(q)};
+		cr_assert_eq(zinf_ckpt_part(c, (uint32_t)p, &q), 0);
+		cr_expect_str_eq(q.name, fx_part[p]);
+		cr_expect_eq(q.dtype, ZINF_F32);
+	}
+	struct zinf_ckpt_param p = {.size = sizeof(p)};
+	cr_expect_eq(zinf_ckpt_param(c, 3, &p), -EINVAL);
+	struct zinf_ckpt_part q = {.size = sizeof(q)};
+	cr_expect_eq(zinf_ckpt_part(c, 3, &q), -EINVAL);
+	cr_expect_eq(zinf_ckpt_file(c, 7, &f), -EINVAL);
+	zinf_ckpt_close(c);
+}
+
+Test(ckpt_read, every_param_and_part_whole_and_random_ranges)
+{
+	struct zinf_ckpt *c = fx_open_default();
+	for (int i = 0; i < FX_PARAMS; i++) {
+		for (int p = 0; p < FX_PARTS; p++) {
+			check_range(c, i, p, 0, fx_numel[i], false);
+		}
+	}
+	/* across the rank boundary: parameter 0's part is 150001; parameter 2's is 6 */
+	check_range(c, 0, 0, 150001 - 5, 10, false);
+	check_range(c, 0, 1, 150000, 2, false);
+	check_range(c, 0, 2, 150001, 1, false);
+	check_range(c, 2, 0, 3, 6, false);
+	check_range(c, 2, 1, 5, 2, false);
+	check_range(c, 1, 2, 0, 1, false);
+	check_range(c, 0, 0, 300000, 1, false);
+	check_range(c, 0, 0, 17, 0, false);
+	uint64_t seed = zt_seed(), st = seed;
+	for (int t = 0; t < 200; t++) {
+		int i = (int)(zt_rand(&st) % FX_PARAMS), p = (int)(zt_rand(&st) % FX_PARTS);
+		uint64_t first = zt_rand(&st) % fx_numel[i];
+		uint64_t count = zt_rand(&st) % (fx_numel[i] - first + 1);
+		if (i == 0 && t % 2) { /* short ranges near the boundary */
+			first = 150001 - 1 - zt_rand(&st) % 50;
+			count = zt_rand(&st) % 100;
+		}
+		check_range(c, i, p, first, count, false);
+	}
+	float x;
+	cr_expect_eq(zinf_ckpt_read(c, 1, 0, 1, 1, ZINF_F32, &x), -EINVAL);
+	cr_expect_eq(zinf_ckpt_read(c, 2, 0, 12, 0, ZINF_F32, &x), 0);
+	cr_expect_eq(zinf_ckpt_read(c, 2, 0, 13, 0, ZINF_F32, &x), -EINVAL);
+	cr_expect_eq(zinf_ckpt_read(c, 2, 0, 11, UINT64_MAX, ZINF_F32, &x), -EINVAL);
+	cr_expect_eq(zinf_ckpt_read(c, 3, 0, 0, 1, ZINF_F32, &x), -EINVAL);
+	cr_expect_eq(zinf_ckpt_read(c, 0, 3, 0, 1, ZINF_F32, &x), -EINVAL);
+	cr_expect_eq(zinf_ckpt_read(c, 0, 0, 0, 1, (enum zinf_dtype)7, &x), -EINVAL);
+	cr_expect_eq(zinf_ckpt_read(c, 0, 0, 0, 1, ZINF_F32, NULL), -EINVAL);
+	zinf_ckpt_close(c);
+}
+
+/* x rounded to nearest even with `bits` significant bits, in double. */
+static double
+ref_round(double x, int bits)
+{
+	int e;
+	frexp(x, &e);
+	double sp = ldexp(1.0, e - bits);
+	return nearbyint(x / sp) * sp;
+}
+
+static uint16_t
+ref_bf16(double x)
+{
+	float f = (float)ref_round(x, 8);
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16);
+}
+
+/* positive normal half-precision values only */
+static uint16_t
+ref_f16(double x)
+{
+	double r = ref_round(x, 11);
+	int e;
+	double m = frexp(r, &e); /* r = m 2^e, m in [0.5, 1) */
+	return (uint16_t)(((e - 1 + 15) << 10) | (int)((m * 2 - 1) * 1024));
+}
+
+Test(ckpt_read, convert_to_bf16_and_f16)
+{
+	struct zinf_ckpt *c = fx_open_default();
+	uint64_t n = fx_numel[0];
+	uint16_t *h = malloc(n * 2);
+	cr_assert_not_null(h);
+	/* by hand: parameter 1 element 0 = 1000.25 = 0x447a1000 in f32: bf16 keeps 0x447a (the
+	   dropped 0x1000 is below half); f16: 1000.25 lies halfway between 1000 and 1000.5
+	   (spacing 0.5 in [512, 1024)), even mantissa 976 -> 1000 = 0x6000 | 976 = 0x63d0 */
+	cr_assert_eq(zinf_ckpt_read(c, 1, 0, 0, 1, ZINF_BF16, h), 0);
+	cr_expect_eq(h[0], 0x447a, "%#x", h[0]);
+	cr_assert_eq(zinf_ckpt_read(c, 1, 0, 0, 1, ZINF_F16, h), 0);
+	cr_expect_eq(h[0], 0x63d0, "%#x", h[0]);
+	/* parameter 0 whole (crosses the rank boundary and the 256K-element bounce buffer) */
+	cr_assert_eq(zinf_ckpt_read(c, 0, 0, 0, n, ZINF_BF16, h), 0);
+	for (uint64_t j = 0; j < n; j++) {
+		if (h[j] != ref_bf16(fx_value(0, 0, j))) {
+			cr_assert_fail("bf16 element %lu: %#x, expected %#x", (unsigned long)j,
+				       h[j], ref_bf16(fx_value(0, 0, j)));
+		}
+	}
+	/* f16 up to 65504: elements below 60000 */
+	cr_assert_eq(zinf_ckpt_read(c, 0, 0, 100, 59000, ZINF_F16, h), 0);
+	for (uint64_t j = 0; j < 59000; j++) {
+		if (h[j] != ref_f16(fx_value(0, 0, 100 + j))) {
+			cr_assert_fail("f16 element %lu: %#x, expected %#x",
+				       (unsigned long)(100 + j), h[j],
+				       ref_f16(fx_value(0, 0, 100 + j)));
+		}
+	}
+	/* exp_avg is negative: the sign survives (parameter 2 element 7 = -(2007.25)) */
+	cr_assert_eq(zinf_ckpt_read(c, 2, 1, 7, 1, ZINF_BF16, h), 0);
+	cr_expect_eq(h[0], 0x8000 | ref_bf16(2007.25), "%#x", h[0]);
+	free(h);
+	zinf_ckpt_close(c);
+}
+
+Test(ckpt_read, bf16_state_widened)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.state = ZINF_BF16;
+	struct zinf_ckpt *c = fx_open(&o);
+	struct zinf_ckpt_part q = {.size = sizeof(q)};
+	cr_assert_eq(zinf_ckpt_part(c, 1, &q), 0);
+	cr_expect_eq(q.dtype, ZINF_BF16);
+	for (int i = 0; i < FX_PARAMS; i++) {
+		check_range(c, i, 0, 0, fx_numel[i], false);
+		check_range(c, i, 1, 0, fx_numel[i], true);
+		check_range(c, i, 2, 0, fx_numel[i], true);
+	}
+	check_range(c, 0, 2, 150000, 3, true);
+	/* bf16 to bf16: the stored bits, copied */
+	uint16_t h[4];
+	cr_assert_eq(zinf_ckpt_read(c, 0, 1, 149999, 4, ZINF_BF16, h), 0);
+	for (int k = 0; k < 4; k++) {
+		cr_expect_eq(h[k], 0x8000 | ref_bf16(-fx_value(0, 1, 149999 + (uint64_t)k)));
+	}
+	zinf_ckpt_close(c);
+}
+
+Test(ckpt_read, files_world_1)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.files_world = 1;
+	struct zinf_ckpt *c = fx_open(&o);
+	struct zinf_ckpt_info in = {.size = sizeof(in)};
+	cr_assert_eq(zinf_ckpt_get_info(c, &in), 0);
+	cr_expect_eq(in.world, 2);
+	cr_expect_eq(in.stage, 0);
+	cr_expect_eq(in.n_files, 4); /* rank 0's parts + client.bin */
+	for (int i = 0; i < FX_PARAMS; i++) {
+		for (int p = 0; p < FX_PARTS; p++) {
+			check_range(c, i, p, 0, fx_numel[i], false);
+		}
+	}
+	check_range(c, 0, 1, 150000, 5, false);
+	for (uint32_t k = 0; k < in.n_files; k++) {
+		cr_expect_eq(zinf_ckpt_verify_file(c, k), 0);
+	}
+	zinf_ckpt_close(c);
+}
+
+Test(ckpt_read, latest_tag_and_tag_dir)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	fx_write(dir, "step100", &o); /* latest -> step100 */
+	o.latest = false;
+	o.files_world = 1;
+	fx_write(dir, "step120", &o); /* not latest */
+	struct zinf_ckpt *c = NULL;
+	struct zinf_ckpt_info in = {.size = sizeof(in)};
+	cr_assert_eq(zinf_ckpt_open(dir, NULL, &c), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_ckpt_get_info(c, &in), 0);
+	cr_expect_str_eq(in.tag, "step100");
+	cr_expect_eq(in.n_files, 7);
+	zinf_ckpt_close(c);
+	cr_assert_eq(zinf_ckpt_open(dir, "step120", &c), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_ckpt_get_info(c, &in), 0);
+	cr_expect_str_eq(in.tag, "step120");
+	cr_expect_eq(in.n_files, 4);
+	zinf_ckpt_close(c);
+	char tagdir[4200];
+	snprintf(tagdir, sizeof(tagdir), "%s/step120", dir);
+	cr_assert_eq(zinf_ckpt_open(tagdir, NULL, &c), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_ckpt_get_info(c, &in), 0);
+	cr_expect_eq(in.n_files, 4);
+	check_range(c, 2, 2, 0, 12, false);
+	zinf_ckpt_close(c);
+
+	cr_expect_eq(zinf_ckpt_open(dir, "step7", &c), -ENOENT);
+	cr_expect(strstr(zinf_last_error(), "step7/manifest.json") != NULL, "%s",
+		  zinf_last_error());
+	cr_expect_eq(zinf_ckpt_open(dir, "../x", &c), -EINVAL);
+	cr_expect_eq(zinf_ckpt_open(dir, ".hidden", &c), -EINVAL);
+	cr_expect_eq(zinf_ckpt_open(NULL, NULL, &c), -EINVAL);
+	/* latest naming a missing tag, a bad one, or absent */
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/latest", dir);
+	FILE *f = fopen(p, "w");
+	fputs("step999\n", f);
+	fclose(f);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -ENOENT);
+	cr_expect(strstr(zinf_last_error(), "step999") != NULL, "%s", zinf_last_error());
+	f = fopen(p, "w");
+	fputs("../etc\n", f);
+	fclose(f);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "latest") != NULL, "%s", zinf_last_error());
+	unlink(p);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -ENOENT);
+	cr_expect(strstr(zinf_last_error(), "no checkpoint") != NULL, "%s", zinf_last_error());
+}
+
+/* Flip one bit of byte `at` of file name. */
+static void
+corrupt(const char *name, off_t at)
+{
+	char p[4200];
+	fx_path(p, sizeof(p), dir, "step120", name);
+	int fd = open(p, O_RDWR);
+	cr_assert_geq(fd, 0);
+	unsigned char b;
+	cr_assert_eq(pread(fd, &b, 1, at), 1);
+	b ^= 0x10;
+	cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+}
+
+static int
+file_index(struct zinf_ckpt *c, const char *name)
+{
+	struct zinf_ckpt_file f = {.size = sizeof(f)};
+	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
+		cr_assert_eq(zinf_ckpt_file(c, k, &f), 0);
+		if (strcmp(f.name, name) == 0) {
+			return (int)k;
+		}
+	}
+	cr_assert_fail("%s not listed", name);
+	return -1;
+}
+
+Test(ckpt_read, verify_then_corrupt_one_byte)
+{
+	struct zinf_ckpt *c = fx_open_default();
+	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
+		cr_expect_eq(zinf_ckpt_verify_file(c, k), 0, "file %u: %s", k, zinf_last_error());
+	}
+	/* past the first 4 MiB chunk? files are 600108 bytes: one chunk; byte 400001 */
+	corrupt("r00001.exp_avg", 400001);
+	int bad = file_index(c, "r00001.exp_avg");
+	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
+		int rc = zinf_ckpt_verify_file(c, k);
+		if ((int)k == bad) {
+			cr_expect_eq(rc, -EBADMSG);
+			cr_expect(strstr(zinf_last_error(), "r00001.exp_avg") != NULL, "%s",
+				  zinf_last_error());
+			cr_expect(strstr(zinf_last_error(), "CRC32C") != NULL, "%s",
+				  zinf_last_error());
+		} else {
+			cr_expect_eq(rc, 0, "file %u", k);
+		}
+	}
+	cr_expect_eq(zinf_ckpt_verify_file(c, 99), -EINVAL);
+	zinf_ckpt_close(c);
+}
+
+Test(ckpt_read, truncated_file_refused)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	fx_write(dir, "step120", &o);
+	char p[4200];
+	fx_path(p, sizeof(p), dir, "step120", "r00001.exp_avg_sq");
+	cr_assert_eq(truncate(p, 1000), 0);
+	struct zinf_ckpt *c = NULL;
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect_null(c);
+	cr_expect(strstr(zinf_last_error(), "r00001.exp_avg_sq") != NULL, "%s", zinf_last_error());
+	cr_expect(strstr(zinf_last_error(), "truncated") != NULL, "%s", zinf_last_error());
+}
+
+Test(ckpt_read, truncated_after_open_read_fails)
+{
+	struct zinf_ckpt *c = fx_open_default();
+	char p[4200];
+	fx_path(p, sizeof(p), dir, "step120", "r00000.fp32");
+	cr_assert_eq(truncate(p, 4000), 0);
+	float v[4];
+	cr_expect_eq(zinf_ckpt_read(c, 0, 0, 2000, 4, ZINF_F32, v), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "r00000.fp32") != NULL, "%s", zinf_last_error());
+	cr_expect_eq(zinf_ckpt_verify_file(c, (uint32_t)file_index(c, "r00000.fp32")), -EBADMSG);
+	zinf_ckpt_close(c);
+}
+
+Test(ckpt_read, missing_file_refused)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	fx_write(dir, "step120", &o);
+	char p[4200];
+	fx_path(p, sizeof(p), dir, "step120", "client.bin");
+	cr_assert_eq(unlink(p), 0);
+	struct zinf_ckpt *c = NULL;
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "client.bin") != NULL, "%s", zinf_last_error());
+	cr_expect(strstr(zinf_last_error(), "missing") != NULL, "%s", zinf_last_error());
+}
+
+/* ---- malformed manifests ------------------------------------------------------------------ */
+
+static json_t *
+param(json_t *m, size_t i)
+{
+	return json_array_get(json_object_get(m, "params"), i);
+}
+
+static void
+e_no_steps(json_t *m)
+{
+	json_object_del(m, "steps");
+}
+static void
+e_world_string(json_t *m)
+{
+	json_object_set_new(m, "world", json_string("2"));
+}
+static void
+e_version_2(json_t *m)
+{
+	json_object_set_new(m, "version", json_integer(2));
+}
+static void
+e_format(json_t *m)
+{
+	json_object_set_new(m, "format", json_string("deepspeed"));
+}
+static void
+e_part_wrong(json_t *m)
+{
+	json_object_set_new(param(m, 2), "part", json_integer(7));
+}
+static void
+e_flat_off_past(json_t *m)
+{
+	json_array_set_new(json_object_get(param(m, 0), "flat_off"), 1, json_integer(100));
+}
+static void
+e_flat_off_short(json_t *m)
+{
+	json_array_remove(json_object_get(param(m, 1), "flat_off"), 1);
+}
+static void
+e_shape_product(json_t *m)
+{
+	json_object_set_new(param(m, 2), "shape", json_pack("[i, i]", 3, 5));
+}
+static void
+e_shape_zero(json_t *m)
+{
+	json_object_set_new(param(m, 2), "shape", json_pack("[i, i]", 0, 12));
+}
+static void
+e_numel_real(json_t *m)
+{
+	json_object_set_new(param(m, 1), "numel", json_real(1.0));
+}
+static void
+e_dup_name(json_t *m)
+{
+	json_object_set_new(param(m, 2), "name", json_string("tiny.bias"));
+}
+static void
+e_file_unlisted(json_t *m)
+{
+	json_array_remove(json_object_get(m, "files"), 3); /* r00001.fp32 */
+}
+static void
+e_file_bytes(json_t *m)
+{
+	json_t *f = json_array_get(json_object_get(m, "files"), 0);
+	json_object_set_new(f, "bytes",
+			    json_integer(json_integer_value(json_object_get(f, "bytes")) + 4));
+}
+static void
+e_crc_negative(json_t *m)
+{
+	json_object_set_new(json_array_get(json_object_get(m, "files"), 2), "crc32c",
+			    json_integer(-1));
+}
+static void
+e_file_name_path(json_t *m)
+{
+	json_object_set_new(json_array_get(json_object_get(m, "files"), 6), "name",
+			    json_string("../client.bin"));
+}
+static void
+e_ranks_flat(json_t *m)
+{
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 1), "flat",
+			    json_integer(100));
+}
+static void
+e_part_dtype(json_t *m)
+{
+	json_object_set_new(json_array_get(json_object_get(m, "parts"), 1), "dtype",
+			    json_string("f64"));
+}
+static void
+e_loss_scale(json_t *m)
+{
+	json_object_set_new(json_object_get(m, "loss_scaler"), "scale", json_string("big"));
+}
+static void
+e_optimizer_kind(json_t *m)
+{
+	json_object_del(json_object_get(m, "optimizer"), "kind");
+}
+static void
+e_client_bytes(json_t *m)
+{
+	json_object_set_new(m, "client_bytes", json_integer(17));
+}
+static void
+e_stage(json_t *m)
+{
+	json_object_set_new(m, "stage", json_integer(4));
+}
+static void
+e_files_world(json_t *m)
+{
+	json_object_set_new(m, "files_world", json_integer(3));
+}
+static void
+e_safetensors_unlisted(json_t *m)
+{
+	json_object_set_new(m, "safetensors", json_string("model.safetensors"));
+}
+static void
+e_not_object(json_t *m)
+{
+	json_object_set_new(m, "params", json_object());
+}
+
+struct bad_case {
+	void (*edit)(json_t *m);
+	const char *field; /* the message names it */
+	const char *what;  /* and says this */
+};
+
+static const struct bad_case bad_cases[] = {
+	{e_no_steps, "steps", "missing"},
+	{e_world_string, "world", "a string"},
+	{e_version_2, "version", "version 1"},
+	{e_format, "format", "deepspeed"},
+	{e_part_wrong, "params[2].part", "ceil"},
+	{e_flat_off_past, "params[0].flat_off", "past the rank's flat"},
+	{e_flat_off_short, "params[1].flat_off", "entries"},
+	{e_shape_product, "params[2].shape", "product 15"},
+	{e_shape_zero, "params[2].shape", "dimension 0"},
+	{e_numel_real, "params[1].numel", "a number"},
+	{e_dup_name, "params[2].name", "twice"},
+	{e_file_unlisted, "files", "r00001.fp32"},
+	{e_file_bytes, "files", "r00000.fp32"},
+	{e_crc_negative, "files[2].crc32c", "out of range"},
+	{e_file_name_path, "files[6].name", "../client.bin"},
+	{e_ranks_flat, "params[0].flat_off", "past the rank's flat"},
+	{e_part_dtype, "parts[1].dtype", "f64"},
+	{e_loss_scale, "loss_scaler.scale", "a string"},
+	{e_optimizer_kind, "optimizer.kind", "missing"},
+	{e_client_bytes, "client_bytes", "17"},
+	{e_stage, "stage", "out of range"},
+	{e_files_world, "files_world", "out of range"},
+	{e_safetensors_unlisted, "safetensors", "not listed"},
+	{e_not_object, "params", "an object"},
+};
+
+Test(ckpt_read, malformed_manifests_refused_naming_the_field)
+{
+	for (size_t k = 0; k < sizeof(bad_cases) / sizeof(bad_cases[0]); k++) {
+		const struct bad_case *b = &bad_cases[k];
+		char tag[32];
+		snprintf(tag, sizeof(tag), "bad%zu", k);
+		struct fx_opts o;
+		fx_opts_init(&o);
+		o.latest = false;
+		o.edit = b->edit;
+		fx_write(dir, tag, &o);
+		struct zinf_ckpt *c = NULL;
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "case %zu (%s): %d", k, b->field, rc);
+		cr_expect_null(c);
+		const char *msg = zinf_last_error();
+		char want[64];
+		snprintf(want, sizeof(want), "manifest.json: %s:", b->field);
+		cr_expect(strstr(msg, want) != NULL, "case %zu: \"%s\" not in: %s", k, want, msg);
+		cr_expect(strstr(msg, b->what) != NULL, "case %zu: \"%s\" not in: %s", k, b->what,
+			  msg);
+		zinf_ckpt_close(c);
+	}
+}
+
+Test(ckpt_read, not_json_refused)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	fx_write(dir, "step120", &o);
+	char p[4200];
+	fx_path(p, sizeof(p), dir, "step120", "manifest.json");
+	FILE *f = fopen(p, "w");
+	fputs("{\"format\": \"zinf-checkpoint\",\n \"version\": 1,,}\n", f);
+	fclose(f);
+	struct zinf_ckpt *c = NULL;
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "manifest.json: line 2") != NULL, "%s",
+		  zinf_last_error());
+}
+
+static void
+e_unknown_keys(json_t *m)
+{
+	json_object_set_new(m, "future_field", json_pack("{s:i}", "x", 1));
+	json_object_set_new(param(m, 0), "future", json_string("y"));
+	json_object_set_new(json_array_get(json_object_get(m, "files"), 0), "sha256",
+			    json_string("abc"));
+	json_object_set_new(json_object_get(m, "optimizer"), "momentum", json_real(0.5));
+	json_object_del(m, "created");
+	json_object_del(m, "options");
+}
+
+Test(ckpt_read, unknown_keys_ignored)
+{
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.edit = e_unknown_keys;
+	struct zinf_ckpt *c = fx_open(&o);
+	check_range(c, 0, 0, 149990, 20, false);
+	zinf_ckpt_close(c);
+}

@@ -1,0 +1,643 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/test_ckpt.c: zinf_engine_save / zinf_engine_load in one process (comm "single",
+ * device "host"): resume is exact (N steps straight equal k steps, save, a new engine loaded
+ * from the checkpoint, N - k steps: bit for bit, for every stage and tier, fp32 and bf16, loaded
+ * in place of init and into a running engine); the trainer's blob round-trips; every refusal
+ * (bad tag, inside a window, other parameters, other optimizer, a corrupted, truncated or
+ * deleted file, a held lock) names what is wrong and leaves the engine usable; a process killed
+ * at every point of a save (and at random moments) leaves a checkpoint that loads and equals
+ * the reference of its own step count, never a mix. Several ranks and other world sizes:
+ * test_engine_ranks.c (cases ckpt_*).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/test_util.h"
+#include "engine/ckpt_fs.h"
+#include "engine/engine_drive.h"
+#include "engine/engine_ref.h"
+#include "zinf/checkpoint.h"
+#include "zinf/engine.h"
+
+#define QUANTUM 0x1p-14f
+#define GAS	2
+
+struct cfg {
+	int stage;
+	enum zinf_offload_device opt, param;
+	enum zinf_dtype dtype;
+};
+
+static const char *const tier[] = {"none", "cpu", "nvme"};
+
+static struct zinf_engine *
+make(const struct cfg *c, const char *nvme, const char *load_dir, int *load_rc)
+{
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c->stage, c->opt, c->param, nvme, c->dtype, GAS);
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	cr_assert_eq(rc, 0, "create: %d %s", rc, zinf_last_error());
+	rc = edrive_add_params(e);
+	cr_assert_eq(rc, 0, "add_params: %d %s", rc, zinf_last_error());
+	if (load_dir) {
+		rc = zinf_engine_load(e, load_dir, NULL, NULL);
+		if (load_rc) {
+			*load_rc = rc;
+			return e;
+		}
+		cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+	} else {
+		rc = zinf_engine_init(e);
+		cr_assert_eq(rc, 0, "init: %d %s", rc, zinf_last_error());
+	}
+	return e;
+}
+
+static void
+run(struct zinf_engine *e, enum zinf_dtype dtype, int64_t first, int steps)
+{
+	struct edrive d;
+	int rc = edrive_init(&d, e, dtype, QUANTUM);
+	cr_assert_eq(rc, 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, first, steps, GAS, -1);
+	cr_assert_eq(rc, 0, "steps %lld..: %s (%s)", (long long)first, d.why, zinf_last_error());
+	edrive_fini(&d);
+}
+
+struct master {
+	float *p[EREF_NPARAMS];
+};
+
+static void
+read_all(struct zinf_engine *e, struct master *m)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		m->p[id] = calloc(eref_numel(id), sizeof(float));
+		cr_assert_not_null(m->p[id]);
+	}
+	int rc = edrive_read_master(e, m->p);
+	cr_assert_eq(rc, 0, "read_master: %d %s", rc, zinf_last_error());
+}
+
+static void
+free_all(struct master *m)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		free(m->p[id]);
+	}
+}
+
+static void
+assert_same(float *const a[], float *const b[], const char *what)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		for (uint64_t i = 0; i < eref_numel(id); i++) {
+			cr_assert(memcmp(&a[id][i], &b[id][i], 4) == 0,
+				  "%s: %s[%llu] = %.9g, expected %.9g", what, eref_params[id].name,
+				  (unsigned long long)i, a[id][i], b[id][i]);
+		}
+	}
+}
+
+/* The reference after `steps` steps (one rank). */
+static void
+reference(struct eref_result *ref, enum zinf_dtype dtype, int steps)
+{
+	struct eref_opts ro = {
+		.world = 1, .steps = steps, .gas = GAS, .dtype = dtype, .quantum = QUANTUM};
+	edrive_optimizer(&ro.opt);
+	int rc = eref_train(&ro, ref);
+	cr_assert_eq(rc, 0, "eref_train: %d", rc);
+}
+
+static void
+save_ok(struct zinf_engine *e, const char *dir, const char *tag)
+{
+	int rc = zinf_engine_save(e, dir, tag, NULL);
+	cr_assert_eq(rc, 0, "save %s/%s: %d %s", dir, tag ? tag : "(step)", rc, zinf_last_error());
+}
+
+/* N = 4 steps straight, and 2 + save + load (in place of init, or into an initialised engine)
+ * + 2: the same master weights bit for bit, equal to the reference, and the same step count. */
+static void
+resume_one(const struct cfg *c, bool after_init)
+{
+	char what[128];
+	snprintf(what, sizeof(what), "stage %d optimizer %s param %s %s%s", c->stage, tier[c->opt],
+		 tier[c->param], zinf_dtype_name(c->dtype),
+		 after_init ? " (loaded after init)" : "");
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(c, nvme, NULL, NULL);
+	run(e, c->dtype, 0, 4);
+	struct master straight;
+	read_all(e, &straight);
+	zinf_engine_destroy(e);
+
+	e = make(c, nvme, NULL, NULL);
+	run(e, c->dtype, 0, 2);
+	save_ok(e, ck, NULL);
+	zinf_engine_destroy(e);
+
+	if (after_init) {
+		e = make(c, nvme, NULL, NULL);
+		int rc = zinf_engine_load(e, ck, NULL, NULL);
+		cr_assert_eq(rc, 0, "%s: load: %d %s", what, rc, zinf_last_error());
+	} else {
+		e = make(c, nvme, ck, NULL);
+	}
+	cr_assert_eq(zinf_engine_steps(e), 2, "%s: steps after load %lld", what,
+		     (long long)zinf_engine_steps(e));
+	run(e, c->dtype, 2, 2);
+	struct master resumed;
+	read_all(e, &resumed);
+	cr_assert_eq(zinf_engine_steps(e), 4);
+	zinf_engine_destroy(e);
+	assert_same(resumed.p, straight.p, what);
+	struct eref_result ref;
+	reference(&ref, c->dtype, 4);
+	assert_same(resumed.p, ref.master, what);
+	eref_result_free(&ref);
+	free_all(&straight);
+	free_all(&resumed);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+Test(ckpt, resume_every_tier_fp32_bf16)
+{
+	enum zinf_dtype dts[] = {ZINF_F32, ZINF_BF16};
+	for (int t = 0; t < 2; t++) {
+		for (int stage = 0; stage <= 3; stage++) {
+			for (int opt = 0; opt <= (stage ? 2 : 0); opt++) {
+				for (int par = 0; par <= (stage == 3 ? 2 : 0); par++) {
+					struct cfg c = {stage, opt, par, dts[t]};
+					resume_one(&c, false);
+				}
+			}
+		}
+	}
+}
+
+Test(ckpt, resume_into_running_engine)
+{
+	struct cfg cs[] = {{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16},
+			   {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32},
+			   {0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, ZINF_BF16}};
+	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+		resume_one(&cs[i], true);
+	}
+}
+
+/* A checkpoint written with one tier layout loads into another (the files are tier-free). */
+Test(ckpt, load_into_other_tiers_and_stage)
+{
+	struct cfg a = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, ZINF_F32};
+	struct cfg b = {1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&a, nvme, NULL, NULL);
+	run(e, ZINF_F32, 0, 3);
+	save_ok(e, ck, "x");
+	zinf_engine_destroy(e);
+	e = make(&b, nvme, ck, NULL);
+	run(e, ZINF_F32, 3, 2);
+	struct master m;
+	read_all(e, &m);
+	zinf_engine_destroy(e);
+	struct eref_result ref;
+	reference(&ref, ZINF_F32, 5);
+	assert_same(m.p, ref.master, "stage 3 nvme/cpu -> stage 1 none");
+	eref_result_free(&ref);
+	free_all(&m);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* ---- the trainer's blob, the layout on disk ----------------------------------------------- */
+
+static bool
+exists(const char *dir, const char *name)
+{
+	char p[8192];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+static char *
+slurp(const char *dir, const char *name)
+{
+	char p[8192];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "rb");
+	cr_assert_not_null(f, "%s missing", p);
+	char *buf = calloc(1, 1 << 20);
+	size_t n = fread(buf, 1, (1 << 20) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+Test(ckpt, client_blob_and_layout)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	run(e, c.dtype, 0, 1);
+	char blob[300];
+	for (size_t i = 0; i < sizeof(blob); i++) {
+		blob[i] = (char)(i * 7 + 1);
+	}
+	struct zinf_ckpt_opts so;
+	zinf_ckpt_opts_init(&so);
+	so.client = blob;
+	so.client_bytes = sizeof(blob);
+	int rc = zinf_engine_save(e, ck, "first", &so);
+	cr_assert_eq(rc, 0, "%d %s", rc, zinf_last_error());
+	zinf_engine_destroy(e);
+
+	char tagdir[4096];
+	snprintf(tagdir, sizeof(tagdir), "%s/first", ck);
+	char *latest = slurp(ck, "latest");
+	cr_assert_str_eq(latest, "first\n");
+	free(latest);
+	const char *files[] = {"manifest.json", "r00000.fp32", "r00000.exp_avg",
+			       "r00000.exp_avg_sq", "client.bin"};
+	for (size_t i = 0; i < 5; i++) {
+		cr_assert(exists(tagdir, files[i]), "%s/%s missing", tagdir, files[i]);
+	}
+	cr_assert(!exists(ck, ".first.tmp"), "the temporary directory is left");
+	char *man = slurp(tagdir, "manifest.json");
+	cr_assert(strstr(man, "\"zinf-checkpoint\"") && strstr(man, "\"steps\": 1"), "%s", man);
+	free(man);
+
+	/* too small a buffer: refused before anything is loaded */
+	char out[300] = {0};
+	struct zinf_ckpt_opts lo;
+	zinf_ckpt_opts_init(&lo);
+	lo.client_out = out;
+	lo.client_cap = 100;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+	rc = zinf_engine_create(&o, &e);
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(edrive_add_params(e), 0);
+	rc = zinf_engine_load(e, ck, NULL, &lo);
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "client.bin"), "%s", zinf_last_error());
+	cr_assert_eq(lo.client_len, sizeof(blob));
+	lo.client_cap = sizeof(out);
+	rc = zinf_engine_load(e, ck, "first", &lo);
+	cr_assert_eq(rc, 0, "%d %s", rc, zinf_last_error());
+	cr_assert_eq(lo.client_len, sizeof(blob));
+	cr_assert(memcmp(out, blob, sizeof(blob)) == 0);
+	cr_assert_eq(zinf_engine_steps(e), 1);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* The same tag twice: the second replaces the first whole; latest names it; nothing is left. */
+Test(ckpt, same_tag_twice)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	run(e, c.dtype, 0, 1);
+	save_ok(e, ck, "t");
+	run(e, c.dtype, 1, 2);
+	save_ok(e, ck, "t");
+	zinf_engine_destroy(e);
+	cr_assert(!exists(ck, ".t.tmp"));
+	e = make(&c, nvme, ck, NULL);
+	cr_assert_eq(zinf_engine_steps(e), 3);
+	struct master m;
+	read_all(e, &m);
+	struct eref_result ref;
+	reference(&ref, c.dtype, 3);
+	assert_same(m.p, ref.master, "the second save of tag t");
+	eref_result_free(&ref);
+	free_all(&m);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* ---- refusals ------------------------------------------------------------------------------ */
+
+static void
+expect_err(int rc, int want, const char *needle, const char *what)
+{
+	cr_expect_eq(rc, want, "%s: rc %d, expected %d (%s)", what, rc, want, zinf_last_error());
+	cr_expect(strstr(zinf_last_error(), needle) != NULL, "%s: message does not name \"%s\": %s",
+		  what, needle, zinf_last_error());
+}
+
+Test(ckpt, save_refusals_leave_the_engine_usable)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	expect_err(zinf_engine_save(e, ck, "../x", NULL), -EINVAL, "../x", "tag with a slash");
+	expect_err(zinf_engine_save(e, ck, ".hidden", NULL), -EINVAL, ".hidden", "dot tag");
+	expect_err(zinf_engine_save(e, ck, "latest", NULL), -EINVAL, "latest", "tag latest");
+	expect_err(zinf_engine_save(e, NULL, "a", NULL), -EINVAL, "directory", "NULL dir");
+	/* inside an accumulation window: one micro-batch of two */
+	struct edrive d;
+	cr_assert_eq(edrive_init(&d, e, c.dtype, QUANTUM), 0);
+	cr_assert_eq(edrive_micro(&d, 0, 0, EDRIVE_ORDER_NORMAL), 0, "%s", d.why);
+	expect_err(zinf_engine_save(e, ck, "a", NULL), -EINVAL, "accumulation window", "window");
+	cr_assert_eq(edrive_micro(&d, 0, 1, EDRIVE_ORDER_NORMAL), 1, "%s", d.why);
+	edrive_fini(&d);
+	/* a directory held by another process's save */
+	char lockp[4096];
+	snprintf(lockp, sizeof(lockp), "%s/.zinf-ckpt.lock", ck);
+	int fds[2];
+	cr_assert_eq(pipe(fds), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(lockp, O_RDWR | O_CREAT, 0644);
+		char buf[32];
+		int n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+		if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(fd, buf, (size_t)n) != n ||
+		    write(fds[1], "k", 1) != 1) {
+			_exit(1);
+		}
+		pause();
+		_exit(0);
+	}
+	char k;
+	cr_assert_eq(read(fds[0], &k, 1), 1);
+	char pidtxt[32];
+	snprintf(pidtxt, sizeof(pidtxt), "pid %ld", (long)pid);
+	expect_err(zinf_engine_save(e, ck, "a", NULL), -EBUSY, pidtxt, "lock held");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(fds[0]);
+	close(fds[1]);
+	cr_assert(!exists(ck, "a") && !exists(ck, "latest"), "a refused save left files");
+	/* the engine goes on: the run still equals the reference */
+	run(e, c.dtype, 1, 1);
+	save_ok(e, ck, "a");
+	struct master m;
+	read_all(e, &m);
+	struct eref_result ref;
+	reference(&ref, c.dtype, 2);
+	assert_same(m.p, ref.master, "after the refusals");
+	eref_result_free(&ref);
+	free_all(&m);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* A load refused before anything is loaded leaves the engine as it was (here: its initial
+ * values, checked by training it afterwards). */
+static void
+load_refused(const struct cfg *c, const char *nvme, const char *ck, const char *tag, int want,
+	     const char *needle, const char *what)
+{
+	struct zinf_engine *e = make(c, nvme, NULL, NULL);
+	expect_err(zinf_engine_load(e, ck, tag, NULL), want, needle, what);
+	run(e, c->dtype, 0, 1);
+	struct master m;
+	read_all(e, &m);
+	struct eref_result ref;
+	reference(&ref, c->dtype, 1);
+	assert_same(m.p, ref.master, what);
+	eref_result_free(&ref);
+	free_all(&m);
+	zinf_engine_destroy(e);
+}
+
+static void
+corrupt(const char *dir, const char *name, long at, int how)
+{
+	char p[8192];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	if (how == 0) { /* flip one byte */
+		int fd = open(p, O_RDWR);
+		cr_assert_geq(fd, 0, "%s", p);
+		unsigned char b;
+		cr_assert_eq(pread(fd, &b, 1, at), 1);
+		b ^= 0x10;
+		cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+		close(fd);
+	} else if (how == 1) {
+		cr_assert_eq(truncate(p, at), 0);
+	} else {
+		cr_assert_eq(unlink(p), 0);
+	}
+}
+
+static void
+copy_tree(const char *from, const char *to)
+{
+	char cmd[8300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", to, from, to);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+Test(ckpt, load_refusals_name_the_problem)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "good");
+	zinf_engine_destroy(e);
+	char good[4096], bad[4096], bad_tag[4096];
+	snprintf(good, sizeof(good), "%s/good", ck);
+	snprintf(bad, sizeof(bad), "%s/bad", ck);
+	snprintf(bad_tag, sizeof(bad_tag), "%s", "bad");
+
+	load_refused(&c, nvme, ck, "missing", -ENOENT, "missing", "no such tag");
+	copy_tree(good, bad);
+	corrupt(bad, "r00000.exp_avg", 100, 0);
+	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "r00000.exp_avg", "one byte flipped");
+	copy_tree(good, bad);
+	corrupt(bad, "r00000.fp32", 64, 1);
+	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "r00000.fp32", "truncated");
+	copy_tree(good, bad);
+	corrupt(bad, "r00000.exp_avg_sq", 0, 2);
+	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "r00000.exp_avg_sq", "deleted");
+	copy_tree(good, bad);
+	corrupt(bad, "manifest.json", 0, 2);
+	load_refused(&c, nvme, ck, bad_tag, -ENOENT, "manifest.json", "no manifest");
+
+	/* other parameters, another optimizer */
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	struct zinf_param_desc pd;
+	zinf_param_desc_init(&pd);
+	pd.name = "W0";
+	pd.numel = 240;
+	pd.layer = 0;
+	cr_assert_eq(zinf_engine_add_param(e, &pd), 0);
+	expect_err(zinf_engine_load(e, ck, "good", NULL), -EINVAL, "parameters", "one parameter");
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error()); /* still usable */
+	zinf_engine_destroy(e);
+
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+	zinf_optimizer_opts_init(&o.optimizer, ZINF_OPTIM_LION);
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	cr_assert_eq(edrive_add_params(e), 0);
+	expect_err(zinf_engine_load(e, ck, "good", NULL), -EINVAL, "lion", "another optimizer");
+	zinf_engine_destroy(e);
+
+	/* and the good one still loads */
+	e = make(&c, nvme, NULL, NULL);
+	cr_assert_eq(zinf_engine_load(e, ck, "good", NULL), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 2);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* ---- crashes ------------------------------------------------------------------------------- */
+
+static const char *kill_point;
+
+static void
+kill_here(const char *point)
+{
+	if (kill_point && strcmp(point, kill_point) == 0) {
+		raise(SIGKILL);
+	}
+}
+
+/*
+ * A child trains 2 steps and saves tag A (complete), trains 2 more and saves again (tag A
+ * again, or tag B), killed at `point` of that save (or, with point NULL, after a random delay
+ * while it saves over and over). The parent then loads the latest checkpoint: it must load,
+ * hold 2 or 4 steps (or for random kills any count saved) and equal the reference of that many
+ * steps: the previous or the new checkpoint, never a mix.
+ */
+static void
+crash_one(const char *point, bool same_tag, uint64_t delay_us)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	char child_nvme[4200];
+	snprintf(child_nvme, sizeof(child_nvme), "%s/child", nvme);
+	cr_assert_eq(mkdir(child_nvme, 0755), 0);
+	int fds[2];
+	cr_assert_eq(pipe(fds), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct zinf_engine_opts o;
+		edrive_opts(&o, "single", c.stage, c.opt, c.param, child_nvme, c.dtype, GAS);
+		struct zinf_engine *e = NULL;
+		struct edrive d;
+		if (zinf_engine_create(&o, &e) || edrive_add_params(e) || zinf_engine_init(e) ||
+		    edrive_init(&d, e, c.dtype, QUANTUM) || edrive_run(&d, 0, 2, GAS, -1) ||
+		    zinf_engine_save(e, ck, "A", NULL)) {
+			_exit(3);
+		}
+		if (!point) { /* save after every step until killed */
+			if (write(fds[1], "s", 1) != 1) {
+				_exit(4);
+			}
+			for (int64_t s = 2;; s++) {
+				if (edrive_run(&d, s, 1, GAS, -1) ||
+				    zinf_engine_save(e, ck, same_tag ? "A" : (s % 2 ? "B" : "A"),
+						     NULL)) {
+					_exit(5);
+				}
+			}
+		}
+		if (edrive_run(&d, 2, 2, GAS, -1)) {
+			_exit(6);
+		}
+		kill_point = point;
+		ckpt_test_hook = kill_here;
+		zinf_engine_save(e, ck, same_tag ? "A" : "B", NULL);
+		_exit(7); /* the point was not reached */
+	}
+	int status = 0;
+	char k;
+	if (!point && read(fds[0], &k, 1) == 1) { /* A is saved: now kill at random */
+		usleep((useconds_t)delay_us);
+		kill(pid, SIGKILL);
+	}
+	waitpid(pid, &status, 0);
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+		  "point %s: the child was not killed there (status %#x)", point ? point : "random",
+		  status);
+	close(fds[0]);
+	close(fds[1]);
+	/* the child's swap space is gone with it: a new engine reclaims its files */
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	int rc = zinf_engine_load(e, ck, NULL, NULL);
+	cr_assert_eq(rc, 0, "point %s, %s tag: load: %d %s", point ? point : "random",
+		     same_tag ? "same" : "new", rc, zinf_last_error());
+	int64_t steps = zinf_engine_steps(e);
+	if (point) {
+		bool new_one =
+			!strcmp(point, "latest") ||
+			(same_tag && (!strcmp(point, "swapped") || !strcmp(point, "renamed") ||
+				      !strcmp(point, "latest_tmp")));
+		cr_assert_eq(steps, new_one ? 4 : 2, "point %s, %s tag: %lld steps", point,
+			     same_tag ? "same" : "new", (long long)steps);
+	}
+	cr_assert(steps >= 2, "%lld steps", (long long)steps);
+	struct master m;
+	read_all(e, &m);
+	struct eref_result ref;
+	reference(&ref, c.dtype, (int)steps);
+	assert_same(m.p, ref.master, point ? point : "a random kill");
+	eref_result_free(&ref);
+	free_all(&m);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+Test(ckpt, killed_at_every_point_of_a_save)
+{
+	const char *points[] = {"files",   "manifest",	 "tmp_synced", "swapped",
+				"renamed", "latest_tmp", "latest"};
+	for (size_t i = 0; i < sizeof(points) / sizeof(points[0]); i++) {
+		for (int same = 0; same <= 1; same++) {
+			if (!same && !strcmp(points[i], "swapped")) {
+				continue; /* a new tag is renamed, not swapped */
+			}
+			crash_one(points[i], same, 0);
+		}
+	}
+}
+
+Test(ckpt, killed_at_random_moments)
+{
+	uint64_t rs = zt_seed();
+	for (int i = 0; i < 6; i++) {
+		crash_one(NULL, i % 2, zt_rand(&rs) % 300000);
+	}
+}
