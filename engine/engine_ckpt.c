@@ -338,6 +338,10 @@ write_manifest(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
 		json_object_set_new(m, "micro_steps", json_integer((json_int_t)e->micro_steps));
 		json_object_set_new(m, "skipped_steps", json_integer((json_int_t)e->skipped));
 		json_object_set_new(m, "lr", json_real(e->lr));
+		json_t *betas = json_array(); /* zinf_engine_set_betas's (OneCycle's momentum) */
+		json_array_append_new(betas, json_real(e->beta1));
+		json_array_append_new(betas, json_real(e->beta2));
+		json_object_set_new(m, "betas", betas);
 		json_object_set_new(m, "loss_scaler", scaler_json(&e->ls));
 		json_object_set_new(m, "optimizer", optimizer_json(e));
 		json_t *parts = json_array();

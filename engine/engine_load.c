@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -166,6 +167,7 @@ struct counters {
 	int64_t steps;
 	uint64_t micro_steps, skipped;
 	double lr;
+	double beta1, beta2; /* NaN: not in the manifest (the options' betas stay) */
 	struct zinf_loss_scaler ls;
 	bool has_ls;
 };
@@ -195,6 +197,10 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 		out->micro_steps = (uint64_t)json_integer_value(micro);
 		out->skipped = (uint64_t)json_integer_value(skipped);
 		out->lr = json_number_value(lr);
+		json_t *b = json_object_get(m, "betas");
+		json_t *b1 = json_array_get(b, 0), *b2 = json_array_get(b, 1);
+		out->beta1 = json_is_number(b1) ? json_number_value(b1) : NAN;
+		out->beta2 = json_is_number(b2) ? json_number_value(b2) : NAN;
 		json_t *sc = json_object_get(ls, "scale"),
 		       *h = json_object_get(ls, "cur_hysteresis");
 		json_t *it = json_object_get(ls, "iter"),
@@ -315,6 +321,11 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 		e->micro_steps = cnt.micro_steps;
 		e->skipped = cnt.skipped;
 		e->lr = (float)cnt.lr;
+		if (cnt.beta1 >= 0 && cnt.beta1 < 1 && cnt.beta2 >= 0 && cnt.beta2 < 1 &&
+		    e->o.optimizer.kind != ZINF_OPTIM_ADAGRAD) {
+			e->beta1 = (float)cnt.beta1;
+			e->beta2 = (float)cnt.beta2;
+		}
 		if (e->o.fp16.enabled && cnt.has_ls) {
 			e->ls.scale = cnt.ls.scale;
 			e->ls.cur_hysteresis = cnt.ls.cur_hysteresis;

@@ -228,6 +228,41 @@ Test(ckpt, load_into_other_tiers_and_stage)
 	free(ck);
 }
 
+/* The betas set by the trainer (OneCycle's momentum) are part of the state: a resumed run
+ * that does not set them again steps with the saved ones. */
+Test(ckpt, betas_are_restored)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	cr_assert_eq(zinf_engine_set_betas(e, 0.5f, 0.75f), 0);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, NULL);
+	run(e, c.dtype, 2, 2);
+	struct master straight, resumed, plain;
+	read_all(e, &straight);
+	zinf_engine_destroy(e);
+	e = make(&c, nvme, ck, NULL);
+	run(e, c.dtype, 2, 2);
+	read_all(e, &resumed);
+	zinf_engine_destroy(e);
+	assert_same(resumed.p, straight.p, "betas (0.5, 0.75) resumed");
+	/* and they matter: the options' betas give other values */
+	e = make(&c, nvme, NULL, NULL);
+	run(e, c.dtype, 0, 4);
+	read_all(e, &plain);
+	zinf_engine_destroy(e);
+	cr_assert(memcmp(plain.p[0], straight.p[0], 4 * eref_numel(0)) != 0,
+		  "the betas changed nothing: the test cannot tell");
+	free_all(&straight);
+	free_all(&resumed);
+	free_all(&plain);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
 /* ---- the trainer's blob, the layout on disk ----------------------------------------------- */
 
 static bool
