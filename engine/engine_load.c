@@ -202,7 +202,7 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 		out->beta1 = json_is_number(b1) ? json_number_value(b1) : NAN;
 		out->beta2 = json_is_number(b2) ? json_number_value(b2) : NAN;
 		json_t *sc = json_object_get(ls, "scale"),
-		       *h = json_object_get(ls, "cur_hysteresis");
+		       *h = json_object_get(ls, "hysteresis_left");
 		json_t *it = json_object_get(ls, "iter"),
 		       *lo = json_object_get(ls, "last_overflow");
 		json_t *ov = json_object_get(ls, "overflows");
@@ -215,7 +215,12 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 			out->ls.last_overflow = json_integer_value(lo);
 			out->ls.overflows = (uint64_t)json_integer_value(ov);
 		}
-		if (out->steps < 0 || !(out->lr >= 0)) {
+		if (!out->has_ls && e->o.fp16.enabled) {
+			ret = ENG_FAIL(e, -EBADMSG,
+				       "load: %s: loss_scaler lacks scale, hysteresis_left, iter, "
+				       "last_overflow or overflows, which fp16 training needs",
+				       p);
+		} else if (out->steps < 0 || !(out->lr >= 0)) {
 			ret = ENG_FAIL(e, -EBADMSG, "load: %s: steps %" PRId64 " or lr %g invalid",
 				       p, out->steps, out->lr);
 		}

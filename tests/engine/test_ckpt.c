@@ -177,10 +177,10 @@ resume_one(const struct cfg *c, bool after_init)
 	free(ck);
 }
 
-Test(ckpt, resume_every_tier_fp32_bf16)
+Test(ckpt, resume_every_tier_fp32_bf16_f16)
 {
-	enum zinf_dtype dts[] = {ZINF_F32, ZINF_BF16};
-	for (int t = 0; t < 2; t++) {
+	enum zinf_dtype dts[] = {ZINF_F32, ZINF_BF16, ZINF_F16};
+	for (int t = 0; t < 3; t++) {
 		for (int stage = 0; stage <= 3; stage++) {
 			for (int opt = 0; opt <= (stage ? 2 : 0); opt++) {
 				for (int par = 0; par <= (stage == 3 ? 2 : 0); par++) {

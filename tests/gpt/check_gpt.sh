@@ -54,6 +54,9 @@
 #                    --resume from its latest: the resumed run's records start at the step
 #                    after the checkpoint's and every loss equals the straight run's bit for
 #                    bit; the checkpoint's files are there and `latest` names a complete one
+#   resume_fp16      the same with fp16 from 2^24 (steps skipped, the scale halved): losses,
+#                    loss scales, skipped-step counts and lrs after resuming equal the
+#                    straight run's
 # Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
 # run that trains nothing cannot pass by matching another that trains nothing.
 set -euo pipefail
@@ -298,9 +301,18 @@ ranks_config)
 	run "$work/many.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_2ranks.json"
 	close "$work/many.jsonl" "$work/one.jsonl"
 	;;
-resume)
-	run "$work/straight.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
-	"$gpt" "${model[@]}" --config "$cfgdir/zero3_nvme.json" --batch 6 --save "$work/ck" \
+resume | resume_fp16)
+	cfg="$cfgdir/zero3_nvme.json"
+	if [ "$case_" = resume_fp16 ]; then
+		# fp16 from 2^24: the first steps overflow and halve the scale, so the scaler's
+		# state (scale, hysteresis, its iteration) must come back for the losses to agree
+		sed 's/"initial_scale_power": 16/"initial_scale_power": 24/' \
+			"$cfgdir/zero3_fp16.json" >"$work/over.json"
+		grep -q '"initial_scale_power": 24' "$work/over.json" || { echo "FAIL: sed"; exit 1; }
+		cfg="$work/over.json"
+	fi
+	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
+	"$gpt" "${model[@]}" --config "$cfg" --batch 6 --save "$work/ck" \
 		--save-every 2 --json "$work/killed.jsonl" &
 	pid=$!
 	k=0
@@ -321,15 +333,21 @@ resume)
 	k=${k#step}
 	[ -f "$work/ck/step$k/manifest.json" ] && [ -f "$work/ck/step$k/r00000.fp32" ] ||
 		{ echo "FAIL: checkpoint step$k incomplete"; ls -la "$work/ck" "$work/ck/step$k"; exit 1; }
-	run "$work/resumed.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6 --resume "$work/ck"
+	run "$work/resumed.jsonl" -- --config "$cfg" --batch 6 --resume "$work/ck"
 	first=$(field "$work/resumed.jsonl" step | head -1)
 	[ "$first" = $((k + 1)) ] || { echo "FAIL: resumed at step $first, checkpoint at $k"; exit 1; }
-	losses "$work/resumed.jsonl" >"$work/a"
-	losses "$work/straight.jsonl" | tail -n +$((k + 1)) >"$work/b"
-	[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records after resuming"; exit 1; }
-	cmp -s "$work/a" "$work/b" || { echo "FAIL: losses after resuming at step $k differ:"; paste "$work/a" "$work/b" | head; exit 1; }
+	for f in loss loss_scale skipped_steps lr; do
+		field "$work/resumed.jsonl" $f >"$work/a"
+		field "$work/straight.jsonl" $f | tail -n +$((k + 1)) >"$work/b"
+		[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records after resuming"; exit 1; }
+		cmp -s "$work/a" "$work/b" || { echo "FAIL: $f after resuming at step $k differs:"; paste "$work/a" "$work/b" | head; exit 1; }
+	done
+	if [ "$case_" = resume_fp16 ]; then
+		sk=$(field "$work/straight.jsonl" skipped_steps | tail -1)
+		[ "$sk" -gt 0 ] || { echo "FAIL: no step skipped: the scaler's state was not exercised"; exit 1; }
+	fi
 	fell "$work/straight.jsonl"
-	echo "resumed at step $k: $((30 - k)) losses bit-identical"
+	echo "resumed at step $k: $((30 - k)) losses, loss scales, skip counts and lrs bit-identical"
 	exit 0
 	;;
 gas)
