@@ -12,6 +12,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -371,6 +372,89 @@ Test(ckpt, same_tag_twice)
 	eref_result_free(&ref);
 	free_all(&m);
 	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/*
+ * stage3_gather_16bit_weights_on_model_save: the save also writes model.safetensors, listed in
+ * the manifest with its CRC; its tensors are the masters rounded to bf16, by name, shape and
+ * offsets as the format says (parsed here by its rules).
+ */
+Test(ckpt, gather_16bit_weights_on_save)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, ZINF_BF16};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+	o.stage3_gather_16bit_weights_on_model_save = true;
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_init(e), 0);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "g");
+	struct master m;
+	read_all(e, &m);
+	zinf_engine_destroy(e);
+
+	char tagdir[4200], path[4300];
+	snprintf(tagdir, sizeof(tagdir), "%s/g", ck);
+	snprintf(path, sizeof(path), "%s/model.safetensors", tagdir);
+	struct zinf_ckpt *ckp = NULL;
+	cr_assert_eq(zinf_ckpt_open(ck, "g", &ckp), 0, "%s", zinf_last_error());
+	bool listed = false;
+	for (uint32_t i = 0; i < zinf_ckpt_file_count(ckp); i++) {
+		struct zinf_ckpt_file f = {.size = sizeof(f)};
+		cr_assert_eq(zinf_ckpt_file(ckp, i, &f), 0);
+		listed |= strcmp(f.name, "model.safetensors") == 0;
+		cr_assert_eq(zinf_ckpt_verify_file(ckp, i), 0, "%s: %s", f.name, zinf_last_error());
+	}
+	zinf_ckpt_close(ckp);
+	cr_assert(listed, "model.safetensors is not in the manifest's files");
+
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s missing", path);
+	fseek(f, 0, SEEK_END);
+	long size = ftell(f);
+	rewind(f);
+	unsigned char *buf = malloc((size_t)size);
+	cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	uint64_t hn = 0;
+	for (int i = 7; i >= 0; i--) {
+		hn = hn << 8 | buf[i];
+	}
+	cr_assert(hn % 8 == 0 && 8 + hn <= (uint64_t)size, "header length %llu",
+		  (unsigned long long)hn);
+	json_error_t jerr;
+	json_t *h = json_loadb((const char *)buf + 8, hn, 0, &jerr);
+	cr_assert_not_null(h, "header: %s", jerr.text);
+	const unsigned char *data = buf + 8 + hn;
+	uint64_t total = 0;
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		json_t *t = json_object_get(h, eref_params[id].name);
+		cr_assert(json_is_object(t), "%s missing", eref_params[id].name);
+		cr_assert_str_eq(json_string_value(json_object_get(t, "dtype")), "BF16");
+		json_t *off = json_object_get(t, "data_offsets");
+		uint64_t b = (uint64_t)json_integer_value(json_array_get(off, 0));
+		uint64_t en = (uint64_t)json_integer_value(json_array_get(off, 1));
+		uint64_t n = eref_numel(id);
+		cr_assert_eq(en - b, 2 * n, "%s: %llu bytes", eref_params[id].name,
+			     (unsigned long long)(en - b));
+		uint16_t *want = calloc(n, 2);
+		cr_assert_eq(zinf_dtype_convert(want, ZINF_BF16, m.p[id], ZINF_F32, n), 0);
+		cr_assert(memcmp(data + b, want, 2 * n) == 0, "%s: values differ from the masters",
+			  eref_params[id].name);
+		free(want);
+		total += 2 * n;
+	}
+	cr_assert_eq(8 + hn + total, (uint64_t)size, "data is not exactly the tensors");
+	json_decref(h);
+	free(buf);
+	free_all(&m);
 	zt_rmtree(nvme);
 	zt_rmtree(ck);
 	free(nvme);
