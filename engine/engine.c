@@ -374,6 +374,7 @@ zinf_engine_destroy(struct zinf_engine *e)
 	if (!e) {
 		return;
 	}
+	eng_ckpt_abandon(e);
 	if (e->cs) {
 		zinf_stream_sync(e->cs);
 	}

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,28 @@
 #include "zinf/config.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_ckpt_opts, reserved);
+
+/* A save between zinf_engine_save and its publication: what the manifest records (taken when
+ * the save was asked for), where it goes, and, in the background, the thread writing this
+ * rank's files. */
+struct ckpt_save {
+	char dir[CKPT_PATH], tmp[CKPT_PATH], tag[ZINF_CKPT_MAX_TAG + 1];
+	int fw;
+	bool gather;
+	int lockfd; /* rank 0 */
+	int64_t steps;
+	uint64_t micro_steps, skipped;
+	float lr, beta1, beta2;
+	struct zinf_loss_scaler ls;
+	void *client; /* a copy */
+	uint64_t client_bytes;
+	uint32_t client_crc;
+	struct zinf_stream *stream; /* the GPU tier's copies (background: its own) */
+	bool own_stream;
+	pthread_t th;
+	bool thread;
+	int result; /* the rank-local writing's */
+};
 
 void
 zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
@@ -68,8 +91,9 @@ eng_state_bounce_bytes(const struct zinf_engine *e)
 
 int
 eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
-		void *bounce)
+		void *bounce, struct zinf_stream *cs)
 {
+	cs = cs ? cs : e->cs;
 	uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
 	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
 	if (e->otier == ZINF_OFFLOAD_NVME) {
@@ -96,22 +120,22 @@ eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, 
 		}
 		for (uint32_t i = 0; i < e->nparts && !write && !ret; i++) {
 			size_t pb = zinf_optimizer_part_bytes(e->opt, i);
-			ret = zinf_device_copy(e->cs, parts[i], (char *)e->state[i] + off * pb,
-					       n * pb, ZINF_COPY_D2H);
+			ret = zinf_device_copy(cs, parts[i], (char *)e->state[i] + off * pb, n * pb,
+					       ZINF_COPY_D2H);
 		}
 		if (!ret && !write) {
-			ret = zinf_stream_sync(e->cs);
+			ret = zinf_stream_sync(cs);
 		}
 		if (!ret) {
 			ret = fn(ctx, off, n, parts);
 		}
 		for (uint32_t i = 0; i < e->nparts && write && !ret; i++) {
 			size_t pb = zinf_optimizer_part_bytes(e->opt, i);
-			ret = zinf_device_copy(e->cs, (char *)e->state[i] + off * pb, parts[i],
-					       n * pb, ZINF_COPY_H2D);
+			ret = zinf_device_copy(cs, (char *)e->state[i] + off * pb, parts[i], n * pb,
+					       ZINF_COPY_H2D);
 		}
 		if (!ret && write) {
-			ret = zinf_stream_sync(e->cs);
+			ret = zinf_stream_sync(cs);
 		}
 	}
 	return ret;
@@ -176,7 +200,7 @@ write_sidecar(struct zinf_engine *e, const char *tmp, const struct save_rank *s)
 }
 
 static int
-save_rank_files(struct zinf_engine *e, struct zinf_io *io, const char *tmp)
+save_rank_files(struct zinf_engine *e, struct zinf_io *io, const char *tmp, struct zinf_stream *cs)
 {
 	struct save_rank s = {.e = e};
 	size_t bb = eng_state_bounce_bytes(e);
@@ -189,7 +213,7 @@ save_rank_files(struct zinf_engine *e, struct zinf_io *io, const char *tmp)
 		ret = ckpt_writer_open(&s.w[i], io, p);
 	}
 	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-		ret = eng_state_visit(e, k, false, save_put, &s, bounce);
+		ret = eng_state_visit(e, k, false, save_put, &s, bounce, cs);
 		if (ret) {
 			ret = ENG_FAIL(e, ret, "save: sub-group %u", k);
 		}
@@ -305,8 +329,8 @@ struct extra_file {
 };
 
 static int
-write_manifest(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
-	       const struct extra_file *client, const struct extra_file *st)
+write_manifest(struct zinf_engine *e, const struct ckpt_save *sv, const char *tmp, const char *tag,
+	       int fw, const struct extra_file *client, const struct extra_file *st)
 {
 	json_t *side[fw];
 	memset(side, 0, sizeof(side));
@@ -334,15 +358,15 @@ write_manifest(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
 		json_object_set_new(m, "files_world", json_integer(fw));
 		json_object_set_new(m, "stage", json_integer(e->o.stage));
 		json_object_set_new(m, "dtype", json_string(zinf_dtype_name(e->o.dtype)));
-		json_object_set_new(m, "steps", json_integer(e->steps));
-		json_object_set_new(m, "micro_steps", json_integer((json_int_t)e->micro_steps));
-		json_object_set_new(m, "skipped_steps", json_integer((json_int_t)e->skipped));
-		json_object_set_new(m, "lr", json_real(e->lr));
+		json_object_set_new(m, "steps", json_integer(sv->steps));
+		json_object_set_new(m, "micro_steps", json_integer((json_int_t)sv->micro_steps));
+		json_object_set_new(m, "skipped_steps", json_integer((json_int_t)sv->skipped));
+		json_object_set_new(m, "lr", json_real(sv->lr));
 		json_t *betas = json_array(); /* zinf_engine_set_betas's (OneCycle's momentum) */
-		json_array_append_new(betas, json_real(e->beta1));
-		json_array_append_new(betas, json_real(e->beta2));
+		json_array_append_new(betas, json_real(sv->beta1));
+		json_array_append_new(betas, json_real(sv->beta2));
 		json_object_set_new(m, "betas", betas);
-		json_object_set_new(m, "loss_scaler", scaler_json(&e->ls));
+		json_object_set_new(m, "loss_scaler", scaler_json(&sv->ls));
 		json_object_set_new(m, "optimizer", optimizer_json(e));
 		json_t *parts = json_array();
 		for (uint32_t i = 0; i < e->nparts; i++) {
@@ -429,10 +453,10 @@ file_crc(const char *path, uint64_t *bytes, uint32_t *crc)
 /* Rank 0: the manifest, the consolidated weights (which the export reads from the manifest
  * and the rank files just written), the manifest again listing them. */
 static int
-finish_rank0(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
-	     const struct extra_file *client, bool gather)
+finish_rank0(struct zinf_engine *e, const struct ckpt_save *sv, const char *tmp, const char *tag,
+	     int fw, const struct extra_file *client, bool gather)
 {
-	int ret = write_manifest(e, tmp, tag, fw, client, NULL);
+	int ret = write_manifest(e, sv, tmp, tag, fw, client, NULL);
 	if (ret || !gather) {
 		return ret;
 	}
@@ -449,7 +473,7 @@ finish_rank0(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
 		ret = file_crc(out, &st.bytes, &st.crc);
 	}
 	if (!ret) {
-		ret = write_manifest(e, tmp, tag, fw, client, &st);
+		ret = write_manifest(e, sv, tmp, tag, fw, client, &st);
 	}
 	return ret ? ENG_FAIL(e, ret, "save: the consolidated 16-bit weights") : 0;
 }
@@ -489,6 +513,166 @@ check_space(struct zinf_engine *e, const char *tmp)
 	return 0;
 }
 
+/* This rank's files (and rank 0's client.bin): the part of a save that needs no other rank. */
+static int
+save_write(struct zinf_engine *e, struct ckpt_save *sv)
+{
+	int ret = 0;
+	if (e->rank < sv->fw) {
+		struct zinf_io *io = e->io;
+		if (!io) {
+			struct zinf_io_opts io_o;
+			zinf_io_opts_init(&io_o);
+			ret = zinf_io_create(&io_o, &io);
+		}
+		if (!ret) {
+			ret = check_space(e, sv->tmp);
+		}
+		if (!ret) {
+			ret = save_rank_files(e, io, sv->tmp, sv->stream);
+		}
+		if (io != e->io) {
+			zinf_io_destroy(io);
+		}
+	}
+	if (!ret && e->rank == 0 && sv->client_bytes) {
+		char p[CKPT_PATH];
+		ckpt_join(p, sv->tmp, "client.bin");
+		ret = ckpt_write_small(p, sv->client, sv->client_bytes);
+	}
+	return ret;
+}
+
+static void *
+save_thread(void *arg)
+{
+	struct zinf_engine *e = arg;
+	e->bg->result = save_write(e, e->bg);
+	return NULL;
+}
+
+static void
+save_free(struct zinf_engine *e, struct ckpt_save *sv, int ret)
+{
+	if (e->rank == 0) {
+		if (ret && sv->lockfd >= 0) {
+			(void)ckpt_rm_dir(sv->tmp);
+		}
+		ckpt_unlock(sv->lockfd);
+	}
+	if (sv->own_stream) {
+		zinf_stream_destroy(sv->stream);
+	}
+	zinf_free(sv->client);
+	zinf_free(sv);
+}
+
+/* After every rank wrote its files: rank 0 writes the manifest and publishes; every rank returns
+ * the same result. Frees sv. */
+static int
+save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
+{
+	if (!(ret = eng_agree(e, ret, "save: writing the state"))) {
+		ckpt_point("files");
+		if (e->rank == 0) {
+			struct extra_file client = {"client.bin", sv->client_bytes, sv->client_crc};
+			ret = finish_rank0(e, sv, sv->tmp, sv->tag, sv->fw,
+					   sv->client_bytes ? &client : NULL, sv->gather);
+			for (int r = 0; r < sv->fw && !ret; r++) {
+				char p[CKPT_PATH];
+				ckpt_join(p, sv->tmp, ".r%05d.json", r);
+				if (unlink(p) != 0) {
+					ret = ENG_FAIL(e, -errno, "save: removing %s", p);
+				}
+			}
+			if (!ret) {
+				ckpt_point("manifest");
+				ret = ckpt_publish(sv->dir, sv->tmp, sv->tag);
+			}
+		}
+		ret = eng_agree(e, ret, "save: publishing");
+	}
+	save_free(e, sv, ret);
+	return ret;
+}
+
+int
+eng_ckpt_finish(struct zinf_engine *e)
+{
+	struct ckpt_save *sv = e->bg;
+	if (!sv) {
+		return 0;
+	}
+	double t0 = zinf_now_s();
+	if (sv->thread) {
+		pthread_join(sv->th, NULL);
+	}
+	e->bg = NULL;
+	e->bg_join_s += zinf_now_s() - t0;
+	t0 = zinf_now_s();
+	int ret = save_publish(e, sv, sv->result);
+	e->bg_publish_s += zinf_now_s() - t0;
+	e->bg_result = ret;
+	return ret;
+}
+
+void
+eng_ckpt_abandon(struct zinf_engine *e)
+{
+	struct ckpt_save *sv = e->bg;
+	if (sv) {
+		if (sv->thread) {
+			pthread_join(sv->th, NULL);
+		}
+		e->bg = NULL;
+		save_free(e, sv, -ECANCELED);
+	}
+}
+
+int
+zinf_engine_save_wait(struct zinf_engine *e)
+{
+	int ret = eng_ready(e, "save_wait");
+	if (ret) {
+		return ret;
+	}
+	if (e->bg) {
+		return eng_ckpt_finish(e);
+	}
+	ret = e->bg_result;
+	e->bg_result = 0;
+	return ret;
+}
+
+static int
+save_args(struct zinf_engine *e, const char *dir, const char *tag, const struct zinf_ckpt_opts *o)
+{
+	if (!dir || !dir[0] || strlen(dir) > CKPT_PATH - ZINF_CKPT_MAX_TAG - 64) {
+		return ENG_FAIL(e, -EINVAL, "save: %s",
+				dir ? "directory path too long or empty" : "NULL directory");
+	}
+	if (!ckpt_tag_ok(tag)) {
+		return ENG_FAIL(e, -EINVAL,
+				"save: tag \"%s\": use 1-%d letters, digits, '.', '_' or '-', not "
+				"starting with '.', and not \"latest\"",
+				tag, ZINF_CKPT_MAX_TAG);
+	}
+	if (e->micro != 0 || e->grads_seen != 0) {
+		return ENG_FAIL(e, -EINVAL,
+				"save: inside an accumulation window (micro-batch %u of %u): save "
+				"after the step",
+				e->micro + 1, e->o.gradient_accumulation_steps);
+	}
+	if (o->client_bytes && !o->client) {
+		return ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
+				o->client_bytes);
+	}
+	if (o->reserved[0] || o->reserved[1]) {
+		return ENG_FAIL(e, -EINVAL, "save: reserved option bytes are not zero");
+	}
+	return 0;
+}
+
 int
 zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 		 const struct zinf_ckpt_opts *opts)
@@ -507,85 +691,60 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 		snprintf(tagbuf, sizeof(tagbuf), "step%" PRId64, e->steps);
 		tag = tagbuf;
 	}
-	if (!dir || !dir[0] || strlen(dir) > CKPT_PATH - ZINF_CKPT_MAX_TAG - 64) {
-		return ENG_FAIL(e, -EINVAL, "save: %s",
-				dir ? "directory path too long or empty" : "NULL directory");
+	if ((ret = save_args(e, dir, tag, &o))) {
+		return ret;
 	}
-	if (!ckpt_tag_ok(tag)) {
-		return ENG_FAIL(e, -EINVAL,
-				"save: tag \"%s\": use 1-%d letters, digits, '.', '_' or '-', not "
-				"starting with '.', and not \"latest\"",
-				tag, ZINF_CKPT_MAX_TAG);
+	/* a background save still in flight is published first (its directory lock is ours) */
+	if (e->bg) {
+		(void)eng_ckpt_finish(e);
 	}
-	if (e->micro != 0 || e->grads_seen != 0) {
-		return ENG_FAIL(e, -EINVAL,
-				"save: inside an accumulation window (micro-batch %u of %u): save "
-				"after the step",
-				e->micro + 1, e->o.gradient_accumulation_steps);
+	struct ckpt_save *sv = zinf_calloc(1, sizeof(*sv));
+	if (!sv || (o.client_bytes && !(sv->client = zinf_malloc(o.client_bytes)))) {
+		zinf_free(sv);
+		return ENG_FAIL(e, -ENOMEM, "save: out of memory");
 	}
-	if (o.client_bytes && !o.client) {
-		return ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
-				o.client_bytes);
+	snprintf(sv->dir, sizeof(sv->dir), "%s", dir);
+	snprintf(sv->tag, sizeof(sv->tag), "%s", tag);
+	ckpt_join(sv->tmp, dir, ".%s.tmp", tag);
+	sv->fw = e->o.stage == 0 ? 1 : e->world;
+	sv->gather = o.gather_16bit < 0 ? e->o.stage3_gather_16bit_weights_on_model_save
+					: o.gather_16bit != 0;
+	sv->lockfd = -1;
+	sv->steps = e->steps;
+	sv->micro_steps = e->micro_steps;
+	sv->skipped = e->skipped;
+	sv->lr = e->lr;
+	sv->beta1 = e->beta1;
+	sv->beta2 = e->beta2;
+	sv->ls = e->ls;
+	if (o.client_bytes) {
+		memcpy(sv->client, o.client, o.client_bytes);
+		sv->client_bytes = o.client_bytes;
+		sv->client_crc = zinf_crc32c(0, o.client, o.client_bytes);
 	}
-	bool gather = o.gather_16bit < 0 ? e->o.stage3_gather_16bit_weights_on_model_save
-					 : o.gather_16bit != 0;
-	int fw = e->o.stage == 0 ? 1 : e->world;
-	char tmp[CKPT_PATH];
-	ckpt_join(tmp, dir, ".%s.tmp", tag);
-	int lockfd = -1;
+	sv->stream = e->cs;
 	if (e->rank == 0) {
-		ret = prepare_rank0(e, dir, tmp, &lockfd);
+		ret = prepare_rank0(e, dir, sv->tmp, &sv->lockfd);
+	}
+	if (!ret && o.background && e->otier == ZINF_OFFLOAD_NONE) {
+		/* the GPU tier's copies on a stream of their own: cs goes on with the training */
+		ret = zinf_stream_create(e->dev, "zinf-save", &sv->stream);
+		sv->own_stream = ret == 0;
 	}
 	if ((ret = eng_agree(e, ret, "save: preparing the directory"))) {
-		goto out;
+		save_free(e, sv, ret);
+		return ret;
 	}
-	struct zinf_io *io = e->io;
-	if (!io && e->rank < fw) {
-		struct zinf_io_opts io_o;
-		zinf_io_opts_init(&io_o);
-		ret = zinf_io_create(&io_o, &io);
-	}
-	if (!ret && e->rank < fw) {
-		ret = check_space(e, tmp);
-	}
-	if (!ret && e->rank < fw) {
-		ret = save_rank_files(e, io, tmp);
-	}
-	if (io != e->io) {
-		zinf_io_destroy(io);
-	}
-	struct extra_file client = {"client.bin", o.client_bytes, 0};
-	if (!ret && e->rank == 0 && o.client_bytes) {
-		char p[CKPT_PATH];
-		ckpt_join(p, tmp, "client.bin");
-		client.crc = zinf_crc32c(0, o.client, o.client_bytes);
-		ret = ckpt_write_small(p, o.client, o.client_bytes);
-	}
-	if ((ret = eng_agree(e, ret, "save: writing the state"))) {
-		goto out;
-	}
-	ckpt_point("files");
-	if (e->rank == 0) {
-		ret = finish_rank0(e, tmp, tag, fw, o.client_bytes ? &client : NULL, gather);
-		for (int r = 0; r < fw && !ret; r++) {
-			char p[CKPT_PATH];
-			ckpt_join(p, tmp, ".r%05d.json", r);
-			if (unlink(p) != 0) {
-				ret = ENG_FAIL(e, -errno, "save: removing %s", p);
-			}
+	if (o.background) {
+		/* published by the collective call that ends it (eng_ckpt_finish), on every rank
+		   at the same place; without a thread the files are written now instead */
+		e->bg = sv;
+		sv->thread = pthread_create(&sv->th, NULL, save_thread, e) == 0;
+		if (!sv->thread) {
+			ENG_WARN(e, "save: no thread for a background save: writing it now");
+			sv->result = save_write(e, sv);
 		}
-		if (!ret) {
-			ckpt_point("manifest");
-			ret = ckpt_publish(dir, tmp, tag);
-		}
+		return 0;
 	}
-	ret = eng_agree(e, ret, "save: publishing");
-out:
-	if (e->rank == 0) {
-		if (ret && lockfd >= 0) {
-			(void)ckpt_rm_dir(tmp);
-		}
-		ckpt_unlock(lockfd);
-	}
-	return ret;
+	return save_publish(e, sv, save_write(e, sv));
 }

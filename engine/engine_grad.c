@@ -482,6 +482,11 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		e->window_t0 = zinf_now_s();
 	}
 	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps) {
+		/* a background save copies the state the step is about to change: it is
+		   published first (its errors are zinf_engine_save_wait's) */
+		if (e->bg) {
+			(void)eng_ckpt_finish(e);
+		}
 		if ((ret = eng_latch_lr(e))) {
 			return ret;
 		}

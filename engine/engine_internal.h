@@ -145,6 +145,8 @@ struct bucket {
 	bool posted;
 };
 
+struct ckpt_save; /* engine_ckpt.c */
+
 struct zinf_engine {
 	struct zinf_engine_opts o;
 	char *device_backend, *comm_backend, *io_backend, *swap_prefix;
@@ -243,6 +245,11 @@ struct zinf_engine {
 	double *dev_sumsq;	    /* tier none: the same in device memory */
 	float step_scale;	    /* grad_scale of the step in progress (1 without gate) */
 	uint64_t skipped;	    /* skipped steps */
+
+	/* checkpoints (engine_ckpt.c): a background save in flight, the result of the last one */
+	struct ckpt_save *bg;
+	int bg_result;
+	double bg_join_s, bg_publish_s; /* time the training waited for background saves */
 };
 
 #define ENG_FAIL(e, err, fmt, ...)                                                                 \
@@ -289,8 +296,13 @@ int eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float 
  * bounce: eng_state_bounce_bytes() of host memory (the GPU tier), else NULL. */
 typedef int (*eng_visit_fn)(void *ctx, uint64_t off, uint64_t n, void *const parts[]);
 size_t eng_state_bounce_bytes(const struct zinf_engine *e);
+/* cs: the stream of the GPU tier's copies (NULL: e->cs) */
 int eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
-		    void *bounce);
+		    void *bounce, struct zinf_stream *cs);
+/* A background save in flight: wait for this rank's files, then publish it (collective: every
+ * rank calls it at the same place, before the optimizer state changes). 0 without one. */
+int eng_ckpt_finish(struct zinf_engine *e);
+void eng_ckpt_abandon(struct zinf_engine *e); /* destroy: joined, not published */
 
 /* engine_fetch.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */

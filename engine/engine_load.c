@@ -80,7 +80,7 @@ load_write(struct zinf_engine *e, void *ctx)
 		ret = ENG_FAIL(e, -ENOMEM, "load: out of memory for its buffers");
 	}
 	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-		ret = eng_state_visit(e, k, true, load_fill, x, x->bounce);
+		ret = eng_state_visit(e, k, true, load_fill, x, x->bounce, NULL);
 		if (ret) {
 			ret = ENG_FAIL(e, ret, "load: sub-group %u", k);
 		}
@@ -283,6 +283,9 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 	int ret = opts ? zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts") : 0;
 	if (ret) {
 		return ret;
+	}
+	if (e->bg) { /* a background save of this engine: published before the state changes */
+		(void)eng_ckpt_finish(e);
 	}
 	/* every check before anything is written; the ranks agree on them */
 	struct zinf_ckpt *c = NULL;

@@ -389,6 +389,9 @@ zinf_engine_step(struct zinf_engine *e)
 					e->params[i].name, e->micro);
 		}
 	}
+	if (e->bg) { /* a background save not yet published (no gradient came first) */
+		(void)eng_ckpt_finish(e);
+	}
 	double t0 = zinf_now_s();
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;
@@ -479,6 +482,9 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 	}
 	if (e->micro != 0 || e->grads_seen != 0) {
 		return ENG_FAIL(e, -EINVAL, "read_master: inside an accumulation window");
+	}
+	if (e->bg) {
+		(void)eng_ckpt_finish(e);
 	}
 	struct eparam *p = &e->params[id];
 	uint64_t part = p->part.part, k0 = eng_sg_start(e, p->sg);

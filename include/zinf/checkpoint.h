@@ -65,7 +65,15 @@ struct zinf_ckpt_opts {
 	/* load: check every file's CRC32C before anything is loaded (default true); without it a
 	   corrupted byte is found only while loading, which then fails the engine */
 	bool verify;
-	uint8_t reserved[3]; /* zero */
+	/* save: write the files while training goes on (default false). zinf_engine_save then
+	   returns once the directory is prepared; a thread writes this rank's files; the save is
+	   published (manifest, rename, `latest`) by the first of these collective calls on every
+	   rank: the first zinf_engine_grad of the next step's last micro-batch (before the
+	   optimizer may change the state being copied: the step waits there for the copy),
+	   zinf_engine_step, zinf_engine_save, zinf_engine_load, zinf_engine_read_master or
+	   zinf_engine_save_wait. zinf_engine_destroy abandons one not yet published. */
+	bool background;
+	uint8_t reserved[2]; /* zero */
 };
 
 ZINF_API void zinf_ckpt_opts_init(struct zinf_ckpt_opts *o);
@@ -81,6 +89,14 @@ ZINF_API void zinf_ckpt_opts_init(struct zinf_ckpt_opts *o);
  */
 ZINF_API int zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 			      const struct zinf_ckpt_opts *opts);
+
+/**
+ * Publish the background save in flight (collective; waits for every rank's files) and return
+ * its result; with none in flight, the result of the last background save published
+ * implicitly (then 0). A background save's errors are reported here: the implicit publication
+ * inside a training call logs them and lets training go on.
+ */
+ZINF_API int zinf_engine_save_wait(struct zinf_engine *e);
 
 /**
  * Load DIR/TAG (tag NULL: the one DIR/latest names) into the engine. Called in place of
@@ -112,16 +128,16 @@ ZINF_API int zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt *
 ZINF_API void zinf_ckpt_close(struct zinf_ckpt *c);
 
 struct zinf_ckpt_info {
-	size_t size;	       /* set by the caller */
-	const char *path;      /* the TAG directory */
+	size_t size;	  /* set by the caller */
+	const char *path; /* the TAG directory */
 	const char *tag;
-	int64_t steps;	       /* optimizer steps taken */
+	int64_t steps; /* optimizer steps taken */
 	uint64_t micro_steps;
-	int32_t world;	       /* ranks that saved it */
+	int32_t world; /* ranks that saved it */
 	int32_t stage;
 	enum zinf_dtype dtype; /* the 16-bit dtype (or f32) */
 	uint32_t n_params;
-	uint32_t n_parts;      /* state parts per element, master included */
+	uint32_t n_parts; /* state parts per element, master included */
 	uint32_t n_files;
 	uint64_t bytes;	       /* all files */
 	const char *optimizer; /* "adamw", ... */

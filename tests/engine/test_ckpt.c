@@ -34,6 +34,8 @@
 #define QUANTUM 0x1p-14f
 #define GAS	2
 
+static bool exists(const char *dir, const char *name);
+
 struct cfg {
 	int stage;
 	enum zinf_offload_device opt, param;
@@ -262,6 +264,71 @@ Test(ckpt, betas_are_restored)
 	zt_rmtree(ck);
 	free(nvme);
 	free(ck);
+}
+
+/*
+ * A background save: zinf_engine_save returns with nothing published; training goes on; the
+ * next step's first gradient of its last micro-batch publishes it (the step waits for the copy
+ * there), and it holds the state of when it was asked for: a new engine loaded from it and
+ * trained on equals the straight run. A background save not yet published when the engine is
+ * destroyed is abandoned (nothing published, the next save cleans up).
+ */
+static void
+background_one(const struct cfg *c)
+{
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(c, nvme, NULL, NULL);
+	run(e, c->dtype, 0, 4);
+	struct master straight, resumed;
+	read_all(e, &straight);
+	zinf_engine_destroy(e);
+
+	e = make(c, nvme, NULL, NULL);
+	run(e, c->dtype, 0, 2);
+	struct zinf_ckpt_opts so;
+	zinf_ckpt_opts_init(&so);
+	so.background = true;
+	int rc = zinf_engine_save(e, ck, "bg", &so);
+	cr_assert_eq(rc, 0, "%d %s", rc, zinf_last_error());
+	cr_assert(!exists(ck, "bg") && !exists(ck, "latest"), "published before the next step");
+	run(e, c->dtype, 2, 2); /* publishes it at step 3's last micro-batch */
+	cr_assert(exists(ck, "bg") && exists(ck, "latest"), "not published by the next step");
+	cr_assert_eq(zinf_engine_save_wait(e), 0, "%s", zinf_last_error());
+	struct master after;
+	read_all(e, &after);
+	assert_same(after.p, straight.p, "the run with a background save");
+	free_all(&after);
+	/* one more, abandoned by destroy */
+	rc = zinf_engine_save(e, ck, "gone", &so);
+	cr_assert_eq(rc, 0);
+	zinf_engine_destroy(e);
+	cr_assert(!exists(ck, "gone"), "an abandoned background save was published");
+
+	e = make(c, nvme, ck, NULL);
+	cr_assert_eq(zinf_engine_steps(e), 2);
+	run(e, c->dtype, 2, 2);
+	read_all(e, &resumed);
+	assert_same(resumed.p, straight.p, "resumed from a background save");
+	save_ok(e, ck, "after"); /* cleans the abandoned one's temporary directory */
+	cr_assert(!exists(ck, ".gone.tmp"), "the abandoned save's directory is left");
+	zinf_engine_destroy(e);
+	free_all(&straight);
+	free_all(&resumed);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+Test(ckpt, background_save_every_tier)
+{
+	struct cfg cs[] = {{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16},
+			   {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32},
+			   {1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, ZINF_F32},
+			   {0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, ZINF_BF16}};
+	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+		background_one(&cs[i]);
+	}
 }
 
 /* ---- the trainer's blob, the layout on disk ----------------------------------------------- */

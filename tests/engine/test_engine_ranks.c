@@ -1123,10 +1123,13 @@ shared_dir(const char *name, char *out, size_t n)
 
 /* `steps` steps from step index `first`; every rank hands rank 0's data when same_data (so that
  * the run is that of one rank, whatever the world size: the mean of W equal quantised gradients
- * is exact). Loaded from load_dir instead of init when it is set. Masters into m. */
+ * is exact). Loaded from load_dir instead of init when it is set; saved into save_dir after the
+ * steps: with bg_after > 0 in the background, then bg_after more steps (the first of which
+ * publishes it) and zinf_engine_save_wait. Masters into m. */
 static int
-ckpt_train(const struct config *c, enum zinf_dtype dtype, int64_t first, int steps, bool same_data,
-	   const char *load_dir, const char *save_dir, struct master *m, const char *what)
+ckpt_train_bg(const struct config *c, enum zinf_dtype dtype, int64_t first, int steps,
+	      bool same_data, const char *load_dir, const char *save_dir, int bg_after,
+	      struct master *m, const char *what)
 {
 	struct zinf_engine_opts o;
 	int fails = 0;
@@ -1162,8 +1165,18 @@ ckpt_train(const struct config *c, enum zinf_dtype dtype, int64_t first, int ste
 		CHECK(rc == 0, "%s: %s", what, d.why);
 	}
 	if (rc == 0 && save_dir) {
-		rc = zinf_engine_save(e, save_dir, NULL, NULL);
+		struct zinf_ckpt_opts so;
+		zinf_ckpt_opts_init(&so);
+		so.background = bg_after > 0;
+		rc = zinf_engine_save(e, save_dir, NULL, &so);
 		CHECK(rc == 0, "%s: save: %d %s", what, rc, zinf_last_error());
+	}
+	if (rc == 0 && bg_after > 0) {
+		rc = edrive_run(&d, first + steps, bg_after, GAS, -1);
+		CHECK(rc == 0, "%s: after the background save: %s", what, d.why);
+		int w = zinf_engine_save_wait(e);
+		CHECK(w == 0, "%s: save_wait: %d %s", what, w, zinf_last_error());
+		rc = rc ? rc : w;
 	}
 	if (rc == 0 && m) {
 		rc = edrive_read_master(e, m->p);
@@ -1174,6 +1187,13 @@ ckpt_train(const struct config *c, enum zinf_dtype dtype, int64_t first, int ste
 	}
 	zinf_engine_destroy(e);
 	return fails + (rc != 0 && fails == 0);
+}
+
+static int
+ckpt_train(const struct config *c, enum zinf_dtype dtype, int64_t first, int steps, bool same_data,
+	   const char *load_dir, const char *save_dir, struct master *m, const char *what)
+{
+	return ckpt_train_bg(c, dtype, first, steps, same_data, load_dir, save_dir, 0, m, what);
 }
 
 /*
@@ -1213,6 +1233,17 @@ case_ckpt_resume(void)
 		if (f == 0) {
 			fails += compare(what, b.p, a.p, 0, NULL);
 			fails += compare(what, b.p, ref.master, 0, NULL);
+		}
+		/* the same through a background save published by the following step */
+		char bgw[128];
+		snprintf(bgw, sizeof(bgw), "%s, background save", what);
+		f = ckpt_train_bg(c, cfgs[i].dtype, 0, 2, false, NULL, dir, 2, &b, bgw);
+		fails += f;
+		if (f == 0) {
+			fails += compare(bgw, b.p, a.p, 0, NULL);
+			f = ckpt_train(c, cfgs[i].dtype, 2, 2, false, dir, NULL, &b, bgw);
+			fails += f;
+			fails += f ? 0 : compare(bgw, b.p, a.p, 0, NULL);
 		}
 		eref_result_free(&ref);
 		master_free(&a);
