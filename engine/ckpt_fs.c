@@ -266,7 +266,7 @@ ckpt_writer_open(struct ckpt_writer *w, struct zinf_io *io, const char *path)
 	if (w->align < 4096) {
 		w->align = 4096;
 	}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < CKPT_NBUF; i++) {
 		w->buf[i] = zinf_alloc_huge(CKPT_WBUF);
 		if (!w->buf[i]) {
 			ckpt_writer_close(w);
@@ -295,8 +295,8 @@ flush_cur(struct ckpt_writer *w)
 	w->busy[c] = true;
 	w->off += len;
 	w->fill = 0;
-	w->cur ^= 1;
-	if (w->busy[w->cur]) { /* the other buffer's write must be done before it is refilled */
+	w->cur = (w->cur + 1) % CKPT_NBUF;
+	if (w->busy[w->cur]) { /* the next buffer's write must be done before it is refilled */
 		w->busy[w->cur] = false;
 		ret = zinf_io_wait(w->io, &w->req[w->cur]);
 	}
@@ -331,7 +331,7 @@ int
 ckpt_writer_finish(struct ckpt_writer *w)
 {
 	int ret = flush_cur(w);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < CKPT_NBUF; i++) {
 		if (w->busy[i]) {
 			w->busy[i] = false;
 			int r = zinf_io_wait(w->io, &w->req[i]);
@@ -355,7 +355,7 @@ ckpt_writer_finish(struct ckpt_writer *w)
 void
 ckpt_writer_close(struct ckpt_writer *w)
 {
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < CKPT_NBUF; i++) {
 		if (w->busy[i]) {
 			(void)zinf_io_wait(w->io, &w->req[i]);
 			w->busy[i] = false;

@@ -14,7 +14,8 @@
 #include "zinf/io.h"
 
 #define CKPT_PATH 4096
-#define CKPT_WBUF (8u << 20) /* bytes per writer buffer (two per file) */
+#define CKPT_WBUF (8u << 20) /* bytes per writer buffer */
+#define CKPT_NBUF 4	     /* buffers per file: CKPT_NBUF - 1 writes in flight while one fills */
 
 /* out (CKPT_PATH bytes) = dir/<fmt...>; callers bound dir's length first */
 void ckpt_join(char *out, const char *dir, const char *fmt, ...)
@@ -41,15 +42,15 @@ int ckpt_write_small(const char *path, const void *data, size_t len); /* create,
 /* rename tmp to dir/tag (swapping out an existing one), fsync dir, point dir/latest at tag */
 int ckpt_publish(const char *dir, const char *tmp, const char *tag);
 
-/* A file written sequentially through the I/O engine: two aligned buffers, one written while
- * the other fills; the CRC32C and size of what was put. */
+/* A file written sequentially through the I/O engine: CKPT_NBUF aligned buffers, the others
+ * written while one fills; the CRC32C and size of what was put. */
 struct ckpt_writer {
 	struct zinf_io *io;
 	struct zinf_io_file *f;
 	char path[CKPT_PATH];
-	char *buf[2];
-	struct zinf_io_req req[2];
-	bool busy[2];
+	char *buf[CKPT_NBUF];
+	struct zinf_io_req req[CKPT_NBUF];
+	bool busy[CKPT_NBUF];
 	int cur;
 	size_t fill;
 	uint32_t align;

@@ -315,7 +315,7 @@ ckpt_dims(const struct run *R, int32_t out[7])
 }
 
 static int
-save_checkpoint(struct run *R, int step)
+save_checkpoint(struct run *R, int step, bool background)
 {
 	size_t n = sizeof(struct gpt_ckpt_head) + (size_t)step * sizeof(double);
 	char *buf = calloc(1, n);
@@ -334,6 +334,7 @@ save_checkpoint(struct run *R, int step)
 	zinf_ckpt_opts_init(&o);
 	o.client = buf;
 	o.client_bytes = n;
+	o.background = background; /* published by the next step, which waits for its copy */
 	char tag[32];
 	snprintf(tag, sizeof(tag), "step%d", step);
 	double t0 = zinf_now_s();
@@ -345,8 +346,9 @@ save_checkpoint(struct run *R, int step)
 		if (R->bar) {
 			fprintf(stderr, "\r\033[K");
 		}
-		printf("checkpoint: step %d saved into %s/%s in %.2f s\n", step, R->a.save, tag,
-		       zinf_now_s() - t0);
+		printf("checkpoint: step %d %s %s/%s in %.2f s\n", step,
+		       background ? "being saved (in the background) into" : "saved into",
+		       R->a.save, tag, zinf_now_s() - t0);
 		fflush(stdout);
 	}
 	return r;
@@ -670,12 +672,18 @@ main(int argc, char **argv)
 		}
 		report_step(&R, step, lr, loss, skipped, zinf_now_s() - t0);
 		if (R.a.save && R.a.save_every > 0 && step % R.a.save_every == 0 &&
-		    step < R.a.steps && !R.stop && save_checkpoint(&R, step)) {
+		    step < R.a.steps && !R.stop && save_checkpoint(&R, step, true)) {
 			goto out;
 		}
 	}
 	/* the end, or a Ctrl-C (every rank stops after the same step): the last state saved */
-	if (R.a.save && R.steps_done >= first && save_checkpoint(&R, R.steps_done)) {
+	if (R.a.save && R.steps_done >= first && save_checkpoint(&R, R.steps_done, false)) {
+		goto out;
+	}
+	if (R.a.save && (rc = zinf_engine_save_wait(R.t.e))) { /* a background save's error */
+		fprintf(stderr, "zinf_gpt: a background checkpoint failed: %s\n",
+			zinf_strerror(rc));
+		rc = 1;
 		goto out;
 	}
 	if (R.bar) {
