@@ -278,6 +278,22 @@ parse_header(struct zinf_ckpt *c)
 	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, INT64_MAX, &v))) {
 		return rc;
 	}
+	/* DeepSpeed's DynamicLossScaler counters and zinf_engine_set_betas's values, where present
+	 */
+	if ((json_object_get(ls, "iter") &&
+	     (rc = get_int(c, ls, "iter", "loss_scaler.iter", 0, INT64_MAX, &v))) ||
+	    (json_object_get(ls, "last_overflow") &&
+	     (rc = get_int(c, ls, "last_overflow", "loss_scaler.last_overflow", -1, INT64_MAX,
+			   &v)))) {
+		return rc;
+	}
+	const json_t *betas = json_object_get(m, "betas");
+	if (betas && (!json_is_array(betas) || json_array_size(betas) != 2 ||
+		      !json_is_number(json_array_get(betas, 0)) ||
+		      !json_is_number(json_array_get(betas, 1)))) {
+		return bad(c, "betas", "expected an array of 2 numbers, found %s",
+			   json_is_array(betas) ? "another array" : kind_of(betas));
+	}
 	const json_t *op = json_object_get(m, "optimizer");
 	enum zinf_dtype sd;
 	if ((rc = check_type(c, m, "optimizer", "optimizer", JSON_OBJECT, true)) ||

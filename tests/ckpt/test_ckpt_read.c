@@ -569,6 +569,16 @@ e_safetensors_unlisted(json_t *m)
 	json_object_set_new(m, "safetensors", json_string("model.safetensors"));
 }
 static void
+e_betas(json_t *m)
+{
+	json_object_set_new(m, "betas", json_pack("[f]", 0.9));
+}
+static void
+e_last_overflow(json_t *m)
+{
+	json_object_set_new(json_object_get(m, "loss_scaler"), "last_overflow", json_integer(-2));
+}
+static void
 e_not_object(json_t *m)
 {
 	json_object_set_new(m, "params", json_object());
@@ -605,6 +615,8 @@ static const struct bad_case bad_cases[] = {
 	{e_files_world, "files_world", "out of range"},
 	{e_safetensors_unlisted, "safetensors", "not listed"},
 	{e_not_object, "params", "an object"},
+	{e_betas, "betas", "2 numbers"},
+	{e_last_overflow, "loss_scaler.last_overflow", "out of range"},
 };
 
 Test(ckpt_read, malformed_manifests_refused_naming_the_field)
@@ -657,6 +669,9 @@ e_unknown_keys(json_t *m)
 			    json_string("abc"));
 	json_object_set_new(json_object_get(m, "optimizer"), "momentum", json_real(0.5));
 	json_object_del(m, "created");
+	json_object_del(m, "betas");
+	json_object_del(json_object_get(m, "loss_scaler"), "iter");
+	json_object_del(json_object_get(m, "loss_scaler"), "last_overflow");
 	json_object_del(m, "options");
 }
 
