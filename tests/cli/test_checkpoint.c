@@ -117,6 +117,13 @@ Test(checkpoint, inspect_corrupted_file_exit_1)
 	char *t = zc_text(sc.out);
 	cr_expect(strstr(t, "BAD") != NULL && strstr(t, "1 file corrupted") != NULL, "%s", t);
 	free(t);
+	/* --no-verify does not read the data: the flipped byte goes unseen */
+	cr_assert_eq(zc_run_sh(&sc, "", "", "checkpoint inspect %s --no-verify --json", ck), 0);
+	o = zc_json(sc.out);
+	cr_expect(json_is_false(json_object_get(o, "verified")));
+	cr_expect(json_is_null(
+		json_object_get(json_array_get(json_object_get(o, "files"), 0), "ok")));
+	json_decref(o);
 }
 
 static void
