@@ -24,6 +24,8 @@ int cli_bench_engine(int argc, char **argv);
 int cli_bench_all(int argc, char **argv);
 int cli_estimate(int argc, char **argv);
 int cli_config_check(int argc, char **argv);
+int cli_checkpoint_inspect(int argc, char **argv);
+int cli_checkpoint_export(int argc, char **argv);
 
 /* ---- reports (report.c) ------------------------------------------------------------------- */
 

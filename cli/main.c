@@ -30,6 +30,13 @@ static const struct cli_cmd config_cmds[] = {
 	{NULL},
 };
 
+static const struct cli_cmd checkpoint_cmds[] = {
+	{"inspect", "print a checkpoint's manifest and check every file's CRC32C",
+	 cli_checkpoint_inspect},
+	{"export", "write a checkpoint's weights as (sharded) safetensors", cli_checkpoint_export},
+	{NULL},
+};
+
 static int
 cmd_version(int argc, char **argv)
 {
@@ -39,6 +46,7 @@ cmd_version(int argc, char **argv)
 
 static const struct cli_cmd top_cmds[] = {
 	{"bench", "benchmarks", NULL, bench_cmds},
+	{"checkpoint", "checkpoints: inspect, export to safetensors", NULL, checkpoint_cmds},
 	{"config", "DeepSpeed configuration files", NULL, config_cmds},
 	{"estimate", "model-state memory per GPU, CPU and NVMe for every ZeRO stage and offload",
 	 cli_estimate},

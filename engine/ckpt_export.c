@@ -8,6 +8,7 @@
  * {"total_size": data bytes}, "weight_map": {...}}), written last. Not here: optimizer state
  * (not exported), reading the manifest (ckpt_read.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -18,6 +19,8 @@
 #include "common/util.h"
 #include "engine/safetensors_internal.h"
 #include "zinf/checkpoint.h"
+
+static_assert(ST_MAX_DIMS == ZINF_CKPT_MAX_DIMS, "a checkpoint's shapes fit a tensor's");
 
 struct export_ctx {
 	struct zinf_ckpt *c;

@@ -69,10 +69,14 @@ struct zinf_ckpt {
 	struct ckpt_param *params;
 	struct ckpt_part *parts;
 	struct ckpt_file *files;
+	json_t *file_index;  /* name -> index into files */
+	uint32_t n_open;     /* descriptors held in files[].fd */
 	uint64_t *flat;	     /* [files_world]: elements of each stored rank's part files */
 	uint32_t *rank_file; /* [files_world * n_parts]: index into files */
 	uint64_t bytes;
 };
+
+static void close_fds(struct zinf_ckpt *c);
 
 /* ---- manifest checks ---------------------------------------------------------------------- */
 
@@ -273,6 +277,22 @@ parse_header(struct zinf_ckpt *c)
 			  &v)) ||
 	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, INT64_MAX, &v))) {
 		return rc;
+	}
+	/* DeepSpeed's DynamicLossScaler counters and zinf_engine_set_betas's values, where present
+	 */
+	if ((json_object_get(ls, "iter") &&
+	     (rc = get_int(c, ls, "iter", "loss_scaler.iter", 0, INT64_MAX, &v))) ||
+	    (json_object_get(ls, "last_overflow") &&
+	     (rc = get_int(c, ls, "last_overflow", "loss_scaler.last_overflow", -1, INT64_MAX,
+			   &v)))) {
+		return rc;
+	}
+	const json_t *betas = json_object_get(m, "betas");
+	if (betas && (!json_is_array(betas) || json_array_size(betas) != 2 ||
+		      !json_is_number(json_array_get(betas, 0)) ||
+		      !json_is_number(json_array_get(betas, 1)))) {
+		return bad(c, "betas", "expected an array of 2 numbers, found %s",
+			   json_is_array(betas) ? "another array" : kind_of(betas));
 	}
 	const json_t *op = json_object_get(m, "optimizer");
 	enum zinf_dtype sd;
@@ -563,6 +583,10 @@ parse_files(struct zinf_ckpt *c)
 		c->files[i].fd = -1;
 	}
 	c->n_files = (uint32_t)n;
+	c->file_index = json_object();
+	if (!c->file_index) {
+		return -ENOMEM;
+	}
 	char field[64];
 	for (size_t i = 0; i < n; i++) {
 		const json_t *f = json_array_get(a, i);
@@ -581,10 +605,11 @@ parse_files(struct zinf_ckpt *c)
 		if (!safe_file_name(name)) {
 			return bad(c, field, "\"%s\": not a plain file name", name);
 		}
-		for (size_t j = 0; j < i; j++) {
-			if (strcmp(c->files[j].name, name) == 0) {
-				return bad(c, field, "\"%s\" listed twice", name);
-			}
+		if (json_object_get(c->file_index, name)) {
+			return bad(c, field, "\"%s\" listed twice", name);
+		}
+		if (json_object_set_new(c->file_index, name, json_integer((json_int_t)i))) {
+			return -ENOMEM;
 		}
 		q->name = (char *)name; /* borrowed from the manifest */
 		snprintf(field, sizeof(field), "files[%zu].bytes", i);
@@ -605,12 +630,8 @@ parse_files(struct zinf_ckpt *c)
 int
 ckpt_file_find(const struct zinf_ckpt *c, const char *name)
 {
-	for (uint32_t i = 0; i < c->n_files; i++) {
-		if (strcmp(c->files[i].name, name) == 0) {
-			return (int)i;
-		}
-	}
-	return -ENOENT;
+	const json_t *v = json_object_get(c->file_index, name);
+	return v ? (int)json_integer_value(v) : -ENOENT;
 }
 
 /* The rank files each part needs, listed with the size flat * elem_bytes; client.bin and the
@@ -862,10 +883,8 @@ zinf_ckpt_close(struct zinf_ckpt *c)
 	if (!c) {
 		return;
 	}
-	for (uint32_t i = 0; c->files && i < c->n_files; i++) {
-		if (c->files[i].fd >= 0) {
-			close(c->files[i].fd);
-		}
+	if (c->files) {
+		close_fds(c);
 	}
 	for (uint32_t i = 0; c->params && i < c->n_params; i++) {
 		zinf_free(c->params[i].flat_off);
@@ -875,6 +894,7 @@ zinf_ckpt_close(struct zinf_ckpt *c)
 	zinf_free(c->files);
 	zinf_free(c->flat);
 	zinf_free(c->rank_file);
+	json_decref(c->file_index);
 	json_decref(c->m);
 	zinf_free(c->mpath);
 	zinf_free(c->path);
@@ -970,6 +990,20 @@ zinf_ckpt_file(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_file *out
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+static void
+close_fds(struct zinf_ckpt *c)
+{
+	for (uint32_t i = 0; i < c->n_files; i++) {
+		if (c->files[i].fd >= 0) {
+			close(c->files[i].fd);
+			c->files[i].fd = -1;
+		}
+	}
+	c->n_open = 0;
+}
+
+/* File k's descriptor, opened on first use and kept. Out of descriptors (thousands of rank
+ * files against `ulimit -n`), the kept ones are closed and the open retried. */
 static int
 file_fd(struct zinf_ckpt *c, uint32_t k)
 {
@@ -982,11 +1016,16 @@ file_fd(struct zinf_ckpt *c, uint32_t k)
 		return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->n_open > 0) {
+		close_fds(c);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
 	if (fd < 0) {
 		int e = errno;
 		return ZINF_OBJ_FAIL(path, e == ENOENT ? -EBADMSG : -e, "open: %s", strerror(e));
 	}
 	f->fd = fd;
+	c->n_open++;
 	return fd;
 }
 
@@ -1086,26 +1125,32 @@ zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i)
 	struct ckpt_file *f = &c->files[i];
 	char path[4352];
 	ckpt_path(c, f->name, path, sizeof(path));
+	bool kept = f->fd >= 0; /* a descriptor opened here for one pass is not kept */
 	int fd = file_fd(c, i);
 	if (fd < 0) {
 		return fd;
 	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int e = errno;
-		return ZINF_OBJ_FAIL(path, -e, "fstat: %s", strerror(e));
-	}
-	if ((uint64_t)st.st_size != f->bytes) {
-		return ZINF_OBJ_FAIL(path, -EBADMSG, "%jd bytes, manifest.json lists %" PRIu64,
-				     (intmax_t)st.st_size, f->bytes);
-	}
-	size_t chunk = (size_t)ZINF_MIN(f->bytes, (uint64_t)CKPT_VERIFY_CHUNK);
-	void *buf = zinf_malloc(chunk ? chunk : 1);
-	if (!buf) {
-		return -ENOMEM;
-	}
+	void *buf = NULL;
 	uint32_t crc = 0;
 	int rc = 0;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(path, -e, "fstat: %s", strerror(e));
+		goto out;
+	}
+	if ((uint64_t)st.st_size != f->bytes) {
+		rc = ZINF_OBJ_FAIL(path, -EBADMSG, "%jd bytes, manifest.json lists %" PRIu64,
+				   (intmax_t)st.st_size, f->bytes);
+		goto out;
+	}
+	size_t chunk = (size_t)ZINF_MIN(f->bytes, (uint64_t)CKPT_VERIFY_CHUNK);
+	buf = zinf_malloc(chunk ? chunk : 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (uint64_t off = 0; off < f->bytes && !rc; off += chunk) {
 		size_t n = (size_t)ZINF_MIN((uint64_t)chunk, f->bytes - off);
 		rc = pread_full(c, i, buf, n, off);
@@ -1113,11 +1158,17 @@ zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i)
 			crc = zinf_crc32c(crc, buf, n);
 		}
 	}
-	zinf_free(buf);
 	if (!rc && crc != f->crc32c) {
 		rc = ZINF_OBJ_FAIL(path, -EBADMSG,
 				   "CRC32C 0x%08x, manifest.json lists 0x%08x (corrupted)", crc,
 				   f->crc32c);
+	}
+out:
+	zinf_free(buf);
+	if (!kept && f->fd >= 0) {
+		close(f->fd);
+		f->fd = -1;
+		c->n_open--;
 	}
 	return rc;
 }

@@ -82,8 +82,10 @@ make_header(const char *path, const struct st_tensor *t, uint32_t n, char **out,
 		json_t *e =
 			json_pack("{s:s, s:o, s:[I, I]}", "dtype", st_dtype(x->dtype), "shape",
 				  shape, "data_offsets", (json_int_t)off, (json_int_t)(off + b));
-		if (!e || json_object_set_new(h, x->name, e)) {
+		if (!e) {
 			rc = -ENOMEM;
+		} else if (json_object_set_new(h, x->name, e)) {
+			rc = ZINF_OBJ_FAIL(path, -EINVAL, "tensor %u: name is not valid UTF-8", i);
 		}
 		off += b;
 	}

@@ -166,20 +166,20 @@ fx_write(const char *dir, const char *tag, const struct fx_opts *o)
 		json_array_append_new(parts, json_pack("{s:s, s:s}", "name", fx_part[p], "dtype",
 						       p == 0 ? "f32" : zinf_dtype_name(o->state)));
 	}
-	json_t *m =
-		json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:f,"
-			  " s:{s:f, s:i, s:i, s:i},"
-			  " s:{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:b},"
-			  " s:o, s:{s:i}, s:o, s:o, s:o, s:i}",
-			  "format", "zinf-checkpoint", "version", 1, "tag", tag, "created",
-			  "2026-11-23T15:40:02Z", "world", 2, "files_world", W, "stage",
-			  W == 1 ? 0 : 3, "dtype", "bf16", "steps", 120, "micro_steps", 480,
-			  "skipped_steps", 1, "lr", 3e-4, "loss_scaler", "scale", 65536.0,
-			  "good_steps", 12, "hysteresis_left", 2, "overflows", 0, "optimizer",
-			  "kind", "adamw", "state_dtype", zinf_dtype_name(o->state), "lr", 1e-3,
-			  "beta1", 0.9, "beta2", 0.999, "eps", 1e-8, "weight_decay", 0.01,
-			  "bias_correction", 1, "parts", parts, "options", "stage", W == 1 ? 0 : 3,
-			  "params", params, "ranks", ranks, "files", files, "client_bytes", 16);
+	json_t *m = json_pack("{s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:f,"
+			      " s:[f, f], s:{s:f, s:i, s:i, s:i, s:i, s:i},"
+			      " s:{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:b},"
+			      " s:o, s:{s:i}, s:o, s:o, s:o, s:i}",
+			      "format", "zinf-checkpoint", "version", 1, "tag", tag, "created",
+			      "2026-11-23T15:40:02Z", "world", 2, "files_world", W, "stage",
+			      W == 1 ? 0 : 3, "dtype", "bf16", "steps", 120, "micro_steps", 480,
+			      "skipped_steps", 1, "lr", 3e-4, "betas", 0.9, 0.999, "loss_scaler",
+			      "scale", 65536.0, "good_steps", 12, "hysteresis_left", 2, "overflows",
+			      0, "iter", 40, "last_overflow", 27, "optimizer", "kind", "adamw",
+			      "state_dtype", zinf_dtype_name(o->state), "lr", 1e-3, "beta1", 0.9,
+			      "beta2", 0.999, "eps", 1e-8, "weight_decay", 0.01, "bias_correction",
+			      1, "parts", parts, "options", "stage", W == 1 ? 0 : 3, "params",
+			      params, "ranks", ranks, "files", files, "client_bytes", 16);
 	cr_assert_not_null(m);
 	if (o->edit) {
 		o->edit(m);

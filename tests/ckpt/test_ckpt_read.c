@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_fixture.h"
@@ -568,6 +569,16 @@ e_safetensors_unlisted(json_t *m)
 	json_object_set_new(m, "safetensors", json_string("model.safetensors"));
 }
 static void
+e_betas(json_t *m)
+{
+	json_object_set_new(m, "betas", json_pack("[f]", 0.9));
+}
+static void
+e_last_overflow(json_t *m)
+{
+	json_object_set_new(json_object_get(m, "loss_scaler"), "last_overflow", json_integer(-2));
+}
+static void
 e_not_object(json_t *m)
 {
 	json_object_set_new(m, "params", json_object());
@@ -604,6 +615,8 @@ static const struct bad_case bad_cases[] = {
 	{e_files_world, "files_world", "out of range"},
 	{e_safetensors_unlisted, "safetensors", "not listed"},
 	{e_not_object, "params", "an object"},
+	{e_betas, "betas", "2 numbers"},
+	{e_last_overflow, "loss_scaler.last_overflow", "out of range"},
 };
 
 Test(ckpt_read, malformed_manifests_refused_naming_the_field)
@@ -656,6 +669,9 @@ e_unknown_keys(json_t *m)
 			    json_string("abc"));
 	json_object_set_new(json_object_get(m, "optimizer"), "momentum", json_real(0.5));
 	json_object_del(m, "created");
+	json_object_del(m, "betas");
+	json_object_del(json_object_get(m, "loss_scaler"), "iter");
+	json_object_del(json_object_get(m, "loss_scaler"), "last_overflow");
 	json_object_del(m, "options");
 }
 
@@ -667,4 +683,49 @@ Test(ckpt_read, unknown_keys_ignored)
 	struct zinf_ckpt *c = fx_open(&o);
 	check_range(c, 0, 0, 149990, 20, false);
 	zinf_ckpt_close(c);
+}
+
+static int
+open_fds(void)
+{
+	int n = 0;
+	for (int fd = 0; fd < 4096; fd++) {
+		n += fcntl(fd, F_GETFD) >= 0;
+	}
+	return n;
+}
+
+/* Fewer descriptors than files: the reader closes the ones it keeps and goes on. */
+Test(ckpt_read, more_files_than_descriptors)
+{
+	struct zinf_ckpt *c = fx_open_default();
+	int hi = 0;
+	for (int fd = 0; fd < 4096; fd++) {
+		hi = fcntl(fd, F_GETFD) >= 0 ? fd : hi;
+	}
+	/* fill the holes below hi (Criterion's own descriptors leave some) */
+	for (;;) {
+		int fd = open("/dev/null", O_RDONLY);
+		cr_assert_geq(fd, 0);
+		if (fd > hi) {
+			close(fd);
+			break;
+		}
+	}
+	cr_assert_eq(open_fds(), hi + 1);
+	struct rlimit rl;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = (rlim_t)hi + 3; /* two more than now: 6 rank files to read */
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	for (int i = 0; i < FX_PARAMS; i++) {
+		for (int p = 0; p < FX_PARTS; p++) {
+			check_range(c, i, p, 0, fx_numel[i], false);
+		}
+	}
+	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
+		cr_expect_eq(zinf_ckpt_verify_file(c, k), 0, "%s", zinf_last_error());
+	}
+	check_range(c, 0, 2, 149000, 2000, false);
+	zinf_ckpt_close(c);
+	cr_expect_eq(open_fds(), hi + 1, "every descriptor closed");
 }

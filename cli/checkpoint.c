@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * cli/checkpoint.c: `zinf checkpoint inspect DIR` and `zinf checkpoint export DIR --out
+ * FILE.safetensors`, over the offline reader (zinf/checkpoint.h): no engine, no device, no MPI.
+ * inspect prints what the manifest says (step, world, stage, dtype, optimizer, the parts and
+ * their dtypes, every parameter with its shape and bytes) and checks the CRC32C of every file:
+ * exit 0 when all match, 1 naming each bad file, 2 when the checkpoint cannot be opened (the
+ * reader's message names the file and field) or the command line is wrong. export checks the
+ * master weights' files first (--no-verify skips it), then writes the safetensors file or its
+ * shards and index.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "zinf/checkpoint.h"
+
+/*
+ * Take DIR, the one positional argument, out of argv (option values, "--tag T", are not taken
+ * for it): rest gets the others, argv[0] first. Returns DIR, or NULL (none).
+ */
+static const char *
+take_dir(const struct cli_opt *opts, int argc, char **argv, char **rest, int *n_rest)
+{
+	const char *dir = NULL;
+	int n = 0;
+	for (int i = 0; i < argc && n < 63; i++) {
+		const char *a = argv[i];
+		if (i > 0 && a[0] == '-' && a[1] == '-' && !strchr(a, '=')) {
+			for (const struct cli_opt *o = opts; o->name; o++) {
+				if (strcmp(a + 2, o->name) == 0 && o->type != CLI_FLAG &&
+				    i + 1 < argc) {
+					rest[n++] = argv[i++];
+					break;
+				}
+			}
+		} else if (i > 0 && !dir && a[0] != '-') {
+			dir = a;
+			continue;
+		}
+		rest[n++] = argv[i];
+	}
+	rest[n] = NULL;
+	*n_rest = n;
+	return dir;
+}
+
+static int
+open_ckpt(const char *prog, const char *dir, const char *tag, struct zinf_ckpt **c)
+{
+	int rc = zinf_ckpt_open(dir, tag, c);
+	if (rc) {
+		/* the reader logged the file and what is wrong */
+		fprintf(stderr, "%s: %s: cannot open the checkpoint (%s)\n", prog, dir,
+			strerror(-rc));
+	}
+	return rc;
+}
+
+/* ---- inspect ------------------------------------------------------------------------------ */
+
+#define INSPECT "zinf checkpoint inspect"
+
+static struct {
+	const char *tag;
+	bool json, no_verify;
+} ins;
+
+static const struct cli_opt inspect_opts[] = {
+	{"tag", CLI_STR, &ins.tag, NULL, "TAG", "the checkpoint DIR/TAG (default: DIR/latest's)"},
+	{"no-verify", CLI_FLAG, &ins.no_verify, NULL, NULL,
+	 "do not read the files to check their CRC32C (the manifest and the sizes only)"},
+	{"json", CLI_FLAG, &ins.json, NULL, NULL, "one JSON object on stdout"},
+	{NULL},
+};
+
+static const char inspect_synopsis[] = "DIR [--tag TAG] [--no-verify] [--json]";
+static const char inspect_description[] =
+	"Print a checkpoint's manifest (step, world size, ZeRO stage, dtype, optimizer, state\n"
+	"parts, parameters with their shapes) and check the CRC32C of every file. DIR is the\n"
+	"directory zinf_engine_save wrote (its `latest` names the checkpoint) or a TAG directory.\n"
+	"Exit 0: every file matches; 1: a file is corrupted (named); 2: it cannot be opened.\n"
+	"--no-verify reads only the manifest and the files' sizes.\n";
+
+static void
+shape_str(char *buf, size_t len, const struct zinf_ckpt_param *p)
+{
+	size_t at = 0;
+	at += (size_t)snprintf(buf + at, len - at, "[");
+	for (uint32_t d = 0; d < p->ndim && at < len; d++) {
+		at += (size_t)snprintf(buf + at, len - at, "%s%" PRIu64, d ? ", " : "",
+				       p->shape[d]);
+	}
+	if (at < len) {
+		snprintf(buf + at, len - at, "]");
+	}
+}
+
+int
+cli_checkpoint_inspect(int argc, char **argv)
+{
+	char *rest[64];
+	int n;
+	const char *dir = take_dir(inspect_opts, argc, argv, rest, &n);
+	int rc = cli_opts_main(INSPECT, inspect_synopsis, inspect_description, inspect_opts, n,
+			       rest);
+	if (rc >= 0) {
+		return rc;
+	}
+	if (!dir) {
+		fprintf(stderr, INSPECT ": DIR is required\nrun `" INSPECT " --help`\n");
+		return 2;
+	}
+	struct zinf_ckpt *c = NULL;
+	if (open_ckpt(INSPECT, dir, ins.tag, &c)) {
+		return 2;
+	}
+	struct zinf_ckpt_info in = {.size = sizeof(in)};
+	zinf_ckpt_get_info(c, &in);
+	json_t *o = json_object();
+	json_object_set_new(o, "path", json_string(in.path));
+	json_object_set_new(o, "tag", json_string(in.tag));
+	json_object_set_new(o, "steps", json_integer(in.steps));
+	json_object_set_new(o, "micro_steps", json_integer((json_int_t)in.micro_steps));
+	json_object_set_new(o, "world", json_integer(in.world));
+	json_object_set_new(o, "stage", json_integer(in.stage));
+	json_object_set_new(o, "dtype", json_string(zinf_dtype_name(in.dtype)));
+	json_object_set_new(o, "optimizer", json_string(in.optimizer));
+	json_t *parts = json_array();
+	size_t elem_bytes = 0; /* state bytes per element, every part */
+	for (uint32_t p = 0; p < in.n_parts; p++) {
+		struct zinf_ckpt_part q = {.size = sizeof(q)};
+		zinf_ckpt_part(c, p, &q);
+		elem_bytes += zinf_dtype_size(q.dtype);
+		json_array_append_new(parts, json_pack("{s:s, s:s}", "name", q.name, "dtype",
+						       zinf_dtype_name(q.dtype)));
+	}
+	json_object_set_new(o, "parts", parts);
+	json_t *params = json_array();
+	uint64_t numel = 0;
+	for (uint32_t i = 0; i < in.n_params; i++) {
+		struct zinf_ckpt_param p = {.size = sizeof(p)};
+		zinf_ckpt_param(c, i, &p);
+		json_t *sh = json_array();
+		for (uint32_t d = 0; d < p.ndim; d++) {
+			json_array_append_new(sh, json_integer((json_int_t)p.shape[d]));
+		}
+		json_array_append_new(params, json_pack("{s:s, s:I, s:i, s:o, s:I}", "name", p.name,
+							"numel", (json_int_t)p.numel, "layer",
+							p.layer, "shape", sh, "state_bytes",
+							(json_int_t)(p.numel * elem_bytes)));
+		numel += p.numel;
+	}
+	json_object_set_new(o, "numel", json_integer((json_int_t)numel));
+	json_object_set_new(o, "params", params);
+	json_t *files = json_array(), *bad = json_array();
+	for (uint32_t k = 0; k < in.n_files; k++) {
+		struct zinf_ckpt_file f = {.size = sizeof(f)};
+		zinf_ckpt_file(c, k, &f);
+		int v = 0;
+		if (!ins.no_verify) {
+			cli_quiet_errors(true); /* printed below, once, with the verdict */
+			v = zinf_ckpt_verify_file(c, k);
+			cli_quiet_errors(false);
+		}
+		json_t *e = json_pack("{s:s, s:I, s:I, s:o}", "name", f.name, "bytes",
+				      (json_int_t)f.bytes, "crc32c", (json_int_t)f.crc32c, "ok",
+				      ins.no_verify ? json_null() : json_boolean(v == 0));
+		if (v) {
+			json_object_set_new(e, "error", json_string(zinf_last_error()));
+			json_array_append_new(bad, json_string(f.name));
+			fprintf(stderr, INSPECT ": %s: %s\n", f.name, zinf_last_error());
+		}
+		json_array_append_new(files, e);
+	}
+	json_object_set_new(o, "files", files);
+	json_object_set_new(o, "bytes", json_integer((json_int_t)in.bytes));
+	size_t n_bad = json_array_size(bad);
+	json_object_set_new(o, "ok", json_boolean(n_bad == 0));
+	json_object_set_new(o, "verified", json_boolean(!ins.no_verify));
+	json_object_set_new(o, "bad_files", bad);
+	if (ins.json) {
+		cli_json_print(o, 2);
+	} else {
+		char sz[32], line[256];
+		printf("%s: checkpoint \"%s\"\n", in.path, in.tag);
+		printf("  step %" PRId64 " (%" PRIu64
+		       " micro-steps), saved by %d rank%s, ZeRO stage "
+		       "%d, dtype %s, optimizer %s\n",
+		       in.steps, in.micro_steps, in.world, in.world == 1 ? "" : "s", in.stage,
+		       zinf_dtype_name(in.dtype), in.optimizer);
+		printf("  state parts:");
+		size_t i;
+		json_t *e;
+		json_array_foreach(json_object_get(o, "parts"), i, e)
+		{
+			printf("%s %s (%s)", i ? "," : "",
+			       json_string_value(json_object_get(e, "name")),
+			       json_string_value(json_object_get(e, "dtype")));
+		}
+		printf("\n  %u parameters, %" PRIu64 " elements:\n", in.n_params, numel);
+		for (uint32_t k = 0; k < in.n_params; k++) {
+			struct zinf_ckpt_param p = {.size = sizeof(p)};
+			zinf_ckpt_param(c, k, &p);
+			shape_str(line, sizeof(line), &p);
+			cli_size_str(sz, sizeof(sz), p.numel * elem_bytes);
+			printf("    %-40s %-20s layer %-4d %s of state\n", p.name, line, p.layer,
+			       sz);
+		}
+		cli_size_str(sz, sizeof(sz), in.bytes);
+		printf("  %u files, %s:\n", in.n_files, sz);
+		json_array_foreach(json_object_get(o, "files"), i, e)
+		{
+			cli_size_str(sz, sizeof(sz),
+				     (uint64_t)json_integer_value(json_object_get(e, "bytes")));
+			json_t *ok = json_object_get(e, "ok");
+			printf("    %-24s %12s  crc32c %08" PRIx64 "  %s\n",
+			       json_string_value(json_object_get(e, "name")), sz,
+			       (uint64_t)json_integer_value(json_object_get(e, "crc32c")),
+			       json_is_null(ok)	  ? "not checked"
+			       : json_is_true(ok) ? "ok"
+						  : "BAD");
+		}
+		if (ins.no_verify) {
+			printf("the files' sizes match the manifest; their CRC32C not checked\n");
+		} else if (n_bad) {
+			printf("%zu file%s corrupted (see above)\n", n_bad, n_bad == 1 ? "" : "s");
+		} else {
+			printf("ok: every file matches its CRC32C\n");
+		}
+		json_decref(o);
+	}
+	zinf_ckpt_close(c);
+	return n_bad ? 1 : 0;
+}
+
+/* ---- export ------------------------------------------------------------------------------- */
+
+#define EXPORT "zinf checkpoint export"
+
+static struct {
+	const char *out, *tag;
+	int dtype;
+	uint64_t shard;
+	bool no_verify;
+} ex;
+
+static const char *const export_dtypes[] = {"auto", "fp32", "bf16", "fp16", NULL};
+
+static const struct cli_opt export_opts[] = {
+	{"out", CLI_STR, &ex.out, NULL, "FILE",
+	 "the .safetensors file (sharded: shards beside it and FILE.index.json)",
+	 .flags = CLI_REQUIRED},
+	{"tag", CLI_STR, &ex.tag, NULL, "TAG", "the checkpoint DIR/TAG (default: DIR/latest's)"},
+	{"dtype", CLI_ENUM, &ex.dtype, "auto", "auto|fp32|bf16|fp16",
+	 "dtype of the weights written (auto: the one the model trained in)",
+	 .choices = export_dtypes},
+	{"shard-size", CLI_SIZE, &ex.shard, "5G", "BYTES",
+	 "above this, shards FILE-00001-of-0000N.safetensors (0: one file)"},
+	{"no-verify", CLI_FLAG, &ex.no_verify, NULL, NULL,
+	 "do not check the CRC32C of the master weights' files first"},
+	{NULL},
+};
+
+static const char export_synopsis[] =
+	"DIR --out FILE.safetensors [--tag TAG] [--dtype auto|fp32|bf16|fp16] [--shard-size 5G]";
+static const char export_description[] =
+	"Write a checkpoint's fp32 master weights as safetensors, for Hugging Face and PyTorch:\n"
+	"gathered from every rank's partition and converted to --dtype, one tensor at a time in\n"
+	"bounded pieces. Above --shard-size the tensors are cut into shards named as Hugging Face\n"
+	"names them, with FILE.index.json mapping each tensor to its shard. Files are written\n"
+	"under a temporary name and renamed when complete. The master weights' files are checked\n"
+	"against their CRC32C first (--no-verify skips it).\n";
+
+int
+cli_checkpoint_export(int argc, char **argv)
+{
+	char *rest[64];
+	int n;
+	const char *dir = take_dir(export_opts, argc, argv, rest, &n);
+	int rc = cli_opts_main(EXPORT, export_synopsis, export_description, export_opts, n, rest);
+	if (rc >= 0) {
+		return rc;
+	}
+	if (!dir) {
+		fprintf(stderr, EXPORT ": DIR is required\nrun `" EXPORT " --help`\n");
+		return 2;
+	}
+	size_t ol = strlen(ex.out);
+	if (ol <= 12 || strcmp(ex.out + ol - 12, ".safetensors") != 0) {
+		fprintf(stderr, EXPORT ": --out %s: must end in .safetensors\n", ex.out);
+		return 2;
+	}
+	struct zinf_ckpt *c = NULL;
+	if (open_ckpt(EXPORT, dir, ex.tag, &c)) {
+		return 2;
+	}
+	struct zinf_ckpt_info in = {.size = sizeof(in)};
+	zinf_ckpt_get_info(c, &in);
+	static const enum zinf_dtype dts[] = {ZINF_F32, ZINF_F32, ZINF_BF16, ZINF_F16};
+	enum zinf_dtype dt = ex.dtype == 0 ? in.dtype : dts[ex.dtype];
+	int status = 0;
+	if (!ex.no_verify) {
+		/* the master weights' files: r<rank>.fp32 */
+		for (uint32_t k = 0; k < in.n_files; k++) {
+			struct zinf_ckpt_file f = {.size = sizeof(f)};
+			zinf_ckpt_file(c, k, &f);
+			size_t l = strlen(f.name);
+			if (f.name[0] != 'r' || l < 5 || strcmp(f.name + l - 5, ".fp32") != 0) {
+				continue;
+			}
+			if (zinf_ckpt_verify_file(c, k)) {
+				fprintf(stderr, EXPORT ": %s is corrupted: nothing written\n",
+					f.name);
+				status = 1;
+			}
+		}
+		if (status) {
+			zinf_ckpt_close(c);
+			return status;
+		}
+	}
+	uint64_t total = 0;
+	for (uint32_t i = 0; i < in.n_params; i++) {
+		struct zinf_ckpt_param p = {.size = sizeof(p)};
+		zinf_ckpt_param(c, i, &p);
+		total += p.numel * zinf_dtype_size(dt);
+	}
+	rc = zinf_ckpt_export(c, ex.out, dt, ex.shard);
+	if (rc) {
+		fprintf(stderr,
+			EXPORT ": %s: export failed (%s): nothing written under that name\n",
+			ex.out, strerror(-rc));
+		zinf_ckpt_close(c);
+		return 1;
+	}
+	char sz[32];
+	cli_size_str(sz, sizeof(sz), total);
+	if (ex.shard == 0 || total <= ex.shard || in.n_params <= 1) {
+		printf("%s: %u tensors, %s of %s (step %" PRId64 ")\n", ex.out, in.n_params, sz,
+		       zinf_dtype_name(dt), in.steps);
+	} else {
+		printf("%s.index.json: %u tensors, %s of %s in shards of at most %" PRIu64
+		       " bytes beside it (step %" PRId64 ")\n",
+		       ex.out, in.n_params, sz, zinf_dtype_name(dt), ex.shard, in.steps);
+	}
+	zinf_ckpt_close(c);
+	return 0;
+}
