@@ -766,6 +766,10 @@ report_json(const struct run *r)
 		json_object_set_new(
 			k, "save_efficiency",
 			cli_json_real(r->ck_save_s > 0 ? r->ck_bound_s / r->ck_save_s : 0));
+		json_object_set_new(k, "background_call_s", cli_json_real(r->ck_bg_call_s));
+		json_object_set_new(k, "background_step_s", cli_json_real(r->ck_bg_step_s));
+		json_object_set_new(k, "plain_step_s", cli_json_real(r->ck_plain_step_s));
+		json_object_set_new(k, "background_hidden_s", cli_json_real(r->ck_hidden_s));
 		json_object_set_new(o, "checkpoint", k);
 	}
 	json_object_set_new(o, "rss_peak_bytes", json_integer((json_int_t)rss_peak_bytes()));

@@ -252,3 +252,43 @@ Test(bench_engine, mpirun_two_ranks)
 	free(e);
 	zc_scratch_fini(&r);
 }
+
+/*
+ * --checkpoint DIR: the state's bytes worked out (2 layers of hidden 32: PARAMS_2x32 elements of
+ * 12 bytes of AdamW state, one rank), the save and load timed, the bound from the reference
+ * measured in DIR (one write, plus one read with the optimizer on NVMe), the background save's
+ * fields present, and the checkpoint left in DIR loadable by name ("bench").
+ */
+Test(bench_engine, checkpoint_timed_against_the_disk)
+{
+	zc_need_variant("alone");
+	struct zc_scratch r;
+	zc_scratch_init(&r);
+	int st = zc_run_sh(&r, "", "",
+			   "bench engine --layers 2 --hidden 32 --stage 3 --offload-param nvme "
+			   "--offload-optimizer nvme --nvme-path %s/nv --steps 2 --warmup 1 "
+			   "--compute-ms 1 --checkpoint %s/ck --json",
+			   r.dir, r.dir);
+	char *e = zc_text(r.err);
+	cr_assert_eq(st, 0, "stderr: %s", e);
+	free(e);
+	json_t *j = zc_json(r.out);
+	json_t *k = json_object_get(j, "checkpoint");
+	cr_assert(json_is_object(k), "no checkpoint object");
+	cr_assert_eq(num(k, "state_bytes"), (double)PARAMS_2x32 * 12);
+	cr_assert_gt(num(k, "save_s"), 0);
+	cr_assert_gt(num(k, "load_s"), 0);
+	double scale = num(k, "state_bytes") / num(k, "ref_bytes");
+	double bound = scale * (num(k, "ref_write_s") + num(k, "ref_read_s"));
+	cr_assert_float_eq(num(k, "bound_s"), bound, 1e-9 * bound);
+	cr_assert_float_eq(num(k, "save_efficiency"), bound / num(k, "save_s"), 1e-9);
+	cr_assert_geq(num(k, "background_hidden_s"), 0);
+	cr_assert_gt(num(k, "background_step_s"), 0);
+	json_decref(j);
+	char p[8300];
+	snprintf(p, sizeof(p), "%s/ck/bench/manifest.json", r.dir);
+	FILE *f = fopen(p, "r");
+	cr_assert_not_null(f, "%s missing", p);
+	fclose(f);
+	zc_scratch_fini(&r);
+}
