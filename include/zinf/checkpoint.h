@@ -25,6 +25,10 @@
  * fsyncs DIR, and replaces `latest` the same way (write, fsync, rename, fsync). A process
  * killed at any moment leaves the previous checkpoint loadable. Saves into one DIR are
  * serialised by a lock (DIR/.zinf-ckpt.lock): two saves never race.
+ *
+ * DIR must be one directory that every rank sees (a local disk for ranks of one node, a shared
+ * file system across nodes): rank 0 makes the temporary directory and every rank writes its
+ * files into it; a rank that cannot is an error on every rank.
  */
 #ifndef ZINF_CHECKPOINT_H
 #define ZINF_CHECKPOINT_H
