@@ -63,12 +63,13 @@ static const char *const optimizers[] = {"adam", "adamw", "adagrad", "lion", NUL
 static const char *const dtypes[] = {"bf16", "f16", "f32", NULL};
 static const enum zinf_dtype dtype_of[] = {ZINF_BF16, ZINF_F16, ZINF_F32};
 static const char *const devices[] = {"auto", "host", "cuda", NULL};
+static const char *const schedules[] = {"zinf", "deepspeed", NULL}; /* zinf_step_schedule's */
 
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
 	uint64_t hidden, sub_group, bucket, param_buffer, max_live;
 	double compute_ms;
-	int stage, off_param, off_optim, optimizer, dtype, device;
+	int stage, off_param, off_optim, optimizer, dtype, device, schedule;
 	struct cli_list paths;
 	const char *checkpoint;
 	bool no_sdb, compare, pin, json;
@@ -131,6 +132,10 @@ static const struct cli_opt opts[] = {
 	{"compare", CLI_FLAG, &cfg.compare, NULL, NULL,
 	 "also run step_during_backward off, interleaved step by step"},
 	{"pin-memory", CLI_FLAG, &cfg.pin, NULL, NULL, "page-lock the offload buffers"},
+	{"schedule", CLI_ENUM, &cfg.schedule, "zinf", NULL,
+	 "the optimizer's NVMe schedule (deepspeed: one read ahead, one write behind, as "
+	 "DeepSpeed's swapper)",
+	 .choices = schedules},
 	{"checkpoint", CLI_STR, &cfg.checkpoint, NULL, "DIR",
 	 "after the steps, time zinf_engine_save and zinf_engine_load into DIR (interleaved "
 	 "rounds with a write and a read of as many bytes there)"},
@@ -238,6 +243,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	eo.offload_param.buffer_size = c->param_buffer;
 	eo.stage3_max_live_parameters = c->max_live;
 	offload(c, c->off_optim, &eo.offload_optimizer);
+	eo.optimizer_schedule = (uint8_t)c->schedule;
 	eo.sub_group_size = c->sub_group;
 	eo.reduce_bucket_size = c->bucket;
 	eo.gradient_accumulation_steps = c->micro_batches;
@@ -734,6 +740,7 @@ report_json(const struct run *r)
 	json_object_set_new(o, "sub_group_size", json_integer((json_int_t)c->sub_group));
 	json_object_set_new(o, "bucket", json_integer((json_int_t)c->bucket));
 	json_object_set_new(o, "compute_ms", cli_json_real(c->compute_ms));
+	json_object_set_new(o, "schedule", json_string(schedules[c->schedule]));
 	arm_json(r, &r->arm[0], o);
 	if (r->nvme) {
 		json_t *d = json_object();

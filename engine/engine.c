@@ -161,8 +161,14 @@ check_opts(const struct zinf_engine_opts *o)
 	}
 	if (o->reserved0 || o->reserved2 || o->reserved3 || !eng_all_zero(o->reserved1, 6) ||
 	    !eng_all_zero(o->reserved4, 2) || !eng_all_zero(o->reserved5, 6) ||
-	    !eng_all_zero(o->reserved6, 7) || o->aio.reserved[0]) {
+	    !eng_all_zero(o->reserved6, 6) || o->aio.reserved[0]) {
 		return ZINF_FAIL(-EINVAL, "engine: reserved option bytes are not zero");
+	}
+	if (o->optimizer_schedule > ZINF_SCHEDULE_DEEPSPEED) {
+		return ZINF_FAIL(-EINVAL,
+				 "engine: optimizer_schedule %u: 0 (pipelined) or 1 "
+				 "(deepspeed)",
+				 o->optimizer_schedule);
 	}
 	if (!(o->comm_timeout_s > 0)) {
 		return ZINF_FAIL(-EINVAL, "engine: comm_timeout_s %g is not positive",

@@ -54,6 +54,7 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	so.n_sub_groups = e->n_sg;
 	so.copy_fn = copy_cb;
 	so.copy_ctx = e;
+	so.schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
 	uint32_t align = zinf_swap_align(e->oswap);
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);

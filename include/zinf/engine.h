@@ -193,7 +193,11 @@ struct zinf_engine_opts {
 	bool stage3_gather_16bit_weights_on_model_save; /* zinf_engine_save() also writes the
 							   consolidated 16-bit weights
 							   (model.safetensors); default false */
-	uint8_t reserved6[7];				/* zero */
+	/* the optimizer on NVMe: enum zinf_step_schedule (zinf/offload.h): ZINF_SCHEDULE_PIPELINED
+	   (default: read ahead with every free buffer), or ZINF_SCHEDULE_DEEPSPEED (DeepSpeed's one
+	   read ahead and one write behind, for comparisons: `zinf bench engine --schedule`) */
+	uint8_t optimizer_schedule;
+	uint8_t reserved6[6]; /* zero */
 };
 
 /** Fill *o with the defaults above (and o->size). */

@@ -23,6 +23,7 @@
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
 #include "zinf/engine.h"
+#include "zinf/offload.h"
 
 #define QUANTUM 0x1p-14f
 
@@ -405,6 +406,39 @@ Test(engine, read_master_equals_reference)
 		edrive_fini(&d);
 		zinf_engine_destroy(e);
 	}
+	zt_rmtree(dir);
+	free(dir);
+}
+
+/* optimizer_schedule deepspeed (DeepSpeed's one read ahead, one write behind; for comparisons)
+ * changes the order of the NVMe traffic, not the result: the reference bit for bit, during and
+ * after backward; an unknown schedule is refused naming the option. */
+Test(engine, deepspeed_schedule_same_result)
+{
+	char *dir = zt_mkdtemp(NULL);
+	for (int sdb = 0; sdb <= 1; sdb++) {
+		struct zinf_engine_opts o;
+		struct edrive d;
+		struct eref_result ref;
+		edrive_opts(&o, "single", 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, dir, ZINF_F32,
+			    2);
+		o.step_during_backward = sdb;
+		o.optimizer_schedule = ZINF_SCHEDULE_DEEPSPEED;
+		struct zinf_engine *e = make_model(&o);
+		cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+		int rc = edrive_run(&d, 0, 3, 2, -1);
+		cr_assert_eq(rc, 0, "%s", d.why);
+		reference(&ref, 3, 2, 0, 0);
+		assert_master_equals(e, &ref,
+				     sdb ? "deepspeed schedule, during" : "deepspeed, after");
+		eref_result_free(&ref);
+		edrive_fini(&d);
+		zinf_engine_destroy(e);
+	}
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, dir, ZINF_F32, 2);
+	o.optimizer_schedule = 2;
+	refused(&o, "optimizer_schedule", "schedule 2");
 	zt_rmtree(dir);
 	free(dir);
 }
