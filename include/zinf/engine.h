@@ -391,6 +391,11 @@ struct zinf_engine_stats {
 		skipped_steps; /* boundaries whose step was skipped (fp16 overflow), since create */
 	bool overflow;	       /* the last window's gradient had an infinity or a NaN */
 	uint8_t reserved6[7];
+	/* the speculative step (clipping or fp16 with step_during_backward): of the sub-groups
+	   stepped during backward in the last window, those rolled back (redone with the
+	   decided grad_scale, or restored on a skipped step) */
+	uint32_t rolled_back;
+	uint32_t reserved7;
 };
 
 /** Copy the statistics (common size rule). Returns 0; -EINVAL (NULL, bad out->size). */
