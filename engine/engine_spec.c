@@ -18,9 +18,11 @@
  *
  * The stepping itself is engine_step.c's (the same function either way), so that the results
  * are the bits of the step after backward. A slot holds every optimizer part of one sub-group
- * and its 16-bit values: device memory for tier none, the optimizer pool's CPU region for cpu
- * and nvme; slots = offload_optimizer.buffer_count (at most one per sub-group); when they are
- * all taken the remaining sub-groups wait for the norm. The previous state is copied before
+ * and its 16-bit values: device memory for tier none (without it, a warning and no
+ * speculation), the optimizer pool's CPU region for cpu and nvme; slots =
+ * offload_optimizer.buffer_count, at most one per sub-group but the last (which becomes final
+ * in the final call, when the norm is close); when they are all taken the remaining sub-groups
+ * wait for the norm. The previous state is copied before
  * the step (tiers none and cpu: from the state arrays; nvme: read from its files in the step's
  * copy callback, after the optimizer ran and before the new state is written over it), the
  * 16-bit values from their home (eng_param_home_write's tiers, read back). With the optimizer
@@ -40,8 +42,10 @@ spec_slots(const struct zinf_engine *e)
 	if (!e->gate || !e->o.step_during_backward) {
 		return 0;
 	}
+	/* the last sub-group to become final is never speculated (it becomes final in the final
+	   zinf_engine_step call, once the norm is close): one sub-group, no reserve */
 	uint32_t n = ZINF_MAX(e->o.offload_optimizer.buffer_count, 1u);
-	return ZINF_MIN(n, e->n_sg);
+	return ZINF_MIN(n, e->n_sg - 1);
 }
 
 /* The slot layout: each part aligned to `align`. Returns the stride. */
@@ -88,6 +92,18 @@ eng_spec_setup(struct zinf_engine *e, uint32_t align)
 	sp->dev = e->otier == ZINF_OFFLOAD_NONE;
 	if (sp->dev) {
 		ret = zinf_device_alloc(e->dev, n * sp->stride, (void **)&sp->mem);
+		if (ret == -ENOMEM) {
+			/* the step after backward needs none of it: go on without speculating */
+			ENG_WARN(e,
+				 "init: no device memory for the speculative step's reserve (%u "
+				 "sub-groups of %" PRIu64
+				 " bytes, offload_optimizer.buffer_count): with clipping or fp16 "
+				 "the step waits for the gradient norm",
+				 n, sp->stride);
+			sp->mem = NULL;
+			sp->dev = false;
+			return 0;
+		}
 	} else {
 		ret = zinf_pool_cpu_alloc(e->opool, eng_spec_bytes(e, align), (void **)&sp->mem);
 	}
