@@ -16,7 +16,8 @@
  * the speculative step during backward against the step after it, with clipping on some steps
  * and fp16 overflows on others, every stage 1-3 and optimizer tier (spec);
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
- * once (the step's outcome agreed).
+ * once (the step's outcome agreed); the same during a speculative step kept, redone or
+ * restored (spec_fault).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -1348,6 +1349,108 @@ case_spec(void)
 	return fails;
 }
 
+/*
+ * The speculative step failing: the optimizer on NVMe through the "fault" I/O backend, the last
+ * rank's reads failing from the boundary micro-batch of a plain step (the speculation is
+ * kept), a clip step (redone) or an overflow step (restored), from the first read or a later
+ * one, without comm_check and with a 60 s deadline. Whichever path the step takes, every rank
+ * returns -EIO from that step (the others through the agreement, never -ETIMEDOUT) and the
+ * same error from a later call. Enough gradient-window slots that no gradient is spilled: the
+ * failing reads are the step's, on the worker or after the norm.
+ */
+static int
+spec_fault_one(int at, int nth)
+{
+	struct zinf_engine_opts o;
+	int fails = 0, rc = 0;
+	float *grad[SPEC_NP] = {0};
+	static struct spec_seen seen;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F16, 2);
+	o.sub_group_size = 16;
+	o.reduce_bucket_size = 40;
+	o.allgather_bucket_size = 40;
+	o.offload_optimizer.buffer_count = 8;
+	o.fp16.enabled = true;
+	o.fp16.initial_scale_power = 8;
+	o.gradient_clipping = SPEC_CLIP;
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 60;
+	o.swap_prefix = "specfault";
+	struct zinf_engine *e = NULL;
+	rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc < 0) {
+		return fails;
+	}
+	for (uint32_t p = 0; p < SPEC_NP && rc == 0; p++) {
+		char name[16];
+		struct zinf_param_desc d;
+		snprintf(name, sizeof(name), "s%u", p);
+		zinf_param_desc_init(&d);
+		d.name = name;
+		d.numel = spec_numel[p];
+		d.layer = spec_layer[p];
+		d.init_fn = ka_init;
+		rc = zinf_engine_add_param(e, &d) == (int)p ? 0 : -1;
+	}
+	rc = rc ? rc : zinf_engine_init(e);
+	CHECK(rc == 0, "init: %d %s", rc, zinf_last_error());
+	for (uint32_t p = 0; p < SPEC_NP && rc == 0; p++) {
+		rc = zinf_device_alloc(zinf_engine_device(e), 64 * sizeof(float),
+				       (void **)&grad[p]);
+	}
+	for (int s = 0; s < at && rc == 0; s++) {
+		rc = spec_micro(e, grad, s, 0, &seen);
+		rc = rc ? rc : spec_micro(e, grad, s, 1, &seen);
+		CHECK(rc == 1 || rc == 2, "clean step %d: %d %s", s, rc, zinf_last_error());
+		rc = rc > 0 ? 0 : rc;
+	}
+	if (rc == 0) {
+		rc = spec_micro(e, grad, at, 0, &seen);
+		CHECK(rc == 0, "step %d micro 0: %d %s", at, rc, zinf_last_error());
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	if (rc == 0 && io && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = (uint32_t)nth,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = spec_micro(e, grad, at, 1, &seen);
+		CHECK(rc == -EIO,
+		      "step %d (%c) with rank %d's reads failing from the %d-th: returned %d (%s), "
+		      "expected -EIO on every rank",
+		      at, "pco"[spec_kind_of(at)], world - 1, nth, rc, zinf_last_error());
+		int again = zinf_engine_step(e);
+		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+	}
+	for (uint32_t p = 0; p < SPEC_NP; p++) {
+		zinf_device_free(zinf_engine_device(e), grad[p]);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_spec_fault(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	/* steps 0 (plain), 1 (clip), 2 (overflow) of spec_kind_of */
+	for (int at = 0; at < 3; at++) {
+		fails += spec_fault_one(at, 1);
+		fails += spec_fault_one(at, 7);
+	}
+	return fails;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1363,6 +1466,7 @@ static const struct {
 	{"fetch_mismatch", case_fetch_mismatch},
 	{"io_fault", case_io_fault},
 	{"step_fault_agreed", case_step_fault_agreed},
+	{"spec_fault", case_spec_fault},
 };
 
 int
