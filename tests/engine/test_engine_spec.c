@@ -13,8 +13,9 @@
  * from them, the loss scale and the norm. The speculating engine must have stepped sub-groups
  * during backward at every boundary, and rolled back none of them on plain steps and all of
  * them on clip and overflow steps; the other none. For optimizer tiers none, cpu and nvme,
- * stages 1-3 and the parameter tiers of stage 3; and with a reserve of one sub-group (the
- * others wait for the norm). Not here: several ranks (test_engine_ranks.c's "spec" case).
+ * stages 1-3 and the parameter tiers of stage 3; bf16 parameters and state (stochastic
+ * rounding) with clipping alone; and with a reserve of one sub-group (the others wait for the
+ * norm). Not here: several ranks (test_engine_ranks.c's "spec" case).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -68,6 +69,8 @@ struct cfg {
 	int stage;
 	enum zinf_offload_device opt, param;
 	uint32_t buffers; /* offload_optimizer.buffer_count: the reserve's slots */
+	bool bf16;	  /* bf16 parameters and optimizer state (stochastic rounding), clipping
+			     without fp16: no overflow step (those are plain) */
 };
 
 struct model {
@@ -108,6 +111,15 @@ make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool
 	o->optimizer.lr = 0.01f;
 	o->optimizer.eps = 0.05f;
 	o->optimizer.weight_decay = 0.01f;
+	if (c->bf16) {
+		o->dtype = ZINF_BF16;
+		o->optimizer.state_dtype = ZINF_BF16;
+		o->optimizer.rounding = ZINF_ROUND_STOCHASTIC;
+		o->gradient_clipping = CLIP;
+		o->step_during_backward = spec;
+		o->swap_prefix = "espec";
+		return;
+	}
 	o->dtype = ZINF_F16;
 	o->fp16.enabled = true;
 	o->fp16.initial_scale_power = 8;
@@ -228,8 +240,15 @@ micro(struct model *m, int s, int mi, double factor, bool inf, struct seen *out)
 }
 
 static float
-half_to_float(uint16_t h)
+half_to_float(uint16_t h, bool bf16)
 {
+	if (bf16) {
+		uint32_t u = (uint32_t)h << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		cr_assert(isfinite(f), "a 16-bit parameter is not finite");
+		return f;
+	}
 	uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023;
 	float v = ex == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 1024), (int)ex - 25);
 	cr_assert(ex != 31, "a 16-bit parameter is not finite");
@@ -241,9 +260,9 @@ half_to_float(uint16_t h)
 }
 
 static void
-train_step(struct model *m, int s, struct seen *out)
+train_step(struct model *m, const struct cfg *c, int s, struct seen *out)
 {
-	enum kind k = kind_of(s);
+	enum kind k = c->bf16 && kind_of(s) == OVERFLOW ? PLAIN : kind_of(s);
 	double factor = k == CLIPPED ? 4.0 : 1.0;
 	int rc = micro(m, s, 0, factor, k == OVERFLOW, out);
 	cr_assert_eq(rc, 0, "step %d micro 0: %d %s", s, rc, zinf_last_error());
@@ -253,7 +272,7 @@ train_step(struct model *m, int s, struct seen *out)
 	out->loss = 0;
 	for (int p = 0; p < NP; p++) {
 		for (uint64_t i = 0; i < numel[p]; i++) {
-			double w = half_to_float(out->p16[p][i]);
+			double w = half_to_float(out->p16[p][i], c->bf16);
 			out->loss += w * w * (double)(1 + (i % 7));
 		}
 		int r = zinf_engine_read_master(m->e, (uint32_t)p, out->master[p]);
@@ -273,9 +292,9 @@ compare_runs(const struct cfg *c)
 	model_make(&mn, c, false);
 	uint32_t spec_steps = 0, rolled = 0, rolled_clip = 0, rolled_skip = 0;
 	for (int s = 0; s < STEPS; s++) {
-		enum kind k = kind_of(s);
-		train_step(&ms, s, &a);
-		train_step(&mn, s, &b);
+		enum kind k = c->bf16 && kind_of(s) == OVERFLOW ? PLAIN : kind_of(s);
+		train_step(&ms, c, s, &a);
+		train_step(&mn, c, s, &b);
 		cr_assert_eq(a.rc, b.rc, "step %d: %d vs %d", s, a.rc, b.rc);
 		cr_assert_eq(a.rc, k == OVERFLOW ? 2 : 1, "step %d returned %d", s, a.rc);
 		cr_assert(memcmp(a.p16, b.p16, sizeof(a.p16)) == 0,
@@ -315,10 +334,10 @@ compare_runs(const struct cfg *c)
 		rolled_clip += k == CLIPPED ? a.st.rolled_back : 0;
 		rolled_skip += k == OVERFLOW ? a.st.rolled_back : 0;
 	}
-	cr_assert_eq(zinf_engine_steps(ms.e), STEPS - 4);
-	cr_assert_eq(zinf_engine_steps(mn.e), STEPS - 4);
+	cr_assert_eq(zinf_engine_steps(ms.e), c->bf16 ? STEPS : STEPS - 4);
+	cr_assert_eq(zinf_engine_steps(mn.e), c->bf16 ? STEPS : STEPS - 4);
 	cr_assert_gt(rolled_clip, 0);
-	cr_assert_gt(rolled_skip, 0);
+	cr_assert(c->bf16 || rolled_skip > 0);
 	cr_assert_lt(rolled, spec_steps, "plain steps kept their speculation");
 	model_free(&ms);
 	model_free(&mn);
@@ -326,55 +345,66 @@ compare_runs(const struct cfg *c)
 
 Test(engine_spec, stage2_tier_none)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false});
 }
 
 Test(engine_spec, stage2_tier_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false});
 }
 
 Test(engine_spec, stage2_tier_nvme)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false});
 }
 
 Test(engine_spec, stage1_tier_cpu)
 {
-	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4});
+	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false});
 }
 
 Test(engine_spec, stage3_none_none)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false});
 }
 
 Test(engine_spec, stage3_cpu_cpu)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false});
 }
 
 Test(engine_spec, stage3_nvme_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false});
 }
 
 Test(engine_spec, stage3_none_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false});
+}
+
+/* bf16 parameters and state (stochastic rounding), clipping without fp16 */
+Test(engine_spec, bf16_clipping_cpu)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true});
+}
+
+Test(engine_spec, bf16_clipping_nvme)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true});
 }
 
 /* a reserve of one sub-group: one is speculated, the others wait for the norm */
 Test(engine_spec, reserve_of_one)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1});
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false});
 }
 
 /* the reserve is counted in the optimizer's pool: host_pool_bytes grows by the slots */
 Test(engine_spec, reserve_in_pool_budget)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4};
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false};
 	struct model ms = {0}, mn = {0};
 	model_make(&ms, &c, true);
 	model_make(&mn, &c, false);
