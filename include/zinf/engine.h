@@ -321,8 +321,11 @@ ZINF_API int zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *de
  * With step_during_backward the sub-groups are nevertheless stepped during backward, on the
  * assumption of no clipping and no overflow (grad_scale 1/S), each keeping its previous state
  * (optimizer state and 16-bit values) in a reserve of offload_optimizer.buffer_count
- * sub-groups (device memory for the optimizer tier none, else the optimizer's pinned pool);
- * once the reserve is full the others wait for the norm. In this call, once the norm is
+ * sub-groups (device memory for the optimizer tier none, else the optimizer's pinned pool;
+ * none for the last sub-group to become final; a device without room for it: a warning at
+ * init and no speculation); once the reserve is full the others wait for the norm. With the
+ * optimizer on NVMe a speculated sub-group's previous state is read once more from its files.
+ * In this call, once the norm is
  * known: if the assumption held, nothing is undone; if clipping applies, the speculated
  * sub-groups get their previous state back and are stepped again with the right grad_scale;
  * on an fp16 overflow they get their previous state back (stats.rolled_back counts them).
