@@ -185,6 +185,18 @@ make_plan(const struct zinf_train_config *tc, const struct cfg *c, struct plan *
 		    e->offload_optimizer.buffer_count * sgb, NULL);
 		p->pinned_locked |= e->offload_optimizer.pin_memory;
 	}
+	if ((e->gradient_clipping > 0 || e->fp16.enabled) && e->step_during_backward) {
+		/* the speculative step's reserve (engine/engine_spec.c): buffer_count sub-groups'
+		   state and 16-bit values, at most one per sub-group but the last */
+		double sg = fmin((double)e->sub_group_size, part);
+		double nsg = ceil(part / fmax(sg, 1.0));
+		double slots = fmin(fmax((double)e->offload_optimizer.buffer_count, 1.0), nsg - 1);
+		if (slots > 0) {
+			add(p, od == ZINF_OFFLOAD_NONE ? "gpu" : "pinned",
+			    "speculative step reserve (buffer_count x one sub-group's state)",
+			    slots * sg * (K + b16), NULL);
+		}
+	}
 	if (pd == ZINF_OFFLOAD_CPU) {
 		add(p, "pinned", "16-bit parameter partitions", part * b16, NULL);
 		p->pinned_locked |= e->offload_param.pin_memory;

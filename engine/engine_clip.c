@@ -11,8 +11,8 @@
  * the collectives have no float64 reduction), and the step's grad_scale is derived as
  * DeepSpeed's unscale_and_clip_grads does; an fp16 overflow skips the step and updates the
  * loss scaler (engine/loss_scale.c). Not here: the step itself (engine_step.c), the
- * speculative step during backward with roll-back (not done: with clipping or fp16 the
- * sub-groups are stepped after the exchange).
+ * speculative step during backward with its roll-back (engine_spec.c: it assumes the
+ * grad_scale this file gives without clipping or overflow, 1/S).
  */
 #include <errno.h>
 #include <math.h>
@@ -129,7 +129,7 @@ exchange(struct zinf_engine *e, const float mine[4], float *all)
 }
 
 int
-eng_clip_decide(struct zinf_engine *e)
+eng_clip_decide(struct zinf_engine *e, float *gs)
 {
 	int ret = 0;
 	if (e->otier == ZINF_OFFLOAD_NONE) {
@@ -183,7 +183,7 @@ eng_clip_decide(struct zinf_engine *e)
 	}
 	e->win.grad_norm = norm;
 	e->win.overflow = bad;
-	e->step_scale = (float)(1.0 / combined);
+	*gs = (float)(1.0 / combined);
 	if (!e->o.fp16.enabled) {
 		return 0;
 	}

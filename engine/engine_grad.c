@@ -149,10 +149,24 @@ gwin_reclaim(struct zinf_engine *e)
 	pthread_mutex_unlock(&e->w.mu);
 	for (uint32_t s = 0; s < g->n; s++) {
 		if (g->slot[s].handed && g->slot[s].qpos < fin) {
-			g->sg_has[g->slot[s].sg] = GW_STEPPED;
-			gwin_clear(g, s);
+			uint32_t k = (uint32_t)g->slot[s].sg;
+			if (e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
+				/* stepped speculatively: its gradient stays (this slot, or its file
+				   once evicted) until the step is validated or redone */
+				g->slot[s].handed = false;
+				g->sg_has[k] = GW_SPEC;
+			} else {
+				g->sg_has[k] = GW_STEPPED;
+				gwin_clear(g, s);
+			}
 		}
 	}
+}
+
+void
+eng_gwin_reclaim(struct zinf_engine *e)
+{
+	gwin_reclaim(e);
 }
 
 /* Write slot s's gradient to its sub-group's grad tensor (if changed) and free the slot. */
@@ -221,7 +235,7 @@ eng_gwin_load(struct zinf_engine *e, uint32_t k)
 		float *mem = g->mem + (uint64_t)s * g->stride;
 		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
 		bool dirty = false;
-		if (g->sg_has[k] == GW_HAS) {
+		if (g->sg_has[k] == GW_HAS || g->sg_has[k] == GW_SPEC) {
 			int ret = zinf_swap_read(e->oswap, g->sg_id[k], mem);
 			if (ret) {
 				return ENG_FAIL(e, ret,
@@ -408,10 +422,12 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
 		    --e->sg_pending[p->sg] == 0) {
 			/* after its accumulations were queued on cs; with clipping or fp16 its sum
-			   of squares now, before the window may spill it, and the step waits */
+			   of squares now, before the window may spill it (the step waits for the
+			   norm, or speculates: engine_spec.c) */
 			if (e->gate) {
 				ret = eng_clip_sg(e, p->sg);
-			} else {
+			}
+			if (!ret) {
 				eng_step_final(e, p->sg);
 			}
 		}
@@ -490,6 +506,7 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		if ((ret = eng_latch_lr(e))) {
 			return ret;
 		}
+		eng_spec_begin(e); /* with clipping or fp16: the grad_scale assumed */
 		/* the window is open from here on (read_master refuses): the worker may begin the
 		   step and read ahead (a forward alone, an evaluation, begins nothing) */
 		eng_worker_prime(e);

@@ -69,7 +69,7 @@ struct gslot {
 	uint64_t tick; /* last use (least recently used goes first) */
 };
 
-enum { GW_NONE = 0, GW_HAS = 1, GW_STEPPED = 2 };
+enum { GW_NONE = 0, GW_HAS = 1, GW_STEPPED = 2, GW_SPEC = 3 };
 
 struct gwin {
 	uint32_t n;	 /* slots; 0: no window (tiers none and cpu: grad_part) */
@@ -78,9 +78,32 @@ struct gwin {
 	struct gslot *slot;
 	int32_t *sg_slot; /* per sub-group: its slot or -1 */
 	uint8_t *sg_has;  /* per sub-group: GW_NONE, GW_HAS (an accumulation of this window, in
-			     its slot or its file), GW_STEPPED (its gradient was stepped) */
+			     its slot or its file), GW_STEPPED (its gradient was stepped),
+			     GW_SPEC (stepped speculatively: kept, in its slot or its file, until
+			     the step is validated or redone) */
 	int *sg_id;	  /* per sub-group: its "grad" tensor in the optimizer's swap space */
 	uint64_t tick;
+};
+
+/*
+ * The speculative step (engine_spec.c): with clipping or fp16 (gate) and the step worker, the
+ * boundary's sub-groups are stepped during backward with the assumed grad_scale 1/S; each one
+ * keeps its previous state in a reserve slot until zinf_engine_step knows the norm. A slot:
+ * every optimizer part of one sub-group (max_sg elements each), then its 16-bit values, each
+ * aligned to `align`; device memory (tier none) or the optimizer pool's CPU region.
+ */
+struct espec {
+	uint32_t n;				/* slots; 0: no speculation */
+	uint32_t used;				/* slots taken this step (by hand(), main thread) */
+	uint64_t stride;			/* bytes per slot */
+	uint64_t off[ZINF_OPTIM_MAX_PARTS + 1]; /* part i's offset in a slot; [nparts]: 16-bit */
+	char *mem;				/* n * stride bytes */
+	bool dev;				/* mem is device memory (tier none) */
+	int32_t *sg_slot;			/* per sub-group: its slot this step, or -1 */
+	float scale0;				/* the assumed grad_scale of the step in progress */
+	int err;				/* resolve's error, for eng_step_run to agree on */
+	bool closed;				/* zinf_engine_step began: the norm is close, no
+						   more speculation */
 };
 
 /* One registered parameter. */
@@ -243,7 +266,9 @@ struct zinf_engine {
 	struct zinf_loss_scaler ls; /* fp16.enabled */
 	double *sg_sumsq;	    /* host: per sub-group, its final gradient's sum of squares */
 	double *dev_sumsq;	    /* tier none: the same in device memory */
-	float step_scale;	    /* grad_scale of the step in progress (1 without gate) */
+	float step_scale;	    /* grad_scale of the step in progress (1 without gate; with
+				       gate: the assumed one during backward, then decided) */
+	struct espec sp;	    /* the speculative step's reserve (engine_spec.c) */
 	uint64_t skipped;	    /* skipped steps */
 
 	/* checkpoints (engine_ckpt.c): a background save in flight, the result of the last one */
@@ -333,6 +358,7 @@ int eng_gwin_load(struct zinf_engine *e, uint32_t k); /* sub-group k resident in
 void eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos); /* to the worker */
 void eng_gwin_drop(struct zinf_engine *e, uint32_t k); /* stepped: its slot is free */
 void eng_gwin_reset(struct zinf_engine *e);	       /* the window's end: every slot free */
+void eng_gwin_reclaim(struct zinf_engine *e);	       /* the slots of what the worker finished */
 /* sub-group k's fp32 gradient (grad_part, or its slot: resident) */
 float *eng_grad_of(struct zinf_engine *e, uint32_t k);
 
@@ -365,9 +391,20 @@ eng_layer_handed(const struct zinf_engine *e, const struct elayer *l)
 int eng_clip_init(struct zinf_engine *e);  /* create: check the options, set up the scaler */
 int eng_clip_setup(struct zinf_engine *e); /* init: per sub-group buffers */
 void eng_clip_free(struct zinf_engine *e);
-int eng_clip_sg(struct zinf_engine *e, uint32_t k); /* k's gradient is final: its sumsq */
-int eng_clip_decide(struct zinf_engine *e);	    /* boundary: 0 step (step_scale set), 1 skip */
+int eng_clip_sg(struct zinf_engine *e, uint32_t k);    /* k's gradient is final: its sumsq */
+int eng_clip_decide(struct zinf_engine *e, float *gs); /* boundary: 0 step with *gs, 1 skip */
 void eng_clip_stats(const struct zinf_engine *e, struct zinf_engine_stats *s);
+
+/* engine_spec.c */
+uint64_t eng_spec_bytes(const struct zinf_engine *e, uint32_t align); /* reserve, host tiers */
+int eng_spec_setup(struct zinf_engine *e, uint32_t align); /* after the pools: the reserve */
+void eng_spec_free(struct zinf_engine *e);
+bool eng_spec_on(const struct zinf_engine *e);		/* gate, worker and a reserve */
+void eng_spec_begin(struct zinf_engine *e);		/* boundary's first gradient: assume 1/S */
+bool eng_spec_claim(struct zinf_engine *e, uint32_t k); /* a slot for k (false: none free) */
+int eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* worker, before */
+int eng_spec_save_nvme(struct zinf_engine *e, uint32_t k);	 /* copy_cb: the state on NVMe */
+int eng_spec_resolve(struct zinf_engine *e, int skip, float gs); /* after eng_clip_decide */
 
 /* engine_worker.c */
 int eng_worker_start(struct zinf_engine *e);
@@ -377,6 +414,10 @@ void eng_worker_prime(struct zinf_engine *e);		/* begin the step's reads ahead (
 void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
 void eng_worker_pump(struct zinf_engine *e); /* hand final sub-groups whose layers are released */
 int eng_step_run(struct zinf_engine *e);     /* the whole step at the boundary */
+int eng_worker_hand(struct zinf_engine *e, uint32_t k); /* hand k now (its layers released) */
+/* wait for the worker, end its step pass (partial: the sub-groups not handed are left out of
+   it), fold its counters, reset it for the next step */
+int eng_worker_end(struct zinf_engine *e, bool partial);
 void eng_step_free(struct zinf_engine *e);
 
 #endif

@@ -8,7 +8,9 @@
  * values go home through eng_param_home_write; stages 1-2 all-gather them after the step and
  * stage 3 refreshes its persistent parameters. Also zinf_engine_step() (end of a micro-batch;
  * with clipping or fp16 the boundary asks engine_clip.c for the grad_scale, or skips the step
- * on an fp16 overflow) and zinf_engine_read_master(). Gradient reduction is engine_grad.c's.
+ * on an fp16 overflow, and engine_spec.c keeps, redoes or restores the sub-groups stepped
+ * speculatively during backward) and zinf_engine_read_master(). Gradient reduction is
+ * engine_grad.c's.
  */
 #include <errno.h>
 #include <string.h>
@@ -19,6 +21,13 @@ static int
 copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 {
 	struct zinf_engine *e = ctx;
+	if (e->cb == &e->w.x && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
+		/* speculated on the worker: its previous state is still in the files */
+		int ret = eng_spec_save_nvme(e, k);
+		if (ret) {
+			return ret;
+		}
+	}
 	return eng_param_home_write(e, e->cb, eng_sg_start(e, k), copy, false, n);
 }
 
@@ -60,7 +69,7 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	zinf_pool_opts_init(&po);
 	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
 	po.buffer_count = e->o.offload_optimizer.buffer_count;
-	po.cpu_bytes = cpu_bytes + eng_gwin_bytes(e, align);
+	po.cpu_bytes = cpu_bytes + eng_gwin_bytes(e, align) + eng_spec_bytes(e, align);
 	po.align = align;
 	po.pin_memory = e->o.offload_optimizer.pin_memory;
 	po.pin_fallback = true;
@@ -83,7 +92,10 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	if ((ret = zinf_swap_reserve(e->oswap))) {
 		return ENG_FAIL(e, ret, "init: reserving the optimizer's swap files");
 	}
-	return eng_gwin_alloc(e, align);
+	if ((ret = eng_gwin_alloc(e, align))) {
+		return ret;
+	}
+	return eng_spec_setup(e, align);
 }
 
 int
@@ -113,6 +125,9 @@ eng_step_setup(struct zinf_engine *e)
 		    (ret = zinf_device_alloc(e->dev, chunk * ds, &e->dev_copy))) {
 			return ENG_FAIL(e, ret, "init: device memory for the gradient partition");
 		}
+		if ((ret = eng_spec_setup(e, 0))) {
+			return ret;
+		}
 		return zinf_stream_sync(e->cs);
 	}
 	/* pinned: the bucket staging (this rank's piece of a bucket), the copy chunk; cpu: the
@@ -120,7 +135,7 @@ eng_step_setup(struct zinf_engine *e)
 	uint64_t stage = e->bucket_cap / (uint64_t)e->W;
 	uint64_t cpu = ZINF_ALIGN_UP(stage * 4, 4096) + ZINF_ALIGN_UP(chunk * ds, 4096);
 	if (e->otier == ZINF_OFFLOAD_CPU) {
-		cpu += ZINF_ALIGN_UP(e->flat_n * 4, 4096);
+		cpu += ZINF_ALIGN_UP(e->flat_n * 4, 4096) + eng_spec_bytes(e, 4096);
 		for (uint32_t i = 0; i < e->nparts; i++) {
 			cpu += ZINF_ALIGN_UP(e->flat_n * zinf_optimizer_part_bytes(e->opt, i),
 					     4096);
@@ -156,13 +171,14 @@ eng_step_setup(struct zinf_engine *e)
 	    (ret = zinf_pool_cpu_alloc(e->opool, chunk * ds, &e->host_copy))) {
 		return ENG_FAIL(e, ret, "init: pinned gradient staging");
 	}
-	return 0;
+	return e->otier == ZINF_OFFLOAD_CPU ? eng_spec_setup(e, 4096) : 0;
 }
 
 void
 eng_step_free(struct zinf_engine *e)
 {
 	eng_worker_stop(e);
+	eng_spec_free(e);
 	eng_clip_free(e);
 	zinf_step_destroy(e->step);
 	e->step = NULL;
@@ -266,30 +282,15 @@ static int
 step_all(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
-	int ret = 0;
-	if (w->started && !e->gate) {
-		ret = eng_worker_wait(e);
-		if (!ret && w->tail < e->n_sg) {
-			ret = ENG_FAIL(e, -EPROTO, "step: %u of %u sub-groups final", w->tail,
-				       e->n_sg);
-		}
-		if (!ret) {
-			ret = zinf_stream_sync(w->ws);
-		}
-		bool began = w->began;
-		w->head = w->tail = w->finished = 0;
-		w->err = 0;
-		w->began = false;
-		if (e->step && began) {
-			int r2 = zinf_step_finish(e->step);
-			ret = ret ? ret : r2;
-		}
-		/* fold the worker's counters into the window's */
-		e->win.h2d_bytes += w->st.h2d_bytes;
-		e->win.d2h_bytes += w->st.d2h_bytes;
-		e->win.nvme_write_bytes += w->st.nvme_write_bytes;
-		e->win.optimizer_s += w->st.optimizer_s;
-		memset(&w->st, 0, sizeof(w->st));
+	int ret = e->sp.err; /* the speculative step's resolution failed (engine_spec.c) */
+	e->sp.err = 0;
+	if (w->started && (!e->gate || w->tail > 0)) {
+		/* every sub-group went to the worker (with clipping or fp16: the speculation held,
+		   and the others followed) */
+		int r2 = eng_worker_end(e, false);
+		return ret ? ret : r2;
+	}
+	if (ret) {
 		return ret;
 	}
 	if (e->step) {
@@ -398,6 +399,7 @@ zinf_engine_step(struct zinf_engine *e)
 		e->window_t0 = t0;
 	}
 	uint32_t early = e->w.tail; /* handed to the worker before this call */
+	e->sp.closed = true;	    /* what becomes final now waits for the norm */
 	if ((ret = eng_order(e, e->compute, e->cs)) || (ret = eng_grad_flush(e))) {
 		return eng_fail_hard(e, ret);
 	}
@@ -413,10 +415,22 @@ zinf_engine_step(struct zinf_engine *e)
 		e->micro++;
 		return 0;
 	}
-	/* clipping or fp16: the global norm decides the grad_scale, or skips the step */
-	int skip = e->gate ? eng_clip_decide(e) : 0;
+	/* clipping or fp16: the global norm decides the grad_scale, or skips the step; what was
+	   stepped during backward on the assumption of no clipping is kept, redone or restored */
+	float gs = 1.0f;
+	int skip = e->gate ? eng_clip_decide(e, &gs) : 0;
 	if (skip < 0) {
+		if (eng_spec_on(e)) {
+			eng_worker_end(e, true); /* nothing in flight for the failed engine */
+		}
 		return eng_fail_hard(e, skip);
+	}
+	if (e->gate && eng_spec_on(e)) {
+		if ((ret = eng_spec_resolve(e, skip, gs))) {
+			return eng_fail_hard(e, ret);
+		}
+	} else if (e->gate) {
+		e->step_scale = gs;
 	}
 	if ((ret = skip ? step_skip(e) : eng_step_run(e))) {
 		return ret;
@@ -429,6 +443,9 @@ zinf_engine_step(struct zinf_engine *e)
 		e->sg_pending[k] = e->sg_params[k];
 		if (e->sg_handed) {
 			e->sg_handed[k] = 0;
+		}
+		if (e->sp.sg_slot) {
+			e->sp.sg_slot[k] = -1;
 		}
 	}
 	double t1 = zinf_now_s();

@@ -8,9 +8,10 @@
  * as the step after backward, so that the results are the same bits. With the optimizer on
  * NVMe a handed sub-group's gradient stays in its gradient-window slot until the worker has
  * finished it (queue position < finished: engine_grad.c takes the slot back then).
- * With gradient clipping or fp16 (e->gate) the worker is not used: the step's grad_scale
- * depends on the global norm, known only after every gradient (the speculative step during
- * backward, with roll-back, is not done yet); zinf_engine_step() steps every sub-group.
+ * With gradient clipping or fp16 (e->gate) the step's grad_scale depends on the global norm,
+ * known only after every gradient: the worker steps speculatively (engine_spec.c) the
+ * sub-groups that found a slot in the reserve (eng_spec_claim when handed), each keeping its
+ * previous state there first (eng_spec_save); the others wait for the norm.
  */
 #include <errno.h>
 #include <string.h>
@@ -58,6 +59,9 @@ worker_main(void *arg)
 				ret = zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL,
 						      false);
 				w->began = ret == 0;
+			}
+			if (!ret && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
+				ret = eng_spec_save(e, &w->x, k); /* speculated: keep what it was */
 			}
 			if (!ret) {
 				ret = eng_step_one(e, &w->x, k);
@@ -142,7 +146,7 @@ eng_worker_stop(struct zinf_engine *e)
 /* Hand sub-group k to the worker, after the engine stream's work so far (its accumulations,
  * and through the wait below, the compute stream's work queued so far: every use of its
  * parameters, whose layers were released). */
-static void
+static int
 hand(struct zinf_engine *e, uint32_t k)
 {
 	struct eworker *w = &e->w;
@@ -164,6 +168,21 @@ hand(struct zinf_engine *e, uint32_t k)
 	w->queue[w->tail++] = k;
 	pthread_cond_signal(&w->cv);
 	pthread_mutex_unlock(&w->mu);
+	return ret;
+}
+
+int
+eng_worker_hand(struct zinf_engine *e, uint32_t k)
+{
+	return hand(e, k);
+}
+
+/* Whether sub-group k may go to the worker now: always without clipping or fp16; with them,
+ * when speculation is on and the reserve has a slot for k (taken here). */
+static bool
+may_hand(struct zinf_engine *e, uint32_t k)
+{
+	return !e->gate || eng_spec_claim(e, k);
 }
 
 /* Whether no layer holding a parameter of sub-group k is fetched. */
@@ -186,11 +205,11 @@ released(struct zinf_engine *e, uint32_t k)
 void
 eng_worker_pump(struct zinf_engine *e)
 {
-	if (!e->w.started || e->gate) {
+	if (!e->w.started || (e->gate && !eng_spec_on(e))) {
 		return;
 	}
 	for (uint32_t k = 0; k < e->n_sg; k++) {
-		if (e->sg_pending[k] == 0 && !e->sg_handed[k] && released(e, k)) {
+		if (e->sg_pending[k] == 0 && !e->sg_handed[k] && released(e, k) && may_hand(e, k)) {
 			hand(e, k);
 		}
 	}
@@ -200,7 +219,7 @@ eng_worker_pump(struct zinf_engine *e)
 void
 eng_step_final(struct zinf_engine *e, uint32_t k)
 {
-	if (e->w.started && !e->gate && released(e, k)) {
+	if (e->w.started && (!e->gate || eng_spec_on(e)) && released(e, k) && may_hand(e, k)) {
 		hand(e, k);
 	}
 	/* else: stepped after backward (eng_step_run), or handed at its layers' release */
@@ -218,7 +237,7 @@ void
 eng_worker_prime(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
-	if (!w->started || e->gate || !e->step ||
+	if (!w->started || (e->gate && !eng_spec_on(e)) || !e->step ||
 	    e->micro + 1 != e->o.gradient_accumulation_steps) {
 		return;
 	}
@@ -241,5 +260,52 @@ eng_worker_wait(struct zinf_engine *e)
 	}
 	int ret = w->err;
 	pthread_mutex_unlock(&w->mu);
+	return ret;
+}
+
+/*
+ * The worker's part of the step: wait for it, end its pass over the optimizer's NVMe state
+ * (partial: the sub-groups not handed are left out of it, zinf_step_skip; its I/O counted now,
+ * as another pass follows), take back the gradient-window slots it read, fold its counters
+ * into the window's and reset it for the next step.
+ */
+int
+eng_worker_end(struct zinf_engine *e, bool partial)
+{
+	struct eworker *w = &e->w;
+	int ret = eng_worker_wait(e);
+	if (!ret && !partial && w->tail < e->n_sg) {
+		ret = ENG_FAIL(e, -EPROTO, "step: %u of %u sub-groups final", w->tail, e->n_sg);
+	}
+	int r2 = zinf_stream_sync(w->ws);
+	ret = ret ? ret : r2;
+	if (e->gw.n) {
+		eng_gwin_reclaim(e); /* before `finished` goes back to 0 */
+	}
+	bool began = w->began;
+	w->head = w->tail = w->finished = 0;
+	w->err = 0;
+	w->began = false;
+	if (e->step && began) {
+		for (uint32_t k = 0; partial && k < e->n_sg; k++) {
+			if (!e->sg_handed[k] && (r2 = zinf_step_skip(e->step, k))) {
+				ret = ret ? ret : r2;
+			}
+		}
+		r2 = zinf_step_finish(e->step);
+		ret = ret ? ret : r2;
+		struct zinf_step_stats st = {.size = sizeof(st)};
+		if (partial && !zinf_step_get_stats(e->step, &st)) {
+			e->win.nvme_read_bytes += st.read_bytes;
+			e->win.nvme_write_bytes += st.write_bytes;
+			e->win.optimizer_s += st.optim_s;
+		}
+	}
+	e->win.h2d_bytes += w->st.h2d_bytes;
+	e->win.d2h_bytes += w->st.d2h_bytes;
+	e->win.nvme_read_bytes += w->st.nvme_read_bytes;
+	e->win.nvme_write_bytes += w->st.nvme_write_bytes;
+	e->win.optimizer_s += w->st.optimizer_s;
+	memset(&w->st, 0, sizeof(w->st));
 	return ret;
 }

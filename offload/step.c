@@ -666,6 +666,31 @@ zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad, enum zinf_dt
 }
 
 int
+zinf_step_skip(struct zinf_step *st, uint32_t k)
+{
+	if (!st) {
+		return OFFLOAD_NULL("step");
+	}
+	if (!st->in_step) {
+		return STEP_FAIL(st, -EINVAL,
+				 "sub-group %u skipped outside a step (zinf_step_begin first)", k);
+	}
+	if (k >= st->nsg) {
+		return STEP_FAIL(st, -EINVAL, "sub-group %u of %u", k, st->nsg);
+	}
+	if (st->done[k]) {
+		return STEP_FAIL(st, -EINVAL,
+				 "step %" PRId64 ": sub-group %u skipped after it was made ready",
+				 st->t, k);
+	}
+	if (step_uses_slots(st)) {
+		step_drop_slot(st, k); /* a read ahead of it: waited for, dropped */
+	}
+	st->done[k] = 1;
+	return 0;
+}
+
+int
 zinf_step_finish(struct zinf_step *st)
 {
 	if (!st) {

@@ -102,6 +102,8 @@ int step_give_copy(struct zinf_step *st, uint32_t k, const char *copy);
 /* step_pipe.c */
 int step_take_buffers(struct zinf_step *st);
 int step_abort_slots(struct zinf_step *st);
+/* Sub-group k (not made ready) gives up the slot a read ahead took for it. */
+void step_drop_slot(struct zinf_step *st, uint32_t k);
 int step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt,
 		    char *host);
 int step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt,

@@ -345,6 +345,19 @@ slot_for(struct zinf_step *st, uint32_t k)
 	return far;
 }
 
+void
+step_drop_slot(struct zinf_step *st, uint32_t k)
+{
+	if (st->sg_slot[k] < 0) {
+		return;
+	}
+	struct slot *s = &st->slots[st->sg_slot[k]];
+	if (s->state == SLOT_READING) {
+		(void)complete_read(st, s, false);
+	}
+	slot_free(st, s);
+}
+
 int
 step_abort_slots(struct zinf_step *st)
 {

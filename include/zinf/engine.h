@@ -176,7 +176,8 @@ struct zinf_engine_opts {
 				       works; "fault" in tests (zinf_engine_io() arms it) */
 	const char *swap_prefix;    /* swap file name prefix; default "zinf" */
 	bool step_during_backward;  /* at the accumulation boundary, step each sub-group as soon
-				       as its gradient is final (exact; default true) */
+				       as its gradient is final (exact; default true); with
+				       clipping or fp16: speculatively (zinf_engine_step) */
 	bool record_trace;	    /* stage 3: record the fetch order and prefetch along it;
 				       default true */
 	uint8_t reserved5[6];	    /* zero */
@@ -335,8 +336,19 @@ ZINF_API int zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *de
  * doubled after loss_scale_window clean steps; a static scale is never changed) and the call
  * returns 2. The scaler reaching min_loss_scale on an overflow is -ERANGE and fails the engine
  * (DeepSpeed stops the run there). Without fp16 a non-finite gradient is stepped as it is.
- * In this mode the step waits for the norm: the sub-groups are stepped in this call, after
- * the exchange, not during backward (the speculative step during backward is not done yet).
+ * With step_during_backward the sub-groups are nevertheless stepped during backward, on the
+ * assumption of no clipping and no overflow (grad_scale 1/S), each keeping its previous state
+ * (optimizer state and 16-bit values) in a reserve of offload_optimizer.buffer_count
+ * sub-groups (device memory for the optimizer tier none, else the optimizer's pinned pool;
+ * none for the last sub-group to become final; a device without room for it: a warning at
+ * init and no speculation); once the reserve is full the others wait for the norm. With the
+ * optimizer on NVMe a speculated sub-group's previous state is read once more from its files.
+ * In this call, once the norm is
+ * known: if the assumption held, nothing is undone; if clipping applies, the speculated
+ * sub-groups get their previous state back and are stepped again with the right grad_scale;
+ * on an fp16 overflow they get their previous state back (stats.rolled_back counts them).
+ * The results are the bits of the step after backward (step_during_backward false: the
+ * sub-groups are all stepped in this call, after the exchange).
  * Returns 1: the optimizer stepped; 2: the boundary was reached and the step skipped; 0: not
  * a boundary.
  */
@@ -417,6 +429,11 @@ struct zinf_engine_stats {
 		skipped_steps; /* boundaries whose step was skipped (fp16 overflow), since create */
 	bool overflow;	       /* the last window's gradient had an infinity or a NaN */
 	uint8_t reserved6[7];
+	/* the speculative step (clipping or fp16 with step_during_backward): of the sub-groups
+	   stepped during backward in the last window, those rolled back (redone with the
+	   decided grad_scale, or restored on a skipped step) */
+	uint32_t rolled_back;
+	uint32_t reserved7;
 };
 
 /** Copy the statistics (common size rule). Returns 0; -EINVAL (NULL, bad out->size). */

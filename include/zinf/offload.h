@@ -400,6 +400,13 @@ ZINF_API int zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scal
 ZINF_API int zinf_step_ready(struct zinf_step *st, uint32_t k, const void *grad,
 			     enum zinf_dtype grad_dtype);
 /**
+ * Leave sub-group k out of the step in progress: its state is neither stepped nor written (a
+ * read ahead of it is waited for and dropped), and finish does not count it as missing. For a
+ * caller that steps only some sub-groups with this grad_scale (the engine's speculative step).
+ * Returns 0; -EINVAL (NULL step, outside a step, k out of range, k already made ready).
+ */
+ZINF_API int zinf_step_skip(struct zinf_step *st, uint32_t k);
+/**
  * Wait for every write, give the buffers back, end the step. Returns 0 only if every sub-group
  * was processed and written; else the first error (-EINVAL naming a sub-group never made
  * ready; the I/O error naming the sub-group and file). The step object stays usable.

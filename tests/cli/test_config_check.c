@@ -132,6 +132,28 @@ Test(config_check, nvme_plan_and_free_space)
 	free(t);
 }
 
+/* Clipping with the step during backward: the speculative step's reserve, buffer_count (4)
+ * sub-groups of 1e6 elements, each 12 bytes of fp32 Adam state and 2 of bf16 values, pinned
+ * (the optimizer on the CPU); 5e6 elements per rank: 5 sub-groups, so all 4 slots. */
+Test(config_check, speculative_step_reserve)
+{
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/clip.json", sc.dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": 1.0,\n"
+		   " \"bf16\": {\"enabled\": true},\n"
+		   " \"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 1e6,\n"
+		   "  \"offload_optimizer\": {\"device\": \"cpu\"}}}\n");
+	fclose(f);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s --world 2 --params 1e7 --json", path),
+		     0);
+	json_t *o = zc_json(sc.out);
+	cr_expect_eq(item(o, "pinned", "speculative step reserve"), 4 * 1e6 * 14);
+	cr_expect_eq(item(o, "gpu", "speculative step reserve"), -1);
+	json_decref(o);
+}
+
 Test(config_check, misspelt_key)
 {
 	char path[4300];

@@ -13,8 +13,11 @@
  * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
  * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
+ * the speculative step during backward against the step after it, with clipping on some steps
+ * and fp16 overflows on others, every stage 1-3 and optimizer tier (spec);
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
- * once (the step's outcome agreed).
+ * once (the step's outcome agreed); the same during a speculative step kept, redone or
+ * restored (spec_fault).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -1109,6 +1112,347 @@ case_clip(void)
 	return fails;
 }
 
+/* ---- the speculative step during backward, with roll-back ---------------------------------- */
+
+/*
+ * Five parameters over three layers, sub-groups of at most 16 elements of whole partitions
+ * (five per rank), fp16 with dynamic loss scaling and clipping at SPEC_CLIP, 20 steps of two
+ * micro-batches: plain steps (norm under the threshold), clip steps (the gradients four times
+ * larger: the norm above it) and overflow steps (the last rank hands an infinity: every rank
+ * skips). Rank r hands (1 + r) times the test's dyadic gradient. The run with
+ * step_during_backward (speculative) must give the bits of the run without it at every step:
+ * the 16-bit parameters fetched, a loss computed from them, the master weights, the loss scale
+ * and the norm; and it must have stepped sub-groups during backward at every boundary, rolled
+ * back none of them on plain steps and all of them on clip and overflow steps. Every stage 1-3
+ * and optimizer tier (stage 3 with the same parameter tier).
+ */
+#define SPEC_NP	   5
+#define SPEC_STEPS 20
+/* the averaged gradient grows with (world + 1) / 2: the norm is about 12.6 (world + 1) on
+   plain steps, four times that on clip steps */
+#define SPEC_CLIP  (25.0 * (world + 1))
+#define SPEC_TOTAL (60 + 13 + 41 + 7 + 33)
+static const uint64_t spec_numel[SPEC_NP] = {60, 13, 41, 7, 33};
+static const int32_t spec_layer[SPEC_NP] = {0, 0, 1, 1, 2};
+
+enum spec_kind { SPEC_PLAIN, SPEC_CLIPPED, SPEC_OVERFLOW };
+
+static enum spec_kind
+spec_kind_of(int s)
+{
+	static const char k[SPEC_STEPS + 1] = "pcopcppoccpcpopocopc";
+	return k[s] == 'p' ? SPEC_PLAIN : k[s] == 'c' ? SPEC_CLIPPED : SPEC_OVERFLOW;
+}
+
+struct spec_seen {
+	int rc;
+	uint16_t p16[SPEC_TOTAL];
+	float master[SPEC_TOTAL];
+	double loss, norm, scale;
+	uint32_t during, rolled;
+};
+
+static float
+spec_grad(uint32_t p, uint64_t i, int s, int m)
+{
+	return (float)((int)((i * 37 + p * 11 + (uint64_t)s * 5 + (uint64_t)m * 3) % 61) - 30) /
+	       16.0f;
+}
+
+/* One micro-batch: forward (mi 0: the 16-bit values into out), backward, step. */
+static int
+spec_micro(struct zinf_engine *e, float *grad[SPEC_NP], int s, int mi, struct spec_seen *out)
+{
+	struct zinf_stream *cs = zinf_engine_compute_stream(e);
+	enum spec_kind k = spec_kind_of(s);
+	double f = (k == SPEC_CLIPPED ? 4.0 : 1.0) * (1 + rank) * zinf_engine_loss_scale(e);
+	int rc = 0;
+	for (int32_t l = 0; l < 3 && rc == 0; l++) {
+		rc = zinf_engine_fetch(e, l);
+		uint64_t at = 0;
+		for (uint32_t p = 0; p < SPEC_NP && rc == 0; at += spec_numel[p], p++) {
+			void *dev = NULL;
+			if (spec_layer[p] != l || mi != 0) {
+				continue;
+			}
+			rc = zinf_engine_param(e, p, &dev);
+			rc = rc ? rc
+				: zinf_device_copy(cs, out->p16 + at, dev, spec_numel[p] * 2,
+						   ZINF_COPY_D2H);
+		}
+		rc = rc ? rc : zinf_stream_sync(cs);
+		rc = rc ? rc : zinf_engine_release(e, l);
+	}
+	for (int32_t l = 2; l >= 0 && rc == 0; l--) {
+		rc = zinf_engine_fetch(e, l);
+		for (int p = SPEC_NP - 1; p >= 0 && rc == 0; p--) {
+			float h[64];
+			if (spec_layer[p] != l) {
+				continue;
+			}
+			for (uint64_t i = 0; i < spec_numel[p]; i++) {
+				h[i] = (float)(spec_grad((uint32_t)p, i, s, mi) * f);
+			}
+			if (k == SPEC_OVERFLOW && mi == 0 && p == 2 && rank == world - 1) {
+				h[3] = INFINITY;
+			}
+			rc = zinf_stream_sync(cs);
+			rc = rc ? rc
+				: zinf_device_copy(cs, grad[p], h, spec_numel[p] * 4,
+						   ZINF_COPY_H2D);
+			rc = rc ? rc : zinf_stream_sync(cs);
+			rc = rc ? rc : zinf_engine_grad(e, (uint32_t)p, grad[p], ZINF_F32);
+		}
+		rc = rc ? rc : zinf_engine_release(e, l);
+	}
+	return rc ? rc : zinf_engine_step(e);
+}
+
+/* Train SPEC_STEPS steps under (stage, tiers), speculating or not: what each step left into
+ * seen[s]. Returns the failures. */
+static int
+spec_run(int stage, enum zinf_offload_device tier, bool spec, struct spec_seen *seen,
+	 const char *what)
+{
+	struct zinf_engine_opts o;
+	int fails = 0, rc = 0;
+	float *grad[SPEC_NP] = {0};
+	edrive_opts(&o, "mpi", stage, tier, stage == 3 ? tier : ZINF_OFFLOAD_NONE, scratch,
+		    ZINF_F16, 2);
+	o.sub_group_size = 16;
+	o.reduce_bucket_size = 40;
+	o.allgather_bucket_size = 40;
+	o.offload_optimizer.buffer_count = 3; /* the reserve: three of the five sub-groups */
+	o.fp16.enabled = true;
+	o.fp16.initial_scale_power = 8;
+	o.fp16.hysteresis = 2;
+	o.fp16.loss_scale_window = 3;
+	o.fp16.min_loss_scale = 1;
+	o.gradient_clipping = SPEC_CLIP;
+	o.step_during_backward = spec;
+	o.swap_prefix = spec ? "espec1" : "espec0";
+	struct zinf_engine *e = NULL;
+	rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "%s: create: %d %s", what, rc, zinf_last_error());
+	if (rc < 0) {
+		return fails;
+	}
+	for (uint32_t p = 0; p < SPEC_NP && rc == 0; p++) {
+		char name[16];
+		struct zinf_param_desc d;
+		snprintf(name, sizeof(name), "s%u", p);
+		zinf_param_desc_init(&d);
+		d.name = name;
+		d.numel = spec_numel[p];
+		d.layer = spec_layer[p];
+		d.init_fn = ka_init;
+		rc = zinf_engine_add_param(e, &d) == (int)p ? 0 : -1;
+		CHECK(rc == 0, "%s: add_param %u", what, p);
+	}
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == 0, "%s: init: %d %s", what, rc, zinf_last_error());
+	}
+	for (uint32_t p = 0; p < SPEC_NP && rc == 0; p++) {
+		rc = zinf_device_alloc(zinf_engine_device(e), 64 * sizeof(float),
+				       (void **)&grad[p]);
+	}
+	for (int s = 0; s < SPEC_STEPS && rc == 0; s++) {
+		struct spec_seen *o_ = &seen[s];
+		rc = spec_micro(e, grad, s, 0, o_);
+		CHECK(rc == 0, "%s: step %d micro 0: %d %s", what, s, rc, zinf_last_error());
+		if (rc) {
+			break;
+		}
+		o_->rc = spec_micro(e, grad, s, 1, o_);
+		CHECK(o_->rc == (spec_kind_of(s) == SPEC_OVERFLOW ? 2 : 1),
+		      "%s: step %d returned %d %s", what, s, o_->rc,
+		      o_->rc < 0 ? zinf_last_error() : "");
+		if (o_->rc < 0) {
+			rc = o_->rc;
+			break;
+		}
+		o_->loss = 0;
+		uint64_t at = 0;
+		for (uint32_t p = 0; p < SPEC_NP && rc == 0; at += spec_numel[p], p++) {
+			for (uint64_t i = 0; i < spec_numel[p]; i++) {
+				double w = zinf_f16_to_f32(o_->p16[at + i]);
+				o_->loss += w * w * (double)(1 + i % 5);
+			}
+			rc = zinf_engine_read_master(e, p, o_->master + at);
+			CHECK(rc == 0, "%s: read_master: %d %s", what, rc, zinf_last_error());
+		}
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		rc = rc ? rc : zinf_engine_get_stats(e, &st);
+		o_->norm = st.grad_norm;
+		o_->scale = zinf_engine_loss_scale(e);
+		o_->during = st.stepped_during_backward;
+		o_->rolled = st.rolled_back;
+	}
+	for (uint32_t p = 0; p < SPEC_NP; p++) {
+		zinf_device_free(zinf_engine_device(e), grad[p]);
+	}
+	zinf_engine_destroy(e);
+	return fails + (rc != 0 && fails == 0);
+}
+
+static int
+case_spec(void)
+{
+	static struct spec_seen ref[SPEC_STEPS], got[SPEC_STEPS];
+	int fails = 0;
+	for (int stage = 1; stage <= 3; stage++) {
+		for (int tier = 0; tier <= 2; tier++) {
+			char what[96];
+			snprintf(what, sizeof(what), "%d ranks stage %d tier %s", world, stage,
+				 tier_names[tier]);
+			memset(ref, 0, sizeof(ref));
+			memset(got, 0, sizeof(got));
+			int f = spec_run(stage, (enum zinf_offload_device)tier, false, ref, what);
+			f += f ? 0
+			       : spec_run(stage, (enum zinf_offload_device)tier, true, got, what);
+			fails += f;
+			uint32_t rolled = 0;
+			for (int s = 0; s < SPEC_STEPS && f == 0; s++) {
+				enum spec_kind k = spec_kind_of(s);
+				struct spec_seen *a = &got[s], *b = &ref[s];
+				CHECK(a->rc == b->rc, "%s: step %d: %d vs %d", what, s, a->rc,
+				      b->rc);
+				CHECK(memcmp(a->p16, b->p16, sizeof(a->p16)) == 0,
+				      "%s: step %d: 16-bit parameters differ", what, s);
+				CHECK(memcmp(a->master, b->master, sizeof(a->master)) == 0,
+				      "%s: step %d: master weights differ", what, s);
+				CHECK(memcmp(&a->loss, &b->loss, 8) == 0,
+				      "%s: step %d: loss %.17g vs %.17g", what, s, a->loss,
+				      b->loss);
+				CHECK(a->scale == b->scale, "%s: step %d: loss scale %g vs %g",
+				      what, s, a->scale, b->scale);
+				CHECK(k == SPEC_OVERFLOW || memcmp(&a->norm, &b->norm, 8) == 0,
+				      "%s: step %d: norm %.17g vs %.17g", what, s, a->norm,
+				      b->norm);
+				CHECK(k == SPEC_OVERFLOW ||
+					      (k == SPEC_CLIPPED ? a->norm > SPEC_CLIP
+								 : a->norm < SPEC_CLIP),
+				      "%s: step %d: norm %g against the threshold %g", what, s,
+				      a->norm, SPEC_CLIP);
+				CHECK(a->during > 0 && a->during <= 3,
+				      "%s: step %d: %u sub-groups speculated", what, s, a->during);
+				CHECK(a->rolled == (k == SPEC_PLAIN ? 0 : a->during),
+				      "%s: step %d: rolled back %u of %u", what, s, a->rolled,
+				      a->during);
+				CHECK(b->during == 0 && b->rolled == 0, "%s: step %d: %u, %u", what,
+				      s, b->during, b->rolled);
+				rolled += a->rolled;
+			}
+			CHECK(f || rolled > 0, "%s: nothing rolled back", what);
+		}
+	}
+	return fails;
+}
+
+/*
+ * The speculative step failing: the optimizer on NVMe through the "fault" I/O backend, the last
+ * rank's reads failing from the boundary micro-batch of a plain step (the speculation is
+ * kept), a clip step (redone) or an overflow step (restored), from the first read or a later
+ * one, without comm_check and with a 60 s deadline. Whichever path the step takes, every rank
+ * returns -EIO from that step (the others through the agreement, never -ETIMEDOUT) and the
+ * same error from a later call. Enough gradient-window slots that no gradient is spilled: the
+ * failing reads are the step's, on the worker or after the norm.
+ */
+static int
+spec_fault_one(int at, int nth)
+{
+	struct zinf_engine_opts o;
+	int fails = 0, rc = 0;
+	float *grad[SPEC_NP] = {0};
+	static struct spec_seen seen;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F16, 2);
+	o.sub_group_size = 16;
+	o.reduce_bucket_size = 40;
+	o.allgather_bucket_size = 40;
+	o.offload_optimizer.buffer_count = 8;
+	o.fp16.enabled = true;
+	o.fp16.initial_scale_power = 8;
+	o.gradient_clipping = SPEC_CLIP;
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 60;
+	o.swap_prefix = "specfault";
+	struct zinf_engine *e = NULL;
+	rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc < 0) {
+		return fails;
+	}
+	for (uint32_t p = 0; p < SPEC_NP && rc == 0; p++) {
+		char name[16];
+		struct zinf_param_desc d;
+		snprintf(name, sizeof(name), "s%u", p);
+		zinf_param_desc_init(&d);
+		d.name = name;
+		d.numel = spec_numel[p];
+		d.layer = spec_layer[p];
+		d.init_fn = ka_init;
+		rc = zinf_engine_add_param(e, &d) == (int)p ? 0 : -1;
+	}
+	rc = rc ? rc : zinf_engine_init(e);
+	CHECK(rc == 0, "init: %d %s", rc, zinf_last_error());
+	for (uint32_t p = 0; p < SPEC_NP && rc == 0; p++) {
+		rc = zinf_device_alloc(zinf_engine_device(e), 64 * sizeof(float),
+				       (void **)&grad[p]);
+	}
+	for (int s = 0; s < at && rc == 0; s++) {
+		rc = spec_micro(e, grad, s, 0, &seen);
+		rc = rc ? rc : spec_micro(e, grad, s, 1, &seen);
+		CHECK(rc == 1 || rc == 2, "clean step %d: %d %s", s, rc, zinf_last_error());
+		rc = rc > 0 ? 0 : rc;
+	}
+	if (rc == 0) {
+		rc = spec_micro(e, grad, at, 0, &seen);
+		CHECK(rc == 0, "step %d micro 0: %d %s", at, rc, zinf_last_error());
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	if (rc == 0 && io && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = (uint32_t)nth,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = spec_micro(e, grad, at, 1, &seen);
+		CHECK(rc == -EIO,
+		      "step %d (%c) with rank %d's reads failing from the %d-th: returned %d (%s), "
+		      "expected -EIO on every rank",
+		      at, "pco"[spec_kind_of(at)], world - 1, nth, rc, zinf_last_error());
+		int again = zinf_engine_step(e);
+		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+	}
+	for (uint32_t p = 0; p < SPEC_NP; p++) {
+		zinf_device_free(zinf_engine_device(e), grad[p]);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_spec_fault(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	/* steps 0 (plain), 1 (clip), 2 (overflow) of spec_kind_of */
+	for (int at = 0; at < 3; at++) {
+		fails += spec_fault_one(at, 1);
+		fails += spec_fault_one(at, 7);
+	}
+	return fails;
+}
+
+
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
 /* A directory every rank sees: rank 0's path under its scratch directory, broadcast. */
@@ -1323,12 +1667,14 @@ static const struct {
 	{"live_and_persistence", case_live_and_persistence, false},
 	{"trace", case_trace, false},
 	{"clip", case_clip, false},
+	{"spec", case_spec, false},
 	{"ckpt_resume", case_ckpt_resume, false},
 	{"ckpt_save", case_ckpt_save, true},
 	{"ckpt_reshard", case_ckpt_reshard, true},
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
+	{"spec_fault", case_spec_fault, false},
 };
 
 int

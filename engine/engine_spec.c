@@ -1,0 +1,381 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_spec.c: the speculative step during backward, with roll-back (issue 10). With
+ * gradient clipping or fp16 (e->gate) the step's grad_scale is known only once every rank's
+ * gradient norm is (engine_clip.c). With the step worker on (step_during_backward), the
+ * boundary micro-batch's sub-groups are nevertheless handed to the worker as they become
+ * final, stepped with the assumed grad_scale 1/S (no clipping, no overflow: the common case),
+ * each keeping its previous state in a slot of a bounded reserve until zinf_engine_step has
+ * the norm (eng_spec_resolve):
+ *
+ *   - the assumption held (not skipped, the decided grad_scale has the same bits): nothing to
+ *     undo; the sub-groups not speculated go to the worker as without clipping;
+ *   - clipping applies: the speculated sub-groups get their previous state back and every
+ *     sub-group is stepped after backward with the decided grad_scale (their gradients were
+ *     kept: grad_part, or the gradient window's slot or file, engine_grad.c's GW_SPEC);
+ *   - fp16 overflow (skip): the speculated sub-groups get their previous state and 16-bit
+ *     values back.
+ *
+ * The stepping itself is engine_step.c's (the same function either way), so that the results
+ * are the bits of the step after backward. A slot holds every optimizer part of one sub-group
+ * and its 16-bit values: device memory for tier none (without it, a warning and no
+ * speculation), the optimizer pool's CPU region for cpu and nvme; slots =
+ * offload_optimizer.buffer_count, at most one per sub-group but the last (which becomes final
+ * in the final call, when the norm is close); when they are all taken the remaining sub-groups
+ * wait for the norm. The previous state is copied before
+ * the step (tiers none and cpu: from the state arrays; nvme: read from its files in the step's
+ * copy callback, after the optimizer ran and before the new state is written over it), the
+ * 16-bit values from their home (eng_param_home_write's tiers, read back). With the optimizer
+ * on NVMe the step of the speculated sub-groups is a zinf_step pass of its own: the sub-groups
+ * not stepped in it are left out with zinf_step_skip, and a redo is a second pass after
+ * zinf_step_load put the previous states back. Not here: the norm and the decision
+ * (engine_clip.c), the worker (engine_worker.c).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static uint32_t
+spec_slots(const struct zinf_engine *e)
+{
+	if (!e->gate || !e->o.step_during_backward) {
+		return 0;
+	}
+	/* the last sub-group to become final is never speculated (it becomes final in the final
+	   zinf_engine_step call, once the norm is close): one sub-group, no reserve */
+	uint32_t n = ZINF_MAX(e->o.offload_optimizer.buffer_count, 1u);
+	return ZINF_MIN(n, e->n_sg - 1);
+}
+
+/* The slot layout: each part aligned to `align`. Returns the stride. */
+static uint64_t
+layout(const struct zinf_engine *e, uint32_t align, uint64_t off[ZINF_OPTIM_MAX_PARTS + 1])
+{
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		off[i] = at;
+		at = ZINF_ALIGN_UP(at + e->max_sg * zinf_optimizer_part_bytes(e->opt, i),
+				   (uint64_t)align);
+	}
+	off[e->nparts] = at;
+	return ZINF_ALIGN_UP(at + e->max_sg * eng_dsize(e), (uint64_t)align);
+}
+
+uint64_t
+eng_spec_bytes(const struct zinf_engine *e, uint32_t align)
+{
+	uint64_t off[ZINF_OPTIM_MAX_PARTS + 1];
+	uint32_t n = spec_slots(e);
+	align = ZINF_MAX(align, 4096u);
+	return n ? ZINF_ALIGN_UP(n * layout(e, align, off), (uint64_t)align) : 0;
+}
+
+int
+eng_spec_setup(struct zinf_engine *e, uint32_t align)
+{
+	struct espec *sp = &e->sp;
+	uint32_t n = spec_slots(e);
+	if (n == 0 || !e->w.started) {
+		return 0;
+	}
+	align = ZINF_MAX(align, 4096u);
+	sp->stride = layout(e, align, sp->off);
+	sp->sg_slot = zinf_calloc(e->n_sg, sizeof(int32_t));
+	if (!sp->sg_slot) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the speculative step");
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		sp->sg_slot[k] = -1;
+	}
+	int ret;
+	sp->dev = e->otier == ZINF_OFFLOAD_NONE;
+	if (sp->dev) {
+		ret = zinf_device_alloc(e->dev, n * sp->stride, (void **)&sp->mem);
+		if (ret == -ENOMEM) {
+			/* the step after backward needs none of it: go on without speculating */
+			ENG_WARN(e,
+				 "init: no device memory for the speculative step's reserve (%u "
+				 "sub-groups of %" PRIu64
+				 " bytes, offload_optimizer.buffer_count): with clipping or fp16 "
+				 "the step waits for the gradient norm",
+				 n, sp->stride);
+			sp->mem = NULL;
+			sp->dev = false;
+			return 0;
+		}
+	} else {
+		ret = zinf_pool_cpu_alloc(e->opool, eng_spec_bytes(e, align), (void **)&sp->mem);
+	}
+	if (ret) {
+		return ENG_FAIL(e, ret,
+				"init: the speculative step's reserve: %u sub-groups of %" PRIu64
+				" bytes (offload_optimizer.buffer_count)",
+				n, sp->stride);
+	}
+	sp->n = n;
+	return 0;
+}
+
+void
+eng_spec_free(struct zinf_engine *e)
+{
+	struct espec *sp = &e->sp;
+	if (sp->dev) {
+		zinf_device_free(e->dev, sp->mem);
+	}
+	zinf_free(sp->sg_slot);
+	memset(sp, 0, sizeof(*sp)); /* host tiers: mem is the pool's */
+}
+
+bool
+eng_spec_on(const struct zinf_engine *e)
+{
+	return e->gate && e->w.started && e->sp.n > 0;
+}
+
+void
+eng_spec_begin(struct zinf_engine *e)
+{
+	struct espec *sp = &e->sp;
+	if (!eng_spec_on(e)) {
+		return;
+	}
+	sp->used = 0;
+	sp->closed = false;
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		sp->sg_slot[k] = -1;
+	}
+	/* the grad_scale eng_clip_decide gives without clipping or overflow, to the bit */
+	double S = e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->ls) : 1.0;
+	sp->scale0 = (float)(1.0 / S);
+	e->step_scale = sp->scale0;
+}
+
+bool
+eng_spec_claim(struct zinf_engine *e, uint32_t k)
+{
+	struct espec *sp = &e->sp;
+	if (!eng_spec_on(e) || sp->closed || sp->used == sp->n) {
+		return false;
+	}
+	sp->sg_slot[k] = (int32_t)sp->used++;
+	return true;
+}
+
+static char *
+slot_of(const struct zinf_engine *e, uint32_t k)
+{
+	return e->sp.mem + (uint64_t)e->sp.sg_slot[k] * e->sp.stride;
+}
+
+/*
+ * Sub-group k's 16-bit values from their homes into dst (its len elements of opts.dtype;
+ * device memory when dst_dev): the reverse of eng_param_home_write. Copies on x->s, finished
+ * before returning.
+ */
+static int
+home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *dst, bool dst_dev)
+{
+	size_t ds = eng_dsize(e);
+	uint64_t start = eng_sg_start(e, k);
+	int ret = 0;
+	for (uint32_t i = e->sg_first[k]; i < e->n_params && !ret; i++) {
+		struct eparam *p = &e->params[e->order[i]];
+		if (p->sg != k) {
+			break;
+		}
+		char *d = dst + (p->flat_off - start) * ds;
+		size_t bytes = p->part.part * ds;
+		if (e->o.stage < 3 || e->ptier == ZINF_OFFLOAD_NONE) {
+			const char *src = e->o.stage < 3 ? (char *)p->dev_full + p->part.offset * ds
+							 : (char *)p->dev_part;
+			ret = zinf_device_copy(x->s, d, src, bytes,
+					       dst_dev ? ZINF_COPY_D2D : ZINF_COPY_D2H);
+			x->st->d2h_bytes += dst_dev ? 0 : bytes;
+		} else if (e->ptier == ZINF_OFFLOAD_CPU) {
+			if (dst_dev) {
+				ret = zinf_device_copy(x->s, d, p->cpu_part, bytes, ZINF_COPY_H2D);
+				x->st->h2d_bytes += bytes;
+			} else {
+				memcpy(d, p->cpu_part, bytes);
+			}
+		} else {
+			void *buf = NULL;
+			pthread_mutex_lock(&e->store_mu);
+			ret = zinf_store_swap_in(e->store, p->store_id, 0);
+			if (!ret) {
+				ret = zinf_store_wait(e->store, p->store_id, &buf);
+			}
+			if (!ret && dst_dev) {
+				ret = zinf_device_copy(x->s, d, buf, bytes, ZINF_COPY_H2D);
+				ret = ret ? ret : zinf_stream_sync(x->s);
+				x->st->h2d_bytes += bytes;
+			} else if (!ret) {
+				memcpy(d, buf, bytes);
+			}
+			if (buf) {
+				int r2 = zinf_store_release(e->store, p->store_id);
+				ret = ret ? ret : r2;
+			}
+			pthread_mutex_unlock(&e->store_mu);
+		}
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"step %" PRId64 ": parameter \"%s\": keeping its 16-bit "
+					"values for the speculative step",
+					e->steps + 1, p->name);
+		}
+	}
+	ret = zinf_stream_sync(x->s);
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: keeping its 16-bit values",
+			      e->steps + 1, k)
+		   : 0;
+}
+
+/* On the worker, before stepping speculated sub-group k: its previous state into its slot. */
+int
+eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
+{
+	char *slot = slot_of(e, k);
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
+	int ret = 0;
+	if (e->otier != ZINF_OFFLOAD_NVME) {
+		for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+			uint32_t pb = zinf_optimizer_part_bytes(e->opt, i);
+			const char *src = (const char *)e->state[i] + start * pb;
+			if (e->sp.dev) {
+				ret = zinf_device_copy(x->s, slot + e->sp.off[i], src, len * pb,
+						       ZINF_COPY_D2D);
+			} else {
+				memcpy(slot + e->sp.off[i], src, len * pb);
+			}
+		}
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"step %" PRId64 ": sub-group %u: keeping its optimizer "
+					"state",
+					e->steps + 1, k);
+		}
+	} /* nvme: eng_spec_save_nvme, from the step's copy callback */
+	return home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
+}
+
+/*
+ * The optimizer on NVMe, from the copy callback of speculated sub-group k (on the worker):
+ * the optimizer ran on its state in the step's buffer, whose write has not started: the files
+ * still hold the previous state; read it into the slot.
+ */
+int
+eng_spec_save_nvme(struct zinf_engine *e, uint32_t k)
+{
+	char *slot = slot_of(e, k);
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		int id = zinf_step_swap_id(e->step, k, i);
+		int ret = id < 0 ? id : zinf_swap_read(e->oswap, id, slot + e->sp.off[i]);
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"step %" PRId64
+					": sub-group %u: keeping its optimizer part "
+					"%s: %s",
+					e->steps + 1, k, zinf_optimizer_part_name(e->opt, i),
+					zinf_last_error());
+		}
+		uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
+		e->cb->st->nvme_read_bytes += len * zinf_optimizer_part_bytes(e->opt, i);
+	}
+	return 0;
+}
+
+/* Speculated sub-group k's previous state back (and its 16-bit values: params16), on cs. */
+static int
+restore(struct zinf_engine *e, uint32_t k, bool params16)
+{
+	char *slot = slot_of(e, k);
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
+	int ret = 0;
+	if (e->otier == ZINF_OFFLOAD_NVME) {
+		const void *st[ZINF_OPTIM_MAX_PARTS] = {0};
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			st[i] = slot + e->sp.off[i];
+		}
+		ret = zinf_step_load(e->step, k, st);
+		for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+			e->win.nvme_write_bytes += len * zinf_optimizer_part_bytes(e->opt, i);
+		}
+	} else {
+		for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+			uint32_t pb = zinf_optimizer_part_bytes(e->opt, i);
+			char *dst = (char *)e->state[i] + start * pb;
+			if (e->sp.dev) {
+				ret = zinf_device_copy(e->cs, dst, slot + e->sp.off[i], len * pb,
+						       ZINF_COPY_D2D);
+			} else {
+				memcpy(dst, slot + e->sp.off[i], len * pb);
+			}
+		}
+	}
+	if (!ret && params16) {
+		ret = eng_param_home_write(e, &e->main, start, slot + e->sp.off[e->nparts],
+					   e->sp.dev, len);
+	}
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: rolling back", e->steps + 1,
+			      k)
+		   : 0;
+}
+
+/*
+ * At the boundary, after eng_clip_decide (skip: 1; else grad_scale gs): keep, redo or restore
+ * the speculated sub-groups. The decision is the same on every rank (the global norm), so the
+ * ranks take the same branch. Errors of the right and redo cases reach eng_step_run's
+ * agreement through e->sp.err; a skip agrees here.
+ */
+int
+eng_spec_resolve(struct zinf_engine *e, int skip, float gs)
+{
+	struct espec *sp = &e->sp;
+	struct eworker *w = &e->w;
+	int ret = eng_worker_wait(e); /* the worker is done with the assumed grad_scale */
+	e->step_scale = gs;
+	bool right = !skip && memcmp(&gs, &sp->scale0, sizeof(gs)) == 0;
+	if (right) {
+		/* the assumption held: the speculated sub-groups are final; the others to the
+		   worker (the gradient window's resident ones first: no read for them) */
+		for (uint32_t k = 0; k < e->n_sg && e->gw.n; k++) {
+			if (sp->sg_slot[k] >= 0) {
+				eng_gwin_drop(e, k);
+			}
+		}
+		for (int pass = e->gw.n ? 0 : 1; pass < 2; pass++) {
+			for (uint32_t k = 0; k < e->n_sg; k++) {
+				if (!e->sg_handed[k] && (pass == 1 || e->gw.sg_slot[k] >= 0)) {
+					eng_worker_hand(e, k);
+				}
+			}
+		}
+		sp->err = ret;
+		e->win.rolled_back = 0;
+		return 0;
+	}
+	/* the worker's pass ends here (the sub-groups not speculated left out of it); the
+	   speculated ones get their previous state back */
+	bool began = w->began || w->tail > 0;
+	int r2 = began ? eng_worker_end(e, true) : 0;
+	ret = ret ? ret : r2;
+	uint32_t rolled = 0;
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		if (sp->sg_slot[k] >= 0) {
+			ret = restore(e, k, skip != 0);
+			rolled++;
+		}
+	}
+	e->win.rolled_back = rolled;
+	if (!skip) {
+		sp->err = ret; /* eng_step_run steps every sub-group with gs, then agrees */
+		return 0;
+	}
+	return eng_agree(e, ret, "step (rolling back the speculative step)");
+}

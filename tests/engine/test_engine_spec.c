@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/engine/test_engine_spec.c: the speculative step during backward with roll-back
+ * (engine/engine_spec.c), one process (comm "single", device "host" with asynchronous
+ * streams). Two engines train the same model in lockstep, 20 steps of two micro-batches with
+ * fp16 dynamic loss scaling and gradient clipping: one with step_during_backward (it speculates),
+ * one without (the step waits for the norm). The gradients are chosen by the test (dyadic, so
+ * that the fp32 accumulation is exact) with a magnitude per step: the global norm is about 40
+ * on "plain" steps, under the clipping threshold 80, and about 160 on "clip" steps; on
+ * "overflow" steps one gradient element is +infinity (the step is skipped). After every step the
+ * two engines must agree bit for bit: the return value, the fp32 master weights
+ * (zinf_engine_read_master), the 16-bit parameters the trainer reads (fetched), a loss computed
+ * from them, the loss scale and the norm. The speculating engine must have stepped sub-groups
+ * during backward at every boundary, and rolled back none of them on plain steps and all of
+ * them on clip and overflow steps; the other none. For optimizer tiers none, cpu and nvme,
+ * stages 1-3 and the parameter tiers of stage 3; bf16 parameters and state (stochastic
+ * rounding) with clipping alone; and with a reserve of one sub-group (the others wait for the
+ * norm). Not here: several ranks (test_engine_ranks.c's "spec" case).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/test_util.h"
+#include "zinf/engine.h"
+
+#define NP    5
+#define NL    3
+#define NMAX  300
+#define STEPS 20
+#define CLIP  80.0
+static const uint64_t numel[NP] = {300, 40, 200, 7, 120};
+static const int layer_of[NP] = {0, 0, 1, 1, 2};
+static const char *const names[NP] = {"a", "b", "c", "d", "e"};
+
+enum kind { PLAIN, CLIPPED, OVERFLOW };
+
+/* the steps: plain, clip and overflow steps mixed (four overflows: the scale stays above the
+   minimum) */
+static enum kind
+kind_of(int s)
+{
+	static const enum kind k[STEPS] = {PLAIN, CLIPPED, OVERFLOW, PLAIN,    CLIPPED,
+					   PLAIN, PLAIN,   OVERFLOW, CLIPPED,  CLIPPED,
+					   PLAIN, CLIPPED, PLAIN,    OVERFLOW, PLAIN,
+					   PLAIN, CLIPPED, OVERFLOW, PLAIN,    CLIPPED};
+	return k[s];
+}
+
+static float
+init_val(int p, uint64_t i)
+{
+	return (float)((int)((i * 13 + (uint64_t)p * 7) % 33) - 16) / 32.0f;
+}
+
+/* dyadic with few bits: sums of two micro-batches, times powers of two, stay exact */
+static float
+grad_val(int p, uint64_t i, int s, int m)
+{
+	return (float)((int)((i * 37 + (uint64_t)p * 11 + (uint64_t)s * 5 + (uint64_t)m * 3) % 61) -
+		       30) /
+	       16.0f;
+}
+
+struct cfg {
+	int stage;
+	enum zinf_offload_device opt, param;
+	uint32_t buffers; /* offload_optimizer.buffer_count: the reserve's slots */
+	bool bf16;	  /* bf16 parameters and optimizer state (stochastic rounding), clipping
+			     without fp16: no overflow step (those are plain) */
+};
+
+struct model {
+	struct zinf_engine *e;
+	char *dir;
+	float *gdev[NP];
+	float *init[NP];
+};
+
+static void
+make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool spec)
+{
+	zinf_engine_opts_init(o);
+	o->device_backend = "host";
+	o->comm_backend = "single";
+	o->stage = c->stage;
+	o->offload_optimizer.device = c->opt;
+	o->offload_optimizer.buffer_count = c->buffers;
+	if (c->opt == ZINF_OFFLOAD_NVME) {
+		o->offload_optimizer.n_paths = 1;
+		o->offload_optimizer.nvme_path[0] = dir;
+	}
+	o->offload_param.device = c->param;
+	if (c->param == ZINF_OFFLOAD_NVME) {
+		o->offload_param.n_paths = 1;
+		o->offload_param.nvme_path[0] = dir;
+	}
+	o->offload_param.buffer_size = 4096;
+	o->offload_param.max_in_cpu = 0;
+	o->stage3_param_persistence_threshold = 0;
+	o->stage3_max_reuse_distance = 0;
+	o->stage3_prefetch_bucket_size = 300;
+	o->sub_group_size = 64; /* whole parameters: five sub-groups */
+	o->reduce_bucket_size = 256;
+	o->allgather_bucket_size = 256;
+	o->gradient_accumulation_steps = 2;
+	zinf_optimizer_opts_init(&o->optimizer, ZINF_OPTIM_ADAMW);
+	o->optimizer.lr = 0.01f;
+	o->optimizer.eps = 0.05f;
+	o->optimizer.weight_decay = 0.01f;
+	if (c->bf16) {
+		o->dtype = ZINF_BF16;
+		o->optimizer.state_dtype = ZINF_BF16;
+		o->optimizer.rounding = ZINF_ROUND_STOCHASTIC;
+		o->gradient_clipping = CLIP;
+		o->step_during_backward = spec;
+		o->swap_prefix = "espec";
+		return;
+	}
+	o->dtype = ZINF_F16;
+	o->fp16.enabled = true;
+	o->fp16.initial_scale_power = 8;
+	o->fp16.hysteresis = 2;
+	o->fp16.loss_scale_window = 3;
+	o->fp16.min_loss_scale = 1;
+	o->gradient_clipping = CLIP;
+	o->step_during_backward = spec;
+	o->swap_prefix = "espec";
+}
+
+static void
+model_make(struct model *m, const struct cfg *c, bool spec)
+{
+	m->dir = c->opt == ZINF_OFFLOAD_NVME || c->param == ZINF_OFFLOAD_NVME ? zt_mkdtemp(NULL)
+									      : NULL;
+	struct zinf_engine_opts o;
+	make_opts(&o, c, m->dir, spec);
+	int rc = zinf_engine_create(&o, &m->e);
+	cr_assert_eq(rc, 0, "zinf_engine_create: %d %s", rc, zinf_last_error());
+	for (int p = 0; p < NP; p++) {
+		m->init[p] = malloc(numel[p] * sizeof(float));
+		cr_assert(m->init[p]);
+		for (uint64_t i = 0; i < numel[p]; i++) {
+			m->init[p][i] = init_val(p, i);
+		}
+		struct zinf_param_desc d;
+		zinf_param_desc_init(&d);
+		d.name = names[p];
+		d.numel = numel[p];
+		d.layer = layer_of[p];
+		d.init = m->init[p];
+		d.init_dtype = ZINF_F32;
+		cr_assert_eq(zinf_engine_add_param(m->e, &d), p);
+	}
+	rc = zinf_engine_init(m->e);
+	cr_assert_eq(rc, 0, "zinf_engine_init: %d %s", rc, zinf_last_error());
+	for (int p = 0; p < NP; p++) {
+		cr_assert_eq(zinf_device_alloc(zinf_engine_device(m->e), numel[p] * 4,
+					       (void **)&m->gdev[p]),
+			     0);
+	}
+}
+
+static void
+model_free(struct model *m)
+{
+	for (int p = 0; p < NP; p++) {
+		zinf_device_free(zinf_engine_device(m->e), m->gdev[p]);
+		free(m->init[p]);
+	}
+	zinf_engine_destroy(m->e);
+	if (m->dir) {
+		zt_rmtree(m->dir);
+		free(m->dir);
+	}
+}
+
+/* What one step leaves: the 16-bit parameters read in the first forward, its loss, the master
+ * weights after the step, the step's result and statistics. */
+struct seen {
+	uint16_t p16[NP][NMAX];
+	double loss;
+	float master[NP][NMAX];
+	int rc;
+	struct zinf_engine_stats st;
+};
+
+/*
+ * One micro-batch: forward (fetch, read the 16-bit values of micro-batch 0, release), backward
+ * in reverse handing grad_val * factor * loss scale (inf: element 3 of parameter "c" is
+ * +infinity), then zinf_engine_step.
+ */
+static int
+micro(struct model *m, int s, int mi, double factor, bool inf, struct seen *out)
+{
+	struct zinf_stream *cs = zinf_engine_compute_stream(m->e);
+	double S = zinf_engine_loss_scale(m->e);
+	for (int l = 0; l < NL; l++) {
+		cr_assert_eq(zinf_engine_fetch(m->e, l), 0, "%s", zinf_last_error());
+		for (int p = 0; mi == 0 && p < NP; p++) {
+			void *dev;
+			if (layer_of[p] != l) {
+				continue;
+			}
+			cr_assert_eq(zinf_engine_param(m->e, (uint32_t)p, &dev), 0);
+			cr_assert_eq(
+				zinf_device_copy(cs, out->p16[p], dev, numel[p] * 2, ZINF_COPY_D2H),
+				0);
+		}
+		cr_assert_eq(zinf_stream_sync(cs), 0);
+		cr_assert_eq(zinf_engine_release(m->e, l), 0);
+	}
+	float h[NMAX];
+	for (int l = NL - 1; l >= 0; l--) {
+		cr_assert_eq(zinf_engine_fetch(m->e, l), 0, "%s", zinf_last_error());
+		for (int p = NP - 1; p >= 0; p--) {
+			if (layer_of[p] != l) {
+				continue;
+			}
+			for (uint64_t i = 0; i < numel[p]; i++) {
+				h[i] = (float)(grad_val(p, i, s, mi) * factor * S);
+			}
+			if (inf && p == 2) {
+				h[3] = INFINITY;
+			}
+			cr_assert_eq(zinf_stream_sync(cs), 0);
+			cr_assert_eq(
+				zinf_device_copy(cs, m->gdev[p], h, numel[p] * 4, ZINF_COPY_H2D),
+				0);
+			cr_assert_eq(zinf_stream_sync(cs), 0);
+			int rc = zinf_engine_grad(m->e, (uint32_t)p, m->gdev[p], ZINF_F32);
+			cr_assert_eq(rc, 0, "grad: %d %s", rc, zinf_last_error());
+		}
+		cr_assert_eq(zinf_engine_release(m->e, l), 0);
+	}
+	return zinf_engine_step(m->e);
+}
+
+static float
+half_to_float(uint16_t h, bool bf16)
+{
+	if (bf16) {
+		uint32_t u = (uint32_t)h << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		cr_assert(isfinite(f), "a 16-bit parameter is not finite");
+		return f;
+	}
+	uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023;
+	float v = ex == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 1024), (int)ex - 25);
+	cr_assert(ex != 31, "a 16-bit parameter is not finite");
+	uint32_t bits;
+	memcpy(&bits, &v, 4);
+	bits |= sign;
+	memcpy(&v, &bits, 4);
+	return v;
+}
+
+static void
+train_step(struct model *m, const struct cfg *c, int s, struct seen *out)
+{
+	enum kind k = c->bf16 && kind_of(s) == OVERFLOW ? PLAIN : kind_of(s);
+	double factor = k == CLIPPED ? 4.0 : 1.0;
+	int rc = micro(m, s, 0, factor, k == OVERFLOW, out);
+	cr_assert_eq(rc, 0, "step %d micro 0: %d %s", s, rc, zinf_last_error());
+	out->rc = micro(m, s, 1, factor, false, out);
+	cr_assert(out->rc == 1 || out->rc == 2, "step %d micro 1: %d %s", s, out->rc,
+		  zinf_last_error());
+	out->loss = 0;
+	for (int p = 0; p < NP; p++) {
+		for (uint64_t i = 0; i < numel[p]; i++) {
+			double w = half_to_float(out->p16[p][i], c->bf16);
+			out->loss += w * w * (double)(1 + (i % 7));
+		}
+		int r = zinf_engine_read_master(m->e, (uint32_t)p, out->master[p]);
+		cr_assert_eq(r, 0, "read_master: %d %s", r, zinf_last_error());
+	}
+	memset(&out->st, 0, sizeof(out->st));
+	out->st.size = sizeof(out->st);
+	cr_assert_eq(zinf_engine_get_stats(m->e, &out->st), 0);
+}
+
+static void
+compare_runs(const struct cfg *c)
+{
+	static struct seen a, b;
+	struct model ms = {0}, mn = {0};
+	model_make(&ms, c, true);
+	model_make(&mn, c, false);
+	uint32_t spec_steps = 0, rolled = 0, rolled_clip = 0, rolled_skip = 0;
+	for (int s = 0; s < STEPS; s++) {
+		enum kind k = c->bf16 && kind_of(s) == OVERFLOW ? PLAIN : kind_of(s);
+		train_step(&ms, c, s, &a);
+		train_step(&mn, c, s, &b);
+		cr_assert_eq(a.rc, b.rc, "step %d: %d vs %d", s, a.rc, b.rc);
+		cr_assert_eq(a.rc, k == OVERFLOW ? 2 : 1, "step %d returned %d", s, a.rc);
+		cr_assert(memcmp(a.p16, b.p16, sizeof(a.p16)) == 0,
+			  "step %d: 16-bit parameters differ", s);
+		cr_assert(memcmp(&a.loss, &b.loss, sizeof(a.loss)) == 0,
+			  "step %d: loss %.17g vs %.17g", s, a.loss, b.loss);
+		for (int p = 0; p < NP; p++) {
+			for (uint64_t i = 0; i < numel[p]; i++) {
+				cr_assert(memcmp(&a.master[p][i], &b.master[p][i], 4) == 0,
+					  "step %d: master %s[%llu]: %.9g vs %.9g (speculative vs "
+					  "not)",
+					  s, names[p], (unsigned long long)i, a.master[p][i],
+					  b.master[p][i]);
+			}
+		}
+		cr_assert_eq(a.st.loss_scale, b.st.loss_scale, "step %d", s);
+		cr_assert_eq(a.st.overflow, k == OVERFLOW, "step %d", s);
+		cr_assert_eq(b.st.overflow, k == OVERFLOW, "step %d", s);
+		if (k != OVERFLOW) {
+			cr_assert(memcmp(&a.st.grad_norm, &b.st.grad_norm, 8) == 0, "step %d", s);
+			/* the gradients were chosen so: clipping is active exactly on clip steps */
+			cr_assert(k == CLIPPED ? a.st.grad_norm > CLIP : a.st.grad_norm < CLIP,
+				  "step %d (%s): norm %g, threshold %g", s,
+				  k == CLIPPED ? "clip" : "plain", a.st.grad_norm, CLIP);
+		}
+		/* the speculation happened, and was rolled back exactly when it had to */
+		cr_assert_gt(a.st.stepped_during_backward, 0, "step %d: nothing speculated", s);
+		cr_assert_leq(a.st.stepped_during_backward, c->buffers, "step %d: reserve of %u", s,
+			      c->buffers);
+		cr_assert_eq(a.st.rolled_back, k == PLAIN ? 0 : a.st.stepped_during_backward,
+			     "step %d (%d): rolled back %u of %u", s, (int)k, a.st.rolled_back,
+			     a.st.stepped_during_backward);
+		cr_assert_eq(b.st.stepped_during_backward, 0, "step %d", s);
+		cr_assert_eq(b.st.rolled_back, 0, "step %d", s);
+		spec_steps += a.st.stepped_during_backward;
+		rolled += a.st.rolled_back;
+		rolled_clip += k == CLIPPED ? a.st.rolled_back : 0;
+		rolled_skip += k == OVERFLOW ? a.st.rolled_back : 0;
+	}
+	cr_assert_eq(zinf_engine_steps(ms.e), c->bf16 ? STEPS : STEPS - 4);
+	cr_assert_eq(zinf_engine_steps(mn.e), c->bf16 ? STEPS : STEPS - 4);
+	cr_assert_gt(rolled_clip, 0);
+	cr_assert(c->bf16 || rolled_skip > 0);
+	cr_assert_lt(rolled, spec_steps, "plain steps kept their speculation");
+	model_free(&ms);
+	model_free(&mn);
+}
+
+Test(engine_spec, stage2_tier_none)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false});
+}
+
+Test(engine_spec, stage2_tier_cpu)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false});
+}
+
+Test(engine_spec, stage2_tier_nvme)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false});
+}
+
+Test(engine_spec, stage1_tier_cpu)
+{
+	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false});
+}
+
+Test(engine_spec, stage3_none_none)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false});
+}
+
+Test(engine_spec, stage3_cpu_cpu)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false});
+}
+
+Test(engine_spec, stage3_nvme_nvme)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false});
+}
+
+Test(engine_spec, stage3_none_nvme)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false});
+}
+
+/* bf16 parameters and state (stochastic rounding), clipping without fp16 */
+Test(engine_spec, bf16_clipping_cpu)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true});
+}
+
+Test(engine_spec, bf16_clipping_nvme)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true});
+}
+
+/* a reserve of one sub-group: one is speculated, the others wait for the norm */
+Test(engine_spec, reserve_of_one)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false});
+}
+
+/* the reserve is counted in the optimizer's pool: host_pool_bytes grows by the slots */
+Test(engine_spec, reserve_in_pool_budget)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false};
+	struct model ms = {0}, mn = {0};
+	model_make(&ms, &c, true);
+	model_make(&mn, &c, false);
+	struct zinf_engine_stats a = {.size = sizeof(a)}, b = {.size = sizeof(b)};
+	cr_assert_eq(zinf_engine_get_stats(ms.e, &a), 0);
+	cr_assert_eq(zinf_engine_get_stats(mn.e, &b), 0);
+	/* 4 slots of the largest sub-group (300 elements): master, m, v in fp32 and the f16 copy,
+	   each 4 KiB-aligned: 4 x 4 x 4096 bytes */
+	cr_assert_eq(a.host_pool_bytes - b.host_pool_bytes, 4u * 4 * 4096, "%llu vs %llu",
+		     (unsigned long long)a.host_pool_bytes, (unsigned long long)b.host_pool_bytes);
+	model_free(&ms);
+	model_free(&mn);
+}
