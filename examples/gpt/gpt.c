@@ -590,7 +590,7 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			"%llu, "
 			"\"trace_misses\": %llu, \"peak_live_elems\": %llu, \"grad_norm\": %s, "
 			"\"loss_scale\": %.17g, \"skipped\": %s, \"skipped_steps\": %llu, "
-			"\"beta1\": %s}\n",
+			"\"rolled_back\": %u, \"beta1\": %s}\n",
 			step, loss, R->data.entropy, lr, wall, toks,
 			(unsigned long long)es.nvme_read_bytes,
 			(unsigned long long)es.nvme_write_bytes, rd, wr, lk, es.exposed_fetch_s,
@@ -598,7 +598,7 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			es.sub_groups, (unsigned long long)es.trace_hits,
 			(unsigned long long)es.trace_misses, (unsigned long long)es.peak_live_elems,
 			gnorm, es.loss_scale, skipped ? "true" : "false",
-			(unsigned long long)es.skipped_steps, beta1);
+			(unsigned long long)es.skipped_steps, es.rolled_back, beta1);
 	}
 	if (R->lead && !R->a.quiet &&
 	    (skipped || step % R->spp == 0 || step == 1 || step == R->a.steps)) {

@@ -49,6 +49,9 @@
 #                    micro-batch 32: the same tolerance
 #   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same
 #                    tolerance
+#   clip_spec        ZeRO-3 on NVMe with gradient_clipping 0.1 and small sub-groups: the
+#                    speculative step during backward (sub-groups redone when the norm clips:
+#                    rolled_back > 0 asserted) vs the step after backward: bit-identical
 #   resume           ZeRO-3 on NVMe: 30 steps straight; the same run saving a checkpoint every 2
 #                    steps (--save), killed with SIGKILL once one past step 4 exists; then
 #                    --resume from its latest: the resumed run's records start at the step
@@ -286,6 +289,24 @@ step_after)
 	after=$(field "$work/after.jsonl" stepped_during_backward | sort -n | tail -1)
 	[ "$during" -gt 0 ] && [ "$after" = 0 ] ||
 		{ echo "FAIL: sub-groups stepped during backward: $during (on), $after (off)"; exit 1; }
+	identical "$work/during.jsonl" "$work/after.jsonl"
+	;;
+clip_spec)
+	# clipping 0.1 on ZeRO-3 NVMe, sub-groups of 2000: the step during backward is speculative
+	# (assumes no clipping, redoes the sub-groups when the norm says otherwise): the losses
+	# equal the step after backward's bit for bit, and roll-backs happened
+	sed -e 's/"sub_group_size": 5e4/"sub_group_size": 2000/' \
+		-e 's/"reduce_bucket_size": 1e5/"reduce_bucket_size": 2000/' \
+		-e 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
+		"$cfgdir/zero3_nvme.json" >"$work/cfg.json"
+	grep -q '"gradient_clipping": 0.1' "$work/cfg.json" || { echo "FAIL: sed"; exit 1; }
+	run "$work/during.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/after.jsonl" -- --config "$work/cfg.json" --batch 6 --step-after-backward
+	spec=$(field "$work/during.jsonl" stepped_during_backward | sort -n | tail -1)
+	rb=$(field "$work/during.jsonl" rolled_back | sort -n | tail -1)
+	after=$(field "$work/after.jsonl" stepped_during_backward | sort -n | tail -1)
+	[ "$spec" -gt 0 ] && [ "$rb" -gt 0 ] && [ "$after" = 0 ] ||
+		{ echo "FAIL: speculated $spec, rolled back $rb (on); $after stepped early (off)"; exit 1; }
 	identical "$work/during.jsonl" "$work/after.jsonl"
 	;;
 ranks)
