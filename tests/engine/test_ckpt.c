@@ -521,6 +521,38 @@ Test(ckpt, gather_16bit_weights_on_save)
 	cr_assert_eq(8 + hn + total, (uint64_t)size, "data is not exactly the tensors");
 	json_decref(h);
 	free(buf);
+
+	/* zinf_ckpt_export in f32: the gathered master weights (zinf_engine_read_master), bit for
+	   bit, at the offsets its header gives */
+	char out[4400];
+	snprintf(out, sizeof(out), "%s/export.safetensors", ck);
+	cr_assert_eq(zinf_ckpt_open(ck, "g", &ckp), 0);
+	cr_assert_eq(zinf_ckpt_export(ckp, out, ZINF_F32, 0), 0, "%s", zinf_last_error());
+	zinf_ckpt_close(ckp);
+	f = fopen(out, "rb");
+	cr_assert_not_null(f);
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)size);
+	cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	hn = 0;
+	for (int i = 7; i >= 0; i--) {
+		hn = hn << 8 | buf[i];
+	}
+	h = json_loadb((const char *)buf + 8, hn, 0, &jerr);
+	cr_assert_not_null(h);
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		json_t *t = json_object_get(h, eref_params[id].name);
+		cr_assert_str_eq(json_string_value(json_object_get(t, "dtype")), "F32");
+		uint64_t b = (uint64_t)json_integer_value(
+			json_array_get(json_object_get(t, "data_offsets"), 0));
+		cr_assert(memcmp(buf + 8 + hn + b, m.p[id], 4 * eref_numel(id)) == 0,
+			  "%s: the export differs from read_master", eref_params[id].name);
+	}
+	json_decref(h);
+	free(buf);
 	free_all(&m);
 	zt_rmtree(nvme);
 	zt_rmtree(ck);
