@@ -68,6 +68,16 @@ make(const struct cfg *c, const char *nvme, const char *load_dir, int *load_rc)
 	return e;
 }
 
+/* The test's two scratch directories, removed and freed. */
+static void
+rm_dirs(char *nvme, char *ck)
+{
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
 static void
 run(struct zinf_engine *e, enum zinf_dtype dtype, int64_t first, int steps)
 {
@@ -174,10 +184,7 @@ resume_one(const struct cfg *c, bool after_init)
 	eref_result_free(&ref);
 	free_all(&straight);
 	free_all(&resumed);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 Test(ckpt, resume_every_tier_fp32_bf16_f16)
@@ -225,10 +232,7 @@ Test(ckpt, load_into_other_tiers_and_stage)
 	assert_same(m.p, ref.master, "stage 3 nvme/cpu -> stage 1 none");
 	eref_result_free(&ref);
 	free_all(&m);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /* The betas set by the trainer (OneCycle's momentum) are part of the state: a resumed run
@@ -260,10 +264,7 @@ Test(ckpt, betas_are_restored)
 	free_all(&straight);
 	free_all(&resumed);
 	free_all(&plain);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /*
@@ -314,10 +315,7 @@ background_one(const struct cfg *c)
 	zinf_engine_destroy(e);
 	free_all(&straight);
 	free_all(&resumed);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 Test(ckpt, background_save_every_tier)
@@ -411,10 +409,7 @@ Test(ckpt, client_blob_and_layout)
 	cr_assert(memcmp(out, blob, sizeof(blob)) == 0);
 	cr_assert_eq(zinf_engine_steps(e), 1);
 	zinf_engine_destroy(e);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /* The same tag twice: the second replaces the first whole; latest names it; nothing is left. */
@@ -439,10 +434,7 @@ Test(ckpt, same_tag_twice)
 	eref_result_free(&ref);
 	free_all(&m);
 	zinf_engine_destroy(e);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /*
@@ -554,10 +546,7 @@ Test(ckpt, gather_16bit_weights_on_save)
 	json_decref(h);
 	free(buf);
 	free_all(&m);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /* ---- refusals ------------------------------------------------------------------------------ */
@@ -624,10 +613,7 @@ Test(ckpt, save_refusals_leave_the_engine_usable)
 	eref_result_free(&ref);
 	free_all(&m);
 	zinf_engine_destroy(e);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /* A load refused before anything is loaded leaves the engine as it was (here: its initial
@@ -730,10 +716,7 @@ Test(ckpt, load_refusals_name_the_problem)
 	cr_assert_eq(zinf_engine_load(e, ck, "good", NULL), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_engine_steps(e), 2);
 	zinf_engine_destroy(e);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 /* ---- crashes ------------------------------------------------------------------------------- */
@@ -832,10 +815,7 @@ crash_one(const char *point, bool same_tag, uint64_t delay_us)
 	eref_result_free(&ref);
 	free_all(&m);
 	zinf_engine_destroy(e);
-	zt_rmtree(nvme);
-	zt_rmtree(ck);
-	free(nvme);
-	free(ck);
+	rm_dirs(nvme, ck);
 }
 
 Test(ckpt, killed_at_every_point_of_a_save)
