@@ -72,31 +72,63 @@ ckpt_fsync_path(const char *path, bool dir)
 	return ret;
 }
 
-int
-ckpt_rm_dir(const char *path)
+/* path and what it holds: files, links (not followed) and subdirectories, at most `depth`
+ * levels deep. A path that does not fit CKPT_PATH is refused, never cut. */
+static int
+rm_tree(const char *path, int depth)
 {
+	struct stat st;
+	if (lstat(path, &st) != 0) {
+		return errno == ENOENT ? 0
+				       : ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path,
+						   zinf_strerror(-errno));
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlink(path) != 0 && errno != ENOENT) {
+			return ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path,
+					 zinf_strerror(-errno));
+		}
+		return 0;
+	}
+	if (depth <= 0) {
+		return ZINF_FAIL(-ELOOP, "checkpoint: removing %s: too deep", path);
+	}
 	DIR *d = opendir(path);
 	if (!d) {
 		return errno == ENOENT ? 0 : ZINF_FAIL(-errno, "checkpoint: opening %s", path);
 	}
 	int ret = 0;
 	struct dirent *de;
-	char p[CKPT_PATH];
+	char *p = zinf_malloc(CKPT_PATH);
+	if (!p) {
+		closedir(d);
+		return -ENOMEM;
+	}
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) {
 			continue;
 		}
-		ckpt_join(p, path, "%s", de->d_name);
-		if (unlink(p) != 0 && errno != ENOENT && !ret) {
-			ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", p,
-					zinf_strerror(-errno));
-		}
+		int n = snprintf(p, CKPT_PATH, "%s/%s", path, de->d_name);
+		int r = n < 0 || n >= CKPT_PATH
+				? ZINF_FAIL(-ENAMETOOLONG, "checkpoint: removing %s/%s: too long",
+					    path, de->d_name)
+				: rm_tree(p, depth - 1);
+		ret = ret ? ret : r;
 	}
 	closedir(d);
+	zinf_free(p);
 	if (rmdir(path) != 0 && errno != ENOENT && !ret) {
 		ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path, zinf_strerror(-errno));
 	}
 	return ret;
+}
+
+/* A checkpoint directory swapped out or left by a dead save: whatever it holds (a trainer may
+ * have put subdirectories in a tag's directory), or a file of that name. */
+int
+ckpt_rm_dir(const char *path)
+{
+	return rm_tree(path, 32);
 }
 
 int
