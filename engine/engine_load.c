@@ -278,6 +278,13 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 	if (e->inited && (e->micro != 0 || e->grads_seen != 0)) {
 		return ENG_FAIL(e, -EINVAL, "load: inside an accumulation window");
 	}
+	for (uint32_t i = 0; e->inited && i < e->n_layers; i++) {
+		if (e->layers[i].fetched) { /* as the step: its gathered copy is the trainer's */
+			return ENG_FAIL(e, -EINVAL,
+					"load: layer %d is still fetched (release it first)",
+					e->layers[i].layer);
+		}
+	}
 	struct zinf_ckpt_opts o;
 	zinf_ckpt_opts_init(&o);
 	int ret = opts ? zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts") : 0;

@@ -229,6 +229,42 @@ Test(ckpt_review, load_into_running_stage3_with_caches)
 	resume_running_with_caches(ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE);
 }
 
+/*
+ * A load while the trainer holds a layer fetched (its gathered copy in use): the step refuses
+ * that ("still fetched"), and so must load: it cannot replace what the trainer is reading, and
+ * the gathered copy would keep the old values.
+ */
+Test(ckpt_review, load_refused_while_a_layer_is_fetched)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, ZINF_F32, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "two");
+	run(e, c.dtype, 2, 1);
+	struct master before;
+	read_all(e, &before);
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	int rc = zinf_engine_load(e, ck, "two", NULL);
+	cr_expect_eq(rc, -EINVAL, "load with layer 0 fetched: %d", rc);
+	cr_expect(strstr(zinf_last_error(), "fetched") != NULL, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_release(e, 0), 0, "%s", zinf_last_error());
+	/* refused: nothing changed, and the engine goes on */
+	struct master after;
+	read_all(e, &after);
+	cr_assert_eq(zinf_engine_steps(e), 3);
+	assert_same(after.p, before.p, "a refused load");
+	cr_assert_eq(zinf_engine_load(e, ck, "two", NULL), 0, "%s", zinf_last_error());
+	run(e, c.dtype, 2, 1);
+	free_all(&before);
+	free_all(&after);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
 /* ---- file systems -------------------------------------------------------------------------- */
 
 /* tmpfs refuses O_DIRECT: the writer falls back to buffered I/O, the sizes stay exact. */
