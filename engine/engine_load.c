@@ -99,6 +99,11 @@ load_into_running(struct zinf_engine *e, struct load_ctx *x)
 	if (!ret) {
 		ret = load_write(e, x);
 	}
+	if (ret) {
+		eng_param_write_abort(e); /* a partition left open in the parameter store */
+	}
+	/* before the all-gathers: a rank whose writes failed joins none of them */
+	ret = eng_agree(e, ret, "load: writing the state");
 	for (uint32_t i = 0; i < e->n_params && !ret && e->o.stage > 0; i++) {
 		struct eparam *p = &e->params[i];
 		if (e->o.stage < 3 || p->persistent) {

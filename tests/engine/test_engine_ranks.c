@@ -1280,6 +1280,121 @@ case_ckpt_reshard(void)
 	return fails;
 }
 
+/* ---- a reviewer's checkpoint cases (notes/REVIEW_CKPT.md) ---------------------------------- */
+
+/* Initial values that fail on the last rank only (the others give zeros). */
+static int
+init_fails_on_last(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	(void)param;
+	(void)first;
+	if (rank == world - 1) {
+		return -EIO;
+	}
+	memset(out, 0, count * sizeof(float));
+	return 0;
+}
+
+/*
+ * Init (and load in place of init, which runs the same code) where one rank fails to write its
+ * partition: the ranks agree on that before the all-gathers that follow (stages 1-2 gather
+ * every parameter), so every rank returns the failing rank's error instead of waiting out
+ * comm_timeout_s in an all-gather the failed rank never joins.
+ */
+static int
+case_ckpt_review_init_fault(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_engine_opts o;
+	int fails = 0;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_check = false;
+	o.comm_timeout_s = 10;
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc) {
+		return fails;
+	}
+	struct zinf_param_desc pd;
+	zinf_param_desc_init(&pd);
+	pd.name = "w";
+	pd.numel = 100;
+	pd.layer = 0;
+	pd.init_fn = init_fails_on_last;
+	rc = zinf_engine_add_param(e, &pd);
+	CHECK(rc == 0, "add_param: %d %s", rc, zinf_last_error());
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == -EIO, "init with rank %d's initial values failing: %d, expected -EIO",
+		      world - 1, rc);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+/*
+ * zinf_engine_load into a running engine (stage 2, the optimizer on NVMe through the "fault"
+ * I/O backend) where the last rank's writes of the loaded state fail: every rank returns -EIO,
+ * agreed before the all-gathers of the new parameters, and the engine stays failed.
+ */
+static int
+case_ckpt_review_load_fault(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_engine_opts o;
+	struct edrive d;
+	int fails = 0;
+	char dir[4096];
+	shared_dir("ckpt_review_fault", dir, sizeof(dir));
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 10;
+	o.swap_prefix = "rvload";
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 2, 1, -1);
+		CHECK(rc == 0, "two clean steps: %s", d.why);
+		edrive_fini(&d);
+	}
+	if (rc == 0) {
+		rc = zinf_engine_save(e, dir, NULL, NULL);
+		CHECK(rc == 0, "save: %d %s", rc, zinf_last_error());
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	if (rc == 0 && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_WRITE,
+					  .nth = 1,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = zinf_engine_load(e, dir, NULL, NULL);
+		CHECK(rc == -EIO, "load with rank %d's NVMe writes failing: %d, expected -EIO",
+		      world - 1, rc);
+		int again = zinf_engine_step(e);
+		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+	}
+	zinf_engine_destroy(e);
+	if (rank == 0) {
+		zt_rmtree(dir);
+	}
+	return fails;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1298,6 +1413,8 @@ static const struct {
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
+	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
+	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
 };
 
 int
