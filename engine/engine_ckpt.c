@@ -523,17 +523,17 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 				"after the step",
 				e->micro + 1, e->o.gradient_accumulation_steps);
 	}
-	if (o.client_bytes && !o.client) {
-		return ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
-				o.client_bytes);
-	}
 	bool gather = o.gather_16bit < 0 ? e->o.stage3_gather_16bit_weights_on_model_save
 					 : o.gather_16bit != 0;
 	int fw = e->o.stage == 0 ? 1 : e->world;
 	char tmp[CKPT_PATH];
 	ckpt_join(tmp, dir, ".%s.tmp", tag);
 	int lockfd = -1;
-	if (e->rank == 0) {
+	if (e->rank == 0 && o.client_bytes && !o.client) { /* the blob is rank 0's alone */
+		ret = ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
+			       o.client_bytes);
+	}
+	if (e->rank == 0 && !ret) {
 		ret = prepare_rank0(e, dir, tmp, &lockfd);
 	}
 	if ((ret = eng_agree(e, ret, "save: preparing the directory"))) {

@@ -1395,6 +1395,50 @@ case_ckpt_review_load_fault(void)
 	return fails;
 }
 
+/*
+ * The trainer's blob is rank 0's: the other ranks' client fields are not looked at (here NULL
+ * with a size, as a trainer that builds the blob on rank 0 alone may pass), and a bad blob on
+ * rank 0 is refused on every rank with the same error, not on rank 0 alone.
+ */
+static int
+case_ckpt_review_client_rank0(void)
+{
+	struct zinf_engine_opts o;
+	int fails = 0;
+	char dir[4096];
+	shared_dir("ckpt_review_client", dir, sizeof(dir));
+	edrive_opts(&o, "mpi", 1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 10;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	char blob[40] = "rank 0's trainer state";
+	struct zinf_ckpt_opts so;
+	zinf_ckpt_opts_init(&so);
+	so.client = rank == 0 ? blob : NULL;
+	so.client_bytes = sizeof(blob);
+	int rc = zinf_engine_save(e, dir, "c", &so);
+	CHECK(rc == 0, "save with the blob on rank 0 only: %d %s", rc, zinf_last_error());
+	so.client = NULL;
+	so.client_bytes = rank == 0 ? sizeof(blob) : 0;
+	rc = zinf_engine_save(e, dir, "d", &so);
+	CHECK(rc == -EINVAL, "save with rank 0's blob NULL: %d, expected -EINVAL", rc);
+	char out[64] = {0};
+	struct zinf_ckpt_opts lo;
+	zinf_ckpt_opts_init(&lo);
+	lo.client_out = out;
+	lo.client_cap = sizeof(out);
+	rc = zinf_engine_load(e, dir, NULL, &lo);
+	CHECK(rc == 0 && lo.client_len == sizeof(blob) && memcmp(out, blob, sizeof(blob)) == 0,
+	      "load of c: %d, client_len %llu", rc, (unsigned long long)lo.client_len);
+	zinf_engine_destroy(e);
+	if (rank == 0) {
+		zt_rmtree(dir);
+	}
+	return fails;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1413,6 +1457,7 @@ static const struct {
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
+	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
 	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
 };
