@@ -26,9 +26,11 @@
 #include "zinf/checkpoint.h"
 #include "zinf/swap.h"
 
-#define CKPT_FORMAT	  "zinf-checkpoint"
-#define CKPT_MAX_PARTS	  16
-#define CKPT_MAX_WORLD	  (1 << 24)
+#define CKPT_FORMAT    "zinf-checkpoint"
+#define CKPT_MAX_PARTS 16
+#define CKPT_MAX_WORLD (1 << 24)
+/* Counters (steps, micro-steps): far from INT64_MAX, so that the engine can go on counting. */
+#define CKPT_MAX_COUNT	  (INT64_C(1) << 62)
 #define CKPT_VERIFY_CHUNK (4u << 20)
 /* Elements converted per pread when the dtypes differ (the bounce buffer: 1 MiB of f32). */
 #define CKPT_BOUNCE_ELEMS (256u << 10)
@@ -254,14 +256,14 @@ parse_header(struct zinf_ckpt *c)
 	if ((rc = get_dtype(c, m, "dtype", "dtype", &c->dtype))) {
 		return rc;
 	}
-	if ((rc = get_int(c, m, "steps", "steps", 0, INT64_MAX, &c->steps))) {
+	if ((rc = get_int(c, m, "steps", "steps", 0, CKPT_MAX_COUNT, &c->steps))) {
 		return rc;
 	}
-	if ((rc = get_int(c, m, "micro_steps", "micro_steps", 0, INT64_MAX, &v))) {
+	if ((rc = get_int(c, m, "micro_steps", "micro_steps", 0, CKPT_MAX_COUNT, &v))) {
 		return rc;
 	}
 	c->micro_steps = (uint64_t)v;
-	if ((rc = get_int(c, m, "skipped_steps", "skipped_steps", 0, INT64_MAX, &v)) ||
+	if ((rc = get_int(c, m, "skipped_steps", "skipped_steps", 0, CKPT_MAX_COUNT, &v)) ||
 	    (rc = check_type(c, m, "lr", "lr", JSON_REAL, true))) {
 		return rc;
 	}
@@ -269,9 +271,9 @@ parse_header(struct zinf_ckpt *c)
 	if ((rc = check_type(c, m, "loss_scaler", "loss_scaler", JSON_OBJECT, true)) ||
 	    (rc = check_type(c, ls, "scale", "loss_scaler.scale", JSON_REAL, true)) ||
 	    (rc = get_int(c, ls, "good_steps", "loss_scaler.good_steps", 0, INT64_MAX, &v)) ||
-	    (rc = get_int(c, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, INT64_MAX,
+	    (rc = get_int(c, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, UINT32_MAX,
 			  &v)) ||
-	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, INT64_MAX, &v))) {
+	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, CKPT_MAX_COUNT, &v))) {
 		return rc;
 	}
 	const json_t *op = json_object_get(m, "optimizer");

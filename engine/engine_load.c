@@ -220,7 +220,16 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 			out->ls.last_overflow = json_integer_value(lo);
 			out->ls.overflows = (uint64_t)json_integer_value(ov);
 		}
-		if (!out->has_ls && e->o.fp16.enabled) {
+		/* scale 0: the saving engine did not scale its loss (no fp16); an fp16 engine
+		   keeps its own initial scaler */
+		bool unscaled = out->has_ls && out->ls.scale == 0;
+		if (out->has_ls && !(isfinite(out->ls.scale) && out->ls.scale >= 0 &&
+				     out->ls.iter >= 0 && out->ls.last_overflow >= -1)) {
+			ret = ENG_FAIL(e, -EBADMSG,
+				       "load: %s: loss_scaler.scale %g, iter %" PRId64
+				       " or last_overflow %" PRId64 " invalid",
+				       p, out->ls.scale, out->ls.iter, out->ls.last_overflow);
+		} else if (!out->has_ls && e->o.fp16.enabled) {
 			ret = ENG_FAIL(e, -EBADMSG,
 				       "load: %s: loss_scaler lacks scale, hysteresis_left, iter, "
 				       "last_overflow or overflows, which fp16 training needs",
@@ -229,6 +238,7 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 			ret = ENG_FAIL(e, -EBADMSG, "load: %s: steps %" PRId64 " or lr %g invalid",
 				       p, out->steps, out->lr);
 		}
+		out->has_ls = out->has_ls && !unscaled;
 	}
 	json_decref(m);
 	return ret;

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,4 +335,123 @@ Test(ckpt_review, save_leaves_the_next_step_alone)
 	assert_same(m[1].p, m[0].p, "the step after a save");
 	free_all(&m[0]);
 	free_all(&m[1]);
+}
+
+/* ---- manifests with values out of range ---------------------------------------------------- */
+
+/* Set key (a path of object keys, '.'-separated) of DIR/TAG/manifest.json to the JSON text v. */
+static void
+edit_manifest(const char *tagdir, const char *key, const char *v)
+{
+	char p[8192];
+	snprintf(p, sizeof(p), "%s/manifest.json", tagdir);
+	json_error_t jerr;
+	json_t *m = json_load_file(p, 0, &jerr);
+	cr_assert_not_null(m, "%s: %s", p, jerr.text);
+	json_t *o = m;
+	char k[256];
+	snprintf(k, sizeof(k), "%s", key);
+	char *dot = strchr(k, '.');
+	if (dot) {
+		*dot = '\0';
+		o = json_object_get(m, k);
+		cr_assert_not_null(o, "%s", k);
+	}
+	json_t *val = json_loads(v, JSON_DECODE_ANY, &jerr);
+	cr_assert_not_null(val, "%s: %s", v, jerr.text);
+	cr_assert_eq(json_object_set_new(o, dot ? dot + 1 : k, val), 0);
+	cr_assert_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
+	json_decref(m);
+}
+
+/*
+ * Values a corrupted or hand-edited manifest may hold, refused (-EBADMSG naming the field)
+ * before anything is loaded: a step count the next step cannot add 1 to, a loss scale that is
+ * not a positive number (fp16 would multiply the loss by it), a hysteresis that does not fit the
+ * scaler's counter.
+ */
+Test(ckpt_review, manifest_values_out_of_range)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F16, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+	o.fp16.enabled = true;
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	save_ok(e, ck, "good");
+	zinf_engine_destroy(e);
+	char good[4200], bad[4200], cmd[13000];
+	snprintf(good, sizeof(good), "%s/good", ck);
+	snprintf(bad, sizeof(bad), "%s/bad", ck);
+	const struct {
+		const char *key, *value, *needle;
+	} cases[] = {
+		{"steps", "9223372036854775807", "steps"},
+		{"micro_steps", "9223372036854775807", "micro_steps"},
+		{"loss_scaler.scale", "-65536.0", "scale"},
+		{"loss_scaler.hysteresis_left", "4294967298", "hysteresis_left"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", bad, good, bad);
+		cr_assert_eq(system(cmd), 0);
+		edit_manifest(bad, cases[i].key, cases[i].value);
+		cr_assert_eq(zinf_engine_create(&o, &e), 0);
+		cr_assert_eq(edrive_add_params(e), 0);
+		int rc = zinf_engine_load(e, ck, "bad", NULL);
+		cr_expect_eq(rc, -EBADMSG, "%s = %s: load returned %d", cases[i].key,
+			     cases[i].value, rc);
+		cr_expect(strstr(zinf_last_error(), cases[i].needle) != NULL,
+			  "%s = %s: the message does not name it: %s", cases[i].key, cases[i].value,
+			  zinf_last_error());
+		/* refused: the engine can still be initialised */
+		cr_expect_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+		zinf_engine_destroy(e);
+	}
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_load(e, ck, "good", NULL), 0, "%s", zinf_last_error());
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/*
+ * A checkpoint of a run without loss scaling (bf16 here: its scaler was never set up, scale 0)
+ * resumed with fp16: the fp16 engine keeps its own initial scaler; a scale of 0 would make the
+ * trainer multiply its loss by 0 and every gradient vanish.
+ */
+Test(ckpt_review, unscaled_checkpoint_into_fp16_keeps_its_scaler)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_BF16, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, NULL);
+	zinf_engine_destroy(e);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, ZINF_F16, GAS);
+	o.fp16.enabled = true;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	double fresh = zinf_engine_loss_scale(e);
+	zinf_engine_destroy(e);
+	cr_assert(fresh > 1, "the initial scale %g", fresh);
+	cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+	cr_assert_eq(edrive_add_params(e), 0);
+	int rc = zinf_engine_load(e, ck, NULL, NULL);
+	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+	cr_expect_eq(zinf_engine_loss_scale(e), fresh, "loss scale %g after the load, expected %g",
+		     zinf_engine_loss_scale(e), fresh);
+	cr_expect_eq(zinf_engine_steps(e), 2);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
 }
