@@ -1439,6 +1439,53 @@ case_ckpt_review_client_rank0(void)
 	return fails;
 }
 
+/*
+ * Stage 0 saves rank 0's files alone (files_world 1): loaded by every rank into stage 3 (each
+ * rank cutting its partition out of rank 0's files), and a stage-3 save (files_world = world)
+ * loaded into stage 0 (every rank reading every rank's files); 2 steps, save, load, 2 steps
+ * equal the reference of 4 steps bit for bit.
+ */
+static int
+case_ckpt_review_stage0_stage3(void)
+{
+	const struct config from[] = {{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true},
+				      {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true}};
+	const struct config to[] = {{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, true},
+				    {0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true}};
+	int fails = 0;
+	char dir[4096];
+	shared_dir("ckpt_review_s0s3", dir, sizeof(dir));
+	struct eref_result ref;
+	if (reference(&ref, ZINF_BF16, QUANTUM, 4, GAS) < 0) {
+		return 1;
+	}
+	for (int i = 0; i < 2; i++) {
+		char what[96];
+		snprintf(what, sizeof(what), "%d ranks: stage %d saved, stage %d loaded", world,
+			 from[i].stage, to[i].stage);
+		struct master m = {{0}};
+		if (master_alloc(&m)) {
+			return fails + 1;
+		}
+		if (rank == 0) {
+			zt_rmtree(dir);
+		}
+		MPI_Barrier(MPI_COMM_WORLD);
+		int f = ckpt_train(&from[i], ZINF_BF16, 0, 2, false, NULL, dir, NULL, what);
+		f += ckpt_train(&to[i], ZINF_BF16, 2, 2, false, dir, NULL, &m, what);
+		fails += f;
+		if (f == 0) {
+			fails += compare(what, m.p, ref.master, 0, NULL);
+		}
+		master_free(&m);
+	}
+	eref_result_free(&ref);
+	if (rank == 0) {
+		zt_rmtree(dir);
+	}
+	return fails;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1457,6 +1504,7 @@ static const struct {
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
+	{"ckpt_review_stage0_stage3", case_ckpt_review_stage0_stage3, false},
 	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
 	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
