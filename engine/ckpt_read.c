@@ -4,10 +4,10 @@
  * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field
  * (types, ranges, partitions consistent with their ranks' files, every listed file present with
  * its size), the ranges of a parameter's state gathered from the stored ranks' files with pread
- * (one descriptor per file, opened on first use) and converted, and the files' CRC32C checked
- * in bounded chunks. Every refusal names the file and the field. Not here: writing checkpoints
- * (the engine's save), safetensors (safetensors.c, ckpt_export.c), any device or collective.
- * A handle is used by one thread at a time.
+ * (a descriptor per file opened on use, at most CKPT_MAX_OPEN kept) and converted, and the files'
+ * CRC32C checked in bounded chunks. Every refusal names the file and the field. Not here: writing
+ * checkpoints (the engine's save), safetensors (safetensors.c, ckpt_export.c), any device or
+ * collective. A handle is used by one thread at a time.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +32,9 @@
 /* Counters (steps, micro-steps): far from INT64_MAX, so that the engine can go on counting. */
 #define CKPT_MAX_COUNT	  (INT64_C(1) << 62)
 #define CKPT_VERIFY_CHUNK (4u << 20)
+/* Descriptors a handle keeps open at most: the files are opened on use, and a checkpoint of a
+ * large world lists more of them than a process may hold (RLIMIT_NOFILE). */
+#define CKPT_MAX_OPEN 32
 /* Elements converted per pread when the dtypes differ (the bounce buffer: 1 MiB of f32). */
 #define CKPT_BOUNCE_ELEMS (256u << 10)
 
@@ -74,6 +77,8 @@ struct zinf_ckpt {
 	uint64_t *flat;	     /* [files_world]: elements of each stored rank's part files */
 	uint32_t *rank_file; /* [files_world * n_parts]: index into files */
 	uint64_t bytes;
+	uint32_t n_open; /* files with a descriptor (at most CKPT_MAX_OPEN) */
+	uint32_t evict;	 /* where the search for one to close starts (round robin) */
 };
 
 /* ---- manifest checks ---------------------------------------------------------------------- */
@@ -983,12 +988,22 @@ file_fd(struct zinf_ckpt *c, uint32_t k)
 	if (ckpt_path(c, f->name, path, sizeof(path))) {
 		return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
 	}
+	for (uint32_t j = 0; c->n_open >= CKPT_MAX_OPEN && j < c->n_files; j++) {
+		uint32_t x = (c->evict + j) % c->n_files;
+		if (x != k && c->files[x].fd >= 0) {
+			close(c->files[x].fd);
+			c->files[x].fd = -1;
+			c->n_open--;
+			c->evict = x + 1;
+		}
+	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
 		return ZINF_OBJ_FAIL(path, e == ENOENT ? -EBADMSG : -e, "open: %s", strerror(e));
 	}
 	f->fd = fd;
+	c->n_open++;
 	return fd;
 }
 
