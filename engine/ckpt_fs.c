@@ -243,14 +243,37 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	}
 	ckpt_point("tmp_synced");
 	/* a new tag appears whole; an existing one is swapped out in one step, then removed */
-	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) != 0) {
-		if (errno != EEXIST) {
-			return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", tmp, final,
-					 zinf_strerror(-errno));
+	int rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE);
+	int err = rc ? errno : 0;
+	struct stat st;
+	if (rc && (err == EINVAL || err == ENOSYS)) {
+		/* no RENAME_NOREPLACE here (the NFS client, Lustre): a new tag is renamed in
+		   plainly, the lock keeping other savers out */
+		if (lstat(final, &st) == 0) {
+			err = EEXIST;
+		} else if (rename(tmp, final) != 0) {
+			err = errno;
+		} else {
+			rc = err = 0;
+		}
+	}
+	if (rc) {
+		if (err != EEXIST) {
+			return ZINF_FAIL(-err, "checkpoint: renaming %s to %s: %s", tmp, final,
+					 zinf_strerror(-err));
 		}
 		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
-			return ZINF_FAIL(-errno, "checkpoint: exchanging %s with %s: %s", tmp,
-					 final, zinf_strerror(-errno));
+			err = errno;
+			if (err == EINVAL || err == ENOSYS) {
+				return ZINF_FAIL(
+					-EOPNOTSUPP,
+					"checkpoint: %s exists and this file system cannot "
+					"swap a directory in one step (no RENAME_EXCHANGE), "
+					"so it is kept: save under a new tag",
+					final);
+			}
+			return ZINF_FAIL(-err, "checkpoint: exchanging %s with %s: %s", tmp, final,
+					 zinf_strerror(-err));
 		}
 		ckpt_point("swapped");
 		if ((ret = ckpt_fsync_path(dir, true))) {

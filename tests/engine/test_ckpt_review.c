@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -674,4 +675,58 @@ Test(ckpt_review, reader_with_more_files_than_descriptors)
 	zinf_ckpt_close(c);
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/* ---- file systems without renameat2's flags (NFS, Lustre) ---------------------------------- */
+
+/*
+ * This program's renameat2 (the library's calls resolve to it: the test links libzinf
+ * statically): with no_rename_flags, any flag is refused with EINVAL, as the NFS client and
+ * Lustre refuse RENAME_NOREPLACE and RENAME_EXCHANGE; otherwise the system call.
+ */
+static bool no_rename_flags;
+
+int
+renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags)
+{
+	if (no_rename_flags && flags) {
+		errno = EINVAL;
+		return -1;
+	}
+	return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+/*
+ * A checkpoint directory on such a file system (the shared file system a multi-node save
+ * needs): a new tag is published with a plain rename (the lock keeps other savers out), and
+ * saving over an existing tag, which cannot be swapped in one step there, is refused naming
+ * the reason, the previous checkpoints and latest untouched.
+ */
+Test(ckpt_review, publish_without_rename_flags)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 1);
+	no_rename_flags = true;
+	save_ok(e, ck, "a");
+	run(e, c.dtype, 1, 1);
+	save_ok(e, ck, "b");
+	int rc = zinf_engine_save(e, ck, "b", NULL);
+	cr_expect_eq(rc, -EOPNOTSUPP, "saving over tag b: %d %s", rc, zinf_last_error());
+	cr_expect(strstr(zinf_last_error(), "RENAME_EXCHANGE") != NULL, "%s", zinf_last_error());
+	cr_assert(!exists(ck, ".b.tmp"), "the refused save left .b.tmp");
+	no_rename_flags = false;
+	zinf_engine_destroy(e);
+	e = make(&c, nvme);
+	rc = zinf_engine_load(e, ck, NULL, NULL);
+	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 2);
+	cr_assert_eq(zinf_engine_load(e, ck, "a", NULL), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 1);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
 }
