@@ -132,6 +132,24 @@ ckpt_rm_dir(const char *path)
 }
 
 int
+ckpt_fsync_parent(const char *path)
+{
+	char parent[CKPT_PATH];
+	snprintf(parent, sizeof(parent), "%s", path);
+	size_t n = strlen(parent);
+	while (n > 1 && parent[n - 1] == '/') {
+		parent[--n] = '\0';
+	}
+	char *slash = strrchr(parent, '/');
+	if (!slash) {
+		snprintf(parent, sizeof(parent), ".");
+	} else {
+		slash[slash == parent ? 1 : 0] = '\0';
+	}
+	return ckpt_fsync_path(parent, true);
+}
+
+int
 ckpt_clean_tmp(const char *dir)
 {
 	DIR *d = opendir(dir);

@@ -457,7 +457,12 @@ finish_rank0(struct zinf_engine *e, const char *tmp, const char *tag, int fw,
 static int
 prepare_rank0(struct zinf_engine *e, const char *dir, const char *tmp, int *lockfd)
 {
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+	if (mkdir(dir, 0755) == 0) {
+		int err = ckpt_fsync_parent(dir); /* the new DIR's entry, durable */
+		if (err) {
+			return ENG_FAIL(e, err, "save: syncing the directory holding %s", dir);
+		}
+	} else if (errno != EEXIST) {
 		int err = -errno;
 		return ENG_FAIL(e, err, "save: creating %s: %s", dir, zinf_strerror(err));
 	}

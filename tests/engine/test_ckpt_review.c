@@ -730,3 +730,62 @@ Test(ckpt_review, publish_without_rename_flags)
 	free(nvme);
 	free(ck);
 }
+
+/* ---- durability of a new checkpoint directory ---------------------------------------------- */
+
+/* This program's fsync (as renameat2 above): with fsync_log set, the path of every descriptor
+ * synced is remembered. */
+static bool fsync_log;
+static char fsynced[64][4096];
+static int n_fsynced;
+
+int
+fsync(int fd)
+{
+	if (fsync_log && n_fsynced < 64) {
+		char l[64];
+		snprintf(l, sizeof(l), "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(l, fsynced[n_fsynced], sizeof(fsynced[0]) - 1);
+		fsynced[n_fsynced][n > 0 ? n : 0] = '\0';
+		n_fsynced++;
+	}
+	return (int)syscall(SYS_fsync, fd);
+}
+
+static bool
+was_fsynced(const char *path)
+{
+	char real[4096];
+	cr_assert_not_null(realpath(path, real), "%s", path);
+	for (int i = 0; i < n_fsynced; i++) {
+		if (strcmp(fsynced[i], real) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * The first save into a DIR it creates: DIR's entry in its parent is made durable too (the
+ * parent fsynced), or a power cut after the save returned can take DIR, and the checkpoint in
+ * it, away.
+ */
+Test(ckpt_review, new_directory_entry_is_synced)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/run1", ck);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 1);
+	fsync_log = true;
+	save_ok(e, dir, "a");
+	fsync_log = false;
+	cr_assert(was_fsynced(dir), "%s was not fsynced", dir);
+	cr_assert(was_fsynced(ck), "%s (the parent of the new %s) was not fsynced", ck, dir);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
