@@ -6,6 +6,7 @@
  * notes/REVIEW_CKPT.md. Several ranks: test_engine_ranks.c (cases ckpt_review_*).
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -685,6 +686,7 @@ Test(ckpt_review, reader_with_more_files_than_descriptors)
  * Lustre refuse RENAME_NOREPLACE and RENAME_EXCHANGE; otherwise the system call.
  */
 static bool no_rename_flags;
+static void ev_rename(const char *from, const char *to); /* the event log below */
 
 int
 renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags)
@@ -693,6 +695,7 @@ renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, 
 		errno = EINVAL;
 		return -1;
 	}
+	ev_rename(oldpath, newpath);
 	return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
@@ -733,23 +736,58 @@ Test(ckpt_review, publish_without_rename_flags)
 
 /* ---- durability of a new checkpoint directory ---------------------------------------------- */
 
-/* This program's fsync (as renameat2 above): with fsync_log set, the path of every descriptor
- * synced is remembered. */
+/* This program's fsync and rename (as renameat2 above): with fsync_log set, every fsync (the
+ * descriptor's path) and every rename, renameat2 included, is remembered in order. */
 static bool fsync_log;
-static char fsynced[64][4096];
-static int n_fsynced;
+static struct {
+	char what; /* 's' fsync, 'r' rename */
+	char a[512], b[512];
+} ev[256];
+static int n_ev;
+
+static void
+ev_rename(const char *from, const char *to)
+{
+	if (fsync_log && n_ev < 256) {
+		ev[n_ev].what = 'r';
+		snprintf(ev[n_ev].a, sizeof(ev[0].a), "%s", from);
+		snprintf(ev[n_ev].b, sizeof(ev[0].b), "%s", to);
+		n_ev++;
+	}
+}
 
 int
 fsync(int fd)
 {
-	if (fsync_log && n_fsynced < 64) {
+	if (fsync_log && n_ev < 256) {
 		char l[64];
 		snprintf(l, sizeof(l), "/proc/self/fd/%d", fd);
-		ssize_t n = readlink(l, fsynced[n_fsynced], sizeof(fsynced[0]) - 1);
-		fsynced[n_fsynced][n > 0 ? n : 0] = '\0';
-		n_fsynced++;
+		ssize_t n = readlink(l, ev[n_ev].a, sizeof(ev[0].a) - 1);
+		ev[n_ev].a[n > 0 ? n : 0] = '\0';
+		ev[n_ev].what = 's';
+		n_ev++;
 	}
 	return (int)syscall(SYS_fsync, fd);
+}
+
+int
+rename(const char *from, const char *to)
+{
+	ev_rename(from, to);
+	return (int)syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, 0);
+}
+
+/* Index of the first event (what, a[, b]) at or after `from`; -1 when none. */
+static int
+ev_find(int from, char what, const char *a, const char *b)
+{
+	for (int i = from; i < n_ev; i++) {
+		if (ev[i].what == what && strcmp(ev[i].a, a) == 0 &&
+		    (!b || strcmp(ev[i].b, b) == 0)) {
+			return i;
+		}
+	}
+	return -1;
 }
 
 static bool
@@ -757,12 +795,7 @@ was_fsynced(const char *path)
 {
 	char real[4096];
 	cr_assert_not_null(realpath(path, real), "%s", path);
-	for (int i = 0; i < n_fsynced; i++) {
-		if (strcmp(fsynced[i], real) == 0) {
-			return true;
-		}
-	}
-	return false;
+	return ev_find(0, 's', real, NULL) >= 0;
 }
 
 /*
@@ -784,6 +817,76 @@ Test(ckpt_review, new_directory_entry_is_synced)
 	cr_assert(was_fsynced(dir), "%s was not fsynced", dir);
 	cr_assert(was_fsynced(ck), "%s (the parent of the new %s) was not fsynced", ck, dir);
 	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/*
+ * The order of a save's durable steps (a tag saved again, with model.safetensors and a client
+ * blob): every file of the new TAG fsynced (under its temporary name when it was renamed
+ * inside the temporary directory) before the temporary directory is; that before it is swapped
+ * into place; DIR fsynced after; then latest written, fsynced, renamed, and DIR fsynced again.
+ */
+Test(ckpt_review, save_syncs_in_order)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, ZINF_BF16, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	char real[4096];
+	cr_assert_not_null(realpath(ck, real));
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 1);
+	save_ok(e, real, "a");
+	run(e, c.dtype, 1, 1);
+	struct zinf_ckpt_opts so;
+	zinf_ckpt_opts_init(&so);
+	so.client = "blob";
+	so.client_bytes = 4;
+	so.gather_16bit = 1;
+	fsync_log = true;
+	n_ev = 0;
+	int rc = zinf_engine_save(e, real, "a", &so);
+	fsync_log = false;
+	cr_assert_eq(rc, 0, "%d %s", rc, zinf_last_error());
+	zinf_engine_destroy(e);
+	char tmp[4200], fin[4200], lt[4200], ltmp[4200], p[8400];
+	snprintf(tmp, sizeof(tmp), "%s/.a.tmp", real);
+	snprintf(fin, sizeof(fin), "%s/a", real);
+	snprintf(lt, sizeof(lt), "%s/latest", real);
+	snprintf(ltmp, sizeof(ltmp), "%s/.latest.tmp", real);
+	int t_sync = ev_find(0, 's', tmp, NULL);
+	cr_assert_geq(t_sync, 0, "%s never fsynced", tmp);
+	int swap = ev_find(t_sync, 'r', tmp, fin);
+	cr_assert_geq(swap, 0, "%s not renamed to %s after its fsync", tmp, fin);
+	int d_sync = ev_find(swap, 's', real, NULL);
+	cr_assert_geq(d_sync, 0, "%s not fsynced after the rename", real);
+	int l_sync = ev_find(d_sync, 's', ltmp, NULL);
+	cr_assert_geq(l_sync, 0, "%s not fsynced after DIR", ltmp);
+	int l_ren = ev_find(l_sync, 'r', ltmp, lt);
+	cr_assert_geq(l_ren, 0, "latest not renamed into place after its fsync");
+	cr_assert_geq(ev_find(l_ren, 's', real, NULL), 0, "DIR not fsynced after latest");
+	DIR *d = opendir(fin);
+	cr_assert_not_null(d);
+	struct dirent *de;
+	int files = 0;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.') {
+			continue;
+		}
+		files++;
+		snprintf(p, sizeof(p), "%s/%s", tmp, de->d_name);
+		int at = ev_find(0, 's', p, NULL);
+		for (int i = 0; at < 0 && i < n_ev; i++) { /* fsynced, then renamed to p */
+			if (ev[i].what == 'r' && strcmp(ev[i].b, p) == 0) {
+				int s2 = ev_find(0, 's', ev[i].a, NULL);
+				at = s2 >= 0 && s2 < i ? i : -1;
+			}
+		}
+		cr_expect(at >= 0 && at < t_sync, "%s: not fsynced before %s", de->d_name, tmp);
+	}
+	closedir(d);
+	cr_assert_geq(files, 6, "%d files in %s", files, fin);
 	zt_rmtree(nvme);
 	zt_rmtree(ck);
 	free(nvme);
