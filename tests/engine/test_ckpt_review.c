@@ -2,8 +2,10 @@
 /*
  * tests/engine/test_ckpt_review.c: a reviewer's tests of the checkpoints (zinf_engine_save /
  * zinf_engine_load, the directory they write), one process (comm "single", device "host").
- * Each test was written to fail before the fix it names in docs of the commit and in
- * notes/REVIEW_CKPT.md. Several ranks: test_engine_ranks.c (cases ckpt_review_*).
+ * A test of a defect failed before its fix (the commit and notes/REVIEW_CKPT.md name both);
+ * the others check what was found sound. renameat2, rename and fsync are interposed (this
+ * program's own, forwarding to the system calls) so that a file system without renameat2's flags
+ * and the order of the syncs can be tested. Several ranks: test_engine_ranks.c (ckpt_review_*).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
