@@ -72,31 +72,81 @@ ckpt_fsync_path(const char *path, bool dir)
 	return ret;
 }
 
-int
-ckpt_rm_dir(const char *path)
+/* path and what it holds: files, links (not followed) and subdirectories, at most `depth`
+ * levels deep. A path that does not fit CKPT_PATH is refused, never cut. */
+static int
+rm_tree(const char *path, int depth)
 {
+	struct stat st;
+	if (lstat(path, &st) != 0) {
+		return errno == ENOENT ? 0
+				       : ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path,
+						   zinf_strerror(-errno));
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		if (unlink(path) != 0 && errno != ENOENT) {
+			return ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path,
+					 zinf_strerror(-errno));
+		}
+		return 0;
+	}
+	if (depth <= 0) {
+		return ZINF_FAIL(-ELOOP, "checkpoint: removing %s: too deep", path);
+	}
 	DIR *d = opendir(path);
 	if (!d) {
 		return errno == ENOENT ? 0 : ZINF_FAIL(-errno, "checkpoint: opening %s", path);
 	}
 	int ret = 0;
 	struct dirent *de;
-	char p[CKPT_PATH];
+	char *p = zinf_malloc(CKPT_PATH);
+	if (!p) {
+		closedir(d);
+		return -ENOMEM;
+	}
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) {
 			continue;
 		}
-		ckpt_join(p, path, "%s", de->d_name);
-		if (unlink(p) != 0 && errno != ENOENT && !ret) {
-			ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", p,
-					zinf_strerror(-errno));
-		}
+		int n = snprintf(p, CKPT_PATH, "%s/%s", path, de->d_name);
+		int r = n < 0 || n >= CKPT_PATH
+				? ZINF_FAIL(-ENAMETOOLONG, "checkpoint: removing %s/%s: too long",
+					    path, de->d_name)
+				: rm_tree(p, depth - 1);
+		ret = ret ? ret : r;
 	}
 	closedir(d);
+	zinf_free(p);
 	if (rmdir(path) != 0 && errno != ENOENT && !ret) {
 		ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path, zinf_strerror(-errno));
 	}
 	return ret;
+}
+
+/* A checkpoint directory swapped out or left by a dead save: whatever it holds (a trainer may
+ * have put subdirectories in a tag's directory), or a file of that name. */
+int
+ckpt_rm_dir(const char *path)
+{
+	return rm_tree(path, 32);
+}
+
+int
+ckpt_fsync_parent(const char *path)
+{
+	char parent[CKPT_PATH];
+	snprintf(parent, sizeof(parent), "%s", path);
+	size_t n = strlen(parent);
+	while (n > 1 && parent[n - 1] == '/') {
+		parent[--n] = '\0';
+	}
+	char *slash = strrchr(parent, '/');
+	if (!slash) {
+		snprintf(parent, sizeof(parent), ".");
+	} else {
+		slash[slash == parent ? 1 : 0] = '\0';
+	}
+	return ckpt_fsync_path(parent, true);
 }
 
 int
@@ -211,14 +261,37 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	}
 	ckpt_point("tmp_synced");
 	/* a new tag appears whole; an existing one is swapped out in one step, then removed */
-	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) != 0) {
-		if (errno != EEXIST) {
-			return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", tmp, final,
-					 zinf_strerror(-errno));
+	int rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE);
+	int err = rc ? errno : 0;
+	struct stat st;
+	if (rc && (err == EINVAL || err == ENOSYS)) {
+		/* no RENAME_NOREPLACE here (the NFS client, Lustre): a new tag is renamed in
+		   plainly, the lock keeping other savers out */
+		if (lstat(final, &st) == 0) {
+			err = EEXIST;
+		} else if (rename(tmp, final) != 0) {
+			err = errno;
+		} else {
+			rc = err = 0;
+		}
+	}
+	if (rc) {
+		if (err != EEXIST) {
+			return ZINF_FAIL(-err, "checkpoint: renaming %s to %s: %s", tmp, final,
+					 zinf_strerror(-err));
 		}
 		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) != 0) {
-			return ZINF_FAIL(-errno, "checkpoint: exchanging %s with %s: %s", tmp,
-					 final, zinf_strerror(-errno));
+			err = errno;
+			if (err == EINVAL || err == ENOSYS) {
+				return ZINF_FAIL(
+					-EOPNOTSUPP,
+					"checkpoint: %s exists and this file system cannot "
+					"swap a directory in one step (no RENAME_EXCHANGE), "
+					"so it is kept: save under a new tag",
+					final);
+			}
+			return ZINF_FAIL(-err, "checkpoint: exchanging %s with %s: %s", tmp, final,
+					 zinf_strerror(-err));
 		}
 		ckpt_point("swapped");
 		if ((ret = ckpt_fsync_path(dir, true))) {

@@ -34,8 +34,9 @@ ckpt_point(const char *point)
 	}
 }
 int ckpt_fsync_path(const char *path, bool dir);
-int ckpt_rm_dir(const char *path);   /* a flat directory and its files */
-int ckpt_clean_tmp(const char *dir); /* every DIR/.*.tmp a dead save left (lock held) */
+int ckpt_fsync_parent(const char *path); /* the directory holding path's entry */
+int ckpt_rm_dir(const char *path);	 /* a directory and all it holds (or a file) */
+int ckpt_clean_tmp(const char *dir);	 /* every DIR/.*.tmp a dead save left (lock held) */
 int ckpt_lock(const char *dir, int *fd_out);
 void ckpt_unlock(int fd);
 int ckpt_write_small(const char *path, const void *data, size_t len); /* create, write, fsync */

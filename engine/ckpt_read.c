@@ -4,10 +4,10 @@
  * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field
  * (types, ranges, partitions consistent with their ranks' files, every listed file present with
  * its size), the ranges of a parameter's state gathered from the stored ranks' files with pread
- * (one descriptor per file, opened on first use) and converted, and the files' CRC32C checked
- * in bounded chunks. Every refusal names the file and the field. Not here: writing checkpoints
- * (the engine's save), safetensors (safetensors.c, ckpt_export.c), any device or collective.
- * A handle is used by one thread at a time.
+ * (a descriptor per file opened on use, at most CKPT_MAX_OPEN kept) and converted, and the files'
+ * CRC32C checked in bounded chunks. Every refusal names the file and the field. Not here: writing
+ * checkpoints (the engine's save), safetensors (safetensors.c, ckpt_export.c), any device or
+ * collective. A handle is used by one thread at a time.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,10 +26,15 @@
 #include "zinf/checkpoint.h"
 #include "zinf/swap.h"
 
-#define CKPT_FORMAT	  "zinf-checkpoint"
-#define CKPT_MAX_PARTS	  16
-#define CKPT_MAX_WORLD	  (1 << 24)
+#define CKPT_FORMAT    "zinf-checkpoint"
+#define CKPT_MAX_PARTS 16
+#define CKPT_MAX_WORLD (1 << 24)
+/* Counters (steps, micro-steps): far from INT64_MAX, so that the engine can go on counting. */
+#define CKPT_MAX_COUNT	  (INT64_C(1) << 62)
 #define CKPT_VERIFY_CHUNK (4u << 20)
+/* Descriptors a handle keeps open at most: the files are opened on use, and a checkpoint of a
+ * large world lists more of them than a process may hold (RLIMIT_NOFILE). */
+#define CKPT_MAX_OPEN 32
 /* Elements converted per pread when the dtypes differ (the bounce buffer: 1 MiB of f32). */
 #define CKPT_BOUNCE_ELEMS (256u << 10)
 
@@ -70,10 +75,11 @@ struct zinf_ckpt {
 	struct ckpt_part *parts;
 	struct ckpt_file *files;
 	json_t *file_index;  /* name -> index into files */
-	uint32_t n_open;     /* descriptors held in files[].fd */
 	uint64_t *flat;	     /* [files_world]: elements of each stored rank's part files */
 	uint32_t *rank_file; /* [files_world * n_parts]: index into files */
 	uint64_t bytes;
+	uint32_t n_open; /* files with a descriptor (at most CKPT_MAX_OPEN) */
+	uint32_t evict;	 /* where the search for one to close starts (round robin) */
 };
 
 static void close_fds(struct zinf_ckpt *c);
@@ -258,14 +264,14 @@ parse_header(struct zinf_ckpt *c)
 	if ((rc = get_dtype(c, m, "dtype", "dtype", &c->dtype))) {
 		return rc;
 	}
-	if ((rc = get_int(c, m, "steps", "steps", 0, INT64_MAX, &c->steps))) {
+	if ((rc = get_int(c, m, "steps", "steps", 0, CKPT_MAX_COUNT, &c->steps))) {
 		return rc;
 	}
-	if ((rc = get_int(c, m, "micro_steps", "micro_steps", 0, INT64_MAX, &v))) {
+	if ((rc = get_int(c, m, "micro_steps", "micro_steps", 0, CKPT_MAX_COUNT, &v))) {
 		return rc;
 	}
 	c->micro_steps = (uint64_t)v;
-	if ((rc = get_int(c, m, "skipped_steps", "skipped_steps", 0, INT64_MAX, &v)) ||
+	if ((rc = get_int(c, m, "skipped_steps", "skipped_steps", 0, CKPT_MAX_COUNT, &v)) ||
 	    (rc = check_type(c, m, "lr", "lr", JSON_REAL, true))) {
 		return rc;
 	}
@@ -273,9 +279,9 @@ parse_header(struct zinf_ckpt *c)
 	if ((rc = check_type(c, m, "loss_scaler", "loss_scaler", JSON_OBJECT, true)) ||
 	    (rc = check_type(c, ls, "scale", "loss_scaler.scale", JSON_REAL, true)) ||
 	    (rc = get_int(c, ls, "good_steps", "loss_scaler.good_steps", 0, INT64_MAX, &v)) ||
-	    (rc = get_int(c, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, INT64_MAX,
+	    (rc = get_int(c, ls, "hysteresis_left", "loss_scaler.hysteresis_left", 0, UINT32_MAX,
 			  &v)) ||
-	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, INT64_MAX, &v))) {
+	    (rc = get_int(c, ls, "overflows", "loss_scaler.overflows", 0, CKPT_MAX_COUNT, &v))) {
 		return rc;
 	}
 	/* DeepSpeed's DynamicLossScaler counters and zinf_engine_set_betas's values, where present
@@ -1014,6 +1020,15 @@ file_fd(struct zinf_ckpt *c, uint32_t k)
 	char path[4352];
 	if (ckpt_path(c, f->name, path, sizeof(path))) {
 		return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
+	}
+	for (uint32_t j = 0; c->n_open >= CKPT_MAX_OPEN && j < c->n_files; j++) {
+		uint32_t x = (c->evict + j) % c->n_files;
+		if (x != k && c->files[x].fd >= 0) {
+			close(c->files[x].fd);
+			c->files[x].fd = -1;
+			c->n_open--;
+			c->evict = x + 1;
+		}
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->n_open > 0) {

@@ -481,7 +481,12 @@ finish_rank0(struct zinf_engine *e, const struct ckpt_save *sv, const char *tmp,
 static int
 prepare_rank0(struct zinf_engine *e, const char *dir, const char *tmp, int *lockfd)
 {
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+	if (mkdir(dir, 0755) == 0) {
+		int err = ckpt_fsync_parent(dir); /* the new DIR's entry, durable */
+		if (err) {
+			return ENG_FAIL(e, err, "save: syncing the directory holding %s", dir);
+		}
+	} else if (errno != EEXIST) {
 		int err = -errno;
 		return ENG_FAIL(e, err, "save: creating %s: %s", dir, zinf_strerror(err));
 	}
@@ -663,10 +668,6 @@ save_args(struct zinf_engine *e, const char *dir, const char *tag, const struct 
 				"after the step",
 				e->micro + 1, e->o.gradient_accumulation_steps);
 	}
-	if (o->client_bytes && !o->client) {
-		return ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
-				o->client_bytes);
-	}
 	if (o->reserved[0] || o->reserved[1]) {
 		return ENG_FAIL(e, -EINVAL, "save: reserved option bytes are not zero");
 	}
@@ -699,7 +700,8 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 		(void)eng_ckpt_finish(e);
 	}
 	struct ckpt_save *sv = zinf_calloc(1, sizeof(*sv));
-	if (!sv || (o.client_bytes && !(sv->client = zinf_malloc(o.client_bytes)))) {
+	bool blob = e->rank == 0 && o.client_bytes && o.client; /* rank 0's alone */
+	if (!sv || (blob && !(sv->client = zinf_malloc(o.client_bytes)))) {
 		zinf_free(sv);
 		return ENG_FAIL(e, -ENOMEM, "save: out of memory");
 	}
@@ -717,13 +719,16 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 	sv->beta1 = e->beta1;
 	sv->beta2 = e->beta2;
 	sv->ls = e->ls;
-	if (o.client_bytes) {
+	sv->stream = e->cs;
+	if (e->rank == 0 && o.client_bytes && !o.client) { /* the blob is rank 0's alone */
+		ret = ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
+			       o.client_bytes);
+	} else if (e->rank == 0 && o.client_bytes) {
 		memcpy(sv->client, o.client, o.client_bytes);
 		sv->client_bytes = o.client_bytes;
 		sv->client_crc = zinf_crc32c(0, o.client, o.client_bytes);
 	}
-	sv->stream = e->cs;
-	if (e->rank == 0) {
+	if (e->rank == 0 && !ret) {
 		ret = prepare_rank0(e, dir, sv->tmp, &sv->lockfd);
 	}
 	if (!ret && o.background && e->otier == ZINF_OFFLOAD_NONE) {

@@ -99,6 +99,11 @@ load_into_running(struct zinf_engine *e, struct load_ctx *x)
 	if (!ret) {
 		ret = load_write(e, x);
 	}
+	if (ret) {
+		eng_param_write_abort(e); /* a partition left open in the parameter store */
+	}
+	/* before the all-gathers: a rank whose writes failed joins none of them */
+	ret = eng_agree(e, ret, "load: writing the state");
 	for (uint32_t i = 0; i < e->n_params && !ret && e->o.stage > 0; i++) {
 		struct eparam *p = &e->params[i];
 		if (e->o.stage < 3 || p->persistent) {
@@ -215,7 +220,16 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 			out->ls.last_overflow = json_integer_value(lo);
 			out->ls.overflows = (uint64_t)json_integer_value(ov);
 		}
-		if (!out->has_ls && e->o.fp16.enabled) {
+		/* scale 0: the saving engine did not scale its loss (no fp16); an fp16 engine
+		   keeps its own initial scaler */
+		bool unscaled = out->has_ls && out->ls.scale == 0;
+		if (out->has_ls && !(isfinite(out->ls.scale) && out->ls.scale >= 0 &&
+				     out->ls.iter >= 0 && out->ls.last_overflow >= -1)) {
+			ret = ENG_FAIL(e, -EBADMSG,
+				       "load: %s: loss_scaler.scale %g, iter %" PRId64
+				       " or last_overflow %" PRId64 " invalid",
+				       p, out->ls.scale, out->ls.iter, out->ls.last_overflow);
+		} else if (!out->has_ls && e->o.fp16.enabled) {
 			ret = ENG_FAIL(e, -EBADMSG,
 				       "load: %s: loss_scaler lacks scale, hysteresis_left, iter, "
 				       "last_overflow or overflows, which fp16 training needs",
@@ -224,6 +238,7 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 			ret = ENG_FAIL(e, -EBADMSG, "load: %s: steps %" PRId64 " or lr %g invalid",
 				       p, out->steps, out->lr);
 		}
+		out->has_ls = out->has_ls && !unscaled;
 	}
 	json_decref(m);
 	return ret;
@@ -277,6 +292,13 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 	}
 	if (e->inited && (e->micro != 0 || e->grads_seen != 0)) {
 		return ENG_FAIL(e, -EINVAL, "load: inside an accumulation window");
+	}
+	for (uint32_t i = 0; e->inited && i < e->n_layers; i++) {
+		if (e->layers[i].fetched) { /* as the step: its gathered copy is the trainer's */
+			return ENG_FAIL(e, -EINVAL,
+					"load: layer %d is still fetched (release it first)",
+					e->layers[i].layer);
+		}
 	}
 	struct zinf_ckpt_opts o;
 	zinf_ckpt_opts_init(&o);

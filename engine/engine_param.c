@@ -711,6 +711,10 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
 	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write(e, ctx))) {
 		eng_param_write_abort(e);
+	}
+	/* before the all-gathers: a rank that failed above joins none of them (load's writes
+	   included, which may fail on one rank alone) */
+	if ((ret = eng_agree(e, ret, "init"))) {
 		return init_failed(e, ret);
 	}
 	/* stages 1-2: every rank wrote its partition of each tensor; stage 3: persistent ones */

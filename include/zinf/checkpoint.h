@@ -21,7 +21,9 @@
  *   DIR/TAG/model.safetensors    consolidated 16-bit weights (gather_16bit), optional
  *
  * Crash safety: a save writes DIR/.TAG.tmp, fsyncs every file and the directory, then renames
- * it into place (an existing TAG is swapped out atomically with RENAME_EXCHANGE and removed),
+ * it into place (an existing TAG is swapped out atomically with RENAME_EXCHANGE and removed;
+ * where the file system has no RENAME_EXCHANGE, NFS and Lustre, a new tag is renamed in and an
+ * existing one is kept: -EOPNOTSUPP),
  * fsyncs DIR, and replaces `latest` the same way (write, fsync, rename, fsync). A process
  * killed at any moment leaves the previous checkpoint loadable. Saves into one DIR are
  * serialised by a lock (DIR/.zinf-ckpt.lock): two saves never race.
@@ -86,8 +88,10 @@ ZINF_API void zinf_ckpt_opts_init(struct zinf_ckpt_opts *o);
  * Save the training state into DIR/TAG (tag NULL: "step<steps>", e.g. "step120") and point
  * DIR/latest at it. Between optimizer steps (not inside an accumulation window). DIR is
  * created if missing (its parent must exist). Every rank returns the same result. Returns 0;
- * -EINVAL (NULL engine or dir, bad tag naming it, inside a window, before init); -EBUSY
+ * -EINVAL (NULL engine or dir, bad tag naming it, inside a window, before init, rank 0's
+ * client_bytes with a NULL client; the other ranks' client fields are not read); -EBUSY
  * (another process holds DIR's lock, naming its pid); -ENOSPC (bytes needed and free);
+ * -EOPNOTSUPP (TAG exists on a file system without RENAME_EXCHANGE);
  * I/O errors naming the file. On failure the previous checkpoints and `latest` are untouched
  * and the engine goes on as it was (a save never fails the engine).
  */
@@ -105,14 +109,16 @@ ZINF_API int zinf_engine_save_wait(struct zinf_engine *e);
 /**
  * Load DIR/TAG (tag NULL: the one DIR/latest names) into the engine. Called in place of
  * zinf_engine_init() (the engine is initialised from the checkpoint: no initial value is
- * written), or after it between optimizer steps. The parameters registered must be those
+ * written), or after it between optimizer steps with no layer fetched. The parameters
+ * registered must be those
  * saved (names, element counts, in the same order); the world size and the ZeRO stage, the
  * sub-group size, the tiers may differ (the partitions are re-cut; host memory stays bounded,
  * a sub-group at a time). The optimizer kind and its state dtype must match. Restores the
- * step count, the loss scaler, the learning rate, and the client blob (opts). Returns 0;
+ * step count, the loss scaler (an fp16 engine keeps its own when the checkpoint's run did not
+ * scale its loss: scale 0), the learning rate, and the client blob (opts). Returns 0;
  * -ENOENT (no checkpoint, naming the path); -EBADMSG (a file corrupted, truncated or missing,
  * named with what is wrong; nothing loaded); -EINVAL (a parameter or option that differs,
- * named; NULL arguments); I/O errors. Refusals before anything is loaded leave the engine as
+ * named; NULL arguments; a layer still fetched); I/O errors. Refusals before anything is loaded leave the engine as
  * it was; a failure while loading fails it (its state is half loaded).
  */
 ZINF_API int zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,

@@ -1452,7 +1452,6 @@ case_spec_fault(void)
 	return fails;
 }
 
-
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
 /* A directory every rank sees: rank 0's path under its scratch directory, broadcast. */
@@ -1655,6 +1654,212 @@ case_ckpt_reshard(void)
 	return fails;
 }
 
+/* ---- a reviewer's checkpoint cases (notes/REVIEW_CKPT.md) ---------------------------------- */
+
+/* Initial values that fail on the last rank only (the others give zeros). */
+static int
+init_fails_on_last(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx;
+	(void)param;
+	(void)first;
+	if (rank == world - 1) {
+		return -EIO;
+	}
+	memset(out, 0, count * sizeof(float));
+	return 0;
+}
+
+/*
+ * Init (and load in place of init, which runs the same code) where one rank fails to write its
+ * partition: the ranks agree on that before the all-gathers that follow (stages 1-2 gather
+ * every parameter), so every rank returns the failing rank's error instead of waiting out
+ * comm_timeout_s in an all-gather the failed rank never joins.
+ */
+static int
+case_ckpt_review_init_fault(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_engine_opts o;
+	int fails = 0;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_check = false;
+	o.comm_timeout_s = 10;
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc) {
+		return fails;
+	}
+	struct zinf_param_desc pd;
+	zinf_param_desc_init(&pd);
+	pd.name = "w";
+	pd.numel = 100;
+	pd.layer = 0;
+	pd.init_fn = init_fails_on_last;
+	rc = zinf_engine_add_param(e, &pd);
+	CHECK(rc == 0, "add_param: %d %s", rc, zinf_last_error());
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == -EIO, "init with rank %d's initial values failing: %d, expected -EIO",
+		      world - 1, rc);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+/*
+ * zinf_engine_load into a running engine (stage 2, the optimizer on NVMe through the "fault"
+ * I/O backend) where the last rank's writes of the loaded state fail: every rank returns -EIO,
+ * agreed before the all-gathers of the new parameters, and the engine stays failed.
+ */
+static int
+case_ckpt_review_load_fault(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_engine_opts o;
+	struct edrive d;
+	int fails = 0;
+	char dir[4096];
+	shared_dir("ckpt_review_fault", dir, sizeof(dir));
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 10;
+	o.swap_prefix = "rvload";
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 2, 1, -1);
+		CHECK(rc == 0, "two clean steps: %s", d.why);
+		edrive_fini(&d);
+	}
+	if (rc == 0) {
+		rc = zinf_engine_save(e, dir, NULL, NULL);
+		CHECK(rc == 0, "save: %d %s", rc, zinf_last_error());
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	if (rc == 0 && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_WRITE,
+					  .nth = 1,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = zinf_engine_load(e, dir, NULL, NULL);
+		CHECK(rc == -EIO, "load with rank %d's NVMe writes failing: %d, expected -EIO",
+		      world - 1, rc);
+		int again = zinf_engine_step(e);
+		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+	}
+	zinf_engine_destroy(e);
+	if (rank == 0) {
+		zt_rmtree(dir);
+	}
+	return fails;
+}
+
+/*
+ * The trainer's blob is rank 0's: the other ranks' client fields are not looked at (here NULL
+ * with a size, as a trainer that builds the blob on rank 0 alone may pass), and a bad blob on
+ * rank 0 is refused on every rank with the same error, not on rank 0 alone.
+ */
+static int
+case_ckpt_review_client_rank0(void)
+{
+	struct zinf_engine_opts o;
+	int fails = 0;
+	char dir[4096];
+	shared_dir("ckpt_review_client", dir, sizeof(dir));
+	edrive_opts(&o, "mpi", 1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 10;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	char blob[40] = "rank 0's trainer state";
+	struct zinf_ckpt_opts so;
+	zinf_ckpt_opts_init(&so);
+	so.client = rank == 0 ? blob : NULL;
+	so.client_bytes = sizeof(blob);
+	int rc = zinf_engine_save(e, dir, "c", &so);
+	CHECK(rc == 0, "save with the blob on rank 0 only: %d %s", rc, zinf_last_error());
+	so.client = NULL;
+	so.client_bytes = rank == 0 ? sizeof(blob) : 0;
+	rc = zinf_engine_save(e, dir, "d", &so);
+	CHECK(rc == -EINVAL, "save with rank 0's blob NULL: %d, expected -EINVAL", rc);
+	char out[64] = {0};
+	struct zinf_ckpt_opts lo;
+	zinf_ckpt_opts_init(&lo);
+	lo.client_out = out;
+	lo.client_cap = sizeof(out);
+	rc = zinf_engine_load(e, dir, NULL, &lo);
+	CHECK(rc == 0 && lo.client_len == sizeof(blob) && memcmp(out, blob, sizeof(blob)) == 0,
+	      "load of c: %d, client_len %llu", rc, (unsigned long long)lo.client_len);
+	zinf_engine_destroy(e);
+	if (rank == 0) {
+		zt_rmtree(dir);
+	}
+	return fails;
+}
+
+/*
+ * Stage 0 saves rank 0's files alone (files_world 1): loaded by every rank into stage 3 (each
+ * rank cutting its partition out of rank 0's files), and a stage-3 save (files_world = world)
+ * loaded into stage 0 (every rank reading every rank's files); 2 steps, save, load, 2 steps
+ * equal the reference of 4 steps bit for bit.
+ */
+static int
+case_ckpt_review_stage0_stage3(void)
+{
+	const struct config from[] = {{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true},
+				      {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true}};
+	const struct config to[] = {{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, true},
+				    {0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true}};
+	int fails = 0;
+	char dir[4096];
+	shared_dir("ckpt_review_s0s3", dir, sizeof(dir));
+	struct eref_result ref;
+	if (reference(&ref, ZINF_BF16, QUANTUM, 4, GAS) < 0) {
+		return 1;
+	}
+	for (int i = 0; i < 2; i++) {
+		char what[96];
+		snprintf(what, sizeof(what), "%d ranks: stage %d saved, stage %d loaded", world,
+			 from[i].stage, to[i].stage);
+		struct master m = {{0}};
+		if (master_alloc(&m)) {
+			return fails + 1;
+		}
+		if (rank == 0) {
+			zt_rmtree(dir);
+		}
+		MPI_Barrier(MPI_COMM_WORLD);
+		int f = ckpt_train(&from[i], ZINF_BF16, 0, 2, false, NULL, dir, NULL, what);
+		f += ckpt_train(&to[i], ZINF_BF16, 2, 2, false, dir, NULL, &m, what);
+		fails += f;
+		if (f == 0) {
+			fails += compare(what, m.p, ref.master, 0, NULL);
+		}
+		master_free(&m);
+	}
+	eref_result_free(&ref);
+	if (rank == 0) {
+		zt_rmtree(dir);
+	}
+	return fails;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -1674,6 +1879,10 @@ static const struct {
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
+	{"ckpt_review_stage0_stage3", case_ckpt_review_stage0_stage3, false},
+	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
+	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
+	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
 	{"spec_fault", case_spec_fault, false},
 };
 
