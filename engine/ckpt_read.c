@@ -800,6 +800,68 @@ out:
 	return rc;
 }
 
+/* A small file whole (the manifest: at most 1 GiB). */
+static int
+read_whole(const char *path, uint64_t size, char **out, size_t *len)
+{
+	if (size > (1ull << 30)) {
+		return ZINF_OBJ_FAIL(path, -EBADMSG, "%" PRIu64 " bytes: not a manifest", size);
+	}
+	char *buf = zinf_malloc(size ? size : 1);
+	FILE *f = buf ? fopen(path, "rb") : NULL;
+	if (!f) {
+		int e = buf ? errno : ENOMEM;
+		zinf_free(buf);
+		return ZINF_OBJ_FAIL(path, -e, "reading: %s", strerror(e));
+	}
+	size_t n = fread(buf, 1, size, f);
+	int bad = ferror(f);
+	fclose(f);
+	if (bad || n != size) {
+		zinf_free(buf);
+		return ZINF_OBJ_FAIL(path, -EIO, "read %zu of %" PRIu64 " bytes", n, size);
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/* manifest.json's own CRC32C, in manifest.crc32c beside it (8 hex digits): the manifest cannot
+ * list its own checksum, and a changed digit in it must not load silently. */
+static int
+check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
+{
+	char *cpath = join(c->path, "manifest.crc32c");
+	if (!cpath) {
+		return -ENOMEM;
+	}
+	FILE *f = fopen(cpath, "r");
+	char line[32] = "";
+	int rc = 0;
+	if (!f) {
+		rc = ZINF_OBJ_FAIL(cpath, -EBADMSG, "%s: manifest.json cannot be checked",
+				   errno == ENOENT ? "missing" : strerror(errno));
+	} else {
+		if (!fgets(line, sizeof(line), f)) {
+			line[0] = '\0';
+		}
+		fclose(f);
+		char *end = NULL;
+		unsigned long want = strtoul(line, &end, 16);
+		uint32_t got = zinf_crc32c(0, text, len);
+		if (end != line + 8 || (*end != '\n' && *end != '\0')) {
+			rc = ZINF_OBJ_FAIL(cpath, -EBADMSG, "not 8 hexadecimal digits");
+		} else if ((uint32_t)want != got) {
+			rc = ZINF_OBJ_FAIL(
+				c->mpath, -EBADMSG,
+				"CRC32C 0x%08x, manifest.crc32c says 0x%08lx (corrupted)", got,
+				want);
+		}
+	}
+	zinf_free(cpath);
+	return rc;
+}
+
 /* c->path: DIR/TAG, or DIR itself when it holds manifest.json and no tag was asked for. */
 static int
 resolve(struct zinf_ckpt *c, const char *dir, const char *tag)
@@ -860,10 +922,21 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 		goto fail;
 	}
 	json_error_t jerr;
-	c->m = json_load_file(c->mpath, JSON_REJECT_DUPLICATES, &jerr);
+	size_t mlen = 0;
+	char *mtext = NULL;
+	if ((rc = read_whole(c->mpath, (uint64_t)st.st_size, &mtext, &mlen))) {
+		goto fail;
+	}
+	c->m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!c->m) {
+		zinf_free(mtext);
 		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "line %d column %d: %s", jerr.line,
 				   jerr.column, jerr.text);
+		goto fail;
+	}
+	rc = check_manifest_crc(c, mtext, mlen);
+	zinf_free(mtext);
+	if (rc) {
 		goto fail;
 	}
 	if (!json_is_object(c->m)) {

@@ -420,10 +420,16 @@ write_manifest(struct zinf_engine *e, const struct ckpt_save *sv, const char *tm
 	if (!text) {
 		return ENG_FAIL(e, -ENOMEM, "save: out of memory for the manifest");
 	}
-	char p[CKPT_PATH];
+	char p[CKPT_PATH], crc[16];
 	ckpt_join(p, tmp, "manifest.json");
 	ret = ckpt_write_small(p, text, strlen(text));
+	/* the manifest's own checksum beside it (it cannot list itself) */
+	int n = snprintf(crc, sizeof(crc), "%08x\n", zinf_crc32c(0, text, strlen(text)));
 	free(text);
+	if (!ret) {
+		ckpt_join(p, tmp, "manifest.crc32c");
+		ret = ckpt_write_small(p, crc, (size_t)n);
+	}
 	return ret;
 }
 

@@ -15,6 +15,7 @@
  *   DIR/TAG/manifest.json        what is in it: format, version, step, world, options,
  *                                parameters and their partitions, every file with its bytes
  *                                and CRC32C
+ *   DIR/TAG/manifest.crc32c      manifest.json's own CRC32C
  *   DIR/TAG/r<rank>.<part>       rank's flat partition of one state part ("fp32", "exp_avg",
  *                                "exp_avg_sq", ...), raw little-endian elements
  *   DIR/TAG/client.bin           the trainer's blob (when given)

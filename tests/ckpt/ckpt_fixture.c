@@ -187,6 +187,7 @@ fx_write(const char *dir, const char *tag, const struct fx_opts *o)
 	fx_path(path, sizeof(path), dir, tag, "manifest.json");
 	cr_assert_eq(json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER), 0);
 	json_decref(m);
+	fx_manifest_crc(dir, tag);
 	if (o->latest) {
 		snprintf(path, sizeof(path), "%s/latest", dir);
 		FILE *f = fopen(path, "w");
@@ -194,4 +195,25 @@ fx_write(const char *dir, const char *tag, const struct fx_opts *o)
 		fprintf(f, "%s\n", tag);
 		cr_assert_eq(fclose(f), 0);
 	}
+}
+
+void
+fx_manifest_crc(const char *dir, const char *tag)
+{
+	char path[4200];
+	fx_path(path, sizeof(path), dir, tag, "manifest.json");
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	uint32_t crc = 0;
+	char buf[4096];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+		crc = zinf_crc32c(crc, buf, n);
+	}
+	fclose(f);
+	fx_path(path, sizeof(path), dir, tag, "manifest.crc32c");
+	f = fopen(path, "w");
+	cr_assert_not_null(f, "%s", path);
+	fprintf(f, "%08x\n", crc);
+	cr_assert_eq(fclose(f), 0);
 }

@@ -43,6 +43,8 @@ double fx_value(int i, int p, uint64_t j);
 void fx_write(const char *dir, const char *tag, const struct fx_opts *o);
 
 /* "DIR/TAG/name" into buf. */
+/* Write DIR/TAG/manifest.crc32c for the manifest.json there (after a test edits it). */
+void fx_manifest_crc(const char *dir, const char *tag);
 void fx_path(char *buf, size_t len, const char *dir, const char *tag, const char *name);
 
 #endif

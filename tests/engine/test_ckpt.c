@@ -689,6 +689,26 @@ Test(ckpt, load_refusals_name_the_problem)
 	copy_tree(good, bad);
 	corrupt(bad, "manifest.json", 0, 2);
 	load_refused(&c, nvme, ck, bad_tag, -ENOENT, "manifest.json", "no manifest");
+	/* the manifest itself: a digit changed where the JSON stays valid, its checksum deleted */
+	copy_tree(good, bad);
+	char *man = slurp(bad, "manifest.json");
+	char *at = strstr(man, "\"steps\": 2");
+	cr_assert_not_null(at, "%s", man);
+	corrupt(bad, "manifest.json", (long)(at - man) + 9, 0); /* '2' ^ 0x10 = '"': invalid */
+	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "manifest.json", "manifest byte flipped");
+	copy_tree(good, bad);
+	char path[8300];
+	snprintf(path, sizeof(path), "%s/manifest.json", bad);
+	at[9] = '3'; /* still valid JSON: only the checksum tells */
+	FILE *mf = fopen(path, "w");
+	cr_assert_not_null(mf);
+	fputs(man, mf);
+	fclose(mf);
+	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "CRC32C", "manifest steps 2 -> 3");
+	free(man);
+	copy_tree(good, bad);
+	corrupt(bad, "manifest.crc32c", 0, 2);
+	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "manifest.crc32c", "no manifest checksum");
 
 	/* other parameters, another optimizer */
 	struct zinf_engine_opts o;
