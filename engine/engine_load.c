@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/opts.h"
 #include "engine/ckpt_fs.h"
@@ -244,33 +245,44 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 	return ret;
 }
 
+/* client.bin's size into o->client_len (0 without one); above client_cap: -ENOSPC. Its bytes
+ * are read only once the load has succeeded (read_client_bytes): a refused load leaves the
+ * caller's buffer as it was. */
 static int
-read_client(struct zinf_engine *e, const char *tagdir, struct zinf_ckpt_opts *o)
+size_client(struct zinf_engine *e, const char *tagdir, struct zinf_ckpt_opts *o)
 {
 	char p[CKPT_PATH];
 	ckpt_join(p, tagdir, "client.bin");
-	FILE *f = fopen(p, "rb");
-	if (!f) {
+	struct stat st;
+	if (stat(p, &st) != 0) {
 		o->client_len = 0;
-		return errno == ENOENT ? 0 : ENG_FAIL(e, -errno, "load: opening %s", p);
+		return errno == ENOENT ? 0 : ENG_FAIL(e, -errno, "load: %s", p);
 	}
+	o->client_len = (uint64_t)st.st_size;
+	if (o->client_len > o->client_cap && (o->client_out || o->client_cap)) {
+		return ENG_FAIL(e, -ENOSPC,
+				"load: %s holds %" PRIu64 " bytes, client_cap is %" PRIu64, p,
+				o->client_len, o->client_cap);
+	}
+	return 0;
+}
+
+static int
+read_client_bytes(struct zinf_engine *e, const char *tagdir, const struct zinf_ckpt_opts *o)
+{
+	if (!o->client_out || !o->client_len) {
+		return 0;
+	}
+	char p[CKPT_PATH];
+	ckpt_join(p, tagdir, "client.bin");
+	FILE *f = fopen(p, "rb");
 	int ret = 0;
-	if (fseek(f, 0, SEEK_END) != 0) {
-		ret = -errno;
+	if (!f || fread(o->client_out, 1, o->client_len, f) != o->client_len) {
+		ret = ENG_FAIL(e, -EIO, "load: reading %s", p);
 	}
-	long len = ret ? 0 : ftell(f);
-	o->client_len = len > 0 ? (uint64_t)len : 0;
-	if (!ret && o->client_len > o->client_cap) {
-		ret = ENG_FAIL(e, -ENOSPC,
-			       "load: %s holds %" PRIu64 " bytes, client_cap is %" PRIu64, p,
-			       o->client_len, o->client_cap);
-	} else if (!ret && o->client_len && o->client_out) {
-		rewind(f);
-		if (fread(o->client_out, 1, o->client_len, f) != o->client_len) {
-			ret = ENG_FAIL(e, -EIO, "load: reading %s", p);
-		}
+	if (f) {
+		fclose(f);
 	}
-	fclose(f);
 	return ret;
 }
 
@@ -329,8 +341,8 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 	     i += (uint32_t)e->world) {
 		ret = zinf_ckpt_verify_file(c, i);
 	}
-	if (!ret && (o.client_out || o.client_cap)) {
-		ret = read_client(e, tagdir, &o);
+	if (!ret) {
+		ret = size_client(e, tagdir, &o);
 	}
 	if (opts) {
 		opts->client_len = o.client_len;
@@ -346,6 +358,9 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 		ret = eng_fail(e, ret);
 	}
 	zinf_ckpt_close(c);
+	if (!ret) {
+		ret = read_client_bytes(e, tagdir, &o);
+	}
 	if (!ret) {
 		e->steps = cnt.steps;
 		e->micro_steps = cnt.micro_steps;

@@ -93,8 +93,10 @@ ZINF_API void zinf_ckpt_opts_init(struct zinf_ckpt_opts *o);
  * client_bytes with a NULL client; the other ranks' client fields are not read); -EBUSY
  * (another process holds DIR's lock, naming its pid); -ENOSPC (bytes needed and free);
  * -EOPNOTSUPP (TAG exists on a file system without RENAME_EXCHANGE);
- * I/O errors naming the file. On failure the previous checkpoints and `latest` are untouched
- * and the engine goes on as it was (a save never fails the engine).
+ * I/O errors naming the file. A failure before the rename into DIR/TAG leaves the previous
+ * checkpoints and `latest` untouched; one after it (the fsync of DIR, writing `latest`) leaves
+ * TAG holding the new, complete checkpoint and `latest` naming the old or the new one, both
+ * loadable. Either way the engine goes on as it was (a save never fails the engine).
  */
 ZINF_API int zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 			      const struct zinf_ckpt_opts *opts);
