@@ -302,15 +302,17 @@ struct gpt_ckpt_head {
 	int32_t step;  /* loop steps done */
 	int32_t sched_step;
 	uint64_t seed;
-	int32_t dims[7]; /* V T C NH L B fanout */
-	int32_t gas;
+	int32_t dims[7]; /* V T C NH L, the global batch (sequences per step), fanout */
+	int32_t gas;	 /* informative: a resumed run may cut the global batch otherwise */
 };
 
 static void
 ckpt_dims(const struct run *R, int32_t out[7])
 {
 	const struct gpt_dims *d = &R->t.m.d;
-	int32_t v[7] = {d->V, d->T, d->C, d->NH, d->L, d->B, R->a.fanout};
+	/* the samples of a step depend on the global batch only (gpt_data.h): another split over
+	   ranks and micro-batches (another world size) continues the same run */
+	int32_t v[7] = {d->V, d->T, d->C, d->NH, d->L, d->B * R->t.gas * R->t.world, R->a.fanout};
 	memcpy(out, v, sizeof(v));
 }
 
@@ -385,14 +387,14 @@ resume_checkpoint(struct run *R, int *first_step)
 			"bytes)\n",
 			R->a.resume, (unsigned long long)o.client_len);
 		r = -EINVAL;
-	} else if (h.seed != R->a.seed || memcmp(h.dims, dims, sizeof(dims)) != 0 ||
-		   h.gas != R->t.gas) {
+	} else if (h.seed != R->a.seed || memcmp(h.dims, dims, sizeof(dims)) != 0) {
 		fprintf(stderr,
-			"zinf_gpt: %s was trained with another model, data or batch (seed %llu, "
-			"V T C NH L B fanout %d %d %d %d %d %d %d, accumulation %d): give the same "
-			"flags\n",
+			"zinf_gpt: %s was trained with another model, data or global batch (seed "
+			"%llu, V T C NH L %d %d %d %d %d, %d sequences per step, fanout %d; here "
+			"%d): give the same flags (micro-batch x accumulation x ranks may be cut "
+			"otherwise)\n",
 			R->a.resume, (unsigned long long)h.seed, h.dims[0], h.dims[1], h.dims[2],
-			h.dims[3], h.dims[4], h.dims[5], h.dims[6], h.gas);
+			h.dims[3], h.dims[4], h.dims[5], h.dims[6], dims[5]);
 		r = -EINVAL;
 	} else {
 		R->sched_step = h.sched_step;

@@ -57,6 +57,9 @@
 #                    --resume from its latest: the resumed run's records start at the step
 #                    after the checkpoint's and every loss equals the straight run's bit for
 #                    bit; the checkpoint's files are there and `latest` names a complete one
+#   resume_ranks     2 ranks saving every 2 steps, stopped by SIGTERM (saves its last step),
+#                    resumed on 3 ranks (partitions re-cut, the same global batch): losses after
+#                    the checkpoint equal the straight 2-rank run's within 1e-5 relative
 #   resume_fp16      the same with fp16 from 2^24 (steps skipped, the scale halved): losses,
 #                    loss scales, skipped-step counts and lrs after resuming equal the
 #                    straight run's
@@ -369,6 +372,46 @@ resume | resume_fp16)
 	fi
 	fell "$work/straight.jsonl"
 	echo "resumed at step $k: $((30 - k)) losses, loss scales, skip counts and lrs bit-identical"
+	exit 0
+	;;
+resume_ranks)
+	# 2 ranks, saving every 2 steps, stopped by SIGTERM (a graceful stop saves its last step);
+	# resumed on 3 ranks (the partitions re-cut, the same 6 sequences per step): every loss
+	# after the checkpoint's step equals the straight 2-rank run's within the tolerance
+	# between world sizes (close, below)
+	run "$work/straight.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_nvme.json" --batch 3
+	"$@" -np 2 "$gpt" "${model[@]}" --config "$cfgdir/zero3_nvme.json" --batch 3 \
+		--save "$work/ck" --save-every 2 --json "$work/stopped.jsonl" &
+	pid=$!
+	for _ in $(seq 3000); do
+		t=$(cat "$work/ck/latest" 2>/dev/null || true)
+		t=${t#step}
+		if [ -n "$t" ] && [ "$t" -ge 4 ]; then
+			# the ranks themselves (mpirun forwards a signal late): every rank sees
+			# a stop and they agree on the step to stop after
+			pkill -TERM -f "stopped.jsonl" 2>/dev/null || true
+			break
+		fi
+		sleep 0.01
+	done
+	st=0
+	wait $pid || st=$?
+	k=$(cat "$work/ck/latest")
+	k=${k#step}
+	[ "$k" -lt 30 ] || { echo "FAIL: the run was not stopped mid-run (status $st, step $k)"; exit 1; }
+	run "$work/resumed.jsonl" "$@" -np 3 -- --config "$cfgdir/zero3_nvme.json" --batch 2 \
+		--resume "$work/ck"
+	first=$(field "$work/resumed.jsonl" step | head -1)
+	[ "$first" = $((k + 1)) ] || { echo "FAIL: resumed at step $first, checkpoint at $k"; exit 1; }
+	field "$work/straight.jsonl" loss | tail -n +$((k + 1)) >"$work/b"
+	field "$work/resumed.jsonl" loss >"$work/a"
+	[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records"; exit 1; }
+	paste "$work/a" "$work/b" | awk '
+		{ d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
+		  if (r > worst) worst = r;
+		  if (r > 1e-5) { printf "FAIL: step %d: %s vs %s (relative %.3g)\n", NR, $1, $2, r; bad = 1 } }
+		END { printf "resumed on 3 ranks at step '"$k"': worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
+	fell "$work/straight.jsonl"
 	exit 0
 	;;
 gas)
