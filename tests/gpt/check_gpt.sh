@@ -57,6 +57,12 @@
 #   resume_fp16      the same with fp16 from 2^24 (steps skipped, the scale halved): losses,
 #                    loss scales, skipped-step counts and lrs after resuming equal the
 #                    straight run's
+#   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
+#                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
+#                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
+#                    the cuda run repeated is bit-identical (no atomics; cuBLAS is
+#                    deterministic on one GPU). Without a GPU zinf_gpt --device cuda exits 3
+#                    and the case exits 77 (skipped) saying so.
 # Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
 # run that trains nothing cannot pass by matching another that trains nothing.
 set -euo pipefail
@@ -108,6 +114,26 @@ close() {
 		  if (r > worst) worst = r;
 		  if (r > 1e-5) { printf "FAIL: step %d: %s vs %s (relative %.3g)\n", NR, $1, $2, r; bad = 1 } }
 		END { printf "worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
+}
+
+# Stated tolerance for the GPU layers against the CPU ones: the same fp32 math in another
+# rounding order (cuBLAS tiles and fused multiply-adds against the CPU's 8-way dot products,
+# tree reductions against sequential sums). Step 1 is the forward of the same initial weights:
+# each value a sum of at most 4C = 128 terms, whose rounding is at most 128 x 2^-24 ~ 8e-6
+# relative (typically sqrt(128) x 6e-8 ~ 7e-7): 1e-5. Each step adds a gradient that differs by
+# the same order; the CPU's reduction-order cases (close above) stayed at ~1e-7 after 30 AdamW
+# steps, so the differences do not blow up: 1e-5 more per step, up to 3e-4 at step 30. A
+# wrong layer changes the step-2 loss by far more (each step lowers it by ~1e-2 at first).
+# Asserted: |cuda - host| <= (1e-5 x step) |host|. Not yet measured on a GPU: the case prints
+# the worst relative difference; tighten this once it has run.
+gpu_close() {
+	fell "$1"
+	fell "$2"
+	paste <(losses "$1") <(losses "$2") | awk '
+		{ d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); tol = 1e-5 * NR;
+		  if (r > worst) worst = r;
+		  if (r > tol) { printf "FAIL: step %d: %s vs %s (relative %.3g > %.3g)\n", NR, $1, $2, r, tol; bad = 1 } }
+		END { printf "cuda vs host: worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
 }
 
 run() { # OUT [MPIRUN...] -- ARGS...
@@ -349,6 +375,25 @@ resume | resume_fp16)
 	fell "$work/straight.jsonl"
 	echo "resumed at step $k: $((30 - k)) losses, loss scales, skip counts and lrs bit-identical"
 	exit 0
+	;;
+cuda)
+	# a GPU? zinf_gpt says so itself: exit 3 when zinf opens no CUDA device
+	st=0
+	"$gpt" "${model[@]}" --steps 1 --device cuda --config "$cfgdir/zero0_memory.json" \
+		--batch 6 >"$work/probe.out" 2>"$work/probe.err" || st=$?
+	if [ "$st" = 3 ]; then
+		echo "cuda: SKIPPED: no GPU ($(cat "$work/probe.err"))"
+		exit 77
+	fi
+	[ "$st" = 0 ] || { echo "FAIL: zinf_gpt --device cuda, one step: exit $st"; cat "$work/probe.err"; exit 1; }
+	for c in zero0_memory zero3_nvme; do
+		run "$work/$c.host.jsonl" -- --config "$cfgdir/$c.json" --batch 6 --device host
+		run "$work/$c.cuda.jsonl" -- --config "$cfgdir/$c.json" --batch 6 --device cuda
+		echo "$c:"
+		gpu_close "$work/$c.cuda.jsonl" "$work/$c.host.jsonl"
+	done
+	run "$work/again.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 --device cuda
+	identical "$work/again.jsonl" "$work/zero0_memory.cuda.jsonl"
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
