@@ -30,6 +30,12 @@
 
 static_assert(sizeof(gpt_real) == sizeof(float), "the cuda layers are fp32");
 
+/* A kernel launch on a stream (no dynamic shared memory). tests/gpt/test_gpt_cuda_emu.c
+ * compiles this file on the CPU with its own LAUNCH (tests/gpt/cuda_emu/). */
+#ifndef LAUNCH
+#define LAUNCH(kernel, blocks, threads, stream) kernel<<<(blocks), (threads), 0, (stream)>>>
+#endif
+
 /* The backend's state: the trainer's stream and the cuBLAS handle on it. */
 struct gpt_cuda {
 	cudaStream_t s;
@@ -467,7 +473,7 @@ matmul_forward(struct gpt_cuda *g, float *out, const float *inp, const float *w,
 			       out, OC),
 		   "matmul forward (cublasSgemm)");
 	if (b) {
-		k_add_bias<<<ew_blocks((size_t)N * OC), EW_THREADS, 0, g->s>>>(out, b, N, OC);
+		LAUNCH(k_add_bias, ew_blocks((size_t)N * OC), EW_THREADS, g->s)(out, b, N, OC);
 		check_launch(g, "add_bias");
 	}
 }
@@ -489,8 +495,8 @@ matmul_backward(struct gpt_cuda *g, float *dinp, float *dw, float *db, const flo
 			       &zero, dw, C),
 		   "matmul backward dw (cublasSgemm)");
 	if (db) {
-		k_bias_backward<<<(OC + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, g->s>>>(
-			db, dout, N, OC);
+		LAUNCH(k_bias_backward, (OC + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
+		(db, dout, N, OC);
 		check_launch(g, "bias_backward");
 	}
 }
@@ -499,7 +505,7 @@ static void
 layernorm_forward(struct gpt_cuda *g, float *out, float *mean, float *rstd, const float *inp,
 		  const float *w, const float *b, int N, int C)
 {
-	k_layernorm_forward<<<N, ROW_THREADS, 0, g->s>>>(out, mean, rstd, inp, w, b, C);
+	LAUNCH(k_layernorm_forward, N, ROW_THREADS, g->s)(out, mean, rstd, inp, w, b, C);
 	check_launch(g, "layernorm_forward");
 }
 
@@ -509,17 +515,17 @@ layernorm_backward(struct gpt_cuda *g, float *dinp, float *dw, float *db, const 
 		   const float *inp, const float *w, const float *mean, const float *rstd, int N,
 		   int C)
 {
-	k_layernorm_backward_wb<<<(C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, g->s>>>(
-		dw, db, dout, inp, mean, rstd, N, C);
+	LAUNCH(k_layernorm_backward_wb, (C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
+	(dw, db, dout, inp, mean, rstd, N, C);
 	check_launch(g, "layernorm_backward_wb");
-	k_layernorm_backward_x<<<N, ROW_THREADS, 0, g->s>>>(dinp, dout, inp, w, mean, rstd, C);
+	LAUNCH(k_layernorm_backward_x, N, ROW_THREADS, g->s)(dinp, dout, inp, w, mean, rstd, C);
 	check_launch(g, "layernorm_backward_x");
 }
 
 static void
 add(struct gpt_cuda *g, float *x, const float *y, size_t n)
 {
-	k_add<<<ew_blocks(n), EW_THREADS, 0, g->s>>>(x, y, n);
+	LAUNCH(k_add, ew_blocks(n), EW_THREADS, g->s)(x, y, n);
 	check_launch(g, "add");
 }
 
@@ -547,8 +553,8 @@ cuda_encoder_forward(const struct gpt_dims *d, struct gpt_acts *a, const int *to
 {
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T;
-	k_encoder_forward<<<ew_blocks((size_t)N * d->C), EW_THREADS, 0, g->s>>>(
-		a->encoded, tokens, wte, wpe, N, d->T, d->C);
+	LAUNCH(k_encoder_forward, ew_blocks((size_t)N * d->C), EW_THREADS, g->s)
+	(a->encoded, tokens, wte, wpe, N, d->T, d->C);
 	check_launch(g, "encoder_forward");
 }
 
@@ -580,14 +586,14 @@ cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 
 	layernorm_forward(g, ln1, ln1m, ln1r, x, P(GPT_LN1W), P(GPT_LN1B), N, C);
 	matmul_forward(g, qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
-	k_attention_forward<<<d->B * d->NH * d->T, ROW_THREADS, 0, g->s>>>(atty, attm, qkv, d->T, C,
-									   d->NH, scale);
+	LAUNCH(k_attention_forward, d->B * d->NH * d->T, ROW_THREADS, g->s)
+	(atty, attm, qkv, d->T, C, d->NH, scale);
 	check_launch(g, "attention_forward");
 	matmul_forward(g, res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
 	add(g, res2, x, NC);
 	layernorm_forward(g, ln2, ln2m, ln2r, res2, P(GPT_LN2W), P(GPT_LN2B), N, C);
 	matmul_forward(g, fch, ln2, P(GPT_FCW), P(GPT_FCB), N, C, 4 * C);
-	k_gelu_forward<<<ew_blocks(4 * NC), EW_THREADS, 0, g->s>>>(fchg, fch, 4 * NC);
+	LAUNCH(k_gelu_forward, ew_blocks(4 * NC), EW_THREADS, g->s)(fchg, fch, 4 * NC);
 	check_launch(g, "gelu_forward");
 	matmul_forward(g, res3, fchg, P(GPT_FCPROJW), P(GPT_FCPROJB), N, 4 * C, C);
 	add(g, res3, res2, NC);
@@ -603,7 +609,7 @@ cuda_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const i
 	const gpt_real *x = block_input(d, a, d->L);
 	layernorm_forward(g, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
 	matmul_forward(g, a->probs, a->lnf, wte, NULL, N, C, V);
-	k_softmax_xent<<<N, ROW_THREADS, 0, g->s>>>(a->probs, a->losses, targets, V, dloss);
+	LAUNCH(k_softmax_xent, N, ROW_THREADS, g->s)(a->probs, a->losses, targets, V, dloss);
 	check_launch(g, "softmax_xent");
 	matmul_backward(g, a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
 	cudaError_t e = cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), g->s);
@@ -635,7 +641,8 @@ cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	/* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
 	matmul_backward(g, a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
 			4 * C, C);
-	k_gelu_backward<<<ew_blocks(4 * NC), EW_THREADS, 0, g->s>>>(a->dbig2, fch, a->dbig, 4 * NC);
+	LAUNCH(k_gelu_backward, ew_blocks(4 * NC), EW_THREADS, g->s)
+	(a->dbig2, fch, a->dbig, 4 * NC);
 	check_launch(g, "gelu_backward");
 	matmul_backward(g, a->dsmall, G(GPT_FCW), G(GPT_FCB), a->dbig2, ln2, P(GPT_FCW), N, C,
 			4 * C);
@@ -646,11 +653,11 @@ cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	matmul_backward(g, a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty,
 			P(GPT_ATTPROJW), N, C, C);
 	int rows = d->B * d->NH * d->T;
-	k_attention_backward_scores<<<rows, ROW_THREADS, 0, g->s>>>(a->datt, a->dpreatt, a->dsmall,
-								    qkv, attm, d->T, C, d->NH);
+	LAUNCH(k_attention_backward_scores, rows, ROW_THREADS, g->s)
+	(a->datt, a->dpreatt, a->dsmall, qkv, attm, d->T, C, d->NH);
 	check_launch(g, "attention_backward_scores");
-	k_attention_backward_qkv<<<rows, 64, 0, g->s>>>(a->dbig, a->dpreatt, a->dsmall, qkv, attm,
-							d->T, C, d->NH, scale);
+	LAUNCH(k_attention_backward_qkv, rows, 64, g->s)
+	(a->dbig, a->dpreatt, a->dsmall, qkv, attm, d->T, C, d->NH, scale);
 	check_launch(g, "attention_backward_qkv");
 	matmul_backward(g, a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
 			3 * C);
@@ -665,11 +672,11 @@ cuda_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *t
 {
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C, T = d->T;
-	k_encoder_backward_wpe<<<ew_blocks((size_t)T * C), EW_THREADS, 0, g->s>>>(dwpe, a->dres,
-										  d->B, T, C);
+	LAUNCH(k_encoder_backward_wpe, ew_blocks((size_t)T * C), EW_THREADS, g->s)
+	(dwpe, a->dres, d->B, T, C);
 	check_launch(g, "encoder_backward_wpe");
-	k_encoder_backward_wte<<<(C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, 0, g->s>>>(
-		dwte, a->dres, tokens, N, C);
+	LAUNCH(k_encoder_backward_wte, (C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
+	(dwte, a->dres, tokens, N, C);
 	check_launch(g, "encoder_backward_wte");
 }
 
