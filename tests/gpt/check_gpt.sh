@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/gpt/check_gpt.sh: equivalence runs of the example GPT trainer (zinf_gpt), comparing the
 # per-step losses of its --json records. A tiny model (2 blocks, hidden 32, context 16,
-# vocabulary 32), 30 steps, OMP_NUM_THREADS=1; each case takes seconds.
+# vocabulary 32), 30 steps, OMP_NUM_THREADS=1, the CPU layers unless said; each case takes
+# seconds.
 #
 # usage: check_gpt.sh CASE ZINF_GPT CONFIG_DIR SCRATCH [MPIRUN...]
 #   nvme_vs_memory   ZeRO-3 with parameters and optimizer on NVMe, and ZeRO-2 with the optimizer
@@ -71,8 +72,10 @@ shift 4
 work=$(mktemp -d "$scratch/gpt-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
+# --device host: the CPU layers in every case (auto would take a GPU where there is one, and
+# the bit-identical cases are the CPU's); the case cuda names --device cuda after it
 model=(--layers 2 --heads 2 --hidden 32 --context 16 --vocab 32 --fanout 4 --steps 30
-	--no-progress --quiet --scratch-parent "$work")
+	--no-progress --quiet --scratch-parent "$work" --device host)
 
 # losses FILE: one loss per line, as printed (17 significant digits)
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }

@@ -145,8 +145,10 @@ run_block(unsigned nthreads)
 		}
 		if (!released) {
 			fprintf(stderr,
-				"cuda_emu: launch %lu, block %u: deadlock: %u of %u threads done, %u "
-				"at __syncthreads, the rest at a warp shuffle (a divergent barrier)\n",
+				"cuda_emu: launch %lu, block %u: deadlock: %u of %u threads done, "
+				"%u "
+				"at __syncthreads, the rest at a warp shuffle (a divergent "
+				"barrier)\n",
 				s.launches, s.block.x, done, nthreads, at_block);
 			abort();
 		}
