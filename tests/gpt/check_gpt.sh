@@ -35,8 +35,9 @@
 #                    the same run with "cycle_momentum": false (beta1 null there: the betas really
 #                    change the steps); the loss still fell. With Adagrad (no betas) the run
 #                    warns that cycle_momentum is disabled, as DeepSpeed does, and trains
-#   refusals         a hidden size that the heads do not divide exits 2 (fp16 configs are
-#                    trained: case fp16)
+#   refusals         a hidden size that the heads do not divide exits 2, so does --device gpu;
+#                    --device cuda exits 2 saying the build has no GPU layers, or 3 saying
+#                    there is no GPU, or trains (fp16 configs are trained: case fp16)
 #   threads          one and three OpenMP threads: bit-identical (the CPU layers write every
 #                    output element from one thread in a fixed order)
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
@@ -184,9 +185,24 @@ refusals)
 	set -e
 	[ "$rc2" = 2 ] && grep -q 'not a multiple of --heads' "$work/err" ||
 		{ echo "FAIL: --hidden 30 --heads 4: exit $rc2"; cat "$work/err"; exit 1; }
+	st=0
+	"$gpt" --device gpu 2>"$work/err" || st=$?
+	[ "$st" = 2 ] && grep -q 'expected auto, host or cuda' "$work/err" ||
+		{ echo "FAIL: --device gpu: exit $st"; cat "$work/err"; exit 1; }
+	# --device cuda: 2 and why in a build without the GPU layers, 3 and why without a GPU,
+	# else it trains
+	st=0
+	"$gpt" "${model[@]}" --steps 1 --device cuda --config "$cfgdir/zero0_memory.json" \
+		--batch 6 >/dev/null 2>"$work/err" || st=$?
+	case $st in
+	0) echo "a GPU: --device cuda trained" ;;
+	2) grep -q 'built without the CUDA layers' "$work/err" || { echo "FAIL: exit 2:"; cat "$work/err"; exit 1; } ;;
+	3) grep -q 'no GPU' "$work/err" || { echo "FAIL: exit 3:"; cat "$work/err"; exit 1; } ;;
+	*) echo "FAIL: --device cuda: exit $st"; cat "$work/err"; exit 1 ;;
+	esac
 	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
 	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
-	echo "ok: bad flags refused (exit 2)"
+	echo "ok: bad flags refused (exit 2); --device cuda: exit $st ($(head -c 120 "$work/err"))"
 	;;
 fp16)
 	run "$work/fp16.jsonl" -- --config "$cfgdir/zero3_fp16.json" --batch 6
