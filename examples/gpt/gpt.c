@@ -17,8 +17,13 @@
  * skipped on an fp16 overflow) as DeepSpeed's engine does: the step is counted and reported
  * ("skipped"), the lr schedule is not advanced (DeepSpeed calls lr_scheduler.step() only for
  * an applied step). OneCycle with cycle_momentum also sets the betas each step
- * (zinf_engine_set_betas: the momentum and 0.99, as DeepSpeed's scheduler writes them). Not
- * here: checkpoints.
+ * (zinf_engine_set_betas: the momentum and 0.99, as DeepSpeed's scheduler writes them).
+ *
+ * --device picks the layers at run time: host (gpt_cpu.c on zinf's "host" device, collectives
+ * mpi or single) or cuda (gpt_cuda.cu, built with CUDA, on the "cuda" device: the trainer's own
+ * cudaStream_t is the engine's compute stream, the collectives are nccl's, so the loss
+ * all-gather goes through device memory); auto takes cuda when zinf opens a CUDA device. Not
+ * here: the checkpoint format (zinf's; the trainer's blob below).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -87,7 +92,8 @@ struct run {
 	double exposed_fetch_s, exposed_step_s, optimizer_s;
 	uint64_t nvme_read, nvme_write;
 	int steps_done;
-	int resumed_at; /* --resume: the checkpoint's step (0: from scratch) */
+	int resumed_at;	 /* --resume: the checkpoint's step (0: from scratch) */
+	float *dev_loss; /* nccl collectives: [3 + 3 x world] device floats for the loss gather */
 };
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
@@ -172,7 +178,7 @@ make_engine(struct run *R)
 {
 	struct gpt_trainer *t = &R->t;
 	struct zinf_engine_opts eo = R->cfg.engine; /* its paths stay owned by cfg */
-	eo.device_backend = "host";		    /* the CPU layers read device memory */
+	eo.device_backend = t->ops->device;	    /* the device whose memory the layers take */
 	eo.comm = R->comm;
 	if (R->a.step_after_backward) {
 		eo.step_during_backward = false;
@@ -190,15 +196,24 @@ make_engine(struct run *R)
 				   .L = R->a.layers,
 				   .B = (int)R->cfg.train_micro_batch_size_per_gpu};
 	t->m.seed = R->a.seed;
+	if (t->ops->open) {
+		/* a GPU: this rank's device (the local rank modulo the devices, as the engine and
+		   nccl pick it), the trainer's stream on it */
+		int n = zinf_device_count(t->ops->device);
+		eo.device_index = n > 0 ? zinf_comm_local_rank(R->comm) % n : 0;
+		if ((r = t->ops->open(eo.device_index, &t->ops_ctx, &eo.compute_stream))) {
+			return r;
+		}
+	}
 	if ((r = zinf_engine_create(&eo, &t->e))) {
 		fprintf(stderr, "zinf_gpt: engine: %s\n", zinf_strerror(r));
 		return r;
 	}
 	t->dev = zinf_engine_device(t->e);
 	t->cs = zinf_engine_compute_stream(t->e);
-	if (strcmp(zinf_device_backend(t->dev), "host")) {
-		fprintf(stderr, "zinf_gpt: the %s layers need the host device, not %s\n",
-			t->ops->name, zinf_device_backend(t->dev));
+	if (strcmp(zinf_device_backend(t->dev), t->ops->device)) {
+		fprintf(stderr, "zinf_gpt: the %s layers need the %s device, not %s\n",
+			t->ops->name, t->ops->device, zinf_device_backend(t->dev));
 		return -ENODEV;
 	}
 	if ((r = gpt_register(t))) {
@@ -210,12 +225,56 @@ make_engine(struct run *R)
 	}
 	if (R->lead && !R->a.quiet) {
 		static const char *const tier[] = {"device", "cpu", "nvme"};
-		printf("zinf_gpt: %s, ZeRO-%d, params %s, optimizer %s, %s, %d rank%s, comm %s\n",
+		printf("zinf_gpt: %s, ZeRO-%d, params %s, optimizer %s, %s, %d rank%s, comm %s, "
+		       "layers %s\n",
 		       R->a.config, eo.stage, tier[eo.offload_param.device],
 		       tier[eo.offload_optimizer.device], zinf_dtype_name(eo.dtype), t->world,
-		       t->world > 1 ? "s" : "", zinf_comm_backend(R->comm));
+		       t->world > 1 ? "s" : "", zinf_comm_backend(R->comm), t->ops->name);
+	}
+	if (!strcmp(zinf_comm_backend(R->comm), "nccl") &&
+	    (r = zinf_device_alloc(t->dev, (size_t)(3 + 3 * t->world) * sizeof(float),
+				   (void **)&R->dev_loss))) {
+		fprintf(stderr, "zinf_gpt: device buffer for the loss: %s\n", zinf_strerror(r));
+		return r;
 	}
 	return gpt_bufs_alloc(t);
+}
+
+/*
+ * --device into t->ops: host, cuda, or auto (cuda when zinf's cuda backend has a device).
+ * 0; 2 for --device cuda in a build without gpt_cuda.cu; GPT_EXIT_NO_GPU for --device cuda
+ * without a CUDA device.
+ */
+static int
+pick_layers(struct run *R)
+{
+	const char *want = R->a.device;
+	R->t.ops = &gpt_cpu_ops;
+	if (!strcmp(want, "host")) {
+		return 0;
+	}
+#ifdef GPT_HAVE_CUDA
+	int n = zinf_device_count("cuda");
+	if (n > 0) {
+		R->t.ops = &gpt_cuda_ops;
+		return 0;
+	}
+	if (!strcmp(want, "auto")) {
+		return 0;
+	}
+	fprintf(stderr,
+		"zinf_gpt: --device cuda: no GPU: zinf opens no CUDA device (%s; is the library "
+		"built with CUDA, the driver loaded, CUDA_VISIBLE_DEVICES set?)\n",
+		zinf_strerror(n));
+	return GPT_EXIT_NO_GPU;
+#else
+	if (!strcmp(want, "auto")) {
+		return 0;
+	}
+	fprintf(stderr, "zinf_gpt: --device cuda: this zinf_gpt was built without the CUDA layers "
+			"(gpt_cuda.cu; configure with CUDA)\n");
+	return 2;
+#endif
 }
 
 static int
@@ -226,13 +285,21 @@ run_init(struct run *R, int argc, char **argv)
 	if (gpt_args_parse(argc, argv, &R->a) || gpt_log_level_from_env()) {
 		return 2;
 	}
+	if ((r = pick_layers(R))) {
+		return r;
+	}
+	t->host_layers = t->ops->open == NULL;
 	zinf_log_set_callback(logcb, &R->log_rank);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	struct zinf_comm_opts co;
 	zinf_comm_opts_init(&co);
+	if (!t->host_layers) {
+		co.backend = "nccl"; /* the engine on a GPU takes nccl's collectives only */
+	}
 	if ((r = zinf_comm_create(&co, &R->comm))) {
-		fprintf(stderr, "zinf_gpt: collectives: %s\n", zinf_strerror(r));
+		fprintf(stderr, "zinf_gpt: collectives%s: %s\n",
+			t->host_layers ? "" : " (nccl, for the cuda layers)", zinf_strerror(r));
 		return 1;
 	}
 	t->rank = R->log_rank = zinf_comm_rank(R->comm);
@@ -282,8 +349,14 @@ run_fini(struct run *R)
 	free(R->rank_loss);
 	free(R->losses);
 	gpt_bufs_free(&R->t);
+	if (R->dev_loss) {
+		zinf_device_free(R->t.dev, R->dev_loss);
+	}
 	zinf_engine_destroy(R->t.e);
 	zinf_comm_destroy(R->comm);
+	if (R->t.ops && R->t.ops->close) { /* the stream the engine wrapped: after the engine */
+		R->t.ops->close(R->t.ops_ctx);
+	}
 	gpt_data_fini(&R->data);
 	zinf_config_fini(&R->cfg);
 	if (R->scratch[0]) {
@@ -443,6 +516,25 @@ load_batch(struct run *R, int step, int micro)
 }
 
 /*
+ * Every rank's three floats into R->rank_loss: on host buffers for mpi and single, through
+ * R->dev_loss for nccl (device buffers; copies on the compute stream, then a sync).
+ */
+static int
+gather_loss(struct run *R, const float mine[3])
+{
+	struct gpt_trainer *t = &R->t;
+	if (!R->dev_loss) {
+		return zinf_comm_all_gather(R->comm, mine, R->rank_loss, 3, ZINF_F32, NULL);
+	}
+	size_t all = (size_t)t->world * 3 * sizeof(float);
+	int r = zinf_device_copy(t->cs, R->dev_loss, mine, 3 * sizeof(float), ZINF_COPY_H2D);
+	r = r ?: zinf_stream_sync(t->cs);
+	r = r ?: zinf_comm_all_gather(R->comm, R->dev_loss, R->dev_loss + 3, 3, ZINF_F32, NULL);
+	r = r ?: zinf_device_copy(t->cs, R->rank_loss, R->dev_loss + 3, all, ZINF_COPY_D2H);
+	return r ?: zinf_stream_sync(t->cs);
+}
+
+/*
  * Optimizer step `step`: its learning rate, every micro-batch and zinf_engine_step() after
  * each. Returns 0 and the step's loss (the mean over the global batch: each rank's mean sent
  * as two floats, 48 bits, summed in rank order). The same all-gather carries each rank's
@@ -505,7 +597,7 @@ train_step(struct run *R, int step, double *lr_out, double *loss_out, bool *skip
 	}
 	double mean = loss_sum / ((double)t->m.d.B * t->m.d.T * t->gas);
 	float mine[3] = {(float)mean, (float)(mean - (double)(float)mean), g_stop ? 1.0f : 0.0f};
-	if ((r = zinf_comm_all_gather(R->comm, mine, R->rank_loss, 3, ZINF_F32, NULL))) {
+	if ((r = gather_loss(R, mine))) {
 		fprintf(stderr, "zinf_gpt: loss all-gather: %s\n", zinf_strerror(r));
 		return r;
 	}
@@ -654,7 +746,7 @@ summary(const struct run *R, double total)
 int
 main(int argc, char **argv)
 {
-	struct run R = {.t = {.ops = &gpt_cpu_ops}, .log_rank = -1, .sched_step = 1, .beta1 = NAN};
+	struct run R = {.log_rank = -1, .sched_step = 1, .beta1 = NAN};
 	zinf_config_init(&R.cfg);
 	int rc = run_init(&R, argc, argv);
 	if (rc) {

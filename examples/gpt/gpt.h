@@ -20,6 +20,7 @@
 struct gpt_args {
 	const char *config, *json, *nvme_path, *scratch_parent;
 	const char *save, *resume; /* checkpoint directories (NULL: none) */
+	const char *device;	   /* --device: "auto", "host" or "cuda" */
 	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
 	int steps_per_print; /* -1: the config's */
@@ -27,6 +28,10 @@ struct gpt_args {
 	uint64_t seed;
 	bool step_after_backward, no_progress, quiet;
 };
+
+/* Exit status of --device cuda where no CUDA device can be opened (tests skip on it); a bad
+ * flag, or --device cuda in a build without the CUDA layers, exits 2. */
+#define GPT_EXIT_NO_GPU 3
 
 /* Parse argv (--help prints and exits 0). 0, or -1 after a message on stderr. */
 int gpt_args_parse(int argc, char **argv, struct gpt_args *a);
@@ -71,6 +76,8 @@ struct gpt_trainer {
 	struct zinf_stream *cs; /* the compute stream */
 	enum zinf_dtype dtype;	/* the engine's parameters */
 	const struct gpt_ops *ops;
+	void *ops_ctx;	  /* ops->open's state (NULL on the CPU): becomes b.acts.ctx */
+	bool host_layers; /* ops run on the host thread (they read device memory after a sync) */
 	struct gpt_model m;
 	struct gpt_bufs b;
 	struct gpt_timers tm;

@@ -30,6 +30,10 @@ struct flag {
 static const struct flag flags[] = {
 	{"config", "FILE", "DeepSpeed config (default " GPT_DEFAULT_CONFIG ")", K_STR, A(config), 0,
 	 0},
+	{"device", "D",
+	 "where the layers run: auto (cuda when a GPU is present, else host), host (the CPU "
+	 "layers) or cuda (the GPU layers; exit 3 when there is no GPU)",
+	 K_STR, A(device), 0, 0},
 	{"steps", "N", "optimizer steps (default 300)", K_INT, A(steps), 1, 100000000},
 	{"layers", "L", "transformer blocks (default 4)", K_INT, A(layers), 1, 1024},
 	{"heads", "H", "attention heads (default 4)", K_INT, A(heads), 1, 1024},
@@ -132,6 +136,7 @@ int
 gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 {
 	*a = (struct gpt_args){.config = GPT_DEFAULT_CONFIG,
+			       .device = "auto",
 			       .scratch_parent = ".",
 			       .steps = 300,
 			       .layers = 4,
@@ -164,6 +169,10 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "zinf_gpt: unexpected argument %s\n", argv[optind]);
+		return -1;
+	}
+	if (strcmp(a->device, "auto") && strcmp(a->device, "host") && strcmp(a->device, "cuda")) {
+		fprintf(stderr, "zinf_gpt: --device %s: expected auto, host or cuda\n", a->device);
 		return -1;
 	}
 	if (a->hidden % a->heads) {

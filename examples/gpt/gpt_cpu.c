@@ -6,7 +6,7 @@
  * atomics, no reduction clauses), so two runs with the same parameters give the same bits.
  *
  * Also the shapes of gpt_model.h (layer layout, activations). Not here: the training loop
- * (gpt.c), a GPU backend (the same gpt_ops on the "cuda" device; a later task).
+ * (gpt.c), the GPU backend (gpt_cuda.cu: the same gpt_ops on the "cuda" device).
  */
 #include <math.h>
 #include <string.h>
@@ -573,6 +573,7 @@ cpu_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *to
 
 const struct gpt_ops gpt_cpu_ops = {
 	.name = "cpu",
+	.device = "host",
 	.encoder_forward = cpu_encoder_forward,
 	.block_forward = cpu_block_forward,
 	.head_forward_backward = cpu_head_forward_backward,

@@ -8,9 +8,10 @@
  * layer's tensors (zinf_engine_param pointers, or f32 copies when the engine keeps bf16) and
  * its gradient buffers to one operation of struct gpt_ops per layer. Every pointer
  * an operation gets is device memory of the engine's device (zinf_engine_device()): the CPU
- * backend (gpt_cpu.c, OpenMP) runs on the "host" device, whose memory is host memory. A GPU
- * backend is another table with the same operations (cuBLAS for the matrix products, kernels
- * for the rest) on the "cuda" device; the trainer would not change. Not here yet.
+ * backend (gpt_cpu.c, OpenMP) runs on the "host" device, whose memory is host memory; the GPU
+ * backend (gpt_cuda.cu, built with CUDA: cuBLAS for the matrix products, kernels for the rest)
+ * on the "cuda" device, queued on the trainer's compute stream. The trainer is the same for
+ * both.
  *
  * gpt_real is float for the trainer; the gradient check (tests/gpt/test_gpt_gradcheck.c)
  * compiles the same CPU backend with GPT_REAL=double.
@@ -86,6 +87,7 @@ struct gpt_acts {
 	gpt_real *dpreatt; /* [B, NH, T, T] */
 	gpt_real *dsmall;  /* [N, C] */
 	gpt_real *dsmall2; /* [N, C] */
+	void *ctx;	   /* the backend's state (gpt_ops.open); NULL on the CPU */
 };
 
 /* Element count of the whole gpt_acts (one allocation carved by gpt_acts_carve). */
@@ -105,6 +107,15 @@ void gpt_acts_carve(const struct gpt_dims *d, gpt_real *base, struct gpt_acts *a
  */
 struct gpt_ops {
 	const char *name;
+	const char *device; /* the zinf device backend whose memory the operations take */
+	/* Optional (NULL on the CPU), before the engine: the backend's state on device index
+	   `device` into *ctx (for gpt_acts.ctx) and the native stream it queues on, for
+	   zinf_engine_opts.compute_stream; 0 or a negative errno after a message on stderr.
+	   close (after the engine is destroyed) frees both; status is 0 or the first error
+	   of queueing work (a launch, a cuBLAS call), said on stderr when it happened. */
+	int (*open)(int device, void **ctx, void **native_stream);
+	void (*close)(void *ctx);
+	int (*status)(void *ctx);
 	void (*encoder_forward)(const struct gpt_dims *d, struct gpt_acts *a, const int *tokens,
 				const gpt_real *wte, const gpt_real *wpe);
 	void (*block_forward)(const struct gpt_dims *d, struct gpt_acts *a, int l,
@@ -119,6 +130,15 @@ struct gpt_ops {
 				 gpt_real *dwte, gpt_real *dwpe);
 };
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 extern const struct gpt_ops gpt_cpu_ops;
+#ifdef GPT_HAVE_CUDA
+extern const struct gpt_ops gpt_cuda_ops; /* gpt_cuda.cu */
+#endif
+#ifdef __cplusplus
+}
+#endif
 
 #endif

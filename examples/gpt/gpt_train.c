@@ -5,7 +5,10 @@
  * tier starts from the same values), the trainer's buffers, and one micro-batch of forward and
  * backward in which every layer is fetched before its use and released after, and every
  * gradient is handed to the engine as soon as it is final. Not here: the loop over steps, the
- * configuration, the output (gpt.c); the layers themselves (gpt_cpu.c).
+ * configuration, the output (gpt.c); the layers themselves (gpt_cpu.c on the host device,
+ * gpt_cuda.cu on cuda). Nothing here reads device memory from the host: the losses come back
+ * by a copy on the compute stream, the bf16 engines' f32 copies are device casts, and the CPU
+ * layers (which do read device memory, the host device's) run after a sync of that stream.
  */
 #include <errno.h>
 #include <math.h>
@@ -140,7 +143,7 @@ param_f32(struct gpt_trainer *t, uint32_t id, size_t numel, gpt_real *scratch, c
 	return r;
 }
 
-/* fetch(layer), then wait for it on the compute stream: the CPU reads it next */
+/* fetch(layer): its tensors are valid for work queued on the compute stream after this */
 static int
 fetch(struct gpt_trainer *t, int layer)
 {
@@ -201,6 +204,14 @@ grad(struct gpt_trainer *t, uint32_t id, const gpt_real *g, size_t numel)
 	return r;
 }
 
+/* Before layers that run on the host thread read what was queued (casts, copies): a sync.
+ * Layers queued on the compute stream themselves (cuda) are ordered after it already. */
+static int
+layers_sync(struct gpt_trainer *t)
+{
+	return t->host_layers ? sync_cs(t) : 0;
+}
+
 static int
 block_params(struct gpt_trainer *t, int l, const gpt_real **p)
 {
@@ -210,7 +221,7 @@ block_params(struct gpt_trainer *t, int l, const gpt_real **p)
 		r = param_f32(t, id0 + (uint32_t)k, gpt_block_numel(&t->m.d, k),
 			      t->b.f32_block + gpt_block_offset(&t->m.d, k), &p[k]);
 	}
-	return r ?: sync_cs(t);
+	return r ?: layers_sync(t);
 }
 
 static int
@@ -220,7 +231,7 @@ embed_params(struct gpt_trainer *t, const gpt_real **wte, const gpt_real **wpe)
 	size_t nwte = (size_t)d->V * d->C;
 	int r = param_f32(t, t->m.wte, nwte, t->b.f32_embed, wte);
 	r = r ?: param_f32(t, t->m.wpe, (size_t)d->T * d->C, t->b.f32_embed + nwte, wpe);
-	return r ?: sync_cs(t);
+	return r ?: layers_sync(t);
 }
 
 /*
@@ -327,6 +338,11 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	    (r = grad(t, t->m.wte, b->dwte, (size_t)d->V * d->C))) {
 		return r;
 	}
+	/* a layer backend that queues its work (cuda) reports a launch or cuBLAS error here;
+	   an error of the work itself comes from the next sync of the compute stream */
+	if (ops->status && (r = ops->status(a->ctx))) {
+		return r;
+	}
 	return release(t, GPT_LAYER_EMBED);
 }
 
@@ -386,6 +402,7 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	}
 	if (!r) {
 		gpt_acts_carve(d, b->acts_base, &b->acts);
+		b->acts.ctx = t->ops_ctx;
 	}
 	return r;
 }

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * tests/gpt/cuda_emu/cuda_runtime.h: just enough of the CUDA runtime and of the kernel
+ * language for examples/gpt/gpt_cuda.cu to compile as C++ and run on the CPU, so that its
+ * kernels are checked against gpt_cpu.c in a build without a GPU (test_gpt_cuda_emu.c).
+ *
+ * A launch runs its blocks one after another; the threads of a block are coroutines
+ * (ucontext) on one OS thread, each run until it finishes or reaches a barrier:
+ * __syncthreads() waits for every thread of the block, __shfl_xor_sync() for the 32 lanes of
+ * the warp (values written, barrier, partner's value read, barrier). A barrier that not all
+ * of its threads reach is reported (divergent __syncthreads) and aborts. The order in which
+ * threads run between barriers is forward or backward (emu_set_reverse): a kernel that reads
+ * another thread's write without a barrier between them, or whose threads write the same
+ * element, gives different results in the two orders. __shared__ is `static`: blocks run one
+ * at a time. "Device memory" is host memory; streams and the device are names only.
+ *
+ * Not emulated: memory ordering beyond the barriers, warp-synchronous code without
+ * __shfl_xor_sync, dynamic shared memory, atomics, more than one dimension.
+ */
+#ifndef GPT_CUDA_EMU_RUNTIME_H
+#define GPT_CUDA_EMU_RUNTIME_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+
+struct emu_dim3 {
+	unsigned x;
+};
+
+namespace emu
+{
+enum wait_kind { RUNNABLE, AT_BLOCK, AT_WARP, DONE };
+
+struct thread {
+	ucontext_t ctx;
+	std::vector<char> stack;
+	emu_dim3 idx;
+	wait_kind state;
+};
+
+struct state {
+	ucontext_t sched;
+	std::vector<thread> th;
+	thread *cur = nullptr;
+	emu_dim3 block{0}, bdim{0}, gdim{0};
+	std::function<void()> body;
+	float warp_slot[1024];
+	bool reverse = false;
+	unsigned long launches = 0;
+};
+
+inline state &
+st()
+{
+	static state s;
+	return s;
+}
+
+inline void
+entry()
+{
+	st().body();
+	st().cur->state = DONE;
+	/* returns to uc_link: the scheduler */
+}
+
+inline void
+wait(wait_kind k)
+{
+	state &s = st();
+	thread *me = s.cur;
+	me->state = k;
+	swapcontext(&me->ctx, &s.sched);
+}
+
+/* Run the block's threads until every one is done; barriers as said above. */
+inline void
+run_block(unsigned nthreads)
+{
+	state &s = st();
+	for (unsigned t = 0; t < nthreads; t++) {
+		thread &th = s.th[t];
+		getcontext(&th.ctx);
+		th.ctx.uc_stack.ss_sp = th.stack.data();
+		th.ctx.uc_stack.ss_size = th.stack.size();
+		th.ctx.uc_link = &s.sched;
+		th.idx.x = t;
+		th.state = RUNNABLE;
+		makecontext(&th.ctx, entry, 0);
+	}
+	for (;;) {
+		bool ran = false;
+		for (unsigned i = 0; i < nthreads; i++) {
+			unsigned t = s.reverse ? nthreads - 1 - i : i;
+			thread &th = s.th[t];
+			if (th.state != RUNNABLE) {
+				continue;
+			}
+			s.cur = &th;
+			swapcontext(&s.sched, &th.ctx);
+			s.cur = nullptr;
+			ran = true;
+		}
+		if (ran) {
+			continue;
+		}
+		/* nothing runnable: release a complete barrier, or it is over */
+		unsigned done = 0, at_block = 0;
+		for (unsigned t = 0; t < nthreads; t++) {
+			done += s.th[t].state == DONE;
+			at_block += s.th[t].state == AT_BLOCK;
+		}
+		if (done == nthreads) {
+			return;
+		}
+		bool released = false;
+		if (at_block == nthreads) {
+			for (unsigned t = 0; t < nthreads; t++) {
+				s.th[t].state = RUNNABLE;
+			}
+			released = true;
+		}
+		for (unsigned w = 0; w * 32 < nthreads && !released; w++) {
+			unsigned at = 0;
+			for (unsigned l = 0; l < 32 && w * 32 + l < nthreads; l++) {
+				at += s.th[w * 32 + l].state == AT_WARP;
+			}
+			if (at == 32) {
+				for (unsigned l = 0; l < 32; l++) {
+					s.th[w * 32 + l].state = RUNNABLE;
+				}
+				released = true;
+			}
+		}
+		if (!released) {
+			fprintf(stderr,
+				"cuda_emu: launch %lu, block %u: deadlock: %u of %u threads done, "
+				"%u "
+				"at __syncthreads, the rest at a warp shuffle (a divergent "
+				"barrier)\n",
+				s.launches, s.block.x, done, nthreads, at_block);
+			abort();
+		}
+	}
+}
+
+inline void
+launch(unsigned blocks, unsigned threads, std::function<void()> body)
+{
+	state &s = st();
+	s.launches++;
+	if (threads == 0 || threads > 1024 || blocks == 0) {
+		fprintf(stderr, "cuda_emu: launch %lu: bad shape %u x %u\n", s.launches, blocks,
+			threads);
+		abort();
+	}
+	if (s.th.size() < threads) {
+		s.th.resize(threads);
+		for (auto &t : s.th) {
+			t.stack.resize(256 * 1024);
+		}
+	}
+	s.body = std::move(body);
+	s.bdim.x = threads;
+	s.gdim.x = blocks;
+	for (unsigned b = 0; b < blocks; b++) {
+		s.block.x = b;
+		run_block(threads);
+	}
+}
+
+template <class K> struct launcher {
+	K k;
+	unsigned blocks, threads;
+	template <class... A>
+	void
+	operator()(A... args) const
+	{
+		K kk = k;
+		launch(blocks, threads, [=]() { kk(args...); });
+	}
+};
+
+template <class K>
+launcher<K *>
+make_launcher(K *k, size_t blocks, unsigned threads)
+{
+	return launcher<K *>{k, (unsigned)blocks, threads};
+}
+} // namespace emu
+
+#define threadIdx (emu::st().cur->idx)
+#define blockIdx  (emu::st().block)
+#define blockDim  (emu::st().bdim)
+#define gridDim	  (emu::st().gdim)
+#define LAUNCH(kernel, blocks, threads, stream)                                                    \
+	((void)(stream), emu::make_launcher(kernel, (size_t)(blocks), (unsigned)(threads)))
+
+static inline void
+__syncthreads(void)
+{
+	emu::wait(emu::AT_BLOCK);
+}
+
+static inline float
+__shfl_xor_sync(unsigned mask, float v, int lane_mask)
+{
+	(void)mask;
+	emu::state &s = emu::st();
+	unsigned t = s.cur->idx.x, base = t & ~31u;
+	s.warp_slot[t] = v;
+	emu::wait(emu::AT_WARP);
+	float r = s.warp_slot[base + ((t & 31u) ^ (unsigned)lane_mask)];
+	emu::wait(emu::AT_WARP);
+	return r;
+}
+
+static inline void
+emu_set_reverse(bool r)
+{
+	emu::st().reverse = r;
+}
+
+/* ---- the runtime ---------------------------------------------------------------------------- */
+
+typedef void *cudaStream_t;
+typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 } cudaError_t;
+enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
+#define cudaStreamNonBlocking 1u
+
+static inline cudaError_t
+cudaGetLastError(void)
+{
+	return cudaSuccess;
+}
+static inline const char *
+cudaGetErrorString(cudaError_t e)
+{
+	return e == cudaSuccess ? "no error" : "invalid value";
+}
+static inline cudaError_t
+cudaSetDevice(int d)
+{
+	return d == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+static inline cudaError_t
+cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+	(void)flags;
+	static int name;
+	*s = &name;
+	return cudaSuccess;
+}
+static inline cudaError_t
+cudaStreamSynchronize(cudaStream_t s)
+{
+	(void)s;
+	return cudaSuccess;
+}
+static inline cudaError_t
+cudaStreamDestroy(cudaStream_t s)
+{
+	(void)s;
+	return cudaSuccess;
+}
+static inline cudaError_t
+cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s)
+{
+	(void)k, (void)s;
+	memcpy(dst, src, n);
+	return cudaSuccess;
+}
+static inline cudaError_t
+cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s)
+{
+	(void)s;
+	memset(dst, v, n);
+	return cudaSuccess;
+}
+
+#endif
