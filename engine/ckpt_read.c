@@ -79,6 +79,9 @@ struct zinf_ckpt {
 	uint32_t *rank_file; /* [files_world * n_parts]: index into files */
 	uint64_t bytes;
 	uint32_t n_open; /* files with a descriptor (at most CKPT_MAX_OPEN) */
+	int dirfd;	 /* the TAG directory, opened once: every file is opened relative to it,
+			    so a save that swaps the tag out meanwhile gives old files or errors,
+			    never a mix */
 	uint32_t evict;	 /* where the search for one to close starts (round robin) */
 };
 
@@ -718,7 +721,7 @@ check_files_present(struct zinf_ckpt *c)
 			return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
 		}
 		struct stat st;
-		if (stat(path, &st) < 0) {
+		if (fstatat(c->dirfd, f->name, &st, 0) < 0) {
 			int e = errno;
 			if (e == ENOENT) {
 				return ZINF_OBJ_FAIL(path, -EBADMSG,
@@ -802,13 +805,17 @@ out:
 
 /* A small file whole (the manifest: at most 1 GiB). */
 static int
-read_whole(const char *path, uint64_t size, char **out, size_t *len)
+read_whole(int dirfd, const char *name, const char *path, uint64_t size, char **out, size_t *len)
 {
 	if (size > (1ull << 30)) {
 		return ZINF_OBJ_FAIL(path, -EBADMSG, "%" PRIu64 " bytes: not a manifest", size);
 	}
 	char *buf = zinf_malloc(size ? size : 1);
-	FILE *f = buf ? fopen(path, "rb") : NULL;
+	int fd = buf ? openat(dirfd, name, O_RDONLY | O_CLOEXEC) : -1;
+	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+	if (!f && fd >= 0) {
+		close(fd);
+	}
 	if (!f) {
 		int e = buf ? errno : ENOMEM;
 		zinf_free(buf);
@@ -835,7 +842,11 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 	if (!cpath) {
 		return -ENOMEM;
 	}
-	FILE *f = fopen(cpath, "r");
+	int fd = openat(c->dirfd, "manifest.crc32c", O_RDONLY | O_CLOEXEC);
+	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+	if (!f && fd >= 0) {
+		close(fd);
+	}
 	char line[32] = "";
 	int rc = 0;
 	if (!f) {
@@ -905,6 +916,7 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 	if (!c) {
 		return -ENOMEM;
 	}
+	c->dirfd = -1;
 	int rc = resolve(c, dir, tag);
 	if (rc) {
 		goto fail;
@@ -914,8 +926,15 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 		rc = -ENOMEM;
 		goto fail;
 	}
+	c->dirfd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c->dirfd < 0) {
+		int e = errno;
+		rc = ZINF_OBJ_FAIL(e == ENOENT ? c->mpath : c->path, -e, "%s",
+				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
+		goto fail;
+	}
 	struct stat st;
-	if (stat(c->mpath, &st) < 0) {
+	if (fstatat(c->dirfd, "manifest.json", &st, 0) < 0) {
 		int e = errno;
 		rc = ZINF_OBJ_FAIL(c->mpath, -e, "%s",
 				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
@@ -924,7 +943,8 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 	json_error_t jerr;
 	size_t mlen = 0;
 	char *mtext = NULL;
-	if ((rc = read_whole(c->mpath, (uint64_t)st.st_size, &mtext, &mlen))) {
+	if ((rc = read_whole(c->dirfd, "manifest.json", c->mpath, (uint64_t)st.st_size, &mtext,
+			     &mlen))) {
 		goto fail;
 	}
 	c->m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &jerr);
@@ -964,6 +984,9 @@ zinf_ckpt_close(struct zinf_ckpt *c)
 	}
 	if (c->files) {
 		close_fds(c);
+	}
+	if (c->dirfd >= 0) {
+		close(c->dirfd);
 	}
 	for (uint32_t i = 0; c->params && i < c->n_params; i++) {
 		zinf_free(c->params[i].flat_off);
@@ -1103,10 +1126,10 @@ file_fd(struct zinf_ckpt *c, uint32_t k)
 			c->evict = x + 1;
 		}
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = openat(c->dirfd, f->name, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->n_open > 0) {
 		close_fds(c);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
+		fd = openat(c->dirfd, f->name, O_RDONLY | O_CLOEXEC);
 	}
 	if (fd < 0) {
 		int e = errno;

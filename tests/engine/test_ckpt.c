@@ -549,6 +549,39 @@ Test(ckpt, gather_16bit_weights_on_save)
 	rm_dirs(nvme, ck);
 }
 
+/*
+ * A checkpoint handle open while the same tag is saved again: what it reads is the checkpoint it
+ * opened (files already open), or an error (files opened after the old directory went), never
+ * the new checkpoint's bytes under the old manifest.
+ */
+Test(ckpt, reader_never_mixes_with_a_resave)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "t");
+	struct master old;
+	read_all(e, &old);
+	struct zinf_ckpt *h = NULL;
+	cr_assert_eq(zinf_ckpt_open(ck, "t", &h), 0, "%s", zinf_last_error());
+	uint64_t n = eref_numel(0);
+	float *v = calloc(n, sizeof(float));
+	cr_assert_eq(zinf_ckpt_read(h, 0, 0, 0, n, ZINF_F32, v), 0, "%s", zinf_last_error());
+	run(e, c.dtype, 2, 1);
+	save_ok(e, ck, "t"); /* swaps the tag out and removes the old directory */
+	memset(v, 0, n * sizeof(float));
+	cr_assert_eq(zinf_ckpt_read(h, 0, 0, 0, n, ZINF_F32, v), 0, "%s", zinf_last_error());
+	cr_assert(memcmp(v, old.p[0], n * sizeof(float)) == 0, "an open file changed under it");
+	int rc = zinf_ckpt_read(h, 0, 1, 0, n, ZINF_F32, v); /* exp_avg: not opened before */
+	cr_assert_lt(rc, 0, "read the new checkpoint's exp_avg under the old manifest");
+	zinf_ckpt_close(h);
+	free(v);
+	free_all(&old);
+	zinf_engine_destroy(e);
+	rm_dirs(nvme, ck);
+}
+
 /* ---- refusals ------------------------------------------------------------------------------ */
 
 static void
