@@ -1394,6 +1394,8 @@ case_spec_mixed(void)
  * same error from a later call. Enough gradient-window slots that no gradient is spilled: the
  * failing reads are the step's, on the worker or after the norm.
  */
+static enum zinf_io_op spec_fault_op = ZINF_IO_READ; /* spec_fault_write: writes */
+
 static int
 spec_fault_one(int at, int nth)
 {
@@ -1449,7 +1451,7 @@ spec_fault_one(int at, int nth)
 	struct zinf_io *io = zinf_engine_io(e);
 	if (rc == 0 && io && rank == world - 1) {
 		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = ZINF_IO_READ,
+					  .op = spec_fault_op,
 					  .nth = (uint32_t)nth,
 					  .count = 1000,
 					  .err = EIO};
@@ -1469,6 +1471,25 @@ spec_fault_one(int at, int nth)
 		zinf_device_free(zinf_engine_device(e), grad[p]);
 	}
 	zinf_engine_destroy(e);
+	return fails;
+}
+
+/* The same with the last rank's writes failing (review of engine_spec.c): the speculative
+   pass's, the roll-back's (zinf_step_load) or the redo's; every rank returns -EIO. */
+static int
+case_spec_fault_write(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	spec_fault_op = ZINF_IO_WRITE;
+	for (int at = 0; at < 3; at++) {
+		fails += spec_fault_one(at, 1);
+		fails += spec_fault_one(at, 4);
+		fails += spec_fault_one(at, 9);
+	}
+	spec_fault_op = ZINF_IO_READ;
 	return fails;
 }
 
@@ -1920,6 +1941,7 @@ static const struct {
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
 	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
 	{"spec_fault", case_spec_fault, false},
+	{"spec_fault_write", case_spec_fault_write, false},
 };
 
 int
