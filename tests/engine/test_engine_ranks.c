@@ -1461,9 +1461,11 @@ spec_fault_one(int at, int nth)
 	if (rc == 0) {
 		rc = spec_micro(e, grad, at, 1, &seen);
 		CHECK(rc == -EIO,
-		      "step %d (%c) with rank %d's reads failing from the %d-th: returned %d (%s), "
+		      "step %d (%c) with rank %d's %s failing from the %d-th: returned %d (%s), "
 		      "expected -EIO on every rank",
-		      at, "pco"[spec_kind_of(at)], world - 1, nth, rc, zinf_last_error());
+		      at, "pco"[spec_kind_of(at)], world - 1,
+		      spec_fault_op == ZINF_IO_READ ? "reads" : "writes", nth, rc,
+		      zinf_last_error());
 		int again = zinf_engine_step(e);
 		CHECK(again == rc, "a later step returned %d after %d", again, rc);
 	}
@@ -1485,9 +1487,12 @@ case_spec_fault_write(void)
 	int fails = 0;
 	spec_fault_op = ZINF_IO_WRITE;
 	for (int at = 0; at < 3; at++) {
+		/* the first write fails (the speculative pass's), the 4th (every world has
+		   that many in the step) and, at 2 ranks (the most sub-groups), the 9th: on
+		   the overflow step the roll-back's zinf_step_load */
 		fails += spec_fault_one(at, 1);
 		fails += spec_fault_one(at, 4);
-		fails += spec_fault_one(at, 9);
+		fails += world == 2 ? spec_fault_one(at, 9) : 0;
 	}
 	spec_fault_op = ZINF_IO_READ;
 	return fails;
