@@ -71,6 +71,7 @@ struct cfg {
 	uint32_t max_in_cpu;	   /* offload_param.max_in_cpu */
 	uint64_t persist;	   /* stage3_param_persistence_threshold */
 	uint64_t sg_size;	   /* sub_group_size (0: 64, five sub-groups) */
+	double min_scale;	   /* fp16.min_loss_scale with hysteresis 1 (0: 1, hysteresis 2) */
 };
 
 struct model {
@@ -131,6 +132,10 @@ make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool
 	o->fp16.hysteresis = 2;
 	o->fp16.loss_scale_window = 3;
 	o->fp16.min_loss_scale = 1;
+	if (c->min_scale > 0) {
+		o->fp16.min_loss_scale = c->min_scale;
+		o->fp16.hysteresis = 1;
+	}
 	o->gradient_clipping = CLIP;
 	o->step_during_backward = spec;
 	o->swap_prefix = "esrev";
@@ -198,6 +203,8 @@ struct seen {
  * in reverse handing grad_val * factor * loss scale (inf: element 3 of parameter "c" is
  * +infinity), then zinf_engine_step.
  */
+static bool no_step; /* micro: leave out the final zinf_engine_step */
+
 static int
 micro(struct model *m, int s, int mi, double factor, bool inf, struct seen *out)
 {
@@ -241,7 +248,7 @@ micro(struct model *m, int s, int mi, double factor, bool inf, struct seen *out)
 		}
 		cr_assert_eq(zinf_engine_release(m->e, l), 0);
 	}
-	return zinf_engine_step(m->e);
+	return no_step ? 0 : zinf_engine_step(m->e);
 }
 
 static float
@@ -592,4 +599,64 @@ Test(spec_review, ckpt_after_redo_background)
 					  .buffers = 3,
 					  .bf16 = false},
 			    2, true);
+}
+
+/*
+ * The loss scaler at min_loss_scale on an overflow while sub-groups were stepped speculatively
+ * (the optimizer on NVMe: a pass in flight): -ERANGE, the engine failed for good (a later step
+ * returns it), destroyed cleanly (no buffer, thread or file left: ASan).
+ */
+static void
+erange_one(const struct cfg *c)
+{
+	static struct seen a;
+	struct model ms = {0};
+	model_make(&ms, c, true);
+	train_step(&ms, c, 0, &a); /* plain */
+	train_step(&ms, c, 1, &a); /* clipped */
+	cr_assert_eq(zinf_engine_loss_scale(ms.e), 256.0);
+	int rc = micro(&ms, 2, 0, 1.0, true, &a); /* the overflow */
+	cr_assert_eq(rc, 0, "%d %s", rc, zinf_last_error());
+	rc = micro(&ms, 2, 1, 1.0, false, &a);
+	cr_assert_eq(rc, -ERANGE, "the overflow at min_loss_scale returned %d", rc);
+	cr_assert_eq(zinf_engine_step(ms.e), -ERANGE);
+	model_free(&ms);
+}
+
+Test(spec_review, erange_while_speculating)
+{
+	erange_one(&(struct cfg){.stage = 3,
+				 .opt = ZINF_OFFLOAD_NVME,
+				 .param = ZINF_OFFLOAD_NVME,
+				 .buffers = 3,
+				 .min_scale = 256});
+	erange_one(&(struct cfg){.stage = 2,
+				 .opt = ZINF_OFFLOAD_CPU,
+				 .param = ZINF_OFFLOAD_NONE,
+				 .buffers = 4,
+				 .min_scale = 256});
+}
+
+/* The trainer gives up in the middle of the boundary micro-batch (its backward done, no final
+   zinf_engine_step) while the worker steps speculatively: the destroy joins it cleanly. */
+Test(spec_review, destroy_mid_speculation)
+{
+	const struct cfg cs[] = {
+		{.stage = 3, .opt = ZINF_OFFLOAD_NVME, .param = ZINF_OFFLOAD_NVME, .buffers = 3},
+		{.stage = 2, .opt = ZINF_OFFLOAD_NONE, .param = ZINF_OFFLOAD_NONE, .buffers = 4},
+	};
+	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+		static struct seen a;
+		struct model ms = {0};
+		model_make(&ms, &cs[i], true);
+		train_step(&ms, &cs[i], 0, &a);
+		cr_assert_eq(micro(&ms, 1, 0, 4.0, false, &a), 0);
+		no_step = true;
+		cr_assert_eq(micro(&ms, 1, 1, 4.0, false, &a), 0);
+		no_step = false;
+		/* the last gradient's cast reads the trainer's buffer on the engine stream: the
+		   compute stream waits for it (zinf_engine_grad), the buffer is freed after */
+		cr_assert_eq(zinf_stream_sync(zinf_engine_compute_stream(ms.e)), 0);
+		model_free(&ms);
+	}
 }
