@@ -300,6 +300,8 @@ train_step(struct model *m, const struct cfg *c, int s, struct seen *out)
 
 /* the speculating run's gradient-window traffic over compare_runs' last call */
 static uint64_t grad_read_spec, grad_write_spec;
+/* each step's statistics over compare_runs' last call, both runs */
+static struct zinf_engine_stats io_spec[STEPS], io_ref[STEPS];
 
 static void
 compare_runs(const struct cfg *c)
@@ -354,6 +356,8 @@ compare_runs(const struct cfg *c)
 		cr_assert_eq(b.st.rolled_back, 0, "step %d", s);
 		spec_steps += a.st.stepped_during_backward;
 		grad_read_spec += a.st.grad_nvme_read_bytes;
+		io_spec[s] = a.st;
+		io_ref[s] = b.st;
 		grad_write_spec += a.st.grad_nvme_write_bytes;
 		rolled += a.st.rolled_back;
 		rolled_clip += k == CLIPPED ? a.st.rolled_back : 0;
@@ -658,5 +662,38 @@ Test(spec_review, destroy_mid_speculation)
 		   compute stream waits for it (zinf_engine_grad), the buffer is freed after */
 		cr_assert_eq(zinf_stream_sync(zinf_engine_compute_stream(ms.e)), 0);
 		model_free(&ms);
+	}
+}
+
+/*
+ * The NVMe bytes of the statistics, the optimizer on NVMe, a window of five slots (nothing
+ * spilled), four of the five sub-groups speculated (all but the last): X = their state's bytes
+ * (12 a parameter), read once more to keep it. A plain step reads X more than the step after
+ * backward and writes the same; a clip step writes 2X more (the speculative writes, the
+ * roll-back's, then the redo as the other run's); a skipped step writes 2X (the other run
+ * nothing).
+ */
+Test(spec_review, nvme_bytes)
+{
+	compare_runs(&(struct cfg){
+		.stage = 2, .opt = ZINF_OFFLOAD_NVME, .param = ZINF_OFFLOAD_NONE, .buffers = 5});
+	uint64_t x = 12 * (120 + 7 + 200 + 40);
+	for (int s = 0; s < STEPS; s++) {
+		const struct zinf_engine_stats *a = &io_spec[s], *b = &io_ref[s];
+		cr_assert_eq(a->grad_nvme_write_bytes + b->grad_nvme_write_bytes, 0);
+		switch (kind_of(s)) {
+		case PLAIN:
+			cr_assert_eq(a->nvme_read_bytes, b->nvme_read_bytes + x, "step %d", s);
+			cr_assert_eq(a->nvme_write_bytes, b->nvme_write_bytes, "step %d", s);
+			break;
+		case CLIPPED:
+			cr_assert_eq(a->nvme_write_bytes, b->nvme_write_bytes + 2 * x, "step %d",
+				     s);
+			break;
+		case OVERFLOW:
+			cr_assert_eq(b->nvme_write_bytes, 0, "step %d", s);
+			cr_assert_eq(a->nvme_write_bytes, 2 * x, "step %d", s);
+			break;
+		}
 	}
 }
