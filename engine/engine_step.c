@@ -431,6 +431,11 @@ zinf_engine_step(struct zinf_engine *e)
 		}
 	} else if (e->gate) {
 		e->step_scale = gs;
+		/* a skip: the speculating ranks agree on their roll-back (eng_spec_resolve); a rank
+		   not speculating (its device had no room for the reserve) joins that collective */
+		if (skip && (ret = eng_agree(e, 0, "step (skipped)"))) {
+			return eng_fail_hard(e, ret);
+		}
 	}
 	if ((ret = skip ? step_skip(e) : eng_step_run(e))) {
 		return ret;

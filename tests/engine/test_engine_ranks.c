@@ -14,7 +14,8 @@
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
  * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
  * the speculative step during backward against the step after it, with clipping on some steps
- * and fp16 overflows on others, every stage 1-3 and optimizer tier (spec);
+ * and fp16 overflows on others, every stage 1-3 and optimizer tier (spec); the same with rank 0
+ * not speculating (its device had no room for the reserve: spec_mixed);
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
  * once (the step's outcome agreed); the same during a speculative step kept, redone or
  * restored (spec_fault).
@@ -1351,6 +1352,40 @@ case_spec(void)
 }
 
 /*
+ * Ranks that do not all speculate (review of engine_spec.c): a device without room for the
+ * reserve (optimizer tier none) runs without speculating, on that rank only; rank 0 stands for
+ * it here with step_during_backward off, the others speculate. The outcome (skipped, clipped,
+ * plain) is the same everywhere; so must be the collectives each rank runs: the run goes on
+ * and gives the bits of the run where no rank speculates. Stages 1-3, tier none.
+ */
+static int
+case_spec_mixed(void)
+{
+	static struct spec_seen ref[SPEC_STEPS], got[SPEC_STEPS];
+	int fails = 0;
+	for (int stage = 1; stage <= 3 && world > 1; stage++) {
+		char what[96];
+		snprintf(what, sizeof(what), "%d ranks stage %d tier none, rank 0 not speculating",
+			 world, stage);
+		memset(ref, 0, sizeof(ref));
+		memset(got, 0, sizeof(got));
+		int f = spec_run(stage, ZINF_OFFLOAD_NONE, false, ref, what);
+		f += f ? 0 : spec_run(stage, ZINF_OFFLOAD_NONE, rank != 0, got, what);
+		fails += f;
+		for (int s = 0; s < SPEC_STEPS && f == 0; s++) {
+			struct spec_seen *a = &got[s], *b = &ref[s];
+			CHECK(a->rc == b->rc, "%s: step %d: %d vs %d", what, s, a->rc, b->rc);
+			CHECK(memcmp(a->p16, b->p16, sizeof(a->p16)) == 0 &&
+				      memcmp(a->master, b->master, sizeof(a->master)) == 0,
+			      "%s: step %d: parameters differ", what, s);
+			CHECK(rank == 0 || a->during > 0, "%s: step %d: nothing speculated", what,
+			      s);
+		}
+	}
+	return fails;
+}
+
+/*
  * The speculative step failing: the optimizer on NVMe through the "fault" I/O backend, the last
  * rank's reads failing from the boundary micro-batch of a plain step (the speculation is
  * kept), a clip step (redone) or an overflow step (restored), from the first read or a later
@@ -1359,6 +1394,8 @@ case_spec(void)
  * same error from a later call. Enough gradient-window slots that no gradient is spilled: the
  * failing reads are the step's, on the worker or after the norm.
  */
+static enum zinf_io_op spec_fault_op = ZINF_IO_READ; /* spec_fault_write: writes */
+
 static int
 spec_fault_one(int at, int nth)
 {
@@ -1414,7 +1451,7 @@ spec_fault_one(int at, int nth)
 	struct zinf_io *io = zinf_engine_io(e);
 	if (rc == 0 && io && rank == world - 1) {
 		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = ZINF_IO_READ,
+					  .op = spec_fault_op,
 					  .nth = (uint32_t)nth,
 					  .count = 1000,
 					  .err = EIO};
@@ -1424,9 +1461,11 @@ spec_fault_one(int at, int nth)
 	if (rc == 0) {
 		rc = spec_micro(e, grad, at, 1, &seen);
 		CHECK(rc == -EIO,
-		      "step %d (%c) with rank %d's reads failing from the %d-th: returned %d (%s), "
+		      "step %d (%c) with rank %d's %s failing from the %d-th: returned %d (%s), "
 		      "expected -EIO on every rank",
-		      at, "pco"[spec_kind_of(at)], world - 1, nth, rc, zinf_last_error());
+		      at, "pco"[spec_kind_of(at)], world - 1,
+		      spec_fault_op == ZINF_IO_READ ? "reads" : "writes", nth, rc,
+		      zinf_last_error());
 		int again = zinf_engine_step(e);
 		CHECK(again == rc, "a later step returned %d after %d", again, rc);
 	}
@@ -1434,6 +1473,28 @@ spec_fault_one(int at, int nth)
 		zinf_device_free(zinf_engine_device(e), grad[p]);
 	}
 	zinf_engine_destroy(e);
+	return fails;
+}
+
+/* The same with the last rank's writes failing (review of engine_spec.c): the speculative
+   pass's, the roll-back's (zinf_step_load) or the redo's; every rank returns -EIO. */
+static int
+case_spec_fault_write(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	spec_fault_op = ZINF_IO_WRITE;
+	for (int at = 0; at < 3; at++) {
+		/* the first write fails (the speculative pass's), the 4th (every world has
+		   that many in the step) and, at 2 ranks (the most sub-groups), the 9th: on
+		   the overflow step the roll-back's zinf_step_load */
+		fails += spec_fault_one(at, 1);
+		fails += spec_fault_one(at, 4);
+		fails += world == 2 ? spec_fault_one(at, 9) : 0;
+	}
+	spec_fault_op = ZINF_IO_READ;
 	return fails;
 }
 
@@ -1873,6 +1934,7 @@ static const struct {
 	{"trace", case_trace, false},
 	{"clip", case_clip, false},
 	{"spec", case_spec, false},
+	{"spec_mixed", case_spec_mixed, false},
 	{"ckpt_resume", case_ckpt_resume, false},
 	{"ckpt_save", case_ckpt_save, true},
 	{"ckpt_reshard", case_ckpt_reshard, true},
@@ -1884,6 +1946,7 @@ static const struct {
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
 	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
 	{"spec_fault", case_spec_fault, false},
+	{"spec_fault_write", case_spec_fault_write, false},
 };
 
 int
