@@ -272,7 +272,7 @@ pick_layers(struct run *R)
 		return 0;
 	}
 	fprintf(stderr, "zinf_gpt: --device cuda: this zinf_gpt was built without the CUDA layers "
-			"(gpt_cuda.cu; configure with CUDA)\n");
+			"(gpt_cuda.cu; configure with CUDA and NCCL)\n");
 	return 2;
 #endif
 }

@@ -66,6 +66,9 @@ cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
 	    const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
 	    float *C, int ldc)
 {
+	if (h) {
+		emu::check_stream(h->stream, "cublasSgemm");
+	}
 	/* the leading dimensions cuBLAS checks: lda >= rows of A as stored, etc. */
 	int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
 	if (!h || h->stream == NULL || h->math != CUBLAS_DEFAULT_MATH ||

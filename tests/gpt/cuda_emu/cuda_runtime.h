@@ -9,13 +9,20 @@
  * __syncthreads() waits for every thread of the block, __shfl_xor_sync() for the 32 lanes of
  * the warp (values written, barrier, partner's value read, barrier). A barrier that not all
  * of its threads reach is reported (divergent __syncthreads) and aborts. The order in which
- * threads run between barriers is forward or backward (emu_set_reverse): a kernel that reads
- * another thread's write without a barrier between them, or whose threads write the same
- * element, gives different results in the two orders. __shared__ is `static`: blocks run one
- * at a time. "Device memory" is host memory; streams and the device are names only.
+ * threads run between barriers, and the order of the blocks, is forward or backward
+ * (emu_set_reverse): a kernel that reads another thread's (or block's) write without a barrier
+ * between them, or whose threads (or blocks) write the same element, gives different results
+ * in the two orders. __shared__ is `static`: blocks run one at a time. A launch checks
+ * blockDim.x <= 1024 and 0 < gridDim.x < 2^31. "Device memory" is host memory; the device is a
+ * name only; a stream is a name too, but every launch, async copy or memset and cuBLAS call
+ * must name a live stream of cudaStreamCreateWithFlags (never the default stream), else the
+ * emulator aborts saying which. Work runs at once, in the order queued: a host read of device
+ * memory before a stream synchronisation is not caught.
  *
- * Not emulated: memory ordering beyond the barriers, warp-synchronous code without
- * __shfl_xor_sync, dynamic shared memory, atomics, more than one dimension.
+ * Not emulated: memory ordering beyond the barriers, dynamic shared memory, atomics, more than
+ * one dimension. The lanes of a warp are independent threads here (as on Volta and later):
+ * warp-synchronous code that relies on lockstep without __shfl_xor_sync or a barrier shows as
+ * a race in the two orders rather than working by accident.
  */
 #ifndef GPT_CUDA_EMU_RUNTIME_H
 #define GPT_CUDA_EMU_RUNTIME_H
@@ -58,6 +65,7 @@ struct state {
 	float warp_slot[1024];
 	bool reverse = false;
 	unsigned long launches = 0;
+	std::vector<void *> streams; /* created and not yet destroyed */
 };
 
 inline state &
@@ -155,13 +163,34 @@ run_block(unsigned nthreads)
 	}
 }
 
+/* Work queued on stream `str` by `what`: it must be a stream of cudaStreamCreateWithFlags not
+ * yet destroyed (never the default stream, NULL), as gpt_cuda.cu queues everything on the
+ * trainer's stream. */
 inline void
-launch(unsigned blocks, unsigned threads, std::function<void()> body)
+check_stream(const void *str, const char *what)
+{
+	state &s = st();
+	for (void *x : s.streams) {
+		if (x == str) {
+			return;
+		}
+	}
+	fprintf(stderr,
+		"cuda_emu: %s (after launch %lu) on stream %p: not a live stream of "
+		"cudaStreamCreateWithFlags (the default stream?)\n",
+		what, s.launches, str);
+	abort();
+}
+
+inline void
+launch(size_t blocks, unsigned threads, std::function<void()> body)
 {
 	state &s = st();
 	s.launches++;
-	if (threads == 0 || threads > 1024 || blocks == 0) {
-		fprintf(stderr, "cuda_emu: launch %lu: bad shape %u x %u\n", s.launches, blocks,
+	/* the limits of a one-dimensional launch: blockDim.x <= 1024, gridDim.x < 2^31 (a
+	   negative int count arrives here huge) */
+	if (threads == 0 || threads > 1024 || blocks == 0 || blocks > 0x7fffffffu) {
+		fprintf(stderr, "cuda_emu: launch %lu: bad shape %zu x %u\n", s.launches, blocks,
 			threads);
 		abort();
 	}
@@ -173,16 +202,20 @@ launch(unsigned blocks, unsigned threads, std::function<void()> body)
 	}
 	s.body = std::move(body);
 	s.bdim.x = threads;
-	s.gdim.x = blocks;
-	for (unsigned b = 0; b < blocks; b++) {
-		s.block.x = b;
+	s.gdim.x = (unsigned)blocks;
+	/* blocks one after another, in reverse order too (emu_set_reverse): a block that reads
+	   another block's write of the same launch, or two blocks writing one element, give
+	   different results in the two orders */
+	for (size_t i = 0; i < blocks; i++) {
+		s.block.x = (unsigned)(s.reverse ? blocks - 1 - i : i);
 		run_block(threads);
 	}
 }
 
 template <class K> struct launcher {
 	K k;
-	unsigned blocks, threads;
+	size_t blocks;
+	unsigned threads;
 	template <class... A>
 	void
 	operator()(A... args) const
@@ -196,7 +229,7 @@ template <class K>
 launcher<K *>
 make_launcher(K *k, size_t blocks, unsigned threads)
 {
-	return launcher<K *>{k, (unsigned)blocks, threads};
+	return launcher<K *>{k, blocks, threads};
 }
 } // namespace emu
 
@@ -205,7 +238,8 @@ make_launcher(K *k, size_t blocks, unsigned threads)
 #define blockDim  (emu::st().bdim)
 #define gridDim	  (emu::st().gdim)
 #define LAUNCH(kernel, blocks, threads, stream)                                                    \
-	((void)(stream), emu::make_launcher(kernel, (size_t)(blocks), (unsigned)(threads)))
+	(emu::check_stream((stream), #kernel),                                                     \
+	 emu::make_launcher(kernel, (size_t)(blocks), (unsigned)(threads)))
 
 static inline void
 __syncthreads(void)
@@ -258,33 +292,45 @@ static inline cudaError_t
 cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
 	(void)flags;
-	static int name;
-	*s = &name;
+	*s = malloc(1); /* a name of its own */
+	if (!*s) {
+		return cudaErrorInvalidValue;
+	}
+	emu::st().streams.push_back(*s);
 	return cudaSuccess;
 }
 static inline cudaError_t
 cudaStreamSynchronize(cudaStream_t s)
 {
-	(void)s;
+	emu::check_stream(s, "cudaStreamSynchronize");
 	return cudaSuccess;
 }
 static inline cudaError_t
 cudaStreamDestroy(cudaStream_t s)
 {
-	(void)s;
+	emu::check_stream(s, "cudaStreamDestroy");
+	std::vector<void *> &v = emu::st().streams;
+	for (size_t i = 0; i < v.size(); i++) {
+		if (v[i] == s) {
+			v.erase(v.begin() + (long)i);
+			break;
+		}
+	}
+	free(s);
 	return cudaSuccess;
 }
 static inline cudaError_t
 cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind k, cudaStream_t s)
 {
-	(void)k, (void)s;
+	(void)k;
+	emu::check_stream(s, "cudaMemcpyAsync");
 	memcpy(dst, src, n);
 	return cudaSuccess;
 }
 static inline cudaError_t
 cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s)
 {
-	(void)s;
+	emu::check_stream(s, "cudaMemsetAsync");
 	memset(dst, v, n);
 	return cudaSuccess;
 }
