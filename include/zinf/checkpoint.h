@@ -121,8 +121,8 @@ ZINF_API int zinf_engine_save_wait(struct zinf_engine *e);
  * scale its loss: scale 0), the learning rate, and the client blob (opts). Returns 0;
  * -ENOENT (no checkpoint, naming the path); -EBADMSG (a file corrupted, truncated or missing,
  * named with what is wrong; nothing loaded); -EINVAL (a parameter or option that differs,
- * named; NULL arguments; a layer still fetched); I/O errors. Refusals before anything is loaded leave the engine as
- * it was; a failure while loading fails it (its state is half loaded).
+ * named; NULL arguments; a layer still fetched); I/O errors. Refusals before anything is loaded
+ * leave the engine as it was; a failure while loading fails it (its state is half loaded).
  */
 ZINF_API int zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 			      struct zinf_ckpt_opts *opts);

@@ -34,6 +34,8 @@
 #define QUANTUM 0x1p-14f
 #define GAS	2
 
+#include "engine/ckpt_test.h"
+
 static bool exists(const char *dir, const char *name);
 
 struct cfg {
@@ -78,52 +80,6 @@ rm_dirs(char *nvme, char *ck)
 	free(ck);
 }
 
-static void
-run(struct zinf_engine *e, enum zinf_dtype dtype, int64_t first, int steps)
-{
-	struct edrive d;
-	int rc = edrive_init(&d, e, dtype, QUANTUM);
-	cr_assert_eq(rc, 0, "edrive_init: %d", rc);
-	rc = edrive_run(&d, first, steps, GAS, -1);
-	cr_assert_eq(rc, 0, "steps %lld..: %s (%s)", (long long)first, d.why, zinf_last_error());
-	edrive_fini(&d);
-}
-
-struct master {
-	float *p[EREF_NPARAMS];
-};
-
-static void
-read_all(struct zinf_engine *e, struct master *m)
-{
-	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
-		m->p[id] = calloc(eref_numel(id), sizeof(float));
-		cr_assert_not_null(m->p[id]);
-	}
-	int rc = edrive_read_master(e, m->p);
-	cr_assert_eq(rc, 0, "read_master: %d %s", rc, zinf_last_error());
-}
-
-static void
-free_all(struct master *m)
-{
-	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
-		free(m->p[id]);
-	}
-}
-
-static void
-assert_same(float *const a[], float *const b[], const char *what)
-{
-	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
-		for (uint64_t i = 0; i < eref_numel(id); i++) {
-			cr_assert(memcmp(&a[id][i], &b[id][i], 4) == 0,
-				  "%s: %s[%llu] = %.9g, expected %.9g", what, eref_params[id].name,
-				  (unsigned long long)i, a[id][i], b[id][i]);
-		}
-	}
-}
-
 /* The reference after `steps` steps (one rank). */
 static void
 reference(struct eref_result *ref, enum zinf_dtype dtype, int steps)
@@ -133,13 +89,6 @@ reference(struct eref_result *ref, enum zinf_dtype dtype, int steps)
 	edrive_optimizer(&ro.opt);
 	int rc = eref_train(&ro, ref);
 	cr_assert_eq(rc, 0, "eref_train: %d", rc);
-}
-
-static void
-save_ok(struct zinf_engine *e, const char *dir, const char *tag)
-{
-	int rc = zinf_engine_save(e, dir, tag, NULL);
-	cr_assert_eq(rc, 0, "save %s/%s: %d %s", dir, tag ? tag : "(step)", rc, zinf_last_error());
 }
 
 /* N = 4 steps straight, and 2 + save + load (in place of init, or into an initialised engine)

@@ -26,6 +26,7 @@
 
 #include "common/test_util.h"
 #include "zinf/engine.h"
+#include "engine/test_model.h"
 
 #define NP    5
 #define NL    3
@@ -140,37 +141,13 @@ model_make(struct model *m, const struct cfg *c, bool spec)
 	make_opts(&o, c, m->dir, spec);
 	int rc = zinf_engine_create(&o, &m->e);
 	cr_assert_eq(rc, 0, "zinf_engine_create: %d %s", rc, zinf_last_error());
-	for (int p = 0; p < NP; p++) {
-		m->init[p] = malloc(numel[p] * sizeof(float));
-		cr_assert(m->init[p]);
-		for (uint64_t i = 0; i < numel[p]; i++) {
-			m->init[p][i] = init_val(p, i);
-		}
-		struct zinf_param_desc d;
-		zinf_param_desc_init(&d);
-		d.name = names[p];
-		d.numel = numel[p];
-		d.layer = layer_of[p];
-		d.init = m->init[p];
-		d.init_dtype = ZINF_F32;
-		cr_assert_eq(zinf_engine_add_param(m->e, &d), p);
-	}
-	rc = zinf_engine_init(m->e);
-	cr_assert_eq(rc, 0, "zinf_engine_init: %d %s", rc, zinf_last_error());
-	for (int p = 0; p < NP; p++) {
-		cr_assert_eq(zinf_device_alloc(zinf_engine_device(m->e), numel[p] * 4,
-					       (void **)&m->gdev[p]),
-			     0);
-	}
+	tm_make(m->e, NP, names, numel, layer_of, init_val, m->init, m->gdev);
 }
 
 static void
 model_free(struct model *m)
 {
-	for (int p = 0; p < NP; p++) {
-		zinf_device_free(zinf_engine_device(m->e), m->gdev[p]);
-		free(m->init[p]);
-	}
+	tm_free(m->e, NP, m->init, m->gdev);
 	zinf_engine_destroy(m->e);
 	if (m->dir) {
 		zt_rmtree(m->dir);
