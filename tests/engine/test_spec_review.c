@@ -21,43 +21,7 @@
 #include "zinf/engine.h"
 #include "engine/test_model.h"
 
-#define NP    5
-#define NL    3
-#define NMAX  300
-#define STEPS 20
-#define CLIP  80.0
-static const uint64_t numel[NP] = {300, 40, 200, 7, 120};
-static const int layer_of[NP] = {0, 0, 1, 1, 2};
-static const char *const names[NP] = {"a", "b", "c", "d", "e"};
-
-enum kind { PLAIN, CLIPPED, OVERFLOW };
-
-/* the steps: plain, clip and overflow steps mixed (four overflows: the scale stays above the
-   minimum) */
-static enum kind
-kind_of(int s)
-{
-	static const enum kind k[STEPS] = {PLAIN, CLIPPED, OVERFLOW, PLAIN,    CLIPPED,
-					   PLAIN, PLAIN,   OVERFLOW, CLIPPED,  CLIPPED,
-					   PLAIN, CLIPPED, PLAIN,    OVERFLOW, PLAIN,
-					   PLAIN, CLIPPED, OVERFLOW, PLAIN,    CLIPPED};
-	return k[s];
-}
-
-static float
-init_val(int p, uint64_t i)
-{
-	return (float)((int)((i * 13 + (uint64_t)p * 7) % 33) - 16) / 32.0f;
-}
-
-/* dyadic with few bits: sums of two micro-batches, times powers of two, stay exact */
-static float
-grad_val(int p, uint64_t i, int s, int m)
-{
-	return (float)((int)((i * 37 + (uint64_t)p * 11 + (uint64_t)s * 5 + (uint64_t)m * 3) % 61) -
-		       30) /
-	       16.0f;
-}
+#include "engine/spec_model.h"
 
 struct cfg {
 	int stage;
