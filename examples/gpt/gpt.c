@@ -26,6 +26,7 @@
  * here: the checkpoint format (zinf's; the trainer's blob below).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <math.h>
@@ -390,6 +391,76 @@ ckpt_dims(const struct run *R, int32_t out[7])
 }
 
 static int
+step_of_tag(const char *name)
+{
+	int n = -1, len = 0;
+	return sscanf(name, "step%d%n", &n, &len) == 1 && name[len] == '\0' && n >= 0 ? n : -1;
+}
+
+static int
+cmp_desc(const void *a, const void *b)
+{
+	return *(const int *)b - *(const int *)a;
+}
+
+/* --keep N: the newest N "step<k>" checkpoints of --save's directory stay (and the one `latest`
+ * names, whatever its age); each older one is renamed to a temporary name first (a crash leaves
+ * no half checkpoint under a tag: zinf's next save removes such names), then removed. Rank 0,
+ * after a save was published. */
+static void
+prune_checkpoints(struct run *R)
+{
+	if (!R->lead || R->a.keep <= 0) {
+		return;
+	}
+	DIR *d = opendir(R->a.save);
+	if (!d) {
+		return;
+	}
+	int *steps = NULL, n = 0, cap = 0, latest = -1;
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/latest", R->a.save);
+	FILE *f = fopen(p, "r");
+	char line[160] = "";
+	if (f) {
+		if (fgets(line, sizeof(line), f)) {
+			line[strcspn(line, "\n")] = '\0';
+			latest = step_of_tag(line);
+		}
+		fclose(f);
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		int k = step_of_tag(de->d_name);
+		if (k < 0) {
+			continue;
+		}
+		if (n == cap) {
+			int *g = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(int));
+			if (!g) {
+				break;
+			}
+			steps = g;
+		}
+		steps[n++] = k;
+	}
+	closedir(d);
+	qsort(steps, (size_t)n, sizeof(int), cmp_desc);
+	for (int i = R->a.keep; i < n; i++) {
+		if (steps[i] == latest) {
+			continue;
+		}
+		char from[4096], to[4096];
+		snprintf(from, sizeof(from), "%s/step%d", R->a.save, steps[i]);
+		snprintf(to, sizeof(to), "%s/.step%d.tmp", R->a.save, steps[i]);
+		if (rename(from, to) == 0) {
+			nftw(to, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		}
+	}
+	free(steps);
+}
+
+static int
 save_checkpoint(struct run *R, int step, bool background)
 {
 	size_t n = sizeof(struct gpt_ckpt_head) + (size_t)step * sizeof(double);
@@ -415,6 +486,9 @@ save_checkpoint(struct run *R, int step, bool background)
 	double t0 = zinf_now_s();
 	int r = zinf_engine_save(R->t.e, R->a.save, tag, &o);
 	free(buf);
+	if (!r) { /* every earlier save is published now (a background one before this one) */
+		prune_checkpoints(R);
+	}
 	if (r) {
 		fprintf(stderr, "zinf_gpt: saving %s/%s: %s\n", R->a.save, tag, zinf_strerror(r));
 	} else if (R->lead && !R->a.quiet) {
@@ -774,7 +848,10 @@ main(int argc, char **argv)
 	if (R.a.save && R.steps_done >= first && save_checkpoint(&R, R.steps_done, false)) {
 		goto out;
 	}
-	if (R.a.save && (rc = zinf_engine_save_wait(R.t.e))) { /* a background save's error */
+	if (R.a.save && !(rc = zinf_engine_save_wait(R.t.e))) {
+		prune_checkpoints(&R);
+	}
+	if (R.a.save && rc) { /* a background save's error */
 		fprintf(stderr, "zinf_gpt: a background checkpoint failed: %s\n",
 			zinf_strerror(rc));
 		rc = 1;

@@ -22,6 +22,7 @@ struct gpt_args {
 	const char *save, *resume; /* checkpoint directories (NULL: none) */
 	const char *device;	   /* --device: "auto", "host" or "cuda" */
 	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
+	int keep;		   /* checkpoints kept in `save` (0: all) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
 	int steps_per_print; /* -1: the config's */
 	double lr;	     /* NaN: not given */

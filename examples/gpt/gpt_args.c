@@ -61,6 +61,8 @@ static const struct flag flags[] = {
 	 K_STR, A(save), 0, 0},
 	{"save-every", "N", "steps between checkpoints (default 0: at the end only)", K_INT,
 	 A(save_every), 0, 100000000},
+	{"keep", "N", "keep the newest N checkpoints in --save's directory (default 0: all)", K_INT,
+	 A(keep), 0, 100000000},
 	{"resume", "DIR", "continue from DIR's latest checkpoint (to --steps in all)", K_STR,
 	 A(resume), 0, 0},
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,

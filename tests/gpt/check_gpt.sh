@@ -55,7 +55,8 @@
 #                    speculative step during backward (sub-groups redone when the norm clips:
 #                    rolled_back > 0 asserted) vs the step after backward: bit-identical
 #   resume           ZeRO-3 on NVMe: 30 steps straight; the same run saving a checkpoint every 2
-#                    steps (--save), killed with SIGKILL once one past step 4 exists; then
+#                    steps (--save, --keep 2: at most 3 left), killed with SIGKILL once one past
+#                    step 4 exists; then
 #                    --resume from its latest: the resumed run's records start at the step
 #                    after the checkpoint's and every loss equals the straight run's bit for
 #                    bit; the checkpoint's files are there and `latest` names a complete one
@@ -385,7 +386,7 @@ resume | resume_fp16)
 	fi
 	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
 	"$gpt" "${model[@]}" --config "$cfg" --batch 6 --save "$work/ck" \
-		--save-every 2 --json "$work/killed.jsonl" &
+		--save-every 2 --keep 2 --json "$work/killed.jsonl" &
 	pid=$!
 	k=0
 	for _ in $(seq 3000); do
@@ -405,6 +406,10 @@ resume | resume_fp16)
 	k=${k#step}
 	[ -f "$work/ck/step$k/manifest.json" ] && [ -f "$work/ck/step$k/r00000.fp32" ] ||
 		{ echo "FAIL: checkpoint step$k incomplete"; ls -la "$work/ck" "$work/ck/step$k"; exit 1; }
+	# --keep 2: the two newest published, and at most the one published by the step after
+	n=$(find "$work/ck" -mindepth 1 -maxdepth 1 -name 'step*' | wc -l)
+	[ "$n" -ge 1 ] && [ "$n" -le 3 ] || { echo "FAIL: --keep 2 left $n checkpoints"; ls -la "$work/ck"; exit 1; }
+	[ "$k" -lt 8 ] || [ ! -e "$work/ck/step2" ] || { echo "FAIL: --keep 2 kept step2 at step $k"; exit 1; }
 	run "$work/resumed.jsonl" -- --config "$cfg" --batch 6 --resume "$work/ck"
 	first=$(field "$work/resumed.jsonl" step | head -1)
 	[ "$first" = $((k + 1)) ] || { echo "FAIL: resumed at step $first, checkpoint at $k"; exit 1; }
@@ -414,6 +419,14 @@ resume | resume_fp16)
 		[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records after resuming"; exit 1; }
 		cmp -s "$work/a" "$work/b" || { echo "FAIL: $f after resuming at step $k differs:"; paste "$work/a" "$work/b" | head; exit 1; }
 	done
+	if [ "$case_" = resume ]; then
+		# --keep 2 on a run to its end: exactly the two newest remain
+		run "$work/kept.jsonl" -- --config "$cfg" --batch 6 --save "$work/ck2" \
+			--save-every 2 --keep 2
+		left=$(cd "$work/ck2" && ls -d step* | sort | tr '\n' ' ')
+		[ "$left" = "step28 step30 " ] && [ "$(cat "$work/ck2/latest")" = step30 ] ||
+			{ echo "FAIL: --keep 2 left: $left"; exit 1; }
+	fi
 	if [ "$case_" = resume_fp16 ]; then
 		sk=$(field "$work/straight.jsonl" skipped_steps | tail -1)
 		[ "$sk" -gt 0 ] || { echo "FAIL: no step skipped: the scaler's state was not exercised"; exit 1; }
