@@ -506,20 +506,29 @@ prepare_rank0(struct zinf_engine *e, const char *dir, const char *tmp, int *lock
 	return ret;
 }
 
+/* DIR holds every stored rank's files: fw x this rank's state (every rank's flat partition has
+ * the same length: each tensor's partition is ceil(numel / W) on every rank), the optional
+ * consolidated 16-bit weights, and a margin for the manifest and the blob. Rank 0, before
+ * anything is written; the files a previous save of the same tag holds are not counted free. */
 static int
-check_space(struct zinf_engine *e, const char *tmp)
+check_space(struct zinf_engine *e, const char *dir, int fw, bool gather, uint64_t client)
 {
 	struct statvfs sv;
-	uint64_t need = e->flat_n * zinf_optimizer_state_bytes(e->opt) + (64u << 20);
-	if (statvfs(tmp, &sv) != 0) {
-		return ENG_FAIL(e, -errno, "save: statvfs %s: %s", tmp, zinf_strerror(-errno));
+	uint64_t mine = e->flat_n * zinf_optimizer_state_bytes(e->opt);
+	uint64_t need = (uint64_t)fw * mine + client + (64u << 20);
+	if (gather) {
+		need += e->flat_n * (uint64_t)e->W * eng_dsize(e);
+	}
+	if (statvfs(dir, &sv) != 0) {
+		return ENG_FAIL(e, -errno, "save: statvfs %s: %s", dir, zinf_strerror(-errno));
 	}
 	uint64_t have = (uint64_t)sv.f_bavail * sv.f_frsize;
 	if (have < need) {
 		return ENG_FAIL(e, -ENOSPC,
-				"save: %s has %" PRIu64
-				" bytes free, this rank's state needs %" PRIu64,
-				tmp, have, need);
+				"save: %s has %" PRIu64 " bytes free, the checkpoint needs %" PRIu64
+				" (%d rank%s x %" PRIu64 " bytes of state%s)",
+				dir, have, need, fw, fw > 1 ? "s" : "", mine,
+				gather ? ", the 16-bit weights" : "");
 	}
 	return 0;
 }
@@ -535,9 +544,6 @@ save_write(struct zinf_engine *e, struct ckpt_save *sv)
 			struct zinf_io_opts io_o;
 			zinf_io_opts_init(&io_o);
 			ret = zinf_io_create(&io_o, &io);
-		}
-		if (!ret) {
-			ret = check_space(e, sv->tmp);
 		}
 		if (!ret) {
 			ret = save_rank_files(e, io, sv->tmp, sv->stream);
@@ -736,6 +742,9 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 	}
 	if (e->rank == 0 && !ret) {
 		ret = prepare_rank0(e, dir, sv->tmp, &sv->lockfd);
+	}
+	if (e->rank == 0 && !ret) {
+		ret = check_space(e, dir, sv->fw, sv->gather, sv->client_bytes);
 	}
 	if (!ret && o.background && e->otier == ZINF_OFFLOAD_NONE) {
 		/* the GPU tier's copies on a stream of their own: cs goes on with the training */

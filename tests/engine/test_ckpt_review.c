@@ -18,6 +18,8 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "common/test_util.h"
@@ -863,6 +865,61 @@ Test(ckpt_review, save_syncs_in_order)
 	}
 	closedir(d);
 	cr_assert_geq(files, 6, "%d files in %s", files, fin);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* ---- a directory without room for the checkpoint ------------------------------------------- */
+
+/* This program's statvfs (as renameat2 above): with fake_free set, the free space it reports. */
+static uint64_t fake_free;
+
+int
+statvfs(const char *path, struct statvfs *out)
+{
+	struct statfs fs;
+	int rc = (int)syscall(SYS_statfs, path, &fs);
+	if (rc != 0) {
+		return -1;
+	}
+	memset(out, 0, sizeof(*out));
+	out->f_bsize = (unsigned long)fs.f_bsize;
+	out->f_frsize = (unsigned long)(fs.f_frsize ? fs.f_frsize : fs.f_bsize);
+	out->f_blocks = fs.f_blocks;
+	out->f_bfree = fs.f_bfree;
+	out->f_bavail = fs.f_bavail;
+	if (fake_free) {
+		out->f_bavail = fake_free / out->f_frsize;
+	}
+	return 0;
+}
+
+/* The checkpoint needs every stored rank's state: refused by rank 0 with the bytes free and
+ * needed before anything is written; the previous checkpoint and `latest` stay, the engine goes
+ * on. */
+Test(ckpt_review, save_refused_without_room)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 1);
+	save_ok(e, ck, "a");
+	fake_free = 1 << 20; /* less than the 64 MiB margin alone */
+	int rc = zinf_engine_save(e, ck, "b", NULL);
+	fake_free = 0;
+	cr_assert_eq(rc, -ENOSPC, "%d %s", rc, zinf_last_error());
+	cr_assert(strstr(zinf_last_error(), "bytes free") && strstr(zinf_last_error(), "needs"),
+		  "%s", zinf_last_error());
+	char p[8300];
+	snprintf(p, sizeof(p), "%s/.b.tmp", ck);
+	cr_assert(access(p, F_OK) != 0, "the temporary directory is left");
+	snprintf(p, sizeof(p), "%s/b", ck);
+	cr_assert(access(p, F_OK) != 0, "a refused save was published");
+	run(e, c.dtype, 1, 1); /* the engine goes on */
+	save_ok(e, ck, "b");
+	zinf_engine_destroy(e);
 	zt_rmtree(nvme);
 	zt_rmtree(ck);
 	free(nvme);
