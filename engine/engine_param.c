@@ -42,6 +42,10 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 	}
 	uint32_t ndim = 0;
 	uint64_t shape[ZINF_PARAM_MAX_DIMS] = {0};
+	if (d->size >= offsetof(struct zinf_param_desc, shape) && d->reserved) {
+		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": reserved bytes are not zero",
+				d->name);
+	}
 	if (d->size >= offsetof(struct zinf_param_desc, shape) + sizeof(d->shape) && d->ndim) {
 		uint64_t prod = 1;
 		bool wraps = false;

@@ -81,6 +81,12 @@ edrive_add_params(struct zinf_engine *e)
 		pd.name = eref_params[id].name;
 		pd.numel = eref_numel(id);
 		pd.layer = eref_params[id].layer;
+		if (eref_params[id].cols >
+		    1) { /* weights: their matrix shape (checkpoints keep it) */
+			pd.ndim = 2;
+			pd.shape[0] = eref_params[id].rows;
+			pd.shape[1] = eref_params[id].cols;
+		}
 		if (id % 2) {
 			/* biases: the whole tensor on the host (a test-local constant table) */
 			for (uint64_t i = 0; i < pd.numel; i++) {

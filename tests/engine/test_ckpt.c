@@ -446,6 +446,17 @@ Test(ckpt, gather_16bit_weights_on_save)
 		json_t *t = json_object_get(h, eref_params[id].name);
 		cr_assert(json_is_object(t), "%s missing", eref_params[id].name);
 		cr_assert_str_eq(json_string_value(json_object_get(t, "dtype")), "BF16");
+		/* the shape registered (engine_drive.c: weights rows x cols, biases one dimension)
+		 */
+		json_t *shape = json_object_get(t, "shape");
+		bool mat = eref_params[id].cols > 1;
+		cr_assert_eq(json_array_size(shape), mat ? 2u : 1u, "%s", eref_params[id].name);
+		cr_assert_eq(json_integer_value(json_array_get(shape, 0)),
+			     mat ? (json_int_t)eref_params[id].rows : (json_int_t)eref_numel(id));
+		if (mat) {
+			cr_assert_eq(json_integer_value(json_array_get(shape, 1)),
+				     (json_int_t)eref_params[id].cols);
+		}
 		json_t *off = json_object_get(t, "data_offsets");
 		uint64_t b = (uint64_t)json_integer_value(json_array_get(off, 0));
 		uint64_t en = (uint64_t)json_integer_value(json_array_get(off, 1));
@@ -529,6 +540,36 @@ Test(ckpt, reader_never_mixes_with_a_resave)
 	free_all(&old);
 	zinf_engine_destroy(e);
 	rm_dirs(nvme, ck);
+}
+
+/* A shape that does not multiply to numel, too many dimensions, reserved bytes: -EINVAL naming
+ * the parameter; the engine takes the next, valid parameter as if nothing happened. */
+Test(ckpt, param_shape_refusals)
+{
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", 0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, NULL, ZINF_F32, 1);
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	struct zinf_param_desc d;
+	zinf_param_desc_init(&d);
+	d.name = "w";
+	d.numel = 12;
+	d.ndim = 2;
+	d.shape[0] = 3;
+	d.shape[1] = 5;
+	cr_assert_eq(zinf_engine_add_param(e, &d), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "\"w\"") && strstr(zinf_last_error(), "multiply"), "%s",
+		  zinf_last_error());
+	d.ndim = 9;
+	cr_assert_eq(zinf_engine_add_param(e, &d), -EINVAL);
+	d.ndim = 2;
+	d.shape[1] = 4;
+	d.reserved = 1;
+	cr_assert_eq(zinf_engine_add_param(e, &d), -EINVAL);
+	d.reserved = 0;
+	cr_assert_eq(zinf_engine_add_param(e, &d), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	zinf_engine_destroy(e);
 }
 
 /* ---- refusals ------------------------------------------------------------------------------ */
