@@ -373,8 +373,8 @@ typedef int (*zinf_step_visit_fn)(void *ctx, uint32_t k, void *const parts[], ui
  * parts point into the tier itself; on NVMe into one of the pool's buffers (read before fn, or
  * written after it). A checkpoint streams a partition through this at disk speed with no
  * memory beyond the pool's. Between steps. Returns 0, fn's error, or errors as
- * zinf_step_load() (I/O errors naming the sub-group and part; the tier is not written when fn
- * fails).
+ * zinf_step_load() (I/O errors naming the sub-group and part); when fn fails, NVMe is not
+ * written (on the CPU tier fn wrote in place whatever it wrote).
  */
 ZINF_API int zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode,
 			     zinf_step_visit_fn fn, void *ctx);
