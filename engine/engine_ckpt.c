@@ -620,15 +620,11 @@ eng_ckpt_finish(struct zinf_engine *e)
 	if (!sv) {
 		return 0;
 	}
-	double t0 = zinf_now_s();
 	if (sv->thread) {
 		pthread_join(sv->th, NULL);
 	}
 	e->bg = NULL;
-	e->bg_join_s += zinf_now_s() - t0;
-	t0 = zinf_now_s();
 	int ret = save_publish(e, sv, sv->result);
-	e->bg_publish_s += zinf_now_s() - t0;
 	e->bg_result = ret;
 	return ret;
 }

@@ -274,7 +274,6 @@ struct zinf_engine {
 	/* checkpoints (engine_ckpt.c): a background save in flight, the result of the last one */
 	struct ckpt_save *bg;
 	int bg_result;
-	double bg_join_s, bg_publish_s; /* time the training waited for background saves */
 };
 
 #define ENG_FAIL(e, err, fmt, ...)                                                                 \

@@ -19,6 +19,7 @@
 
 #include "common/opts.h"
 #include "engine/ckpt_fs.h"
+#include "engine/ckpt_internal.h"
 #include "engine/engine_internal.h"
 
 struct load_ctx {
@@ -179,15 +180,12 @@ struct counters {
 };
 
 static int
-read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
+read_counters(struct zinf_engine *e, const struct zinf_ckpt *c, const char *tagdir,
+	      struct counters *out)
 {
-	char p[CKPT_PATH];
-	json_error_t jerr;
+	char p[CKPT_PATH]; /* for messages: the manifest zinf_ckpt_open read and checked */
 	ckpt_join(p, tagdir, "manifest.json");
-	json_t *m = json_load_file(p, 0, &jerr);
-	if (!m) {
-		return ENG_FAIL(e, -EBADMSG, "load: %s line %d: %s", p, jerr.line, jerr.text);
-	}
+	const json_t *m = ckpt_manifest(c);
 	json_t *steps = json_object_get(m, "steps"), *micro = json_object_get(m, "micro_steps");
 	json_t *skipped = json_object_get(m, "skipped_steps"), *lr = json_object_get(m, "lr");
 	json_t *ls = json_object_get(m, "loss_scaler");
@@ -241,7 +239,6 @@ read_counters(struct zinf_engine *e, const char *tagdir, struct counters *out)
 		}
 		out->has_ls = out->has_ls && !unscaled;
 	}
-	json_decref(m);
 	return ret;
 }
 
@@ -335,7 +332,7 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 		ret = check_match(e, c, &in);
 	}
 	if (!ret) {
-		ret = read_counters(e, tagdir, &cnt);
+		ret = read_counters(e, c, tagdir, &cnt);
 	}
 	for (uint32_t i = (uint32_t)e->rank; !ret && o.verify && i < zinf_ckpt_file_count(c);
 	     i += (uint32_t)e->world) {
