@@ -189,56 +189,47 @@ read_counters(struct zinf_engine *e, const struct zinf_ckpt *c, const char *tagd
 	json_t *steps = json_object_get(m, "steps"), *micro = json_object_get(m, "micro_steps");
 	json_t *skipped = json_object_get(m, "skipped_steps"), *lr = json_object_get(m, "lr");
 	json_t *ls = json_object_get(m, "loss_scaler");
+	/* their presence and types: checked by zinf_ckpt_open (ckpt_internal.h) */
 	int ret = 0;
-	if (!json_is_integer(steps) || !json_is_integer(micro) || !json_is_integer(skipped) ||
-	    !json_is_number(lr) || !json_is_object(ls)) {
-		ret = ENG_FAIL(e, -EBADMSG,
-			       "load: %s: steps, micro_steps, skipped_steps, lr or loss_scaler "
-			       "missing or of the wrong type",
-			       p);
-	} else {
-		out->steps = json_integer_value(steps);
-		out->micro_steps = (uint64_t)json_integer_value(micro);
-		out->skipped = (uint64_t)json_integer_value(skipped);
-		out->lr = json_number_value(lr);
-		json_t *b = json_object_get(m, "betas");
-		json_t *b1 = json_array_get(b, 0), *b2 = json_array_get(b, 1);
-		out->beta1 = json_is_number(b1) ? json_number_value(b1) : NAN;
-		out->beta2 = json_is_number(b2) ? json_number_value(b2) : NAN;
-		json_t *sc = json_object_get(ls, "scale"),
-		       *h = json_object_get(ls, "hysteresis_left");
-		json_t *it = json_object_get(ls, "iter"),
-		       *lo = json_object_get(ls, "last_overflow");
-		json_t *ov = json_object_get(ls, "overflows");
-		out->has_ls = json_is_number(sc) && json_is_integer(h) && json_is_integer(it) &&
-			      json_is_integer(lo) && json_is_integer(ov);
-		if (out->has_ls) {
-			out->ls.scale = json_number_value(sc);
-			out->ls.cur_hysteresis = (uint32_t)json_integer_value(h);
-			out->ls.iter = json_integer_value(it);
-			out->ls.last_overflow = json_integer_value(lo);
-			out->ls.overflows = (uint64_t)json_integer_value(ov);
-		}
-		/* scale 0: the saving engine did not scale its loss (no fp16); an fp16 engine
-		   keeps its own initial scaler */
-		bool unscaled = out->has_ls && out->ls.scale == 0;
-		if (out->has_ls && !(isfinite(out->ls.scale) && out->ls.scale >= 0 &&
-				     out->ls.iter >= 0 && out->ls.last_overflow >= -1)) {
-			ret = ENG_FAIL(e, -EBADMSG,
-				       "load: %s: loss_scaler.scale %g, iter %" PRId64
-				       " or last_overflow %" PRId64 " invalid",
-				       p, out->ls.scale, out->ls.iter, out->ls.last_overflow);
-		} else if (!out->has_ls && e->o.fp16.enabled) {
-			ret = ENG_FAIL(e, -EBADMSG,
-				       "load: %s: loss_scaler lacks scale, hysteresis_left, iter, "
-				       "last_overflow or overflows, which fp16 training needs",
-				       p);
-		} else if (out->steps < 0 || !(out->lr >= 0)) {
-			ret = ENG_FAIL(e, -EBADMSG, "load: %s: steps %" PRId64 " or lr %g invalid",
-				       p, out->steps, out->lr);
-		}
-		out->has_ls = out->has_ls && !unscaled;
+	out->steps = json_integer_value(steps);
+	out->micro_steps = (uint64_t)json_integer_value(micro);
+	out->skipped = (uint64_t)json_integer_value(skipped);
+	out->lr = json_number_value(lr);
+	json_t *b = json_object_get(m, "betas");
+	json_t *b1 = json_array_get(b, 0), *b2 = json_array_get(b, 1);
+	out->beta1 = json_is_number(b1) ? json_number_value(b1) : NAN;
+	out->beta2 = json_is_number(b2) ? json_number_value(b2) : NAN;
+	json_t *sc = json_object_get(ls, "scale"), *h = json_object_get(ls, "hysteresis_left");
+	json_t *it = json_object_get(ls, "iter"), *lo = json_object_get(ls, "last_overflow");
+	json_t *ov = json_object_get(ls, "overflows");
+	out->has_ls = json_is_number(sc) && json_is_integer(h) && json_is_integer(it) &&
+		      json_is_integer(lo) && json_is_integer(ov);
+	if (out->has_ls) {
+		out->ls.scale = json_number_value(sc);
+		out->ls.cur_hysteresis = (uint32_t)json_integer_value(h);
+		out->ls.iter = json_integer_value(it);
+		out->ls.last_overflow = json_integer_value(lo);
+		out->ls.overflows = (uint64_t)json_integer_value(ov);
 	}
+	/* scale 0: the saving engine did not scale its loss (no fp16); an fp16 engine
+	   keeps its own initial scaler */
+	bool unscaled = out->has_ls && out->ls.scale == 0;
+	if (out->has_ls && !(isfinite(out->ls.scale) && out->ls.scale >= 0 && out->ls.iter >= 0 &&
+			     out->ls.last_overflow >= -1)) {
+		ret = ENG_FAIL(e, -EBADMSG,
+			       "load: %s: loss_scaler.scale %g, iter %" PRId64
+			       " or last_overflow %" PRId64 " invalid",
+			       p, out->ls.scale, out->ls.iter, out->ls.last_overflow);
+	} else if (!out->has_ls && e->o.fp16.enabled) {
+		ret = ENG_FAIL(e, -EBADMSG,
+			       "load: %s: loss_scaler lacks scale, hysteresis_left, iter, "
+			       "last_overflow or overflows, which fp16 training needs",
+			       p);
+	} else if (out->steps < 0 || !(out->lr >= 0)) {
+		ret = ENG_FAIL(e, -EBADMSG, "load: %s: steps %" PRId64 " or lr %g invalid", p,
+			       out->steps, out->lr);
+	}
+	out->has_ls = out->has_ls && !unscaled;
 	return ret;
 }
 
