@@ -226,6 +226,12 @@ gwin_take(struct zinf_engine *e)
 int
 eng_gwin_load(struct zinf_engine *e, uint32_t k)
 {
+	return eng_gwin_load_fill(e, k, false);
+}
+
+int
+eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill)
+{
 	struct gwin *g = &e->gw;
 	int s = g->sg_slot[k];
 	if (s < 0) {
@@ -246,7 +252,9 @@ eng_gwin_load(struct zinf_engine *e, uint32_t k)
 			e->win.nvme_read_bytes += bytes;
 			e->win.grad_nvme_read_bytes += bytes;
 		} else {
-			memset(mem, 0, bytes); /* padding never handed stays 0 */
+			if (!fill) {
+				memset(mem, 0, bytes); /* padding never handed stays 0 */
+			}
 			g->sg_has[k] = GW_HAS;
 			dirty = true;
 		}
@@ -353,14 +361,15 @@ post(struct zinf_engine *e, struct bucket *b)
 }
 
 /* Where the reduced piece of parameter p goes on the host: grad_part, or its sub-group's slot
- * in the gradient window (read back or written out as needed). */
+ * in the gradient window (read back or written out as needed; a new slot is zeroed unless the
+ * caller writes all of it before anything reads it: `fill`). */
 static float *
-host_dst(struct zinf_engine *e, const struct eparam *p, int *ret)
+host_dst(struct zinf_engine *e, const struct eparam *p, bool fill, int *ret)
 {
 	if (!e->gw.n) {
 		return e->grad_part + p->flat_off;
 	}
-	if ((*ret = eng_gwin_load(e, p->sg))) {
+	if ((*ret = eng_gwin_load_fill(e, p->sg, fill))) {
 		return NULL;
 	}
 	int s = e->gw.sg_slot[p->sg];
@@ -368,14 +377,63 @@ host_dst(struct zinf_engine *e, const struct eparam *p, int *ret)
 	return e->gw.mem + (uint64_t)s * e->gw.stride + (p->flat_off - eng_sg_start(e, p->sg));
 }
 
-/* The reduced values of bucket b into the gradient partition (or window). */
+/* Bucket b's parameters [from, to), their copies synchronised: the later micro-batches' sums on
+ * the host (from the staging buffer, whose first `*staged` elements were consumed before), then
+ * each sub-group's count of gradients still to come; a sub-group complete at the boundary is
+ * final (its norm, then the step worker). */
+static int
+settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint64_t *staged)
+{
+	bool rs = rs_mode(e), add = e->otier != ZINF_OFFLOAD_NONE && e->micro > 0;
+	int ret = 0;
+	for (uint32_t i = from; i < to && !ret; i++) {
+		struct eparam *p = &e->params[b->params[i]];
+		size_t n = rs ? p->part.part : p->part.count;
+		if (add && n > 0) {
+			float *dst = host_dst(e, p, false, &ret);
+			const float *s = e->host_stage + *staged;
+			if (!dst) {
+				return ret; /* named the sub-group and its file */
+			}
+			for (size_t j = 0; j < n; j++) {
+				dst[j] += s[j];
+			}
+			*staged += n;
+		}
+		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
+		    --e->sg_pending[p->sg] == 0) {
+			/* after its accumulations were queued on cs; with clipping or fp16 its sum
+			   of squares now, before the window may spill it (the step waits for the
+			   norm, or speculates: engine_spec.c) */
+			if (e->gate) {
+				ret = eng_clip_sg(e, p->sg);
+			}
+			if (ret) {
+				return ENG_FAIL(e, ret,
+						"gradients: accumulating a bucket (first \"%s\")",
+						e->params[b->params[0]].name);
+			}
+			eng_step_final(e, p->sg);
+		}
+	}
+	return 0;
+}
+
+/*
+ * The reduced values of bucket b into the gradient partition (or window). Device tier: copied
+ * or added on cs. Host tiers: the first micro-batch copies each piece from the device straight
+ * to its place (grad_part or its window slot; no pass of the CPU over it); later micro-batches
+ * copy into the pinned staging buffer and add on the host. Taking a window slot may write
+ * another one out, so the copies queued before are synchronised (and their parameters settled)
+ * first.
+ */
 static int
 accumulate(struct zinf_engine *e, struct bucket *b)
 {
 	bool first = e->micro == 0, rs = rs_mode(e);
 	bool host = e->otier != ZINF_OFFLOAD_NONE;
-	bool direct = host && first && !e->gw.n; /* D2H straight into grad_part */
-	uint64_t staged = 0;
+	uint64_t staged = 0, settled = 0;
+	uint32_t from = 0;
 	int ret = 0;
 	for (uint32_t i = 0; i < b->n && !ret; i++) {
 		struct eparam *p = &e->params[b->params[i]];
@@ -389,48 +447,38 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			float *dst = e->grad_part + p->flat_off;
 			ret = first ? zinf_device_copy(e->cs, dst, src, n * 4, ZINF_COPY_D2D)
 				    : zinf_device_accumulate(e->cs, dst, src, ZINF_F32, n);
-		} else {
-			ret = zinf_device_copy(
-				e->cs, direct ? e->grad_part + p->flat_off : e->host_stage + staged,
-				src, n * 4, ZINF_COPY_D2H);
-			staged += direct ? 0 : n;
-			e->win.d2h_bytes += n * 4;
+			continue;
+		}
+		e->win.d2h_bytes += n * 4;
+		if (!first) {
+			ret = zinf_device_copy(e->cs, e->host_stage + staged, src, n * 4,
+					       ZINF_COPY_D2H);
+			staged += n;
+			continue;
+		}
+		if (e->gw.n && e->gw.sg_slot[p->sg] < 0 && i > from) {
+			if ((ret = zinf_stream_sync(e->cs))) {
+				break;
+			}
+			if ((ret = settle(e, b, from, i, &settled))) {
+				return ret; /* named */
+			}
+			from = i;
+		}
+		float *dst = host_dst(e, p, true, &ret);
+		if (!dst) {
+			return ret; /* named the sub-group and its file */
+		}
+		ret = zinf_device_copy(e->cs, dst, src, n * 4, ZINF_COPY_D2H);
+		if (n < p->part.part) { /* stages 0-1: the last rank's padding, never handed */
+			memset(dst + n, 0, (p->part.part - n) * 4);
 		}
 	}
 	if (!ret && host) {
 		ret = zinf_stream_sync(e->cs);
 	}
-	staged = 0;
-	for (uint32_t i = 0; i < b->n && !ret; i++) {
-		struct eparam *p = &e->params[b->params[i]];
-		size_t n = rs ? p->part.part : p->part.count;
-		if (host && !direct && n > 0) {
-			float *dst = host_dst(e, p, &ret);
-			const float *s = e->host_stage + staged;
-			if (!dst) {
-				return ret; /* named the sub-group and its file */
-			}
-			if (first) {
-				memcpy(dst, s, n * 4);
-			} else {
-				for (size_t j = 0; j < n; j++) {
-					dst[j] += s[j];
-				}
-			}
-			staged += n;
-		}
-		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
-		    --e->sg_pending[p->sg] == 0) {
-			/* after its accumulations were queued on cs; with clipping or fp16 its sum
-			   of squares now, before the window may spill it (the step waits for the
-			   norm, or speculates: engine_spec.c) */
-			if (e->gate) {
-				ret = eng_clip_sg(e, p->sg);
-			}
-			if (!ret) {
-				eng_step_final(e, p->sg);
-			}
-		}
+	if (!ret && (ret = settle(e, b, from, b->n, &settled))) {
+		return ret; /* named */
 	}
 	if (ret) {
 		return ENG_FAIL(e, ret, "gradients: accumulating a bucket (first \"%s\")",

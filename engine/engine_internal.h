@@ -354,6 +354,8 @@ uint64_t eng_gwin_bytes(const struct zinf_engine *e, uint32_t align);
 int eng_gwin_alloc(struct zinf_engine *e, uint32_t align);
 void eng_gwin_free(struct zinf_engine *e);
 int eng_gwin_load(struct zinf_engine *e, uint32_t k); /* sub-group k resident in a slot */
+/* the same; `fill`: a new slot is not zeroed (the caller writes every element first) */
+int eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill);
 void eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos); /* to the worker */
 void eng_gwin_drop(struct zinf_engine *e, uint32_t k); /* stepped: its slot is free */
 void eng_gwin_reset(struct zinf_engine *e);	       /* the window's end: every slot free */
