@@ -177,7 +177,12 @@ gwin_evict(struct zinf_engine *e, uint32_t s)
 	uint32_t k = (uint32_t)g->slot[s].sg;
 	if (g->slot[s].dirty) {
 		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
-		int ret = zinf_swap_write(e->oswap, g->sg_id[k], g->mem + s * g->stride);
+		/* the copies accumulate queued into it, first */
+		int ret = zinf_stream_sync(e->cs);
+		if (ret) {
+			return ENG_FAIL(e, ret, "gradients: the engine stream failed");
+		}
+		ret = zinf_swap_write(e->oswap, g->sg_id[k], g->mem + s * g->stride);
 		if (ret) {
 			return ENG_FAIL(e, ret, "gradients: sub-group %u: writing its gradient: %s",
 					k, zinf_last_error());
@@ -320,6 +325,13 @@ post(struct zinf_engine *e, struct bucket *b)
 	if (b->n == 0 || b->posted) {
 		return 0;
 	}
+	if (e->world == 1) {
+		/* one rank's average is the gradient itself: no collective, no wait for the casts
+		   (accumulate reads the bucket, after them on cs) */
+		e->win.reduced_bytes += b->used * 4;
+		b->posted = true;
+		return 0;
+	}
 	if (rs_mode(e)) {
 		/* pack segment r from r * seg to r * used (through dev_recv where they overlap:
 		   it is free until the collective) so that only the filled part is reduced */
@@ -377,14 +389,15 @@ host_dst(struct zinf_engine *e, const struct eparam *p, bool fill, int *ret)
 	return e->gw.mem + (uint64_t)s * e->gw.stride + (p->flat_off - eng_sg_start(e, p->sg));
 }
 
-/* Bucket b's parameters [from, to), their copies synchronised: the later micro-batches' sums on
- * the host (from the staging buffer, whose first `*staged` elements were consumed before), then
- * each sub-group's count of gradients still to come; a sub-group complete at the boundary is
- * final (its norm, then the step worker). */
+/* Bucket b's parameters [from, to), their copies queued on cs: the later micro-batches' sums on
+ * the host (cs synchronised; from the staging buffer, whose first `*staged` elements were
+ * consumed before), then each sub-group's count of gradients still to come; a sub-group
+ * complete at the boundary is final: its norm with clipping or fp16 (on the host: after cs),
+ * then the step worker (which waits for cs's work so far through the sub-group's event). */
 static int
 settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint64_t *staged)
 {
-	bool rs = rs_mode(e), add = e->otier != ZINF_OFFLOAD_NONE && e->micro > 0;
+	bool rs = rs_mode(e), host = e->otier != ZINF_OFFLOAD_NONE, add = host && e->micro > 0;
 	int ret = 0;
 	for (uint32_t i = from; i < to && !ret; i++) {
 		struct eparam *p = &e->params[b->params[i]];
@@ -402,11 +415,11 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
 		}
 		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
 		    --e->sg_pending[p->sg] == 0) {
-			/* after its accumulations were queued on cs; with clipping or fp16 its sum
-			   of squares now, before the window may spill it (the step waits for the
-			   norm, or speculates: engine_spec.c) */
+			/* with clipping or fp16 its sum of squares now, before the window may spill
+			   it (the step waits for the norm, or speculates: engine_spec.c) */
 			if (e->gate) {
-				ret = eng_clip_sg(e, p->sg);
+				ret = host ? zinf_stream_sync(e->cs) : 0;
+				ret = ret ? ret : eng_clip_sg(e, p->sg);
 			}
 			if (ret) {
 				return ENG_FAIL(e, ret,
@@ -420,25 +433,27 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
 }
 
 /*
- * The reduced values of bucket b into the gradient partition (or window). Device tier: copied
- * or added on cs. Host tiers: the first micro-batch copies each piece from the device straight
- * to its place (grad_part or its window slot; no pass of the CPU over it); later micro-batches
- * copy into the pinned staging buffer and add on the host. Taking a window slot may write
- * another one out, so the copies queued before are synchronised (and their parameters settled)
- * first.
+ * The reduced values of bucket b into the gradient partition (or window), queued on cs. Device
+ * tier: copied or added there. Host tiers: the first micro-batch copies each piece from the
+ * device straight to its place (grad_part or its window slot), and nothing waits for the
+ * copies here (the step worker waits for cs's event of each sub-group, a slot written out
+ * waits for cs first, eng_grad_flush synchronises cs); later micro-batches copy into the
+ * pinned staging buffer, wait, and add on the host. Before a piece takes a new window slot,
+ * the sub-groups completed so far are handed on (so that taking the slot does not write out a
+ * final sub-group).
  */
 static int
 accumulate(struct zinf_engine *e, struct bucket *b)
 {
 	bool first = e->micro == 0, rs = rs_mode(e);
 	bool host = e->otier != ZINF_OFFLOAD_NONE;
+	const float *recv = e->world == 1 ? b->dev : b->dev_recv; /* see post() */
 	uint64_t staged = 0, settled = 0;
 	uint32_t from = 0;
 	int ret = 0;
 	for (uint32_t i = 0; i < b->n && !ret; i++) {
 		struct eparam *p = &e->params[b->params[i]];
-		const float *src =
-			rs ? b->dev_recv + b->offs[i] : b->dev + b->offs[i] + p->part.offset;
+		const float *src = rs ? recv + b->offs[i] : b->dev + b->offs[i] + p->part.offset;
 		size_t n = rs ? p->part.part : p->part.count;
 		if (n == 0) {
 			continue;
@@ -457,9 +472,6 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			continue;
 		}
 		if (e->gw.n && e->gw.sg_slot[p->sg] < 0 && i > from) {
-			if ((ret = zinf_stream_sync(e->cs))) {
-				break;
-			}
 			if ((ret = settle(e, b, from, i, &settled))) {
 				return ret; /* named */
 			}
@@ -474,15 +486,15 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			memset(dst + n, 0, (p->part.part - n) * 4);
 		}
 	}
-	if (!ret && host) {
-		ret = zinf_stream_sync(e->cs);
-	}
-	if (!ret && (ret = settle(e, b, from, b->n, &settled))) {
-		return ret; /* named */
+	if (!ret && host && !first) {
+		ret = zinf_stream_sync(e->cs); /* the staged pieces, before the host adds them */
 	}
 	if (ret) {
 		return ENG_FAIL(e, ret, "gradients: accumulating a bucket (first \"%s\")",
 				e->params[b->params[0]].name);
+	}
+	if ((ret = settle(e, b, from, b->n, &settled))) {
+		return ret; /* named */
 	}
 	b->n = 0;
 	b->used = 0;
@@ -498,7 +510,7 @@ complete(struct zinf_engine *e, struct bucket *b)
 	if (!b->posted) {
 		return 0;
 	}
-	int ret = zinf_comm_wait(e->comm, b->req);
+	int ret = b->req ? zinf_comm_wait(e->comm, b->req) : 0;
 	b->req = NULL;
 	if (ret) {
 		b->posted = false;
@@ -516,6 +528,10 @@ eng_grad_flush(struct zinf_engine *e)
 	if ((ret = complete(e, other)) || (ret = eng_fail(e, post(e, cur))) ||
 	    (ret = complete(e, cur))) {
 		return ret;
+	}
+	/* the host tiers' gradients complete on the host (accumulate does not wait) */
+	if (e->otier != ZINF_OFFLOAD_NONE && (ret = zinf_stream_sync(e->cs))) {
+		return eng_fail(e, ENG_FAIL(e, ret, "gradients: the engine stream failed"));
 	}
 	return 0;
 }
@@ -612,7 +628,7 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 	/* progress the other bucket without blocking */
 	struct bucket *o = &e->bk[1 - e->cur];
 	if (o->posted) {
-		ret = zinf_comm_test(e->comm, o->req);
+		ret = o->req ? zinf_comm_test(e->comm, o->req) : 1;
 		if (ret < 0) {
 			o->req = NULL;
 			o->posted = false;
