@@ -15,6 +15,7 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/dtype.h"
 #include "common/util.h"
@@ -54,8 +55,9 @@ struct host_stream {
 	pthread_cond_t cond; /* work queued, work finished, gate opened, stop */
 	struct hop *head, *tail;
 	bool busy, stop, gate_closed, sync_mode;
-	int err;       /* first error since the last sync */
-	int fail_next; /* test hook: the next op fails with this instead of running */
+	int err;	 /* first error since the last sync */
+	int fail_next;	 /* test hook: the next op fails with this instead of running */
+	unsigned lag_us; /* test hook: every copy or kernel starts this late */
 };
 
 static struct host_dev *
@@ -234,8 +236,14 @@ stream_main(void *arg)
 		}
 		h->busy = true;
 		int rc = h->fail_next;
+		unsigned lag = h->lag_us;
 		h->fail_next = 0;
 		pthread_mutex_unlock(&h->lock);
+		if (lag && (op->kind == HOP_COPY || op->kind == HOP_KERNEL)) {
+			struct timespec ts = {.tv_sec = lag / 1000000,
+					      .tv_nsec = (long)(lag % 1000000) * 1000};
+			nanosleep(&ts, NULL);
+		}
 		if (rc == 0) {
 			rc = run_op(h, op);
 		} else if (op->kind == HOP_RECORD || op->kind == HOP_WAIT) {
@@ -374,6 +382,19 @@ zinf_device_test_fail_next(struct zinf_stream *s, int err)
 	}
 	pthread_mutex_lock(&h->lock);
 	h->fail_next = err;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+int
+zinf_device_test_lag(struct zinf_stream *s, unsigned usec)
+{
+	struct host_stream *h = test_stream(s, "test lag");
+	if (!h) {
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&h->lock);
+	h->lag_us = usec;
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }

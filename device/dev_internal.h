@@ -109,6 +109,13 @@ int zinf_dev_get(const char *name, const struct zinf_dev_ops **out);
  */
 int zinf_device_test_gate(struct zinf_stream *s, bool closed);
 /*
+ * Test hook (host backend only): every copy and kernel stream s runs starts `usec`
+ * microseconds late (0: off), so that a reader that does not wait for the stream sees the
+ * buffer before the work landed, every time rather than by chance. Returns 0; -EINVAL (NULL
+ * stream, another backend).
+ */
+int zinf_device_test_lag(struct zinf_stream *s, unsigned usec);
+/*
  * Test hook (host backend only): the next operation stream s runs fails with `err` (< 0)
  * instead of running, as a kernel failing at run time would (events still complete).
  * Returns 0; -EINVAL (NULL stream, another backend, err >= 0).

@@ -436,8 +436,8 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
  * The reduced values of bucket b into the gradient partition (or window), queued on cs. Device
  * tier: copied or added there. Host tiers: the first micro-batch copies each piece from the
  * device straight to its place (grad_part or its window slot), and nothing waits for the
- * copies here (the step worker waits for cs's event of each sub-group, a slot written out
- * waits for cs first, eng_grad_flush synchronises cs); later micro-batches copy into the
+ * copies here (the step worker waits for cs's event of each sub-group; a slot written out,
+ * the norm and the step after backward wait for cs first); later micro-batches copy into the
  * pinned staging buffer, wait, and add on the host. Before a piece takes a new window slot,
  * the sub-groups completed so far are handed on (so that taking the slot does not write out a
  * final sub-group).
@@ -528,10 +528,6 @@ eng_grad_flush(struct zinf_engine *e)
 	if ((ret = complete(e, other)) || (ret = eng_fail(e, post(e, cur))) ||
 	    (ret = complete(e, cur))) {
 		return ret;
-	}
-	/* the host tiers' gradients complete on the host (accumulate does not wait) */
-	if (e->otier != ZINF_OFFLOAD_NONE && (ret = zinf_stream_sync(e->cs))) {
-		return eng_fail(e, ENG_FAIL(e, ret, "gradients: the engine stream failed"));
 	}
 	return 0;
 }

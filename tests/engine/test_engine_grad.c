@@ -6,8 +6,9 @@
  * gradient window instead of a whole fp32 gradient partition); gradient accumulation through a
  * window smaller than the sub-groups (spills to the optimizer's swap space and reads back)
  * equals tier cpu and the single-process reference bit for bit, with the step during backward
- * and after it; an NVMe fault on a gradient's write or read fails the engine with a message
- * naming the sub-group and the swap file. Not here: several ranks (test_engine_ranks.c, whose
+ * and after it; whoever reads the host tiers' gradients waits for the engine stream (its
+ * copies made to lag by the host device's test hook); an NVMe fault on a gradient's write or
+ * read fails the engine with a message naming the sub-group and the swap file. Not here: several ranks (test_engine_ranks.c, whose
  * cases cover the packed reduce-scatter with W > 1).
  */
 #include <criterion/criterion.h>
@@ -17,7 +18,9 @@
 #include <string.h>
 
 #include "common/test_util.h"
+#include "device/dev_internal.h"
 #include "engine/engine_drive.h"
+#include "engine/engine_internal.h"
 #include "engine/engine_ref.h"
 #include "zinf/engine.h"
 
@@ -296,6 +299,127 @@ Test(engine_grad, no_gradient_io_with_one_micro_batch)
 	}
 	edrive_fini(&d);
 	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
+}
+
+/*
+ * The host tiers' gradients are copied from the device without the trainer's thread waiting for
+ * the copies: whoever reads them on the host must wait for the engine stream first (the step
+ * worker through each sub-group's event, a window slot written out, the step after backward,
+ * the norm for clipping). Here every copy and kernel on the engine stream starts 3 ms late
+ * (the host device's lag hook), so a reader that does not wait reads the buffer before the
+ * copy landed, every time. Optimizer on cpu and on NVMe (windows of 1 and 2 slots for 4
+ * sub-groups), 1 and 3 micro-batches, the step during and after backward, stages 2 and 3:
+ * master weights after 2 steps equal the reference's bit for bit, and with clipping (max_norm
+ * small enough to clip every step) those of tier none (the device tier, which reads nothing on
+ * the host).
+ */
+static void
+lagged_run(int stage, enum zinf_offload_device tier, uint32_t window, uint32_t gas, bool sdb,
+	   double clip, const char *dir, float *const out[EREF_NPARAMS], const char *what)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	edrive_opts(&o, "single", stage, tier, ZINF_OFFLOAD_NONE,
+		    tier == ZINF_OFFLOAD_NVME ? dir : NULL, ZINF_F32, gas);
+	if (tier == ZINF_OFFLOAD_NVME) {
+		o.offload_optimizer.buffer_count = window;
+	}
+	o.step_during_backward = sdb;
+	o.gradient_clipping = clip;
+	struct zinf_engine *e = make_model(&o);
+	if (tier != ZINF_OFFLOAD_NONE) {
+		cr_assert_eq(zinf_device_test_lag(e->cs, 3000), 0, "%s", zinf_last_error());
+	}
+	cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+	cr_assert_eq(edrive_run(&d, 0, 2, gas, -1), 0, "%s: %s", what, d.why);
+	if (tier != ZINF_OFFLOAD_NONE) {
+		cr_assert_eq(zinf_device_test_lag(e->cs, 0), 0);
+	}
+	cr_assert_eq(edrive_read_master(e, out), 0, "%s: %s", what, zinf_last_error());
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+}
+
+static void
+alloc_master(float *m[EREF_NPARAMS])
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		m[id] = calloc(eref_numel(id), sizeof(float));
+		cr_assert(m[id]);
+	}
+}
+
+static void
+free_master(float *m[EREF_NPARAMS])
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		free(m[id]);
+	}
+}
+
+static void
+expect_master(float *const got[EREF_NPARAMS], float *const want[EREF_NPARAMS], const char *against,
+	      const char *what)
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		for (uint64_t i = 0; i < eref_numel(id); i++) {
+			cr_assert(memcmp(&got[id][i], &want[id][i], 4) == 0,
+				  "%s: %s[%llu]: %.9g, %s %.9g", what, eref_params[id].name,
+				  (unsigned long long)i, got[id][i], against, want[id][i]);
+		}
+	}
+}
+
+Test(engine_grad, host_readers_wait_for_the_lagging_engine_stream, .timeout = 120)
+{
+	static const struct {
+		int stage;
+		enum zinf_offload_device tier;
+		uint32_t window;
+	} tiers[] = {{2, ZINF_OFFLOAD_CPU, 0},
+		     {3, ZINF_OFFLOAD_CPU, 0},
+		     {2, ZINF_OFFLOAD_NVME, 1},
+		     {3, ZINF_OFFLOAD_NVME, 2}};
+	char *dir = zt_mkdtemp(NULL);
+	cr_assert(dir);
+	float *got[EREF_NPARAMS], *want[EREF_NPARAMS];
+	alloc_master(got);
+	alloc_master(want);
+	for (uint32_t gas = 1; gas <= 3; gas += 2) {
+		struct eref_result ref;
+		struct eref_opts ro = {
+			.world = 1, .steps = 2, .gas = gas, .dtype = ZINF_F32, .quantum = QUANTUM};
+		edrive_optimizer(&ro.opt);
+		cr_assert_eq(eref_train(&ro, &ref), 0);
+		for (int clip = 0; clip < 2; clip++) {
+			double max_norm = clip ? 1e-3 : 0.0;
+			for (size_t t = 0; t < sizeof(tiers) / sizeof(tiers[0]); t++) {
+				for (int sdb = 0; sdb < 2; sdb++) {
+					char what[128];
+					snprintf(what, sizeof(what),
+						 "stage %d tier %d window %u gas %u clip %g sdb %d",
+						 tiers[t].stage, (int)tiers[t].tier,
+						 tiers[t].window, gas, max_norm, sdb);
+					if (clip) {
+						lagged_run(tiers[t].stage, ZINF_OFFLOAD_NONE, 0,
+							   gas, sdb, max_norm, dir, want, what);
+					}
+					lagged_run(tiers[t].stage, tiers[t].tier, tiers[t].window,
+						   gas, sdb, max_norm, dir, got, what);
+					if (clip) {
+						expect_master(got, want, "tier none", what);
+					} else {
+						expect_master(got, ref.master, "reference", what);
+					}
+				}
+			}
+		}
+		eref_result_free(&ref);
+	}
+	free_master(got);
+	free_master(want);
 	zt_rmtree(dir);
 	free(dir);
 }
