@@ -13,6 +13,8 @@
  * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
  * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
+ * a stage-1 rank holding none of a small tensor: its gradient there is 0 with the optimizer on
+ * NVMe, whose window slot held another sub-group's gradient (grad_empty_partition);
  * the speculative step during backward against the step after it, with clipping on some steps
  * and fp16 overflows on others, every stage 1-3 and optimizer tier (spec); the same with rank 0
  * not speculating (its device had no room for the reserve: spec_mixed);
