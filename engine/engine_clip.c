@@ -87,8 +87,8 @@ eng_clip_sg(struct zinf_engine *e, uint32_t k)
 		ret = zinf_device_sumsq(e->cs, e->grad_part + eng_sg_start(e, k), ZINF_F32, len,
 					e->dev_sumsq + k);
 	} else {
-		/* cpu: grad_part is final on the host (accumulate synchronised cs); nvme: k's
-		   gradient in its window slot (read back if it was spilled) */
+		/* the caller synchronised cs (engine_grad.c's settle): cpu: grad_part is final
+		   on the host; nvme: k's gradient in its window slot (read back if spilled) */
 		ret = e->gw.n ? eng_gwin_load(e, k) : 0;
 		if (!ret) {
 			ret = zinf_grad_sumsq(eng_grad_of(e, k), ZINF_F32, len, NULL,

@@ -455,8 +455,8 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 		struct eparam *p = &e->params[b->params[i]];
 		const float *src = rs ? recv + b->offs[i] : b->dev + b->offs[i] + p->part.offset;
 		size_t n = rs ? p->part.part : p->part.count;
-		if (n == 0) {
-			continue;
+		if (n == 0 && !(host && first && p->part.part > 0)) {
+			continue; /* (a first micro-batch zeroes a partition of padding only) */
 		}
 		if (!host) {
 			float *dst = e->grad_part + p->flat_off;
@@ -481,8 +481,10 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 		if (!dst) {
 			return ret; /* named the sub-group and its file */
 		}
-		ret = zinf_device_copy(e->cs, dst, src, n * 4, ZINF_COPY_D2H);
-		if (n < p->part.part) { /* stages 0-1: the last rank's padding, never handed */
+		ret = n ? zinf_device_copy(e->cs, dst, src, n * 4, ZINF_COPY_D2H) : 0;
+		if (n < p->part.part) {
+			/* stages 0-1: the last ranks' padding, never handed (all of it where the
+			   rank holds none of the tensor): the slot was not zeroed */
 			memset(dst + n, 0, (p->part.part - n) * 4);
 		}
 	}

@@ -8,8 +8,9 @@
  * equals tier cpu and the single-process reference bit for bit, with the step during backward
  * and after it; whoever reads the host tiers' gradients waits for the engine stream (its
  * copies made to lag by the host device's test hook); an NVMe fault on a gradient's write or
- * read fails the engine with a message naming the sub-group and the swap file. Not here: several ranks (test_engine_ranks.c, whose
- * cases cover the packed reduce-scatter with W > 1).
+ * read fails the engine with a message naming the sub-group and the swap file. Not here:
+ * several ranks (test_engine_ranks.c, whose cases cover the packed reduce-scatter with W > 1,
+ * and a stage-1 partition holding none of a tensor: grad_empty_partition).
  */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -13,6 +13,8 @@
  * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
  * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
+ * a stage-1 rank holding none of a small tensor: its gradient there is 0 with the optimizer on
+ * NVMe, whose window slot held another sub-group's gradient (grad_empty_partition);
  * the speculative step during backward against the step after it, with clipping on some steps
  * and fp16 overflows on others, every stage 1-3 and optimizer tier (spec); the same with rank 0
  * not speculating (its device had no room for the reserve: spec_mixed);
@@ -1113,6 +1115,136 @@ case_clip(void)
 	return fails;
 }
 
+/* ---- a partition holding none of its tensor (stages 0-1) ---------------------------------- */
+
+/*
+ * At stage 1 a rank may hold none of a small tensor: with 2 ranks a 1-element bias is one
+ * element per partition, rank 1's all padding (count 0). Its place in the fp32 gradient must
+ * be 0 whatever held that memory before: with the optimizer on NVMe and a window of one slot
+ * the slot held the previous sub-group's gradient. Three weights, layer 1: c (6 elements),
+ * layer 0: a (4) and b (1), sub-groups {c} and {b, a} (sub_group_size: the larger of the two);
+ * every rank hands the same dyadic gradients, so the average is that gradient and its sum of
+ * squares is exact: the norm the step reports is sqrt(24.875) on every rank, every step, for
+ * the optimizer on cpu and on NVMe (window 1), the step after and during backward; the master
+ * weights after 2 clipped steps are the same bits on both tiers.
+ */
+#define GAP_NP 3
+static const uint64_t gap_numel[GAP_NP] = {4, 1, 6}; /* a, b, c */
+static const int32_t gap_layer[GAP_NP] = {0, 0, 1};
+
+static float
+gap_grad(uint32_t p, uint64_t i)
+{
+	return p == 0 ? (float)(i + 1) / 4 : p == 1 ? 0.5f : (float)(i + 1) / 2;
+}
+
+static int
+gap_run(enum zinf_offload_device tier, bool sdb, float master[GAP_NP][6])
+{
+	struct zinf_engine_opts o;
+	struct zinf_engine *e = NULL;
+	int fails = 0, rc;
+	float *grad[GAP_NP] = {0};
+	uint64_t pc = (6 + (uint64_t)world - 1) / (uint64_t)world;
+	uint64_t pab = (4 + (uint64_t)world - 1) / (uint64_t)world + 1;
+	edrive_opts(&o, "mpi", 1, tier, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.sub_group_size = pc > pab ? pc : pab;
+	o.offload_optimizer.buffer_count = 1;
+	o.gradient_clipping = 1.0; /* the norm is about 5: every step clips */
+	o.step_during_backward = sdb;
+	rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc < 0) {
+		return fails;
+	}
+	for (uint32_t p = 0; p < GAP_NP && rc == 0; p++) {
+		char name[16];
+		struct zinf_param_desc d;
+		snprintf(name, sizeof(name), "%c", 'a' + (int)p);
+		zinf_param_desc_init(&d);
+		d.name = name;
+		d.numel = gap_numel[p];
+		d.layer = gap_layer[p];
+		d.init_fn = ka_init;
+		rc = zinf_engine_add_param(e, &d);
+		CHECK(rc == (int)p, "add_param %u: %d", p, rc);
+		rc = rc == (int)p ? 0 : -1;
+	}
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == 0, "init: %d %s", rc, zinf_last_error());
+	}
+	struct zinf_stream *cs = rc == 0 ? zinf_engine_compute_stream(e) : NULL;
+	for (uint32_t p = 0; p < GAP_NP && rc == 0; p++) {
+		float h[6];
+		for (uint64_t i = 0; i < gap_numel[p]; i++) {
+			h[i] = gap_grad(p, i);
+		}
+		rc = zinf_device_alloc(zinf_engine_device(e), 6 * sizeof(float), (void **)&grad[p]);
+		rc = rc ? rc : zinf_device_copy(cs, grad[p], h, gap_numel[p] * 4, ZINF_COPY_H2D);
+		rc = rc ? rc : zinf_stream_sync(cs);
+		CHECK(rc == 0, "gradient buffer %u: %d", p, rc);
+	}
+	double sumsq = 0;
+	for (uint32_t p = 0; p < GAP_NP; p++) {
+		for (uint64_t i = 0; i < gap_numel[p]; i++) {
+			sumsq += (double)gap_grad(p, i) * gap_grad(p, i);
+		}
+	}
+	CHECK(sumsq == 24.875, "the test's sum of squares %.17g", sumsq);
+	for (int s = 0; s < 2 && rc == 0; s++) {
+		for (int32_t l = 1; l >= 0 && rc == 0; l--) {
+			rc = zinf_engine_fetch(e, l);
+			for (int p = GAP_NP - 1; p >= 0 && rc == 0; p--) {
+				if (gap_layer[p] == l) {
+					rc = zinf_engine_grad(e, (uint32_t)p, grad[p], ZINF_F32);
+				}
+			}
+			rc = rc ? rc : zinf_engine_release(e, l);
+		}
+		CHECK(rc == 0, "step %d: backward: %d %s", s + 1, rc, zinf_last_error());
+		if (rc == 0) {
+			rc = zinf_engine_step(e);
+			CHECK(rc == 1, "step %d: returned %d %s", s + 1, rc, zinf_last_error());
+			rc = rc == 1 ? 0 : -1;
+		}
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		if (rc == 0 && (rc = zinf_engine_get_stats(e, &st)) == 0) {
+			CHECK(st.grad_norm == sqrt(24.875),
+			      "tier %s sdb %d step %d: grad_norm %.17g, expected %.17g",
+			      tier_names[tier], sdb, s + 1, st.grad_norm, sqrt(24.875));
+		}
+	}
+	for (uint32_t p = 0; p < GAP_NP && rc == 0; p++) {
+		rc = zinf_engine_read_master(e, p, master[p]);
+		CHECK(rc == 0, "read_master %u: %d %s", p, rc, zinf_last_error());
+	}
+	for (uint32_t p = 0; p < GAP_NP; p++) {
+		zinf_device_free(zinf_engine_device(e), grad[p]);
+	}
+	zinf_engine_destroy(e);
+	return fails + (rc != 0 && fails == 0);
+}
+
+static int
+case_grad_empty_partition(void)
+{
+	int fails = 0;
+	for (int sdb = 0; sdb < 2; sdb++) {
+		float cpu[GAP_NP][6] = {{0}}, nvme[GAP_NP][6] = {{0}};
+		fails += gap_run(ZINF_OFFLOAD_CPU, sdb, cpu);
+		fails += gap_run(ZINF_OFFLOAD_NVME, sdb, nvme);
+		for (uint32_t p = 0; p < GAP_NP; p++) {
+			for (uint64_t i = 0; i < gap_numel[p]; i++) {
+				CHECK(memcmp(&cpu[p][i], &nvme[p][i], 4) == 0,
+				      "sdb %d: %c[%llu]: nvme %.9g, cpu %.9g", sdb, 'a' + (int)p,
+				      (unsigned long long)i, nvme[p][i], cpu[p][i]);
+			}
+		}
+	}
+	return fails;
+}
+
 /* ---- the speculative step during backward, with roll-back ---------------------------------- */
 
 /*
@@ -1933,6 +2065,7 @@ static const struct {
 	{"live_and_persistence", case_live_and_persistence, false},
 	{"trace", case_trace, false},
 	{"clip", case_clip, false},
+	{"grad_empty_partition", case_grad_empty_partition, false},
 	{"spec", case_spec, false},
 	{"spec_mixed", case_spec_mixed, false},
 	{"ckpt_resume", case_ckpt_resume, false},
