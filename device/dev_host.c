@@ -393,6 +393,10 @@ zinf_device_test_lag(struct zinf_stream *s, unsigned usec)
 	if (!h) {
 		return -EINVAL;
 	}
+	if (h->sync_mode) { /* work runs on the caller's thread: nothing can be late */
+		return ZINF_FAIL(-ENOTSUP, "test lag: stream \"%s\" runs in host_sync mode",
+				 s->name);
+	}
 	pthread_mutex_lock(&h->lock);
 	h->lag_us = usec;
 	pthread_mutex_unlock(&h->lock);

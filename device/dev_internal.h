@@ -112,7 +112,7 @@ int zinf_device_test_gate(struct zinf_stream *s, bool closed);
  * Test hook (host backend only): every copy and kernel stream s runs starts `usec`
  * microseconds late (0: off), so that a reader that does not wait for the stream sees the
  * buffer before the work landed, every time rather than by chance. Returns 0; -EINVAL (NULL
- * stream, another backend).
+ * stream, another backend); -ENOTSUP (a host_sync device: its work runs when queued).
  */
 int zinf_device_test_lag(struct zinf_stream *s, unsigned usec);
 /*
