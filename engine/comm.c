@@ -17,6 +17,10 @@
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_comm_opts, reserved);
 _Static_assert(sizeof(struct zinf_comm_desc) == 32, "descriptors are exchanged as 32 bytes");
+_Static_assert(sizeof(struct zinf_comm_notice) == 256, "notices are sent as 256 bytes");
+
+/* A wait looks for another rank's failure notice at most this often (an MPI_Iprobe). */
+#define NOTICE_PERIOD_NS 1000000u
 
 ZINF_API void
 zinf_comm_opts_init(struct zinf_comm_opts *o)
@@ -293,6 +297,69 @@ fail_comm(struct zinf_comm *c, int err, const char *msg)
 	return ZINF_FAIL(err, "comm %s rank %d: %s", c->ops->name, c->rank, msg);
 }
 
+/*
+ * Another rank's failure notice, looked for at most every NOTICE_PERIOD_NS (always with now):
+ * fails c with -ECONNABORTED naming that rank and its reason; 0 when none came. A failed c looks
+ * for none (it said or heard why already).
+ */
+static int
+heed_notice(struct zinf_comm *c, bool now)
+{
+	struct zinf_comm_notice n;
+	char msg[sizeof(c->fail_msg)];
+
+	if (!c->ops->notice || c->failed) {
+		return 0;
+	}
+	uint64_t t = zinf_now_ns();
+	if (!now && t < c->notice_next_ns) {
+		return 0;
+	}
+	c->notice_next_ns = t + NOTICE_PERIOD_NS;
+	int rc = c->ops->notice(c, &n);
+	if (rc < 0) {
+		return fail_comm(c, rc, "looking for failure notices failed");
+	}
+	if (rc == 0) {
+		return 0;
+	}
+	n.why[sizeof(n.why) - 1] = 0;
+	c->noticed = true;
+	snprintf(msg, sizeof(msg), "rank %d failed (%s): %s", (int)n.rank, zinf_strerror(n.err),
+		 n.why);
+	return fail_comm(c, -ECONNABORTED, msg);
+}
+
+ZINF_API int
+zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
+{
+	struct zinf_comm_notice n = {0};
+
+	if (!c) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_notify_failure: communicator is NULL");
+	}
+	if (!c->ops->notify || c->world < 2 || c->noticed || c->told) {
+		return 0; /* no one to tell, or every rank was told already */
+	}
+	c->told = true;
+	n.rank = c->rank;
+	n.err = err < 0 ? err : -ECONNABORTED;
+	snprintf(n.why, sizeof(n.why), "%s", why ? why : "(no reason given)");
+	if (!c->failed) {
+		c->failed = n.err;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "this rank failed (%s): %s",
+			 zinf_strerror(n.err), n.why);
+	}
+	int rc = c->ops->notify(c, &n);
+	if (rc < 0) {
+		return ZINF_FAIL(rc, "comm %s rank %d: the failure notice could not be sent",
+				 c->ops->name, c->rank);
+	}
+	ZINF_WARN("comm %s rank %d: told the other %d ranks that this rank failed: %s",
+		  c->ops->name, c->rank, c->world - 1, n.why);
+	return 0;
+}
+
 static int
 refuse_failed(struct zinf_comm *c, const char *what)
 {
@@ -317,6 +384,11 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 	int rc = c->ops->exchange(c, mine, c->descs, deadline_ns);
 	c->stats.check_ns += zinf_now_ns() - t0;
 	desc_text(d, a, sizeof(a));
+	if (rc == -ECONNABORTED) { /* another rank failed: the exchange stays posted */
+		c->descs_abandoned = true;
+		rc = heed_notice(c, true);
+		return rc < 0 ? rc : fail_comm(c, -ECONNABORTED, "a failure notice vanished");
+	}
 	if (rc == -ETIMEDOUT) {
 		c->descs_abandoned = true; /* the exchange may still use them */
 		c->stats.timeouts++;
@@ -375,6 +447,10 @@ poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 		return refuse_failed(c, a);
 	}
 	int rc = c->ops->poll(c, r);
+	if (rc == 0 && (rc = heed_notice(c, false)) < 0) {
+		drop_req(c, r); /* the failed rank will not join it */
+		return rc;
+	}
 	if (rc == 0) {
 		return zinf_now_ns() > r->deadline_ns ? timed_out(c, r) : 0;
 	}
@@ -437,6 +513,10 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 	struct zinf_comm_req *r;
 	int rc;
 
+	rc = heed_notice(c, false); /* a failed rank would not join this call */
+	if (rc < 0) {
+		return rc;
+	}
 	d->seq = ++c->seq;
 	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
 	if (c->opts.check) {
@@ -667,6 +747,18 @@ zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, cons
 			  uint64_t deadline_ns)
 {
 	return -ENODEV;
+}
+
+int
+zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
+{
+	return -ENODEV;
+}
+
+int
+zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
+{
+	return 0;
 }
 #endif
 

@@ -340,6 +340,21 @@ nccl_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zin
 	return zinf_comm_mpi_exchange(b->mpi, mine, all, sizeof(*mine), "call check", deadline_ns);
 }
 
+/* Notices travel on MPI (the nccl communicator cannot carry a message nobody waits for). A
+ * notice fails c in the generic layer, whose abandon of the waited request aborts NCCL's
+ * communicator (nccl_abandon), as a timeout does; close aborts it otherwise. */
+static int
+nccl_notify(struct zinf_comm *c, const struct zinf_comm_notice *n)
+{
+	return zinf_comm_mpi_notify(((struct nccl_be *)c->be)->mpi, c->rank, c->world, n);
+}
+
+static int
+nccl_notice(struct zinf_comm *c, struct zinf_comm_notice *n)
+{
+	return zinf_comm_mpi_notice(((struct nccl_be *)c->be)->mpi, n);
+}
+
 static void *
 nccl_native(struct zinf_comm *c)
 {
@@ -363,4 +378,6 @@ const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.exchange = nccl_exchange,
 	.native = nccl_native,
 	.stream = nccl_stream,
+	.notify = nccl_notify,
+	.notice = nccl_notice,
 };
