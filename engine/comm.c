@@ -17,7 +17,7 @@
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_comm_opts, reserved);
 _Static_assert(sizeof(struct zinf_comm_desc) == 32, "descriptors are exchanged as 32 bytes");
-_Static_assert(sizeof(struct zinf_comm_notice) == 256, "notices are sent as 256 bytes");
+_Static_assert(sizeof(struct zinf_comm_notice) == 512, "notices are sent as 512 bytes");
 
 /* A wait looks for another rank's failure notice at most this often (an MPI_Iprobe). */
 #define NOTICE_PERIOD_NS 1000000u

@@ -33,12 +33,12 @@ struct zinf_comm_desc {
 
 /*
  * A failure notice (zinf_comm_notify_failure): the failing rank, its error and why, sent as
- * 256 bytes on a channel of its own (mpi and nccl: a duplicate of MPI_COMM_WORLD).
+ * 512 bytes on a channel of its own (mpi and nccl: a duplicate of MPI_COMM_WORLD).
  */
 struct zinf_comm_notice {
 	int32_t rank;
 	int32_t err; /* negative errno */
-	char why[248];
+	char why[504];
 };
 
 struct zinf_comm_req {
@@ -96,7 +96,7 @@ struct zinf_comm {
 	void *be;     /* backend state */
 	uint64_t seq; /* collectives called so far */
 	int failed;   /* 0, or the error every later call returns */
-	char fail_msg[384];
+	char fail_msg[640];
 	bool noticed;		 /* failed by another rank's notice (which told every rank) */
 	bool told;		 /* this rank's notice was posted */
 	uint64_t notice_next_ns; /* zinf_now_ns() from which the next look for a notice is due */

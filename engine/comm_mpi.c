@@ -282,7 +282,7 @@ notice_waiting(struct zinf_comm_mpi *m)
 }
 
 /*
- * The notice's sends at the end: complete (a 256-byte message is sent eagerly: done once
+ * The notice's sends at the end: complete (a 512-byte message is sent eagerly: done once
  * posted), else left to MPI to finish (MPI_Request_free), with their buffer. Never waits.
  */
 static void

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -435,12 +436,44 @@ zinf_engine_destroy(struct zinf_engine *e)
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
 
+/*
+ * e just failed with err: unless every rank knows it already (eng_agree exchanged it), tell the
+ * others, who may be waiting for this rank in a collective (a fetch's all-gather, a gradient
+ * reduce-scatter), with the message just logged (the failing call's). An error that came from
+ * another rank's notice tells no one (the comm layer knows). Called on the caller's thread
+ * only (the step worker fails nothing itself: its errors come back through the step, whose
+ * outcome is agreed).
+ */
+static void
+fail_tell(struct zinf_engine *e, int err)
+{
+	bool known = e->agreed != 0 && e->agreed == err;
+	e->agreed = 0;
+	if (known || e->world < 2 || !e->comm) {
+		return;
+	}
+	char why[512];
+	snprintf(why, sizeof(why), "%s", zinf_last_error());
+	(void)zinf_comm_notify_failure(e->comm, err, why);
+}
+
+const char *
+eng_cause(const struct zinf_engine *e)
+{
+	char prefix[32];
+	const char *s = zinf_last_error();
+	int n = snprintf(prefix, sizeof(prefix), "engine rank %d: ", e->rank);
+	return n > 0 && strncmp(s, prefix, (size_t)n) == 0 ? s + n : s;
+}
+
 int
 eng_fail(struct zinf_engine *e, int err)
 {
 	if (err < 0 && err != -EINVAL && !e->failed) {
 		e->failed = err;
+		fail_tell(e, err);
 	}
+	e->agreed = 0;
 	return err;
 }
 
@@ -452,7 +485,9 @@ eng_fail_hard(struct zinf_engine *e, int err)
 {
 	if (err < 0 && !e->failed) {
 		e->failed = err;
+		fail_tell(e, err);
 	}
+	e->agreed = 0;
 	return err;
 }
 
@@ -537,6 +572,7 @@ eng_all_max(struct zinf_engine *e, float *v, uint32_t n)
 int
 eng_agree(struct zinf_engine *e, int err, const char *what)
 {
+	e->agreed = 0;
 	if (e->world == 1) {
 		return err;
 	}
@@ -547,6 +583,7 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	float v[2] = {err ? (float)(e->rank + 1) : 0.0f, err ? (float)-err : 0.0f};
 	int ret = eng_all_max(e, v, 2);
 	if (err) {
+		e->agreed = ret ? 0 : err; /* exchanged: the others return an error too */
 		return err;
 	}
 	if (ret) {
@@ -554,6 +591,7 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	}
 	if (v[0] > 0) {
 		int other = (int)v[0] - 1, code = -(int)v[1];
+		e->agreed = code;
 		return ENG_FAIL(e, code, "%s failed on rank %d (%s): this rank stops too", what,
 				other, zinf_strerror(code));
 	}

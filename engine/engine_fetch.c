@@ -12,6 +12,7 @@
  * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -35,8 +36,8 @@ put_partition(struct zinf_engine *e, struct eparam *p)
 		ret = zinf_store_wait(e->store, p->store_id, &buf);
 		if (ret) {
 			return ENG_FAIL(e, ret,
-					"fetch: parameter \"%s\": reading its NVMe partition",
-					p->name);
+					"fetch: parameter \"%s\": reading its NVMe partition: %s",
+					p->name, zinf_last_error());
 		}
 		/* NVMe bytes are the store's own count (eng_param_io_stats): a partition served
 		   from its cache is read from no file */
@@ -463,7 +464,8 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 			}
 		}
 		if (ret) {
-			return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+			return eng_fail(
+				e, ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, eng_cause(e)));
 		}
 		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
 		    !e->warned_live) {
@@ -485,14 +487,17 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		l->prefetched = false;
 	}
 	if (ret) {
+		char why[512]; /* the cause, before drop() may log something else */
+		snprintf(why, sizeof(why), "%s", eng_cause(e));
 		drop(e, l);
-		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, why));
 	}
 	l->fetched = true;
 	ret = eng_prefetch(e); /* synchronous parts of the prefetch: the trainer waits too */
 	e->win.exposed_fetch_s += zinf_now_s() - t0;
 	if (ret) {
-		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
+		return eng_fail(
+			e, ENG_FAIL(e, ret, "prefetch after layer %d: %s", layer, eng_cause(e)));
 	}
 	return 0;
 }

@@ -345,8 +345,8 @@ post(struct zinf_engine *e, struct bucket *b)
 	}
 	if (ret) {
 		return ENG_FAIL(e, ret,
-				"gradients: reducing a bucket of %u parameters (first \"%s\")",
-				b->n, e->params[b->params[0]].name);
+				"gradients: reducing a bucket of %u parameters (first \"%s\"): %s",
+				b->n, e->params[b->params[0]].name, eng_cause(e));
 	}
 	b->posted = true;
 	return 0;
@@ -454,8 +454,9 @@ complete(struct zinf_engine *e, struct bucket *b)
 	b->req = NULL;
 	if (ret) {
 		b->posted = false;
-		return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction (first \"%s\")",
-					    e->params[b->params[0]].name));
+		return eng_fail(e,
+				ENG_FAIL(e, ret, "gradients: bucket reduction (first \"%s\"): %s",
+					 e->params[b->params[0]].name, eng_cause(e)));
 	}
 	return eng_fail(e, accumulate(e, b));
 }
@@ -568,7 +569,8 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		if (ret < 0) {
 			o->req = NULL;
 			o->posted = false;
-			return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction"));
+			return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction: %s",
+						    eng_cause(e)));
 		}
 		if (ret == 1) {
 			o->req = NULL;

@@ -207,6 +207,8 @@ struct zinf_engine {
 	uint32_t *order;       /* parameter ids in flat (backward) order */
 	bool inited;
 	int failed;
+	int agreed; /* the error eng_agree just returned after exchanging it (every rank knows it):
+		       failing with it tells no one; cleared by the next eng_fail(_hard) */
 
 	/* flat partition and sub-groups */
 	uint64_t flat_n;
@@ -287,8 +289,14 @@ struct zinf_engine {
 #define ENG_SCRATCH 8
 int eng_all_max(struct zinf_engine *e, float *v, uint32_t n);	 /* MAX over ranks, in place */
 int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c */
-int eng_fail(struct zinf_engine *e, int err);	   /* keep the first fatal error; returns err */
+/* Keep the first fatal error; returns err. The first one that was not agreed (eng_agree) is
+ * sent to the other ranks at once (zinf_comm_notify_failure), so that none waits for this one
+ * in a collective until comm_timeout_s. */
+int eng_fail(struct zinf_engine *e, int err);
 int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
+/* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ", as the
+ * cause in an outer message. */
+const char *eng_cause(const struct zinf_engine *e);
 int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
