@@ -176,6 +176,7 @@ unlink_req(struct zinf_comm *c, struct zinf_comm_req *r)
 static void
 drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 {
+	c->abandoned++;
 	c->ops->abandon(c, r);
 	unlink_req(c, r);
 	zinf_free(r);
@@ -193,6 +194,15 @@ zinf_comm_destroy(struct zinf_comm *c)
 	}
 	while (c->inflight) { /* c failed: MPI cannot cancel them; their memory stays theirs */
 		drop_req(c, c->inflight);
+	}
+	/*
+	 * Failed by a notice (sent or taken) or a mismatch, with no call of its left posted: no
+	 * rank waits for this one (every rank was told, or saw the mismatch), and nothing of its is
+	 * in MPI's hands: leave as a healthy communicator does (MPI_Comm_free, MPI_Finalize when it
+	 * initialised MPI), so that a job whose ranks all failed that way exits cleanly.
+	 */
+	if (c->failed && (c->known || c->told) && !c->abandoned && !c->descs_abandoned) {
+		c->failed = 0;
 	}
 	c->ops->close(c);
 	if (!c->descs_abandoned) {
@@ -324,7 +334,7 @@ heed_notice(struct zinf_comm *c, bool now)
 		return 0;
 	}
 	n.why[sizeof(n.why) - 1] = 0;
-	c->noticed = true;
+	c->known = true;
 	snprintf(msg, sizeof(msg), "rank %d failed (%s): %s", (int)n.rank, zinf_strerror(n.err),
 		 n.why);
 	return fail_comm(c, -ECONNABORTED, msg);
@@ -338,7 +348,7 @@ zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 	if (!c) {
 		return ZINF_FAIL(-EINVAL, "zinf_comm_notify_failure: communicator is NULL");
 	}
-	if (!c->ops->notify || c->world < 2 || c->noticed || c->told) {
+	if (!c->ops->notify || c->world < 2 || c->known || c->told) {
 		return 0; /* no one to tell, or every rank was told already */
 	}
 	c->told = true;
@@ -410,6 +420,7 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 				 "ranks called different collectives: rank 0: %s; "
 				 "rank %d: %s",
 				 a, r, b);
+			c->known = true; /* every rank compared the same calls: no notice */
 			return fail_comm(c, -EPROTO, msg);
 		}
 	}

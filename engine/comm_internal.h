@@ -58,7 +58,8 @@ struct zinf_comm_ops {
 	size_t req_size; /* bytes of backend state per request */
 	/* Set c->rank, world, local_rank and c->be. -ENODEV when not built. */
 	int (*open)(struct zinf_comm *c);
-	/* Free c->be. c->failed set: call nothing that can wait on another rank. */
+	/* Free c->be. c->failed set: call nothing that can wait on another rank (destroy clears
+	 * it when c failed by a notice or a mismatch with nothing of its left posted). */
 	void (*close)(struct zinf_comm *c);
 	/* Post the collective r->d (buffers r->send, r->recv); 0 or -errno (nothing posted). */
 	int (*start)(struct zinf_comm *c, struct zinf_comm_req *r);
@@ -97,8 +98,10 @@ struct zinf_comm {
 	uint64_t seq; /* collectives called so far */
 	int failed;   /* 0, or the error every later call returns */
 	char fail_msg[640];
-	bool noticed;		 /* failed by another rank's notice (which told every rank) */
-	bool told;		 /* this rank's notice was posted */
+	bool known;	    /* every rank knows why c failed: another rank's notice (its sender told
+			       every rank) or a mismatch (every rank compared the same calls) */
+	unsigned abandoned; /* requests given up that the backend may still use */
+	bool told;	    /* this rank's notice was posted */
 	uint64_t notice_next_ns; /* zinf_now_ns() from which the next look for a notice is due */
 	struct zinf_comm_desc *descs; /* world descriptors, as the check receives them, then
 					 this rank's, as it sends it (descs[world]) */

@@ -467,6 +467,13 @@ eng_cause(const struct zinf_engine *e)
 }
 
 int
+eng_agreed(struct zinf_engine *e, int err)
+{
+	e->agreed = err;
+	return err;
+}
+
+int
 eng_fail(struct zinf_engine *e, int err)
 {
 	if (err < 0 && err != -EINVAL && !e->failed) {

@@ -284,11 +284,15 @@ check_layer(struct zinf_engine *e, int32_t layer)
 	if (v[0] != (float)hi || -v[1] != (float)hi || v[2] != (float)lo || -v[3] != (float)lo) {
 		int64_t top = (int64_t)v[0] * 65536 + (int64_t)v[2];
 		int64_t bot = (int64_t)-v[1] * 65536 + (int64_t)-v[3];
-		return eng_fail(e, ENG_FAIL(e, -EPROTO,
+		/* every rank compared the same MAX: every rank fails here, no notice */
+		return eng_fail(
+			e,
+			eng_agreed(e,
+				   ENG_FAIL(e, -EPROTO,
 					    "fetch: ranks fetched different layers at step %" PRId64
 					    ": this rank layer %d, others' halves up to %" PRId64
 					    " and down to %" PRId64,
-					    e->steps + 1, layer, top, bot));
+					    e->steps + 1, layer, top, bot)));
 	}
 	return 0;
 }

@@ -294,6 +294,9 @@ int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c
  * in a collective until comm_timeout_s. */
 int eng_fail(struct zinf_engine *e, int err);
 int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
+/* err is known to every rank (each computed it from what one collective returned to all):
+ * failing with it next tells no one. Returns err. */
+int eng_agreed(struct zinf_engine *e, int err);
 /* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ", as the
  * cause in an outer message. */
 const char *eng_cause(const struct zinf_engine *e);
