@@ -348,7 +348,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if ((ret = open_comm(e))) {
 		goto fail;
 	}
-	if ((ret = zinf_device_alloc(e->dev, sizeof(float) * ENG_SCRATCH, &e->scratch))) {
+	if ((ret = eng_comm_buf_alloc(e, sizeof(float) * ENG_SCRATCH, &e->scratch))) {
 		ret = ENG_FAIL(e, ret, "create: device memory for the small all-reduces");
 		goto fail;
 	}
@@ -395,7 +395,7 @@ zinf_engine_destroy(struct zinf_engine *e)
 	eng_param_free(e);
 	zinf_optimizer_destroy(e->opt);
 	if (e->scratch) {
-		zinf_device_free(e->dev, e->scratch);
+		eng_comm_buf_free(e, e->scratch);
 	}
 	zinf_event_destroy(e->ev_compute);
 	zinf_event_destroy(e->ev_cs);
@@ -464,6 +464,20 @@ eng_cause(const struct zinf_engine *e)
 	const char *s = zinf_last_error();
 	int n = snprintf(prefix, sizeof(prefix), "engine rank %d: ", e->rank);
 	return n > 0 && strncmp(s, prefix, (size_t)n) == 0 ? s + n : s;
+}
+
+__attribute__((noinline)) int
+eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out)
+{
+	return zinf_device_alloc(e->dev, bytes, out);
+}
+
+void
+eng_comm_buf_free(struct zinf_engine *e, void *p)
+{
+	if (p && !(e->comm && zinf_comm_failed(e->comm))) {
+		zinf_device_free(e->dev, p);
+	}
 }
 
 int

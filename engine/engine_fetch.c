@@ -150,7 +150,7 @@ gbuf_free(struct zinf_engine *e, struct gbuf *g)
 {
 	zinf_event_sync(g->released);
 	zinf_event_destroy(g->released);
-	zinf_device_free(e->dev, g->dev);
+	eng_comm_buf_free(e, g->dev);
 	e->gbuf_bytes -= g->bytes;
 	zinf_free(g);
 }
@@ -204,7 +204,7 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 	if (!g) {
 		return -ENOMEM;
 	}
-	int ret = zinf_device_alloc(e->dev, bytes, &g->dev);
+	int ret = eng_comm_buf_alloc(e, bytes, &g->dev);
 	if (!ret && (ret = zinf_event_create(e->dev, &g->released))) {
 		zinf_device_free(e->dev, g->dev);
 	}

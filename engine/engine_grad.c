@@ -27,10 +27,10 @@ eng_grad_setup(struct zinf_engine *e)
 {
 	for (int b = 0; b < 2; b++) {
 		struct bucket *k = &e->bk[b];
-		int ret = zinf_device_alloc(e->dev, e->bucket_cap * 4, (void **)&k->dev);
+		int ret = eng_comm_buf_alloc(e, e->bucket_cap * 4, (void **)&k->dev);
 		if (!ret && e->o.stage >= 2) {
-			ret = zinf_device_alloc(e->dev, e->bucket_cap / e->world * 4,
-						(void **)&k->dev_recv);
+			ret = eng_comm_buf_alloc(e, e->bucket_cap / e->world * 4,
+						 (void **)&k->dev_recv);
 		}
 		if (ret) {
 			return ENG_FAIL(e, ret,
@@ -55,8 +55,8 @@ eng_grad_free(struct zinf_engine *e)
 		if (k->posted && k->req && !zinf_comm_failed(e->comm)) {
 			zinf_comm_wait(e->comm, k->req);
 		}
-		zinf_device_free(e->dev, k->dev);
-		zinf_device_free(e->dev, k->dev_recv);
+		eng_comm_buf_free(e, k->dev);
+		eng_comm_buf_free(e, k->dev_recv);
 		zinf_free(k->params);
 		zinf_free(k->offs);
 		memset(k, 0, sizeof(*k));

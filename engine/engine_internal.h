@@ -294,6 +294,15 @@ int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c
  * in a collective until comm_timeout_s. */
 int eng_fail(struct zinf_engine *e, int err);
 int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
+/*
+ * Device memory that collectives use (gathered parameters, gradient buckets, the small
+ * all-reduces' scratch). Once the communicator failed a collective given up on it may still
+ * be written by MPI (another rank failed in the middle of it): eng_comm_buf_free then leaves
+ * the buffer to it instead of freeing it (the process is told to exit). The allocation is its
+ * own function so that the mpi tests' LeakSanitizer suppression names it.
+ */
+int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);
+void eng_comm_buf_free(struct zinf_engine *e, void *p);
 /* err is known to every rank (each computed it from what one collective returned to all):
  * failing with it next tells no one. Returns err. */
 int eng_agreed(struct zinf_engine *e, int err);
