@@ -18,7 +18,8 @@
  * not speculating (its device had no room for the reserve: spec_mixed);
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
  * once (the step's outcome agreed); the same during a speculative step kept, redone or
- * restored (spec_fault).
+ * restored (spec_fault); an NVMe fault on one rank outside the step, in a fetch or in the
+ * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
