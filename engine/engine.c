@@ -513,11 +513,12 @@ eng_fail_hard(struct zinf_engine *e, int err)
 }
 
 int
-eng_ready(const struct zinf_engine *e, const char *what)
+eng_ready(struct zinf_engine *e, const char *what)
 {
 	if (!e) {
 		return ZINF_FAIL(-EINVAL, "engine: %s with a NULL engine", what);
 	}
+	e->agreed = 0;
 	if (e->failed) {
 		return e->failed;
 	}

@@ -207,8 +207,9 @@ struct zinf_engine {
 	uint32_t *order;       /* parameter ids in flat (backward) order */
 	bool inited;
 	int failed;
-	int agreed; /* the error eng_agree just returned after exchanging it (every rank knows it):
-		       failing with it tells no one; cleared by the next eng_fail(_hard) */
+	int agreed; /* the error eng_agree just returned after exchanging it, or eng_agreed's (every
+		       rank knows it): failing with it tells no one; cleared by the next
+		       eng_fail(_hard) and by eng_ready */
 
 	/* flat partition and sub-groups */
 	uint64_t flat_n;
@@ -309,7 +310,9 @@ int eng_agreed(struct zinf_engine *e, int err);
 /* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ", as the
  * cause in an outer message. */
 const char *eng_cause(const struct zinf_engine *e);
-int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
+/* 0 or -EINVAL / failed; a public call's first: clears e->agreed (an agreement of an earlier
+ * call that did not fail the engine says nothing about this one) */
+int eng_ready(struct zinf_engine *e, const char *what);
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */

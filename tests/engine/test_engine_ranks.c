@@ -808,6 +808,9 @@ fetch_mismatch(bool same_sizes, int32_t base)
 	      "-EPROTO",
 	      same_sizes ? "same sizes" : "test model", base, rc, msg);
 	CHECK(rc != -EPROTO || log_has("layer"), "the message does not name the layer: %s", msg);
+	/* every rank compared the same values: no failure notice, which could overtake a slower
+	   rank's comparison (it would return -ECONNABORTED) */
+	CHECK(!log_has("told the other"), "an agreed failure sent a failure notice");
 	if (rc < 0) {
 		int again = zinf_engine_fetch(e, base + 2);
 		CHECK(again == rc, "the engine is not failed: a later fetch returned %d", again);
@@ -946,6 +949,8 @@ case_step_fault_agreed(void)
 		      "the error does not name the failing rank (%s): %s", who, d.why);
 		int again = zinf_engine_step(e);
 		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+		/* every rank knows: no failure notice (zinf_comm_notify_failure logs one) */
+		CHECK(!log_has("told the other"), "an agreed failure sent a failure notice");
 		printf("  step fault agreed: rank %d: rc %d (%s)\n", rank, rc, d.why);
 	}
 	edrive_fini(&d);
