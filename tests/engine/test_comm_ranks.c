@@ -548,18 +548,16 @@ case_skip_checked(void)
 
 /*
  * The last rank fails outside a collective and says so (zinf_comm_notify_failure) while the
- * others wait in an all-reduce that it never joins, under a 600 s deadline and without the
- * check: the others return -ECONNABORTED (not -ETIMEDOUT: without the notice they would wait
- * past ctest's limit) with a message naming the rank and its reason, and refuse later calls.
- * The notifier's communicator is failed with its own error; a second notice is a no-op.
+ * others wait in an all-reduce that it never joins, under a 600 s deadline: the others return
+ * -ECONNABORTED (not -ETIMEDOUT: without the notice they would wait past ctest's limit) with a
+ * message naming the rank and its reason, and refuse later calls. With the check on they wait
+ * in the check's exchange instead. The notifier's communicator is failed with its own error; a
+ * second notice is a no-op.
  */
 static int
-case_notice(void)
+notice_one(bool check)
 {
-	if (world < 2) {
-		return SKIP;
-	}
-	struct zinf_comm *c = open_comm(600, false);
+	struct zinf_comm *c = open_comm(600, check);
 	float *v = buf_alloc(64 * sizeof(float));
 	int fails = 0, rc;
 	char who[64];
@@ -597,7 +595,7 @@ case_notice(void)
 	 * once they destroyed theirs, the notifier makes that call (its failure cleared through
 	 * the internal header), so that their threads return before MPI_Finalize.
 	 */
-	bool late = zinf_comm_mpi_progress(c);
+	bool late = zinf_comm_mpi_progress(c) && !check;
 	if (rank != world - 1) {
 		zinf_comm_destroy(c);
 	}
@@ -614,6 +612,18 @@ case_notice(void)
 	}
 	kept[nkept++ % 4] = v; /* an abandoned MPI request may still write it */
 	return fails;
+}
+
+static int
+case_notice(void)
+{
+	return world < 2 ? SKIP : notice_one(false);
+}
+
+static int
+case_notice_checked(void)
+{
+	return world < 2 ? SKIP : notice_one(true);
 }
 
 /* One rank passes a different count with the check on: -EPROTO on every rank, both named. */
@@ -664,6 +674,7 @@ static const struct {
 	{"skip_checked", case_skip_checked, false},
 	{"mismatch", case_mismatch, false},
 	{"notice", case_notice, false},
+	{"notice_checked", case_notice_checked, false},
 };
 
 /* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */
