@@ -139,6 +139,7 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 	snprintf(c->backend_name, sizeof(c->backend_name), "%s", ops->name);
 	c->opts.backend = c->backend_name;
 	c->stats.size = sizeof(c->stats);
+	c->lost = UINT64_MAX;
 	rc = ops->open(c);
 	if (rc < 0) {
 		goto err_free;
@@ -159,6 +160,13 @@ err_free:
 	return rc;
 }
 
+/* Collective seq did not complete on this rank (failed, given up, never posted). */
+static void
+lose(struct zinf_comm *c, uint64_t seq)
+{
+	c->lost = ZINF_MIN(c->lost, seq);
+}
+
 static void
 unlink_req(struct zinf_comm *c, struct zinf_comm_req *r)
 {
@@ -177,6 +185,7 @@ static void
 drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	c->abandoned++;
+	lose(c, r->d.seq);
 	c->ops->abandon(c, r);
 	unlink_req(c, r);
 	zinf_free(r);
@@ -308,36 +317,46 @@ fail_comm(struct zinf_comm *c, int err, const char *msg)
 }
 
 /*
- * Another rank's failure notice, looked for at most every NOTICE_PERIOD_NS (always with now):
- * fails c with -ECONNABORTED naming that rank and its reason; 0 when none came. A failed c looks
- * for none (it said or heard why already).
+ * Other ranks' failure notices, looked for at most every NOTICE_PERIOD_NS (always with now),
+ * for collective seq (waited on, or about to be posted). A notice says up to which collective
+ * its sender completed: seq at or below it runs on (the failed rank did its part: it completes
+ * here as it did there), seq after it fails c with -ECONNABORTED naming that rank and its
+ * reason. So every rank completes the same collectives and fails at the same one. 0 when seq
+ * may go on. A failed c looks for none (it said or heard why already).
  */
 static int
-heed_notice(struct zinf_comm *c, bool now)
+heed_notice(struct zinf_comm *c, bool now, uint64_t seq)
 {
 	struct zinf_comm_notice n;
-	char msg[sizeof(c->fail_msg)];
 
 	if (!c->ops->notice || c->failed) {
 		return 0;
 	}
 	uint64_t t = zinf_now_ns();
-	if (!now && t < c->notice_next_ns) {
+	if (now || t >= c->notice_next_ns) {
+		c->notice_next_ns = t + NOTICE_PERIOD_NS;
+		int rc;
+		while ((rc = c->ops->notice(c, &n)) == 1) {
+			if (c->heard && n.upto >= c->heard_upto) {
+				continue; /* a later failure than the one heard */
+			}
+			n.why[sizeof(n.why) - 1] = 0;
+			c->heard = true;
+			c->heard_upto = n.upto;
+			snprintf(c->heard_msg, sizeof(c->heard_msg), "rank %d failed (%s): %s",
+				 (int)n.rank, zinf_strerror(n.err), n.why);
+		}
+		if (rc < 0) {
+			lose(c, seq);
+			return fail_comm(c, rc, "looking for failure notices failed");
+		}
+	}
+	if (!c->heard || seq <= c->heard_upto) {
 		return 0;
 	}
-	c->notice_next_ns = t + NOTICE_PERIOD_NS;
-	int rc = c->ops->notice(c, &n);
-	if (rc < 0) {
-		return fail_comm(c, rc, "looking for failure notices failed");
-	}
-	if (rc == 0) {
-		return 0;
-	}
-	n.why[sizeof(n.why) - 1] = 0;
 	c->known = true;
-	snprintf(msg, sizeof(msg), "rank %d failed (%s): %s", (int)n.rank, zinf_strerror(n.err),
-		 n.why);
-	return fail_comm(c, -ECONNABORTED, msg);
+	lose(c, seq);
+	return fail_comm(c, -ECONNABORTED, c->heard_msg);
 }
 
 ZINF_API int
@@ -354,6 +373,12 @@ zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 	c->told = true;
 	n.rank = c->rank;
 	n.err = err < 0 ? err : -ECONNABORTED;
+	/* completed here: every collective before the first lost or still in flight */
+	uint64_t first = ZINF_MIN(c->lost, c->seq + 1);
+	for (struct zinf_comm_req *r = c->inflight; r; r = r->next) {
+		first = ZINF_MIN(first, r->d.seq);
+	}
+	n.upto = first - 1;
 	snprintf(n.why, sizeof(n.why), "%s", why ? why : "(no reason given)");
 	if (!c->failed) {
 		c->failed = n.err;
@@ -392,13 +417,15 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 	struct zinf_comm_desc *mine = &c->descs[c->world]; /* outlives c if abandoned */
 	*mine = *d;
 	int rc = c->ops->exchange(c, mine, c->descs, deadline_ns);
-	c->stats.check_ns += zinf_now_ns() - t0;
 	desc_text(d, a, sizeof(a));
-	if (rc == -ECONNABORTED) { /* another rank failed: the exchange stays posted */
-		c->descs_abandoned = true;
-		rc = heed_notice(c, true);
-		return rc < 0 ? rc : fail_comm(c, -ECONNABORTED, "a failure notice vanished");
+	while (rc == -ECONNABORTED) { /* a notice waits: this call may go on, or fail */
+		if ((rc = heed_notice(c, true, d->seq)) < 0) {
+			c->descs_abandoned = true; /* the exchange stays posted */
+			return rc;
+		}
+		rc = c->ops->exchange(c, mine, c->descs, deadline_ns); /* resumed */
 	}
+	c->stats.check_ns += zinf_now_ns() - t0;
 	if (rc == -ETIMEDOUT) {
 		c->descs_abandoned = true; /* the exchange may still use them */
 		c->stats.timeouts++;
@@ -458,7 +485,7 @@ poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 		return refuse_failed(c, a);
 	}
 	int rc = c->ops->poll(c, r);
-	if (rc == 0 && (rc = heed_notice(c, false)) < 0) {
+	if (rc == 0 && (rc = heed_notice(c, false, r->d.seq)) < 0) {
 		drop_req(c, r); /* the failed rank will not join it */
 		return rc;
 	}
@@ -524,15 +551,16 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 	struct zinf_comm_req *r;
 	int rc;
 
-	rc = heed_notice(c, false); /* a failed rank would not join this call */
+	rc = heed_notice(c, false, c->seq + 1); /* a failed rank may not join this call */
+	d->seq = ++c->seq;
 	if (rc < 0) {
 		return rc;
 	}
-	d->seq = ++c->seq;
 	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
 	if (c->opts.check) {
 		rc = check_call(c, d, deadline, (double)bytes);
 		if (rc < 0) {
+			lose(c, d->seq);
 			return rc;
 		}
 	}
@@ -540,6 +568,7 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 	if (!r) {
 		desc_text(d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s: out of memory for its request", a);
+		lose(c, d->seq);
 		return fail_comm(c, -ENOMEM, msg); /* the other ranks go on: this one cannot */
 	}
 	r->d = *d;
@@ -553,6 +582,7 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 		desc_text(d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s (%llu bytes) could not be posted: %s", a,
 			 (unsigned long long)bytes, zinf_strerror(rc));
+		lose(c, d->seq);
 		return fail_comm(c, rc, msg);
 	}
 	r->next = c->inflight;

@@ -37,8 +37,9 @@ struct zinf_comm_desc {
  */
 struct zinf_comm_notice {
 	int32_t rank;
-	int32_t err; /* negative errno */
-	char why[504];
+	int32_t err;   /* negative errno */
+	uint64_t upto; /* the sender completed every collective numbered 1..upto, and none after */
+	char why[496];
 };
 
 struct zinf_comm_req {
@@ -101,7 +102,11 @@ struct zinf_comm {
 	bool known;	    /* every rank knows why c failed: another rank's notice (its sender told
 			       every rank) or a mismatch (every rank compared the same calls) */
 	unsigned abandoned; /* requests given up that the backend may still use */
-	bool told;	    /* this rank's notice was posted */
+	uint64_t lost;	    /* the first collective that did not complete here (UINT64_MAX: none) */
+	bool heard;	    /* a notice came: collectives after heard_upto fail */
+	uint64_t heard_upto;	 /* the lowest upto of the notices that came */
+	char heard_msg[640];	 /* "rank N failed (...): why" of that notice */
+	bool told;		 /* this rank's notice was posted */
 	uint64_t notice_next_ns; /* zinf_now_ns() from which the next look for a notice is due */
 	struct zinf_comm_desc *descs; /* world descriptors, as the check receives them, then
 					 this rank's, as it sends it (descs[world]) */

@@ -50,6 +50,8 @@ struct zinf_comm_mpi {
 	MPI_Request *sends;	       /* one per rank (MPI_REQUEST_NULL for this one) */
 	int nsends;
 	uint64_t probe_next_ns; /* poll_until: the next look for a notice */
+	MPI_Request xq;		/* the exchange a notice interrupted, resumed by the next call */
+	bool x_posted;
 };
 
 /* One blocking call for the progress thread; shared by the thread and the request. */
@@ -355,14 +357,23 @@ poll_until(struct zinf_comm_mpi *m, MPI_Request *q, uint64_t deadline_ns)
 	}
 }
 
+/* A call that returned -ECONNABORTED (a notice waits) is resumed by the next call, which must
+ * pass the same buffers; any other result ends it (-ETIMEDOUT: left posted). */
 int
 zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
 		       const char *what, uint64_t deadline_ns)
 {
-	MPI_Request q;
-	int rc = MPI_TRY(
-		MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->comm, &q));
-	return rc < 0 ? rc : poll_until(m, &q, deadline_ns);
+	if (!m->x_posted) {
+		int rc = MPI_TRY(MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes,
+						MPI_BYTE, m->comm, &m->xq));
+		if (rc < 0) {
+			return rc;
+		}
+		m->x_posted = true;
+	}
+	int rc = poll_until(m, &m->xq, deadline_ns);
+	m->x_posted = rc == -ECONNABORTED;
+	return rc;
 }
 
 int

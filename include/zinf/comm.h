@@ -104,11 +104,13 @@ ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
  * wait out until timeout_s in their next collective (an I/O error on one rank). The notice is
  * posted without waiting (mpi and nccl: a message to every rank on a duplicate of
  * MPI_COMM_WORLD of its own) and c is failed here (err, unless it failed earlier): later calls
- * are refused. Every other rank sees the notice while it waits on a collective (within about
- * 10 ms: waits look for notices at most every millisecond) or when it starts one: the call
- * returns -ECONNABORTED and fails that communicator, with a message naming the rank and its
- * reason ("rank 1 failed (Input/output error): ..."). A failed communicator looks for no
- * notices. Sent once per communicator; a no-op (0) with one rank, on "single", once sent, and
+ * are refused. The notice says up to which collective this rank completed (every one before
+ * the first it lost or still has in flight). Every other rank sees it while it waits on a
+ * collective (within about 10 ms: waits look for notices at most every millisecond) or when it
+ * starts one: a collective the failed rank completed runs on (it completes here too), the
+ * first one after fails with -ECONNABORTED and fails that communicator, with a message naming
+ * the rank and its reason ("rank 1 failed (Input/output error): ..."); so every rank fails at
+ * the same collective. A failed communicator looks for no notices. Sent once per communicator; a no-op (0) with one rank, on "single", once sent, and
  * on a communicator failed by another rank's notice (every rank heard that one). Not for
  * failures every rank learns from a collective anyway (nothing breaks, it is only redundant).
  * The collectives the failed rank never joins stay posted on the others, as after a timeout.
