@@ -100,7 +100,7 @@ ZINF_API const struct zinf_comm_opts *zinf_comm_get_opts(const struct zinf_comm 
 ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
 /**
  * Tell every other rank at once that this rank failed (err, a negative errno, and why, a text
- * of up to 503 bytes), for a failure outside a collective that the other ranks would otherwise
+ * of up to 495 bytes), for a failure outside a collective that the other ranks would otherwise
  * wait out until timeout_s in their next collective (an I/O error on one rank). The notice is
  * posted without waiting (mpi and nccl: a message to every rank on a duplicate of
  * MPI_COMM_WORLD of its own) and c is failed here (err, unless it failed earlier): later calls
@@ -110,8 +110,9 @@ ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
  * starts one: a collective the failed rank completed runs on (it completes here too), the
  * first one after fails with -ECONNABORTED and fails that communicator, with a message naming
  * the rank and its reason ("rank 1 failed (Input/output error): ..."); so every rank fails at
- * the same collective. A failed communicator looks for no notices. Sent once per communicator; a no-op (0) with one rank, on "single", once sent, and
- * on a communicator failed by another rank's notice (every rank heard that one). Not for
+ * the same collective. A failed communicator looks for no notices. Sent once per
+ * communicator; a no-op (0) with one rank, on "single", once sent, and on a communicator failed
+ * by another rank's notice or by a mismatch of the check (every rank knows those). Not for
  * failures every rank learns from a collective anyway (nothing breaks, it is only redundant).
  * The collectives the failed rank never joins stay posted on the others, as after a timeout.
  * Returns 0; -EINVAL (NULL c); -EIO or -ENOMEM when the notice could not be posted (c is
