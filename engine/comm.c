@@ -2,7 +2,8 @@
 /*
  * engine/comm.c: the generic side of the collectives (zinf/comm.h) and the backend registry.
  * It validates every call, numbers it, compares it across ranks when opts.check is on, puts a
- * deadline on it and fails the communicator past it; the backends only post and poll. The
+ * deadline on it and fails the communicator past it, and heeds other ranks' failure notices
+ * (zinf_comm_notify_failure) while it waits; the backends only post, poll and carry notices. The
  * registry at the bottom is the only place that knows which backends were built (MPI, NCCL):
  * one that was not answers -ENODEV. No MPI, NCCL or CUDA header is included here.
  */

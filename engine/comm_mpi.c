@@ -21,6 +21,9 @@
  * cancelled: past its deadline the communicator is failed, and destroy leaves the thread (it
  * exits if its call ever returns) instead of joining it.
  *
+ * Failure notices (zinf_comm_notify_failure) travel on a duplicate of their own: one 512-byte
+ * MPI_Isend per other rank, taken with MPI_Iprobe + MPI_Recv by the generic layer's waits; the
+ * nccl backend shares them through zinf_comm_mpi_notify/notice.
  * The communicators are duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so that zinf's
  * calls never match the program's own and an MPI error is a return value, never an abort.
  * 16-bit reductions are widened to fp32 into a scratch buffer (cached per communicator,
