@@ -2,7 +2,8 @@
 /*
  * engine/comm.c: the generic side of the collectives (zinf/comm.h) and the backend registry.
  * It validates every call, numbers it, compares it across ranks when opts.check is on, puts a
- * deadline on it and fails the communicator past it; the backends only post and poll. The
+ * deadline on it and fails the communicator past it, and heeds other ranks' failure notices
+ * (zinf_comm_notify_failure) while it waits; the backends only post, poll and carry notices. The
  * registry at the bottom is the only place that knows which backends were built (MPI, NCCL):
  * one that was not answers -ENODEV. No MPI, NCCL or CUDA header is included here.
  */
@@ -17,6 +18,10 @@
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_comm_opts, reserved);
 _Static_assert(sizeof(struct zinf_comm_desc) == 32, "descriptors are exchanged as 32 bytes");
+_Static_assert(sizeof(struct zinf_comm_notice) == 512, "notices are sent as 512 bytes");
+
+/* A wait looks for another rank's failure notice at most this often (an MPI_Iprobe). */
+#define NOTICE_PERIOD_NS 1000000u
 
 ZINF_API void
 zinf_comm_opts_init(struct zinf_comm_opts *o)
@@ -135,6 +140,7 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 	snprintf(c->backend_name, sizeof(c->backend_name), "%s", ops->name);
 	c->opts.backend = c->backend_name;
 	c->stats.size = sizeof(c->stats);
+	c->lost = UINT64_MAX;
 	rc = ops->open(c);
 	if (rc < 0) {
 		goto err_free;
@@ -155,6 +161,13 @@ err_free:
 	return rc;
 }
 
+/* Collective seq did not complete on this rank (failed, given up, never posted). */
+static void
+lose(struct zinf_comm *c, uint64_t seq)
+{
+	c->lost = ZINF_MIN(c->lost, seq);
+}
+
 static void
 unlink_req(struct zinf_comm *c, struct zinf_comm_req *r)
 {
@@ -172,6 +185,8 @@ unlink_req(struct zinf_comm *c, struct zinf_comm_req *r)
 static void
 drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 {
+	c->abandoned++;
+	lose(c, r->d.seq);
 	c->ops->abandon(c, r);
 	unlink_req(c, r);
 	zinf_free(r);
@@ -189,6 +204,15 @@ zinf_comm_destroy(struct zinf_comm *c)
 	}
 	while (c->inflight) { /* c failed: MPI cannot cancel them; their memory stays theirs */
 		drop_req(c, c->inflight);
+	}
+	/*
+	 * Failed by a notice (sent or taken) or a mismatch, with no call of its left posted: no
+	 * rank waits for this one (every rank was told, or saw the mismatch), and nothing of its is
+	 * in MPI's hands: leave as a healthy communicator does (MPI_Comm_free, MPI_Finalize when it
+	 * initialised MPI), so that a job whose ranks all failed that way exits cleanly.
+	 */
+	if (c->failed && (c->known || c->told) && !c->abandoned && !c->descs_abandoned) {
+		c->failed = 0;
 	}
 	c->ops->close(c);
 	if (!c->descs_abandoned) {
@@ -293,6 +317,85 @@ fail_comm(struct zinf_comm *c, int err, const char *msg)
 	return ZINF_FAIL(err, "comm %s rank %d: %s", c->ops->name, c->rank, msg);
 }
 
+/*
+ * Other ranks' failure notices, looked for at most every NOTICE_PERIOD_NS (always with now),
+ * for collective seq (waited on, or about to be posted). A notice says up to which collective
+ * its sender completed: seq at or below it runs on (the failed rank did its part: it completes
+ * here as it did there), seq after it fails c with -ECONNABORTED naming that rank and its
+ * reason. So every rank completes the same collectives and fails at the same one. 0 when seq
+ * may go on. A failed c looks for none (it said or heard why already).
+ */
+static int
+heed_notice(struct zinf_comm *c, bool now, uint64_t seq)
+{
+	struct zinf_comm_notice n;
+
+	if (!c->ops->notice || c->failed) {
+		return 0;
+	}
+	uint64_t t = zinf_now_ns();
+	if (now || t >= c->notice_next_ns) {
+		c->notice_next_ns = t + NOTICE_PERIOD_NS;
+		int rc;
+		while ((rc = c->ops->notice(c, &n)) == 1) {
+			if (c->heard && n.upto >= c->heard_upto) {
+				continue; /* a later failure than the one heard */
+			}
+			n.why[sizeof(n.why) - 1] = 0;
+			c->heard = true;
+			c->heard_upto = n.upto;
+			snprintf(c->heard_msg, sizeof(c->heard_msg), "rank %d failed (%s): %s",
+				 (int)n.rank, zinf_strerror(n.err), n.why);
+		}
+		if (rc < 0) {
+			lose(c, seq);
+			return fail_comm(c, rc, "looking for failure notices failed");
+		}
+	}
+	if (!c->heard || seq <= c->heard_upto) {
+		return 0;
+	}
+	c->known = true;
+	lose(c, seq);
+	return fail_comm(c, -ECONNABORTED, c->heard_msg);
+}
+
+ZINF_API int
+zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
+{
+	struct zinf_comm_notice n = {0};
+
+	if (!c) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_notify_failure: communicator is NULL");
+	}
+	if (!c->ops->notify || c->world < 2 || c->known || c->told) {
+		return 0; /* no one to tell, or every rank was told already */
+	}
+	c->told = true;
+	n.rank = c->rank;
+	n.err = err < 0 ? err : -ECONNABORTED;
+	/* completed here: every collective before the first lost or still in flight */
+	uint64_t first = ZINF_MIN(c->lost, c->seq + 1);
+	for (struct zinf_comm_req *r = c->inflight; r; r = r->next) {
+		first = ZINF_MIN(first, r->d.seq);
+	}
+	n.upto = first - 1;
+	snprintf(n.why, sizeof(n.why), "%s", why ? why : "(no reason given)");
+	if (!c->failed) {
+		c->failed = n.err;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "this rank failed (%s): %s",
+			 zinf_strerror(n.err), n.why);
+	}
+	int rc = c->ops->notify(c, &n);
+	if (rc < 0) {
+		return ZINF_FAIL(rc, "comm %s rank %d: the failure notice could not be sent",
+				 c->ops->name, c->rank);
+	}
+	ZINF_WARN("comm %s rank %d: told the other %d ranks that this rank failed: %s",
+		  c->ops->name, c->rank, c->world - 1, n.why);
+	return 0;
+}
+
 static int
 refuse_failed(struct zinf_comm *c, const char *what)
 {
@@ -315,8 +418,15 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 	struct zinf_comm_desc *mine = &c->descs[c->world]; /* outlives c if abandoned */
 	*mine = *d;
 	int rc = c->ops->exchange(c, mine, c->descs, deadline_ns);
-	c->stats.check_ns += zinf_now_ns() - t0;
 	desc_text(d, a, sizeof(a));
+	while (rc == -ECONNABORTED) { /* a notice waits: this call may go on, or fail */
+		if ((rc = heed_notice(c, true, d->seq)) < 0) {
+			c->descs_abandoned = true; /* the exchange stays posted */
+			return rc;
+		}
+		rc = c->ops->exchange(c, mine, c->descs, deadline_ns); /* resumed */
+	}
+	c->stats.check_ns += zinf_now_ns() - t0;
 	if (rc == -ETIMEDOUT) {
 		c->descs_abandoned = true; /* the exchange may still use them */
 		c->stats.timeouts++;
@@ -338,6 +448,7 @@ check_call(struct zinf_comm *c, const struct zinf_comm_desc *d, uint64_t deadlin
 				 "ranks called different collectives: rank 0: %s; "
 				 "rank %d: %s",
 				 a, r, b);
+			c->known = true; /* every rank compared the same calls: no notice */
 			return fail_comm(c, -EPROTO, msg);
 		}
 	}
@@ -375,6 +486,10 @@ poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 		return refuse_failed(c, a);
 	}
 	int rc = c->ops->poll(c, r);
+	if (rc == 0 && (rc = heed_notice(c, false, r->d.seq)) < 0) {
+		drop_req(c, r); /* the failed rank will not join it */
+		return rc;
+	}
 	if (rc == 0) {
 		return zinf_now_ns() > r->deadline_ns ? timed_out(c, r) : 0;
 	}
@@ -437,11 +552,16 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 	struct zinf_comm_req *r;
 	int rc;
 
+	rc = heed_notice(c, false, c->seq + 1); /* a failed rank may not join this call */
 	d->seq = ++c->seq;
+	if (rc < 0) {
+		return rc;
+	}
 	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
 	if (c->opts.check) {
 		rc = check_call(c, d, deadline, (double)bytes);
 		if (rc < 0) {
+			lose(c, d->seq);
 			return rc;
 		}
 	}
@@ -449,6 +569,7 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 	if (!r) {
 		desc_text(d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s: out of memory for its request", a);
+		lose(c, d->seq);
 		return fail_comm(c, -ENOMEM, msg); /* the other ranks go on: this one cannot */
 	}
 	r->d = *d;
@@ -462,6 +583,7 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 		desc_text(d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s (%llu bytes) could not be posted: %s", a,
 			 (unsigned long long)bytes, zinf_strerror(rc));
+		lose(c, d->seq);
 		return fail_comm(c, rc, msg);
 	}
 	r->next = c->inflight;
@@ -667,6 +789,18 @@ zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, cons
 			  uint64_t deadline_ns)
 {
 	return -ENODEV;
+}
+
+int
+zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
+{
+	return -ENODEV;
+}
+
+int
+zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
+{
+	return 0;
 }
 #endif
 

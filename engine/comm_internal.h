@@ -31,6 +31,17 @@ struct zinf_comm_desc {
 	int32_t root;	/* broadcast root, or -1 */
 };
 
+/*
+ * A failure notice (zinf_comm_notify_failure): the failing rank, its error and why, sent as
+ * 512 bytes on a channel of its own (mpi and nccl: a duplicate of MPI_COMM_WORLD).
+ */
+struct zinf_comm_notice {
+	int32_t rank;
+	int32_t err;   /* negative errno */
+	uint64_t upto; /* the sender completed every collective numbered 1..upto, and none after */
+	char why[496];
+};
+
 struct zinf_comm_req {
 	struct zinf_comm_desc d;
 	const void *send;
@@ -48,7 +59,8 @@ struct zinf_comm_ops {
 	size_t req_size; /* bytes of backend state per request */
 	/* Set c->rank, world, local_rank and c->be. -ENODEV when not built. */
 	int (*open)(struct zinf_comm *c);
-	/* Free c->be. c->failed set: call nothing that can wait on another rank. */
+	/* Free c->be. c->failed set: call nothing that can wait on another rank (destroy clears
+	 * it when c failed by a notice or a mismatch with nothing of its left posted). */
 	void (*close)(struct zinf_comm *c);
 	/* Post the collective r->d (buffers r->send, r->recv); 0 or -errno (nothing posted). */
 	int (*start)(struct zinf_comm *c, struct zinf_comm_req *r);
@@ -69,6 +81,13 @@ struct zinf_comm_ops {
 	void *(*native)(struct zinf_comm *c);
 	/* nccl: the cudaStream_t its collectives are ordered on (given or created); NULL: none */
 	void *(*stream)(struct zinf_comm *c);
+	/*
+	 * Optional (NULL: no other rank to tell): post the failure notice n to every other rank
+	 * without waiting for it to be received; 0 or -errno.
+	 */
+	int (*notify)(struct zinf_comm *c, const struct zinf_comm_notice *n);
+	/* Optional: take one notice another rank posted: 1 (*n filled), 0 none, -errno. */
+	int (*notice)(struct zinf_comm *c, struct zinf_comm_notice *n);
 };
 
 struct zinf_comm {
@@ -79,7 +98,16 @@ struct zinf_comm {
 	void *be;     /* backend state */
 	uint64_t seq; /* collectives called so far */
 	int failed;   /* 0, or the error every later call returns */
-	char fail_msg[256];
+	char fail_msg[640];
+	bool known;	    /* every rank knows why c failed: another rank's notice (its sender told
+			       every rank) or a mismatch (every rank compared the same calls) */
+	unsigned abandoned; /* requests given up that the backend may still use */
+	uint64_t lost;	    /* the first collective that did not complete here (UINT64_MAX: none) */
+	bool heard;	    /* a notice came: collectives after heard_upto fail */
+	uint64_t heard_upto;	 /* the lowest upto of the notices that came */
+	char heard_msg[640];	 /* "rank N failed (...): why" of that notice */
+	bool told;		 /* this rank's notice was posted */
+	uint64_t notice_next_ns; /* zinf_now_ns() from which the next look for a notice is due */
 	struct zinf_comm_desc *descs; /* world descriptors, as the check receives them, then
 					 this rank's, as it sends it (descs[world]) */
 	bool descs_abandoned;	      /* a timed-out check may still use descs: leak them */
@@ -122,5 +150,11 @@ int zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all,
 			   const char *what, uint64_t deadline_ns);
 int zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
 			      uint64_t deadline_ns);
+/* The failure notices on m's channel of their own: post n to every rank but `rank` (once per m;
+ * 0 or -errno); take one (1, 0 none, -errno). Waits above (exchange, bcast) return
+ * -ECONNABORTED when a notice is waiting, left for zinf_comm_mpi_notice to take. */
+int zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world,
+			 const struct zinf_comm_notice *n);
+int zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n);
 
 #endif

@@ -21,6 +21,9 @@
  * cancelled: past its deadline the communicator is failed, and destroy leaves the thread (it
  * exits if its call ever returns) instead of joining it.
  *
+ * Failure notices (zinf_comm_notify_failure) travel on a duplicate of their own: one 512-byte
+ * MPI_Isend per other rank, taken with MPI_Iprobe + MPI_Recv by the generic layer's waits; the
+ * nccl backend shares them through zinf_comm_mpi_notify/notice.
  * The communicators are duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so that zinf's
  * calls never match the program's own and an MPI error is a return value, never an abort.
  * 16-bit reductions are widened to fp32 into a scratch buffer (cached per communicator,
@@ -43,8 +46,15 @@
 
 struct zinf_comm_mpi {
 	MPI_Comm comm; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN: the check, non-blocking calls */
-	bool owns;     /* this communicator called MPI_Init_thread: it finalises MPI */
-	int level;     /* the thread level MPI provides */
+	MPI_Comm notice; /* another dup: failure notices only (point to point, tag 0) */
+	bool owns;	 /* this communicator called MPI_Init_thread: it finalises MPI */
+	int level;	 /* the thread level MPI provides */
+	struct zinf_comm_notice *sent; /* this rank's notice, while its sends may use it */
+	MPI_Request *sends;	       /* one per rank (MPI_REQUEST_NULL for this one) */
+	int nsends;
+	uint64_t probe_next_ns; /* poll_until: the next look for a notice */
+	MPI_Request xq;		/* the exchange a notice interrupted, resumed by the next call */
+	bool x_posted;
 };
 
 /* One blocking call for the progress thread; shared by the thread and the request. */
@@ -169,8 +179,12 @@ zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 	}
 	rc = MPI_TRY(MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN));
 	if (!rc) {
-		rc = MPI_TRY(MPI_Comm_rank(m->comm, &c->rank));
+		rc = MPI_TRY(MPI_Comm_dup(m->comm, &m->notice)); /* inherits ERRORS_RETURN */
 	}
+	if (rc < 0) {
+		goto err_dup;
+	}
+	rc = MPI_TRY(MPI_Comm_rank(m->comm, &c->rank));
 	if (!rc) {
 		rc = MPI_TRY(MPI_Comm_size(m->comm, &c->world));
 	}
@@ -183,11 +197,13 @@ zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 		MPI_Comm_free(&node);
 	}
 	if (rc < 0) {
-		goto err_dup;
+		goto err_notice;
 	}
 	*out = m;
 	return 0;
 
+err_notice:
+	MPI_Comm_free(&m->notice);
 err_dup:
 	MPI_Comm_free(&m->comm);
 err_fini:
@@ -197,6 +213,104 @@ err_fini:
 err_free:
 	zinf_free(m);
 	return rc;
+}
+
+/* ---- failure notices ---------------------------------------------------------------------- */
+
+/*
+ * The buffer of this rank's notice. Its own function so that the mpi tests' LeakSanitizer
+ * suppression names it: a send not complete when the communicator goes is left to MPI
+ * (MPI_Request_free), and so is the buffer it reads.
+ */
+static __attribute__((noinline)) struct zinf_comm_notice *
+notice_alloc(void)
+{
+	return zinf_malloc(sizeof(struct zinf_comm_notice));
+}
+
+int
+zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
+{
+	int rc = 0;
+
+	if (m->sent || world < 2) {
+		return 0; /* once: the first failure is the one the others hear of */
+	}
+	m->sent = notice_alloc();
+	m->sends = zinf_calloc((size_t)world, sizeof(MPI_Request));
+	if (!m->sent || !m->sends) {
+		zinf_free(m->sent);
+		zinf_free(m->sends);
+		m->sent = NULL;
+		m->sends = NULL;
+		return ZINF_FAIL(-ENOMEM, "comm rank %d: out of memory for the failure notice",
+				 rank);
+	}
+	*m->sent = *n;
+	m->nsends = world;
+	for (int r = 0; r < world; r++) {
+		m->sends[r] = MPI_REQUEST_NULL;
+		if (r != rank && rc == 0) {
+			rc = MPI_TRY(MPI_Isend(m->sent, (int)sizeof(*n), MPI_BYTE, r, 0, m->notice,
+					       &m->sends[r]));
+		}
+	}
+	return rc;
+}
+
+int
+zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
+{
+	MPI_Status st;
+	int flag = 0;
+	int rc = MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, 0, m->notice, &flag, &st));
+	if (rc < 0 || !flag) {
+		return rc;
+	}
+	rc = MPI_TRY(MPI_Recv(n, (int)sizeof(*n), MPI_BYTE, st.MPI_SOURCE, 0, m->notice,
+			      MPI_STATUS_IGNORE));
+	return rc < 0 ? rc : 1;
+}
+
+/* Whether a notice waits (looked for at most every millisecond); taken by the caller. */
+static bool
+notice_waiting(struct zinf_comm_mpi *m)
+{
+	uint64_t now = zinf_now_ns();
+	int flag = 0;
+	if (now < m->probe_next_ns) {
+		return false;
+	}
+	m->probe_next_ns = now + 1000000u;
+	return MPI_Iprobe(MPI_ANY_SOURCE, 0, m->notice, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+	       flag;
+}
+
+/*
+ * The notice's sends at the end: complete (a 512-byte message is sent eagerly: done once
+ * posted), else left to MPI to finish (MPI_Request_free), with their buffer. Never waits.
+ */
+static void
+notice_sends_end(struct zinf_comm_mpi *m)
+{
+	int done = 1;
+	if (!m->sends) {
+		return;
+	}
+	if (MPI_Testall(m->nsends, m->sends, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+		done = 0;
+	}
+	for (int r = 0; !done && r < m->nsends; r++) {
+		if (m->sends[r] != MPI_REQUEST_NULL) {
+			MPI_Request_free(&m->sends[r]);
+		}
+	}
+	if (done) {
+		zinf_free(m->sent);
+	}
+	zinf_free(m->sends);
+	m->sent = NULL;
+	m->sends = NULL;
 }
 
 void
@@ -210,7 +324,9 @@ zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 	 * collective of ours is still posted: freeing or finalising could wait forever. Leave
 	 * MPI as it is; the process is told to exit.
 	 */
+	notice_sends_end(m);
 	if (!failed) {
+		MPI_Comm_free(&m->notice);
 		MPI_Comm_free(&m->comm);
 		if (m->owns) {
 			MPI_Finalize();
@@ -219,9 +335,12 @@ zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 	zinf_free(m);
 }
 
-/* Poll q until it completes or deadline_ns passes (-ETIMEDOUT, q left posted). */
+/*
+ * Poll q until it completes or deadline_ns passes (-ETIMEDOUT, q left posted), or another rank's
+ * failure notice waits (-ECONNABORTED, q left posted, the notice left for the caller to take).
+ */
 static int
-poll_until(MPI_Request *q, const char *what, uint64_t deadline_ns)
+poll_until(struct zinf_comm_mpi *m, MPI_Request *q, uint64_t deadline_ns)
 {
 	unsigned spins = 0;
 	int flag = 0;
@@ -234,18 +353,30 @@ poll_until(MPI_Request *q, const char *what, uint64_t deadline_ns)
 		if (zinf_now_ns() > deadline_ns) {
 			return -ETIMEDOUT; /* the caller names the call */
 		}
+		if (notice_waiting(m)) {
+			return -ECONNABORTED;
+		}
 		zinf_comm_backoff(&spins);
 	}
 }
 
+/* A call that returned -ECONNABORTED (a notice waits) is resumed by the next call, which must
+ * pass the same buffers; any other result ends it (-ETIMEDOUT: left posted). */
 int
 zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
 		       const char *what, uint64_t deadline_ns)
 {
-	MPI_Request q;
-	int rc = MPI_TRY(
-		MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, m->comm, &q));
-	return rc < 0 ? rc : poll_until(&q, what, deadline_ns);
+	if (!m->x_posted) {
+		int rc = MPI_TRY(MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes,
+						MPI_BYTE, m->comm, &m->xq));
+		if (rc < 0) {
+			return rc;
+		}
+		m->x_posted = true;
+	}
+	int rc = poll_until(m, &m->xq, deadline_ns);
+	m->x_posted = rc == -ECONNABORTED;
+	return rc;
 }
 
 int
@@ -254,7 +385,7 @@ zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, cons
 {
 	MPI_Request q;
 	int rc = MPI_TRY(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, m->comm, &q));
-	return rc < 0 ? rc : poll_until(&q, what, deadline_ns);
+	return rc < 0 ? rc : poll_until(m, &q, deadline_ns);
 }
 
 /* ---- the progress thread ---------------------------------------------------------------- */
@@ -770,10 +901,12 @@ mpi_block(struct zinf_comm *c, struct zinf_comm_req *r, uint64_t deadline_ns, un
 		zinf_comm_backoff(spins);
 		return;
 	}
-	struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
-			      .tv_nsec = (long)(deadline_ns % 1000000000u)};
+	/* in slices of 10 ms, so that the caller looks for another rank's failure notice */
+	uint64_t until = ZINF_MIN(deadline_ns, zinf_now_ns() + 10000000u);
+	struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
+			      .tv_nsec = (long)(until % 1000000000u)};
 	pthread_mutex_lock(&b->pt->mu);
-	while (!q->job->done && zinf_now_ns() < deadline_ns) {
+	while (!q->job->done && zinf_now_ns() < until) {
 		pthread_cond_timedwait(&b->pt->done, &b->pt->mu, &ts);
 	}
 	pthread_mutex_unlock(&b->pt->mu);
@@ -802,6 +935,18 @@ mpi_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zinf
 	return zinf_comm_mpi_exchange(b->m, mine, all, sizeof(*mine), "call check", deadline_ns);
 }
 
+static int
+mpi_notify(struct zinf_comm *c, const struct zinf_comm_notice *n)
+{
+	return zinf_comm_mpi_notify(((struct mpi_be *)c->be)->m, c->rank, c->world, n);
+}
+
+static int
+mpi_notice(struct zinf_comm *c, struct zinf_comm_notice *n)
+{
+	return zinf_comm_mpi_notice(((struct mpi_be *)c->be)->m, n);
+}
+
 static void *
 mpi_native(struct zinf_comm *c)
 {
@@ -819,4 +964,6 @@ const struct zinf_comm_ops zinf_comm_mpi_ops = {
 	.abandon = mpi_abandon,
 	.exchange = mpi_exchange,
 	.native = mpi_native,
+	.notify = mpi_notify,
+	.notice = mpi_notice,
 };

@@ -26,7 +26,8 @@ struct nccl_be {
 	bool own_stream;
 	float *dev_one; /* one float on the device: the barrier's all-reduce */
 	int device;
-	bool aborted; /* ncclCommAbort called: a request passed its deadline */
+	bool aborted; /* ncclCommAbort called: a request passed its deadline, or a failure
+			 notice was sent or taken */
 };
 
 struct nccl_req {
@@ -218,7 +219,7 @@ static void
 nccl_close(struct zinf_comm *c)
 {
 	struct nccl_be *b = c->be;
-	bool clean = !c->failed;
+	bool clean = !c->failed && !b->aborted; /* a notice aborts without failing a request */
 
 	if (clean) {
 		uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
@@ -340,6 +341,41 @@ nccl_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zin
 	return zinf_comm_mpi_exchange(b->mpi, mine, all, sizeof(*mine), "call check", deadline_ns);
 }
 
+/*
+ * Failure notices travel on MPI (NCCL has no message that nobody waits for). Sending one or
+ * taking one fails c (the generic layer), so NCCL's communicator is aborted at once, as
+ * nccl_abandon does after a timeout: the kernels of collectives the failed rank never joins
+ * end, so that a stream synchronise (the engine's, before it destroys c) returns.
+ */
+static void
+abort_once(struct nccl_be *b)
+{
+	if (!b->aborted) {
+		ncclCommAbort(b->comm);
+		b->aborted = true;
+	}
+}
+
+static int
+nccl_notify(struct zinf_comm *c, const struct zinf_comm_notice *n)
+{
+	struct nccl_be *b = c->be;
+	int rc = zinf_comm_mpi_notify(b->mpi, c->rank, c->world, n);
+	abort_once(b);
+	return rc;
+}
+
+static int
+nccl_notice(struct zinf_comm *c, struct zinf_comm_notice *n)
+{
+	struct nccl_be *b = c->be;
+	int rc = zinf_comm_mpi_notice(b->mpi, n);
+	if (rc == 1) {
+		abort_once(b);
+	}
+	return rc;
+}
+
 static void *
 nccl_native(struct zinf_comm *c)
 {
@@ -363,4 +399,6 @@ const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.exchange = nccl_exchange,
 	.native = nccl_native,
 	.stream = nccl_stream,
+	.notify = nccl_notify,
+	.notice = nccl_notice,
 };

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -347,7 +348,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if ((ret = open_comm(e))) {
 		goto fail;
 	}
-	if ((ret = zinf_device_alloc(e->dev, sizeof(float) * ENG_SCRATCH, &e->scratch))) {
+	if ((ret = eng_comm_buf_alloc(e, sizeof(float) * ENG_SCRATCH, &e->scratch))) {
 		ret = ENG_FAIL(e, ret, "create: device memory for the small all-reduces");
 		goto fail;
 	}
@@ -394,7 +395,7 @@ zinf_engine_destroy(struct zinf_engine *e)
 	eng_param_free(e);
 	zinf_optimizer_destroy(e->opt);
 	if (e->scratch) {
-		zinf_device_free(e->dev, e->scratch);
+		eng_comm_buf_free(e, e->scratch);
 	}
 	zinf_event_destroy(e->ev_compute);
 	zinf_event_destroy(e->ev_cs);
@@ -435,12 +436,65 @@ zinf_engine_destroy(struct zinf_engine *e)
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
 
+/*
+ * e just failed with err: unless every rank knows it already (eng_agree exchanged it), tell the
+ * others, who may be waiting for this rank in a collective (a fetch's all-gather, a gradient
+ * reduce-scatter), with the message just logged (the failing call's). An error that came from
+ * another rank's notice tells no one (the comm layer knows). Called on the caller's thread
+ * only (the step worker fails nothing itself: its errors come back through the step, whose
+ * outcome is agreed).
+ */
+static void
+fail_tell(struct zinf_engine *e, int err)
+{
+	bool known = e->agreed != 0 && e->agreed == err;
+	e->agreed = 0;
+	if (known || e->world < 2 || !e->comm) {
+		return;
+	}
+	char why[512];
+	snprintf(why, sizeof(why), "%s", zinf_last_error());
+	(void)zinf_comm_notify_failure(e->comm, err, why);
+}
+
+const char *
+eng_cause(const struct zinf_engine *e)
+{
+	char prefix[32];
+	const char *s = zinf_last_error();
+	int n = snprintf(prefix, sizeof(prefix), "engine rank %d: ", e->rank);
+	return n > 0 && strncmp(s, prefix, (size_t)n) == 0 ? s + n : s;
+}
+
+__attribute__((noinline)) int
+eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out)
+{
+	return zinf_device_alloc(e->dev, bytes, out);
+}
+
+void
+eng_comm_buf_free(struct zinf_engine *e, void *p)
+{
+	if (p && !(e->comm && zinf_comm_failed(e->comm))) {
+		zinf_device_free(e->dev, p);
+	}
+}
+
+int
+eng_agreed(struct zinf_engine *e, int err)
+{
+	e->agreed = err;
+	return err;
+}
+
 int
 eng_fail(struct zinf_engine *e, int err)
 {
 	if (err < 0 && err != -EINVAL && !e->failed) {
 		e->failed = err;
+		fail_tell(e, err);
 	}
+	e->agreed = 0;
 	return err;
 }
 
@@ -452,16 +506,19 @@ eng_fail_hard(struct zinf_engine *e, int err)
 {
 	if (err < 0 && !e->failed) {
 		e->failed = err;
+		fail_tell(e, err);
 	}
+	e->agreed = 0;
 	return err;
 }
 
 int
-eng_ready(const struct zinf_engine *e, const char *what)
+eng_ready(struct zinf_engine *e, const char *what)
 {
 	if (!e) {
 		return ZINF_FAIL(-EINVAL, "engine: %s with a NULL engine", what);
 	}
+	e->agreed = 0;
 	if (e->failed) {
 		return e->failed;
 	}
@@ -537,6 +594,7 @@ eng_all_max(struct zinf_engine *e, float *v, uint32_t n)
 int
 eng_agree(struct zinf_engine *e, int err, const char *what)
 {
+	e->agreed = 0;
 	if (e->world == 1) {
 		return err;
 	}
@@ -547,6 +605,7 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	float v[2] = {err ? (float)(e->rank + 1) : 0.0f, err ? (float)-err : 0.0f};
 	int ret = eng_all_max(e, v, 2);
 	if (err) {
+		e->agreed = ret ? 0 : err; /* exchanged: the others return an error too */
 		return err;
 	}
 	if (ret) {
@@ -554,6 +613,7 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	}
 	if (v[0] > 0) {
 		int other = (int)v[0] - 1, code = -(int)v[1];
+		e->agreed = code;
 		return ENG_FAIL(e, code, "%s failed on rank %d (%s): this rank stops too", what,
 				other, zinf_strerror(code));
 	}

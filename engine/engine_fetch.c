@@ -12,6 +12,7 @@
  * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -35,8 +36,8 @@ put_partition(struct zinf_engine *e, struct eparam *p)
 		ret = zinf_store_wait(e->store, p->store_id, &buf);
 		if (ret) {
 			return ENG_FAIL(e, ret,
-					"fetch: parameter \"%s\": reading its NVMe partition",
-					p->name);
+					"fetch: parameter \"%s\": reading its NVMe partition: %s",
+					p->name, zinf_last_error());
 		}
 		/* NVMe bytes are the store's own count (eng_param_io_stats): a partition served
 		   from its cache is read from no file */
@@ -149,7 +150,7 @@ gbuf_free(struct zinf_engine *e, struct gbuf *g)
 {
 	zinf_event_sync(g->released);
 	zinf_event_destroy(g->released);
-	zinf_device_free(e->dev, g->dev);
+	eng_comm_buf_free(e, g->dev);
 	e->gbuf_bytes -= g->bytes;
 	zinf_free(g);
 }
@@ -203,7 +204,7 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 	if (!g) {
 		return -ENOMEM;
 	}
-	int ret = zinf_device_alloc(e->dev, bytes, &g->dev);
+	int ret = eng_comm_buf_alloc(e, bytes, &g->dev);
 	if (!ret && (ret = zinf_event_create(e->dev, &g->released))) {
 		zinf_device_free(e->dev, g->dev);
 	}
@@ -283,11 +284,15 @@ check_layer(struct zinf_engine *e, int32_t layer)
 	if (v[0] != (float)hi || -v[1] != (float)hi || v[2] != (float)lo || -v[3] != (float)lo) {
 		int64_t top = (int64_t)v[0] * 65536 + (int64_t)v[2];
 		int64_t bot = (int64_t)-v[1] * 65536 + (int64_t)-v[3];
-		return eng_fail(e, ENG_FAIL(e, -EPROTO,
+		/* every rank compared the same MAX: every rank fails here, no notice */
+		return eng_fail(
+			e,
+			eng_agreed(e,
+				   ENG_FAIL(e, -EPROTO,
 					    "fetch: ranks fetched different layers at step %" PRId64
 					    ": this rank layer %d, others' halves up to %" PRId64
 					    " and down to %" PRId64,
-					    e->steps + 1, layer, top, bot));
+					    e->steps + 1, layer, top, bot)));
 	}
 	return 0;
 }
@@ -463,7 +468,8 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 			}
 		}
 		if (ret) {
-			return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+			return eng_fail(
+				e, ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, eng_cause(e)));
 		}
 		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
 		    !e->warned_live) {
@@ -485,14 +491,17 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		l->prefetched = false;
 	}
 	if (ret) {
+		char why[512]; /* the cause, before drop() may log something else */
+		snprintf(why, sizeof(why), "%s", eng_cause(e));
 		drop(e, l);
-		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d", layer));
+		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, why));
 	}
 	l->fetched = true;
 	ret = eng_prefetch(e); /* synchronous parts of the prefetch: the trainer waits too */
 	e->win.exposed_fetch_s += zinf_now_s() - t0;
 	if (ret) {
-		return eng_fail(e, ENG_FAIL(e, ret, "prefetch after layer %d", layer));
+		return eng_fail(
+			e, ENG_FAIL(e, ret, "prefetch after layer %d: %s", layer, eng_cause(e)));
 	}
 	return 0;
 }

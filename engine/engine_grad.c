@@ -27,10 +27,10 @@ eng_grad_setup(struct zinf_engine *e)
 {
 	for (int b = 0; b < 2; b++) {
 		struct bucket *k = &e->bk[b];
-		int ret = zinf_device_alloc(e->dev, e->bucket_cap * 4, (void **)&k->dev);
+		int ret = eng_comm_buf_alloc(e, e->bucket_cap * 4, (void **)&k->dev);
 		if (!ret && e->o.stage >= 2) {
-			ret = zinf_device_alloc(e->dev, e->bucket_cap / e->world * 4,
-						(void **)&k->dev_recv);
+			ret = eng_comm_buf_alloc(e, e->bucket_cap / e->world * 4,
+						 (void **)&k->dev_recv);
 		}
 		if (ret) {
 			return ENG_FAIL(e, ret,
@@ -55,8 +55,8 @@ eng_grad_free(struct zinf_engine *e)
 		if (k->posted && k->req && !zinf_comm_failed(e->comm)) {
 			zinf_comm_wait(e->comm, k->req);
 		}
-		zinf_device_free(e->dev, k->dev);
-		zinf_device_free(e->dev, k->dev_recv);
+		eng_comm_buf_free(e, k->dev);
+		eng_comm_buf_free(e, k->dev_recv);
 		zinf_free(k->params);
 		zinf_free(k->offs);
 		memset(k, 0, sizeof(*k));
@@ -365,8 +365,8 @@ post(struct zinf_engine *e, struct bucket *b)
 	}
 	if (ret) {
 		return ENG_FAIL(e, ret,
-				"gradients: reducing a bucket of %u parameters (first \"%s\")",
-				b->n, e->params[b->params[0]].name);
+				"gradients: reducing a bucket of %u parameters (first \"%s\"): %s",
+				b->n, e->params[b->params[0]].name, eng_cause(e));
 	}
 	b->posted = true;
 	return 0;
@@ -516,8 +516,9 @@ complete(struct zinf_engine *e, struct bucket *b)
 	b->req = NULL;
 	if (ret) {
 		b->posted = false;
-		return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction (first \"%s\")",
-					    e->params[b->params[0]].name));
+		return eng_fail(e,
+				ENG_FAIL(e, ret, "gradients: bucket reduction (first \"%s\"): %s",
+					 e->params[b->params[0]].name, eng_cause(e)));
 	}
 	return eng_fail(e, accumulate(e, b));
 }
@@ -630,7 +631,8 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		if (ret < 0) {
 			o->req = NULL;
 			o->posted = false;
-			return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction"));
+			return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction: %s",
+						    eng_cause(e)));
 		}
 		if (ret == 1) {
 			o->req = NULL;

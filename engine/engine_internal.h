@@ -207,6 +207,9 @@ struct zinf_engine {
 	uint32_t *order;       /* parameter ids in flat (backward) order */
 	bool inited;
 	int failed;
+	int agreed; /* the error eng_agree just returned after exchanging it, or eng_agreed's (every
+		       rank knows it): failing with it tells no one; cleared by the next
+		       eng_fail(_hard) and by eng_ready */
 
 	/* flat partition and sub-groups */
 	uint64_t flat_n;
@@ -287,9 +290,29 @@ struct zinf_engine {
 #define ENG_SCRATCH 8
 int eng_all_max(struct zinf_engine *e, float *v, uint32_t n);	 /* MAX over ranks, in place */
 int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c */
-int eng_fail(struct zinf_engine *e, int err);	   /* keep the first fatal error; returns err */
+/* Keep the first fatal error; returns err. The first one that was not agreed (eng_agree) is
+ * sent to the other ranks at once (zinf_comm_notify_failure), so that none waits for this one
+ * in a collective until comm_timeout_s. */
+int eng_fail(struct zinf_engine *e, int err);
 int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
-int eng_ready(const struct zinf_engine *e, const char *what); /* 0 or -EINVAL / failed */
+/*
+ * Device memory that collectives use (gathered parameters, gradient buckets, the small
+ * all-reduces' scratch). Once the communicator failed a collective given up on it may still
+ * be written by MPI (another rank failed in the middle of it): eng_comm_buf_free then leaves
+ * the buffer to it instead of freeing it (the process is told to exit). The allocation is its
+ * own function so that the mpi tests' LeakSanitizer suppression names it.
+ */
+int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);
+void eng_comm_buf_free(struct zinf_engine *e, void *p);
+/* err is known to every rank (each computed it from what one collective returned to all):
+ * failing with it next tells no one. Returns err. */
+int eng_agreed(struct zinf_engine *e, int err);
+/* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ", as the
+ * cause in an outer message. */
+const char *eng_cause(const struct zinf_engine *e);
+/* 0 or -EINVAL / failed; a public call's first: clears e->agreed (an agreement of an earlier
+ * call that did not fail the engine says nothing about this one) */
+int eng_ready(struct zinf_engine *e, const char *what);
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */

@@ -17,7 +17,9 @@
  * and its bytes. With opts.check, ranks first compare each call (sequence number, operation,
  * element count, dtype, reduction, root): a rank that called something else makes the call
  * fail with -EPROTO on every rank, naming both calls. After a timeout or a mismatch the
- * communicator is failed: every later call returns the same error. A collective cannot be
+ * communicator is failed: every later call returns the same error. A rank that fails outside
+ * a collective tells the others at once (zinf_comm_notify_failure): their collectives return
+ * -ECONNABORTED naming it instead of waiting out timeout_s. A collective cannot be
  * cancelled (MPI has no way to), so the buffers of the failed call must stay valid; the
  * process should report the error and exit with a non-zero status (zinf never aborts it).
  *
@@ -94,8 +96,29 @@ ZINF_API int zinf_comm_local_rank(const struct zinf_comm *c); /* rank among this
 ZINF_API const char *zinf_comm_backend(const struct zinf_comm *c);
 /** The options in effect (defaults filled in); NULL for NULL. */
 ZINF_API const struct zinf_comm_opts *zinf_comm_get_opts(const struct zinf_comm *c);
-/** 0, or the error that failed the communicator (-ETIMEDOUT, -EPROTO, -EIO). */
+/** 0, or the error that failed the communicator (-ETIMEDOUT, -EPROTO, -EIO, -ECONNABORTED). */
 ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
+/**
+ * Tell every other rank at once that this rank failed (err, a negative errno, and why, a text
+ * of up to 495 bytes), for a failure outside a collective that the other ranks would otherwise
+ * wait out until timeout_s in their next collective (an I/O error on one rank). The notice is
+ * posted without waiting (mpi and nccl: a message to every rank on a duplicate of
+ * MPI_COMM_WORLD of its own) and c is failed here (err, unless it failed earlier): later calls
+ * are refused. The notice says up to which collective this rank completed (every one before
+ * the first it lost or still has in flight). Every other rank sees it while it waits on a
+ * collective (within about 10 ms: waits look for notices at most every millisecond) or when it
+ * starts one: a collective the failed rank completed runs on (it completes here too), the
+ * first one after fails with -ECONNABORTED and fails that communicator, with a message naming
+ * the rank and its reason ("rank 1 failed (Input/output error): ..."); so every rank fails at
+ * the same collective. A failed communicator looks for no notices. Sent once per
+ * communicator; a no-op (0) with one rank, on "single", once sent, and on a communicator failed
+ * by another rank's notice or by a mismatch of the check (every rank knows those). Not for
+ * failures every rank learns from a collective anyway (nothing breaks, it is only redundant).
+ * The collectives the failed rank never joins stay posted on the others, as after a timeout.
+ * Returns 0; -EINVAL (NULL c); -EIO or -ENOMEM when the notice could not be posted (c is
+ * failed all the same).
+ */
+ZINF_API int zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why);
 
 /* ---- partitions --------------------------------------------------------------------------- */
 
@@ -131,6 +154,8 @@ ZINF_API int zinf_comm_partition(size_t numel, int world, int rank, struct zinf_
  *               count x world x element size wraps, send and recv overlap where not allowed
  *   -EPROTO     (check on) the ranks called different collectives: the message names both
  *   -ETIMEDOUT  (req NULL or check on) not complete within timeout_s
+ *   -ECONNABORTED (req NULL or check on) another rank failed and said so (the message names
+ *               it and its reason; zinf_comm_notify_failure)
  *   -ENOMEM     -EIO (the backend call named in the message)
  *   the communicator's error when it failed earlier
  * 16-bit reductions accumulate in fp32 where the backend allows it (mpi, single): inputs are
@@ -167,8 +192,9 @@ ZINF_API int zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req);
 /**
  * Wait for req (from a collective on c) until it completes or its deadline passes, and free
  * it. Returns 0; -ETIMEDOUT (the message names the operation, its sequence number and bytes;
- * c is failed, req is freed but its buffers stay in the backend's hands); -EIO; -EINVAL for a
- * NULL argument.
+ * c is failed, req is freed but its buffers stay in the backend's hands); -ECONNABORTED
+ * (another rank's failure notice came: the message names that rank and its reason; c is
+ * failed, req freed as after a timeout); -EIO; -EINVAL for a NULL argument.
  */
 ZINF_API int zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *req);
 /**

@@ -45,8 +45,12 @@
  * error (-ETIMEDOUT, -EPROTO: see zinf/comm.h) fails the engine: every later call returns that
  * error; the process should report it and exit. A failure during the optimizer step on one rank
  * reaches every rank at once: the others' zinf_engine_step() returns the same errno, with a
- * message naming the failing rank, rather than waiting for it until comm_timeout_s. A failed
- * zinf_engine_init() fails the engine too (see there).
+ * message naming the failing rank, rather than waiting for it until comm_timeout_s. A failure
+ * on one rank outside the step (an NVMe read in a fetch, a gradient written out in
+ * zinf_engine_grad) is sent to the others at once (zinf_comm_notify_failure): the call of
+ * theirs that waits on a collective returns -ECONNABORTED, with a message naming the failing
+ * rank and its reason, and fails their engine. A failed zinf_engine_init() fails the engine
+ * too (see there).
  *
  * An engine is used by one thread at a time (it runs its own worker threads inside).
  */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/dtype.h"
 #include "common/test_util.h"
@@ -545,6 +546,86 @@ case_skip_checked(void)
 	return world < 2 ? SKIP : skip_one(true);
 }
 
+/*
+ * The last rank fails outside a collective and says so (zinf_comm_notify_failure) while the
+ * others wait in an all-reduce that it never joins, under a 600 s deadline: the others return
+ * -ECONNABORTED (not -ETIMEDOUT: without the notice they would wait past ctest's limit) with a
+ * message naming the rank and its reason, and refuse later calls. With the check on they wait
+ * in the check's exchange instead. The notifier's communicator is failed with its own error; a
+ * second notice is a no-op.
+ */
+static int
+notice_one(bool check)
+{
+	struct zinf_comm *c = open_comm(600, check);
+	float *v = buf_alloc(64 * sizeof(float));
+	int fails = 0, rc;
+	char who[64];
+	if (!c || !v) {
+		return 1;
+	}
+	snprintf(who, sizeof(who), "rank %d failed (Input/output error): ", world - 1);
+	CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first: %s",
+	      zinf_last_error());
+	if (rank == world - 1) {
+		struct timespec ts = {0, 100000000L}; /* most likely, the others wait by now */
+		nanosleep(&ts, NULL);
+		rc = zinf_comm_notify_failure(c, -EIO, "test: reading /dev/fire: on fire");
+		CHECK(rc == 0, "notify: %d %s", rc, zinf_last_error());
+		CHECK(zinf_comm_failed(c) == -EIO, "notifier's failed %d", zinf_comm_failed(c));
+		CHECK(zinf_comm_notify_failure(c, -EIO, "again") == 0, "a second notice");
+		rc = zinf_comm_barrier(c, NULL);
+		CHECK(rc == -EIO, "notifier's later call: %d", rc);
+		CHECK(strstr(zinf_last_error(), "this rank failed") != NULL, "%s",
+		      zinf_last_error());
+	} else {
+		rc = zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL);
+		const char *msg = zinf_last_error();
+		CHECK(rc == -ECONNABORTED, "rc %d (%s)", rc, msg);
+		CHECK(strstr(msg, who) != NULL && strstr(msg, "/dev/fire: on fire") != NULL,
+		      "the message names neither %s nor the reason: %s", who, msg);
+		CHECK(zinf_comm_failed(c) == -ECONNABORTED, "failed %d", zinf_comm_failed(c));
+		CHECK(zinf_comm_barrier(c, NULL) == -ECONNABORTED, "later call");
+		CHECK(strstr(zinf_last_error(), who) != NULL, "later: %s", zinf_last_error());
+		/* a failed communicator sends no notice of its own (every rank heard the first) */
+		CHECK(zinf_comm_notify_failure(c, -ECONNABORTED, "relay") == 0, "relay");
+	}
+	/*
+	 * As in skip_one: on the progress thread the others' thread stays inside MPI_Allreduce;
+	 * once they destroyed theirs, the notifier makes that call (its failure cleared through
+	 * the internal header), so that their threads return before MPI_Finalize.
+	 */
+	bool late = zinf_comm_mpi_progress(c) && !check;
+	if (rank != world - 1) {
+		zinf_comm_destroy(c);
+	}
+	if (late) {
+		MPI_Barrier(MPI_COMM_WORLD);
+	}
+	if (rank == world - 1) {
+		if (late) {
+			c->failed = 0;
+			CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0,
+			      "the late call: %s", zinf_last_error());
+		}
+		zinf_comm_destroy(c);
+	}
+	kept[nkept++ % 4] = v; /* an abandoned MPI request may still write it */
+	return fails;
+}
+
+static int
+case_notice(void)
+{
+	return world < 2 ? SKIP : notice_one(false);
+}
+
+static int
+case_notice_checked(void)
+{
+	return world < 2 ? SKIP : notice_one(true);
+}
+
 /* One rank passes a different count with the check on: -EPROTO on every rank, both named. */
 static int
 case_mismatch(void)
@@ -592,6 +673,8 @@ static const struct {
 	{"skip_unchecked", case_skip_unchecked, false},
 	{"skip_checked", case_skip_checked, false},
 	{"mismatch", case_mismatch, false},
+	{"notice", case_notice, false},
+	{"notice_checked", case_notice_checked, false},
 };
 
 /* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */

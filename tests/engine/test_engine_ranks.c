@@ -20,7 +20,8 @@
  * not speculating (its device had no room for the reserve: spec_mixed);
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
  * once (the step's outcome agreed); the same during a speculative step kept, redone or
- * restored (spec_fault).
+ * restored (spec_fault); an NVMe fault on one rank outside the step, in a fetch or in the
+ * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -809,6 +810,9 @@ fetch_mismatch(bool same_sizes, int32_t base)
 	      "-EPROTO",
 	      same_sizes ? "same sizes" : "test model", base, rc, msg);
 	CHECK(rc != -EPROTO || log_has("layer"), "the message does not name the layer: %s", msg);
+	/* every rank compared the same values: no failure notice, which could overtake a slower
+	   rank's comparison (it would return -ECONNABORTED) */
+	CHECK(!log_has("told the other"), "an agreed failure sent a failure notice");
 	if (rc < 0) {
 		int again = zinf_engine_fetch(e, base + 2);
 		CHECK(again == rc, "the engine is not failed: a later fetch returned %d", again);
@@ -947,11 +951,111 @@ case_step_fault_agreed(void)
 		      "the error does not name the failing rank (%s): %s", who, d.why);
 		int again = zinf_engine_step(e);
 		CHECK(again == rc, "a later step returned %d after %d", again, rc);
+		/* every rank knows: no failure notice (zinf_comm_notify_failure logs one) */
+		CHECK(!log_has("told the other"), "an agreed failure sent a failure notice");
 		printf("  step fault agreed: rank %d: rc %d (%s)\n", rank, rc, d.why);
 	}
 	edrive_fini(&d);
 	zinf_engine_destroy(e);
 	return fails;
+}
+
+/*
+ * Issue 9: a failure on one rank outside the step's agreed outcome reaches every other rank at
+ * once. The last rank's NVMe I/O fails (the "fault" backend) in a public call whose outcome
+ * nobody exchanges: (fetch) stage 3 with the parameters on NVMe, a read of its partition in a
+ * fetch; (grad) stage 2 with the optimizer on NVMe and a gradient window of one sub-group, a
+ * write of a gradient leaving the window in zinf_engine_grad. Without comm_check and with a
+ * 600 s deadline: the other ranks, waiting in their next collective (the fetch's all-gather,
+ * a gradient reduce-scatter or the step's), learn it from the failing rank's notice
+ * (zinf_comm_notify_failure), not from the deadline (ctest's limit would end the test first).
+ * The failing rank's error names the parameter or the sub-group and the file, the others' names
+ * the failing rank and its reason; every later call returns an error.
+ */
+static int
+notice_case(bool grad)
+{
+	struct zinf_engine_opts o;
+	struct edrive d;
+	int fails = 0;
+	if (world < 2) {
+		return SKIP;
+	}
+	if (grad) {
+		edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32,
+			    2);
+		o.offload_optimizer.buffer_count = 1; /* gradients leave the window */
+		o.step_during_backward = false;
+		o.swap_prefix = "ngrad";
+	} else {
+		edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, scratch, ZINF_F32,
+			    1);
+		o.swap_prefix = "nfetch";
+	}
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 600;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 1, grad ? 2 : 1, -1);
+		CHECK(rc == 0, "clean step: %s", d.why);
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	CHECK(io != NULL, "no I/O context with a tier on NVMe");
+	if (rc == 0 && io && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = grad ? ZINF_IO_WRITE : ZINF_IO_READ,
+					  .nth = 1,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	log_clear();
+	if (rc == 0) {
+		rc = edrive_run(&d, 1, 1, grad ? 2 : 1, -1);
+		char who[48], file[32];
+		snprintf(who, sizeof(who), "rank %d failed (Input/output error)", world - 1);
+		snprintf(file, sizeof(file), grad ? "ngrad-optim-r%d-grad" : "nfetch-param-r%d-",
+			 world - 1);
+		if (rank == world - 1) {
+			CHECK(rc == -EIO, "the failing rank returned %d (%s)", rc, d.why);
+			CHECK(grad ? log_has("sub-group") && log_has("ngrad-optim-r")
+				   : log_has("nfetch-param-r") && log_has("parameter \""),
+			      "the failing rank's error names neither the %s nor its file: %s",
+			      grad ? "sub-group" : "parameter", d.why);
+		} else {
+			CHECK(rc == -ECONNABORTED,
+			      "rank %d returned %d (%s), expected -ECONNABORTED", rank, rc, d.why);
+			CHECK(log_has(who) && log_has(file),
+			      "the error names neither %s nor %s: %s", who, file, d.why);
+		}
+		int again = zinf_engine_fetch(e, 0);
+		CHECK(again < 0 && again == rc, "a later fetch returned %d after %d", again, rc);
+		again = zinf_engine_step(e);
+		CHECK(again < 0, "a later step returned %d", again);
+		printf("  notice (%s): rank %d: rc %d (%s)\n", grad ? "grad" : "fetch", rank, rc,
+		       d.why);
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_notice_fetch(void)
+{
+	return notice_case(false);
+}
+
+static int
+case_notice_grad(void)
+{
+	return notice_case(true);
 }
 
 /* ---- runner ------------------------------------------------------------------------------- */
@@ -2074,6 +2178,8 @@ static const struct {
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
+	{"notice_fetch", case_notice_fetch, false},
+	{"notice_grad", case_notice_grad, false},
 	{"ckpt_review_stage0_stage3", case_ckpt_review_stage0_stage3, false},
 	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
