@@ -545,9 +545,71 @@ zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
 	return 0;
 }
 
+/* The next persistent parameter from index i (e->n_params: none). */
+static uint32_t
+next_persistent(const struct zinf_engine *e, uint32_t i)
+{
+	while (i < e->n_params && !e->params[i].persistent) {
+		i++;
+	}
+	return i;
+}
+
+/*
+ * Stage 3, parameters on NVMe: the persistent parameters' new partitions back from the store,
+ * offload_param.buffer_count reads in flight (each read waited for in turn, not one after the
+ * other), then their all-gathers. The store's buffers go back once the copies out of them are
+ * done; on an error every claimed partition is given back.
+ */
+static int
+refresh_nvme(struct zinf_engine *e)
+{
+	uint32_t depth = ZINF_MAX(e->o.offload_param.buffer_count, 1u), n = 0;
+	uint32_t head = next_persistent(e, 0), tail = head;
+	struct eparam *bad = NULL;
+	int ret = 0;
+	pthread_mutex_lock(&e->store_mu);
+	while (!ret && (head < e->n_params || n > 0)) {
+		if (head < e->n_params && n < depth) {
+			struct eparam *p = &e->params[head];
+			if ((ret = zinf_store_swap_in(e->store, p->store_id, 0))) {
+				bad = p;
+				break;
+			}
+			head = next_persistent(e, head + 1);
+			n++;
+			continue;
+		}
+		struct eparam *p = &e->params[tail];
+		ret = put_partition(e, p);
+		int r2 = zinf_stream_sync(e->cs); /* the copy out of the buffer is done */
+		ret = ret ? ret : r2;
+		r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+		bad = ret ? p : NULL;
+		tail = next_persistent(e, tail + 1);
+		n--;
+	}
+	if (ret) {
+		(void)zinf_stream_sync(e->cs); /* a copy may be queued */
+		for (; n > 0; n--, tail = next_persistent(e, tail + 1)) {
+			(void)zinf_store_release(e->store, e->params[tail].store_id);
+		}
+	}
+	pthread_mutex_unlock(&e->store_mu);
+	for (uint32_t i = next_persistent(e, 0); !ret && e->W > 1 && i < e->n_params;
+	     i = next_persistent(e, i + 1)) {
+		ret = gather(e, bad = &e->params[i], NULL);
+	}
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", bad->name)) : 0;
+}
+
 int
 eng_refresh_persistent(struct zinf_engine *e)
 {
+	if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME) {
+		return refresh_nvme(e);
+	}
 	int ret = 0;
 	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
 		if (e->params[i].persistent) {
