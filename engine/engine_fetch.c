@@ -6,7 +6,8 @@
  * CPU partition, or NVMe through the store) at its place in a gathered device buffer (from a
  * size-keyed free list: no device free on the hot path) and all-gathers in place; release
  * gives the buffers back after an event on the compute stream, which the next user waits for.
- * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
+ * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full; on
+ * NVMe with the store's buffers' worth of reads in flight).
  * Along a valid trace (engine_trace.c), a fetch then gathers the following layers ahead and a
  * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
  * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).

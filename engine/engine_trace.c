@@ -4,10 +4,12 @@
  * order of fetches; later ones follow it (hits); a difference invalidates it (counted, warned
  * once per engine, recorded again from the next micro-batch). Along a valid trace, after each
  * fetch the following layers are gathered ahead (all-gathers left in flight) within
- * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live, and with
- * the parameters on NVMe the partitions of the layers after those are queued as store
- * prefetches. Every rank makes the same decisions: they depend only on the trainer's calls.
- * The gathers themselves are engine_fetch.c's.
+ * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live (one rank
+ * with the parameters on NVMe: only layers whose partitions are read, so that the trainer
+ * never waits for a prefetch's reads), and with the parameters on NVMe the partitions of the
+ * layers after those are queued as store prefetches. With several ranks every rank makes the
+ * same decisions: they depend only on the trainer's calls. The gathers themselves are
+ * engine_fetch.c's.
  */
 #include <errno.h>
 #include <string.h>
