@@ -6,7 +6,8 @@
  * CPU partition, or NVMe through the store) at its place in a gathered device buffer (from a
  * size-keyed free list: no device free on the hot path) and all-gathers in place; release
  * gives the buffers back after an event on the compute stream, which the next user waits for.
- * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full).
+ * Persistent parameters stay gathered and are refreshed after each step (eng_gather_full; on
+ * NVMe with the store's buffers' worth of reads in flight).
  * Along a valid trace (engine_trace.c), a fetch then gathers the following layers ahead and a
  * release keeps a layer that is fetched again within stage3_max_reuse_distance elements.
  * Gathered copies not fetched are dropped after each optimizer step (eng_fetch_drop_all).
@@ -554,9 +555,71 @@ zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
 	return 0;
 }
 
+/* The next persistent parameter from index i (e->n_params: none). */
+static uint32_t
+next_persistent(const struct zinf_engine *e, uint32_t i)
+{
+	while (i < e->n_params && !e->params[i].persistent) {
+		i++;
+	}
+	return i;
+}
+
+/*
+ * Stage 3, parameters on NVMe: the persistent parameters' new partitions back from the store,
+ * offload_param.buffer_count reads in flight (each read waited for in turn, not one after the
+ * other), then their all-gathers. The store's buffers go back once the copies out of them are
+ * done; on an error every claimed partition is given back.
+ */
+static int
+refresh_nvme(struct zinf_engine *e)
+{
+	uint32_t depth = ZINF_MAX(e->o.offload_param.buffer_count, 1u), n = 0;
+	uint32_t head = next_persistent(e, 0), tail = head;
+	struct eparam *bad = NULL;
+	int ret = 0;
+	pthread_mutex_lock(&e->store_mu);
+	while (!ret && (head < e->n_params || n > 0)) {
+		if (head < e->n_params && n < depth) {
+			struct eparam *p = &e->params[head];
+			if ((ret = zinf_store_swap_in(e->store, p->store_id, 0))) {
+				bad = p;
+				break;
+			}
+			head = next_persistent(e, head + 1);
+			n++;
+			continue;
+		}
+		struct eparam *p = &e->params[tail];
+		ret = put_partition(e, p);
+		int r2 = zinf_stream_sync(e->cs); /* the copy out of the buffer is done */
+		ret = ret ? ret : r2;
+		r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+		bad = ret ? p : NULL;
+		tail = next_persistent(e, tail + 1);
+		n--;
+	}
+	if (ret) {
+		(void)zinf_stream_sync(e->cs); /* a copy may be queued */
+		for (; n > 0; n--, tail = next_persistent(e, tail + 1)) {
+			(void)zinf_store_release(e->store, e->params[tail].store_id);
+		}
+	}
+	pthread_mutex_unlock(&e->store_mu);
+	for (uint32_t i = next_persistent(e, 0); !ret && e->W > 1 && i < e->n_params;
+	     i = next_persistent(e, i + 1)) {
+		ret = gather(e, bad = &e->params[i], NULL);
+	}
+	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", bad->name)) : 0;
+}
+
 int
 eng_refresh_persistent(struct zinf_engine *e)
 {
+	if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME) {
+		return refresh_nvme(e);
+	}
 	int ret = 0;
 	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
 		if (e->params[i].persistent) {

@@ -352,6 +352,7 @@ param_tiers(struct zinf_engine *e)
 	so.swap = e->pswap;
 	so.max_in_cpu = e->o.offload_param.max_in_cpu;
 	so.prefetch_bytes = e->o.stage3_prefetch_bucket_size * ds;
+	so.prefetch_evicts = 1; /* prefetches follow the trace: the cache gives way */
 	if ((ret = zinf_store_create(&so, &e->store))) {
 		return ENG_FAIL(e, ret, "init: parameter store");
 	}

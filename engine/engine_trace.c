@@ -4,10 +4,12 @@
  * order of fetches; later ones follow it (hits); a difference invalidates it (counted, warned
  * once per engine, recorded again from the next micro-batch). Along a valid trace, after each
  * fetch the following layers are gathered ahead (all-gathers left in flight) within
- * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live, and with
- * the parameters on NVMe the partitions of the layers after those are queued as store
- * prefetches. Every rank makes the same decisions: they depend only on the trainer's calls.
- * The gathers themselves are engine_fetch.c's.
+ * stage3_prefetch_bucket_size elements in flight and stage3_max_live_parameters live (one rank
+ * with the parameters on NVMe: only layers whose partitions are read, so that the trainer
+ * never waits for a prefetch's reads), and with the parameters on NVMe the partitions of the
+ * layers after those are queued as store prefetches. With several ranks every rank makes the
+ * same decisions: they depend only on the trainer's calls. The gathers themselves are
+ * engine_fetch.c's.
  */
 #include <errno.h>
 #include <string.h>
@@ -132,7 +134,28 @@ out:
 	return 0;
 }
 
-/* Gather the layers that follow in the trace, within the prefetch and live budgets. */
+/* Whether every NVMe partition of layer l is read (or being written and done): gathering it
+ * then waits for no read. */
+static bool
+layer_read(struct zinf_engine *e, const struct elayer *l)
+{
+	bool ready = true;
+	pthread_mutex_lock(&e->store_mu);
+	for (uint32_t j = 0; j < l->n && ready; j++) {
+		const struct eparam *p = &e->params[l->params[j]];
+		ready = p->persistent || zinf_store_ready(e->store, p->store_id) == 1;
+	}
+	pthread_mutex_unlock(&e->store_mu);
+	return ready;
+}
+
+/*
+ * Gather the layers that follow in the trace, within the prefetch and live budgets. One rank
+ * with the parameters on NVMe: only while the next one's partitions are read (queued by
+ * prefetch_nvme at an earlier fetch), so that the trainer waits for no prefetch's reads; a
+ * layer not gathered ahead is gathered at its fetch. Several ranks gather what the budgets
+ * allow, reads or not: their all-gathers are posted at the same calls on every rank.
+ */
 int
 eng_prefetch(struct zinf_engine *e)
 {
@@ -147,6 +170,9 @@ eng_prefetch(struct zinf_engine *e)
 		}
 		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
 		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
+			break;
+		}
+		if (e->W == 1 && e->ptier == ZINF_OFFLOAD_NVME && !layer_read(e, l)) {
 			break;
 		}
 		ret = eng_gather_start(e, l);

@@ -5,13 +5,16 @@
  *   ABSENT --swap_in--> READING --wait--> RESIDENT --release (dirty)--> WRITING --> ABSENT
  *                                          |  ^--- swap_in during a write: wait, keep buffer
  *                                          +--release (clean)--> cached (still RESIDENT) or ABSENT
+ *   WRITING --done--> cached (still RESIDENT, clean) under max_in_cpu, else ABSENT
  *
  * An NVMe-homed tensor holds a pool buffer while READING, RESIDENT or WRITING; CPU-homed ones
  * live in the pool's CPU region and are always RESIDENT. Every tensor has its own swap op, so
  * waiting for one waits for nothing else. When no buffer is free a request reaps finished
  * writes, evicts the least recently released cached tensor (or an unclaimed prefetch), waits
  * for the oldest write, and only then waits on the pool (timeout_ms) or fails with a message
- * naming the budget. A failed write keeps the data resident and dirty: nothing is dropped.
+ * naming the budget. A prefetch never waits; it evicts a cached tensor only with
+ * prefetch_evicts. zinf_store_ready() says, without waiting, whether a wait would block.
+ * A failed write keeps the data resident and dirty: nothing is dropped.
  * Not thread-safe: one thread drives a store (the I/O runs on the engine's threads).
  */
 #include <inttypes.h>
@@ -21,7 +24,7 @@
 #include "common/opts.h"
 #include "offload/offload_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_opts, reserved);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_opts, prefetch_evicts);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_stats, cached_elems);
 
 struct tensor {
@@ -120,7 +123,29 @@ give_back(struct zinf_store *s, struct tensor *t)
 	t->state = ZINF_TENSOR_ABSENT;
 }
 
-/* A write is complete: free the buffer, or on failure keep the data resident and dirty. */
+/* A clean resident tensor into the cache (most recent), the least recently released ones out
+ * while the cache holds more than max_in_cpu elements. */
+static void
+cache_put(struct zinf_store *s, struct tensor *t)
+{
+	t->cached = true;
+	t->lru = s->clock++;
+	s->cached_elems += t->elems;
+	while (s->cached_elems > s->o.max_in_cpu) {
+		struct tensor *v = NULL;
+		for (int i = 0; i < s->nt; i++) {
+			struct tensor *c = &s->t[i];
+			if (c->cached && (!v || c->lru < v->lru)) {
+				v = c;
+			}
+		}
+		give_back(s, v);
+		s->stats.evictions++;
+	}
+}
+
+/* A write is complete: keep the clean data cached (max_in_cpu) or free the buffer; on failure
+ * keep the data resident and dirty. */
 static int
 write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 {
@@ -138,6 +163,11 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 	s->stats.write_bytes += t->bytes;
 	if (keep) {
 		t->state = ZINF_TENSOR_RESIDENT;
+	} else if (t->elems <= s->o.max_in_cpu) {
+		/* clean now: the data stays cached like a clean release's (the next swap-in
+		   reads nothing) */
+		t->state = ZINF_TENSOR_RESIDENT;
+		cache_put(s, t);
 	} else {
 		give_back(s, t);
 	}
@@ -355,6 +385,24 @@ start_read(struct zinf_store *s, struct tensor *t, bool zero)
 	t->read_start_failed = zinf_swap_read_async(s->o.swap, t->swap_id, t->data, &t->op) < 0;
 }
 
+/* Give the least recently released clean cached tensor's buffer back (none: nothing). */
+static void
+evict_cached(struct zinf_store *s)
+{
+	struct tensor *v = NULL;
+	for (int i = 0; i < s->nt; i++) {
+		struct tensor *t = &s->t[i];
+		if (t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty &&
+		    (!v || t->lru < v->lru)) {
+			v = t;
+		}
+	}
+	if (v) {
+		give_back(s, v);
+		s->stats.evictions++;
+	}
+}
+
 static void
 pump_prefetch(struct zinf_store *s)
 {
@@ -371,9 +419,12 @@ pump_prefetch(struct zinf_store *s)
 			break;
 		}
 		void *b = NULL;
+		if (zinf_pool_free_count(s->o.pool) == 0 && s->o.prefetch_evicts) {
+			evict_cached(s);
+		}
 		if (zinf_pool_free_count(s->o.pool) == 0 ||
 		    zinf_pool_acquire(s->o.pool, 0, &b) < 0) {
-			break; /* never waits, never evicts the cache for a guess */
+			break; /* never waits; evicts the cache only with prefetch_evicts */
 		}
 		t->data = b;
 		t->queued = false;
@@ -466,6 +517,28 @@ zinf_store_wait(struct zinf_store *s, int id, void **data)
 }
 
 int
+zinf_store_ready(struct zinf_store *s, int id)
+{
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
+	struct tensor *t = get(s, id);
+	if (!t) {
+		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
+	}
+	switch (t->state) {
+	case ZINF_TENSOR_RESIDENT:
+		return 1;
+	case ZINF_TENSOR_READING:
+	case ZINF_TENSOR_WRITING:
+		/* complete (a refused start at once): the next wait or swap-in does not block */
+		return zinf_swap_poll(s->o.swap, &t->op) == 1;
+	default:
+		return 0;
+	}
+}
+
+int
 zinf_store_mark_dirty(struct zinf_store *s, int id)
 {
 	if (!s) {
@@ -521,20 +594,7 @@ zinf_store_release(struct zinf_store *s, int id)
 	if (t->dirty) {
 		start_write(s, t);
 	} else if (t->elems <= s->o.max_in_cpu) {
-		t->cached = true;
-		t->lru = s->clock++;
-		s->cached_elems += t->elems;
-		while (s->cached_elems > s->o.max_in_cpu) {
-			struct tensor *v = NULL;
-			for (int i = 0; i < s->nt; i++) {
-				struct tensor *c = &s->t[i];
-				if (c->cached && (!v || c->lru < v->lru)) {
-					v = c;
-				}
-			}
-			give_back(s, v);
-			s->stats.evictions++;
-		}
+		cache_put(s, t);
 	} else {
 		give_back(s, t);
 	}
@@ -551,6 +611,9 @@ zinf_store_prefetch(struct zinf_store *s, int id)
 	struct tensor *t = get(s, id);
 	if (!t) {
 		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
+	}
+	if (t->cached) {
+		t->lru = s->clock++; /* wanted soon: the last a prefetch evicts */
 	}
 	if (t->home == ZINF_TIER_CPU || t->state != ZINF_TENSOR_ABSENT || t->queued) {
 		return 0;

@@ -153,7 +153,9 @@ struct zinf_store_opts {
 				    (offload_param.max_in_cpu); default 0: none */
 	int timeout_ms;		 /* waiting for a free buffer: -1 (default) until one frees, 0 fail
 				    at once, > 0 at most that long */
-	uint32_t reserved;	 /* zero */
+	uint32_t prefetch_evicts; /* nonzero: a prefetch with no free buffer evicts the least
+				     recently released cached tensor (the caller's prefetches
+				     follow a known order); default 0: it waits for a free one */
 };
 
 ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
@@ -197,20 +199,28 @@ ZINF_API int zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags);
  * a failed swap-in leaves the tensor ABSENT and its buffer back in the pool.
  */
 ZINF_API int zinf_store_wait(struct zinf_store *s, int id, void **data);
+/**
+ * Whether tensor `id` is ready without waiting: 1 when resident, or when its swap-in or
+ * swap-out is complete (zinf_store_wait and zinf_store_swap_in then do not block; a failed read
+ * is reported by the wait), 0 when absent or its I/O is in flight, -EINVAL for an unknown id.
+ * Never blocks. CPU-homed tensors: 1.
+ */
+ZINF_API int zinf_store_ready(struct zinf_store *s, int id);
 /** Mark a resident tensor modified: the next release or flush writes it. */
 ZINF_API int zinf_store_mark_dirty(struct zinf_store *s, int id);
 /**
- * The caller is done with tensor `id` for now. Dirty: a swap-out starts (asynchronously; the
- * buffer returns to the pool when it completes). Clean: it stays cached while the cache holds
- * at most max_in_cpu elements (least recently released evicted first), else it becomes ABSENT.
- * CPU-homed tensors stay resident.
+ * The caller is done with tensor `id` for now. Dirty: a swap-out starts (asynchronously; when
+ * it completes the clean data is cached as below, or the buffer returns to the pool). Clean: it
+ * stays cached while the cache holds at most max_in_cpu elements (least recently released evicted
+ * first), else it becomes ABSENT. CPU-homed tensors stay resident.
  */
 ZINF_API int zinf_store_release(struct zinf_store *s, int id);
 /**
  * Queue a prefetch (swap-in) of `id`. It starts at once if the bytes in flight for prefetch
  * stay within prefetch_bytes and a buffer is free (never waits); otherwise it stays queued and
- * starts from later store calls. Returns 0 (queued or started), -ENOSPC when the tensor alone
- * exceeds prefetch_bytes (message names the budget).
+ * starts from later store calls. A cached tensor counts as the most recently released (the
+ * last one a prefetch or swap-in evicts). Returns 0 (queued or started), -ENOSPC when the tensor
+ * alone exceeds prefetch_bytes (message names the budget).
  */
 ZINF_API int zinf_store_prefetch(struct zinf_store *s, int id);
 /** Write every dirty resident tensor and wait for all I/O. Returns 0 or the first error. */

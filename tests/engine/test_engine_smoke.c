@@ -153,6 +153,9 @@ main(int argc, char **argv)
 	o.step_during_backward = !strchr(flags, 'a');
 	if (strchr(flags, 'f')) {
 		o.io_backend = "fault";
+		/* no CPU cache of the parameters: the values written at init are read back (a
+		   cached partition is read from no file) */
+		o.offload_param.max_in_cpu = 0;
 	}
 	/* tests run in parallel over one directory: a swap prefix per configuration */
 	char prefix[128];

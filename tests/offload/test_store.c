@@ -2,8 +2,9 @@
 /*
  * tests/offload/test_store.c: the tensor store. Real bytes through swap files: more tensors than
  * buffers (back-pressure by waiting for writes), a request that cannot be served fails with the
- * budget named instead of hanging, the max_in_cpu cache, the prefetch byte budget, per-tensor
- * waits, and failed reads and writes (fault backend) that drop no data.
+ * budget named instead of hanging, the max_in_cpu cache (written data kept there too), the
+ * prefetch byte budget and its eviction of the cache, zinf_store_ready, per-tensor waits, and
+ * failed reads and writes (fault backend) that drop no data.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -449,6 +450,193 @@ Test(store, failed_oldest_write_does_not_stop_back_pressure)
 }
 
 /* Every public store function given a NULL handle: -EINVAL with a message; getters neutral. */
+/* Poll zinf_store_ready until it answers something else than 0 (the I/O completes). */
+static int
+ready_eventually(struct zinf_store *st, int id)
+{
+	int rc = 0;
+	for (int i = 0; i < 1000000 && (rc = zinf_store_ready(st, id)) == 0; i++) {
+		usleep(100);
+	}
+	return rc;
+}
+
+/*
+ * zinf_store_ready answers without waiting: 0 for a tensor on NVMe only, 1 once its read is
+ * complete (prefetched, not claimed: the state stays READING until a wait or swap-in, which then
+ * do not block and see the data), 1 for a resident or CPU-homed tensor, -EINVAL for an unknown id
+ * or no store. Nothing is read or claimed by asking.
+ */
+Test(store, ready_says_whether_a_wait_would_block)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.prefetch_bytes = 4 * ELEMS * 4;
+	struct srig r;
+	srig_init(&r, 2, &so, false);
+	int cpu = add_n(&r, 3);
+	float *ref = write_all(&r, 3, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(zinf_store_state(r.st, i), ZINF_TENSOR_ABSENT,
+			     "max_in_cpu 0: not kept");
+		cr_assert_eq(zinf_store_ready(r.st, i), 0, "tensor %d is on NVMe only", i);
+	}
+	cr_assert_eq(zinf_store_ready(r.st, cpu), 1);
+	cr_assert_eq(zinf_store_ready(r.st, 99), -EINVAL);
+	cr_assert_eq(zinf_store_ready(NULL, 0), -EINVAL);
+	struct zinf_store_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	cr_assert_eq(zinf_store_get_stats(r.st, &s0), 0);
+	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_ABSENT, "asking started no read");
+	cr_assert_eq(zinf_store_prefetch(r.st, 1), 0);
+	cr_assert_neq(zinf_store_state(r.st, 1), ZINF_TENSOR_ABSENT, "the prefetch started");
+	cr_assert_eq(ready_eventually(r.st, 1), 1);
+	cr_assert_eq(zinf_store_ready(r.st, 1), 1, "still ready when asked again");
+	void *d = NULL;
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 1, &d), 0);
+	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_RESIDENT);
+	cr_assert_eq(memcmp(d, ref + ELEMS, ELEMS * 4), 0);
+	cr_assert_eq(zinf_store_ready(r.st, 1), 1, "resident");
+	cr_assert_eq(zinf_store_release(r.st, 1), 0);
+	cr_assert_eq(zinf_store_get_stats(r.st, &s1), 0);
+	cr_assert_eq(s1.reads, s0.reads + 1, "one read: the prefetch's");
+	free(ref);
+	srig_fini(&r);
+}
+
+/* A read that failed, seen complete by zinf_store_ready: the wait still reports it, naming the
+ * tensor and the swap file, and the buffer goes back. */
+Test(store, ready_then_failed_read_names_the_file)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.prefetch_bytes = ELEMS * 4;
+	struct srig r;
+	srig_init(&r, 2, &so, true);
+	add_n(&r, 1);
+	float *ref = write_all(&r, 1, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	struct zinf_io_fault fr = {
+		.kind = ZINF_IO_FAULT_FAIL, .op = ZINF_IO_READ, .nth = 1, .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &fr), 0);
+	cr_assert_eq(zinf_store_prefetch(r.st, 0), 0);
+	cr_assert_eq(ready_eventually(r.st, 0), 1, "a failed read is complete");
+	void *d = NULL;
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d), -EIO);
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "swap-in of param16[0] failed: ") && strstr(e, r.dir) &&
+			  strstr(e, ".swp"),
+		  "%s", e);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 2);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d), 0, "the fault was one op");
+	cr_assert_eq(memcmp(d, ref, ELEMS * 4), 0);
+	zinf_store_release(r.st, 0);
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * A completed write leaves its clean data cached (max_in_cpu): after the flush the cache holds
+ * the elements it allows, and a swap-in of a written tensor kept there reads nothing and sees
+ * the written bytes.
+ */
+Test(store, written_data_stays_cached)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.max_in_cpu = 2 * ELEMS;
+	struct srig r;
+	srig_init(&r, 4, &so, false);
+	add_n(&r, 3);
+	float *ref = write_all(&r, 3, &seed);
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	struct zinf_store_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	cr_assert_eq(zinf_store_get_stats(r.st, &s0), 0);
+	cr_assert_eq(s0.writes, 3);
+	cr_assert_eq(s0.reads, 0);
+	cr_assert_eq(s0.cached_elems, 2 * ELEMS, "the cache is full: 2 of the 3 written");
+	int resident = 0, id = -1;
+	for (int i = 0; i < 3; i++) {
+		if (zinf_store_state(r.st, i) == ZINF_TENSOR_RESIDENT) {
+			resident++;
+			id = i;
+			cr_assert_eq(zinf_store_ready(r.st, i), 1);
+		}
+	}
+	cr_assert_eq(resident, 2);
+	void *d = NULL;
+	cr_assert_eq(zinf_store_swap_in(r.st, id, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, id, &d), 0);
+	cr_assert_eq(memcmp(d, ref + (size_t)id * ELEMS, ELEMS * 4), 0);
+	cr_assert_eq(zinf_store_release(r.st, id), 0);
+	cr_assert_eq(zinf_store_get_stats(r.st, &s1), 0);
+	cr_assert_eq(s1.reads, 0, "served from the cache");
+	cr_assert_eq(s1.cache_hits, s0.cache_hits + 1);
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * With every buffer held by the cache, a prefetch waits for a free buffer by default and evicts
+ * the least recently released cached tensor with prefetch_evicts; a prefetch of a cached tensor
+ * marks it recent, so the other one is evicted.
+ */
+Test(store, prefetch_evicts_the_cache_only_when_asked)
+{
+	for (uint32_t evicts = 0; evicts < 2; evicts++) {
+		uint64_t seed = zt_seed();
+		struct zinf_store_opts so;
+		zinf_store_opts_init(&so);
+		so.max_in_cpu = 10 * ELEMS;
+		so.prefetch_bytes = 10 * ELEMS * 4;
+		so.prefetch_evicts = evicts;
+		struct srig r;
+		srig_init(&r, 2, &so, false);
+		add_n(&r, 3);
+		float *ref = write_all(&r, 3, &seed);
+		cr_assert_eq(zinf_store_flush(r.st), 0);
+		void *d = NULL;
+		for (int i = 0; i < 2; i++) { /* the cache: 0, then 1 (most recent) */
+			cr_assert_eq(zinf_store_swap_in(r.st, i, 0), 0);
+			cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+			cr_assert_eq(zinf_store_release(r.st, i), 0);
+		}
+		cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT);
+		cr_assert_eq(zinf_pool_free_count(r.pool), 0);
+		struct zinf_store_stats s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+		cr_assert_eq(zinf_store_get_stats(r.st, &s0), 0);
+		cr_assert_eq(zinf_store_prefetch(r.st, 0), 0); /* cached: now the most recent */
+		cr_assert_eq(zinf_store_prefetch(r.st, 2), 0);
+		cr_assert_eq(zinf_store_get_stats(r.st, &s1), 0);
+		cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "evicts %u", evicts);
+		if (evicts) {
+			cr_assert_neq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT, "started");
+			cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_ABSENT,
+				     "1 is the least recent");
+			cr_assert_eq(s1.evictions, s0.evictions + 1);
+			cr_assert_eq(s1.prefetch_started, s0.prefetch_started + 1);
+		} else {
+			cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT, "queued");
+			cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_RESIDENT);
+			cr_assert_eq(s1.evictions, s0.evictions);
+			cr_assert_eq(s1.prefetch_started, s0.prefetch_started);
+		}
+		cr_assert_eq(zinf_store_swap_in(r.st, 2, 0), 0);
+		cr_assert_eq(zinf_store_wait(r.st, 2, &d), 0);
+		cr_assert_eq(memcmp(d, ref + 2 * ELEMS, ELEMS * 4), 0);
+		cr_assert_eq(zinf_store_release(r.st, 2), 0);
+		free(ref);
+		srig_fini(&r);
+	}
+}
+
 Test(store, null_handles_are_einval_not_a_crash)
 {
 	zt_log_to_stderr();
