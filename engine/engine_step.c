@@ -478,7 +478,10 @@ gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, ui
 	if (!ret) {
 		ret = zinf_device_copy(e->cs, dev + (mine - full), mine, part * 4, ZINF_COPY_H2D);
 	}
-	if (!ret) {
+	if (ret) { /* the others wait for this rank in the all-gather: they are told */
+		ret = eng_fail_hard(
+			e, ENG_FAIL(e, ret, "read_master: this rank's part on the device"));
+	} else {
 		ret = eng_fail(e, zinf_comm_all_gather(e->comm, dev + (mine - full), dev, part,
 						       ZINF_F32, NULL));
 	}
@@ -514,12 +517,10 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 	uint64_t sglen = e->sg_end[p->sg] - k0;
 	float *full = zinf_calloc(p->part.padded, sizeof(float));
 	float *sg = e->step ? zinf_calloc(sglen, sizeof(float)) : NULL;
+	float *mine = full ? full + (size_t)(e->W == 1 ? 0 : e->rank) * part : NULL;
 	if (!full || (e->step && !sg)) {
 		ret = ENG_FAIL(e, -ENOMEM, "read_master \"%s\": out of memory", p->name);
-		goto out;
-	}
-	float *mine = full + (size_t)(e->W == 1 ? 0 : e->rank) * part;
-	if (e->otier == ZINF_OFFLOAD_NONE) {
+	} else if (e->otier == ZINF_OFFLOAD_NONE) {
 		ret = zinf_device_copy(e->cs, mine, (float *)e->state[0] + p->flat_off, part * 4,
 				       ZINF_COPY_D2H);
 		if (!ret) {
@@ -534,11 +535,18 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 			memcpy(mine, sg + (p->flat_off - k0), part * 4);
 		}
 	}
+	if (ret && e->W > 1) {
+		/* the others wait for this rank in the all-gather of the parts: they are told (any
+		   errno: this rank leaves a collective out, its communicator is of no more use) */
+		ret = eng_fail_hard(e, ENG_FAIL(e, ret, "read_master: parameter \"%s\": %s",
+						p->name, eng_cause(e)));
+		goto out;
+	}
 	if (!ret && e->W > 1) {
 		ret = gather_master(e, mine, full, part, p->part.padded);
 	}
 	if (ret) {
-		ret = ENG_FAIL(e, ret, "read_master: parameter \"%s\"", p->name);
+		ret = ENG_FAIL(e, ret, "read_master: parameter \"%s\": %s", p->name, eng_cause(e));
 	} else {
 		memcpy(out, full, p->numel * sizeof(float));
 	}
