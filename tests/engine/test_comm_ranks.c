@@ -627,14 +627,14 @@ case_notice_checked(void)
 }
 
 /*
- * A notice nobody took: the last rank notifies after its last collective, before the others
- * destroy their communicator (late false: the notice reaches them, untaken) or after (late
- * true: it reaches a communicator that is gone). Every rank then creates a new communicator:
- * its collectives (three, so that an upto of 1 does not cover them) complete, no rank fails by
- * a notice of the communicator before.
+ * A notice nobody took (all: every rank notifies at once): the last rank notifies after its last
+ * collective, before the others destroy their communicator (late false: the notice reaches them,
+ * untaken) or after (late true: it reaches a communicator that is gone). Every rank then creates a
+ * new communicator: its collectives (three, so that an upto of 1 does not cover them) complete, no
+ * rank fails by a notice of the communicator before.
  */
 static int
-stale_one(bool late)
+stale_one(bool late, bool all)
 {
 	struct zinf_comm *c = open_comm(600, false);
 	float v[16];
@@ -652,9 +652,15 @@ stale_one(bool late)
 		c = NULL;
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
-	if (rank == world - 1) {
+	if (rank == world - 1 || all) {
 		rc = zinf_comm_notify_failure(c, -EIO, "test: a stale notice");
 		CHECK(rc == 0, "notify: %d %s", rc, zinf_last_error());
+	}
+	if (all) { /* each failed with its own error, whatever the others' notices say */
+		MPI_Barrier(MPI_COMM_WORLD);
+		rc = zinf_comm_barrier(c, NULL);
+		CHECK(rc == -EIO && strstr(zinf_last_error(), "this rank failed"),
+		      "a call after every rank notified: %d %s", rc, zinf_last_error());
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
 	zinf_comm_destroy(c);
@@ -689,13 +695,20 @@ stale_one(bool late)
 static int
 case_notice_stale(void)
 {
-	return world < 2 ? SKIP : stale_one(false);
+	return world < 2 ? SKIP : stale_one(false, false);
 }
 
 static int
 case_notice_stale_late(void)
 {
-	return world < 2 ? SKIP : stale_one(true);
+	return world < 2 ? SKIP : stale_one(true, false);
+}
+
+/* Every rank notifies at once: each keeps its own error; the next communicator works. */
+static int
+case_notice_all(void)
+{
+	return world < 2 ? SKIP : stale_one(false, true);
 }
 
 /* One rank passes a different count with the check on: -EPROTO on every rank, both named. */
@@ -749,6 +762,7 @@ static const struct {
 	{"notice_checked", case_notice_checked, false},
 	{"notice_stale", case_notice_stale, false},
 	{"notice_stale_late", case_notice_stale_late, false},
+	{"notice_all", case_notice_all, false},
 };
 
 /* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */
