@@ -21,7 +21,8 @@
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
  * once (the step's outcome agreed); the same during a speculative step kept, redone or
  * restored (spec_fault); an NVMe fault on one rank outside the step, in a fetch or in the
- * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad).
+ * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad), and
+ * in read_master, before the parts' all-gather (notice_read_master).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
