@@ -39,7 +39,9 @@ struct zinf_comm_notice {
 	int32_t rank;
 	int32_t err;   /* negative errno */
 	uint64_t upto; /* the sender completed every collective numbered 1..upto, and none after */
-	char why[496];
+	uint64_t comm_id; /* the backend's: which communicator (a freed one's context id is reused)
+			   */
+	char why[488];
 };
 
 struct zinf_comm_req {

@@ -52,6 +52,9 @@ struct zinf_comm_mpi {
 	struct zinf_comm_notice *sent; /* this rank's notice, while its sends may use it */
 	MPI_Request *sends;	       /* one per rank (MPI_REQUEST_NULL for this one) */
 	int nsends;
+	uint64_t id;		/* this communicator's, in its notices: one of a communicator
+				   before (sent after this rank freed it, so that MPI gave it to a
+				   later one with the same context id) is dropped */
 	uint64_t probe_next_ns; /* poll_until: the next look for a notice */
 	MPI_Request xq;		/* the exchange a notice interrupted, resumed by the next call */
 	bool x_posted;
@@ -196,6 +199,10 @@ zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 		rc = MPI_TRY(MPI_Comm_rank(node, &c->local_rank));
 		MPI_Comm_free(&node);
 	}
+	if (!rc) { /* rank 0's clock: distinct for every communicator of the job, the same on all */
+		m->id = zinf_now_ns();
+		rc = MPI_TRY(MPI_Bcast(&m->id, 1, MPI_UINT64_T, 0, m->comm));
+	}
 	if (rc < 0) {
 		goto err_notice;
 	}
@@ -247,6 +254,7 @@ zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct 
 				 rank);
 	}
 	*m->sent = *n;
+	m->sent->comm_id = m->id;
 	m->nsends = world;
 	for (int r = 0; r < world; r++) {
 		m->sends[r] = MPI_REQUEST_NULL;
@@ -261,15 +269,20 @@ zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct 
 int
 zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
 {
-	MPI_Status st;
-	int flag = 0;
-	int rc = MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, 0, m->notice, &flag, &st));
-	if (rc < 0 || !flag) {
-		return rc;
+	for (;;) {
+		MPI_Status st;
+		int flag = 0;
+		int rc = MPI_TRY(MPI_Iprobe(MPI_ANY_SOURCE, 0, m->notice, &flag, &st));
+		if (rc < 0 || !flag) {
+			return rc;
+		}
+		rc = MPI_TRY(MPI_Recv(n, (int)sizeof(*n), MPI_BYTE, st.MPI_SOURCE, 0, m->notice,
+				      MPI_STATUS_IGNORE));
+		if (rc < 0 || n->comm_id == m->id) {
+			return rc < 0 ? rc : 1;
+		}
+		/* a communicator's before, freed here before its notice came: not this one's */
 	}
-	rc = MPI_TRY(MPI_Recv(n, (int)sizeof(*n), MPI_BYTE, st.MPI_SOURCE, 0, m->notice,
-			      MPI_STATUS_IGNORE));
-	return rc < 0 ? rc : 1;
 }
 
 /* Whether a notice waits (looked for at most every millisecond); taken by the caller. */

@@ -455,7 +455,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		return ret;
 	}
 	if ((ret = eng_trace_fetch(e, layer))) {
-		return ret;
+		return eng_fail(e, ret); /* the others gather this layer: they are told */
 	}
 	if (!l->gathered && l->gather_elems > 0) {
 		/* make room: drop layers kept or prefetched but not fetched */

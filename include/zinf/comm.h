@@ -100,7 +100,7 @@ ZINF_API const struct zinf_comm_opts *zinf_comm_get_opts(const struct zinf_comm 
 ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
 /**
  * Tell every other rank at once that this rank failed (err, a negative errno, and why, a text
- * of up to 495 bytes), for a failure outside a collective that the other ranks would otherwise
+ * of up to 487 bytes), for a failure outside a collective that the other ranks would otherwise
  * wait out until timeout_s in their next collective (an I/O error on one rank). The notice is
  * posted without waiting (mpi and nccl: a message to every rank on a duplicate of
  * MPI_COMM_WORLD of its own) and c is failed here (err, unless it failed earlier): later calls

@@ -384,7 +384,9 @@ ZINF_API int64_t zinf_engine_steps(const struct zinf_engine *e);
 /**
  * Read parameter `id`'s fp32 master weights, all numel elements, into host memory `out`
  * (collective: every rank calls it with the same id and receives the whole tensor). Between
- * steps only. Returns 0; -EINVAL; I/O and collective errors.
+ * steps only. Returns 0; -EINVAL; I/O and collective errors. With several ranks, a failure
+ * reading this rank's part fails the engine and is sent to the others (their call returns
+ * -ECONNABORTED naming this rank), who would otherwise wait for it in the all-gather.
  */
 ZINF_API int zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out);
 

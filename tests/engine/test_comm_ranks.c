@@ -626,6 +626,91 @@ case_notice_checked(void)
 	return world < 2 ? SKIP : notice_one(true);
 }
 
+/*
+ * A notice nobody took (all: every rank notifies at once): the last rank notifies after its last
+ * collective, before the others destroy their communicator (late false: the notice reaches them,
+ * untaken) or after (late true: it reaches a communicator that is gone). Every rank then creates a
+ * new communicator: its collectives (three, so that an upto of 1 does not cover them) complete, no
+ * rank fails by a notice of the communicator before.
+ */
+static int
+stale_one(bool late, bool all)
+{
+	struct zinf_comm *c = open_comm(600, false);
+	float v[16];
+	int fails = 0, rc;
+	if (!c) {
+		return 1;
+	}
+	for (int i = 0; i < 16; i++) {
+		v[i] = 1.0f;
+	}
+	CHECK(zinf_comm_all_reduce(c, v, 16, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first: %s",
+	      zinf_last_error());
+	if (late && rank != world - 1) {
+		zinf_comm_destroy(c);
+		c = NULL;
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == world - 1 || all) {
+		rc = zinf_comm_notify_failure(c, -EIO, "test: a stale notice");
+		CHECK(rc == 0, "notify: %d %s", rc, zinf_last_error());
+	}
+	if (all) { /* each failed with its own error, whatever the others' notices say */
+		MPI_Barrier(MPI_COMM_WORLD);
+		rc = zinf_comm_barrier(c, NULL);
+		CHECK(rc == -EIO && strstr(zinf_last_error(), "this rank failed"),
+		      "a call after every rank notified: %d %s", rc, zinf_last_error());
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	zinf_comm_destroy(c);
+	MPI_Barrier(MPI_COMM_WORLD);
+	c = open_comm(10, true); /* the check's exchange: a rank failed alone waits 10 s */
+	if (!c) {
+		return fails + 1;
+	}
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 16; i++) {
+			v[i] = 1.0f;
+		}
+		rc = zinf_comm_all_reduce(c, v, 16, ZINF_F32, ZINF_COMM_SUM, NULL);
+		CHECK(rc == 0 && v[0] == (float)world,
+		      "new communicator, call %d: rc %d, %g (expected %d): %s", k + 1, rc,
+		      (double)v[0], world, zinf_last_error());
+		if (rc) {
+			break;
+		}
+	}
+	bool ok = zinf_comm_failed(c) == 0;
+	int bad = 0, any = !ok;
+	MPI_Allreduce(&any, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	if (bad) {
+		return fails +
+		       1; /* a failed communicator on some rank: leave it, as after a skip */
+	}
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+static int
+case_notice_stale(void)
+{
+	return world < 2 ? SKIP : stale_one(false, false);
+}
+
+static int
+case_notice_stale_late(void)
+{
+	return world < 2 ? SKIP : stale_one(true, false);
+}
+
+/* Every rank notifies at once: each keeps its own error; the next communicator works. */
+static int
+case_notice_all(void)
+{
+	return world < 2 ? SKIP : stale_one(false, true);
+}
+
 /* One rank passes a different count with the check on: -EPROTO on every rank, both named. */
 static int
 case_mismatch(void)
@@ -675,6 +760,9 @@ static const struct {
 	{"mismatch", case_mismatch, false},
 	{"notice", case_notice, false},
 	{"notice_checked", case_notice_checked, false},
+	{"notice_stale", case_notice_stale, false},
+	{"notice_stale_late", case_notice_stale_late, false},
+	{"notice_all", case_notice_all, false},
 };
 
 /* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */

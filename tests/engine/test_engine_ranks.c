@@ -21,7 +21,8 @@
  * an I/O fault in the optimizer's NVMe tier; the same without comm_check, every rank told at
  * once (the step's outcome agreed); the same during a speculative step kept, redone or
  * restored (spec_fault); an NVMe fault on one rank outside the step, in a fetch or in the
- * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad).
+ * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad), and
+ * in read_master, before the parts' all-gather (notice_read_master).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -1056,6 +1057,72 @@ static int
 case_notice_grad(void)
 {
 	return notice_case(true);
+}
+
+/*
+ * zinf_engine_read_master on every rank, the last rank's read of its part of the optimizer
+ * state on NVMe failing (a read fault): the others, waiting in the all-gather of the parts that
+ * the failing rank never joins, learn it from its notice (-ECONNABORTED naming it), not from
+ * their 30 s deadline (-ETIMEDOUT).
+ */
+static int
+case_notice_read_master(void)
+{
+	struct zinf_engine_opts o;
+	struct edrive d = {0};
+	int fails = 0;
+	if (world < 2) {
+		return SKIP;
+	}
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.io_backend = "fault";
+	o.comm_check = false;
+	o.comm_timeout_s = 30;
+	o.swap_prefix = "nrm";
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	float *out = calloc(eref_numel(0), sizeof(float));
+	int rc = out ? edrive_init(&d, e, ZINF_F32, QUANTUM) : -ENOMEM;
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 1, 1, -1);
+		CHECK(rc == 0, "clean step: %s", d.why);
+		rc = zinf_engine_read_master(e, 0, out);
+		CHECK(rc == 0, "clean read_master: %d %s", rc, zinf_last_error());
+	}
+	struct zinf_io *io = zinf_engine_io(e);
+	if (rc == 0 && io && rank == world - 1) {
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = 1,
+					  .count = 1000,
+					  .err = EIO};
+		rc = zinf_io_fault_add(io, &f);
+		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		log_clear();
+		rc = zinf_engine_read_master(e, 0, out);
+		char who[48];
+		snprintf(who, sizeof(who), "rank %d failed (Input/output error)", world - 1);
+		if (rank == world - 1) {
+			CHECK(rc == -EIO, "the failing rank returned %d (%s)", rc,
+			      zinf_last_error());
+		} else {
+			CHECK(rc == -ECONNABORTED && log_has(who),
+			      "rank %d returned %d (%s), expected -ECONNABORTED naming %s", rank,
+			      rc, zinf_last_error(), who);
+		}
+		int again = zinf_engine_read_master(e, 0, out);
+		CHECK(again < 0, "a later read_master returned %d", again);
+		printf("  notice (read_master): rank %d: rc %d (%s)\n", rank, rc,
+		       zinf_last_error());
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	free(out);
+	return fails;
 }
 
 /* ---- runner ------------------------------------------------------------------------------- */
@@ -2180,6 +2247,7 @@ static const struct {
 	{"step_fault_agreed", case_step_fault_agreed, false},
 	{"notice_fetch", case_notice_fetch, false},
 	{"notice_grad", case_notice_grad, false},
+	{"notice_read_master", case_notice_read_master, false},
 	{"ckpt_review_stage0_stage3", case_ckpt_review_stage0_stage3, false},
 	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
