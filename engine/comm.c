@@ -313,6 +313,9 @@ fail_comm(struct zinf_comm *c, int err, const char *msg)
 	if (!c->failed) {
 		c->failed = err;
 		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s", msg);
+		if (c->ops->failed) {
+			c->ops->failed(c);
+		}
 	}
 	return ZINF_FAIL(err, "comm %s rank %d: %s", c->ops->name, c->rank, msg);
 }
@@ -387,6 +390,9 @@ zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 			 zinf_strerror(n.err), n.why);
 	}
 	int rc = c->ops->notify(c, &n);
+	if (c->ops->failed) {
+		c->ops->failed(c); /* after the notice left: nccl's abort does not touch MPI */
+	}
 	if (rc < 0) {
 		return ZINF_FAIL(rc, "comm %s rank %d: the failure notice could not be sent",
 				 c->ops->name, c->rank);

@@ -90,6 +90,13 @@ struct zinf_comm_ops {
 	int (*notify)(struct zinf_comm *c, const struct zinf_comm_notice *n);
 	/* Optional: take one notice another rank posted: 1 (*n filled), 0 none, -errno. */
 	int (*notice)(struct zinf_comm *c, struct zinf_comm_notice *n);
+	/*
+	 * Optional: c has just failed (any cause: a deadline, an error, a notice sent or heeded,
+	 * a mismatch); no later call of c's will be posted or trusted. nccl aborts here, so that
+	 * the kernels of collectives a failed rank never joins end (a notice taken is not yet a
+	 * failure: collectives up to its `upto` run on).
+	 */
+	void (*failed)(struct zinf_comm *c);
 };
 
 struct zinf_comm {

@@ -26,8 +26,7 @@ struct nccl_be {
 	bool own_stream;
 	float *dev_one; /* one float on the device: the barrier's all-reduce */
 	int device;
-	bool aborted; /* ncclCommAbort called: a request passed its deadline, or a failure
-			 notice was sent or taken */
+	bool aborted; /* ncclCommAbort called: a request passed its deadline, or c failed */
 };
 
 struct nccl_req {
@@ -219,7 +218,9 @@ static void
 nccl_close(struct zinf_comm *c)
 {
 	struct nccl_be *b = c->be;
-	bool clean = !c->failed && !b->aborted; /* a notice aborts without failing a request */
+	/* a communicator failed by a notice or a mismatch leaves with c->failed cleared (comm.c),
+	   but its NCCL communicator was aborted when it failed */
+	bool clean = !c->failed && !b->aborted;
 
 	if (clean) {
 		uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
@@ -342,14 +343,17 @@ nccl_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zin
 }
 
 /*
- * Failure notices travel on MPI (NCCL has no message that nobody waits for). Sending one or
- * taking one fails c (the generic layer), so NCCL's communicator is aborted at once, as
- * nccl_abandon does after a timeout: the kernels of collectives the failed rank never joins
- * end, so that a stream synchronise (the engine's, before it destroys c) returns.
+ * Failure notices travel on MPI (NCCL has no message that nobody waits for). A notice taken
+ * is not yet a failure: the collectives up to its `upto` run on (the failed rank joined them),
+ * so NCCL's communicator stays; once c fails (the generic layer: a notice sent, or heeded at
+ * a collective past `upto`, or any other cause) it is aborted, as nccl_abandon does after a
+ * timeout: the kernels of collectives the failed rank never joins end, so that a stream
+ * synchronise (the engine's, before it destroys c) returns.
  */
 static void
-abort_once(struct nccl_be *b)
+nccl_failed(struct zinf_comm *c)
 {
+	struct nccl_be *b = c->be;
 	if (!b->aborted) {
 		ncclCommAbort(b->comm);
 		b->aborted = true;
@@ -360,20 +364,14 @@ static int
 nccl_notify(struct zinf_comm *c, const struct zinf_comm_notice *n)
 {
 	struct nccl_be *b = c->be;
-	int rc = zinf_comm_mpi_notify(b->mpi, c->rank, c->world, n);
-	abort_once(b);
-	return rc;
+	return zinf_comm_mpi_notify(b->mpi, c->rank, c->world, n);
 }
 
 static int
 nccl_notice(struct zinf_comm *c, struct zinf_comm_notice *n)
 {
 	struct nccl_be *b = c->be;
-	int rc = zinf_comm_mpi_notice(b->mpi, n);
-	if (rc == 1) {
-		abort_once(b);
-	}
-	return rc;
+	return zinf_comm_mpi_notice(b->mpi, n);
 }
 
 static void *
@@ -401,4 +399,5 @@ const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.stream = nccl_stream,
 	.notify = nccl_notify,
 	.notice = nccl_notice,
+	.failed = nccl_failed,
 };
