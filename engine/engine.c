@@ -512,6 +512,20 @@ eng_fail_hard(struct zinf_engine *e, int err)
 	return err;
 }
 
+ZINF_API int
+zinf_engine_abort(struct zinf_engine *e, const char *why)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: abort with a NULL engine");
+	}
+	if (e->failed) {
+		return e->failed;
+	}
+	e->agreed = 0;
+	return eng_fail_hard(e, ENG_FAIL(e, -ECANCELED, "aborted by the trainer: %s",
+					 why ? why : "(no reason given)"));
+}
+
 int
 eng_ready(struct zinf_engine *e, const char *what)
 {

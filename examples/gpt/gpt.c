@@ -865,6 +865,11 @@ main(int argc, char **argv)
 	}
 	rc = R.stop ? 130 : 0;
 out:
+	if (rc && rc != 130 && R.t.e) {
+		/* the other ranks may wait for this one in a collective: tell them (an engine that
+		   failed already told them, or every rank knows) */
+		(void)zinf_engine_abort(R.t.e, "zinf_gpt stopped after an error on this rank");
+	}
 	run_fini(&R);
 	return rc;
 }

@@ -41,7 +41,9 @@
  * Errors: every function returns 0 (or a count, or an id) or a negative errno with a message
  * through the log naming the parameter, layer, sub-group, file or option. A call in the wrong
  * order (a gradient twice in a micro-batch, a step before every gradient arrived, a fetch of an
- * unknown layer) is -EINVAL and leaves the engine as it was. An I/O error or a collective
+ * unknown layer) is -EINVAL and leaves the engine as it was (with several ranks the others may
+ * then wait for this rank in a collective: a trainer that gives up instead of making the call
+ * right calls zinf_engine_abort(), which tells them). An I/O error or a collective
  * error (-ETIMEDOUT, -EPROTO: see zinf/comm.h) fails the engine: every later call returns that
  * error; the process should report it and exit. A failure during the optimizer step on one rank
  * reaches every rank at once: the others' zinf_engine_step() returns the same errno, with a
@@ -389,6 +391,19 @@ ZINF_API int64_t zinf_engine_steps(const struct zinf_engine *e);
  * -ECONNABORTED naming this rank), who would otherwise wait for it in the all-gather.
  */
 ZINF_API int zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out);
+
+/**
+ * Give up on this engine, for a trainer that stops after an error the engine did not count as
+ * a failure (an -EINVAL of a call in the wrong order, which leaves the engine usable so that
+ * the call can be made right) or after an error of its own: the engine fails with -ECANCELED
+ * (every later call returns it) and, with several ranks, every other rank is told at once, as
+ * after an I/O failure: their call that waits on a collective returns -ECONNABORTED with a
+ * message naming this rank and `why` (NULL: none given), instead of waiting until
+ * comm_timeout_s. Not collective; any time after zinf_engine_create(). Returns -ECANCELED, or
+ * the error an engine that had failed already failed with (nobody is told again); -EINVAL
+ * for NULL.
+ */
+ZINF_API int zinf_engine_abort(struct zinf_engine *e, const char *why);
 
 /* ---- statistics ---------------------------------------------------------------------------- */
 

@@ -22,7 +22,8 @@
  * once (the step's outcome agreed); the same during a speculative step kept, redone or
  * restored (spec_fault); an NVMe fault on one rank outside the step, in a fetch or in the
  * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad), and
- * in read_master, before the parts' all-gather (notice_read_master).
+ * in read_master, before the parts' all-gather (notice_read_master); a trainer giving up after
+ * a mistake of its own on one rank (zinf_engine_abort: notice_abort).
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
@@ -1122,6 +1123,66 @@ case_notice_read_master(void)
 	edrive_fini(&d);
 	zinf_engine_destroy(e);
 	free(out);
+	return fails;
+}
+
+/*
+ * A mistake on one rank: the last rank fetches an unknown layer (-EINVAL, its engine still
+ * usable) and gives up with zinf_engine_abort while the others fetch layer 0 (stage 3: its
+ * all-gather, which the last rank never joins; no call check, a 600 s deadline): they learn it
+ * from the notice (-ECONNABORTED naming the rank and the trainer's reason); every later call
+ * fails on every rank; a second abort tells no one again.
+ */
+static int
+case_notice_abort(void)
+{
+	struct zinf_engine_opts o;
+	struct edrive d = {0};
+	int fails = 0;
+	if (world < 2) {
+		return SKIP;
+	}
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, NULL, ZINF_F32, 1);
+	o.comm_check = false;
+	o.comm_timeout_s = 600;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails + 1;
+	}
+	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	if (rc == 0) {
+		rc = edrive_run(&d, 0, 1, 1, -1);
+		CHECK(rc == 0, "clean step: %s", d.why);
+	}
+	if (rc == 0) {
+		log_clear();
+		if (rank == world - 1) {
+			rc = zinf_engine_fetch(e, 9999);
+			CHECK(rc == -EINVAL, "fetch of an unknown layer returned %d", rc);
+			rc = zinf_engine_abort(e, "the trainer's layer table is wrong");
+			CHECK(rc == -ECANCELED, "abort returned %d (%s)", rc, zinf_last_error());
+			CHECK(log_has("told the other"), "the abort told no one");
+			log_clear();
+			int again = zinf_engine_abort(e, "again");
+			CHECK(again == -ECANCELED && !log_has("told the other"),
+			      "a second abort returned %d or told the others again", again);
+		} else {
+			rc = zinf_engine_fetch(e, 0);
+			char who[64];
+			snprintf(who, sizeof(who), "rank %d failed (Operation canceled)",
+				 world - 1);
+			CHECK(rc == -ECONNABORTED && log_has(who) &&
+				      log_has("the trainer's layer table is wrong"),
+			      "rank %d returned %d (%s), expected -ECONNABORTED naming %s and the "
+			      "reason",
+			      rank, rc, zinf_last_error(), who);
+		}
+		int later = zinf_engine_step(e);
+		CHECK(later < 0, "a later step returned %d", later);
+		printf("  notice (abort): rank %d: rc %d (%s)\n", rank, rc, zinf_last_error());
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
 	return fails;
 }
 
@@ -2248,6 +2309,7 @@ static const struct {
 	{"notice_fetch", case_notice_fetch, false},
 	{"notice_grad", case_notice_grad, false},
 	{"notice_read_master", case_notice_read_master, false},
+	{"notice_abort", case_notice_abort, false},
 	{"ckpt_review_stage0_stage3", case_ckpt_review_stage0_stage3, false},
 	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
 	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
