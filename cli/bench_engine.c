@@ -134,8 +134,8 @@ static const struct cli_opt opts[] = {
 	{"param-buffer-size", CLI_COUNT, &cfg.param_buffer, "1e8", "N",
 	 "elements per offload_param buffer (buffer_size; nvme: 5 of them)", .min = 1},
 	{"clip", CLI_DOUBLE, &cfg.clip, "0", "MAX_NORM",
-	 "gradient_clipping (0: off); on, the step during backward is speculative (stepped with\n"
-	 "no clipping assumed, rolled back where the norm exceeds MAX_NORM)",
+	 "gradient_clipping (0: off); on, the step during backward\n"
+	 "speculates (no clipping assumed; rolled back above MAX_NORM)",
 	 .min = 0, .max = 1e300},
 	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
 	 "step every sub-group in zinf_engine_step, none during backward"},

@@ -10,6 +10,7 @@
 #define ZINF_TEST_STEP_RIG_H
 
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ struct rig_hooks {
 	void *before_ctx;
 	zinf_step_copy_fn copy_fn;
 	void *copy_ctx;
+	bool before_size; /* options of the size before before_fn (an older caller's) */
 };
 
 static inline void
@@ -69,6 +71,9 @@ rig_init_hooks(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs,
 		so.before_ctx = h->before_ctx;
 		so.copy_fn = h->copy_fn;
 		so.copy_ctx = h->copy_ctx;
+		if (h->before_size) {
+			so.size = offsetof(struct zinf_step_opts, before_fn);
+		}
 	}
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);

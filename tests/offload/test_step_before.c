@@ -11,7 +11,8 @@
  * zinf_step_save read back before the step for 0 and 2, and is not called for 1. Step 3, the
  * hook failing on sub-group 1: zinf_step_ready returns its error, finish returns it again, the
  * message names the sub-group and before_fn, sub-group 1 is neither stepped nor written (its
- * state unchanged) while the others were stepped; every pool buffer is back.
+ * state unchanged) while the others were stepped; every pool buffer is back. Options of an
+ * older caller's size (without before_fn): never called.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -210,6 +211,28 @@ before_tier(enum zinf_tier tier, bool with_copy)
 			free(v0[k][p]), free(v1[k][p]), free(v2[k][p]), free(v3[k][p]);
 		}
 	}
+	rig_fini(&r);
+}
+
+/* An older caller's options (size up to copy_ctx): before_fn is beyond them, never called. */
+Test(step_before, older_options_no_hook)
+{
+	static struct seen x;
+	memset(&x, 0, sizeof(x));
+	x.fail_k = 0;
+	x.err = -ECANCELED; /* would fail the step if it were called */
+	struct rig_hooks h = {.before_fn = before_cb, .before_ctx = &x, .before_size = true};
+	struct rig r;
+	rig_init_hooks(&r, ZINF_TIER_NVME, N, SGS, &h);
+	for (uint32_t k = 0; k < NSG; k++) {
+		cr_assert_eq(zinf_step_load(r.st, k, NULL), 0, "%s", zinf_last_error());
+	}
+	float *g = calloc(N, sizeof(float));
+	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, g, ZINF_F32, NULL), 0, "%s", zinf_last_error());
+	for (uint32_t k = 0; k < NSG; k++) {
+		cr_assert_eq(x.calls[k], 0, "sub-group %u: called", k);
+	}
+	free(g);
 	rig_fini(&r);
 }
 
