@@ -28,6 +28,10 @@
  * bytes moved / (write time + read time). Without an NVMe tier io_bound is 0. Medians over the
  * timed steps are reported. --compare also builds the same model with step_during_backward off
  * and runs the two interleaved, step by step, in the same run (same device, same disk rate).
+ * --clip sets gradient_clipping, so that the step during backward is the speculative one
+ * (stepped assuming no clipping, rolled back when the norm exceeds it; the gradients of 1e-3
+ * have a norm of 1e-3 sqrt(params)): each step's stepped_during_backward and rolled_back are
+ * reported with the rest.
  *
  * Under mpirun every rank runs the same calls; each measures its own disk rate at the same point
  * (the ranks of a node share the disk as they do in the step); rank 0 prints its own figures.
@@ -68,7 +72,7 @@ static const char *const schedules[] = {"zinf", "deepspeed", NULL}; /* zinf_step
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
 	uint64_t hidden, sub_group, bucket, param_buffer, max_live;
-	double compute_ms;
+	double compute_ms, clip;
 	int stage, off_param, off_optim, optimizer, dtype, device, schedule;
 	struct cli_list paths;
 	const char *checkpoint;
@@ -81,7 +85,8 @@ static const char synopsis[] =
 	"[--layers L] [--hidden H] [--compute-ms MS] [--stage 0-3]\n"
 	"       [--offload-param none|cpu|nvme] [--offload-optimizer none|cpu|nvme] "
 	"[--nvme-path DIR]...\n"
-	"       [--micro-batches N] [--steps N] [--compare] [--json]   (alone or under mpirun)";
+	"       [--micro-batches N] [--steps N] [--clip MAX_NORM] [--compare] [--json]\n"
+	"       (alone or under mpirun)";
 static const char description[] =
 	"Drive the ZeRO engine with a synthetic transformer of L layers of 12 H^2 parameters\n"
 	"(qkv, proj, fc1, fc2; plus norms and biases of H elements): per micro-batch, fetch /\n"
@@ -92,7 +97,8 @@ static const char description[] =
 	"= the step's NVMe bytes / the disk rate measured in the same run on the same directories\n"
 	"(a file of half the step's NVMe bytes written then read through zinf_swap). 1.0: the\n"
 	"step takes no longer than the slower of its compute and its disk traffic.\n"
-	"--compare runs the same model with step_during_backward off, interleaved step by step.\n";
+	"--compare runs the same model with step_during_backward off, interleaved step by step.\n"
+	"--clip MAX_NORM turns gradient clipping on: the step during backward speculates.\n";
 
 static const struct cli_opt opts[] = {
 	{"layers", CLI_U32, &cfg.layers, "4", "L", "transformer blocks", .min = 1, .max = 100000},
@@ -127,6 +133,10 @@ static const struct cli_opt opts[] = {
 	 "gathered elements at most, cached ones included (stage3_max_live_parameters)", .min = 1},
 	{"param-buffer-size", CLI_COUNT, &cfg.param_buffer, "1e8", "N",
 	 "elements per offload_param buffer (buffer_size; nvme: 5 of them)", .min = 1},
+	{"clip", CLI_DOUBLE, &cfg.clip, "0", "MAX_NORM",
+	 "gradient_clipping (0: off); on, the step during backward\n"
+	 "speculates (no clipping assumed; rolled back above MAX_NORM)",
+	 .min = 0, .max = 1e300},
 	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
 	 "step every sub-group in zinf_engine_step, none during backward"},
 	{"compare", CLI_FLAG, &cfg.compare, NULL, NULL,
@@ -253,6 +263,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	eo.device = dev;
 	eo.swap_prefix = a->prefix;
 	eo.step_during_backward = a->sdb;
+	eo.gradient_clipping = c->clip;
 	int rc = zinf_engine_create(&eo, &a->e);
 	if (rc) {
 		return fail_call(r, "zinf_engine_create", rc);
@@ -669,6 +680,7 @@ sample_json(const struct sample *s)
 	}
 	json_object_set_new(o, "stepped_during_backward",
 			    json_integer(s->es.stepped_during_backward));
+	json_object_set_new(o, "rolled_back", json_integer(s->es.rolled_back));
 	return o;
 }
 
@@ -693,6 +705,7 @@ arm_json(const struct run *r, const struct arm *a, json_t *o)
 	json_object_set_new(o, "sub_groups", json_integer(last->es.sub_groups));
 	json_object_set_new(o, "stepped_during_backward",
 			    json_integer(last->es.stepped_during_backward));
+	json_object_set_new(o, "rolled_back", json_integer(last->es.rolled_back));
 	json_object_set_new(o, "peak_live_elems",
 			    json_integer((json_int_t)last->es.peak_live_elems));
 	json_object_set_new(o, "persistent_elems",
@@ -741,6 +754,7 @@ report_json(const struct run *r)
 	json_object_set_new(o, "bucket", json_integer((json_int_t)c->bucket));
 	json_object_set_new(o, "compute_ms", cli_json_real(c->compute_ms));
 	json_object_set_new(o, "schedule", json_string(schedules[c->schedule]));
+	json_object_set_new(o, "gradient_clipping", cli_json_real(c->clip));
 	arm_json(r, &r->arm[0], o);
 	if (r->nvme) {
 		json_t *d = json_object();
@@ -793,6 +807,9 @@ report_human(const struct run *r)
 	       c->layers, (unsigned long long)c->hidden, (unsigned long long)model_params(c),
 	       c->stage, tiers[c->off_param], tiers[c->off_optim], optimizers[c->optimizer],
 	       dtypes[c->dtype], c->micro_batches, r->world, zinf_device_backend(r->dev));
+	if (c->clip > 0) {
+		printf("  gradient_clipping %g\n", c->clip);
+	}
 	if (r->nvme) {
 		cli_size_str(sz, sizeof(sz), r->disk_bytes);
 		printf("  disk: %.2f GB/s (write then read of %s through zinf_swap)\n",
@@ -818,6 +835,13 @@ report_human(const struct run *r)
 		       "%.4f s, exposed step %.4f s, efficiency %.3f\n",
 		       MED(r, a, step_s), MED(r, a, compute_s), MED(r, a, io_bound_s),
 		       MED_ES(r, a, exposed_fetch_s), MED_ES(r, a, exposed_step_s), MED(r, a, eff));
+		if (c->clip > 0) {
+			const struct sample *l = &a->s[c->steps - 1];
+			printf("    last step: %u of %u sub-groups stepped during backward, %u "
+			       "rolled "
+			       "back\n",
+			       l->es.stepped_during_backward, l->es.sub_groups, l->es.rolled_back);
+		}
 	}
 	if (c->checkpoint) {
 		cli_size_str(sz, sizeof(sz), r->ck_bytes);

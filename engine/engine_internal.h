@@ -427,7 +427,8 @@ bool eng_spec_on(const struct zinf_engine *e);		/* gate, worker and a reserve */
 void eng_spec_begin(struct zinf_engine *e);		/* boundary's first gradient: assume 1/S */
 bool eng_spec_claim(struct zinf_engine *e, uint32_t k); /* a slot for k (false: none free) */
 int eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* worker, before */
-int eng_spec_save_nvme(struct zinf_engine *e, uint32_t k);	 /* copy_cb: the state on NVMe */
+/* zinf_step's before_fn, the state on NVMe: the parts as read, before the optimizer */
+int eng_spec_save_nvme(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t len);
 int eng_spec_resolve(struct zinf_engine *e, int skip, float gs); /* after eng_clip_decide */
 
 /* engine_worker.c */

@@ -22,13 +22,15 @@
  * speculation), the optimizer pool's CPU region for cpu and nvme; slots =
  * offload_optimizer.buffer_count, at most one per sub-group but the last (which becomes final
  * in the final call, when the norm is close); when they are all taken the remaining sub-groups
- * wait for the norm. The previous state is copied before
- * the step (tiers none and cpu: from the state arrays; nvme: read from its files in the step's
- * copy callback, after the optimizer ran and before the new state is written over it), the
- * 16-bit values from their home (eng_param_home_write's tiers, read back). With the optimizer
- * on NVMe the step of the speculated sub-groups is a zinf_step pass of its own: the sub-groups
- * not stepped in it are left out with zinf_step_skip, and a redo is a second pass after
- * zinf_step_load put the previous states back. Not here: the norm and the decision
+ * wait for the norm. The previous state is copied before the step: tiers none and cpu from
+ * the state arrays; nvme from the step's pool buffer in zinf_step's before_fn (engine_step.c's
+ * before_cb), once the sub-group's reads completed and before the optimizer runs over it, so
+ * that keeping it costs no read of its own. The 16-bit values come from their home
+ * (eng_param_home_write's tiers, read back). With the optimizer on NVMe the step of the
+ * speculated sub-groups is a zinf_step pass of its own: the sub-groups not stepped in it are
+ * left out with zinf_step_skip (before_fn never sees them), and a redo is a second pass after
+ * zinf_step_load put the previous states back (on the calling thread: before_fn keeps nothing
+ * there, only the worker's speculated sub-groups are kept). Not here: the norm and the decision
  * (engine_clip.c), the worker (engine_worker.c).
  */
 #include <errno.h>
@@ -257,32 +259,27 @@ eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 					"state",
 					e->steps + 1, k);
 		}
-	} /* nvme: eng_spec_save_nvme, from the step's copy callback */
+	} /* nvme: eng_spec_save_nvme, from the step's before_fn */
 	return home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
 }
 
 /*
- * The optimizer on NVMe, from the copy callback of speculated sub-group k (on the worker):
- * the optimizer ran on its state in the step's buffer, whose write has not started: the files
- * still hold the previous state; read it into the slot.
+ * The optimizer on NVMe, from zinf_step's before_fn for speculated sub-group k (on the worker):
+ * parts hold its previous state, just read into the step's buffer, which the optimizer is about
+ * to update in place: copy it into the slot (no read of the files).
  */
 int
-eng_spec_save_nvme(struct zinf_engine *e, uint32_t k)
+eng_spec_save_nvme(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t len)
 {
 	char *slot = slot_of(e, k);
+	if (len != e->sg_end[k] - eng_sg_start(e, k)) {
+		return ENG_FAIL(e, -EPROTO,
+				"step %" PRId64 ": sub-group %u: the optimizer step gave %" PRIu64
+				" elements to keep, not %" PRIu64,
+				e->steps + 1, k, len, e->sg_end[k] - eng_sg_start(e, k));
+	}
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		int id = zinf_step_swap_id(e->step, k, i);
-		int ret = id < 0 ? id : zinf_swap_read(e->oswap, id, slot + e->sp.off[i]);
-		if (ret) {
-			return ENG_FAIL(e, ret,
-					"step %" PRId64
-					": sub-group %u: keeping its optimizer part "
-					"%s: %s",
-					e->steps + 1, k, zinf_optimizer_part_name(e->opt, i),
-					zinf_last_error());
-		}
-		uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
-		e->cb->st->nvme_read_bytes += len * zinf_optimizer_part_bytes(e->opt, i);
+		memcpy(slot + e->sp.off[i], parts[i], len * zinf_optimizer_part_bytes(e->opt, i));
 	}
 	return 0;
 }

@@ -4,7 +4,8 @@
  * parts live over the flat partition: tier none in device memory, tier cpu in the pinned
  * pool's CPU region (both stepped here, sub-group by sub-group, cut every ZINF_STEP_CHUNK
  * elements with index0 the piece's flat index, as zinf_step cuts), tier nvme in a swap space
- * stepped by zinf_step with the engine's sub-group ends and a copy callback. The new 16-bit
+ * stepped by zinf_step with the engine's sub-group ends, a copy callback and a before callback
+ * (the speculative step's reserve keeps the state as read). The new 16-bit
  * values go home through eng_param_home_write; stages 1-2 all-gather them after the step and
  * stage 3 refreshes its persistent parameters. Also zinf_engine_step() (end of a micro-batch;
  * with clipping or fp16 the boundary asks engine_clip.c for the grad_scale, or skips the step
@@ -17,17 +18,22 @@
 
 #include "engine/engine_internal.h"
 
+/* zinf_step's before_fn: sub-group k's state as read, before the optimizer runs on it. */
+static int
+before_cb(void *ctx, uint32_t k, const void *const parts[], uint64_t len)
+{
+	struct zinf_engine *e = ctx;
+	if (e->cb == &e->w.x && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
+		/* speculated on the worker: keep its previous state in its slot of the reserve */
+		return eng_spec_save_nvme(e, k, parts, len);
+	}
+	return 0;
+}
+
 static int
 copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 {
 	struct zinf_engine *e = ctx;
-	if (e->cb == &e->w.x && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
-		/* speculated on the worker: its previous state is still in the files */
-		int ret = eng_spec_save_nvme(e, k);
-		if (ret) {
-			return ret;
-		}
-	}
 	return eng_param_home_write(e, e->cb, eng_sg_start(e, k), copy, false, n);
 }
 
@@ -63,6 +69,8 @@ nvme_step(struct zinf_engine *e, uint64_t cpu_bytes)
 	so.n_sub_groups = e->n_sg;
 	so.copy_fn = copy_cb;
 	so.copy_ctx = e;
+	so.before_fn = before_cb;
+	so.before_ctx = e;
 	so.schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
 	uint32_t align = zinf_swap_align(e->oswap);
 	struct zinf_pool_opts po;

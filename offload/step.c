@@ -2,8 +2,9 @@
 /*
  * offload/step.c: the pipelined optimizer step's object: options, the optimizer's parts and
  * their layout in a pool buffer, the swap tensors it declares, initial state and read-back,
- * the step's begin / ready / finish, and the CPU tier, where the same calls run the optimizer
- * on arrays in memory. The slots, whose I/O overlaps the optimizer, are in step_pipe.c.
+ * the step's begin / ready / finish (with the before_fn and copy_fn hooks around the optimizer),
+ * and the CPU tier, where the same calls run the optimizer on arrays in memory. The slots, whose
+ * I/O overlaps the optimizer, are in step_pipe.c.
  *
  * The step knows an optimizer only through zinf/optimizer.h: part i of sub-group k is the swap
  * tensor (zinf_optimizer_part_name(i), k) of len(k) * zinf_optimizer_part_bytes(i) bytes, and
@@ -17,7 +18,7 @@
 #include "common/opts.h"
 #include "offload/step_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_opts, copy_ctx);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_opts, before_ctx);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_stats, max_reads_in_flight);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_part_info, reserved);
 
@@ -564,6 +565,25 @@ step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], const
 }
 
 int
+step_before(struct zinf_step *st, uint32_t k, char *const base[])
+{
+	if (!st->o.before_fn) {
+		return 0;
+	}
+	const void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
+	for (uint32_t p = 0; p < st->nopt; p++) {
+		parts[p] = base[p];
+	}
+	int rc = st->o.before_fn(st->o.before_ctx, k, parts, zinf_step_sub_group_len(st, k));
+	if (rc) {
+		char why[64];
+		snprintf(why, sizeof(why), "returned %d (%s)", rc, zinf_strerror(rc));
+		return step_note_err(st, rc < 0 ? rc : -EINVAL, k, "before_fn", why);
+	}
+	return 0;
+}
+
+int
 step_give_copy(struct zinf_step *st, uint32_t k, const char *copy)
 {
 	if (!st->o.copy_fn) {
@@ -620,7 +640,11 @@ ready_cpu(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gd
 	for (uint32_t p = 0; p < st->nopt; p++) {
 		base[p] = st->cpu[p] + start * st->esz[p];
 	}
-	int rc = step_optim_sub_group(st, k, base, grad, gdt, host, NULL);
+	int rc = step_before(st, k, base);
+	if (rc) {
+		return rc;
+	}
+	rc = step_optim_sub_group(st, k, base, grad, gdt, host, NULL);
 	if (rc) {
 		return rc;
 	}

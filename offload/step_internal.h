@@ -96,6 +96,9 @@ int step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], c
 /* Record the step's first error: the sub-group, its elements, what failed and why. */
 int step_note_err(struct zinf_step *st, int rc, uint32_t k, const char *what, const char *why);
 int step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t part);
+/* Show sub-group k's state (base[i]: part i) to opts.before_fn (if any), before the optimizer
+ * runs on it; its failure is the step's error. */
+int step_before(struct zinf_step *st, uint32_t k, char *const base[]);
 /* Hand sub-group k's copy to opts.copy_fn (if any); its failure is the step's error. */
 int step_give_copy(struct zinf_step *st, uint32_t k, const char *copy);
 

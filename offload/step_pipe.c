@@ -14,8 +14,9 @@
  * DEEPSPEED schedule reproduces PipelinedOptimizerSwapper (pipeline_read + pipeline_write):
  * one read ahead, and the previous sub-group's write waited for before the next one starts.
  * The CPU tier with param_swap or copy_fn uses the same slots for the copy alone (no reads;
- * written to the parameter files with param_swap). copy_fn gets the copy from the slot after
- * the optimizer ran and before the writes start.
+ * written to the parameter files with param_swap). before_fn sees the state in the slot once
+ * its reads completed and before the optimizer runs (CPU tier: in place); copy_fn gets the copy
+ * from the slot after the optimizer ran and before the writes start.
  *
  * Errors: the swap space logs an operation's failure (naming the tensor and the file) when it
  * is reaped, which may be long before the step looks at that part again; the slot keeps the
@@ -446,7 +447,12 @@ step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zin
 	for (uint32_t p = 0; p < st->nopt; p++) {
 		base[p] = st->cpu[p] + start * st->esz[p];
 	}
-	int rc = step_optim_sub_group(st, k, base, grad, gdt, copy, reap_between);
+	int rc = step_before(st, k, base);
+	if (rc) {
+		slot_free(st, s);
+		return rc;
+	}
+	rc = step_optim_sub_group(st, k, base, grad, gdt, copy, reap_between);
 	if (rc) {
 		slot_free(st, s);
 		return rc;
@@ -509,6 +515,12 @@ step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dt
 		base[p] = s->buf + st->part_off[p];
 	}
 	char *copy = step_opts_slot_copy(&st->o) ? s->buf + st->part_off[st->nopt] : host;
+	/* The state as read, before the optimizer: a failure here fails k as a failed read. */
+	rc = step_before(st, k, base);
+	if (rc) {
+		slot_free(st, s);
+		return rc;
+	}
 	/* Between chunks: finished writes become reads, so the disk does not idle. */
 	rc = step_optim_sub_group(st, k, base, grad, gdt, copy, pump_between);
 	if (rc) {

@@ -264,6 +264,21 @@ enum zinf_step_schedule {
  */
 typedef int (*zinf_step_copy_fn)(void *ctx, uint32_t k, const void *copy, uint64_t n);
 
+/**
+ * Called for sub-group k of the step in progress, once its state is in memory and before the
+ * optimizer touches it: parts[i] holds the len = zinf_step_sub_group_len(k) elements of
+ * optimizer part i (zinf_step_part_count() - (param_swap ? 1 : 0) parts, as zinf_step_visit_fn
+ * gets them), the previous step's state. NVMe: after its reads completed, in the step's pool
+ * buffer (exactly what the files held); CPU tier: in place, in the tier's arrays. Valid during
+ * the call only; read only (the optimizer runs over these bytes next). Once per sub-group made
+ * ready (never for one left out with zinf_step_skip, nor for one whose read failed), on the
+ * thread that called zinf_step_ready() or zinf_step_run(). Returns 0, or a negative errno that
+ * fails the sub-group's step as a failed read does (named with the sub-group; nothing of it is
+ * stepped or written). A caller keeps a copy of the state it may have to restore (the engine's
+ * speculative step) without reading it from the files again.
+ */
+typedef int (*zinf_step_before_fn)(void *ctx, uint32_t k, const void *const parts[], uint64_t len);
+
 struct zinf_step_opts {
 	size_t size;			  /* sizeof(struct zinf_step_opts); zinf_step_opts_init() */
 	uint64_t n;			  /* elements in this rank's flat partition */
@@ -302,6 +317,9 @@ struct zinf_step_opts {
 	zinf_step_copy_fn copy_fn; /* if not NULL: receives each sub-group's copy (see the type);
 				      the pool's buffers carry it as with param_swap (required) */
 	void *copy_ctx;		   /* passed to copy_fn */
+	zinf_step_before_fn before_fn; /* if not NULL: sees each sub-group's state before the
+					  optimizer runs on it (see the type) */
+	void *before_ctx;	       /* passed to before_fn */
 };
 
 ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);

@@ -7,8 +7,10 @@
  * per step efficiency = max(compute, io_bound) / step recomputed, its median; both tiers on
  * NVMe: bytes moved, io_bound = the step's NVMe bytes / the disk rate, the disk file's size from
  * the largest step's bytes, files removed; --compare: the second arm with step_during_backward
- * off and as many bytes per step. Variant "mpi": two ranks under mpirun ($ZINF_MPIRUN), one JSON
- * object (rank 0's), world 2. No timing is asserted beyond signs and the compute loop's floor.
+ * off and as many bytes per step; --clip: its value in the JSON, the speculated sub-groups
+ * never rolled back under a threshold above the norm, all of them under one below it. Variant
+ * "mpi": two ranks under mpirun ($ZINF_MPIRUN), one JSON object (rank 0's), world 2. No timing is
+ * asserted beyond signs and the compute loop's floor.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -56,6 +58,8 @@ Test(bench_engine, option_errors)
 	refused(a7, "--steps 0: must be in [1, ");
 	const char *a8[] = {"--dtype", "f64", NULL};
 	refused(a8, "--dtype f64: expected bf16, f16 or f32");
+	const char *a9[] = {"--clip", "-1", NULL};
+	refused(a9, "--clip -1: must be at least 0");
 }
 
 static double
@@ -85,7 +89,8 @@ check_arm(json_t *o, int steps, double compute_ms, bool nvme, double disk_Bps)
 		"exposed_fetch_s", "exposed_step_s",  "optimizer_s",
 		"efficiency",	   "nvme_read_bytes", "nvme_write_bytes",
 		"h2d_bytes",	   "d2h_bytes",	      "reduced_bytes",
-		"gathered_bytes",  "sub_groups",      "stepped_during_backward"};
+		"gathered_bytes",  "sub_groups",      "stepped_during_backward",
+		"rolled_back"};
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		cr_assert(json_is_number(json_object_get(o, keys[i])), "JSON lacks %s", keys[i]);
 	}
@@ -120,6 +125,7 @@ check_arm(json_t *o, int steps, double compute_ms, bool nvme, double disk_Bps)
 	cr_assert(num(o, "efficiency") > 0 && num(o, "efficiency") <= 1.5);
 	cr_assert_geq(num(o, "sub_groups"), 1);
 	cr_assert_leq(num(o, "stepped_during_backward"), num(o, "sub_groups"));
+	cr_assert_leq(num(o, "rolled_back"), num(o, "stepped_during_backward"));
 }
 
 /* The run's own fields: the model as asked, the RSS, the disk (or null). */
@@ -151,6 +157,7 @@ Test(bench_engine, json_tiny_cpu_tiers)
 	cr_assert(json_is_null(json_object_get(j, "disk")), "no NVMe tier: no disk rate");
 	cr_assert_eq(json_object_get(j, "compare"), NULL);
 	cr_assert(json_is_true(json_object_get(j, "step_during_backward")));
+	cr_assert_eq(num(j, "gradient_clipping"), 0, "--clip: off by default");
 	check_arm(j, 3, 2, false, 0);
 	json_decref(j);
 	zc_scratch_fini(&r);
@@ -203,6 +210,47 @@ Test(bench_engine, json_tiny_nvme_tiers_compare)
 	json_decref(j);
 	cr_assert_eq(zc_count(r.dir), 0, "swap files and the disk file removed");
 	zc_scratch_fini(&r);
+}
+
+/*
+ * --clip: gradient clipping on, the step during backward speculative. Sub-groups of 4000
+ * elements (7 of them) and buckets of 4000, so that sub-groups become final during backward;
+ * the optimizer on NVMe (4 pool buffers: a reserve of 4). The gradients (1e-3 each) have a
+ * norm of 1e-3 sqrt(24960) = 0.158: --clip 1e6 never clips (sub-groups speculated, none rolled
+ * back), --clip 1e-3 always does (every speculated one rolled back).
+ */
+Test(bench_engine, clip_speculates)
+{
+	zc_need_variant("alone");
+	const char *clips[] = {"1e6", "1e-3"};
+	for (int i = 0; i < 2; i++) {
+		struct zc_scratch r;
+		zc_scratch_init(&r);
+		int st = zc_run_sh(&r, "", "",
+				   "bench engine --layers 2 --hidden 32 --stage 2 "
+				   "--offload-optimizer nvme --nvme-path %s --sub-group-size 4000 "
+				   "--bucket 4000 --steps 3 --warmup 1 --compute-ms 1 --clip %s "
+				   "--json",
+				   r.dir, clips[i]);
+		char *e = zc_text(r.err);
+		cr_assert_eq(st, 0, "stderr: %s", e);
+		free(e);
+		json_t *j = zc_json(r.out);
+		cr_assert_eq(num(j, "gradient_clipping"), i == 0 ? 1e6 : 1e-3);
+		check_arm(j, 3, 1, true, num(json_object_get(j, "disk"), "GBps") * 1e9);
+		json_t *per = json_object_get(j, "per_step");
+		for (size_t k = 0; k < json_array_size(per); k++) {
+			json_t *s = json_array_get(per, k);
+			double spec = num(s, "stepped_during_backward");
+			cr_assert_gt(spec, 0, "--clip %s, step %zu: nothing speculated", clips[i],
+				     k);
+			cr_assert_leq(spec, 4, "a reserve of offload_optimizer.buffer_count");
+			cr_assert_eq(num(s, "rolled_back"), i == 0 ? 0 : spec,
+				     "--clip %s, step %zu", clips[i], k);
+		}
+		json_decref(j);
+		zc_scratch_fini(&r);
+	}
 }
 
 /* mpirun -np 2: one JSON object, from rank 0, world 2; an option error reported once. */

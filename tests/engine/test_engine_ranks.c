@@ -1869,10 +1869,15 @@ case_spec_fault(void)
 		return SKIP;
 	}
 	int fails = 0;
-	/* steps 0 (plain), 1 (clip), 2 (overflow) of spec_kind_of */
+	/* steps 0 (plain), 1 (clip), 2 (overflow) of spec_kind_of. The overflow step reads
+	   only the speculated sub-groups' state (kept from the step's buffers, not read again)
+	   and the read-ahead of the others, which its partial pass drops unused: a fault from
+	   the 7th read may hit only those, and then rightly fails nothing. There it starts at
+	   the 2nd, the first speculated sub-group's second part (the pass reads in ascending
+	   order, parts in order). */
 	for (int at = 0; at < 3; at++) {
 		fails += spec_fault_one(at, 1);
-		fails += spec_fault_one(at, 7);
+		fails += spec_fault_one(at, at == 2 ? 2 : 7);
 	}
 	return fails;
 }

@@ -36,6 +36,7 @@ struct cfg {
 	uint32_t buffers; /* offload_optimizer.buffer_count: the reserve's slots */
 	bool bf16;	  /* bf16 parameters and optimizer state (stochastic rounding), clipping
 			     without fp16: no overflow step (those are plain) */
+	double clip;	  /* nonzero: gradient_clipping instead of CLIP (negative: none) */
 };
 
 struct model {
@@ -80,7 +81,7 @@ make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool
 		o->dtype = ZINF_BF16;
 		o->optimizer.state_dtype = ZINF_BF16;
 		o->optimizer.rounding = ZINF_ROUND_STOCHASTIC;
-		o->gradient_clipping = CLIP;
+		o->gradient_clipping = c->clip > 0 ? c->clip : c->clip < 0 ? 0 : CLIP;
 		o->step_during_backward = spec;
 		o->swap_prefix = "espec";
 		return;
@@ -286,66 +287,66 @@ compare_runs(const struct cfg *c)
 
 Test(engine_spec, stage2_tier_none)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0});
 }
 
 Test(engine_spec, stage2_tier_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0});
 }
 
 Test(engine_spec, stage2_tier_nvme)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false, 0});
 }
 
 Test(engine_spec, stage1_tier_cpu)
 {
-	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false});
+	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0});
 }
 
 Test(engine_spec, stage3_none_none)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0});
 }
 
 Test(engine_spec, stage3_cpu_cpu)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false, 0});
 }
 
 Test(engine_spec, stage3_nvme_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0});
 }
 
 Test(engine_spec, stage3_none_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false, 0});
 }
 
 /* bf16 parameters and state (stochastic rounding), clipping without fp16 */
 Test(engine_spec, bf16_clipping_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true, 0});
 }
 
 Test(engine_spec, bf16_clipping_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0});
 }
 
 /* a reserve of one sub-group: one is speculated, the others wait for the norm */
 Test(engine_spec, reserve_of_one)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false});
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false, 0});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false, 0});
 }
 
 /* the reserve is counted in the optimizer's pool: host_pool_bytes grows by the slots */
 Test(engine_spec, reserve_in_pool_budget)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false};
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0};
 	struct model ms = {0}, mn = {0};
 	model_make(&ms, &c, true);
 	model_make(&mn, &c, false);
@@ -358,4 +359,78 @@ Test(engine_spec, reserve_in_pool_budget)
 		     (unsigned long long)a.host_pool_bytes, (unsigned long long)b.host_pool_bytes);
 	model_free(&ms);
 	model_free(&mn);
+}
+
+/*
+ * Clipping on but never active (a threshold far above every norm), the optimizer on NVMe: the
+ * speculation always holds, and it costs no read of the optimizer state. Every step's
+ * nvme_read_bytes equal those of the same run without clipping (both step during backward; the
+ * previous state the reserve keeps is copied from the step's buffers, not read again from the
+ * files), as do the master weights and 16-bit values, bit for bit; the state's share equals the
+ * worked value, one read of every sub-group's state (fp32 master, bf16 m and v: 8 bytes an
+ * element of the flat partition). With offload_optimizer.buffer_count 5 the gradient window
+ * holds all five sub-groups: no gradient I/O, the totals are equal. With 3 the speculated
+ * gradients hold their window slots until the norm (kept for a redo), so the window spills
+ * what it would not without clipping, when the worker lets it: only the reads of the state are
+ * compared. The parameters on the CPU tier (stage 3): their 16-bit values are kept from there,
+ * no NVMe read either.
+ */
+static void
+no_extra_read(int stage, uint32_t buffers)
+{
+	struct cfg cc = {stage,
+			 ZINF_OFFLOAD_NVME,
+			 stage == 3 ? ZINF_OFFLOAD_CPU : ZINF_OFFLOAD_NONE,
+			 buffers,
+			 true,
+			 1e9};
+	struct cfg cn = cc;
+	cn.clip = -1; /* no clipping: no speculation, no reserve */
+	static struct seen a, b;
+	struct model mc = {0}, mn = {0};
+	model_make(&mc, &cc, true);
+	model_make(&mn, &cn, true);
+	uint64_t flat = 0;
+	for (int p = 0; p < NP; p++) {
+		flat += numel[p]; /* one rank: the partition is every element */
+	}
+	for (int s = 0; s < 6; s++) {
+		train_step(&mc, &cc, s, &a);
+		train_step(&mn, &cn, s, &b);
+		cr_assert_eq(a.rc, 1, "step %d", s);
+		cr_assert_eq(b.rc, 1, "step %d", s);
+		cr_assert_gt(a.st.stepped_during_backward, 0, "step %d: nothing speculated", s);
+		cr_assert_eq(a.st.rolled_back, 0, "step %d: clipping was active", s);
+		cr_assert(a.st.grad_norm < 1e9, "step %d", s);
+		cr_assert(memcmp(a.p16, b.p16, sizeof(a.p16)) == 0, "step %d: 16-bit values", s);
+		cr_assert(memcmp(a.master, b.master, sizeof(a.master)) == 0, "step %d: master", s);
+		uint64_t sa = a.st.nvme_read_bytes - a.st.grad_nvme_read_bytes;
+		uint64_t sb = b.st.nvme_read_bytes - b.st.grad_nvme_read_bytes;
+		cr_assert_eq(sa, sb,
+			     "step %d: NVMe reads of the state %llu with clipping vs %llu without "
+			     "(%u speculated)",
+			     s, (unsigned long long)sa, (unsigned long long)sb,
+			     a.st.stepped_during_backward);
+		cr_assert_eq(sa, flat * 8, "step %d: %llu bytes of state read", s,
+			     (unsigned long long)sa);
+		if (buffers >= NP) {
+			cr_assert_eq(a.st.grad_nvme_read_bytes, 0, "step %d", s);
+			cr_assert_eq(b.st.grad_nvme_read_bytes, 0, "step %d", s);
+			cr_assert_eq(a.st.nvme_read_bytes, b.st.nvme_read_bytes, "step %d", s);
+		}
+	}
+	model_free(&mc);
+	model_free(&mn);
+}
+
+Test(engine_spec, nvme_no_extra_read_stage2)
+{
+	no_extra_read(2, 5);
+	no_extra_read(2, 3);
+}
+
+Test(engine_spec, nvme_no_extra_read_stage3)
+{
+	no_extra_read(3, 5);
+	no_extra_read(3, 3);
 }

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/step_rig.h: a zinf_step for the offload tests of its sub-group calls
- * (test_step_skip.c, test_step_visit.c): an I/O context, a swap space in a scratch directory,
- * AdamW (lr 0.01), two pool buffers of one sub-group each (none on the CPU tier, which needs
- * none), n elements in sub-groups of sgs. rig_fini checks that every buffer is back.
+ * (test_step_skip.c, test_step_visit.c, test_step_before.c): an I/O context, a swap space in a
+ * scratch directory, AdamW (lr 0.01), two pool buffers of one sub-group each (none on the CPU
+ * tier, which needs none, unless a copy_fn is given), n elements in sub-groups of sgs, the
+ * callbacks of rig_init_hooks. rig_fini checks that every buffer is back.
  */
 #ifndef ZINF_TEST_STEP_RIG_H
 #define ZINF_TEST_STEP_RIG_H
 
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +27,19 @@ struct rig {
 	struct zinf_optimizer *opt;
 };
 
+/* The step's callbacks (test_step_before.c); NULL: none. With copy_fn the CPU tier gets two
+ * pool buffers too (they carry the copy). */
+struct rig_hooks {
+	zinf_step_before_fn before_fn;
+	void *before_ctx;
+	zinf_step_copy_fn copy_fn;
+	void *copy_ctx;
+	bool before_size; /* options of the size before before_fn (an older caller's) */
+};
+
 static inline void
-rig_init(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs)
+rig_init_hooks(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs,
+	       const struct rig_hooks *h)
 {
 	memset(r, 0, sizeof(*r));
 	struct zinf_io_opts io;
@@ -53,6 +66,15 @@ rig_init(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs)
 	so.tier = tier;
 	so.swap = r->swap;
 	so.optimizer = r->opt;
+	if (h) {
+		so.before_fn = h->before_fn;
+		so.before_ctx = h->before_ctx;
+		so.copy_fn = h->copy_fn;
+		so.copy_ctx = h->copy_ctx;
+		if (h->before_size) {
+			so.size = offsetof(struct zinf_step_opts, before_fn);
+		}
+	}
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);
 	po.buffer_bytes = zinf_step_buffer_bytes(&so, zinf_swap_align(r->swap));
@@ -65,6 +87,12 @@ rig_init(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs)
 	so.pool = r->pool;
 	cr_assert_eq(zinf_step_create(&so, &r->st), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_swap_reserve(r->swap), 0, "%s", zinf_last_error());
+}
+
+static inline void
+rig_init(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs)
+{
+	rig_init_hooks(r, tier, n, sgs, NULL);
 }
 
 static inline void
