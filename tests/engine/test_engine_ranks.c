@@ -835,6 +835,18 @@ case_fetch_mismatch(void)
 				   fetch_mismatch(true, 1 << 24);
 }
 
+/* Arm the "fault" I/O backend: `op` fails with EIO from its nth occurrence on (1000 times). */
+static int
+arm_eio(struct zinf_io *io, enum zinf_io_op op, int nth)
+{
+	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+				  .op = op,
+				  .nth = (uint32_t)nth,
+				  .count = 1000,
+				  .err = EIO};
+	return zinf_io_fault_add(io, &f);
+}
+
 /*
  * The optimizer on NVMe through the "fault" I/O backend (stage 2, comm_check, 5 s deadline).
  * One step runs clean; then the last rank arms a read failure (EIO) and every rank trains on:
@@ -864,12 +876,7 @@ case_io_fault(void)
 	struct zinf_io *io = zinf_engine_io(e);
 	CHECK(io != NULL, "no I/O context with the optimizer on NVMe");
 	if (rc == 0 && io && rank == world - 1) {
-		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = ZINF_IO_READ,
-					  .nth = 1,
-					  .count = 1000,
-					  .err = EIO};
-		rc = zinf_io_fault_add(io, &f);
+		rc = arm_eio(io, ZINF_IO_READ, 1);
 		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
 	}
 	log_clear();
@@ -932,12 +939,7 @@ case_step_fault_agreed(void)
 	struct zinf_io *io = zinf_engine_io(e);
 	CHECK(io != NULL, "no I/O context with the optimizer on NVMe");
 	if (rc == 0 && io && rank == world - 1) {
-		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = ZINF_IO_READ,
-					  .nth = 1,
-					  .count = 1000,
-					  .err = EIO};
-		rc = zinf_io_fault_add(io, &f);
+		rc = arm_eio(io, ZINF_IO_READ, 1);
 		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
 	}
 	log_clear();
@@ -1009,12 +1011,7 @@ notice_case(bool grad)
 	struct zinf_io *io = zinf_engine_io(e);
 	CHECK(io != NULL, "no I/O context with a tier on NVMe");
 	if (rc == 0 && io && rank == world - 1) {
-		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = grad ? ZINF_IO_WRITE : ZINF_IO_READ,
-					  .nth = 1,
-					  .count = 1000,
-					  .err = EIO};
-		rc = zinf_io_fault_add(io, &f);
+		rc = arm_eio(io, grad ? ZINF_IO_WRITE : ZINF_IO_READ, 1);
 		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
 	}
 	log_clear();
@@ -1094,12 +1091,7 @@ case_notice_read_master(void)
 	}
 	struct zinf_io *io = zinf_engine_io(e);
 	if (rc == 0 && io && rank == world - 1) {
-		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = ZINF_IO_READ,
-					  .nth = 1,
-					  .count = 1000,
-					  .err = EIO};
-		rc = zinf_io_fault_add(io, &f);
+		rc = arm_eio(io, ZINF_IO_READ, 1);
 		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
 	}
 	if (rc == 0) {
@@ -1814,12 +1806,7 @@ spec_fault_one(int at, int nth)
 	}
 	struct zinf_io *io = zinf_engine_io(e);
 	if (rc == 0 && io && rank == world - 1) {
-		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = spec_fault_op,
-					  .nth = (uint32_t)nth,
-					  .count = 1000,
-					  .err = EIO};
-		rc = zinf_io_fault_add(io, &f);
+		rc = arm_eio(io, spec_fault_op, nth);
 		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
 	}
 	if (rc == 0) {
@@ -2177,12 +2164,7 @@ case_ckpt_review_load_fault(void)
 	}
 	struct zinf_io *io = zinf_engine_io(e);
 	if (rc == 0 && rank == world - 1) {
-		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-					  .op = ZINF_IO_WRITE,
-					  .nth = 1,
-					  .count = 1000,
-					  .err = EIO};
-		rc = zinf_io_fault_add(io, &f);
+		rc = arm_eio(io, ZINF_IO_WRITE, 1);
 		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
 	}
 	if (rc == 0) {
