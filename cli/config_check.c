@@ -165,6 +165,11 @@ make_plan(const struct zinf_train_config *tc, const struct cfg *c, struct plan *
 	}
 	add(p, "gpu", "gradient buckets (2 x reduce_bucket_size, fp32)",
 	    2 * fmin((double)e->reduce_bucket_size, P) * 4, NULL);
+	if (e->stage >= 2 && W > 1) {
+		add(p, "gpu",
+		    "reduce-scatter receive buffers (2 x reduce_bucket_size / world, fp32)",
+		    2 * floor(fmin((double)e->reduce_bucket_size, P) / W) * 4, NULL);
+	}
 	if (od == ZINF_OFFLOAD_NONE) {
 		add(p, "gpu", "fp32 gradient partition", part * 4, NULL);
 		add(p, "gpu", "optimizer state (fp32 master and moments)", part * K, NULL);

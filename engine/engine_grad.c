@@ -28,7 +28,7 @@ eng_grad_setup(struct zinf_engine *e)
 	for (int b = 0; b < 2; b++) {
 		struct bucket *k = &e->bk[b];
 		int ret = eng_comm_buf_alloc(e, e->bucket_cap * 4, (void **)&k->dev);
-		if (!ret && e->o.stage >= 2) {
+		if (!ret && e->o.stage >= 2 && e->world > 1) { /* one rank reduces nothing */
 			ret = eng_comm_buf_alloc(e, e->bucket_cap / e->world * 4,
 						 (void **)&k->dev_recv);
 		}

@@ -79,6 +79,8 @@ Test(config_check, hf_zero3_auto_and_plan)
 	   Stage 3, both offloaded to the CPU, 2 ranks: a rank owns 5e7 elements of each kind. */
 	cr_expect_eq(item(o, "gpu", "gathered parameters"), 1e8 * 4); /* min(1e9 live, 1e8) */
 	cr_expect_eq(item(o, "gpu", "gradient buckets"), 2 * 1048576.0 * 4);
+	/* stage 3 on 2 ranks: each bucket's reduce-scatter receives its half */
+	cr_expect_eq(item(o, "gpu", "reduce-scatter receive buffers"), 2 * 524288.0 * 4);
 	cr_expect_eq(item(o, "gpu", "16-bit parameter"), -1); /* offloaded */
 	cr_expect_eq(item(o, "pinned", "optimizer state"), 5e7 * 12);
 	cr_expect_eq(item(o, "pinned", "fp32 gradient partition"), 5e7 * 4);
