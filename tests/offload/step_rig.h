@@ -35,6 +35,7 @@ struct rig_hooks {
 	zinf_step_copy_fn copy_fn;
 	void *copy_ctx;
 	bool before_size; /* options of the size before before_fn (an older caller's) */
+	bool deepspeed;	  /* schedule ZINF_SCHEDULE_DEEPSPEED */
 };
 
 static inline void
@@ -73,6 +74,9 @@ rig_init_hooks(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs,
 		so.copy_ctx = h->copy_ctx;
 		if (h->before_size) {
 			so.size = offsetof(struct zinf_step_opts, before_fn);
+		}
+		if (h->deepspeed) {
+			so.schedule = ZINF_SCHEDULE_DEEPSPEED;
 		}
 	}
 	struct zinf_pool_opts po;
