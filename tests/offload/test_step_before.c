@@ -12,7 +12,9 @@
  * hook failing on sub-group 1: zinf_step_ready returns its error, finish returns it again, the
  * message names the sub-group and before_fn, sub-group 1 is neither stepped nor written (its
  * state unchanged) while the others were stepped; every pool buffer is back. Options of an
- * older caller's size (without before_fn): never called.
+ * older caller's size (without before_fn): never called. Also: sub-groups made ready out of
+ * order (a read-ahead given up and read again), the DeepSpeed schedule, a sub-group longer than
+ * ZINF_STEP_CHUNK (called once, whole), failed reads (never called for their sub-group).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -418,4 +420,101 @@ Test(step_before, chunked_nvme)
 Test(step_before, chunked_cpu)
 {
 	chunked(ZINF_TIER_CPU);
+}
+
+/*
+ * A failed read (the "fault" I/O backend, EIO from sub-group 1's first block on): the hook is
+ * called for 0 (read before the fault), never for 1 (its read failed) nor for 2 (the step
+ * failed already); ready(1) and finish return -EIO naming sub-group 1's read; 1 and 2 are
+ * neither stepped nor written, 0 is. The DeepSpeed schedule reads 1 only once 0 is in, so the
+ * fault lands on 1 whatever the I/O threads' order. Then every read failing: the hook is never
+ * called, on either schedule.
+ */
+static void
+failed_read(bool deepspeed)
+{
+	static struct seen x;
+	memset(&x, 0, sizeof(x));
+	x.fail_k = -1;
+	struct rig_hooks h = {
+		.before_fn = before_cb, .before_ctx = &x, .deepspeed = deepspeed, .fault = true};
+	struct rig r;
+	rig_init_hooks(&r, ZINF_TIER_NVME, N, SGS, &h);
+	float *v[NSG][3], *a[NSG][3];
+	for (uint32_t k = 0; k < NSG; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			v[k][p] = malloc(SGS * 4);
+			a[k][p] = malloc(SGS * 4);
+			for (uint64_t i = 0; i < SGS; i++) {
+				v[k][p][i] = val(k, p, i);
+			}
+		}
+		const void *const st[3] = {v[k][0], v[k][1], v[k][2]};
+		cr_assert_eq(zinf_step_load(r.st, k, st), 0, "%s", zinf_last_error());
+	}
+	/* block reads of one sub-group of SGS elements (its three parts) */
+	uint64_t b0 = zinf_io_fault_ops(r.io, ZINF_IO_READ);
+	save_all(&r, a);
+	uint64_t per_sg = (zinf_io_fault_ops(r.io, ZINF_IO_READ) - b0) / NSG;
+	cr_assert_gt(per_sg, 0);
+	float *g = calloc(N, sizeof(float));
+	for (uint64_t i = 0; i < N; i++) {
+		g[i] = 0.25f;
+	}
+	if (deepspeed) {
+		reset(&x, v);
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = per_sg + 1,
+					  .err = EIO};
+		cr_assert_eq(zinf_io_fault_add(r.io, &f), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_step_begin(r.st, 1, 1.0f, NULL, false), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_step_ready(r.st, 0, g, ZINF_F32), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_step_ready(r.st, 1, g + SGS, ZINF_F32), -EIO);
+		const char *m = zinf_last_error();
+		cr_assert(strstr(m, "sub-group 1 ") && strstr(m, "read of "), "message: %s", m);
+		cr_assert_eq(zinf_step_ready(r.st, 2, g + 2 * SGS, ZINF_F32), -EIO);
+		cr_assert_eq(zinf_step_finish(r.st), -EIO);
+		cr_assert_eq(x.mismatches, 0);
+		cr_assert_eq(x.calls[0], 1);
+		cr_assert_eq(x.calls[1], 0, "called for a sub-group whose read failed");
+		cr_assert_eq(x.calls[2], 0, "called after the step failed");
+		save_all(&r, a);
+		cr_assert_not(same(a[0], v[0], SGS), "sub-group 0 was not stepped");
+		cr_assert(same(a[1], v[1], SGS), "sub-group 1 was stepped or written");
+		cr_assert(same(a[2], v[2], 500), "sub-group 2 was stepped or written");
+	}
+	/* every read of the step fails (as many as it may issue: every slot's) */
+	reset(&x, v);
+	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+				  .op = ZINF_IO_READ,
+				  .nth = 1,
+				  .count = 2 * per_sg,
+				  .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &f), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_begin(r.st, 2, 1.0f, NULL, false), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_ready(r.st, 0, g, ZINF_F32), -EIO);
+	cr_assert(strstr(zinf_last_error(), "sub-group 0 "), "message: %s", zinf_last_error());
+	cr_assert_eq(zinf_step_finish(r.st), -EIO);
+	for (uint32_t k = 0; k < NSG; k++) {
+		cr_assert_eq(x.calls[k], 0, "sub-group %u: called, its read failed", k);
+	}
+	free(g);
+	for (uint32_t k = 0; k < NSG; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			free(v[k][p]), free(a[k][p]);
+		}
+	}
+	rig_fini(&r);
+}
+
+Test(step_before, failed_read_pipelined)
+{
+	failed_read(false);
+}
+
+Test(step_before, failed_read_deepspeed)
+{
+	failed_read(true);
 }
