@@ -213,8 +213,9 @@ Test(bench_engine, json_tiny_nvme_tiers_compare)
 }
 
 /*
- * --clip: gradient clipping on, the step during backward speculative. Sub-groups of 4000
- * elements (7 of them) and buckets of 4000, so that sub-groups become final during backward;
+ * --clip: gradient clipping on, the step during backward speculative. Sub-groups of at most
+ * 4000 elements (whole parameters: 9 of them) and buckets of 4000, so that sub-groups become
+ * final during backward;
  * the optimizer on NVMe (4 pool buffers: a reserve of 4). The gradients (1e-3 each) have a
  * norm of 1e-3 sqrt(24960) = 0.158: --clip 1e6 never clips (sub-groups speculated, none rolled
  * back), --clip 1e-3 always does (every speculated one rolled back).

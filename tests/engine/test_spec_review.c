@@ -638,3 +638,24 @@ Test(spec_review, nvme_bytes)
 		}
 	}
 }
+
+/*
+ * The previous state kept from the step's buffer (zinf_step's before_fn) for the kinds the
+ * NVMe cases above leave out: plain Adam, fp32 and bf16 state (2-byte m and v beside the fp32
+ * master; Lion and Adagrad have fp32 state only, covered above). Every step equals the step
+ * after backward.
+ */
+Test(spec_review, adam_nvme_before_fn)
+{
+	compare_runs(&(struct cfg){.stage = 2,
+				   .opt = ZINF_OFFLOAD_NVME,
+				   .param = ZINF_OFFLOAD_NONE,
+				   .buffers = 4,
+				   .adam = true});
+	compare_runs(&(struct cfg){.stage = 3,
+				   .opt = ZINF_OFFLOAD_NVME,
+				   .param = ZINF_OFFLOAD_CPU,
+				   .buffers = 3,
+				   .bf16 = true,
+				   .adam = true});
+}

@@ -35,6 +35,8 @@ struct rig_hooks {
 	zinf_step_copy_fn copy_fn;
 	void *copy_ctx;
 	bool before_size; /* options of the size before before_fn (an older caller's) */
+	bool deepspeed;	  /* schedule ZINF_SCHEDULE_DEEPSPEED */
+	bool fault;	  /* the "fault" I/O backend (zinf_io_fault_add on r->io) */
 };
 
 static inline void
@@ -44,6 +46,9 @@ rig_init_hooks(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs,
 	memset(r, 0, sizeof(*r));
 	struct zinf_io_opts io;
 	zinf_io_opts_init(&io);
+	if (h && h->fault) {
+		io.backend = "fault";
+	}
 	int rc = zinf_io_create(&io, &r->io);
 	if (rc) {
 		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
@@ -73,6 +78,9 @@ rig_init_hooks(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs,
 		so.copy_ctx = h->copy_ctx;
 		if (h->before_size) {
 			so.size = offsetof(struct zinf_step_opts, before_fn);
+		}
+		if (h->deepspeed) {
+			so.schedule = ZINF_SCHEDULE_DEEPSPEED;
 		}
 	}
 	struct zinf_pool_opts po;

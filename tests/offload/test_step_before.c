@@ -12,7 +12,9 @@
  * hook failing on sub-group 1: zinf_step_ready returns its error, finish returns it again, the
  * message names the sub-group and before_fn, sub-group 1 is neither stepped nor written (its
  * state unchanged) while the others were stepped; every pool buffer is back. Options of an
- * older caller's size (without before_fn): never called.
+ * older caller's size (without before_fn): never called. Also: sub-groups made ready out of
+ * order (a read-ahead given up and read again), the DeepSpeed schedule, a sub-group longer than
+ * ZINF_STEP_CHUNK (called once, whole), failed reads (never called for their sub-group).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -254,4 +256,265 @@ Test(step_before, cpu_tier_in_place)
 Test(step_before, cpu_tier_copy_fn)
 {
 	before_tier(ZINF_TIER_CPU, true);
+}
+
+/* ---- the read-ahead given up, the DeepSpeed schedule, a sub-group cut into chunks ---- */
+
+struct seen2 {
+	float *want[2][NSG][3]; /* [sub-groups of up to NSG][part], per rig (0: under test) */
+	int calls[NSG];
+	uint64_t len[NSG];
+	int mismatches;
+};
+
+static int
+before_cb2(void *ctx, uint32_t k, const void *const parts[], uint64_t len)
+{
+	struct seen2 *x = ctx;
+	cr_assert_lt(k, NSG);
+	x->calls[k]++;
+	x->len[k] = len;
+	for (uint32_t p = 0; p < 3; p++) {
+		if (memcmp(parts[p], x->want[0][k][p], len * 4) != 0) {
+			x->mismatches++;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Sub-groups made ready out of order (2, 0, 1) with two buffers: begin reads 0 and 1 ahead, 2
+ * finds every slot holding a sub-group not ready and gives up the read of 1 (read again when
+ * its turn comes). The hook sees each sub-group's loaded state once, whole, and the state after
+ * the step equals the CPU tier's after the same step (same kernel on the same values), bit for
+ * bit. Pipelined and DeepSpeed schedules.
+ */
+static void
+out_of_order(bool deepspeed)
+{
+	static struct seen2 x;
+	memset(&x, 0, sizeof(x));
+	struct rig_hooks h = {.before_fn = before_cb2, .before_ctx = &x, .deepspeed = deepspeed};
+	struct rig r, c;
+	rig_init_hooks(&r, ZINF_TIER_NVME, N, SGS, &h);
+	rig_init(&c, ZINF_TIER_CPU, N, SGS);
+	float *v[NSG][3], *a[NSG][3], *b[NSG][3];
+	for (uint32_t k = 0; k < NSG; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			v[k][p] = malloc(SGS * 4);
+			a[k][p] = malloc(SGS * 4);
+			b[k][p] = malloc(SGS * 4);
+			for (uint64_t i = 0; i < SGS; i++) {
+				v[k][p][i] = val(k, p, i);
+			}
+			x.want[0][k][p] = v[k][p];
+		}
+		const void *const st[3] = {v[k][0], v[k][1], v[k][2]};
+		cr_assert_eq(zinf_step_load(r.st, k, st), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_step_load(c.st, k, st), 0, "%s", zinf_last_error());
+	}
+	float *g = calloc(N, sizeof(float));
+	for (uint64_t i = 0; i < N; i++) {
+		g[i] = (float)((int)(i * 7 % 19) - 9) / 4.0f;
+	}
+	const uint32_t order[NSG] = {2, 0, 1};
+	cr_assert_eq(zinf_step_begin(r.st, 1, 1.0f, NULL, false), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_begin(c.st, 1, 1.0f, NULL, false), 0, "%s", zinf_last_error());
+	for (int i = 0; i < NSG; i++) {
+		uint32_t k = order[i];
+		cr_assert_eq(zinf_step_ready(r.st, k, g + k * SGS, ZINF_F32), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_step_ready(c.st, k, g + k * SGS, ZINF_F32), 0, "%s",
+			     zinf_last_error());
+	}
+	cr_assert_eq(zinf_step_finish(r.st), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_finish(c.st), 0, "%s", zinf_last_error());
+	struct zinf_step_stats ss = {.size = sizeof(ss)};
+	cr_assert_eq(zinf_step_get_stats(r.st, &ss), 0);
+	/* pipelined: 0, 1 read ahead, 1's read given up for 2, read again (12 bytes an element);
+	   DeepSpeed: one read ahead (0), a free slot for 2, nothing read twice */
+	cr_assert_eq(ss.read_bytes, (uint64_t)(deepspeed ? N : N + SGS) * 12, "%llu bytes read",
+		     (unsigned long long)ss.read_bytes);
+	cr_assert_eq(x.mismatches, 0, "the hook saw other values than those loaded");
+	for (uint32_t k = 0; k < NSG; k++) {
+		cr_assert_eq(x.calls[k], 1, "sub-group %u: %d calls", k, x.calls[k]);
+		cr_assert_eq(x.len[k], zinf_step_sub_group_len(r.st, k));
+	}
+	save_all(&r, a);
+	save_all(&c, b);
+	for (uint32_t k = 0; k < NSG; k++) {
+		cr_assert(same(a[k], b[k], zinf_step_sub_group_len(r.st, k)),
+			  "sub-group %u: NVMe and CPU tier differ", k);
+		cr_assert_not(same(a[k], v[k], zinf_step_sub_group_len(r.st, k)));
+	}
+	free(g);
+	for (uint32_t k = 0; k < NSG; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			free(v[k][p]), free(a[k][p]), free(b[k][p]);
+		}
+	}
+	rig_fini(&c);
+	rig_fini(&r);
+}
+
+Test(step_before, out_of_order_pipelined)
+{
+	out_of_order(false);
+}
+
+Test(step_before, out_of_order_deepspeed)
+{
+	out_of_order(true);
+}
+
+/*
+ * A sub-group longer than ZINF_STEP_CHUNK (the optimizer runs over it in two chunks): the hook
+ * is called once for it, with all of its elements, every one as loaded (the second chunk's
+ * too: not called between chunks, after the first one ran). NVMe and the CPU tier.
+ */
+static void
+chunked(enum zinf_tier tier)
+{
+	const uint64_t big = (uint64_t)ZINF_STEP_CHUNK + 1000, n = big + 500;
+	static struct seen2 x;
+	memset(&x, 0, sizeof(x));
+	struct rig_hooks h = {.before_fn = before_cb2, .before_ctx = &x};
+	struct rig r;
+	rig_init_hooks(&r, tier, n, big, &h);
+	cr_assert_eq(zinf_step_sub_groups(r.st), 2);
+	for (uint32_t k = 0; k < 2; k++) {
+		uint64_t len = zinf_step_sub_group_len(r.st, k);
+		for (uint32_t p = 0; p < 3; p++) {
+			x.want[0][k][p] = malloc(len * 4);
+			for (uint64_t i = 0; i < len; i++) {
+				x.want[0][k][p][i] = val(k, p, i);
+			}
+		}
+		const void *const st[3] = {x.want[0][k][0], x.want[0][k][1], x.want[0][k][2]};
+		cr_assert_eq(zinf_step_load(r.st, k, st), 0, "%s", zinf_last_error());
+	}
+	float *g = malloc(n * sizeof(float));
+	for (uint64_t i = 0; i < n; i++) {
+		g[i] = 0.5f;
+	}
+	cr_assert_eq(zinf_step_run(r.st, 1, 1.0f, g, ZINF_F32, NULL), 0, "%s", zinf_last_error());
+	cr_assert_eq(x.mismatches, 0, "the hook saw other values than those loaded");
+	cr_assert_eq(x.calls[0], 1, "%d calls for the chunked sub-group", x.calls[0]);
+	cr_assert_eq(x.len[0], big);
+	cr_assert_eq(x.calls[1], 1);
+	cr_assert_eq(x.len[1], 500);
+	free(g);
+	for (uint32_t k = 0; k < 2; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			free(x.want[0][k][p]);
+		}
+	}
+	rig_fini(&r);
+}
+
+Test(step_before, chunked_nvme)
+{
+	chunked(ZINF_TIER_NVME);
+}
+
+Test(step_before, chunked_cpu)
+{
+	chunked(ZINF_TIER_CPU);
+}
+
+/*
+ * A failed read (the "fault" I/O backend, EIO from sub-group 1's first block on): the hook is
+ * called for 0 (read before the fault), never for 1 (its read failed) nor for 2 (the step
+ * failed already); ready(1) and finish return -EIO naming sub-group 1's read; 1 and 2 are
+ * neither stepped nor written, 0 is. The DeepSpeed schedule reads 1 only once 0 is in, so the
+ * fault lands on 1 whatever the I/O threads' order. Then every read failing: the hook is never
+ * called, on either schedule.
+ */
+static void
+failed_read(bool deepspeed)
+{
+	static struct seen x;
+	memset(&x, 0, sizeof(x));
+	x.fail_k = -1;
+	struct rig_hooks h = {
+		.before_fn = before_cb, .before_ctx = &x, .deepspeed = deepspeed, .fault = true};
+	struct rig r;
+	rig_init_hooks(&r, ZINF_TIER_NVME, N, SGS, &h);
+	float *v[NSG][3], *a[NSG][3];
+	for (uint32_t k = 0; k < NSG; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			v[k][p] = malloc(SGS * 4);
+			a[k][p] = malloc(SGS * 4);
+			for (uint64_t i = 0; i < SGS; i++) {
+				v[k][p][i] = val(k, p, i);
+			}
+		}
+		const void *const st[3] = {v[k][0], v[k][1], v[k][2]};
+		cr_assert_eq(zinf_step_load(r.st, k, st), 0, "%s", zinf_last_error());
+	}
+	/* block reads of one sub-group of SGS elements (its three parts) */
+	uint64_t b0 = zinf_io_fault_ops(r.io, ZINF_IO_READ);
+	save_all(&r, a);
+	uint64_t per_sg = (zinf_io_fault_ops(r.io, ZINF_IO_READ) - b0) / NSG;
+	cr_assert_gt(per_sg, 0);
+	float *g = calloc(N, sizeof(float));
+	for (uint64_t i = 0; i < N; i++) {
+		g[i] = 0.25f;
+	}
+	if (deepspeed) {
+		reset(&x, v);
+		struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+					  .op = ZINF_IO_READ,
+					  .nth = per_sg + 1,
+					  .err = EIO};
+		cr_assert_eq(zinf_io_fault_add(r.io, &f), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_step_begin(r.st, 1, 1.0f, NULL, false), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_step_ready(r.st, 0, g, ZINF_F32), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_step_ready(r.st, 1, g + SGS, ZINF_F32), -EIO);
+		const char *m = zinf_last_error();
+		cr_assert(strstr(m, "sub-group 1 ") && strstr(m, "read of "), "message: %s", m);
+		cr_assert_eq(zinf_step_ready(r.st, 2, g + 2 * SGS, ZINF_F32), -EIO);
+		cr_assert_eq(zinf_step_finish(r.st), -EIO);
+		cr_assert_eq(x.mismatches, 0);
+		cr_assert_eq(x.calls[0], 1);
+		cr_assert_eq(x.calls[1], 0, "called for a sub-group whose read failed");
+		cr_assert_eq(x.calls[2], 0, "called after the step failed");
+		save_all(&r, a);
+		cr_assert_not(same(a[0], v[0], SGS), "sub-group 0 was not stepped");
+		cr_assert(same(a[1], v[1], SGS), "sub-group 1 was stepped or written");
+		cr_assert(same(a[2], v[2], 500), "sub-group 2 was stepped or written");
+	}
+	/* every read of the step fails (as many as it may issue: every slot's) */
+	reset(&x, v);
+	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
+				  .op = ZINF_IO_READ,
+				  .nth = 1,
+				  .count = 2 * per_sg,
+				  .err = EIO};
+	cr_assert_eq(zinf_io_fault_add(r.io, &f), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_begin(r.st, 2, 1.0f, NULL, false), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_step_ready(r.st, 0, g, ZINF_F32), -EIO);
+	cr_assert(strstr(zinf_last_error(), "sub-group 0 "), "message: %s", zinf_last_error());
+	cr_assert_eq(zinf_step_finish(r.st), -EIO);
+	for (uint32_t k = 0; k < NSG; k++) {
+		cr_assert_eq(x.calls[k], 0, "sub-group %u: called, its read failed", k);
+	}
+	free(g);
+	for (uint32_t k = 0; k < NSG; k++) {
+		for (uint32_t p = 0; p < 3; p++) {
+			free(v[k][p]), free(a[k][p]);
+		}
+	}
+	rig_fini(&r);
+}
+
+Test(step_before, failed_read_pipelined)
+{
+	failed_read(false);
+}
+
+Test(step_before, failed_read_deepspeed)
+{
+	failed_read(true);
 }
