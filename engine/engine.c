@@ -466,7 +466,7 @@ eng_cause(const struct zinf_engine *e)
 	return n > 0 && strncmp(s, prefix, (size_t)n) == 0 ? s + n : s;
 }
 
-__attribute__((noinline)) int
+int
 eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out)
 {
 	return zinf_device_alloc(e->dev, bytes, out);
@@ -477,6 +477,8 @@ eng_comm_buf_free(struct zinf_engine *e, void *p)
 {
 	if (p && !(e->comm && zinf_comm_failed(e->comm))) {
 		zinf_device_free(e->dev, p);
+	} else if (p) {
+		zinf_leave(p); /* an abandoned collective may still write it (host device: heap) */
 	}
 }
 

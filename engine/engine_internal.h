@@ -299,8 +299,8 @@ int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine
  * Device memory that collectives use (gathered parameters, gradient buckets, the small
  * all-reduces' scratch). Once the communicator failed a collective given up on it may still
  * be written by MPI (another rank failed in the middle of it): eng_comm_buf_free then leaves
- * the buffer to it instead of freeing it (the process is told to exit). The allocation is its
- * own function so that the mpi tests' LeakSanitizer suppression names it.
+ * the buffer to it instead of freeing it (the process is told to exit; zinf_leave tells
+ * LeakSanitizer so, which still reports such a buffer a healthy run loses).
  */
 int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);
 void eng_comm_buf_free(struct zinf_engine *e, void *p);

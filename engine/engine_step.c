@@ -504,12 +504,11 @@ gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, ui
 }
 
 /*
- * read_master's host buffer, which the all-gather of the parts writes on "mpi": its own function
- * so that the mpi tests' LeakSanitizer suppression names it (left to MPI once the communicator
- * failed: an all-gather given up on a notice or a timeout may still be written by a rank that
- * joined it).
+ * read_master's host buffer, which the all-gather of the parts writes on "mpi": left to MPI
+ * (zinf_leave) once the communicator failed: an all-gather given up on a notice or a timeout
+ * may still be written by a rank that joined it.
  */
-static __attribute__((noinline)) float *
+static float *
 master_buf_alloc(uint64_t n)
 {
 	return zinf_calloc(n, sizeof(float));
@@ -575,7 +574,9 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 	}
 out:
 	if (!gave) {
-		zinf_free(full); /* else MPI's (see master_buf_alloc) */
+		zinf_free(full);
+	} else {
+		zinf_leave(full); /* MPI's (see master_buf_alloc) */
 	}
 	zinf_free(sg);
 	return ret;
