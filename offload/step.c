@@ -590,10 +590,10 @@ step_give_copy(struct zinf_step *st, uint32_t k, const char *copy)
 		return 0;
 	}
 	int rc = st->o.copy_fn(st->o.copy_ctx, k, copy, zinf_step_sub_group_len(st, k));
-	if (rc < 0) {
+	if (rc) { /* a positive value is no success either (as before_fn's) */
 		char why[64];
 		snprintf(why, sizeof(why), "returned %d (%s)", rc, zinf_strerror(rc));
-		return step_note_err(st, rc, k, "copy_fn", why);
+		return step_note_err(st, rc < 0 ? rc : -EINVAL, k, "copy_fn", why);
 	}
 	return 0;
 }

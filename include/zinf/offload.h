@@ -260,7 +260,8 @@ enum zinf_step_schedule {
  * Called after the optimizer ran on sub-group k: copy holds its n = zinf_step_sub_group_len(k)
  * updated parameters as copy_dtype, valid during the call only. Called on the thread that
  * called zinf_step_ready() or zinf_step_run(), before the sub-group's state is written back.
- * Returns 0, or a negative errno that fails the step (named with the sub-group).
+ * Returns 0, or a negative errno that fails the step (named with the sub-group; a positive
+ * value fails it with -EINVAL).
  */
 typedef int (*zinf_step_copy_fn)(void *ctx, uint32_t k, const void *copy, uint64_t n);
 

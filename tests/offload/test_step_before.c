@@ -258,6 +258,39 @@ Test(step_before, cpu_tier_copy_fn)
 	before_tier(ZINF_TIER_CPU, true);
 }
 
+/* copy_fn's return, as before_fn's: a positive value is no success (-EINVAL), named */
+static int copy_ret;
+
+static int
+copy_ret_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
+{
+	(void)ctx, (void)copy, (void)n;
+	return k == 1 ? copy_ret : 0;
+}
+
+Test(step_before, copy_fn_positive_return_fails)
+{
+	for (int i = 0; i < 2; i++) {
+		copy_ret = i == 0 ? 7 : -ECANCELED;
+		struct rig_hooks h = {.copy_fn = copy_ret_cb};
+		struct rig r;
+		rig_init_hooks(&r, ZINF_TIER_NVME, N, SGS, &h);
+		for (uint32_t k = 0; k < NSG; k++) {
+			cr_assert_eq(zinf_step_load(r.st, k, NULL), 0, "%s", zinf_last_error());
+		}
+		float *g = calloc(N, sizeof(float));
+		cr_assert_not_null(g);
+		int want = i == 0 ? -EINVAL : -ECANCELED;
+		int rc = zinf_step_run(r.st, 1, 1.0f, g, ZINF_F32, NULL);
+		cr_assert_eq(rc, want, "copy_fn returned %d: the step returned %d", copy_ret, rc);
+		const char *msg = zinf_last_error();
+		cr_assert(strstr(msg, "sub-group 1 ") && strstr(msg, "copy_fn"), "message: %s",
+			  msg);
+		free(g);
+		rig_fini(&r);
+	}
+}
+
 /* ---- the read-ahead given up, the DeepSpeed schedule, a sub-group cut into chunks ---- */
 
 struct seen2 {
