@@ -139,56 +139,13 @@ struct seen {
 	struct zinf_engine_stats st;
 };
 
-/*
- * One micro-batch: forward (fetch, read the 16-bit values of micro-batch 0, release), backward
- * in reverse handing grad_val * factor * loss scale (inf: element 3 of parameter "c" is
- * +infinity), then zinf_engine_step.
- */
+/* One micro-batch (spec_passes: forward and backward), then zinf_engine_step. */
 static bool no_step; /* micro: leave out the final zinf_engine_step */
 
 static int
 micro(struct model *m, int s, int mi, double factor, bool inf, struct seen *out)
 {
-	struct zinf_stream *cs = zinf_engine_compute_stream(m->e);
-	double S = zinf_engine_loss_scale(m->e);
-	for (int l = 0; l < NL; l++) {
-		cr_assert_eq(zinf_engine_fetch(m->e, l), 0, "%s", zinf_last_error());
-		for (int p = 0; mi == 0 && p < NP; p++) {
-			void *dev;
-			if (layer_of[p] != l) {
-				continue;
-			}
-			cr_assert_eq(zinf_engine_param(m->e, (uint32_t)p, &dev), 0);
-			cr_assert_eq(
-				zinf_device_copy(cs, out->p16[p], dev, numel[p] * 2, ZINF_COPY_D2H),
-				0);
-		}
-		cr_assert_eq(zinf_stream_sync(cs), 0);
-		cr_assert_eq(zinf_engine_release(m->e, l), 0);
-	}
-	float h[NMAX];
-	for (int l = NL - 1; l >= 0; l--) {
-		cr_assert_eq(zinf_engine_fetch(m->e, l), 0, "%s", zinf_last_error());
-		for (int p = NP - 1; p >= 0; p--) {
-			if (layer_of[p] != l) {
-				continue;
-			}
-			for (uint64_t i = 0; i < numel[p]; i++) {
-				h[i] = (float)(grad_val(p, i, s, mi) * factor * S);
-			}
-			if (inf && p == 2) {
-				h[3] = INFINITY;
-			}
-			cr_assert_eq(zinf_stream_sync(cs), 0);
-			cr_assert_eq(
-				zinf_device_copy(cs, m->gdev[p], h, numel[p] * 4, ZINF_COPY_H2D),
-				0);
-			cr_assert_eq(zinf_stream_sync(cs), 0);
-			int rc = zinf_engine_grad(m->e, (uint32_t)p, m->gdev[p], ZINF_F32);
-			cr_assert_eq(rc, 0, "grad: %d %s", rc, zinf_last_error());
-		}
-		cr_assert_eq(zinf_engine_release(m->e, l), 0);
-	}
+	spec_passes(m->e, m->gdev, out->p16, s, mi, factor, inf);
 	return no_step ? 0 : zinf_engine_step(m->e);
 }
 
