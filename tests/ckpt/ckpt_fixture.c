@@ -200,8 +200,16 @@ fx_write(const char *dir, const char *tag, const struct fx_opts *o)
 void
 fx_manifest_crc(const char *dir, const char *tag)
 {
-	char path[4200];
-	fx_path(path, sizeof(path), dir, tag, "manifest.json");
+	char tagdir[4200];
+	snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+	fx_reseal(tagdir);
+}
+
+void
+fx_reseal(const char *tagdir)
+{
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/manifest.json", tagdir);
 	FILE *f = fopen(path, "rb");
 	cr_assert_not_null(f, "%s", path);
 	uint32_t crc = 0;
@@ -211,7 +219,7 @@ fx_manifest_crc(const char *dir, const char *tag)
 		crc = zinf_crc32c(crc, buf, n);
 	}
 	fclose(f);
-	fx_path(path, sizeof(path), dir, tag, "manifest.crc32c");
+	snprintf(path, sizeof(path), "%s/manifest.crc32c", tagdir);
 	f = fopen(path, "w");
 	cr_assert_not_null(f, "%s", path);
 	fprintf(f, "%08x\n", crc);

@@ -42,9 +42,11 @@ double fx_value(int i, int p, uint64_t j);
 /* Write DIR/TAG (and DIR/latest when asked). Asserts on failure. */
 void fx_write(const char *dir, const char *tag, const struct fx_opts *o);
 
-/* "DIR/TAG/name" into buf. */
 /* Write DIR/TAG/manifest.crc32c for the manifest.json there (after a test edits it). */
 void fx_manifest_crc(const char *dir, const char *tag);
+/* The same for the tag directory TAGDIR (DIR/TAG). */
+void fx_reseal(const char *tagdir);
+/* "DIR/TAG/name" into buf. */
 void fx_path(char *buf, size_t len, const char *dir, const char *tag, const char *name);
 
 #endif

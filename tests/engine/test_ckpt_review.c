@@ -22,6 +22,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_fixture.h"
 #include "common/test_util.h"
 #include "engine/ckpt_fs.h"
 #include "engine/engine_drive.h"
@@ -308,29 +309,6 @@ Test(ckpt_review, save_leaves_the_next_step_alone)
 
 /* ---- manifests with values out of range ---------------------------------------------------- */
 
-/* A manifest edited by a test gets its manifest.crc32c rewritten, as a writer would, so that the
- * reader's checks of the values themselves are what the test sees. */
-static void
-reseal(const char *tagdir)
-{
-	char p[8192];
-	snprintf(p, sizeof(p), "%s/manifest.json", tagdir);
-	FILE *f = fopen(p, "rb");
-	cr_assert_not_null(f, "%s", p);
-	uint32_t crc = 0;
-	char buf[4096];
-	size_t n;
-	while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
-		crc = zinf_crc32c(crc, buf, n);
-	}
-	fclose(f);
-	snprintf(p, sizeof(p), "%s/manifest.crc32c", tagdir);
-	f = fopen(p, "w");
-	cr_assert_not_null(f, "%s", p);
-	fprintf(f, "%08x\n", crc);
-	cr_assert_eq(fclose(f), 0);
-}
-
 /* Set key (a path of object keys, '.'-separated) of DIR/TAG/manifest.json to the JSON text v. */
 static void
 edit_manifest(const char *tagdir, const char *key, const char *v)
@@ -353,7 +331,7 @@ edit_manifest(const char *tagdir, const char *key, const char *v)
 	cr_assert_not_null(val, "%s: %s", v, jerr.text);
 	cr_assert_eq(json_object_set_new(o, dot ? dot + 1 : k, val), 0);
 	cr_assert_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
-	reseal(tagdir);
+	fx_reseal(tagdir); /* as a writer would: the reader's checks of the values are seen */
 	json_decref(m);
 }
 
@@ -614,7 +592,7 @@ many_ranks_checkpoint(const char *tagdir, int W)
 	json_object_set_new(m, "files", files);
 	snprintf(p, sizeof(p), "%s/manifest.json", tagdir);
 	cr_assert_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
-	reseal(tagdir);
+	fx_reseal(tagdir); /* as a writer would: the reader's checks of the values are seen */
 	json_decref(m);
 }
 
