@@ -16,6 +16,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
+#include "offload/swap_rig.h"
 #include "zinf/offload.h"
 
 struct rig {
@@ -44,22 +45,7 @@ rig_init_hooks(struct rig *r, enum zinf_tier tier, uint64_t n, uint64_t sgs,
 	       const struct rig_hooks *h)
 {
 	memset(r, 0, sizeof(*r));
-	struct zinf_io_opts io;
-	zinf_io_opts_init(&io);
-	if (h && h->fault) {
-		io.backend = "fault";
-	}
-	int rc = zinf_io_create(&io, &r->io);
-	if (rc) {
-		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
-	}
-	r->dir = zt_mkdtemp(NULL);
-	struct zinf_swap_opts sw;
-	zinf_swap_opts_init(&sw);
-	const char *dirs[1] = {r->dir};
-	sw.dirs = dirs;
-	sw.n_dirs = 1;
-	cr_assert_eq(zinf_swap_create(r->io, &sw, &r->swap), 0, "%s", zinf_last_error());
+	swap_rig_open(0, h && h->fault, &r->dir, &r->io, &r->swap);
 	struct zinf_optimizer_opts oo;
 	zinf_optimizer_opts_init(&oo, ZINF_OPTIM_ADAMW);
 	oo.lr = 0.01f;

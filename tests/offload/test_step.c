@@ -27,6 +27,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
+#include "offload/swap_rig.h"
 #include "zinf/offload.h"
 
 /* The optimizers under test. */
@@ -73,35 +74,14 @@ struct rig {
 	struct zinf_optimizer *opt;
 };
 
-static int
-rig_open_io(struct rig *r, bool fault)
-{
-	struct zinf_io_opts o;
-	zinf_io_opts_init(&o);
-	o.block_size = 16384; /* several blocks per tensor: faults land mid-tensor */
-	if (fault) {
-		o.backend = "fault";
-	}
-	return zinf_io_create(&o, &r->io);
-}
-
 /* I/O and a swap space on a fresh scratch directory; skips without an I/O backend. */
 static void
 rig_open_swap(struct rig *r, bool fault)
 {
 	zt_log_to_stderr();
 	memset(r, 0, sizeof(*r));
-	int rc = rig_open_io(r, fault);
-	if (rc) {
-		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
-	}
-	r->dir = zt_mkdtemp(NULL);
-	struct zinf_swap_opts sw;
-	zinf_swap_opts_init(&sw);
-	const char *dirs[1] = {r->dir};
-	sw.dirs = dirs;
-	sw.n_dirs = 1;
-	cr_assert_eq(zinf_swap_create(r->io, &sw, &r->swap), 0, "%s", zinf_last_error());
+	/* blocks of 16 KiB: several per tensor, so that faults land mid-tensor */
+	swap_rig_open(16384, fault, &r->dir, &r->io, &r->swap);
 }
 
 /* I/O, swap space, pool (buffers of one sub-group each), optimizer `which`, step. */

@@ -13,6 +13,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
+#include "offload/swap_rig.h"
 #include "zinf/offload.h"
 
 #define ELEMS 10000u /* 40000 bytes per tensor */
@@ -30,23 +31,7 @@ srig_init(struct srig *r, uint32_t buffers, struct zinf_store_opts *so, bool fau
 {
 	zt_log_to_stderr();
 	memset(r, 0, sizeof(*r));
-	struct zinf_io_opts io;
-	zinf_io_opts_init(&io);
-	io.block_size = 16384;
-	if (fault) {
-		io.backend = "fault";
-	}
-	int rc = zinf_io_create(&io, &r->io);
-	if (rc) {
-		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
-	}
-	r->dir = zt_mkdtemp(NULL);
-	struct zinf_swap_opts sw;
-	zinf_swap_opts_init(&sw);
-	const char *dirs[1] = {r->dir};
-	sw.dirs = dirs;
-	sw.n_dirs = 1;
-	cr_assert_eq(zinf_swap_create(r->io, &sw, &r->swap), 0);
+	swap_rig_open(16384, fault, &r->dir, &r->io, &r->swap);
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);
 	po.buffer_count = buffers;
