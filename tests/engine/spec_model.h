@@ -2,8 +2,9 @@
 /*
  * tests/engine/spec_model.h: the speculative-step tests' model and steps (test_engine_spec.c,
  * test_spec_review.c): five parameters in three layers, 20 steps mixing plain, clipped and
- * fp16-overflow steps, initial values and dyadic gradients (sums stay exact), and one
- * micro-batch's forward and backward through the engine (spec_passes).
+ * fp16-overflow steps, initial values and dyadic gradients (sums stay exact), the engine and
+ * its model (struct model: spec_model_create, model_free), what a step leaves (struct seen), and
+ * one micro-batch's forward and backward through the engine (spec_passes).
  */
 #ifndef ZINF_TEST_SPEC_MODEL_H
 #define ZINF_TEST_SPEC_MODEL_H
@@ -15,6 +16,8 @@
 
 #include "zinf/device.h"
 #include "zinf/engine.h"
+#include "common/test_util.h"
+#include "engine/test_model.h"
 
 #define NP    5
 #define NL    3
@@ -52,6 +55,44 @@ grad_val(int p, uint64_t i, int s, int m)
 	return (float)((int)((i * 37 + (uint64_t)p * 11 + (uint64_t)s * 5 + (uint64_t)m * 3) % 61) -
 		       30) /
 	       16.0f;
+}
+
+/* The engine and its model (test_model.h), and what one step leaves. */
+struct model {
+	struct zinf_engine *e;
+	char *dir;
+	float *gdev[NP];
+	float *init[NP];
+};
+
+/* What one step leaves: the 16-bit parameters read in the first forward, its loss, the master
+ * weights after the step, the step's result and statistics. */
+struct seen {
+	uint16_t p16[NP][NMAX];
+	double loss;
+	float master[NP][NMAX];
+	int rc;
+	struct zinf_engine_stats st;
+};
+
+/* The engine with options o, the model's parameters registered and initialised. */
+static inline void
+spec_model_create(struct model *m, const struct zinf_engine_opts *o)
+{
+	int rc = zinf_engine_create(o, &m->e);
+	cr_assert_eq(rc, 0, "zinf_engine_create: %d %s", rc, zinf_last_error());
+	tm_make(m->e, NP, names, numel, layer_of, init_val, m->init, m->gdev);
+}
+
+static inline void
+model_free(struct model *m)
+{
+	tm_free(m->e, NP, m->init, m->gdev);
+	zinf_engine_destroy(m->e);
+	if (m->dir) {
+		zt_rmtree(m->dir);
+		free(m->dir);
+	}
 }
 
 /*

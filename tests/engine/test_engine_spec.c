@@ -39,13 +39,6 @@ struct cfg {
 	double clip;	  /* nonzero: gradient_clipping instead of CLIP (negative: none) */
 };
 
-struct model {
-	struct zinf_engine *e;
-	char *dir;
-	float *gdev[NP];
-	float *init[NP];
-};
-
 static void
 make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool spec)
 {
@@ -104,31 +97,8 @@ model_make(struct model *m, const struct cfg *c, bool spec)
 									      : NULL;
 	struct zinf_engine_opts o;
 	make_opts(&o, c, m->dir, spec);
-	int rc = zinf_engine_create(&o, &m->e);
-	cr_assert_eq(rc, 0, "zinf_engine_create: %d %s", rc, zinf_last_error());
-	tm_make(m->e, NP, names, numel, layer_of, init_val, m->init, m->gdev);
+	spec_model_create(m, &o);
 }
-
-static void
-model_free(struct model *m)
-{
-	tm_free(m->e, NP, m->init, m->gdev);
-	zinf_engine_destroy(m->e);
-	if (m->dir) {
-		zt_rmtree(m->dir);
-		free(m->dir);
-	}
-}
-
-/* What one step leaves: the 16-bit parameters read in the first forward, its loss, the master
- * weights after the step, the step's result and statistics. */
-struct seen {
-	uint16_t p16[NP][NMAX];
-	double loss;
-	float master[NP][NMAX];
-	int rc;
-	struct zinf_engine_stats st;
-};
 
 /* One micro-batch (spec_passes: forward and backward), then zinf_engine_step. */
 static int
