@@ -4,7 +4,8 @@
  * test_spec_review.c): five parameters in three layers, 20 steps mixing plain, clipped and
  * fp16-overflow steps, initial values and dyadic gradients (sums stay exact), the engine and
  * its model (struct model: spec_model_create, model_free), what a step leaves (struct seen), and
- * one micro-batch's forward and backward through the engine (spec_passes).
+ * one micro-batch's forward and backward through the engine (spec_passes), a step's record
+ * (spec_record) and the comparison of two runs' steps (spec_expect_same).
  */
 #ifndef ZINF_TEST_SPEC_MODEL_H
 #define ZINF_TEST_SPEC_MODEL_H
@@ -13,6 +14,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "zinf/device.h"
 #include "zinf/engine.h"
@@ -92,6 +94,78 @@ model_free(struct model *m)
 	if (m->dir) {
 		zt_rmtree(m->dir);
 		free(m->dir);
+	}
+}
+
+/* A 16-bit parameter's value (bf16 or IEEE half); asserts it is finite. */
+static inline float
+half_to_float(uint16_t h, bool bf16)
+{
+	if (bf16) {
+		uint32_t u = (uint32_t)h << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		cr_assert(isfinite(f), "a 16-bit parameter is not finite");
+		return f;
+	}
+	uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023;
+	float v = ex == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 1024), (int)ex - 25);
+	cr_assert(ex != 31, "a 16-bit parameter is not finite");
+	uint32_t bits;
+	memcpy(&bits, &v, 4);
+	bits |= sign;
+	memcpy(&v, &bits, 4);
+	return v;
+}
+
+/* What step s left on m (the 16-bit values were read by spec_passes into out->p16): a loss
+ * computed from them, the master weights, the statistics. */
+static inline void
+spec_record(struct model *m, struct seen *out, bool bf16)
+{
+	out->loss = 0;
+	for (int p = 0; p < NP; p++) {
+		for (uint64_t i = 0; i < numel[p]; i++) {
+			double w = half_to_float(out->p16[p][i], bf16);
+			out->loss += w * w * (double)(1 + (i % 7));
+		}
+		int r = zinf_engine_read_master(m->e, (uint32_t)p, out->master[p]);
+		cr_assert_eq(r, 0, "read_master: %d %s", r, zinf_last_error());
+	}
+	memset(&out->st, 0, sizeof(out->st));
+	out->st.size = sizeof(out->st);
+	cr_assert_eq(zinf_engine_get_stats(m->e, &out->st), 0);
+}
+
+/* The speculating run's step s (a) against the other's (b): the same bits everywhere, the loss
+ * scale and overflow as the step's kind k says, clipping active exactly on clip steps. */
+static inline void
+spec_expect_same(const struct seen *a, const struct seen *b, int s, enum kind k)
+{
+	cr_assert_eq(a->rc, b->rc, "step %d: %d vs %d", s, a->rc, b->rc);
+	cr_assert_eq(a->rc, k == OVERFLOW ? 2 : 1, "step %d returned %d", s, a->rc);
+	cr_assert(memcmp(a->p16, b->p16, sizeof(a->p16)) == 0, "step %d: 16-bit parameters differ",
+		  s);
+	cr_assert(memcmp(&a->loss, &b->loss, sizeof(a->loss)) == 0, "step %d: loss %.17g vs %.17g",
+		  s, a->loss, b->loss);
+	for (int p = 0; p < NP; p++) {
+		for (uint64_t i = 0; i < numel[p]; i++) {
+			cr_assert(memcmp(&a->master[p][i], &b->master[p][i], 4) == 0,
+				  "step %d: master %s[%llu]: %.9g vs %.9g (speculative vs "
+				  "not)",
+				  s, names[p], (unsigned long long)i, a->master[p][i],
+				  b->master[p][i]);
+		}
+	}
+	cr_assert_eq(a->st.loss_scale, b->st.loss_scale, "step %d", s);
+	cr_assert_eq(a->st.overflow, k == OVERFLOW, "step %d", s);
+	cr_assert_eq(b->st.overflow, k == OVERFLOW, "step %d", s);
+	if (k != OVERFLOW) {
+		cr_assert(memcmp(&a->st.grad_norm, &b->st.grad_norm, 8) == 0, "step %d", s);
+		/* the gradients were chosen so: clipping is active exactly on clip steps */
+		cr_assert(k == CLIPPED ? a->st.grad_norm > CLIP : a->st.grad_norm < CLIP,
+			  "step %d (%s): norm %g, threshold %g", s, k == CLIPPED ? "clip" : "plain",
+			  a->st.grad_norm, CLIP);
 	}
 }
 

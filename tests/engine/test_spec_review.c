@@ -119,26 +119,6 @@ micro(struct model *m, int s, int mi, double factor, bool inf, struct seen *out)
 	return no_step ? 0 : zinf_engine_step(m->e);
 }
 
-static float
-half_to_float(uint16_t h, bool bf16)
-{
-	if (bf16) {
-		uint32_t u = (uint32_t)h << 16;
-		float f;
-		memcpy(&f, &u, 4);
-		cr_assert(isfinite(f), "a 16-bit parameter is not finite");
-		return f;
-	}
-	uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023;
-	float v = ex == 0 ? ldexpf((float)man, -24) : ldexpf((float)(man | 1024), (int)ex - 25);
-	cr_assert(ex != 31, "a 16-bit parameter is not finite");
-	uint32_t bits;
-	memcpy(&bits, &v, 4);
-	bits |= sign;
-	memcpy(&v, &bits, 4);
-	return v;
-}
-
 static void
 train_step(struct model *m, const struct cfg *c, int s, struct seen *out)
 {
@@ -152,18 +132,7 @@ train_step(struct model *m, const struct cfg *c, int s, struct seen *out)
 	out->rc = micro(m, s, (int)gas - 1, factor, gas == 1 && k == OVERFLOW, out);
 	cr_assert(out->rc == 1 || out->rc == 2, "step %d micro 1: %d %s", s, out->rc,
 		  zinf_last_error());
-	out->loss = 0;
-	for (int p = 0; p < NP; p++) {
-		for (uint64_t i = 0; i < numel[p]; i++) {
-			double w = half_to_float(out->p16[p][i], c->bf16);
-			out->loss += w * w * (double)(1 + (i % 7));
-		}
-		int r = zinf_engine_read_master(m->e, (uint32_t)p, out->master[p]);
-		cr_assert_eq(r, 0, "read_master: %d %s", r, zinf_last_error());
-	}
-	memset(&out->st, 0, sizeof(out->st));
-	out->st.size = sizeof(out->st);
-	cr_assert_eq(zinf_engine_get_stats(m->e, &out->st), 0);
+	spec_record(m, out, c->bf16);
 }
 
 /* the speculating run's gradient-window traffic over compare_runs' last call */
@@ -184,31 +153,7 @@ compare_runs(const struct cfg *c)
 		enum kind k = c->bf16 && kind_of(s) == OVERFLOW ? PLAIN : kind_of(s);
 		train_step(&ms, c, s, &a);
 		train_step(&mn, c, s, &b);
-		cr_assert_eq(a.rc, b.rc, "step %d: %d vs %d", s, a.rc, b.rc);
-		cr_assert_eq(a.rc, k == OVERFLOW ? 2 : 1, "step %d returned %d", s, a.rc);
-		cr_assert(memcmp(a.p16, b.p16, sizeof(a.p16)) == 0,
-			  "step %d: 16-bit parameters differ", s);
-		cr_assert(memcmp(&a.loss, &b.loss, sizeof(a.loss)) == 0,
-			  "step %d: loss %.17g vs %.17g", s, a.loss, b.loss);
-		for (int p = 0; p < NP; p++) {
-			for (uint64_t i = 0; i < numel[p]; i++) {
-				cr_assert(memcmp(&a.master[p][i], &b.master[p][i], 4) == 0,
-					  "step %d: master %s[%llu]: %.9g vs %.9g (speculative vs "
-					  "not)",
-					  s, names[p], (unsigned long long)i, a.master[p][i],
-					  b.master[p][i]);
-			}
-		}
-		cr_assert_eq(a.st.loss_scale, b.st.loss_scale, "step %d", s);
-		cr_assert_eq(a.st.overflow, k == OVERFLOW, "step %d", s);
-		cr_assert_eq(b.st.overflow, k == OVERFLOW, "step %d", s);
-		if (k != OVERFLOW) {
-			cr_assert(memcmp(&a.st.grad_norm, &b.st.grad_norm, 8) == 0, "step %d", s);
-			/* the gradients were chosen so: clipping is active exactly on clip steps */
-			cr_assert(k == CLIPPED ? a.st.grad_norm > CLIP : a.st.grad_norm < CLIP,
-				  "step %d (%s): norm %g, threshold %g", s,
-				  k == CLIPPED ? "clip" : "plain", a.st.grad_norm, CLIP);
-		}
+		spec_expect_same(&a, &b, s, k);
 		/* the speculation happened, and was rolled back exactly when it had to */
 		/* one sub-group: nothing to speculate (the last one never is) */
 		cr_assert(c->sg_size >= 1000 ? a.st.stepped_during_backward == 0
