@@ -5,9 +5,9 @@
  * the kernels of kernels/ (*.cu) through their plain-C launchers. Compiled only with
  * ZINF_HAVE_CUDA; with kernels/ (*.cu) the only code that includes CUDA headers. Every CUDA status
  * goes through cuda_check, which logs the call, file and line and returns a negative errno
- * (never exits); every launcher returns cudaGetLastError() after its launch, checked the same
- * way. Calls that touch the device make d's device current first (the current device is
- * per host thread).
+ * (never exits); every launcher returns the status of its own launch, checked the same way;
+ * a query's cudaErrorNotReady is consumed where it is taken. Calls that touch the device make d's
+ * device current first (the current device is per host thread).
  */
 #include <cuda_runtime.h>
 

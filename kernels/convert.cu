@@ -3,7 +3,8 @@
  * kernels/convert.cu: the element-wise kernels: cast between f32 and the 16-bit types, scale in
  * place, accumulate into f32, fill. Each rounds exactly as its C reference in device/dev_host.c
  * (the conversions are common/dtype.h's, compiled for the device; every float operation is one
- * IEEE operation, nothing to contract). Each launcher returns cudaGetLastError() after its launch.
+ * IEEE operation, nothing to contract). Each launcher returns the status of its own launch
+ * (ZINF_K_LAUNCH).
  */
 #include "kernels/kernels_internal.cuh"
 
@@ -56,25 +57,22 @@ extern "C" int
 zinf_k_cast(void *stream, void *dst, enum zinf_dtype dst_dtype, const void *src,
 	    enum zinf_dtype src_dtype, size_t n)
 {
-	cast_kernel<<<zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS, 0,
-		      (cudaStream_t)stream>>>(dst, dst_dtype, src, src_dtype, n);
-	return (int)cudaGetLastError();
+	return ZINF_K_LAUNCH(cast_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+			     (cudaStream_t)stream, dst, dst_dtype, src, src_dtype, n);
 }
 
 extern "C" int
 zinf_k_scale(void *stream, void *x, enum zinf_dtype dtype, float scale, size_t n)
 {
-	scale_kernel<<<zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS, 0,
-		       (cudaStream_t)stream>>>(x, dtype, scale, n);
-	return (int)cudaGetLastError();
+	return ZINF_K_LAUNCH(scale_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+			     (cudaStream_t)stream, x, dtype, scale, n);
 }
 
 extern "C" int
 zinf_k_accumulate(void *stream, float *dst, const void *src, enum zinf_dtype src_dtype, size_t n)
 {
-	accumulate_kernel<<<zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS, 0,
-			    (cudaStream_t)stream>>>(dst, src, src_dtype, n);
-	return (int)cudaGetLastError();
+	return ZINF_K_LAUNCH(accumulate_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+			     (cudaStream_t)stream, dst, src, src_dtype, n);
 }
 
 extern "C" int
@@ -82,11 +80,9 @@ zinf_k_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_
 {
 	unsigned nb = zinf_k_blocks(n, ZINF_K_MAX_BLOCKS);
 	if (zinf_dtype_size(dtype) == 2) {
-		fill16_kernel<<<nb, ZINF_K_THREADS, 0, (cudaStream_t)stream>>>((uint16_t *)dst,
-									       (uint16_t)bits, n);
-	} else {
-		fill32_kernel<<<nb, ZINF_K_THREADS, 0, (cudaStream_t)stream>>>((uint32_t *)dst,
-									       bits, n);
+		return ZINF_K_LAUNCH(fill16_kernel, nb, ZINF_K_THREADS, (cudaStream_t)stream,
+				     (uint16_t *)dst, (uint16_t)bits, n);
 	}
-	return (int)cudaGetLastError();
+	return ZINF_K_LAUNCH(fill32_kernel, nb, ZINF_K_THREADS, (cudaStream_t)stream,
+			     (uint32_t *)dst, bits, n);
 }

@@ -23,6 +23,17 @@ zinf_k_blocks(size_t n, unsigned max)
 	return (unsigned)(b < max ? (b ? b : 1) : max);
 }
 
+/*
+ * ZINF_K_LAUNCH(kernel, blocks, threads, stream, args...): queue kernel and evaluate to the
+ * status of this launch alone, as an int (0: cudaSuccess). The thread's last-error slot is
+ * cleared first: a cudaErrorNotReady left by an event or stream query, or an error that its own
+ * call already returned, must not be taken for this launch's failure. A sticky error (a broken
+ * context) survives the clearing and fails the launch, as it should.
+ */
+#define ZINF_K_LAUNCH(kernel, blocks, threads, stream, ...)                                        \
+	((void)cudaGetLastError(), kernel<<<(blocks), (threads), 0, (stream)>>>(__VA_ARGS__),      \
+	 (int)cudaGetLastError())
+
 #define ZINF_K_FOR(i, n)                                                                           \
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
 	     i += (size_t)gridDim.x * blockDim.x)

@@ -75,20 +75,17 @@ zinf_k_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, doubl
 	cudaStream_t st = (cudaStream_t)stream;
 	unsigned nb = n ? zinf_k_blocks(n, ZINF_K_SUMSQ_BLOCKS) : 0;
 	if (nb) {
-		sumsq_partial<<<nb, ZINF_K_THREADS, 0, st>>>(x, dtype, n, scratch);
-		cudaError_t e = cudaGetLastError();
-		if (e != cudaSuccess) {
-			return (int)e;
+		int e = ZINF_K_LAUNCH(sumsq_partial, nb, ZINF_K_THREADS, st, x, dtype, n, scratch);
+		if (e != 0) {
+			return e;
 		}
 	}
-	sumsq_final<<<1, ZINF_K_THREADS, 0, st>>>(scratch, nb, out);
-	return (int)cudaGetLastError();
+	return ZINF_K_LAUNCH(sumsq_final, 1, ZINF_K_THREADS, st, scratch, nb, out);
 }
 
 extern "C" int
 zinf_k_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag)
 {
-	nonfinite_kernel<<<zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS, 0,
-			   (cudaStream_t)stream>>>(x, dtype, n, flag);
-	return (int)cudaGetLastError();
+	return ZINF_K_LAUNCH(nonfinite_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+			     (cudaStream_t)stream, x, dtype, n, flag);
 }

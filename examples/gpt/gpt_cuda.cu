@@ -31,10 +31,15 @@
 static_assert(sizeof(gpt_real) == sizeof(float), "the cuda layers are fp32");
 
 /* A kernel launch on a stream (no dynamic shared memory). tests/gpt/test_gpt_cuda_emu.c
- * compiles this file on the CPU with its own LAUNCH (tests/gpt/cuda_emu/). */
-#ifndef LAUNCH
-#define LAUNCH(kernel, blocks, threads, stream) kernel<<<(blocks), (threads), 0, (stream)>>>
+ * compiles this file on the CPU with its own KERNEL_CALL (tests/gpt/cuda_emu/). */
+#ifndef KERNEL_CALL
+#define KERNEL_CALL(kernel, blocks, threads, stream) kernel<<<(blocks), (threads), 0, (stream)>>>
 #endif
+/* LAUNCH(...)(args); then check_launch: the thread's last-error slot is cleared first, so that
+ * check_launch sees this launch's status only (a cudaErrorNotReady that an event query of the
+ * engine or NCCL left on this thread is not a failed launch). */
+#define LAUNCH(kernel, blocks, threads, stream)                                                    \
+	(void)cudaGetLastError(), KERNEL_CALL(kernel, blocks, threads, stream)
 
 /* The backend's state: the trainer's stream and the cuBLAS handle on it. */
 struct gpt_cuda {

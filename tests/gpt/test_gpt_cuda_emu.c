@@ -22,8 +22,10 @@
  * launch, scheduled in reverse order is bit-identical (a read of another thread's or block's
  * write without a barrier, or two threads or blocks writing one element, would show). The
  * emulator also aborts on work queued on any stream but gpt_cuda_ops.open's (the default
- * stream) and on a launch past CUDA's limits. The third shape is run in forward order only
- * (its time). Plain program (exit 0 / 1), label gpt.
+ * stream) and on a launch past CUDA's limits. Before the first forward, the thread's last-error
+ * slot holds a cudaErrorNotReady, as an event query leaves it: the layers must not take it for
+ * their own launch's failure (gpt_cuda_ops.status stays 0). The third shape is run in forward order
+ * only (its time). Plain program (exit 0 / 1), label gpt.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +35,7 @@
 #include "gpt_model.h"
 
 void emu_set_reverse_c(int reverse); /* cuda_emu/gpt_cuda_emu.cpp */
+void emu_leave_not_ready_c(void);
 
 struct net {
 	struct gpt_dims d;
@@ -204,6 +207,9 @@ check(struct gpt_dims d, int reverse)
 	r.a.ctx = ctx;
 	run(&gpt_cpu_ops, &c);
 	emu_set_reverse_c(0);
+	/* a cudaErrorNotReady left on the thread by an earlier query (the engine's, NCCL's) is
+	   no launch's failure: status must stay 0 */
+	emu_leave_not_ready_c();
 	run(gpu, &g);
 	if (reverse) {
 		emu_set_reverse_c(1);

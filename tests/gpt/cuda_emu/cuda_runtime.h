@@ -237,7 +237,7 @@ make_launcher(K *k, size_t blocks, unsigned threads)
 #define blockIdx  (emu::st().block)
 #define blockDim  (emu::st().bdim)
 #define gridDim	  (emu::st().gdim)
-#define LAUNCH(kernel, blocks, threads, stream)                                                    \
+#define KERNEL_CALL(kernel, blocks, threads, stream)                                               \
 	(emu::check_stream((stream), #kernel),                                                     \
 	 emu::make_launcher(kernel, (size_t)(blocks), (unsigned)(threads)))
 
@@ -269,19 +269,31 @@ emu_set_reverse(bool r)
 /* ---- the runtime ---------------------------------------------------------------------------- */
 
 typedef void *cudaStream_t;
-typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 } cudaError_t;
+typedef enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotReady = 600 } cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 };
 #define cudaStreamNonBlocking 1u
 
+/* The runtime's per-thread last error: returned and cleared by cudaGetLastError; set by a test
+ * (emu_leave_not_ready_c) as a query's cudaErrorNotReady would leave it. */
+static inline cudaError_t &
+emu_last_error(void)
+{
+	static thread_local cudaError_t e = cudaSuccess;
+	return e;
+}
 static inline cudaError_t
 cudaGetLastError(void)
 {
-	return cudaSuccess;
+	cudaError_t e = emu_last_error();
+	emu_last_error() = cudaSuccess;
+	return e;
 }
 static inline const char *
 cudaGetErrorString(cudaError_t e)
 {
-	return e == cudaSuccess ? "no error" : "invalid value";
+	return e == cudaSuccess		? "no error"
+	       : e == cudaErrorNotReady ? "device not ready"
+					: "invalid value";
 }
 static inline cudaError_t
 cudaSetDevice(int d)
