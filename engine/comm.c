@@ -836,3 +836,38 @@ zinf_comm_ops_find(const char *name)
 	}
 	return NULL;
 }
+
+/* NCCL's version code as major, minor, patch: X*1000 + Y*100 + Z up to 2.8, X*10000 + Y*100 + Z
+ * after (NCCL_VERSION in nccl.h). */
+static void
+version_parts(int code, int v[3])
+{
+	bool old = code < 10000;
+	v[0] = old ? code / 1000 : code / 10000;
+	v[1] = old ? code / 100 % 10 : code / 100 % 100;
+	v[2] = code % 100;
+}
+
+/*
+ * The libnccl loaded at run time against the headers compiled in. The API (ncclConfig_t's
+ * fields, ncclCommFinalize, non-blocking communicators) is defined per minor release, so a
+ * library of an older major.minor than the headers is refused with both versions named; an
+ * older patch of the same minor release, or a newer library, is accepted (NCCL keeps its ABI
+ * within a major release).
+ */
+int
+zinf_comm_nccl_version_ok(int lib_code, int hdr_code, char *why, size_t len)
+{
+	int l[3], h[3];
+	version_parts(lib_code, l);
+	version_parts(hdr_code, h);
+	if (l[0] == h[0] && l[1] >= h[1]) {
+		return 0;
+	}
+	snprintf(why, len,
+		 "the NCCL library loaded is %d.%d.%d, %s the %d.%d.%d headers zinf was compiled "
+		 "with (put NCCL %d.%d or newer of major %d on the library path)",
+		 l[0], l[1], l[2], l[0] != h[0] ? "of another major release than" : "older than",
+		 h[0], h[1], h[2], h[0], h[1], h[0]);
+	return -ENOTSUP;
+}

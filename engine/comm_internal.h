@@ -166,4 +166,9 @@ int zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world,
 			 const struct zinf_comm_notice *n);
 int zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n);
 
+/* 0 when NCCL library version lib_code may run code compiled against headers hdr_code (codes as
+ * NCCL_VERSION_CODE and ncclGetVersion give them): same major release, minor at least the
+ * headers'; else -ENOTSUP with the reason, both versions named, in why. */
+int zinf_comm_nccl_version_ok(int lib_code, int hdr_code, char *why, size_t len);
+
 #endif

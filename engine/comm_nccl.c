@@ -93,6 +93,18 @@ count_devices(int *n)
 }
 
 static int
+check_version(void)
+{
+	int v = 0;
+	char why[200];
+	int rc = NCCL_TRY(ncclGetVersion(&v));
+	if (rc == 0 && zinf_comm_nccl_version_ok(v, NCCL_VERSION_CODE, why, sizeof(why)) < 0) {
+		rc = ZINF_FAIL(-ENOTSUP, "comm nccl: %s", why);
+	}
+	return rc;
+}
+
+static int
 pick_device(struct zinf_comm *c, struct nccl_be *b, int n)
 {
 	b->device = c->opts.device >= 0 ? c->opts.device : c->local_rank % n;
@@ -165,6 +177,9 @@ nccl_open(struct zinf_comm *c)
 		return ZINF_FAIL(-ENOMEM, "comm nccl: out of memory");
 	}
 	rc = count_devices(&ndev);
+	if (rc == 0) {
+		rc = check_version();
+	}
 	if (rc < 0) {
 		goto err_free;
 	}
@@ -187,6 +202,14 @@ nccl_open(struct zinf_comm *c)
 	rc = CUDA_TRY(cudaMalloc((void **)&b->dev_one, sizeof(float)));
 	if (rc < 0) {
 		goto err_stream;
+	}
+	/* the barrier's all-reduce sums it: zero stays zero (never uninitialised memory) */
+	rc = CUDA_TRY(cudaMemsetAsync(b->dev_one, 0, sizeof(float), b->stream));
+	if (rc == 0) {
+		rc = CUDA_TRY(cudaStreamSynchronize(b->stream));
+	}
+	if (rc < 0) {
+		goto err_one;
 	}
 	rc = init_comm(c, b);
 	if (rc < 0) {
@@ -277,12 +300,36 @@ post(struct zinf_comm *c, struct zinf_comm_req *r)
 	return ZINF_FAIL(-EINVAL, "comm nccl: collective kind %d unknown", r->d.kind);
 }
 
+/* An event on the communicator's device, whatever device is current on the calling thread (an
+ * event recorded on a stream of another device fails); the thread's current device is left as
+ * it was. */
+static int
+event_on_device(struct nccl_be *b, cudaEvent_t *ev)
+{
+	int cur = -1;
+	int rc = CUDA_TRY(cudaGetDevice(&cur));
+	if (rc == 0 && cur != b->device) {
+		rc = CUDA_TRY(cudaSetDevice(b->device));
+	}
+	if (rc == 0) {
+		rc = CUDA_TRY(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+	}
+	if (cur >= 0 && cur != b->device) {
+		int rc2 = CUDA_TRY(cudaSetDevice(cur));
+		if (rc == 0 && rc2 < 0) {
+			cudaEventDestroy(*ev);
+			rc = rc2;
+		}
+	}
+	return rc;
+}
+
 static int
 nccl_start(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	struct nccl_be *b = c->be;
 	struct nccl_req *q = (struct nccl_req *)r->priv;
-	int rc = CUDA_TRY(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming));
+	int rc = event_on_device(b, &q->done);
 	if (rc < 0) {
 		return rc;
 	}
@@ -318,6 +365,9 @@ nccl_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 	if (e != cudaErrorNotReady) {
 		return CUDA_TRY(e);
 	}
+	/* the query's NotReady may stay in the thread's last-error slot: consume it, or the next
+	   kernel launch on this thread that checks cudaGetLastError would take it for its own */
+	(void)cudaGetLastError();
 	int rc = NCCL_TRY(ncclCommGetAsyncError(b->comm, &st));
 	return rc < 0 ? rc : NCCL_TRY(st);
 }

@@ -337,3 +337,21 @@ Test(comm, a_timed_out_check_keeps_both_of_its_buffers)
 	cr_assert_eq(late_mine->kind, ZINF_COMM_ALL_REDUCE);
 	zinf_free(descs); /* the test plays MPI finishing with them */
 }
+
+/* The NCCL version rule (comm_nccl.c refuses at communicator creation): the library's major
+   release must be the headers', its minor at least theirs; a patch level is not compared (an
+   H200 machine's libnccl 2.28.3 under 2.28.9 headers runs every nccl test). Codes as
+   NCCL_VERSION_CODE: X*1000 + Y*100 + Z up to 2.8, X*10000 + Y*100 + Z after. */
+Test(comm, nccl_version_rule)
+{
+	char why[256] = "";
+	cr_assert_eq(zinf_comm_nccl_version_ok(22809, 22809, why, sizeof(why)), 0);
+	cr_assert_eq(zinf_comm_nccl_version_ok(22803, 22809, why, sizeof(why)), 0);
+	cr_assert_eq(zinf_comm_nccl_version_ok(22901, 22809, why, sizeof(why)), 0);
+	cr_assert_eq(zinf_comm_nccl_version_ok(22705, 22809, why, sizeof(why)), -ENOTSUP);
+	cr_assert(strstr(why, "2.27.5") && strstr(why, "older than the 2.28.9 headers"), "%s", why);
+	cr_assert_eq(zinf_comm_nccl_version_ok(2804, 22809, why, sizeof(why)), -ENOTSUP);
+	cr_assert(strstr(why, "2.8.4"), "the old encoding decoded: %s", why);
+	cr_assert_eq(zinf_comm_nccl_version_ok(30001, 22809, why, sizeof(why)), -ENOTSUP);
+	cr_assert(strstr(why, "3.0.1") && strstr(why, "another major release"), "%s", why);
+}
