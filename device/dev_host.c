@@ -12,6 +12,12 @@
  * wait is queued and blocks its stream's thread until that mark is done, so recording the event
  * again later does not release it (CUDA's rule). With opts.host_sync every operation runs on the
  * calling thread when it is queued.
+ *
+ * Host registration pins nothing (the pool does its own mlock) but keeps CUDA's rule, so that a
+ * trainer tested on "host" does not fail on a GPU: a range that overlaps one already registered
+ * is refused (-EEXIST here, as cudaErrorHostMemoryAlreadyRegistered is on "cuda"), and
+ * unregistering takes the pointer that was registered. Seen on an H200 (CUDA 13.0, driver 580):
+ * two ranges that share a page but no byte both register; a range inside another is refused.
  */
 #include <pthread.h>
 #include <string.h>
@@ -21,9 +27,17 @@
 #include "common/util.h"
 #include "device/dev_internal.h"
 
+/* A registered host range [first, end). */
+struct host_reg {
+	struct host_reg *next;
+	void *p; /* as given: the key of host_unregister */
+	uintptr_t first, end;
+};
+
 struct host_dev {
-	pthread_mutex_t lock; /* every event and mark */
-	pthread_cond_t cond;  /* a mark is done */
+	pthread_mutex_t lock;  /* every event and mark, the registrations */
+	pthread_cond_t cond;   /* a mark is done */
+	struct host_reg *regs; /* under lock */
 };
 
 /* One record of an event: done when the stream reaches it. Under host_dev.lock. */
@@ -92,6 +106,11 @@ static void
 host_close(struct zinf_device *d)
 {
 	struct host_dev *h = hdev(d);
+	while (h->regs) {
+		struct host_reg *r = h->regs;
+		h->regs = r->next;
+		zinf_free(r);
+	}
 	pthread_cond_destroy(&h->cond);
 	pthread_mutex_destroy(&h->lock);
 	zinf_free(h);
@@ -100,12 +119,58 @@ host_close(struct zinf_device *d)
 static int
 host_register(struct zinf_device *d, void *p, size_t len)
 {
-	return 0;
+	struct host_dev *h = hdev(d);
+	uintptr_t a = (uintptr_t)p;
+	if (len > UINTPTR_MAX - a) {
+		return ZINF_FAIL(-EINVAL,
+				 "device %s: host registration of %p, %zu bytes: past the "
+				 "address space",
+				 d->name, p, len);
+	}
+	struct host_reg *r = zinf_calloc(1, sizeof(*r));
+	if (!r) {
+		return ZINF_FAIL(-ENOMEM, "device %s: out of memory", d->name);
+	}
+	r->p = p;
+	r->first = a;
+	r->end = a + len;
+	int rc = 0;
+	pthread_mutex_lock(&h->lock);
+	for (struct host_reg *o = h->regs; o; o = o->next) {
+		if (r->first < o->end && o->first < r->end) {
+			rc = ZINF_FAIL(-EEXIST,
+				       "device %s: host registration of %p, %zu bytes overlaps the "
+				       "range registered at %p (%zu bytes)",
+				       d->name, p, len, o->p, (size_t)(o->end - o->first));
+			break;
+		}
+	}
+	if (rc == 0) {
+		r->next = h->regs;
+		h->regs = r;
+	}
+	pthread_mutex_unlock(&h->lock);
+	if (rc) {
+		zinf_free(r);
+	}
+	return rc;
 }
 
 static void
 host_unregister(struct zinf_device *d, void *p)
 {
+	struct host_dev *h = hdev(d);
+	struct host_reg *gone = NULL;
+	pthread_mutex_lock(&h->lock);
+	for (struct host_reg **o = &h->regs; *o; o = &(*o)->next) {
+		if ((*o)->p == p) {
+			gone = *o;
+			*o = gone->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&h->lock);
+	zinf_free(gone);
 }
 
 static int

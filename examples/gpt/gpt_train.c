@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <zinf/device.h>
 #include <zinf/engine.h>
@@ -374,10 +375,13 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	r = r ?: dalloc(t, (size_t)d->V * C * g, &b->dwte);
 	r = r ?: dalloc(t, (size_t)d->T * C * g, &b->dwpe);
 	r = r ?: dalloc(t, 2 * C * g, &b->dlnf);
-	if (!r && !(b->host_io = malloc(2 * N * sizeof(int)))) {
+	/* each staging buffer registered on pages of its own (cudaHostRegister pins whole pages;
+	   page-aligned, the copies start on a page) */
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	if (!r && !(b->host_io = zinf_alloc_aligned(page, 2 * N * sizeof(int)))) {
 		r = -ENOMEM;
 	}
-	if (!r && !(b->host_losses = malloc(N * g))) {
+	if (!r && !(b->host_losses = zinf_alloc_aligned(page, N * g))) {
 		r = -ENOMEM;
 	}
 	r = r ?: zinf_device_host_register(t->dev, b->host_io, 2 * N * sizeof(int));
@@ -385,8 +389,8 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 		zinf_device_host_unregister(t->dev, b->host_io);
 	}
 	if (r) {
-		free(b->host_io);
-		free(b->host_losses);
+		zinf_free_aligned(b->host_io);
+		zinf_free_aligned(b->host_losses);
 		b->host_io = NULL;
 		b->host_losses = NULL;
 		fprintf(stderr, "zinf_gpt: host staging buffers: %s\n", zinf_strerror(r));
@@ -420,8 +424,8 @@ gpt_bufs_free(struct gpt_trainer *t)
 	if (b->host_io) {
 		zinf_device_host_unregister(t->dev, b->host_io);
 		zinf_device_host_unregister(t->dev, b->host_losses);
-		free(b->host_io);
-		free(b->host_losses);
+		zinf_free_aligned(b->host_io);
+		zinf_free_aligned(b->host_losses);
 	}
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		if (all[i]) {
