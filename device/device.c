@@ -454,7 +454,7 @@ zinf_device_fill(struct zinf_stream *s, void *dst, enum zinf_dtype dtype, float 
 
 /*
  * The step's scalars exactly as cpu_adam computes them (float64, rounded to float once), so
- * that the cuda kernel, which rounds each operation as the scalar path does, equals it.
+ * that the cuda kernel, which rounds each operation as cpu_adam's vector paths do, equals them.
  */
 static void
 adam_scalars(const struct zinf_adam_opts *o, int64_t step, float grad_scale, struct zinf_k_adam *a)
@@ -471,11 +471,12 @@ adam_scalars(const struct zinf_adam_opts *o, int64_t step, float grad_scale, str
 	a->omb2 = (float)(1.0 - b2);
 	a->eps = o->eps;
 	if (o->bias_correction) {
+		double bc2 = 1.0 - pow(b2, (double)step);
 		a->nstep = (float)(-lr / (1.0 - pow(b1, (double)step)));
-		a->bc2_sqrt = (float)sqrt(1.0 - pow(b2, (double)step));
+		a->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
 	} else {
 		a->nstep = -o->lr;
-		a->bc2_sqrt = 1.0f;
+		a->inv_bc2_sqrt = 1.0f;
 	}
 }
 

@@ -2,7 +2,8 @@
 /*
  * kernels/kernels.h: the CUDA kernels' plain-C launchers (no CUDA type here: a stream is a
  * cudaStream_t passed as void *). Each launcher queues its kernel on `stream` and returns the
- * cudaError_t of cudaGetLastError() right after the launch, as an int (0: cudaSuccess); the
+ * cudaError_t of its own launch, as an int (0: cudaSuccess; never an error left by an earlier
+ * call or query on the thread); the
  * caller (device/dev_cuda.c) maps it to a negative errno with a message. Pointers are device
  * memory, n elements each. The C references of these kernels are the "host" device's
  * (device/dev_host.c): the tests compare the two.
@@ -28,9 +29,9 @@ struct zinf_k_adam {
 	float b1, omb1; /* beta1, 1 - beta1 */
 	float b2, omb2; /* beta2, 1 - beta2 */
 	float eps;
-	float nstep;	/* -lr / (1 - beta1^step), or -lr */
-	float bc2_sqrt; /* sqrt(1 - beta2^step), or 1 */
-	int l2;		/* add wd * p to the gradient (Adam, not AdamW) */
+	float nstep;	    /* -lr / (1 - beta1^step), or -lr */
+	float inv_bc2_sqrt; /* 1 / sqrt(1 - beta2^step) from float64, or 1 */
+	int l2;		    /* add wd * p to the gradient (Adam, not AdamW) */
 };
 
 /* Blocks of the first sum-of-squares pass: the scratch the caller passes holds this many

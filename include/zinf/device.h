@@ -188,8 +188,9 @@ ZINF_API int zinf_device_fill(struct zinf_stream *s, void *dst, enum zinf_dtype 
 /**
  * zinf_adam_step() on device memory, the same arguments, the same formula and the same scalars
  * (computed in float64 when queued). "host" runs zinf_adam_step() itself (bit for bit the
- * cpu_adam path that ZINF_SIMD or the CPU selects); "cuda" rounds every operation once in the
- * scalar path's order (no FMA contraction), so it equals the scalar path bit for bit.
+ * cpu_adam path that o->simd, ZINF_SIMD or the CPU selects); "cuda" rounds as cpu_adam's vector
+ * paths (avx2, avx512: the same fused multiply-adds, the multiply by 1 / sqrt(1 - beta2^step)),
+ * so it equals them bit for bit (the scalar path, for CPUs without AVX2, differs by rounding).
  * Returns 0; -EINVAL as zinf_adam_step() (checked when queued).
  */
 ZINF_API int zinf_device_adam(struct zinf_stream *s, const struct zinf_adam_opts *o, int64_t step,
