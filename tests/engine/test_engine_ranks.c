@@ -292,10 +292,17 @@ known_answer_stage(int stage)
 			rc = zinf_engine_param(e, (uint32_t)l, &dev);
 			CHECK(rc == 0, "param %d: %d %s", l, rc, zinf_last_error());
 		}
-		if (rc == 0 && zinf_stream_sync(cs) == 0) {
+		uint16_t w16[15];
+		if (rc == 0) {
+			/* device memory: read through a copy on the compute stream, as on a GPU */
+			rc = zinf_device_copy(cs, w16, dev, sizeof(w16), ZINF_COPY_D2H);
+			rc = rc ? rc : zinf_stream_sync(cs);
+			CHECK(rc == 0, "copy of w%d: %d %s", l, rc, zinf_last_error());
+		}
+		if (rc == 0) {
 			for (int i = 0; i < 15; i++) {
 				uint16_t want = zinf_f32_to_bf16_rne((float)l + 0.25f * (float)i);
-				uint16_t got = ((uint16_t *)dev)[i];
+				uint16_t got = w16[i];
 				CHECK(got == want, "stage %d: w%d[%d] after init: %g, expected %g",
 				      stage, l, i, zinf_bf16_to_f32(got), zinf_bf16_to_f32(want));
 				if (got != want) {
@@ -319,12 +326,14 @@ known_answer_stage(int stage)
 			rc = zinf_engine_fetch(e, l);
 			CHECK(rc == 0, "fetch %d: %d %s", l, rc, zinf_last_error());
 			if (rc == 0) {
-				zinf_stream_sync(cs);
+				float g[15];
 				for (int i = 0; i < 15; i++) {
-					grad[l][i] =
-						(float)((m + 1) * (l + 1) * (i + 1) * (1 + rank));
+					g[i] = (float)((m + 1) * (l + 1) * (i + 1) * (1 + rank));
 				}
-				rc = zinf_engine_grad(e, (uint32_t)l, grad[l], ZINF_F32);
+				/* into device memory on the compute stream, as a backward kernel */
+				rc = zinf_device_copy(cs, grad[l], g, sizeof(g), ZINF_COPY_H2D);
+				rc = rc ? rc : zinf_stream_sync(cs); /* g is on this stack frame */
+				rc = rc ? rc : zinf_engine_grad(e, (uint32_t)l, grad[l], ZINF_F32);
 				CHECK(rc == 0, "grad %d: %d %s", l, rc, zinf_last_error());
 			}
 			if (rc == 0) {
@@ -366,9 +375,15 @@ known_answer_stage(int stage)
 			rc = rc ? rc : zinf_engine_param(e, p, &dev);
 			CHECK(rc == 0, "fetch after step %u: %d %s", p, rc, zinf_last_error());
 		}
-		if (rc == 0 && zinf_stream_sync(cs) == 0) {
+		uint16_t w16[15];
+		if (rc == 0) {
+			rc = zinf_device_copy(cs, w16, dev, sizeof(w16), ZINF_COPY_D2H);
+			rc = rc ? rc : zinf_stream_sync(cs);
+			CHECK(rc == 0, "copy of w%u: %d %s", p, rc, zinf_last_error());
+		}
+		if (rc == 0) {
 			for (int i = 0; i < 15; i++) {
-				uint16_t got = ((uint16_t *)dev)[i];
+				uint16_t got = w16[i];
 				CHECK(got == zinf_f32_to_bf16_rne(mw[i]),
 				      "stage %d: w%u[%d] after the step: %g, master %.9g", stage, p,
 				      i, zinf_bf16_to_f32(got), mw[i]);
