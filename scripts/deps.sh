@@ -3,7 +3,7 @@
 # when they are all present. Needs root or sudo for apt-get.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liburing-dev libaio-dev libhwloc-dev libjansson-dev
-	libopenmpi-dev openmpi-bin libcriterion-dev fio valgrind)
+	libopenmpi-dev openmpi-bin libcriterion-dev fio valgrind patchelf)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -135,8 +135,9 @@ close() {
 # the same order; the CPU's reduction-order cases (close above) stayed at ~1e-7 after 30 AdamW
 # steps, so the differences do not blow up: 1e-5 more per step, up to 3e-4 at step 30. A
 # wrong layer changes the step-2 loss by far more (each step lowers it by ~1e-2 at first).
-# Asserted: |cuda - host| <= (1e-5 x step) |host|. Not yet measured on a GPU: the case prints
-# the worst relative difference; tighten this once it has run. Measured on 2026-11-23 with
+# Asserted: |cuda - host| <= (1e-5 x step) |host|. Measured on an H200 (2026-11-27): worst
+# 1.7e-8 over these 30 steps, 2.9e-8 over 5 steps at hidden 256 (the GPU kit's gpt_mid): far
+# inside the derived bound, which stays the assertion (a bound, not a fit). Measured on 2026-11-23 with
 # gpt_cuda.cu itself on the CPU (tests/gpt/cuda_emu/, its sgemm summing in double, no FMA)
 # in place of gpt_cpu.c, zero0_memory, this model, 30 steps: worst 9e-9 relative (step 3),
 # 3e-9 at step 30: the differences do not grow with the steps.
