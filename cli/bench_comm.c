@@ -25,7 +25,7 @@
 
 #include "cli/cli.h"
 #include "common/dtype.h"
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 #include "zinf/comm.h"
 #include "zinf/device.h"
 #include "zinf_config.h"

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/opts.h"
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 #include "engine/engine_internal.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_opts, reserved6);

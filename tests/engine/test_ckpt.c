@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "common/test_util.h"
-#include "engine/ckpt_fs.h"
+#include "ckpt/ckpt_fs.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
 #include "zinf/checkpoint.h"

@@ -24,7 +24,7 @@
 
 #include "ckpt/ckpt_fixture.h"
 #include "common/test_util.h"
-#include "engine/ckpt_fs.h"
+#include "ckpt/ckpt_fs.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
 #include "zinf/checkpoint.h"

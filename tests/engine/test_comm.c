@@ -11,7 +11,7 @@
 
 #include "common/dtype.h"
 #include "common/test_util.h"
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 #include "zinf/comm.h"
 
 static struct zinf_comm *

@@ -24,7 +24,7 @@
 
 #include "common/dtype.h"
 #include "common/test_util.h"
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 #include "engine/rank_check.h"
 #include "zinf/comm.h"
 #include "zinf_config.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/comm_single.c: the collectives of a one-rank job, on host buffers, with no
+ * comm/comm_single.c: the collectives of a one-rank job, on host buffers, with no
  * dependency. Every call completes when it is posted: an all-gather or reduce-scatter of one
  * rank is a copy, an all-reduce and a broadcast leave the buffer as it is. A 16-bit AVG over
  * one rank is the value itself (the fp32 sum of one exactly widened term, divided by 1,
@@ -8,7 +8,7 @@
  */
 #include <string.h>
 
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 
 static int
 single_open(struct zinf_comm *c)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * engine/ckpt_export.c: zinf_ckpt_export: a checkpoint's fp32 master weights, converted to f32,
+ * ckpt/ckpt_export.c: zinf_ckpt_export: a checkpoint's fp32 master weights, converted to f32,
  * bf16 or f16, as safetensors (safetensors.c), each tensor streamed through zinf_ckpt_read in
  * bounded pieces. Above shard_bytes the tensors are cut, in order and never one across two
  * files, into shards named as Hugging Face names them ("<stem>-00001-of-00003.safetensors"
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "engine/safetensors_internal.h"
+#include "ckpt/safetensors_internal.h"
 #include "zinf/checkpoint.h"
 
 static_assert(ST_MAX_DIMS == ZINF_CKPT_MAX_DIMS, "a checkpoint's shapes fit a tensor's");

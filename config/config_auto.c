@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config_auto.c: "auto" in ds_config.json, resolved as transformers'
+ * config/config_auto.c: "auto" in ds_config.json, resolved as transformers'
  * HfTrainerDeepSpeedConfig does: batch keys from the trainer's micro batch, accumulation and the
  * world size; gradient_clipping, optimizer and scheduler values from the trainer's arguments;
  * fp16/bf16 from its flags; reduce_bucket_size = hidden^2, stage3_prefetch_bucket_size =
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 static void
 record_resolved(struct cfg_ctx *x, const char *path, json_t *v)

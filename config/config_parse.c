@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config_parse.c: the walk of a parsed ds_config.json against the key tables
+ * config/config_parse.c: the walk of a parsed ds_config.json against the key tables
  * (config_keys.c): each value checked (type, range) and stored where its key says, "auto"
  * resolved from the caller's inputs as Hugging Face's integration does, unknown keys reported
  * as misspelt (the nearest key) or misplaced (where they belong), the optimizer and schedule
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 void
 cfg_msg(struct cfg_ctx *x, enum zinf_log_level lvl, const char *path, const char *fmt, ...)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/ckpt_fs.h: what the checkpoint save and load files share (ckpt_fs.c: tags, lock, fsync,
+ * ckpt/ckpt_fs.h: what the checkpoint save and load files share (ckpt_fs.c: tags, lock, fsync,
  * publication, the streaming writer; engine_ckpt.c: save; engine_load.c: load).
  */
 #ifndef ZINF_CKPT_FS_H

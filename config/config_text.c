@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config_text.c: what the ds_config.json reader needs from the text itself and jansson
+ * config/config_text.c: what the ds_config.json reader needs from the text itself and jansson
  * does not give: the line of every key (jansson keeps no positions), the non-ASCII characters
  * outside strings that configurations copied from web pages carry (jansson only says "invalid
  * token"), and the edit distance for suggesting the nearest key. No JSON parsing beyond
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 /* Past the closing quote of the string that starts at s[0] == '"'. */
 static const char *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config_internal.h: what the ds_config.json reader's files share: the key tables
+ * config/config_internal.h: what the ds_config.json reader's files share: the key tables
  * (config_keys.c), the text helpers (config_text.c: the non-ASCII pre-scan, the line of every
  * key, edit distance), and the reader's context. Not installed.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/safetensors_internal.h: the safetensors writer (safetensors.c), shared by the offline
+ * ckpt/safetensors_internal.h: the safetensors writer (safetensors.c), shared by the offline
  * export (ckpt_export.c) and the engine's save (model.safetensors). The caller streams each
  * tensor's elements through a callback in bounded pieces; nothing holds a whole tensor. Not
  * installed.

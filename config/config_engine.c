@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * engine/config_engine.c: an engine from a ds_config.json in one call
+ * config/config_engine.c: an engine from a ds_config.json in one call
  * (zinf_engine_create_from_file): the reader, then zinf_engine_create() with the engine options
  * it filled. The engine copies every string it keeps (the nvme paths), so the configuration is
  * freed before returning.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config.c: reading ds_config.json (zinf/config.h): DeepSpeed's defaults, the file or
+ * config/config.c: reading ds_config.json (zinf/config.h): DeepSpeed's defaults, the file or
  * string read through jansson, the walk (config_parse.c), then what spans several keys: the
  * batch keys derived and checked as DeepSpeed's config.py does, fp16 against bf16, offload
  * against the stage, nvme without nvme_path, the schedule's required parameters. Not here:
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common/opts.h"
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_config_inputs, max_grad_norm);
 

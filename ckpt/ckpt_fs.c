@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/ckpt_fs.c: the file-system half of a checkpoint save: tags, the directory lock,
+ * ckpt/ckpt_fs.c: the file-system half of a checkpoint save: tags, the directory lock,
  * fsync of files and directories, the atomic publication (rename, RENAME_EXCHANGE, `latest`),
  * removal of a temporary directory, and the streaming writer that puts a rank's state files on
  * disk through the I/O engine (aligned double buffers, O_DIRECT where the file system has it,
@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "common/opts.h"
-#include "engine/ckpt_fs.h"
+#include "ckpt/ckpt_fs.h"
 #include "zinf/swap.h"
 
 void (*ckpt_test_hook)(const char *point);

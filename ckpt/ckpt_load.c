@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_load.c: zinf_engine_load (zinf/checkpoint.h). Every rank opens the checkpoint
+ * ckpt/ckpt_load.c: zinf_engine_load (zinf/checkpoint.h). Every rank opens the checkpoint
  * (zinf_ckpt_open: the manifest and the files' sizes), checks that it matches the engine (the
  * parameters by id, name and numel; the optimizer and its parts), verifies the CRCs of its
  * share of the files, and the ranks agree before anything is written. Then each rank fills its
@@ -18,8 +18,8 @@
 #include <sys/stat.h>
 
 #include "common/opts.h"
-#include "engine/ckpt_fs.h"
-#include "engine/ckpt_internal.h"
+#include "ckpt/ckpt_fs.h"
+#include "ckpt/ckpt_internal.h"
 #include "engine/engine_internal.h"
 
 struct load_ctx {

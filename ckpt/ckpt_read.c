@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * engine/ckpt_read.c: reading a checkpoint offline (zinf/checkpoint.h, docs/CHECKPOINT.md):
+ * ckpt/ckpt_read.c: reading a checkpoint offline (zinf/checkpoint.h, docs/CHECKPOINT.md):
  * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field
  * (types, ranges, partitions consistent with their ranks' files, every listed file present with
  * its size), the ranges of a parameter's state gathered from the stored ranks' files with pread
@@ -22,7 +22,7 @@
 
 #include "common/opts.h"
 #include "common/util.h"
-#include "engine/ckpt_internal.h"
+#include "ckpt/ckpt_internal.h"
 #include "zinf/checkpoint.h"
 #include "zinf/swap.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/schedule.c: DeepSpeed's learning-rate schedules, and OneCycle's momentum, as pure
+ * config/schedule.c: DeepSpeed's learning-rate schedules, and OneCycle's momentum, as pure
  * functions of last_batch_iteration (zinf/schedule.h). Each formula is DeepSpeed's get_lr() (or
  * OneCycle's get_mom()), in double; the caller rounds to the optimizer's float. No state and no
  * logging.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_ckpt.c: zinf_engine_save (zinf/checkpoint.h, docs/CHECKPOINT.md) and the
+ * ckpt/ckpt_save.c: zinf_engine_save (zinf/checkpoint.h, docs/CHECKPOINT.md) and the
  * state visitor that save and load share (eng_state_visit: a sub-group's master and optimizer
  * parts as host memory, wherever they live: the pinned CPU tier in place, NVMe through one of
  * the optimizer pool's buffers, the GPU in pieces through a bounce buffer).
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "common/opts.h"
-#include "engine/ckpt_fs.h"
+#include "ckpt/ckpt_fs.h"
 #include "engine/engine_internal.h"
 #include "zinf/config.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/comm.c: the generic side of the collectives (zinf/comm.h) and the backend registry.
+ * comm/comm.c: the generic side of the collectives (zinf/comm.h) and the backend registry.
  * It validates every call, numbers it, compares it across ranks when opts.check is on, puts a
  * deadline on it and fails the communicator past it, and heeds other ranks' failure notices
  * (zinf_comm_notify_failure) while it waits; the backends only post, poll and carry notices. The
@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "common/opts.h"
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_comm_opts, reserved);
 _Static_assert(sizeof(struct zinf_comm_desc) == 32, "descriptors are exchanged as 32 bytes");

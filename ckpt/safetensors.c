@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * engine/safetensors.c: writing one safetensors file (safetensors_internal.h): the JSON header
+ * ckpt/safetensors.c: writing one safetensors file (safetensors_internal.h): the JSON header
  * (built with jansson, keys in the tensors' order, padded with spaces to a multiple of 8 so that
  * the data starts aligned), then each tensor's bytes streamed from the caller's callback in
  * pieces of ST_PIECE_ELEMS elements, under a temporary name that is fsynced and renamed into
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "engine/safetensors_internal.h"
+#include "ckpt/safetensors_internal.h"
 
 static const char *
 st_dtype(enum zinf_dtype d)

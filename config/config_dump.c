@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config_dump.c: a read configuration printed back as ds_config.json (zinf/config.h
+ * config/config_dump.c: a read configuration printed back as ds_config.json (zinf/config.h
  * zinf_config_dump), every key zinf uses with its value after defaults and "auto", in the key
  * tables' order. Older spellings, aliases and keys zinf ignores are not printed; the optimizer
  * and scheduler blocks only when the file had them.
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 /* A float as the shortest decimal that reads back as it (0.001f prints 0.001). */
 static json_t *

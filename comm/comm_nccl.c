@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/comm_nccl.c: the collectives over NCCL, on device buffers, ordered on one CUDA
+ * comm/comm_nccl.c: the collectives over NCCL, on device buffers, ordered on one CUDA
  * stream (the caller's opts.stream, or one this backend creates until the device module owns
  * streams). MPI (comm_mpi.c) supplies rank, world and local rank, broadcasts the unique id, and
  * carries the call check's descriptors. The communicator is non-blocking (config.blocking =
@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 
 struct nccl_be {
 	struct zinf_comm_mpi *mpi;

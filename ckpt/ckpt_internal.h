@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/ckpt_internal.h: what the engine's load (and save) use of the offline reader
+ * ckpt/ckpt_internal.h: what the engine's load (and save) use of the offline reader
  * (ckpt_read.c) beyond the public zinf_ckpt_* calls: the parsed manifest itself (every field
  * docs/CHECKPOINT.md lists has been checked for presence and type by zinf_ckpt_open, so its
  * values can be read without further checks) and the path of a listed file. Not installed.

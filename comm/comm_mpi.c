@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/comm_mpi.c: the collectives over MPI, on host buffers. Also the MPI side that the
+ * comm/comm_mpi.c: the collectives over MPI, on host buffers. Also the MPI side that the
  * nccl backend reuses: joining the job (MPI_Init_thread when the program has not), exchanging
  * the call descriptors, broadcasting NCCL's unique id.
  *
@@ -42,7 +42,7 @@
 #include <time.h>
 
 #include "common/dtype.h"
-#include "engine/comm_internal.h"
+#include "comm/comm_internal.h"
 
 struct zinf_comm_mpi {
 	MPI_Comm comm; /* dup of MPI_COMM_WORLD, MPI_ERRORS_RETURN: the check, non-blocking calls */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/config_keys.c: every key of ds_config.json that zinf knows, per section, with where its
+ * config/config_keys.c: every key of ds_config.json that zinf knows, per section, with where its
  * value goes, its type and range, and DeepSpeed's older spellings (runtime/config.py,
  * runtime/zero/config.py, runtime/zero/offload_config.py, the aio and fp16 blocks,
  * runtime/lr_schedules.py). The defaults are set in config.c (zinf_config_init), not here. Keys
@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 #define TC(f)  offsetof(struct zinf_train_config, f)
 #define EO(f)  offsetof(struct zinf_train_config, engine.f)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/comm_internal.h: the collective backends' ops table, the generic communicator and
+ * comm/comm_internal.h: the collective backends' ops table, the generic communicator and
  * request they share, and the registry. Not installed. A backend embeds nothing: it keeps its
  * state behind c->be and its per-request state in the request's tail (ops->req_size bytes).
  */
