@@ -746,6 +746,9 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 		/* the GPU tier's copies on a stream of their own: cs goes on with the training */
 		ret = zinf_stream_create(e->dev, "zinf-save", &sv->stream);
 		sv->own_stream = ret == 0;
+		/* after what cs has queued: the step's Adam kernels may still be writing the
+		   state the save copies (zinf_engine_step returns without waiting for them) */
+		ret = ret ? ret : eng_order(e, e->cs, sv->stream);
 	}
 	if ((ret = eng_agree(e, ret, "save: preparing the directory"))) {
 		save_free(e, sv, ret);

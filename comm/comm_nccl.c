@@ -363,7 +363,7 @@ nccl_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 		return 1;
 	}
 	if (e != cudaErrorNotReady) {
-		return CUDA_TRY(e);
+		return CUDA_TRY(e); /* comm.c drops the request: nccl_abandon */
 	}
 	/* the query's NotReady may stay in the thread's last-error slot: consume it, or the next
 	   kernel launch on this thread that checks cudaGetLastError would take it for its own */
@@ -376,12 +376,15 @@ static void
 nccl_abandon(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	struct nccl_be *b = c->be;
+	struct nccl_req *q = (struct nccl_req *)r->priv;
 	/* Abort now, so that the kernels of the failed call end and a stream synchronise of the
-	 * caller's returns; the event is left to the aborted stream. */
+	 * caller's returns. The event is destroyed: CUDA releases it once the aborted stream
+	 * reaches it (a request that failed or timed out is never polled again). */
 	if (!b->aborted) {
 		ncclCommAbort(b->comm);
 		b->aborted = true;
 	}
+	cudaEventDestroy(q->done);
 }
 
 static int

@@ -178,10 +178,13 @@ cuda_stream_close(struct zinf_stream *s)
 	zinf_free(c);
 }
 
+/* Sync, record and wait make the stream's device current too: a wrapped NULL stream is the
+ * legacy default stream of whatever device is current on the calling thread. */
 static int
 cuda_stream_sync(struct zinf_stream *s)
 {
-	return cuda_check(cudaStreamSynchronize(cs(s)), s->name);
+	int rc = on(s->dev);
+	return rc ? rc : cuda_check(cudaStreamSynchronize(cs(s)), s->name);
 }
 
 static int
@@ -208,13 +211,15 @@ cuda_event_close(struct zinf_event *e)
 static int
 cuda_event_record(struct zinf_event *e, struct zinf_stream *s)
 {
-	return cuda_check(cudaEventRecord((cudaEvent_t)e->priv, cs(s)), s->name);
+	int rc = on(s->dev);
+	return rc ? rc : cuda_check(cudaEventRecord((cudaEvent_t)e->priv, cs(s)), s->name);
 }
 
 static int
 cuda_stream_wait(struct zinf_stream *s, struct zinf_event *e)
 {
-	return cuda_check(cudaStreamWaitEvent(cs(s), (cudaEvent_t)e->priv, 0), s->name);
+	int rc = on(s->dev);
+	return rc ? rc : cuda_check(cudaStreamWaitEvent(cs(s), (cudaEvent_t)e->priv, 0), s->name);
 }
 
 static int

@@ -217,17 +217,27 @@ copy_strings(struct zinf_engine *e)
 	return 0;
 }
 
+/* The node-local rank as the launchers export it (Open MPI, MPICH/Intel MPI's hydra, MVAPICH2,
+ * Cray PALS, PMIx, Slurm, torchrun), before any communicator exists: the device is opened first
+ * (nccl's communicator needs its stream). *from: the variable, or NULL (none set: 0). */
 static int
-local_rank_env(void)
+local_rank_env(const char **from)
 {
-	const char *v[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
-			   "LOCAL_RANK"};
+	static const char *const v[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+					"MPI_LOCALRANKID",
+					"MV2_COMM_WORLD_LOCAL_RANK",
+					"PALS_LOCAL_RANKID",
+					"PMIX_LOCAL_RANK",
+					"SLURM_LOCALID",
+					"LOCAL_RANK"};
 	for (size_t i = 0; i < ZINF_ARRAY_SIZE(v); i++) {
 		const char *s = getenv(v[i]);
 		if (s && *s) {
+			*from = v[i];
 			return atoi(s);
 		}
 	}
+	*from = NULL;
 	return 0;
 }
 
@@ -250,7 +260,9 @@ open_device(struct zinf_engine *e)
 		if (n < 0) {
 			return n;
 		}
-		d.index = n > 0 ? local_rank_env() % n : 0;
+		d.index = n > 0 ? local_rank_env(&e->dev_from) % n : 0;
+		e->dev_count = n;
+		e->dev_chosen = true;
 	}
 	int ret = zinf_device_create(&d, &e->dev);
 	if (ret) {
@@ -296,6 +308,20 @@ open_comm(struct zinf_engine *e)
 				cb, zinf_device_backend(e->dev));
 	}
 	e->W = e->o.stage == 0 ? 1 : e->world;
+	/* A device chosen from the environment must be the one the communicator's local rank
+	   (MPI_COMM_TYPE_SHARED) gives: else ranks of a node share a GPU, silently */
+	int lr = zinf_comm_local_rank(e->comm);
+	if (e->dev_chosen && e->dev_count > 1 && lr >= 0 &&
+	    lr % e->dev_count != zinf_device_index(e->dev)) {
+		return ENG_FAIL(
+			e, -EINVAL,
+			"device %d was chosen from %s, but this rank is local rank %d of its "
+			"node: set the device index (zinf_engine_opts.device_index) or launch "
+			"with a launcher that exports OMPI_COMM_WORLD_LOCAL_RANK, "
+			"MPI_LOCALRANKID, SLURM_LOCALID or LOCAL_RANK",
+			zinf_device_index(e->dev), e->dev_from ? e->dev_from : "nothing (device 0)",
+			lr);
+	}
 	return 0;
 }
 
@@ -397,13 +423,14 @@ zinf_engine_destroy(struct zinf_engine *e)
 	if (e->scratch) {
 		eng_comm_buf_free(e, e->scratch);
 	}
+	/* the communicator before the streams: nccl's finalisation flushes what it queued on cs */
+	if (e->own_comm) {
+		zinf_comm_destroy(e->comm);
+	}
 	zinf_event_destroy(e->ev_compute);
 	zinf_event_destroy(e->ev_cs);
 	zinf_stream_destroy(e->cs);
 	zinf_stream_destroy(e->compute);
-	if (e->own_comm) {
-		zinf_comm_destroy(e->comm);
-	}
 	if (e->own_dev) {
 		zinf_device_destroy(e->dev);
 	}

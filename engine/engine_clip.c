@@ -65,6 +65,15 @@ eng_clip_setup(struct zinf_engine *e)
 			return ENG_FAIL(e, ret, "init: device memory for the gradient norms");
 		}
 	}
+	if (!e->host_comm && e->W > 1) {
+		/* nccl: the per-step exchange of every rank's (sum, flag), allocated once (not
+		   a cudaMalloc and a device-wide cudaFree per step) */
+		int ret = eng_comm_buf_alloc(e, (size_t)e->world * 4 * sizeof(float),
+					     (void **)&e->clip_dev);
+		if (ret) {
+			return ENG_FAIL(e, ret, "init: device memory for the norms' exchange");
+		}
+	}
 	return 0;
 }
 
@@ -75,6 +84,10 @@ eng_clip_free(struct zinf_engine *e)
 	e->sg_sumsq = NULL;
 	zinf_device_free(e->dev, e->dev_sumsq);
 	e->dev_sumsq = NULL;
+	if (e->clip_dev) {
+		eng_comm_buf_free(e, e->clip_dev); /* left to a failed communicator */
+		e->clip_dev = NULL;
+	}
 }
 
 int
@@ -109,11 +122,8 @@ exchange(struct zinf_engine *e, const float mine[4], float *all)
 		memcpy(all + 4 * e->rank, mine, 4 * sizeof(float));
 		return zinf_comm_all_gather(e->comm, all + 4 * e->rank, all, 4, ZINF_F32, NULL);
 	}
-	float *dev = NULL; /* nccl: device buffers ordered on cs */
+	float *dev = e->clip_dev; /* nccl: device buffers ordered on cs */
 	size_t bytes = (size_t)e->world * 4 * sizeof(float);
-	if ((ret = zinf_device_alloc(e->dev, bytes, (void **)&dev))) {
-		return ret;
-	}
 	ret = zinf_device_copy(e->cs, dev + 4 * e->rank, mine, 4 * sizeof(float), ZINF_COPY_H2D);
 	if (!ret) {
 		ret = zinf_comm_all_gather(e->comm, dev + 4 * e->rank, dev, 4, ZINF_F32, NULL);
@@ -124,7 +134,6 @@ exchange(struct zinf_engine *e, const float mine[4], float *all)
 	if (!ret) {
 		ret = zinf_stream_sync(e->cs);
 	}
-	zinf_device_free(e->dev, dev);
 	return ret;
 }
 

@@ -176,6 +176,9 @@ struct zinf_engine {
 	char *param_paths[ZINF_ENGINE_MAX_PATHS], *optim_paths[ZINF_ENGINE_MAX_PATHS];
 	struct zinf_device *dev;
 	bool own_dev;
+	bool dev_chosen;      /* the device index came from the environment (local_rank_env) */
+	int dev_count;	      /* devices of its backend then */
+	const char *dev_from; /* the variable it came from, NULL: none (device 0) */
 	struct zinf_comm *comm;
 	bool own_comm;
 	bool host_comm; /* collectives on host buffers on the calling thread */
@@ -269,6 +272,7 @@ struct zinf_engine {
 	struct zinf_loss_scaler ls; /* fp16.enabled */
 	double *sg_sumsq;	    /* host: per sub-group, its final gradient's sum of squares */
 	double *dev_sumsq;	    /* tier none: the same in device memory */
+	float *clip_dev;	    /* nccl, W > 1: 4 floats per rank, the norms' exchange */
 	float step_scale;	    /* grad_scale of the step in progress (1 without gate; with
 				       gate: the assumed one during backward, then decided) */
 	struct espec sp;	    /* the speculative step's reserve (engine_spec.c) */

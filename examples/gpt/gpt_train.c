@@ -421,6 +421,12 @@ gpt_bufs_free(struct gpt_trainer *t)
 	if (!t->dev) {
 		return;
 	}
+	/* work queued on the compute stream may still use these (a copy into host_losses, the
+	   engine's casts of a gradient: the compute stream waits for cs after each grad) when a
+	   call failed in the middle of a micro-batch */
+	if (t->cs) {
+		(void)zinf_stream_sync(t->cs);
+	}
 	if (b->host_io) {
 		zinf_device_host_unregister(t->dev, b->host_io);
 		zinf_device_host_unregister(t->dev, b->host_losses);
