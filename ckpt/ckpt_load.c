@@ -274,16 +274,9 @@ read_client_bytes(struct zinf_engine *e, const char *tagdir, const struct zinf_c
 	return ret;
 }
 
-int
-zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
-		 struct zinf_ckpt_opts *opts)
+static int
+load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_ckpt_opts *opts)
 {
-	if (!e) {
-		return ZINF_FAIL(-EINVAL, "engine: load with a NULL engine");
-	}
-	if (e->failed) {
-		return e->failed;
-	}
 	if (e->n_params == 0) {
 		return ENG_FAIL(e, -EINVAL, "load: no parameter registered");
 	}
@@ -340,11 +333,8 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 		return ret;
 	}
 	struct load_ctx x = {.e = e, .c = c};
-	if (!e->inited) {
-		ret = eng_init_with(e, load_write, &x); /* fails the engine on its own */
-	} else if ((ret = load_into_running(e, &x))) {
-		ret = eng_fail(e, ret);
-	}
+	eng_commit(e); /* from here the state is being written: a failure fails the engine */
+	ret = !e->inited ? eng_init_with(e, load_write, &x) : load_into_running(e, &x);
 	zinf_ckpt_close(c);
 	if (!ret) {
 		ret = read_client_bytes(e, tagdir, &o);
@@ -368,8 +358,13 @@ zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
 		}
 	}
 	int agreed = eng_agree(e, ret, "load");
-	if (agreed && !ret) {
-		ret = eng_fail(e, agreed); /* another rank's state is half loaded */
-	}
-	return ret ? ret : agreed;
+	return ret ? ret : agreed; /* another rank's state is half loaded */
+}
+
+int
+zinf_engine_load(struct zinf_engine *e, const char *dir, const char *tag,
+		 struct zinf_ckpt_opts *opts)
+{
+	int ret = eng_begin(e, "load", ENG_KEEPS, false);
+	return ret ? ret : eng_return(e, load_ckpt(e, dir, tag, opts));
 }

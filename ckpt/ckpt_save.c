@@ -642,19 +642,23 @@ eng_ckpt_abandon(struct zinf_engine *e)
 	}
 }
 
-int
-zinf_engine_save_wait(struct zinf_engine *e)
+static int
+save_wait_call(struct zinf_engine *e)
 {
-	int ret = eng_ready(e, "save_wait");
-	if (ret) {
-		return ret;
-	}
+	int ret = 0;
 	if (e->bg) {
 		return eng_ckpt_finish(e);
 	}
 	ret = e->bg_result;
 	e->bg_result = 0;
 	return ret;
+}
+
+int
+zinf_engine_save_wait(struct zinf_engine *e)
+{
+	int ret = eng_begin(e, "save_wait", ENG_KEEPS, true);
+	return ret ? ret : eng_return(e, save_wait_call(e));
 }
 
 static int
@@ -682,14 +686,11 @@ save_args(struct zinf_engine *e, const char *dir, const char *tag, const struct 
 	return 0;
 }
 
-int
-zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
-		 const struct zinf_ckpt_opts *opts)
+static int
+save_call(struct zinf_engine *e, const char *dir, const char *tag,
+	  const struct zinf_ckpt_opts *opts)
 {
-	int ret = eng_ready(e, "save");
-	if (ret) {
-		return ret;
-	}
+	int ret = 0;
 	struct zinf_ckpt_opts o;
 	zinf_ckpt_opts_init(&o);
 	if (opts && (ret = zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts"))) {
@@ -766,4 +767,12 @@ zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
 		return 0;
 	}
 	return save_publish(e, sv, save_write(e, sv));
+}
+
+int
+zinf_engine_save(struct zinf_engine *e, const char *dir, const char *tag,
+		 const struct zinf_ckpt_opts *opts)
+{
+	int ret = eng_begin(e, "save", ENG_KEEPS, true);
+	return ret ? ret : eng_return(e, save_call(e, dir, tag, opts));
 }

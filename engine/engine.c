@@ -463,27 +463,6 @@ zinf_engine_destroy(struct zinf_engine *e)
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
 
-/*
- * e just failed with err: unless every rank knows it already (eng_agree exchanged it), tell the
- * others, who may be waiting for this rank in a collective (a fetch's all-gather, a gradient
- * reduce-scatter), with the message just logged (the failing call's). An error that came from
- * another rank's notice tells no one (the comm layer knows). Called on the caller's thread
- * only (the step worker fails nothing itself: its errors come back through the step, whose
- * outcome is agreed).
- */
-static void
-fail_tell(struct zinf_engine *e, int err)
-{
-	bool known = e->agreed != 0 && e->agreed == err;
-	e->agreed = 0;
-	if (known || e->world < 2 || !e->comm) {
-		return;
-	}
-	char why[512];
-	snprintf(why, sizeof(why), "%s", zinf_last_error());
-	(void)zinf_comm_notify_failure(e->comm, err, why);
-}
-
 const char *
 eng_cause(const struct zinf_engine *e)
 {
@@ -509,66 +488,72 @@ eng_comm_buf_free(struct zinf_engine *e, void *p)
 	}
 }
 
+/* ---- the error boundary (engine_internal.h) ---------------------------------------------- */
+
 int
-eng_agreed(struct zinf_engine *e, int err)
+eng_begin(struct zinf_engine *e, const char *what, enum eng_rule rule, bool inited)
 {
-	e->agreed = err;
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: %s with a NULL engine", what);
+	}
+	e->call.what = what;
+	e->call.rule = rule;
+	e->call.committed = false;
+	e->call.known = 0;
+	if (e->failed) {
+		return e->failed;
+	}
+	if (inited && !e->inited) {
+		return ENG_FAIL(e, -EINVAL, "%s before zinf_engine_init", what);
+	}
+	return 0;
+}
+
+void
+eng_commit(struct zinf_engine *e)
+{
+	e->call.committed = true;
+}
+
+int
+eng_known(struct zinf_engine *e, int err)
+{
+	e->call.known = err;
 	return err;
 }
 
 int
-eng_fail(struct zinf_engine *e, int err)
+eng_return(struct zinf_engine *e, int rc)
 {
-	if (err < 0 && err != -EINVAL && !e->failed) {
-		e->failed = err;
-		fail_tell(e, err);
+	bool fails = rc < 0 && !e->failed &&
+		     (e->call.committed || (e->call.rule == ENG_FAILS && rc != -EINVAL));
+	if (fails) {
+		e->failed = rc;
+		/* tell the others, who may wait for this rank in a collective (a fetch's
+		   all-gather, a gradient reduce-scatter), with the message just logged (the
+		   failing call's); an error every rank knows, or one that came from another
+		   rank's notice (the comm layer knows), tells no one */
+		bool known = e->call.known != 0 && e->call.known == rc;
+		if (!known && e->world > 1 && e->comm) {
+			char why[512];
+			snprintf(why, sizeof(why), "%s", zinf_last_error());
+			(void)zinf_comm_notify_failure(e->comm, rc, why);
+		}
 	}
-	e->agreed = 0;
-	return err;
-}
-
-/* Inside the step (after the caller's arguments were checked) every error is the engine's own,
- * -EINVAL included (an O_DIRECT request the kernel refused): the step is half done, so the
- * engine is failed whatever the errno. */
-int
-eng_fail_hard(struct zinf_engine *e, int err)
-{
-	if (err < 0 && !e->failed) {
-		e->failed = err;
-		fail_tell(e, err);
-	}
-	e->agreed = 0;
-	return err;
+	e->call.known = 0;
+	return rc;
 }
 
 ZINF_API int
 zinf_engine_abort(struct zinf_engine *e, const char *why)
 {
-	if (!e) {
-		return ZINF_FAIL(-EINVAL, "engine: abort with a NULL engine");
+	int rc = eng_begin(e, "abort", ENG_KEEPS, false);
+	if (rc) {
+		return rc;
 	}
-	if (e->failed) {
-		return e->failed;
-	}
-	e->agreed = 0;
-	return eng_fail_hard(e, ENG_FAIL(e, -ECANCELED, "aborted by the trainer: %s",
-					 why ? why : "(no reason given)"));
-}
-
-int
-eng_ready(struct zinf_engine *e, const char *what)
-{
-	if (!e) {
-		return ZINF_FAIL(-EINVAL, "engine: %s with a NULL engine", what);
-	}
-	e->agreed = 0;
-	if (e->failed) {
-		return e->failed;
-	}
-	if (!e->inited) {
-		return ENG_FAIL(e, -EINVAL, "%s before zinf_engine_init", what);
-	}
-	return 0;
+	eng_commit(e);
+	return eng_return(e, ENG_FAIL(e, -ECANCELED, "aborted by the trainer: %s",
+				      why ? why : "(no reason given)"));
 }
 
 struct elayer *
@@ -629,15 +614,10 @@ eng_all_max(struct zinf_engine *e, float *v, uint32_t n)
 	return ret;
 }
 
-/*
- * Every rank learns whether some rank's `what` failed (err < 0 here), before the collectives
- * that follow it, so that no rank waits for a failed one until the deadline: returns err on a
- * failed rank; on the others 0, or the failing rank's error with a message naming that rank.
- */
 int
 eng_agree(struct zinf_engine *e, int err, const char *what)
 {
-	e->agreed = 0;
+	e->call.known = 0;
 	if (e->world == 1) {
 		return err;
 	}
@@ -648,7 +628,7 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	float v[2] = {err ? (float)(e->rank + 1) : 0.0f, err ? (float)-err : 0.0f};
 	int ret = eng_all_max(e, v, 2);
 	if (err) {
-		e->agreed = ret ? 0 : err; /* exchanged: the others return an error too */
+		e->call.known = ret ? 0 : err; /* exchanged: the others return an error too */
 		return err;
 	}
 	if (ret) {
@@ -656,7 +636,7 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	}
 	if (v[0] > 0) {
 		int other = (int)v[0] - 1, code = -(int)v[1];
-		e->agreed = code;
+		e->call.known = code;
 		return ENG_FAIL(e, code, "%s failed on rank %d (%s): this rank stops too", what,
 				other, zinf_strerror(code));
 	}

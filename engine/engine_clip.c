@@ -198,11 +198,11 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 	}
 	ret = zinf_loss_scaler_update(&e->ls, bad);
 	if (ret < 0) { /* from the exchanged overflow flag: every rank fails here, no notice */
-		return eng_agreed(e, ENG_FAIL(e, ret,
-					      "step %" PRId64
-					      ": fp16 gradient overflow with the loss scale "
-					      "already at min_loss_scale %g: the run cannot go on",
-					      e->steps + 1, e->o.fp16.min_loss_scale));
+		return eng_known(e, ENG_FAIL(e, ret,
+					     "step %" PRId64
+					     ": fp16 gradient overflow with the loss scale "
+					     "already at min_loss_scale %g: the run cannot go on",
+					     e->steps + 1, e->o.fp16.min_loss_scale));
 	}
 	if (ret == 1) {
 		e->skipped++;

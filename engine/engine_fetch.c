@@ -84,7 +84,7 @@ eng_gather_full(struct zinf_engine *e, struct eparam *p)
 	if (!ret && e->W > 1) {
 		ret = gather(e, p, NULL);
 	}
-	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", p->name)) : 0;
+	return ret ? ENG_FAIL(e, ret, "gathering parameter \"%s\"", p->name) : 0;
 }
 
 /*
@@ -133,7 +133,7 @@ eng_gather_after_step(struct zinf_engine *e)
 		}
 	}
 	zinf_free(reqs);
-	return ret ? eng_fail(e, ENG_FAIL(e, ret, "step: all-gathering the new parameters")) : 0;
+	return ret ? ENG_FAIL(e, ret, "step: all-gathering the new parameters") : 0;
 }
 
 /* Bytes the gathered buffers may hold on the device, in use and cached together: what
@@ -279,21 +279,18 @@ check_layer(struct zinf_engine *e, int32_t layer)
 	float v[4] = {(float)hi, -(float)hi, (float)lo, -(float)lo};
 	int ret = eng_all_max(e, v, 4);
 	if (ret) {
-		return eng_fail(
-			e, ENG_FAIL(e, ret, "fetch: layer %d, step %" PRId64, layer, e->steps + 1));
+		return ENG_FAIL(e, ret, "fetch: layer %d, step %" PRId64, layer, e->steps + 1);
 	}
 	if (v[0] != (float)hi || -v[1] != (float)hi || v[2] != (float)lo || -v[3] != (float)lo) {
 		int64_t top = (int64_t)v[0] * 65536 + (int64_t)v[2];
 		int64_t bot = (int64_t)-v[1] * 65536 + (int64_t)-v[3];
 		/* every rank compared the same MAX: every rank fails here, no notice */
-		return eng_fail(
-			e,
-			eng_agreed(e,
-				   ENG_FAIL(e, -EPROTO,
-					    "fetch: ranks fetched different layers at step %" PRId64
-					    ": this rank layer %d, others' halves up to %" PRId64
-					    " and down to %" PRId64,
-					    e->steps + 1, layer, top, bot)));
+		return eng_known(e,
+				 ENG_FAIL(e, -EPROTO,
+					  "fetch: ranks fetched different layers at step %" PRId64
+					  ": this rank layer %d, others' halves up to %" PRId64
+					  " and down to %" PRId64,
+					  e->steps + 1, layer, top, bot));
 	}
 	return 0;
 }
@@ -420,13 +417,10 @@ eng_fetch_drop_all(struct zinf_engine *e)
 	return ret;
 }
 
-int
-zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
+static int
+fetch_layer(struct zinf_engine *e, int32_t layer)
 {
-	int ret = eng_ready(e, "fetch");
-	if (ret) {
-		return ret;
-	}
+	int ret = 0;
 	struct elayer *l = eng_layer(e, layer);
 	if (!l || l->fetched) {
 		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
@@ -455,7 +449,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		return ret;
 	}
 	if ((ret = eng_trace_fetch(e, layer))) {
-		return eng_fail(e, ret); /* the others gather this layer: they are told */
+		return ret; /* the others gather this layer: they are told */
 	}
 	if (!l->gathered && l->gather_elems > 0) {
 		/* make room: drop layers kept or prefetched but not fetched */
@@ -469,8 +463,7 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 			}
 		}
 		if (ret) {
-			return eng_fail(
-				e, ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, eng_cause(e)));
+			return ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, eng_cause(e));
 		}
 		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
 		    !e->warned_live) {
@@ -495,25 +488,27 @@ zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 		char why[512]; /* the cause, before drop() may log something else */
 		snprintf(why, sizeof(why), "%s", eng_cause(e));
 		drop(e, l);
-		return eng_fail(e, ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, why));
+		return ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, why);
 	}
 	l->fetched = true;
 	ret = eng_prefetch(e); /* synchronous parts of the prefetch: the trainer waits too */
 	e->win.exposed_fetch_s += zinf_now_s() - t0;
 	if (ret) {
-		return eng_fail(
-			e, ENG_FAIL(e, ret, "prefetch after layer %d: %s", layer, eng_cause(e)));
+		return ENG_FAIL(e, ret, "prefetch after layer %d: %s", layer, eng_cause(e));
 	}
 	return 0;
 }
 
 int
-zinf_engine_release(struct zinf_engine *e, int32_t layer)
+zinf_engine_fetch(struct zinf_engine *e, int32_t layer)
 {
-	int ret = eng_ready(e, "release");
-	if (ret) {
-		return ret;
-	}
+	int ret = eng_begin(e, "fetch", ENG_FAILS, true);
+	return ret ? ret : eng_return(e, fetch_layer(e, layer));
+}
+
+static int
+release_layer(struct zinf_engine *e, int32_t layer)
+{
 	struct elayer *l = eng_layer(e, layer);
 	if (!l || !l->fetched) {
 		return ENG_FAIL(e, -EINVAL, "release: layer %d %s", layer,
@@ -532,16 +527,19 @@ zinf_engine_release(struct zinf_engine *e, int32_t layer)
 	    e->live_elems <= e->o.stage3_max_live_parameters) {
 		return 0;
 	}
-	return (ret = drop(e, l)) ? eng_fail(e, ret) : 0;
+	return drop(e, l);
 }
 
 int
-zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
+zinf_engine_release(struct zinf_engine *e, int32_t layer)
 {
-	int ret = eng_ready(e, "param");
-	if (ret) {
-		return ret;
-	}
+	int ret = eng_begin(e, "release", ENG_FAILS, true);
+	return ret ? ret : eng_return(e, release_layer(e, layer));
+}
+
+static int
+param_ptr(struct zinf_engine *e, uint32_t id, void **dev)
+{
 	if (id >= e->n_params || !dev) {
 		return ENG_FAIL(e, -EINVAL, "param: %s", dev ? "unknown parameter id" : "NULL dev");
 	}
@@ -553,6 +551,13 @@ zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
 	}
 	*dev = p->dev_full;
 	return 0;
+}
+
+int
+zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev)
+{
+	int ret = eng_begin(e, "param", ENG_FAILS, true);
+	return ret ? ret : eng_return(e, param_ptr(e, id, dev));
 }
 
 /* The next persistent parameter from index i (e->n_params: none). */
@@ -611,7 +616,7 @@ refresh_nvme(struct zinf_engine *e)
 	     i = next_persistent(e, i + 1)) {
 		ret = gather(e, bad = &e->params[i], NULL);
 	}
-	return ret ? eng_fail(e, ENG_FAIL(e, ret, "gathering parameter \"%s\"", bad->name)) : 0;
+	return ret ? ENG_FAIL(e, ret, "gathering parameter \"%s\"", bad->name) : 0;
 }
 
 int

@@ -516,11 +516,10 @@ complete(struct zinf_engine *e, struct bucket *b)
 	b->req = NULL;
 	if (ret) {
 		b->posted = false;
-		return eng_fail(e,
-				ENG_FAIL(e, ret, "gradients: bucket reduction (first \"%s\"): %s",
-					 e->params[b->params[0]].name, eng_cause(e)));
+		return ENG_FAIL(e, ret, "gradients: bucket reduction (first \"%s\"): %s",
+				e->params[b->params[0]].name, eng_cause(e));
 	}
-	return eng_fail(e, accumulate(e, b));
+	return accumulate(e, b);
 }
 
 int
@@ -528,20 +527,16 @@ eng_grad_flush(struct zinf_engine *e)
 {
 	struct bucket *cur = &e->bk[e->cur], *other = &e->bk[1 - e->cur];
 	int ret;
-	if ((ret = complete(e, other)) || (ret = eng_fail(e, post(e, cur))) ||
-	    (ret = complete(e, cur))) {
+	if ((ret = complete(e, other)) || (ret = post(e, cur)) || (ret = complete(e, cur))) {
 		return ret;
 	}
 	return 0;
 }
 
-int
-zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtype dtype)
+static int
+grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtype dtype)
 {
-	int ret = eng_ready(e, "grad");
-	if (ret) {
-		return ret;
-	}
+	int ret = 0;
 	if (id >= e->n_params) {
 		return ENG_FAIL(e, -EINVAL, "grad: unknown parameter id %u (%u registered)", id,
 				e->n_params);
@@ -580,7 +575,7 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 	struct bucket *b = &e->bk[e->cur];
 	if (b->n > 0 && b->used + need > room) {
 		/* close b; the other bucket must be free (its reduction accumulated) first */
-		if ((ret = eng_fail(e, post(e, b)))) {
+		if ((ret = post(e, b))) {
 			return ret;
 		}
 		e->cur = 1 - e->cur;
@@ -590,7 +585,7 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		}
 	}
 	if ((ret = eng_order(e, e->compute, e->cs))) {
-		return eng_fail(e, ret);
+		return ret;
 	}
 	size_t gsz = zinf_dtype_size(dtype);
 	if (rs) {
@@ -616,7 +611,7 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		}
 	}
 	if (ret || (ret = eng_order(e, e->cs, e->compute))) {
-		return eng_fail(e, ret);
+		return ret;
 	}
 	b->params[b->n] = id;
 	b->offs[b->n] = b->used;
@@ -631,15 +626,21 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 		if (ret < 0) {
 			o->req = NULL;
 			o->posted = false;
-			return eng_fail(e, ENG_FAIL(e, ret, "gradients: bucket reduction: %s",
-						    eng_cause(e)));
+			return ENG_FAIL(e, ret, "gradients: bucket reduction: %s", eng_cause(e));
 		}
 		if (ret == 1) {
 			o->req = NULL;
-			if ((ret = eng_fail(e, accumulate(e, o)))) {
+			if ((ret = accumulate(e, o))) {
 				return ret;
 			}
 		}
 	}
 	return 0;
+}
+
+int
+zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtype dtype)
+{
+	int ret = eng_begin(e, "grad", ENG_FAILS, true);
+	return ret ? ret : eng_return(e, grad_in(e, id, dev_grad, dtype));
 }

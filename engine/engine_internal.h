@@ -170,6 +170,13 @@ struct bucket {
 
 struct ckpt_save; /* engine_ckpt.c */
 
+/* What an error of a public call does before eng_commit (see eng_begin). */
+enum eng_rule {
+	ENG_FAILS, /* an error other than -EINVAL fails the engine (its collectives are in
+		      progress on the other ranks) */
+	ENG_KEEPS, /* an error leaves the engine usable (nothing shared changed) */
+};
+
 struct zinf_engine {
 	struct zinf_engine_opts o;
 	char *device_backend, *comm_backend, *io_backend, *swap_prefix;
@@ -209,10 +216,14 @@ struct zinf_engine {
 	struct elayer *layers; /* sorted by layer */
 	uint32_t *order;       /* parameter ids in flat (backward) order */
 	bool inited;
-	int failed;
-	int agreed; /* the error eng_agree just returned after exchanging it, or eng_agreed's (every
-		       rank knows it): failing with it tells no one; cleared by the next
-		       eng_fail(_hard) and by eng_ready */
+	int failed; /* the error that failed the engine for good (eng_return), 0 while usable */
+	/* the public call in progress (eng_begin .. eng_return) */
+	struct {
+		const char *what; /* its name, for messages */
+		enum eng_rule rule;
+		bool committed; /* eng_commit: any error from here on fails the engine */
+		int known;	/* an error every rank knows (eng_agree, eng_known): no notice */
+	} call;
 
 	/* flat partition and sub-groups */
 	uint64_t flat_n;
@@ -292,13 +303,32 @@ struct zinf_engine {
 
 /* engine.c */
 #define ENG_SCRATCH 8
-int eng_all_max(struct zinf_engine *e, float *v, uint32_t n);	 /* MAX over ranks, in place */
-int eng_agree(struct zinf_engine *e, int err, const char *what); /* see engine.c */
-/* Keep the first fatal error; returns err. The first one that was not agreed (eng_agree) is
- * sent to the other ranks at once (zinf_comm_notify_failure), so that none waits for this one
- * in a collective until comm_timeout_s. */
-int eng_fail(struct zinf_engine *e, int err);
-int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine (the step's) */
+int eng_all_max(struct zinf_engine *e, float *v, uint32_t n); /* MAX over ranks, in place */
+/*
+ * The error boundary. Every public call that can fail runs between eng_begin and eng_return;
+ * inside it, functions log what failed (ENG_FAIL) and return the -errno, and decide nothing.
+ * eng_return alone decides what the error does:
+ *  - before eng_commit the call's rule applies: ENG_FAILS (fetch, release, param, grad, step:
+ *    the other ranks are in the layer's or the window's collectives) fails the engine on any
+ *    error but -EINVAL, which is the caller's mistake and leaves the engine as it was;
+ *    ENG_KEEPS (add_param, read_master, save, load's checks, ...) leaves it usable;
+ *  - after eng_commit (the call changed the engine's state, or this rank entered a sequence of
+ *    collectives the others are in), every error fails the engine for good;
+ *  - a failure is sent to the other ranks at once (zinf_comm_notify_failure), who may be
+ *    waiting for this rank in a collective, unless every rank knows it already: eng_agree
+ *    exchanged it, or eng_known marks it as computed by every rank from one collective.
+ * eng_begin: 0, or the engine's failure, or -EINVAL (a NULL engine, not initialised when
+ * `inited`); return it as it is (no eng_return).
+ */
+int eng_begin(struct zinf_engine *e, const char *what, enum eng_rule rule, bool inited);
+void eng_commit(struct zinf_engine *e);
+int eng_known(struct zinf_engine *e, int err); /* returns err */
+int eng_return(struct zinf_engine *e, int rc); /* returns rc */
+/* Every rank learns whether some rank's `what` failed (err < 0 here), before the collectives
+ * that follow, so that no rank waits for a failed one until the deadline: returns err on a
+ * failed rank; on the others 0, or the failing rank's error with a message naming that rank.
+ * The error it returns is known to every rank (eng_return sends no notice for it). */
+int eng_agree(struct zinf_engine *e, int err, const char *what);
 /*
  * Device memory that collectives use (gathered parameters, gradient buckets, the small
  * all-reduces' scratch). Once the communicator failed a collective given up on it may still
@@ -308,15 +338,9 @@ int eng_fail_hard(struct zinf_engine *e, int err); /* any errno fails the engine
  */
 int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);
 void eng_comm_buf_free(struct zinf_engine *e, void *p);
-/* err is known to every rank (each computed it from what one collective returned to all):
- * failing with it next tells no one. Returns err. */
-int eng_agreed(struct zinf_engine *e, int err);
 /* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ", as the
  * cause in an outer message. */
 const char *eng_cause(const struct zinf_engine *e);
-/* 0 or -EINVAL / failed; a public call's first: clears e->agreed (an agreement of an earlier
- * call that did not fail the engine says nothing about this one) */
-int eng_ready(struct zinf_engine *e, const char *what);
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */

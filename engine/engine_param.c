@@ -667,20 +667,17 @@ out:
 	return ret;
 }
 
-/* A failed init: the engine keeps the error for good (-EINVAL included: the layout is half
- * built and cannot be laid out again); zinf_engine_destroy() frees what was set up. */
+/* A failed init: the engine keeps the error for good (committed: -EINVAL included, the layout
+ * is half built and cannot be laid out again); zinf_engine_destroy() frees what was set up. */
 static int
 init_failed(struct zinf_engine *e, int ret)
 {
-	if (!e->failed) {
-		char why[512];
-		snprintf(why, sizeof(why), "%s", zinf_last_error());
-		e->failed = ret;
-		ENG_FAIL(e, ret,
-			 "init failed (%s): the engine is unusable, every later call returns this "
-			 "error; destroy it",
-			 why);
-	}
+	char why[512];
+	snprintf(why, sizeof(why), "%s", zinf_last_error());
+	ENG_FAIL(e, ret,
+		 "init failed (%s): the engine is unusable, every later call returns this error; "
+		 "destroy it",
+		 why);
 	return ret;
 }
 
@@ -694,10 +691,8 @@ write_initial_cb(struct zinf_engine *e, void *ctx)
 int
 zinf_engine_init(struct zinf_engine *e)
 {
-	if (!e) {
-		return ZINF_FAIL(-EINVAL, "engine: init with a NULL engine");
-	}
-	return eng_init_with(e, write_initial_cb, NULL);
+	int ret = eng_begin(e, "init", ENG_KEEPS, false);
+	return ret ? ret : eng_return(e, eng_init_with(e, write_initial_cb, NULL));
 }
 
 int
@@ -713,6 +708,7 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 	int ret;
 	/* From here on a failure leaves the layout, the tiers and the worker half built: the
 	   engine is failed for good (every later call, init included, returns the error) */
+	eng_commit(e);
 	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
 	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write(e, ctx))) {
 		eng_param_write_abort(e);

@@ -340,7 +340,7 @@ step_skip(struct zinf_engine *e)
 	if (!ret) {
 		ret = eng_order(e, e->cs, e->compute);
 	}
-	return ret ? eng_fail_hard(e, ret) : 0;
+	return ret;
 }
 
 /* The whole step at the accumulation boundary: every sub-group, then the all-gathers. */
@@ -350,7 +350,7 @@ eng_step_run(struct zinf_engine *e)
 	int ret = zinf_stream_sync(e->cs); /* every accumulation is in grad_part */
 	if (ret) {
 		ret = ENG_FAIL(e, ret, "step: the engine stream failed");
-		return eng_fail_hard(e, eng_agree(e, ret, "step")); /* the others stop too */
+		return eng_agree(e, ret, "step"); /* the others stop too */
 	}
 	ret = step_all(e);
 	if (e->gw.n) {
@@ -367,22 +367,19 @@ eng_step_run(struct zinf_engine *e)
 	/* before the all-gathers: no rank waits for a failed one */
 	ret = eng_agree(e, ret, "step");
 	if (ret) {
-		return eng_fail_hard(e, ret);
+		return ret;
 	}
 	if ((ret = eng_gather_after_step(e)) || (ret = eng_order(e, e->cs, e->compute))) {
-		return eng_fail_hard(e, ret);
+		return ret;
 	}
 	e->steps++;
 	return 0;
 }
 
-int
-zinf_engine_step(struct zinf_engine *e)
+static int
+step_call(struct zinf_engine *e)
 {
-	int ret = eng_ready(e, "step");
-	if (ret) {
-		return ret;
-	}
+	int ret = 0;
 	for (uint32_t i = 0; i < e->n_layers; i++) {
 		if (e->layers[i].fetched) {
 			return ENG_FAIL(e, -EINVAL,
@@ -406,10 +403,12 @@ zinf_engine_step(struct zinf_engine *e)
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;
 	}
+	/* the window is being closed: from here a failure leaves it half done (any errno) */
+	eng_commit(e);
 	uint32_t early = e->w.tail; /* handed to the worker before this call */
 	e->sp.closed = true;	    /* what becomes final now waits for the norm */
 	if ((ret = eng_order(e, e->compute, e->cs)) || (ret = eng_grad_flush(e))) {
-		return eng_fail_hard(e, ret);
+		return ret;
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		e->params[i].grad_done = false;
@@ -431,25 +430,25 @@ zinf_engine_step(struct zinf_engine *e)
 		if (eng_spec_on(e)) {
 			eng_worker_end(e, true); /* nothing in flight for the failed engine */
 		}
-		return eng_fail_hard(e, skip);
+		return skip;
 	}
 	if (e->gate && eng_spec_on(e)) {
 		if ((ret = eng_spec_resolve(e, skip, gs))) {
-			return eng_fail_hard(e, ret);
+			return ret;
 		}
 	} else if (e->gate) {
 		e->step_scale = gs;
 		/* a skip: the speculating ranks agree on their roll-back (eng_spec_resolve); a rank
 		   not speculating (its device had no room for the reserve) joins that collective */
 		if (skip && (ret = eng_agree(e, 0, "step (skipped)"))) {
-			return eng_fail_hard(e, ret);
+			return ret;
 		}
 	}
 	if ((ret = skip ? step_skip(e) : eng_step_run(e))) {
 		return ret;
 	}
 	if (e->o.stage == 3 && (ret = eng_fetch_drop_all(e))) {
-		return eng_fail_hard(e, ret);
+		return ret;
 	}
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
@@ -473,12 +472,19 @@ zinf_engine_step(struct zinf_engine *e)
 	return skip ? 2 : 1;
 }
 
+int
+zinf_engine_step(struct zinf_engine *e)
+{
+	int ret = eng_begin(e, "step", ENG_FAILS, true);
+	return ret ? ret : eng_return(e, step_call(e));
+}
+
 /* All-gather part floats per rank (mine is inside full, host memory) into full. */
 static int
 gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, uint64_t padded)
 {
 	if (e->host_comm) {
-		return eng_fail(e, zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL));
+		return zinf_comm_all_gather(e->comm, mine, full, part, ZINF_F32, NULL);
 	}
 	/* nccl: device buffers, ordered on cs (the communicator's stream) */
 	float *dev = NULL;
@@ -487,11 +493,9 @@ gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, ui
 		ret = zinf_device_copy(e->cs, dev + (mine - full), mine, part * 4, ZINF_COPY_H2D);
 	}
 	if (ret) { /* the others wait for this rank in the all-gather: they are told */
-		ret = eng_fail_hard(
-			e, ENG_FAIL(e, ret, "read_master: this rank's part on the device"));
+		ret = ENG_FAIL(e, ret, "read_master: this rank's part on the device");
 	} else {
-		ret = eng_fail(e, zinf_comm_all_gather(e->comm, dev + (mine - full), dev, part,
-						       ZINF_F32, NULL));
+		ret = zinf_comm_all_gather(e->comm, dev + (mine - full), dev, part, ZINF_F32, NULL);
 	}
 	if (!ret) {
 		ret = zinf_device_copy(e->cs, full, dev, padded * 4, ZINF_COPY_D2H);
@@ -514,13 +518,10 @@ master_buf_alloc(uint64_t n)
 	return zinf_calloc(n, sizeof(float));
 }
 
-int
-zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
+static int
+read_master(struct zinf_engine *e, uint32_t id, float *out)
 {
-	int ret = eng_ready(e, "read_master");
-	if (ret) {
-		return ret;
-	}
+	int ret = 0;
 	if (id >= e->n_params || !out) {
 		return ENG_FAIL(e, -EINVAL, "read_master: %s",
 				out ? "unknown parameter id" : "NULL out");
@@ -530,6 +531,11 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 	}
 	if (e->bg) {
 		(void)eng_ckpt_finish(e);
+	}
+	if (e->W > 1) {
+		/* the ranks all-gather the parts: a rank that fails from here leaves that
+		   collective out (any errno), and the others are told */
+		eng_commit(e);
 	}
 	struct eparam *p = &e->params[id];
 	uint64_t part = p->part.part, k0 = eng_sg_start(e, p->sg);
@@ -558,8 +564,7 @@ zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
 	if (ret && e->W > 1) {
 		/* the others wait for this rank in the all-gather of the parts: they are told (any
 		   errno: this rank leaves a collective out, its communicator is of no more use) */
-		ret = eng_fail_hard(e, ENG_FAIL(e, ret, "read_master: parameter \"%s\": %s",
-						p->name, eng_cause(e)));
+		ret = ENG_FAIL(e, ret, "read_master: parameter \"%s\": %s", p->name, eng_cause(e));
 		goto out;
 	}
 	if (!ret && e->W > 1) {
@@ -580,4 +585,11 @@ out:
 	}
 	zinf_free(sg);
 	return ret;
+}
+
+int
+zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *out)
+{
+	int ret = eng_begin(e, "read_master", ENG_KEEPS, true);
+	return ret ? ret : eng_return(e, read_master(e, id, out));
 }

@@ -156,7 +156,7 @@ hand(struct zinf_engine *e, uint32_t k)
 	}
 	if (!ret && e->gw.n) {
 		/* the gradient window: k's gradient in a slot, the worker's until it is done */
-		if ((ret = eng_fail(e, eng_gwin_load(e, k))) == 0) {
+		if ((ret = eng_gwin_load(e, k)) == 0) {
 			eng_gwin_hand(e, k, w->tail);
 		}
 	}
