@@ -20,20 +20,15 @@
 #include "common/opts.h"
 #include "ckpt/ckpt_fs.h"
 #include "ckpt/ckpt_internal.h"
-#include "engine/engine_internal.h"
+#include "engine/engine_module.h"
 
 struct load_ctx {
 	struct zinf_engine *e;
+	struct eng_view v;
 	struct zinf_ckpt *c;
 	void *copy;   /* ZINF_STEP_CHUNK elements of opts.dtype */
 	void *bounce; /* eng_state_bounce_bytes() */
 };
-
-static enum zinf_dtype
-part_dtype(const struct zinf_engine *e, uint32_t i)
-{
-	return zinf_optimizer_part_bytes(e->opt, i) == 2 ? ZINF_BF16 : ZINF_F32;
-}
 
 /* Flat elements [off, off + n) of every part from the checkpoint, then their 16-bit copy home. */
 static int
@@ -41,26 +36,28 @@ load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 {
 	struct load_ctx *x = ctx;
 	struct zinf_engine *e = x->e;
+	const struct eng_view *v = &x->v;
 	uint64_t pos = 0;
 	int ret = 0;
-	for (uint32_t i = eng_flat_find(e, off); i < e->n_params && pos < n && !ret; i++) {
-		struct eparam *p = &e->params[e->order[i]];
-		uint64_t j0 = off + pos - p->flat_off, len = ZINF_MIN(n - pos, p->part.part - j0);
-		uint64_t g0 = p->part.offset + j0;
-		uint64_t valid = g0 < p->numel ? ZINF_MIN(len, p->numel - g0) : 0;
-		for (uint32_t k = 0; k < e->nparts && !ret; k++) {
-			size_t pb = zinf_optimizer_part_bytes(e->opt, k);
+	for (uint32_t i = eng_flat_find(e, off); i < v->n_params && pos < n && !ret; i++) {
+		struct eng_param p;
+		eng_param_get(e, eng_flat_param(e, i), &p);
+		uint64_t j0 = off + pos - p.flat_off, len = ZINF_MIN(n - pos, p.part.part - j0);
+		uint64_t g0 = p.part.offset + j0;
+		uint64_t valid = g0 < p.numel ? ZINF_MIN(len, p.numel - g0) : 0;
+		for (uint32_t k = 0; k < v->nparts && !ret; k++) {
+			size_t pb = zinf_optimizer_part_bytes(v->opt, k);
 			char *dst = (char *)parts[k] + pos * pb;
 			if (valid) {
-				ret = zinf_ckpt_read(x->c, p->id, k, g0, valid, part_dtype(e, k),
-						     dst);
+				ret = zinf_ckpt_read(x->c, p.id, k, g0, valid,
+						     zinf_optimizer_part_dtype(v->opt, k), dst);
 			}
 			memset(dst + valid * pb, 0, (len - valid) * pb); /* the padding */
 		}
 		if (ret) {
 			ret = ENG_FAIL(e, ret,
 				       "load: parameter \"%s\" elements %" PRIu64 "..%" PRIu64,
-				       p->name, g0, g0 + valid);
+				       p.name, g0, g0 + valid);
 		}
 		pos += len;
 	}
@@ -75,13 +72,14 @@ load_write(struct zinf_engine *e, void *ctx)
 {
 	struct load_ctx *x = ctx;
 	size_t bb = eng_state_bounce_bytes(e);
-	x->copy = zinf_calloc(ZINF_STEP_CHUNK, eng_dsize(e));
+	eng_view(e, &x->v); /* the layout init just built */
+	x->copy = zinf_calloc(ZINF_STEP_CHUNK, zinf_dtype_size(x->v.o->dtype));
 	x->bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = 0;
 	if (!x->copy || (bb && !x->bounce)) {
 		ret = ENG_FAIL(e, -ENOMEM, "load: out of memory for its buffers");
 	}
-	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+	for (uint32_t k = 0; k < x->v.n_sg && !ret; k++) {
 		ret = eng_state_visit(e, k, true, load_fill, x, x->bounce, NULL);
 		if (ret) {
 			ret = ENG_FAIL(e, ret, "load: sub-group %u", k);
@@ -93,77 +91,51 @@ load_write(struct zinf_engine *e, void *ctx)
 	return ret;
 }
 
-/* After init: the gathered copies go, then the new values are written and gathered again. */
-static int
-load_into_running(struct zinf_engine *e, struct load_ctx *x)
-{
-	int ret = e->o.stage == 3 ? eng_fetch_drop_all(e) : 0;
-	if (!ret) {
-		ret = load_write(e, x);
-	}
-	if (ret) {
-		eng_param_write_abort(e); /* a partition left open in the parameter store */
-	}
-	/* before the all-gathers: a rank whose writes failed joins none of them */
-	ret = eng_agree(e, ret, "load: writing the state");
-	for (uint32_t i = 0; i < e->n_params && !ret && e->o.stage > 0; i++) {
-		struct eparam *p = &e->params[i];
-		if (e->o.stage < 3 || p->persistent) {
-			ret = eng_gather_full(e, p);
-		}
-	}
-	if (!ret) {
-		ret = eng_order(e, e->cs, e->compute);
-	}
-	eng_param_io_stats(e);
-	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
-	return ret;
-}
-
 /* The checkpoint matches this engine: parameters, optimizer, parts. */
 static int
-check_match(struct zinf_engine *e, struct zinf_ckpt *c, const struct zinf_ckpt_info *in)
+check_match(struct zinf_engine *e, const struct eng_view *v, struct zinf_ckpt *c,
+	    const struct zinf_ckpt_info *in)
 {
-	if (in->n_params != e->n_params) {
+	if (in->n_params != v->n_params) {
 		return ENG_FAIL(e, -EINVAL,
 				"load: %s holds %u parameters, this engine has %u registered",
-				in->path, in->n_params, e->n_params);
+				in->path, in->n_params, v->n_params);
 	}
-	for (uint32_t i = 0; i < e->n_params; i++) {
+	for (uint32_t i = 0; i < v->n_params; i++) {
 		struct zinf_ckpt_param cp = {.size = sizeof(cp)};
 		int ret = zinf_ckpt_param(c, i, &cp);
 		if (ret) {
 			return ret;
 		}
-		const struct eparam *p = &e->params[i];
-		if (strcmp(cp.name, p->name) != 0 || cp.numel != p->numel) {
+		struct eng_param p;
+		eng_param_get(e, i, &p);
+		if (strcmp(cp.name, p.name) != 0 || cp.numel != p.numel) {
 			return ENG_FAIL(e, -EINVAL,
 					"load: parameter %u is \"%s\" of %" PRIu64
 					" elements in %s, \"%s\" of %" PRIu64 " here",
-					i, cp.name, cp.numel, in->path, p->name, p->numel);
+					i, cp.name, cp.numel, in->path, p.name, p.numel);
 		}
 	}
-	if (strcmp(in->optimizer, zinf_optimizer_name(e->opt)) != 0 || in->n_parts != e->nparts) {
+	if (strcmp(in->optimizer, zinf_optimizer_name(v->opt)) != 0 || in->n_parts != v->nparts) {
 		return ENG_FAIL(
 			e, -EINVAL,
 			"load: %s holds %s state (%u parts), this engine runs %s (%u parts)",
-			in->path, in->optimizer, in->n_parts, zinf_optimizer_name(e->opt),
-			e->nparts);
+			in->path, in->optimizer, in->n_parts, zinf_optimizer_name(v->opt),
+			v->nparts);
 	}
-	for (uint32_t k = 0; k < e->nparts; k++) {
+	for (uint32_t k = 0; k < v->nparts; k++) {
 		struct zinf_ckpt_part cp = {.size = sizeof(cp)};
 		int ret = zinf_ckpt_part(c, k, &cp);
 		if (ret) {
 			return ret;
 		}
-		if (strcmp(cp.name, zinf_optimizer_part_name(e->opt, k)) != 0 ||
-		    cp.dtype != part_dtype(e, k)) {
+		enum zinf_dtype here = zinf_optimizer_part_dtype(v->opt, k);
+		if (strcmp(cp.name, zinf_optimizer_part_name(v->opt, k)) != 0 || cp.dtype != here) {
 			return ENG_FAIL(e, -EINVAL,
 					"load: state part %u is %s (%s) in %s, %s (%s) here: the "
 					"optimizer's state dtype differs",
 					k, cp.name, zinf_dtype_name(cp.dtype), in->path,
-					zinf_optimizer_part_name(e->opt, k),
-					zinf_dtype_name(part_dtype(e, k)));
+					zinf_optimizer_part_name(v->opt, k), zinf_dtype_name(here));
 		}
 	}
 	return 0;
@@ -180,8 +152,8 @@ struct counters {
 };
 
 static int
-read_counters(struct zinf_engine *e, const struct zinf_ckpt *c, const char *tagdir,
-	      struct counters *out)
+read_counters(struct zinf_engine *e, const struct eng_view *v, const struct zinf_ckpt *c,
+	      const char *tagdir, struct counters *out)
 {
 	char p[CKPT_PATH]; /* for messages: the manifest zinf_ckpt_open read and checked */
 	ckpt_join(p, tagdir, "manifest.json");
@@ -220,7 +192,7 @@ read_counters(struct zinf_engine *e, const struct zinf_ckpt *c, const char *tagd
 			       "load: %s: loss_scaler.scale %g, iter %" PRId64
 			       " or last_overflow %" PRId64 " invalid",
 			       p, out->ls.scale, out->ls.iter, out->ls.last_overflow);
-	} else if (!out->has_ls && e->o.fp16.enabled) {
+	} else if (!out->has_ls && v->o->fp16.enabled) {
 		ret = ENG_FAIL(e, -EBADMSG,
 			       "load: %s: loss_scaler lacks scale, hysteresis_left, iter, "
 			       "last_overflow or overflows, which fp16 training needs",
@@ -277,21 +249,20 @@ read_client_bytes(struct zinf_engine *e, const char *tagdir, const struct zinf_c
 static int
 load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_ckpt_opts *opts)
 {
-	if (e->n_params == 0) {
+	struct eng_view v;
+	eng_view(e, &v);
+	if (v.n_params == 0) {
 		return ENG_FAIL(e, -EINVAL, "load: no parameter registered");
 	}
 	if (!dir) {
 		return ENG_FAIL(e, -EINVAL, "load: NULL directory");
 	}
-	if (e->inited && (e->micro != 0 || e->grads_seen != 0)) {
+	if (v.inited && v.in_window) {
 		return ENG_FAIL(e, -EINVAL, "load: inside an accumulation window");
 	}
-	for (uint32_t i = 0; e->inited && i < e->n_layers; i++) {
-		if (e->layers[i].fetched) { /* as the step: its gathered copy is the trainer's */
-			return ENG_FAIL(e, -EINVAL,
-					"load: layer %d is still fetched (release it first)",
-					e->layers[i].layer);
-		}
+	if (v.fetched_layer != INT32_MIN) { /* as the step: its gathered copy is the trainer's */
+		return ENG_FAIL(e, -EINVAL, "load: layer %d is still fetched (release it first)",
+				v.fetched_layer);
 	}
 	struct zinf_ckpt_opts o;
 	zinf_ckpt_opts_init(&o);
@@ -299,9 +270,8 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 	if (ret) {
 		return ret;
 	}
-	if (e->bg) { /* a background save of this engine: published before the state changes */
-		(void)eng_ckpt_finish(e);
-	}
+	(void)eng_job_finish(e); /* a background save of this engine: published before the state
+				    changes */
 	/* every check before anything is written; the ranks agree on them */
 	struct zinf_ckpt *c = NULL;
 	struct zinf_ckpt_info in = {.size = sizeof(in)};
@@ -313,13 +283,13 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 	}
 	if (!ret) {
 		snprintf(tagdir, sizeof(tagdir), "%s", in.path);
-		ret = check_match(e, c, &in);
+		ret = check_match(e, &v, c, &in);
 	}
 	if (!ret) {
-		ret = read_counters(e, c, tagdir, &cnt);
+		ret = read_counters(e, &v, c, tagdir, &cnt);
 	}
-	for (uint32_t i = (uint32_t)e->rank; !ret && o.verify && i < zinf_ckpt_file_count(c);
-	     i += (uint32_t)e->world) {
+	for (uint32_t i = (uint32_t)v.rank; !ret && o.verify && i < zinf_ckpt_file_count(c);
+	     i += (uint32_t)v.world) {
 		ret = zinf_ckpt_verify_file(c, i);
 	}
 	if (!ret) {
@@ -334,28 +304,24 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 	}
 	struct load_ctx x = {.e = e, .c = c};
 	eng_commit(e); /* from here the state is being written: a failure fails the engine */
-	ret = !e->inited ? eng_init_with(e, load_write, &x) : load_into_running(e, &x);
+	ret = !v.inited ? eng_init_with(e, load_write, &x)
+			: eng_rewrite_with(e, "load", load_write, &x);
 	zinf_ckpt_close(c);
 	if (!ret) {
 		ret = read_client_bytes(e, tagdir, &o);
 	}
 	if (!ret) {
-		e->steps = cnt.steps;
-		e->micro_steps = cnt.micro_steps;
-		e->skipped = cnt.skipped;
-		e->lr = (float)cnt.lr;
-		if (cnt.beta1 >= 0 && cnt.beta1 < 1 && cnt.beta2 >= 0 && cnt.beta2 < 1 &&
-		    e->o.optimizer.kind != ZINF_OPTIM_ADAGRAD) {
-			e->beta1 = (float)cnt.beta1;
-			e->beta2 = (float)cnt.beta2;
-		}
-		if (e->o.fp16.enabled && cnt.has_ls) {
-			e->ls.scale = cnt.ls.scale;
-			e->ls.cur_hysteresis = cnt.ls.cur_hysteresis;
-			e->ls.iter = cnt.ls.iter;
-			e->ls.last_overflow = cnt.ls.last_overflow;
-			e->ls.overflows = cnt.ls.overflows;
-		}
+		struct eng_counters ec = {
+			.steps = cnt.steps,
+			.micro_steps = cnt.micro_steps,
+			.skipped = cnt.skipped,
+			.lr = (float)cnt.lr,
+			.beta1 = (float)cnt.beta1,
+			.beta2 = (float)cnt.beta2,
+			.ls = cnt.ls,
+		};
+		bool betas = cnt.beta1 >= 0 && cnt.beta1 < 1 && cnt.beta2 >= 0 && cnt.beta2 < 1;
+		eng_counters_set(e, &ec, betas, cnt.has_ls);
 	}
 	int agreed = eng_agree(e, ret, "load");
 	return ret ? ret : agreed; /* another rank's state is half loaded */

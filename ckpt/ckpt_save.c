@@ -11,7 +11,9 @@
  * sizes, CRCs and its parameter offsets; rank 0 folds the sidecars into manifest.json, writes
  * client.bin and the optional model.safetensors, fsyncs, and publishes (ckpt_fs.c). Each phase
  * ends with eng_agree, so every rank returns the same result, and a failed save leaves the
- * engine and the previous checkpoints as they were. Not here: load (engine_load.c).
+ * engine and the previous checkpoints as they were. A background save is the engine's job
+ * (engine_module.h): it publishes when the core finishes it, before the state changes. Through
+ * engine_module.h only. Not here: load (ckpt_load.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -26,7 +28,7 @@
 
 #include "common/opts.h"
 #include "ckpt/ckpt_fs.h"
-#include "engine/engine_internal.h"
+#include "engine/engine_module.h"
 #include "zinf/config.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_ckpt_opts, reserved);
@@ -35,15 +37,14 @@ ZINF_OPTS_NO_TAIL_PAD(struct zinf_ckpt_opts, reserved);
  * the save was asked for), where it goes, and, in the background, the thread writing this
  * rank's files. */
 struct ckpt_save {
+	struct zinf_engine *e;
+	struct eng_view v;
 	char dir[CKPT_PATH], tmp[CKPT_PATH], tag[ZINF_CKPT_MAX_TAG + 1];
 	int fw;
 	bool gather;
-	int lockfd; /* rank 0 */
-	int64_t steps;
-	uint64_t micro_steps, skipped;
-	float lr, beta1, beta2;
-	struct zinf_loss_scaler ls;
-	void *client; /* a copy */
+	int lockfd;		 /* rank 0 */
+	struct eng_counters cnt; /* when the save was asked for */
+	void *client;		 /* a copy */
 	uint64_t client_bytes;
 	uint32_t client_crc;
 	struct zinf_stream *stream; /* the GPU tier's copies (background: its own) */
@@ -65,86 +66,10 @@ zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
 	o->verify = true;
 }
 
-/* ---- the state of a sub-group as host memory ----------------------------------------------- */
-
-struct visit_nvme {
-	struct zinf_engine *e;
-	eng_visit_fn fn;
-	void *ctx;
-};
-
-static int
-visit_nvme_cb(void *ctx, uint32_t k, void *const parts[], uint64_t len)
-{
-	struct visit_nvme *v = ctx;
-	(void)len;
-	return v->fn(v->ctx, eng_sg_start(v->e, k), v->e->sg_end[k] - eng_sg_start(v->e, k), parts);
-}
-
-size_t
-eng_state_bounce_bytes(const struct zinf_engine *e)
-{
-	return e->otier == ZINF_OFFLOAD_NONE
-		       ? (size_t)ZINF_STEP_CHUNK * zinf_optimizer_state_bytes(e->opt)
-		       : 0;
-}
-
-int
-eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
-		void *bounce, struct zinf_stream *cs)
-{
-	cs = cs ? cs : e->cs;
-	uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
-	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
-	if (e->otier == ZINF_OFFLOAD_NVME) {
-		struct visit_nvme v = {e, fn, ctx};
-		return zinf_step_visit(e->step, k,
-				       write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
-				       visit_nvme_cb, &v);
-	}
-	if (e->otier == ZINF_OFFLOAD_CPU) {
-		for (uint32_t i = 0; i < e->nparts; i++) {
-			parts[i] =
-				(char *)e->state[i] + start * zinf_optimizer_part_bytes(e->opt, i);
-		}
-		return fn(ctx, start, end - start, parts);
-	}
-	/* the GPU: ZINF_STEP_CHUNK elements at a time through the bounce buffer */
-	int ret = 0;
-	for (uint64_t off = start; off < end && !ret; off += ZINF_STEP_CHUNK) {
-		uint64_t n = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, end - off);
-		char *b = bounce;
-		for (uint32_t i = 0; i < e->nparts; i++) {
-			parts[i] = b;
-			b += (size_t)ZINF_STEP_CHUNK * zinf_optimizer_part_bytes(e->opt, i);
-		}
-		for (uint32_t i = 0; i < e->nparts && !write && !ret; i++) {
-			size_t pb = zinf_optimizer_part_bytes(e->opt, i);
-			ret = zinf_device_copy(cs, parts[i], (char *)e->state[i] + off * pb, n * pb,
-					       ZINF_COPY_D2H);
-		}
-		if (!ret && !write) {
-			ret = zinf_stream_sync(cs);
-		}
-		if (!ret) {
-			ret = fn(ctx, off, n, parts);
-		}
-		for (uint32_t i = 0; i < e->nparts && write && !ret; i++) {
-			size_t pb = zinf_optimizer_part_bytes(e->opt, i);
-			ret = zinf_device_copy(cs, (char *)e->state[i] + off * pb, parts[i], n * pb,
-					       ZINF_COPY_H2D);
-		}
-		if (!ret && write) {
-			ret = zinf_stream_sync(cs);
-		}
-	}
-	return ret;
-}
-
 /* ---- this rank's files ---------------------------------------------------------------------- */
 
 struct save_rank {
-	struct zinf_engine *e;
+	const struct eng_view *v;
 	struct ckpt_writer w[ZINF_OPTIM_MAX_PARTS];
 };
 
@@ -154,30 +79,33 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 	struct save_rank *s = ctx;
 	(void)off;
 	int ret = 0;
-	for (uint32_t i = 0; i < s->e->nparts && !ret; i++) {
+	for (uint32_t i = 0; i < s->v->nparts && !ret; i++) {
 		ret = ckpt_writer_put(&s->w[i], parts[i],
-				      n * zinf_optimizer_part_bytes(s->e->opt, i));
+				      n * zinf_optimizer_part_bytes(s->v->opt, i));
 	}
 	return ret;
 }
 
 static const char *
-part_dtype(const struct zinf_engine *e, uint32_t i)
+part_dtype(const struct eng_view *v, uint32_t i)
 {
-	return zinf_optimizer_part_bytes(e->opt, i) == 2 ? "bf16" : "f32";
+	return zinf_dtype_name(zinf_optimizer_part_dtype(v->opt, i));
 }
 
 /* The sidecar rank 0 folds into the manifest: this rank's flat size, parameter offsets, files. */
 static int
 write_sidecar(struct zinf_engine *e, const char *tmp, const struct save_rank *s)
 {
+	const struct eng_view *v = s->v;
 	json_t *o = json_object(), *offs = json_array(), *files = json_array();
-	json_object_set_new(o, "rank", json_integer(e->rank));
-	json_object_set_new(o, "flat", json_integer((json_int_t)e->flat_n));
-	for (uint32_t i = 0; i < e->n_params; i++) {
-		json_array_append_new(offs, json_integer((json_int_t)e->params[i].flat_off));
+	json_object_set_new(o, "rank", json_integer(v->rank));
+	json_object_set_new(o, "flat", json_integer((json_int_t)v->flat_n));
+	for (uint32_t i = 0; i < v->n_params; i++) {
+		struct eng_param p;
+		eng_param_get(e, i, &p);
+		json_array_append_new(offs, json_integer((json_int_t)p.flat_off));
 	}
-	for (uint32_t i = 0; i < e->nparts; i++) {
+	for (uint32_t i = 0; i < v->nparts; i++) {
 		json_t *f = json_object();
 		const char *slash = strrchr(s->w[i].path, '/');
 		json_object_set_new(f, "name", json_string(slash ? slash + 1 : s->w[i].path));
@@ -193,26 +121,27 @@ write_sidecar(struct zinf_engine *e, const char *tmp, const struct save_rank *s)
 		return ENG_FAIL(e, -ENOMEM, "save: out of memory for the sidecar");
 	}
 	char p[CKPT_PATH];
-	ckpt_join(p, tmp, ".r%05d.json", e->rank);
+	ckpt_join(p, tmp, ".r%05d.json", v->rank);
 	int ret = ckpt_write_small(p, text, strlen(text));
 	free(text);
 	return ret;
 }
 
 static int
-save_rank_files(struct zinf_engine *e, struct zinf_io *io, const char *tmp, struct zinf_stream *cs)
+save_rank_files(struct zinf_engine *e, const struct eng_view *v, struct zinf_io *io,
+		const char *tmp, struct zinf_stream *cs)
 {
-	struct save_rank s = {.e = e};
+	struct save_rank s = {.v = v};
 	size_t bb = eng_state_bounce_bytes(e);
 	void *bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = bb && !bounce ? ENG_FAIL(e, -ENOMEM, "save: out of memory (%zu bytes)", bb) : 0;
 	uint32_t opened = 0;
-	for (uint32_t i = 0; i < e->nparts && !ret; i++, opened++) {
+	for (uint32_t i = 0; i < v->nparts && !ret; i++, opened++) {
 		char p[CKPT_PATH];
-		ckpt_join(p, tmp, "r%05d.%s", e->rank, zinf_optimizer_part_name(e->opt, i));
+		ckpt_join(p, tmp, "r%05d.%s", v->rank, zinf_optimizer_part_name(v->opt, i));
 		ret = ckpt_writer_open(&s.w[i], io, p);
 	}
-	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+	for (uint32_t k = 0; k < v->n_sg && !ret; k++) {
 		ret = eng_state_visit(e, k, false, save_put, &s, bounce, cs);
 		if (ret) {
 			ret = ENG_FAIL(e, ret, "save: sub-group %u", k);
@@ -248,12 +177,12 @@ scaler_json(const struct zinf_loss_scaler *ls)
 }
 
 static json_t *
-optimizer_json(const struct zinf_engine *e)
+optimizer_json(const struct eng_view *v)
 {
-	const struct zinf_optimizer_opts *o = &e->o.optimizer;
+	const struct zinf_optimizer_opts *o = &v->o->optimizer;
 	json_t *j = json_object();
-	json_object_set_new(j, "kind", json_string(zinf_optimizer_name(e->opt)));
-	json_object_set_new(j, "state_dtype", json_string(part_dtype(e, e->nparts - 1)));
+	json_object_set_new(j, "kind", json_string(zinf_optimizer_name(v->opt)));
+	json_object_set_new(j, "state_dtype", json_string(part_dtype(v, v->nparts - 1)));
 	json_object_set_new(j, "lr", json_real(o->lr));
 	json_object_set_new(j, "beta1", json_real(o->beta1));
 	json_object_set_new(j, "beta2", json_real(o->beta2));
@@ -265,19 +194,19 @@ optimizer_json(const struct zinf_engine *e)
 
 /* The engine's options as ds_config.json (zinf_config_dump); NULL when it cannot be made. */
 static json_t *
-options_json(const struct zinf_engine *e)
+options_json(const struct eng_view *v)
 {
+	const struct zinf_engine_opts *eo = v->o;
 	struct zinf_train_config c;
 	zinf_config_init(&c);
-	c.engine = e->o; /* read only: the dump does not free the borrowed strings */
+	c.engine = *eo; /* read only: the dump does not free the borrowed strings */
 	c.optimizer_given = true;
-	c.gradient_clipping = e->o.gradient_clipping;
-	c.fp16 = e->o.fp16;
-	c.bf16_enabled = e->o.dtype == ZINF_BF16;
-	c.stage3_gather_16bit_weights_on_model_save =
-		e->o.stage3_gather_16bit_weights_on_model_save;
-	c.train_batch_size = e->o.gradient_accumulation_steps * (int64_t)e->world;
-	c.world_size = e->world;
+	c.gradient_clipping = eo->gradient_clipping;
+	c.fp16 = eo->fp16;
+	c.bf16_enabled = eo->dtype == ZINF_BF16;
+	c.stage3_gather_16bit_weights_on_model_save = eo->stage3_gather_16bit_weights_on_model_save;
+	c.train_batch_size = eo->gradient_accumulation_steps * (int64_t)v->world;
+	c.world_size = v->world;
 	char *text = NULL;
 	json_t *j = NULL;
 	if (zinf_config_dump(&c, &text) == 0 && text) {
@@ -288,23 +217,24 @@ options_json(const struct zinf_engine *e)
 }
 
 static json_t *
-params_json(const struct zinf_engine *e, json_t *const side[], int fw)
+params_json(const struct zinf_engine *e, const struct eng_view *v, json_t *const side[], int fw)
 {
 	json_t *a = json_array();
-	for (uint32_t i = 0; i < e->n_params; i++) {
-		const struct eparam *p = &e->params[i];
+	for (uint32_t i = 0; i < v->n_params; i++) {
+		struct eng_param p;
+		eng_param_get(e, i, &p);
 		json_t *o = json_object(), *shape = json_array(), *offs = json_array();
-		json_object_set_new(o, "name", json_string(p->name));
-		json_object_set_new(o, "numel", json_integer((json_int_t)p->numel));
-		json_object_set_new(o, "layer", json_integer(p->layer));
-		for (uint32_t d = 0; d < p->ndim; d++) {
-			json_array_append_new(shape, json_integer((json_int_t)p->shape[d]));
+		json_object_set_new(o, "name", json_string(p.name));
+		json_object_set_new(o, "numel", json_integer((json_int_t)p.numel));
+		json_object_set_new(o, "layer", json_integer(p.layer));
+		for (uint32_t d = 0; d < p.ndim; d++) {
+			json_array_append_new(shape, json_integer((json_int_t)p.shape[d]));
 		}
 		json_object_set_new(o, "shape", shape);
-		json_object_set_new(o, "part", json_integer((json_int_t)p->part.part));
+		json_object_set_new(o, "part", json_integer((json_int_t)p.part.part));
 		for (int r = 0; r < fw; r++) {
-			json_t *v = json_array_get(json_object_get(side[r], "flat_off"), i);
-			json_array_append_new(offs, v ? json_incref(v) : json_integer(-1));
+			json_t *f = json_array_get(json_object_get(side[r], "flat_off"), i);
+			json_array_append_new(offs, f ? json_incref(f) : json_integer(-1));
 		}
 		json_object_set_new(o, "flat_off", offs);
 		json_array_append_new(a, o);
@@ -354,34 +284,36 @@ write_manifest(struct zinf_engine *e, const struct ckpt_save *sv, const char *tm
 		json_object_set_new(m, "version", json_integer(ZINF_CKPT_VERSION));
 		json_object_set_new(m, "tag", json_string(tag));
 		json_object_set_new(m, "created", json_string(when));
-		json_object_set_new(m, "world", json_integer(e->world));
+		const struct eng_view *v = &sv->v;
+		json_object_set_new(m, "world", json_integer(v->world));
 		json_object_set_new(m, "files_world", json_integer(fw));
-		json_object_set_new(m, "stage", json_integer(e->o.stage));
-		json_object_set_new(m, "dtype", json_string(zinf_dtype_name(e->o.dtype)));
-		json_object_set_new(m, "steps", json_integer(sv->steps));
-		json_object_set_new(m, "micro_steps", json_integer((json_int_t)sv->micro_steps));
-		json_object_set_new(m, "skipped_steps", json_integer((json_int_t)sv->skipped));
-		json_object_set_new(m, "lr", json_real(sv->lr));
+		json_object_set_new(m, "stage", json_integer(v->o->stage));
+		json_object_set_new(m, "dtype", json_string(zinf_dtype_name(v->o->dtype)));
+		json_object_set_new(m, "steps", json_integer(sv->cnt.steps));
+		json_object_set_new(m, "micro_steps",
+				    json_integer((json_int_t)sv->cnt.micro_steps));
+		json_object_set_new(m, "skipped_steps", json_integer((json_int_t)sv->cnt.skipped));
+		json_object_set_new(m, "lr", json_real(sv->cnt.lr));
 		json_t *betas = json_array(); /* zinf_engine_set_betas's (OneCycle's momentum) */
-		json_array_append_new(betas, json_real(sv->beta1));
-		json_array_append_new(betas, json_real(sv->beta2));
+		json_array_append_new(betas, json_real(sv->cnt.beta1));
+		json_array_append_new(betas, json_real(sv->cnt.beta2));
 		json_object_set_new(m, "betas", betas);
-		json_object_set_new(m, "loss_scaler", scaler_json(&sv->ls));
-		json_object_set_new(m, "optimizer", optimizer_json(e));
+		json_object_set_new(m, "loss_scaler", scaler_json(&sv->cnt.ls));
+		json_object_set_new(m, "optimizer", optimizer_json(v));
 		json_t *parts = json_array();
-		for (uint32_t i = 0; i < e->nparts; i++) {
+		for (uint32_t i = 0; i < v->nparts; i++) {
 			json_t *o = json_object();
 			json_object_set_new(o, "name",
-					    json_string(zinf_optimizer_part_name(e->opt, i)));
-			json_object_set_new(o, "dtype", json_string(part_dtype(e, i)));
+					    json_string(zinf_optimizer_part_name(v->opt, i)));
+			json_object_set_new(o, "dtype", json_string(part_dtype(v, i)));
 			json_array_append_new(parts, o);
 		}
 		json_object_set_new(m, "parts", parts);
-		json_t *opts = options_json(e);
+		json_t *opts = options_json(v);
 		if (opts) {
 			json_object_set_new(m, "options", opts);
 		}
-		json_object_set_new(m, "params", params_json(e, side, fw));
+		json_object_set_new(m, "params", params_json(e, v, side, fw));
 		json_t *ranks = json_array(), *files = json_array();
 		for (int r = 0; r < fw; r++) {
 			json_t *o = json_object();
@@ -469,7 +401,7 @@ finish_rank0(struct zinf_engine *e, const struct ckpt_save *sv, const char *tmp,
 	struct zinf_ckpt *c = NULL;
 	char out[CKPT_PATH];
 	ckpt_join(out, tmp, "model.safetensors");
-	enum zinf_dtype dt = e->o.dtype == ZINF_F32 ? ZINF_F32 : e->o.dtype;
+	enum zinf_dtype dt = sv->v.o->dtype;
 	struct extra_file st = {"model.safetensors", 0, 0};
 	if ((ret = zinf_ckpt_open(tmp, NULL, &c)) == 0) {
 		ret = zinf_ckpt_export(c, out, dt, 0);
@@ -511,13 +443,14 @@ prepare_rank0(struct zinf_engine *e, const char *dir, const char *tmp, int *lock
  * consolidated 16-bit weights, and a margin for the manifest and the blob. Rank 0, before
  * anything is written; the files a previous save of the same tag holds are not counted free. */
 static int
-check_space(struct zinf_engine *e, const char *dir, int fw, bool gather, uint64_t client)
+check_space(struct zinf_engine *e, const struct eng_view *v, const char *dir, int fw, bool gather,
+	    uint64_t client)
 {
 	struct statvfs sv;
-	uint64_t mine = e->flat_n * zinf_optimizer_state_bytes(e->opt);
+	uint64_t mine = v->flat_n * zinf_optimizer_state_bytes(v->opt);
 	uint64_t need = (uint64_t)fw * mine + client + (64u << 20);
 	if (gather) {
-		need += e->flat_n * (uint64_t)e->W * eng_dsize(e);
+		need += v->flat_n * (uint64_t)v->W * zinf_dtype_size(v->o->dtype);
 	}
 	if (statvfs(dir, &sv) != 0) {
 		return ENG_FAIL(e, -errno, "save: statvfs %s: %s", dir, zinf_strerror(-errno));
@@ -538,21 +471,21 @@ static int
 save_write(struct zinf_engine *e, struct ckpt_save *sv)
 {
 	int ret = 0;
-	if (e->rank < sv->fw) {
-		struct zinf_io *io = e->io;
+	if (sv->v.rank < sv->fw) {
+		struct zinf_io *io = sv->v.io;
 		if (!io) {
 			struct zinf_io_opts io_o;
 			zinf_io_opts_init(&io_o);
 			ret = zinf_io_create(&io_o, &io);
 		}
 		if (!ret) {
-			ret = save_rank_files(e, io, sv->tmp, sv->stream);
+			ret = save_rank_files(e, &sv->v, io, sv->tmp, sv->stream);
 		}
-		if (io != e->io) {
+		if (io != sv->v.io) {
 			zinf_io_destroy(io);
 		}
 	}
-	if (!ret && e->rank == 0 && sv->client_bytes) {
+	if (!ret && sv->v.rank == 0 && sv->client_bytes) {
 		char p[CKPT_PATH];
 		ckpt_join(p, sv->tmp, "client.bin");
 		ret = ckpt_write_small(p, sv->client, sv->client_bytes);
@@ -563,15 +496,15 @@ save_write(struct zinf_engine *e, struct ckpt_save *sv)
 static void *
 save_thread(void *arg)
 {
-	struct zinf_engine *e = arg;
-	e->bg->result = save_write(e, e->bg);
+	struct ckpt_save *sv = arg;
+	sv->result = save_write(sv->e, sv);
 	return NULL;
 }
 
 static void
-save_free(struct zinf_engine *e, struct ckpt_save *sv, int ret)
+save_free(struct ckpt_save *sv, int ret)
 {
-	if (e->rank == 0) {
+	if (sv->v.rank == 0) {
 		if (ret && sv->lockfd >= 0) {
 			(void)ckpt_rm_dir(sv->tmp);
 		}
@@ -591,7 +524,7 @@ save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
 {
 	if (!(ret = eng_agree(e, ret, "save: writing the state"))) {
 		ckpt_point("files");
-		if (e->rank == 0) {
+		if (sv->v.rank == 0) {
 			struct extra_file client = {"client.bin", sv->client_bytes, sv->client_crc};
 			ret = finish_rank0(e, sv, sv->tmp, sv->tag, sv->fw,
 					   sv->client_bytes ? &client : NULL, sv->gather);
@@ -609,49 +542,39 @@ save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
 		}
 		ret = eng_agree(e, ret, "save: publishing");
 	}
-	save_free(e, sv, ret);
+	save_free(sv, ret);
 	return ret;
 }
 
-int
-eng_ckpt_finish(struct zinf_engine *e)
+/* The engine's background job (engine_module.h): published by the collective call the core
+ * finishes it in, on every rank at the same place. */
+static int
+bg_finish(struct zinf_engine *e, void *ctx)
 {
-	struct ckpt_save *sv = e->bg;
-	if (!sv) {
-		return 0;
-	}
+	struct ckpt_save *sv = ctx;
 	if (sv->thread) {
 		pthread_join(sv->th, NULL);
 	}
-	e->bg = NULL;
-	int ret = save_publish(e, sv, sv->result);
-	e->bg_result = ret;
-	return ret;
+	return save_publish(e, sv, sv->result);
 }
 
-void
-eng_ckpt_abandon(struct zinf_engine *e)
+static void
+bg_abandon(struct zinf_engine *e, void *ctx)
 {
-	struct ckpt_save *sv = e->bg;
-	if (sv) {
-		if (sv->thread) {
-			pthread_join(sv->th, NULL);
-		}
-		e->bg = NULL;
-		save_free(e, sv, -ECANCELED);
+	struct ckpt_save *sv = ctx;
+	(void)e;
+	if (sv->thread) {
+		pthread_join(sv->th, NULL);
 	}
+	save_free(sv, -ECANCELED);
 }
+
+static const struct eng_job_ops bg_ops = {.finish = bg_finish, .abandon = bg_abandon};
 
 static int
 save_wait_call(struct zinf_engine *e)
 {
-	int ret = 0;
-	if (e->bg) {
-		return eng_ckpt_finish(e);
-	}
-	ret = e->bg_result;
-	e->bg_result = 0;
-	return ret;
+	return eng_job_pending(e) ? eng_job_finish(e) : eng_job_take_result(e);
 }
 
 int
@@ -662,7 +585,8 @@ zinf_engine_save_wait(struct zinf_engine *e)
 }
 
 static int
-save_args(struct zinf_engine *e, const char *dir, const char *tag, const struct zinf_ckpt_opts *o)
+save_args(struct zinf_engine *e, const struct eng_view *v, const char *dir, const char *tag,
+	  const struct zinf_ckpt_opts *o)
 {
 	if (!dir || !dir[0] || strlen(dir) > CKPT_PATH - ZINF_CKPT_MAX_TAG - 64) {
 		return ENG_FAIL(e, -EINVAL, "save: %s",
@@ -674,11 +598,11 @@ save_args(struct zinf_engine *e, const char *dir, const char *tag, const struct 
 				"starting with '.', and not \"latest\"",
 				tag, ZINF_CKPT_MAX_TAG);
 	}
-	if (e->micro != 0 || e->grads_seen != 0) {
+	if (v->in_window) {
 		return ENG_FAIL(e, -EINVAL,
 				"save: inside an accumulation window (micro-batch %u of %u): save "
 				"after the step",
-				e->micro + 1, e->o.gradient_accumulation_steps);
+				v->micro + 1, v->o->gradient_accumulation_steps);
 	}
 	if (o->reserved[0] || o->reserved[1]) {
 		return ENG_FAIL(e, -EINVAL, "save: reserved option bytes are not zero");
@@ -696,20 +620,22 @@ save_call(struct zinf_engine *e, const char *dir, const char *tag,
 	if (opts && (ret = zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts"))) {
 		return ret;
 	}
+	struct eng_view v;
+	struct eng_counters cnt;
+	eng_view(e, &v);
+	eng_counters_get(e, &cnt);
 	char tagbuf[32];
 	if (!tag) {
-		snprintf(tagbuf, sizeof(tagbuf), "step%" PRId64, e->steps);
+		snprintf(tagbuf, sizeof(tagbuf), "step%" PRId64, cnt.steps);
 		tag = tagbuf;
 	}
-	if ((ret = save_args(e, dir, tag, &o))) {
+	if ((ret = save_args(e, &v, dir, tag, &o))) {
 		return ret;
 	}
 	/* a background save still in flight is published first (its directory lock is ours) */
-	if (e->bg) {
-		(void)eng_ckpt_finish(e);
-	}
+	(void)eng_job_finish(e);
 	struct ckpt_save *sv = zinf_calloc(1, sizeof(*sv));
-	bool blob = e->rank == 0 && o.client_bytes && o.client; /* rank 0's alone */
+	bool blob = v.rank == 0 && o.client_bytes && o.client; /* rank 0's alone */
 	if (!sv || (blob && !(sv->client = zinf_malloc(o.client_bytes)))) {
 		zinf_free(sv);
 		return ENG_FAIL(e, -ENOMEM, "save: out of memory");
@@ -717,49 +643,45 @@ save_call(struct zinf_engine *e, const char *dir, const char *tag,
 	snprintf(sv->dir, sizeof(sv->dir), "%s", dir);
 	snprintf(sv->tag, sizeof(sv->tag), "%s", tag);
 	ckpt_join(sv->tmp, dir, ".%s.tmp", tag);
-	sv->fw = e->o.stage == 0 ? 1 : e->world;
-	sv->gather = o.gather_16bit < 0 ? e->o.stage3_gather_16bit_weights_on_model_save
+	sv->e = e;
+	sv->v = v;
+	sv->cnt = cnt;
+	sv->fw = v.o->stage == 0 ? 1 : v.world;
+	sv->gather = o.gather_16bit < 0 ? v.o->stage3_gather_16bit_weights_on_model_save
 					: o.gather_16bit != 0;
 	sv->lockfd = -1;
-	sv->steps = e->steps;
-	sv->micro_steps = e->micro_steps;
-	sv->skipped = e->skipped;
-	sv->lr = e->lr;
-	sv->beta1 = e->beta1;
-	sv->beta2 = e->beta2;
-	sv->ls = e->ls;
-	sv->stream = e->cs;
-	if (e->rank == 0 && o.client_bytes && !o.client) { /* the blob is rank 0's alone */
+	sv->stream = v.cs;
+	if (v.rank == 0 && o.client_bytes && !o.client) { /* the blob is rank 0's alone */
 		ret = ENG_FAIL(e, -EINVAL, "save: client_bytes %" PRIu64 " with a NULL client",
 			       o.client_bytes);
-	} else if (e->rank == 0 && o.client_bytes) {
+	} else if (v.rank == 0 && o.client_bytes) {
 		memcpy(sv->client, o.client, o.client_bytes);
 		sv->client_bytes = o.client_bytes;
 		sv->client_crc = zinf_crc32c(0, o.client, o.client_bytes);
 	}
-	if (e->rank == 0 && !ret) {
+	if (v.rank == 0 && !ret) {
 		ret = prepare_rank0(e, dir, sv->tmp, &sv->lockfd);
 	}
-	if (e->rank == 0 && !ret) {
-		ret = check_space(e, dir, sv->fw, sv->gather, sv->client_bytes);
+	if (v.rank == 0 && !ret) {
+		ret = check_space(e, &v, dir, sv->fw, sv->gather, sv->client_bytes);
 	}
-	if (!ret && o.background && e->otier == ZINF_OFFLOAD_NONE) {
+	if (!ret && o.background && v.state_on_device) {
 		/* the GPU tier's copies on a stream of their own: cs goes on with the training */
-		ret = zinf_stream_create(e->dev, "zinf-save", &sv->stream);
+		ret = zinf_stream_create(v.dev, "zinf-save", &sv->stream);
 		sv->own_stream = ret == 0;
 		/* after what cs has queued: the step's Adam kernels may still be writing the
 		   state the save copies (zinf_engine_step returns without waiting for them) */
-		ret = ret ? ret : eng_order(e, e->cs, sv->stream);
+		ret = ret ? ret : eng_order(e, v.cs, sv->stream);
 	}
 	if ((ret = eng_agree(e, ret, "save: preparing the directory"))) {
-		save_free(e, sv, ret);
+		save_free(sv, ret);
 		return ret;
 	}
 	if (o.background) {
-		/* published by the collective call that ends it (eng_ckpt_finish), on every rank
-		   at the same place; without a thread the files are written now instead */
-		e->bg = sv;
-		sv->thread = pthread_create(&sv->th, NULL, save_thread, e) == 0;
+		/* published when the engine finishes its job (bg_finish), on every rank at the
+		   same place; without a thread the files are written now instead */
+		eng_job_start(e, &bg_ops, sv);
+		sv->thread = pthread_create(&sv->th, NULL, save_thread, sv) == 0;
 		if (!sv->thread) {
 			ENG_WARN(e, "save: no thread for a background save: writing it now");
 			sv->result = save_write(e, sv);

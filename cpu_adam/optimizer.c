@@ -221,6 +221,12 @@ zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i)
 	return opt && i < opt->k->nparts ? opt->bytes[i] : 0;
 }
 
+enum zinf_dtype
+zinf_optimizer_part_dtype(const struct zinf_optimizer *opt, uint32_t i)
+{
+	return zinf_optimizer_part_bytes(opt, i) == 2 ? ZINF_BF16 : ZINF_F32;
+}
+
 uint32_t
 zinf_optimizer_state_bytes(const struct zinf_optimizer *opt)
 {

@@ -407,7 +407,11 @@ zinf_engine_destroy(struct zinf_engine *e)
 	if (!e) {
 		return;
 	}
-	eng_ckpt_abandon(e);
+	if (e->job.ops) { /* a background job (a save) is joined, not published */
+		const struct eng_job_ops *ops = e->job.ops;
+		e->job.ops = NULL;
+		ops->abandon(e, e->job.ctx);
+	}
 	if (e->cs) {
 		zinf_stream_sync(e->cs);
 	}
@@ -733,8 +737,8 @@ zinf_engine_set_betas(struct zinf_engine *e, float beta1, float beta2)
  * of its boundary micro-batch: from then on sub-groups may be stepped during backward, and
  * stepping after backward must use the same values to give the same bits.
  */
-int
-eng_latch_lr(struct zinf_engine *e)
+static int
+latch_lr(struct zinf_engine *e)
 {
 	int ret = 0;
 	if (e->lr != e->step_lr && !(ret = zinf_optimizer_set_lr(e->opt, e->lr))) {
@@ -746,6 +750,149 @@ eng_latch_lr(struct zinf_engine *e)
 		e->step_beta2 = e->beta2;
 	}
 	return ret;
+}
+
+int
+eng_window_open(struct zinf_engine *e)
+{
+	/* a background save copies the state the step is about to change: it is published first
+	   (its errors are zinf_engine_save_wait's) */
+	(void)eng_job_finish(e);
+	int ret = latch_lr(e);
+	if (ret) {
+		return ret;
+	}
+	eng_spec_begin(e); /* with clipping or fp16: the grad_scale assumed */
+	/* the window is open from here on (read_master refuses): the worker may begin the step and
+	   read ahead (a forward alone, an evaluation, begins nothing) */
+	eng_worker_prime(e);
+	return 0;
+}
+
+/* ---- what the modules over the core see (engine_module.h) ---------------------------------- */
+
+void
+eng_job_start(struct zinf_engine *e, const struct eng_job_ops *ops, void *ctx)
+{
+	e->job.ops = ops;
+	e->job.ctx = ctx;
+}
+
+bool
+eng_job_pending(const struct zinf_engine *e)
+{
+	return e->job.ops != NULL;
+}
+
+int
+eng_job_finish(struct zinf_engine *e)
+{
+	if (!e->job.ops) {
+		return 0;
+	}
+	const struct eng_job_ops *ops = e->job.ops;
+	e->job.ops = NULL; /* finished once, whatever it returns */
+	e->job.last = ops->finish(e, e->job.ctx);
+	return e->job.last;
+}
+
+int
+eng_job_take_result(struct zinf_engine *e)
+{
+	int r = e->job.last;
+	e->job.last = 0;
+	return r;
+}
+
+void
+eng_view(const struct zinf_engine *e, struct eng_view *v)
+{
+	*v = (struct eng_view){
+		.o = &e->o,
+		.opt = e->opt,
+		.nparts = e->nparts,
+		.n_params = e->n_params,
+		.n_layers = e->n_layers,
+		.n_sg = e->n_sg,
+		.sg_end = e->sg_end,
+		.flat_n = e->flat_n,
+		.rank = e->rank,
+		.world = e->world,
+		.W = e->W,
+		.dev = e->dev,
+		.io = e->io,
+		.cs = e->cs,
+		.compute = e->compute,
+		.inited = e->inited,
+		.in_window = e->micro != 0 || e->grads_seen != 0,
+		.micro = e->micro,
+		.state_on_device = e->otier == ZINF_OFFLOAD_NONE,
+		.fetched_layer = INT32_MIN,
+	};
+	for (uint32_t i = 0; e->inited && i < e->n_layers; i++) {
+		if (e->layers[i].fetched) {
+			v->fetched_layer = e->layers[i].layer;
+			break;
+		}
+	}
+}
+
+void
+eng_param_get(const struct zinf_engine *e, uint32_t id, struct eng_param *out)
+{
+	const struct eparam *p = &e->params[id];
+	*out = (struct eng_param){
+		.id = p->id,
+		.name = p->name,
+		.numel = p->numel,
+		.layer = p->layer,
+		.ndim = p->ndim,
+		.shape = p->shape,
+		.part = p->part,
+		.flat_off = p->flat_off,
+		.sg = p->sg,
+		.persistent = p->persistent,
+	};
+}
+
+uint32_t
+eng_flat_param(const struct zinf_engine *e, uint32_t i)
+{
+	return e->order[i];
+}
+
+void
+eng_counters_get(const struct zinf_engine *e, struct eng_counters *out)
+{
+	*out = (struct eng_counters){
+		.steps = e->steps,
+		.micro_steps = e->micro_steps,
+		.skipped = e->skipped,
+		.lr = e->lr,
+		.beta1 = e->beta1,
+		.beta2 = e->beta2,
+		.ls = e->ls,
+	};
+}
+
+void
+eng_counters_set(struct zinf_engine *e, const struct eng_counters *c, bool betas, bool ls)
+{
+	e->steps = c->steps;
+	e->micro_steps = c->micro_steps;
+	e->skipped = c->skipped;
+	e->lr = c->lr;
+	if (betas && e->o.optimizer.kind != ZINF_OPTIM_ADAGRAD) {
+		e->beta1 = c->beta1;
+		e->beta2 = c->beta2;
+	}
+	if (ls && e->o.fp16.enabled) { /* its state; its settings stay the options' */
+		e->ls.scale = c->ls.scale;
+		e->ls.cur_hysteresis = c->ls.cur_hysteresis;
+		e->ls.iter = c->ls.iter;
+		e->ls.last_overflow = c->ls.last_overflow;
+		e->ls.overflows = c->ls.overflows;
+	}
 }
 
 int64_t

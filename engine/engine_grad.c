@@ -555,19 +555,9 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	if (e->window_t0 < 0) {
 		e->window_t0 = zinf_now_s();
 	}
-	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps) {
-		/* a background save copies the state the step is about to change: it is
-		   published first (its errors are zinf_engine_save_wait's) */
-		if (e->bg) {
-			(void)eng_ckpt_finish(e);
-		}
-		if ((ret = eng_latch_lr(e))) {
-			return ret;
-		}
-		eng_spec_begin(e); /* with clipping or fp16: the grad_scale assumed */
-		/* the window is open from here on (read_master refuses): the worker may begin the
-		   step and read ahead (a forward alone, an evaluation, begins nothing) */
-		eng_worker_prime(e);
+	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps &&
+	    (ret = eng_window_open(e))) {
+		return ret;
 	}
 	bool rs = rs_mode(e);
 	uint64_t need = rs ? p->part.part : p->part.padded;

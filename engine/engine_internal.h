@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "engine/engine_module.h"
 #include "zinf/engine.h"
 #include "zinf/loss_scale.h"
 #include "zinf/offload.h"
@@ -168,15 +169,6 @@ struct bucket {
 	bool posted;
 };
 
-struct ckpt_save; /* engine_ckpt.c */
-
-/* What an error of a public call does before eng_commit (see eng_begin). */
-enum eng_rule {
-	ENG_FAILS, /* an error other than -EINVAL fails the engine (its collectives are in
-		      progress on the other ranks) */
-	ENG_KEEPS, /* an error leaves the engine usable (nothing shared changed) */
-};
-
 struct zinf_engine {
 	struct zinf_engine_opts o;
 	char *device_backend, *comm_backend, *io_backend, *swap_prefix;
@@ -289,46 +281,19 @@ struct zinf_engine {
 	struct espec sp;	    /* the speculative step's reserve (engine_spec.c) */
 	uint64_t skipped;	    /* skipped steps */
 
-	/* checkpoints (engine_ckpt.c): a background save in flight, the result of the last one */
-	struct ckpt_save *bg;
-	int bg_result;
+	/* a background job (engine_module.h: a checkpoint's save) in flight, the last one's result
+	 */
+	struct {
+		const struct eng_job_ops *ops;
+		void *ctx;
+		int last;
+	} job;
 };
-
-#define ENG_FAIL(e, err, fmt, ...)                                                                 \
-	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "engine rank %d: " fmt, \
-		      (e)->rank, ##__VA_ARGS__)
-#define ENG_WARN(e, fmt, ...)                                                                      \
-	zinf_log_emit(0, ZINF_LOG_WARN, __FILE__, __LINE__, __func__, "engine rank %d: " fmt,      \
-		      (e)->rank, ##__VA_ARGS__)
 
 /* engine.c */
 #define ENG_SCRATCH 8
 int eng_all_max(struct zinf_engine *e, float *v, uint32_t n); /* MAX over ranks, in place */
-/*
- * The error boundary. Every public call that can fail runs between eng_begin and eng_return;
- * inside it, functions log what failed (ENG_FAIL) and return the -errno, and decide nothing.
- * eng_return alone decides what the error does:
- *  - before eng_commit the call's rule applies: ENG_FAILS (fetch, release, param, grad, step:
- *    the other ranks are in the layer's or the window's collectives) fails the engine on any
- *    error but -EINVAL, which is the caller's mistake and leaves the engine as it was;
- *    ENG_KEEPS (add_param, read_master, save, load's checks, ...) leaves it usable;
- *  - after eng_commit (the call changed the engine's state, or this rank entered a sequence of
- *    collectives the others are in), every error fails the engine for good;
- *  - a failure is sent to the other ranks at once (zinf_comm_notify_failure), who may be
- *    waiting for this rank in a collective, unless every rank knows it already: eng_agree
- *    exchanged it, or eng_known marks it as computed by every rank from one collective.
- * eng_begin: 0, or the engine's failure, or -EINVAL (a NULL engine, not initialised when
- * `inited`); return it as it is (no eng_return).
- */
-int eng_begin(struct zinf_engine *e, const char *what, enum eng_rule rule, bool inited);
-void eng_commit(struct zinf_engine *e);
-int eng_known(struct zinf_engine *e, int err); /* returns err */
-int eng_return(struct zinf_engine *e, int rc); /* returns rc */
-/* Every rank learns whether some rank's `what` failed (err < 0 here), before the collectives
- * that follow, so that no rank waits for a failed one until the deadline: returns err on a
- * failed rank; on the others 0, or the failing rank's error with a message naming that rank.
- * The error it returns is known to every rank (eng_return sends no notice for it). */
-int eng_agree(struct zinf_engine *e, int err, const char *what);
+/* the error boundary, eng_agree, eng_cause, eng_order: engine_module.h */
 /*
  * Device memory that collectives use (gathered parameters, gradient buckets, the small
  * all-reduces' scratch). Once the communicator failed a collective given up on it may still
@@ -338,15 +303,13 @@ int eng_agree(struct zinf_engine *e, int err, const char *what);
  */
 int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);
 void eng_comm_buf_free(struct zinf_engine *e, void *p);
-/* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ", as the
- * cause in an outer message. */
-const char *eng_cause(const struct zinf_engine *e);
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
-/* queue on `to` a wait for everything queued on `from` so far */
-int eng_latch_lr(struct zinf_engine *e); /* the lr and the betas */
-int eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to);
+/* The optimizer window opens (the first gradient of its last micro-batch): a background job
+ * ends, the lr and betas are latched, the speculative step assumes its grad_scale, the step
+ * worker may begin reading ahead. */
+int eng_window_open(struct zinf_engine *e);
 
 /* engine_param.c */
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
@@ -356,28 +319,6 @@ void eng_param_io_stats(struct zinf_engine *e);	   /* the store's NVMe bytes int
 void eng_param_write_abort(struct zinf_engine *e); /* a partition left open by a failed step */
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
-
-/* zinf_engine_init with `write` filling every tier's values (init: the initial values;
- * zinf_engine_load: a checkpoint's) */
-int eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *ctx), void *ctx);
-/* index in order[] of the parameter holding flat element x (n_params past the end) */
-uint32_t eng_flat_find(const struct zinf_engine *e, uint64_t x);
-/* flat elements [off, off + n) of the master (fp32, host) into the 16-bit parameter's homes */
-int eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n,
-			       void *copy);
-
-/* engine_ckpt.c: sub-group k's master and optimizer parts as host memory (fn gets flat
- * elements [off, off + n) of every part; write: fn fills them and they go back to the tier).
- * bounce: eng_state_bounce_bytes() of host memory (the GPU tier), else NULL. */
-typedef int (*eng_visit_fn)(void *ctx, uint64_t off, uint64_t n, void *const parts[]);
-size_t eng_state_bounce_bytes(const struct zinf_engine *e);
-/* cs: the stream of the GPU tier's copies (NULL: e->cs) */
-int eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
-		    void *bounce, struct zinf_stream *cs);
-/* A background save in flight: wait for this rank's files, then publish it (collective: every
- * rank calls it at the same place, before the optimizer state changes). 0 without one. */
-int eng_ckpt_finish(struct zinf_engine *e);
-void eng_ckpt_abandon(struct zinf_engine *e); /* destroy: joined, not published */
 
 /* engine_fetch.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */

@@ -743,6 +743,36 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 }
 
 int
+eng_rewrite_with(struct zinf_engine *e, const char *what,
+		 int (*write)(struct zinf_engine *e, void *ctx), void *ctx)
+{
+	char agree[64];
+	snprintf(agree, sizeof(agree), "%s: writing the state", what);
+	/* the gathered copies go (stage 3), the new values are written and gathered again */
+	int ret = e->o.stage == 3 ? eng_fetch_drop_all(e) : 0;
+	if (!ret) {
+		ret = write(e, ctx);
+	}
+	if (ret) {
+		eng_param_write_abort(e); /* a partition left open in the parameter store */
+	}
+	/* before the all-gathers: a rank whose writes failed joins none of them */
+	ret = eng_agree(e, ret, agree);
+	for (uint32_t i = 0; i < e->n_params && !ret && e->o.stage > 0; i++) {
+		struct eparam *p = &e->params[i];
+		if (e->o.stage < 3 || p->persistent) {
+			ret = eng_gather_full(e, p);
+		}
+	}
+	if (!ret) {
+		ret = eng_order(e, e->cs, e->compute);
+	}
+	eng_param_io_stats(e); /* not the window's NVMe bytes */
+	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
+	return ret;
+}
+
+int
 eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n,
 			   void *copy)
 {

@@ -396,9 +396,7 @@ step_call(struct zinf_engine *e)
 					e->params[i].name, e->micro);
 		}
 	}
-	if (e->bg) { /* a background save not yet published (no gradient came first) */
-		(void)eng_ckpt_finish(e);
-	}
+	(void)eng_job_finish(e); /* a background save not yet published (no gradient came first) */
 	double t0 = zinf_now_s();
 	if (e->window_t0 < 0) {
 		e->window_t0 = t0;
@@ -529,9 +527,7 @@ read_master(struct zinf_engine *e, uint32_t id, float *out)
 	if (e->micro != 0 || e->grads_seen != 0) {
 		return ENG_FAIL(e, -EINVAL, "read_master: inside an accumulation window");
 	}
-	if (e->bg) {
-		(void)eng_ckpt_finish(e);
-	}
+	(void)eng_job_finish(e); /* a background save reads the state: published first */
 	if (e->W > 1) {
 		/* the ranks all-gather the parts: a rank that fails from here leaves that
 		   collective out (any errno), and the others are told */

@@ -99,6 +99,8 @@ ZINF_API uint32_t zinf_optimizer_part_count(const struct zinf_optimizer *opt);
 ZINF_API const char *zinf_optimizer_part_name(const struct zinf_optimizer *opt, uint32_t i);
 /** Part i's bytes per element (4, or 2 for bf16 state); 0 for NULL or i out of range. */
 ZINF_API uint32_t zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i);
+/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range. */
+ZINF_API enum zinf_dtype zinf_optimizer_part_dtype(const struct zinf_optimizer *opt, uint32_t i);
 /** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam); 0 for NULL. */
 ZINF_API uint32_t zinf_optimizer_state_bytes(const struct zinf_optimizer *opt);
 
