@@ -336,8 +336,7 @@ run_adam(struct ctx *x, int64_t t, const float *grad)
 	for (uint32_t k = 0; k < x->nsg && !cli_interrupted && !rc; k++) {
 		uint64_t len = zinf_step_sub_group_len(x->st, k);
 		uint64_t start = zinf_step_sub_group_start(x->st, k);
-		for (uint64_t i = 0; i < len && !rc; i += ZINF_STEP_CHUNK) {
-			uint64_t n = len - i < ZINF_STEP_CHUNK ? len - i : ZINF_STEP_CHUNK;
+		for (uint64_t i = 0, n; (n = zinf_step_piece(i, len)) > 0 && !rc; i += n) {
 			void *parts[ZINF_OPTIM_MAX_PARTS];
 			for (uint32_t p = 0; p < x->nparts; p++) {
 				parts[p] = bufs[k % nb] + part_off(x, p) +

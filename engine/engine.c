@@ -349,7 +349,9 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->main.st = &e->win;
 	pthread_mutex_init(&e->store_mu, NULL);
 	e->store_mu_init = true;
-	e->otier = e->o.offload_optimizer.device;
+	e->ot = e->o.offload_optimizer.device == ZINF_OFFLOAD_NVME  ? &eng_otier_nvme
+		: e->o.offload_optimizer.device == ZINF_OFFLOAD_CPU ? &eng_otier_cpu
+								    : &eng_otier_gpu;
 	e->ptier = e->o.offload_param.device;
 	if ((ret = open_device(e))) {
 		goto fail;
@@ -385,7 +387,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->beta1 = e->step_beta1 = e->o.optimizer.beta1;
 	e->beta2 = e->step_beta2 = e->o.optimizer.beta2;
 	e->nparts = zinf_optimizer_part_count(e->opt);
-	if (e->otier == ZINF_OFFLOAD_NONE && !e->host_comm &&
+	if (e->ot->dev && !e->host_comm &&
 	    (e->o.optimizer.kind > ZINF_OPTIM_ADAMW || e->o.optimizer.state_dtype != ZINF_F32)) {
 		ret = ENG_FAIL(e, -EINVAL,
 			       "zero_optimization.offload_optimizer.device none on \"%s\": the "
@@ -826,7 +828,7 @@ eng_view(const struct zinf_engine *e, struct eng_view *v)
 		.inited = e->inited,
 		.in_window = e->micro != 0 || e->grads_seen != 0,
 		.micro = e->micro,
-		.state_on_device = e->otier == ZINF_OFFLOAD_NONE,
+		.state_on_device = e->ot->dev,
 		.fetched_layer = INT32_MIN,
 	};
 	for (uint32_t i = 0; e->inited && i < e->n_layers; i++) {

@@ -58,7 +58,7 @@ eng_clip_setup(struct zinf_engine *e)
 	if (!e->sg_sumsq) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the gradient norms");
 	}
-	if (e->otier == ZINF_OFFLOAD_NONE) {
+	if (e->ot->dev) {
 		int ret =
 			zinf_device_alloc(e->dev, e->n_sg * sizeof(double), (void **)&e->dev_sumsq);
 		if (ret) {
@@ -95,7 +95,7 @@ eng_clip_sg(struct zinf_engine *e, uint32_t k)
 {
 	uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
 	int ret;
-	if (e->otier == ZINF_OFFLOAD_NONE) {
+	if (e->ot->dev) {
 		/* after k's accumulations, queued on cs before this */
 		ret = zinf_device_sumsq(e->cs, e->grad_part + eng_sg_start(e, k), ZINF_F32, len,
 					e->dev_sumsq + k);
@@ -141,7 +141,7 @@ int
 eng_clip_decide(struct zinf_engine *e, float *gs)
 {
 	int ret = 0;
-	if (e->otier == ZINF_OFFLOAD_NONE) {
+	if (e->ot->dev) {
 		ret = zinf_device_copy(e->cs, e->sg_sumsq, e->dev_sumsq, e->n_sg * sizeof(double),
 				       ZINF_COPY_D2H);
 	}

@@ -397,7 +397,7 @@ host_dst(struct zinf_engine *e, const struct eparam *p, bool fill, int *ret)
 static int
 settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint64_t *staged)
 {
-	bool rs = rs_mode(e), host = e->otier != ZINF_OFFLOAD_NONE, add = host && e->micro > 0;
+	bool rs = rs_mode(e), host = !e->ot->dev, add = host && e->micro > 0;
 	int ret = 0;
 	for (uint32_t i = from; i < to && !ret; i++) {
 		struct eparam *p = &e->params[b->params[i]];
@@ -446,7 +446,7 @@ static int
 accumulate(struct zinf_engine *e, struct bucket *b)
 {
 	bool first = e->micro == 0, rs = rs_mode(e);
-	bool host = e->otier != ZINF_OFFLOAD_NONE;
+	bool host = !e->ot->dev;
 	const float *recv = e->world == 1 ? b->dev : b->dev_recv; /* see post() */
 	uint64_t staged = 0, settled = 0;
 	uint32_t from = 0;

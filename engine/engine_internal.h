@@ -107,6 +107,44 @@ struct espec {
 						   more speculation */
 };
 
+struct eparam;
+
+/*
+ * Where the optimizer state lives (engine_otier.c): one table per tier, chosen at create from
+ * offload_optimizer.device: eng_otier_gpu (none), eng_otier_cpu, eng_otier_nvme.
+ */
+struct eng_otier {
+	const char *name;
+	bool dev;	  /* the state, the gradient partition and the speculation's reserve are
+			     device memory (else host memory) */
+	bool whole;	  /* init and load write a sub-group's master whole (else in pieces) */
+	bool reads_ahead; /* a step may begin before its first sub-group is final (its reads) */
+	/* init: the state, the gradient partition, the copy and staging buffers, the reserve */
+	int (*setup)(struct zinf_engine *e);
+	void (*free)(struct zinf_engine *e);
+	/* the master weights of sub-group k's flat elements [off, off + n) from host memory m
+	   (whole: the sub-group), the moments left as they are (zero at init) */
+	int (*write_master)(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m,
+			    uint64_t n);
+	/* this rank's partition of p's master into mine (host); sg: host memory for the whole
+	   sub-group (whole tiers) */
+	int (*read_master)(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg);
+	size_t (*bounce_bytes)(const struct zinf_engine *e);
+	int (*visit)(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
+		     void *bounce, struct zinf_stream *cs);
+	/* a step's pass: begin, each sub-group (on the thread of x), a sub-group left out, the end
+	   (its I/O counted into the window) */
+	int (*begin)(struct zinf_engine *e);
+	int (*step)(struct zinf_engine *e, struct ectx *x, uint32_t k);
+	int (*skip)(struct zinf_engine *e, uint32_t k);
+	int (*finish)(struct zinf_engine *e, bool partial);
+	/* the speculative step: sub-group k's state into its reserve slot before it is stepped
+	   (nvme: zinf_step's before callback keeps it as read), and back on a roll-back */
+	int (*keep)(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot);
+	int (*restore)(struct zinf_engine *e, uint32_t k, const char *slot);
+};
+extern const struct eng_otier eng_otier_gpu, eng_otier_cpu, eng_otier_nvme;
+
 /* One registered parameter. */
 struct eparam {
 	char *name;
@@ -227,7 +265,8 @@ struct zinf_engine {
 	uint64_t max_sg;      /* longest sub-group */
 
 	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
-	enum zinf_offload_device otier, ptier;
+	const struct eng_otier *ot;
+	enum zinf_offload_device ptier;
 	void *state[ZINF_OPTIM_MAX_PARTS]; /* flat arrays: device (none) or pinned (cpu) */
 	float *grad_part;		   /* fp32 accumulation: device (none) or pinned (cpu) */
 	struct gwin gw;			   /* nvme: the gradient window instead of grad_part */
@@ -357,9 +396,6 @@ float *eng_grad_of(struct zinf_engine *e, uint32_t k);
 
 /* engine_step.c */
 int eng_step_setup(struct zinf_engine *e);
-int eng_step_load_master(struct zinf_engine *e, uint32_t k, const float *master);
-int eng_step_sub_group(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* none/cpu */
-int eng_step_one(struct zinf_engine *e, struct ectx *x, uint32_t k);
 
 static inline uint64_t
 eng_sg_start(const struct zinf_engine *e, uint32_t k)

@@ -592,22 +592,6 @@ init_range(struct zinf_engine *e, uint64_t off, uint64_t n, float *out)
 	return ret;
 }
 
-/* Master weights of flat elements [off, off + n), optimizer tiers none and cpu. */
-static int
-load_master_piece(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n)
-{
-	int ret = 0;
-	if (e->otier == ZINF_OFFLOAD_NONE) {
-		ret = zinf_device_copy(e->cs, (float *)e->state[0] + off, m, n * 4, ZINF_COPY_H2D);
-		if (!ret) {
-			ret = zinf_stream_sync(e->cs);
-		}
-	} else {
-		memcpy((float *)e->state[0] + off, m, n * 4);
-	}
-	return ret ? ENG_FAIL(e, ret, "init: writing the master weights at %" PRIu64, off) : 0;
-}
-
 /*
  * The initial values, sub-group by sub-group in pieces of at most ZINF_STEP_CHUNK elements
  * (a fp32 and a 16-bit buffer of that size on the heap: host memory does not grow with the
@@ -620,7 +604,7 @@ write_initial(struct zinf_engine *e)
 {
 	size_t ds = eng_dsize(e);
 	uint64_t chunk = ZINF_MAX(ZINF_MIN(e->max_sg, (uint64_t)ZINF_STEP_CHUNK), 1);
-	bool whole = e->step != NULL;
+	bool whole = e->ot->whole;
 	void *pool_buf = NULL;
 	float *master = NULL;
 	void *copy = zinf_calloc(chunk, ds);
@@ -639,12 +623,13 @@ write_initial(struct zinf_engine *e)
 	}
 	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
 		uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
-		for (uint64_t off = start; off < end && !ret; off += chunk) {
-			uint64_t n = ZINF_MIN(chunk, end - off);
+		for (uint64_t off = start, n; !ret && (n = zinf_step_piece(off, end)) > 0;
+		     off += n) {
 			float *m = whole ? master + (off - start) : master;
 			ret = init_range(e, off, n, m);
-			if (!ret && !whole) {
-				ret = load_master_piece(e, off, m, n);
+			if (!ret && !whole && (ret = e->ot->write_master(e, k, off, m, n))) {
+				ret = ENG_FAIL(e, ret,
+					       "init: writing the master weights at %" PRIu64, off);
 			}
 			if (!ret) {
 				ret = zinf_dtype_convert(copy, e->o.dtype, m, ZINF_F32, n);
@@ -653,8 +638,9 @@ write_initial(struct zinf_engine *e)
 				ret = eng_param_home_write(e, &e->main, off, copy, false, n);
 			}
 		}
-		if (!ret && whole) {
-			ret = eng_step_load_master(e, k, master);
+		if (!ret && whole &&
+		    (ret = e->ot->write_master(e, k, start, master, end - start))) {
+			ret = ENG_FAIL(e, ret, "init: sub-group %u: writing the master weights", k);
 		}
 	}
 out:
@@ -777,8 +763,7 @@ eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, 
 			   void *copy)
 {
 	int ret = 0;
-	for (uint64_t i = 0; i < n && !ret; i += ZINF_STEP_CHUNK) {
-		uint64_t c = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, n - i);
+	for (uint64_t i = 0, c; (c = zinf_step_piece(i, n)) > 0 && !ret; i += c) {
 		ret = zinf_dtype_convert(copy, e->o.dtype, m + i, ZINF_F32, c);
 		if (!ret) {
 			ret = eng_param_home_write(e, &e->main, off + i, copy, false, c);

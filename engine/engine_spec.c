@@ -91,7 +91,7 @@ eng_spec_setup(struct zinf_engine *e, uint32_t align)
 		sp->sg_slot[k] = -1;
 	}
 	int ret;
-	sp->dev = e->otier == ZINF_OFFLOAD_NONE;
+	sp->dev = e->ot->dev;
 	if (sp->dev) {
 		ret = zinf_device_alloc(e->dev, n * sp->stride, (void **)&sp->mem);
 		if (ret == -ENOMEM) {
@@ -240,26 +240,12 @@ int
 eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 {
 	char *slot = slot_of(e, k);
-	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
-	int ret = 0;
-	if (e->otier != ZINF_OFFLOAD_NVME) {
-		for (uint32_t i = 0; i < e->nparts && !ret; i++) {
-			uint32_t pb = zinf_optimizer_part_bytes(e->opt, i);
-			const char *src = (const char *)e->state[i] + start * pb;
-			if (e->sp.dev) {
-				ret = zinf_device_copy(x->s, slot + e->sp.off[i], src, len * pb,
-						       ZINF_COPY_D2D);
-			} else {
-				memcpy(slot + e->sp.off[i], src, len * pb);
-			}
-		}
-		if (ret) {
-			return ENG_FAIL(e, ret,
-					"step %" PRId64 ": sub-group %u: keeping its optimizer "
-					"state",
-					e->steps + 1, k);
-		}
-	} /* nvme: eng_spec_save_nvme, from the step's before_fn */
+	int ret = e->ot->keep(e, x, k, slot); /* nvme: eng_spec_save_nvme, from the before_fn */
+	if (ret) {
+		return ENG_FAIL(e, ret,
+				"step %" PRId64 ": sub-group %u: keeping its optimizer state",
+				e->steps + 1, k);
+	}
 	return home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
 }
 
@@ -290,28 +276,7 @@ restore(struct zinf_engine *e, uint32_t k, bool params16)
 {
 	char *slot = slot_of(e, k);
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
-	int ret = 0;
-	if (e->otier == ZINF_OFFLOAD_NVME) {
-		const void *st[ZINF_OPTIM_MAX_PARTS] = {0};
-		for (uint32_t i = 0; i < e->nparts; i++) {
-			st[i] = slot + e->sp.off[i];
-		}
-		ret = zinf_step_load(e->step, k, st);
-		for (uint32_t i = 0; i < e->nparts && !ret; i++) {
-			e->win.nvme_write_bytes += len * zinf_optimizer_part_bytes(e->opt, i);
-		}
-	} else {
-		for (uint32_t i = 0; i < e->nparts && !ret; i++) {
-			uint32_t pb = zinf_optimizer_part_bytes(e->opt, i);
-			char *dst = (char *)e->state[i] + start * pb;
-			if (e->sp.dev) {
-				ret = zinf_device_copy(e->cs, dst, slot + e->sp.off[i], len * pb,
-						       ZINF_COPY_D2D);
-			} else {
-				memcpy(dst, slot + e->sp.off[i], len * pb);
-			}
-		}
-	}
+	int ret = e->ot->restore(e, k, slot);
 	if (!ret && params16) {
 		ret = eng_param_home_write(e, &e->main, start, slot + e->sp.off[e->nparts],
 					   e->sp.dev, len);

@@ -3,15 +3,15 @@
  * engine/engine_worker.c: the step worker of the step during backward. At the accumulation
  * boundary, engine_grad.c hands each sub-group whose gradient became final (eng_step_final,
  * after an event on the engine stream); the worker waits for that event and steps it with
- * eng_step_one() on its own stream and counters while backward goes on; zinf_engine_step()
- * waits for it (eng_worker_wait). The stepping itself is engine_step.c's, the same function
- * as the step after backward, so that the results are the same bits. With the optimizer on
- * NVMe a handed sub-group's gradient stays in its gradient-window slot until the worker has
- * finished it (queue position < finished: engine_grad.c takes the slot back then).
- * With gradient clipping or fp16 (e->gate) the step's grad_scale depends on the global norm,
- * known only after every gradient: the worker steps speculatively (engine_spec.c) the
- * sub-groups that found a slot in the reserve (eng_spec_claim when handed), each keeping its
- * previous state there first (eng_spec_save); the others wait for the norm.
+ * its tier's step (engine_otier.c) on its own stream and counters while backward goes on;
+ * zinf_engine_step() waits for it (eng_worker_wait). The stepping itself is the tier's, the
+ * same function as the step after backward, so that the results are the same bits. With the
+ * optimizer on NVMe a handed sub-group's gradient stays in its gradient-window slot until the
+ * worker has finished it (queue position < finished: engine_grad.c takes the slot back then). With
+ * gradient clipping or fp16 (e->gate) the step's grad_scale depends on the global norm, known only
+ * after every gradient: the worker steps speculatively (engine_spec.c) the sub-groups that found a
+ * slot in the reserve (eng_spec_claim when handed), each keeping its previous state there first
+ * (eng_spec_save); the others wait for the norm.
  */
 #include <errno.h>
 #include <string.h>
@@ -35,9 +35,7 @@ worker_main(void *arg)
 			/* eng_worker_prime: start the step's reads with the backward */
 			bool go = !w->began && !w->err;
 			pthread_mutex_unlock(&w->mu);
-			int ret = go ? zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL,
-						       false)
-				     : 0;
+			int ret = go ? e->ot->begin(e) : 0;
 			pthread_mutex_lock(&w->mu);
 			w->began |= go && ret == 0;
 			if (ret && !w->err) {
@@ -55,16 +53,15 @@ worker_main(void *arg)
 		if (!skip) {
 			/* the accumulations of k were queued on cs before this event */
 			ret = zinf_event_sync(e->sg_ev[k]);
-			if (!ret && e->step && !w->began) {
-				ret = zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL,
-						      false);
+			if (!ret && !w->began) {
+				ret = e->ot->begin(e);
 				w->began = ret == 0;
 			}
 			if (!ret && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
 				ret = eng_spec_save(e, &w->x, k); /* speculated: keep what it was */
 			}
 			if (!ret) {
-				ret = eng_step_one(e, &w->x, k);
+				ret = e->ot->step(e, &w->x, k);
 			}
 			if (ret) {
 				eng_param_write_abort(e); /* the store mutex, if it holds it */
@@ -237,7 +234,7 @@ void
 eng_worker_prime(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
-	if (!w->started || (e->gate && !eng_spec_on(e)) || !e->step ||
+	if (!w->started || (e->gate && !eng_spec_on(e)) || !e->ot->reads_ahead ||
 	    e->micro + 1 != e->o.gradient_accumulation_steps) {
 		return;
 	}
@@ -286,20 +283,14 @@ eng_worker_end(struct zinf_engine *e, bool partial)
 	w->head = w->tail = w->finished = 0;
 	w->err = 0;
 	w->began = false;
-	if (e->step && began) {
+	if (began) {
 		for (uint32_t k = 0; partial && k < e->n_sg; k++) {
-			if (!e->sg_handed[k] && (r2 = zinf_step_skip(e->step, k))) {
+			if (!e->sg_handed[k] && (r2 = e->ot->skip(e, k))) {
 				ret = ret ? ret : r2;
 			}
 		}
-		r2 = zinf_step_finish(e->step);
+		r2 = e->ot->finish(e, partial);
 		ret = ret ? ret : r2;
-		struct zinf_step_stats st = {.size = sizeof(st)};
-		if (partial && !zinf_step_get_stats(e->step, &st)) {
-			e->win.nvme_read_bytes += st.read_bytes;
-			e->win.nvme_write_bytes += st.write_bytes;
-			e->win.optimizer_s += st.optim_s;
-		}
 	}
 	e->win.h2d_bytes += w->st.h2d_bytes;
 	e->win.d2h_bytes += w->st.d2h_bytes;

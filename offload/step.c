@@ -542,8 +542,7 @@ step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], const
 	uint64_t start = zinf_step_sub_group_start(st, k);
 	size_t gsz = zinf_dtype_size(gdt);
 	size_t csz = zinf_dtype_size(st->o.copy_dtype);
-	for (uint64_t i0 = 0; i0 < len; i0 += ZINF_STEP_CHUNK) {
-		uint64_t n = ZINF_MIN(len - i0, ZINF_STEP_CHUNK);
+	for (uint64_t i0 = 0, n; (n = zinf_step_piece(i0, len)) > 0; i0 += n) {
 		void *parts[ZINF_OPTIM_MAX_PARTS];
 		for (uint32_t p = 0; p < st->nopt; p++) {
 			parts[p] = base[p] + i0 * st->esz[p];

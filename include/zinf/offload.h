@@ -257,6 +257,20 @@ enum zinf_step_schedule {
 #define ZINF_STEP_CHUNK (1u << 20)
 
 /**
+ * Elements of the piece of [off, end) that starts at off (0 past the end): the one way a
+ * sub-group is cut into the optimizer's pieces, used by every loop over optimizer state (the
+ * step's, the engine's tiers in memory, checkpoints' copies), so that an element's result never
+ * depends on which of them stepped it:
+ *
+ *     for (uint64_t off = start, n; (n = zinf_step_piece(off, end)) > 0; off += n)
+ */
+static inline uint64_t
+zinf_step_piece(uint64_t off, uint64_t end)
+{
+	return off >= end ? 0 : end - off < ZINF_STEP_CHUNK ? end - off : ZINF_STEP_CHUNK;
+}
+
+/**
  * Called after the optimizer ran on sub-group k: copy holds its n = zinf_step_sub_group_len(k)
  * updated parameters as copy_dtype, valid during the call only. Called on the thread that
  * called zinf_step_ready() or zinf_step_run(), before the sub-group's state is written back.

@@ -1,0 +1,605 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_otier.c: where the optimizer state lives, one table per tier (struct eng_otier),
+ * chosen once at create from zero_optimization.offload_optimizer.device:
+ *  - gpu (none): the master, the moments and the fp32 gradient partition in device memory,
+ *    stepped by the device's Adam on the stepping thread's stream (the "host" device: by
+ *    cpu_adam on that memory, any optimizer);
+ *  - cpu: the same arrays in the optimizer pool's pinned CPU region, stepped by cpu_adam;
+ *  - nvme: the state in the optimizer's swap space, stepped by zinf_step (its reads ahead and
+ *    writes behind, the engine's sub-group ends, a copy callback taking each sub-group's new
+ *    16-bit values home and a before callback that keeps a speculated sub-group's state as
+ *    read); the gradients in the gradient window (engine_grad.c).
+ * The tiers in memory cut a sub-group with zinf_step_piece as zinf_step does (index0 the piece's
+ * flat index), so that every tier gives the same bits. Each table also says how a sub-group's
+ * state is written at init and load, read for read_master and checkpoints (the state visitor of
+ * engine_module.h), and kept and restored by the speculative step (engine_spec.c).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static size_t
+part_bytes(const struct zinf_engine *e, uint32_t i)
+{
+	return zinf_optimizer_part_bytes(e->opt, i);
+}
+
+/* ---- the tiers in memory (gpu, cpu) --------------------------------------------------------- */
+
+/* The optimizer over sub-group k's pieces, its new 16-bit values home through x->s. The gradient
+ * of k is final in grad_part as seen from the host (cpu) or from x->s (gpu). */
+static int
+step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k)
+{
+	int64_t step = e->steps + 1;
+	uint64_t end = e->sg_end[k];
+	bool dev = e->ot->dev;
+	bool host_dev = e->host_comm; /* the host device: device memory is host memory */
+	void *copy = dev ? e->dev_copy : e->host_copy;
+	int ret = 0;
+	for (uint64_t off = eng_sg_start(e, k), n; !ret && (n = zinf_step_piece(off, end)) > 0;
+	     off += n) {
+		void *parts[ZINF_OPTIM_MAX_PARTS] = {0};
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			parts[i] = (char *)e->state[i] + off * part_bytes(e, i);
+		}
+		double t0 = zinf_now_s();
+		if (dev && !host_dev) {
+			struct zinf_adam_opts a;
+			zinf_adam_opts_init(&a);
+			a.lr = e->step_lr, a.beta1 = e->step_beta1, a.beta2 = e->step_beta2;
+			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
+			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
+			a.bias_correction = e->o.optimizer.bias_correction;
+			ret = zinf_device_adam(x->s, &a, step, e->step_scale, parts[0],
+					       e->grad_part + off, ZINF_F32, parts[1], parts[2], n,
+					       copy, e->o.dtype);
+		} else {
+			ret = zinf_optimizer_step(e->opt, step, e->step_scale, parts,
+						  e->grad_part + off, ZINF_F32, off, n, copy,
+						  e->o.dtype);
+		}
+		x->st->optimizer_s += zinf_now_s() - t0;
+		if (!ret) {
+			ret = eng_param_home_write(e, x, off, copy, dev, n);
+		}
+		if (!ret && dev && host_dev) {
+			ret = zinf_stream_sync(x->s); /* the copy buffer is reused on this thread */
+		}
+	}
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", step, k) : 0;
+}
+
+static int
+begin_none(struct zinf_engine *e)
+{
+	(void)e;
+	return 0;
+}
+
+static int
+finish_none(struct zinf_engine *e, bool partial)
+{
+	(void)e;
+	(void)partial;
+	return 0;
+}
+
+static int
+skip_none(struct zinf_engine *e, uint32_t k)
+{
+	(void)e;
+	(void)k;
+	return 0;
+}
+
+static size_t
+bounce_none(const struct zinf_engine *e)
+{
+	(void)e;
+	return 0;
+}
+
+/* ---- gpu ------------------------------------------------------------------------------------ */
+
+static int
+gpu_setup(struct zinf_engine *e)
+{
+	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
+	int ret;
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		uint32_t pb = part_bytes(e, i);
+		if ((ret = zinf_device_alloc(e->dev, e->flat_n * pb, &e->state[i])) ||
+		    (ret = zinf_device_fill(e->cs, e->state[i],
+					    zinf_optimizer_part_dtype(e->opt, i), 0.0f,
+					    e->flat_n))) {
+			return ENG_FAIL(e, ret, "init: device memory for optimizer part %s",
+					zinf_optimizer_part_name(e->opt, i));
+		}
+	}
+	if ((ret = zinf_device_alloc(e->dev, e->flat_n * 4, (void **)&e->grad_part)) ||
+	    (ret = zinf_device_fill(e->cs, e->grad_part, ZINF_F32, 0.0f, e->flat_n)) ||
+	    (ret = zinf_device_alloc(e->dev, chunk * eng_dsize(e), &e->dev_copy))) {
+		return ENG_FAIL(e, ret, "init: device memory for the gradient partition");
+	}
+	if ((ret = eng_spec_setup(e, 0))) {
+		return ret;
+	}
+	return zinf_stream_sync(e->cs);
+}
+
+static void
+gpu_free(struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < ZINF_OPTIM_MAX_PARTS; i++) {
+		zinf_device_free(e->dev, e->state[i]);
+	}
+	zinf_device_free(e->dev, e->grad_part);
+	zinf_device_free(e->dev, e->dev_copy);
+}
+
+static int
+gpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
+{
+	(void)k;
+	int ret = zinf_device_copy(e->cs, (float *)e->state[0] + off, m, n * 4, ZINF_COPY_H2D);
+	return ret ? ret : zinf_stream_sync(e->cs);
+}
+
+static int
+gpu_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
+{
+	(void)sg;
+	int ret = zinf_device_copy(e->cs, mine, (float *)e->state[0] + p->flat_off,
+				   p->part.part * 4, ZINF_COPY_D2H);
+	return ret ? ret : zinf_stream_sync(e->cs);
+}
+
+static size_t
+gpu_bounce(const struct zinf_engine *e)
+{
+	return (size_t)ZINF_STEP_CHUNK * zinf_optimizer_state_bytes(e->opt);
+}
+
+/* The pieces of k through the bounce buffer, copied on cs (D2H before fn, H2D after it). */
+static int
+gpu_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx, void *bounce,
+	  struct zinf_stream *cs)
+{
+	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
+	uint64_t end = e->sg_end[k];
+	int ret = 0;
+	for (uint64_t off = eng_sg_start(e, k), n; !ret && (n = zinf_step_piece(off, end)) > 0;
+	     off += n) {
+		char *b = bounce;
+		for (uint32_t i = 0; i < e->nparts; i++) {
+			parts[i] = b;
+			b += (size_t)ZINF_STEP_CHUNK * part_bytes(e, i);
+		}
+		for (uint32_t i = 0; i < e->nparts && !write && !ret; i++) {
+			size_t pb = part_bytes(e, i);
+			ret = zinf_device_copy(cs, parts[i], (char *)e->state[i] + off * pb, n * pb,
+					       ZINF_COPY_D2H);
+		}
+		if (!ret && !write) {
+			ret = zinf_stream_sync(cs);
+		}
+		if (!ret) {
+			ret = fn(ctx, off, n, parts);
+		}
+		for (uint32_t i = 0; i < e->nparts && write && !ret; i++) {
+			size_t pb = part_bytes(e, i);
+			ret = zinf_device_copy(cs, (char *)e->state[i] + off * pb, parts[i], n * pb,
+					       ZINF_COPY_H2D);
+		}
+		if (!ret && write) {
+			ret = zinf_stream_sync(cs);
+		}
+	}
+	return ret;
+}
+
+/* Sub-group k's state to or from its reserve slot (device memory), on s. */
+static int
+gpu_keep(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot)
+{
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
+	int ret = 0;
+	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+		size_t pb = part_bytes(e, i);
+		ret = zinf_device_copy(x->s, slot + e->sp.off[i], (char *)e->state[i] + start * pb,
+				       len * pb, ZINF_COPY_D2D);
+	}
+	return ret;
+}
+
+static int
+gpu_restore(struct zinf_engine *e, uint32_t k, const char *slot)
+{
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
+	int ret = 0;
+	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+		size_t pb = part_bytes(e, i);
+		ret = zinf_device_copy(e->cs, (char *)e->state[i] + start * pb, slot + e->sp.off[i],
+				       len * pb, ZINF_COPY_D2D);
+	}
+	return ret;
+}
+
+const struct eng_otier eng_otier_gpu = {
+	.name = "gpu",
+	.dev = true,
+	.setup = gpu_setup,
+	.free = gpu_free,
+	.write_master = gpu_write_master,
+	.read_master = gpu_read_master,
+	.bounce_bytes = gpu_bounce,
+	.visit = gpu_visit,
+	.begin = begin_none,
+	.step = step_in_memory,
+	.skip = skip_none,
+	.finish = finish_none,
+	.keep = gpu_keep,
+	.restore = gpu_restore,
+};
+
+/* ---- cpu ------------------------------------------------------------------------------------ */
+
+/* Pinned bytes for the bucket staging (this rank's piece of a bucket) and the copy piece, which
+ * the cpu and nvme tiers both carve from their pool. */
+static uint64_t
+host_buffers_bytes(const struct zinf_engine *e)
+{
+	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
+	uint64_t stage = e->bucket_cap / (uint64_t)e->W;
+	return ZINF_ALIGN_UP(stage * 4, 4096) + ZINF_ALIGN_UP(chunk * eng_dsize(e), 4096);
+}
+
+static int
+host_buffers_alloc(struct zinf_engine *e)
+{
+	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
+	uint64_t stage = e->bucket_cap / (uint64_t)e->W;
+	int ret;
+	if ((ret = zinf_pool_cpu_alloc(e->opool, stage * 4, (void **)&e->host_stage)) ||
+	    (ret = zinf_pool_cpu_alloc(e->opool, chunk * eng_dsize(e), &e->host_copy))) {
+		return ENG_FAIL(e, ret, "init: pinned gradient staging");
+	}
+	return 0;
+}
+
+static int
+cpu_setup(struct zinf_engine *e)
+{
+	uint64_t cpu = host_buffers_bytes(e) + ZINF_ALIGN_UP(e->flat_n * 4, 4096) +
+		       eng_spec_bytes(e, 4096);
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		cpu += ZINF_ALIGN_UP(e->flat_n * part_bytes(e, i), 4096);
+	}
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.cpu_bytes = cpu;
+	po.pin_memory = e->o.offload_optimizer.pin_memory;
+	po.pin_fallback = true;
+	po.device = e->dev;
+	po.what = "offload_optimizer";
+	int ret = zinf_pool_create(&po, &e->opool);
+	if (ret) {
+		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
+	}
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		uint64_t b = e->flat_n * part_bytes(e, i);
+		if ((ret = zinf_pool_cpu_alloc(e->opool, b, &e->state[i]))) {
+			return ENG_FAIL(e, ret, "init: optimizer part %s",
+					zinf_optimizer_part_name(e->opt, i));
+		}
+		memset(e->state[i], 0, b);
+	}
+	if ((ret = zinf_pool_cpu_alloc(e->opool, e->flat_n * 4, (void **)&e->grad_part))) {
+		return ENG_FAIL(e, ret, "init: pinned gradient partition");
+	}
+	memset(e->grad_part, 0, e->flat_n * 4);
+	if ((ret = host_buffers_alloc(e))) {
+		return ret;
+	}
+	return eng_spec_setup(e, 4096);
+}
+
+static void
+host_free(struct zinf_engine *e)
+{
+	(void)e; /* the pool's (eng_step_free destroys it) */
+}
+
+static int
+cpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
+{
+	(void)k;
+	memcpy((float *)e->state[0] + off, m, n * 4);
+	return 0;
+}
+
+static int
+cpu_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
+{
+	(void)sg;
+	memcpy(mine, (float *)e->state[0] + p->flat_off, p->part.part * 4);
+	return 0;
+}
+
+static int
+cpu_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx, void *bounce,
+	  struct zinf_stream *cs)
+{
+	(void)write, (void)bounce, (void)cs;
+	uint64_t start = eng_sg_start(e, k);
+	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		parts[i] = (char *)e->state[i] + start * part_bytes(e, i);
+	}
+	return fn(ctx, start, e->sg_end[k] - start, parts);
+}
+
+static int
+cpu_keep(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot)
+{
+	(void)x;
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		size_t pb = part_bytes(e, i);
+		memcpy(slot + e->sp.off[i], (char *)e->state[i] + start * pb, len * pb);
+	}
+	return 0;
+}
+
+static int
+cpu_restore(struct zinf_engine *e, uint32_t k, const char *slot)
+{
+	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		size_t pb = part_bytes(e, i);
+		memcpy((char *)e->state[i] + start * pb, slot + e->sp.off[i], len * pb);
+	}
+	return 0;
+}
+
+const struct eng_otier eng_otier_cpu = {
+	.name = "cpu",
+	.setup = cpu_setup,
+	.free = host_free,
+	.write_master = cpu_write_master,
+	.read_master = cpu_read_master,
+	.bounce_bytes = bounce_none,
+	.visit = cpu_visit,
+	.begin = begin_none,
+	.step = step_in_memory,
+	.skip = skip_none,
+	.finish = finish_none,
+	.keep = cpu_keep,
+	.restore = cpu_restore,
+};
+
+/* ---- nvme ----------------------------------------------------------------------------------- */
+
+/* zinf_step's before_fn: sub-group k's state as read, before the optimizer runs on it. */
+static int
+before_cb(void *ctx, uint32_t k, const void *const parts[], uint64_t len)
+{
+	struct zinf_engine *e = ctx;
+	if (e->cb == &e->w.x && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
+		/* speculated on the worker: keep its previous state in its slot of the reserve */
+		return eng_spec_save_nvme(e, k, parts, len);
+	}
+	return 0;
+}
+
+static int
+copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
+{
+	struct zinf_engine *e = ctx;
+	return eng_param_home_write(e, e->cb, eng_sg_start(e, k), copy, false, n);
+}
+
+static int
+nvme_setup(struct zinf_engine *e)
+{
+	int ret = eng_open_swap(e, &e->o.offload_optimizer, "optim", &e->oswap);
+	if (ret) {
+		return ret;
+	}
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = e->flat_n;
+	so.sub_group_size = e->o.sub_group_size;
+	so.tier = ZINF_TIER_NVME;
+	so.swap = e->oswap;
+	so.optimizer = e->opt;
+	so.copy_dtype = e->o.dtype;
+	so.rank = e->rank;
+	so.sub_group_ends = e->sg_end;
+	so.n_sub_groups = e->n_sg;
+	so.copy_fn = copy_cb;
+	so.copy_ctx = e;
+	so.before_fn = before_cb;
+	so.before_ctx = e;
+	so.schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
+	uint32_t align = zinf_swap_align(e->oswap);
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
+	po.buffer_count = e->o.offload_optimizer.buffer_count;
+	po.cpu_bytes = host_buffers_bytes(e) + eng_gwin_bytes(e, align) + eng_spec_bytes(e, align);
+	po.align = align;
+	po.pin_memory = e->o.offload_optimizer.pin_memory;
+	po.pin_fallback = true;
+	po.io = e->io;
+	po.device = e->dev;
+	po.what = "offload_optimizer";
+	if (po.buffer_bytes == 0) {
+		return ENG_FAIL(e, -EINVAL, "init: optimizer sub-groups too large for a buffer");
+	}
+	if ((ret = zinf_pool_create(&po, &e->opool))) {
+		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
+	}
+	so.pool = e->opool;
+	if ((ret = zinf_step_create(&so, &e->step))) {
+		return ENG_FAIL(e, ret, "init: optimizer step over NVMe");
+	}
+	if ((ret = eng_gwin_declare(e))) {
+		return ret;
+	}
+	if ((ret = zinf_swap_reserve(e->oswap))) {
+		return ENG_FAIL(e, ret, "init: reserving the optimizer's swap files");
+	}
+	if ((ret = eng_gwin_alloc(e, align))) {
+		return ret;
+	}
+	if ((ret = eng_spec_setup(e, align))) {
+		return ret;
+	}
+	return host_buffers_alloc(e);
+}
+
+static void
+nvme_free(struct zinf_engine *e)
+{
+	zinf_step_destroy(e->step);
+	e->step = NULL;
+	eng_gwin_free(e);
+}
+
+static int
+nvme_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
+{
+	(void)off, (void)n; /* whole: the sub-group */
+	const void *st[ZINF_OPTIM_MAX_PARTS] = {m};
+	return zinf_step_load(e->step, k, st);
+}
+
+static int
+nvme_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
+{
+	void *st[ZINF_OPTIM_MAX_PARTS] = {sg};
+	int ret = zinf_step_save(e->step, p->sg, st);
+	if (!ret) {
+		memcpy(mine, sg + (p->flat_off - eng_sg_start(e, p->sg)), p->part.part * 4);
+	}
+	return ret;
+}
+
+struct nvme_visit {
+	struct zinf_engine *e;
+	eng_visit_fn fn;
+	void *ctx;
+};
+
+static int
+nvme_visit_cb(void *ctx, uint32_t k, void *const parts[], uint64_t len)
+{
+	struct nvme_visit *v = ctx;
+	(void)len;
+	return v->fn(v->ctx, eng_sg_start(v->e, k), v->e->sg_end[k] - eng_sg_start(v->e, k), parts);
+}
+
+static int
+nvme_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx, void *bounce,
+	   struct zinf_stream *cs)
+{
+	(void)bounce, (void)cs;
+	struct nvme_visit v = {e, fn, ctx};
+	return zinf_step_visit(e->step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
+			       nvme_visit_cb, &v);
+}
+
+static int
+nvme_begin(struct zinf_engine *e)
+{
+	return zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL, false);
+}
+
+static int
+nvme_step(struct zinf_engine *e, struct ectx *x, uint32_t k)
+{
+	e->cb = x;
+	int ret = zinf_step_ready(e->step, k, eng_grad_of(e, k), ZINF_F32);
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
+}
+
+static int
+nvme_skip(struct zinf_engine *e, uint32_t k)
+{
+	return zinf_step_skip(e->step, k);
+}
+
+/* The pass ends: its reads, writes and optimizer time into the window (a partial pass, ended
+ * by the speculative step, is followed by another that counts its own). */
+static int
+nvme_finish(struct zinf_engine *e, bool partial)
+{
+	(void)partial;
+	int ret = zinf_step_finish(e->step);
+	struct zinf_step_stats st = {.size = sizeof(st)};
+	if (!zinf_step_get_stats(e->step, &st)) {
+		e->win.nvme_read_bytes += st.read_bytes;
+		e->win.nvme_write_bytes += st.write_bytes;
+		e->win.optimizer_s += st.optim_s;
+	}
+	return ret;
+}
+
+static int
+nvme_keep(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot)
+{
+	(void)e, (void)x, (void)k, (void)slot; /* before_cb keeps it, as read */
+	return 0;
+}
+
+static int
+nvme_restore(struct zinf_engine *e, uint32_t k, const char *slot)
+{
+	const void *st[ZINF_OPTIM_MAX_PARTS] = {0};
+	uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
+	for (uint32_t i = 0; i < e->nparts; i++) {
+		st[i] = slot + e->sp.off[i];
+	}
+	int ret = zinf_step_load(e->step, k, st);
+	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+		e->win.nvme_write_bytes += len * part_bytes(e, i);
+	}
+	return ret;
+}
+
+const struct eng_otier eng_otier_nvme = {
+	.name = "nvme",
+	.whole = true,
+	.reads_ahead = true,
+	.setup = nvme_setup,
+	.free = nvme_free,
+	.write_master = nvme_write_master,
+	.read_master = nvme_read_master,
+	.bounce_bytes = bounce_none,
+	.visit = nvme_visit,
+	.begin = nvme_begin,
+	.step = nvme_step,
+	.skip = nvme_skip,
+	.finish = nvme_finish,
+	.keep = nvme_keep,
+	.restore = nvme_restore,
+};
+
+/* ---- the state visitor (engine_module.h) ---------------------------------------------------- */
+
+size_t
+eng_state_bounce_bytes(const struct zinf_engine *e)
+{
+	return e->ot->bounce_bytes(e);
+}
+
+int
+eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
+		void *bounce, struct zinf_stream *cs)
+{
+	return e->ot->visit(e, k, write, fn, ctx, bounce, cs ? cs : e->cs);
+}
