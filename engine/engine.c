@@ -352,7 +352,10 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->ot = e->o.offload_optimizer.device == ZINF_OFFLOAD_NVME  ? &eng_otier_nvme
 		: e->o.offload_optimizer.device == ZINF_OFFLOAD_CPU ? &eng_otier_cpu
 								    : &eng_otier_gpu;
-	e->ptier = e->o.offload_param.device;
+	e->pt = e->o.stage < 3					 ? &eng_ptier_full
+		: e->o.offload_param.device == ZINF_OFFLOAD_NVME ? &eng_ptier_nvme
+		: e->o.offload_param.device == ZINF_OFFLOAD_CPU	 ? &eng_ptier_cpu
+								 : &eng_ptier_gpu;
 	if ((ret = open_device(e))) {
 		goto fail;
 	}

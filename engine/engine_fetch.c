@@ -18,35 +18,6 @@
 
 #include "engine/engine_internal.h"
 
-/* This rank's 16-bit partition of p into p->dev_full at its place (stage 3), on cs. */
-static int
-put_partition(struct zinf_engine *e, struct eparam *p)
-{
-	size_t ds = eng_dsize(e);
-	size_t bytes = p->part.part * ds;
-	char *dst = (char *)p->dev_full + p->part.offset * ds;
-	int ret;
-	void *buf = NULL;
-	switch (e->ptier) {
-	case ZINF_OFFLOAD_NONE:
-		return zinf_device_copy(e->cs, dst, p->dev_part, bytes, ZINF_COPY_D2D);
-	case ZINF_OFFLOAD_CPU:
-		e->win.h2d_bytes += bytes;
-		return zinf_device_copy(e->cs, dst, p->cpu_part, bytes, ZINF_COPY_H2D);
-	default:
-		ret = zinf_store_wait(e->store, p->store_id, &buf);
-		if (ret) {
-			return ENG_FAIL(e, ret,
-					"fetch: parameter \"%s\": reading its NVMe partition: %s",
-					p->name, zinf_last_error());
-		}
-		/* NVMe bytes are the store's own count (eng_param_io_stats): a partition served
-		   from its cache is read from no file */
-		e->win.h2d_bytes += bytes;
-		return zinf_device_copy(e->cs, dst, buf, bytes, ZINF_COPY_H2D);
-	}
-}
-
 /* All-gather p->dev_full in place (this rank's partition is in place on cs). */
 static int
 gather(struct zinf_engine *e, struct eparam *p, struct zinf_comm_req **req)
@@ -60,25 +31,20 @@ gather(struct zinf_engine *e, struct eparam *p, struct zinf_comm_req **req)
 int
 eng_gather_full(struct zinf_engine *e, struct eparam *p)
 {
-	int ret = 0;
-	if (e->o.stage == 3) {
-		if (e->ptier == ZINF_OFFLOAD_NVME) {
-			ret = zinf_store_swap_in(e->store, p->store_id, 0);
-		}
-		if (!ret) {
-			ret = put_partition(e, p);
-		}
+	/* this rank's partition at its place (stages 0-2: in place already) */
+	int ret = e->pt->read_begin(e, p);
+	if (!ret) {
+		ret = e->pt->put(e, p);
 	}
-	bool nvme = e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME;
-	if (e->host_comm || nvme) {
+	if (e->host_comm || e->pt->reads) {
 		/* host collectives read from this thread; the store's buffer is handed back
 		   (and may be overwritten by the next swap-in) only once the H2D copy from it
 		   is done, even after an error (a copy may be queued) */
 		int r2 = zinf_stream_sync(e->cs);
 		ret = ret ? ret : r2;
 	}
-	if (nvme) {
-		int r2 = zinf_store_release(e->store, p->store_id);
+	if (e->pt->reads) {
+		int r2 = e->pt->read_end(e, p);
 		ret = ret ? ret : r2;
 	}
 	if (!ret && e->W > 1) {
@@ -305,15 +271,15 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 {
 	size_t ds = eng_dsize(e);
 	int ret = 0;
-	bool nvme = e->ptier == ZINF_OFFLOAD_NVME;
-	if (nvme) {
+	bool reads = e->pt->reads;
+	if (reads) {
 		/* the step worker writes new values into the store during backward */
 		pthread_mutex_lock(&e->store_mu);
 	}
-	for (uint32_t i = 0; i < l->n && !ret && nvme; i++) {
+	for (uint32_t i = 0; i < l->n && !ret && reads; i++) {
 		struct eparam *p = &e->params[l->params[i]];
 		if (!p->persistent) {
-			ret = zinf_store_swap_in(e->store, p->store_id, 0);
+			ret = e->pt->read_begin(e, p);
 		}
 	}
 	for (uint32_t i = 0; i < l->n && !ret; i++) {
@@ -326,22 +292,22 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 			break;
 		}
 		p->dev_full = p->gathered->dev;
-		ret = put_partition(e, p);
+		ret = e->pt->put(e, p);
 	}
-	if (e->host_comm || nvme) {
+	if (e->host_comm || reads) {
 		/* as in eng_gather_full: the H2D copies from the store's buffers are done before
 		   the buffers go back (on "cuda" the copy is asynchronous) */
 		int r2 = zinf_stream_sync(e->cs);
 		ret = ret ? ret : r2;
 	}
-	for (uint32_t i = 0; i < l->n && nvme; i++) {
+	for (uint32_t i = 0; i < l->n && reads; i++) {
 		struct eparam *p = &e->params[l->params[i]];
 		if (!p->persistent) {
-			int r2 = zinf_store_release(e->store, p->store_id);
+			int r2 = e->pt->read_end(e, p);
 			ret = ret ? ret : r2;
 		}
 	}
-	if (nvme) {
+	if (reads) {
 		pthread_mutex_unlock(&e->store_mu);
 	}
 	for (uint32_t i = 0; i < l->n && !ret && e->W > 1; i++) {
@@ -571,13 +537,13 @@ next_persistent(const struct zinf_engine *e, uint32_t i)
 }
 
 /*
- * Stage 3, parameters on NVMe: the persistent parameters' new partitions back from the store,
+ * Stage 3, parameters read into buffers (NVMe): the persistent parameters' new partitions back,
  * offload_param.buffer_count reads in flight (each read waited for in turn, not one after the
  * other), then their all-gathers. The store's buffers go back once the copies out of them are
  * done; on an error every claimed partition is given back.
  */
 static int
-refresh_nvme(struct zinf_engine *e)
+refresh_reads(struct zinf_engine *e)
 {
 	uint32_t depth = ZINF_MAX(e->o.offload_param.buffer_count, 1u), n = 0;
 	uint32_t head = next_persistent(e, 0), tail = head;
@@ -587,7 +553,7 @@ refresh_nvme(struct zinf_engine *e)
 	while (!ret && (head < e->n_params || n > 0)) {
 		if (head < e->n_params && n < depth) {
 			struct eparam *p = &e->params[head];
-			if ((ret = zinf_store_swap_in(e->store, p->store_id, 0))) {
+			if ((ret = e->pt->read_begin(e, p))) {
 				bad = p;
 				break;
 			}
@@ -596,10 +562,10 @@ refresh_nvme(struct zinf_engine *e)
 			continue;
 		}
 		struct eparam *p = &e->params[tail];
-		ret = put_partition(e, p);
+		ret = e->pt->put(e, p);
 		int r2 = zinf_stream_sync(e->cs); /* the copy out of the buffer is done */
 		ret = ret ? ret : r2;
-		r2 = zinf_store_release(e->store, p->store_id);
+		r2 = e->pt->read_end(e, p);
 		ret = ret ? ret : r2;
 		bad = ret ? p : NULL;
 		tail = next_persistent(e, tail + 1);
@@ -608,7 +574,7 @@ refresh_nvme(struct zinf_engine *e)
 	if (ret) {
 		(void)zinf_stream_sync(e->cs); /* a copy may be queued */
 		for (; n > 0; n--, tail = next_persistent(e, tail + 1)) {
-			(void)zinf_store_release(e->store, e->params[tail].store_id);
+			(void)e->pt->read_end(e, &e->params[tail]);
 		}
 	}
 	pthread_mutex_unlock(&e->store_mu);
@@ -622,8 +588,8 @@ refresh_nvme(struct zinf_engine *e)
 int
 eng_refresh_persistent(struct zinf_engine *e)
 {
-	if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NVME) {
-		return refresh_nvme(e);
+	if (e->pt->reads) {
+		return refresh_reads(e);
 	}
 	int ret = 0;
 	for (uint32_t i = 0; i < e->n_params && !ret; i++) {

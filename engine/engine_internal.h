@@ -145,6 +145,36 @@ struct eng_otier {
 };
 extern const struct eng_otier eng_otier_gpu, eng_otier_cpu, eng_otier_nvme;
 
+/*
+ * The home of the 16-bit parameters (engine_ptier.c): eng_ptier_full at stages 0-2 (every
+ * tensor gathered on the device), at stage 3 one table per offload_param.device:
+ * eng_ptier_gpu (none), eng_ptier_cpu, eng_ptier_nvme.
+ */
+struct eng_ptier {
+	const char *name;
+	bool queues; /* write copies from a host source on x->s (the caller syncs before reusing
+			the source) */
+	bool reads;  /* a partition is read into a store buffer first: read_begin, put, then
+			read_end once cs finished the copy, under store_mu */
+	int (*setup)(struct zinf_engine *e); /* every parameter's home */
+	void (*free)(struct zinf_engine *e);
+	/* partition elements [off, off + len) of p from src (device memory when src_dev) */
+	int (*write)(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+		     const char *src, bool src_dev, uint64_t len);
+	/* p's whole partition into dst (device memory when dst_dev), on x->s */
+	int (*read)(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *dst,
+		    bool dst_dev);
+	/* a fetch: p's partition at its place in p->dev_full, on cs */
+	int (*read_begin)(struct zinf_engine *e, struct eparam *p);
+	int (*put)(struct zinf_engine *e, struct eparam *p);
+	int (*read_end)(struct zinf_engine *e, struct eparam *p);
+	/* reads tiers, along the trace: start reading p ahead (refused: read at its fetch), and
+	   whether its read is done (a gather then waits for none) */
+	void (*prefetch)(struct zinf_engine *e, struct eparam *p);
+	bool (*read_done)(struct zinf_engine *e, const struct eparam *p);
+};
+extern const struct eng_ptier eng_ptier_full, eng_ptier_gpu, eng_ptier_cpu, eng_ptier_nvme;
+
 /* One registered parameter. */
 struct eparam {
 	char *name;
@@ -266,7 +296,7 @@ struct zinf_engine {
 
 	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
 	const struct eng_otier *ot;
-	enum zinf_offload_device ptier;
+	const struct eng_ptier *pt;
 	void *state[ZINF_OPTIM_MAX_PARTS]; /* flat arrays: device (none) or pinned (cpu) */
 	float *grad_part;		   /* fp32 accumulation: device (none) or pinned (cpu) */
 	struct gwin gw;			   /* nvme: the gradient window instead of grad_part */

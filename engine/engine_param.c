@@ -276,16 +276,16 @@ eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const ch
 		   : 0;
 }
 
+/* The 16-bit parameters' places: the gathered device copy of stages 0-2 and of the persistent
+ * parameters, then the home of the tier (engine_ptier.c). */
 static int
-param_tiers(struct zinf_engine *e)
+param_homes(struct zinf_engine *e)
 {
 	size_t ds = eng_dsize(e);
-	int ret;
-	uint64_t cpu_bytes = 0, max_part = 0;
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		struct eparam *p = &e->params[i];
 		if (e->o.stage < 3 || p->persistent) {
-			ret = zinf_device_alloc(e->dev, p->part.padded * ds, &p->dev_full);
+			int ret = zinf_device_alloc(e->dev, p->part.padded * ds, &p->dev_full);
 			if (ret) {
 				return ENG_FAIL(e, ret,
 						"init: parameter \"%s\": device memory for "
@@ -293,82 +293,15 @@ param_tiers(struct zinf_engine *e)
 						p->name, p->part.padded);
 			}
 		}
-		if (e->o.stage == 3 && e->ptier == ZINF_OFFLOAD_NONE) {
-			ret = zinf_device_alloc(e->dev, p->part.part * ds, &p->dev_part);
-			if (ret) {
-				return ENG_FAIL(e, ret, "init: parameter \"%s\": device partition",
-						p->name);
-			}
-		}
-		if (e->ptier == ZINF_OFFLOAD_NVME &&
-		    p->part.part > e->o.offload_param.buffer_size) {
+		if (e->pt->reads && p->part.part > e->o.offload_param.buffer_size) {
 			return ENG_FAIL(
 				e, -EINVAL,
 				"init: parameter \"%s\": partition of %zu elements is larger "
 				"than zero_optimization.offload_param.buffer_size (%" PRIu64 ")",
 				p->name, p->part.part, e->o.offload_param.buffer_size);
 		}
-		cpu_bytes += ZINF_ALIGN_UP(p->part.part * ds, 4096);
-		max_part = ZINF_MAX(max_part, p->part.part);
 	}
-	if (e->o.stage < 3 || e->ptier == ZINF_OFFLOAD_NONE) {
-		return 0;
-	}
-	struct zinf_pool_opts po;
-	zinf_pool_opts_init(&po);
-	po.pin_memory = e->o.offload_param.pin_memory;
-	po.pin_fallback = true;
-	po.device = e->dev;
-	po.what = "offload_param";
-	if (e->ptier == ZINF_OFFLOAD_CPU) {
-		po.cpu_bytes = cpu_bytes;
-	} else {
-		if ((ret = eng_open_swap(e, &e->o.offload_param, "param", &e->pswap))) {
-			return ret;
-		}
-		po.align = zinf_swap_align(e->pswap);
-		po.buffer_bytes = ZINF_ALIGN_UP(max_part * ds, po.align);
-		po.buffer_count = e->o.offload_param.buffer_count;
-		po.io = e->io;
-	}
-	if ((ret = zinf_pool_create(&po, &e->ppool))) {
-		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
-	}
-	if (e->ptier == ZINF_OFFLOAD_CPU) {
-		for (uint32_t i = 0; i < e->n_params; i++) {
-			struct eparam *p = &e->params[i];
-			if ((ret = zinf_pool_cpu_alloc(e->ppool, p->part.part * ds,
-						       &p->cpu_part))) {
-				return ENG_FAIL(e, ret, "init: parameter \"%s\": CPU partition",
-						p->name);
-			}
-			memset(p->cpu_part, 0, p->part.part * ds);
-		}
-		return 0;
-	}
-	struct zinf_store_opts so;
-	zinf_store_opts_init(&so);
-	so.pool = e->ppool;
-	so.swap = e->pswap;
-	so.max_in_cpu = e->o.offload_param.max_in_cpu;
-	so.prefetch_bytes = e->o.stage3_prefetch_bucket_size * ds;
-	so.prefetch_evicts = 1; /* prefetches follow the trace: the cache gives way */
-	if ((ret = zinf_store_create(&so, &e->store))) {
-		return ENG_FAIL(e, ret, "init: parameter store");
-	}
-	for (uint32_t i = 0; i < e->n_params; i++) {
-		struct eparam *p = &e->params[i];
-		ret = zinf_store_add(e->store, "param16", i, p->part.part, (uint32_t)ds,
-				     ZINF_TIER_NVME);
-		if (ret < 0) {
-			return ENG_FAIL(e, ret, "init: parameter \"%s\": NVMe tensor", p->name);
-		}
-		p->store_id = ret;
-	}
-	if ((ret = zinf_swap_reserve(e->pswap))) {
-		return ENG_FAIL(e, ret, "init: reserving the parameters' swap files");
-	}
-	return 0;
+	return e->pt->setup(e);
 }
 
 void
@@ -382,8 +315,9 @@ eng_param_free(struct zinf_engine *e)
 		zinf_device_free(e->dev, p->dev_part);
 		p->dev_full = p->dev_part = NULL;
 	}
-	zinf_store_destroy(e->store);
-	e->store = NULL;
+	if (e->pt) { /* NULL: create failed before choosing it */
+		e->pt->free(e);
+	}
 	zinf_pool_destroy(e->ppool);
 	e->ppool = NULL;
 	zinf_swap_destroy(e->pswap);
@@ -407,57 +341,6 @@ eng_flat_find(const struct zinf_engine *e, uint64_t x)
 		}
 	}
 	return lo;
-}
-
-/*
- * NVMe home: the pieces of one partition arrive in order, from one context (the step's chunks
- * of its sub-group, init's pieces): the first swaps the partition in without reading it
- * (ZINF_STORE_NEW: every element is about to be written), the last marks it dirty and releases
- * it, which writes it once. Between pieces the store keeps it in use (e->nv_open).
- */
-static int
-write_nvme(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
-	   const void *src, bool src_dev, uint64_t len)
-{
-	size_t ds = eng_dsize(e);
-	int ret = 0;
-	if (off == 0 && e->nv_open < 0) {
-		ret = zinf_store_swap_in(e->store, p->store_id, ZINF_STORE_NEW);
-		if (!ret) {
-			ret = zinf_store_wait(e->store, p->store_id, &e->nv_buf);
-		}
-		if (ret) {
-			return ENG_FAIL(e, ret, "parameter \"%s\": a buffer for its NVMe partition",
-					p->name);
-		}
-		e->nv_open = (int64_t)p->id;
-		e->nv_next = 0;
-	} else if (e->nv_open != (int64_t)p->id || off != e->nv_next) {
-		return ENG_FAIL(e, -EPROTO,
-				"parameter \"%s\": new values at %" PRIu64
-				" out of order (partition open: %" PRId64 ", next %" PRIu64 ")",
-				p->name, off, e->nv_open, e->nv_next);
-	}
-	char *dst = (char *)e->nv_buf + off * ds;
-	if (src_dev) {
-		ret = zinf_device_copy(x->s, dst, src, len * ds, ZINF_COPY_D2H);
-		if (!ret) {
-			ret = zinf_stream_sync(x->s);
-		}
-	} else {
-		memcpy(dst, src, len * ds);
-	}
-	e->nv_next = off + len;
-	if (ret || e->nv_next == p->part.part) {
-		if (!ret) {
-			ret = zinf_store_mark_dirty(e->store, p->store_id);
-		}
-		int r2 = zinf_store_release(e->store, p->store_id);
-		ret = ret ? ret : r2;
-		e->nv_open = -1;
-		e->nv_buf = NULL;
-	}
-	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
 }
 
 /* A writer that failed between the pieces of a partition: give the partition (unchanged on
@@ -491,9 +374,8 @@ eng_param_io_stats(struct zinf_engine *e)
 
 /*
  * Write new 16-bit values of flat elements [flat_start, flat_start + n) (src: n elements of
- * opts.dtype, on the device or the host) to each parameter's home: stages 0-2 and stage 3 with
- * the parameter tier none: device memory; cpu: the pinned partition; nvme: the store. Copies
- * run on cs; a host source is synchronised before returning (the caller may reuse it).
+ * opts.dtype, on the device or the host) to each parameter's home (engine_ptier.c). Copies run
+ * on x->s; a host source is synchronised before returning (the caller may reuse it).
  */
 int
 eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
@@ -502,50 +384,28 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 	size_t ds = eng_dsize(e);
 	const char *s = src;
 	int ret = 0;
-	bool queued = false;
-	for (uint32_t i = eng_flat_find(e, flat_start); i < e->n_params && n > 0; i++) {
+	for (uint32_t i = eng_flat_find(e, flat_start); i < e->n_params && n > 0 && !ret; i++) {
 		struct eparam *p = &e->params[e->order[i]];
 		uint64_t off = flat_start - p->flat_off;
 		uint64_t len = ZINF_MIN(n, p->part.part - off);
-		if (e->o.stage < 3) {
-			char *dst = (char *)p->dev_full + (p->part.offset + off) * ds;
-			ret = zinf_device_copy(x->s, dst, s, len * ds,
-					       src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
-			queued = true;
-		} else if (e->ptier == ZINF_OFFLOAD_NONE) {
-			ret = zinf_device_copy(x->s, (char *)p->dev_part + off * ds, s, len * ds,
-					       src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
-			queued = true;
-		} else if (e->ptier == ZINF_OFFLOAD_CPU) {
-			if (src_dev) {
-				ret = zinf_device_copy(x->s, (char *)p->cpu_part + off * ds, s,
-						       len * ds, ZINF_COPY_D2H);
-				x->st->d2h_bytes += len * ds;
-			} else {
-				memcpy((char *)p->cpu_part + off * ds, s, len * ds);
-			}
-		} else {
-			/* the store is held from a partition's first piece to its last: fetch
-			   (under the same mutex) never waits for a buffer the writer holds */
-			if (e->nv_open < 0) {
-				pthread_mutex_lock(&e->store_mu);
-			}
-			ret = write_nvme(e, x, p, off, s, src_dev, len);
-			if (e->nv_open < 0) {
-				pthread_mutex_unlock(&e->store_mu);
-			}
+		/* a partition read into a store buffer is held from its first piece to its last
+		   (e->nv_open) with the store's mutex: fetch never waits for a buffer the writer
+		   holds */
+		if (e->pt->reads && e->nv_open < 0) {
+			pthread_mutex_lock(&e->store_mu);
 		}
-		if (ret) {
-			return ret;
-		}
-		if (!src_dev && queued) {
-			x->st->h2d_bytes += len * ds;
+		ret = e->pt->write(e, x, p, off, s, src_dev, len);
+		if (e->pt->reads && e->nv_open < 0) {
+			pthread_mutex_unlock(&e->store_mu);
 		}
 		s += len * ds;
 		flat_start += len;
 		n -= len;
 	}
-	if (!src_dev && queued && (ret = zinf_stream_sync(x->s))) {
+	if (ret) {
+		return ret;
+	}
+	if (!src_dev && e->pt->queues && (ret = zinf_stream_sync(x->s))) {
 		return ENG_FAIL(e, ret, "copying new parameter values to the device");
 	}
 	return 0;
@@ -695,7 +555,7 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 	/* From here on a failure leaves the layout, the tiers and the worker half built: the
 	   engine is failed for good (every later call, init included, returns the error) */
 	eng_commit(e);
-	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_tiers(e)) ||
+	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_homes(e)) ||
 	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write(e, ctx))) {
 		eng_param_write_abort(e);
 	}

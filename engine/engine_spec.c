@@ -187,41 +187,7 @@ home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *dst, bo
 		if (p->sg != k) {
 			break;
 		}
-		char *d = dst + (p->flat_off - start) * ds;
-		size_t bytes = p->part.part * ds;
-		if (e->o.stage < 3 || e->ptier == ZINF_OFFLOAD_NONE) {
-			const char *src = e->o.stage < 3 ? (char *)p->dev_full + p->part.offset * ds
-							 : (char *)p->dev_part;
-			ret = zinf_device_copy(x->s, d, src, bytes,
-					       dst_dev ? ZINF_COPY_D2D : ZINF_COPY_D2H);
-			x->st->d2h_bytes += dst_dev ? 0 : bytes;
-		} else if (e->ptier == ZINF_OFFLOAD_CPU) {
-			if (dst_dev) {
-				ret = zinf_device_copy(x->s, d, p->cpu_part, bytes, ZINF_COPY_H2D);
-				x->st->h2d_bytes += bytes;
-			} else {
-				memcpy(d, p->cpu_part, bytes);
-			}
-		} else {
-			void *buf = NULL;
-			pthread_mutex_lock(&e->store_mu);
-			ret = zinf_store_swap_in(e->store, p->store_id, 0);
-			if (!ret) {
-				ret = zinf_store_wait(e->store, p->store_id, &buf);
-			}
-			if (!ret && dst_dev) {
-				ret = zinf_device_copy(x->s, d, buf, bytes, ZINF_COPY_H2D);
-				ret = ret ? ret : zinf_stream_sync(x->s);
-				x->st->h2d_bytes += bytes;
-			} else if (!ret) {
-				memcpy(d, buf, bytes);
-			}
-			if (buf) {
-				int r2 = zinf_store_release(e->store, p->store_id);
-				ret = ret ? ret : r2;
-			}
-			pthread_mutex_unlock(&e->store_mu);
-		}
+		ret = e->pt->read(e, x, p, dst + (p->flat_off - start) * ds, dst_dev);
 		if (ret) {
 			return ENG_FAIL(e, ret,
 					"step %" PRId64 ": parameter \"%s\": keeping its 16-bit "

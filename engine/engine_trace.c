@@ -104,9 +104,9 @@ eng_reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
  * its byte budget and gives an unclaimed one's buffer up when it needs it).
  */
 static int
-prefetch_nvme(struct zinf_engine *e)
+prefetch_reads(struct zinf_engine *e)
 {
-	if (e->ptier != ZINF_OFFLOAD_NVME) {
+	if (!e->pt->reads) {
 		return 0;
 	}
 	uint64_t queued = 0;
@@ -125,8 +125,8 @@ prefetch_nvme(struct zinf_engine *e)
 				goto out;
 			}
 			queued += p->part.part;
-			/* -ENOSPC: larger than the budget alone; it is read at its fetch */
-			zinf_store_prefetch(e->store, p->store_id);
+			/* refused (larger than the budget alone): it is read at its fetch */
+			e->pt->prefetch(e, p);
 		}
 	}
 out:
@@ -143,7 +143,7 @@ layer_read(struct zinf_engine *e, const struct elayer *l)
 	pthread_mutex_lock(&e->store_mu);
 	for (uint32_t j = 0; j < l->n && ready; j++) {
 		const struct eparam *p = &e->params[l->params[j]];
-		ready = p->persistent || zinf_store_ready(e->store, p->store_id) == 1;
+		ready = p->persistent || e->pt->read_done(e, p);
 	}
 	pthread_mutex_unlock(&e->store_mu);
 	return ready;
@@ -152,7 +152,7 @@ layer_read(struct zinf_engine *e, const struct elayer *l)
 /*
  * Gather the layers that follow in the trace, within the prefetch and live budgets. One rank
  * with the parameters on NVMe: only while the next one's partitions are read (queued by
- * prefetch_nvme at an earlier fetch), so that the trainer waits for no prefetch's reads; a
+ * prefetch_reads at an earlier fetch), so that the trainer waits for no prefetch's reads; a
  * layer not gathered ahead is gathered at its fetch. Several ranks gather what the budgets
  * allow, reads or not: their all-gathers are posted at the same calls on every rank.
  */
@@ -172,12 +172,12 @@ eng_prefetch(struct zinf_engine *e)
 		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
 			break;
 		}
-		if (e->W == 1 && e->ptier == ZINF_OFFLOAD_NVME && !layer_read(e, l)) {
+		if (e->W == 1 && e->pt->reads && !layer_read(e, l)) {
 			break;
 		}
 		ret = eng_gather_start(e, l);
 		l->prefetched = true;
 		e->pf_inflight += l->gather_elems;
 	}
-	return ret ? ret : prefetch_nvme(e);
+	return ret ? ret : prefetch_reads(e);
 }

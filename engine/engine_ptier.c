@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_ptier.c: the home of the 16-bit parameters, one table per place (struct
+ * eng_ptier), chosen once at init:
+ *  - full (stages 0-2): every rank keeps every tensor gathered in device memory (dev_full);
+ *    its partition is the slice at part.offset;
+ *  - stage 3, zero_optimization.offload_param.device none (gpu): this rank's partition in
+ *    device memory (dev_part); cpu: in the parameter pool's pinned CPU region (cpu_part);
+ *    nvme: a tensor of the parameter store (offload/store.c) over the parameters' swap space,
+ *    read into one of the pool's buffers for a fetch and written back after a step.
+ * Each table writes new values into the home (after a step, at init and load), reads a
+ * partition back (the speculative step's reserve) and puts it at its place in a gathered
+ * buffer (a fetch; engine_fetch.c all-gathers from there).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static size_t
+dsize(const struct zinf_engine *e)
+{
+	return eng_dsize(e);
+}
+
+/* A piece of p's partition from src (device or host memory) into device memory dst, on x->s.
+ * A host source is synchronised by the caller (eng_param_home_write). */
+static int
+write_device(const struct ectx *x, char *dst, const char *src, bool src_dev, size_t bytes)
+{
+	if (!src_dev) {
+		x->st->h2d_bytes += bytes;
+	}
+	return zinf_device_copy(x->s, dst, src, bytes, src_dev ? ZINF_COPY_D2D : ZINF_COPY_H2D);
+}
+
+static int
+read_device(const struct ectx *x, char *dst, const char *src, bool dst_dev, size_t bytes)
+{
+	if (!dst_dev) {
+		x->st->d2h_bytes += bytes;
+	}
+	return zinf_device_copy(x->s, dst, src, bytes, dst_dev ? ZINF_COPY_D2D : ZINF_COPY_D2H);
+}
+
+static int
+reads_none(struct zinf_engine *e, struct eparam *p)
+{
+	(void)e, (void)p;
+	return 0;
+}
+
+static void
+free_none(struct zinf_engine *e)
+{
+	(void)e;
+}
+
+/* ---- full (stages 0-2) ---------------------------------------------------------------------- */
+
+static int
+full_setup(struct zinf_engine *e)
+{
+	(void)e; /* dev_full, which every stage-0-2 parameter has (param_homes) */
+	return 0;
+}
+
+static int
+full_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+	   const char *src, bool src_dev, uint64_t len)
+{
+	size_t ds = dsize(e);
+	return write_device(x, (char *)p->dev_full + (p->part.offset + off) * ds, src, src_dev,
+			    len * ds);
+}
+
+static int
+full_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *dst, bool dst_dev)
+{
+	size_t ds = dsize(e);
+	return read_device(x, dst, (char *)p->dev_full + p->part.offset * ds, dst_dev,
+			   p->part.part * ds);
+}
+
+static int
+full_put(struct zinf_engine *e, struct eparam *p)
+{
+	(void)e, (void)p; /* always in place */
+	return 0;
+}
+
+const struct eng_ptier eng_ptier_full = {
+	.name = "full",
+	.queues = true,
+	.setup = full_setup,
+	.free = free_none,
+	.write = full_write,
+	.read = full_read,
+	.read_begin = reads_none,
+	.put = full_put,
+	.read_end = reads_none,
+};
+
+/* ---- gpu (stage 3, offload_param none) ------------------------------------------------------ */
+
+static int
+gpu_setup(struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		int ret = zinf_device_alloc(e->dev, p->part.part * dsize(e), &p->dev_part);
+		if (ret) {
+			return ENG_FAIL(e, ret, "init: parameter \"%s\": device partition",
+					p->name);
+		}
+	}
+	return 0;
+}
+
+static int
+gpu_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+	  const char *src, bool src_dev, uint64_t len)
+{
+	size_t ds = dsize(e);
+	return write_device(x, (char *)p->dev_part + off * ds, src, src_dev, len * ds);
+}
+
+static int
+gpu_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *dst, bool dst_dev)
+{
+	return read_device(x, dst, p->dev_part, dst_dev, p->part.part * dsize(e));
+}
+
+static int
+gpu_put(struct zinf_engine *e, struct eparam *p)
+{
+	size_t ds = dsize(e);
+	return zinf_device_copy(e->cs, (char *)p->dev_full + p->part.offset * ds, p->dev_part,
+				p->part.part * ds, ZINF_COPY_D2D);
+}
+
+const struct eng_ptier eng_ptier_gpu = {
+	.name = "gpu",
+	.queues = true,
+	.setup = gpu_setup,
+	.free = free_none, /* dev_part: eng_param_free */
+	.write = gpu_write,
+	.read = gpu_read,
+	.read_begin = reads_none,
+	.put = gpu_put,
+	.read_end = reads_none,
+};
+
+/* ---- cpu ------------------------------------------------------------------------------------ */
+
+static struct zinf_pool_opts
+pool_opts(const struct zinf_engine *e)
+{
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.pin_memory = e->o.offload_param.pin_memory;
+	po.pin_fallback = true;
+	po.device = e->dev;
+	po.what = "offload_param";
+	return po;
+}
+
+static int
+cpu_setup(struct zinf_engine *e)
+{
+	size_t ds = dsize(e);
+	struct zinf_pool_opts po = pool_opts(e);
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		po.cpu_bytes += ZINF_ALIGN_UP(e->params[i].part.part * ds, 4096);
+	}
+	int ret = zinf_pool_create(&po, &e->ppool);
+	if (ret) {
+		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		if ((ret = zinf_pool_cpu_alloc(e->ppool, p->part.part * ds, &p->cpu_part))) {
+			return ENG_FAIL(e, ret, "init: parameter \"%s\": CPU partition", p->name);
+		}
+		memset(p->cpu_part, 0, p->part.part * ds);
+	}
+	return 0;
+}
+
+static int
+cpu_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+	  const char *src, bool src_dev, uint64_t len)
+{
+	size_t ds = dsize(e);
+	char *dst = (char *)p->cpu_part + off * ds;
+	if (!src_dev) {
+		memcpy(dst, src, len * ds);
+		return 0;
+	}
+	x->st->d2h_bytes += len * ds;
+	return zinf_device_copy(x->s, dst, src, len * ds, ZINF_COPY_D2H);
+}
+
+static int
+cpu_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *dst, bool dst_dev)
+{
+	size_t bytes = p->part.part * dsize(e);
+	if (!dst_dev) {
+		memcpy(dst, p->cpu_part, bytes);
+		return 0;
+	}
+	x->st->h2d_bytes += bytes;
+	return zinf_device_copy(x->s, dst, p->cpu_part, bytes, ZINF_COPY_H2D);
+}
+
+static int
+cpu_put(struct zinf_engine *e, struct eparam *p)
+{
+	size_t ds = dsize(e), bytes = p->part.part * ds;
+	e->win.h2d_bytes += bytes;
+	return zinf_device_copy(e->cs, (char *)p->dev_full + p->part.offset * ds, p->cpu_part,
+				bytes, ZINF_COPY_H2D);
+}
+
+const struct eng_ptier eng_ptier_cpu = {
+	.name = "cpu",
+	.setup = cpu_setup,
+	.free = free_none, /* the pool: eng_param_free */
+	.write = cpu_write,
+	.read = cpu_read,
+	.read_begin = reads_none,
+	.put = cpu_put,
+	.read_end = reads_none,
+};
+
+/* ---- nvme ----------------------------------------------------------------------------------- */
+
+static int
+nvme_setup(struct zinf_engine *e)
+{
+	size_t ds = dsize(e);
+	uint64_t max_part = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		max_part = ZINF_MAX(max_part, e->params[i].part.part);
+	}
+	struct zinf_pool_opts po = pool_opts(e);
+	int ret = eng_open_swap(e, &e->o.offload_param, "param", &e->pswap);
+	if (ret) {
+		return ret;
+	}
+	po.align = zinf_swap_align(e->pswap);
+	po.buffer_bytes = ZINF_ALIGN_UP(max_part * ds, po.align);
+	po.buffer_count = e->o.offload_param.buffer_count;
+	po.io = e->io;
+	if ((ret = zinf_pool_create(&po, &e->ppool))) {
+		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
+	}
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.pool = e->ppool;
+	so.swap = e->pswap;
+	so.max_in_cpu = e->o.offload_param.max_in_cpu;
+	so.prefetch_bytes = e->o.stage3_prefetch_bucket_size * ds;
+	so.prefetch_evicts = 1; /* prefetches follow the trace: the cache gives way */
+	if ((ret = zinf_store_create(&so, &e->store))) {
+		return ENG_FAIL(e, ret, "init: parameter store");
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		struct eparam *p = &e->params[i];
+		ret = zinf_store_add(e->store, "param16", i, p->part.part, (uint32_t)ds,
+				     ZINF_TIER_NVME);
+		if (ret < 0) {
+			return ENG_FAIL(e, ret, "init: parameter \"%s\": NVMe tensor", p->name);
+		}
+		p->store_id = ret;
+	}
+	if ((ret = zinf_swap_reserve(e->pswap))) {
+		return ENG_FAIL(e, ret, "init: reserving the parameters' swap files");
+	}
+	return 0;
+}
+
+static void
+nvme_free(struct zinf_engine *e)
+{
+	zinf_store_destroy(e->store);
+	e->store = NULL;
+}
+
+/*
+ * The pieces of one partition arrive in order, from one context (the step's pieces of its
+ * sub-group, init's): the first swaps the partition in without reading it (ZINF_STORE_NEW:
+ * every element is about to be written), the last marks it dirty and releases it, which writes
+ * it once. Between pieces the store keeps it in use (e->nv_open), and the writer holds
+ * store_mu (eng_param_home_write): fetch, under the same mutex, never waits for a buffer the
+ * writer holds.
+ */
+static int
+nvme_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+	   const char *src, bool src_dev, uint64_t len)
+{
+	size_t ds = dsize(e);
+	int ret = 0;
+	if (off == 0 && e->nv_open < 0) {
+		ret = zinf_store_swap_in(e->store, p->store_id, ZINF_STORE_NEW);
+		if (!ret) {
+			ret = zinf_store_wait(e->store, p->store_id, &e->nv_buf);
+		}
+		if (ret) {
+			return ENG_FAIL(e, ret, "parameter \"%s\": a buffer for its NVMe partition",
+					p->name);
+		}
+		e->nv_open = (int64_t)p->id;
+		e->nv_next = 0;
+	} else if (e->nv_open != (int64_t)p->id || off != e->nv_next) {
+		return ENG_FAIL(e, -EPROTO,
+				"parameter \"%s\": new values at %" PRIu64
+				" out of order (partition open: %" PRId64 ", next %" PRIu64 ")",
+				p->name, off, e->nv_open, e->nv_next);
+	}
+	char *dst = (char *)e->nv_buf + off * ds;
+	if (src_dev) {
+		ret = zinf_device_copy(x->s, dst, src, len * ds, ZINF_COPY_D2H);
+		if (!ret) {
+			ret = zinf_stream_sync(x->s);
+		}
+	} else {
+		memcpy(dst, src, len * ds);
+	}
+	e->nv_next = off + len;
+	if (ret || e->nv_next == p->part.part) {
+		if (!ret) {
+			ret = zinf_store_mark_dirty(e->store, p->store_id);
+		}
+		int r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+		e->nv_open = -1;
+		e->nv_buf = NULL;
+	}
+	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
+}
+
+/* The partition read into a store buffer (store_mu: the step worker writes new values into
+ * the store during backward), then copied. */
+static int
+nvme_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *dst, bool dst_dev)
+{
+	size_t bytes = p->part.part * dsize(e);
+	void *buf = NULL;
+	pthread_mutex_lock(&e->store_mu);
+	int ret = zinf_store_swap_in(e->store, p->store_id, 0);
+	if (!ret) {
+		ret = zinf_store_wait(e->store, p->store_id, &buf);
+	}
+	if (!ret && dst_dev) {
+		ret = zinf_device_copy(x->s, dst, buf, bytes, ZINF_COPY_H2D);
+		ret = ret ? ret : zinf_stream_sync(x->s);
+		x->st->h2d_bytes += bytes;
+	} else if (!ret) {
+		memcpy(dst, buf, bytes);
+	}
+	if (buf) {
+		int r2 = zinf_store_release(e->store, p->store_id);
+		ret = ret ? ret : r2;
+	}
+	pthread_mutex_unlock(&e->store_mu);
+	return ret;
+}
+
+static int
+nvme_read_begin(struct zinf_engine *e, struct eparam *p)
+{
+	return zinf_store_swap_in(e->store, p->store_id, 0);
+}
+
+static int
+nvme_put(struct zinf_engine *e, struct eparam *p)
+{
+	size_t ds = dsize(e), bytes = p->part.part * ds;
+	void *buf = NULL;
+	int ret = zinf_store_wait(e->store, p->store_id, &buf);
+	if (ret) {
+		return ENG_FAIL(e, ret, "fetch: parameter \"%s\": reading its NVMe partition: %s",
+				p->name, zinf_last_error());
+	}
+	/* NVMe bytes are the store's own count (eng_param_io_stats): a partition served from its
+	   cache is read from no file */
+	e->win.h2d_bytes += bytes;
+	return zinf_device_copy(e->cs, (char *)p->dev_full + p->part.offset * ds, buf, bytes,
+				ZINF_COPY_H2D);
+}
+
+static int
+nvme_read_end(struct zinf_engine *e, struct eparam *p)
+{
+	return zinf_store_release(e->store, p->store_id);
+}
+
+static void
+nvme_prefetch(struct zinf_engine *e, struct eparam *p)
+{
+	(void)zinf_store_prefetch(e->store, p->store_id); /* -ENOSPC: over the budget alone */
+}
+
+static bool
+nvme_read_done(struct zinf_engine *e, const struct eparam *p)
+{
+	return zinf_store_ready(e->store, p->store_id) == 1;
+}
+
+const struct eng_ptier eng_ptier_nvme = {
+	.name = "nvme",
+	.reads = true,
+	.setup = nvme_setup,
+	.free = nvme_free,
+	.write = nvme_write,
+	.read = nvme_read,
+	.read_begin = nvme_read_begin,
+	.put = nvme_put,
+	.read_end = nvme_read_end,
+	.prefetch = nvme_prefetch,
+	.read_done = nvme_read_done,
+};
