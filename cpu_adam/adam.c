@@ -2,9 +2,9 @@
 /*
  * cpu_adam/adam.c: the public optimizer entry points. Takes the caller's options into a local
  * copy (common/opts.h), validates arguments (nothing is modified on error), computes each step's
- * scalars once in float64, asks adam_registry.c for the SIMD path's kernel table, and runs it
- * over cache-sized tiles with an OpenMP static partition. The arithmetic itself lives in the
- * per-ISA files.
+ * scalars once in float64 (Adam's also for the CUDA kernel: zinf_adam_scalars_get), asks
+ * adam_registry.c for the SIMD path's kernel table, and runs it over cache-sized tiles with an
+ * OpenMP static partition. The arithmetic itself lives in the per-ISA files.
  */
 #include <math.h>
 #include <omp.h>
@@ -13,6 +13,7 @@
 #include "common/opts.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_scalars_internal.h"
 
 /* No struct may end in tail padding (common/opts.h). */
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_adam_opts, simd);
@@ -165,6 +166,37 @@ zinf_adam_opts_init(struct zinf_adam_opts *o)
 	o->simd = NULL;
 }
 
+/*
+ * Adam's step scalars (cpu_adam/adam_scalars_internal.h), for this file's kernels and for the
+ * CUDA kernel's block (device/device.c): each computed in float64 and rounded to float once,
+ * without FMA contraction (this module's -ffp-contract=off).
+ */
+void
+zinf_adam_scalars_get(const struct zinf_adam_opts *o, int64_t step, struct zinf_adam_scalars *out)
+{
+	double lr = o->lr, wd = o->weight_decay, b1 = o->beta1, b2 = o->beta2;
+	memset(out, 0, sizeof(*out));
+	out->l2 = !o->adamw_mode && o->weight_decay != 0.0f;
+	out->wd = o->weight_decay;
+	out->decay = o->adamw_mode ? (float)(1.0 - lr * wd) : 1.0f;
+	out->b1 = o->beta1;
+	out->omb1 = (float)(1.0 - b1);
+	out->b2 = o->beta2;
+	out->omb2 = (float)(1.0 - b2);
+	out->eps = o->eps;
+	if (o->bias_correction) {
+		double bc1 = 1.0 - pow(b1, (double)step);
+		double bc2 = 1.0 - pow(b2, (double)step);
+		out->nstep = (float)(-lr / bc1);
+		out->bc2_sqrt = (float)sqrt(bc2);
+		out->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
+	} else {
+		out->nstep = -o->lr;
+		out->bc2_sqrt = 1.0f;
+		out->inv_bc2_sqrt = 1.0f;
+	}
+}
+
 /* Take and check the Adam options and arguments into *o and the argument block *a. */
 static int
 adam_prepare(const char *fn, const struct zinf_adam_opts *opts, struct zinf_adam_opts *o,
@@ -185,7 +217,8 @@ adam_prepare(const char *fn, const struct zinf_adam_opts *opts, struct zinf_adam
 			      o->threads))) {
 		return r;
 	}
-	double lr = o->lr, wd = o->weight_decay, b1 = o->beta1, b2 = o->beta2;
+	struct zinf_adam_scalars sc;
+	zinf_adam_scalars_get(o, step, &sc);
 	memset(a, 0, sizeof(*a));
 	a->param = (float *)param;
 	a->grad = grad;
@@ -195,25 +228,17 @@ adam_prepare(const char *fn, const struct zinf_adam_opts *opts, struct zinf_adam
 	a->gdt = gdt;
 	a->ck = copy_kind(copy, cdt);
 	a->grad_scale = grad_scale;
-	a->l2 = !o->adamw_mode && o->weight_decay != 0.0f;
-	a->wd = o->weight_decay;
-	a->decay = o->adamw_mode ? (float)(1.0 - lr * wd) : 1.0f;
-	a->b1 = o->beta1;
-	a->omb1 = (float)(1.0 - b1);
-	a->b2 = o->beta2;
-	a->omb2 = (float)(1.0 - b2);
-	a->eps = o->eps;
-	if (o->bias_correction) {
-		double bc1 = 1.0 - pow(b1, (double)step);
-		double bc2 = 1.0 - pow(b2, (double)step);
-		a->nstep = (float)(-lr / bc1);
-		a->bc2_sqrt = (float)sqrt(bc2);
-		a->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-	} else {
-		a->nstep = -o->lr;
-		a->bc2_sqrt = 1.0f;
-		a->inv_bc2_sqrt = 1.0f;
-	}
+	a->l2 = sc.l2;
+	a->wd = sc.wd;
+	a->decay = sc.decay;
+	a->b1 = sc.b1;
+	a->omb1 = sc.omb1;
+	a->b2 = sc.b2;
+	a->omb2 = sc.omb2;
+	a->eps = sc.eps;
+	a->nstep = sc.nstep;
+	a->bc2_sqrt = sc.bc2_sqrt;
+	a->inv_bc2_sqrt = sc.inv_bc2_sqrt;
 	return 0;
 }
 

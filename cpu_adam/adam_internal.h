@@ -2,8 +2,8 @@
 /*
  * cpu_adam/adam_internal.h: what the optimizer front end (adam.c) shares with the per-ISA kernel
  * files (adam_scalar.c, adam_avx2.c, adam_avx512.c): the argument block of one step, the kernel
- * table each ISA exports, the exact scalar conversions, the per-element updates of the scalar
- * kernel, and the padded buffers through which the vector kernels run their tails.
+ * table each ISA exports, the exact scalar conversions and the per-element updates of the scalar
+ * kernel. The vector kernels themselves are written once, in adam_simd_body.h.
  * Nothing here validates arguments: adam.c does, once per call.
  */
 #ifndef ZINF_ADAM_INTERNAL_H
@@ -149,153 +149,13 @@ zinf_store_copy(void *c, enum zinf_copy_kind ck, size_t i, float p)
 	}
 }
 
-/* ---- the vector paths' tails ---------------------------------------------------------------- */
+/* ---- the vector paths ----------------------------------------------------------------------- */
 
-/*
- * The last k < width elements of a vector kernel's range do not go through scalar code (whose
- * arithmetic differs: no FMA, division by bc2_sqrt): they are copied into zero-padded buffers
- * one vector long, the vector body runs on the buffers, and the k results are copied back. So an
- * element's result is the same function of its inputs wherever it sits (start, middle, tail of a
- * call or tile), for any alignment and any n. The padding lanes compute on zeros and are dropped.
- */
-#define ZINF_TAIL_MAX 16
-
-struct zinf_tail_buf {
-	_Alignas(64) float p[ZINF_TAIL_MAX];
-	_Alignas(64) uint32_t g[ZINF_TAIL_MAX];
-	_Alignas(64) uint32_t m[ZINF_TAIL_MAX];
-	_Alignas(64) uint32_t v[ZINF_TAIL_MAX];
-	_Alignas(64) uint32_t c[ZINF_TAIL_MAX];
-};
-
-static inline size_t
-zinf_copy_size(enum zinf_copy_kind ck)
-{
-	return ck == ZINF_COPY_F32 ? 4 : ck == ZINF_COPY_NONE ? 0 : 2;
-}
-
-/* Elements [i, i + k) of *a into b (zero-padded); *t: the argument block pointing at b.
- * ss: bytes per element of m and v (4, or 2 for bf16 state). */
-static inline void
-zinf_tail_in(const struct zinf_opt_args *a, size_t i, size_t k, size_t ss, struct zinf_tail_buf *b,
-	     struct zinf_opt_args *t)
-{
-	size_t gs = zinf_dtype_size(a->gdt);
-	memset(b, 0, sizeof(*b));
-	*t = *a;
-	memcpy(b->p, a->param + i, k * 4);
-	t->param = b->p;
-	memcpy(b->g, (const char *)a->grad + i * gs, k * gs);
-	t->grad = b->g;
-	if (a->m) {
-		memcpy(b->m, (const char *)a->m + i * ss, k * ss);
-		t->m = b->m;
-	}
-	if (a->v) {
-		memcpy(b->v, (const char *)a->v + i * ss, k * ss);
-		t->v = b->v;
-	}
-	t->copy = a->ck == ZINF_COPY_NONE ? NULL : b->c;
-}
-
-/* The k results back from b into *a's arrays. */
-static inline void
-zinf_tail_out(const struct zinf_opt_args *a, size_t i, size_t k, size_t ss,
-	      const struct zinf_tail_buf *b)
-{
-	memcpy(a->param + i, b->p, k * 4);
-	if (a->m) {
-		memcpy((char *)a->m + i * ss, b->m, k * ss);
-	}
-	if (a->v) {
-		memcpy((char *)a->v + i * ss, b->v, k * ss);
-	}
-	size_t cs = zinf_copy_size(a->ck);
-	if (cs) {
-		memcpy((char *)a->copy + i * cs, b->c, k * cs);
-	}
-}
-
-/*
- * A vector kernel of one optimizer, built from the ISA file's `name##_loop(a, i0, i1, gdt, ck,
- * nt, hoff)` (the vector body over whole vectors; nt: streaming copy stores; hoff: the elements'
- * offset in the call, for the stochastic-rounding hash) and `copy_nt(a, ck)`. It defines
- * `name##_body`, which runs [i0, i1) with the last (i1 - i0) % width elements through the same
- * loop on zero-padded buffers, and `isa##_##name`, the table entry, which picks once per range a
- * body specialised for (grad dtype, copy kind), so that the inner loops have no dtype switch.
- * ss: bytes per element of m and v (4, or 2 for bf16 state). Only the plumbing is shared: the
- * vector arithmetic stays in the ISA files.
- */
-#define ZINF_VEC_CASE(name, gdt, ck)                                                               \
-	case (gdt)*4 + (ck):                                                                       \
-		name##_body(a, i0, i1, (gdt), (ck));                                               \
-		break;
-
-#define ZINF_VEC_KERNEL(isa, name, width, ss)                                                      \
-	static inline __attribute__((always_inline)) void name##_body(                             \
-		const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,          \
-		enum zinf_copy_kind ck)                                                            \
-	{                                                                                          \
-		size_t k = (i1 - i0) % (width), ie = i1 - k;                                       \
-		name##_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0);                                \
-		if (k) {                                                                           \
-			struct zinf_tail_buf b;                                                    \
-			struct zinf_opt_args t;                                                    \
-			zinf_tail_in(a, ie, k, (ss), &b, &t);                                      \
-			name##_loop(&t, 0, (width), gdt, ck, false, ie);                           \
-			zinf_tail_out(a, ie, k, (ss), &b);                                         \
-		}                                                                                  \
-	}                                                                                          \
-	static void isa##_##name(const struct zinf_opt_args *a, size_t i0, size_t i1)              \
-	{                                                                                          \
-		switch (a->gdt * 4 + a->ck) {                                                      \
-			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_NONE)                              \
-			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_F32)                               \
-			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_F16)                               \
-			ZINF_VEC_CASE(name, ZINF_F32, ZINF_COPY_BF16)                              \
-			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_NONE)                              \
-			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_F32)                               \
-			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_F16)                               \
-			ZINF_VEC_CASE(name, ZINF_F16, ZINF_COPY_BF16)                              \
-			ZINF_VEC_CASE(name, ZINF_BF16, ZINF_COPY_NONE)                             \
-			ZINF_VEC_CASE(name, ZINF_BF16, ZINF_COPY_F32)                              \
-			ZINF_VEC_CASE(name, ZINF_BF16, ZINF_COPY_F16)                              \
-		default:                                                                           \
-			name##_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16);                         \
-			break;                                                                     \
-		}                                                                                  \
-	}
-
-/*
- * The vector paths' unscale and convert passes, from the ISA file's `scale_loop(g, dt, s, i0,
- * i1)` and `convert_loop(src, dst, ck, i0, i1)` over whole vectors: the last (i1 - i0) % width
- * elements go through the same loop on a zero-padded buffer, as the optimizers' tails do.
- */
-#define ZINF_VEC_PASSES(isa, width)                                                                \
-	static void isa##_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)        \
-	{                                                                                          \
-		size_t k = (i1 - i0) % (width), ie = i1 - k, es = zinf_dtype_size(dt);             \
-		scale_loop(g, dt, s, i0, ie);                                                      \
-		if (k) {                                                                           \
-			_Alignas(64) uint32_t b[(width)] = {0};                                    \
-			memcpy(b, (char *)g + ie * es, k * es);                                    \
-			scale_loop(b, dt, s, 0, (width));                                          \
-			memcpy((char *)g + ie * es, b, k * es);                                    \
-		}                                                                                  \
-	}                                                                                          \
-	static void isa##_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0,  \
-				  size_t i1)                                                       \
-	{                                                                                          \
-		size_t k = (i1 - i0) % (width), ie = i1 - k, cs = zinf_copy_size(ck);              \
-		convert_loop(src, dst, ck, i0, ie);                                                \
-		if (k) {                                                                           \
-			_Alignas(64) float sb[(width)] = {0};                                      \
-			_Alignas(64) uint32_t db[(width)];                                         \
-			memcpy(sb, src + ie, k * 4);                                               \
-			convert_loop(sb, db, ck, 0, (width));                                      \
-			memcpy((char *)dst + ie * cs, db, k * cs);                                 \
-		}                                                                                  \
-	}
+/* The vector paths' width layers (adam_avx2.c, adam_avx512.c) and the body they share
+ * (adam_simd_body.h, with the tails through zero-padded buffers) force every helper inline: the
+ * inner loops must not call out, and each helper must be specialised for its constant arguments
+ * (grad dtype, copy kind). */
+#define ZINF_ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* ---- one element of each optimizer: the scalar path ----------------------------------------- */
 

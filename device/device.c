@@ -3,15 +3,16 @@
  * device/device.c: the public device API over the ops tables: options, the device, stream and
  * event handles, and the checks of every copy and kernel before a backend sees it (so a bad
  * argument is -EINVAL when it is queued, on every backend, never a fault on a stream's thread).
- * It computes Adam's per-step scalars once; it runs nothing itself.
+ * It fills the CUDA Adam kernel's scalars from cpu_adam's zinf_adam_scalars_get; it runs nothing
+ * itself.
  */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/dtype.h"
 #include "common/opts.h"
 #include "common/util.h"
+#include "cpu_adam/adam_scalars_internal.h"
 #include "device/dev_internal.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_device_opts, reserved);
@@ -453,31 +454,26 @@ zinf_device_fill(struct zinf_stream *s, void *dst, enum zinf_dtype dtype, float 
 }
 
 /*
- * The step's scalars exactly as cpu_adam computes them (float64, rounded to float once), so
- * that the cuda kernel, which rounds each operation as cpu_adam's vector paths do, equals them.
+ * The step's scalars from cpu_adam's own function, so that the cuda kernel, which rounds each
+ * operation as cpu_adam's vector paths do, equals them.
  */
 static void
 adam_scalars(const struct zinf_adam_opts *o, int64_t step, float grad_scale, struct zinf_k_adam *a)
 {
-	double lr = o->lr, wd = o->weight_decay, b1 = o->beta1, b2 = o->beta2;
+	struct zinf_adam_scalars sc;
+	zinf_adam_scalars_get(o, step, &sc);
 	memset(a, 0, sizeof(*a));
 	a->grad_scale = grad_scale;
-	a->l2 = !o->adamw_mode && o->weight_decay != 0.0f;
-	a->wd = o->weight_decay;
-	a->decay = o->adamw_mode ? (float)(1.0 - lr * wd) : 1.0f;
-	a->b1 = o->beta1;
-	a->omb1 = (float)(1.0 - b1);
-	a->b2 = o->beta2;
-	a->omb2 = (float)(1.0 - b2);
-	a->eps = o->eps;
-	if (o->bias_correction) {
-		double bc2 = 1.0 - pow(b2, (double)step);
-		a->nstep = (float)(-lr / (1.0 - pow(b1, (double)step)));
-		a->inv_bc2_sqrt = (float)(1.0 / sqrt(bc2));
-	} else {
-		a->nstep = -o->lr;
-		a->inv_bc2_sqrt = 1.0f;
-	}
+	a->l2 = sc.l2;
+	a->wd = sc.wd;
+	a->decay = sc.decay;
+	a->b1 = sc.b1;
+	a->omb1 = sc.omb1;
+	a->b2 = sc.b2;
+	a->omb2 = sc.omb2;
+	a->eps = sc.eps;
+	a->nstep = sc.nstep;
+	a->inv_bc2_sqrt = sc.inv_bc2_sqrt;
 }
 
 int

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * kernels/adam.cu: fused Adam/AdamW on device memory, one element per thread (grid-stride).
- * The arithmetic is cpu_adam's vector paths' (adam_math8 in cpu_adam/adam_avx2.c and
- * adam_math16 in adam_avx512.c, the paths every CPU with AVX2 and FMA runs), operation for
+ * The arithmetic is cpu_adam's vector paths' (grad_in and adam_math in cpu_adam/adam_simd_body.h,
+ * the body of the avx2 and avx512 paths, which every CPU with AVX2 and FMA runs), operation for
  * operation: the L2 term, the moments and the update are fused multiply-adds (__fmaf_rn), the
  * square root is multiplied by 1 / bc2_sqrt, and every other operation is rounded once with the _rn
  * intrinsics, so nvcc can neither contract nor split anything. With the step's scalars computed on
- * the host in float64 exactly as cpu_adam computes them (device/device.c), IEEE division and square
- * root, the result equals those paths bit for bit: a sub-group stepped here and one stepped by the
- * CPU tier agree (measured on an H200: tests/engine's matrix on cuda). cpu_adam's scalar path (CPUs
- * without AVX2) rounds the unfused products separately and differs by float rounding.
+ * the host by cpu_adam's own function (zinf_adam_scalars_get, via device/device.c), IEEE division
+ * and square root, the result equals those paths bit for bit: a sub-group stepped here and one
+ * stepped by the CPU tier agree (measured on an H200: tests/engine's matrix on cuda). cpu_adam's
+ * scalar path (CPUs without AVX2) rounds the unfused products separately and differs by float
+ * rounding.
  */
 #include "kernels/kernels_internal.cuh"
 

@@ -20,8 +20,8 @@
 extern "C" {
 #endif
 
-/* One Adam step's scalars, computed once in float64 and rounded to float (as cpu_adam's
- * adam_prepare does). */
+/* One Adam step's scalars, computed once in float64 and rounded to float: device/device.c copies
+ * them from cpu_adam's zinf_adam_scalars_get, the same function cpu_adam's kernels use. */
 struct zinf_k_adam {
 	float grad_scale;
 	float wd;	/* L2 coefficient, used when l2 */
