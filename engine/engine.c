@@ -335,7 +335,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if (!e) {
 		return ZINF_FAIL(-ENOMEM, "engine: out of memory for the handle");
 	}
-	e->nv_open = -1; /* before any failure: destroy looks at it */
+	e->ps.nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
 	int ret = zinf_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
 	if (ret || (ret = check_opts(&e->o)) || (ret = eng_clip_init(e))) {
@@ -347,8 +347,8 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	}
 	e->main.s = NULL; /* set once cs exists */
 	e->main.st = &e->win;
-	pthread_mutex_init(&e->store_mu, NULL);
-	e->store_mu_init = true;
+	pthread_mutex_init(&e->ps.store_mu, NULL);
+	e->ps.store_mu_init = true;
 	e->ot = e->o.offload_optimizer.device == ZINF_OFFLOAD_NVME  ? &eng_otier_nvme
 		: e->o.offload_optimizer.device == ZINF_OFFLOAD_CPU ? &eng_otier_cpu
 								    : &eng_otier_gpu;
@@ -454,14 +454,14 @@ zinf_engine_destroy(struct zinf_engine *e)
 	zinf_free(e->order);
 	zinf_free(e->sg_end);
 	zinf_free(e->sg_params);
-	zinf_free(e->sg_pending);
+	zinf_free(e->gr.sg_pending);
 	zinf_free(e->sg_first);
 	for (uint32_t i = 0; i < ZINF_ENGINE_MAX_PATHS; i++) {
 		zinf_free(e->param_paths[i]);
 		zinf_free(e->optim_paths[i]);
 	}
-	if (e->store_mu_init) {
-		pthread_mutex_destroy(&e->store_mu);
+	if (e->ps.store_mu_init) {
+		pthread_mutex_destroy(&e->ps.store_mu);
 	}
 	zinf_free(e->device_backend);
 	zinf_free(e->comm_backend);
@@ -872,11 +872,11 @@ eng_counters_get(const struct zinf_engine *e, struct eng_counters *out)
 	*out = (struct eng_counters){
 		.steps = e->steps,
 		.micro_steps = e->micro_steps,
-		.skipped = e->skipped,
+		.skipped = e->cl.skipped,
 		.lr = e->lr,
 		.beta1 = e->beta1,
 		.beta2 = e->beta2,
-		.ls = e->ls,
+		.ls = e->cl.ls,
 	};
 }
 
@@ -885,18 +885,18 @@ eng_counters_set(struct zinf_engine *e, const struct eng_counters *c, bool betas
 {
 	e->steps = c->steps;
 	e->micro_steps = c->micro_steps;
-	e->skipped = c->skipped;
+	e->cl.skipped = c->skipped;
 	e->lr = c->lr;
 	if (betas && e->o.optimizer.kind != ZINF_OPTIM_ADAGRAD) {
 		e->beta1 = c->beta1;
 		e->beta2 = c->beta2;
 	}
 	if (ls && e->o.fp16.enabled) { /* its state; its settings stay the options' */
-		e->ls.scale = c->ls.scale;
-		e->ls.cur_hysteresis = c->ls.cur_hysteresis;
-		e->ls.iter = c->ls.iter;
-		e->ls.last_overflow = c->ls.last_overflow;
-		e->ls.overflows = c->ls.overflows;
+		e->cl.ls.scale = c->ls.scale;
+		e->cl.ls.cur_hysteresis = c->ls.cur_hysteresis;
+		e->cl.ls.iter = c->ls.iter;
+		e->cl.ls.last_overflow = c->ls.last_overflow;
+		e->cl.ls.overflows = c->ls.overflows;
 	}
 }
 
@@ -916,14 +916,14 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.size = sizeof(s);
 	s.steps = (uint64_t)e->steps;
 	s.micro_steps = e->micro_steps;
-	s.peak_live_elems = e->peak_live;
-	s.live_elems = e->live_elems;
-	s.persistent_elems = e->persistent_elems;
+	s.peak_live_elems = e->fx.peak_live;
+	s.live_elems = e->fx.live_elems;
+	s.persistent_elems = e->fx.persistent_elems;
 	s.sub_groups = e->n_sg;
-	s.trace_hits = e->trace_hits;
-	s.trace_misses = e->trace_misses;
-	s.trace_invalidations = e->trace_invalidations;
-	s.host_pool_bytes = zinf_pool_bytes(e->opool) + zinf_pool_bytes(e->ppool);
+	s.trace_hits = e->fx.trace_hits;
+	s.trace_misses = e->fx.trace_misses;
+	s.trace_invalidations = e->fx.trace_invalidations;
+	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool);
 	eng_clip_stats(e, &s);
 	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

@@ -39,28 +39,28 @@ eng_clip_init(struct zinf_engine *e)
 		return ZINF_FAIL(-EINVAL, "engine: fp16: reserved fields are not zero");
 	}
 	if (o->fp16.enabled) {
-		int ret = zinf_loss_scaler_init(&e->ls, &o->fp16);
+		int ret = zinf_loss_scaler_init(&e->cl.ls, &o->fp16);
 		if (ret) {
 			return ret; /* named the key */
 		}
 	}
-	e->gate = o->gradient_clipping > 0 || o->fp16.enabled;
+	e->cl.gate = o->gradient_clipping > 0 || o->fp16.enabled;
 	return 0;
 }
 
 int
 eng_clip_setup(struct zinf_engine *e)
 {
-	if (!e->gate) {
+	if (!e->cl.gate) {
 		return 0;
 	}
-	e->sg_sumsq = zinf_calloc(e->n_sg, sizeof(double));
-	if (!e->sg_sumsq) {
+	e->cl.sg_sumsq = zinf_calloc(e->n_sg, sizeof(double));
+	if (!e->cl.sg_sumsq) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the gradient norms");
 	}
 	if (e->ot->dev) {
-		int ret =
-			zinf_device_alloc(e->dev, e->n_sg * sizeof(double), (void **)&e->dev_sumsq);
+		int ret = zinf_device_alloc(e->dev, e->n_sg * sizeof(double),
+					    (void **)&e->cl.dev_sumsq);
 		if (ret) {
 			return ENG_FAIL(e, ret, "init: device memory for the gradient norms");
 		}
@@ -69,7 +69,7 @@ eng_clip_setup(struct zinf_engine *e)
 		/* nccl: the per-step exchange of every rank's (sum, flag), allocated once (not
 		   a cudaMalloc and a device-wide cudaFree per step) */
 		int ret = eng_comm_buf_alloc(e, (size_t)e->world * 4 * sizeof(float),
-					     (void **)&e->clip_dev);
+					     (void **)&e->cl.clip_dev);
 		if (ret) {
 			return ENG_FAIL(e, ret, "init: device memory for the norms' exchange");
 		}
@@ -80,13 +80,13 @@ eng_clip_setup(struct zinf_engine *e)
 void
 eng_clip_free(struct zinf_engine *e)
 {
-	zinf_free(e->sg_sumsq);
-	e->sg_sumsq = NULL;
-	zinf_device_free(e->dev, e->dev_sumsq);
-	e->dev_sumsq = NULL;
-	if (e->clip_dev) {
-		eng_comm_buf_free(e, e->clip_dev); /* left to a failed communicator */
-		e->clip_dev = NULL;
+	zinf_free(e->cl.sg_sumsq);
+	e->cl.sg_sumsq = NULL;
+	zinf_device_free(e->dev, e->cl.dev_sumsq);
+	e->cl.dev_sumsq = NULL;
+	if (e->cl.clip_dev) {
+		eng_comm_buf_free(e, e->cl.clip_dev); /* left to a failed communicator */
+		e->cl.clip_dev = NULL;
 	}
 }
 
@@ -97,15 +97,15 @@ eng_clip_sg(struct zinf_engine *e, uint32_t k)
 	int ret;
 	if (e->ot->dev) {
 		/* after k's accumulations, queued on cs before this */
-		ret = zinf_device_sumsq(e->cs, e->grad_part + eng_sg_start(e, k), ZINF_F32, len,
-					e->dev_sumsq + k);
+		ret = zinf_device_sumsq(e->cs, e->os.grad_part + eng_sg_start(e, k), ZINF_F32, len,
+					e->cl.dev_sumsq + k);
 	} else {
 		/* the caller synchronised cs (engine_grad.c's settle): cpu: grad_part is final
 		   on the host; nvme: k's gradient in its window slot (read back if spilled) */
-		ret = e->gw.n ? eng_gwin_load(e, k) : 0;
+		ret = e->gr.gw.n ? eng_gwin_load(e, k) : 0;
 		if (!ret) {
 			ret = zinf_grad_sumsq(eng_grad_of(e, k), ZINF_F32, len, NULL,
-					      &e->sg_sumsq[k]);
+					      &e->cl.sg_sumsq[k]);
 		}
 	}
 	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: gradient norm", e->steps + 1,
@@ -122,7 +122,7 @@ exchange(struct zinf_engine *e, const float mine[4], float *all)
 		memcpy(all + 4 * e->rank, mine, 4 * sizeof(float));
 		return zinf_comm_all_gather(e->comm, all + 4 * e->rank, all, 4, ZINF_F32, NULL);
 	}
-	float *dev = e->clip_dev; /* nccl: device buffers ordered on cs */
+	float *dev = e->cl.clip_dev; /* nccl: device buffers ordered on cs */
 	size_t bytes = (size_t)e->world * 4 * sizeof(float);
 	ret = zinf_device_copy(e->cs, dev + 4 * e->rank, mine, 4 * sizeof(float), ZINF_COPY_H2D);
 	if (!ret) {
@@ -142,8 +142,8 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 {
 	int ret = 0;
 	if (e->ot->dev) {
-		ret = zinf_device_copy(e->cs, e->sg_sumsq, e->dev_sumsq, e->n_sg * sizeof(double),
-				       ZINF_COPY_D2H);
+		ret = zinf_device_copy(e->cs, e->cl.sg_sumsq, e->cl.dev_sumsq,
+				       e->n_sg * sizeof(double), ZINF_COPY_D2H);
 	}
 	if (ret || (ret = zinf_stream_sync(e->cs))) {
 		return ENG_FAIL(e, ret, "step %" PRId64 ": reading the gradient norms",
@@ -152,8 +152,8 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 	double sum = 0.0;
 	bool bad = false;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
-		if (isfinite(e->sg_sumsq[k])) {
-			sum += e->sg_sumsq[k];
+		if (isfinite(e->cl.sg_sumsq[k])) {
+			sum += e->cl.sg_sumsq[k];
 		} else {
 			bad = true;
 		}
@@ -180,7 +180,7 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 					e->steps + 1);
 		}
 	}
-	double S = e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->ls) : 1.0;
+	double S = e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->cl.ls) : 1.0;
 	double norm = bad ? INFINITY : sqrt(sum) / S;
 	double combined = S;
 	double clip = e->o.gradient_clipping;
@@ -196,7 +196,7 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 	if (!e->o.fp16.enabled) {
 		return 0;
 	}
-	ret = zinf_loss_scaler_update(&e->ls, bad);
+	ret = zinf_loss_scaler_update(&e->cl.ls, bad);
 	if (ret < 0) { /* from the exchanged overflow flag: every rank fails here, no notice */
 		return eng_known(e, ENG_FAIL(e, ret,
 					     "step %" PRId64
@@ -205,11 +205,11 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 					     e->steps + 1, e->o.fp16.min_loss_scale));
 	}
 	if (ret == 1) {
-		e->skipped++;
+		e->cl.skipped++;
 		ENG_WARN(e,
 			 "step %" PRId64
 			 ": fp16 gradient overflow: step skipped, loss scale %g -> %g",
-			 e->steps + 1, S, zinf_loss_scaler_scale(&e->ls));
+			 e->steps + 1, S, zinf_loss_scaler_scale(&e->cl.ls));
 	}
 	return ret;
 }
@@ -218,7 +218,7 @@ void
 eng_clip_stats(const struct zinf_engine *e, struct zinf_engine_stats *s)
 {
 	s->loss_scale = zinf_engine_loss_scale(e);
-	s->skipped_steps = e->skipped;
+	s->skipped_steps = e->cl.skipped;
 }
 
 double
@@ -227,5 +227,5 @@ zinf_engine_loss_scale(const struct zinf_engine *e)
 	if (!e) {
 		return NAN;
 	}
-	return e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->ls) : 1.0;
+	return e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->cl.ls) : 1.0;
 }

@@ -108,7 +108,7 @@ static uint64_t
 gbuf_budget(const struct zinf_engine *e)
 {
 	uint64_t live = e->o.stage3_max_live_parameters;
-	uint64_t pers = ZINF_MIN(e->persistent_elems, live);
+	uint64_t pers = ZINF_MIN(e->fx.persistent_elems, live);
 	return (live - pers) * eng_dsize(e);
 }
 
@@ -118,7 +118,7 @@ gbuf_free(struct zinf_engine *e, struct gbuf *g)
 	zinf_event_sync(g->released);
 	zinf_event_destroy(g->released);
 	eng_comm_buf_free(e, g->dev);
-	e->gbuf_bytes -= g->bytes;
+	e->fx.gbuf_bytes -= g->bytes;
 	zinf_free(g);
 }
 
@@ -128,14 +128,14 @@ gbuf_free(struct zinf_engine *e, struct gbuf *g)
 static void
 gbuf_shrink(struct zinf_engine *e, uint64_t need)
 {
-	while (e->free_list && e->gbuf_bytes + need > gbuf_budget(e)) {
-		struct gbuf **pp = &e->free_list;
+	while (e->fx.free_list && e->fx.gbuf_bytes + need > gbuf_budget(e)) {
+		struct gbuf **pp = &e->fx.free_list;
 		while ((*pp)->next) {
 			pp = &(*pp)->next;
 		}
 		struct gbuf *old = *pp;
 		*pp = NULL;
-		e->free_bytes -= old->bytes;
+		e->fx.free_bytes -= old->bytes;
 		gbuf_free(e, old);
 	}
 }
@@ -149,7 +149,7 @@ static int
 gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 {
 	struct gbuf **best = NULL;
-	for (struct gbuf **pp = &e->free_list; *pp; pp = &(*pp)->next) {
+	for (struct gbuf **pp = &e->fx.free_list; *pp; pp = &(*pp)->next) {
 		size_t b = (*pp)->bytes;
 		if (b >= bytes && b - bytes <= bytes / 4 && (!best || b < (*best)->bytes)) {
 			best = pp;
@@ -159,7 +159,7 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 		struct gbuf *g = *best;
 		*best = g->next;
 		g->next = NULL;
-		e->free_bytes -= g->bytes;
+		e->fx.free_bytes -= g->bytes;
 		*out = g;
 		/* after the compute stream's last use of it: host collectives write from
 		   this thread, nccl and the copies from cs */
@@ -180,7 +180,7 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 		return ret;
 	}
 	g->bytes = bytes;
-	e->gbuf_bytes += bytes;
+	e->fx.gbuf_bytes += bytes;
 	*out = g;
 	return 0;
 }
@@ -189,9 +189,9 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 static void
 gbuf_put(struct zinf_engine *e, struct gbuf *g)
 {
-	g->next = e->free_list;
-	e->free_list = g;
-	e->free_bytes += g->bytes;
+	g->next = e->fx.free_list;
+	e->fx.free_list = g;
+	e->fx.free_bytes += g->bytes;
 }
 
 /* Outside the hot path (after the step): the cache back within the budget. */
@@ -214,8 +214,8 @@ eng_fetch_free(struct zinf_engine *e)
 		zinf_free(l->reqs);
 		l->reqs = NULL;
 	}
-	zinf_free(e->trace);
-	e->trace = NULL;
+	zinf_free(e->fx.trace);
+	e->fx.trace = NULL;
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		struct eparam *p = &e->params[i];
 		if (p->gathered) {
@@ -224,12 +224,12 @@ eng_fetch_free(struct zinf_engine *e)
 			p->dev_full = NULL;
 		}
 	}
-	while (e->free_list) {
-		struct gbuf *g = e->free_list;
-		e->free_list = g->next;
+	while (e->fx.free_list) {
+		struct gbuf *g = e->fx.free_list;
+		e->fx.free_list = g->next;
 		gbuf_free(e, g);
 	}
-	e->free_bytes = 0;
+	e->fx.free_bytes = 0;
 }
 
 /*
@@ -274,7 +274,7 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 	bool reads = e->pt->reads;
 	if (reads) {
 		/* the step worker writes new values into the store during backward */
-		pthread_mutex_lock(&e->store_mu);
+		pthread_mutex_lock(&e->ps.store_mu);
 	}
 	for (uint32_t i = 0; i < l->n && !ret && reads; i++) {
 		struct eparam *p = &e->params[l->params[i]];
@@ -308,7 +308,7 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 		}
 	}
 	if (reads) {
-		pthread_mutex_unlock(&e->store_mu);
+		pthread_mutex_unlock(&e->ps.store_mu);
 	}
 	for (uint32_t i = 0; i < l->n && !ret && e->W > 1; i++) {
 		struct eparam *p = &e->params[l->params[i]];
@@ -317,8 +317,8 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 		}
 	}
 	l->gathered = true;
-	e->live_elems += l->gather_elems;
-	e->peak_live = ZINF_MAX(e->peak_live, e->live_elems);
+	e->fx.live_elems += l->gather_elems;
+	e->fx.peak_live = ZINF_MAX(e->fx.peak_live, e->fx.live_elems);
 	return ret;
 }
 
@@ -357,11 +357,11 @@ drop(struct zinf_engine *e, struct elayer *l)
 		p->dev_full = NULL;
 	}
 	if (l->gathered) {
-		e->live_elems -= l->gather_elems;
+		e->fx.live_elems -= l->gather_elems;
 		l->gathered = false;
 	}
 	if (l->prefetched) {
-		e->pf_inflight -= l->gather_elems;
+		e->fx.pf_inflight -= l->gather_elems;
 		l->prefetched = false;
 	}
 	return ret;
@@ -392,9 +392,9 @@ fetch_layer(struct zinf_engine *e, int32_t layer)
 		return ENG_FAIL(e, -EINVAL, "fetch: layer %d %s", layer,
 				l ? "is already fetched" : "is unknown");
 	}
-	for (uint32_t i = 0; e->sg_handed && i < l->n; i++) {
+	for (uint32_t i = 0; e->w.sg_handed && i < l->n; i++) {
 		struct eparam *p = &e->params[l->params[i]];
-		if (e->sg_handed[p->sg]) {
+		if (e->w.sg_handed[p->sg]) {
 			return ENG_FAIL(
 				e, -EINVAL,
 				"fetch: layer %d again after its gradients: parameter \"%s\" "
@@ -421,7 +421,7 @@ fetch_layer(struct zinf_engine *e, int32_t layer)
 		/* make room: drop layers kept or prefetched but not fetched */
 		for (uint32_t i = 0; i < e->n_layers && !ret; i++) {
 			struct elayer *k = &e->layers[i];
-			if (e->live_elems + l->gather_elems <= e->o.stage3_max_live_parameters) {
+			if (e->fx.live_elems + l->gather_elems <= e->o.stage3_max_live_parameters) {
 				break;
 			}
 			if (k->gathered && !k->fetched && k != l) {
@@ -431,14 +431,14 @@ fetch_layer(struct zinf_engine *e, int32_t layer)
 		if (ret) {
 			return ENG_FAIL(e, ret, "fetch: layer %d: %s", layer, eng_cause(e));
 		}
-		if (e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
-		    !e->warned_live) {
-			e->warned_live = true;
+		if (e->fx.live_elems + l->gather_elems > e->o.stage3_max_live_parameters &&
+		    !e->fx.warned_live) {
+			e->fx.warned_live = true;
 			ENG_WARN(e,
 				 "fetch: layer %d (%" PRIu64 " elements) with %" PRIu64
 				 " live passes stage3_max_live_parameters (%" PRIu64
 				 "); fetched anyway (warned once)",
-				 layer, l->gather_elems, e->live_elems,
+				 layer, l->gather_elems, e->fx.live_elems,
 				 e->o.stage3_max_live_parameters);
 		}
 		ret = eng_gather_start(e, l);
@@ -447,7 +447,7 @@ fetch_layer(struct zinf_engine *e, int32_t layer)
 		ret = gather_finish(e, l);
 	}
 	if (l->prefetched) {
-		e->pf_inflight -= l->gather_elems;
+		e->fx.pf_inflight -= l->gather_elems;
 		l->prefetched = false;
 	}
 	if (ret) {
@@ -488,9 +488,9 @@ release_layer(struct zinf_engine *e, int32_t layer)
 		return 0;
 	}
 	/* kept when the trace fetches it again soon and the live bound allows */
-	if (e->tr_state == TRACE_VALID &&
-	    eng_reuse_distance(e, e->cursor, layer) <= e->o.stage3_max_reuse_distance &&
-	    e->live_elems <= e->o.stage3_max_live_parameters) {
+	if (e->fx.tr_state == TRACE_VALID &&
+	    eng_reuse_distance(e, e->fx.cursor, layer) <= e->o.stage3_max_reuse_distance &&
+	    e->fx.live_elems <= e->o.stage3_max_live_parameters) {
 		return 0;
 	}
 	return drop(e, l);
@@ -549,7 +549,7 @@ refresh_reads(struct zinf_engine *e)
 	uint32_t head = next_persistent(e, 0), tail = head;
 	struct eparam *bad = NULL;
 	int ret = 0;
-	pthread_mutex_lock(&e->store_mu);
+	pthread_mutex_lock(&e->ps.store_mu);
 	while (!ret && (head < e->n_params || n > 0)) {
 		if (head < e->n_params && n < depth) {
 			struct eparam *p = &e->params[head];
@@ -577,7 +577,7 @@ refresh_reads(struct zinf_engine *e)
 			(void)e->pt->read_end(e, &e->params[tail]);
 		}
 	}
-	pthread_mutex_unlock(&e->store_mu);
+	pthread_mutex_unlock(&e->ps.store_mu);
 	for (uint32_t i = next_persistent(e, 0); !ret && e->W > 1 && i < e->n_params;
 	     i = next_persistent(e, i + 1)) {
 		ret = gather(e, bad = &e->params[i], NULL);

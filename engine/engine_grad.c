@@ -26,17 +26,17 @@ int
 eng_grad_setup(struct zinf_engine *e)
 {
 	for (int b = 0; b < 2; b++) {
-		struct bucket *k = &e->bk[b];
-		int ret = eng_comm_buf_alloc(e, e->bucket_cap * 4, (void **)&k->dev);
+		struct bucket *k = &e->gr.bk[b];
+		int ret = eng_comm_buf_alloc(e, e->gr.bucket_cap * 4, (void **)&k->dev);
 		if (!ret && e->o.stage >= 2 && e->world > 1) { /* one rank reduces nothing */
-			ret = eng_comm_buf_alloc(e, e->bucket_cap / e->world * 4,
+			ret = eng_comm_buf_alloc(e, e->gr.bucket_cap / e->world * 4,
 						 (void **)&k->dev_recv);
 		}
 		if (ret) {
 			return ENG_FAIL(e, ret,
 					"init: device memory for a gradient bucket of %" PRIu64
 					" elements (reduce_bucket_size)",
-					e->bucket_cap);
+					e->gr.bucket_cap);
 		}
 		k->params = zinf_calloc(e->n_params, sizeof(uint32_t));
 		k->offs = zinf_calloc(e->n_params, sizeof(uint64_t));
@@ -51,7 +51,7 @@ void
 eng_grad_free(struct zinf_engine *e)
 {
 	for (int b = 0; b < 2; b++) {
-		struct bucket *k = &e->bk[b];
+		struct bucket *k = &e->gr.bk[b];
 		if (k->posted && k->req && !zinf_comm_failed(e->comm)) {
 			zinf_comm_wait(e->comm, k->req);
 		}
@@ -81,7 +81,7 @@ eng_gwin_bytes(const struct zinf_engine *e, uint32_t align)
 int
 eng_gwin_declare(struct zinf_engine *e)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	g->n = gwin_slots(e);
 	g->slot = zinf_calloc(g->n, sizeof(*g->slot));
 	g->sg_slot = zinf_calloc(e->n_sg, sizeof(*g->sg_slot));
@@ -96,7 +96,7 @@ eng_gwin_declare(struct zinf_engine *e)
 	for (uint32_t k = 0; k < e->n_sg; k++) {
 		uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
 		g->sg_slot[k] = -1;
-		g->sg_id[k] = zinf_swap_add(e->oswap, "grad", k, len * 4);
+		g->sg_id[k] = zinf_swap_add(e->os.oswap, "grad", k, len * 4);
 		if (g->sg_id[k] < 0) {
 			return ENG_FAIL(e, g->sg_id[k],
 					"init: sub-group %u: declaring its gradient in the "
@@ -110,16 +110,16 @@ eng_gwin_declare(struct zinf_engine *e)
 int
 eng_gwin_alloc(struct zinf_engine *e, uint32_t align)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	g->stride = ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align) / 4;
-	int ret = zinf_pool_cpu_alloc(e->opool, eng_gwin_bytes(e, align), (void **)&g->mem);
+	int ret = zinf_pool_cpu_alloc(e->os.opool, eng_gwin_bytes(e, align), (void **)&g->mem);
 	return ret ? ENG_FAIL(e, ret, "init: pinned gradient window of %u sub-groups", g->n) : 0;
 }
 
 void
 eng_gwin_free(struct zinf_engine *e)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	zinf_free(g->slot);
 	zinf_free(g->sg_slot);
 	zinf_free(g->sg_has);
@@ -140,7 +140,7 @@ gwin_clear(struct gwin *g, uint32_t s)
 static void
 gwin_reclaim(struct zinf_engine *e)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	if (!e->w.started) {
 		return;
 	}
@@ -173,7 +173,7 @@ eng_gwin_reclaim(struct zinf_engine *e)
 static int
 gwin_evict(struct zinf_engine *e, uint32_t s)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	uint32_t k = (uint32_t)g->slot[s].sg;
 	if (g->slot[s].dirty) {
 		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
@@ -182,7 +182,7 @@ gwin_evict(struct zinf_engine *e, uint32_t s)
 		if (ret) {
 			return ENG_FAIL(e, ret, "gradients: the engine stream failed");
 		}
-		ret = zinf_swap_write(e->oswap, g->sg_id[k], g->mem + s * g->stride);
+		ret = zinf_swap_write(e->os.oswap, g->sg_id[k], g->mem + s * g->stride);
 		if (ret) {
 			return ENG_FAIL(e, ret, "gradients: sub-group %u: writing its gradient: %s",
 					k, zinf_last_error());
@@ -199,7 +199,7 @@ gwin_evict(struct zinf_engine *e, uint32_t s)
 static int
 gwin_take(struct zinf_engine *e)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	for (;;) {
 		gwin_reclaim(e);
 		int best = -1;
@@ -237,7 +237,7 @@ eng_gwin_load(struct zinf_engine *e, uint32_t k)
 int
 eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	int s = g->sg_slot[k];
 	if (s < 0) {
 		if ((s = gwin_take(e)) < 0) {
@@ -247,7 +247,7 @@ eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill)
 		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
 		bool dirty = false;
 		if (g->sg_has[k] == GW_HAS || g->sg_has[k] == GW_SPEC) {
-			int ret = zinf_swap_read(e->oswap, g->sg_id[k], mem);
+			int ret = zinf_swap_read(e->os.oswap, g->sg_id[k], mem);
 			if (ret) {
 				return ENG_FAIL(e, ret,
 						"gradients: sub-group %u: reading its gradient "
@@ -273,7 +273,7 @@ eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill)
 void
 eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos)
 {
-	struct gslot *t = &e->gw.slot[e->gw.sg_slot[k]];
+	struct gslot *t = &e->gr.gw.slot[e->gr.gw.sg_slot[k]];
 	t->handed = true;
 	t->qpos = qpos;
 }
@@ -281,7 +281,7 @@ eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos)
 void
 eng_gwin_drop(struct zinf_engine *e, uint32_t k)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	if (g->sg_slot[k] >= 0) {
 		gwin_clear(g, (uint32_t)g->sg_slot[k]);
 	}
@@ -291,7 +291,7 @@ eng_gwin_drop(struct zinf_engine *e, uint32_t k)
 void
 eng_gwin_reset(struct zinf_engine *e)
 {
-	struct gwin *g = &e->gw;
+	struct gwin *g = &e->gr.gw;
 	for (uint32_t s = 0; s < g->n; s++) {
 		gwin_clear(g, s);
 	}
@@ -303,10 +303,10 @@ eng_gwin_reset(struct zinf_engine *e)
 float *
 eng_grad_of(struct zinf_engine *e, uint32_t k)
 {
-	if (e->gw.n) {
-		return e->gw.mem + (uint64_t)e->gw.sg_slot[k] * e->gw.stride;
+	if (e->gr.gw.n) {
+		return e->gr.gw.mem + (uint64_t)e->gr.gw.sg_slot[k] * e->gr.gw.stride;
 	}
-	return e->grad_part + eng_sg_start(e, k);
+	return e->os.grad_part + eng_sg_start(e, k);
 }
 
 /* ---- buckets --------------------------------------------------------------------------- */
@@ -335,7 +335,7 @@ post(struct zinf_engine *e, struct bucket *b)
 	if (rs_mode(e)) {
 		/* pack segment r from r * seg to r * used (through dev_recv where they overlap:
 		   it is free until the collective) so that only the filled part is reduced */
-		uint64_t seg = e->bucket_cap / e->world, used = b->used;
+		uint64_t seg = e->gr.bucket_cap / e->world, used = b->used;
 		for (int r = 1; r < e->world && used < seg && !ret; r++) {
 			float *src = b->dev + (uint64_t)r * seg, *dst = b->dev + (uint64_t)r * used;
 			if (src < dst + used) {
@@ -378,15 +378,16 @@ post(struct zinf_engine *e, struct bucket *b)
 static float *
 host_dst(struct zinf_engine *e, const struct eparam *p, bool fill, int *ret)
 {
-	if (!e->gw.n) {
-		return e->grad_part + p->flat_off;
+	if (!e->gr.gw.n) {
+		return e->os.grad_part + p->flat_off;
 	}
 	if ((*ret = eng_gwin_load_fill(e, p->sg, fill))) {
 		return NULL;
 	}
-	int s = e->gw.sg_slot[p->sg];
-	e->gw.slot[s].dirty = true;
-	return e->gw.mem + (uint64_t)s * e->gw.stride + (p->flat_off - eng_sg_start(e, p->sg));
+	int s = e->gr.gw.sg_slot[p->sg];
+	e->gr.gw.slot[s].dirty = true;
+	return e->gr.gw.mem + (uint64_t)s * e->gr.gw.stride +
+	       (p->flat_off - eng_sg_start(e, p->sg));
 }
 
 /* Bucket b's parameters [from, to), their copies queued on cs: the later micro-batches' sums on
@@ -404,7 +405,7 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
 		size_t n = rs ? p->part.part : p->part.count;
 		if (add && n > 0) {
 			float *dst = host_dst(e, p, false, &ret);
-			const float *s = e->host_stage + *staged;
+			const float *s = e->gr.host_stage + *staged;
 			if (!dst) {
 				return ret; /* named the sub-group and its file */
 			}
@@ -414,10 +415,10 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
 			*staged += n;
 		}
 		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
-		    --e->sg_pending[p->sg] == 0) {
+		    --e->gr.sg_pending[p->sg] == 0) {
 			/* with clipping or fp16 its sum of squares now, before the window may spill
 			   it (the step waits for the norm, or speculates: engine_spec.c) */
-			if (e->gate) {
+			if (e->cl.gate) {
 				ret = host ? zinf_stream_sync(e->cs) : 0;
 				ret = ret ? ret : eng_clip_sg(e, p->sg);
 			}
@@ -459,19 +460,19 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			continue; /* (a first micro-batch zeroes a partition of padding only) */
 		}
 		if (!host) {
-			float *dst = e->grad_part + p->flat_off;
+			float *dst = e->os.grad_part + p->flat_off;
 			ret = first ? zinf_device_copy(e->cs, dst, src, n * 4, ZINF_COPY_D2D)
 				    : zinf_device_accumulate(e->cs, dst, src, ZINF_F32, n);
 			continue;
 		}
 		e->win.d2h_bytes += n * 4;
 		if (!first) {
-			ret = zinf_device_copy(e->cs, e->host_stage + staged, src, n * 4,
+			ret = zinf_device_copy(e->cs, e->gr.host_stage + staged, src, n * 4,
 					       ZINF_COPY_D2H);
 			staged += n;
 			continue;
 		}
-		if (e->gw.n && e->gw.sg_slot[p->sg] < 0 && i > from) {
+		if (e->gr.gw.n && e->gr.gw.sg_slot[p->sg] < 0 && i > from) {
 			if ((ret = settle(e, b, from, i, &settled))) {
 				return ret; /* named */
 			}
@@ -525,7 +526,7 @@ complete(struct zinf_engine *e, struct bucket *b)
 int
 eng_grad_flush(struct zinf_engine *e)
 {
-	struct bucket *cur = &e->bk[e->cur], *other = &e->bk[1 - e->cur];
+	struct bucket *cur = &e->gr.bk[e->gr.cur], *other = &e->gr.bk[1 - e->gr.cur];
 	int ret;
 	if ((ret = complete(e, other)) || (ret = post(e, cur)) || (ret = complete(e, cur))) {
 		return ret;
@@ -561,15 +562,15 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	}
 	bool rs = rs_mode(e);
 	uint64_t need = rs ? p->part.part : p->part.padded;
-	uint64_t room = rs ? e->bucket_cap / e->world : e->bucket_cap;
-	struct bucket *b = &e->bk[e->cur];
+	uint64_t room = rs ? e->gr.bucket_cap / e->world : e->gr.bucket_cap;
+	struct bucket *b = &e->gr.bk[e->gr.cur];
 	if (b->n > 0 && b->used + need > room) {
 		/* close b; the other bucket must be free (its reduction accumulated) first */
 		if ((ret = post(e, b))) {
 			return ret;
 		}
-		e->cur = 1 - e->cur;
-		b = &e->bk[e->cur];
+		e->gr.cur = 1 - e->gr.cur;
+		b = &e->gr.bk[e->gr.cur];
 		if ((ret = complete(e, b))) {
 			return ret;
 		}
@@ -579,7 +580,7 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	}
 	size_t gsz = zinf_dtype_size(dtype);
 	if (rs) {
-		uint64_t seg = e->bucket_cap / e->world;
+		uint64_t seg = e->gr.bucket_cap / e->world;
 		for (int r = 0; r < e->world && !ret; r++) {
 			uint64_t first = (uint64_t)r * p->part.part;
 			uint64_t cnt =
@@ -610,7 +611,7 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	p->grad_done = true;
 	e->grads_seen++;
 	/* progress the other bucket without blocking */
-	struct bucket *o = &e->bk[1 - e->cur];
+	struct bucket *o = &e->gr.bk[1 - e->gr.cur];
 	if (o->posted) {
 		ret = o->req ? zinf_comm_test(e->comm, o->req) : 1;
 		if (ret < 0) {

@@ -54,6 +54,8 @@ struct eworker {
 	struct zinf_stream *ws;
 	struct zinf_engine_stats st;
 	struct ectx x;
+	struct zinf_event **sg_ev; /* sub-group k's gradient is final (recorded on cs) */
+	uint8_t *sg_handed;	   /* sub-group k handed to the worker in this step */
 };
 
 /*
@@ -237,6 +239,67 @@ struct bucket {
 	bool posted;
 };
 
+/* Fetch and trace (engine_fetch.c, engine_trace.c): stage 3's gathered buffers, the live bound,
+ * the fetch trace and the prefetch along it. */
+struct efetch {
+	struct gbuf *free_list;
+	uint64_t free_bytes; /* on the free list */
+	uint64_t gbuf_bytes; /* gathered buffers allocated: in use and on the free list */
+	uint64_t live_elems, peak_live, persistent_elems; /* padded (device memory) */
+	uint64_t pf_inflight;				  /* elements prefetched, not yet fetched */
+	bool warned_live, warned_trace;
+	enum { TRACE_NONE, TRACE_RECORDING, TRACE_VALID, TRACE_INVALID } tr_state;
+	int32_t *trace;
+	uint32_t trace_n, trace_cap, cursor;
+	uint64_t trace_hits, trace_misses, trace_invalidations;
+};
+
+/* Gradients (engine_grad.c): the buckets, their reduction, the accumulation into the tier's
+ * gradient partition or, with the optimizer on NVMe, into the gradient window. */
+struct egrad {
+	uint64_t bucket_cap; /* elements */
+	struct bucket bk[2];
+	int cur;	      /* bucket being filled */
+	uint32_t *sg_pending; /* per sub-group: parameters whose gradient is not yet accumulated */
+	struct gwin gw;	      /* nvme: the gradient window instead of the gradient partition */
+	float *host_stage;    /* pinned: bucket_cap / W elements (cpu/nvme) */
+};
+
+/* Gradient clipping and fp16 loss scaling (engine_clip.c). */
+struct eclip {
+	bool gate;		    /* clipping or fp16: the step waits for the global norm */
+	struct zinf_loss_scaler ls; /* fp16.enabled */
+	double *sg_sumsq;	    /* host: per sub-group, its final gradient's sum of squares */
+	double *dev_sumsq;	    /* tier gpu: the same in device memory */
+	float *clip_dev;	    /* nccl, W > 1: 4 floats per rank, the norms' exchange */
+	uint64_t skipped;	    /* skipped steps */
+};
+
+/* The optimizer tier's state (engine_otier.c). */
+struct eostate {
+	void *state[ZINF_OPTIM_MAX_PARTS]; /* flat arrays: device (gpu) or pinned (cpu) */
+	float *grad_part;		   /* fp32 accumulation: device (gpu) or pinned (cpu) */
+	void *dev_copy;			   /* device: ZINF_STEP_CHUNK elements of dtype */
+	void *host_copy;		   /* host: ZINF_STEP_CHUNK elements of dtype */
+	struct zinf_pool *opool;
+	struct zinf_swap *oswap;
+	struct zinf_step *step; /* nvme */
+};
+
+/* The parameter tier's state (engine_ptier.c): its pool, and for nvme the store and the
+ * partition being written. */
+struct epstore {
+	struct zinf_pool *ppool;
+	struct zinf_swap *pswap;
+	struct zinf_store *store;
+	pthread_mutex_t store_mu; /* the store: fetch (caller) and the step worker */
+	bool store_mu_init;
+	int64_t nv_open;  /* param id whose NVMe partition is being written, or -1 */
+	uint64_t nv_next; /* its next element */
+	void *nv_buf;	  /* its store buffer */
+	uint64_t store_read0, store_written0; /* the store's counts at the window's start */
+};
+
 struct zinf_engine {
 	struct zinf_engine_opts o;
 	char *device_backend, *comm_backend, *io_backend, *swap_prefix;
@@ -253,14 +316,10 @@ struct zinf_engine {
 	struct zinf_stream *compute;
 	struct zinf_stream *cs;
 	struct zinf_event *ev_compute, *ev_cs;
-	void *scratch;		  /* device: ENG_SCRATCH floats for eng_all_max */
-	struct ectx main;	  /* {cs, &win} */
-	struct ectx *cb;	  /* the context zinf_step's copy callback writes with */
-	pthread_mutex_t store_mu; /* the parameter store: fetch (caller) and the step worker */
-	bool store_mu_init;
-	struct eworker w;
-	struct zinf_event **sg_ev; /* step during backward: sub-group k's gradient is final */
-	uint8_t *sg_handed;	   /* sub-group k handed to the worker in this step */
+	void *scratch;	    /* device: ENG_SCRATCH floats for eng_all_max */
+	struct ectx main;   /* {cs, &win} */
+	struct ectx *cb;    /* the context zinf_step's copy callback writes with */
+	struct zinf_io *io; /* the NVMe tiers' I/O context */
 
 	struct zinf_optimizer *opt;
 	float lr;		      /* set by zinf_engine_set_lr */
@@ -288,49 +347,27 @@ struct zinf_engine {
 	/* flat partition and sub-groups */
 	uint64_t flat_n;
 	uint32_t n_sg;
-	uint64_t *sg_end;     /* exclusive ends */
-	uint32_t *sg_params;  /* parameters per sub-group */
-	uint32_t *sg_pending; /* parameters whose gradient is not yet accumulated */
-	uint32_t *sg_first;   /* index in order[] of its first parameter */
-	uint64_t max_sg;      /* longest sub-group */
+	uint64_t *sg_end;    /* exclusive ends */
+	uint32_t *sg_params; /* parameters per sub-group */
+	uint32_t *sg_first;  /* index in order[] of its first parameter */
+	uint64_t max_sg;     /* longest sub-group */
 
-	/* optimizer state (tiers none and cpu: in memory; nvme: in the step's swap space) */
+	/* where the state lives: the tables and their state */
 	const struct eng_otier *ot;
 	const struct eng_ptier *pt;
-	void *state[ZINF_OPTIM_MAX_PARTS]; /* flat arrays: device (none) or pinned (cpu) */
-	float *grad_part;		   /* fp32 accumulation: device (none) or pinned (cpu) */
-	struct gwin gw;			   /* nvme: the gradient window instead of grad_part */
-	float *host_stage;		   /* pinned: bucket_cap / W elements (cpu/nvme) */
-	void *dev_copy;			   /* device: ZINF_STEP_CHUNK elements of dtype */
-	void *host_copy;		   /* host: ZINF_STEP_CHUNK elements of dtype */
-	struct zinf_pool *opool, *ppool;
-	struct zinf_io *io;
-	struct zinf_swap *oswap, *pswap;
-	struct zinf_step *step;
-	struct zinf_store *store;
-	int64_t nv_open;  /* param id whose NVMe partition is being written, or -1 */
-	uint64_t nv_next; /* its next element */
-	void *nv_buf;	  /* its store buffer */
-	uint64_t store_read0, store_written0; /* the store's counts at the window's start */
+	struct eostate os;
+	struct epstore ps;
 
-	/* gradients */
-	uint64_t bucket_cap; /* elements */
-	struct bucket bk[2];
-	int cur;	     /* bucket being filled */
+	/* the window: its position, the step's scale, the concerns' own state */
 	uint32_t micro;	     /* micro-batch index in the window */
 	uint32_t grads_seen; /* gradients handed this micro-batch */
-
-	/* stage 3 */
-	struct gbuf *free_list;
-	uint64_t free_bytes; /* on the free list */
-	uint64_t gbuf_bytes; /* gathered buffers allocated: in use and on the free list */
-	uint64_t live_elems, peak_live, persistent_elems; /* padded (device memory) */
-	uint64_t pf_inflight;				  /* elements prefetched, not yet fetched */
-	bool warned_live, warned_trace;
-	enum { TRACE_NONE, TRACE_RECORDING, TRACE_VALID, TRACE_INVALID } tr_state;
-	int32_t *trace;
-	uint32_t trace_n, trace_cap, cursor;
-	uint64_t trace_hits, trace_misses, trace_invalidations;
+	float step_scale;    /* grad_scale of the step in progress (1 without gate; with gate: the
+				assumed one during backward, then decided) */
+	struct egrad gr;
+	struct efetch fx;
+	struct eclip cl;
+	struct eworker w;
+	struct espec sp; /* the speculative step's reserve (engine_spec.c) */
 
 	/* statistics */
 	int64_t steps;
@@ -338,17 +375,6 @@ struct zinf_engine {
 	struct zinf_engine_stats win; /* the current window's byte counters and times */
 	struct zinf_engine_stats last;
 	double window_t0;
-
-	/* clipping and fp16 loss scaling (engine_clip.c) */
-	bool gate;		    /* clipping or fp16: the step waits for the global norm */
-	struct zinf_loss_scaler ls; /* fp16.enabled */
-	double *sg_sumsq;	    /* host: per sub-group, its final gradient's sum of squares */
-	double *dev_sumsq;	    /* tier none: the same in device memory */
-	float *clip_dev;	    /* nccl, W > 1: 4 floats per rank, the norms' exchange */
-	float step_scale;	    /* grad_scale of the step in progress (1 without gate; with
-				       gate: the assumed one during backward, then decided) */
-	struct espec sp;	    /* the speculative step's reserve (engine_spec.c) */
-	uint64_t skipped;	    /* skipped steps */
 
 	/* a background job (engine_module.h: a checkpoint's save) in flight, the last one's result
 	 */
@@ -438,8 +464,8 @@ eng_sg_start(const struct zinf_engine *e, uint32_t k)
 static inline bool
 eng_layer_handed(const struct zinf_engine *e, const struct elayer *l)
 {
-	for (uint32_t i = 0; e->sg_handed && i < l->n; i++) {
-		if (e->sg_handed[e->params[l->params[i]].sg]) {
+	for (uint32_t i = 0; e->w.sg_handed && i < l->n; i++) {
+		if (e->w.sg_handed[e->params[l->params[i]].sg]) {
 			return true;
 		}
 	}

@@ -37,13 +37,13 @@ step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k)
 	uint64_t end = e->sg_end[k];
 	bool dev = e->ot->dev;
 	bool host_dev = e->host_comm; /* the host device: device memory is host memory */
-	void *copy = dev ? e->dev_copy : e->host_copy;
+	void *copy = dev ? e->os.dev_copy : e->os.host_copy;
 	int ret = 0;
 	for (uint64_t off = eng_sg_start(e, k), n; !ret && (n = zinf_step_piece(off, end)) > 0;
 	     off += n) {
 		void *parts[ZINF_OPTIM_MAX_PARTS] = {0};
 		for (uint32_t i = 0; i < e->nparts; i++) {
-			parts[i] = (char *)e->state[i] + off * part_bytes(e, i);
+			parts[i] = (char *)e->os.state[i] + off * part_bytes(e, i);
 		}
 		double t0 = zinf_now_s();
 		if (dev && !host_dev) {
@@ -54,11 +54,11 @@ step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k)
 			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
 			a.bias_correction = e->o.optimizer.bias_correction;
 			ret = zinf_device_adam(x->s, &a, step, e->step_scale, parts[0],
-					       e->grad_part + off, ZINF_F32, parts[1], parts[2], n,
-					       copy, e->o.dtype);
+					       e->os.grad_part + off, ZINF_F32, parts[1], parts[2],
+					       n, copy, e->o.dtype);
 		} else {
 			ret = zinf_optimizer_step(e->opt, step, e->step_scale, parts,
-						  e->grad_part + off, ZINF_F32, off, n, copy,
+						  e->os.grad_part + off, ZINF_F32, off, n, copy,
 						  e->o.dtype);
 		}
 		x->st->optimizer_s += zinf_now_s() - t0;
@@ -111,17 +111,17 @@ gpu_setup(struct zinf_engine *e)
 	int ret;
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		uint32_t pb = part_bytes(e, i);
-		if ((ret = zinf_device_alloc(e->dev, e->flat_n * pb, &e->state[i])) ||
-		    (ret = zinf_device_fill(e->cs, e->state[i],
+		if ((ret = zinf_device_alloc(e->dev, e->flat_n * pb, &e->os.state[i])) ||
+		    (ret = zinf_device_fill(e->cs, e->os.state[i],
 					    zinf_optimizer_part_dtype(e->opt, i), 0.0f,
 					    e->flat_n))) {
 			return ENG_FAIL(e, ret, "init: device memory for optimizer part %s",
 					zinf_optimizer_part_name(e->opt, i));
 		}
 	}
-	if ((ret = zinf_device_alloc(e->dev, e->flat_n * 4, (void **)&e->grad_part)) ||
-	    (ret = zinf_device_fill(e->cs, e->grad_part, ZINF_F32, 0.0f, e->flat_n)) ||
-	    (ret = zinf_device_alloc(e->dev, chunk * eng_dsize(e), &e->dev_copy))) {
+	if ((ret = zinf_device_alloc(e->dev, e->flat_n * 4, (void **)&e->os.grad_part)) ||
+	    (ret = zinf_device_fill(e->cs, e->os.grad_part, ZINF_F32, 0.0f, e->flat_n)) ||
+	    (ret = zinf_device_alloc(e->dev, chunk * eng_dsize(e), &e->os.dev_copy))) {
 		return ENG_FAIL(e, ret, "init: device memory for the gradient partition");
 	}
 	if ((ret = eng_spec_setup(e, 0))) {
@@ -134,17 +134,17 @@ static void
 gpu_free(struct zinf_engine *e)
 {
 	for (uint32_t i = 0; i < ZINF_OPTIM_MAX_PARTS; i++) {
-		zinf_device_free(e->dev, e->state[i]);
+		zinf_device_free(e->dev, e->os.state[i]);
 	}
-	zinf_device_free(e->dev, e->grad_part);
-	zinf_device_free(e->dev, e->dev_copy);
+	zinf_device_free(e->dev, e->os.grad_part);
+	zinf_device_free(e->dev, e->os.dev_copy);
 }
 
 static int
 gpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
 {
 	(void)k;
-	int ret = zinf_device_copy(e->cs, (float *)e->state[0] + off, m, n * 4, ZINF_COPY_H2D);
+	int ret = zinf_device_copy(e->cs, (float *)e->os.state[0] + off, m, n * 4, ZINF_COPY_H2D);
 	return ret ? ret : zinf_stream_sync(e->cs);
 }
 
@@ -152,7 +152,7 @@ static int
 gpu_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
 {
 	(void)sg;
-	int ret = zinf_device_copy(e->cs, mine, (float *)e->state[0] + p->flat_off,
+	int ret = zinf_device_copy(e->cs, mine, (float *)e->os.state[0] + p->flat_off,
 				   p->part.part * 4, ZINF_COPY_D2H);
 	return ret ? ret : zinf_stream_sync(e->cs);
 }
@@ -180,8 +180,8 @@ gpu_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *
 		}
 		for (uint32_t i = 0; i < e->nparts && !write && !ret; i++) {
 			size_t pb = part_bytes(e, i);
-			ret = zinf_device_copy(cs, parts[i], (char *)e->state[i] + off * pb, n * pb,
-					       ZINF_COPY_D2H);
+			ret = zinf_device_copy(cs, parts[i], (char *)e->os.state[i] + off * pb,
+					       n * pb, ZINF_COPY_D2H);
 		}
 		if (!ret && !write) {
 			ret = zinf_stream_sync(cs);
@@ -191,8 +191,8 @@ gpu_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *
 		}
 		for (uint32_t i = 0; i < e->nparts && write && !ret; i++) {
 			size_t pb = part_bytes(e, i);
-			ret = zinf_device_copy(cs, (char *)e->state[i] + off * pb, parts[i], n * pb,
-					       ZINF_COPY_H2D);
+			ret = zinf_device_copy(cs, (char *)e->os.state[i] + off * pb, parts[i],
+					       n * pb, ZINF_COPY_H2D);
 		}
 		if (!ret && write) {
 			ret = zinf_stream_sync(cs);
@@ -209,8 +209,9 @@ gpu_keep(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot)
 	int ret = 0;
 	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
 		size_t pb = part_bytes(e, i);
-		ret = zinf_device_copy(x->s, slot + e->sp.off[i], (char *)e->state[i] + start * pb,
-				       len * pb, ZINF_COPY_D2D);
+		ret = zinf_device_copy(x->s, slot + e->sp.off[i],
+				       (char *)e->os.state[i] + start * pb, len * pb,
+				       ZINF_COPY_D2D);
 	}
 	return ret;
 }
@@ -222,8 +223,8 @@ gpu_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 	int ret = 0;
 	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
 		size_t pb = part_bytes(e, i);
-		ret = zinf_device_copy(e->cs, (char *)e->state[i] + start * pb, slot + e->sp.off[i],
-				       len * pb, ZINF_COPY_D2D);
+		ret = zinf_device_copy(e->cs, (char *)e->os.state[i] + start * pb,
+				       slot + e->sp.off[i], len * pb, ZINF_COPY_D2D);
 	}
 	return ret;
 }
@@ -253,7 +254,7 @@ static uint64_t
 host_buffers_bytes(const struct zinf_engine *e)
 {
 	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
-	uint64_t stage = e->bucket_cap / (uint64_t)e->W;
+	uint64_t stage = e->gr.bucket_cap / (uint64_t)e->W;
 	return ZINF_ALIGN_UP(stage * 4, 4096) + ZINF_ALIGN_UP(chunk * eng_dsize(e), 4096);
 }
 
@@ -261,10 +262,10 @@ static int
 host_buffers_alloc(struct zinf_engine *e)
 {
 	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
-	uint64_t stage = e->bucket_cap / (uint64_t)e->W;
+	uint64_t stage = e->gr.bucket_cap / (uint64_t)e->W;
 	int ret;
-	if ((ret = zinf_pool_cpu_alloc(e->opool, stage * 4, (void **)&e->host_stage)) ||
-	    (ret = zinf_pool_cpu_alloc(e->opool, chunk * eng_dsize(e), &e->host_copy))) {
+	if ((ret = zinf_pool_cpu_alloc(e->os.opool, stage * 4, (void **)&e->gr.host_stage)) ||
+	    (ret = zinf_pool_cpu_alloc(e->os.opool, chunk * eng_dsize(e), &e->os.host_copy))) {
 		return ENG_FAIL(e, ret, "init: pinned gradient staging");
 	}
 	return 0;
@@ -285,22 +286,22 @@ cpu_setup(struct zinf_engine *e)
 	po.pin_fallback = true;
 	po.device = e->dev;
 	po.what = "offload_optimizer";
-	int ret = zinf_pool_create(&po, &e->opool);
+	int ret = zinf_pool_create(&po, &e->os.opool);
 	if (ret) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
 	}
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		uint64_t b = e->flat_n * part_bytes(e, i);
-		if ((ret = zinf_pool_cpu_alloc(e->opool, b, &e->state[i]))) {
+		if ((ret = zinf_pool_cpu_alloc(e->os.opool, b, &e->os.state[i]))) {
 			return ENG_FAIL(e, ret, "init: optimizer part %s",
 					zinf_optimizer_part_name(e->opt, i));
 		}
-		memset(e->state[i], 0, b);
+		memset(e->os.state[i], 0, b);
 	}
-	if ((ret = zinf_pool_cpu_alloc(e->opool, e->flat_n * 4, (void **)&e->grad_part))) {
+	if ((ret = zinf_pool_cpu_alloc(e->os.opool, e->flat_n * 4, (void **)&e->os.grad_part))) {
 		return ENG_FAIL(e, ret, "init: pinned gradient partition");
 	}
-	memset(e->grad_part, 0, e->flat_n * 4);
+	memset(e->os.grad_part, 0, e->flat_n * 4);
 	if ((ret = host_buffers_alloc(e))) {
 		return ret;
 	}
@@ -317,7 +318,7 @@ static int
 cpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
 {
 	(void)k;
-	memcpy((float *)e->state[0] + off, m, n * 4);
+	memcpy((float *)e->os.state[0] + off, m, n * 4);
 	return 0;
 }
 
@@ -325,7 +326,7 @@ static int
 cpu_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
 {
 	(void)sg;
-	memcpy(mine, (float *)e->state[0] + p->flat_off, p->part.part * 4);
+	memcpy(mine, (float *)e->os.state[0] + p->flat_off, p->part.part * 4);
 	return 0;
 }
 
@@ -337,7 +338,7 @@ cpu_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *
 	uint64_t start = eng_sg_start(e, k);
 	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		parts[i] = (char *)e->state[i] + start * part_bytes(e, i);
+		parts[i] = (char *)e->os.state[i] + start * part_bytes(e, i);
 	}
 	return fn(ctx, start, e->sg_end[k] - start, parts);
 }
@@ -349,7 +350,7 @@ cpu_keep(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot)
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		size_t pb = part_bytes(e, i);
-		memcpy(slot + e->sp.off[i], (char *)e->state[i] + start * pb, len * pb);
+		memcpy(slot + e->sp.off[i], (char *)e->os.state[i] + start * pb, len * pb);
 	}
 	return 0;
 }
@@ -360,7 +361,7 @@ cpu_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		size_t pb = part_bytes(e, i);
-		memcpy((char *)e->state[i] + start * pb, slot + e->sp.off[i], len * pb);
+		memcpy((char *)e->os.state[i] + start * pb, slot + e->sp.off[i], len * pb);
 	}
 	return 0;
 }
@@ -405,7 +406,7 @@ copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 static int
 nvme_setup(struct zinf_engine *e)
 {
-	int ret = eng_open_swap(e, &e->o.offload_optimizer, "optim", &e->oswap);
+	int ret = eng_open_swap(e, &e->o.offload_optimizer, "optim", &e->os.oswap);
 	if (ret) {
 		return ret;
 	}
@@ -414,7 +415,7 @@ nvme_setup(struct zinf_engine *e)
 	so.n = e->flat_n;
 	so.sub_group_size = e->o.sub_group_size;
 	so.tier = ZINF_TIER_NVME;
-	so.swap = e->oswap;
+	so.swap = e->os.oswap;
 	so.optimizer = e->opt;
 	so.copy_dtype = e->o.dtype;
 	so.rank = e->rank;
@@ -425,7 +426,7 @@ nvme_setup(struct zinf_engine *e)
 	so.before_fn = before_cb;
 	so.before_ctx = e;
 	so.schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
-	uint32_t align = zinf_swap_align(e->oswap);
+	uint32_t align = zinf_swap_align(e->os.oswap);
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);
 	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
@@ -440,17 +441,17 @@ nvme_setup(struct zinf_engine *e)
 	if (po.buffer_bytes == 0) {
 		return ENG_FAIL(e, -EINVAL, "init: optimizer sub-groups too large for a buffer");
 	}
-	if ((ret = zinf_pool_create(&po, &e->opool))) {
+	if ((ret = zinf_pool_create(&po, &e->os.opool))) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
 	}
-	so.pool = e->opool;
-	if ((ret = zinf_step_create(&so, &e->step))) {
+	so.pool = e->os.opool;
+	if ((ret = zinf_step_create(&so, &e->os.step))) {
 		return ENG_FAIL(e, ret, "init: optimizer step over NVMe");
 	}
 	if ((ret = eng_gwin_declare(e))) {
 		return ret;
 	}
-	if ((ret = zinf_swap_reserve(e->oswap))) {
+	if ((ret = zinf_swap_reserve(e->os.oswap))) {
 		return ENG_FAIL(e, ret, "init: reserving the optimizer's swap files");
 	}
 	if ((ret = eng_gwin_alloc(e, align))) {
@@ -465,8 +466,8 @@ nvme_setup(struct zinf_engine *e)
 static void
 nvme_free(struct zinf_engine *e)
 {
-	zinf_step_destroy(e->step);
-	e->step = NULL;
+	zinf_step_destroy(e->os.step);
+	e->os.step = NULL;
 	eng_gwin_free(e);
 }
 
@@ -475,14 +476,14 @@ nvme_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *
 {
 	(void)off, (void)n; /* whole: the sub-group */
 	const void *st[ZINF_OPTIM_MAX_PARTS] = {m};
-	return zinf_step_load(e->step, k, st);
+	return zinf_step_load(e->os.step, k, st);
 }
 
 static int
 nvme_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
 {
 	void *st[ZINF_OPTIM_MAX_PARTS] = {sg};
-	int ret = zinf_step_save(e->step, p->sg, st);
+	int ret = zinf_step_save(e->os.step, p->sg, st);
 	if (!ret) {
 		memcpy(mine, sg + (p->flat_off - eng_sg_start(e, p->sg)), p->part.part * 4);
 	}
@@ -509,28 +510,28 @@ nvme_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void 
 {
 	(void)bounce, (void)cs;
 	struct nvme_visit v = {e, fn, ctx};
-	return zinf_step_visit(e->step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
+	return zinf_step_visit(e->os.step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
 			       nvme_visit_cb, &v);
 }
 
 static int
 nvme_begin(struct zinf_engine *e)
 {
-	return zinf_step_begin(e->step, e->steps + 1, e->step_scale, NULL, false);
+	return zinf_step_begin(e->os.step, e->steps + 1, e->step_scale, NULL, false);
 }
 
 static int
 nvme_step(struct zinf_engine *e, struct ectx *x, uint32_t k)
 {
 	e->cb = x;
-	int ret = zinf_step_ready(e->step, k, eng_grad_of(e, k), ZINF_F32);
+	int ret = zinf_step_ready(e->os.step, k, eng_grad_of(e, k), ZINF_F32);
 	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
 }
 
 static int
 nvme_skip(struct zinf_engine *e, uint32_t k)
 {
-	return zinf_step_skip(e->step, k);
+	return zinf_step_skip(e->os.step, k);
 }
 
 /* The pass ends: its reads, writes and optimizer time into the window (a partial pass, ended
@@ -539,9 +540,9 @@ static int
 nvme_finish(struct zinf_engine *e, bool partial)
 {
 	(void)partial;
-	int ret = zinf_step_finish(e->step);
+	int ret = zinf_step_finish(e->os.step);
 	struct zinf_step_stats st = {.size = sizeof(st)};
-	if (!zinf_step_get_stats(e->step, &st)) {
+	if (!zinf_step_get_stats(e->os.step, &st)) {
 		e->win.nvme_read_bytes += st.read_bytes;
 		e->win.nvme_write_bytes += st.write_bytes;
 		e->win.optimizer_s += st.optim_s;
@@ -564,7 +565,7 @@ nvme_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		st[i] = slot + e->sp.off[i];
 	}
-	int ret = zinf_step_load(e->step, k, st);
+	int ret = zinf_step_load(e->os.step, k, st);
 	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
 		e->win.nvme_write_bytes += len * part_bytes(e, i);
 	}

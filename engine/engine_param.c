@@ -198,7 +198,7 @@ build_partitions(struct zinf_engine *e)
 		    persist + p->numel <= e->o.stage3_model_persistence_threshold) {
 			p->persistent = true;
 			persist += p->numel;
-			e->persistent_elems += p->part.padded;
+			e->fx.persistent_elems += p->part.padded;
 		}
 		if (e->o.stage == 3 && !p->persistent) {
 			eng_layer(e, p->layer)->gather_elems += p->part.padded;
@@ -207,9 +207,9 @@ build_partitions(struct zinf_engine *e)
 	/* flat partition and sub-groups of whole parameters */
 	e->sg_end = zinf_calloc(e->n_params, sizeof(uint64_t));
 	e->sg_params = zinf_calloc(e->n_params, sizeof(uint32_t));
-	e->sg_pending = zinf_calloc(e->n_params, sizeof(uint32_t));
+	e->gr.sg_pending = zinf_calloc(e->n_params, sizeof(uint32_t));
 	e->sg_first = zinf_calloc(e->n_params, sizeof(uint32_t));
-	if (!e->sg_end || !e->sg_params || !e->sg_pending || !e->sg_first) {
+	if (!e->sg_end || !e->sg_params || !e->gr.sg_pending || !e->sg_first) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for sub-groups");
 	}
 	uint64_t off = 0, sg_start = 0;
@@ -232,7 +232,7 @@ build_partitions(struct zinf_engine *e)
 	for (uint32_t k = 0; k < e->n_sg; k++) {
 		uint64_t len = e->sg_end[k] - (k ? e->sg_end[k - 1] : 0);
 		e->max_sg = ZINF_MAX(e->max_sg, len);
-		e->sg_pending[k] = e->sg_params[k];
+		e->gr.sg_pending[k] = e->sg_params[k];
 	}
 	return 0;
 }
@@ -318,10 +318,10 @@ eng_param_free(struct zinf_engine *e)
 	if (e->pt) { /* NULL: create failed before choosing it */
 		e->pt->free(e);
 	}
-	zinf_pool_destroy(e->ppool);
-	e->ppool = NULL;
-	zinf_swap_destroy(e->pswap);
-	e->pswap = NULL;
+	zinf_pool_destroy(e->ps.ppool);
+	e->ps.ppool = NULL;
+	zinf_swap_destroy(e->ps.pswap);
+	e->ps.pswap = NULL;
 	zinf_io_destroy(e->io); /* after both swap spaces (engine_step.c frees its own first) */
 	e->io = NULL;
 }
@@ -348,13 +348,13 @@ eng_flat_find(const struct zinf_engine *e, uint64_t x)
 void
 eng_param_write_abort(struct zinf_engine *e)
 {
-	if (e->nv_open < 0) {
+	if (e->ps.nv_open < 0) {
 		return;
 	}
-	zinf_store_release(e->store, e->params[e->nv_open].store_id);
-	e->nv_open = -1;
-	e->nv_buf = NULL;
-	pthread_mutex_unlock(&e->store_mu);
+	zinf_store_release(e->ps.store, e->params[e->ps.nv_open].store_id);
+	e->ps.nv_open = -1;
+	e->ps.nv_buf = NULL;
+	pthread_mutex_unlock(&e->ps.store_mu);
 }
 
 /* The window's NVMe bytes of the parameter store (what it read and wrote, cache hits not
@@ -363,13 +363,13 @@ void
 eng_param_io_stats(struct zinf_engine *e)
 {
 	struct zinf_store_stats st = {.size = sizeof(st)};
-	if (!e->store || zinf_store_get_stats(e->store, &st)) {
+	if (!e->ps.store || zinf_store_get_stats(e->ps.store, &st)) {
 		return;
 	}
-	e->win.nvme_read_bytes += st.read_bytes - e->store_read0;
-	e->win.nvme_write_bytes += st.write_bytes - e->store_written0;
-	e->store_read0 = st.read_bytes;
-	e->store_written0 = st.write_bytes;
+	e->win.nvme_read_bytes += st.read_bytes - e->ps.store_read0;
+	e->win.nvme_write_bytes += st.write_bytes - e->ps.store_written0;
+	e->ps.store_read0 = st.read_bytes;
+	e->ps.store_written0 = st.write_bytes;
 }
 
 /*
@@ -389,14 +389,14 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 		uint64_t off = flat_start - p->flat_off;
 		uint64_t len = ZINF_MIN(n, p->part.part - off);
 		/* a partition read into a store buffer is held from its first piece to its last
-		   (e->nv_open) with the store's mutex: fetch never waits for a buffer the writer
+		   (e->ps.nv_open) with the store's mutex: fetch never waits for a buffer the writer
 		   holds */
-		if (e->pt->reads && e->nv_open < 0) {
-			pthread_mutex_lock(&e->store_mu);
+		if (e->pt->reads && e->ps.nv_open < 0) {
+			pthread_mutex_lock(&e->ps.store_mu);
 		}
 		ret = e->pt->write(e, x, p, off, s, src_dev, len);
-		if (e->pt->reads && e->nv_open < 0) {
-			pthread_mutex_unlock(&e->store_mu);
+		if (e->pt->reads && e->ps.nv_open < 0) {
+			pthread_mutex_unlock(&e->ps.store_mu);
 		}
 		s += len * ds;
 		flat_start += len;
@@ -469,8 +469,8 @@ write_initial(struct zinf_engine *e)
 	float *master = NULL;
 	void *copy = zinf_calloc(chunk, ds);
 	int ret = 0;
-	if (whole && zinf_pool_free_count(e->opool) >= 2 &&
-	    zinf_pool_acquire(e->opool, 0, &pool_buf) == 0) {
+	if (whole && zinf_pool_free_count(e->os.opool) >= 2 &&
+	    zinf_pool_acquire(e->os.opool, 0, &pool_buf) == 0) {
 		master = pool_buf;
 	} else {
 		master = zinf_calloc(whole ? e->max_sg : chunk, sizeof(float));
@@ -505,7 +505,7 @@ write_initial(struct zinf_engine *e)
 	}
 out:
 	if (pool_buf) {
-		zinf_pool_release(e->opool, pool_buf);
+		zinf_pool_release(e->os.opool, pool_buf);
 	} else {
 		zinf_free(master);
 	}
@@ -581,9 +581,9 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 	}
 	eng_param_io_stats(e); /* init's NVMe writes are not the first window's */
 	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
-	e->tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
-	e->live_elems = e->persistent_elems;
-	e->peak_live = e->live_elems;
+	e->fx.tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
+	e->fx.live_elems = e->fx.persistent_elems;
+	e->fx.peak_live = e->fx.live_elems;
 	e->inited = true;
 	return 0;
 }

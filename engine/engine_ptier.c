@@ -173,13 +173,13 @@ cpu_setup(struct zinf_engine *e)
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		po.cpu_bytes += ZINF_ALIGN_UP(e->params[i].part.part * ds, 4096);
 	}
-	int ret = zinf_pool_create(&po, &e->ppool);
+	int ret = zinf_pool_create(&po, &e->ps.ppool);
 	if (ret) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		struct eparam *p = &e->params[i];
-		if ((ret = zinf_pool_cpu_alloc(e->ppool, p->part.part * ds, &p->cpu_part))) {
+		if ((ret = zinf_pool_cpu_alloc(e->ps.ppool, p->part.part * ds, &p->cpu_part))) {
 			return ENG_FAIL(e, ret, "init: parameter \"%s\": CPU partition", p->name);
 		}
 		memset(p->cpu_part, 0, p->part.part * ds);
@@ -244,37 +244,37 @@ nvme_setup(struct zinf_engine *e)
 		max_part = ZINF_MAX(max_part, e->params[i].part.part);
 	}
 	struct zinf_pool_opts po = pool_opts(e);
-	int ret = eng_open_swap(e, &e->o.offload_param, "param", &e->pswap);
+	int ret = eng_open_swap(e, &e->o.offload_param, "param", &e->ps.pswap);
 	if (ret) {
 		return ret;
 	}
-	po.align = zinf_swap_align(e->pswap);
+	po.align = zinf_swap_align(e->ps.pswap);
 	po.buffer_bytes = ZINF_ALIGN_UP(max_part * ds, po.align);
 	po.buffer_count = e->o.offload_param.buffer_count;
 	po.io = e->io;
-	if ((ret = zinf_pool_create(&po, &e->ppool))) {
+	if ((ret = zinf_pool_create(&po, &e->ps.ppool))) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
 	}
 	struct zinf_store_opts so;
 	zinf_store_opts_init(&so);
-	so.pool = e->ppool;
-	so.swap = e->pswap;
+	so.pool = e->ps.ppool;
+	so.swap = e->ps.pswap;
 	so.max_in_cpu = e->o.offload_param.max_in_cpu;
 	so.prefetch_bytes = e->o.stage3_prefetch_bucket_size * ds;
 	so.prefetch_evicts = 1; /* prefetches follow the trace: the cache gives way */
-	if ((ret = zinf_store_create(&so, &e->store))) {
+	if ((ret = zinf_store_create(&so, &e->ps.store))) {
 		return ENG_FAIL(e, ret, "init: parameter store");
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		struct eparam *p = &e->params[i];
-		ret = zinf_store_add(e->store, "param16", i, p->part.part, (uint32_t)ds,
+		ret = zinf_store_add(e->ps.store, "param16", i, p->part.part, (uint32_t)ds,
 				     ZINF_TIER_NVME);
 		if (ret < 0) {
 			return ENG_FAIL(e, ret, "init: parameter \"%s\": NVMe tensor", p->name);
 		}
 		p->store_id = ret;
 	}
-	if ((ret = zinf_swap_reserve(e->pswap))) {
+	if ((ret = zinf_swap_reserve(e->ps.pswap))) {
 		return ENG_FAIL(e, ret, "init: reserving the parameters' swap files");
 	}
 	return 0;
@@ -283,15 +283,15 @@ nvme_setup(struct zinf_engine *e)
 static void
 nvme_free(struct zinf_engine *e)
 {
-	zinf_store_destroy(e->store);
-	e->store = NULL;
+	zinf_store_destroy(e->ps.store);
+	e->ps.store = NULL;
 }
 
 /*
  * The pieces of one partition arrive in order, from one context (the step's pieces of its
  * sub-group, init's): the first swaps the partition in without reading it (ZINF_STORE_NEW:
  * every element is about to be written), the last marks it dirty and releases it, which writes
- * it once. Between pieces the store keeps it in use (e->nv_open), and the writer holds
+ * it once. Between pieces the store keeps it in use (e->ps.nv_open), and the writer holds
  * store_mu (eng_param_home_write): fetch, under the same mutex, never waits for a buffer the
  * writer holds.
  */
@@ -301,24 +301,24 @@ nvme_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64
 {
 	size_t ds = dsize(e);
 	int ret = 0;
-	if (off == 0 && e->nv_open < 0) {
-		ret = zinf_store_swap_in(e->store, p->store_id, ZINF_STORE_NEW);
+	if (off == 0 && e->ps.nv_open < 0) {
+		ret = zinf_store_swap_in(e->ps.store, p->store_id, ZINF_STORE_NEW);
 		if (!ret) {
-			ret = zinf_store_wait(e->store, p->store_id, &e->nv_buf);
+			ret = zinf_store_wait(e->ps.store, p->store_id, &e->ps.nv_buf);
 		}
 		if (ret) {
 			return ENG_FAIL(e, ret, "parameter \"%s\": a buffer for its NVMe partition",
 					p->name);
 		}
-		e->nv_open = (int64_t)p->id;
-		e->nv_next = 0;
-	} else if (e->nv_open != (int64_t)p->id || off != e->nv_next) {
+		e->ps.nv_open = (int64_t)p->id;
+		e->ps.nv_next = 0;
+	} else if (e->ps.nv_open != (int64_t)p->id || off != e->ps.nv_next) {
 		return ENG_FAIL(e, -EPROTO,
 				"parameter \"%s\": new values at %" PRIu64
 				" out of order (partition open: %" PRId64 ", next %" PRIu64 ")",
-				p->name, off, e->nv_open, e->nv_next);
+				p->name, off, e->ps.nv_open, e->ps.nv_next);
 	}
-	char *dst = (char *)e->nv_buf + off * ds;
+	char *dst = (char *)e->ps.nv_buf + off * ds;
 	if (src_dev) {
 		ret = zinf_device_copy(x->s, dst, src, len * ds, ZINF_COPY_D2H);
 		if (!ret) {
@@ -327,15 +327,15 @@ nvme_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64
 	} else {
 		memcpy(dst, src, len * ds);
 	}
-	e->nv_next = off + len;
-	if (ret || e->nv_next == p->part.part) {
+	e->ps.nv_next = off + len;
+	if (ret || e->ps.nv_next == p->part.part) {
 		if (!ret) {
-			ret = zinf_store_mark_dirty(e->store, p->store_id);
+			ret = zinf_store_mark_dirty(e->ps.store, p->store_id);
 		}
-		int r2 = zinf_store_release(e->store, p->store_id);
+		int r2 = zinf_store_release(e->ps.store, p->store_id);
 		ret = ret ? ret : r2;
-		e->nv_open = -1;
-		e->nv_buf = NULL;
+		e->ps.nv_open = -1;
+		e->ps.nv_buf = NULL;
 	}
 	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
 }
@@ -347,10 +347,10 @@ nvme_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *d
 {
 	size_t bytes = p->part.part * dsize(e);
 	void *buf = NULL;
-	pthread_mutex_lock(&e->store_mu);
-	int ret = zinf_store_swap_in(e->store, p->store_id, 0);
+	pthread_mutex_lock(&e->ps.store_mu);
+	int ret = zinf_store_swap_in(e->ps.store, p->store_id, 0);
 	if (!ret) {
-		ret = zinf_store_wait(e->store, p->store_id, &buf);
+		ret = zinf_store_wait(e->ps.store, p->store_id, &buf);
 	}
 	if (!ret && dst_dev) {
 		ret = zinf_device_copy(x->s, dst, buf, bytes, ZINF_COPY_H2D);
@@ -360,17 +360,17 @@ nvme_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *d
 		memcpy(dst, buf, bytes);
 	}
 	if (buf) {
-		int r2 = zinf_store_release(e->store, p->store_id);
+		int r2 = zinf_store_release(e->ps.store, p->store_id);
 		ret = ret ? ret : r2;
 	}
-	pthread_mutex_unlock(&e->store_mu);
+	pthread_mutex_unlock(&e->ps.store_mu);
 	return ret;
 }
 
 static int
 nvme_read_begin(struct zinf_engine *e, struct eparam *p)
 {
-	return zinf_store_swap_in(e->store, p->store_id, 0);
+	return zinf_store_swap_in(e->ps.store, p->store_id, 0);
 }
 
 static int
@@ -378,7 +378,7 @@ nvme_put(struct zinf_engine *e, struct eparam *p)
 {
 	size_t ds = dsize(e), bytes = p->part.part * ds;
 	void *buf = NULL;
-	int ret = zinf_store_wait(e->store, p->store_id, &buf);
+	int ret = zinf_store_wait(e->ps.store, p->store_id, &buf);
 	if (ret) {
 		return ENG_FAIL(e, ret, "fetch: parameter \"%s\": reading its NVMe partition: %s",
 				p->name, zinf_last_error());
@@ -393,19 +393,19 @@ nvme_put(struct zinf_engine *e, struct eparam *p)
 static int
 nvme_read_end(struct zinf_engine *e, struct eparam *p)
 {
-	return zinf_store_release(e->store, p->store_id);
+	return zinf_store_release(e->ps.store, p->store_id);
 }
 
 static void
 nvme_prefetch(struct zinf_engine *e, struct eparam *p)
 {
-	(void)zinf_store_prefetch(e->store, p->store_id); /* -ENOSPC: over the budget alone */
+	(void)zinf_store_prefetch(e->ps.store, p->store_id); /* -ENOSPC: over the budget alone */
 }
 
 static bool
 nvme_read_done(struct zinf_engine *e, const struct eparam *p)
 {
-	return zinf_store_ready(e->store, p->store_id) == 1;
+	return zinf_store_ready(e->ps.store, p->store_id) == 1;
 }
 
 const struct eng_ptier eng_ptier_nvme = {

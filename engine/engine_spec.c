@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine/engine_spec.c: the speculative step during backward, with roll-back (issue 10). With
- * gradient clipping or fp16 (e->gate) the step's grad_scale is known only once every rank's
+ * gradient clipping or fp16 (e->cl.gate) the step's grad_scale is known only once every rank's
  * gradient norm is (engine_clip.c). With the step worker on (step_during_backward), the
  * boundary micro-batch's sub-groups are nevertheless handed to the worker as they become
  * final, stepped with the assumed grad_scale 1/S (no clipping, no overflow: the common case),
@@ -41,7 +41,7 @@
 static uint32_t
 spec_slots(const struct zinf_engine *e)
 {
-	if (!e->gate || !e->o.step_during_backward) {
+	if (!e->cl.gate || !e->o.step_during_backward) {
 		return 0;
 	}
 	/* the last sub-group to become final is never speculated (it becomes final in the final
@@ -107,7 +107,7 @@ eng_spec_setup(struct zinf_engine *e, uint32_t align)
 			return 0;
 		}
 	} else {
-		ret = zinf_pool_cpu_alloc(e->opool, eng_spec_bytes(e, align), (void **)&sp->mem);
+		ret = zinf_pool_cpu_alloc(e->os.opool, eng_spec_bytes(e, align), (void **)&sp->mem);
 	}
 	if (ret) {
 		return ENG_FAIL(e, ret,
@@ -133,7 +133,7 @@ eng_spec_free(struct zinf_engine *e)
 bool
 eng_spec_on(const struct zinf_engine *e)
 {
-	return e->gate && e->w.started && e->sp.n > 0;
+	return e->cl.gate && e->w.started && e->sp.n > 0;
 }
 
 void
@@ -149,7 +149,7 @@ eng_spec_begin(struct zinf_engine *e)
 		sp->sg_slot[k] = -1;
 	}
 	/* the grad_scale eng_clip_decide gives without clipping or overflow, to the bit */
-	double S = e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->ls) : 1.0;
+	double S = e->o.fp16.enabled ? zinf_loss_scaler_scale(&e->cl.ls) : 1.0;
 	sp->scale0 = (float)(1.0 / S);
 	e->step_scale = sp->scale0;
 }
@@ -272,14 +272,14 @@ eng_spec_resolve(struct zinf_engine *e, int skip, float gs)
 	if (right) {
 		/* the assumption held: the speculated sub-groups are final; the others to the
 		   worker (the gradient window's resident ones first: no read for them) */
-		for (uint32_t k = 0; k < e->n_sg && e->gw.n; k++) {
+		for (uint32_t k = 0; k < e->n_sg && e->gr.gw.n; k++) {
 			if (sp->sg_slot[k] >= 0) {
 				eng_gwin_drop(e, k);
 			}
 		}
-		for (int pass = e->gw.n ? 0 : 1; pass < 2; pass++) {
+		for (int pass = e->gr.gw.n ? 0 : 1; pass < 2; pass++) {
 			for (uint32_t k = 0; k < e->n_sg; k++) {
-				if (!e->sg_handed[k] && (pass == 1 || e->gw.sg_slot[k] >= 0)) {
+				if (!e->w.sg_handed[k] && (pass == 1 || e->gr.gw.sg_slot[k] >= 0)) {
 					eng_worker_hand(e, k);
 				}
 			}

@@ -37,7 +37,7 @@ eng_step_setup(struct zinf_engine *e)
 	if (ret || (ret = eng_clip_setup(e))) {
 		return ret;
 	}
-	e->bucket_cap = bucket_cap(e);
+	e->gr.bucket_cap = bucket_cap(e);
 	return e->ot->setup(e);
 }
 
@@ -50,14 +50,14 @@ eng_step_free(struct zinf_engine *e)
 	if (e->ot) { /* NULL: create failed before choosing it */
 		e->ot->free(e);
 	}
-	memset(e->state, 0, sizeof(e->state));
-	e->grad_part = NULL;
-	e->dev_copy = e->host_copy = NULL;
-	e->host_stage = NULL;
-	zinf_pool_destroy(e->opool);
-	e->opool = NULL;
-	zinf_swap_destroy(e->oswap);
-	e->oswap = NULL;
+	memset(e->os.state, 0, sizeof(e->os.state));
+	e->os.grad_part = NULL;
+	e->os.dev_copy = e->os.host_copy = NULL;
+	e->gr.host_stage = NULL;
+	zinf_pool_destroy(e->os.opool);
+	e->os.opool = NULL;
+	zinf_swap_destroy(e->os.oswap);
+	e->os.oswap = NULL;
 }
 
 /* The end of the step: every sub-group stepped (the worker's, then the rest here). */
@@ -67,7 +67,7 @@ step_all(struct zinf_engine *e)
 	struct eworker *w = &e->w;
 	int ret = e->sp.err; /* the speculative step's resolution failed (engine_spec.c) */
 	e->sp.err = 0;
-	if (w->started && (!e->gate || w->tail > 0)) {
+	if (w->started && (!e->cl.gate || w->tail > 0)) {
 		/* every sub-group went to the worker (with clipping or fp16: the speculation held,
 		   and the others followed) */
 		int r2 = eng_worker_end(e, false);
@@ -78,17 +78,17 @@ step_all(struct zinf_engine *e)
 	}
 	/* with the gradient window, its resident sub-groups first: no I/O for them */
 	ret = e->ot->begin(e);
-	for (int pass = e->gw.n ? 0 : 1; pass < 2 && !ret; pass++) {
+	for (int pass = e->gr.gw.n ? 0 : 1; pass < 2 && !ret; pass++) {
 		for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-			if (e->gw.n && (e->gw.sg_has[k] == GW_STEPPED ||
-					(pass == 0 && e->gw.sg_slot[k] < 0))) {
+			if (e->gr.gw.n && (e->gr.gw.sg_has[k] == GW_STEPPED ||
+					   (pass == 0 && e->gr.gw.sg_slot[k] < 0))) {
 				continue;
 			}
-			if (e->gw.n && (ret = eng_gwin_load(e, k))) {
+			if (e->gr.gw.n && (ret = eng_gwin_load(e, k))) {
 				break;
 			}
 			ret = e->ot->step(e, &e->main, k);
-			if (e->gw.n) {
+			if (e->gr.gw.n) {
 				eng_gwin_drop(e, k);
 			}
 		}
@@ -103,7 +103,7 @@ static int
 step_skip(struct zinf_engine *e)
 {
 	int ret = zinf_stream_sync(e->cs);
-	if (e->gw.n) {
+	if (e->gr.gw.n) {
 		eng_gwin_reset(e);
 	}
 	if (!ret) {
@@ -122,7 +122,7 @@ eng_step_run(struct zinf_engine *e)
 		return eng_agree(e, ret, "step"); /* the others stop too */
 	}
 	ret = step_all(e);
-	if (e->gw.n) {
+	if (e->gr.gw.n) {
 		eng_gwin_reset(e); /* every gradient was stepped: the next window starts empty */
 	}
 	/* before the all-gathers: no rank waits for a failed one */
@@ -184,18 +184,18 @@ step_call(struct zinf_engine *e)
 	/* clipping or fp16: the global norm decides the grad_scale, or skips the step; what was
 	   stepped during backward on the assumption of no clipping is kept, redone or restored */
 	float gs = 1.0f;
-	int skip = e->gate ? eng_clip_decide(e, &gs) : 0;
+	int skip = e->cl.gate ? eng_clip_decide(e, &gs) : 0;
 	if (skip < 0) {
 		if (eng_spec_on(e)) {
 			eng_worker_end(e, true); /* nothing in flight for the failed engine */
 		}
 		return skip;
 	}
-	if (e->gate && eng_spec_on(e)) {
+	if (e->cl.gate && eng_spec_on(e)) {
 		if ((ret = eng_spec_resolve(e, skip, gs))) {
 			return ret;
 		}
-	} else if (e->gate) {
+	} else if (e->cl.gate) {
 		e->step_scale = gs;
 		/* a skip: the speculating ranks agree on their roll-back (eng_spec_resolve); a rank
 		   not speculating (its device had no room for the reserve) joins that collective */
@@ -211,9 +211,9 @@ step_call(struct zinf_engine *e)
 	}
 	e->micro = 0;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
-		e->sg_pending[k] = e->sg_params[k];
-		if (e->sg_handed) {
-			e->sg_handed[k] = 0;
+		e->gr.sg_pending[k] = e->sg_params[k];
+		if (e->w.sg_handed) {
+			e->w.sg_handed[k] = 0;
 		}
 		if (e->sp.sg_slot) {
 			e->sp.sg_slot[k] = -1;

@@ -19,20 +19,20 @@
 static int
 trace_push(struct zinf_engine *e, int32_t layer)
 {
-	if (e->trace_n == e->trace_cap) {
-		uint32_t cap = e->trace_cap ? e->trace_cap * 2 : 64;
+	if (e->fx.trace_n == e->fx.trace_cap) {
+		uint32_t cap = e->fx.trace_cap ? e->fx.trace_cap * 2 : 64;
 		int32_t *t = zinf_calloc(cap, sizeof(*t));
 		if (!t) {
 			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
 		}
-		if (e->trace_n) {
-			memcpy(t, e->trace, e->trace_n * sizeof(*t));
+		if (e->fx.trace_n) {
+			memcpy(t, e->fx.trace, e->fx.trace_n * sizeof(*t));
 		}
-		zinf_free(e->trace);
-		e->trace = t;
-		e->trace_cap = cap;
+		zinf_free(e->fx.trace);
+		e->fx.trace = t;
+		e->fx.trace_cap = cap;
 	}
-	e->trace[e->trace_n++] = layer;
+	e->fx.trace[e->fx.trace_n++] = layer;
 	return 0;
 }
 
@@ -43,28 +43,29 @@ eng_trace_fetch(struct zinf_engine *e, int32_t layer)
 	if (!e->o.record_trace) {
 		return 0;
 	}
-	if (e->tr_state == TRACE_RECORDING) {
+	if (e->fx.tr_state == TRACE_RECORDING) {
 		return trace_push(e, layer);
 	}
-	if (e->tr_state != TRACE_VALID) {
+	if (e->fx.tr_state != TRACE_VALID) {
 		return 0;
 	}
-	if (e->cursor < e->trace_n && e->trace[e->cursor] == layer) {
-		e->cursor++;
-		e->trace_hits++;
+	if (e->fx.cursor < e->fx.trace_n && e->fx.trace[e->fx.cursor] == layer) {
+		e->fx.cursor++;
+		e->fx.trace_hits++;
 		return 0;
 	}
-	e->trace_misses++;
-	e->trace_invalidations++;
-	if (!e->warned_trace) {
-		e->warned_trace = true;
+	e->fx.trace_misses++;
+	e->fx.trace_invalidations++;
+	if (!e->fx.warned_trace) {
+		e->fx.warned_trace = true;
 		ENG_WARN(e,
 			 "fetch: layer %d at position %u differs from the recorded trace (%d): "
 			 "trace invalidated, recorded again from the next micro-batch (warned "
 			 "once)",
-			 layer, e->cursor, e->cursor < e->trace_n ? e->trace[e->cursor] : -1);
+			 layer, e->fx.cursor,
+			 e->fx.cursor < e->fx.trace_n ? e->fx.trace[e->fx.cursor] : -1);
 	}
-	e->tr_state = TRACE_INVALID;
+	e->fx.tr_state = TRACE_INVALID;
 	return 0;
 }
 
@@ -75,13 +76,13 @@ eng_trace_micro_end(struct zinf_engine *e)
 	if (!e->o.record_trace) {
 		return;
 	}
-	if (e->tr_state == TRACE_RECORDING && e->trace_n > 0) {
-		e->tr_state = TRACE_VALID;
-	} else if (e->tr_state == TRACE_INVALID) {
-		e->trace_n = 0;
-		e->tr_state = TRACE_RECORDING;
+	if (e->fx.tr_state == TRACE_RECORDING && e->fx.trace_n > 0) {
+		e->fx.tr_state = TRACE_VALID;
+	} else if (e->fx.tr_state == TRACE_INVALID) {
+		e->fx.trace_n = 0;
+		e->fx.tr_state = TRACE_RECORDING;
 	}
-	e->cursor = 0;
+	e->fx.cursor = 0;
 }
 
 /* Elements fetched in the trace from position `from` until `layer` comes again, or UINT64_MAX. */
@@ -89,11 +90,11 @@ uint64_t
 eng_reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer)
 {
 	uint64_t d = 0;
-	for (uint32_t i = from; i < e->trace_n; i++) {
-		if (e->trace[i] == layer) {
+	for (uint32_t i = from; i < e->fx.trace_n; i++) {
+		if (e->fx.trace[i] == layer) {
 			return d;
 		}
-		d += eng_layer(e, e->trace[i])->gather_elems;
+		d += eng_layer(e, e->fx.trace[i])->gather_elems;
 	}
 	return UINT64_MAX;
 }
@@ -110,9 +111,9 @@ prefetch_reads(struct zinf_engine *e)
 		return 0;
 	}
 	uint64_t queued = 0;
-	pthread_mutex_lock(&e->store_mu);
-	for (uint32_t i = e->cursor; i < e->trace_n; i++) {
-		struct elayer *l = eng_layer(e, e->trace[i]);
+	pthread_mutex_lock(&e->ps.store_mu);
+	for (uint32_t i = e->fx.cursor; i < e->fx.trace_n; i++) {
+		struct elayer *l = eng_layer(e, e->fx.trace[i]);
 		if (l->gathered || l->fetched || eng_layer_handed(e, l)) {
 			continue;
 		}
@@ -130,7 +131,7 @@ prefetch_reads(struct zinf_engine *e)
 		}
 	}
 out:
-	pthread_mutex_unlock(&e->store_mu);
+	pthread_mutex_unlock(&e->ps.store_mu);
 	return 0;
 }
 
@@ -140,12 +141,12 @@ static bool
 layer_read(struct zinf_engine *e, const struct elayer *l)
 {
 	bool ready = true;
-	pthread_mutex_lock(&e->store_mu);
+	pthread_mutex_lock(&e->ps.store_mu);
 	for (uint32_t j = 0; j < l->n && ready; j++) {
 		const struct eparam *p = &e->params[l->params[j]];
 		ready = p->persistent || e->pt->read_done(e, p);
 	}
-	pthread_mutex_unlock(&e->store_mu);
+	pthread_mutex_unlock(&e->ps.store_mu);
 	return ready;
 }
 
@@ -159,17 +160,17 @@ layer_read(struct zinf_engine *e, const struct elayer *l)
 int
 eng_prefetch(struct zinf_engine *e)
 {
-	if (e->tr_state != TRACE_VALID) {
+	if (e->fx.tr_state != TRACE_VALID) {
 		return 0;
 	}
 	int ret = 0;
-	for (uint32_t i = e->cursor; i < e->trace_n && !ret; i++) {
-		struct elayer *l = eng_layer(e, e->trace[i]);
+	for (uint32_t i = e->fx.cursor; i < e->fx.trace_n && !ret; i++) {
+		struct elayer *l = eng_layer(e, e->fx.trace[i]);
 		if (l->gathered || l->fetched || l->gather_elems == 0 || eng_layer_handed(e, l)) {
 			continue;
 		}
-		if (e->pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
-		    e->live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
+		if (e->fx.pf_inflight + l->gather_elems > e->o.stage3_prefetch_bucket_size ||
+		    e->fx.live_elems + l->gather_elems > e->o.stage3_max_live_parameters) {
 			break;
 		}
 		if (e->W == 1 && e->pt->reads && !layer_read(e, l)) {
@@ -177,7 +178,7 @@ eng_prefetch(struct zinf_engine *e)
 		}
 		ret = eng_gather_start(e, l);
 		l->prefetched = true;
-		e->pf_inflight += l->gather_elems;
+		e->fx.pf_inflight += l->gather_elems;
 	}
 	return ret ? ret : prefetch_reads(e);
 }

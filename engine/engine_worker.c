@@ -8,10 +8,10 @@
  * same function as the step after backward, so that the results are the same bits. With the
  * optimizer on NVMe a handed sub-group's gradient stays in its gradient-window slot until the
  * worker has finished it (queue position < finished: engine_grad.c takes the slot back then). With
- * gradient clipping or fp16 (e->gate) the step's grad_scale depends on the global norm, known only
- * after every gradient: the worker steps speculatively (engine_spec.c) the sub-groups that found a
- * slot in the reserve (eng_spec_claim when handed), each keeping its previous state there first
- * (eng_spec_save); the others wait for the norm.
+ * gradient clipping or fp16 (e->cl.gate) the step's grad_scale depends on the global norm, known
+ * only after every gradient: the worker steps speculatively (engine_spec.c) the sub-groups that
+ * found a slot in the reserve (eng_spec_claim when handed), each keeping its previous state there
+ * first (eng_spec_save); the others wait for the norm.
  */
 #include <errno.h>
 #include <string.h>
@@ -52,7 +52,7 @@ worker_main(void *arg)
 		int ret = 0;
 		if (!skip) {
 			/* the accumulations of k were queued on cs before this event */
-			ret = zinf_event_sync(e->sg_ev[k]);
+			ret = zinf_event_sync(e->w.sg_ev[k]);
 			if (!ret && !w->began) {
 				ret = e->ot->begin(e);
 				w->began = ret == 0;
@@ -84,13 +84,13 @@ eng_worker_start(struct zinf_engine *e)
 	struct eworker *w = &e->w;
 	int ret;
 	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
-	e->sg_ev = zinf_calloc(e->n_sg, sizeof(*e->sg_ev));
-	e->sg_handed = zinf_calloc(e->n_sg, 1);
-	if (!w->queue || !e->sg_ev || !e->sg_handed) {
+	e->w.sg_ev = zinf_calloc(e->n_sg, sizeof(*e->w.sg_ev));
+	e->w.sg_handed = zinf_calloc(e->n_sg, 1);
+	if (!w->queue || !e->w.sg_ev || !e->w.sg_handed) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
 	}
 	for (uint32_t k = 0; k < e->n_sg; k++) {
-		if ((ret = zinf_event_create(e->dev, &e->sg_ev[k]))) {
+		if ((ret = zinf_event_create(e->dev, &e->w.sg_ev[k]))) {
 			return ENG_FAIL(e, ret, "init: events of the step worker");
 		}
 	}
@@ -129,15 +129,15 @@ eng_worker_stop(struct zinf_engine *e)
 	}
 	zinf_stream_destroy(w->ws);
 	w->ws = NULL;
-	for (uint32_t k = 0; e->sg_ev && k < e->n_sg; k++) {
-		zinf_event_destroy(e->sg_ev[k]);
+	for (uint32_t k = 0; e->w.sg_ev && k < e->n_sg; k++) {
+		zinf_event_destroy(e->w.sg_ev[k]);
 	}
-	zinf_free(e->sg_ev);
-	e->sg_ev = NULL;
+	zinf_free(e->w.sg_ev);
+	e->w.sg_ev = NULL;
 	zinf_free(w->queue);
 	w->queue = NULL;
-	zinf_free(e->sg_handed);
-	e->sg_handed = NULL;
+	zinf_free(e->w.sg_handed);
+	e->w.sg_handed = NULL;
 }
 
 /* Hand sub-group k to the worker, after the engine stream's work so far (its accumulations,
@@ -149,15 +149,15 @@ hand(struct zinf_engine *e, uint32_t k)
 	struct eworker *w = &e->w;
 	int ret = eng_order(e, e->compute, e->cs);
 	if (!ret) {
-		ret = zinf_event_record(e->sg_ev[k], e->cs);
+		ret = zinf_event_record(e->w.sg_ev[k], e->cs);
 	}
-	if (!ret && e->gw.n) {
+	if (!ret && e->gr.gw.n) {
 		/* the gradient window: k's gradient in a slot, the worker's until it is done */
 		if ((ret = eng_gwin_load(e, k)) == 0) {
 			eng_gwin_hand(e, k, w->tail);
 		}
 	}
-	e->sg_handed[k] = 1;
+	e->w.sg_handed[k] = 1;
 	pthread_mutex_lock(&w->mu);
 	if (ret && !w->err) {
 		w->err = ret;
@@ -179,7 +179,7 @@ eng_worker_hand(struct zinf_engine *e, uint32_t k)
 static bool
 may_hand(struct zinf_engine *e, uint32_t k)
 {
-	return !e->gate || eng_spec_claim(e, k);
+	return !e->cl.gate || eng_spec_claim(e, k);
 }
 
 /* Whether no layer holding a parameter of sub-group k is fetched. */
@@ -202,11 +202,12 @@ released(struct zinf_engine *e, uint32_t k)
 void
 eng_worker_pump(struct zinf_engine *e)
 {
-	if (!e->w.started || (e->gate && !eng_spec_on(e))) {
+	if (!e->w.started || (e->cl.gate && !eng_spec_on(e))) {
 		return;
 	}
 	for (uint32_t k = 0; k < e->n_sg; k++) {
-		if (e->sg_pending[k] == 0 && !e->sg_handed[k] && released(e, k) && may_hand(e, k)) {
+		if (e->gr.sg_pending[k] == 0 && !e->w.sg_handed[k] && released(e, k) &&
+		    may_hand(e, k)) {
 			hand(e, k);
 		}
 	}
@@ -216,7 +217,7 @@ eng_worker_pump(struct zinf_engine *e)
 void
 eng_step_final(struct zinf_engine *e, uint32_t k)
 {
-	if (e->w.started && (!e->gate || eng_spec_on(e)) && released(e, k) && may_hand(e, k)) {
+	if (e->w.started && (!e->cl.gate || eng_spec_on(e)) && released(e, k) && may_hand(e, k)) {
 		hand(e, k);
 	}
 	/* else: stepped after backward (eng_step_run), or handed at its layers' release */
@@ -234,7 +235,7 @@ void
 eng_worker_prime(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
-	if (!w->started || (e->gate && !eng_spec_on(e)) || !e->ot->reads_ahead ||
+	if (!w->started || (e->cl.gate && !eng_spec_on(e)) || !e->ot->reads_ahead ||
 	    e->micro + 1 != e->o.gradient_accumulation_steps) {
 		return;
 	}
@@ -276,7 +277,7 @@ eng_worker_end(struct zinf_engine *e, bool partial)
 	}
 	int r2 = zinf_stream_sync(w->ws);
 	ret = ret ? ret : r2;
-	if (e->gw.n) {
+	if (e->gr.gw.n) {
 		eng_gwin_reclaim(e); /* before `finished` goes back to 0 */
 	}
 	bool began = w->began;
@@ -285,7 +286,7 @@ eng_worker_end(struct zinf_engine *e, bool partial)
 	w->began = false;
 	if (began) {
 		for (uint32_t k = 0; partial && k < e->n_sg; k++) {
-			if (!e->sg_handed[k] && (r2 = e->ot->skip(e, k))) {
+			if (!e->w.sg_handed[k] && (r2 = e->ot->skip(e, k))) {
 				ret = ret ? ret : r2;
 			}
 		}
