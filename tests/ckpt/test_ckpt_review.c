@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_ckpt_review.c: a reviewer's tests of the checkpoints (zinf_engine_save /
+ * tests/ckpt/test_ckpt_review.c: a reviewer's tests of the checkpoints (zinf_engine_save /
  * zinf_engine_load, the directory they write), one process (comm "single", device "host").
  * A test of a defect failed before its fix (the commit and notes/REVIEW_CKPT.md name both);
  * the others check what was found sound. renameat2, rename and fsync are interposed (this
@@ -35,7 +35,7 @@
 #define QUANTUM 0x1p-14f
 #define GAS	2
 
-#include "engine/ckpt_test.h"
+#include "ckpt/ckpt_test.h"
 
 struct cfg {
 	int stage;
