@@ -8,7 +8,8 @@
  * deleted file, a held lock) names what is wrong and leaves the engine usable; a process killed
  * at every point of a save (and at random moments) leaves a checkpoint that loads and equals
  * the reference of its own step count, never a mix. Several ranks and other world sizes:
- * test_engine_ranks.c (cases ckpt_*).
+ * test_ckpt_ranks.c. What a load restores into a trained engine: test_ckpt_resume.c; the
+ * directory on the file system: test_ckpt_fs.c.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
