@@ -6,7 +6,9 @@
  * known values; bf16/f16 conversion against a rounding worked in double and by hand; bf16 state
  * widened; files_world 1 (stage 0); DIR/latest, an explicit tag and the TAG directory itself;
  * the CRC check of every file, then one corrupted byte; truncated, missing and unlisted files;
- * malformed manifests, each refusal naming the field; unknown keys ignored.
+ * malformed manifests, each refusal naming the field; unknown keys ignored; fewer descriptors
+ * than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified and
+ * exported under a limit of 64).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_fixture.h"
 #include "common/test_util.h"
 #include "zinf/checkpoint.h"
+#include "zinf/swap.h"
 
 static char *dir;
 
@@ -729,4 +733,88 @@ Test(ckpt_read, more_files_than_descriptors)
 	zinf_ckpt_close(c);
 	/* the handle's files and the TAG directory it holds open from zinf_ckpt_open */
 	cr_expect_eq(open_fds(), hi, "every descriptor closed");
+}
+
+/* ---- the reader and many files ------------------------------------------------------------- */
+
+/*
+ * A checkpoint by hand (docs/CHECKPOINT.md) of a world of W ranks: one part (the master), one
+ * parameter "w" of W elements, rank r's file r<r>.fp32 holding element r (= r + 0.5).
+ */
+static void
+many_ranks_checkpoint(const char *tagdir, int W)
+{
+	cr_assert_eq(mkdir(tagdir, 0755), 0, "%s", tagdir);
+	json_t *m = json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:f, "
+			      "s:{s:f, s:i, s:i, s:i}, s:{s:s, s:s}, s:[{s:s, s:s}], s:i}",
+			      "format", "zinf-checkpoint", "version", 1, "tag", "many", "world", W,
+			      "files_world", W, "stage", 3, "dtype", "f32", "steps", 1,
+			      "micro_steps", 1, "skipped_steps", 0, "lr", 0.01, "loss_scaler",
+			      "scale", 1.0, "good_steps", 0, "hysteresis_left", 2, "overflows", 0,
+			      "optimizer", "kind", "sgd", "state_dtype", "f32", "parts", "name",
+			      "fp32", "dtype", "f32", "client_bytes", 0);
+	cr_assert_not_null(m);
+	json_t *offs = json_array(), *ranks = json_array(), *files = json_array();
+	char p[8192], name[32];
+	for (int r = 0; r < W; r++) {
+		float v = (float)r + 0.5f;
+		snprintf(name, sizeof(name), "r%05d.fp32", r);
+		snprintf(p, sizeof(p), "%s/%s", tagdir, name);
+		FILE *f = fopen(p, "wb");
+		cr_assert_not_null(f, "%s", p);
+		cr_assert_eq(fwrite(&v, 4, 1, f), 1);
+		fclose(f);
+		json_array_append_new(offs, json_integer(0));
+		json_array_append_new(ranks, json_pack("{s:i, s:i}", "rank", r, "flat", 1));
+		json_array_append_new(files,
+				      json_pack("{s:s, s:i, s:I}", "name", name, "bytes", 4,
+						"crc32c", (json_int_t)zinf_crc32c(0, &v, 4)));
+	}
+	json_object_set_new(m, "params",
+			    json_pack("[{s:s, s:i, s:i, s:i, s:o}]", "name", "w", "numel", W,
+				      "layer", 0, "part", 1, "flat_off", offs));
+	json_object_set_new(m, "ranks", ranks);
+	json_object_set_new(m, "files", files);
+	snprintf(p, sizeof(p), "%s/manifest.json", tagdir);
+	cr_assert_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
+	fx_reseal(tagdir); /* as a writer would: the reader's checks of the values are seen */
+	json_decref(m);
+}
+
+/*
+ * A checkpoint of more ranks than the process may hold descriptors (RLIMIT_NOFILE; 1024 by
+ * default, a 1024-rank save at stage 3 lists 3072 files): reading a tensor across every rank's
+ * file, verifying every file and exporting must not keep a descriptor per file open.
+ */
+Test(ckpt_read, more_rank_files_than_descriptors_read_verify_export)
+{
+	enum { W = 300 };
+	char *dir = zt_mkdtemp(NULL);
+	char tagdir[4200];
+	snprintf(tagdir, sizeof(tagdir), "%s/many", dir);
+	many_ranks_checkpoint(tagdir, W);
+	struct rlimit rl;
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = 64;
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "many", &c);
+	cr_assert_eq(rc, 0, "open: %d %s", rc, zinf_last_error());
+	float out[W];
+	rc = zinf_ckpt_read(c, 0, 0, 0, W, ZINF_F32, out);
+	cr_assert_eq(rc, 0, "read across %d files: %d %s", W, rc, zinf_last_error());
+	for (int r = 0; r < W; r++) {
+		cr_assert_eq(out[r], (float)r + 0.5f, "element %d: %g", r, out[r]);
+	}
+	for (uint32_t i = 0; i < zinf_ckpt_file_count(c); i++) {
+		rc = zinf_ckpt_verify_file(c, i);
+		cr_assert_eq(rc, 0, "verify file %u: %d %s", i, rc, zinf_last_error());
+	}
+	char st[4300];
+	snprintf(st, sizeof(st), "%s/w.safetensors", dir);
+	rc = zinf_ckpt_export(c, st, ZINF_F32, 0);
+	cr_assert_eq(rc, 0, "export: %d %s", rc, zinf_last_error());
+	zinf_ckpt_close(c);
+	zt_rmtree(dir);
+	free(dir);
 }

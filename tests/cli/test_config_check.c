@@ -62,7 +62,7 @@ resolved(json_t *o, const char *path)
 Test(config_check, hf_zero3_auto_and_plan)
 {
 	cr_assert_eq(zc_run_sh(&sc, "", "",
-			       "config check %s/tests/engine/configs/hf_zero3.json --hidden 1024 "
+			       "config check %s/tests/config/configs/hf_zero3.json --hidden 1024 "
 			       "--world 2 --params 1e8 --json",
 			       ZINF_SOURCE_DIR),
 		     0);

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * tests/device/test_device_host.c: the device handle (choosing a backend by name or the best,
- * its errors) and what only the host backend has: streams that run on their own threads,
- * ordered only by events. A copy stream held back by the test gate shows, deterministically,
- * that a kernel on another stream reads the old bytes without an event wait and the new ones
- * with it; the synchronous mode runs work as it is queued; an error while queued work runs comes
- * back from zinf_stream_sync.
+ * its errors, the device count) and what only the host backend has: streams that run on their
+ * own threads, ordered only by events. A copy stream held back by the test gate shows,
+ * deterministically, that a kernel on another stream reads the old bytes without an event wait
+ * and the new ones with it; the synchronous mode runs work as it is queued; an error while
+ * queued work runs comes back from zinf_stream_sync.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -89,6 +89,14 @@ Test(device_host, create_by_name_best_and_errors)
 	cr_assert_null(zinf_stream_native(s));
 	zinf_stream_destroy(s);
 	zinf_device_destroy(d);
+}
+
+/* The engine takes the device of its local rank modulo zinf_device_count(): "host" counts one,
+ * a backend that does not exist a negative errno. */
+Test(device_host, device_count)
+{
+	cr_expect_eq(zinf_device_count("host"), 1);
+	cr_expect_lt(zinf_device_count("no-such-backend"), 0);
 }
 
 /* The rig of the ordering tests: a copy stream (gated) and a compute stream. */

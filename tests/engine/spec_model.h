@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/spec_model.h: the speculative-step tests' model and steps (test_engine_spec.c,
- * test_spec_review.c): five parameters in three layers, 20 steps mixing plain, clipped and
+ * test_engine_rollback.c): five parameters in three layers, 20 steps mixing plain, clipped and
  * fp16-overflow steps, initial values and dyadic gradients (sums stay exact), the engine and
  * its model (struct model: spec_model_create, model_free), what a step leaves (struct seen), and
  * one micro-batch's forward and backward through the engine (spec_passes), a step's record

@@ -23,63 +23,23 @@
  * restored (spec_fault); an NVMe fault on one rank outside the step, in a fetch or in the
  * gradient path, every other rank told by its failure notice (notice_fetch, notice_grad), and
  * in read_master, before the parts' all-gather (notice_read_master); a trainer giving up after
- * a mistake of its own on one rank (zinf_engine_abort: notice_abort).
+ * a mistake of its own on one rank (zinf_engine_abort: notice_abort); init whose initial values
+ * fail on one rank, the error agreed before the all-gathers (init_fault). The runner and the
+ * helpers shared with tests/ckpt/test_ckpt_ranks.c (checkpoints over several ranks):
+ * engine_ranks.h.
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
-#include <errno.h>
-#include <math.h>
-#include <mpi.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "common/dtype.h"
-#include "common/test_util.h"
-#include "engine/engine_drive.h"
-#include "engine/engine_ref.h"
-#include "engine/rank_check.h"
+#include "engine/engine_ranks.h"
 #include "zinf/adam.h"
 #include "zinf/comm.h"
-#include "zinf/device.h"
-#include "zinf/checkpoint.h"
-#include "zinf/engine.h"
-#include "zinf/io.h"
 
 #define QUANTUM 0x1p-14f
 #define STEPS	10
 #define GAS	2
 
-static int rank, world;
-static char *scratch; /* this rank's NVMe directory */
-
-/* ---- the log, kept so that a case can look for what a worker thread said ------------------ */
-
-static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
-static char log_text[1 << 16];
-static size_t log_len;
-
-static void
-log_keep(void *ctx, enum zinf_log_level level, const char *file, int line, const char *func,
-	 const char *msg)
-{
-	(void)ctx;
-	(void)file;
-	(void)line;
-	(void)func;
-	pthread_mutex_lock(&log_lock);
-	fprintf(stderr, "rank %d: zinf: %s: %s\n", rank, level == ZINF_LOG_ERROR ? "error" : "warn",
-		msg);
-	int n = snprintf(log_text + log_len, sizeof(log_text) - log_len, "%s\n", msg);
-	if (n > 0) {
-		log_len += (size_t)n;
-		if (log_len >= sizeof(log_text)) {
-			log_len = 0; /* wrap: only the latest messages matter */
-		}
-	}
-	pthread_mutex_unlock(&log_lock);
-}
+/* ---- the log engine_ranks.h keeps: cleared, searched --------------------------------------- */
 
 static void
 log_clear(void)
@@ -99,7 +59,7 @@ log_has(const char *s)
 	return r;
 }
 
-/* ---- helpers ------------------------------------------------------------------------------ */
+/* ---- helpers ------------------------------------------------------------------------------- */
 
 static uint64_t
 padded(uint64_t numel)
@@ -126,96 +86,7 @@ expected_sub_groups(int w, uint64_t sgs)
 	return n + (cur > 0);
 }
 
-static struct zinf_engine *
-make_model(struct zinf_engine_opts *o, int *fails_out)
-{
-	struct zinf_engine *e = NULL;
-	int fails = 0;
-	int rc = zinf_engine_create(o, &e);
-	CHECK(rc == 0, "zinf_engine_create: %d %s", rc, zinf_last_error());
-	if (rc == 0) {
-		rc = edrive_add_params(e);
-		CHECK(rc == 0, "add_params: %d %s", rc, zinf_last_error());
-	}
-	if (rc == 0) {
-		rc = zinf_engine_init(e);
-		CHECK(rc == 0, "zinf_engine_init: %d %s", rc, zinf_last_error());
-	}
-	if (rc < 0) {
-		zinf_engine_destroy(e);
-		e = NULL;
-	}
-	*fails_out += fails;
-	return e;
-}
-
-struct master {
-	float *p[EREF_NPARAMS];
-};
-
-static int
-master_alloc(struct master *m)
-{
-	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
-		m->p[id] = calloc(eref_numel(id), sizeof(float));
-		if (!m->p[id]) {
-			return -ENOMEM;
-		}
-	}
-	return 0;
-}
-
-static void
-master_free(struct master *m)
-{
-	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
-		free(m->p[id]);
-		m->p[id] = NULL;
-	}
-}
-
-/* Failures of |a - b| > tol (tol 0: bit for bit), the largest difference in *maxdiff. */
-static int
-compare(const char *what, float *const a[EREF_NPARAMS], float *const b[EREF_NPARAMS], double tol,
-	double *maxdiff)
-{
-	int fails = 0;
-	double md = 0;
-	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
-		for (uint64_t i = 0; i < eref_numel(id); i++) {
-			double d = fabs((double)a[id][i] - b[id][i]);
-			md = fmax(md, d);
-			bool ok = tol == 0 ? memcmp(&a[id][i], &b[id][i], 4) == 0 : d <= tol;
-			if (!ok && fails < 5) {
-				CHECK(ok,
-				      "%s: %s[%llu] = %.9g, reference %.9g (diff %.3g, tol %.3g)",
-				      what, eref_params[id].name, (unsigned long long)i, a[id][i],
-				      b[id][i], d, tol);
-			} else if (!ok) {
-				fails++;
-			}
-		}
-	}
-	if (maxdiff) {
-		*maxdiff = md;
-	}
-	return fails;
-}
-
-static int
-reference(struct eref_result *ref, enum zinf_dtype dtype, float quantum, int steps, uint32_t gas)
-{
-	struct eref_opts ro = {
-		.world = world, .steps = steps, .gas = gas, .dtype = dtype, .quantum = quantum};
-	edrive_optimizer(&ro.opt);
-	int rc = eref_train(&ro, ref);
-	if (rc < 0) {
-		fprintf(stderr, "rank %d: eref_train: %d %s\n", rank, rc, zinf_last_error());
-	}
-	return rc;
-}
-
-/* ---- a known answer worked by hand -------------------------------------------------------- */
+/* ---- a known answer worked by hand --------------------------------------------------------- */
 
 /*
  * Three 3x5 weights (15 elements), one per layer; initial value of element i of weight p:
@@ -412,15 +283,7 @@ case_known_answer(void)
 	return fails;
 }
 
-/* ---- the test model, every stage and tier ------------------------------------------------- */
-
-struct config {
-	int stage;
-	enum zinf_offload_device opt, param;
-	bool sdb;
-};
-
-static const char *const tier_names[] = {"none", "cpu", "nvme"};
+/* ---- the test model, every stage and tier -------------------------------------------------- */
 
 /*
  * Train the test model STEPS steps of GAS micro-batches under configuration c and read the
@@ -622,7 +485,7 @@ case_bf16(void)
 	return fails;
 }
 
-/* ---- stage 3: the live bound and persistence ---------------------------------------------- */
+/* ---- stage 3: the live bound and persistence ----------------------------------------------- */
 
 /*
  * Persistence threshold 16 elements, model persistence threshold 23: in registration order
@@ -775,7 +638,7 @@ case_trace(void)
 	return fails;
 }
 
-/* ---- failures (last: they fail communicators) --------------------------------------------- */
+/* ---- failures (last: they fail communicators) ---------------------------------------------- */
 
 /*
  * comm_check on: rank 0 fetches layer 0, the others layer 1. Every rank gets an error (-EPROTO;
@@ -783,8 +646,8 @@ case_trace(void)
  * on the test model, whose layers differ in size (the collective's own check sees different
  * counts), and on three layers of one 15-element weight each, where every collective of the two
  * fetches looks the same and only the engine's check of the layer can tell; and the same with
- * layer ids from 2^24 on (16777216 and 16777217 are one value in fp32: the check compared the
- * ids as floats and let the mismatch through, review finding 8).
+ * layer ids from 2^24 on (16777216 and 16777217 are one value in fp32: a check that compared the
+ * ids as floats let the mismatch through; found by a review).
  */
 static int
 fetch_mismatch(bool same_sizes, int32_t base)
@@ -850,18 +713,6 @@ case_fetch_mismatch(void)
 				   fetch_mismatch(true, 1 << 24);
 }
 
-/* Arm the "fault" I/O backend: `op` fails with EIO from its nth occurrence on (1000 times). */
-static int
-arm_eio(struct zinf_io *io, enum zinf_io_op op, int nth)
-{
-	struct zinf_io_fault f = {.kind = ZINF_IO_FAULT_FAIL,
-				  .op = op,
-				  .nth = (uint32_t)nth,
-				  .count = 1000,
-				  .err = EIO};
-	return zinf_io_fault_add(io, &f);
-}
-
 /*
  * The optimizer on NVMe through the "fault" I/O backend (stage 2, comm_check, 5 s deadline).
  * One step runs clean; then the last rank arms a read failure (EIO) and every rank trains on:
@@ -921,8 +772,8 @@ case_io_fault(void)
 }
 
 /*
- * Review finding 9: the optimizer on NVMe through the "fault" I/O backend, the last rank's reads
- * fail during a step, without comm_check and with a 60 s deadline. The step's outcome is agreed
+ * The optimizer on NVMe through the "fault" I/O backend, the last rank's reads fail during a
+ * step, without comm_check and with a 60 s deadline. The step's outcome is agreed
  * across ranks before the collectives that follow it: every rank returns an error from the same
  * step, the failing rank its I/O error, the others that error too (never -ETIMEDOUT, which is
  * what waiting out the deadline in the next collective gives) with a message naming the failing
@@ -1193,9 +1044,9 @@ case_notice_abort(void)
 	return fails;
 }
 
-/* ---- runner ------------------------------------------------------------------------------- */
+/* ---- runner -------------------------------------------------------------------------------- */
 
-/* ---- gradient clipping and fp16 overflow across ranks ------------------------------------- */
+/* ---- gradient clipping and fp16 overflow across ranks -------------------------------------- */
 
 /*
  * Two weights, 13 and 6 elements (layers 0 and 1), initial value p + i/4; rank r hands for
@@ -1354,7 +1205,7 @@ case_clip(void)
 	return fails;
 }
 
-/* ---- a partition holding none of its tensor (stages 0-1) ---------------------------------- */
+/* ---- a partition holding none of its tensor (stages 0-1) ----------------------------------- */
 
 /*
  * At stage 1 a rank may hold none of a small tensor: with 2 ranks a 1-element bias is one
@@ -1723,11 +1574,11 @@ case_spec(void)
 }
 
 /*
- * Ranks that do not all speculate (review of engine_spec.c): a device without room for the
- * reserve (optimizer tier none) runs without speculating, on that rank only; rank 0 stands for
- * it here with step_during_backward off, the others speculate. The outcome (skipped, clipped,
- * plain) is the same everywhere; so must be the collectives each rank runs: the run goes on
- * and gives the bits of the run where no rank speculates. Stages 1-3, tier none.
+ * Ranks that do not all speculate: a device without room for the reserve (optimizer tier none)
+ * runs without speculating, on that rank only; rank 0 stands for it here with
+ * step_during_backward off, the others speculate. The outcome (skipped, clipped, plain) is the
+ * same everywhere; so must be the collectives each rank runs: the run goes on and gives the
+ * bits of the run where no rank speculates. Stages 1-3, tier none.
  */
 static int
 case_spec_mixed(void)
@@ -1842,8 +1693,8 @@ spec_fault_one(int at, int nth)
 	return fails;
 }
 
-/* The same with the last rank's writes failing (review of engine_spec.c): the speculative
-   pass's, the roll-back's (zinf_step_load) or the redo's; every rank returns -EIO. */
+/* The same with the last rank's writes failing: the speculative pass's, the roll-back's
+   (zinf_step_load) or the redo's; every rank returns -EIO. */
 static int
 case_spec_fault_write(void)
 {
@@ -1884,209 +1735,7 @@ case_spec_fault(void)
 	return fails;
 }
 
-/* ---- checkpoints ---------------------------------------------------------------------------- */
-
-/* A directory every rank sees: rank 0's path under its scratch directory, broadcast. */
-static void
-shared_dir(const char *name, char *out, size_t n)
-{
-	if (rank == 0) {
-		snprintf(out, n, "%s/%s", scratch, name);
-	}
-	MPI_Bcast(out, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD);
-}
-
-/* `steps` steps from step index `first`; every rank hands rank 0's data when same_data (so that
- * the run is that of one rank, whatever the world size: the mean of W equal quantised gradients
- * is exact). Loaded from load_dir instead of init when it is set; saved into save_dir after the
- * steps: with bg_after > 0 in the background, then bg_after more steps (the first of which
- * publishes it) and zinf_engine_save_wait. Masters into m. */
-static int
-ckpt_train_bg(const struct config *c, enum zinf_dtype dtype, int64_t first, int steps,
-	      bool same_data, const char *load_dir, const char *save_dir, int bg_after,
-	      struct master *m, const char *what)
-{
-	struct zinf_engine_opts o;
-	int fails = 0;
-	edrive_opts(&o, "mpi", c->stage, c->opt, c->param, scratch, dtype, GAS);
-	struct zinf_engine *e = NULL;
-	int rc = zinf_engine_create(&o, &e);
-	CHECK(rc == 0, "%s: create: %d %s", what, rc, zinf_last_error());
-	if (rc == 0) {
-		rc = edrive_add_params(e);
-		CHECK(rc == 0, "%s: add_params: %d", what, rc);
-	}
-	if (rc == 0) {
-		rc = load_dir ? zinf_engine_load(e, load_dir, NULL, NULL) : zinf_engine_init(e);
-		CHECK(rc == 0, "%s: %s: %d %s", what, load_dir ? "load" : "init", rc,
-		      zinf_last_error());
-	}
-	if (rc == 0 && load_dir) {
-		CHECK(zinf_engine_steps(e) == first, "%s: %lld steps after load, expected %lld",
-		      what, (long long)zinf_engine_steps(e), (long long)first);
-	}
-	struct edrive d;
-	bool d_ok = false;
-	if (rc == 0) {
-		rc = edrive_init(&d, e, dtype, QUANTUM);
-		d_ok = rc == 0;
-		CHECK(rc == 0, "%s: edrive_init", what);
-	}
-	if (rc == 0) {
-		if (same_data) {
-			d.rank = 0;
-		}
-		rc = edrive_run(&d, first, steps, GAS, -1);
-		CHECK(rc == 0, "%s: %s", what, d.why);
-	}
-	if (rc == 0 && save_dir) {
-		struct zinf_ckpt_opts so;
-		zinf_ckpt_opts_init(&so);
-		so.background = bg_after > 0;
-		rc = zinf_engine_save(e, save_dir, NULL, &so);
-		CHECK(rc == 0, "%s: save: %d %s", what, rc, zinf_last_error());
-	}
-	if (rc == 0 && bg_after > 0) {
-		rc = edrive_run(&d, first + steps, bg_after, GAS, -1);
-		CHECK(rc == 0, "%s: after the background save: %s", what, d.why);
-		int w = zinf_engine_save_wait(e);
-		CHECK(w == 0, "%s: save_wait: %d %s", what, w, zinf_last_error());
-		rc = rc ? rc : w;
-	}
-	if (rc == 0 && m) {
-		rc = edrive_read_master(e, m->p);
-		CHECK(rc == 0, "%s: read_master: %d", what, rc);
-	}
-	if (d_ok) {
-		edrive_fini(&d);
-	}
-	zinf_engine_destroy(e);
-	return fails + (rc != 0 && fails == 0);
-}
-
-static int
-ckpt_train(const struct config *c, enum zinf_dtype dtype, int64_t first, int steps, bool same_data,
-	   const char *load_dir, const char *save_dir, struct master *m, const char *what)
-{
-	return ckpt_train_bg(c, dtype, first, steps, same_data, load_dir, save_dir, 0, m, what);
-}
-
-/*
- * Resume over several ranks: 4 steps straight, and 2 steps + save + a new engine loaded from
- * it + 2 steps: bit for bit the same masters, and the reference's (quantised gradients).
- */
-static int
-case_ckpt_resume(void)
-{
-	const struct {
-		struct config c;
-		enum zinf_dtype dtype;
-	} cfgs[] = {{{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true}, ZINF_BF16},
-		    {{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true}, ZINF_F32},
-		    {{2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true}, ZINF_F32},
-		    {{1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true}, ZINF_BF16},
-		    {{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true}, ZINF_F32}};
-	int fails = 0;
-	char dir[4096];
-	shared_dir("ckpt_resume", dir, sizeof(dir));
-	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
-		const struct config *c = &cfgs[i].c;
-		char what[96];
-		snprintf(what, sizeof(what), "resume, %d ranks, stage %d, %s/%s, %s", world,
-			 c->stage, tier_names[c->opt], tier_names[c->param],
-			 zinf_dtype_name(cfgs[i].dtype));
-		struct master a = {{0}}, b = {{0}};
-		struct eref_result ref;
-		if (master_alloc(&a) || master_alloc(&b) ||
-		    reference(&ref, cfgs[i].dtype, QUANTUM, 4, GAS) < 0) {
-			return fails + 1;
-		}
-		int f = ckpt_train(c, cfgs[i].dtype, 0, 4, false, NULL, NULL, &a, what);
-		f += ckpt_train(c, cfgs[i].dtype, 0, 2, false, NULL, dir, NULL, what);
-		f += ckpt_train(c, cfgs[i].dtype, 2, 2, false, dir, NULL, &b, what);
-		fails += f;
-		if (f == 0) {
-			fails += compare(what, b.p, a.p, 0, NULL);
-			fails += compare(what, b.p, ref.master, 0, NULL);
-		}
-		/* the same through a background save published by the following step */
-		char bgw[128];
-		snprintf(bgw, sizeof(bgw), "%s, background save", what);
-		f = ckpt_train_bg(c, cfgs[i].dtype, 0, 2, false, NULL, dir, 2, &b, bgw);
-		fails += f;
-		if (f == 0) {
-			fails += compare(bgw, b.p, a.p, 0, NULL);
-			f = ckpt_train(c, cfgs[i].dtype, 2, 2, false, dir, NULL, &b, bgw);
-			fails += f;
-			fails += f ? 0 : compare(bgw, b.p, a.p, 0, NULL);
-		}
-		eref_result_free(&ref);
-		master_free(&a);
-		master_free(&b);
-	}
-	return fails;
-}
-
-/*
- * Another world size (ctest runs ckpt_save under mpirun -np 4 and -np 1, then ckpt_reshard
- * under -np 2, 3 and 4 against them): ckpt_save trains 2 steps with every rank handing rank
- * 0's data (stage 3, both tiers on NVMe) and saves into $ZINF_CKPT_DIR; ckpt_reshard loads
- * $ZINF_CKPT_DIR into another stage and tiers (the partitions re-cut), trains 2 more and must
- * equal the one-rank reference of 4 steps bit for bit: the optimizer state, not only the
- * masters, came over right (a moment off in any element moves the next steps).
- */
-static int
-case_ckpt_save(void)
-{
-	const char *dir = getenv("ZINF_CKPT_DIR");
-	int fails = 0;
-	CHECK(dir != NULL, "ZINF_CKPT_DIR is not set");
-	if (!dir) {
-		return fails;
-	}
-	if (rank == 0) {
-		zt_rmtree(dir);
-	}
-	MPI_Barrier(MPI_COMM_WORLD);
-	struct config c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true};
-	return ckpt_train(&c, ZINF_F32, 0, 2, true, NULL, dir, NULL, "save for reshard");
-}
-
-static int
-case_ckpt_reshard(void)
-{
-	const char *dir = getenv("ZINF_CKPT_DIR");
-	int fails = 0;
-	CHECK(dir != NULL, "ZINF_CKPT_DIR is not set");
-	if (!dir) {
-		return fails;
-	}
-	/* a different stage and tiers for each world size */
-	struct config c = world == 2 ? (struct config){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true}
-			  : world == 3
-				  ? (struct config){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true}
-				  : (struct config){1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true};
-	char what[128];
-	snprintf(what, sizeof(what), "reshard %s into %d ranks, stage %d %s/%s", dir, world,
-		 c.stage, tier_names[c.opt], tier_names[c.param]);
-	struct master m = {{0}};
-	struct eref_result ref;
-	struct eref_opts ro = {
-		.world = 1, .steps = 4, .gas = GAS, .dtype = ZINF_F32, .quantum = QUANTUM};
-	edrive_optimizer(&ro.opt);
-	if (master_alloc(&m) || eref_train(&ro, &ref) < 0) {
-		return 1;
-	}
-	fails += ckpt_train(&c, ZINF_F32, 2, 2, true, dir, NULL, &m, what);
-	if (fails == 0) {
-		fails += compare(what, m.p, ref.master, 0, NULL);
-	}
-	eref_result_free(&ref);
-	master_free(&m);
-	return fails;
-}
-
-/* ---- a reviewer's checkpoint cases (notes/REVIEW_CKPT.md) ---------------------------------- */
+/* ---- a rank failing init ------------------------------------------------------------------- */
 
 /* Initial values that fail on the last rank only (the others give zeros). */
 static int
@@ -2109,7 +1758,7 @@ init_fails_on_last(void *ctx, uint32_t param, uint64_t first, uint64_t count, fl
  * comm_timeout_s in an all-gather the failed rank never joins.
  */
 static int
-case_ckpt_review_init_fault(void)
+case_init_fault(void)
 {
 	if (world < 2) {
 		return SKIP;
@@ -2142,156 +1791,7 @@ case_ckpt_review_init_fault(void)
 	return fails;
 }
 
-/*
- * zinf_engine_load into a running engine (stage 2, the optimizer on NVMe through the "fault"
- * I/O backend) where the last rank's writes of the loaded state fail: every rank returns -EIO,
- * agreed before the all-gathers of the new parameters, and the engine stays failed.
- */
-static int
-case_ckpt_review_load_fault(void)
-{
-	if (world < 2) {
-		return SKIP;
-	}
-	struct zinf_engine_opts o;
-	struct edrive d;
-	int fails = 0;
-	char dir[4096];
-	shared_dir("ckpt_review_fault", dir, sizeof(dir));
-	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
-	o.io_backend = "fault";
-	o.comm_check = false;
-	o.comm_timeout_s = 10;
-	o.swap_prefix = "rvload";
-	struct zinf_engine *e = make_model(&o, &fails);
-	if (!e) {
-		return fails + 1;
-	}
-	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
-	if (rc == 0) {
-		rc = edrive_run(&d, 0, 2, 1, -1);
-		CHECK(rc == 0, "two clean steps: %s", d.why);
-		edrive_fini(&d);
-	}
-	if (rc == 0) {
-		rc = zinf_engine_save(e, dir, NULL, NULL);
-		CHECK(rc == 0, "save: %d %s", rc, zinf_last_error());
-	}
-	struct zinf_io *io = zinf_engine_io(e);
-	if (rc == 0 && rank == world - 1) {
-		rc = arm_eio(io, ZINF_IO_WRITE, 1);
-		CHECK(rc == 0, "zinf_io_fault_add: %d %s", rc, zinf_last_error());
-	}
-	if (rc == 0) {
-		rc = zinf_engine_load(e, dir, NULL, NULL);
-		CHECK(rc == -EIO, "load with rank %d's NVMe writes failing: %d, expected -EIO",
-		      world - 1, rc);
-		int again = zinf_engine_step(e);
-		CHECK(again == rc, "a later step returned %d after %d", again, rc);
-	}
-	zinf_engine_destroy(e);
-	if (rank == 0) {
-		zt_rmtree(dir);
-	}
-	return fails;
-}
-
-/*
- * The trainer's blob is rank 0's: the other ranks' client fields are not looked at (here NULL
- * with a size, as a trainer that builds the blob on rank 0 alone may pass), and a bad blob on
- * rank 0 is refused on every rank with the same error, not on rank 0 alone.
- */
-static int
-case_ckpt_review_client_rank0(void)
-{
-	struct zinf_engine_opts o;
-	int fails = 0;
-	char dir[4096];
-	shared_dir("ckpt_review_client", dir, sizeof(dir));
-	edrive_opts(&o, "mpi", 1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
-	o.comm_timeout_s = 10;
-	struct zinf_engine *e = make_model(&o, &fails);
-	if (!e) {
-		return fails + 1;
-	}
-	char blob[40] = "rank 0's trainer state";
-	struct zinf_ckpt_opts so;
-	zinf_ckpt_opts_init(&so);
-	so.client = rank == 0 ? blob : NULL;
-	so.client_bytes = sizeof(blob);
-	int rc = zinf_engine_save(e, dir, "c", &so);
-	CHECK(rc == 0, "save with the blob on rank 0 only: %d %s", rc, zinf_last_error());
-	so.client = NULL;
-	so.client_bytes = rank == 0 ? sizeof(blob) : 0;
-	rc = zinf_engine_save(e, dir, "d", &so);
-	CHECK(rc == -EINVAL, "save with rank 0's blob NULL: %d, expected -EINVAL", rc);
-	char out[64] = {0};
-	struct zinf_ckpt_opts lo;
-	zinf_ckpt_opts_init(&lo);
-	lo.client_out = out;
-	lo.client_cap = sizeof(out);
-	rc = zinf_engine_load(e, dir, NULL, &lo);
-	CHECK(rc == 0 && lo.client_len == sizeof(blob) && memcmp(out, blob, sizeof(blob)) == 0,
-	      "load of c: %d, client_len %llu", rc, (unsigned long long)lo.client_len);
-	zinf_engine_destroy(e);
-	if (rank == 0) {
-		zt_rmtree(dir);
-	}
-	return fails;
-}
-
-/*
- * Stage 0 saves rank 0's files alone (files_world 1): loaded by every rank into stage 3 (each
- * rank cutting its partition out of rank 0's files), and a stage-3 save (files_world = world)
- * loaded into stage 0 (every rank reading every rank's files); 2 steps, save, load, 2 steps
- * equal the reference of 4 steps bit for bit.
- */
-static int
-case_ckpt_review_stage0_stage3(void)
-{
-	const struct config from[] = {{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true},
-				      {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true}};
-	const struct config to[] = {{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, true},
-				    {0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true}};
-	int fails = 0;
-	char dir[4096];
-	shared_dir("ckpt_review_s0s3", dir, sizeof(dir));
-	struct eref_result ref;
-	if (reference(&ref, ZINF_BF16, QUANTUM, 4, GAS) < 0) {
-		return 1;
-	}
-	for (int i = 0; i < 2; i++) {
-		char what[96];
-		snprintf(what, sizeof(what), "%d ranks: stage %d saved, stage %d loaded", world,
-			 from[i].stage, to[i].stage);
-		struct master m = {{0}};
-		if (master_alloc(&m)) {
-			return fails + 1;
-		}
-		if (rank == 0) {
-			zt_rmtree(dir);
-		}
-		MPI_Barrier(MPI_COMM_WORLD);
-		int f = ckpt_train(&from[i], ZINF_BF16, 0, 2, false, NULL, dir, NULL, what);
-		f += ckpt_train(&to[i], ZINF_BF16, 2, 2, false, dir, NULL, &m, what);
-		fails += f;
-		if (f == 0) {
-			fails += compare(what, m.p, ref.master, 0, NULL);
-		}
-		master_free(&m);
-	}
-	eref_result_free(&ref);
-	if (rank == 0) {
-		zt_rmtree(dir);
-	}
-	return fails;
-}
-
-static const struct {
-	const char *name;
-	int (*fn)(void);
-	bool named_only; /* run only when named on the command line */
-} cases[] = {
+static const struct ranks_case cases[] = {
 	{"known_answer", case_known_answer, false},
 	{"matrix", case_matrix, false},
 	{"unquantised", case_unquantised, false},
@@ -2302,9 +1802,6 @@ static const struct {
 	{"grad_empty_partition", case_grad_empty_partition, false},
 	{"spec", case_spec, false},
 	{"spec_mixed", case_spec_mixed, false},
-	{"ckpt_resume", case_ckpt_resume, false},
-	{"ckpt_save", case_ckpt_save, true},
-	{"ckpt_reshard", case_ckpt_reshard, true},
 	{"fetch_mismatch", case_fetch_mismatch, false},
 	{"io_fault", case_io_fault, false},
 	{"step_fault_agreed", case_step_fault_agreed, false},
@@ -2312,10 +1809,7 @@ static const struct {
 	{"notice_grad", case_notice_grad, false},
 	{"notice_read_master", case_notice_read_master, false},
 	{"notice_abort", case_notice_abort, false},
-	{"ckpt_review_stage0_stage3", case_ckpt_review_stage0_stage3, false},
-	{"ckpt_review_client_rank0", case_ckpt_review_client_rank0, false},
-	{"ckpt_review_init_fault", case_ckpt_review_init_fault, false},
-	{"ckpt_review_load_fault", case_ckpt_review_load_fault, false},
+	{"init_fault", case_init_fault, false},
 	{"spec_fault", case_spec_fault, false},
 	{"spec_fault_write", case_spec_fault_write, false},
 };
@@ -2323,64 +1817,5 @@ static const struct {
 int
 main(int argc, char **argv)
 {
-	int provided, passed = 0, failed = 0, skipped = 0, ran = 0;
-	const char *only = argc > 1 ? argv[1] : NULL;
-
-	MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &world);
-	zinf_log_set_callback(log_keep, NULL);
-	if (strcmp(edrive_device(), "host") != 0) {
-		/* ZINF_TEST_DEVICE=cuda (label gpu): the same cases on the GPU with nccl, or a
-		   visible skip without one */
-		struct zinf_device_opts dopts;
-		struct zinf_device *dev = NULL;
-		zinf_device_opts_init(&dopts);
-		dopts.backend = edrive_device();
-		if (zinf_device_create(&dopts, &dev) != 0) {
-			if (rank == 0) {
-				printf("engine on %s: no device (%s): skipped\n", edrive_device(),
-				       zinf_last_error());
-			}
-			MPI_Finalize();
-			return 77;
-		}
-		zinf_device_destroy(dev);
-	}
-	scratch = zt_mkdtemp(NULL);
-	if (!scratch) {
-		fprintf(stderr, "rank %d: no scratch directory\n", rank);
-		MPI_Abort(MPI_COMM_WORLD, 1);
-	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if ((only && strcmp(only, cases[i].name) != 0) || (!only && cases[i].named_only)) {
-			continue;
-		}
-		double t0 = zinf_now_s();
-		int f = cases[i].fn();
-		int mine = f == SKIP ? 0 : f, all = 0;
-		MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-		if (rank == 0) {
-			printf("%-22s %s (%d ranks, %.1f s)\n", cases[i].name,
-			       f == SKIP ? "skipped"
-			       : all	 ? "FAILED"
-					 : "ok",
-			       world, zinf_now_s() - t0);
-			fflush(stdout);
-		}
-		skipped += f == SKIP;
-		ran += f != SKIP;
-		passed += f != SKIP && all == 0;
-		failed += f != SKIP && all != 0;
-	}
-	if (rank == 0) {
-		printf("engine, %d ranks: %d passed, %d failed, %d skipped\n", world, passed,
-		       failed, skipped);
-		fflush(stdout);
-	}
-	zt_rmtree(scratch);
-	free(scratch);
-	zinf_log_set_callback(NULL, NULL);
-	MPI_Finalize();
-	return failed ? 1 : ran ? 0 : 77;
+	return ranks_main(argc, argv, "engine", cases, sizeof(cases) / sizeof(cases[0]));
 }

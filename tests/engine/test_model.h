@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_model.h: the small models of the clipping and speculation tests
- * (test_engine_clip.c, test_engine_spec.c, test_spec_review.c): n parameters registered from
+ * (test_engine_clip.c, test_engine_spec.c, test_engine_rollback.c): n parameters registered from
  * host arrays of initial values, the engine initialised, an fp32 gradient buffer per parameter
  * in the engine's device memory. Criterion asserts. Each test file keeps its own shapes.
  */

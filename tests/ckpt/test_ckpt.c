@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_ckpt.c: zinf_engine_save / zinf_engine_load in one process (comm "single",
+ * tests/ckpt/test_ckpt.c: zinf_engine_save / zinf_engine_load in one process (comm "single",
  * device "host"): resume is exact (N steps straight equal k steps, save, a new engine loaded
  * from the checkpoint, N - k steps: bit for bit, for every stage and tier, fp32 and bf16, loaded
  * in place of init and into a running engine); the trainer's blob round-trips; every refusal
@@ -8,7 +8,8 @@
  * deleted file, a held lock) names what is wrong and leaves the engine usable; a process killed
  * at every point of a save (and at random moments) leaves a checkpoint that loads and equals
  * the reference of its own step count, never a mix. Several ranks and other world sizes:
- * test_engine_ranks.c (cases ckpt_*).
+ * test_ckpt_ranks.c. What a load restores into a trained engine: test_ckpt_resume.c; the
+ * directory on the file system: test_ckpt_fs.c.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -34,7 +35,7 @@
 #define QUANTUM 0x1p-14f
 #define GAS	2
 
-#include "engine/ckpt_test.h"
+#include "ckpt/ckpt_test.h"
 
 static bool exists(const char *dir, const char *name);
 

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_spec_review.c: a review of the speculative step during backward with
- * roll-back (engine/engine_spec.c): the cases test_engine_spec.c does not run, each a
- * speculating engine against a non-speculating one in lockstep, bit for bit after every step
- * (the same harness: 20 steps of plain, clipped and fp16-overflow steps): every optimizer kind
- * (Adam, Adagrad, Lion), one micro-batch per step, the parameter store's CPU cache
- * (max_in_cpu), stage 3 persistent parameters, stage 0; and a checkpoint saved right after a
- * rolled-back step (foreground and background), loaded into a fresh engine that must go on as
- * the non-speculating one does. Not here: several ranks (test_engine_ranks.c).
+ * tests/engine/test_engine_rollback.c: the speculative step during backward and its roll-back
+ * (engine/engine_spec.c) where test_engine_spec.c's tier matrix does not go, each a speculating
+ * engine against a non-speculating one in lockstep, bit for bit after every step (the same
+ * harness: 20 steps of plain, clipped and fp16-overflow steps): every optimizer kind (Adam,
+ * Adagrad, Lion), one and three micro-batches per step, the parameter store's CPU cache
+ * (max_in_cpu), stage 3 persistent parameters, a window that spills the speculated gradients,
+ * one sub-group, stage 0; the NVMe bytes of a kept, redone and restored speculation and the
+ * previous state kept from the step's buffer; a checkpoint saved right after a rolled-back step
+ * (foreground and background), loaded into a fresh engine that must go on as the
+ * non-speculating one does; an overflow at the minimum loss scale while speculating (-ERANGE)
+ * and a destroy in the middle of a speculation. Not here: several ranks (test_engine_ranks.c).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -29,7 +32,7 @@ struct cfg {
 	uint32_t buffers; /* offload_optimizer.buffer_count: the reserve's slots */
 	bool bf16;	  /* bf16 parameters and optimizer state (stochastic rounding), clipping
 			     without fp16: no overflow step (those are plain) */
-	/* review's additions (0: test_engine_spec.c's values) */
+	/* beyond test_engine_spec.c's fields (0: its values) */
 	enum zinf_optim_kind kind; /* 0: AdamW as there (ZINF_OPTIM_ADAM is 0: use adam) */
 	bool adam;		   /* plain Adam */
 	uint32_t gas;		   /* 0: 2 */
@@ -185,7 +188,7 @@ compare_runs(const struct cfg *c)
 	model_free(&mn);
 }
 
-Test(spec_review, adam_cpu)
+Test(engine_rollback, adam_cpu)
 {
 	compare_runs(&(struct cfg){.stage = 2,
 				   .opt = ZINF_OFFLOAD_CPU,
@@ -195,7 +198,7 @@ Test(spec_review, adam_cpu)
 				   .adam = true});
 }
 
-Test(spec_review, adagrad_none_and_nvme)
+Test(engine_rollback, adagrad_none_and_nvme)
 {
 	compare_runs(&(struct cfg){.stage = 2,
 				   .opt = ZINF_OFFLOAD_NONE,
@@ -211,7 +214,7 @@ Test(spec_review, adagrad_none_and_nvme)
 				   .kind = ZINF_OPTIM_ADAGRAD});
 }
 
-Test(spec_review, lion_cpu_and_nvme)
+Test(engine_rollback, lion_cpu_and_nvme)
 {
 	compare_runs(&(struct cfg){.stage = 2,
 				   .opt = ZINF_OFFLOAD_CPU,
@@ -228,7 +231,7 @@ Test(spec_review, lion_cpu_and_nvme)
 }
 
 /* one micro-batch per step: the boundary micro-batch is the first */
-Test(spec_review, gas_one)
+Test(engine_rollback, gas_one)
 {
 	compare_runs(&(struct cfg){.stage = 2,
 				   .opt = ZINF_OFFLOAD_CPU,
@@ -245,7 +248,7 @@ Test(spec_review, gas_one)
 }
 
 /* three micro-batches: the overflow in the first, the speculation in the last */
-Test(spec_review, gas_three)
+Test(engine_rollback, gas_three)
 {
 	compare_runs(&(struct cfg){.stage = 3,
 				   .opt = ZINF_OFFLOAD_CPU,
@@ -257,7 +260,7 @@ Test(spec_review, gas_three)
 
 /* the parameter store keeps partitions in CPU memory (max_in_cpu): a restore must not leave a
    stale cached copy */
-Test(spec_review, store_cpu_cache)
+Test(engine_rollback, store_cpu_cache)
 {
 	compare_runs(&(struct cfg){.stage = 3,
 				   .opt = ZINF_OFFLOAD_CPU,
@@ -275,7 +278,7 @@ Test(spec_review, store_cpu_cache)
 
 /* stage 3 persistent parameters (always gathered): re-gathered after a redo, untouched by a
    skip */
-Test(spec_review, stage3_persistent)
+Test(engine_rollback, stage3_persistent)
 {
 	compare_runs(&(struct cfg){.stage = 3,
 				   .opt = ZINF_OFFLOAD_CPU,
@@ -298,7 +301,7 @@ Test(spec_review, stage3_persistent)
 
 /* a window of two slots (buffer_count 2) over five sub-groups: the gradients of speculated
    sub-groups (GW_SPEC) are written out and read back for the redo */
-Test(spec_review, window_spill)
+Test(engine_rollback, window_spill)
 {
 	compare_runs(&(struct cfg){
 		.stage = 2, .opt = ZINF_OFFLOAD_NVME, .param = ZINF_OFFLOAD_NONE, .buffers = 2});
@@ -313,7 +316,7 @@ Test(spec_review, window_spill)
 }
 
 /* one sub-group: no speculation, the step waits for the norm (every tier) */
-Test(spec_review, single_sub_group)
+Test(engine_rollback, single_sub_group)
 {
 	compare_runs(&(struct cfg){.stage = 2,
 				   .opt = ZINF_OFFLOAD_NONE,
@@ -327,7 +330,7 @@ Test(spec_review, single_sub_group)
 				   .sg_size = 100000});
 }
 
-Test(spec_review, stage0)
+Test(engine_rollback, stage0)
 {
 	compare_runs(&(struct cfg){.stage = 0,
 				   .opt = ZINF_OFFLOAD_NONE,
@@ -386,7 +389,7 @@ ckpt_after_rollback(const struct cfg *c, int stop, bool background)
 	free(ck);
 }
 
-Test(spec_review, ckpt_after_skip)
+Test(engine_rollback, ckpt_after_skip)
 {
 	ckpt_after_rollback(&(struct cfg){.stage = 2,
 					  .opt = ZINF_OFFLOAD_CPU,
@@ -402,7 +405,7 @@ Test(spec_review, ckpt_after_skip)
 			    2, false);
 }
 
-Test(spec_review, ckpt_after_redo_background)
+Test(engine_rollback, ckpt_after_redo_background)
 {
 	ckpt_after_rollback(&(struct cfg){.stage = 2,
 					  .opt = ZINF_OFFLOAD_NONE,
@@ -440,7 +443,7 @@ erange_one(const struct cfg *c)
 	model_free(&ms);
 }
 
-Test(spec_review, erange_while_speculating)
+Test(engine_rollback, erange_while_speculating)
 {
 	erange_one(&(struct cfg){.stage = 3,
 				 .opt = ZINF_OFFLOAD_NVME,
@@ -456,7 +459,7 @@ Test(spec_review, erange_while_speculating)
 
 /* The trainer gives up in the middle of the boundary micro-batch (its backward done, no final
    zinf_engine_step) while the worker steps speculatively: the destroy joins it cleanly. */
-Test(spec_review, destroy_mid_speculation)
+Test(engine_rollback, destroy_mid_speculation)
 {
 	const struct cfg cs[] = {
 		{.stage = 3, .opt = ZINF_OFFLOAD_NVME, .param = ZINF_OFFLOAD_NVME, .buffers = 3},
@@ -486,7 +489,7 @@ Test(spec_review, destroy_mid_speculation)
  * (the speculative writes, the roll-back's, then the redo as the other run's); a skipped step
  * writes 2X (the other run nothing).
  */
-Test(spec_review, nvme_bytes)
+Test(engine_rollback, nvme_bytes)
 {
 	compare_runs(&(struct cfg){
 		.stage = 2, .opt = ZINF_OFFLOAD_NVME, .param = ZINF_OFFLOAD_NONE, .buffers = 5});
@@ -517,7 +520,7 @@ Test(spec_review, nvme_bytes)
  * master; Lion and Adagrad have fp32 state only, covered above). Every step equals the step
  * after backward.
  */
-Test(spec_review, adam_nvme_before_fn)
+Test(engine_rollback, adam_nvme_before_fn)
 {
 	compare_runs(&(struct cfg){.stage = 2,
 				   .opt = ZINF_OFFLOAD_NVME,

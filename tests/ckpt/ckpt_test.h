@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * tests/engine/ckpt_test.h: what the checkpoint tests (test_ckpt.c, test_ckpt_review.c) share:
- * training the test model through engine_drive.h, reading every master weight, comparing them
- * bit for bit, a save that must succeed. Criterion asserts; the including file defines QUANTUM
- * and GAS (engine_ref.h's gradient grid and the micro-batches per step) first.
+ * tests/ckpt/ckpt_test.h: what the engine's checkpoint tests (test_ckpt.c, test_ckpt_resume.c,
+ * test_ckpt_fs.c) share: training the test model through engine_drive.h, reading every master
+ * weight, comparing them bit for bit, a save that must succeed. Criterion asserts; the
+ * including file defines QUANTUM and GAS (engine_ref.h's gradient grid and the micro-batches
+ * per step) first.
  */
 #ifndef ZINF_TEST_CKPT_TEST_H
 #define ZINF_TEST_CKPT_TEST_H

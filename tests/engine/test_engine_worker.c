@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_engine_review2.c: a second reviewer's tests of the ZeRO engine after the
- * merge of the review fixes, the gradient window, the early step begin (eng_worker_prime) and
- * clipping/fp16 loss scaling: one process (single collectives, host device). Each test states
- * the contract it checks; a failing one is the evidence of a defect named in the review
- * report. Not here: several ranks, CUDA/NCCL.
+ * tests/engine/test_engine_worker.c: the step worker of the step during backward
+ * (engine/engine_worker.c), one process (single collectives, host device): with the optimizer
+ * on NVMe the boundary forward's first fetch begins the step (eng_worker_prime), and what a
+ * trainer may do before the step's gradients behaves as without it (read_master after the
+ * forward, an evaluation forward between steps, set_lr after the prime: the same bits); an
+ * NVMe read of the optimizer state failing in the step (EIO, or EINVAL as io_uring reports an
+ * O_DIRECT request it refuses) stops the engine; a layer handed to the worker is not fetched
+ * again in the same micro-batch. Not here: several ranks (test_engine_ranks.c).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -71,11 +74,12 @@ make_nvme(const char *dir, uint32_t gas)
  * (micro == 0 and no gradient yet). With one micro-batch per step every forward is the
  * boundary's, so its first fetch primes the worker (eng_worker_prime), which begins the NVMe
  * step (zinf_step_begin, in_step). A read_master after the forward (an evaluation pass, or
- * between forward and backward) then meets zinf_step_save's in_step check: -EBUSY, and
- * without the wait below a data race on the step object with the worker thread. Expected:
- * the master weights as initialised (no step has run).
+ * between forward and backward) returns the master weights as initialised (no step has run),
+ * not zinf_step_save's -EBUSY for a step in progress, and without a data race on the step
+ * object with the worker thread (found by a review). The wait below keeps the test off the
+ * thread's timing.
  */
-Test(engine_review2, read_master_after_forward_with_nvme_optimizer)
+Test(engine_worker, read_master_after_forward_with_nvme_optimizer)
 {
 	char *dir = zt_mkdtemp(NULL);
 	cr_assert(dir);
@@ -136,7 +140,7 @@ train(struct zinf_engine *e, void *g, bool eval)
  * the training micro-batch that follows finds the step begun. Expected: the master weights
  * after 2 steps equal, bit for bit, those of the same training without the evaluation.
  */
-Test(engine_review2, eval_forward_between_steps_same_bits)
+Test(engine_worker, eval_forward_between_steps_same_bits)
 {
 	char *dir = zt_mkdtemp(NULL);
 	cr_assert(dir);
@@ -164,13 +168,13 @@ Test(engine_review2, eval_forward_between_steps_same_bits)
 }
 
 /*
- * An NVMe read of the optimizer state failing in the step with errno EINVAL (what io_uring
- * reports for an O_DIRECT request it refuses): the step fails half done (zinf_step read
- * nothing for the sub-group; steps not advanced, micro and sg_pending not reset). eng_fail()
- * keeps -EINVAL out of e->failed (meant for a caller's bad argument), so the engine is not
- * failed: later calls go on over a half-stepped state instead of returning the error, as
- * they do for EIO (test_engine_grad's gradient_*_fault). Expected: like EIO, the engine
- * stops (a later fetch returns an error).
+ * An NVMe read of the optimizer state failing in the step with errno EIO, or EINVAL (what
+ * io_uring reports for an O_DIRECT request it refuses): the step fails half done (zinf_step
+ * read nothing for the sub-group; steps not advanced), and the engine stops: a later fetch
+ * returns an error, the failed engine's and not a refusal of a stale hand-off, with the step
+ * during backward and after it. EINVAL too, although eng_fail() keeps a caller's bad argument
+ * (-EINVAL) from failing the engine: later calls went on over a half-stepped state (found by a
+ * review). The gradient path's faults: test_engine_grad.c (gradient_*_fault).
  */
 static void
 step_read_fault(int err, bool sdb)
@@ -207,12 +211,12 @@ step_read_fault(int err, bool sdb)
 	free(dir);
 }
 
-Test(engine_review2, step_io_error_eio_stops_engine)
+Test(engine_worker, step_io_error_eio_stops_engine)
 {
 	step_read_fault(EIO, false);
 }
 
-Test(engine_review2, step_io_error_einval_stops_engine)
+Test(engine_worker, step_io_error_einval_stops_engine)
 {
 	step_read_fault(EINVAL, false);
 	step_read_fault(EINVAL, true);
@@ -223,7 +227,7 @@ Test(engine_review2, step_io_error_einval_stops_engine)
  * NVMe step begun) and the first gradient: the contract takes it for this step. Expected: the
  * same bits with the step during backward (prime) as after backward.
  */
-Test(engine_review2, set_lr_after_prime_same_bits)
+Test(engine_worker, set_lr_after_prime_same_bits)
 {
 	char *dir = zt_mkdtemp(NULL);
 	cr_assert(dir);
@@ -247,4 +251,84 @@ Test(engine_review2, set_lr_after_prime_same_bits)
 		  "set_lr after the prime: the step during backward differs from after");
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/* ---- a layer handed to the worker ---------------------------------------------------------- */
+
+static void
+base_opts(struct zinf_engine_opts *o)
+{
+	zinf_engine_opts_init(o);
+	o->device_backend = "host";
+	o->comm_backend = "single";
+	o->optimizer.lr = 1e-2f;
+}
+
+static struct zinf_engine *
+make(const struct zinf_engine_opts *o)
+{
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(o, &e), 0, "create: %s", zinf_last_error());
+	return e;
+}
+
+static int
+add(struct zinf_engine *e, const char *name, uint64_t numel, int layer, zinf_param_init_fn fn,
+    void *ctx)
+{
+	struct zinf_param_desc d;
+	zinf_param_desc_init(&d);
+	d.name = name;
+	d.numel = numel;
+	d.layer = layer;
+	d.init_fn = fn;
+	d.init_ctx = ctx;
+	return zinf_engine_add_param(e, &d);
+}
+
+/*
+ * With the step during backward, a layer's sub-group goes to the step worker once its
+ * gradients are in and the layer is released; fetching that layer again in the same micro-batch
+ * (tied weights fetched twice) would read values being stepped. It is -EINVAL, naming the
+ * parameter, and leaves the engine as it was: the micro-batch completes and steps.
+ */
+Test(engine_worker, fetch_after_handing_to_the_worker_refused)
+{
+	struct zinf_engine_opts o;
+	base_opts(&o);
+	o.stage = 3;
+	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
+	o.offload_param.device = ZINF_OFFLOAD_CPU;
+	o.stage3_param_persistence_threshold = 0;
+	o.sub_group_size = 100;	    /* one sub-group per parameter */
+	o.reduce_bucket_size = 100; /* one bucket per gradient */
+	o.step_during_backward = true;
+	struct zinf_engine *e = make(&o);
+	cr_assert_eq(add(e, "a", 100, 0, init_val, NULL), 0);
+	cr_assert_eq(add(e, "b", 100, 1, init_val, NULL), 1);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	void *g[2] = {grad16(e, 100, 1), grad16(e, 100, 2)};
+	for (int l = 0; l < 2; l++) {
+		cr_assert_eq(zinf_engine_fetch(e, l), 0);
+		cr_assert_eq(zinf_engine_release(e, l), 0);
+	}
+	cr_assert_eq(zinf_engine_fetch(e, 1), 0);
+	cr_assert_eq(zinf_engine_grad(e, 1, g[1], ZINF_BF16), 0);
+	cr_assert_eq(zinf_engine_release(e, 1), 0);
+	/* b's bucket is reduced, b's sub-group final and handed by a's gradient at the latest */
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_grad(e, 0, g[0], ZINF_BF16), 0);
+	int rc = zinf_engine_fetch(e, 1);
+	cr_expect_eq(rc, -EINVAL, "layer 1 fetched again while its sub-group is being stepped: %d",
+		     rc);
+	cr_assert_eq(zinf_engine_release(e, 0), 0);
+	rc = zinf_engine_step(e);
+	cr_expect_eq(rc, 1, "step: %d %s", rc, zinf_last_error());
+	rc = zinf_engine_fetch(e, 1);
+	cr_expect_eq(rc, 0, "after the step the layer is fetched again: %s", zinf_last_error());
+	cr_expect_eq(zinf_engine_release(e, 1), 0);
+	for (int i = 0; i < 2; i++) {
+		zinf_device_free(zinf_engine_device(e), g[i]);
+	}
+	zinf_engine_destroy(e);
 }

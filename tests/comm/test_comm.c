@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_comm.c: the collectives of one process: the single backend's contract, the
+ * tests/comm/test_comm.c: the collectives of one process: the single backend's contract, the
  * partition helper worked by hand, options (versioning, bad values, unknown backends) and the
  * argument checks every backend shares. Several ranks: test_comm_ranks.c under mpirun.
  */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_config.c: ds_config.json reading (zinf/config.h). The seed configurations
+ * tests/config/test_config.c: ds_config.json reading (zinf/config.h). The seed configurations
  * (configs/: ZeRO-1, ZeRO-2, ZeRO-Infinity as DeepSpeed's docs write them, ZeRO-2 and ZeRO-3 as
  * Hugging Face's tests write them, "auto" included) read and resolved to the values worked out
  * in each test; every error class produces its message (the log is captured and searched),

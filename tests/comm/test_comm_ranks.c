@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_comm_ranks.c: the collective contract over several ranks, a plain program
+ * tests/comm/test_comm_ranks.c: the collective contract over several ranks, a plain program
  * that ctest runs under mpirun (1 to 4 ranks; Criterion forks every test, which MPI does not
  * survive). Every rank runs every case in the same order; each case returns its failures,
  * printed with rank and line. Rank 0 prints "N passed, M failed" (totals over ranks); the exit

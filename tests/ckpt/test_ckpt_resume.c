@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * tests/ckpt/test_ckpt_resume.c: what zinf_engine_load restores into an engine and what a
+ * save leaves of it, one process (comm "single", device "host"): a load into an engine that has
+ * trained (stage 3 with layers kept gathered, persistent parameters and the store's CPU cache),
+ * refused while the trainer holds a layer fetched; every optimizer kind and bf16 state with
+ * stochastic rounding resumed exactly; the loss scaler of a checkpoint without one under fp16;
+ * manifest values out of range refused before anything is loaded; and the step after a save
+ * reads and computes what it would without the save. Resume over every stage and tier, the
+ * blob, the other refusals, crashes: test_ckpt.c.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_fixture.h"
+#include "common/test_util.h"
+#include "engine/engine_drive.h"
+#include "engine/engine_ref.h"
+#include "zinf/checkpoint.h"
+#include "zinf/engine.h"
+
+#define QUANTUM 0x1p-14f
+#define GAS	2
+
+#include "ckpt/ckpt_test.h"
+
+struct cfg {
+	int stage;
+	enum zinf_offload_device opt, param;
+	enum zinf_dtype dtype;
+	bool caches; /* stage 3: layers stay gathered after release, partitions cached in CPU */
+};
+
+static struct zinf_engine *
+make(const struct cfg *c, const char *nvme)
+{
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c->stage, c->opt, c->param, nvme, c->dtype, GAS);
+	if (c->caches) {
+		o.stage3_max_reuse_distance = 1000000;
+		o.stage3_param_persistence_threshold = 40; /* the biases are persistent */
+		o.offload_param.max_in_cpu = 1000000;
+	}
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	cr_assert_eq(rc, 0, "create: %d %s", rc, zinf_last_error());
+	rc = edrive_add_params(e);
+	cr_assert_eq(rc, 0, "add_params: %d %s", rc, zinf_last_error());
+	rc = zinf_engine_init(e);
+	cr_assert_eq(rc, 0, "init: %d %s", rc, zinf_last_error());
+	return e;
+}
+
+/* ---- loading into a running engine --------------------------------------------------------- */
+
+/*
+ * Stage 3 with layers kept gathered after release (stage3_max_reuse_distance), persistent
+ * parameters and the parameter store's CPU cache (max_in_cpu): an engine that ran 3 steps and an
+ * evaluation's forward (its layers left gathered) loads the checkpoint of step 2 and runs 2
+ * more; it must equal 4 steps straight, bit for bit.
+ */
+static void
+resume_running_with_caches(enum zinf_offload_device opt, enum zinf_offload_device par)
+{
+	struct cfg c = {3, opt, par, ZINF_BF16, true};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "two");
+	run(e, c.dtype, 2, 2);
+	struct master straight;
+	read_all(e, &straight);
+	zinf_engine_destroy(e);
+
+	e = make(&c, nvme);
+	run(e, c.dtype, 0, 3);
+	for (int32_t l = 0; l < 3; l++) { /* an evaluation's forward: layers left gathered */
+		cr_assert_eq(zinf_engine_fetch(e, l), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_release(e, l), 0, "%s", zinf_last_error());
+	}
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+	cr_assert(st.persistent_elems > 0 && st.live_elems > st.persistent_elems,
+		  "no layer is left gathered (live %llu, persistent %llu): the test cannot tell",
+		  (unsigned long long)st.live_elems, (unsigned long long)st.persistent_elems);
+	int rc = zinf_engine_load(e, ck, "two", NULL);
+	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 2);
+	run(e, c.dtype, 2, 2);
+	struct master resumed;
+	read_all(e, &resumed);
+	zinf_engine_destroy(e);
+	char what[64];
+	snprintf(what, sizeof(what), "caches, optimizer %d param %d", opt, par);
+	assert_same(resumed.p, straight.p, what);
+	free_all(&straight);
+	free_all(&resumed);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+Test(ckpt_resume, load_into_running_stage3_with_caches)
+{
+	resume_running_with_caches(ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME);
+	resume_running_with_caches(ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU);
+	resume_running_with_caches(ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE);
+}
+
+/*
+ * A load while the trainer holds a layer fetched (its gathered copy in use): the step refuses
+ * that ("still fetched"), and so must load: it cannot replace what the trainer is reading, and
+ * the gathered copy would keep the old values.
+ */
+Test(ckpt_resume, load_refused_while_a_layer_is_fetched)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, ZINF_F32, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "two");
+	run(e, c.dtype, 2, 1);
+	struct master before;
+	read_all(e, &before);
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	int rc = zinf_engine_load(e, ck, "two", NULL);
+	cr_expect_eq(rc, -EINVAL, "load with layer 0 fetched: %d", rc);
+	cr_expect(strstr(zinf_last_error(), "fetched") != NULL, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_release(e, 0), 0, "%s", zinf_last_error());
+	/* refused: nothing changed, and the engine goes on */
+	struct master after;
+	read_all(e, &after);
+	cr_assert_eq(zinf_engine_steps(e), 3);
+	assert_same(after.p, before.p, "a refused load");
+	cr_assert_eq(zinf_engine_load(e, ck, "two", NULL), 0, "%s", zinf_last_error());
+	run(e, c.dtype, 2, 1);
+	free_all(&before);
+	free_all(&after);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* ---- what a save does to the engine -------------------------------------------------------- */
+
+/* The step after a save reads the same NVMe bytes as without it (the bytes written are counted
+ * as the writes complete, which varies run to run), and its values are the same. */
+Test(ckpt_resume, save_leaves_the_next_step_alone)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16, false};
+	struct zinf_engine_stats s[2];
+	struct master m[2];
+	for (int with = 0; with < 2; with++) {
+		char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+		struct zinf_engine *e = make(&c, nvme);
+		run(e, c.dtype, 0, 2);
+		if (with) {
+			save_ok(e, ck, NULL);
+		}
+		run(e, c.dtype, 2, 1);
+		s[with] = (struct zinf_engine_stats){.size = sizeof(s[with])};
+		cr_assert_eq(zinf_engine_get_stats(e, &s[with]), 0);
+		read_all(e, &m[with]);
+		zinf_engine_destroy(e);
+		zt_rmtree(nvme);
+		zt_rmtree(ck);
+		free(nvme);
+		free(ck);
+	}
+	cr_expect_eq(s[1].nvme_read_bytes, s[0].nvme_read_bytes, "read %llu with a save, %llu",
+		     (unsigned long long)s[1].nvme_read_bytes,
+		     (unsigned long long)s[0].nvme_read_bytes);
+	cr_expect_eq(s[1].steps, s[0].steps);
+	cr_expect_eq(s[1].host_pool_bytes, s[0].host_pool_bytes);
+	assert_same(m[1].p, m[0].p, "the step after a save");
+	free_all(&m[0]);
+	free_all(&m[1]);
+}
+
+/* ---- manifests with values out of range ---------------------------------------------------- */
+
+/* Set key (a path of object keys, '.'-separated) of DIR/TAG/manifest.json to the JSON text v. */
+static void
+edit_manifest(const char *tagdir, const char *key, const char *v)
+{
+	char p[8192];
+	snprintf(p, sizeof(p), "%s/manifest.json", tagdir);
+	json_error_t jerr;
+	json_t *m = json_load_file(p, 0, &jerr);
+	cr_assert_not_null(m, "%s: %s", p, jerr.text);
+	json_t *o = m;
+	char k[256];
+	snprintf(k, sizeof(k), "%s", key);
+	char *dot = strchr(k, '.');
+	if (dot) {
+		*dot = '\0';
+		o = json_object_get(m, k);
+		cr_assert_not_null(o, "%s", k);
+	}
+	json_t *val = json_loads(v, JSON_DECODE_ANY, &jerr);
+	cr_assert_not_null(val, "%s: %s", v, jerr.text);
+	cr_assert_eq(json_object_set_new(o, dot ? dot + 1 : k, val), 0);
+	cr_assert_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
+	fx_reseal(tagdir); /* as a writer would: the reader's checks of the values are seen */
+	json_decref(m);
+}
+
+/*
+ * Values a corrupted or hand-edited manifest may hold, refused (-EBADMSG naming the field)
+ * before anything is loaded: a step count the next step cannot add 1 to, a loss scale that is
+ * not a positive number (fp16 would multiply the loss by it), a hysteresis that does not fit the
+ * scaler's counter.
+ */
+Test(ckpt_resume, manifest_values_out_of_range)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F16, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+	o.fp16.enabled = true;
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	save_ok(e, ck, "good");
+	zinf_engine_destroy(e);
+	char good[4200], bad[4200], cmd[13000];
+	snprintf(good, sizeof(good), "%s/good", ck);
+	snprintf(bad, sizeof(bad), "%s/bad", ck);
+	const struct {
+		const char *key, *value, *needle;
+	} cases[] = {
+		{"steps", "9223372036854775807", "steps"},
+		{"micro_steps", "9223372036854775807", "micro_steps"},
+		{"loss_scaler.scale", "-65536.0", "scale"},
+		{"loss_scaler.hysteresis_left", "4294967298", "hysteresis_left"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", bad, good, bad);
+		cr_assert_eq(system(cmd), 0);
+		edit_manifest(bad, cases[i].key, cases[i].value);
+		cr_assert_eq(zinf_engine_create(&o, &e), 0);
+		cr_assert_eq(edrive_add_params(e), 0);
+		int rc = zinf_engine_load(e, ck, "bad", NULL);
+		cr_expect_eq(rc, -EBADMSG, "%s = %s: load returned %d", cases[i].key,
+			     cases[i].value, rc);
+		cr_expect(strstr(zinf_last_error(), cases[i].needle) != NULL,
+			  "%s = %s: the message does not name it: %s", cases[i].key, cases[i].value,
+			  zinf_last_error());
+		/* refused: the engine can still be initialised */
+		cr_expect_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+		zinf_engine_destroy(e);
+	}
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_load(e, ck, "good", NULL), 0, "%s", zinf_last_error());
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/*
+ * A checkpoint of a run without loss scaling (bf16 here: its scaler was never set up, scale 0)
+ * resumed with fp16: the fp16 engine keeps its own initial scaler; a scale of 0 would make the
+ * trainer multiply its loss by 0 and every gradient vanish.
+ */
+Test(ckpt_resume, unscaled_checkpoint_into_fp16_keeps_its_scaler)
+{
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_BF16, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, NULL);
+	zinf_engine_destroy(e);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, ZINF_F16, GAS);
+	o.fp16.enabled = true;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+	cr_assert_eq(edrive_add_params(e), 0);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	double fresh = zinf_engine_loss_scale(e);
+	zinf_engine_destroy(e);
+	cr_assert(fresh > 1, "the initial scale %g", fresh);
+	cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+	cr_assert_eq(edrive_add_params(e), 0);
+	int rc = zinf_engine_load(e, ck, NULL, NULL);
+	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+	cr_expect_eq(zinf_engine_loss_scale(e), fresh, "loss scale %g after the load, expected %g",
+		     zinf_engine_loss_scale(e), fresh);
+	cr_expect_eq(zinf_engine_steps(e), 2);
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/* ---- other optimizers ---------------------------------------------------------------------- */
+
+/*
+ * Resume is exact for every optimizer kind and for bf16 optimizer state with stochastic
+ * rounding (whose bits hash the step and the element's index: both must come back as they
+ * were), on the CPU and NVMe tiers: 2 steps, save, a new engine loaded, 2 steps equal 4 steps.
+ */
+static void
+resume_optimizer(enum zinf_optim_kind kind, enum zinf_dtype state, enum zinf_offload_device t)
+{
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", 3, t, ZINF_OFFLOAD_NONE, nvme, ZINF_BF16, GAS);
+	zinf_optimizer_opts_init(&o.optimizer, kind);
+	o.optimizer.lr = 0.01f;
+	o.optimizer.state_dtype = state;
+	o.optimizer.seed = 7;
+	struct master m[2];
+	for (int resumed = 0; resumed < 2; resumed++) {
+		struct zinf_engine *e = NULL;
+		cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+		cr_assert_eq(edrive_add_params(e), 0);
+		cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+		run(e, ZINF_BF16, 0, 2);
+		if (resumed) {
+			save_ok(e, ck, NULL);
+			zinf_engine_destroy(e);
+			cr_assert_eq(zinf_engine_create(&o, &e), 0);
+			cr_assert_eq(edrive_add_params(e), 0);
+			int rc = zinf_engine_load(e, ck, NULL, NULL);
+			cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+		}
+		run(e, ZINF_BF16, 2, 2);
+		read_all(e, &m[resumed]);
+		zinf_engine_destroy(e);
+	}
+	char what[96];
+	snprintf(what, sizeof(what), "optimizer %d, state %s, tier %d", kind,
+		 zinf_dtype_name(state), t);
+	assert_same(m[1].p, m[0].p, what);
+	free_all(&m[0]);
+	free_all(&m[1]);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+Test(ckpt_resume, resume_every_optimizer_and_bf16_state)
+{
+	enum zinf_offload_device tiers[] = {ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME};
+	for (int t = 0; t < 2; t++) {
+		resume_optimizer(ZINF_OPTIM_ADAM, ZINF_BF16, tiers[t]);
+		resume_optimizer(ZINF_OPTIM_ADAMW, ZINF_BF16, tiers[t]);
+		resume_optimizer(ZINF_OPTIM_LION, ZINF_F32, tiers[t]);
+		resume_optimizer(ZINF_OPTIM_ADAGRAD, ZINF_F32, tiers[t]);
+	}
+}
