@@ -274,7 +274,7 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 	bool reads = e->pt->reads;
 	if (reads) {
 		/* the step worker writes new values into the store during backward */
-		pthread_mutex_lock(&e->ps.store_mu);
+		eng_store_lock(e);
 	}
 	for (uint32_t i = 0; i < l->n && !ret && reads; i++) {
 		struct eparam *p = &e->params[l->params[i]];
@@ -308,7 +308,7 @@ eng_gather_start(struct zinf_engine *e, struct elayer *l)
 		}
 	}
 	if (reads) {
-		pthread_mutex_unlock(&e->ps.store_mu);
+		eng_store_unlock(e);
 	}
 	for (uint32_t i = 0; i < l->n && !ret && e->W > 1; i++) {
 		struct eparam *p = &e->params[l->params[i]];
@@ -365,6 +365,19 @@ drop(struct zinf_engine *e, struct elayer *l)
 		l->prefetched = false;
 	}
 	return ret;
+}
+
+void
+eng_fetch_start(struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		if (e->params[i].persistent) {
+			e->fx.persistent_elems += e->params[i].part.padded;
+		}
+	}
+	e->fx.tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
+	e->fx.live_elems = e->fx.persistent_elems;
+	e->fx.peak_live = e->fx.live_elems;
 }
 
 /* After an optimizer step every gathered copy is stale: drop those not fetched. */
@@ -549,7 +562,7 @@ refresh_reads(struct zinf_engine *e)
 	uint32_t head = next_persistent(e, 0), tail = head;
 	struct eparam *bad = NULL;
 	int ret = 0;
-	pthread_mutex_lock(&e->ps.store_mu);
+	eng_store_lock(e);
 	while (!ret && (head < e->n_params || n > 0)) {
 		if (head < e->n_params && n < depth) {
 			struct eparam *p = &e->params[head];
@@ -577,7 +590,7 @@ refresh_reads(struct zinf_engine *e)
 			(void)e->pt->read_end(e, &e->params[tail]);
 		}
 	}
-	pthread_mutex_unlock(&e->ps.store_mu);
+	eng_store_unlock(e);
 	for (uint32_t i = next_persistent(e, 0); !ret && e->W > 1 && i < e->n_params;
 	     i = next_persistent(e, i + 1)) {
 		ret = gather(e, bad = &e->params[i], NULL);

@@ -410,12 +410,20 @@ int eng_window_open(struct zinf_engine *e);
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
+
+/* engine_ptier.c: the parameter tier's state for the files beside it */
 void eng_param_io_stats(struct zinf_engine *e);	   /* the store's NVMe bytes into the window */
 void eng_param_write_abort(struct zinf_engine *e); /* a partition left open by a failed step */
+int eng_param_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+		    const char *src, bool src_dev, uint64_t len); /* a piece of p home */
+void eng_store_lock(struct zinf_engine *e); /* the store's mutex (fetch and the step worker) */
+void eng_store_unlock(struct zinf_engine *e);
+void eng_ptier_destroy(struct zinf_engine *e);
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
 
 /* engine_fetch.c */
+void eng_fetch_start(struct zinf_engine *e); /* init's end: the persistent parameters live */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */
 int eng_refresh_persistent(struct zinf_engine *e);
 int eng_gather_after_step(struct zinf_engine *e);

@@ -198,7 +198,6 @@ build_partitions(struct zinf_engine *e)
 		    persist + p->numel <= e->o.stage3_model_persistence_threshold) {
 			p->persistent = true;
 			persist += p->numel;
-			e->fx.persistent_elems += p->part.padded;
 		}
 		if (e->o.stage == 3 && !p->persistent) {
 			eng_layer(e, p->layer)->gather_elems += p->part.padded;
@@ -315,13 +314,7 @@ eng_param_free(struct zinf_engine *e)
 		zinf_device_free(e->dev, p->dev_part);
 		p->dev_full = p->dev_part = NULL;
 	}
-	if (e->pt) { /* NULL: create failed before choosing it */
-		e->pt->free(e);
-	}
-	zinf_pool_destroy(e->ps.ppool);
-	e->ps.ppool = NULL;
-	zinf_swap_destroy(e->ps.pswap);
-	e->ps.pswap = NULL;
+	eng_ptier_destroy(e);
 	zinf_io_destroy(e->io); /* after both swap spaces (engine_step.c frees its own first) */
 	e->io = NULL;
 }
@@ -343,35 +336,6 @@ eng_flat_find(const struct zinf_engine *e, uint64_t x)
 	return lo;
 }
 
-/* A writer that failed between the pieces of a partition: give the partition (unchanged on
- * NVMe, not marked dirty) and the store back. On the thread that wrote the pieces. */
-void
-eng_param_write_abort(struct zinf_engine *e)
-{
-	if (e->ps.nv_open < 0) {
-		return;
-	}
-	zinf_store_release(e->ps.store, e->params[e->ps.nv_open].store_id);
-	e->ps.nv_open = -1;
-	e->ps.nv_buf = NULL;
-	pthread_mutex_unlock(&e->ps.store_mu);
-}
-
-/* The window's NVMe bytes of the parameter store (what it read and wrote, cache hits not
- * counted), folded into the window's counters; called at the window's end and after init. */
-void
-eng_param_io_stats(struct zinf_engine *e)
-{
-	struct zinf_store_stats st = {.size = sizeof(st)};
-	if (!e->ps.store || zinf_store_get_stats(e->ps.store, &st)) {
-		return;
-	}
-	e->win.nvme_read_bytes += st.read_bytes - e->ps.store_read0;
-	e->win.nvme_write_bytes += st.write_bytes - e->ps.store_written0;
-	e->ps.store_read0 = st.read_bytes;
-	e->ps.store_written0 = st.write_bytes;
-}
-
 /*
  * Write new 16-bit values of flat elements [flat_start, flat_start + n) (src: n elements of
  * opts.dtype, on the device or the host) to each parameter's home (engine_ptier.c). Copies run
@@ -388,16 +352,7 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 		struct eparam *p = &e->params[e->order[i]];
 		uint64_t off = flat_start - p->flat_off;
 		uint64_t len = ZINF_MIN(n, p->part.part - off);
-		/* a partition read into a store buffer is held from its first piece to its last
-		   (e->ps.nv_open) with the store's mutex: fetch never waits for a buffer the writer
-		   holds */
-		if (e->pt->reads && e->ps.nv_open < 0) {
-			pthread_mutex_lock(&e->ps.store_mu);
-		}
-		ret = e->pt->write(e, x, p, off, s, src_dev, len);
-		if (e->pt->reads && e->ps.nv_open < 0) {
-			pthread_mutex_unlock(&e->ps.store_mu);
-		}
+		ret = eng_param_write(e, x, p, off, s, src_dev, len);
 		s += len * ds;
 		flat_start += len;
 		n -= len;
@@ -581,9 +536,7 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 	}
 	eng_param_io_stats(e); /* init's NVMe writes are not the first window's */
 	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
-	e->fx.tr_state = e->o.record_trace ? TRACE_RECORDING : TRACE_NONE;
-	e->fx.live_elems = e->fx.persistent_elems;
-	e->fx.peak_live = e->fx.live_elems;
+	eng_fetch_start(e); /* the persistent parameters live, the trace recording */
 	e->inited = true;
 	return 0;
 }

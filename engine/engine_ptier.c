@@ -421,3 +421,75 @@ const struct eng_ptier eng_ptier_nvme = {
 	.prefetch = nvme_prefetch,
 	.read_done = nvme_read_done,
 };
+
+/* ---- the tier's state, for the files beside it ---------------------------------------------- */
+
+void
+eng_store_lock(struct zinf_engine *e)
+{
+	pthread_mutex_lock(&e->ps.store_mu);
+}
+
+void
+eng_store_unlock(struct zinf_engine *e)
+{
+	pthread_mutex_unlock(&e->ps.store_mu);
+}
+
+/* A piece of p's new values home. A partition read into a store buffer is held from its first
+ * piece to its last (e->ps.nv_open) with the store's mutex: fetch never waits for a buffer the
+ * writer holds. */
+int
+eng_param_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
+		const char *src, bool src_dev, uint64_t len)
+{
+	if (e->pt->reads && e->ps.nv_open < 0) {
+		pthread_mutex_lock(&e->ps.store_mu);
+	}
+	int ret = e->pt->write(e, x, p, off, src, src_dev, len);
+	if (e->pt->reads && e->ps.nv_open < 0) {
+		pthread_mutex_unlock(&e->ps.store_mu);
+	}
+	return ret;
+}
+
+/* A writer that failed between the pieces of a partition: give the partition (unchanged on
+ * NVMe, not marked dirty) and the store back. On the thread that wrote the pieces. */
+void
+eng_param_write_abort(struct zinf_engine *e)
+{
+	if (e->ps.nv_open < 0) {
+		return;
+	}
+	zinf_store_release(e->ps.store, e->params[e->ps.nv_open].store_id);
+	e->ps.nv_open = -1;
+	e->ps.nv_buf = NULL;
+	pthread_mutex_unlock(&e->ps.store_mu);
+}
+
+/* The window's NVMe bytes of the parameter store (what it read and wrote, cache hits not
+ * counted), folded into the window's counters; called at the window's end and after init. */
+void
+eng_param_io_stats(struct zinf_engine *e)
+{
+	struct zinf_store_stats st = {.size = sizeof(st)};
+	if (!e->ps.store || zinf_store_get_stats(e->ps.store, &st)) {
+		return;
+	}
+	e->win.nvme_read_bytes += st.read_bytes - e->ps.store_read0;
+	e->win.nvme_write_bytes += st.write_bytes - e->ps.store_written0;
+	e->ps.store_read0 = st.read_bytes;
+	e->ps.store_written0 = st.write_bytes;
+}
+
+void
+eng_ptier_destroy(struct zinf_engine *e)
+{
+	if (e->pt) { /* NULL: create failed before choosing it */
+		e->pt->free(e);
+	}
+	zinf_pool_destroy(e->ps.ppool);
+	e->ps.ppool = NULL;
+	zinf_swap_destroy(e->ps.pswap);
+	e->ps.pswap = NULL;
+}

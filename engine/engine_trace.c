@@ -111,7 +111,7 @@ prefetch_reads(struct zinf_engine *e)
 		return 0;
 	}
 	uint64_t queued = 0;
-	pthread_mutex_lock(&e->ps.store_mu);
+	eng_store_lock(e);
 	for (uint32_t i = e->fx.cursor; i < e->fx.trace_n; i++) {
 		struct elayer *l = eng_layer(e, e->fx.trace[i]);
 		if (l->gathered || l->fetched || eng_layer_handed(e, l)) {
@@ -131,7 +131,7 @@ prefetch_reads(struct zinf_engine *e)
 		}
 	}
 out:
-	pthread_mutex_unlock(&e->ps.store_mu);
+	eng_store_unlock(e);
 	return 0;
 }
 
@@ -141,12 +141,12 @@ static bool
 layer_read(struct zinf_engine *e, const struct elayer *l)
 {
 	bool ready = true;
-	pthread_mutex_lock(&e->ps.store_mu);
+	eng_store_lock(e);
 	for (uint32_t j = 0; j < l->n && ready; j++) {
 		const struct eparam *p = &e->params[l->params[j]];
 		ready = p->persistent || e->pt->read_done(e, p);
 	}
-	pthread_mutex_unlock(&e->ps.store_mu);
+	eng_store_unlock(e);
 	return ready;
 }
 

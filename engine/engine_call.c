@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_call.c: what every public call of the engine shares, and what the trainer and the
+ * modules over the core read of it: the error boundary (eng_begin .. eng_return), the agreement
+ * of an outcome across ranks, the small collectives' helpers, the getters, the learning rate and
+ * betas and the optimizer window's opening, the statistics, and engine_module.h's view, counters
+ * and background job. Creating and destroying an engine: engine.c.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/opts.h"
+#include "comm/comm_internal.h"
+#include "engine/engine_internal.h"
+
+/* ---- shared helpers ------------------------------------------------------------------------ */
+
+const char *
+eng_cause(const struct zinf_engine *e)
+{
+	char prefix[32];
+	const char *s = zinf_last_error();
+	int n = snprintf(prefix, sizeof(prefix), "engine rank %d: ", e->rank);
+	return n > 0 && strncmp(s, prefix, (size_t)n) == 0 ? s + n : s;
+}
+
+int
+eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out)
+{
+	return zinf_device_alloc(e->dev, bytes, out);
+}
+
+void
+eng_comm_buf_free(struct zinf_engine *e, void *p)
+{
+	if (p && !(e->comm && zinf_comm_failed(e->comm))) {
+		zinf_device_free(e->dev, p);
+	} else if (p) {
+		zinf_leave(p); /* an abandoned collective may still write it (host device: heap) */
+	}
+}
+
+/* ---- the error boundary (engine_internal.h) ---------------------------------------------- */
+
+int
+eng_begin(struct zinf_engine *e, const char *what, enum eng_rule rule, bool inited)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: %s with a NULL engine", what);
+	}
+	e->call.what = what;
+	e->call.rule = rule;
+	e->call.committed = false;
+	e->call.known = 0;
+	if (e->failed) {
+		return e->failed;
+	}
+	if (inited && !e->inited) {
+		return ENG_FAIL(e, -EINVAL, "%s before zinf_engine_init", what);
+	}
+	return 0;
+}
+
+void
+eng_commit(struct zinf_engine *e)
+{
+	e->call.committed = true;
+}
+
+int
+eng_known(struct zinf_engine *e, int err)
+{
+	e->call.known = err;
+	return err;
+}
+
+int
+eng_return(struct zinf_engine *e, int rc)
+{
+	bool fails = rc < 0 && !e->failed &&
+		     (e->call.committed || (e->call.rule == ENG_FAILS && rc != -EINVAL));
+	if (fails) {
+		e->failed = rc;
+		/* tell the others, who may wait for this rank in a collective (a fetch's
+		   all-gather, a gradient reduce-scatter), with the message just logged (the
+		   failing call's); an error every rank knows, or one that came from another
+		   rank's notice (the comm layer knows), tells no one */
+		bool known = e->call.known != 0 && e->call.known == rc;
+		if (!known && e->world > 1 && e->comm) {
+			char why[512];
+			snprintf(why, sizeof(why), "%s", zinf_last_error());
+			(void)zinf_comm_notify_failure(e->comm, rc, why);
+		}
+	}
+	e->call.known = 0;
+	return rc;
+}
+
+ZINF_API int
+zinf_engine_abort(struct zinf_engine *e, const char *why)
+{
+	int rc = eng_begin(e, "abort", ENG_KEEPS, false);
+	if (rc) {
+		return rc;
+	}
+	eng_commit(e);
+	return eng_return(e, ENG_FAIL(e, -ECANCELED, "aborted by the trainer: %s",
+				      why ? why : "(no reason given)"));
+}
+
+struct elayer *
+eng_layer(struct zinf_engine *e, int32_t layer)
+{
+	uint32_t lo = 0, hi = e->n_layers;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		if (e->layers[mid].layer == layer) {
+			return &e->layers[mid];
+		}
+		if (e->layers[mid].layer < layer) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	return NULL;
+}
+
+size_t
+eng_dsize(const struct zinf_engine *e)
+{
+	return zinf_dtype_size(e->o.dtype);
+}
+
+int
+eng_order(struct zinf_engine *e, struct zinf_stream *from, struct zinf_stream *to)
+{
+	struct zinf_event *ev = from == e->compute ? e->ev_compute : e->ev_cs;
+	int ret = zinf_event_record(ev, from);
+	if (!ret) {
+		ret = zinf_stream_wait_event(to, ev);
+	}
+	return ret;
+}
+
+/*
+ * The element-wise MAX over ranks of n <= ENG_SCRATCH small floats (host memory v), through
+ * device memory so that "nccl" can run it; returns with the result in v.
+ */
+int
+eng_all_max(struct zinf_engine *e, float *v, uint32_t n)
+{
+	int ret = zinf_device_copy(e->cs, e->scratch, v, n * sizeof(float), ZINF_COPY_H2D);
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	if (!ret) {
+		ret = zinf_comm_all_reduce(e->comm, e->scratch, n, ZINF_F32, ZINF_COMM_MAX, NULL);
+	}
+	if (!ret) {
+		ret = zinf_device_copy(e->cs, v, e->scratch, n * sizeof(float), ZINF_COPY_D2H);
+	}
+	if (!ret) {
+		ret = zinf_stream_sync(e->cs);
+	}
+	return ret;
+}
+
+int
+eng_agree(struct zinf_engine *e, int err, const char *what)
+{
+	e->call.known = 0;
+	if (e->world == 1) {
+		return err;
+	}
+	int cf = zinf_comm_failed(e->comm);
+	if (cf) { /* nothing more can be exchanged; the others' collectives fail too */
+		return err ? err : cf;
+	}
+	float v[2] = {err ? (float)(e->rank + 1) : 0.0f, err ? (float)-err : 0.0f};
+	int ret = eng_all_max(e, v, 2);
+	if (err) {
+		e->call.known = ret ? 0 : err; /* exchanged: the others return an error too */
+		return err;
+	}
+	if (ret) {
+		return ENG_FAIL(e, ret, "%s: agreeing on the outcome across ranks", what);
+	}
+	if (v[0] > 0) {
+		int other = (int)v[0] - 1, code = -(int)v[1];
+		e->call.known = code;
+		return ENG_FAIL(e, code, "%s failed on rank %d (%s): this rank stops too", what,
+				other, zinf_strerror(code));
+	}
+	return 0;
+}
+
+/* ---- getters ------------------------------------------------------------------------------- */
+
+int
+zinf_engine_rank(const struct zinf_engine *e)
+{
+	return e ? e->rank : -EINVAL;
+}
+
+int
+zinf_engine_world(const struct zinf_engine *e)
+{
+	return e ? e->world : -EINVAL;
+}
+
+struct zinf_device *
+zinf_engine_device(const struct zinf_engine *e)
+{
+	return e ? e->dev : NULL;
+}
+
+struct zinf_stream *
+zinf_engine_compute_stream(const struct zinf_engine *e)
+{
+	return e ? e->compute : NULL;
+}
+
+struct zinf_io *
+zinf_engine_io(const struct zinf_engine *e)
+{
+	return e ? e->io : NULL;
+}
+
+int
+zinf_engine_param_count(const struct zinf_engine *e)
+{
+	return e ? (int)e->n_params : -EINVAL;
+}
+
+int
+zinf_engine_param_find(const struct zinf_engine *e, const char *name)
+{
+	if (!e || !name) {
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		if (strcmp(e->params[i].name, name) == 0) {
+			return (int)i;
+		}
+	}
+	return -ENOENT;
+}
+
+int
+zinf_engine_set_lr(struct zinf_engine *e, float lr)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: set_lr with a NULL engine");
+	}
+	if (!(lr >= 0) || isinf(lr)) {
+		return ENG_FAIL(e, -EINVAL, "set_lr: lr %g is not a finite value >= 0", (double)lr);
+	}
+	/* taken by the step at the first gradient of its boundary micro-batch (eng_latch_lr) */
+	e->lr = lr;
+	return 0;
+}
+
+int
+zinf_engine_set_betas(struct zinf_engine *e, float beta1, float beta2)
+{
+	if (!e) {
+		return ZINF_FAIL(-EINVAL, "engine: set_betas with a NULL engine");
+	}
+	if (e->o.optimizer.kind == ZINF_OPTIM_ADAGRAD) {
+		return -EOPNOTSUPP;
+	}
+	if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+		return ENG_FAIL(e, -EINVAL, "set_betas: betas (%g, %g) outside [0, 1)",
+				(double)beta1, (double)beta2);
+	}
+	/* taken with the lr (eng_latch_lr) */
+	e->beta1 = beta1;
+	e->beta2 = beta2;
+	return 0;
+}
+
+/*
+ * The learning rate and betas of the coming step are the ones set before the first gradient
+ * of its boundary micro-batch: from then on sub-groups may be stepped during backward, and
+ * stepping after backward must use the same values to give the same bits.
+ */
+static int
+latch_lr(struct zinf_engine *e)
+{
+	int ret = 0;
+	if (e->lr != e->step_lr && !(ret = zinf_optimizer_set_lr(e->opt, e->lr))) {
+		e->step_lr = e->lr;
+	}
+	if (!ret && (e->beta1 != e->step_beta1 || e->beta2 != e->step_beta2) &&
+	    !(ret = zinf_optimizer_set_betas(e->opt, e->beta1, e->beta2))) {
+		e->step_beta1 = e->beta1;
+		e->step_beta2 = e->beta2;
+	}
+	return ret;
+}
+
+int
+eng_window_open(struct zinf_engine *e)
+{
+	/* a background save copies the state the step is about to change: it is published first
+	   (its errors are zinf_engine_save_wait's) */
+	(void)eng_job_finish(e);
+	int ret = latch_lr(e);
+	if (ret) {
+		return ret;
+	}
+	eng_spec_begin(e); /* with clipping or fp16: the grad_scale assumed */
+	/* the window is open from here on (read_master refuses): the worker may begin the step and
+	   read ahead (a forward alone, an evaluation, begins nothing) */
+	eng_worker_prime(e);
+	return 0;
+}
+
+/* ---- what the modules over the core see (engine_module.h) ---------------------------------- */
+
+void
+eng_job_start(struct zinf_engine *e, const struct eng_job_ops *ops, void *ctx)
+{
+	e->job.ops = ops;
+	e->job.ctx = ctx;
+}
+
+bool
+eng_job_pending(const struct zinf_engine *e)
+{
+	return e->job.ops != NULL;
+}
+
+int
+eng_job_finish(struct zinf_engine *e)
+{
+	if (!e->job.ops) {
+		return 0;
+	}
+	const struct eng_job_ops *ops = e->job.ops;
+	e->job.ops = NULL; /* finished once, whatever it returns */
+	e->job.last = ops->finish(e, e->job.ctx);
+	return e->job.last;
+}
+
+int
+eng_job_take_result(struct zinf_engine *e)
+{
+	int r = e->job.last;
+	e->job.last = 0;
+	return r;
+}
+
+void
+eng_view(const struct zinf_engine *e, struct eng_view *v)
+{
+	*v = (struct eng_view){
+		.o = &e->o,
+		.opt = e->opt,
+		.nparts = e->nparts,
+		.n_params = e->n_params,
+		.n_layers = e->n_layers,
+		.n_sg = e->n_sg,
+		.sg_end = e->sg_end,
+		.flat_n = e->flat_n,
+		.rank = e->rank,
+		.world = e->world,
+		.W = e->W,
+		.dev = e->dev,
+		.io = e->io,
+		.cs = e->cs,
+		.compute = e->compute,
+		.inited = e->inited,
+		.in_window = e->micro != 0 || e->grads_seen != 0,
+		.micro = e->micro,
+		.state_on_device = e->ot->dev,
+		.fetched_layer = INT32_MIN,
+	};
+	for (uint32_t i = 0; e->inited && i < e->n_layers; i++) {
+		if (e->layers[i].fetched) {
+			v->fetched_layer = e->layers[i].layer;
+			break;
+		}
+	}
+}
+
+void
+eng_param_get(const struct zinf_engine *e, uint32_t id, struct eng_param *out)
+{
+	const struct eparam *p = &e->params[id];
+	*out = (struct eng_param){
+		.id = p->id,
+		.name = p->name,
+		.numel = p->numel,
+		.layer = p->layer,
+		.ndim = p->ndim,
+		.shape = p->shape,
+		.part = p->part,
+		.flat_off = p->flat_off,
+		.sg = p->sg,
+		.persistent = p->persistent,
+	};
+}
+
+uint32_t
+eng_flat_param(const struct zinf_engine *e, uint32_t i)
+{
+	return e->order[i];
+}
+
+void
+eng_counters_get(const struct zinf_engine *e, struct eng_counters *out)
+{
+	*out = (struct eng_counters){
+		.steps = e->steps,
+		.micro_steps = e->micro_steps,
+		.skipped = e->cl.skipped,
+		.lr = e->lr,
+		.beta1 = e->beta1,
+		.beta2 = e->beta2,
+		.ls = e->cl.ls,
+	};
+}
+
+void
+eng_counters_set(struct zinf_engine *e, const struct eng_counters *c, bool betas, bool ls)
+{
+	e->steps = c->steps;
+	e->micro_steps = c->micro_steps;
+	e->cl.skipped = c->skipped;
+	e->lr = c->lr;
+	if (betas && e->o.optimizer.kind != ZINF_OPTIM_ADAGRAD) {
+		e->beta1 = c->beta1;
+		e->beta2 = c->beta2;
+	}
+	if (ls && e->o.fp16.enabled) { /* its state; its settings stay the options' */
+		e->cl.ls.scale = c->ls.scale;
+		e->cl.ls.cur_hysteresis = c->ls.cur_hysteresis;
+		e->cl.ls.iter = c->ls.iter;
+		e->cl.ls.last_overflow = c->ls.last_overflow;
+		e->cl.ls.overflows = c->ls.overflows;
+	}
+}
+
+int64_t
+zinf_engine_steps(const struct zinf_engine *e)
+{
+	return e ? e->steps : 0;
+}
+
+int
+zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out)
+{
+	if (!e || !out) {
+		return ZINF_FAIL(-EINVAL, "engine: get_stats with a NULL %s", e ? "out" : "engine");
+	}
+	struct zinf_engine_stats s = e->last;
+	s.size = sizeof(s);
+	s.steps = (uint64_t)e->steps;
+	s.micro_steps = e->micro_steps;
+	s.peak_live_elems = e->fx.peak_live;
+	s.live_elems = e->fx.live_elems;
+	s.persistent_elems = e->fx.persistent_elems;
+	s.sub_groups = e->n_sg;
+	s.trace_hits = e->fx.trace_hits;
+	s.trace_misses = e->fx.trace_misses;
+	s.trace_invalidations = e->fx.trace_invalidations;
+	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool);
+	eng_clip_stats(e, &s);
+	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
+}
