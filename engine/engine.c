@@ -425,7 +425,7 @@ zinf_engine_destroy(struct zinf_engine *e)
 		zinf_stream_sync(e->compute);
 	}
 	eng_grad_free(e);
-	eng_fetch_free(e);
+	eng_gather_free(e);
 	eng_step_free(e);	  /* the worker joined: a partition still open was this thread's */
 	eng_param_write_abort(e); /* (a step that failed between its pieces) */
 	eng_param_free(e);

@@ -424,19 +424,23 @@ int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, cons
 
 /* engine_fetch.c */
 void eng_fetch_start(struct zinf_engine *e); /* init's end: the persistent parameters live */
+int eng_fetch_drop_all(struct zinf_engine *e);
+
+/* engine_gather.c */
 int eng_gather_full(struct zinf_engine *e, struct eparam *p); /* partition -> p->dev_full */
 int eng_refresh_persistent(struct zinf_engine *e);
 int eng_gather_after_step(struct zinf_engine *e);
-int eng_fetch_drop_all(struct zinf_engine *e);
-int eng_gather_start(struct zinf_engine *e, struct elayer *l);
+int eng_gather_start(struct zinf_engine *e, struct elayer *l);	/* all-gathers left in flight */
+int eng_gather_finish(struct zinf_engine *e, struct elayer *l); /* complete them */
+int eng_gather_drop(struct zinf_engine *e, struct elayer *l);	/* its buffers back */
+void eng_gather_free(struct zinf_engine *e);
+void eng_gather_trim(struct zinf_engine *e); /* the buffer cache back within its budget */
 
 /* engine_trace.c */
 int eng_trace_fetch(struct zinf_engine *e, int32_t layer);
 void eng_trace_micro_end(struct zinf_engine *e);
 uint64_t eng_reuse_distance(struct zinf_engine *e, uint32_t from, int32_t layer);
 int eng_prefetch(struct zinf_engine *e);
-void eng_fetch_free(struct zinf_engine *e);
-void eng_fetch_trim(struct zinf_engine *e); /* gathered-buffer cache back within its budget */
 
 /* engine_grad.c */
 int eng_grad_setup(struct zinf_engine *e);
