@@ -75,18 +75,6 @@ zinf_param_desc_init(struct zinf_param_desc *d)
 	d->init_dtype = ZINF_F32;
 }
 
-bool
-eng_all_zero(const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	for (size_t i = 0; i < n; i++) {
-		if (b[i]) {
-			return false;
-		}
-	}
-	return true;
-}
-
 static int
 check_offload(const struct zinf_offload_opts *s, const char *key)
 {
@@ -469,4 +457,32 @@ zinf_engine_destroy(struct zinf_engine *e)
 	zinf_free(e->io_backend);
 	zinf_free(e->swap_prefix);
 	zinf_free(e);
+}
+
+int64_t
+zinf_engine_steps(const struct zinf_engine *e)
+{
+	return e ? e->steps : 0;
+}
+
+int
+zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out)
+{
+	if (!e || !out) {
+		return ZINF_FAIL(-EINVAL, "engine: get_stats with a NULL %s", e ? "out" : "engine");
+	}
+	struct zinf_engine_stats s = e->last;
+	s.size = sizeof(s);
+	s.steps = (uint64_t)e->steps;
+	s.micro_steps = e->micro_steps;
+	s.peak_live_elems = e->fx.peak_live;
+	s.live_elems = e->fx.live_elems;
+	s.persistent_elems = e->fx.persistent_elems;
+	s.sub_groups = e->n_sg;
+	s.trace_hits = e->fx.trace_hits;
+	s.trace_misses = e->fx.trace_misses;
+	s.trace_invalidations = e->fx.trace_invalidations;
+	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool);
+	eng_clip_stats(e, &s);
+	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

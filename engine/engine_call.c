@@ -287,8 +287,8 @@ zinf_engine_set_betas(struct zinf_engine *e, float beta1, float beta2)
  * of its boundary micro-batch: from then on sub-groups may be stepped during backward, and
  * stepping after backward must use the same values to give the same bits.
  */
-static int
-latch_lr(struct zinf_engine *e)
+int
+eng_latch_lr(struct zinf_engine *e)
 {
 	int ret = 0;
 	if (e->lr != e->step_lr && !(ret = zinf_optimizer_set_lr(e->opt, e->lr))) {
@@ -300,23 +300,6 @@ latch_lr(struct zinf_engine *e)
 		e->step_beta2 = e->beta2;
 	}
 	return ret;
-}
-
-int
-eng_window_open(struct zinf_engine *e)
-{
-	/* a background save copies the state the step is about to change: it is published first
-	   (its errors are zinf_engine_save_wait's) */
-	(void)eng_job_finish(e);
-	int ret = latch_lr(e);
-	if (ret) {
-		return ret;
-	}
-	eng_spec_begin(e); /* with clipping or fp16: the grad_scale assumed */
-	/* the window is open from here on (read_master refuses): the worker may begin the step and
-	   read ahead (a forward alone, an evaluation, begins nothing) */
-	eng_worker_prime(e);
-	return 0;
 }
 
 /* ---- what the modules over the core see (engine_module.h) ---------------------------------- */
@@ -445,30 +428,14 @@ eng_counters_set(struct zinf_engine *e, const struct eng_counters *c, bool betas
 	}
 }
 
-int64_t
-zinf_engine_steps(const struct zinf_engine *e)
+bool
+eng_all_zero(const void *p, size_t n)
 {
-	return e ? e->steps : 0;
-}
-
-int
-zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out)
-{
-	if (!e || !out) {
-		return ZINF_FAIL(-EINVAL, "engine: get_stats with a NULL %s", e ? "out" : "engine");
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		if (b[i]) {
+			return false;
+		}
 	}
-	struct zinf_engine_stats s = e->last;
-	s.size = sizeof(s);
-	s.steps = (uint64_t)e->steps;
-	s.micro_steps = e->micro_steps;
-	s.peak_live_elems = e->fx.peak_live;
-	s.live_elems = e->fx.live_elems;
-	s.persistent_elems = e->fx.persistent_elems;
-	s.sub_groups = e->n_sg;
-	s.trace_hits = e->fx.trace_hits;
-	s.trace_misses = e->fx.trace_misses;
-	s.trace_invalidations = e->fx.trace_invalidations;
-	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool);
-	eng_clip_stats(e, &s);
-	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
+	return true;
 }

@@ -111,6 +111,15 @@ struct espec {
 
 struct eparam;
 
+/* What a tier's setup makes room for on behalf of the others (engine_init.c gives it). */
+struct eng_tier_needs {
+	/* bytes of the pool's pinned CPU region the others carve after setup, aligned to align */
+	uint64_t (*pinned)(const struct zinf_engine *e, uint32_t align);
+	/* the window tier: further tensors declared in the optimizer's swap space (the gradient
+	   window's) before it is reserved */
+	int (*declare)(struct zinf_engine *e);
+};
+
 /*
  * Where the optimizer state lives (engine_otier.c): one table per tier, chosen at create from
  * offload_optimizer.device: eng_otier_gpu (none), eng_otier_cpu, eng_otier_nvme.
@@ -121,8 +130,11 @@ struct eng_otier {
 			     device memory (else host memory) */
 	bool whole;	  /* init and load write a sub-group's master whole (else in pieces) */
 	bool reads_ahead; /* a step may begin before its first sub-group is final (its reads) */
-	/* init: the state, the gradient partition, the copy and staging buffers, the reserve */
-	int (*setup)(struct zinf_engine *e);
+	bool window;	  /* the gradients go to the gradient window (engine_gwin.c), not to a
+			     gradient partition */
+	/* init: the state, the gradient partition, the copy and staging buffers; sets os.align,
+	   the alignment of what the others carve from its pool */
+	int (*setup)(struct zinf_engine *e, const struct eng_tier_needs *needs);
 	void (*free)(struct zinf_engine *e);
 	/* the master weights of sub-group k's flat elements [off, off + n) from host memory m
 	   (whole: the sub-group), the moments left as they are (zero at init) */
@@ -137,7 +149,7 @@ struct eng_otier {
 	/* a step's pass: begin, each sub-group (on the thread of x), a sub-group left out, the end
 	   (its I/O counted into the window) */
 	int (*begin)(struct zinf_engine *e);
-	int (*step)(struct zinf_engine *e, struct ectx *x, uint32_t k);
+	int (*step)(struct zinf_engine *e, struct ectx *x, uint32_t k, float *grad);
 	int (*skip)(struct zinf_engine *e, uint32_t k);
 	int (*finish)(struct zinf_engine *e, bool partial);
 	/* the speculative step: sub-group k's state into its reserve slot before it is stepped
@@ -284,6 +296,11 @@ struct eostate {
 	struct zinf_pool *opool;
 	struct zinf_swap *oswap;
 	struct zinf_step *step; /* nvme */
+	uint32_t align;		/* of what the others carve from opool (0: no pool) */
+	/* nvme: called with a sub-group's state as read, before the optimizer runs on it (the
+	   speculative step keeps it: engine_spec.c sets it) */
+	int (*keep_read)(struct zinf_engine *e, uint32_t k, const void *const parts[],
+			 uint64_t len);
 };
 
 /* The parameter tier's state (engine_ptier.c): its pool, and for nvme the store and the
@@ -404,9 +421,14 @@ size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts
 /* The optimizer window opens (the first gradient of its last micro-batch): a background job
  * ends, the lr and betas are latched, the speculative step assumes its grad_scale, the step
  * worker may begin reading ahead. */
-int eng_window_open(struct zinf_engine *e);
+int eng_window_open(struct zinf_engine *e); /* engine_grad.c */
+int eng_latch_lr(struct zinf_engine *e);    /* the lr and betas set become the step's */
 
-/* engine_param.c */
+/* engine_param.c: the layout at init (layers sorted, partitions, sub-groups of whole
+ * parameters, the homes) */
+int eng_build_layers(struct zinf_engine *e);
+int eng_build_partitions(struct zinf_engine *e);
+int eng_param_homes(struct zinf_engine *e);
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
@@ -500,9 +522,8 @@ bool eng_spec_on(const struct zinf_engine *e);		/* gate, worker and a reserve */
 void eng_spec_begin(struct zinf_engine *e);		/* boundary's first gradient: assume 1/S */
 bool eng_spec_claim(struct zinf_engine *e, uint32_t k); /* a slot for k (false: none free) */
 int eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k); /* worker, before */
-/* zinf_step's before_fn, the state on NVMe: the parts as read, before the optimizer */
-int eng_spec_save_nvme(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t len);
-int eng_spec_resolve(struct zinf_engine *e, int skip, float gs); /* after eng_clip_decide */
+/* speculated sub-group k's previous state back (params16: and its 16-bit values), on cs */
+int eng_spec_restore(struct zinf_engine *e, uint32_t k, bool params16);
 
 /* engine_worker.c */
 int eng_worker_start(struct zinf_engine *e);

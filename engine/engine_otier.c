@@ -31,16 +31,15 @@ part_bytes(const struct zinf_engine *e, uint32_t i)
 /* The optimizer over sub-group k's pieces, its new 16-bit values home through x->s. The gradient
  * of k is final in grad_part as seen from the host (cpu) or from x->s (gpu). */
 static int
-step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k)
+step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k, float *grad)
 {
 	int64_t step = e->steps + 1;
-	uint64_t end = e->sg_end[k];
+	uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
 	bool dev = e->ot->dev;
 	bool host_dev = e->host_comm; /* the host device: device memory is host memory */
 	void *copy = dev ? e->os.dev_copy : e->os.host_copy;
 	int ret = 0;
-	for (uint64_t off = eng_sg_start(e, k), n; !ret && (n = zinf_step_piece(off, end)) > 0;
-	     off += n) {
+	for (uint64_t off = start, n; !ret && (n = zinf_step_piece(off, end)) > 0; off += n) {
 		void *parts[ZINF_OPTIM_MAX_PARTS] = {0};
 		for (uint32_t i = 0; i < e->nparts; i++) {
 			parts[i] = (char *)e->os.state[i] + off * part_bytes(e, i);
@@ -54,11 +53,11 @@ step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k)
 			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
 			a.bias_correction = e->o.optimizer.bias_correction;
 			ret = zinf_device_adam(x->s, &a, step, e->step_scale, parts[0],
-					       e->os.grad_part + off, ZINF_F32, parts[1], parts[2],
+					       grad + (off - start), ZINF_F32, parts[1], parts[2],
 					       n, copy, e->o.dtype);
 		} else {
 			ret = zinf_optimizer_step(e->opt, step, e->step_scale, parts,
-						  e->os.grad_part + off, ZINF_F32, off, n, copy,
+						  grad + (off - start), ZINF_F32, off, n, copy,
 						  e->o.dtype);
 		}
 		x->st->optimizer_s += zinf_now_s() - t0;
@@ -105,8 +104,9 @@ bounce_none(const struct zinf_engine *e)
 /* ---- gpu ------------------------------------------------------------------------------------ */
 
 static int
-gpu_setup(struct zinf_engine *e)
+gpu_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 {
+	(void)needs; /* no pool */
 	uint64_t chunk = ZINF_MIN((uint64_t)ZINF_STEP_CHUNK, e->max_sg);
 	int ret;
 	for (uint32_t i = 0; i < e->nparts; i++) {
@@ -124,9 +124,7 @@ gpu_setup(struct zinf_engine *e)
 	    (ret = zinf_device_alloc(e->dev, chunk * eng_dsize(e), &e->os.dev_copy))) {
 		return ENG_FAIL(e, ret, "init: device memory for the gradient partition");
 	}
-	if ((ret = eng_spec_setup(e, 0))) {
-		return ret;
-	}
+	e->os.align = 0;
 	return zinf_stream_sync(e->cs);
 }
 
@@ -272,10 +270,10 @@ host_buffers_alloc(struct zinf_engine *e)
 }
 
 static int
-cpu_setup(struct zinf_engine *e)
+cpu_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 {
-	uint64_t cpu = host_buffers_bytes(e) + ZINF_ALIGN_UP(e->flat_n * 4, 4096) +
-		       eng_spec_bytes(e, 4096);
+	uint64_t cpu =
+		host_buffers_bytes(e) + ZINF_ALIGN_UP(e->flat_n * 4, 4096) + needs->pinned(e, 4096);
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		cpu += ZINF_ALIGN_UP(e->flat_n * part_bytes(e, i), 4096);
 	}
@@ -302,10 +300,8 @@ cpu_setup(struct zinf_engine *e)
 		return ENG_FAIL(e, ret, "init: pinned gradient partition");
 	}
 	memset(e->os.grad_part, 0, e->flat_n * 4);
-	if ((ret = host_buffers_alloc(e))) {
-		return ret;
-	}
-	return eng_spec_setup(e, 4096);
+	e->os.align = 4096;
+	return host_buffers_alloc(e);
 }
 
 static void
@@ -389,11 +385,7 @@ static int
 before_cb(void *ctx, uint32_t k, const void *const parts[], uint64_t len)
 {
 	struct zinf_engine *e = ctx;
-	if (e->cb == &e->w.x && e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
-		/* speculated on the worker: keep its previous state in its slot of the reserve */
-		return eng_spec_save_nvme(e, k, parts, len);
-	}
-	return 0;
+	return e->os.keep_read ? e->os.keep_read(e, k, parts, len) : 0;
 }
 
 static int
@@ -404,7 +396,7 @@ copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 }
 
 static int
-nvme_setup(struct zinf_engine *e)
+nvme_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 {
 	int ret = eng_open_swap(e, &e->o.offload_optimizer, "optim", &e->os.oswap);
 	if (ret) {
@@ -431,7 +423,7 @@ nvme_setup(struct zinf_engine *e)
 	zinf_pool_opts_init(&po);
 	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
 	po.buffer_count = e->o.offload_optimizer.buffer_count;
-	po.cpu_bytes = host_buffers_bytes(e) + eng_gwin_bytes(e, align) + eng_spec_bytes(e, align);
+	po.cpu_bytes = host_buffers_bytes(e) + needs->pinned(e, align);
 	po.align = align;
 	po.pin_memory = e->o.offload_optimizer.pin_memory;
 	po.pin_fallback = true;
@@ -448,18 +440,13 @@ nvme_setup(struct zinf_engine *e)
 	if ((ret = zinf_step_create(&so, &e->os.step))) {
 		return ENG_FAIL(e, ret, "init: optimizer step over NVMe");
 	}
-	if ((ret = eng_gwin_declare(e))) {
+	if ((ret = needs->declare(e))) {
 		return ret;
 	}
 	if ((ret = zinf_swap_reserve(e->os.oswap))) {
 		return ENG_FAIL(e, ret, "init: reserving the optimizer's swap files");
 	}
-	if ((ret = eng_gwin_alloc(e, align))) {
-		return ret;
-	}
-	if ((ret = eng_spec_setup(e, align))) {
-		return ret;
-	}
+	e->os.align = align;
 	return host_buffers_alloc(e);
 }
 
@@ -468,7 +455,6 @@ nvme_free(struct zinf_engine *e)
 {
 	zinf_step_destroy(e->os.step);
 	e->os.step = NULL;
-	eng_gwin_free(e);
 }
 
 static int
@@ -521,10 +507,10 @@ nvme_begin(struct zinf_engine *e)
 }
 
 static int
-nvme_step(struct zinf_engine *e, struct ectx *x, uint32_t k)
+nvme_step(struct zinf_engine *e, struct ectx *x, uint32_t k, float *grad)
 {
 	e->cb = x;
-	int ret = zinf_step_ready(e->os.step, k, eng_grad_of(e, k), ZINF_F32);
+	int ret = zinf_step_ready(e->os.step, k, grad, ZINF_F32);
 	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u", e->steps + 1, k) : 0;
 }
 
@@ -576,6 +562,7 @@ const struct eng_otier eng_otier_nvme = {
 	.name = "nvme",
 	.whole = true,
 	.reads_ahead = true,
+	.window = true,
 	.setup = nvme_setup,
 	.free = nvme_free,
 	.write_master = nvme_write_master,

@@ -139,8 +139,8 @@ sort_backward(const struct zinf_engine *e, uint32_t *v, uint32_t *tmp, uint32_t 
 	memcpy(v, tmp, n * sizeof(*v));
 }
 
-static int
-build_layers(struct zinf_engine *e)
+int
+eng_build_layers(struct zinf_engine *e)
 {
 	/* parameters in backward order, then layers ascending from the reversed list */
 	e->order = zinf_calloc(e->n_params, sizeof(uint32_t));
@@ -181,8 +181,8 @@ build_layers(struct zinf_engine *e)
 	return 0;
 }
 
-static int
-build_partitions(struct zinf_engine *e)
+int
+eng_build_partitions(struct zinf_engine *e)
 {
 	uint64_t persist = 0;
 	for (uint32_t i = 0; i < e->n_params; i++) {
@@ -236,49 +236,10 @@ build_partitions(struct zinf_engine *e)
 	return 0;
 }
 
-/* ---- the 16-bit tiers ---------------------------------------------------------------------- */
-
-static int
-open_io(struct zinf_engine *e)
-{
-	if (e->io) {
-		return 0;
-	}
-	struct zinf_io_opts io;
-	zinf_io_opts_init(&io);
-	io.backend = e->o.io_backend;
-	io.queue_depth = e->o.aio.queue_depth;
-	io.block_size = e->o.aio.block_size;
-	io.threads = e->o.aio.intra_op_parallelism;
-	int ret = zinf_io_create(&io, &e->io);
-	return ret ? ENG_FAIL(e, ret, "init: cannot open the I/O context for the NVMe tiers") : 0;
-}
-
-int
-eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
-	      struct zinf_swap **out)
-{
-	int ret = open_io(e);
-	if (ret) {
-		return ret;
-	}
-	char prefix[256];
-	snprintf(prefix, sizeof(prefix), "%s-%s", e->o.swap_prefix, what);
-	struct zinf_swap_opts so;
-	zinf_swap_opts_init(&so);
-	so.dirs = s->nvme_path;
-	so.n_dirs = s->n_paths;
-	so.rank = e->rank;
-	so.prefix = prefix;
-	ret = zinf_swap_create(e->io, &so, out);
-	return ret ? ENG_FAIL(e, ret, "init: swap space for %s under %s", what, s->nvme_path[0])
-		   : 0;
-}
-
 /* The 16-bit parameters' places: the gathered device copy of stages 0-2 and of the persistent
  * parameters, then the home of the tier (engine_ptier.c). */
-static int
-param_homes(struct zinf_engine *e)
+int
+eng_param_homes(struct zinf_engine *e)
 {
 	size_t ds = eng_dsize(e);
 	for (uint32_t i = 0; i < e->n_params; i++) {
@@ -364,211 +325,6 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 		return ENG_FAIL(e, ret, "copying new parameter values to the device");
 	}
 	return 0;
-}
-
-/* ---- initial values ------------------------------------------------------------------------ */
-
-/* Initial values of partition elements [j0, j0 + n) of p (padding: zeros) into out, fp32. */
-static int
-init_values(struct zinf_engine *e, struct eparam *p, uint64_t j0, uint64_t n, float *out)
-{
-	uint64_t count = j0 < p->part.count ? ZINF_MIN(n, p->part.count - j0) : 0;
-	memset(out + count, 0, (n - count) * sizeof(float));
-	if (count == 0) {
-		return 0;
-	}
-	uint64_t first = p->part.offset + j0;
-	int ret = 0;
-	if (p->init) {
-		size_t isz = zinf_dtype_size(p->init_dtype);
-		ret = zinf_dtype_convert(out, ZINF_F32, (const char *)p->init + first * isz,
-					 p->init_dtype, count);
-	} else if (p->init_fn) {
-		ret = p->init_fn(p->init_ctx, p->id, first, count, out);
-	} else {
-		memset(out, 0, count * sizeof(float));
-	}
-	return ret ? ENG_FAIL(e, ret, "init: parameter \"%s\": initial values", p->name) : 0;
-}
-
-/* Initial fp32 values of flat elements [off, off + n) into out. */
-static int
-init_range(struct zinf_engine *e, uint64_t off, uint64_t n, float *out)
-{
-	int ret = 0;
-	for (uint32_t i = eng_flat_find(e, off); i < e->n_params && n > 0 && !ret; i++) {
-		struct eparam *p = &e->params[e->order[i]];
-		uint64_t j0 = off - p->flat_off, len = ZINF_MIN(n, p->part.part - j0);
-		ret = init_values(e, p, j0, len, out);
-		out += len;
-		off += len;
-		n -= len;
-	}
-	return ret;
-}
-
-/*
- * The initial values, sub-group by sub-group in pieces of at most ZINF_STEP_CHUNK elements
- * (a fp32 and a 16-bit buffer of that size on the heap: host memory does not grow with the
- * model or the partition). The optimizer on NVMe takes a sub-group's master whole
- * (zinf_step_load): it is built in one of the optimizer pool's pinned buffers, which hold a
- * sub-group's state each, and only when the pool cannot spare one, on the heap.
- */
-static int
-write_initial(struct zinf_engine *e)
-{
-	size_t ds = eng_dsize(e);
-	uint64_t chunk = ZINF_MAX(ZINF_MIN(e->max_sg, (uint64_t)ZINF_STEP_CHUNK), 1);
-	bool whole = e->ot->whole;
-	void *pool_buf = NULL;
-	float *master = NULL;
-	void *copy = zinf_calloc(chunk, ds);
-	int ret = 0;
-	if (whole && zinf_pool_free_count(e->os.opool) >= 2 &&
-	    zinf_pool_acquire(e->os.opool, 0, &pool_buf) == 0) {
-		master = pool_buf;
-	} else {
-		master = zinf_calloc(whole ? e->max_sg : chunk, sizeof(float));
-	}
-	if (!master || !copy) {
-		ret = ENG_FAIL(e, -ENOMEM,
-			       "init: out of memory for the initial values (%" PRIu64 " elements)",
-			       whole ? e->max_sg : chunk);
-		goto out;
-	}
-	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-		uint64_t start = eng_sg_start(e, k), end = e->sg_end[k];
-		for (uint64_t off = start, n; !ret && (n = zinf_step_piece(off, end)) > 0;
-		     off += n) {
-			float *m = whole ? master + (off - start) : master;
-			ret = init_range(e, off, n, m);
-			if (!ret && !whole && (ret = e->ot->write_master(e, k, off, m, n))) {
-				ret = ENG_FAIL(e, ret,
-					       "init: writing the master weights at %" PRIu64, off);
-			}
-			if (!ret) {
-				ret = zinf_dtype_convert(copy, e->o.dtype, m, ZINF_F32, n);
-			}
-			if (!ret) {
-				ret = eng_param_home_write(e, &e->main, off, copy, false, n);
-			}
-		}
-		if (!ret && whole &&
-		    (ret = e->ot->write_master(e, k, start, master, end - start))) {
-			ret = ENG_FAIL(e, ret, "init: sub-group %u: writing the master weights", k);
-		}
-	}
-out:
-	if (pool_buf) {
-		zinf_pool_release(e->os.opool, pool_buf);
-	} else {
-		zinf_free(master);
-	}
-	zinf_free(copy);
-	return ret;
-}
-
-/* A failed init: the engine keeps the error for good (committed: -EINVAL included, the layout
- * is half built and cannot be laid out again); zinf_engine_destroy() frees what was set up. */
-static int
-init_failed(struct zinf_engine *e, int ret)
-{
-	char why[512];
-	snprintf(why, sizeof(why), "%s", zinf_last_error());
-	ENG_FAIL(e, ret,
-		 "init failed (%s): the engine is unusable, every later call returns this error; "
-		 "destroy it",
-		 why);
-	return ret;
-}
-
-static int
-write_initial_cb(struct zinf_engine *e, void *ctx)
-{
-	(void)ctx;
-	return write_initial(e);
-}
-
-int
-zinf_engine_init(struct zinf_engine *e)
-{
-	int ret = eng_begin(e, "init", ENG_KEEPS, false);
-	return ret ? ret : eng_return(e, eng_init_with(e, write_initial_cb, NULL));
-}
-
-int
-eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *ctx), void *ctx)
-{
-	if (e->failed) {
-		return e->failed;
-	}
-	if (e->inited || e->n_params == 0) {
-		return ENG_FAIL(e, -EINVAL, "init: %s",
-				e->inited ? "called twice" : "no parameter registered");
-	}
-	int ret;
-	/* From here on a failure leaves the layout, the tiers and the worker half built: the
-	   engine is failed for good (every later call, init included, returns the error) */
-	eng_commit(e);
-	if ((ret = build_layers(e)) || (ret = build_partitions(e)) || (ret = param_homes(e)) ||
-	    (ret = eng_step_setup(e)) || (ret = eng_grad_setup(e)) || (ret = write(e, ctx))) {
-		eng_param_write_abort(e);
-	}
-	/* before the all-gathers: a rank that failed above joins none of them (load's writes
-	   included, which may fail on one rank alone) */
-	if ((ret = eng_agree(e, ret, "init"))) {
-		return init_failed(e, ret);
-	}
-	/* stages 1-2: every rank wrote its partition of each tensor; stage 3: persistent ones */
-	if (e->o.stage > 0) {
-		for (uint32_t i = 0; i < e->n_params && !ret; i++) {
-			struct eparam *p = &e->params[i];
-			if (e->o.stage < 3 || p->persistent) {
-				ret = eng_gather_full(e, p);
-			}
-		}
-		if (ret) {
-			return init_failed(e, ret);
-		}
-	}
-	if ((ret = eng_order(e, e->cs, e->compute))) {
-		return init_failed(e, ret);
-	}
-	eng_param_io_stats(e); /* init's NVMe writes are not the first window's */
-	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
-	eng_fetch_start(e); /* the persistent parameters live, the trace recording */
-	e->inited = true;
-	return 0;
-}
-
-int
-eng_rewrite_with(struct zinf_engine *e, const char *what,
-		 int (*write)(struct zinf_engine *e, void *ctx), void *ctx)
-{
-	char agree[64];
-	snprintf(agree, sizeof(agree), "%s: writing the state", what);
-	/* the gathered copies go (stage 3), the new values are written and gathered again */
-	int ret = e->o.stage == 3 ? eng_fetch_drop_all(e) : 0;
-	if (!ret) {
-		ret = write(e, ctx);
-	}
-	if (ret) {
-		eng_param_write_abort(e); /* a partition left open in the parameter store */
-	}
-	/* before the all-gathers: a rank whose writes failed joins none of them */
-	ret = eng_agree(e, ret, agree);
-	for (uint32_t i = 0; i < e->n_params && !ret && e->o.stage > 0; i++) {
-		struct eparam *p = &e->params[i];
-		if (e->o.stage < 3 || p->persistent) {
-			ret = eng_gather_full(e, p);
-		}
-	}
-	if (!ret) {
-		ret = eng_order(e, e->cs, e->compute);
-	}
-	eng_param_io_stats(e); /* not the window's NVMe bytes */
-	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
-	return ret;
 }
 
 int

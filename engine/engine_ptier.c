@@ -13,6 +13,7 @@
  * buffer (a fetch; engine_fetch.c all-gathers from there).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -493,3 +494,42 @@ eng_ptier_destroy(struct zinf_engine *e)
 	zinf_swap_destroy(e->ps.pswap);
 	e->ps.pswap = NULL;
 }
+
+static int
+open_io(struct zinf_engine *e)
+{
+	if (e->io) {
+		return 0;
+	}
+	struct zinf_io_opts io;
+	zinf_io_opts_init(&io);
+	io.backend = e->o.io_backend;
+	io.queue_depth = e->o.aio.queue_depth;
+	io.block_size = e->o.aio.block_size;
+	io.threads = e->o.aio.intra_op_parallelism;
+	int ret = zinf_io_create(&io, &e->io);
+	return ret ? ENG_FAIL(e, ret, "init: cannot open the I/O context for the NVMe tiers") : 0;
+}
+
+int
+eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
+	      struct zinf_swap **out)
+{
+	int ret = open_io(e);
+	if (ret) {
+		return ret;
+	}
+	char prefix[256];
+	snprintf(prefix, sizeof(prefix), "%s-%s", e->o.swap_prefix, what);
+	struct zinf_swap_opts so;
+	zinf_swap_opts_init(&so);
+	so.dirs = s->nvme_path;
+	so.n_dirs = s->n_paths;
+	so.rank = e->rank;
+	so.prefix = prefix;
+	ret = zinf_swap_create(e->io, &so, out);
+	return ret ? ENG_FAIL(e, ret, "init: swap space for %s under %s", what, s->nvme_path[0])
+		   : 0;
+}
+
+/* ---- the 16-bit tiers ---------------------------------------------------------------------- */

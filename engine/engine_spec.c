@@ -6,7 +6,7 @@
  * boundary micro-batch's sub-groups are nevertheless handed to the worker as they become
  * final, stepped with the assumed grad_scale 1/S (no clipping, no overflow: the common case),
  * each keeping its previous state in a slot of a bounded reserve until zinf_engine_step has
- * the norm (eng_spec_resolve):
+ * the norm (engine_step.c, spec_resolve):
  *
  *   - the assumption held (not skipped, the decided grad_scale has the same bits): nothing to
  *     undo; the sub-groups not speculated go to the worker as without clipping;
@@ -73,6 +73,8 @@ eng_spec_bytes(const struct zinf_engine *e, uint32_t align)
 	return n ? ZINF_ALIGN_UP(n * layout(e, align, off), (uint64_t)align) : 0;
 }
 
+static int keep_read(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t len);
+
 int
 eng_spec_setup(struct zinf_engine *e, uint32_t align)
 {
@@ -116,6 +118,7 @@ eng_spec_setup(struct zinf_engine *e, uint32_t align)
 				n, sp->stride);
 	}
 	sp->n = n;
+	e->os.keep_read = keep_read; /* nvme: the state as read, from zinf_step's before_fn */
 	return 0;
 }
 
@@ -206,7 +209,7 @@ int
 eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 {
 	char *slot = slot_of(e, k);
-	int ret = e->ot->keep(e, x, k, slot); /* nvme: eng_spec_save_nvme, from the before_fn */
+	int ret = e->ot->keep(e, x, k, slot); /* nvme: keep_read, from zinf_step's before_fn */
 	if (ret) {
 		return ENG_FAIL(e, ret,
 				"step %" PRId64 ": sub-group %u: keeping its optimizer state",
@@ -220,9 +223,12 @@ eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
  * parts hold its previous state, just read into the step's buffer, which the optimizer is about
  * to update in place: copy it into the slot (no read of the files).
  */
-int
-eng_spec_save_nvme(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t len)
+static int
+keep_read(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t len)
 {
+	if (e->cb != &e->w.x || e->sp.sg_slot[k] < 0) {
+		return 0; /* stepped by the caller's thread, or not speculated: nothing to keep */
+	}
 	char *slot = slot_of(e, k);
 	if (len != e->sg_end[k] - eng_sg_start(e, k)) {
 		return ENG_FAIL(e, -EPROTO,
@@ -237,8 +243,8 @@ eng_spec_save_nvme(struct zinf_engine *e, uint32_t k, const void *const parts[],
 }
 
 /* Speculated sub-group k's previous state back (and its 16-bit values: params16), on cs. */
-static int
-restore(struct zinf_engine *e, uint32_t k, bool params16)
+int
+eng_spec_restore(struct zinf_engine *e, uint32_t k, bool params16)
 {
 	char *slot = slot_of(e, k);
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
@@ -253,57 +259,4 @@ restore(struct zinf_engine *e, uint32_t k, bool params16)
 	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: rolling back", e->steps + 1,
 			      k)
 		   : 0;
-}
-
-/*
- * At the boundary, after eng_clip_decide (skip: 1; else grad_scale gs): keep, redo or restore
- * the speculated sub-groups. The decision is the same on every rank (the global norm), so the
- * ranks take the same branch. Errors of the right and redo cases reach eng_step_run's
- * agreement through e->sp.err; a skip agrees here.
- */
-int
-eng_spec_resolve(struct zinf_engine *e, int skip, float gs)
-{
-	struct espec *sp = &e->sp;
-	struct eworker *w = &e->w;
-	int ret = eng_worker_wait(e); /* the worker is done with the assumed grad_scale */
-	e->step_scale = gs;
-	bool right = !skip && memcmp(&gs, &sp->scale0, sizeof(gs)) == 0;
-	if (right) {
-		/* the assumption held: the speculated sub-groups are final; the others to the
-		   worker (the gradient window's resident ones first: no read for them) */
-		for (uint32_t k = 0; k < e->n_sg && e->gr.gw.n; k++) {
-			if (sp->sg_slot[k] >= 0) {
-				eng_gwin_drop(e, k);
-			}
-		}
-		for (int pass = e->gr.gw.n ? 0 : 1; pass < 2; pass++) {
-			for (uint32_t k = 0; k < e->n_sg; k++) {
-				if (!e->w.sg_handed[k] && (pass == 1 || e->gr.gw.sg_slot[k] >= 0)) {
-					eng_worker_hand(e, k);
-				}
-			}
-		}
-		sp->err = ret;
-		e->win.rolled_back = 0;
-		return 0;
-	}
-	/* the worker's pass ends here (the sub-groups not speculated left out of it); the
-	   speculated ones get their previous state back */
-	bool began = w->began || w->tail > 0;
-	int r2 = began ? eng_worker_end(e, true) : 0;
-	ret = ret ? ret : r2;
-	uint32_t rolled = 0;
-	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
-		if (sp->sg_slot[k] >= 0) {
-			ret = restore(e, k, skip != 0);
-			rolled++;
-		}
-	}
-	e->win.rolled_back = rolled;
-	if (!skip) {
-		sp->err = ret; /* eng_step_run steps every sub-group with gs, then agrees */
-		return 0;
-	}
-	return eng_agree(e, ret, "step (rolling back the speculative step)");
 }

@@ -18,48 +18,6 @@
 
 #include "engine/engine_internal.h"
 
-static uint64_t
-bucket_cap(const struct zinf_engine *e)
-{
-	uint64_t total = 0, maxp = 0;
-	for (uint32_t i = 0; i < e->n_params; i++) {
-		total += e->params[i].part.padded;
-		maxp = ZINF_MAX(maxp, e->params[i].part.padded);
-	}
-	uint64_t cap = ZINF_MAX(ZINF_MIN(e->o.reduce_bucket_size, total), maxp);
-	return ZINF_ALIGN_UP(cap, (uint64_t)e->world);
-}
-
-int
-eng_step_setup(struct zinf_engine *e)
-{
-	int ret = e->o.step_during_backward ? eng_worker_start(e) : 0;
-	if (ret || (ret = eng_clip_setup(e))) {
-		return ret;
-	}
-	e->gr.bucket_cap = bucket_cap(e);
-	return e->ot->setup(e);
-}
-
-void
-eng_step_free(struct zinf_engine *e)
-{
-	eng_worker_stop(e);
-	eng_spec_free(e);
-	eng_clip_free(e);
-	if (e->ot) { /* NULL: create failed before choosing it */
-		e->ot->free(e);
-	}
-	memset(e->os.state, 0, sizeof(e->os.state));
-	e->os.grad_part = NULL;
-	e->os.dev_copy = e->os.host_copy = NULL;
-	e->gr.host_stage = NULL;
-	zinf_pool_destroy(e->os.opool);
-	e->os.opool = NULL;
-	zinf_swap_destroy(e->os.oswap);
-	e->os.oswap = NULL;
-}
-
 /* The end of the step: every sub-group stepped (the worker's, then the rest here). */
 static int
 step_all(struct zinf_engine *e)
@@ -87,7 +45,7 @@ step_all(struct zinf_engine *e)
 			if (e->gr.gw.n && (ret = eng_gwin_load(e, k))) {
 				break;
 			}
-			ret = e->ot->step(e, &e->main, k);
+			ret = e->ot->step(e, &e->main, k, eng_grad_of(e, k));
 			if (e->gr.gw.n) {
 				eng_gwin_drop(e, k);
 			}
@@ -135,6 +93,59 @@ eng_step_run(struct zinf_engine *e)
 	}
 	e->steps++;
 	return 0;
+}
+
+/*
+ * At the boundary, after eng_clip_decide (skip: 1; else grad_scale gs): keep, redo or restore
+ * the speculated sub-groups. The decision is the same on every rank (the global norm), so the
+ * ranks take the same branch. Errors of the right and redo cases reach eng_step_run's
+ * agreement through e->sp.err; a skip agrees here.
+ */
+static int
+spec_resolve(struct zinf_engine *e, int skip, float gs)
+{
+	struct espec *sp = &e->sp;
+	struct eworker *w = &e->w;
+	int ret = eng_worker_wait(e); /* the worker is done with the assumed grad_scale */
+	e->step_scale = gs;
+	bool right = !skip && memcmp(&gs, &sp->scale0, sizeof(gs)) == 0;
+	if (right) {
+		/* the assumption held: the speculated sub-groups are final; the others to the
+		   worker (the gradient window's resident ones first: no read for them) */
+		for (uint32_t k = 0; k < e->n_sg && e->gr.gw.n; k++) {
+			if (sp->sg_slot[k] >= 0) {
+				eng_gwin_drop(e, k);
+			}
+		}
+		for (int pass = e->gr.gw.n ? 0 : 1; pass < 2; pass++) {
+			for (uint32_t k = 0; k < e->n_sg; k++) {
+				if (!e->w.sg_handed[k] && (pass == 1 || e->gr.gw.sg_slot[k] >= 0)) {
+					eng_worker_hand(e, k);
+				}
+			}
+		}
+		sp->err = ret;
+		e->win.rolled_back = 0;
+		return 0;
+	}
+	/* the worker's pass ends here (the sub-groups not speculated left out of it); the
+	   speculated ones get their previous state back */
+	bool began = w->began || w->tail > 0;
+	int r2 = began ? eng_worker_end(e, true) : 0;
+	ret = ret ? ret : r2;
+	uint32_t rolled = 0;
+	for (uint32_t k = 0; k < e->n_sg && !ret; k++) {
+		if (sp->sg_slot[k] >= 0) {
+			ret = eng_spec_restore(e, k, skip != 0);
+			rolled++;
+		}
+	}
+	e->win.rolled_back = rolled;
+	if (!skip) {
+		sp->err = ret; /* eng_step_run steps every sub-group with gs, then agrees */
+		return 0;
+	}
+	return eng_agree(e, ret, "step (rolling back the speculative step)");
 }
 
 static int
@@ -192,12 +203,12 @@ step_call(struct zinf_engine *e)
 		return skip;
 	}
 	if (e->cl.gate && eng_spec_on(e)) {
-		if ((ret = eng_spec_resolve(e, skip, gs))) {
+		if ((ret = spec_resolve(e, skip, gs))) {
 			return ret;
 		}
 	} else if (e->cl.gate) {
 		e->step_scale = gs;
-		/* a skip: the speculating ranks agree on their roll-back (eng_spec_resolve); a rank
+		/* a skip: the speculating ranks agree on their roll-back (spec_resolve); a rank
 		   not speculating (its device had no room for the reserve) joins that collective */
 		if (skip && (ret = eng_agree(e, 0, "step (skipped)"))) {
 			return ret;

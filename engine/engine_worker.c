@@ -61,7 +61,7 @@ worker_main(void *arg)
 				ret = eng_spec_save(e, &w->x, k); /* speculated: keep what it was */
 			}
 			if (!ret) {
-				ret = e->ot->step(e, &w->x, k);
+				ret = e->ot->step(e, &w->x, k, eng_grad_of(e, k));
 			}
 			if (ret) {
 				eng_param_write_abort(e); /* the store mutex, if it holds it */

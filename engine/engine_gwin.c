@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine/engine_gwin.c: the gradient window (optimizer on NVMe). The fp32 gradients of a few
+ * sub-groups stay in pinned slots of max_sg elements, carved from the optimizer pool; the
+ * others in the "grad" tensors of the optimizer's swap space, one per sub-group, written when a
+ * slot is needed for another sub-group (least recently used first) and read back when the
+ * sub-group accumulates again or is stepped. A slot handed to the step worker comes back when
+ * the worker has finished its queue position. Also where a sub-group's gradient is, for every
+ * tier (eng_grad_of: the gradient partition, or its slot). Used by engine_grad.c, the step and
+ * the worker; on the caller's thread only.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+/* ---- the gradient window (optimizer on NVMe) ---------------------------------------------- */
+
+static uint32_t
+gwin_slots(const struct zinf_engine *e)
+{
+	uint32_t n = ZINF_MAX(e->o.offload_optimizer.buffer_count, 1u);
+	return ZINF_MIN(n, e->n_sg);
+}
+
+uint64_t
+eng_gwin_bytes(const struct zinf_engine *e, uint32_t align)
+{
+	return (uint64_t)gwin_slots(e) * ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align);
+}
+
+int
+eng_gwin_declare(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gr.gw;
+	g->n = gwin_slots(e);
+	g->slot = zinf_calloc(g->n, sizeof(*g->slot));
+	g->sg_slot = zinf_calloc(e->n_sg, sizeof(*g->sg_slot));
+	g->sg_has = zinf_calloc(e->n_sg, 1);
+	g->sg_id = zinf_calloc(e->n_sg, sizeof(*g->sg_id));
+	if (!g->slot || !g->sg_slot || !g->sg_has || !g->sg_id) {
+		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the gradient window");
+	}
+	for (uint32_t s = 0; s < g->n; s++) {
+		g->slot[s].sg = -1;
+	}
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
+		g->sg_slot[k] = -1;
+		g->sg_id[k] = zinf_swap_add(e->os.oswap, "grad", k, len * 4);
+		if (g->sg_id[k] < 0) {
+			return ENG_FAIL(e, g->sg_id[k],
+					"init: sub-group %u: declaring its gradient in the "
+					"optimizer's swap space",
+					k);
+		}
+	}
+	return 0;
+}
+
+int
+eng_gwin_alloc(struct zinf_engine *e, uint32_t align)
+{
+	struct gwin *g = &e->gr.gw;
+	g->stride = ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align) / 4;
+	int ret = zinf_pool_cpu_alloc(e->os.opool, eng_gwin_bytes(e, align), (void **)&g->mem);
+	return ret ? ENG_FAIL(e, ret, "init: pinned gradient window of %u sub-groups", g->n) : 0;
+}
+
+void
+eng_gwin_free(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gr.gw;
+	zinf_free(g->slot);
+	zinf_free(g->sg_slot);
+	zinf_free(g->sg_has);
+	zinf_free(g->sg_id);
+	memset(g, 0, sizeof(*g)); /* mem is the pool's */
+}
+
+static void
+gwin_clear(struct gwin *g, uint32_t s)
+{
+	if (g->slot[s].sg >= 0) {
+		g->sg_slot[g->slot[s].sg] = -1;
+	}
+	g->slot[s] = (struct gslot){.sg = -1};
+}
+
+/* Free the slots of the sub-groups the step worker has finished (its gradient was read). */
+static void
+gwin_reclaim(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gr.gw;
+	if (!e->w.started) {
+		return;
+	}
+	pthread_mutex_lock(&e->w.mu);
+	uint32_t fin = e->w.finished;
+	pthread_mutex_unlock(&e->w.mu);
+	for (uint32_t s = 0; s < g->n; s++) {
+		if (g->slot[s].handed && g->slot[s].qpos < fin) {
+			uint32_t k = (uint32_t)g->slot[s].sg;
+			if (e->sp.sg_slot && e->sp.sg_slot[k] >= 0) {
+				/* stepped speculatively: its gradient stays (this slot, or its file
+				   once evicted) until the step is validated or redone */
+				g->slot[s].handed = false;
+				g->sg_has[k] = GW_SPEC;
+			} else {
+				g->sg_has[k] = GW_STEPPED;
+				gwin_clear(g, s);
+			}
+		}
+	}
+}
+
+void
+eng_gwin_reclaim(struct zinf_engine *e)
+{
+	gwin_reclaim(e);
+}
+
+/* Write slot s's gradient to its sub-group's grad tensor (if changed) and free the slot. */
+static int
+gwin_evict(struct zinf_engine *e, uint32_t s)
+{
+	struct gwin *g = &e->gr.gw;
+	uint32_t k = (uint32_t)g->slot[s].sg;
+	if (g->slot[s].dirty) {
+		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
+		/* the copies accumulate queued into it, first */
+		int ret = zinf_stream_sync(e->cs);
+		if (ret) {
+			return ENG_FAIL(e, ret, "gradients: the engine stream failed");
+		}
+		ret = zinf_swap_write(e->os.oswap, g->sg_id[k], g->mem + s * g->stride);
+		if (ret) {
+			return ENG_FAIL(e, ret, "gradients: sub-group %u: writing its gradient: %s",
+					k, zinf_last_error());
+		}
+		e->win.nvme_write_bytes += bytes;
+		e->win.grad_nvme_write_bytes += bytes;
+	}
+	gwin_clear(g, s);
+	return 0;
+}
+
+/* A free slot: a free one, else the least recently used one not handed (written out), else
+ * wait for the step worker to finish one (it needs nothing from this thread). */
+static int
+gwin_take(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gr.gw;
+	for (;;) {
+		gwin_reclaim(e);
+		int best = -1;
+		uint32_t minq = UINT32_MAX;
+		for (uint32_t s = 0; s < g->n; s++) {
+			struct gslot *t = &g->slot[s];
+			if (t->sg < 0) {
+				return (int)s;
+			}
+			if (t->handed) {
+				minq = ZINF_MIN(minq, t->qpos);
+			} else if (best < 0 || t->tick < g->slot[best].tick) {
+				best = (int)s;
+			}
+		}
+		if (best >= 0) {
+			int ret = gwin_evict(e, (uint32_t)best);
+			return ret ? ret : best;
+		}
+		struct eworker *w = &e->w;
+		pthread_mutex_lock(&w->mu);
+		while (w->finished <= minq) {
+			pthread_cond_wait(&w->done, &w->mu);
+		}
+		pthread_mutex_unlock(&w->mu);
+	}
+}
+
+int
+eng_gwin_load(struct zinf_engine *e, uint32_t k)
+{
+	return eng_gwin_load_fill(e, k, false);
+}
+
+int
+eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill)
+{
+	struct gwin *g = &e->gr.gw;
+	int s = g->sg_slot[k];
+	if (s < 0) {
+		if ((s = gwin_take(e)) < 0) {
+			return s;
+		}
+		float *mem = g->mem + (uint64_t)s * g->stride;
+		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
+		bool dirty = false;
+		if (g->sg_has[k] == GW_HAS || g->sg_has[k] == GW_SPEC) {
+			int ret = zinf_swap_read(e->os.oswap, g->sg_id[k], mem);
+			if (ret) {
+				return ENG_FAIL(e, ret,
+						"gradients: sub-group %u: reading its gradient "
+						"back: %s",
+						k, zinf_last_error());
+			}
+			e->win.nvme_read_bytes += bytes;
+			e->win.grad_nvme_read_bytes += bytes;
+		} else {
+			if (!fill) {
+				memset(mem, 0, bytes); /* padding never handed stays 0 */
+			}
+			g->sg_has[k] = GW_HAS;
+			dirty = true;
+		}
+		g->slot[s] = (struct gslot){.sg = (int32_t)k, .dirty = dirty};
+		g->sg_slot[k] = s;
+	}
+	g->slot[s].tick = ++g->tick;
+	return 0;
+}
+
+void
+eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos)
+{
+	struct gslot *t = &e->gr.gw.slot[e->gr.gw.sg_slot[k]];
+	t->handed = true;
+	t->qpos = qpos;
+}
+
+void
+eng_gwin_drop(struct zinf_engine *e, uint32_t k)
+{
+	struct gwin *g = &e->gr.gw;
+	if (g->sg_slot[k] >= 0) {
+		gwin_clear(g, (uint32_t)g->sg_slot[k]);
+	}
+	g->sg_has[k] = GW_STEPPED;
+}
+
+void
+eng_gwin_reset(struct zinf_engine *e)
+{
+	struct gwin *g = &e->gr.gw;
+	for (uint32_t s = 0; s < g->n; s++) {
+		gwin_clear(g, s);
+	}
+	if (g->sg_has) {
+		memset(g->sg_has, 0, e->n_sg);
+	}
+}
+
+float *
+eng_grad_of(struct zinf_engine *e, uint32_t k)
+{
+	if (e->gr.gw.n) {
+		return e->gr.gw.mem + (uint64_t)e->gr.gw.sg_slot[k] * e->gr.gw.stride;
+	}
+	return e->os.grad_part + eng_sg_start(e, k);
+}
