@@ -20,7 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 
 enum { NMEM = 3, NPAT = 4 * NMEM };
 static const char *const pat_name[4] = {"large-reg", "large", "small-reg", "small"};

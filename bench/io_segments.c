@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 
 static long
 dev_reads(const char *dev)

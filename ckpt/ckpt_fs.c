@@ -20,7 +20,7 @@
 
 #include "common/opts.h"
 #include "ckpt/ckpt_fs.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 void (*ckpt_test_hook)(const char *point);
 

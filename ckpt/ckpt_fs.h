@@ -11,7 +11,7 @@
 
 #include "common/util.h"
 #include "zinf/checkpoint.h"
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 
 #define CKPT_PATH 4096
 #define CKPT_WBUF (8u << 20) /* bytes per writer buffer */

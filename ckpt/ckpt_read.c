@@ -24,7 +24,7 @@
 #include "common/util.h"
 #include "ckpt/ckpt_internal.h"
 #include "zinf/checkpoint.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 #define CKPT_FORMAT    "zinf-checkpoint"
 #define CKPT_MAX_PARTS 16

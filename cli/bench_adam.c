@@ -16,7 +16,7 @@
 #include "cli/cli.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 #define PROG "zinf bench adam"
 

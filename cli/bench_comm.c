@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cli/bench_comm.c: `zinf bench comm`: bandwidth of zinf's collectives (zinf/comm.h) against
+ * cli/bench_comm.c: `zinf bench comm`: bandwidth of zinf's collectives (zinf/blocks/comm.h) against
  * the backend's own call on the same communicator, timed in the same run. Run under mpirun
  * (or alone: one rank). Figures as nccl-tests defines them: algbw = bytes / time, bytes the
  * full tensor; busbw = algbw x (n - 1) / n for all_gather and reduce_scatter, x 2 (n - 1) / n
@@ -26,7 +26,7 @@
 #include "cli/cli.h"
 #include "common/dtype.h"
 #include "comm/comm_internal.h"
-#include "zinf/comm.h"
+#include "zinf/blocks/comm.h"
 #include "zinf/device.h"
 #include "zinf_config.h"
 

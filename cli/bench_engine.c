@@ -52,7 +52,7 @@
 #include "common/util.h"
 #include "zinf/checkpoint.h"
 #include "zinf/engine.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 #define PROG	     "zinf bench engine"
 #define DEFAULT_DIR  "./zinf-bench-engine"

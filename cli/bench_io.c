@@ -26,8 +26,8 @@
 #include "common/util.h"
 #include "nvme/io_internal.h"	/* stats_wakeups */
 #include "nvme/swap_internal.h" /* zinf_crc32c_sw, zinf_crc32c_hw_available */
-#include "zinf/io.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/swap.h"
 
 #define PROG	     "zinf bench io"
 #define LARGE_CHUNK  (1ull << 30) /* bytes per tensor in the "large" pattern */

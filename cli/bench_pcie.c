@@ -16,7 +16,7 @@
 
 #include "cli/cli.h"
 #include "zinf/device.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 #include "zinf_config.h"
 
 #if ZINF_HAVE_CUDA

@@ -32,8 +32,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "zinf/offload.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/offload.h"
+#include "zinf/blocks/optimizer.h"
 
 #define PROG	     "zinf bench step"
 #define DEFAULT_DIR  "./zinf-bench-step"

@@ -24,7 +24,7 @@
 
 #include "cli/cli.h"
 #include "zinf/config.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 #define PROG "zinf config check"
 

@@ -17,8 +17,8 @@
 
 #include "cli/cli.h"
 #include "zinf/common.h"
-#include "zinf/io.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/swap.h"
 
 volatile sig_atomic_t cli_interrupted;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * comm/comm.c: the generic side of the collectives (zinf/comm.h) and the backend registry.
+ * comm/comm.c: the generic side of the collectives (zinf/blocks/comm.h) and the backend registry.
  * It validates every call, numbers it, compares it across ranks when opts.check is on, puts a
  * deadline on it and fails the communicator past it, and heeds other ranks' failure notices
  * (zinf_comm_notify_failure) while it waits; the backends only post, poll and carry notices. The

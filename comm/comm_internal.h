@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
-#include "zinf/comm.h"
+#include "zinf/blocks/comm.h"
 
 enum zinf_comm_kind {
 	ZINF_COMM_ALL_GATHER = 0,

@@ -4,7 +4,7 @@
  * dependency. Every call completes when it is posted: an all-gather or reduce-scatter of one
  * rank is a copy, an all-reduce and a broadcast leave the buffer as it is. A 16-bit AVG over
  * one rank is the value itself (the fp32 sum of one exactly widened term, divided by 1,
- * rounds back to it), so no arithmetic is needed to match the contract of zinf/comm.h.
+ * rounds back to it), so no arithmetic is needed to match the contract of zinf/blocks/comm.h.
  */
 #include <string.h>
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/dtype.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 /* Elements per tile: a multiple of every vector width, so that which elements go through the
  * vector body and which through a scalar tail never depends on the tiling or thread count;
@@ -89,7 +89,7 @@ const struct zinf_cpu_features *zinf_adam_cpu(void);
 
 /*
  * The kernel table for `simd` (NULL: $ZINF_SIMD as read once, else the best path here); the
- * rule is in zinf/adam.h. who: the caller, named in the message.
+ * rule is in zinf/blocks/adam.h. who: the caller, named in the message.
  * Returns 0; -EINVAL unknown name; -ENODEV the path is not built or this CPU cannot run it.
  */
 int zinf_adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * cpu_adam/adam_registry.c: the SIMD paths, best first, and the choice of one for a call (the
- * rule is in zinf/adam.h: the option, else $ZINF_SIMD read once, else the best path here). The
- * only file in cpu_adam/ that knows which paths were built (ZINF_ADAM_HAVE_*): a path that was
+ * rule is in zinf/blocks/adam.h: the option, else $ZINF_SIMD read once, else the best path here).
+ * The only file in cpu_adam/ that knows which paths were built (ZINF_ADAM_HAVE_*): a path that was
  * not is a stub table whose missing() says so, and asking for it is -ENODEV. Tables are listed
  * here, never registered from constructors (a static library would drop them). Also the
  * public zinf_simd_* queries. Not here: the kernels (adam_<isa>.c) and their use (adam.c).

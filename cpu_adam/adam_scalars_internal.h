@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 /* One Adam/AdamW step's scalars, each computed in float64 and rounded to float once. */
 struct zinf_adam_scalars {

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * cpu_adam/optimizer.c: the optimizer descriptor of zinf/optimizer.h: a kind's state parts
+ * cpu_adam/optimizer.c: the optimizer descriptor of zinf/blocks/optimizer.h: a kind's state parts
  * (names, bytes per element) and one step function over a range of them, on top of the public
- * kernels of zinf/adam.h. No arithmetic of its own: the kernels validate the hyper-parameters
- * and do the work; this file only maps parts to their arguments.
+ * kernels of zinf/blocks/adam.h. No arithmetic of its own: the kernels validate the
+ * hyper-parameters and do the work; this file only maps parts to their arguments.
  */
 #include <inttypes.h>
 #include <string.h>
 
 #include "common/opts.h"
 #include "common/util.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/optimizer.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_optimizer_opts, simd);
 

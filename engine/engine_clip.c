@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 int
 eng_clip_init(struct zinf_engine *e)

@@ -27,8 +27,8 @@
 #include "common/util.h"
 #include "engine/engine_module.h"
 #include "zinf/engine.h"
-#include "zinf/loss_scale.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/loss_scale.h"
+#include "zinf/blocks/offload.h"
 
 /* Where a piece of work queues its copies and counts its bytes: the calling thread's (cs and
  * the window's counters) or the step worker's (its stream and counters). */

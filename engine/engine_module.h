@@ -15,10 +15,10 @@
 #include <stdint.h>
 
 #include "common/util.h"
-#include "zinf/comm.h"
+#include "zinf/blocks/comm.h"
 #include "zinf/engine.h"
-#include "zinf/loss_scale.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/loss_scale.h"
+#include "zinf/blocks/offload.h"
 
 /* A message naming this rank; returns err. */
 #define ENG_FAIL(e, err, fmt, ...)                                                                 \

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/loss_scale.c: DeepSpeed's DynamicLossScaler and static LossScaler (zinf/loss_scale.h):
- * the scale and whether a step is skipped, from the overflow flag of each step. No detection of
- * overflows here (the engine's), no threads.
+ * engine/loss_scale.c: DeepSpeed's DynamicLossScaler and static LossScaler
+ * (zinf/blocks/loss_scale.h): the scale and whether a step is skipped, from the overflow flag of
+ * each step. No detection of overflows here (the engine's), no threads.
  */
 #include <math.h>
 #include <string.h>
 
 #include "common/util.h"
-#include "zinf/loss_scale.h"
+#include "zinf/blocks/loss_scale.h"
 
 void
 zinf_fp16_opts_init(struct zinf_fp16_opts *o)

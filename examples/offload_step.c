@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <zinf/offload.h>
+#include <zinf/blocks/offload.h>
 
 #define N  1000000u /* parameters in this rank's partition */
 #define SG 300000u  /* sub_group_size */

@@ -15,7 +15,7 @@
 
 #include "common/util.h"
 #include "nvme/swap_internal.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * nvme/io.c: the I/O context behind include/zinf/io.h: its options, the choice of backend
+ * nvme/io.c: the I/O context behind include/zinf/blocks/io.h: its options, the choice of backend
  * (named, wrapped by fault, or the best that the kernel accepts, warning once about a refused
  * one), starting and stopping the worker threads, and the statistics.
  *

@@ -19,7 +19,7 @@
 #include <sys/uio.h>
 
 #include "common/util.h"
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 
 /* Fixed-file table size per ring; files beyond it are used by descriptor. */
 #define ZINF_IO_MAX_FILES 1024

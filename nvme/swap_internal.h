@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 /* CRC32C with the byte table (any CPU). Same contract as zinf_crc32c(). */
 uint32_t zinf_crc32c_sw(uint32_t crc, const void *buf, size_t len);

@@ -12,7 +12,7 @@
 #define ZINF_OFFLOAD_INTERNAL_H
 
 #include "common/util.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 #define POOL_FAIL(p, err, fmt, ...)                                                                \
 	ZINF_FAIL((err), "pinned pool (%s): " fmt, (p)->what, ##__VA_ARGS__)

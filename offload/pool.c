@@ -24,8 +24,8 @@
 #include "common/util.h"
 #include "offload/offload_internal.h"
 #include "zinf/device.h"
-#include "zinf/io.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/offload.h"
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_pool_opts, what);
 

@@ -6,8 +6,8 @@
  * and the CPU tier, where the same calls run the optimizer on arrays in memory. The slots, whose
  * I/O overlaps the optimizer, are in step_pipe.c.
  *
- * The step knows an optimizer only through zinf/optimizer.h: part i of sub-group k is the swap
- * tensor (zinf_optimizer_part_name(i), k) of len(k) * zinf_optimizer_part_bytes(i) bytes, and
+ * The step knows an optimizer only through zinf/blocks/optimizer.h: part i of sub-group k is the
+ * swap tensor (zinf_optimizer_part_name(i), k) of len(k) * zinf_optimizer_part_bytes(i) bytes, and
  * one zinf_optimizer_step call per ZINF_STEP_CHUNK piece updates every part. This file does not
  * reduce gradients, compute norms or decide loss scales: the caller passes grad_scale.
  */

@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "offload/offload_internal.h"
-#include "zinf/offload.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/offload.h"
+#include "zinf/blocks/optimizer.h"
 
 /* Parts a sub-group may move: the optimizer's, plus the parameter copy. */
 #define STEP_MAXP (ZINF_OPTIM_MAX_PARTS + 1)

@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <zinf/comm.h>
+#include <zinf/blocks/comm.h>
 #include <zinf/config.h>
 #include <zinf/device.h>
 #include <zinf/engine.h>

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * zinf/checkpoint.h: checkpoints of the engine's training state, and reading them offline.
+ * The trainer's API (zinf/zinf.h includes it).
  *
  * A checkpoint is a directory DIR/TAG holding the complete training state of every rank: the
  * fp32 master weights and the optimizer state (wherever they live: GPU, pinned CPU memory,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * zinf/common.h: status codes, logging, aligned allocation, CPU features, topology, timers.
+ * The trainer's API (zinf/zinf.h includes it).
  *
  * Every zinf function returns 0 (or a count) on success and a negative errno on failure. The
  * message that explains a failure goes to the log callback and is also kept, per thread, for

@@ -4,6 +4,7 @@
  * options (zinf/engine.h) plus the training semantics the engine options do not carry (batch
  * sizes, clipping, fp16 loss scaling, the lr schedule), with "auto" resolved as the Hugging
  * Face integration resolves it.
+ * The trainer's API (zinf/zinf.h includes it).
  *
  * Keys and defaults follow deepspeed/runtime/config.py, runtime/zero/config.py,
  * runtime/zero/offload_config.py, the aio block, runtime/lr_schedules.py and the fp16 block;
@@ -33,7 +34,7 @@
 
 #include "zinf/common.h"
 #include "zinf/engine.h"
-#include "zinf/loss_scale.h"
+#include "zinf/blocks/loss_scale.h"
 #include "zinf/schedule.h"
 
 #ifdef __cplusplus

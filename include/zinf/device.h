@@ -3,6 +3,7 @@
  * zinf/device.h: the device a trainer computes on, as a handle: memory, page-locked host
  * registration, streams, events, asynchronous copies and the kernels the ZeRO engine runs on
  * device memory (casts, scale, accumulate, sum of squares, non-finite check, fill, fused Adam).
+ * The trainer's API (zinf/zinf.h includes it).
  *
  * Backends: "cuda" (the CUDA runtime; kernels in kernels/ (*.cu)) and "host" (device memory is
  * host memory, copies are memcpy, kernels are the C references; every stream runs on its own
@@ -29,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 #include "zinf/common.h"
 
 #ifdef __cplusplus

@@ -7,6 +7,7 @@
  * data-parallel ranks as the ZeRO stage says, keeps each in the tier the options name (GPU,
  * pinned CPU memory, NVMe), reduces gradients in buckets while backward goes on and runs the
  * optimizer step per sub-group, during backward where that is exact.
+ * The trainer's API (zinf/zinf.h includes it).
  *
  *   stage 0  nothing partitioned; gradients all-reduced (averaged); every rank steps all
  *   stage 1  fp32 master and optimizer state partitioned; after the step the updated 16-bit
@@ -44,9 +45,9 @@
  * unknown layer) is -EINVAL and leaves the engine as it was (with several ranks the others may
  * then wait for this rank in a collective: a trainer that gives up instead of making the call
  * right calls zinf_engine_abort(), which tells them). An I/O error or a collective
- * error (-ETIMEDOUT, -EPROTO: see zinf/comm.h) fails the engine: every later call returns that
- * error; the process should report it and exit. A failure during the optimizer step on one rank
- * reaches every rank at once: the others' zinf_engine_step() returns the same errno, with a
+ * error (-ETIMEDOUT, -EPROTO: see zinf/blocks/comm.h) fails the engine: every later call returns
+ * that error; the process should report it and exit. A failure during the optimizer step on one
+ * rank reaches every rank at once: the others' zinf_engine_step() returns the same errno, with a
  * message naming the failing rank, rather than waiting for it until comm_timeout_s. A failure
  * on one rank outside the step (an NVMe read in a fetch, a gradient written out in
  * zinf_engine_grad) is sent to the others at once (zinf_comm_notify_failure): the call of
@@ -63,12 +64,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zinf/comm.h"
+#include "zinf/blocks/comm.h"
 #include "zinf/common.h"
 #include "zinf/device.h"
-#include "zinf/io.h"
-#include "zinf/loss_scale.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/loss_scale.h"
+#include "zinf/blocks/optimizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -148,8 +149,8 @@ struct zinf_engine_opts {
 	uint32_t gradient_accumulation_steps; /* micro-batches per optimizer step; default 1 */
 	uint32_t reserved2;		      /* zero */
 
-	/* optimizer: kind, hyper-parameters, state dtype, SIMD path (zinf/optimizer.h); default
-	   AdamW with zinf_optimizer_opts_init()'s values */
+	/* optimizer: kind, hyper-parameters, state dtype, SIMD path (zinf/blocks/optimizer.h);
+	   default AdamW with zinf_optimizer_opts_init()'s values */
 	struct zinf_optimizer_opts optimizer;
 
 	/* precision: the dtype of the parameters the trainer computes with (and hands gradients
@@ -192,17 +193,18 @@ struct zinf_engine_opts {
 	double gradient_clipping;   /* max global L2 norm of the averaged (unscaled) gradient over
 				       every rank and partition; 0 (default): no clipping; < 0 or
 				       not finite: -EINVAL naming the key */
-	struct zinf_fp16_opts fp16; /* loss scaling (zinf/loss_scale.h): enabled only with dtype
-				       ZINF_F16 (else -EINVAL naming fp16.enabled); default:
+	struct zinf_fp16_opts fp16; /* loss scaling (zinf/blocks/loss_scale.h): enabled only with
+				       dtype ZINF_F16 (else -EINVAL naming fp16.enabled); default:
 				       zinf_fp16_opts_init() (disabled) */
 
 	/* checkpoints (zinf/checkpoint.h) */
 	bool stage3_gather_16bit_weights_on_model_save; /* zinf_engine_save() also writes the
 							   consolidated 16-bit weights
 							   (model.safetensors); default false */
-	/* the optimizer on NVMe: enum zinf_step_schedule (zinf/offload.h): ZINF_SCHEDULE_PIPELINED
-	   (default: read ahead with every free buffer), or ZINF_SCHEDULE_DEEPSPEED (DeepSpeed's one
-	   read ahead and one write behind, for comparisons: `zinf bench engine --schedule`) */
+	/* the optimizer on NVMe: enum zinf_step_schedule (zinf/blocks/offload.h):
+	   ZINF_SCHEDULE_PIPELINED (default: read ahead with every free buffer), or
+	   ZINF_SCHEDULE_DEEPSPEED (DeepSpeed's one read ahead and one write behind, for
+	   comparisons: `zinf bench engine --schedule`) */
 	uint8_t optimizer_schedule;
 	uint8_t reserved6[6]; /* zero */
 };

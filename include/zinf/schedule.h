@@ -4,6 +4,7 @@
  * WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest) with DeepSpeed's parameter
  * names and defaults, as pure functions of the step. No state: the caller keeps the step count
  * (the engine's checkpoint saves it).
+ * The trainer's API (zinf/zinf.h includes it).
  *
  * DeepSpeed's engine calls scheduler.step() after every optimizer step; step() sets
  * last_batch_iteration += 1 (from -1) and writes get_lr() into the optimizer. So optimizer step

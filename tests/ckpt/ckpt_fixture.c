@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 const char *const fx_name[FX_PARAMS] = {"embed.weight", "tiny.bias", "h.0.attn.w"};
 const uint64_t fx_numel[FX_PARAMS] = {300001, 1, 12};

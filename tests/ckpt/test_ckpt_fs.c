@@ -28,8 +28,8 @@
 #include "engine/engine_ref.h"
 #include "zinf/checkpoint.h"
 #include "zinf/engine.h"
-#include "zinf/io.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/swap.h"
 
 #define QUANTUM 0x1p-14f
 #define GAS	2

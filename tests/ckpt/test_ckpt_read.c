@@ -24,7 +24,7 @@
 #include "ckpt/ckpt_fixture.h"
 #include "common/test_util.h"
 #include "zinf/checkpoint.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 static char *dir;
 

@@ -12,7 +12,7 @@
 #include "common/dtype.h"
 #include "common/test_util.h"
 #include "comm/comm_internal.h"
-#include "zinf/comm.h"
+#include "zinf/blocks/comm.h"
 
 static struct zinf_comm *
 open_single(bool check)

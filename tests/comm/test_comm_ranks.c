@@ -26,7 +26,7 @@
 #include "common/test_util.h"
 #include "comm/comm_internal.h"
 #include "engine/rank_check.h"
-#include "zinf/comm.h"
+#include "zinf/blocks/comm.h"
 #include "zinf_config.h"
 #if ZINF_HAVE_NCCL
 #include <cuda_runtime.h>

@@ -10,7 +10,7 @@
 #include <errno.h>
 
 #include "common/test_util.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 static size_t n_tests, n_skipped;
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/test_util.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 #include "zinf/common.h"
 
 uint64_t

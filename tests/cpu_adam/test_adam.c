@@ -22,7 +22,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 #define U (0x1p-24)
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/cpu_adam/test_adam_env.c: the ZINF_SIMD environment override (zinf/adam.h). ctest runs
- * this binary with ZINF_SIMD set before the process starts (tests/cpu_adam/CMakeLists.txt): to
+ * tests/cpu_adam/test_adam_env.c: the ZINF_SIMD environment override (zinf/blocks/adam.h). ctest
+ * runs this binary with ZINF_SIMD set before the process starts (tests/cpu_adam/CMakeLists.txt): to
  * "scalar" in the variant `scalar`, to the unknown "sse9" in the variant `sse9`. Checked: the
  * default path (opts.simd NULL) follows the environment; an option wins over it; a bad value
  * fails only the calls that use the default, with a message naming ZINF_SIMD; the variable is
@@ -13,7 +13,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 #define N 203
 

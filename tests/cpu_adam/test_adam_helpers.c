@@ -20,7 +20,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 
 /* Gradient-helper options: the variant's SIMD path and `threads`. */
 static struct zinf_grad_opts

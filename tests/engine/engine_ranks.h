@@ -26,7 +26,7 @@
 #include "engine/rank_check.h"
 #include "zinf/device.h"
 #include "zinf/engine.h"
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 
 static int rank, world;
 static char *scratch; /* this rank's NVMe directory */

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "zinf/common.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/optimizer.h"
 
 #define EREF_NPARAMS 6
 #define EREF_NLAYERS 3

@@ -23,7 +23,7 @@
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
 #include "zinf/engine.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 #define QUANTUM 0x1p-14f
 

@@ -20,7 +20,7 @@
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
 #include "zinf/engine.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/optimizer.h"
 #include "zinf/schedule.h"
 
 #define QUANTUM 0x1p-14f

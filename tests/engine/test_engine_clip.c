@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "common/test_util.h"
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 #include "zinf/config.h"
 #include "zinf/engine.h"
 #include "engine/test_model.h"

@@ -32,8 +32,8 @@
  */
 #include "common/dtype.h"
 #include "engine/engine_ranks.h"
-#include "zinf/adam.h"
-#include "zinf/comm.h"
+#include "zinf/blocks/adam.h"
+#include "zinf/blocks/comm.h"
 
 #define QUANTUM 0x1p-14f
 #define STEPS	10

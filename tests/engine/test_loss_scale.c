@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/engine/test_loss_scale.c: the loss scaler (engine/loss_scale.c, zinf/loss_scale.h)
+ * tests/engine/test_loss_scale.c: the loss scaler (engine/loss_scale.c, zinf/blocks/loss_scale.h)
  * through forced overflows against sequences worked by hand: the defaults, the window,
  * hysteresis (consecutive or not), the minimum scale, a window of one and a static scale.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 
-#include "zinf/loss_scale.h"
+#include "zinf/blocks/loss_scale.h"
 
 /* ---- loss scaling --------------------------------------------------------------------------- */
 

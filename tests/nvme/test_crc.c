@@ -10,7 +10,7 @@
 
 #include "common/test_util.h"
 #include "nvme/swap_internal.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 /* ---- CRC32C ------------------------------------------------------------------------------- */
 

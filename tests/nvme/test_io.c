@@ -20,7 +20,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 #include "nvme/io_internal.h" /* zinf_io_test_refuse */
 
 struct fixture {

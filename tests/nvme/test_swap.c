@@ -24,7 +24,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "nvme/swap_internal.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/swap.h"
 
 static const char *
 backend(void)

@@ -17,7 +17,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "offload/swap_rig.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 struct rig {
 	char *dir;

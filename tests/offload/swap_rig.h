@@ -11,8 +11,8 @@
 #include <stdbool.h>
 
 #include "common/test_util.h"
-#include "zinf/io.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/swap.h"
 
 /* block_size 0: the default; fault: the "fault" backend (zinf_io_fault_add on *io). */
 static inline void

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * tests/offload/test_optimizer.c: the optimizer descriptor (zinf/optimizer.h). Each kind's
- * parts (names, bytes), its step equal bit for bit to the kernel of zinf/adam.h it maps to
+ * tests/offload/test_optimizer.c: the optimizer descriptor (zinf/blocks/optimizer.h). Each kind's
+ * parts (names, bytes), its step equal bit for bit to the kernel of zinf/blocks/adam.h it maps to
  * with the hyper-parameters mapped by hand (so a mix-up of, say, AdamW's decoupled decay with
  * Adam's L2 fails), bf16 stochastic rounding reproducible from (seed, step, index0) and
  * different for a different index0, refused options and NULL handles.
@@ -11,7 +11,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/optimizer.h"
 
 #define N 1037
 

@@ -19,7 +19,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 /* ASan intercepts mlock and makes it a no-op: VmLck stays 0 and mlock cannot fail. */
 #if defined(__SANITIZE_ADDRESS__)

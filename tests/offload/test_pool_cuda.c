@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/test_util.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 Test(pool_cuda, registers_the_pool_and_copies_through_it)
 {

@@ -6,8 +6,8 @@
  * whose elements do not depend on the cuts (Adam, AdamW, bf16-state Adam with RNE, Adagrad,
  * Lion) ONE call over the whole array per step; for bf16 state with stochastic rounding the
  * same cuts as the step (sub-groups, ZINF_STEP_CHUNK pieces, index0 = the piece's start), as
- * zinf/offload.h documents. Over several steps, for any sub-group size (not a multiple of the
- * alignment; n not a multiple of it), any buffer count from the minimum (1) up, both schedules,
+ * zinf/blocks/offload.h documents. Over several steps, for any sub-group size (not a multiple of
+ * the alignment; n not a multiple of it), any buffer count from the minimum (1) up, both schedules,
  * in-order, reverse and shuffled readiness, and the CPU tier through the same calls. Bytes moved
  * per step equal the parts' bytes exactly. Injected read and write errors fail the step with the
  * sub-group, one tensor and the file named, without leaking buffers or reporting unwritten state
@@ -28,7 +28,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "offload/swap_rig.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 /* The optimizers under test. */
 enum {

@@ -25,7 +25,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "offload/step_rig.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 #define N   2500
 #define SGS 1000 /* sub-groups of 1000, 1000, 500 */

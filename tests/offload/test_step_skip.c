@@ -16,7 +16,7 @@
 
 #include "common/test_util.h"
 #include "offload/step_rig.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 #define N   3000
 #define SGS 1000

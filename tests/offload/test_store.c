@@ -14,7 +14,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "offload/swap_rig.h"
-#include "zinf/offload.h"
+#include "zinf/blocks/offload.h"
 
 #define ELEMS 10000u /* 40000 bytes per tensor */
 

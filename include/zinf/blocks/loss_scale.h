@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/loss_scale.h: fp16 loss scaling as DeepSpeed's DynamicLossScaler and LossScaler define it
- * (deepspeed/runtime/fp16/loss_scaler.py), driven by the fp16 block of ds_config.json.
+ * zinf/blocks/loss_scale.h: fp16 loss scaling as DeepSpeed's DynamicLossScaler and LossScaler
+ * define it (deepspeed/runtime/fp16/loss_scaler.py), driven by the fp16 block of ds_config.json. A
+ * building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer needs none
+ * of it beyond the option types zinf/engine.h takes from it.
  *
  * Dynamic (fp16.loss_scale == 0): the scale starts at 2^initial_scale_power. An overflowed step
  * is skipped; the scale halves (never below min_loss_scale) when `hysteresis` overflows have

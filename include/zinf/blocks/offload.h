@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/offload.h: the tiered store. Three objects:
+ * zinf/blocks/offload.h: the tiered store. Three objects:
+ * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
+ * needs none of it beyond the option types zinf/engine.h takes from it.
  *
  *  - zinf_pool: all pinned host memory of a process, from one allocation whose size is computed
  *    from the configuration and checked against RLIMIT_MEMLOCK and physical memory BEFORE
@@ -12,7 +14,7 @@
  *    an in-CPU cache for NVMe-homed tensors bounded by max_in_cpu, and back-pressure (wait for
  *    a buffer or fail with a message naming the budget) instead of asserts.
  *  - zinf_step: the pipelined optimizer step over a rank's flat partition cut into sub-groups,
- *    with the optimizer's state parts (zinf/optimizer.h: fp32 master plus m and v for Adam,
+ *    with the optimizer's state parts (zinf/blocks/optimizer.h: fp32 master plus m and v for Adam,
  *    state_sum for Adagrad, ...) on NVMe (or on the CPU tier): reads of later sub-groups, the
  *    optimizer on the current one and writes of earlier ones overlap, as deep as the pool's
  *    buffers allow.
@@ -30,12 +32,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zinf/adam.h"
-#include "zinf/optimizer.h"
+#include "zinf/blocks/adam.h"
+#include "zinf/blocks/optimizer.h"
 #include "zinf/common.h"
 #include "zinf/device.h"
-#include "zinf/io.h"
-#include "zinf/swap.h"
+#include "zinf/blocks/io.h"
+#include "zinf/blocks/swap.h"
 
 #ifdef __cplusplus
 extern "C" {

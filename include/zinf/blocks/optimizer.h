@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/optimizer.h: an optimizer described by its state and its kernel, so that whoever moves
- * the state (the pipelined step in zinf/offload.h, a checkpoint writer, the CLI) needs no
- * knowledge of which optimizer it is. An optimizer's state per parameter is a list of parts,
+ * zinf/blocks/optimizer.h: an optimizer described by its state and its kernel, so that whoever
+ * moves the state (the pipelined step in zinf/blocks/offload.h, a checkpoint writer, the CLI) needs
+ * no knowledge of which optimizer it is. An optimizer's state per parameter is a list of parts,
  * each an array of one element per parameter: part 0 is always the fp32 master weight ("fp32"),
  * the others are the optimizer's own ("exp_avg", "exp_avg_sq", "state_sum", ...), each with its
  * bytes per element. One step function runs the optimizer over a range of every part.
+ * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
+ * needs none of it beyond the option types zinf/engine.h takes from it.
  *
- * The kernels are those of zinf/adam.h (zinf_adam_step, zinf_adam_step_bf16state,
+ * The kernels are those of zinf/blocks/adam.h (zinf_adam_step, zinf_adam_step_bf16state,
  * zinf_adagrad_step, zinf_lion_step); this header adds no arithmetic.
  */
 #ifndef ZINF_OPTIMIZER_H
@@ -17,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zinf/adam.h"
+#include "zinf/blocks/adam.h"
 #include "zinf/common.h"
 
 #ifdef __cplusplus
@@ -53,7 +55,7 @@ struct zinf_optimizer_opts {
 	bool bias_correction;	     /* Adam/AdamW only; default true */
 	uint8_t reserved[7];	     /* zero */
 	const char *simd; /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
-			     | "scalar" (zinf/adam.h); resolved once at create, so a
+			     | "scalar" (zinf/blocks/adam.h); resolved once at create, so a
 			     path this CPU cannot run is refused there */
 };
 
@@ -116,7 +118,7 @@ ZINF_API uint32_t zinf_optimizer_state_bytes(const struct zinf_optimizer *opt);
  * function passes the kernel seed ^ splitmix64(index0), so a call is reproducible from
  * (seed, step, index0, n): the same range cut at the same places rounds bit for bit the same,
  * and different ranges of a tensor draw different bits. (The pipelined step cuts sub-group k at
- * its start and every ZINF_STEP_CHUNK elements after it; see zinf/offload.h.)
+ * its start and every ZINF_STEP_CHUNK elements after it; see zinf/blocks/offload.h.)
  *
  * Returns 0, or -EINVAL (NULL optimizer or parts, a NULL part with n > 0, and the kernel's
  * checks: step < 1, bad hyper-parameters, unknown dtypes) with a message; -ENODEV as the kernel.

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/io.h: asynchronous block I/O between host buffers and files (the NVMe tier's engine).
+ * zinf/blocks/io.h: asynchronous block I/O between host buffers and files (the NVMe tier's engine).
+ * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
+ * needs none of it beyond the option types zinf/engine.h takes from it.
  *
  * A context owns `threads` worker threads, each with its own ring (io_uring), AIO context
  * (libaio) or pread/pwrite loop (psync). A request larger than block_size is split into blocks

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 state, Adagrad, Lion) in one fused
+ * zinf/blocks/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 state, Adagrad, Lion) in one fused
  * pass: unscale the gradient, update master and moments, write the 16-bit parameter copy; and
  * the gradient helpers (sum of squares, inf/NaN check).
  * Vectorised (AVX-512, AVX2+FMA, scalar: the SIMD paths, see "SIMD paths" below) and threaded
  * with OpenMP over cache-sized tiles.
+ * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
+ * needs none of it beyond the option types zinf/engine.h takes from it.
  */
 #ifndef ZINF_ADAM_H
 #define ZINF_ADAM_H

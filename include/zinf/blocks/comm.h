@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/comm.h: collectives across data-parallel ranks (all-gather, reduce-scatter, all-reduce,
- * broadcast, barrier), asynchronous, each under a deadline.
+ * zinf/blocks/comm.h: collectives across data-parallel ranks (all-gather, reduce-scatter,
+ * all-reduce, broadcast, barrier), asynchronous, each under a deadline. A building block
+ * (zinf/blocks/): for tools and engines made of zinf's parts; a trainer needs none of it beyond the
+ * option types zinf/engine.h takes from it.
  *
  * Backends: "mpi" (host buffers), "nccl" (device buffers, ordered on a CUDA stream; MPI shares
  * its unique id) and "single" (one rank, no dependency). A backend that was not built answers

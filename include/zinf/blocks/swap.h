@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/swap.h: swap files. Named tensors (a state kind and an index) mapped to extents of
+ * zinf/blocks/swap.h: swap files. Named tensors (a state kind and an index) mapped to extents of
  * files under one or more directories. Several directories are striped RAID-0 style with a
  * stripe unit, so several drives add their bandwidth. File names are stable, derived from the
  * rank and the state kind (never from addresses), so a later run can find them.
+ * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
+ * needs none of it beyond the option types zinf/engine.h takes from it.
  *
  * Tensors are declared first (zinf_swap_add); zinf_swap_reserve() then lays them out, checks
  * free space (statvfs) and preallocates (fallocate) before the first write. Every extent starts
@@ -20,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "zinf/io.h"
+#include "zinf/blocks/io.h"
 
 #ifdef __cplusplus
 extern "C" {
