@@ -92,8 +92,8 @@ zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype, ui
 		return rc;
 	}
 	uint32_t n = info.n_params;
-	struct st_tensor *t = zinf_calloc(n ? n : 1, sizeof(*t));
-	uint32_t *shard = zinf_calloc(n ? n : 1, sizeof(*shard));
+	struct st_tensor *t = zc_calloc(n ? n : 1, sizeof(*t));
+	uint32_t *shard = zc_calloc(n ? n : 1, sizeof(*shard));
 	char **names = NULL;
 	uint32_t n_shards = 0;
 	if (!t || !shard) {
@@ -130,7 +130,7 @@ zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype, ui
 				   n_shards, shard_bytes);
 		goto out;
 	}
-	names = zinf_calloc(n_shards, sizeof(*names));
+	names = zc_calloc(n_shards, sizeof(*names));
 	if (!names) {
 		rc = -ENOMEM;
 		goto out;
@@ -150,7 +150,7 @@ zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype, ui
 			rc = ZINF_OBJ_FAIL(out, -ENAMETOOLONG, "shard name too long");
 			goto out;
 		}
-		names[s] = zinf_strdup(base);
+		names[s] = zc_strdup(base);
 		if (!names[s]) {
 			rc = -ENOMEM;
 			goto out;
@@ -175,10 +175,10 @@ zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype, ui
 	rc = write_index(path, t, n, shard, names, total);
 out:
 	for (uint32_t s = 0; names && s < n_shards; s++) {
-		zinf_free(names[s]);
+		zc_free(names[s]);
 	}
-	zinf_free(names);
-	zinf_free(shard);
-	zinf_free(t);
+	zc_free(names);
+	zc_free(shard);
+	zc_free(t);
 	return rc;
 }

@@ -99,7 +99,7 @@ rm_tree(const char *path, int depth)
 	}
 	int ret = 0;
 	struct dirent *de;
-	char *p = zinf_malloc(CKPT_PATH);
+	char *p = zc_malloc(CKPT_PATH);
 	if (!p) {
 		closedir(d);
 		return -ENOMEM;
@@ -116,7 +116,7 @@ rm_tree(const char *path, int depth)
 		ret = ret ? ret : r;
 	}
 	closedir(d);
-	zinf_free(p);
+	zc_free(p);
 	if (rmdir(path) != 0 && errno != ENOENT && !ret) {
 		ret = ZINF_FAIL(-errno, "checkpoint: removing %s: %s", path, zinf_strerror(-errno));
 	}

@@ -73,7 +73,7 @@ load_write(struct zinf_engine *e, void *ctx)
 	struct load_ctx *x = ctx;
 	size_t bb = eng_state_bounce_bytes(e);
 	eng_view(e, &x->v); /* the layout init just built */
-	x->copy = zinf_calloc(ZINF_STEP_CHUNK, zinf_dtype_size(x->v.o->dtype));
+	x->copy = zc_calloc(ZINF_STEP_CHUNK, zinf_dtype_size(x->v.o->dtype));
 	x->bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = 0;
 	if (!x->copy || (bb && !x->bounce)) {
@@ -85,7 +85,7 @@ load_write(struct zinf_engine *e, void *ctx)
 			ret = ENG_FAIL(e, ret, "load: sub-group %u", k);
 		}
 	}
-	zinf_free(x->copy);
+	zc_free(x->copy);
 	zinf_free_huge(x->bounce, bb);
 	x->copy = x->bounce = NULL;
 	return ret;
@@ -266,7 +266,7 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 	}
 	struct zinf_ckpt_opts o;
 	zinf_ckpt_opts_init(&o);
-	int ret = opts ? zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts") : 0;
+	int ret = opts ? zc_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts") : 0;
 	if (ret) {
 		return ret;
 	}

@@ -337,7 +337,7 @@ parse_parts(struct zinf_ckpt *c)
 	if (n < 1 || n > CKPT_MAX_PARTS) {
 		return bad(c, "parts", "%zu entries, expected 1 to %d", n, CKPT_MAX_PARTS);
 	}
-	c->parts = zinf_calloc(n, sizeof(*c->parts));
+	c->parts = zc_calloc(n, sizeof(*c->parts));
 	if (!c->parts) {
 		return -ENOMEM;
 	}
@@ -388,7 +388,7 @@ parse_ranks(struct zinf_ckpt *c)
 	if (n != (size_t)c->files_world) {
 		return bad(c, "ranks", "%zu entries, expected files_world (%d)", n, c->files_world);
 	}
-	c->flat = zinf_calloc(n, sizeof(*c->flat));
+	c->flat = zc_calloc(n, sizeof(*c->flat));
 	if (!c->flat) {
 		return -ENOMEM;
 	}
@@ -469,7 +469,7 @@ parse_params(struct zinf_ckpt *c)
 	if (n > UINT32_MAX) {
 		return bad(c, "params", "%zu entries: too many", n);
 	}
-	c->params = zinf_calloc(n ? n : 1, sizeof(*c->params));
+	c->params = zc_calloc(n ? n : 1, sizeof(*c->params));
 	if (!c->params) {
 		return -ENOMEM;
 	}
@@ -544,7 +544,7 @@ parse_params(struct zinf_ckpt *c)
 				     : bad(c, field, "expected an array, found %s", kind_of(fo));
 			break;
 		}
-		q->flat_off = zinf_calloc(W, sizeof(*q->flat_off));
+		q->flat_off = zc_calloc(W, sizeof(*q->flat_off));
 		if (!q->flat_off) {
 			rc = -ENOMEM;
 			break;
@@ -584,7 +584,7 @@ parse_files(struct zinf_ckpt *c)
 	if (n > UINT32_MAX) {
 		return bad(c, "files", "%zu entries: too many", n);
 	}
-	c->files = zinf_calloc(n ? n : 1, sizeof(*c->files));
+	c->files = zc_calloc(n ? n : 1, sizeof(*c->files));
 	if (!c->files) {
 		return -ENOMEM;
 	}
@@ -649,7 +649,7 @@ static int
 check_listed(struct zinf_ckpt *c)
 {
 	size_t W = (size_t)c->files_world;
-	c->rank_file = zinf_calloc(W * c->n_parts, sizeof(*c->rank_file));
+	c->rank_file = zc_calloc(W * c->n_parts, sizeof(*c->rank_file));
 	if (!c->rank_file) {
 		return -ENOMEM;
 	}
@@ -748,7 +748,7 @@ static char *
 join(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
-	char *s = zinf_malloc(la + lb + 2);
+	char *s = zc_malloc(la + lb + 2);
 	if (s) {
 		memcpy(s, a, la);
 		s[la] = '/';
@@ -799,7 +799,7 @@ read_latest(const char *dir, char *tag)
 	}
 	memcpy(tag, line, n + 1);
 out:
-	zinf_free(lp);
+	zc_free(lp);
 	return rc;
 }
 
@@ -810,7 +810,7 @@ read_whole(int dirfd, const char *name, const char *path, uint64_t size, char **
 	if (size > (1ull << 30)) {
 		return ZINF_OBJ_FAIL(path, -EBADMSG, "%" PRIu64 " bytes: not a manifest", size);
 	}
-	char *buf = zinf_malloc(size ? size : 1);
+	char *buf = zc_malloc(size ? size : 1);
 	int fd = buf ? openat(dirfd, name, O_RDONLY | O_CLOEXEC) : -1;
 	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
 	if (!f && fd >= 0) {
@@ -818,14 +818,14 @@ read_whole(int dirfd, const char *name, const char *path, uint64_t size, char **
 	}
 	if (!f) {
 		int e = buf ? errno : ENOMEM;
-		zinf_free(buf);
+		zc_free(buf);
 		return ZINF_OBJ_FAIL(path, -e, "reading: %s", strerror(e));
 	}
 	size_t n = fread(buf, 1, size, f);
 	int bad = ferror(f);
 	fclose(f);
 	if (bad || n != size) {
-		zinf_free(buf);
+		zc_free(buf);
 		return ZINF_OBJ_FAIL(path, -EIO, "read %zu of %" PRIu64 " bytes", n, size);
 	}
 	*out = buf;
@@ -869,7 +869,7 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 				want);
 		}
 	}
-	zinf_free(cpath);
+	zc_free(cpath);
 	return rc;
 }
 
@@ -891,9 +891,9 @@ resolve(struct zinf_ckpt *c, const char *dir, const char *tag)
 			return -ENOMEM;
 		}
 		bool here = is_file(mp);
-		zinf_free(mp);
+		zc_free(mp);
 		if (here) {
-			c->path = zinf_strdup(dir);
+			c->path = zc_strdup(dir);
 			return c->path ? 0 : -ENOMEM;
 		}
 		int rc = read_latest(dir, latest);
@@ -912,7 +912,7 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 	if (!dir || !out) {
 		return ZINF_FAIL(-EINVAL, "zinf_ckpt_open: NULL %s", dir ? "out" : "dir");
 	}
-	struct zinf_ckpt *c = zinf_calloc(1, sizeof(*c));
+	struct zinf_ckpt *c = zc_calloc(1, sizeof(*c));
 	if (!c) {
 		return -ENOMEM;
 	}
@@ -949,13 +949,13 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 	}
 	c->m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!c->m) {
-		zinf_free(mtext);
+		zc_free(mtext);
 		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "line %d column %d: %s", jerr.line,
 				   jerr.column, jerr.text);
 		goto fail;
 	}
 	rc = check_manifest_crc(c, mtext, mlen);
-	zinf_free(mtext);
+	zc_free(mtext);
 	if (rc) {
 		goto fail;
 	}
@@ -989,18 +989,18 @@ zinf_ckpt_close(struct zinf_ckpt *c)
 		close(c->dirfd);
 	}
 	for (uint32_t i = 0; c->params && i < c->n_params; i++) {
-		zinf_free(c->params[i].flat_off);
+		zc_free(c->params[i].flat_off);
 	}
-	zinf_free(c->params);
-	zinf_free(c->parts);
-	zinf_free(c->files);
-	zinf_free(c->flat);
-	zinf_free(c->rank_file);
+	zc_free(c->params);
+	zc_free(c->parts);
+	zc_free(c->files);
+	zc_free(c->flat);
+	zc_free(c->rank_file);
 	json_decref(c->file_index);
 	json_decref(c->m);
-	zinf_free(c->mpath);
-	zinf_free(c->path);
-	zinf_free(c);
+	zc_free(c->mpath);
+	zc_free(c->path);
+	zc_free(c);
 }
 
 /* ---- queries ------------------------------------------------------------------------------ */
@@ -1038,7 +1038,7 @@ zinf_ckpt_get_info(const struct zinf_ckpt *c, struct zinf_ckpt_info *out)
 		.bytes = c->bytes,
 		.optimizer = c->optimizer,
 	};
-	return zinf_stats_give(out, &i, sizeof(i), "zinf_ckpt_info");
+	return zc_stats_give(out, &i, sizeof(i), "zinf_ckpt_info");
 }
 
 int
@@ -1055,7 +1055,7 @@ zinf_ckpt_param(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_param *o
 				    .layer = p->layer,
 				    .ndim = p->ndim};
 	memcpy(q.shape, p->shape, sizeof(q.shape));
-	return zinf_stats_give(out, &q, sizeof(q), "zinf_ckpt_param");
+	return zc_stats_give(out, &q, sizeof(q), "zinf_ckpt_param");
 }
 
 int
@@ -1067,7 +1067,7 @@ zinf_ckpt_part(const struct zinf_ckpt *c, uint32_t part, struct zinf_ckpt_part *
 	}
 	struct zinf_ckpt_part q = {
 		.size = sizeof(q), .name = c->parts[part].name, .dtype = c->parts[part].dtype};
-	return zinf_stats_give(out, &q, sizeof(q), "zinf_ckpt_part");
+	return zc_stats_give(out, &q, sizeof(q), "zinf_ckpt_part");
 }
 
 uint32_t
@@ -1087,7 +1087,7 @@ zinf_ckpt_file(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_file *out
 				   .name = c->files[i].name,
 				   .bytes = c->files[i].bytes,
 				   .crc32c = c->files[i].crc32c};
-	return zinf_stats_give(out, &q, sizeof(q), "zinf_ckpt_file");
+	return zc_stats_give(out, &q, sizeof(q), "zinf_ckpt_file");
 }
 
 /* ---- reading ------------------------------------------------------------------------------ */
@@ -1196,7 +1196,7 @@ zinf_ckpt_read(struct zinf_ckpt *c, uint32_t i, uint32_t part, uint64_t first, u
 	size_t ssz = zinf_dtype_size(src), dsz = zinf_dtype_size(dtype);
 	void *bounce = NULL;
 	if (src != dtype && count > 0) {
-		bounce = zinf_malloc((size_t)ZINF_MIN(count, CKPT_BOUNCE_ELEMS) * ssz);
+		bounce = zc_malloc((size_t)ZINF_MIN(count, CKPT_BOUNCE_ELEMS) * ssz);
 		if (!bounce) {
 			return -ENOMEM;
 		}
@@ -1222,7 +1222,7 @@ zinf_ckpt_read(struct zinf_ckpt *c, uint32_t i, uint32_t part, uint64_t first, u
 		dst += n * dsz;
 		e += n;
 	}
-	zinf_free(bounce);
+	zc_free(bounce);
 	return rc;
 }
 
@@ -1257,7 +1257,7 @@ zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i)
 		goto out;
 	}
 	size_t chunk = (size_t)ZINF_MIN(f->bytes, (uint64_t)CKPT_VERIFY_CHUNK);
-	buf = zinf_malloc(chunk ? chunk : 1);
+	buf = zc_malloc(chunk ? chunk : 1);
 	if (!buf) {
 		rc = -ENOMEM;
 		goto out;
@@ -1275,7 +1275,7 @@ zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i)
 				   f->crc32c);
 	}
 out:
-	zinf_free(buf);
+	zc_free(buf);
 	if (!kept && f->fd >= 0) {
 		close(f->fd);
 		f->fd = -1;

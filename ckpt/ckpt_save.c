@@ -374,7 +374,7 @@ file_crc(const char *path, uint64_t *bytes, uint32_t *crc)
 		return ZINF_FAIL(-errno, "checkpoint: opening %s: %s", path, zinf_strerror(-errno));
 	}
 	enum { B = 1 << 20 };
-	char *buf = zinf_malloc(B);
+	char *buf = zc_malloc(B);
 	size_t n;
 	*bytes = 0;
 	*crc = 0;
@@ -383,7 +383,7 @@ file_crc(const char *path, uint64_t *bytes, uint32_t *crc)
 		*bytes += n;
 	}
 	int ret = !buf ? -ENOMEM : ferror(f) ? -EIO : 0;
-	zinf_free(buf);
+	zc_free(buf);
 	fclose(f);
 	return ret ? ZINF_FAIL(ret, "checkpoint: reading %s back", path) : 0;
 }
@@ -513,8 +513,8 @@ save_free(struct ckpt_save *sv, int ret)
 	if (sv->own_stream) {
 		zinf_stream_destroy(sv->stream);
 	}
-	zinf_free(sv->client);
-	zinf_free(sv);
+	zc_free(sv->client);
+	zc_free(sv);
 }
 
 /* After every rank wrote its files: rank 0 writes the manifest and publishes; every rank returns
@@ -617,7 +617,7 @@ save_call(struct zinf_engine *e, const char *dir, const char *tag,
 	int ret = 0;
 	struct zinf_ckpt_opts o;
 	zinf_ckpt_opts_init(&o);
-	if (opts && (ret = zinf_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts"))) {
+	if (opts && (ret = zc_opts_take(&o, sizeof(o), opts, "zinf_ckpt_opts"))) {
 		return ret;
 	}
 	struct eng_view v;
@@ -634,10 +634,10 @@ save_call(struct zinf_engine *e, const char *dir, const char *tag,
 	}
 	/* a background save still in flight is published first (its directory lock is ours) */
 	(void)eng_job_finish(e);
-	struct ckpt_save *sv = zinf_calloc(1, sizeof(*sv));
+	struct ckpt_save *sv = zc_calloc(1, sizeof(*sv));
 	bool blob = v.rank == 0 && o.client_bytes && o.client; /* rank 0's alone */
-	if (!sv || (blob && !(sv->client = zinf_malloc(o.client_bytes)))) {
-		zinf_free(sv);
+	if (!sv || (blob && !(sv->client = zc_malloc(o.client_bytes)))) {
+		zc_free(sv);
 		return ENG_FAIL(e, -ENOMEM, "save: out of memory");
 	}
 	snprintf(sv->dir, sizeof(sv->dir), "%s", dir);

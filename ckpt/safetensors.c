@@ -227,7 +227,7 @@ st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fil
 		size_t piece = (size_t)ZINF_MIN(t[i].numel, (uint64_t)ST_PIECE_ELEMS);
 		cap = ZINF_MAX(cap, piece * zinf_dtype_size(t[i].dtype));
 	}
-	void *buf = zinf_malloc(cap ? cap : 1);
+	void *buf = zc_malloc(cap ? cap : 1);
 	if (!buf) {
 		free(hdr);
 		return -ENOMEM;
@@ -258,7 +258,7 @@ st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fil
 	}
 	rc = finish(fd, tmp, path, rc);
 out:
-	zinf_free(buf);
+	zc_free(buf);
 	free(hdr);
 	return rc;
 }

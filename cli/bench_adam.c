@@ -131,9 +131,9 @@ fill_values(void *x, int dt, size_t n, int threads, float amp)
 			if (dt == ZINF_F32) {
 				((float *)x)[i] = f;
 			} else if (dt == ZINF_F16) {
-				((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
+				((uint16_t *)x)[i] = dt_f32_to_f16_rne(f);
 			} else {
-				((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
+				((uint16_t *)x)[i] = dt_f32_to_bf16_rne(f);
 			}
 		}
 	}
@@ -362,10 +362,10 @@ tp_step(const struct cfg *c, const struct zinf_adam_opts *o, struct tp *t, int64
 		zinf_grad_opts_init(&go);
 		go.threads = c->threads;
 		go.simd = simd_name(c);
-		int e = zinf_adam_unscale(t->g, gd, t->n, scale, &go);
+		int e = adam_unscale(t->g, gd, t->n, scale, &go);
 		e = e ? e
 		      : zinf_adam_step(o, step, 1.0f, t->p, t->g, gd, t->m, t->v, t->n, NULL, 0);
-		return e ? e : (t->c ? zinf_adam_convert(t->p, t->c, cd, t->n, &go) : 0);
+		return e ? e : (t->c ? adam_convert(t->p, t->c, cd, t->n, &go) : 0);
 	}
 	if (c->state) {
 		return zinf_adam_step_bf16state(
@@ -463,7 +463,7 @@ cli_bench_adam(int argc, char **argv)
 	}
 	struct cfg c = cfg;
 	const struct zinf_adam_ops *ops;
-	if (zinf_adam_select(simd_name(&c), PROG, &ops)) {
+	if (adam_select(simd_name(&c), PROG, &ops)) {
 		return 1;
 	}
 	cli_catch_signals();

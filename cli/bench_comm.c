@@ -9,7 +9,7 @@
  * is the slowest rank's; medians are reported, with ratio = raw time / zinf time.
  *
  * The raw reference: mpi: MPI_Allgather, MPI_Reduce_scatter_block, MPI_Allreduce on the
- * MPI_Comm that zinf_comm_native() returns, on the same buffers; 16-bit all_gather moves
+ * MPI_Comm that comm_native() returns, on the same buffers; 16-bit all_gather moves
  * MPI_UINT16_T as zinf does; 16-bit reductions: MPI has no 16-bit float reduction, so the
  * reference is the call zinf makes after widening: the same element count as MPI_FLOAT, in
  * place in an fp32 buffer (its bytes are raw_bytes; the ratio then prices the widening and
@@ -246,7 +246,7 @@ run_open(struct run *r, const struct cfg *c)
 	r->world = zinf_comm_world(r->comm);
 #if ZINF_HAVE_MPI
 	if (strcmp(r->backend, "mpi") == 0) {
-		r->mpi = *(MPI_Comm *)zinf_comm_native(r->comm);
+		r->mpi = *(MPI_Comm *)comm_native(r->comm);
 	} else if (strcmp(r->backend, "nccl") == 0) {
 		r->mpi = MPI_COMM_WORLD; /* the nccl backend joined MPI */
 	}
@@ -419,7 +419,7 @@ call_zinf(struct run *r, struct meas *m)
 static int
 call_nccl(struct run *r, struct meas *m)
 {
-	ncclComm_t nc = (ncclComm_t)zinf_comm_native(r->comm);
+	ncclComm_t nc = (ncclComm_t)comm_native(r->comm);
 	cudaStream_t s = (cudaStream_t)zinf_stream_native(r->stream);
 	ncclDataType_t t = r->dt == ZINF_F32	? ncclFloat32
 			   : r->dt == ZINF_BF16 ? ncclBfloat16

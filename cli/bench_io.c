@@ -25,7 +25,7 @@
 #include "cli/cli.h"
 #include "common/util.h"
 #include "nvme/io_internal.h"	/* stats_wakeups */
-#include "nvme/swap_internal.h" /* zinf_crc32c_sw, zinf_crc32c_hw_available */
+#include "nvme/swap_internal.h" /* crc32c_sw, crc32c_hw_available */
 #include "zinf/blocks/io.h"
 #include "zinf/blocks/swap.h"
 
@@ -231,7 +231,7 @@ crc_speed(const void *buf, uint64_t bytes, struct bench_res *res)
 	res->crc_GBps = (double)n / best / 1e9;
 	uint64_t m = n < (32ull << 20) ? n : (32ull << 20);
 	double t0 = zinf_now_s();
-	sink ^= zinf_crc32c_sw(0, buf, m);
+	sink ^= crc32c_sw(0, buf, m);
 	res->crc_table_GBps = (double)m / (zinf_now_s() - t0) / 1e9;
 	(void)sink;
 }
@@ -487,8 +487,7 @@ res_json(const struct bench_cfg *c, const struct bench_res *r)
 	if (c->crc) {
 		json_object_set_new(o, "crc32c_GBps", cli_json_real(secs(r->crc_GBps)));
 		json_object_set_new(o, "crc32c_table_GBps", cli_json_real(secs(r->crc_table_GBps)));
-		json_object_set_new(o, "crc32c_instruction",
-				    json_boolean(zinf_crc32c_hw_available()));
+		json_object_set_new(o, "crc32c_instruction", json_boolean(crc32c_hw_available()));
 	}
 	json_object_set_new(o, "paths", paths);
 	return o;
@@ -519,8 +518,7 @@ report_human(const struct bench_cfg *c, const struct bench_res *r)
 	}
 	if (r->crc_GBps >= 0) {
 		printf("  CRC32C %6.2f GB/s (%s), table %.2f GB/s\n", r->crc_GBps,
-		       zinf_crc32c_hw_available() ? "SSE4.2 instruction" : "table",
-		       r->crc_table_GBps);
+		       crc32c_hw_available() ? "SSE4.2 instruction" : "table", r->crc_table_GBps);
 	}
 }
 

@@ -40,13 +40,13 @@ static const char *const kind_names[] = {"all_gather", "reduce_scatter", "all_re
 static const char *const red_names[] = {"sum", "avg", "max"};
 
 const char *
-zinf_comm_kind_name(int kind)
+comm_kind_name(int kind)
 {
 	return kind >= 0 && kind < (int)ZINF_ARRAY_SIZE(kind_names) ? kind_names[kind] : "?";
 }
 
 void
-zinf_comm_backoff(unsigned *spins)
+comm_backoff(unsigned *spins)
 {
 	unsigned s = (*spins)++;
 	if (s < 64) {
@@ -87,9 +87,9 @@ pick_backend(const struct zinf_comm_opts *o, const struct zinf_comm_ops **out)
 {
 	const char *name = o->backend;
 	if (!name) {
-		name = launched_by_mpi() || zinf_comm_mpi_initialized() ? "mpi" : "single";
+		name = launched_by_mpi() || comm_mpi_initialized() ? "mpi" : "single";
 	}
-	*out = zinf_comm_ops_find(name);
+	*out = comm_ops_find(name);
 	if (!*out) {
 		return ZINF_FAIL(-EINVAL, "comm backend \"%s\" unknown (mpi, nccl, single)", name);
 	}
@@ -99,12 +99,12 @@ pick_backend(const struct zinf_comm_opts *o, const struct zinf_comm_ops **out)
 /*
  * The check's descriptor buffers: world received, then the one this rank sends (descs[world]).
  * After a check timed out both stay with MPI, which may still read the one and write the
- * others (zinf_comm_destroy leaves them: zinf_leave).
+ * others (zinf_comm_destroy leaves them: zc_leave).
  */
 static struct zinf_comm_desc *
 comm_descs_alloc(int world)
 {
-	return zinf_calloc((size_t)world + 1, sizeof(struct zinf_comm_desc));
+	return zc_calloc((size_t)world + 1, sizeof(struct zinf_comm_desc));
 }
 
 ZINF_API int
@@ -119,7 +119,7 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 		return ZINF_FAIL(-EINVAL, "zinf_comm_create: out is NULL");
 	}
 	zinf_comm_opts_init(&o);
-	rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_comm_opts");
+	rc = zc_opts_take(&o, sizeof(o), opts, "zinf_comm_opts");
 	if (rc < 0) {
 		return rc;
 	}
@@ -131,7 +131,7 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 	if (rc < 0) {
 		return rc;
 	}
-	c = zinf_calloc(1, sizeof(*c));
+	c = zc_calloc(1, sizeof(*c));
 	if (!c) {
 		return ZINF_FAIL(-ENOMEM, "comm: out of memory for the communicator");
 	}
@@ -157,7 +157,7 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 err_close:
 	ops->close(c);
 err_free:
-	zinf_free(c);
+	zc_free(c);
 	return rc;
 }
 
@@ -189,7 +189,7 @@ drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 	lose(c, r->d.seq);
 	c->ops->abandon(c, r);
 	unlink_req(c, r);
-	zinf_free(r);
+	zc_free(r);
 }
 
 ZINF_API void
@@ -216,11 +216,11 @@ zinf_comm_destroy(struct zinf_comm *c)
 	}
 	c->ops->close(c);
 	if (!c->descs_abandoned) {
-		zinf_free(c->descs);
+		zc_free(c->descs);
 	} else {
-		zinf_leave(c->descs); /* MPI may still read or write them */
+		zc_leave(c->descs); /* MPI may still read or write them */
 	}
-	zinf_free(c);
+	zc_free(c);
 }
 
 ZINF_API int
@@ -260,13 +260,13 @@ zinf_comm_failed(const struct zinf_comm *c)
 }
 
 void *
-zinf_comm_native(struct zinf_comm *c)
+comm_native(struct zinf_comm *c)
 {
 	return c && c->ops->native ? c->ops->native(c) : NULL;
 }
 
 void *
-zinf_comm_stream(struct zinf_comm *c)
+comm_stream(struct zinf_comm *c)
 {
 	return c && c->ops->stream ? c->ops->stream(c) : NULL;
 }
@@ -298,7 +298,7 @@ static void
 desc_text(const struct zinf_comm_desc *d, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "seq %llu %s %llu %s", (unsigned long long)d->seq,
-			 zinf_comm_kind_name(d->kind), (unsigned long long)d->count,
+			 comm_kind_name(d->kind), (unsigned long long)d->count,
 			 zinf_dtype_name((enum zinf_dtype)d->dtype));
 	if (d->red >= 0 && d->red < (int)ZINF_ARRAY_SIZE(red_names) && n > 0 && (size_t)n < len) {
 		n += snprintf(buf + n, len - n, " %s", red_names[d->red]);
@@ -509,7 +509,7 @@ poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 		return fail_comm(c, rc, msg);
 	}
 	unlink_req(c, r);
-	zinf_free(r);
+	zc_free(r);
 	return 1;
 }
 
@@ -528,7 +528,7 @@ zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *r)
 		if (c->ops->block) {
 			c->ops->block(c, r, r->deadline_ns, &spins);
 		} else {
-			zinf_comm_backoff(&spins);
+			comm_backoff(&spins);
 		}
 	}
 	c->stats.wait_ns += zinf_now_ns() - t0;
@@ -573,7 +573,7 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 			return rc;
 		}
 	}
-	r = zinf_calloc(1, sizeof(*r) + c->ops->req_size);
+	r = zc_calloc(1, sizeof(*r) + c->ops->req_size);
 	if (!r) {
 		desc_text(d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s: out of memory for its request", a);
@@ -587,7 +587,7 @@ submit(struct zinf_comm *c, struct zinf_comm_desc *d, const void *send, void *re
 	r->deadline_ns = deadline;
 	rc = c->ops->start(c, r);
 	if (rc < 0) {
-		zinf_free(r);
+		zc_free(r);
 		desc_text(d, a, sizeof(a));
 		snprintf(msg, sizeof(msg), "%s (%llu bytes) could not be posted: %s", a,
 			 (unsigned long long)bytes, zinf_strerror(rc));
@@ -746,7 +746,7 @@ zinf_comm_get_stats(const struct zinf_comm *c, struct zinf_comm_stats *out)
 	if (!c) {
 		return ZINF_FAIL(-EINVAL, "zinf_comm_get_stats: communicator is NULL");
 	}
-	return zinf_stats_give(out, &c->stats, sizeof(c->stats), "zinf_comm_stats");
+	return zc_stats_give(out, &c->stats, sizeof(c->stats), "zinf_comm_stats");
 }
 
 /* ---- registry ----------------------------------------------------------------------------- */
@@ -763,50 +763,50 @@ extern const struct zinf_comm_ops zinf_comm_mpi_ops;
 static const struct zinf_comm_ops zinf_comm_mpi_ops = {.name = "mpi", .open = not_built};
 
 bool
-zinf_comm_mpi_initialized(void)
+comm_mpi_initialized(void)
 {
 	return false;
 }
 
 int
-zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
+comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 {
 	return ZINF_FAIL(-ENODEV, "comm %s: zinf was built without MPI", c->ops->name);
 }
 
 void
-zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
+comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 {
 }
 
 bool
-zinf_comm_mpi_progress(const struct zinf_comm *c)
+comm_mpi_progress(const struct zinf_comm *c)
 {
 	return false;
 }
 
 int
-zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
-		       const char *what, uint64_t deadline_ns)
+comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
+		  const char *what, uint64_t deadline_ns)
 {
 	return -ENODEV;
 }
 
 int
-zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
-			  uint64_t deadline_ns)
+comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
+		     uint64_t deadline_ns)
 {
 	return -ENODEV;
 }
 
 int
-zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
+comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
 {
 	return -ENODEV;
 }
 
 int
-zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
+comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
 {
 	return 0;
 }
@@ -827,7 +827,7 @@ const struct zinf_comm_ops *const zinf_comm_registry[] = {
 const unsigned zinf_comm_registry_len = ZINF_ARRAY_SIZE(zinf_comm_registry);
 
 const struct zinf_comm_ops *
-zinf_comm_ops_find(const char *name)
+comm_ops_find(const char *name)
 {
 	for (unsigned i = 0; i < zinf_comm_registry_len; i++) {
 		if (strcmp(zinf_comm_registry[i]->name, name) == 0) {
@@ -856,7 +856,7 @@ version_parts(int code, int v[3])
  * within a major release).
  */
 int
-zinf_comm_nccl_version_ok(int lib_code, int hdr_code, char *why, size_t len)
+comm_nccl_version_ok(int lib_code, int hdr_code, char *why, size_t len)
 {
 	int l[3], h[3];
 	version_parts(lib_code, l);

@@ -70,7 +70,7 @@ struct zinf_comm_ops {
 	int (*poll)(struct zinf_comm *c, struct zinf_comm_req *r);
 	/*
 	 * Optional: wait between two polls of r in zinf_comm_wait, at most until deadline_ns
-	 * (returns early when r may have completed). NULL: zinf_comm_backoff(spins).
+	 * (returns early when r may have completed). NULL: comm_backoff(spins).
 	 */
 	void (*block)(struct zinf_comm *c, struct zinf_comm_req *r, uint64_t deadline_ns,
 		      unsigned *spins);
@@ -126,23 +126,23 @@ struct zinf_comm {
 
 /* Backoff for polling loops: spin, then yield the core, then (a long wait) sleep 100 us at a
  * time. *spins starts at 0. */
-void zinf_comm_backoff(unsigned *spins);
+void comm_backoff(unsigned *spins);
 /* "all_gather", ...; "?" for an unknown kind. */
-const char *zinf_comm_kind_name(int kind);
+const char *comm_kind_name(int kind);
 
 /*
  * The native communicator of c, for benchmarks timing the raw call on the same buffers:
  * "mpi": a MPI_Comm *, "nccl": the ncclComm_t; NULL for single or a NULL c.
  */
-void *zinf_comm_native(struct zinf_comm *c);
+void *comm_native(struct zinf_comm *c);
 /* The stream c's collectives are ordered on: "nccl": the cudaStream_t it was given or created;
  * NULL for the host backends or a NULL c. */
-void *zinf_comm_stream(struct zinf_comm *c);
+void *comm_stream(struct zinf_comm *c);
 
 extern const struct zinf_comm_ops zinf_comm_single_ops;
 extern const struct zinf_comm_ops *const zinf_comm_registry[];
 extern const unsigned zinf_comm_registry_len;
-const struct zinf_comm_ops *zinf_comm_ops_find(const char *name);
+const struct zinf_comm_ops *comm_ops_find(const char *name);
 
 /*
  * The MPI side other backends reuse (comm_mpi.c; -ENODEV without MPI): join MPI (initialising
@@ -150,25 +150,24 @@ const struct zinf_comm_ops *zinf_comm_ops_find(const char *name);
  * An opaque state, so that comm_nccl.c needs no mpi.h of its own.
  */
 struct zinf_comm_mpi;
-bool zinf_comm_mpi_initialized(void); /* MPI_Init done and MPI_Finalize not */
-int zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out);
-void zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed);
+bool comm_mpi_initialized(void); /* MPI_Init done and MPI_Finalize not */
+int comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out);
+void comm_mpi_leave(struct zinf_comm_mpi *m, bool failed);
 /* Whether c (backend "mpi") runs its collectives on a progress thread; false otherwise. */
-bool zinf_comm_mpi_progress(const struct zinf_comm *c);
-int zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
-			   const char *what, uint64_t deadline_ns);
-int zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
-			      uint64_t deadline_ns);
+bool comm_mpi_progress(const struct zinf_comm *c);
+int comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
+		      const char *what, uint64_t deadline_ns);
+int comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
+			 uint64_t deadline_ns);
 /* The failure notices on m's channel of their own: post n to every rank but `rank` (once per m;
  * 0 or -errno); take one (1, 0 none, -errno). Waits above (exchange, bcast) return
- * -ECONNABORTED when a notice is waiting, left for zinf_comm_mpi_notice to take. */
-int zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world,
-			 const struct zinf_comm_notice *n);
-int zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n);
+ * -ECONNABORTED when a notice is waiting, left for comm_mpi_notice to take. */
+int comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n);
+int comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n);
 
 /* 0 when NCCL library version lib_code may run code compiled against headers hdr_code (codes as
  * NCCL_VERSION_CODE and ncclGetVersion give them): same major release, minor at least the
  * headers'; else -ENOTSUP with the reason, both versions named, in why. */
-int zinf_comm_nccl_version_ok(int lib_code, int hdr_code, char *why, size_t len);
+int comm_nccl_version_ok(int lib_code, int hdr_code, char *why, size_t len);
 
 #endif

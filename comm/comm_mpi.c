@@ -23,7 +23,7 @@
  *
  * Failure notices (zinf_comm_notify_failure) travel on a duplicate of their own: one 512-byte
  * MPI_Isend per other rank, taken with MPI_Iprobe + MPI_Recv by the generic layer's waits; the
- * nccl backend shares them through zinf_comm_mpi_notify/notice.
+ * nccl backend shares them through comm_mpi_notify/notice.
  * The communicators are duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so that zinf's
  * calls never match the program's own and an MPI error is a return value, never an abort.
  * 16-bit reductions are widened to fp32 into a scratch buffer (cached per communicator,
@@ -122,12 +122,12 @@ mpi_status(int rc, const char *call, const char *file, int line)
 	if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) {
 		snprintf(text, sizeof(text), "MPI error %d", rc);
 	}
-	return zinf_log_emit(-EIO, ZINF_LOG_ERROR, file, line, "mpi", "%s failed: %s", call, text);
+	return zc_log_emit(-EIO, ZINF_LOG_ERROR, file, line, "mpi", "%s failed: %s", call, text);
 }
 #define MPI_TRY(x) mpi_status((x), #x, __FILE__, __LINE__)
 
 bool
-zinf_comm_mpi_initialized(void)
+comm_mpi_initialized(void)
 {
 	int init = 0, fin = 0;
 	MPI_Initialized(&init);
@@ -136,7 +136,7 @@ zinf_comm_mpi_initialized(void)
 }
 
 int
-zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
+comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 {
 	struct zinf_comm_mpi *m;
 	MPI_Comm node;
@@ -152,7 +152,7 @@ zinf_comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 			"twice in a process: initialise it in the program",
 			c->ops->name);
 	}
-	m = zinf_calloc(1, sizeof(*m));
+	m = zc_calloc(1, sizeof(*m));
 	if (!m) {
 		return ZINF_FAIL(-ENOMEM, "comm %s: out of memory", c->ops->name);
 	}
@@ -218,7 +218,7 @@ err_fini:
 		MPI_Finalize();
 	}
 err_free:
-	zinf_free(m);
+	zc_free(m);
 	return rc;
 }
 
@@ -226,16 +226,16 @@ err_free:
 
 /*
  * The buffer of this rank's notice: a send not complete when the communicator goes is left to
- * MPI (MPI_Request_free), and so is the buffer it reads (notice_sends_end: zinf_leave).
+ * MPI (MPI_Request_free), and so is the buffer it reads (notice_sends_end: zc_leave).
  */
 static struct zinf_comm_notice *
 notice_alloc(void)
 {
-	return zinf_malloc(sizeof(struct zinf_comm_notice));
+	return zc_malloc(sizeof(struct zinf_comm_notice));
 }
 
 int
-zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
+comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct zinf_comm_notice *n)
 {
 	int rc = 0;
 
@@ -243,10 +243,10 @@ zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct 
 		return 0; /* once: the first failure is the one the others hear of */
 	}
 	m->sent = notice_alloc();
-	m->sends = zinf_calloc((size_t)world, sizeof(MPI_Request));
+	m->sends = zc_calloc((size_t)world, sizeof(MPI_Request));
 	if (!m->sent || !m->sends) {
-		zinf_free(m->sent);
-		zinf_free(m->sends);
+		zc_free(m->sent);
+		zc_free(m->sends);
 		m->sent = NULL;
 		m->sends = NULL;
 		return ZINF_FAIL(-ENOMEM, "comm rank %d: out of memory for the failure notice",
@@ -266,7 +266,7 @@ zinf_comm_mpi_notify(struct zinf_comm_mpi *m, int rank, int world, const struct 
 }
 
 int
-zinf_comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
+comm_mpi_notice(struct zinf_comm_mpi *m, struct zinf_comm_notice *n)
 {
 	for (;;) {
 		MPI_Status st;
@@ -318,17 +318,17 @@ notice_sends_end(struct zinf_comm_mpi *m)
 		}
 	}
 	if (done) {
-		zinf_free(m->sent);
+		zc_free(m->sent);
 	} else {
-		zinf_leave(m->sent); /* MPI's until its sends complete */
+		zc_leave(m->sent); /* MPI's until its sends complete */
 	}
-	zinf_free(m->sends);
+	zc_free(m->sends);
 	m->sent = NULL;
 	m->sends = NULL;
 }
 
 void
-zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
+comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 {
 	if (!m) {
 		return;
@@ -346,7 +346,7 @@ zinf_comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 			MPI_Finalize();
 		}
 	}
-	zinf_free(m);
+	zc_free(m);
 }
 
 /*
@@ -370,15 +370,15 @@ poll_until(struct zinf_comm_mpi *m, MPI_Request *q, uint64_t deadline_ns)
 		if (notice_waiting(m)) {
 			return -ECONNABORTED;
 		}
-		zinf_comm_backoff(&spins);
+		comm_backoff(&spins);
 	}
 }
 
 /* A call that returned -ECONNABORTED (a notice waits) is resumed by the next call, which must
  * pass the same buffers; any other result ends it (-ETIMEDOUT: left posted). */
 int
-zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
-		       const char *what, uint64_t deadline_ns)
+comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, size_t bytes,
+		  const char *what, uint64_t deadline_ns)
 {
 	if (!m->x_posted) {
 		int rc = MPI_TRY(MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes,
@@ -394,8 +394,8 @@ zinf_comm_mpi_exchange(struct zinf_comm_mpi *m, const void *mine, void *all, siz
 }
 
 int
-zinf_comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
-			  uint64_t deadline_ns)
+comm_mpi_bcast_bytes(struct zinf_comm_mpi *m, void *buf, size_t bytes, const char *what,
+		     uint64_t deadline_ns)
 {
 	MPI_Request q;
 	int rc = MPI_TRY(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, m->comm, &q));
@@ -409,7 +409,7 @@ static void
 job_put(struct job *j)
 {
 	if (--j->refs == 0) {
-		zinf_free(j);
+		zc_free(j);
 	}
 }
 
@@ -436,7 +436,7 @@ progress_free(struct progress *pt)
 	pthread_cond_destroy(&pt->done);
 	pthread_cond_destroy(&pt->work);
 	pthread_mutex_destroy(&pt->mu);
-	zinf_free(pt);
+	zc_free(pt);
 }
 
 /*
@@ -490,7 +490,7 @@ static int
 progress_start(struct zinf_comm *c, struct progress **out)
 {
 	pthread_condattr_t ca;
-	struct progress *pt = zinf_calloc(1, sizeof(*pt));
+	struct progress *pt = zc_calloc(1, sizeof(*pt));
 	int rc;
 
 	if (!pt) {
@@ -525,7 +525,7 @@ progress_start(struct zinf_comm *c, struct progress **out)
 err_comm:
 	MPI_Comm_free(&pt->comm);
 err_free:
-	zinf_free(pt);
+	zc_free(pt);
 	return rc;
 }
 
@@ -560,7 +560,7 @@ progress_stop(struct progress *pt, bool failed)
 extern const struct zinf_comm_ops zinf_comm_mpi_ops;
 
 bool
-zinf_comm_mpi_progress(const struct zinf_comm *c)
+comm_mpi_progress(const struct zinf_comm *c)
 {
 	return c && c->ops == &zinf_comm_mpi_ops && c->be && ((struct mpi_be *)c->be)->pt;
 }
@@ -600,13 +600,13 @@ progress_kinds(struct zinf_comm *c, struct mpi_be *b, unsigned *out)
 static int
 mpi_open(struct zinf_comm *c)
 {
-	struct mpi_be *b = zinf_calloc(1, sizeof(*b));
+	struct mpi_be *b = zc_calloc(1, sizeof(*b));
 	int rc;
 
 	if (!b) {
 		return ZINF_FAIL(-ENOMEM, "comm mpi: out of memory");
 	}
-	rc = zinf_comm_mpi_join(c, &b->m);
+	rc = comm_mpi_join(c, &b->m);
 	if (rc < 0) {
 		goto err_free;
 	}
@@ -621,9 +621,9 @@ mpi_open(struct zinf_comm *c)
 	return 0;
 
 err_leave:
-	zinf_comm_mpi_leave(b->m, false);
+	comm_mpi_leave(b->m, false);
 err_free:
-	zinf_free(b);
+	zc_free(b);
 	return rc;
 }
 
@@ -638,10 +638,10 @@ mpi_close(struct zinf_comm *c)
 		progress_stop(b->pt, c->failed != 0);
 	}
 	for (int i = 0; i < b->nscratch; i++) {
-		zinf_free(b->scratch[i]);
+		zc_free(b->scratch[i]);
 	}
-	zinf_comm_mpi_leave(b->m, c->failed != 0);
-	zinf_free(b);
+	comm_mpi_leave(b->m, c->failed != 0);
+	zc_free(b);
 }
 
 /*
@@ -669,9 +669,9 @@ scratch_take(struct mpi_be *b, struct mpi_req *q, size_t n)
 		if (q->scratch_n >= n) {
 			return 0;
 		}
-		zinf_free(q->scratch); /* grow: its contents do not matter */
+		zc_free(q->scratch); /* grow: its contents do not matter */
 	}
-	q->scratch = zinf_malloc(n * sizeof(float));
+	q->scratch = zc_malloc(n * sizeof(float));
 	q->scratch_n = q->scratch ? n : 0;
 	return q->scratch ? 0
 			  : ZINF_FAIL(-ENOMEM, "comm mpi: out of memory for %zu fp32 elements", n);
@@ -690,11 +690,11 @@ scratch_give(struct mpi_be *b, struct mpi_req *q)
 			small = b->scratch_n[i] < b->scratch_n[small] ? i : small;
 		}
 		if (b->scratch_n[small] >= q->scratch_n) {
-			zinf_free(q->scratch);
+			zc_free(q->scratch);
 			q->scratch = NULL;
 			return;
 		}
-		zinf_free(b->scratch[small]);
+		zc_free(b->scratch[small]);
 		b->scratch[small] = b->scratch[--b->nscratch];
 		b->scratch_n[small] = b->scratch_n[b->nscratch];
 	}
@@ -712,11 +712,11 @@ widen(float *dst, const uint16_t *src, enum zinf_dtype t, size_t n)
 {
 	if (t == ZINF_BF16) {
 		for (size_t i = 0; i < n; i++) {
-			dst[i] = zinf_bf16_to_f32(src[i]);
+			dst[i] = dt_bf16_to_f32(src[i]);
 		}
 	} else {
 		for (size_t i = 0; i < n; i++) {
-			dst[i] = zinf_f16_to_f32(src[i]);
+			dst[i] = dt_f16_to_f32(src[i]);
 		}
 	}
 }
@@ -727,15 +727,15 @@ narrow(uint16_t *dst, enum zinf_dtype t, const float *src, size_t n, float div)
 {
 	if (t == ZINF_BF16 && div == 1.0f) {
 		for (size_t i = 0; i < n; i++) {
-			dst[i] = zinf_f32_to_bf16_rne(src[i]);
+			dst[i] = dt_f32_to_bf16_rne(src[i]);
 		}
 	} else if (t == ZINF_BF16) {
 		for (size_t i = 0; i < n; i++) {
-			dst[i] = zinf_f32_to_bf16_rne(src[i] / div);
+			dst[i] = dt_f32_to_bf16_rne(src[i] / div);
 		}
 	} else {
 		for (size_t i = 0; i < n; i++) {
-			dst[i] = zinf_f32_to_f16_rne(src[i] / div);
+			dst[i] = dt_f32_to_f16_rne(src[i] / div);
 		}
 	}
 }
@@ -809,7 +809,7 @@ mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 		return ZINF_FAIL(-EINVAL,
 				 "comm mpi: %s of %llu elements: MPI counts are int (at most %d): "
 				 "split the call",
-				 zinf_comm_kind_name(r->d.kind), (unsigned long long)r->d.count,
+				 comm_kind_name(r->d.kind), (unsigned long long)r->d.count,
 				 INT_MAX);
 	}
 	if (r->d.kind < ZINF_COMM_ALL_GATHER || r->d.kind > ZINF_COMM_BARRIER) {
@@ -826,7 +826,7 @@ mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 		}
 		return rc;
 	}
-	struct job *j = zinf_malloc(sizeof(*j));
+	struct job *j = zc_malloc(sizeof(*j));
 	if (!j) {
 		scratch_give(b, q);
 		return ZINF_FAIL(-ENOMEM, "comm mpi rank %d: out of memory", c->rank);
@@ -886,7 +886,7 @@ mpi_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 		if (!flag) {
 			return 0;
 		}
-		rc = mpi_status(mpi_rc, zinf_comm_kind_name(r->d.kind), __FILE__, __LINE__);
+		rc = mpi_status(mpi_rc, comm_kind_name(r->d.kind), __FILE__, __LINE__);
 	} else {
 		rc = MPI_TRY(MPI_Test(&q->req, &flag, MPI_STATUS_IGNORE));
 	}
@@ -912,7 +912,7 @@ mpi_block(struct zinf_comm *c, struct zinf_comm_req *r, uint64_t deadline_ns, un
 	struct mpi_req *q = (struct mpi_req *)r->priv;
 
 	if (!q->job) {
-		zinf_comm_backoff(spins);
+		comm_backoff(spins);
 		return;
 	}
 	/* in slices of 10 ms, so that the caller looks for another rank's failure notice */
@@ -946,19 +946,19 @@ mpi_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zinf
 	     uint64_t deadline_ns)
 {
 	struct mpi_be *b = c->be;
-	return zinf_comm_mpi_exchange(b->m, mine, all, sizeof(*mine), "call check", deadline_ns);
+	return comm_mpi_exchange(b->m, mine, all, sizeof(*mine), "call check", deadline_ns);
 }
 
 static int
 mpi_notify(struct zinf_comm *c, const struct zinf_comm_notice *n)
 {
-	return zinf_comm_mpi_notify(((struct mpi_be *)c->be)->m, c->rank, c->world, n);
+	return comm_mpi_notify(((struct mpi_be *)c->be)->m, c->rank, c->world, n);
 }
 
 static int
 mpi_notice(struct zinf_comm *c, struct zinf_comm_notice *n)
 {
-	return zinf_comm_mpi_notice(((struct mpi_be *)c->be)->m, n);
+	return comm_mpi_notice(((struct mpi_be *)c->be)->m, n);
 }
 
 static void *

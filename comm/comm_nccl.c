@@ -41,8 +41,8 @@ cuda_status(cudaError_t rc, const char *call, const char *file, int line)
 		return 0;
 	}
 	int err = rc == cudaErrorNoDevice || rc == cudaErrorInsufficientDriver ? -ENODEV : -EIO;
-	return zinf_log_emit(err, ZINF_LOG_ERROR, file, line, "cuda", "%s failed: %s", call,
-			     cudaGetErrorString(rc));
+	return zc_log_emit(err, ZINF_LOG_ERROR, file, line, "cuda", "%s failed: %s", call,
+			   cudaGetErrorString(rc));
 }
 #define CUDA_TRY(x) cuda_status((x), #x, __FILE__, __LINE__)
 
@@ -52,8 +52,8 @@ nccl_status(ncclResult_t rc, const char *call, const char *file, int line)
 	if (rc == ncclSuccess || rc == ncclInProgress) {
 		return 0;
 	}
-	return zinf_log_emit(-EIO, ZINF_LOG_ERROR, file, line, "nccl", "%s failed: %s", call,
-			     ncclGetErrorString(rc));
+	return zc_log_emit(-EIO, ZINF_LOG_ERROR, file, line, "nccl", "%s failed: %s", call,
+			   ncclGetErrorString(rc));
 }
 #define NCCL_TRY(x) nccl_status((x), #x, __FILE__, __LINE__)
 
@@ -75,7 +75,7 @@ settle(struct nccl_be *b, uint64_t deadline_ns)
 		if (zinf_now_ns() > deadline_ns) {
 			return -ETIMEDOUT;
 		}
-		zinf_comm_backoff(&spins);
+		comm_backoff(&spins);
 	}
 }
 
@@ -98,7 +98,7 @@ check_version(void)
 	int v = 0;
 	char why[200];
 	int rc = NCCL_TRY(ncclGetVersion(&v));
-	if (rc == 0 && zinf_comm_nccl_version_ok(v, NCCL_VERSION_CODE, why, sizeof(why)) < 0) {
+	if (rc == 0 && comm_nccl_version_ok(v, NCCL_VERSION_CODE, why, sizeof(why)) < 0) {
 		rc = ZINF_FAIL(-ENOTSUP, "comm nccl: %s", why);
 	}
 	return rc;
@@ -135,7 +135,7 @@ init_comm(struct zinf_comm *c, struct nccl_be *b)
 	if (c->rank == 0) {
 		msg.status = NCCL_TRY(ncclGetUniqueId(&msg.id));
 	}
-	rc = zinf_comm_mpi_bcast_bytes(b->mpi, &msg, sizeof(msg), "nccl unique id", deadline);
+	rc = comm_mpi_bcast_bytes(b->mpi, &msg, sizeof(msg), "nccl unique id", deadline);
 	if (rc == -ETIMEDOUT) {
 		return ZINF_FAIL(rc,
 				 "comm nccl rank %d: the unique id broadcast timed out after %g s",
@@ -170,7 +170,7 @@ init_comm(struct zinf_comm *c, struct nccl_be *b)
 static int
 nccl_open(struct zinf_comm *c)
 {
-	struct nccl_be *b = zinf_calloc(1, sizeof(*b));
+	struct nccl_be *b = zc_calloc(1, sizeof(*b));
 	int rc, ndev;
 
 	if (!b) {
@@ -183,7 +183,7 @@ nccl_open(struct zinf_comm *c)
 	if (rc < 0) {
 		goto err_free;
 	}
-	rc = zinf_comm_mpi_join(c, &b->mpi);
+	rc = comm_mpi_join(c, &b->mpi);
 	if (rc < 0) {
 		goto err_free;
 	}
@@ -226,9 +226,9 @@ err_stream:
 	}
 err_mpi:
 	/* a timed-out broadcast is still posted: leave MPI as a failed communicator does */
-	zinf_comm_mpi_leave(b->mpi, rc == -ETIMEDOUT);
+	comm_mpi_leave(b->mpi, rc == -ETIMEDOUT);
 err_free:
-	zinf_free(b);
+	zc_free(b);
 	return rc;
 }
 
@@ -258,8 +258,8 @@ nccl_close(struct zinf_comm *c)
 	} else if (!b->aborted) {
 		ncclCommAbort(b->comm);
 	}
-	zinf_comm_mpi_leave(b->mpi, !clean);
-	zinf_free(b);
+	comm_mpi_leave(b->mpi, !clean);
+	zc_free(b);
 }
 
 static ncclDataType_t
@@ -343,7 +343,7 @@ nccl_start(struct zinf_comm *c, struct zinf_comm_req *r)
 	if (rc < 0) {
 		if (rc == -ETIMEDOUT) {
 			rc = ZINF_FAIL(rc, "comm nccl rank %d: enqueueing %s timed out", c->rank,
-				       zinf_comm_kind_name(r->d.kind));
+				       comm_kind_name(r->d.kind));
 		}
 		cudaEventDestroy(q->done);
 	}
@@ -392,7 +392,7 @@ nccl_exchange(struct zinf_comm *c, const struct zinf_comm_desc *mine, struct zin
 	      uint64_t deadline_ns)
 {
 	struct nccl_be *b = c->be;
-	return zinf_comm_mpi_exchange(b->mpi, mine, all, sizeof(*mine), "call check", deadline_ns);
+	return comm_mpi_exchange(b->mpi, mine, all, sizeof(*mine), "call check", deadline_ns);
 }
 
 /*
@@ -417,14 +417,14 @@ static int
 nccl_notify(struct zinf_comm *c, const struct zinf_comm_notice *n)
 {
 	struct nccl_be *b = c->be;
-	return zinf_comm_mpi_notify(b->mpi, c->rank, c->world, n);
+	return comm_mpi_notify(b->mpi, c->rank, c->world, n);
 }
 
 static int
 nccl_notice(struct zinf_comm *c, struct zinf_comm_notice *n)
 {
 	struct nccl_be *b = c->be;
-	return zinf_comm_mpi_notice(b->mpi, n);
+	return comm_mpi_notice(b->mpi, n);
 }
 
 static void *

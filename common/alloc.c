@@ -18,7 +18,7 @@
 static atomic_long fail_countdown; /* 0: disarmed; n: the n-th allocation from now fails */
 
 void
-zinf_test_alloc_fail_nth(long n)
+zc_test_alloc_fail_nth(long n)
 {
 	atomic_store(&fail_countdown, n > 0 ? n : 0);
 }
@@ -36,7 +36,7 @@ should_fail(void)
 }
 
 void
-zinf_leave(void *p)
+zc_leave(void *p)
 {
 #if defined(__SANITIZE_ADDRESS__)
 	if (p) {
@@ -48,28 +48,28 @@ zinf_leave(void *p)
 }
 
 void *
-zinf_malloc(size_t len)
+zc_malloc(size_t len)
 {
 	return should_fail() ? NULL : malloc(len ? len : 1);
 }
 
 void *
-zinf_calloc(size_t n, size_t len)
+zc_calloc(size_t n, size_t len)
 {
 	return should_fail() ? NULL : calloc(n ? n : 1, len ? len : 1);
 }
 
 void
-zinf_free(void *p)
+zc_free(void *p)
 {
 	free(p);
 }
 
 char *
-zinf_strdup(const char *s)
+zc_strdup(const char *s)
 {
 	size_t n = strlen(s) + 1;
-	char *d = zinf_malloc(n);
+	char *d = zc_malloc(n);
 	if (d) {
 		memcpy(d, s, n);
 	}

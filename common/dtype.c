@@ -77,16 +77,16 @@ zinf_dtype_convert(void *dst, enum zinf_dtype dst_dtype, const void *src, enum z
 		return 0;
 	}
 	for (size_t i = 0; i < n; i++) {
-		float f = zinf_dtype_load(src, src_dtype, i);
+		float f = dt_load(src, src_dtype, i);
 		switch (dst_dtype) {
 		case ZINF_F32:
 			((float *)dst)[i] = f;
 			break;
 		case ZINF_F16:
-			((uint16_t *)dst)[i] = zinf_f32_to_f16_rne(f);
+			((uint16_t *)dst)[i] = dt_f32_to_f16_rne(f);
 			break;
 		case ZINF_BF16:
-			((uint16_t *)dst)[i] = zinf_f32_to_bf16_rne(f);
+			((uint16_t *)dst)[i] = dt_f32_to_bf16_rne(f);
 			break;
 		}
 	}

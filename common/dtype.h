@@ -21,7 +21,7 @@
 #endif
 
 static inline ZINF_HD uint32_t
-zinf_f2u(float f)
+dt_f2u(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
@@ -29,7 +29,7 @@ zinf_f2u(float f)
 }
 
 static inline ZINF_HD float
-zinf_u2f(uint32_t u)
+dt_u2f(uint32_t u)
 {
 	float f;
 	memcpy(&f, &u, 4);
@@ -37,18 +37,18 @@ zinf_u2f(uint32_t u)
 }
 
 static inline ZINF_HD float
-zinf_bf16_to_f32(uint16_t h)
+dt_bf16_to_f32(uint16_t h)
 {
-	return zinf_u2f((uint32_t)h << 16);
+	return dt_u2f((uint32_t)h << 16);
 }
 
 /* Round to nearest even; NaN stays NaN (quieted, sign and top payload kept), as vcvtneps2bf16
  * does; subnormals are rounded exactly (the instruction flushes them, so the AVX-512 path
  * patches them). */
 static inline ZINF_HD uint16_t
-zinf_f32_to_bf16_rne(float f)
+dt_f32_to_bf16_rne(float f)
 {
-	uint32_t x = zinf_f2u(f);
+	uint32_t x = dt_f2u(f);
 	if ((x & 0x7fffffffu) > 0x7f800000u) {
 		return (uint16_t)((x >> 16) | 0x40);
 	}
@@ -57,9 +57,9 @@ zinf_f32_to_bf16_rne(float f)
 
 /* Stochastic rounding with 16 random bits r: rounds up with probability (dropped bits) / 2^16. */
 static inline ZINF_HD uint16_t
-zinf_f32_to_bf16_sr(float f, uint32_t r)
+dt_f32_to_bf16_sr(float f, uint32_t r)
 {
-	uint32_t x = zinf_f2u(f);
+	uint32_t x = dt_f2u(f);
 	if ((x & 0x7fffffffu) > 0x7f800000u) {
 		return (uint16_t)((x >> 16) | 0x40);
 	}
@@ -70,27 +70,27 @@ zinf_f32_to_bf16_sr(float f, uint32_t r)
 }
 
 static inline ZINF_HD float
-zinf_f16_to_f32(uint16_t h)
+dt_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
 	uint32_t e = (h >> 10) & 0x1f, mant = h & 0x3ff;
 	if (e == 0) {
 		float f = (float)mant * 0x1p-24f; /* exact: zero or subnormal */
-		return zinf_u2f(zinf_f2u(f) | sign);
+		return dt_u2f(dt_f2u(f) | sign);
 	}
 	if (e == 31) {
-		return zinf_u2f(sign | 0x7f800000u | (mant << 13));
+		return dt_u2f(sign | 0x7f800000u | (mant << 13));
 	}
-	return zinf_u2f(sign | ((e + 112) << 23) | (mant << 13));
+	return dt_u2f(sign | ((e + 112) << 23) | (mant << 13));
 }
 
 /* Round to nearest even, as F16C's vcvtps2ph with _MM_FROUND_TO_NEAREST_INT: overflow to
  * infinity from 65520 up, subnormal results rounded exactly, NaN quieted with the top 9 payload
  * bits kept. */
 static inline ZINF_HD uint16_t
-zinf_f32_to_f16_rne(float f)
+dt_f32_to_f16_rne(float f)
 {
-	uint32_t x = zinf_f2u(f);
+	uint32_t x = dt_f2u(f);
 	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
 	x &= 0x7fffffffu;
 	if (x >= 0x7f800000u) {
@@ -119,27 +119,27 @@ zinf_f32_to_f16_rne(float f)
 
 /* Element i of x (dtype t) as float, exactly; and f stored as element i (16-bit: RNE). */
 static inline ZINF_HD float
-zinf_dtype_load(const void *x, enum zinf_dtype t, size_t i)
+dt_load(const void *x, enum zinf_dtype t, size_t i)
 {
 	switch (t) {
 	case ZINF_F16:
-		return zinf_f16_to_f32(((const uint16_t *)x)[i]);
+		return dt_f16_to_f32(((const uint16_t *)x)[i]);
 	case ZINF_BF16:
-		return zinf_bf16_to_f32(((const uint16_t *)x)[i]);
+		return dt_bf16_to_f32(((const uint16_t *)x)[i]);
 	default:
 		return ((const float *)x)[i];
 	}
 }
 
 static inline ZINF_HD void
-zinf_dtype_store(void *x, enum zinf_dtype t, size_t i, float f)
+dt_store(void *x, enum zinf_dtype t, size_t i, float f)
 {
 	switch (t) {
 	case ZINF_F16:
-		((uint16_t *)x)[i] = zinf_f32_to_f16_rne(f);
+		((uint16_t *)x)[i] = dt_f32_to_f16_rne(f);
 		break;
 	case ZINF_BF16:
-		((uint16_t *)x)[i] = zinf_f32_to_bf16_rne(f);
+		((uint16_t *)x)[i] = dt_f32_to_bf16_rne(f);
 		break;
 	default:
 		((float *)x)[i] = f;

@@ -70,8 +70,8 @@ zinf_log_to_file(void *ctx, enum zinf_log_level level, const char *file, int lin
 }
 
 int
-zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
-	       const char *fmt, va_list ap)
+zc_log_vemit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
+	     const char *fmt, va_list ap)
 {
 	zinf_log_fn fn = atomic_load(&log_fn);
 	bool to_sink = fn && (int)level <= atomic_load(&log_level);
@@ -90,12 +90,12 @@ zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int line, c
 }
 
 int
-zinf_log_emit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
-	      const char *fmt, ...)
+zc_log_emit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
+	    const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	ret = zinf_log_vemit(ret, level, file, line, func, fmt, ap);
+	ret = zc_log_vemit(ret, level, file, line, func, fmt, ap);
 	va_end(ap);
 	return ret;
 }

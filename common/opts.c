@@ -9,7 +9,7 @@
 #include "common/util.h"
 
 int
-zinf_opts_take(void *dst, size_t dst_size, const void *src, const char *type)
+zc_opts_take(void *dst, size_t dst_size, const void *src, const char *type)
 {
 	if (src) {
 		size_t n;
@@ -43,7 +43,7 @@ zinf_opts_take(void *dst, size_t dst_size, const void *src, const char *type)
 }
 
 int
-zinf_stats_give(void *dst, const void *src, size_t src_size, const char *type)
+zc_stats_give(void *dst, const void *src, size_t src_size, const char *type)
 {
 	if (!dst) {
 		return ZINF_FAIL(-EINVAL, "struct %s: NULL output", type);

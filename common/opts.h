@@ -28,13 +28,13 @@
  * is sizeof(*dst); src may be NULL (defaults). On success dst->size is set to dst_size.
  * Returns 0, or -EINVAL with a message naming `type`, the caller's size and the library's.
  */
-int zinf_opts_take(void *dst, size_t dst_size, const void *src, const char *type);
+int zc_opts_take(void *dst, size_t dst_size, const void *src, const char *type);
 
 /*
  * Give statistics: copy min(dst->size, src_size) bytes of src into dst, keeping dst->size.
  * Returns 0, or -EINVAL (dst NULL, or dst->size smaller than the size field) with a message.
  */
-int zinf_stats_give(void *dst, const void *src, size_t src_size, const char *type);
+int zc_stats_give(void *dst, const void *src, size_t src_size, const char *type);
 
 /* Pin that `type` ends with `last` and no tail padding (see the rule above). */
 #define ZINF_OPTS_NO_TAIL_PAD(type, last)                                                          \

@@ -25,7 +25,7 @@ struct zinf_topo {
 int
 zinf_topo_create(struct zinf_topo **out)
 {
-	struct zinf_topo *t = zinf_calloc(1, sizeof(*t));
+	struct zinf_topo *t = zc_calloc(1, sizeof(*t));
 	if (!t) {
 		return ZINF_FAIL(-ENOMEM, "topology: out of memory");
 	}
@@ -68,7 +68,7 @@ zinf_topo_destroy(struct zinf_topo *t)
 		hwloc_topology_destroy(t->hw);
 	}
 #endif
-	zinf_free(t);
+	zc_free(t);
 }
 
 int

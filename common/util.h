@@ -25,19 +25,19 @@
 #define zinf_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Emit a message; returns `ret` so that error paths read `return ZINF_FAIL(-EINVAL, ...)`. */
-int zinf_log_emit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
-		  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-int zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
-		   const char *fmt, va_list ap);
+int zc_log_emit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
+		const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int zc_log_vemit(int ret, enum zinf_log_level level, const char *file, int line, const char *func,
+		 const char *fmt, va_list ap);
 
-#define ZINF_LOG(level, ...) zinf_log_emit(0, (level), __FILE__, __LINE__, __func__, __VA_ARGS__)
+#define ZINF_LOG(level, ...) zc_log_emit(0, (level), __FILE__, __LINE__, __func__, __VA_ARGS__)
 #define ZINF_ERR(...)	     ZINF_LOG(ZINF_LOG_ERROR, __VA_ARGS__)
 #define ZINF_WARN(...)	     ZINF_LOG(ZINF_LOG_WARN, __VA_ARGS__)
 #define ZINF_INFO(...)	     ZINF_LOG(ZINF_LOG_INFO, __VA_ARGS__)
 #define ZINF_DEBUG(...)	     ZINF_LOG(ZINF_LOG_DEBUG, __VA_ARGS__)
 /* Log at ERROR and evaluate to err (a negative errno). */
 #define ZINF_FAIL(err, ...)                                                                        \
-	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, __VA_ARGS__)
+	zc_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, __VA_ARGS__)
 
 /*
  * Messages that name their object, as SPDK's URING_ERRLOG(uring, ...): `name` (a string that
@@ -47,28 +47,28 @@ int zinf_log_vemit(int ret, enum zinf_log_level level, const char *file, int lin
  * ZINF_OBJ_FAIL logs at ERROR and evaluates to err, as ZINF_FAIL.
  */
 #define ZINF_OBJ_LOG(level, name, fmt, ...)                                                        \
-	zinf_log_emit(0, (level), __FILE__, __LINE__, __func__, "%s: " fmt, (name), ##__VA_ARGS__)
+	zc_log_emit(0, (level), __FILE__, __LINE__, __func__, "%s: " fmt, (name), ##__VA_ARGS__)
 #define ZINF_OBJ_FAIL(name, err, fmt, ...)                                                         \
-	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "%s: " fmt, (name),     \
-		      ##__VA_ARGS__)
+	zc_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "%s: " fmt, (name),       \
+		    ##__VA_ARGS__)
 
 /* Allocation that tests can make fail (the failing allocator hook). */
-void *zinf_malloc(size_t len);
-void *zinf_calloc(size_t n, size_t len);
-void zinf_free(void *p);
-char *zinf_strdup(const char *s);
+void *zc_malloc(size_t len);
+void *zc_calloc(size_t n, size_t len);
+void zc_free(void *p);
+char *zc_strdup(const char *s);
 /*
  * Memory given away on purpose rather than freed: a buffer an abandoned MPI call may still
  * read or write (a failed communicator's). Under LeakSanitizer it is marked as no leak (p: the
- * start of a zinf_malloc/zinf_calloc/zinf_alloc_aligned block; anything else is ignored), so
+ * start of a zc_malloc/zc_calloc/zinf_alloc_aligned block; anything else is ignored), so
  * that the sanitizer still reports every buffer of the same kind that a healthy run loses.
  */
-void zinf_leave(void *p);
+void zc_leave(void *p);
 /*
- * Test hook: make the n-th zinf_malloc/zinf_calloc/zinf_alloc_aligned call from now fail
+ * Test hook: make the n-th zc_malloc/zc_calloc/zinf_alloc_aligned call from now fail
  * (n >= 1); n = 0 disarms it. Process-wide; only tests call it.
  */
-void zinf_test_alloc_fail_nth(long n);
+void zc_test_alloc_fail_nth(long n);
 
 /* The alignment zinf_alloc_huge() gives: one x86-64 transparent huge page. */
 #define ZINF_HUGE_PAGE (2u << 20)

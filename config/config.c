@@ -69,7 +69,7 @@ static void
 free_paths(struct zinf_offload_opts *o)
 {
 	for (uint32_t i = 0; i < o->n_paths && i < ZINF_ENGINE_MAX_PATHS; i++) {
-		zinf_free((char *)o->nvme_path[i]);
+		zc_free((char *)o->nvme_path[i]);
 		o->nvme_path[i] = NULL;
 	}
 	o->n_paths = 0;
@@ -254,7 +254,7 @@ zinf_config_read_string(const char *text, const char *name, const struct zinf_co
 					  "with zinf_config_init()");
 	}
 	zinf_config_inputs_init(&in);
-	rc = zinf_opts_take(&in, sizeof(in), inputs, "struct zinf_config_inputs");
+	rc = zc_opts_take(&in, sizeof(in), inputs, "struct zinf_config_inputs");
 	if (rc < 0) {
 		return rc;
 	}
@@ -326,7 +326,7 @@ zinf_config_read_file(const char *path, const struct zinf_config_inputs *inputs,
 		rc = ZINF_FAIL(-EINVAL, "%s: not a regular file of at most 64 MiB", path);
 		goto out;
 	}
-	char *text = zinf_malloc((size_t)st.st_size + 1);
+	char *text = zc_malloc((size_t)st.st_size + 1);
 	if (!text) {
 		rc = ZINF_FAIL(-ENOMEM, "%s: out of memory", path);
 		goto out;
@@ -336,7 +336,7 @@ zinf_config_read_file(const char *path, const struct zinf_config_inputs *inputs,
 		ssize_t r = read(fd, text + got, (size_t)st.st_size - got);
 		if (r <= 0) {
 			rc = ZINF_FAIL(r < 0 ? -errno : -EIO, "%s: read failed", path);
-			zinf_free(text);
+			zc_free(text);
 			goto out;
 		}
 		got += (size_t)r;
@@ -347,7 +347,7 @@ zinf_config_read_file(const char *path, const struct zinf_config_inputs *inputs,
 	} else {
 		rc = zinf_config_read_string(text, path, inputs, c);
 	}
-	zinf_free(text);
+	zc_free(text);
 out:
 	close(fd);
 	return rc;

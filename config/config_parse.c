@@ -27,11 +27,10 @@ cfg_msg(struct cfg_ctx *x, enum zinf_log_level lvl, const char *path, const char
 	va_end(ap);
 	int line = cfg_keylines_find(x->kl, x->n_kl, path);
 	if (line > 0) {
-		zinf_log_emit(0, lvl, __FILE__, __LINE__, __func__, "%s:%d: %s: %s", x->name, line,
-			      path, msg);
+		zc_log_emit(0, lvl, __FILE__, __LINE__, __func__, "%s:%d: %s: %s", x->name, line,
+			    path, msg);
 	} else {
-		zinf_log_emit(0, lvl, __FILE__, __LINE__, __func__, "%s: %s: %s", x->name, path,
-			      msg);
+		zc_log_emit(0, lvl, __FILE__, __LINE__, __func__, "%s: %s: %s", x->name, path, msg);
 	}
 	x->errors += lvl == ZINF_LOG_ERROR;
 }
@@ -136,13 +135,13 @@ store_paths(struct cfg_ctx *x, json_t *v, struct zinf_offload_opts *o, const cha
 		}
 	}
 	for (uint32_t i = 0; i < o->n_paths; i++) {
-		zinf_free((char *)o->nvme_path[i]);
+		zc_free((char *)o->nvme_path[i]);
 		o->nvme_path[i] = NULL;
 	}
 	o->n_paths = 0;
 	for (size_t i = 0; i < n; i++) {
 		json_t *e = json_is_array(v) ? json_array_get(v, i) : v;
-		o->nvme_path[i] = zinf_strdup(json_string_value(e));
+		o->nvme_path[i] = zc_strdup(json_string_value(e));
 		if (!o->nvme_path[i]) {
 			x->fatal = -ENOMEM;
 			return false;

@@ -30,9 +30,9 @@ void
 cfg_keylines_free(struct cfg_keyline *kl, size_t n)
 {
 	for (size_t i = 0; kl && i < n; i++) {
-		zinf_free(kl[i].path);
+		zc_free(kl[i].path);
 	}
-	zinf_free(kl);
+	zc_free(kl);
 }
 
 int
@@ -71,18 +71,18 @@ cfg_keylines_scan(const char *text, struct cfg_keyline **out)
 			path[len] = '\0';
 			if (n == cap) {
 				size_t ncap = cap ? 2 * cap : 32;
-				struct cfg_keyline *nk = zinf_malloc(ncap * sizeof(*nk));
+				struct cfg_keyline *nk = zc_malloc(ncap * sizeof(*nk));
 				if (!nk) {
 					goto nomem;
 				}
 				if (kl) {
 					memcpy(nk, kl, n * sizeof(*nk));
 				}
-				zinf_free(kl);
+				zc_free(kl);
 				kl = nk;
 				cap = ncap;
 			}
-			kl[n].path = zinf_strdup(path);
+			kl[n].path = zc_strdup(path);
 			if (!kl[n].path) {
 				goto nomem;
 			}

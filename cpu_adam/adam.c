@@ -2,7 +2,7 @@
 /*
  * cpu_adam/adam.c: the public optimizer entry points. Takes the caller's options into a local
  * copy (common/opts.h), validates arguments (nothing is modified on error), computes each step's
- * scalars once in float64 (Adam's also for the CUDA kernel: zinf_adam_scalars_get), asks
+ * scalars once in float64 (Adam's also for the CUDA kernel: adam_scalars_get), asks
  * adam_registry.c for the SIMD path's kernel table, and runs it over cache-sized tiles with an
  * OpenMP static partition. The arithmetic itself lives in the per-ISA files.
  */
@@ -127,7 +127,7 @@ take_opts(const char *fn, void *dst, size_t size, const void *src, const char *t
 			"%s: struct %s: size %zu ends inside the field simd (bytes %zu..%zu)", fn,
 			type, n, simd_off, simd_off + sizeof(const char *));
 	}
-	return zinf_opts_take(dst, size, src, type);
+	return zc_opts_take(dst, size, src, type);
 }
 
 /*
@@ -139,11 +139,11 @@ run_step(const char *fn, const char *simd, enum zinf_opt_kind kind, struct zinf_
 	 size_t n, int threads)
 {
 	const struct zinf_adam_ops *ops;
-	int r = zinf_adam_select(simd, fn, &ops);
+	int r = adam_select(simd, fn, &ops);
 	if (r) {
 		return r;
 	}
-	a->hw_bf16 = zinf_adam_cpu()->avx512bf16;
+	a->hw_bf16 = adam_cpu_features()->avx512bf16;
 	if (n) {
 		run_tiles(ops->step[kind], a, n, threads);
 	}
@@ -172,7 +172,7 @@ zinf_adam_opts_init(struct zinf_adam_opts *o)
  * without FMA contraction (this module's -ffp-contract=off).
  */
 void
-zinf_adam_scalars_get(const struct zinf_adam_opts *o, int64_t step, struct zinf_adam_scalars *out)
+adam_scalars_get(const struct zinf_adam_opts *o, int64_t step, struct zinf_adam_scalars *out)
 {
 	double lr = o->lr, wd = o->weight_decay, b1 = o->beta1, b2 = o->beta2;
 	memset(out, 0, sizeof(*out));
@@ -218,7 +218,7 @@ adam_prepare(const char *fn, const struct zinf_adam_opts *opts, struct zinf_adam
 		return r;
 	}
 	struct zinf_adam_scalars sc;
-	zinf_adam_scalars_get(o, step, &sc);
+	adam_scalars_get(o, step, &sc);
 	memset(a, 0, sizeof(*a));
 	a->param = (float *)param;
 	a->grad = grad;
@@ -423,7 +423,7 @@ grad_prepare(const char *fn, const struct zinf_grad_opts *opts, struct zinf_grad
 	if (o->threads < 0) {
 		return ZINF_FAIL(-EINVAL, "%s: threads %d < 0", fn, o->threads);
 	}
-	return zinf_adam_select(o->simd, fn, ops);
+	return adam_select(o->simd, fn, ops);
 }
 
 /* Tiles of the helpers: bigger than the step's (one stream, nothing written). */
@@ -498,8 +498,7 @@ zinf_grad_has_inf_nan(const void *grad, enum zinf_dtype dtype, size_t n,
 /* ---- three-pass helpers (benchmark) ------------------------------------------------------- */
 
 int
-zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s,
-		  const struct zinf_grad_opts *opts)
+adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, const struct zinf_grad_opts *opts)
 {
 	struct zinf_grad_opts o;
 	const struct zinf_adam_ops *ops;
@@ -518,8 +517,8 @@ zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s,
 }
 
 int
-zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
-		  const struct zinf_grad_opts *opts)
+adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
+	     const struct zinf_grad_opts *opts)
 {
 	struct zinf_grad_opts o;
 	const struct zinf_adam_ops *ops;

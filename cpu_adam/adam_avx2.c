@@ -192,7 +192,7 @@ rne_increment8(__m256i u)
 	return _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff));
 }
 
-/* bf16 of x, round to nearest even, exactly as zinf_f32_to_bf16_rne(). A NaN is quieted, keeping
+/* bf16 of x, round to nearest even, exactly as dt_f32_to_bf16_rne(). A NaN is quieted, keeping
  * sign and top payload bits; NaNs are rare, so they cost a test, not a blend, per vector. No
  * hardware conversion in this path: hw is ignored. */
 ZINF_ALWAYS_INLINE __m128i
@@ -213,7 +213,7 @@ zv_to_bf16(__m256 x, bool hw)
 ZINF_ALWAYS_INLINE __m256i sr_bits(uint32_t key, size_t i);
 
 /* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
- * high half for v, as zinf_adam_bf16state_elem()). One NaN test covers both: an unordered
+ * high half for v, as adam_bf16state_elem()). One NaN test covers both: an unordered
  * compare of m with v is true when either is NaN. */
 ZINF_ALWAYS_INLINE void
 zv_state_round(const struct zinf_opt_args *a, __m256 m, __m256 v, __m128i *mo, __m128i *vo,

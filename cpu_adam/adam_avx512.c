@@ -223,7 +223,7 @@ zv_to_bf16(__m512 x, bool hw)
 ZINF_ALWAYS_INLINE __m512i sr_bits(uint32_t key, size_t i);
 
 /* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
- * high half for v, as zinf_adam_bf16state_elem()). */
+ * high half for v, as adam_bf16state_elem()). */
 ZINF_ALWAYS_INLINE void
 zv_state_round(const struct zinf_opt_args *a, __m512 m, __m512 v, __m256i *mo, __m256i *vo,
 	       size_t i)

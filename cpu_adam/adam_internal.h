@@ -85,29 +85,28 @@ extern const unsigned zinf_adam_registry_len;
 extern const struct zinf_adam_ops zinf_adam_scalar_ops;
 
 /* This CPU's features, probed once per process (adam_registry.c). */
-const struct zinf_cpu_features *zinf_adam_cpu(void);
+const struct zinf_cpu_features *adam_cpu_features(void);
 
 /*
  * The kernel table for `simd` (NULL: $ZINF_SIMD as read once, else the best path here); the
  * rule is in zinf/blocks/adam.h. who: the caller, named in the message.
  * Returns 0; -EINVAL unknown name; -ENODEV the path is not built or this CPU cannot run it.
  */
-int zinf_adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out);
+int adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out);
 
 /* Three-pass helpers for the benchmark, threaded like the step (o: threads and SIMD path, NULL
  * for the defaults): g *= s in place; dst = src as dtype (RNE). Return 0 or -errno. */
-int zinf_adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s,
-		      const struct zinf_grad_opts *o);
-int zinf_adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
-		      const struct zinf_grad_opts *o);
+int adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, const struct zinf_grad_opts *o);
+int adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
+		 const struct zinf_grad_opts *o);
 
-/* The exact scalar conversions (zinf_f32_to_bf16_rne, ...) are in common/dtype.h. */
+/* The exact scalar conversions (dt_f32_to_bf16_rne, ...) are in common/dtype.h. */
 
 /* Counter-based random bits for stochastic rounding: a function of (key, element index) only:
  * Wellons' lowbias32 of the index mixed with the key (two multiplies: cheap in the vector
  * paths, which compute the same bits). */
 static inline uint32_t
-zinf_sr_bits(uint32_t key, size_t i)
+adam_sr_bits(uint32_t key, size_t i)
 {
 	uint32_t h = (uint32_t)i ^ key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
 	h ^= h >> 16;
@@ -119,30 +118,30 @@ zinf_sr_bits(uint32_t key, size_t i)
 }
 
 static inline float
-zinf_load_grad(const void *g, enum zinf_dtype dt, size_t i)
+adam_load_grad(const void *g, enum zinf_dtype dt, size_t i)
 {
 	switch (dt) {
 	case ZINF_F16:
-		return zinf_f16_to_f32(((const uint16_t *)g)[i]);
+		return dt_f16_to_f32(((const uint16_t *)g)[i]);
 	case ZINF_BF16:
-		return zinf_bf16_to_f32(((const uint16_t *)g)[i]);
+		return dt_bf16_to_f32(((const uint16_t *)g)[i]);
 	default:
 		return ((const float *)g)[i];
 	}
 }
 
 static inline void
-zinf_store_copy(void *c, enum zinf_copy_kind ck, size_t i, float p)
+adam_store_copy(void *c, enum zinf_copy_kind ck, size_t i, float p)
 {
 	switch (ck) {
 	case ZINF_COPY_F32:
 		((float *)c)[i] = p;
 		break;
 	case ZINF_COPY_F16:
-		((uint16_t *)c)[i] = zinf_f32_to_f16_rne(p);
+		((uint16_t *)c)[i] = dt_f32_to_f16_rne(p);
 		break;
 	case ZINF_COPY_BF16:
-		((uint16_t *)c)[i] = zinf_f32_to_bf16_rne(p);
+		((uint16_t *)c)[i] = dt_f32_to_bf16_rne(p);
 		break;
 	default:
 		break;
@@ -160,9 +159,9 @@ zinf_store_copy(void *c, enum zinf_copy_kind ck, size_t i, float p)
 /* ---- one element of each optimizer: the scalar path ----------------------------------------- */
 
 static inline float
-zinf_grad_in(const struct zinf_opt_args *a, float p, size_t i)
+adam_grad_in(const struct zinf_opt_args *a, float p, size_t i)
 {
-	float g = zinf_load_grad(a->grad, a->gdt, i) * a->grad_scale;
+	float g = adam_load_grad(a->grad, a->gdt, i) * a->grad_scale;
 	if (a->l2) {
 		g = g + a->wd * p;
 	}
@@ -170,11 +169,11 @@ zinf_grad_in(const struct zinf_opt_args *a, float p, size_t i)
 }
 
 static inline void
-zinf_adam_elem(const struct zinf_opt_args *a, size_t i)
+adam_elem(const struct zinf_opt_args *a, size_t i)
 {
 	float *mp = a->m, *vp = a->v;
 	float p = a->param[i];
-	float g = zinf_grad_in(a, p, i);
+	float g = adam_grad_in(a, p, i);
 	p = p * a->decay;
 	float m = a->b1 * mp[i] + a->omb1 * g;
 	float v = a->b2 * vp[i] + a->omb2 * (g * g);
@@ -183,71 +182,71 @@ zinf_adam_elem(const struct zinf_opt_args *a, size_t i)
 	mp[i] = m;
 	vp[i] = v;
 	a->param[i] = p;
-	zinf_store_copy(a->copy, a->ck, i, p);
+	adam_store_copy(a->copy, a->ck, i, p);
 }
 
 static inline void
-zinf_adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
+adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
 {
 	uint16_t *mp = a->m, *vp = a->v;
 	float p = a->param[i];
-	float g = zinf_grad_in(a, p, i);
+	float g = adam_grad_in(a, p, i);
 	p = p * a->decay;
-	float m = a->b1 * zinf_bf16_to_f32(mp[i]) + a->omb1 * g;
-	float v = a->b2 * zinf_bf16_to_f32(vp[i]) + a->omb2 * (g * g);
+	float m = a->b1 * dt_bf16_to_f32(mp[i]) + a->omb1 * g;
+	float v = a->b2 * dt_bf16_to_f32(vp[i]) + a->omb2 * (g * g);
 	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
 	p = p + a->nstep * (m / denom);
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
 		/* one hash per element: its low half rounds m, its high half v */
-		uint32_t r = zinf_sr_bits(a->sr_key, i);
-		mp[i] = zinf_f32_to_bf16_sr(m, r & 0xffffu);
-		vp[i] = zinf_f32_to_bf16_sr(v, r >> 16);
+		uint32_t r = adam_sr_bits(a->sr_key, i);
+		mp[i] = dt_f32_to_bf16_sr(m, r & 0xffffu);
+		vp[i] = dt_f32_to_bf16_sr(v, r >> 16);
 	} else {
-		mp[i] = zinf_f32_to_bf16_rne(m);
-		vp[i] = zinf_f32_to_bf16_rne(v);
+		mp[i] = dt_f32_to_bf16_rne(m);
+		vp[i] = dt_f32_to_bf16_rne(v);
 	}
 	a->param[i] = p;
-	zinf_store_copy(a->copy, a->ck, i, p);
+	adam_store_copy(a->copy, a->ck, i, p);
 }
 
 static inline void
-zinf_adagrad_elem(const struct zinf_opt_args *a, size_t i)
+adam_adagrad_elem(const struct zinf_opt_args *a, size_t i)
 {
 	float *hp = a->v;
 	float p = a->param[i];
-	float g = zinf_grad_in(a, p, i);
+	float g = adam_grad_in(a, p, i);
 	float h = hp[i] + g * g;
 	float std = sqrtf(h) + a->eps;
 	p = p + a->nstep * (g / std);
 	hp[i] = h;
 	a->param[i] = p;
-	zinf_store_copy(a->copy, a->ck, i, p);
+	adam_store_copy(a->copy, a->ck, i, p);
 }
 
 static inline void
-zinf_lion_elem(const struct zinf_opt_args *a, size_t i)
+adam_lion_elem(const struct zinf_opt_args *a, size_t i)
 {
 	float *mp = a->m;
 	float p = a->param[i] * a->decay;
-	float g = zinf_load_grad(a->grad, a->gdt, i) * a->grad_scale;
+	float g = adam_load_grad(a->grad, a->gdt, i) * a->grad_scale;
 	float m = mp[i];
 	float c = a->b1 * m + a->omb1 * g;
 	float s = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : 0.0f);
 	p = p + a->nstep * s;
 	mp[i] = a->b2 * m + a->omb2 * g;
 	a->param[i] = p;
-	zinf_store_copy(a->copy, a->ck, i, p);
+	adam_store_copy(a->copy, a->ck, i, p);
 }
 
 static inline double
-zinf_sumsq_elem(const void *g, enum zinf_dtype dt, size_t i)
+adam_sumsq_elem(const void *g, enum zinf_dtype dt, size_t i)
 {
-	double x = zinf_load_grad(g, dt, i);
+	double x = adam_load_grad(g, dt, i);
 	return x * x;
 }
 
 static inline bool
-zinf_nonfinite_elem(const void *g, enum zinf_dtype dt, size_t i)
+adam_nonfinite_elem(const void *g, enum zinf_dtype dt, size_t i)
 {
 	switch (dt) {
 	case ZINF_F16:
@@ -255,17 +254,17 @@ zinf_nonfinite_elem(const void *g, enum zinf_dtype dt, size_t i)
 	case ZINF_BF16:
 		return (((const uint16_t *)g)[i] & 0x7f80) == 0x7f80;
 	default:
-		return (zinf_f2u(((const float *)g)[i]) & 0x7f800000u) == 0x7f800000u;
+		return (dt_f2u(((const float *)g)[i]) & 0x7f800000u) == 0x7f800000u;
 	}
 }
 
 /* Whether any of elements [i0, i1) is an infinity or a NaN, one at a time: the scalar path, and
  * the vector paths' last few elements. */
 static inline bool
-zinf_nonfinite_range(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
+adam_nonfinite_range(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 {
 	for (size_t i = i0; i < i1; i++) {
-		if (zinf_nonfinite_elem(g, dt, i)) {
+		if (adam_nonfinite_elem(g, dt, i)) {
 			return true;
 		}
 	}

@@ -97,7 +97,7 @@ proc_probe(void)
 }
 
 const struct zinf_cpu_features *
-zinf_adam_cpu(void)
+adam_cpu_features(void)
 {
 	pthread_once(&proc_once, proc_probe);
 	return &proc.cpu;
@@ -121,7 +121,7 @@ lookup(const char *name, const char *from, const char *who, const struct zinf_ad
 }
 
 int
-zinf_adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out)
+adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out)
 {
 	pthread_once(&proc_once, proc_probe);
 	if (simd) {
@@ -155,7 +155,7 @@ int
 zinf_simd_resolve(const char *simd, const char **out)
 {
 	const struct zinf_adam_ops *ops;
-	int r = zinf_adam_select(simd, __func__, &ops);
+	int r = adam_select(simd, __func__, &ops);
 	if (r == 0 && out) {
 		*out = ops->name;
 	}

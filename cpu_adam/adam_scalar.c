@@ -15,18 +15,18 @@ scalar_missing(const struct zinf_cpu_features *f)
 }
 
 /* One optimizer over [i0, i1): its per-element update (adam_internal.h) in a loop. */
-#define SCALAR_KERNEL(name)                                                                        \
+#define SCALAR_KERNEL(name, elem)                                                                  \
 	static void scalar_##name(const struct zinf_opt_args *a, size_t i0, size_t i1)             \
 	{                                                                                          \
 		for (size_t i = i0; i < i1; i++) {                                                 \
-			zinf_##name##_elem(a, i);                                                  \
+			elem(a, i);                                                                \
 		}                                                                                  \
 	}
 
-SCALAR_KERNEL(adam)
-SCALAR_KERNEL(adam_bf16state)
-SCALAR_KERNEL(adagrad)
-SCALAR_KERNEL(lion)
+SCALAR_KERNEL(adam, adam_elem)
+SCALAR_KERNEL(adam_bf16state, adam_bf16state_elem)
+SCALAR_KERNEL(adagrad, adam_adagrad_elem)
+SCALAR_KERNEL(lion, adam_lion_elem)
 
 static double
 scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
@@ -36,11 +36,11 @@ scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 	size_t i = i0;
 	for (; i + 4 <= i1; i += 4) {
 		for (int k = 0; k < 4; k++) {
-			s[k] += zinf_sumsq_elem(g, dt, i + k);
+			s[k] += adam_sumsq_elem(g, dt, i + k);
 		}
 	}
 	for (; i < i1; i++) {
-		s[0] += zinf_sumsq_elem(g, dt, i);
+		s[0] += adam_sumsq_elem(g, dt, i);
 	}
 	return (s[0] + s[1]) + (s[2] + s[3]);
 }
@@ -48,20 +48,20 @@ scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 static bool
 scalar_has_inf_nan(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 {
-	return zinf_nonfinite_range(g, dt, i0, i1);
+	return adam_nonfinite_range(g, dt, i0, i1);
 }
 
 static void
 scalar_scale(void *g, enum zinf_dtype dt, float s, size_t i0, size_t i1)
 {
 	for (size_t i = i0; i < i1; i++) {
-		float x = zinf_load_grad(g, dt, i) * s;
+		float x = adam_load_grad(g, dt, i) * s;
 		switch (dt) {
 		case ZINF_F16:
-			((uint16_t *)g)[i] = zinf_f32_to_f16_rne(x);
+			((uint16_t *)g)[i] = dt_f32_to_f16_rne(x);
 			break;
 		case ZINF_BF16:
-			((uint16_t *)g)[i] = zinf_f32_to_bf16_rne(x);
+			((uint16_t *)g)[i] = dt_f32_to_bf16_rne(x);
 			break;
 		default:
 			((float *)g)[i] = x;
@@ -74,7 +74,7 @@ static void
 scalar_convert(const float *src, void *dst, enum zinf_copy_kind ck, size_t i0, size_t i1)
 {
 	for (size_t i = i0; i < i1; i++) {
-		zinf_store_copy(dst, ck, i, src[i]);
+		adam_store_copy(dst, ck, i, src[i]);
 	}
 }
 

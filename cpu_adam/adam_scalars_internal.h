@@ -29,7 +29,6 @@ struct zinf_adam_scalars {
 };
 
 /* The scalars of step `step` (>= 1) under the options *o (already taken and checked). */
-void zinf_adam_scalars_get(const struct zinf_adam_opts *o, int64_t step,
-			   struct zinf_adam_scalars *out);
+void adam_scalars_get(const struct zinf_adam_opts *o, int64_t step, struct zinf_adam_scalars *out);
 
 #endif

@@ -31,7 +31,7 @@
  *                     the bf16-state step's new m and v of elements i.. to bf16: RNE, or
  *                     stochastic with the body's sr_bits(a->sr_key, i) (declared ahead), its low
  *                     16 bits of each lane for m and its high 16 for v, as
- *                     zinf_adam_bf16state_elem(); NaN quieted
+ *                     adam_bf16state_elem(); NaN quieted
  *   zvi_set1 zvi_iota zvi_add zvi_xor zvi_and zvi_mullo, macro zvi_srli(x, imm)
  *                     int32 lanes (iota: 0, 1, ..., ZV_WIDTH - 1)
  *   zvd_zero zvd_add zvd_fmadd zvd_storeu, zvd_lo(x) zvd_hi(x), macro ZVD_HSUM(s)
@@ -107,7 +107,7 @@ copy_nt(const struct zinf_opt_args *a, enum zinf_copy_kind ck)
 
 /* ---- the optimizers' arithmetic ------------------------------------------------------------- */
 
-/* zinf_sr_bits() for elements i .. i + ZV_WIDTH - 1 (i a multiple of ZV_WIDTH, so i >> 32 is
+/* adam_sr_bits() for elements i .. i + ZV_WIDTH - 1 (i a multiple of ZV_WIDTH, so i >> 32 is
  * common). */
 ZINF_ALWAYS_INLINE ZV_EPI32
 sr_bits(uint32_t key, size_t i)
@@ -419,7 +419,7 @@ ZV_FN(has_inf_nan)(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
 	if (zv_any_found(any)) {
 		return true;
 	}
-	return zinf_nonfinite_range(g, dt, i, i1);
+	return adam_nonfinite_range(g, dt, i, i1);
 }
 
 /* ---- the three-pass flow's passes (benchmark) ----------------------------------------------- */

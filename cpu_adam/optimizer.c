@@ -166,7 +166,7 @@ zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimi
 	}
 	struct zinf_optimizer_opts o;
 	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
-	int rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_optimizer_opts");
+	int rc = zc_opts_take(&o, sizeof(o), opts, "zinf_optimizer_opts");
 	if (rc == 0) {
 		rc = check(&o);
 	}
@@ -177,7 +177,7 @@ zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimi
 	if (rc) {
 		return rc;
 	}
-	struct zinf_optimizer *z = zinf_calloc(1, sizeof(*z));
+	struct zinf_optimizer *z = zc_calloc(1, sizeof(*z));
 	if (!z) {
 		return ZINF_FAIL(-ENOMEM, "optimizer %s: out of memory", kinds[o.kind].name);
 	}
@@ -194,7 +194,7 @@ zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimi
 void
 zinf_optimizer_destroy(struct zinf_optimizer *opt)
 {
-	zinf_free(opt);
+	zc_free(opt);
 }
 
 const char *

@@ -45,8 +45,8 @@ cuda_check_at(cudaError_t e, const char *call, const char *what, const char *fil
 		return 0;
 	}
 	(void)cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
-	return zinf_log_emit(cuda_errno(e), ZINF_LOG_ERROR, file, line, __func__, "%s: %s: %s (%s)",
-			     what, call, cudaGetErrorString(e), cudaGetErrorName(e));
+	return zc_log_emit(cuda_errno(e), ZINF_LOG_ERROR, file, line, __func__, "%s: %s: %s (%s)",
+			   what, call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 /* what: the object the call was for (device or stream name) */
 #define cuda_check(call, what) cuda_check_at((call), #call, (what), __FILE__, __LINE__)
@@ -132,7 +132,7 @@ cs(const struct zinf_stream *s)
 static int
 cuda_stream_open(struct zinf_stream *s)
 {
-	struct cuda_stream *c = zinf_calloc(1, sizeof(*c));
+	struct cuda_stream *c = zc_calloc(1, sizeof(*c));
 	if (!c) {
 		return ZINF_FAIL(-ENOMEM, "stream \"%s\": out of memory", s->name);
 	}
@@ -161,7 +161,7 @@ err_stream:
 		(void)cuda_check(cudaStreamDestroy(cs(s)), s->name);
 	}
 err_free:
-	zinf_free(c);
+	zc_free(c);
 	return rc;
 }
 
@@ -175,7 +175,7 @@ cuda_stream_close(struct zinf_stream *s)
 			(void)cuda_check(cudaStreamDestroy(cs(s)), s->name);
 		}
 	}
-	zinf_free(c);
+	zc_free(c);
 }
 
 /* Sync, record and wait make the stream's device current too: a wrapped NULL stream is the
@@ -260,11 +260,11 @@ fill_bits(enum zinf_dtype t, float v)
 {
 	switch (t) {
 	case ZINF_F16:
-		return zinf_f32_to_f16_rne(v);
+		return dt_f32_to_f16_rne(v);
 	case ZINF_BF16:
-		return zinf_f32_to_bf16_rne(v);
+		return dt_f32_to_bf16_rne(v);
 	default:
-		return zinf_f2u(v);
+		return dt_f2u(v);
 	}
 }
 
@@ -280,36 +280,36 @@ cuda_kernel(struct zinf_stream *s, const struct zinf_kop *k)
 	int e = cudaErrorInvalidValue;
 	switch (k->kind) {
 	case ZINF_KOP_CAST:
-		e = zinf_k_cast(st, k->dst, k->dst_dtype, k->src, k->src_dtype, k->n);
+		e = kern_cast(st, k->dst, k->dst_dtype, k->src, k->src_dtype, k->n);
 		break;
 	case ZINF_KOP_SCALE:
-		e = zinf_k_scale(st, k->dst, k->dst_dtype, k->value, k->n);
+		e = kern_scale(st, k->dst, k->dst_dtype, k->value, k->n);
 		break;
 	case ZINF_KOP_ACCUMULATE:
-		e = zinf_k_accumulate(st, k->dst, k->src, k->src_dtype, k->n);
+		e = kern_accumulate(st, k->dst, k->src, k->src_dtype, k->n);
 		break;
 	case ZINF_KOP_SUMSQ:
-		e = zinf_k_sumsq(st, k->src, k->src_dtype, k->n, c->scratch, k->out);
+		e = kern_sumsq(st, k->src, k->src_dtype, k->n, c->scratch, k->out);
 		break;
 	case ZINF_KOP_NONFINITE:
-		e = zinf_k_nonfinite(st, k->src, k->src_dtype, k->n, k->flag);
+		e = kern_nonfinite(st, k->src, k->src_dtype, k->n, k->flag);
 		break;
 	case ZINF_KOP_FILL:
-		e = zinf_k_fill(st, k->dst, k->dst_dtype, fill_bits(k->dst_dtype, k->value), k->n);
+		e = kern_fill(st, k->dst, k->dst_dtype, fill_bits(k->dst_dtype, k->value), k->n);
 		break;
 	case ZINF_KOP_ADAM:
-		e = zinf_k_adam(st, &k->adam_k, k->param, k->grad, k->grad_dtype, k->m, k->v,
-				k->copy, k->copy_dtype, k->n);
+		e = kern_adam(st, &k->adam_k, k->param, k->grad, k->grad_dtype, k->m, k->v, k->copy,
+			      k->copy_dtype, k->n);
 		break;
 	}
 	static const char *const name[] = {
-		[ZINF_KOP_CAST] = "zinf_k_cast",
-		[ZINF_KOP_SCALE] = "zinf_k_scale",
-		[ZINF_KOP_ACCUMULATE] = "zinf_k_accumulate",
-		[ZINF_KOP_SUMSQ] = "zinf_k_sumsq",
-		[ZINF_KOP_NONFINITE] = "zinf_k_nonfinite",
-		[ZINF_KOP_FILL] = "zinf_k_fill",
-		[ZINF_KOP_ADAM] = "zinf_k_adam",
+		[ZINF_KOP_CAST] = "kern_cast",
+		[ZINF_KOP_SCALE] = "kern_scale",
+		[ZINF_KOP_ACCUMULATE] = "kern_accumulate",
+		[ZINF_KOP_SUMSQ] = "kern_sumsq",
+		[ZINF_KOP_NONFINITE] = "kern_nonfinite",
+		[ZINF_KOP_FILL] = "kern_fill",
+		[ZINF_KOP_ADAM] = "kern_adam",
 	};
 	return cuda_check_at((cudaError_t)e, name[k->kind], s->name, __FILE__, __LINE__);
 }

@@ -92,7 +92,7 @@ host_open(struct zinf_device *d)
 	if (d->o.index != 0) {
 		return ZINF_FAIL(-ENODEV, "device \"host\": no device %d (only 0)", d->o.index);
 	}
-	struct host_dev *h = zinf_calloc(1, sizeof(*h));
+	struct host_dev *h = zc_calloc(1, sizeof(*h));
 	if (!h) {
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory", d->name);
 	}
@@ -109,11 +109,11 @@ host_close(struct zinf_device *d)
 	while (h->regs) {
 		struct host_reg *r = h->regs;
 		h->regs = r->next;
-		zinf_free(r);
+		zc_free(r);
 	}
 	pthread_cond_destroy(&h->cond);
 	pthread_mutex_destroy(&h->lock);
-	zinf_free(h);
+	zc_free(h);
 }
 
 static int
@@ -127,7 +127,7 @@ host_register(struct zinf_device *d, void *p, size_t len)
 				 "address space",
 				 d->name, p, len);
 	}
-	struct host_reg *r = zinf_calloc(1, sizeof(*r));
+	struct host_reg *r = zc_calloc(1, sizeof(*r));
 	if (!r) {
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory", d->name);
 	}
@@ -151,7 +151,7 @@ host_register(struct zinf_device *d, void *p, size_t len)
 	}
 	pthread_mutex_unlock(&h->lock);
 	if (rc) {
-		zinf_free(r);
+		zc_free(r);
 	}
 	return rc;
 }
@@ -170,7 +170,7 @@ host_unregister(struct zinf_device *d, void *p)
 		}
 	}
 	pthread_mutex_unlock(&h->lock);
-	zinf_free(gone);
+	zc_free(gone);
 }
 
 static int
@@ -206,13 +206,13 @@ run_kernel(const struct zinf_kop *k)
 		return zinf_dtype_convert(k->dst, k->dst_dtype, k->src, k->src_dtype, n);
 	case ZINF_KOP_SCALE:
 		for (size_t i = 0; i < n; i++) {
-			zinf_dtype_store(k->dst, k->dst_dtype, i,
-					 zinf_dtype_load(k->dst, k->dst_dtype, i) * k->value);
+			dt_store(k->dst, k->dst_dtype, i,
+				 dt_load(k->dst, k->dst_dtype, i) * k->value);
 		}
 		return 0;
 	case ZINF_KOP_ACCUMULATE:
 		for (size_t i = 0; i < n; i++) {
-			((float *)k->dst)[i] += zinf_dtype_load(k->src, k->src_dtype, i);
+			((float *)k->dst)[i] += dt_load(k->src, k->src_dtype, i);
 		}
 		return 0;
 	case ZINF_KOP_SUMSQ:
@@ -226,7 +226,7 @@ run_kernel(const struct zinf_kop *k)
 	}
 	case ZINF_KOP_FILL:
 		for (size_t i = 0; i < n; i++) {
-			zinf_dtype_store(k->dst, k->dst_dtype, i, k->value);
+			dt_store(k->dst, k->dst_dtype, i, k->value);
 		}
 		return 0;
 	case ZINF_KOP_ADAM:
@@ -249,7 +249,7 @@ static void
 mark_put(struct mark *m)
 {
 	if (m && --m->refs == 0) {
-		zinf_free(m);
+		zc_free(m);
 	}
 }
 
@@ -314,7 +314,7 @@ stream_main(void *arg)
 		} else if (op->kind == HOP_RECORD || op->kind == HOP_WAIT) {
 			run_op(h, op); /* an event still completes: only work fails */
 		}
-		zinf_free(op);
+		zc_free(op);
 		pthread_mutex_lock(&h->lock);
 		if (rc && !h->err) {
 			h->err = rc;
@@ -333,7 +333,7 @@ submit(struct zinf_stream *s, struct hop *op)
 	struct host_stream *h = hs(s);
 	if (h->sync_mode) {
 		int rc = run_op(h, op);
-		zinf_free(op);
+		zc_free(op);
 		if (rc && !h->err) {
 			h->err = rc;
 		}
@@ -355,7 +355,7 @@ submit(struct zinf_stream *s, struct hop *op)
 static struct hop *
 new_op(struct zinf_stream *s, enum hop_kind kind)
 {
-	struct hop *op = zinf_calloc(1, sizeof(*op));
+	struct hop *op = zc_calloc(1, sizeof(*op));
 	if (op) {
 		op->kind = kind;
 	}
@@ -371,7 +371,7 @@ host_stream_open(struct zinf_stream *s)
 				 "(native must be NULL)",
 				 s->name);
 	}
-	struct host_stream *h = zinf_calloc(1, sizeof(*h));
+	struct host_stream *h = zc_calloc(1, sizeof(*h));
 	if (!h) {
 		return ZINF_FAIL(-ENOMEM, "stream \"%s\": out of memory", s->name);
 	}
@@ -385,7 +385,7 @@ host_stream_open(struct zinf_stream *s)
 		if (e) {
 			pthread_cond_destroy(&h->cond);
 			pthread_mutex_destroy(&h->lock);
-			zinf_free(h);
+			zc_free(h);
 			return ZINF_FAIL(-e, "stream \"%s\": cannot start its thread: %s", s->name,
 					 strerror(e));
 		}
@@ -407,7 +407,7 @@ host_stream_close(struct zinf_stream *s)
 	}
 	pthread_cond_destroy(&h->cond);
 	pthread_mutex_destroy(&h->lock);
-	zinf_free(h);
+	zc_free(h);
 }
 
 static int
@@ -439,7 +439,7 @@ test_stream(struct zinf_stream *s, const char *hook)
 }
 
 int
-zinf_device_test_fail_next(struct zinf_stream *s, int err)
+dev_test_fail_next(struct zinf_stream *s, int err)
 {
 	struct host_stream *h = test_stream(s, "test fail_next");
 	if (!h || err >= 0) {
@@ -452,7 +452,7 @@ zinf_device_test_fail_next(struct zinf_stream *s, int err)
 }
 
 int
-zinf_device_test_lag(struct zinf_stream *s, unsigned usec)
+dev_test_lag(struct zinf_stream *s, unsigned usec)
 {
 	struct host_stream *h = test_stream(s, "test lag");
 	if (!h) {
@@ -469,7 +469,7 @@ zinf_device_test_lag(struct zinf_stream *s, unsigned usec)
 }
 
 int
-zinf_device_test_gate(struct zinf_stream *s, bool closed)
+dev_test_gate(struct zinf_stream *s, bool closed)
 {
 	if (!s) {
 		return ZINF_FAIL(-EINVAL, "test gate: NULL stream");
@@ -491,7 +491,7 @@ zinf_device_test_gate(struct zinf_stream *s, bool closed)
 static int
 host_event_open(struct zinf_event *e)
 {
-	struct host_event *h = zinf_calloc(1, sizeof(*h));
+	struct host_event *h = zc_calloc(1, sizeof(*h));
 	if (!h) {
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory for an event", e->dev->name);
 	}
@@ -507,17 +507,17 @@ host_event_close(struct zinf_event *e)
 	pthread_mutex_lock(&d->lock);
 	mark_put(ev->last); /* queued records and waits keep their own references */
 	pthread_mutex_unlock(&d->lock);
-	zinf_free(ev);
+	zc_free(ev);
 }
 
 static int
 host_event_record(struct zinf_event *e, struct zinf_stream *s)
 {
 	struct hop *op = new_op(s, HOP_RECORD);
-	struct mark *m = zinf_calloc(1, sizeof(*m));
+	struct mark *m = zc_calloc(1, sizeof(*m));
 	if (!op || !m) {
-		zinf_free(op);
-		zinf_free(m);
+		zc_free(op);
+		zc_free(m);
 		return ZINF_FAIL(-ENOMEM, "stream \"%s\": out of memory for an event record",
 				 s->name);
 	}

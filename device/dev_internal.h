@@ -100,26 +100,26 @@ extern const struct zinf_dev_ops zinf_dev_cuda_ops; /* an -ENODEV stub when not 
  * device. Returns 0 and sets *out; -EINVAL unknown name; -ENODEV the named table was not built
  * or finds no device (message says which).
  */
-int zinf_dev_get(const char *name, const struct zinf_dev_ops **out);
+int dev_get(const char *name, const struct zinf_dev_ops **out);
 
 /*
  * Test hook (host backend only; never exported): while `closed`, stream s starts no further
  * work (what it is running finishes), so a test can make one stream "slow" deterministically.
  * Returns 0; -ENOTSUP on another backend; -EINVAL for a NULL stream.
  */
-int zinf_device_test_gate(struct zinf_stream *s, bool closed);
+int dev_test_gate(struct zinf_stream *s, bool closed);
 /*
  * Test hook (host backend only): every copy and kernel stream s runs starts `usec`
  * microseconds late (0: off), so that a reader that does not wait for the stream sees the
  * buffer before the work landed, every time rather than by chance. Returns 0; -EINVAL (NULL
  * stream, another backend); -ENOTSUP (a host_sync device: its work runs when queued).
  */
-int zinf_device_test_lag(struct zinf_stream *s, unsigned usec);
+int dev_test_lag(struct zinf_stream *s, unsigned usec);
 /*
  * Test hook (host backend only): the next operation stream s runs fails with `err` (< 0)
  * instead of running, as a kernel failing at run time would (events still complete).
  * Returns 0; -EINVAL (NULL stream, another backend, err >= 0).
  */
-int zinf_device_test_fail_next(struct zinf_stream *s, int err);
+int dev_test_fail_next(struct zinf_stream *s, int err);
 
 #endif

@@ -36,7 +36,7 @@ built(const struct zinf_dev_ops *ops)
 }
 
 int
-zinf_dev_get(const char *name, const struct zinf_dev_ops **out)
+dev_get(const char *name, const struct zinf_dev_ops **out)
 {
 	bool known = name == NULL;
 	for (size_t i = 0; i < ZINF_ARRAY_SIZE(registry); i++) {

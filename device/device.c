@@ -3,7 +3,7 @@
  * device/device.c: the public device API over the ops tables: options, the device, stream and
  * event handles, and the checks of every copy and kernel before a backend sees it (so a bad
  * argument is -EINVAL when it is queued, on every backend, never a fault on a stream's thread).
- * It fills the CUDA Adam kernel's scalars from cpu_adam's zinf_adam_scalars_get; it runs nothing
+ * It fills the CUDA Adam kernel's scalars from cpu_adam's adam_scalars_get; it runs nothing
  * itself.
  */
 #include <stdio.h>
@@ -29,7 +29,7 @@ zinf_device_create(const struct zinf_device_opts *opts, struct zinf_device **out
 {
 	struct zinf_device_opts o;
 	zinf_device_opts_init(&o);
-	int rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_device_opts");
+	int rc = zc_opts_take(&o, sizeof(o), opts, "zinf_device_opts");
 	if (rc) {
 		return rc;
 	}
@@ -45,11 +45,11 @@ zinf_device_create(const struct zinf_device_opts *opts, struct zinf_device **out
 		}
 	}
 	const struct zinf_dev_ops *ops;
-	rc = zinf_dev_get(o.backend, &ops);
+	rc = dev_get(o.backend, &ops);
 	if (rc) {
 		return rc;
 	}
-	struct zinf_device *d = zinf_calloc(1, sizeof(*d));
+	struct zinf_device *d = zc_calloc(1, sizeof(*d));
 	if (!d) {
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory", ops->name);
 	}
@@ -60,7 +60,7 @@ zinf_device_create(const struct zinf_device_opts *opts, struct zinf_device **out
 	snprintf(d->name, sizeof(d->name), "%s:%d", ops->name, o.index);
 	rc = ops->open(d);
 	if (rc) {
-		zinf_free(d);
+		zc_free(d);
 		return rc;
 	}
 	ZINF_DEBUG("device %s opened", d->name);
@@ -74,7 +74,7 @@ dev_put(struct zinf_device *d)
 {
 	if (atomic_fetch_sub(&d->refs, 1) == 1) {
 		d->ops->close(d);
-		zinf_free(d);
+		zc_free(d);
 	}
 }
 
@@ -111,7 +111,7 @@ int
 zinf_device_count(const char *backend)
 {
 	const struct zinf_dev_ops *ops;
-	int rc = zinf_dev_get(backend, &ops);
+	int rc = dev_get(backend, &ops);
 	return rc ? rc : ops->probe();
 }
 
@@ -163,7 +163,7 @@ stream_new(struct zinf_device *d, bool wrapped, void *native, const char *name,
 		return ZINF_FAIL(-EINVAL, "stream \"%s\": NULL %s", name ? name : "stream",
 				 d ? "output" : "device");
 	}
-	struct zinf_stream *s = zinf_calloc(1, sizeof(*s));
+	struct zinf_stream *s = zc_calloc(1, sizeof(*s));
 	if (!s) {
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory for a stream", d->name);
 	}
@@ -173,7 +173,7 @@ stream_new(struct zinf_device *d, bool wrapped, void *native, const char *name,
 	snprintf(s->name, sizeof(s->name), "%s", name ? name : "stream");
 	int rc = d->ops->stream_open(s);
 	if (rc) {
-		zinf_free(s);
+		zc_free(s);
 		return rc;
 	}
 	atomic_fetch_add(&d->streams, 1);
@@ -204,7 +204,7 @@ zinf_stream_destroy(struct zinf_stream *s)
 	(void)d->ops->stream_sync(s);
 	d->ops->stream_close(s);
 	atomic_fetch_sub(&d->streams, 1);
-	zinf_free(s);
+	zc_free(s);
 	dev_put(d);
 }
 
@@ -229,14 +229,14 @@ zinf_event_create(struct zinf_device *d, struct zinf_event **out)
 	if (!d || !out) {
 		return ZINF_FAIL(-EINVAL, "event create: NULL %s", d ? "output" : "device");
 	}
-	struct zinf_event *e = zinf_calloc(1, sizeof(*e));
+	struct zinf_event *e = zc_calloc(1, sizeof(*e));
 	if (!e) {
 		return ZINF_FAIL(-ENOMEM, "device %s: out of memory for an event", d->name);
 	}
 	e->dev = d;
 	int rc = d->ops->event_open(e);
 	if (rc) {
-		zinf_free(e);
+		zc_free(e);
 		return rc;
 	}
 	atomic_fetch_add(&d->events, 1);
@@ -254,7 +254,7 @@ zinf_event_destroy(struct zinf_event *e)
 	struct zinf_device *d = e->dev;
 	d->ops->event_close(e);
 	atomic_fetch_sub(&d->events, 1);
-	zinf_free(e);
+	zc_free(e);
 	dev_put(d);
 }
 
@@ -461,7 +461,7 @@ static void
 adam_scalars(const struct zinf_adam_opts *o, int64_t step, float grad_scale, struct zinf_k_adam *a)
 {
 	struct zinf_adam_scalars sc;
-	zinf_adam_scalars_get(o, step, &sc);
+	adam_scalars_get(o, step, &sc);
 	memset(a, 0, sizeof(*a));
 	a->grad_scale = grad_scale;
 	a->l2 = sc.l2;
@@ -496,7 +496,7 @@ zinf_device_adam(struct zinf_stream *s, const struct zinf_adam_opts *o, int64_t 
 	int rc = zinf_adam_step(o, step, grad_scale, param, grad, grad_dtype, exp_avg, exp_avg_sq,
 				0, param_copy, copy_dtype);
 	if (rc == 0) {
-		rc = zinf_opts_take(&ao, sizeof(ao), o, "zinf_adam_opts");
+		rc = zc_opts_take(&ao, sizeof(ao), o, "zinf_adam_opts");
 	}
 	if (rc == 0) {
 		/* a constant name: nothing of the caller's is kept past this call */

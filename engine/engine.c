@@ -174,7 +174,7 @@ dup_str(const char *s, char **out)
 	if (!s) {
 		return 0;
 	}
-	*out = zinf_strdup(s);
+	*out = zc_strdup(s);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -320,13 +320,13 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	if (!out) {
 		return ZINF_FAIL(-EINVAL, "engine: create with a NULL out");
 	}
-	struct zinf_engine *e = zinf_calloc(1, sizeof(*e));
+	struct zinf_engine *e = zc_calloc(1, sizeof(*e));
 	if (!e) {
 		return ZINF_FAIL(-ENOMEM, "engine: out of memory for the handle");
 	}
 	e->ps.nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
-	int ret = zinf_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
+	int ret = zc_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
 	if (ret || (ret = check_opts(&e->o)) || (ret = eng_clip_init(e))) {
 		goto fail;
 	}
@@ -356,7 +356,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 		/* the caller's NCCL communicator orders its collectives on its own stream (the
 		   one it was given, or the one it created): the engine's copies and casts go on
 		   that stream too */
-		ret = zinf_stream_wrap(e->dev, zinf_comm_stream(e->o.comm), "zinf-engine", &e->cs);
+		ret = zinf_stream_wrap(e->dev, comm_stream(e->o.comm), "zinf-engine", &e->cs);
 	} else {
 		ret = zinf_stream_create(e->dev, "zinf-engine", &e->cs);
 	}
@@ -433,30 +433,30 @@ zinf_engine_destroy(struct zinf_engine *e)
 		zinf_device_destroy(e->dev);
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
-		zinf_free(e->params[i].name);
+		zc_free(e->params[i].name);
 	}
-	zinf_free(e->params);
+	zc_free(e->params);
 	for (uint32_t i = 0; i < e->n_layers; i++) {
-		zinf_free(e->layers[i].params);
+		zc_free(e->layers[i].params);
 	}
-	zinf_free(e->layers);
-	zinf_free(e->order);
-	zinf_free(e->sg_end);
-	zinf_free(e->sg_params);
-	zinf_free(e->gr.sg_pending);
-	zinf_free(e->sg_first);
+	zc_free(e->layers);
+	zc_free(e->order);
+	zc_free(e->sg_end);
+	zc_free(e->sg_params);
+	zc_free(e->gr.sg_pending);
+	zc_free(e->sg_first);
 	for (uint32_t i = 0; i < ZINF_ENGINE_MAX_PATHS; i++) {
-		zinf_free(e->param_paths[i]);
-		zinf_free(e->optim_paths[i]);
+		zc_free(e->param_paths[i]);
+		zc_free(e->optim_paths[i]);
 	}
 	if (e->ps.store_mu_init) {
 		pthread_mutex_destroy(&e->ps.store_mu);
 	}
-	zinf_free(e->device_backend);
-	zinf_free(e->comm_backend);
-	zinf_free(e->io_backend);
-	zinf_free(e->swap_prefix);
-	zinf_free(e);
+	zc_free(e->device_backend);
+	zc_free(e->comm_backend);
+	zc_free(e->io_backend);
+	zc_free(e->swap_prefix);
+	zc_free(e);
 }
 
 int64_t
@@ -484,5 +484,5 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.trace_invalidations = e->fx.trace_invalidations;
 	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool);
 	eng_clip_stats(e, &s);
-	return zinf_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
+	return zc_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

@@ -38,7 +38,7 @@ eng_comm_buf_free(struct zinf_engine *e, void *p)
 	if (p && !(e->comm && zinf_comm_failed(e->comm))) {
 		zinf_device_free(e->dev, p);
 	} else if (p) {
-		zinf_leave(p); /* an abandoned collective may still write it (host device: heap) */
+		zc_leave(p); /* an abandoned collective may still write it (host device: heap) */
 	}
 }
 

@@ -54,7 +54,7 @@ eng_clip_setup(struct zinf_engine *e)
 	if (!e->cl.gate) {
 		return 0;
 	}
-	e->cl.sg_sumsq = zinf_calloc(e->n_sg, sizeof(double));
+	e->cl.sg_sumsq = zc_calloc(e->n_sg, sizeof(double));
 	if (!e->cl.sg_sumsq) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the gradient norms");
 	}
@@ -80,7 +80,7 @@ eng_clip_setup(struct zinf_engine *e)
 void
 eng_clip_free(struct zinf_engine *e)
 {
-	zinf_free(e->cl.sg_sumsq);
+	zc_free(e->cl.sg_sumsq);
 	e->cl.sg_sumsq = NULL;
 	zinf_device_free(e->dev, e->cl.dev_sumsq);
 	e->cl.dev_sumsq = NULL;
@@ -162,7 +162,7 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 		/* stages 1-3: each rank holds its partitions only (stage 0: all of it) */
 		float mine[4] = {0, 0, bad ? 1.0f : 0.0f, 0};
 		memcpy(mine, &sum, sizeof(sum));
-		float *all = zinf_calloc((size_t)e->world * 4, sizeof(float));
+		float *all = zc_calloc((size_t)e->world * 4, sizeof(float));
 		if (!all) {
 			return ENG_FAIL(e, -ENOMEM, "step: out of memory for the gradient norms");
 		}
@@ -174,7 +174,7 @@ eng_clip_decide(struct zinf_engine *e, float *gs)
 			sum += v;
 			bad = bad || all[4 * r + 2] != 0.0f;
 		}
-		zinf_free(all);
+		zc_free(all);
 		if (ret) {
 			return ENG_FAIL(e, ret, "step %" PRId64 ": exchanging the gradient norms",
 					e->steps + 1);

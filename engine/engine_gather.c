@@ -65,7 +65,7 @@ eng_gather_after_step(struct zinf_engine *e)
 	if (e->o.stage == 0 || e->W == 1) {
 		return 0;
 	}
-	struct zinf_comm_req **reqs = zinf_calloc(e->n_params, sizeof(*reqs));
+	struct zinf_comm_req **reqs = zc_calloc(e->n_params, sizeof(*reqs));
 	if (!reqs) {
 		return ENG_FAIL(e, -ENOMEM, "step: out of memory for the all-gathers");
 	}
@@ -95,7 +95,7 @@ eng_gather_after_step(struct zinf_engine *e)
 			ret = ret ? ret : r2;
 		}
 	}
-	zinf_free(reqs);
+	zc_free(reqs);
 	return ret ? ENG_FAIL(e, ret, "step: all-gathering the new parameters") : 0;
 }
 
@@ -116,7 +116,7 @@ gbuf_free(struct zinf_engine *e, struct gbuf *g)
 	zinf_event_destroy(g->released);
 	eng_comm_buf_free(e, g->dev);
 	e->fx.gbuf_bytes -= g->bytes;
-	zinf_free(g);
+	zc_free(g);
 }
 
 /* Free cached buffers, least recently used first, until in use + cached + `need` fits the
@@ -164,7 +164,7 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 				    : zinf_stream_wait_event(e->cs, g->released);
 	}
 	gbuf_shrink(e, bytes);
-	struct gbuf *g = zinf_calloc(1, sizeof(*g));
+	struct gbuf *g = zc_calloc(1, sizeof(*g));
 	if (!g) {
 		return -ENOMEM;
 	}
@@ -173,7 +173,7 @@ gbuf_get(struct zinf_engine *e, size_t bytes, struct gbuf **out)
 		zinf_device_free(e->dev, g->dev);
 	}
 	if (ret) {
-		zinf_free(g);
+		zc_free(g);
 		return ret;
 	}
 	g->bytes = bytes;
@@ -208,10 +208,10 @@ eng_gather_free(struct zinf_engine *e)
 				zinf_comm_wait(e->comm, l->reqs[j]);
 			}
 		}
-		zinf_free(l->reqs);
+		zc_free(l->reqs);
 		l->reqs = NULL;
 	}
-	zinf_free(e->fx.trace);
+	zc_free(e->fx.trace);
 	e->fx.trace = NULL;
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		struct eparam *p = &e->params[i];

@@ -37,8 +37,8 @@ eng_grad_setup(struct zinf_engine *e)
 					" elements (reduce_bucket_size)",
 					e->gr.bucket_cap);
 		}
-		k->params = zinf_calloc(e->n_params, sizeof(uint32_t));
-		k->offs = zinf_calloc(e->n_params, sizeof(uint64_t));
+		k->params = zc_calloc(e->n_params, sizeof(uint32_t));
+		k->offs = zc_calloc(e->n_params, sizeof(uint64_t));
 		if (!k->params || !k->offs) {
 			return ENG_FAIL(e, -ENOMEM, "init: out of memory for bucket lists");
 		}
@@ -56,8 +56,8 @@ eng_grad_free(struct zinf_engine *e)
 		}
 		eng_comm_buf_free(e, k->dev);
 		eng_comm_buf_free(e, k->dev_recv);
-		zinf_free(k->params);
-		zinf_free(k->offs);
+		zc_free(k->params);
+		zc_free(k->offs);
 		memset(k, 0, sizeof(*k));
 	}
 }

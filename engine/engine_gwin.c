@@ -34,10 +34,10 @@ eng_gwin_declare(struct zinf_engine *e)
 {
 	struct gwin *g = &e->gr.gw;
 	g->n = gwin_slots(e);
-	g->slot = zinf_calloc(g->n, sizeof(*g->slot));
-	g->sg_slot = zinf_calloc(e->n_sg, sizeof(*g->sg_slot));
-	g->sg_has = zinf_calloc(e->n_sg, 1);
-	g->sg_id = zinf_calloc(e->n_sg, sizeof(*g->sg_id));
+	g->slot = zc_calloc(g->n, sizeof(*g->slot));
+	g->sg_slot = zc_calloc(e->n_sg, sizeof(*g->sg_slot));
+	g->sg_has = zc_calloc(e->n_sg, 1);
+	g->sg_id = zc_calloc(e->n_sg, sizeof(*g->sg_id));
 	if (!g->slot || !g->sg_slot || !g->sg_has || !g->sg_id) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the gradient window");
 	}
@@ -71,10 +71,10 @@ void
 eng_gwin_free(struct zinf_engine *e)
 {
 	struct gwin *g = &e->gr.gw;
-	zinf_free(g->slot);
-	zinf_free(g->sg_slot);
-	zinf_free(g->sg_has);
-	zinf_free(g->sg_id);
+	zc_free(g->slot);
+	zc_free(g->sg_slot);
+	zc_free(g->sg_has);
+	zc_free(g->sg_id);
 	memset(g, 0, sizeof(*g)); /* mem is the pool's */
 }
 

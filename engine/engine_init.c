@@ -132,13 +132,13 @@ write_initial(struct zinf_engine *e)
 	bool whole = e->ot->whole;
 	void *pool_buf = NULL;
 	float *master = NULL;
-	void *copy = zinf_calloc(chunk, ds);
+	void *copy = zc_calloc(chunk, ds);
 	int ret = 0;
 	if (whole && zinf_pool_free_count(e->os.opool) >= 2 &&
 	    zinf_pool_acquire(e->os.opool, 0, &pool_buf) == 0) {
 		master = pool_buf;
 	} else {
-		master = zinf_calloc(whole ? e->max_sg : chunk, sizeof(float));
+		master = zc_calloc(whole ? e->max_sg : chunk, sizeof(float));
 	}
 	if (!master || !copy) {
 		ret = ENG_FAIL(e, -ENOMEM,
@@ -172,9 +172,9 @@ out:
 	if (pool_buf) {
 		zinf_pool_release(e->os.opool, pool_buf);
 	} else {
-		zinf_free(master);
+		zc_free(master);
 	}
-	zinf_free(copy);
+	zc_free(copy);
 	return ret;
 }
 

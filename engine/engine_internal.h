@@ -410,7 +410,7 @@ int eng_all_max(struct zinf_engine *e, float *v, uint32_t n); /* MAX over ranks,
  * Device memory that collectives use (gathered parameters, gradient buckets, the small
  * all-reduces' scratch). Once the communicator failed a collective given up on it may still
  * be written by MPI (another rank failed in the middle of it): eng_comm_buf_free then leaves
- * the buffer to it instead of freeing it (the process is told to exit; zinf_leave tells
+ * the buffer to it instead of freeing it (the process is told to exit; zc_leave tells
  * LeakSanitizer so, which still reports such a buffer a healthy run loses).
  */
 int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);

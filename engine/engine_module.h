@@ -22,11 +22,11 @@
 
 /* A message naming this rank; returns err. */
 #define ENG_FAIL(e, err, fmt, ...)                                                                 \
-	zinf_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "engine rank %d: " fmt, \
-		      zinf_engine_rank(e), ##__VA_ARGS__)
+	zc_log_emit((err), ZINF_LOG_ERROR, __FILE__, __LINE__, __func__, "engine rank %d: " fmt,   \
+		    zinf_engine_rank(e), ##__VA_ARGS__)
 #define ENG_WARN(e, fmt, ...)                                                                      \
-	zinf_log_emit(0, ZINF_LOG_WARN, __FILE__, __LINE__, __func__, "engine rank %d: " fmt,      \
-		      zinf_engine_rank(e), ##__VA_ARGS__)
+	zc_log_emit(0, ZINF_LOG_WARN, __FILE__, __LINE__, __func__, "engine rank %d: " fmt,        \
+		    zinf_engine_rank(e), ##__VA_ARGS__)
 
 /* ---- the error boundary (engine.c) ------------------------------------------------------------
  * Every public call that can fail runs between eng_begin and eng_return; inside, functions log

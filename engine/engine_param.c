@@ -77,20 +77,20 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 	}
 	if (e->n_params == e->cap_params) {
 		uint32_t cap = e->cap_params ? e->cap_params * 2 : 16;
-		struct eparam *np = zinf_calloc(cap, sizeof(*np));
+		struct eparam *np = zc_calloc(cap, sizeof(*np));
 		if (!np) {
 			return ENG_FAIL(e, -ENOMEM, "add_param \"%s\": out of memory", d->name);
 		}
 		if (e->n_params) {
 			memcpy(np, e->params, e->n_params * sizeof(*np));
 		}
-		zinf_free(e->params);
+		zc_free(e->params);
 		e->params = np;
 		e->cap_params = cap;
 	}
 	struct eparam *p = &e->params[e->n_params];
 	memset(p, 0, sizeof(*p));
-	p->name = zinf_strdup(d->name);
+	p->name = zc_strdup(d->name);
 	if (!p->name) {
 		return ENG_FAIL(e, -ENOMEM, "add_param \"%s\": out of memory", d->name);
 	}
@@ -143,20 +143,20 @@ int
 eng_build_layers(struct zinf_engine *e)
 {
 	/* parameters in backward order, then layers ascending from the reversed list */
-	e->order = zinf_calloc(e->n_params, sizeof(uint32_t));
-	e->layers = zinf_calloc(e->n_params, sizeof(struct elayer));
+	e->order = zc_calloc(e->n_params, sizeof(uint32_t));
+	e->layers = zc_calloc(e->n_params, sizeof(struct elayer));
 	if (!e->order || !e->layers) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for %u parameters", e->n_params);
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		e->order[i] = i;
 	}
-	uint32_t *tmp = zinf_calloc(e->n_params, sizeof(uint32_t));
+	uint32_t *tmp = zc_calloc(e->n_params, sizeof(uint32_t));
 	if (!tmp) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for %u parameters", e->n_params);
 	}
 	sort_backward(e, e->order, tmp, e->n_params);
-	zinf_free(tmp);
+	zc_free(tmp);
 	for (uint32_t i = e->n_params; i-- > 0;) {
 		struct eparam *p = &e->params[e->order[i]];
 		struct elayer *l = e->n_layers ? &e->layers[e->n_layers - 1] : NULL;
@@ -167,8 +167,8 @@ eng_build_layers(struct zinf_engine *e)
 		l->n++;
 	}
 	for (uint32_t i = 0; i < e->n_layers; i++) {
-		e->layers[i].params = zinf_calloc(e->layers[i].n, sizeof(uint32_t));
-		e->layers[i].reqs = zinf_calloc(e->layers[i].n, sizeof(struct zinf_comm_req *));
+		e->layers[i].params = zc_calloc(e->layers[i].n, sizeof(uint32_t));
+		e->layers[i].reqs = zc_calloc(e->layers[i].n, sizeof(struct zinf_comm_req *));
 		if (!e->layers[i].params || !e->layers[i].reqs) {
 			return ENG_FAIL(e, -ENOMEM, "init: out of memory for layer lists");
 		}
@@ -204,10 +204,10 @@ eng_build_partitions(struct zinf_engine *e)
 		}
 	}
 	/* flat partition and sub-groups of whole parameters */
-	e->sg_end = zinf_calloc(e->n_params, sizeof(uint64_t));
-	e->sg_params = zinf_calloc(e->n_params, sizeof(uint32_t));
-	e->gr.sg_pending = zinf_calloc(e->n_params, sizeof(uint32_t));
-	e->sg_first = zinf_calloc(e->n_params, sizeof(uint32_t));
+	e->sg_end = zc_calloc(e->n_params, sizeof(uint64_t));
+	e->sg_params = zc_calloc(e->n_params, sizeof(uint32_t));
+	e->gr.sg_pending = zc_calloc(e->n_params, sizeof(uint32_t));
+	e->sg_first = zc_calloc(e->n_params, sizeof(uint32_t));
 	if (!e->sg_end || !e->sg_params || !e->gr.sg_pending || !e->sg_first) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for sub-groups");
 	}

@@ -85,7 +85,7 @@ eng_spec_setup(struct zinf_engine *e, uint32_t align)
 	}
 	align = ZINF_MAX(align, 4096u);
 	sp->stride = layout(e, align, sp->off);
-	sp->sg_slot = zinf_calloc(e->n_sg, sizeof(int32_t));
+	sp->sg_slot = zc_calloc(e->n_sg, sizeof(int32_t));
 	if (!sp->sg_slot) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the speculative step");
 	}
@@ -129,7 +129,7 @@ eng_spec_free(struct zinf_engine *e)
 	if (sp->dev) {
 		zinf_device_free(e->dev, sp->mem);
 	}
-	zinf_free(sp->sg_slot);
+	zc_free(sp->sg_slot);
 	memset(sp, 0, sizeof(*sp)); /* host tiers: mem is the pool's */
 }
 

@@ -279,13 +279,13 @@ gather_master(struct zinf_engine *e, float *mine, float *full, uint64_t part, ui
 
 /*
  * read_master's host buffer, which the all-gather of the parts writes on "mpi": left to MPI
- * (zinf_leave) once the communicator failed: an all-gather given up on a notice or a timeout
+ * (zc_leave) once the communicator failed: an all-gather given up on a notice or a timeout
  * may still be written by a rank that joined it.
  */
 static float *
 master_buf_alloc(uint64_t n)
 {
-	return zinf_calloc(n, sizeof(float));
+	return zc_calloc(n, sizeof(float));
 }
 
 static int
@@ -309,7 +309,7 @@ read_master(struct zinf_engine *e, uint32_t id, float *out)
 	uint64_t part = p->part.part, k0 = eng_sg_start(e, p->sg);
 	uint64_t sglen = e->sg_end[p->sg] - k0;
 	float *full = master_buf_alloc(p->part.padded);
-	float *sg = e->ot->whole ? zinf_calloc(sglen, sizeof(float)) : NULL;
+	float *sg = e->ot->whole ? zc_calloc(sglen, sizeof(float)) : NULL;
 	float *mine = full ? full + (size_t)(e->W == 1 ? 0 : e->rank) * part : NULL;
 	bool gave = false; /* the all-gather into full was given up: MPI may still write it */
 	if (!full || (e->ot->whole && !sg)) {
@@ -335,11 +335,11 @@ read_master(struct zinf_engine *e, uint32_t id, float *out)
 	}
 out:
 	if (!gave) {
-		zinf_free(full);
+		zc_free(full);
 	} else {
-		zinf_leave(full); /* MPI's (see master_buf_alloc) */
+		zc_leave(full); /* MPI's (see master_buf_alloc) */
 	}
-	zinf_free(sg);
+	zc_free(sg);
 	return ret;
 }
 

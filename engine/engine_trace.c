@@ -21,14 +21,14 @@ trace_push(struct zinf_engine *e, int32_t layer)
 {
 	if (e->fx.trace_n == e->fx.trace_cap) {
 		uint32_t cap = e->fx.trace_cap ? e->fx.trace_cap * 2 : 64;
-		int32_t *t = zinf_calloc(cap, sizeof(*t));
+		int32_t *t = zc_calloc(cap, sizeof(*t));
 		if (!t) {
 			return ENG_FAIL(e, -ENOMEM, "fetch: out of memory for the trace");
 		}
 		if (e->fx.trace_n) {
 			memcpy(t, e->fx.trace, e->fx.trace_n * sizeof(*t));
 		}
-		zinf_free(e->fx.trace);
+		zc_free(e->fx.trace);
 		e->fx.trace = t;
 		e->fx.trace_cap = cap;
 	}

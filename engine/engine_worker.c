@@ -83,9 +83,9 @@ eng_worker_start(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
 	int ret;
-	w->queue = zinf_calloc(e->n_sg, sizeof(uint32_t));
-	e->w.sg_ev = zinf_calloc(e->n_sg, sizeof(*e->w.sg_ev));
-	e->w.sg_handed = zinf_calloc(e->n_sg, 1);
+	w->queue = zc_calloc(e->n_sg, sizeof(uint32_t));
+	e->w.sg_ev = zc_calloc(e->n_sg, sizeof(*e->w.sg_ev));
+	e->w.sg_handed = zc_calloc(e->n_sg, 1);
 	if (!w->queue || !e->w.sg_ev || !e->w.sg_handed) {
 		return ENG_FAIL(e, -ENOMEM, "init: out of memory for the step worker");
 	}
@@ -132,11 +132,11 @@ eng_worker_stop(struct zinf_engine *e)
 	for (uint32_t k = 0; e->w.sg_ev && k < e->n_sg; k++) {
 		zinf_event_destroy(e->w.sg_ev[k]);
 	}
-	zinf_free(e->w.sg_ev);
+	zc_free(e->w.sg_ev);
 	e->w.sg_ev = NULL;
-	zinf_free(w->queue);
+	zc_free(w->queue);
 	w->queue = NULL;
-	zinf_free(e->w.sg_handed);
+	zc_free(e->w.sg_handed);
 	e->w.sg_handed = NULL;
 }
 

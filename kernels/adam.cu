@@ -6,7 +6,7 @@
  * operation: the L2 term, the moments and the update are fused multiply-adds (__fmaf_rn), the
  * square root is multiplied by 1 / bc2_sqrt, and every other operation is rounded once with the _rn
  * intrinsics, so nvcc can neither contract nor split anything. With the step's scalars computed on
- * the host by cpu_adam's own function (zinf_adam_scalars_get, via device/device.c), IEEE division
+ * the host by cpu_adam's own function (adam_scalars_get, via device/device.c), IEEE division
  * and square root, the result equals those paths bit for bit: a sub-group stepped here and one
  * stepped by the CPU tier agree (measured on an H200: tests/engine's matrix on cuda). cpu_adam's
  * scalar path (CPUs without AVX2) rounds the unfused products separately and differs by float
@@ -21,7 +21,7 @@ adam_kernel(struct zinf_k_adam a, float *param, const void *grad, enum zinf_dtyp
 	ZINF_K_FOR(i, n)
 	{
 		float p = param[i];
-		float g = __fmul_rn(zinf_dtype_load(grad, gdt, i), a.grad_scale);
+		float g = __fmul_rn(dt_load(grad, gdt, i), a.grad_scale);
 		if (a.l2) {
 			g = __fmaf_rn(a.wd, p, g);
 		}
@@ -34,17 +34,17 @@ adam_kernel(struct zinf_k_adam a, float *param, const void *grad, enum zinf_dtyp
 		vp[i] = v;
 		param[i] = p;
 		if (copy) {
-			zinf_dtype_store(copy, cdt, i, p);
+			dt_store(copy, cdt, i, p);
 		}
 	}
 }
 
 extern "C" int
-zinf_k_adam(void *stream, const struct zinf_k_adam *a, float *param, const void *grad,
-	    enum zinf_dtype grad_dtype, float *m, float *v, void *copy, enum zinf_dtype copy_dtype,
-	    size_t n)
+kern_adam(void *stream, const struct zinf_k_adam *a, float *param, const void *grad,
+	  enum zinf_dtype grad_dtype, float *m, float *v, void *copy, enum zinf_dtype copy_dtype,
+	  size_t n)
 {
-	return ZINF_K_LAUNCH(adam_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+	return ZINF_K_LAUNCH(adam_kernel, kern_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
 			     (cudaStream_t)stream, *a, param, grad, grad_dtype, m, v, copy,
 			     copy_dtype, n);
 }

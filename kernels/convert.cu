@@ -13,7 +13,7 @@ cast_kernel(void *dst, enum zinf_dtype dt, const void *src, enum zinf_dtype st, 
 {
 	ZINF_K_FOR(i, n)
 	{
-		zinf_dtype_store(dst, dt, i, zinf_dtype_load(src, st, i));
+		dt_store(dst, dt, i, dt_load(src, st, i));
 	}
 }
 
@@ -22,7 +22,7 @@ scale_kernel(void *x, enum zinf_dtype t, float s, size_t n)
 {
 	ZINF_K_FOR(i, n)
 	{
-		zinf_dtype_store(x, t, i, __fmul_rn(zinf_dtype_load(x, t, i), s));
+		dt_store(x, t, i, __fmul_rn(dt_load(x, t, i), s));
 	}
 }
 
@@ -31,7 +31,7 @@ accumulate_kernel(float *dst, const void *src, enum zinf_dtype st, size_t n)
 {
 	ZINF_K_FOR(i, n)
 	{
-		dst[i] = __fadd_rn(dst[i], zinf_dtype_load(src, st, i));
+		dst[i] = __fadd_rn(dst[i], dt_load(src, st, i));
 	}
 }
 
@@ -54,31 +54,31 @@ fill32_kernel(uint32_t *dst, uint32_t bits, size_t n)
 }
 
 extern "C" int
-zinf_k_cast(void *stream, void *dst, enum zinf_dtype dst_dtype, const void *src,
-	    enum zinf_dtype src_dtype, size_t n)
+kern_cast(void *stream, void *dst, enum zinf_dtype dst_dtype, const void *src,
+	  enum zinf_dtype src_dtype, size_t n)
 {
-	return ZINF_K_LAUNCH(cast_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+	return ZINF_K_LAUNCH(cast_kernel, kern_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
 			     (cudaStream_t)stream, dst, dst_dtype, src, src_dtype, n);
 }
 
 extern "C" int
-zinf_k_scale(void *stream, void *x, enum zinf_dtype dtype, float scale, size_t n)
+kern_scale(void *stream, void *x, enum zinf_dtype dtype, float scale, size_t n)
 {
-	return ZINF_K_LAUNCH(scale_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+	return ZINF_K_LAUNCH(scale_kernel, kern_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
 			     (cudaStream_t)stream, x, dtype, scale, n);
 }
 
 extern "C" int
-zinf_k_accumulate(void *stream, float *dst, const void *src, enum zinf_dtype src_dtype, size_t n)
+kern_accumulate(void *stream, float *dst, const void *src, enum zinf_dtype src_dtype, size_t n)
 {
-	return ZINF_K_LAUNCH(accumulate_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+	return ZINF_K_LAUNCH(accumulate_kernel, kern_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
 			     (cudaStream_t)stream, dst, src, src_dtype, n);
 }
 
 extern "C" int
-zinf_k_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_t n)
+kern_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_t n)
 {
-	unsigned nb = zinf_k_blocks(n, ZINF_K_MAX_BLOCKS);
+	unsigned nb = kern_blocks(n, ZINF_K_MAX_BLOCKS);
 	if (zinf_dtype_size(dtype) == 2) {
 		return ZINF_K_LAUNCH(fill16_kernel, nb, ZINF_K_THREADS, (cudaStream_t)stream,
 				     (uint16_t *)dst, (uint16_t)bits, n);

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* One Adam step's scalars, computed once in float64 and rounded to float: device/device.c copies
- * them from cpu_adam's zinf_adam_scalars_get, the same function cpu_adam's kernels use. */
+ * them from cpu_adam's adam_scalars_get, the same function cpu_adam's kernels use. */
 struct zinf_k_adam {
 	float grad_scale;
 	float wd;	/* L2 coefficient, used when l2 */
@@ -38,20 +38,19 @@ struct zinf_k_adam {
  * doubles. */
 #define ZINF_K_SUMSQ_BLOCKS 1024
 
-int zinf_k_cast(void *stream, void *dst, enum zinf_dtype dst_dtype, const void *src,
-		enum zinf_dtype src_dtype, size_t n);
-int zinf_k_scale(void *stream, void *x, enum zinf_dtype dtype, float scale, size_t n);
-int zinf_k_accumulate(void *stream, float *dst, const void *src, enum zinf_dtype src_dtype,
-		      size_t n);
+int kern_cast(void *stream, void *dst, enum zinf_dtype dst_dtype, const void *src,
+	      enum zinf_dtype src_dtype, size_t n);
+int kern_scale(void *stream, void *x, enum zinf_dtype dtype, float scale, size_t n);
+int kern_accumulate(void *stream, float *dst, const void *src, enum zinf_dtype src_dtype, size_t n);
 /* scratch: ZINF_K_SUMSQ_BLOCKS doubles of device memory, private to the stream. */
-int zinf_k_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, double *scratch,
-		 double *out);
-int zinf_k_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag);
+int kern_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, double *scratch,
+	       double *out);
+int kern_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag);
 /* bits: the fill value's bit pattern in dtype (converted by the caller). */
-int zinf_k_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_t n);
-int zinf_k_adam(void *stream, const struct zinf_k_adam *a, float *param, const void *grad,
-		enum zinf_dtype grad_dtype, float *m, float *v, void *copy,
-		enum zinf_dtype copy_dtype, size_t n);
+int kern_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_t n);
+int kern_adam(void *stream, const struct zinf_k_adam *a, float *param, const void *grad,
+	      enum zinf_dtype grad_dtype, float *m, float *v, void *copy,
+	      enum zinf_dtype copy_dtype, size_t n);
 
 #ifdef __cplusplus
 }

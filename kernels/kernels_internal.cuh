@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kernels/kernels_internal.cuh: what the .cu files share: the launch shape (grid-stride loops
- * over size_t indices). Elements are loaded and stored with common/dtype.h's zinf_dtype_load/store,
+ * over size_t indices). Elements are loaded and stored with common/dtype.h's dt_load/store,
  * compiled for the device (ZINF_HD): the same code the host device runs.
  */
 #ifndef ZINF_KERNELS_INTERNAL_CUH
@@ -17,7 +17,7 @@
 
 /* Blocks for n elements, one per ZINF_K_THREADS up to ZINF_K_MAX_BLOCKS (grid-stride after). */
 static inline unsigned
-zinf_k_blocks(size_t n, unsigned max)
+kern_blocks(size_t n, unsigned max)
 {
 	size_t b = (n + ZINF_K_THREADS - 1) / ZINF_K_THREADS;
 	return (unsigned)(b < max ? (b ? b : 1) : max);

@@ -33,7 +33,7 @@ sumsq_partial(const void *x, enum zinf_dtype t, size_t n, double *partial)
 	double s = 0.0;
 	ZINF_K_FOR(i, n)
 	{
-		double v = zinf_dtype_load(x, t, i);
+		double v = dt_load(x, t, i);
 		s += v * v;
 	}
 	double b = block_sum(s);
@@ -61,7 +61,7 @@ nonfinite_kernel(const void *x, enum zinf_dtype t, size_t n, uint32_t *flag)
 	bool found = false;
 	ZINF_K_FOR(i, n)
 	{
-		found |= !isfinite(zinf_dtype_load(x, t, i));
+		found |= !isfinite(dt_load(x, t, i));
 	}
 	if (found) {
 		*flag = 1; /* every writer writes the same value */
@@ -69,11 +69,11 @@ nonfinite_kernel(const void *x, enum zinf_dtype t, size_t n, uint32_t *flag)
 }
 
 extern "C" int
-zinf_k_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, double *scratch,
-	     double *out)
+kern_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, double *scratch,
+	   double *out)
 {
 	cudaStream_t st = (cudaStream_t)stream;
-	unsigned nb = n ? zinf_k_blocks(n, ZINF_K_SUMSQ_BLOCKS) : 0;
+	unsigned nb = n ? kern_blocks(n, ZINF_K_SUMSQ_BLOCKS) : 0;
 	if (nb) {
 		int e = ZINF_K_LAUNCH(sumsq_partial, nb, ZINF_K_THREADS, st, x, dtype, n, scratch);
 		if (e != 0) {
@@ -84,8 +84,8 @@ zinf_k_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, doubl
 }
 
 extern "C" int
-zinf_k_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag)
+kern_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag)
 {
-	return ZINF_K_LAUNCH(nonfinite_kernel, zinf_k_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
+	return ZINF_K_LAUNCH(nonfinite_kernel, kern_blocks(n, ZINF_K_MAX_BLOCKS), ZINF_K_THREADS,
 			     (cudaStream_t)stream, x, dtype, n, flag);
 }

@@ -66,7 +66,7 @@ static const uint32_t crc32c_table[256] = {
 };
 
 uint32_t
-zinf_crc32c_sw(uint32_t crc, const void *buf, size_t len)
+crc32c_sw(uint32_t crc, const void *buf, size_t len)
 {
 	const unsigned char *p = buf;
 	crc = ~crc;
@@ -163,7 +163,7 @@ crc_hw_3way(uint32_t c, const unsigned char *p, size_t lane, uint32_t k1, uint32
 }
 
 __attribute__((target("sse4.2"))) uint32_t
-zinf_crc32c_hw(uint32_t crc, const void *buf, size_t len)
+crc32c_hw(uint32_t crc, const void *buf, size_t len)
 {
 	const unsigned char *p = buf;
 	uint32_t c = ~crc;
@@ -186,7 +186,7 @@ zinf_crc32c_hw(uint32_t crc, const void *buf, size_t len)
 }
 
 bool
-zinf_crc32c_hw_available(void)
+crc32c_hw_available(void)
 {
 	/*
 	 * A cache of an immutable fact (cpuid traps to the hypervisor in a VM, ~1 us): 0 unknown,
@@ -204,13 +204,13 @@ zinf_crc32c_hw_available(void)
 }
 #else
 uint32_t
-zinf_crc32c_hw(uint32_t crc, const void *buf, size_t len)
+crc32c_hw(uint32_t crc, const void *buf, size_t len)
 {
-	return zinf_crc32c_sw(crc, buf, len);
+	return crc32c_sw(crc, buf, len);
 }
 
 bool
-zinf_crc32c_hw_available(void)
+crc32c_hw_available(void)
 {
 	return false;
 }
@@ -219,8 +219,8 @@ zinf_crc32c_hw_available(void)
 ZINF_API uint32_t
 zinf_crc32c(uint32_t crc, const void *buf, size_t len)
 {
-	if (zinf_crc32c_hw_available()) {
-		return zinf_crc32c_hw(crc, buf, len);
+	if (crc32c_hw_available()) {
+		return crc32c_hw(crc, buf, len);
 	}
-	return zinf_crc32c_sw(crc, buf, len);
+	return crc32c_sw(crc, buf, len);
 }

@@ -30,7 +30,7 @@ zinf_io_opts_init(struct zinf_io_opts *o)
 }
 
 const char *
-zinf_io_name(const struct zinf_io *io)
+io_name(const struct zinf_io *io)
 {
 	return io ? io->name : "I/O context (NULL)";
 }
@@ -45,7 +45,7 @@ workers_destroy(struct zinf_io *io)
 			io->ops->worker_destroy(io->workers[i]);
 		}
 	}
-	zinf_free(io->workers);
+	zc_free(io->workers);
 	io->workers = NULL;
 	if (io->ops && io->ops->fini) {
 		io->ops->fini(io);
@@ -53,14 +53,14 @@ workers_destroy(struct zinf_io *io)
 	io->be = NULL;
 }
 
-/* The test hook's state (zinf_io_test_refuse): process-wide, like the allocation hook. */
+/* The test hook's state (io_test_refuse): process-wide, like the allocation hook. */
 static struct {
 	const char *name;
 	int err;
 } refused_by_test[4];
 
 void
-zinf_io_test_refuse(const char *backend, int err)
+io_test_refuse(const char *backend, int err)
 {
 	for (unsigned i = 0; i < ZINF_ARRAY_SIZE(refused_by_test); i++) {
 		if (!backend) {
@@ -105,7 +105,7 @@ backend_try(struct zinf_io *io, const struct zinf_io_ops *ops, const struct zinf
 	}
 	io->ops = ops;
 	io->inner_ops = inner;
-	io->workers = zinf_calloc(n, sizeof(*io->workers));
+	io->workers = zc_calloc(n, sizeof(*io->workers));
 	if (!io->workers) {
 		return IO_FAIL(io, -ENOMEM, "out of memory for %u workers", n);
 	}
@@ -167,7 +167,7 @@ static int
 io_opts_take(struct zinf_io_opts *o, const struct zinf_io_opts *opts)
 {
 	zinf_io_opts_init(o);
-	int rc = zinf_opts_take(o, sizeof(*o), opts, "zinf_io_opts");
+	int rc = zc_opts_take(o, sizeof(*o), opts, "zinf_io_opts");
 	if (rc < 0) {
 		return rc;
 	}
@@ -214,7 +214,7 @@ backend_named(struct zinf_io *io, const struct zinf_io_ops *ops)
 	if (!io->opts.fault_inner) {
 		rc = backend_best(io, ops);
 	} else {
-		inner = zinf_io_ops_find(io->opts.fault_inner);
+		inner = io_ops_find(io->opts.fault_inner);
 		if (!inner || (inner->flags & ZINF_IO_F_WRAPPER)) {
 			return ZINF_FAIL(-EINVAL,
 					 "zinf_io_opts.fault_inner \"%s\" is not a backend",
@@ -240,7 +240,7 @@ backend_choose(struct zinf_io *io)
 	if (!io->opts.backend) {
 		rc = backend_best(io, NULL);
 	} else {
-		const struct zinf_io_ops *ops = zinf_io_ops_find(io->opts.backend);
+		const struct zinf_io_ops *ops = io_ops_find(io->opts.backend);
 		if (!ops) {
 			return ZINF_FAIL(-EINVAL,
 					 "zinf_io_opts.backend: unknown I/O backend \"%s\" "
@@ -280,12 +280,12 @@ workers_stop(struct zinf_io *io, unsigned started)
 static void
 io_free(struct zinf_io *io)
 {
-	zinf_free(io->regs);
+	zc_free(io->regs);
 	pthread_mutex_destroy(&io->qlock);
 	pthread_cond_destroy(&io->qcv);
 	pthread_mutex_destroy(&io->flock);
 	pthread_cond_destroy(&io->fcv);
-	zinf_free(io);
+	zc_free(io);
 }
 
 ZINF_API int
@@ -302,7 +302,7 @@ zinf_io_create(const struct zinf_io_opts *opts, struct zinf_io **out)
 	if ((rc = io_opts_take(&o, opts)) < 0) {
 		return rc;
 	}
-	io = zinf_calloc(1, sizeof(*io));
+	io = zc_calloc(1, sizeof(*io));
 	if (!io) {
 		return IO_FAIL(NULL, -ENOMEM, "zinf_io_create: out of memory");
 	}
@@ -316,7 +316,7 @@ zinf_io_create(const struct zinf_io_opts *opts, struct zinf_io **out)
 		goto fail;
 	}
 	for (started = 0; started < io->nworkers; started++) {
-		rc = -pthread_create(&io->workers[started]->thread, NULL, zinf_io_worker_main,
+		rc = -pthread_create(&io->workers[started]->thread, NULL, io_worker_main,
 				     io->workers[started]);
 		if (rc < 0) {
 			IO_FAIL(io, rc, "cannot start I/O worker thread %u: %s", started,
@@ -386,5 +386,5 @@ zinf_io_get_stats(const struct zinf_io *io, struct zinf_io_stats *out)
 		.errors = __atomic_load_n(&c->errors, __ATOMIC_RELAXED),
 		.max_inflight = __atomic_load_n(&c->max_inflight, __ATOMIC_RELAXED),
 	};
-	return zinf_stats_give(out, &s, sizeof(s), "zinf_io_stats");
+	return zc_stats_give(out, &s, sizeof(s), "zinf_io_stats");
 }

@@ -43,7 +43,7 @@ fault_ctx(struct zinf_io *io)
 static int
 fault_init(struct zinf_io *io, const struct zinf_io_ops *inner)
 {
-	struct fault_ctx *c = zinf_calloc(1, sizeof(*c));
+	struct fault_ctx *c = zc_calloc(1, sizeof(*c));
 	if (!c) {
 		return IO_FAIL(io, -ENOMEM, "fault backend: out of memory");
 	}
@@ -59,7 +59,7 @@ fault_fini(struct zinf_io *io)
 	struct fault_ctx *c = fault_ctx(io);
 	if (c) {
 		pthread_mutex_destroy(&c->lock);
-		zinf_free(c);
+		zc_free(c);
 	}
 }
 
@@ -67,18 +67,18 @@ static int
 fault_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_io_worker **out)
 {
 	struct fault_ctx *c = fault_ctx(io);
-	struct fault_worker *fw = zinf_calloc(1, sizeof(*fw));
+	struct fault_worker *fw = zc_calloc(1, sizeof(*fw));
 	int rc;
 
 	if (!fw) {
 		return IO_FAIL(io, -ENOMEM, "fault worker %u: out of memory", id);
 	}
-	fw->failed = zinf_calloc(depth, sizeof(*fw->failed));
+	fw->failed = zc_calloc(depth, sizeof(*fw->failed));
 	if (!fw->failed) {
 		rc = -ENOMEM;
 		goto fail_free;
 	}
-	rc = zinf_io_worker_init(&fw->w, io, id, depth);
+	rc = io_worker_init(&fw->w, io, id, depth);
 	if (rc < 0) {
 		goto fail_failed;
 	}
@@ -92,11 +92,11 @@ fault_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 	return 0;
 
 fail_worker:
-	zinf_io_worker_fini(&fw->w);
+	io_worker_fini(&fw->w);
 fail_failed:
-	zinf_free(fw->failed);
+	zc_free(fw->failed);
 fail_free:
-	zinf_free(fw);
+	zc_free(fw);
 	return rc;
 }
 
@@ -105,9 +105,9 @@ fault_worker_destroy(struct zinf_io_worker *w)
 {
 	struct fault_worker *fw = zinf_container_of(w, struct fault_worker, w);
 	fault_ctx(w->io)->inner->worker_destroy(fw->inner);
-	zinf_io_worker_fini(w);
-	zinf_free(fw->failed);
-	zinf_free(fw);
+	io_worker_fini(w);
+	zc_free(fw->failed);
+	zc_free(fw);
 }
 
 static int

@@ -99,9 +99,9 @@ fake_direct_fs(const char *path)
 {
 	struct statfs sf;
 	if (statfs(path, &sf) < 0) {
-		char *dup = zinf_strdup(path);
+		char *dup = zc_strdup(path);
 		int rc = dup ? statfs(dirname(dup), &sf) : -1;
-		zinf_free(dup);
+		zc_free(dup);
 		if (rc < 0) {
 			return NULL;
 		}
@@ -213,12 +213,12 @@ zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct z
 				 : !path ? "path"
 					 : "out");
 	}
-	struct zinf_io_file *f = zinf_calloc(1, sizeof(*f));
+	struct zinf_io_file *f = zc_calloc(1, sizeof(*f));
 	if (!f) {
 		return IO_FAIL(io, -ENOMEM, "opening %s: out of memory", path);
 	}
 	int rc = -ENOMEM;
-	f->path = zinf_strdup(path);
+	f->path = zc_strdup(path);
 	if (!f->path) {
 		rc = IO_FAIL(io, -ENOMEM, "opening %s: out of memory", path);
 		goto fail_free;
@@ -236,9 +236,9 @@ zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct z
 	return 0;
 
 fail_path:
-	zinf_free(f->path);
+	zc_free(f->path);
 fail_free:
-	zinf_free(f);
+	zc_free(f);
 	return rc;
 }
 
@@ -279,8 +279,8 @@ zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f)
 	}
 	pthread_mutex_unlock(&io->flock);
 	close(f->fd);
-	zinf_free(f->path);
-	zinf_free(f);
+	zc_free(f->path);
+	zc_free(f);
 }
 
 ZINF_API bool
@@ -392,7 +392,7 @@ zinf_io_register_buffers(struct zinf_io *io, const struct iovec *iov, unsigned n
 		return rc;
 	}
 	if (n && io->ops->register_buffers) {
-		copy = zinf_calloc(n, sizeof(*copy));
+		copy = zc_calloc(n, sizeof(*copy));
 		if (!copy) {
 			return IO_FAIL(io, -ENOMEM, "registering %u buffers: out of memory", n);
 		}
@@ -401,15 +401,15 @@ zinf_io_register_buffers(struct zinf_io *io, const struct iovec *iov, unsigned n
 	pthread_mutex_lock(&io->qlock);
 	if (__atomic_load_n(&io->inflight_reqs, __ATOMIC_ACQUIRE) != 0) {
 		pthread_mutex_unlock(&io->qlock);
-		zinf_free(copy);
+		zc_free(copy);
 		return IO_FAIL(io, -EBUSY, "zinf_io_register_buffers: requests are in flight");
 	}
 	rc = io->ops->register_buffers ? regs_backend(io, iov, n, bytes) : 0;
 	if (rc != 0 || !copy) {
-		zinf_free(copy);
+		zc_free(copy);
 		copy = NULL;
 	}
-	zinf_free(io->regs);
+	zc_free(io->regs);
 	io->regs = copy;
 	io->nregs = copy ? n : 0;
 	pthread_mutex_unlock(&io->qlock);

@@ -26,12 +26,12 @@
 
 /* Messages about a context name its backend ("io_uring I/O context: ..."), about a file its
  * path. */
-#define IO_FAIL(io, err, ...)	   ZINF_OBJ_FAIL(zinf_io_name(io), err, __VA_ARGS__)
-#define IO_LOG(io, level, ...)	   ZINF_OBJ_LOG(level, zinf_io_name(io), __VA_ARGS__)
+#define IO_FAIL(io, err, ...)	   ZINF_OBJ_FAIL(io_name(io), err, __VA_ARGS__)
+#define IO_LOG(io, level, ...)	   ZINF_OBJ_LOG(level, io_name(io), __VA_ARGS__)
 #define IO_FILE_FAIL(f, err, ...)  ZINF_OBJ_FAIL((f)->path, err, __VA_ARGS__)
 #define IO_FILE_LOG(f, level, ...) ZINF_OBJ_LOG(level, (f)->path, __VA_ARGS__)
 /* "io_uring I/O context", "fault(libaio) I/O context"; "I/O context (NULL)" for NULL. */
-const char *zinf_io_name(const struct zinf_io *io);
+const char *io_name(const struct zinf_io *io);
 
 /*
  * A request's bookkeeping, overlaid on the caller's zinf_io_req.priv[] (io_queue.c only). Set
@@ -55,7 +55,7 @@ _Static_assert(_Alignof(struct zinf_io_req_priv) <= _Alignof(uint64_t),
 enum { ZINF_IO_REQ_PENDING = 0, ZINF_IO_REQ_WAITED = 1, ZINF_IO_REQ_DONE = 2 };
 
 static inline struct zinf_io_req_priv *
-zinf_io_req_priv(struct zinf_io_req *r)
+io_req_priv(struct zinf_io_req *r)
 {
 	return (struct zinf_io_req_priv *)(void *)r->priv;
 }
@@ -160,7 +160,7 @@ struct zinf_io_ops {
 
 struct zinf_io {
 	struct zinf_io_opts opts; /* in effect; strings point at the tables' names */
-	char name[48];		  /* zinf_io_name() */
+	char name[48];		  /* io_name() */
 	const struct zinf_io_ops *ops;
 	const struct zinf_io_ops *inner_ops; /* fault: the wrapped backend */
 	void *be;			     /* backend's context-wide state */
@@ -196,20 +196,20 @@ struct zinf_io {
 /* The registry (io_registry.c): backends best first, and lookup by name. */
 extern const struct zinf_io_ops *const zinf_io_registry[];
 extern const unsigned zinf_io_registry_len;
-const struct zinf_io_ops *zinf_io_ops_find(const char *name);
+const struct zinf_io_ops *io_ops_find(const char *name);
 
 /* Backends (each its own file). */
 extern const struct zinf_io_ops zinf_io_psync_ops;
 extern const struct zinf_io_ops zinf_io_fault_ops_table;
 
 /* io_queue.c: a worker thread's loop (started by zinf_io_create). */
-void *zinf_io_worker_main(void *arg);
+void *io_worker_main(void *arg);
 
 /* Core helpers for backends. */
-int zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, unsigned depth);
-void zinf_io_worker_fini(struct zinf_io_worker *w);
+int io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, unsigned depth);
+void io_worker_fini(struct zinf_io_worker *w);
 /* Transfer a block synchronously with pread/pwrite (psync; fault's fallbacks). */
-int64_t zinf_io_blk_sync(struct zinf_io_blk *b);
+int64_t io_blk_sync(struct zinf_io_blk *b);
 
 /*
  * Test hook: make every later attempt to set up `backend` fail with `err` (a negative errno,
@@ -217,7 +217,7 @@ int64_t zinf_io_blk_sync(struct zinf_io_blk *b);
  * NULL disarms them all.
  * Process-wide; only tests call it.
  */
-void zinf_io_test_refuse(const char *backend, int err);
+void io_test_refuse(const char *backend, int err);
 
 #define ZINF_IO_ATOMIC_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 

@@ -35,31 +35,31 @@ struct aio_worker {
 static void
 aio_free(struct aio_worker *a)
 {
-	zinf_free(a->iocbs);
-	zinf_free(a->prepared);
-	zinf_free(a->rejected);
-	zinf_free(a->events);
-	zinf_free(a);
+	zc_free(a->iocbs);
+	zc_free(a->prepared);
+	zc_free(a->rejected);
+	zc_free(a->events);
+	zc_free(a);
 }
 
 static int
 aio_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_io_worker **out)
 {
-	struct aio_worker *a = zinf_calloc(1, sizeof(*a));
+	struct aio_worker *a = zc_calloc(1, sizeof(*a));
 	int rc;
 
 	if (!a) {
 		return IO_FAIL(io, -ENOMEM, "libaio worker %u: out of memory", id);
 	}
-	a->iocbs = zinf_calloc(depth, sizeof(*a->iocbs));
-	a->prepared = zinf_calloc(depth, sizeof(*a->prepared));
-	a->rejected = zinf_calloc(depth, sizeof(*a->rejected));
-	a->events = zinf_calloc(depth, sizeof(*a->events));
+	a->iocbs = zc_calloc(depth, sizeof(*a->iocbs));
+	a->prepared = zc_calloc(depth, sizeof(*a->prepared));
+	a->rejected = zc_calloc(depth, sizeof(*a->rejected));
+	a->events = zc_calloc(depth, sizeof(*a->events));
 	if (!a->iocbs || !a->prepared || !a->rejected || !a->events) {
 		rc = -ENOMEM;
 		goto fail_free;
 	}
-	rc = zinf_io_worker_init(&a->w, io, id, depth);
+	rc = io_worker_init(&a->w, io, id, depth);
 	if (rc < 0) {
 		goto fail_free;
 	}
@@ -73,7 +73,7 @@ aio_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_i
 	return 0;
 
 fail_worker:
-	zinf_io_worker_fini(&a->w);
+	io_worker_fini(&a->w);
 fail_free:
 	aio_free(a);
 	return rc;
@@ -87,7 +87,7 @@ aio_worker_destroy(struct zinf_io_worker *w)
 	if (w->wake_fd >= 0) {
 		close(w->wake_fd);
 	}
-	zinf_io_worker_fini(w);
+	io_worker_fini(w);
 	aio_free(a);
 }
 

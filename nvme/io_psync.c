@@ -14,13 +14,13 @@ struct psync_worker {
 static int
 psync_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_io_worker **out)
 {
-	struct psync_worker *p = zinf_calloc(1, sizeof(*p) + depth * sizeof(p->queued[0]));
+	struct psync_worker *p = zc_calloc(1, sizeof(*p) + depth * sizeof(p->queued[0]));
 	if (!p) {
 		return IO_FAIL(io, -ENOMEM, "psync worker %u: out of memory", id);
 	}
-	int rc = zinf_io_worker_init(&p->w, io, id, depth);
+	int rc = io_worker_init(&p->w, io, id, depth);
 	if (rc < 0) {
-		zinf_free(p);
+		zc_free(p);
 		return rc;
 	}
 	*out = &p->w;
@@ -30,8 +30,8 @@ psync_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 static void
 psync_worker_destroy(struct zinf_io_worker *w)
 {
-	zinf_io_worker_fini(w);
-	zinf_free(zinf_container_of(w, struct psync_worker, w));
+	io_worker_fini(w);
+	zc_free(zinf_container_of(w, struct psync_worker, w));
 }
 
 static int
@@ -58,7 +58,7 @@ psync_reap(struct zinf_io_worker *w, struct zinf_io_blk **out, unsigned min, uns
 		struct zinf_io_blk *b = p->queued[i];
 		if (b) {
 			p->queued[i] = NULL;
-			b->res = zinf_io_blk_sync(b);
+			b->res = io_blk_sync(b);
 			out[n++] = b;
 		}
 	}

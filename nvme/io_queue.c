@@ -27,19 +27,19 @@ static const char *const op_name[] = {"read", "write"};
 /* ---- workers' block arrays (backends embed a worker) -------------------------------------- */
 
 int
-zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, unsigned depth)
+io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, unsigned depth)
 {
 	w->io = io;
 	w->id = id;
 	w->depth = depth;
 	w->wake_fd = -1;
 	w->sleeping = 0;
-	w->blks = zinf_calloc(depth, sizeof(*w->blks));
-	w->free_blks = zinf_calloc(depth, sizeof(*w->free_blks));
-	w->pending = zinf_calloc(depth, sizeof(*w->pending));
-	w->reaped = zinf_calloc(depth, sizeof(*w->reaped));
+	w->blks = zc_calloc(depth, sizeof(*w->blks));
+	w->free_blks = zc_calloc(depth, sizeof(*w->free_blks));
+	w->pending = zc_calloc(depth, sizeof(*w->pending));
+	w->reaped = zc_calloc(depth, sizeof(*w->reaped));
 	if (!w->blks || !w->free_blks || !w->pending || !w->reaped) {
-		zinf_io_worker_fini(w);
+		io_worker_fini(w);
 		return IO_FAIL(io, -ENOMEM, "worker %u: out of memory for a queue of %u blocks", id,
 			       depth);
 	}
@@ -52,18 +52,18 @@ zinf_io_worker_init(struct zinf_io_worker *w, struct zinf_io *io, unsigned id, u
 }
 
 void
-zinf_io_worker_fini(struct zinf_io_worker *w)
+io_worker_fini(struct zinf_io_worker *w)
 {
-	zinf_free(w->blks);
-	zinf_free(w->free_blks);
-	zinf_free(w->pending);
-	zinf_free(w->reaped);
+	zc_free(w->blks);
+	zc_free(w->free_blks);
+	zc_free(w->pending);
+	zc_free(w->reaped);
 	w->blks = NULL;
 	w->free_blks = w->pending = w->reaped = NULL;
 }
 
 int64_t
-zinf_io_blk_sync(struct zinf_io_blk *b)
+io_blk_sync(struct zinf_io_blk *b)
 {
 	ssize_t n;
 	if (b->op == ZINF_IO_READ) {
@@ -81,7 +81,7 @@ zinf_io_blk_sync(struct zinf_io_blk *b)
 static void
 req_complete(struct zinf_io *io, struct zinf_io_req *r)
 {
-	struct zinf_io_req_priv *p = zinf_io_req_priv(r);
+	struct zinf_io_req_priv *p = io_req_priv(r);
 	void (*done)(struct zinf_io_req *, void *) = r->done;
 	void *arg = r->arg;
 	struct zinf_io_file *f = r->file;
@@ -110,7 +110,7 @@ blk_finish(struct zinf_io_worker *w, struct zinf_io_blk *b, int64_t err)
 {
 	struct zinf_io *io = w->io;
 	struct zinf_io_req *r = b->req;
-	struct zinf_io_req_priv *p = zinf_io_req_priv(r);
+	struct zinf_io_req_priv *p = io_req_priv(r);
 
 	if (err) {
 		int64_t zero = 0;
@@ -201,7 +201,7 @@ take_blocks(struct zinf_io *io, struct zinf_io_worker *w)
 
 	while (w->nfree > 0 && io->qhead) {
 		struct zinf_io_req *r = io->qhead;
-		struct zinf_io_req_priv *p = zinf_io_req_priv(r);
+		struct zinf_io_req_priv *p = io_req_priv(r);
 		uint64_t cur = p->cursor;
 		uint32_t len = (uint32_t)ZINF_MIN((uint64_t)bs, r->len - cur);
 		struct zinf_io_blk *b = w->free_blks[--w->nfree];
@@ -232,7 +232,7 @@ take_blocks(struct zinf_io *io, struct zinf_io_worker *w)
 		}
 		if (cur < r->len && next) {
 			p->next = NULL;
-			zinf_io_req_priv(io->qtail)->next = r;
+			io_req_priv(io->qtail)->next = r;
 			io->qtail = r;
 		}
 	}
@@ -319,7 +319,7 @@ worker_reap(struct zinf_io_worker *w)
 }
 
 void *
-zinf_io_worker_main(void *arg)
+io_worker_main(void *arg)
 {
 	struct zinf_io_worker *w = arg;
 	struct zinf_io *io = w->io;
@@ -384,7 +384,7 @@ wake_sleepers(struct zinf_io *io, uint64_t want)
 static int
 req_refuse(struct zinf_io *io, struct zinf_io_req *r, int err)
 {
-	struct zinf_io_req_priv *p = zinf_io_req_priv(r);
+	struct zinf_io_req_priv *p = io_req_priv(r);
 	memset(p, 0, sizeof(*p));
 	p->err = err;
 	p->io = io;
@@ -446,7 +446,7 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 	if (rc < 0) {
 		return req_refuse(io, r, rc);
 	}
-	struct zinf_io_req_priv *p = zinf_io_req_priv(r);
+	struct zinf_io_req_priv *p = io_req_priv(r);
 	struct zinf_io_file *f = r->file;
 	memset(p, 0, sizeof(*p));
 	p->remain = r->len;
@@ -473,7 +473,7 @@ zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 		return 0;
 	}
 	if (io->qtail) {
-		zinf_io_req_priv(io->qtail)->next = r;
+		io_req_priv(io->qtail)->next = r;
 	} else {
 		/* seq_cst: pairs with a sleeping worker's check (worker_reap). */
 		__atomic_store_n(&io->qhead, r, __ATOMIC_SEQ_CST);
@@ -523,7 +523,7 @@ req_waitable(struct zinf_io *io, struct zinf_io_req *r, const char *fn)
 	if (!io || !r) {
 		return IO_FAIL(io, -EINVAL, "%s: NULL %s", fn, r ? "context" : "request");
 	}
-	if (zinf_io_req_priv(r)->io != io) {
+	if (io_req_priv(r)->io != io) {
 		return IO_FAIL(io, -EINVAL,
 			       "%s: request %p was not submitted to this context (never "
 			       "submitted, or submitted to another)",
@@ -539,7 +539,7 @@ zinf_io_poll(struct zinf_io *io, struct zinf_io_req *r)
 	if (rc < 0) {
 		return rc;
 	}
-	return __atomic_load_n(&zinf_io_req_priv(r)->state, __ATOMIC_ACQUIRE) == ZINF_IO_REQ_DONE;
+	return __atomic_load_n(&io_req_priv(r)->state, __ATOMIC_ACQUIRE) == ZINF_IO_REQ_DONE;
 }
 
 ZINF_API int
@@ -549,7 +549,7 @@ zinf_io_wait(struct zinf_io *io, struct zinf_io_req *r)
 	if (rc < 0) {
 		return rc;
 	}
-	uint32_t *st = &zinf_io_req_priv(r)->state;
+	uint32_t *st = &io_req_priv(r)->state;
 	uint32_t s = __atomic_load_n(st, __ATOMIC_ACQUIRE);
 
 	while (s != ZINF_IO_REQ_DONE) {

@@ -42,7 +42,7 @@ const struct zinf_io_ops *const zinf_io_registry[] = {
 const unsigned zinf_io_registry_len = ZINF_ARRAY_SIZE(zinf_io_registry);
 
 const struct zinf_io_ops *
-zinf_io_ops_find(const char *name)
+io_ops_find(const char *name)
 {
 	for (unsigned i = 0; i < zinf_io_registry_len; i++) {
 		if (strcmp(zinf_io_registry[i]->name, name) == 0) {

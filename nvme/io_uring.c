@@ -43,13 +43,13 @@ static int
 uring_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf_io_worker **out)
 {
 	struct io_uring_params p = {0};
-	struct uring_worker *u = zinf_calloc(1, sizeof(*u));
+	struct uring_worker *u = zc_calloc(1, sizeof(*u));
 	int rc;
 
 	if (!u) {
 		return IO_FAIL(io, -ENOMEM, "io_uring worker %u: out of memory", id);
 	}
-	rc = zinf_io_worker_init(&u->w, io, id, depth);
+	rc = io_worker_init(&u->w, io, id, depth);
 	if (rc < 0) {
 		goto fail_free;
 	}
@@ -79,9 +79,9 @@ uring_worker_create(struct zinf_io *io, unsigned id, unsigned depth, struct zinf
 	return 0;
 
 fail_worker:
-	zinf_io_worker_fini(&u->w);
+	io_worker_fini(&u->w);
 fail_free:
-	zinf_free(u);
+	zc_free(u);
 	return rc;
 }
 
@@ -93,8 +93,8 @@ uring_worker_destroy(struct zinf_io_worker *w)
 	if (u->efd >= 0) {
 		close(u->efd);
 	}
-	zinf_io_worker_fini(w);
-	zinf_free(u);
+	io_worker_fini(w);
+	zc_free(u);
 }
 
 static int

@@ -88,7 +88,7 @@ dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
 		int e = errno;
 		return SWAP_FAIL(s, -e, "directory %s is not writable: %s", dir, strerror(e));
 	}
-	int ret = zinf_swap_lock_dir(s, d);
+	int ret = swap_lock_dir(s, d);
 	if (ret < 0) {
 		return ret;
 	}
@@ -127,7 +127,7 @@ static int
 swap_opts_take(struct zinf_swap_opts *o, const struct zinf_swap_opts *opts)
 {
 	zinf_swap_opts_init(o);
-	int ret = zinf_opts_take(o, sizeof(*o), opts, "zinf_swap_opts");
+	int ret = zc_opts_take(o, sizeof(*o), opts, "zinf_swap_opts");
 	if (ret < 0) {
 		return ret;
 	}
@@ -155,7 +155,7 @@ name_make(const struct zinf_swap_opts *o)
 	for (unsigned d = 0; d < o->n_dirs; d++) {
 		len += strlen(o->dirs[d]) + 1;
 	}
-	char *n = zinf_malloc(len);
+	char *n = zc_malloc(len);
 	if (!n) {
 		return NULL;
 	}
@@ -180,7 +180,7 @@ zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct z
 	if (ret < 0) {
 		return ret;
 	}
-	struct zinf_swap *s = zinf_calloc(1, sizeof(*s));
+	struct zinf_swap *s = zc_calloc(1, sizeof(*s));
 	if (!s) {
 		return SWAP_FAIL(NULL, -ENOMEM, "zinf_swap_create: out of memory");
 	}
@@ -193,11 +193,11 @@ zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct z
 	s->keep_files = o.keep_files;
 	s->align = 1;
 	s->name = name_make(&o);
-	s->prefix = zinf_strdup(o.prefix);
-	s->dirs = zinf_calloc(s->n_dirs, sizeof(*s->dirs));
-	s->dir_buffered = zinf_calloc(s->n_dirs, sizeof(*s->dir_buffered));
-	s->lock_fd = zinf_calloc(s->n_dirs, sizeof(*s->lock_fd));
-	s->lock_path = zinf_calloc(s->n_dirs, sizeof(*s->lock_path));
+	s->prefix = zc_strdup(o.prefix);
+	s->dirs = zc_calloc(s->n_dirs, sizeof(*s->dirs));
+	s->dir_buffered = zc_calloc(s->n_dirs, sizeof(*s->dir_buffered));
+	s->lock_fd = zc_calloc(s->n_dirs, sizeof(*s->lock_fd));
+	s->lock_path = zc_calloc(s->n_dirs, sizeof(*s->lock_path));
 	for (unsigned d = 0; s->lock_fd && d < s->n_dirs; d++) {
 		s->lock_fd[d] = -1;
 	}
@@ -207,7 +207,7 @@ zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct z
 		goto fail;
 	}
 	for (unsigned d = 0; d < s->n_dirs; d++) {
-		s->dirs[d] = zinf_strdup(o.dirs[d]);
+		s->dirs[d] = zc_strdup(o.dirs[d]);
 		if (!s->dirs[d]) {
 			ret = SWAP_FAIL(s, -ENOMEM, "zinf_swap_create: out of memory");
 			goto fail;
@@ -232,7 +232,7 @@ fail:
 }
 
 void
-zinf_swap_kind_fini(struct zinf_swap *s, struct swap_kind *k)
+swap_kind_fini(struct zinf_swap *s, struct swap_kind *k)
 {
 	for (unsigned d = 0; d < s->n_dirs; d++) {
 		if (k->files && k->files[d]) {
@@ -245,9 +245,9 @@ zinf_swap_kind_fini(struct zinf_swap *s, struct swap_kind *k)
 			free(k->paths[d]);
 		}
 	}
-	zinf_free(k->files);
-	zinf_free(k->paths);
-	zinf_free(k->file_bytes);
+	zc_free(k->files);
+	zc_free(k->paths);
+	zc_free(k->file_bytes);
 }
 
 ZINF_API void
@@ -257,34 +257,34 @@ zinf_swap_destroy(struct zinf_swap *s)
 		return;
 	}
 	for (int i = 0; i < s->nkinds; i++) {
-		zinf_swap_kind_fini(s, &s->kinds[i]);
+		swap_kind_fini(s, &s->kinds[i]);
 	}
-	zinf_free(s->kinds);
+	zc_free(s->kinds);
 	for (int i = 0; i < s->nt; i++) {
-		zinf_free(s->t[i].crc);
-		zinf_free(s->t[i].crc_new);
+		zc_free(s->t[i].crc);
+		zc_free(s->t[i].crc_new);
 	}
-	zinf_free(s->t);
-	zinf_free(s->ext_off);
-	zinf_free(s->hash);
+	zc_free(s->t);
+	zc_free(s->ext_off);
+	zc_free(s->hash);
 	/* After the files are gone: the names stay ours until then. */
-	zinf_swap_unlock_dirs(s);
+	swap_unlock_dirs(s);
 	if (s->dirs) {
 		for (unsigned d = 0; d < s->n_dirs; d++) {
-			zinf_free(s->dirs[d]);
+			zc_free(s->dirs[d]);
 		}
 	}
-	zinf_free(s->dirs);
-	zinf_free(s->dir_buffered);
-	zinf_free(s->prefix);
-	zinf_free(s->name);
-	zinf_free(s);
+	zc_free(s->dirs);
+	zc_free(s->dir_buffered);
+	zc_free(s->prefix);
+	zc_free(s->name);
+	zc_free(s);
 }
 
 /* ---- declarations ------------------------------------------------------------------------- */
 
 bool
-zinf_swap_kind_name_ok(const char *k)
+swap_kind_name_ok(const char *k)
 {
 	size_t n = 0;
 	for (; k[n]; n++) {
@@ -334,11 +334,11 @@ static int
 hash_grow(struct zinf_swap *s)
 {
 	unsigned cap = s->hash_cap ? s->hash_cap * 2 : 64;
-	int *h = zinf_calloc(cap, sizeof(*h));
+	int *h = zc_calloc(cap, sizeof(*h));
 	if (!h) {
 		return SWAP_FAIL(s, -ENOMEM, "out of memory for a table of %u tensors", cap);
 	}
-	zinf_free(s->hash);
+	zc_free(s->hash);
 	s->hash = h;
 	s->hash_cap = cap;
 	for (int id = 0; id < s->nt; id++) {
@@ -371,7 +371,7 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 		return SWAP_FAIL(s, -EBUSY, "%s[%u] declared after zinf_swap_reserve()", kind,
 				 index);
 	}
-	if (!zinf_swap_kind_name_ok(kind)) {
+	if (!swap_kind_name_ok(kind)) {
 		return SWAP_FAIL(s, -EINVAL, "bad state kind '%s' (1..%d letters, digits and '_')",
 				 kind, SWAP_KIND_MAX);
 	}
@@ -394,14 +394,14 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 	if (k < 0) {
 		if (s->nkinds == s->kinds_cap) {
 			int cap = s->kinds_cap ? s->kinds_cap * 2 : 4;
-			struct swap_kind *nk = zinf_calloc(cap, sizeof(*nk));
+			struct swap_kind *nk = zc_calloc(cap, sizeof(*nk));
 			if (!nk) {
 				return SWAP_FAIL(s, -ENOMEM, "%s[%u]: out of memory", kind, index);
 			}
 			if (s->nkinds) {
 				memcpy(nk, s->kinds, s->nkinds * sizeof(*nk));
 			}
-			zinf_free(s->kinds);
+			zc_free(s->kinds);
 			s->kinds = nk;
 			s->kinds_cap = cap;
 		}
@@ -411,14 +411,14 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 	}
 	if (s->nt == s->t_cap) {
 		int cap = s->t_cap ? s->t_cap * 2 : 64;
-		struct swap_tensor *nt = zinf_calloc(cap, sizeof(*nt));
+		struct swap_tensor *nt = zc_calloc(cap, sizeof(*nt));
 		if (!nt) {
 			return SWAP_FAIL(s, -ENOMEM, "%s[%u]: out of memory", kind, index);
 		}
 		if (s->nt) {
 			memcpy(nt, s->t, s->nt * sizeof(*nt));
 		}
-		zinf_free(s->t);
+		zc_free(s->t);
 		s->t = nt;
 		s->t_cap = cap;
 	}

@@ -16,18 +16,18 @@
 #include "zinf/blocks/swap.h"
 
 /* CRC32C with the byte table (any CPU). Same contract as zinf_crc32c(). */
-uint32_t zinf_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len);
 /* CRC32C with the SSE4.2 crc32 instruction, three streams interleaved. Only where sse42. */
-uint32_t zinf_crc32c_hw(uint32_t crc, const void *buf, size_t len);
+uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len);
 /* True when zinf_crc32c() uses the instruction. */
-bool zinf_crc32c_hw_available(void);
+bool crc32c_hw_available(void);
 
 /*
  * Test hook: make zinf_swap_reserve() believe every directory has `bytes` bytes free (as
  * statvfs f_bavail * f_frsize would say); UINT64_MAX restores the real figure. Process-wide;
  * only tests call it.
  */
-void zinf_swap_test_set_free_bytes(uint64_t bytes);
+void swap_test_set_free_bytes(uint64_t bytes);
 
 /* ---- shared by the swap space's files (swap.c, swap_owner.c, swap_reserve.c, swap_op.c) ---- */
 
@@ -101,21 +101,21 @@ struct swap_piece {
 };
 
 /* swap.c */
-bool zinf_swap_kind_name_ok(const char *kind);
+bool swap_kind_name_ok(const char *kind);
 /* Close (and unless kept, remove) kind k's files. */
-void zinf_swap_kind_fini(struct zinf_swap *s, struct swap_kind *k);
+void swap_kind_fini(struct zinf_swap *s, struct swap_kind *k);
 
 /* swap_owner.c: the names a swap space owns, and the leftovers of those that are gone. */
-int zinf_swap_lock_dir(struct zinf_swap *s, unsigned d);
-void zinf_swap_unlock_dirs(struct zinf_swap *s);
+int swap_lock_dir(struct zinf_swap *s, unsigned d);
+void swap_unlock_dirs(struct zinf_swap *s);
 struct swap_leftovers {
 	char **paths;
 	uint64_t *bytes; /* [n]: allocated on disk (st_blocks), what removing them gives back */
 	unsigned n, cap;
 	uint64_t *dir_bytes; /* [n_dirs] */
 };
-int zinf_swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo);
-void zinf_swap_leftovers_reclaim(struct zinf_swap *s, const struct swap_leftovers *lo);
-void zinf_swap_leftovers_free(struct swap_leftovers *lo);
+int swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo);
+void swap_leftovers_reclaim(struct zinf_swap *s, const struct swap_leftovers *lo);
+void swap_leftovers_free(struct swap_leftovers *lo);
 
 #endif

@@ -114,7 +114,7 @@ op_start(struct zinf_swap *s, struct zinf_swap_op *op)
 	if (t->npieces == 0) {
 		return 0;
 	}
-	op->reqs = zinf_calloc(t->npieces, sizeof(*op->reqs));
+	op->reqs = zc_calloc(t->npieces, sizeof(*op->reqs));
 	if (!op->reqs) {
 		return SWAP_FAIL(s, -ENOMEM, "%s of %s[%u]: out of memory for %u requests",
 				 op->write ? "write" : "read", tensor_kind(s, op->id), t->index,
@@ -126,7 +126,7 @@ op_start(struct zinf_swap *s, struct zinf_swap_op *op)
 			for (uint32_t q = 0; q < p; q++) {
 				zinf_io_wait(s->io, &op->reqs[q]);
 			}
-			zinf_free(op->reqs);
+			zc_free(op->reqs);
 			op->reqs = NULL;
 			op->nreq = 0;
 			return ret;
@@ -245,7 +245,7 @@ op_finish(struct zinf_swap *s, struct zinf_swap_op *op)
 	} else {
 		t->state = SWAP_VALID;
 	}
-	zinf_free(op->reqs);
+	zc_free(op->reqs);
 	op->reqs = NULL;
 	return ret;
 }

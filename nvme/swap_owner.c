@@ -47,7 +47,7 @@ lock_busy(struct zinf_swap *s, unsigned d, int fd)
  * pid written in it for the message of the next one who tries.
  */
 int
-zinf_swap_lock_dir(struct zinf_swap *s, unsigned d)
+swap_lock_dir(struct zinf_swap *s, unsigned d)
 {
 	if (asprintf(&s->lock_path[d], "%s/%s-r%d.%u.lock", s->dirs[d], s->prefix, s->rank, d) <
 	    0) {
@@ -88,7 +88,7 @@ zinf_swap_lock_dir(struct zinf_swap *s, unsigned d)
 }
 
 void
-zinf_swap_unlock_dirs(struct zinf_swap *s)
+swap_unlock_dirs(struct zinf_swap *s)
 {
 	for (unsigned d = 0; d < s->n_dirs; d++) {
 		if (s->lock_fd && s->lock_fd[d] >= 0) {
@@ -100,21 +100,21 @@ zinf_swap_unlock_dirs(struct zinf_swap *s)
 			free(s->lock_path[d]); /* asprintf's */
 		}
 	}
-	zinf_free(s->lock_fd);
-	zinf_free(s->lock_path);
+	zc_free(s->lock_fd);
+	zc_free(s->lock_path);
 }
 
 /* ---- leftovers of a process that is gone -------------------------------------------------- */
 
 void
-zinf_swap_leftovers_free(struct swap_leftovers *lo)
+swap_leftovers_free(struct swap_leftovers *lo)
 {
 	for (unsigned i = 0; i < lo->n; i++) {
 		free(lo->paths[i]);
 	}
-	zinf_free(lo->paths);
-	zinf_free(lo->bytes);
-	zinf_free(lo->dir_bytes);
+	zc_free(lo->paths);
+	zc_free(lo->bytes);
+	zc_free(lo->dir_bytes);
 	memset(lo, 0, sizeof(*lo));
 }
 
@@ -137,7 +137,7 @@ leftover_name(const struct zinf_swap *s, unsigned d, const char *name)
 	}
 	memcpy(kind, name + pl + hl, kl);
 	kind[kl] = 0;
-	return zinf_swap_kind_name_ok(kind);
+	return swap_kind_name_ok(kind);
 }
 
 static int
@@ -145,19 +145,19 @@ leftover_add(struct swap_leftovers *lo, const char *dir, const char *name, uint6
 {
 	if (lo->n == lo->cap) {
 		unsigned cap = lo->cap ? lo->cap * 2 : 8;
-		char **p = zinf_calloc(cap, sizeof(*p));
-		uint64_t *b = zinf_calloc(cap, sizeof(*b));
+		char **p = zc_calloc(cap, sizeof(*p));
+		uint64_t *b = zc_calloc(cap, sizeof(*b));
 		if (!p || !b) {
-			zinf_free(p);
-			zinf_free(b);
+			zc_free(p);
+			zc_free(b);
 			return -ENOMEM;
 		}
 		if (lo->n) {
 			memcpy(p, lo->paths, lo->n * sizeof(*p));
 			memcpy(b, lo->bytes, lo->n * sizeof(*b));
 		}
-		zinf_free(lo->paths);
-		zinf_free(lo->bytes);
+		zc_free(lo->paths);
+		zc_free(lo->bytes);
 		lo->paths = p;
 		lo->bytes = b;
 		lo->cap = cap;
@@ -171,10 +171,10 @@ leftover_add(struct swap_leftovers *lo, const char *dir, const char *name, uint6
 
 /* Find the leftovers in every directory. */
 int
-zinf_swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo)
+swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo)
 {
 	memset(lo, 0, sizeof(*lo));
-	lo->dir_bytes = zinf_calloc(s->n_dirs, sizeof(*lo->dir_bytes));
+	lo->dir_bytes = zc_calloc(s->n_dirs, sizeof(*lo->dir_bytes));
 	if (!lo->dir_bytes) {
 		return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory listing leftovers");
 	}
@@ -208,7 +208,7 @@ zinf_swap_leftovers_find(struct zinf_swap *s, struct swap_leftovers *lo)
 
 /* Remove the leftovers, with one warning that names each and its size. */
 void
-zinf_swap_leftovers_reclaim(struct zinf_swap *s, const struct swap_leftovers *lo)
+swap_leftovers_reclaim(struct zinf_swap *s, const struct swap_leftovers *lo)
 {
 	if (lo->n == 0) {
 		return;

@@ -24,7 +24,7 @@
 static _Atomic uint64_t test_free_bytes = UINT64_MAX;
 
 void
-zinf_swap_test_set_free_bytes(uint64_t bytes)
+swap_test_set_free_bytes(uint64_t bytes)
 {
 	atomic_store(&test_free_bytes, bytes);
 }
@@ -56,15 +56,15 @@ div_up(uint64_t a, uint64_t b)
 static int
 layout_alloc(struct zinf_swap *s)
 {
-	s->ext_off = zinf_calloc((size_t)(s->nt ? s->nt : 1) * s->n_dirs, sizeof(*s->ext_off));
+	s->ext_off = zc_calloc((size_t)(s->nt ? s->nt : 1) * s->n_dirs, sizeof(*s->ext_off));
 	if (!s->ext_off) {
 		return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory for the layout");
 	}
 	for (int k = 0; k < s->nkinds; k++) {
 		struct swap_kind *kd = &s->kinds[k];
-		kd->file_bytes = zinf_calloc(s->n_dirs, sizeof(*kd->file_bytes));
-		kd->files = zinf_calloc(s->n_dirs, sizeof(*kd->files));
-		kd->paths = zinf_calloc(s->n_dirs, sizeof(*kd->paths));
+		kd->file_bytes = zc_calloc(s->n_dirs, sizeof(*kd->file_bytes));
+		kd->files = zc_calloc(s->n_dirs, sizeof(*kd->files));
+		kd->paths = zc_calloc(s->n_dirs, sizeof(*kd->paths));
 		if (!kd->file_bytes || !kd->files || !kd->paths) {
 			return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory for the layout");
 		}
@@ -100,8 +100,7 @@ layout(struct zinf_swap *s)
 	if (ret < 0) {
 		return ret;
 	}
-	uint64_t *kind_units =
-		zinf_calloc((size_t)(s->nkinds ? s->nkinds : 1), sizeof(*kind_units));
+	uint64_t *kind_units = zc_calloc((size_t)(s->nkinds ? s->nkinds : 1), sizeof(*kind_units));
 	if (!kind_units) {
 		return SWAP_FAIL(s, -ENOMEM, "reserve: out of memory for the layout");
 	}
@@ -127,15 +126,15 @@ layout(struct zinf_swap *s)
 		kind_units[t->kind] += units;
 		ret = layout_extents(s, id);
 		if (ret == 0 && s->crc && t->npieces) {
-			t->crc = zinf_calloc(t->npieces, sizeof(*t->crc));
-			t->crc_new = zinf_calloc(t->npieces, sizeof(*t->crc_new));
+			t->crc = zc_calloc(t->npieces, sizeof(*t->crc));
+			t->crc_new = zc_calloc(t->npieces, sizeof(*t->crc_new));
 			ret = (!t->crc || !t->crc_new)
 				      ? SWAP_FAIL(s, -ENOMEM, "%s[%u]: out of memory for %u CRCs",
 						  s->kinds[t->kind].name, t->index, t->npieces)
 				      : 0;
 		}
 	}
-	zinf_free(kind_units);
+	zc_free(kind_units);
 	return ret;
 }
 
@@ -166,8 +165,8 @@ static int
 check_space(struct zinf_swap *s, const uint64_t *reclaim)
 {
 	unsigned n = s->n_dirs;
-	uint64_t *need = zinf_calloc(n, sizeof(*need));
-	dev_t *dev = zinf_calloc(n, sizeof(*dev));
+	uint64_t *need = zc_calloc(n, sizeof(*need));
+	dev_t *dev = zc_calloc(n, sizeof(*dev));
 	int ret = -ENOMEM;
 	if (!need || !dev) {
 		goto out;
@@ -211,8 +210,8 @@ check_space(struct zinf_swap *s, const uint64_t *reclaim)
 	}
 	ret = 0;
 out:
-	zinf_free(need);
-	zinf_free(dev);
+	zc_free(need);
+	zc_free(dev);
 	return ret;
 }
 
@@ -292,17 +291,17 @@ static void
 reserve_undo(struct zinf_swap *s)
 {
 	for (int k = 0; k < s->nkinds; k++) {
-		zinf_swap_kind_fini(s, &s->kinds[k]);
+		swap_kind_fini(s, &s->kinds[k]);
 		s->kinds[k].files = NULL;
 		s->kinds[k].paths = NULL;
 		s->kinds[k].file_bytes = NULL;
 	}
 	for (int id = 0; id < s->nt; id++) {
-		zinf_free(s->t[id].crc);
-		zinf_free(s->t[id].crc_new);
+		zc_free(s->t[id].crc);
+		zc_free(s->t[id].crc_new);
 		s->t[id].crc = s->t[id].crc_new = NULL;
 	}
-	zinf_free(s->ext_off);
+	zc_free(s->ext_off);
 	s->ext_off = NULL;
 	s->total_bytes = 0;
 }
@@ -319,16 +318,16 @@ zinf_swap_reserve(struct zinf_swap *s)
 	}
 	int ret = layout(s);
 	if (ret == 0) {
-		ret = zinf_swap_leftovers_find(s, &lo);
+		ret = swap_leftovers_find(s, &lo);
 	}
 	if (ret == 0) {
 		ret = check_space(s, lo.dir_bytes);
 	}
 	if (ret == 0) {
-		zinf_swap_leftovers_reclaim(s, &lo);
+		swap_leftovers_reclaim(s, &lo);
 		ret = files_create(s);
 	}
-	zinf_swap_leftovers_free(&lo);
+	swap_leftovers_free(&lo);
 	if (ret < 0) {
 		reserve_undo(s);
 		return ret;

@@ -135,7 +135,7 @@ static int
 take_opts(const struct zinf_pool_opts *in, struct zinf_pool_opts *o)
 {
 	zinf_pool_opts_init(o);
-	int rc = zinf_opts_take(o, sizeof(*o), in, "zinf_pool_opts");
+	int rc = zc_opts_take(o, sizeof(*o), in, "zinf_pool_opts");
 	if (rc) {
 		return rc;
 	}
@@ -270,7 +270,7 @@ register_io(struct zinf_pool *p)
 	}
 	uint64_t per = ZINF_DIV_ROUND_UP(p->buf_bytes, IOV_MAX_BYTES);
 	unsigned n = (unsigned)(per * p->count);
-	struct iovec *iov = zinf_calloc(n, sizeof(*iov));
+	struct iovec *iov = zc_calloc(n, sizeof(*iov));
 	if (!iov) {
 		POOL_WARN(p, "out of memory for %u iovecs: buffers not registered", n);
 		return;
@@ -294,7 +294,7 @@ register_io(struct zinf_pool *p)
 			  "unregistered buffers",
 			  k, zinf_strerror(rc));
 	}
-	zinf_free(iov);
+	zc_free(iov);
 }
 
 /* Bind the pool's pages to its NUMA node (the option's, or the caller's with several). An
@@ -431,7 +431,7 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	}
 	struct zinf_pool_opts oo, *o = &oo;
 	(void)take_opts(opts, o); /* checked by zinf_pool_check */
-	struct zinf_pool *p = zinf_calloc(1, sizeof(*p));
+	struct zinf_pool *p = zc_calloc(1, sizeof(*p));
 	if (!p) {
 		return POOL_FAIL(o, -ENOMEM, "out of memory");
 	}
@@ -444,8 +444,8 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	p->bytes = b.bytes;
 	p->node = -1;
 	rc = -ENOMEM;
-	p->bufs = zinf_calloc(p->count ? p->count : 1, sizeof(*p->bufs));
-	p->free_stack = zinf_calloc(p->count ? p->count : 1, sizeof(*p->free_stack));
+	p->bufs = zc_calloc(p->count ? p->count : 1, sizeof(*p->bufs));
+	p->free_stack = zc_calloc(p->count ? p->count : 1, sizeof(*p->free_stack));
 	if (!p->bufs || !p->free_stack) {
 		rc = POOL_FAIL(p, -ENOMEM, "out of memory");
 		goto err_free;
@@ -507,9 +507,9 @@ err_free:
 	if (p->dev_owned) {
 		zinf_device_destroy(p->dev);
 	}
-	zinf_free(p->free_stack);
-	zinf_free(p->bufs);
-	zinf_free(p);
+	zc_free(p->free_stack);
+	zc_free(p->bufs);
+	zc_free(p);
 	return rc;
 }
 
@@ -536,9 +536,9 @@ zinf_pool_destroy(struct zinf_pool *p)
 	}
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
-	zinf_free(p->free_stack);
-	zinf_free(p->bufs);
-	zinf_free(p);
+	zc_free(p->free_stack);
+	zc_free(p->bufs);
+	zc_free(p);
 }
 
 /* Getters: a NULL pool reads as an empty one. */

@@ -115,7 +115,7 @@ zinf_step_buffer_bytes(const struct zinf_step_opts *opts, uint32_t align)
 	struct zinf_step_opts o;
 	zinf_step_opts_init(&o);
 	uint64_t total = 0, sg;
-	if (!opts || zinf_opts_take(&o, sizeof(o), opts, "zinf_step_opts") ||
+	if (!opts || zc_opts_take(&o, sizeof(o), opts, "zinf_step_opts") ||
 	    (sg = opts_sg_max(&o)) == 0 || layout(&o, sg, align ? align : 4096, NULL, &total)) {
 		return 0;
 	}
@@ -250,7 +250,7 @@ setup_common(struct zinf_step *st)
 	st->sgsize = opts_sg_max(o);
 	st->nsg = o->sub_group_ends ? o->n_sub_groups
 				    : (uint32_t)ZINF_DIV_ROUND_UP(st->n, st->sgsize);
-	st->ends = zinf_calloc(st->nsg, sizeof(*st->ends));
+	st->ends = zc_calloc(st->nsg, sizeof(*st->ends));
 	if (!st->ends) {
 		return STEP_FAIL(st, -ENOMEM, "out of memory for %u sub-groups", st->nsg);
 	}
@@ -269,10 +269,10 @@ setup_common(struct zinf_step *st)
 	if (rc) {
 		return rc;
 	}
-	st->written = zinf_calloc(st->nsg, sizeof(*st->written));
-	st->done = zinf_calloc(st->nsg, 1);
-	st->sg_slot = zinf_calloc(st->nsg, sizeof(*st->sg_slot));
-	st->ids = zinf_calloc((size_t)st->nsg * STEP_MAXP, sizeof(*st->ids));
+	st->written = zc_calloc(st->nsg, sizeof(*st->written));
+	st->done = zc_calloc(st->nsg, 1);
+	st->sg_slot = zc_calloc(st->nsg, sizeof(*st->sg_slot));
+	st->ids = zc_calloc((size_t)st->nsg * STEP_MAXP, sizeof(*st->ids));
 	if (!st->written || !st->done || !st->sg_slot || !st->ids) {
 		return STEP_FAIL(st, -ENOMEM, "out of memory for %u sub-groups", st->nsg);
 	}
@@ -382,12 +382,12 @@ step_free(struct zinf_step *st)
 		}
 	}
 	zinf_optimizer_destroy(st->own_opt);
-	zinf_free(st->ids);
-	zinf_free(st->ends);
-	zinf_free(st->sg_slot);
-	zinf_free(st->done);
-	zinf_free(st->written);
-	zinf_free(st);
+	zc_free(st->ids);
+	zc_free(st->ends);
+	zc_free(st->sg_slot);
+	zc_free(st->done);
+	zc_free(st->written);
+	zc_free(st);
 }
 
 int
@@ -396,13 +396,13 @@ zinf_step_create(const struct zinf_step_opts *opts, struct zinf_step **out)
 	if (!out) {
 		return OFFLOAD_NULL("output");
 	}
-	struct zinf_step *st = zinf_calloc(1, sizeof(*st));
+	struct zinf_step *st = zc_calloc(1, sizeof(*st));
 	if (!st) {
 		return ZINF_FAIL(-ENOMEM, "optimizer step: out of memory");
 	}
 	snprintf(st->name, sizeof(st->name), "optimizer step");
 	zinf_step_opts_init(&st->o);
-	int rc = zinf_opts_take(&st->o, sizeof(st->o), opts, "zinf_step_opts");
+	int rc = zc_opts_take(&st->o, sizeof(st->o), opts, "zinf_step_opts");
 	if (rc == 0) {
 		rc = validate(st);
 	}
@@ -471,7 +471,7 @@ zinf_step_get_stats(const struct zinf_step *st, struct zinf_step_stats *out)
 	if (!st) {
 		return OFFLOAD_NULL("step");
 	}
-	return zinf_stats_give(out, &st->stats, sizeof(st->stats), "zinf_step_stats");
+	return zc_stats_give(out, &st->stats, sizeof(st->stats), "zinf_step_stats");
 }
 
 uint32_t
@@ -494,7 +494,7 @@ zinf_step_part_info(const struct zinf_step *st, uint32_t part, struct zinf_step_
 	i.elem_bytes = st->esz[part];
 	i.copy = part == st->nopt;
 	i.swap = i.copy ? st->o.param_swap : st->o.tier == ZINF_TIER_NVME ? st->o.swap : NULL;
-	return zinf_stats_give(out, &i, sizeof(i), "zinf_step_part_info");
+	return zc_stats_give(out, &i, sizeof(i), "zinf_step_part_info");
 }
 
 int

@@ -375,7 +375,7 @@ step_abort_slots(struct zinf_step *st)
 			s->buf = NULL;
 		}
 	}
-	zinf_free(st->slots);
+	zc_free(st->slots);
 	st->slots = NULL;
 	st->nslots = 0;
 	st->in_step = false;
@@ -391,7 +391,7 @@ step_take_buffers(struct zinf_step *st)
 {
 	uint32_t want = st->o.buffers ? st->o.buffers : zinf_pool_buffer_count(st->o.pool);
 	want = ZINF_MIN(want, st->nsg + 1); /* more than one per sub-group never helps */
-	st->slots = zinf_calloc(want, sizeof(*st->slots));
+	st->slots = zc_calloc(want, sizeof(*st->slots));
 	if (!st->slots) {
 		return STEP_FAIL(st, -ENOMEM, "out of memory for %u slots", want);
 	}

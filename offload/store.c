@@ -81,14 +81,14 @@ zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out)
 	}
 	struct zinf_store_opts o;
 	zinf_store_opts_init(&o);
-	int rc = zinf_opts_take(&o, sizeof(o), opts, "zinf_store_opts");
+	int rc = zc_opts_take(&o, sizeof(o), opts, "zinf_store_opts");
 	if (rc) {
 		return rc;
 	}
 	if (!o.pool) {
 		return ZINF_FAIL(-EINVAL, "store: needs a pool (zinf_store_opts.pool)");
 	}
-	struct zinf_store *s = zinf_calloc(1, sizeof(*s));
+	struct zinf_store *s = zc_calloc(1, sizeof(*s));
 	if (!s) {
 		return ZINF_FAIL(-ENOMEM, "store (%s): out of memory", offload_pool_what(o.pool));
 	}
@@ -310,11 +310,11 @@ zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t 
 			return STORE_FAIL(s, -ENOMEM, "%d tensors: too many", s->nt);
 		}
 		int cap = s->cap ? 2 * s->cap : 16;
-		struct tensor *n = zinf_calloc(cap, sizeof(*n));
-		int *q = zinf_calloc(cap, sizeof(*q));
+		struct tensor *n = zc_calloc(cap, sizeof(*n));
+		int *q = zc_calloc(cap, sizeof(*q));
 		if (!n || !q) {
-			zinf_free(n);
-			zinf_free(q);
+			zc_free(n);
+			zc_free(q);
 			return STORE_FAIL(s, -ENOMEM, "out of memory");
 		}
 		if (s->nt) {
@@ -323,8 +323,8 @@ zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t 
 				q[i] = s->pq[(s->pq_head + i) % s->pq_cap];
 			}
 		}
-		zinf_free(s->t);
-		zinf_free(s->pq);
+		zc_free(s->t);
+		zc_free(s->pq);
 		s->t = n;
 		s->cap = cap;
 		s->pq = q;
@@ -681,7 +681,7 @@ zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out)
 	struct zinf_store_stats st = s->stats;
 	st.size = sizeof(st);
 	st.cached_elems = s->cached_elems;
-	return zinf_stats_give(out, &st, sizeof(st), "zinf_store_stats");
+	return zc_stats_give(out, &st, sizeof(st), "zinf_store_stats");
 }
 
 void
@@ -699,7 +699,7 @@ zinf_store_destroy(struct zinf_store *s)
 			give_back(s, t);
 		}
 	}
-	zinf_free(s->pq);
-	zinf_free(s->t);
-	zinf_free(s);
+	zc_free(s->pq);
+	zc_free(s->t);
+	zc_free(s);
 }

@@ -66,8 +66,8 @@ Test(comm, single_contract)
 	cr_assert_eq(zinf_comm_all_gather(c, full, full, 5, ZINF_F32, NULL), 0);
 	cr_assert_arr_eq(full, part, sizeof(part));
 
-	uint16_t h[3] = {zinf_f32_to_bf16_rne(1.5f), zinf_f32_to_bf16_rne(-3.0f),
-			 zinf_f32_to_bf16_rne(0.1f)},
+	uint16_t h[3] = {dt_f32_to_bf16_rne(1.5f), dt_f32_to_bf16_rne(-3.0f),
+			 dt_f32_to_bf16_rne(0.1f)},
 		 out[3] = {0};
 	struct zinf_comm_req *r = NULL;
 	cr_assert_eq(zinf_comm_reduce_scatter(c, h, out, 3, ZINF_BF16, ZINF_COMM_AVG, &r), 0);
@@ -91,7 +91,7 @@ Test(comm, single_contract)
 		     (unsigned long long)st.calls);
 	cr_assert_eq(st.bytes, 20 + 20 + 6 + 8 + 8 + 0);
 	cr_assert_eq(st.timeouts, 0);
-	cr_assert_null(zinf_comm_native(c));
+	cr_assert_null(comm_native(c));
 	zinf_comm_destroy(c);
 }
 
@@ -200,10 +200,10 @@ Test(comm, argument_checks)
  * no device, mpi ...) is covered by test_comm_ranks. */
 Test(comm, backends_listed)
 {
-	cr_assert_not_null(zinf_comm_ops_find("mpi"));
-	cr_assert_not_null(zinf_comm_ops_find("nccl"));
-	cr_assert_not_null(zinf_comm_ops_find("single"));
-	cr_assert_null(zinf_comm_ops_find("gloo"));
+	cr_assert_not_null(comm_ops_find("mpi"));
+	cr_assert_not_null(comm_ops_find("nccl"));
+	cr_assert_not_null(comm_ops_find("single"));
+	cr_assert_null(comm_ops_find("gloo"));
 #if !ZINF_HAVE_MPI
 	struct zinf_comm_opts o;
 	struct zinf_comm *c = NULL;
@@ -222,15 +222,15 @@ Test(comm, out_of_memory)
 	struct zinf_comm *c = NULL;
 	zinf_comm_opts_init(&o);
 	o.backend = "single";
-	zinf_test_alloc_fail_nth(2); /* the communicator, then its descriptors */
+	zc_test_alloc_fail_nth(2); /* the communicator, then its descriptors */
 	cr_assert_eq(zinf_comm_create(&o, &c), -ENOMEM);
 	cr_assert_null(c);
-	zinf_test_alloc_fail_nth(0);
+	zc_test_alloc_fail_nth(0);
 	c = open_single(false);
 	float v = 1.0f;
-	zinf_test_alloc_fail_nth(1);
+	zc_test_alloc_fail_nth(1);
 	cr_assert_eq(zinf_comm_all_reduce(c, &v, 1, ZINF_F32, ZINF_COMM_SUM, NULL), -ENOMEM);
-	zinf_test_alloc_fail_nth(0);
+	zc_test_alloc_fail_nth(0);
 	cr_assert(strstr(zinf_last_error(), "seq 1 all_reduce 1 f32 sum: out of memory") != NULL,
 		  "%s", zinf_last_error());
 	cr_assert_eq(zinf_comm_failed(c), -ENOMEM);
@@ -335,7 +335,7 @@ Test(comm, a_timed_out_check_keeps_both_of_its_buffers)
 	/* still the backend's (under ASan a freed buffer fails here) */
 	cr_assert_eq(late_mine->seq, 1);
 	cr_assert_eq(late_mine->kind, ZINF_COMM_ALL_REDUCE);
-	zinf_free(descs); /* the test plays MPI finishing with them */
+	zc_free(descs); /* the test plays MPI finishing with them */
 }
 
 /* The NCCL version rule (comm_nccl.c refuses at communicator creation): the library's major
@@ -345,13 +345,13 @@ Test(comm, a_timed_out_check_keeps_both_of_its_buffers)
 Test(comm, nccl_version_rule)
 {
 	char why[256] = "";
-	cr_assert_eq(zinf_comm_nccl_version_ok(22809, 22809, why, sizeof(why)), 0);
-	cr_assert_eq(zinf_comm_nccl_version_ok(22803, 22809, why, sizeof(why)), 0);
-	cr_assert_eq(zinf_comm_nccl_version_ok(22901, 22809, why, sizeof(why)), 0);
-	cr_assert_eq(zinf_comm_nccl_version_ok(22705, 22809, why, sizeof(why)), -ENOTSUP);
+	cr_assert_eq(comm_nccl_version_ok(22809, 22809, why, sizeof(why)), 0);
+	cr_assert_eq(comm_nccl_version_ok(22803, 22809, why, sizeof(why)), 0);
+	cr_assert_eq(comm_nccl_version_ok(22901, 22809, why, sizeof(why)), 0);
+	cr_assert_eq(comm_nccl_version_ok(22705, 22809, why, sizeof(why)), -ENOTSUP);
 	cr_assert(strstr(why, "2.27.5") && strstr(why, "older than the 2.28.9 headers"), "%s", why);
-	cr_assert_eq(zinf_comm_nccl_version_ok(2804, 22809, why, sizeof(why)), -ENOTSUP);
+	cr_assert_eq(comm_nccl_version_ok(2804, 22809, why, sizeof(why)), -ENOTSUP);
 	cr_assert(strstr(why, "2.8.4"), "the old encoding decoded: %s", why);
-	cr_assert_eq(zinf_comm_nccl_version_ok(30001, 22809, why, sizeof(why)), -ENOTSUP);
+	cr_assert_eq(comm_nccl_version_ok(30001, 22809, why, sizeof(why)), -ENOTSUP);
 	cr_assert(strstr(why, "3.0.1") && strstr(why, "another major release"), "%s", why);
 }

@@ -92,7 +92,7 @@ value(uint64_t salt, int r, size_t i)
 	uint64_t s = seed ^ (salt * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)r << 40) ^ i;
 	zt_rand(&s);
 	double v = zt_uniform(&s, -4.0, 4.0);
-	return zinf_f16_to_f32(zinf_f32_to_f16_rne(zinf_bf16_to_f32(zinf_f32_to_bf16_rne(v))));
+	return dt_f16_to_f32(dt_f32_to_f16_rne(dt_bf16_to_f32(dt_f32_to_bf16_rne(v))));
 }
 
 static float
@@ -100,8 +100,8 @@ load(const void *p, enum zinf_dtype t, size_t i)
 {
 	const uint16_t *h = p;
 	return t == ZINF_F32	? ((const float *)p)[i]
-	       : t == ZINF_BF16 ? zinf_bf16_to_f32(h[i])
-				: zinf_f16_to_f32(h[i]);
+	       : t == ZINF_BF16 ? dt_bf16_to_f32(h[i])
+				: dt_f16_to_f32(h[i]);
 }
 
 static void
@@ -110,8 +110,7 @@ store(void *p, enum zinf_dtype t, size_t i, float v)
 	if (t == ZINF_F32) {
 		((float *)p)[i] = v;
 	} else {
-		((uint16_t *)p)[i] =
-			t == ZINF_BF16 ? zinf_f32_to_bf16_rne(v) : zinf_f32_to_f16_rne(v);
+		((uint16_t *)p)[i] = t == ZINF_BF16 ? dt_f32_to_bf16_rne(v) : dt_f32_to_f16_rne(v);
 	}
 }
 
@@ -254,12 +253,12 @@ case_all_reduce(void)
 	CHECK(v[1] == 1.0f, "overflow flag %g", v[1]);
 	CHECK(v[2] == -0.25f, "max %g", v[2]);
 	uint16_t *h = buf_alloc(2 * sizeof(uint16_t));
-	h[0] = zinf_f32_to_bf16_rne(1.0f + (float)rank);
-	h[1] = zinf_f32_to_bf16_rne(-1.0f - (float)rank);
+	h[0] = dt_f32_to_bf16_rne(1.0f + (float)rank);
+	h[1] = dt_f32_to_bf16_rne(-1.0f - (float)rank);
 	CHECK(zinf_comm_all_reduce(c, h, 2, ZINF_BF16, ZINF_COMM_MAX, NULL) == 0, "%s",
 	      zinf_last_error());
-	CHECK(zinf_bf16_to_f32(h[0]) == world, "bf16 max %g", zinf_bf16_to_f32(h[0]));
-	CHECK(zinf_bf16_to_f32(h[1]) == -1.0f, "bf16 max %g", zinf_bf16_to_f32(h[1]));
+	CHECK(dt_bf16_to_f32(h[0]) == world, "bf16 max %g", dt_bf16_to_f32(h[0]));
+	CHECK(dt_bf16_to_f32(h[1]) == -1.0f, "bf16 max %g", dt_bf16_to_f32(h[1]));
 	buf_free(v);
 	buf_free(h);
 	zinf_comm_destroy(c);
@@ -333,11 +332,11 @@ case_two_in_flight(void)
 	CHECK(st.wait_ns > 0, "time in wait");
 	/* the native communicator, for benchmarks timing the raw call on the same buffers */
 	if (strcmp(backend, "mpi") == 0) {
-		MPI_Comm *mc = zinf_comm_native(c);
+		MPI_Comm *mc = comm_native(c);
 		int n = 0;
 		CHECK(mc && MPI_Comm_size(*mc, &n) == MPI_SUCCESS && n == world, "native: %d", n);
 	} else {
-		CHECK(zinf_comm_native(c) != NULL, "native");
+		CHECK(comm_native(c) != NULL, "native");
 	}
 	buf_free(part);
 	buf_free(full);
@@ -358,8 +357,8 @@ case_path(void)
 	if (!c) {
 		return 1;
 	}
-	CHECK(zinf_comm_mpi_progress(c) == want_thread, "progress thread %d, expected %d",
-	      zinf_comm_mpi_progress(c), want_thread);
+	CHECK(comm_mpi_progress(c) == want_thread, "progress thread %d, expected %d",
+	      comm_mpi_progress(c), want_thread);
 	zinf_comm_destroy(c);
 	return fails;
 }
@@ -386,12 +385,12 @@ case_many_in_flight(void)
 		float *part = buf_alloc(n * 4), *full = buf_alloc(n * world * 4),
 		      *bc = buf_alloc(n * 4);
 		for (size_t i = 0; i < n; i++) {
-			ar[i] = zinf_f32_to_bf16_rne(value(200 + round, rank, i));
+			ar[i] = dt_f32_to_bf16_rne(value(200 + round, rank, i));
 			part[i] = value(300 + round, rank, i);
 			bc[i] = rank == 0 ? value(400 + round, 0, i) : 0.0f;
 		}
 		for (size_t i = 0; i < n * world; i++) {
-			rs_send[i] = zinf_f32_to_f16_rne(value(500 + round, rank, i));
+			rs_send[i] = dt_f32_to_f16_rne(value(500 + round, rank, i));
 		}
 		CHECK(zinf_comm_all_reduce(c, ar, n, ZINF_BF16, ZINF_COMM_AVG, &q[0]) == 0, "%s",
 		      zinf_last_error());
@@ -425,14 +424,13 @@ case_many_in_flight(void)
 		for (size_t i = 0; i < n; i++) {
 			double ref = 0, abs_sum = 0;
 			for (int r = 0; r < world; r++) {
-				ref += zinf_bf16_to_f32(
-					zinf_f32_to_bf16_rne(value(200 + round, r, i)));
+				ref += dt_bf16_to_f32(dt_f32_to_bf16_rne(value(200 + round, r, i)));
 			}
 			ref /= world;
 			for (int r = 0; r < world; r++) {
 				abs_sum += fabs(value(200 + round, r, i)) / world;
 			}
-			double got = zinf_bf16_to_f32(ar[i]);
+			double got = dt_bf16_to_f32(ar[i]);
 			if (fabs(got - ref) > tolerance(ZINF_BF16, ref, abs_sum)) {
 				CHECK(0, "round %d bf16 avg element %zu: %.9g, reference %.9g",
 				      round, i, got, ref);
@@ -446,7 +444,7 @@ case_many_in_flight(void)
 				ref += value(500 + round, r, g);
 				abs_sum += fabs(value(500 + round, r, g));
 			}
-			double got = zinf_f16_to_f32(rs[i]);
+			double got = dt_f16_to_f32(rs[i]);
 			if (fabs(got - ref) > tolerance(ZINF_F16, ref, abs_sum)) {
 				CHECK(0, "round %d f16 sum element %zu: %.9g, reference %.9g",
 				      round, i, got, ref);
@@ -516,7 +514,7 @@ skip_one(bool check)
 	 * thread's communicator), so that their threads return and free what they hold instead
 	 * of spinning through the remaining cases.
 	 */
-	bool late = zinf_comm_mpi_progress(c) && !check;
+	bool late = comm_mpi_progress(c) && !check;
 	if (rank != world - 1) {
 		zinf_comm_destroy(c);
 	}
@@ -595,7 +593,7 @@ notice_one(bool check)
 	 * once they destroyed theirs, the notifier makes that call (its failure cleared through
 	 * the internal header), so that their threads return before MPI_Finalize.
 	 */
-	bool late = zinf_comm_mpi_progress(c) && !check;
+	bool late = comm_mpi_progress(c) && !check;
 	if (rank != world - 1) {
 		zinf_comm_destroy(c);
 	}

@@ -93,18 +93,18 @@ Test(common, aligned_alloc_and_failure_hook)
 	cr_assert_null(zinf_alloc_aligned(24, 64), "non power of two");
 	cr_assert_null(zinf_alloc_aligned(2, 64), "below pointer size");
 
-	zinf_test_alloc_fail_nth(2);
-	void *a = zinf_malloc(16);
-	void *b = zinf_malloc(16);
-	void *c = zinf_malloc(16);
+	zc_test_alloc_fail_nth(2);
+	void *a = zc_malloc(16);
+	void *b = zc_malloc(16);
+	void *c = zc_malloc(16);
 	cr_assert_not_null(a);
 	cr_assert_null(b, "the 2nd allocation must fail");
 	cr_assert_not_null(c, "the hook fires once");
-	zinf_free(a);
-	zinf_free(c);
-	zinf_test_alloc_fail_nth(1);
+	zc_free(a);
+	zc_free(c);
+	zc_test_alloc_fail_nth(1);
 	cr_assert_null(zinf_alloc_aligned(64, 64));
-	zinf_test_alloc_fail_nth(0);
+	zc_test_alloc_fail_nth(0);
 }
 
 /* The detection must agree with what the kernel reports in /proc/cpuinfo. */
@@ -281,7 +281,7 @@ Test(common, opts_rule_older_caller_keeps_defaults_newer_refused)
 {
 	struct t_opts_v2 lib = {.size = 0, .a = 1, .b = 2, .c = 3}; /* library defaults */
 	struct t_opts_v1 old = {.size = sizeof(old), .a = 10, .b = 20};
-	cr_assert_eq(zinf_opts_take(&lib, sizeof(lib), &old, "t_opts"), 0);
+	cr_assert_eq(zc_opts_take(&lib, sizeof(lib), &old, "t_opts"), 0);
 	cr_assert_eq(lib.size, sizeof(lib));
 	cr_assert_eq(lib.a, 10);
 	cr_assert_eq(lib.b, 20);
@@ -289,21 +289,21 @@ Test(common, opts_rule_older_caller_keeps_defaults_newer_refused)
 
 	struct t_opts_v1 mine = {.a = 1, .b = 2};
 	struct t_opts_v2 newer = {.size = sizeof(newer), .a = 7, .b = 8, .c = 9};
-	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), &newer, "t_opts"), -EINVAL);
+	cr_assert_eq(zc_opts_take(&mine, sizeof(mine), &newer, "t_opts"), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "size 24 is larger than this library's (16 bytes)"),
 		  "%s", zinf_last_error());
 	cr_assert_eq(mine.a, 1, "a refused struct changes nothing");
 	struct t_opts_v1 zero = {.size = 0, .a = 5};
-	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), &zero, "t_opts"), -EINVAL);
+	cr_assert_eq(zc_opts_take(&mine, sizeof(mine), &zero, "t_opts"), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "t_opts: size 0 is too small"), "%s",
 		  zinf_last_error());
-	cr_assert_eq(zinf_opts_take(&mine, sizeof(mine), NULL, "t_opts"), 0);
+	cr_assert_eq(zc_opts_take(&mine, sizeof(mine), NULL, "t_opts"), 0);
 	cr_assert_eq(mine.size, sizeof(mine));
 	cr_assert_eq(mine.a, 1);
 	/* Every version starts with size_t and has no tail padding, so its size is a multiple of
 	 * sizeof(size_t): any other size would copy part of a field (half a pointer) */
 	struct t_opts_v2 odd = {.size = sizeof(struct t_opts_v1) + 4, .a = 5, .b = 6, .c = 7};
-	cr_assert_eq(zinf_opts_take(&lib, sizeof(lib), &odd, "t_opts"), -EINVAL);
+	cr_assert_eq(zc_opts_take(&lib, sizeof(lib), &odd, "t_opts"), -EINVAL);
 	cr_assert(strstr(zinf_last_error(),
 			 "struct t_opts: size 20 is not a multiple of 8: ends inside a field"),
 		  "%s", zinf_last_error());
@@ -317,15 +317,15 @@ Test(common, stats_rule_older_caller_gets_its_prefix)
 		struct t_opts_v1 v1;
 		uint64_t canary;
 	} old = {.v1 = {.size = sizeof(struct t_opts_v1)}, .canary = 0xdeadbeef};
-	cr_assert_eq(zinf_stats_give(&old.v1, &lib, sizeof(lib), "t_stats"), 0);
+	cr_assert_eq(zc_stats_give(&old.v1, &lib, sizeof(lib), "t_stats"), 0);
 	cr_assert_eq(old.v1.size, sizeof(struct t_opts_v1));
 	cr_assert_eq(old.v1.a, 1);
 	cr_assert_eq(old.v1.b, 2);
 	cr_assert_eq(old.canary, 0xdeadbeef, "nothing written past the caller's size");
 	struct t_opts_v2 newer = {.size = sizeof(newer) + 64};
-	cr_assert_eq(zinf_stats_give(&newer, &lib, sizeof(lib), "t_stats"), 0);
+	cr_assert_eq(zc_stats_give(&newer, &lib, sizeof(lib), "t_stats"), 0);
 	cr_assert_eq(newer.c, 3);
 	struct t_opts_v1 bad = {.size = 3};
-	cr_assert_eq(zinf_stats_give(&bad, &lib, sizeof(lib), "t_stats"), -EINVAL);
-	cr_assert_eq(zinf_stats_give(NULL, &lib, sizeof(lib), "t_stats"), -EINVAL);
+	cr_assert_eq(zc_stats_give(&bad, &lib, sizeof(lib), "t_stats"), -EINVAL);
+	cr_assert_eq(zc_stats_give(NULL, &lib, sizeof(lib), "t_stats"), -EINVAL);
 }

@@ -39,11 +39,11 @@ put_grad(void *g, int dt, size_t i, float x)
 {
 	switch (dt) {
 	case ZINF_F16:
-		((uint16_t *)g)[i] = zinf_f32_to_f16_rne(x);
-		return zinf_f16_to_f32(((uint16_t *)g)[i]);
+		((uint16_t *)g)[i] = dt_f32_to_f16_rne(x);
+		return dt_f16_to_f32(((uint16_t *)g)[i]);
 	case ZINF_BF16:
-		((uint16_t *)g)[i] = zinf_f32_to_bf16_rne(x);
-		return zinf_bf16_to_f32(((uint16_t *)g)[i]);
+		((uint16_t *)g)[i] = dt_f32_to_bf16_rne(x);
+		return dt_bf16_to_f32(((uint16_t *)g)[i]);
 	default:
 		((float *)g)[i] = x;
 		return x;
@@ -91,9 +91,9 @@ check_copy(const float *p, const void *copy, int cdt, size_t n, const char *what
 		if (cdt == ZINF_F32) {
 			ok = memcmp(&((const float *)copy)[i], &p[i], 4) == 0;
 		} else if (cdt == ZINF_F16) {
-			ok = ((const uint16_t *)copy)[i] == zinf_f32_to_f16_rne(p[i]);
+			ok = ((const uint16_t *)copy)[i] == dt_f32_to_f16_rne(p[i]);
 		} else {
-			ok = ((const uint16_t *)copy)[i] == zinf_f32_to_bf16_rne(p[i]);
+			ok = ((const uint16_t *)copy)[i] == dt_f32_to_bf16_rne(p[i]);
 		}
 		if (!ok) {
 			cr_assert_fail("%s: copy (%s) of element %zu (p = %a) is not its RNE", what,

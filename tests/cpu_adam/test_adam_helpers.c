@@ -75,14 +75,14 @@ check_conv(uint32_t bits, uint16_t b16, uint16_t h16)
 	float f;
 	memcpy(&f, &bits, 4);
 	if (isnan(f)) {
-		cr_assert(isnan(zinf_bf16_to_f32(b16)), "bf16 of NaN %08x is %04x", bits, b16);
-		cr_assert(isnan(zinf_f16_to_f32(h16)), "f16 of NaN %08x is %04x", bits, h16);
+		cr_assert(isnan(dt_bf16_to_f32(b16)), "bf16 of NaN %08x is %04x", bits, b16);
+		cr_assert(isnan(dt_f16_to_f32(h16)), "f16 of NaN %08x is %04x", bits, h16);
 		cr_assert_eq(b16 >> 15, bits >> 31);
 		return;
 	}
 	double rb = model_round(f, 7, -126, 0x1.fep127);
 	double rh = model_round(f, 10, -14, 65504.0);
-	double gb = zinf_bf16_to_f32(b16), gh = zinf_f16_to_f32(h16);
+	double gb = dt_bf16_to_f32(b16), gh = dt_f16_to_f32(h16);
 	cr_assert(gb == rb && !signbit(gb) == !signbit(f), "bf16(%a = %08x) = %04x (%a), want %a",
 		  f, bits, b16, gb, rb);
 	cr_assert(gh == rh && !signbit(gh) == !signbit(f), "f16(%a = %08x) = %04x (%a), want %a", f,
@@ -106,7 +106,7 @@ Test(cpu_adam, rne_scalar_matches_float64_model)
 	for (size_t k = 0; k < ZINF_ARRAY_SIZE(special_bits); k++) {
 		float f;
 		memcpy(&f, &special_bits[k], 4);
-		check_conv(special_bits[k], zinf_f32_to_bf16_rne(f), zinf_f32_to_f16_rne(f));
+		check_conv(special_bits[k], dt_f32_to_bf16_rne(f), dt_f32_to_f16_rne(f));
 	}
 	for (int k = 0; k < (1 << 20); k++) {
 		uint32_t b = (uint32_t)zt_rand(&rng);
@@ -115,14 +115,14 @@ Test(cpu_adam, rne_scalar_matches_float64_model)
 		}
 		float f;
 		memcpy(&f, &b, 4);
-		check_conv(b, zinf_f32_to_bf16_rne(f), zinf_f32_to_f16_rne(f));
+		check_conv(b, dt_f32_to_bf16_rne(f), dt_f32_to_f16_rne(f));
 	}
 	/* widening is exact for every 16-bit pattern */
 	for (uint32_t h = 0; h < 0x10000; h++) {
-		float f = zinf_f16_to_f32((uint16_t)h);
+		float f = dt_f16_to_f32((uint16_t)h);
 		if (!isnan(f)) {
-			cr_assert_eq(zinf_f32_to_f16_rne(f), h, "f16 %04x round trip", h);
-			cr_assert_eq(zinf_f32_to_bf16_rne(zinf_bf16_to_f32((uint16_t)h)), h);
+			cr_assert_eq(dt_f32_to_f16_rne(f), h, "f16 %04x round trip", h);
+			cr_assert_eq(dt_f32_to_bf16_rne(dt_bf16_to_f32((uint16_t)h)), h);
 		}
 	}
 }
@@ -146,7 +146,7 @@ Test(cpu_adam, f16_scalar_matches_f16c_bit_for_bit)
 	for (size_t k = 0; k < ZINF_ARRAY_SIZE(special_bits); k++) {
 		float x;
 		memcpy(&x, &special_bits[k], 4);
-		cr_assert_eq(zinf_f32_to_f16_rne(x), hw_f16(x), "%08x", special_bits[k]);
+		cr_assert_eq(dt_f32_to_f16_rne(x), hw_f16(x), "%08x", special_bits[k]);
 	}
 	for (int k = 0; k < (1 << 21); k++) {
 		uint32_t b = (uint32_t)zt_rand(&rng);
@@ -155,7 +155,7 @@ Test(cpu_adam, f16_scalar_matches_f16c_bit_for_bit)
 		}
 		float x;
 		memcpy(&x, &b, 4);
-		uint16_t s = zinf_f32_to_f16_rne(x), h = hw_f16(x);
+		uint16_t s = dt_f32_to_f16_rne(x), h = hw_f16(x);
 		cr_assert_eq(s, h, "f32 %08x: scalar %04x, F16C %04x", b, s, h);
 	}
 }
@@ -178,12 +178,12 @@ Test(cpu_adam, path_conversion_equals_scalar_rne)
 	}
 	struct zinf_grad_opts go = grad_opts(2);
 	for (int dt = ZINF_F16; dt <= ZINF_BF16; dt++) {
-		cr_assert_eq(zinf_adam_convert(src, dst, dt, n, &go), 0);
+		cr_assert_eq(adam_convert(src, dst, dt, n, &go), 0);
 		for (size_t i = 0; i < n; i++) {
-			uint16_t want = dt == ZINF_F16 ? zinf_f32_to_f16_rne(src[i])
-						       : zinf_f32_to_bf16_rne(src[i]);
+			uint16_t want = dt == ZINF_F16 ? dt_f32_to_f16_rne(src[i])
+						       : dt_f32_to_bf16_rne(src[i]);
 			cr_assert_eq(dst[i], want, "dtype %d element %zu (%08x): %04x want %04x",
-				     dt, i, zinf_f2u(src[i]), dst[i], want);
+				     dt, i, dt_f2u(src[i]), dst[i], want);
 		}
 	}
 	free(src);
@@ -214,8 +214,8 @@ state_init(struct state *s, size_t n, uint64_t seed)
 		s->m[i] = (float)zt_uniform(&rng, -0.1, 0.1);
 		s->v[i] = (float)zt_uniform(&rng, 0, 0.01);
 		s->g[i] = (float)zt_uniform(&rng, -1, 1);
-		s->mb[i] = zinf_f32_to_bf16_rne(s->m[i]);
-		s->vb[i] = zinf_f32_to_bf16_rne(s->v[i]);
+		s->mb[i] = dt_f32_to_bf16_rne(s->m[i]);
+		s->vb[i] = dt_f32_to_bf16_rne(s->v[i]);
 	}
 	memset(s->c, 0, n * 2);
 }
@@ -443,8 +443,8 @@ expect_simd_refused(const char *simd, int want, const char *what)
 		{"zinf_lion_step", zinf_lion_step(&lo, 1, 1, s.p, s.g, ZINF_F32, s.m, n, NULL, 0)},
 		{"zinf_grad_sumsq", zinf_grad_sumsq(s.g, ZINF_F32, n, &go, &out)},
 		{"zinf_grad_has_inf_nan", zinf_grad_has_inf_nan(s.g, ZINF_BF16, n, &go)},
-		{"zinf_adam_unscale", zinf_adam_unscale(s.g, ZINF_F32, n, 2.0f, &go)},
-		{"zinf_adam_convert", zinf_adam_convert(s.p, s.c, ZINF_BF16, n, &go)},
+		{"adam_unscale", adam_unscale(s.g, ZINF_F32, n, 2.0f, &go)},
+		{"adam_convert", adam_convert(s.p, s.c, ZINF_BF16, n, &go)},
 	};
 	for (size_t k = 0; k < ZINF_ARRAY_SIZE(calls); k++) {
 		cr_assert_eq(calls[k].r, want, "%s with simd \"%s\" (%s) returned %d", calls[k].fn,
@@ -660,9 +660,9 @@ fill_grad(void *g, int dt, size_t n, uint64_t *rng)
 		if (dt == ZINF_F32) {
 			((float *)g)[i] = x;
 		} else if (dt == ZINF_F16) {
-			((uint16_t *)g)[i] = zinf_f32_to_f16_rne(x);
+			((uint16_t *)g)[i] = dt_f32_to_f16_rne(x);
 		} else {
-			((uint16_t *)g)[i] = zinf_f32_to_bf16_rne(x);
+			((uint16_t *)g)[i] = dt_f32_to_bf16_rne(x);
 		}
 	}
 }
@@ -680,7 +680,7 @@ Test(cpu_adam, grad_sumsq_matches_float64)
 			fill_grad(g, dt, n, &rng);
 			long double ref = 0;
 			for (size_t i = 0; i < n; i++) {
-				long double x = zinf_load_grad(g, dt, i);
+				long double x = adam_load_grad(g, dt, i);
 				ref += x * x;
 			}
 			for (int threads = 1; threads <= 2; threads++) {
@@ -775,12 +775,12 @@ Test(cpu_adam, bf16_state_step_is_the_fp32_step_rounded)
 			if (gdt != ZINF_F32) {
 				for (size_t i = 0; i < n; i++) {
 					((uint16_t *)a.g)[i] = ((uint16_t *)b.g)[i] =
-						zinf_f32_to_bf16_rne(a.g[i]); /* bf16 or f16 bits */
+						dt_f32_to_bf16_rne(a.g[i]); /* bf16 or f16 bits */
 				}
 			}
 			for (size_t i = 0; i < n; i++) {
-				a.m[i] = zinf_bf16_to_f32(b.mb[i]);
-				a.v[i] = zinf_bf16_to_f32(b.vb[i]);
+				a.m[i] = dt_bf16_to_f32(b.mb[i]);
+				a.v[i] = dt_bf16_to_f32(b.vb[i]);
 			}
 			struct zinf_adam_opts o;
 			zinf_adam_opts_init(&o);
@@ -802,10 +802,10 @@ Test(cpu_adam, bf16_state_step_is_the_fp32_step_rounded)
 				float mv[2] = {a.m[i], a.v[i]};
 				uint16_t got[2] = {b.mb[i], b.vb[i]};
 				for (int k = 0; k < 2; k++) {
-					uint16_t lo = (uint16_t)(zinf_f2u(mv[k]) >> 16);
-					bool exact = (zinf_f2u(mv[k]) & 0xffff) == 0;
+					uint16_t lo = (uint16_t)(dt_f2u(mv[k]) >> 16);
+					bool exact = (dt_f2u(mv[k]) & 0xffff) == 0;
 					if (rounding == ZINF_ROUND_NEAREST_EVEN) {
-						cr_assert_eq(got[k], zinf_f32_to_bf16_rne(mv[k]),
+						cr_assert_eq(got[k], dt_f32_to_bf16_rne(mv[k]),
 							     "element %zu moment %d", i, k);
 					} else {
 						cr_assert(got[k] == lo ||
@@ -851,7 +851,7 @@ Test(cpu_adam, bf16_stochastic_rounding_is_unbiased)
 		     0);
 	double mean = 0;
 	for (size_t i = 0; i < n; i++) {
-		mean += zinf_bf16_to_f32(m[i]);
+		mean += dt_bf16_to_f32(m[i]);
 	}
 	mean /= (double)n;
 	/* sd of the mean: ulp * sqrt(p(1-p)/n) ~ 2^-7 * 0.48 / 256 */
@@ -887,11 +887,11 @@ Test(cpu_adam, nonfinite_gradient_stays_in_its_element)
 			for (size_t i = 0; i < n; i++) {
 				if (i == bad || i == bad + 17) {
 					cr_assert(isnan(a.p[i]), "p[%zu] = %g", i, a.p[i]);
-					cr_assert(isnan(zinf_bf16_to_f32(a.c[i])), "copy[%zu] %04x",
+					cr_assert(isnan(dt_bf16_to_f32(a.c[i])), "copy[%zu] %04x",
 						  i, a.c[i]);
-					cr_assert(isnan(zinf_bf16_to_f32(a.mb[i])) || i == bad + 17,
+					cr_assert(isnan(dt_bf16_to_f32(a.mb[i])) || i == bad + 17,
 						  "m[%zu] %04x", i, a.mb[i]);
-					cr_assert(isnan(zinf_bf16_to_f32(a.vb[i])) || i == bad + 17,
+					cr_assert(isnan(dt_bf16_to_f32(a.vb[i])) || i == bad + 17,
 						  "v[%zu] %04x", i, a.vb[i]);
 					continue;
 				}

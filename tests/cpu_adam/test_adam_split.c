@@ -169,15 +169,15 @@ fill(struct bufs *b, int opt, int gdt, int cdt, size_t n, const size_t off[5], u
 		if (gdt == ZINF_F32) {
 			((float *)x.g)[i] = g;
 		} else if (gdt == ZINF_F16) {
-			((uint16_t *)x.g)[i] = zinf_f32_to_f16_rne(g);
+			((uint16_t *)x.g)[i] = dt_f32_to_f16_rne(g);
 		} else {
-			((uint16_t *)x.g)[i] = zinf_f32_to_bf16_rne(g);
+			((uint16_t *)x.g)[i] = dt_f32_to_bf16_rne(g);
 		}
 		float m = (float)zt_uniform(&st, -0.2, 0.2);
 		float v = (float)zt_uniform(&st, 0, 0.05);
 		if (ss == 2) {
-			((uint16_t *)x.m)[i] = zinf_f32_to_bf16_rne(m);
-			((uint16_t *)x.v)[i] = zinf_f32_to_bf16_rne(v);
+			((uint16_t *)x.m)[i] = dt_f32_to_bf16_rne(m);
+			((uint16_t *)x.v)[i] = dt_f32_to_bf16_rne(v);
 		} else {
 			if (x.m) {
 				((float *)x.m)[i] = m;
@@ -323,17 +323,17 @@ Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 			if (dt == ZINF_F32) {
 				((float *)g0)[i] = y;
 			} else if (dt == ZINF_F16) {
-				((uint16_t *)g0)[i] = zinf_f32_to_f16_rne(y);
+				((uint16_t *)g0)[i] = dt_f32_to_f16_rne(y);
 			} else {
-				((uint16_t *)g0)[i] = zinf_f32_to_bf16_rne(y);
+				((uint16_t *)g0)[i] = dt_f32_to_bf16_rne(y);
 			}
 		}
 		for (size_t k = 0; k <= 7; k++) {
 			/* whole (k == 0) or cut into pieces of 1..17 at offset k */
 			memcpy(g1 + k * es, g0, n * es);
 			if (k == 0) {
-				cr_assert_eq(zinf_adam_unscale(g1, dt, n, 0.3f, &go), 0);
-				cr_assert_eq(zinf_adam_convert(src, d0, dt, n, &go), 0);
+				cr_assert_eq(adam_unscale(g1, dt, n, 0.3f, &go), 0);
+				cr_assert_eq(adam_convert(src, d0, dt, n, &go), 0);
 				memcpy(d1, g1, n * es); /* d1: the whole-call unscale */
 				continue;
 			}
@@ -341,9 +341,8 @@ Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 			while (i < n) {
 				size_t len = 1 + zt_rand(&rs) % 17; /* ZINF_MIN evaluates twice */
 				len = ZINF_MIN(len, n - i);
-				cr_assert_eq(
-					zinf_adam_unscale(g1 + (k + i) * es, dt, len, 0.3f, &go),
-					0);
+				cr_assert_eq(adam_unscale(g1 + (k + i) * es, dt, len, 0.3f, &go),
+					     0);
 				i += len;
 			}
 			cr_assert(memcmp(g1 + k * es, d1, n * es) == 0,
@@ -355,9 +354,8 @@ Test(cpu_adam, conversions_do_not_depend_on_cuts_or_alignment)
 			while (i < n) {
 				size_t len = 1 + zt_rand(&rs) % 17; /* ZINF_MIN evaluates twice */
 				len = ZINF_MIN(len, n - i);
-				cr_assert_eq(
-					zinf_adam_convert(s1 + i, out + (k + i) * es, dt, len, &go),
-					0);
+				cr_assert_eq(adam_convert(s1 + i, out + (k + i) * es, dt, len, &go),
+					     0);
 				i += len;
 			}
 			cr_assert(memcmp(out + k * es, d0, n * es) == 0,

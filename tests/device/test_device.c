@@ -105,10 +105,10 @@ Test(device, cast_f32_to_16bit_bit_exact)
 			     zinf_last_error());
 		uint16_t *y = from_dev(dy, n * 2);
 		for (size_t i = 0; i < n; i++) {
-			uint16_t ref = t == ZINF_F16 ? zinf_f32_to_f16_rne(x[i])
-						     : zinf_f32_to_bf16_rne(x[i]);
+			uint16_t ref =
+				t == ZINF_F16 ? dt_f32_to_f16_rne(x[i]) : dt_f32_to_bf16_rne(x[i]);
 			cr_assert_eq(y[i], ref, "%s: element %zu (0x%08x): 0x%04x, expected 0x%04x",
-				     zinf_dtype_name(t), i, zinf_f2u(x[i]), y[i], ref);
+				     zinf_dtype_name(t), i, dt_f2u(x[i]), y[i], ref);
 		}
 		/* a few worked by hand */
 		cr_assert_eq(y[0], 0x0000);
@@ -144,9 +144,9 @@ Test(device, cast_every_16bit_pattern_to_f32_exact)
 		cr_assert_eq(zinf_device_cast(st, dy, ZINF_F32, dh, t, n), 0);
 		uint32_t *y = from_dev(dy, n * 4);
 		for (size_t i = 0; i < n; i++) {
-			float ref = t == ZINF_F16 ? zinf_f16_to_f32(h[i]) : zinf_bf16_to_f32(h[i]);
-			cr_assert_eq(y[i], zinf_f2u(ref), "%s 0x%04zx: 0x%08x, expected 0x%08x",
-				     zinf_dtype_name(t), i, y[i], zinf_f2u(ref));
+			float ref = t == ZINF_F16 ? dt_f16_to_f32(h[i]) : dt_bf16_to_f32(h[i]);
+			cr_assert_eq(y[i], dt_f2u(ref), "%s 0x%04zx: 0x%08x, expected 0x%08x",
+				     zinf_dtype_name(t), i, y[i], dt_f2u(ref));
 		}
 		size_t nan = t == ZINF_F16 ? 0x7e01 : 0x7fc1; /* a quiet NaN with payload */
 		cr_assert_eq(y[nan], t == ZINF_F16 ? 0x7fc02000u : 0x7fc10000u, "NaN payload");
@@ -227,7 +227,7 @@ Test(device, accumulate_every_source_dtype)
 		for (size_t i = 0; i < n; i++) {
 			float r = acc[i] + load(src, t, i);
 			r = r + load(src, t, i);
-			cr_assert_eq(zinf_f2u(y[i]), zinf_f2u(r), "%s element %zu: %a, expected %a",
+			cr_assert_eq(dt_f2u(y[i]), dt_f2u(r), "%s element %zu: %a, expected %a",
 				     zinf_dtype_name(t), i, y[i], r);
 		}
 		free(acc);
@@ -377,9 +377,9 @@ adam_case(const char *simd, bool adamw, float wd, enum zinf_dtype gdt, int copy,
 		uint32_t *got = from_dev(dgot[a], n * 4);
 		for (size_t i = 0; i < n; i++) {
 			cr_assert_eq(
-				got[i], zinf_f2u(want[a][i]),
+				got[i], dt_f2u(want[a][i]),
 				"%s: adamw %d wd %g grad %s: array %d element %zu: %a, expected %a",
-				simd, adamw, wd, zinf_dtype_name(gdt), a, i, zinf_u2f(got[i]),
+				simd, adamw, wd, zinf_dtype_name(gdt), a, i, dt_u2f(got[i]),
 				want[a][i]);
 		}
 		free(got);

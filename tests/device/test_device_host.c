@@ -144,14 +144,14 @@ Test(device_host, without_the_event_the_kernel_reads_before_the_copy_lands)
 {
 	struct rig r;
 	rig_open(&r);
-	cr_assert_eq(zinf_device_test_gate(r.copy, true), 0); /* the copy stream is "slow" */
+	cr_assert_eq(dev_test_gate(r.copy, true), 0); /* the copy stream is "slow" */
 	cr_assert_eq(zinf_device_copy(r.copy, r.dbuf, r.src, r.n * 4, ZINF_COPY_H2D), 0);
 	/* no zinf_stream_wait_event: the engine bug this backend exists to catch */
 	cr_assert_eq(zinf_device_accumulate(r.compute, r.dacc, r.dbuf, ZINF_F32, r.n), 0);
 	cr_assert_eq(zinf_stream_sync(r.compute), 0);
 	cr_assert_eq(r.dacc[0], 0.0f, "the kernel ran on the buffer before the copy: stale zeros");
 	cr_assert_eq(r.dacc[r.n - 1], 0.0f);
-	cr_assert_eq(zinf_device_test_gate(r.copy, false), 0);
+	cr_assert_eq(dev_test_gate(r.copy, false), 0);
 	cr_assert_eq(zinf_stream_sync(r.copy), 0);
 	cr_assert_eq(r.dbuf[0], 7.0f, "the copy itself landed, later");
 	rig_close(&r);
@@ -161,7 +161,7 @@ Test(device_host, with_the_event_the_kernel_waits_for_the_copy)
 {
 	struct rig r;
 	rig_open(&r);
-	cr_assert_eq(zinf_device_test_gate(r.copy, true), 0);
+	cr_assert_eq(dev_test_gate(r.copy, true), 0);
 	cr_assert_eq(zinf_device_copy(r.copy, r.dbuf, r.src, r.n * 4, ZINF_COPY_H2D), 0);
 	cr_assert_eq(zinf_event_record(r.landed, r.copy), 0);
 	cr_assert_eq(zinf_stream_wait_event(r.compute, r.landed), 0);
@@ -171,7 +171,7 @@ Test(device_host, with_the_event_the_kernel_waits_for_the_copy)
 	cr_assert_eq(zinf_event_query(r.landed), 0, "the copy is held: its event is not done");
 	cr_assert_eq(zinf_event_query(r.done), 0, "the kernel waits on the copy's event");
 	cr_assert_eq(r.dacc[0], 0.0f);
-	cr_assert_eq(zinf_device_test_gate(r.copy, false), 0);
+	cr_assert_eq(dev_test_gate(r.copy, false), 0);
 	cr_assert_eq(zinf_event_sync(r.done), 0);
 	cr_assert_eq(zinf_event_query(r.landed), 1);
 	for (size_t i = 0; i < r.n; i++) {
@@ -186,7 +186,7 @@ Test(device_host, a_wait_keeps_the_record_it_was_given)
 	rig_open(&r);
 	/* recorded on the held copy stream, waited on, then recorded again on the free compute
 	 * stream: the wait queued before still needs the first record */
-	cr_assert_eq(zinf_device_test_gate(r.copy, true), 0);
+	cr_assert_eq(dev_test_gate(r.copy, true), 0);
 	cr_assert_eq(zinf_event_record(r.landed, r.copy), 0);
 	struct zinf_stream *third = NULL;
 	cr_assert_eq(zinf_stream_create(r.d, "third", &third), 0);
@@ -198,7 +198,7 @@ Test(device_host, a_wait_keeps_the_record_it_was_given)
 	cr_assert_eq(zinf_event_record(r.done, third), 0);
 	sleep_ms(20);
 	cr_assert_eq(zinf_event_query(r.done), 0);
-	cr_assert_eq(zinf_device_test_gate(r.copy, false), 0);
+	cr_assert_eq(dev_test_gate(r.copy, false), 0);
 	cr_assert_eq(zinf_stream_sync(third), 0);
 	cr_assert_eq(r.dacc[5], 3.0f);
 	zinf_stream_destroy(third);
@@ -216,7 +216,7 @@ Test(device_host, sync_mode_runs_work_as_it_is_queued)
 	cr_assert_eq(x[3], 4.0f, "copied before zinf_device_copy returned");
 	cr_assert_eq(zinf_device_scale(s, x, ZINF_F32, -1.0f, 4), 0);
 	cr_assert_eq(x[2], -3.0f);
-	cr_assert_eq(zinf_device_test_gate(s, true), 0); /* no thread to hold: ignored */
+	cr_assert_eq(dev_test_gate(s, true), 0); /* no thread to hold: ignored */
 	cr_assert_eq(zinf_device_fill(s, x, ZINF_F32, 9.0f, 4), 0);
 	cr_assert_eq(x[0], 9.0f);
 	zinf_device_free(d, x);
@@ -232,11 +232,11 @@ Test(device_host, an_error_while_running_comes_back_from_sync)
 	struct zinf_adam_opts o;
 	zinf_adam_opts_init(&o);
 	float p[4] = {1, 1, 1, 1}, g[4] = {1, 1, 1, 1}, m[4] = {0}, v[4] = {0};
-	cr_assert_eq(zinf_device_test_gate(s, true), 0);
+	cr_assert_eq(dev_test_gate(s, true), 0);
 	cr_assert_eq(zinf_device_adam(s, &o, 1, 1.0f, p, g, ZINF_F32, m, v, 4, NULL, ZINF_F32), 0);
 	/* valid when queued; it fails when it runs */
-	cr_assert_eq(zinf_device_test_fail_next(s, -EIO), 0);
-	cr_assert_eq(zinf_device_test_gate(s, false), 0);
+	cr_assert_eq(dev_test_fail_next(s, -EIO), 0);
+	cr_assert_eq(dev_test_gate(s, false), 0);
 	cr_assert_eq(zinf_stream_sync(s), -EIO);
 	cr_assert_eq(p[0], 1.0f, "nothing stepped");
 	cr_assert_eq(zinf_stream_sync(s), 0, "the error is reported once");
@@ -264,7 +264,7 @@ Test(device_host, null_handles_are_refused)
 	cr_assert_eq(zinf_event_sync(NULL), -EINVAL);
 	cr_assert_eq(zinf_device_fill(NULL, &p, ZINF_F32, 0, 1), -EINVAL);
 	cr_assert_eq(zinf_device_host_register(NULL, &p, 8), -EINVAL);
-	cr_assert_eq(zinf_device_test_gate(NULL, true), -EINVAL);
+	cr_assert_eq(dev_test_gate(NULL, true), -EINVAL);
 	zinf_device_destroy(NULL);
 	zinf_stream_destroy(NULL);
 	zinf_event_destroy(NULL);

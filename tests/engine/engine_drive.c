@@ -180,7 +180,7 @@ edrive_read_param(struct edrive *d, uint32_t id, float *dst)
 		FAIL(rc, "copy of %s to the host: %d", eref_params[id].name, rc);
 	}
 	for (uint64_t i = 0; i < eref_numel(id); i++) {
-		dst[i] = zinf_dtype_load(d->rd, d->dtype, i);
+		dst[i] = dt_load(d->rd, d->dtype, i);
 	}
 	return 0;
 }
@@ -275,7 +275,7 @@ edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order o
 			   is queued on the compute stream, which the engine made wait for its read
 			   of the previous gradient (engine.h). */
 			for (uint64_t i = 0; i < eref_numel(id); i++) {
-				zinf_dtype_store(d->stage[id], d->dtype, i, d->g[id][i]);
+				dt_store(d->stage[id], d->dtype, i, d->g[id][i]);
 			}
 			rc = zinf_device_copy(
 				zinf_engine_compute_stream(d->e), d->grad_dev[id], d->stage[id],

@@ -126,8 +126,8 @@ void
 eref_round(float *x, uint64_t n, enum zinf_dtype dtype)
 {
 	for (uint64_t i = 0; i < n && dtype != ZINF_F32; i++) {
-		x[i] = dtype == ZINF_BF16 ? zinf_bf16_to_f32(zinf_f32_to_bf16_rne(x[i]))
-					  : zinf_f16_to_f32(zinf_f32_to_f16_rne(x[i]));
+		x[i] = dtype == ZINF_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16_rne(x[i]))
+					  : dt_f16_to_f32(dt_f32_to_f16_rne(x[i]));
 	}
 }
 

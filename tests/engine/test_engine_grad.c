@@ -331,12 +331,12 @@ lagged_run(int stage, enum zinf_offload_device tier, uint32_t window, uint32_t g
 	o.gradient_clipping = clip;
 	struct zinf_engine *e = make_model(&o);
 	if (tier != ZINF_OFFLOAD_NONE) {
-		cr_assert_eq(zinf_device_test_lag(e->cs, 3000), 0, "%s", zinf_last_error());
+		cr_assert_eq(dev_test_lag(e->cs, 3000), 0, "%s", zinf_last_error());
 	}
 	cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
 	cr_assert_eq(edrive_run(&d, 0, 2, gas, -1), 0, "%s: %s", what, d.why);
 	if (tier != ZINF_OFFLOAD_NONE) {
-		cr_assert_eq(zinf_device_test_lag(e->cs, 0), 0);
+		cr_assert_eq(dev_test_lag(e->cs, 0), 0);
 	}
 	cr_assert_eq(edrive_read_master(e, out), 0, "%s: %s", what, zinf_last_error());
 	edrive_fini(&d);

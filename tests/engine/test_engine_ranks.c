@@ -172,10 +172,10 @@ known_answer_stage(int stage)
 		}
 		if (rc == 0) {
 			for (int i = 0; i < 15; i++) {
-				uint16_t want = zinf_f32_to_bf16_rne((float)l + 0.25f * (float)i);
+				uint16_t want = dt_f32_to_bf16_rne((float)l + 0.25f * (float)i);
 				uint16_t got = w16[i];
 				CHECK(got == want, "stage %d: w%d[%d] after init: %g, expected %g",
-				      stage, l, i, zinf_bf16_to_f32(got), zinf_bf16_to_f32(want));
+				      stage, l, i, dt_bf16_to_f32(got), dt_bf16_to_f32(want));
 				if (got != want) {
 					break; /* one message per weight */
 				}
@@ -255,10 +255,10 @@ known_answer_stage(int stage)
 		if (rc == 0) {
 			for (int i = 0; i < 15; i++) {
 				uint16_t got = w16[i];
-				CHECK(got == zinf_f32_to_bf16_rne(mw[i]),
+				CHECK(got == dt_f32_to_bf16_rne(mw[i]),
 				      "stage %d: w%u[%d] after the step: %g, master %.9g", stage, p,
-				      i, zinf_bf16_to_f32(got), mw[i]);
-				if (got != zinf_f32_to_bf16_rne(mw[i])) {
+				      i, dt_bf16_to_f32(got), mw[i]);
+				if (got != dt_f32_to_bf16_rne(mw[i])) {
 					break; /* one message per weight */
 				}
 			}
@@ -1499,7 +1499,7 @@ spec_run(int stage, enum zinf_offload_device tier, bool spec, struct spec_seen *
 		uint64_t at = 0;
 		for (uint32_t p = 0; p < SPEC_NP && rc == 0; at += spec_numel[p], p++) {
 			for (uint64_t i = 0; i < spec_numel[p]; i++) {
-				double w = zinf_f16_to_f32(o_->p16[at + i]);
+				double w = dt_f16_to_f32(o_->p16[at + i]);
 				o_->loss += w * w * (double)(1 + i % 5);
 			}
 			rc = zinf_engine_read_master(e, p, o_->master + at);

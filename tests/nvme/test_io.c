@@ -21,7 +21,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "zinf/blocks/io.h"
-#include "nvme/io_internal.h" /* zinf_io_test_refuse */
+#include "nvme/io_internal.h" /* io_test_refuse */
 
 struct fixture {
 	char *dir;
@@ -614,9 +614,9 @@ Test(nvme_io, refused_backend_falls_back_with_one_warning)
 	io = NULL;
 	zinf_log_set_callback(capture_warn, &c);
 	zinf_log_set_level(ZINF_LOG_WARN);
-	zinf_io_test_refuse("io_uring", -EPERM);
+	io_test_refuse("io_uring", -EPERM);
 	if (strcmp(v, "libaio") == 0) {
-		zinf_io_test_refuse("libaio", -ENOSYS);
+		io_test_refuse("libaio", -ENOSYS);
 	}
 	cr_assert_eq(zinf_io_create(&o, &io), -ENODEV);
 	cr_assert_null(io);
@@ -633,7 +633,7 @@ Test(nvme_io, refused_backend_falls_back_with_one_warning)
 	/* The warning names the first backend refused and why. */
 	cr_assert(strstr(c.msg, "io_uring") && strstr(c.msg, "not permitted"), "%s", c.msg);
 	zinf_io_destroy(io);
-	zinf_io_test_refuse(NULL, 0);
+	io_test_refuse(NULL, 0);
 }
 
 /* io_uring with a kernel submission thread (SQPOLL): same bytes. */
@@ -758,10 +758,10 @@ Test(nvme_io, allocation_failures_unwind)
 		o.threads = 2;
 		o.queue_depth = 4;
 		cr_assert_eq(zinf_io_submit(NULL, NULL), -EINVAL); /* the sentinel message */
-		zinf_test_alloc_fail_nth(n);
+		zc_test_alloc_fail_nth(n);
 		int rc = zinf_io_create(&o, &io);
 		if (rc == -ENODEV) {
-			zinf_test_alloc_fail_nth(0);
+			zc_test_alloc_fail_nth(0);
 			cr_skip_test("I/O backend %s unavailable", v ? v : "(best)");
 		}
 		if (rc == 0) {
@@ -771,7 +771,7 @@ Test(nvme_io, allocation_failures_unwind)
 			cr_assert_eq(rc, -ENOMEM, "create with allocation %ld failing: %d", n, rc);
 			cr_assert_null(io);
 		}
-		zinf_test_alloc_fail_nth(0);
+		zc_test_alloc_fail_nth(0);
 		/* the failure says so itself: not an earlier, unrelated message (the sentinel) */
 		cr_assert(rc == 0 || (!strstr(zinf_last_error(), "NULL request") &&
 				      (strstr(zinf_last_error(), "out of memory") ||

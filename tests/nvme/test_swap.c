@@ -77,7 +77,7 @@ static void
 init(void)
 {
 	zt_log_to_stderr();
-	zinf_swap_test_set_free_bytes(UINT64_MAX);
+	swap_test_set_free_bytes(UINT64_MAX);
 }
 
 TestSuite(swap, .init = init);
@@ -527,9 +527,9 @@ Test(swap, too_little_space_statvfs)
 	struct zinf_swap *s = open_swap(io, dirs, 1, 0, false);
 	cr_assert_eq(zinf_swap_add(s, "fp32", 0, 8u << 20), 0);
 	cr_assert_eq(zinf_swap_add(s, "exp_avg", 0, 4u << 20), 1);
-	zinf_swap_test_set_free_bytes(1u << 20);
+	swap_test_set_free_bytes(1u << 20);
 	int ret = zinf_swap_reserve(s);
-	zinf_swap_test_set_free_bytes(UINT64_MAX);
+	swap_test_set_free_bytes(UINT64_MAX);
 	cr_assert_eq(ret, -ENOSPC);
 	const char *m = zinf_last_error();
 	cr_assert(strstr(m, d) && strstr(m, "12582912") && strstr(m, "1048576"),
@@ -730,7 +730,7 @@ Test(swap, allocation_failures_unwind)
 	bool completed = false;
 	for (long n = 1; n < 200 && !completed; n++) {
 		cr_assert_eq(zinf_swap_reserve(NULL), -EINVAL); /* the sentinel message */
-		zinf_test_alloc_fail_nth(n);
+		zc_test_alloc_fail_nth(n);
 		struct zinf_swap_opts so;
 		zinf_swap_opts_init(&so);
 		so.dirs = dirs;
@@ -766,7 +766,7 @@ Test(swap, allocation_failures_unwind)
 			}
 			zinf_swap_destroy(s);
 		}
-		zinf_test_alloc_fail_nth(0);
+		zc_test_alloc_fail_nth(0);
 		cr_assert(ret >= 0 || ret == -ENOMEM, "n=%ld: %d %s", n, ret, zinf_last_error());
 		/* the failure says so itself: not an earlier, unrelated message (the sentinel) */
 		cr_assert(ret >= 0 || (!strstr(zinf_last_error(), "NULL swap space") &&
@@ -957,7 +957,7 @@ Test(swap, leftover_space_counted)
 	const char *dirs[] = {d};
 	struct zinf_swap *s = open_swap(io, dirs, 1, 0, false);
 	cr_assert_eq(zinf_swap_add(s, "fp32", 0, 8 << 20), 0);
-	zinf_swap_test_set_free_bytes(1 << 20);
+	swap_test_set_free_bytes(1 << 20);
 	int ret = zinf_swap_reserve(s);
 	cr_assert_eq(ret, -ENOSPC);
 	cr_assert(strstr(zinf_last_error(), "+ 4194304 bytes in leftover files"), "%s",
@@ -971,7 +971,7 @@ Test(swap, leftover_space_counted)
 	memset(&swap_log, 0, sizeof(swap_log));
 	ret = zinf_swap_reserve(s);
 	zt_log_to_stderr();
-	zinf_swap_test_set_free_bytes(UINT64_MAX);
+	swap_test_set_free_bytes(UINT64_MAX);
 	cr_assert_eq(ret, 0, "the leftover's 4 MiB count as free: %s", zinf_last_error());
 	cr_assert_eq(swap_log.warnings, 1);
 	cr_assert(strstr(swap_log.warn, "2 leftover") && strstr(swap_log.warn, "4194304 bytes") &&

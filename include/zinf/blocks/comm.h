@@ -216,7 +216,7 @@ struct zinf_comm_stats {
 	uint64_t timeouts; /* collectives past their deadline (0 or 1: the first fails c) */
 };
 
-/** Copy the statistics (zinf_stats_give). Returns 0; -EINVAL (NULL, bad out->size). */
+/** Copy the statistics (zc_stats_give). Returns 0; -EINVAL (NULL, bad out->size). */
 ZINF_API int zinf_comm_get_stats(const struct zinf_comm *c, struct zinf_comm_stats *out);
 
 #ifdef __cplusplus
