@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench/io_patterns.c: the I/O engine alone (no swap layer) moving one file through four
  * buffer patterns, interleaved round by round so that the virtual disk's drift hits all alike:

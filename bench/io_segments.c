@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench/io_segments.c: why huge-page buffers are faster on a virtio disk. Reads one 512 MiB
  * file with 1 MiB blocks into 4 KiB-page memory and into zinf_alloc_huge() memory, twice

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ckpt/ckpt_export.c: zinf_ckpt_export: a checkpoint's fp32 master weights, converted to f32,
  * bf16 or f16, as safetensors (safetensors.c), each tensor streamed through zinf_ckpt_read in

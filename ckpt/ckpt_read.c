@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ckpt/ckpt_read.c: reading a checkpoint offline (zinf/checkpoint.h, docs/CHECKPOINT.md):
  * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field

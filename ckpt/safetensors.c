@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ckpt/safetensors.c: writing one safetensors file (safetensors_internal.h): the JSON header
  * (built with jansson, keys in the tensors' order, padded with spaces to a multiple of 8 so that

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_adam.c: `zinf bench adam`: throughput of the fused CPU-Adam step against the memory
  * bandwidth of the same machine in the same run (a STREAM triad with the same thread count),

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_all.c: `zinf bench all`: the machine profile that `zinf estimate --from-bench`
  * reads: short runs of bench io (NVMe read and write), bench adam (CPU-Adam parameters per

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_comm.c: `zinf bench comm`: bandwidth of zinf's collectives (zinf/blocks/comm.h) against
  * the backend's own call on the same communicator, timed in the same run. Run under mpirun

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_engine.c: `zinf bench engine`, the ZeRO engine (zinf/engine.h) driven by a
  * synthetic transformer: --layers blocks of 12 H^2 parameters (qkv 3 H^2, proj H^2, fc1 4 H^2,

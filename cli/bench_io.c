@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_io.c: `zinf bench io`, the write and read bandwidth of the I/O engine through swap
  * files (zinf_swap over zinf_io), on one directory or striped over several.

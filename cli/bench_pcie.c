@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_pcie.c: `zinf bench pcie`: host-device copy bandwidth through the device handle
  * (zinf_device_copy on zinf streams) against plain cudaMemcpyAsync on the same buffers and

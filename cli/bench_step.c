@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/bench_step.c: `zinf bench step`, the pipelined optimizer step over the optimizer's state
  * (--optimizer, --state: fp32 master plus its parts, found through zinf_step_part_info) on NVMe.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/checkpoint.c: `zinf checkpoint inspect DIR` and `zinf checkpoint export DIR --out
  * FILE.safetensors`, over the offline reader (zinf/checkpoint.h): no engine, no device, no MPI.

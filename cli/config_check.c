@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/config_check.c: `zinf config check FILE`: read a ds_config.json as the engine will
  * (zinf/config.h), print the resolved configuration (every "auto" with its value) and, given the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/estimate.c: `zinf estimate`: model-state memory per GPU, per node's CPU and per node's
  * NVMe for every ZeRO stage and offload choice, whether each fits the machine, the largest model

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/guard.c: what keeps a benchmark from hurting the machine it measures: signals turned into
  * a flag (so files are removed on the way out), the memory check made before any large

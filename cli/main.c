@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/main.c: the `zinf` command: the table of subcommands, ZINF_LOG_LEVEL, and the library's
  * messages sent to stderr through the log callback. Each subcommand lives in its own file.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/opts.c: the option engine of the `zinf` command (see opts.h): one table per subcommand
  * drives getopt_long, the defaults, the value checks and the --help text; and the subcommand

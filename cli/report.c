@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli/report.c: what every subcommand's report is made of: the JSON writer (jansson; a number
  * that is not finite becomes null, never `nan`), medians, sizes as a person reads them, and the

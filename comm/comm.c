@@ -23,7 +23,7 @@ _Static_assert(sizeof(struct zinf_comm_notice) == 512, "notices are sent as 512 
 /* A wait looks for another rank's failure notice at most this often (an MPI_Iprobe). */
 #define NOTICE_PERIOD_NS 1000000u
 
-ZINF_API void
+void
 zinf_comm_opts_init(struct zinf_comm_opts *o)
 {
 	if (!o) {
@@ -107,7 +107,7 @@ comm_descs_alloc(int world)
 	return zc_calloc((size_t)world + 1, sizeof(struct zinf_comm_desc));
 }
 
-ZINF_API int
+int
 zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 {
 	struct zinf_comm_opts o;
@@ -192,7 +192,7 @@ drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 	zc_free(r);
 }
 
-ZINF_API void
+void
 zinf_comm_destroy(struct zinf_comm *c)
 {
 	if (!c) {
@@ -223,37 +223,37 @@ zinf_comm_destroy(struct zinf_comm *c)
 	zc_free(c);
 }
 
-ZINF_API int
+int
 zinf_comm_rank(const struct zinf_comm *c)
 {
 	return c ? c->rank : ZINF_FAIL(-EINVAL, "zinf_comm_rank: communicator is NULL");
 }
 
-ZINF_API int
+int
 zinf_comm_world(const struct zinf_comm *c)
 {
 	return c ? c->world : ZINF_FAIL(-EINVAL, "zinf_comm_world: communicator is NULL");
 }
 
-ZINF_API int
+int
 zinf_comm_local_rank(const struct zinf_comm *c)
 {
 	return c ? c->local_rank : ZINF_FAIL(-EINVAL, "zinf_comm_local_rank: communicator is NULL");
 }
 
-ZINF_API const char *
+const char *
 zinf_comm_backend(const struct zinf_comm *c)
 {
 	return c ? c->ops->name : NULL;
 }
 
-ZINF_API const struct zinf_comm_opts *
+const struct zinf_comm_opts *
 zinf_comm_get_opts(const struct zinf_comm *c)
 {
 	return c ? &c->opts : NULL;
 }
 
-ZINF_API int
+int
 zinf_comm_failed(const struct zinf_comm *c)
 {
 	return c ? c->failed : ZINF_FAIL(-EINVAL, "zinf_comm_failed: communicator is NULL");
@@ -271,7 +271,7 @@ comm_stream(struct zinf_comm *c)
 	return c && c->ops->stream ? c->ops->stream(c) : NULL;
 }
 
-ZINF_API int
+int
 zinf_comm_partition(size_t numel, int world, int rank, struct zinf_comm_part *out)
 {
 	if (!out || world < 1 || rank < 0 || rank >= world) {
@@ -365,7 +365,7 @@ heed_notice(struct zinf_comm *c, bool now, uint64_t seq)
 	return fail_comm(c, -ECONNABORTED, c->heard_msg);
 }
 
-ZINF_API int
+int
 zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 {
 	struct zinf_comm_notice n = {0};
@@ -513,7 +513,7 @@ poll_once(struct zinf_comm *c, struct zinf_comm_req *r)
 	return 1;
 }
 
-ZINF_API int
+int
 zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	unsigned spins = 0;
@@ -535,7 +535,7 @@ zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *r)
 	return rc < 0 ? rc : 0;
 }
 
-ZINF_API int
+int
 zinf_comm_test(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	if (!c || !r) {
@@ -642,7 +642,7 @@ check_args(struct zinf_comm *c, const char *what, const void *a, const void *b, 
 	return 0;
 }
 
-ZINF_API int
+int
 zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *recv, size_t count,
 		     enum zinf_dtype dtype, struct zinf_comm_req **req)
 {
@@ -667,7 +667,7 @@ zinf_comm_all_gather(struct zinf_comm *c, const void *send, void *recv, size_t c
 	return submit(c, &d, send, recv, bytes, req);
 }
 
-ZINF_API int
+int
 zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv, size_t count,
 			 enum zinf_dtype dtype, enum zinf_comm_red red, struct zinf_comm_req **req)
 {
@@ -689,7 +689,7 @@ zinf_comm_reduce_scatter(struct zinf_comm *c, const void *send, void *recv, size
 	return submit(c, &d, send, recv, bytes, req);
 }
 
-ZINF_API int
+int
 zinf_comm_all_reduce(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtype dtype,
 		     enum zinf_comm_red red, struct zinf_comm_req **req)
 {
@@ -706,7 +706,7 @@ zinf_comm_all_reduce(struct zinf_comm *c, void *buf, size_t count, enum zinf_dty
 	return submit(c, &d, buf, buf, bytes, req);
 }
 
-ZINF_API int
+int
 zinf_comm_broadcast(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtype dtype, int root,
 		    struct zinf_comm_req **req)
 {
@@ -727,7 +727,7 @@ zinf_comm_broadcast(struct zinf_comm *c, void *buf, size_t count, enum zinf_dtyp
 	return submit(c, &d, buf, buf, bytes, req);
 }
 
-ZINF_API int
+int
 zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req)
 {
 	uint64_t bytes;
@@ -740,7 +740,7 @@ zinf_comm_barrier(struct zinf_comm *c, struct zinf_comm_req **req)
 	return submit(c, &d, NULL, NULL, 0, req);
 }
 
-ZINF_API int
+int
 zinf_comm_get_stats(const struct zinf_comm *c, struct zinf_comm_stats *out)
 {
 	if (!c) {

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/alloc.c: the library's allocation entry points, with a failing-allocator hook so
  * that tests reach every out-of-memory path without mocks, and the huge-page allocator for I/O
@@ -95,7 +95,7 @@ zinf_free_aligned(void *p)
 	free(p);
 }
 
-ZINF_API void *
+void *
 zinf_alloc_huge(size_t len)
 {
 	const size_t huge = ZINF_HUGE_PAGE;
@@ -121,7 +121,7 @@ zinf_alloc_huge(size_t len)
 	return p;
 }
 
-ZINF_API void
+void
 zinf_free_huge(void *p, size_t len)
 {
 	if (p) {

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/cpu.c: CPU feature detection with cpuid and xgetbv, so that an instruction set is
  * reported only when the OS also saves its registers. x86-64 only; elsewhere: no features.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/dtype.c: element types: sizes, names, parsing and the array conversion. The per-element
  * conversions are inline in common/dtype.h for the kernels; this file is the public, checked

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/log.c: the level-filtered logger, the per-thread last error, status strings.
  * The sink and level are the one piece of process state zinf keeps (as SPDK's log does): a

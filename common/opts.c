@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/opts.c: the size-versioned struct rule (common/opts.h) in one place, for options and
  * statistics alike.

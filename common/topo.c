@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * common/topo.c: the machine's topology (NUMA nodes, cores, memory) and memory binding, from
  * hwloc when built with it, else from sysconf with one NUMA node and no binding.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config/config_engine.c: an engine from a ds_config.json in one call
  * (zinf_engine_create_from_file): the reader, then zinf_engine_create() with the engine options

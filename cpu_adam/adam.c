@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam.c: the public optimizer entry points. Takes the caller's options into a local
  * copy (common/opts.h), validates arguments (nothing is modified on error), computes each step's

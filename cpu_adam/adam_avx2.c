@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam_avx2.c: the AVX2 + FMA + F16C path, 8 floats at a time: the width layer of
  * adam_simd_body.h for __m256 (unaligned loads and stores, the bf16 conversions by integer

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam_avx512.c: the AVX-512 path (F, BW, VL; FMA, F16C), 16 floats at a time: the
  * width layer of adam_simd_body.h for __m512, then the body, which holds the kernels and the table

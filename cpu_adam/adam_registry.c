@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam_registry.c: the SIMD paths, best first, and the choice of one for a call (the
  * rule is in zinf/blocks/adam.h: the option, else $ZINF_SIMD read once, else the best path here).

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam_scalar.c: the portable kernels: one element at a time with the exact scalar
  * helpers of adam_internal.h. Built without FMA contraction (-ffp-contract=off, for the whole

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/optimizer.c: the optimizer descriptor of zinf/blocks/optimizer.h: a kind's state parts
  * (names, bytes per element) and one step function over a range of them, on top of the public

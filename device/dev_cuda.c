@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device/dev_cuda.c: the "cuda" device through the CUDA runtime: cudaMalloc, cudaHostRegister,
  * non-blocking streams (or the trainer's, wrapped), events without timing, cudaMemcpyAsync, and

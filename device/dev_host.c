@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device/dev_host.c: the "host" device. Device memory is host memory, copies are memcpy, host
  * registration is a no-op (the pool does its own mlock), and the kernels are the C references of

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device/dev_registry.c: the device tables, best first, and lookup by name. The only file of
  * device/ that knows which backends were built: one that was not is a stub whose probe answers

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device/device.c: the public device API over the ops tables: options, the device, stream and
  * event handles, and the checks of every copy and kernel before a backend sees it (so a bad

@@ -98,7 +98,7 @@ eng_return(struct zinf_engine *e, int rc)
 	return rc;
 }
 
-ZINF_API int
+int
 zinf_engine_abort(struct zinf_engine *e, const char *why)
 {
 	int rc = eng_begin(e, "abort", ENG_KEEPS, false);

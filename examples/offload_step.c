@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * examples/offload_step.c: a C program using an installed libzinf, as a trainer would: an
  * I/O context, a swap space on a directory, a pinned pool, an optimizer (AdamW, described by

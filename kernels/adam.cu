@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kernels/adam.cu: fused Adam/AdamW on device memory, one element per thread (grid-stride).
  * The arithmetic is cpu_adam's vector paths' (grad_in and adam_math in cpu_adam/adam_simd_body.h,

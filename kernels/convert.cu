@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kernels/convert.cu: the element-wise kernels: cast between f32 and the 16-bit types, scale in
  * place, accumulate into f32, fill. Each rounds exactly as its C reference in device/dev_host.c

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kernels/reduce.cu: the reductions over a gradient: sum of squares and the non-finite check.
  *

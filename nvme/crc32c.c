@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/crc32c.c: CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as used by iSCSI, ext4
  * and NVMe: the SSE4.2 crc32 instruction where the CPU has it, a byte table elsewhere.
@@ -216,7 +216,7 @@ crc32c_hw_available(void)
 }
 #endif
 
-ZINF_API uint32_t
+uint32_t
 zinf_crc32c(uint32_t crc, const void *buf, size_t len)
 {
 	if (crc32c_hw_available()) {

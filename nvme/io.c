@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/io.c: the I/O context behind include/zinf/blocks/io.h: its options, the choice of backend
  * (named, wrapped by fault, or the best that the kernel accepts, warning once about a refused
@@ -16,7 +16,7 @@
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_io_opts, fault_inner);
 
-ZINF_API void
+void
 zinf_io_opts_init(struct zinf_io_opts *o)
 {
 	if (!o) {
@@ -288,7 +288,7 @@ io_free(struct zinf_io *io)
 	zc_free(io);
 }
 
-ZINF_API int
+int
 zinf_io_create(const struct zinf_io_opts *opts, struct zinf_io **out)
 {
 	struct zinf_io_opts o;
@@ -335,7 +335,7 @@ fail:
 	return rc;
 }
 
-ZINF_API void
+void
 zinf_io_destroy(struct zinf_io *io)
 {
 	if (!io) {
@@ -349,13 +349,13 @@ zinf_io_destroy(struct zinf_io *io)
 	io_free(io);
 }
 
-ZINF_API const char *
+const char *
 zinf_io_backend(const struct zinf_io *io)
 {
 	return io ? io->ops->name : "";
 }
 
-ZINF_API void
+void
 zinf_io_get_opts(const struct zinf_io *io, struct zinf_io_opts *out)
 {
 	if (!out) {
@@ -368,7 +368,7 @@ zinf_io_get_opts(const struct zinf_io *io, struct zinf_io_opts *out)
 	*out = io->opts;
 }
 
-ZINF_API int
+int
 zinf_io_get_stats(const struct zinf_io *io, struct zinf_io_stats *out)
 {
 	if (!io) {

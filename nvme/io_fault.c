@@ -218,7 +218,7 @@ const struct zinf_io_ops zinf_io_fault_ops_table = {
 	.register_buffers = fault_register_buffers,
 };
 
-ZINF_API int
+int
 zinf_io_fault_add(struct zinf_io *io, const struct zinf_io_fault *rule)
 {
 	if (!io || !rule || io->ops != &zinf_io_fault_ops_table) {
@@ -262,7 +262,7 @@ zinf_io_fault_add(struct zinf_io *io, const struct zinf_io_fault *rule)
 	return rc < 0 ? IO_FAIL(io, rc, "zinf_io_fault_add: %d rules at most", FAULT_RULES_MAX) : 0;
 }
 
-ZINF_API uint64_t
+uint64_t
 zinf_io_fault_ops(const struct zinf_io *io, int op)
 {
 	if (!io || io->ops != &zinf_io_fault_ops_table || op < -1 || op > 1) {

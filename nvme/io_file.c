@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/io_file.c: files and registration. Opening a file in a context (O_DIRECT unless asked
  * otherwise; the direct-I/O alignment read from the file system; file systems that only
@@ -204,7 +204,7 @@ file_slot_add(struct zinf_io *io, struct zinf_io_file *f)
 	}
 }
 
-ZINF_API int
+int
 zinf_io_file_open(struct zinf_io *io, const char *path, unsigned flags, struct zinf_io_file **out)
 {
 	if (!io || !path || !out) {
@@ -242,7 +242,7 @@ fail_free:
 	return rc;
 }
 
-ZINF_API void
+void
 zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f)
 {
 	if (!f) {
@@ -283,25 +283,25 @@ zinf_io_file_close(struct zinf_io *io, struct zinf_io_file *f)
 	zc_free(f);
 }
 
-ZINF_API bool
+bool
 zinf_io_file_direct(const struct zinf_io_file *f)
 {
 	return f ? f->direct : false;
 }
 
-ZINF_API uint32_t
+uint32_t
 zinf_io_file_align(const struct zinf_io_file *f)
 {
 	return f ? f->align : 0;
 }
 
-ZINF_API const char *
+const char *
 zinf_io_file_path(const struct zinf_io_file *f)
 {
 	return f ? f->path : "";
 }
 
-ZINF_API int
+int
 zinf_io_file_fd(const struct zinf_io_file *f)
 {
 	return f ? f->fd : -EBADF;
@@ -378,7 +378,7 @@ regs_backend(struct zinf_io *io, const struct iovec *iov, unsigned n, uint64_t b
 		       (unsigned long long)bytes, strerror(-rc));
 }
 
-ZINF_API int
+int
 zinf_io_register_buffers(struct zinf_io *io, const struct iovec *iov, unsigned n)
 {
 	struct iovec *copy = NULL;
@@ -416,7 +416,7 @@ zinf_io_register_buffers(struct zinf_io *io, const struct iovec *iov, unsigned n
 	return rc < 0 ? rc : 0;
 }
 
-ZINF_API unsigned
+unsigned
 zinf_io_buffers_registered(const struct zinf_io *io)
 {
 	if (!io) {

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/io_queue.c: requests and the workers that serve them. zinf_io_submit validates a
  * request and appends it to the one queue all workers share; a worker takes one block_size
@@ -433,7 +433,7 @@ req_validate(struct zinf_io *io, const struct zinf_io_req *r)
 	return 0;
 }
 
-ZINF_API int
+int
 zinf_io_submit(struct zinf_io *io, struct zinf_io_req *r)
 {
 	if (!r) {
@@ -502,14 +502,14 @@ req_fill_submit(struct zinf_io *io, struct zinf_io_req *r, enum zinf_io_op op,
 	return zinf_io_submit(io, r);
 }
 
-ZINF_API int
+int
 zinf_io_read_async(struct zinf_io *io, struct zinf_io_req *r, struct zinf_io_file *f, void *buf,
 		   size_t len, uint64_t offset)
 {
 	return req_fill_submit(io, r, ZINF_IO_READ, f, buf, len, offset);
 }
 
-ZINF_API int
+int
 zinf_io_write_async(struct zinf_io *io, struct zinf_io_req *r, struct zinf_io_file *f,
 		    const void *buf, size_t len, uint64_t offset)
 {
@@ -532,7 +532,7 @@ req_waitable(struct zinf_io *io, struct zinf_io_req *r, const char *fn)
 	return 0;
 }
 
-ZINF_API int
+int
 zinf_io_poll(struct zinf_io *io, struct zinf_io_req *r)
 {
 	int rc = req_waitable(io, r, "zinf_io_poll");
@@ -542,7 +542,7 @@ zinf_io_poll(struct zinf_io *io, struct zinf_io_req *r)
 	return __atomic_load_n(&io_req_priv(r)->state, __ATOMIC_ACQUIRE) == ZINF_IO_REQ_DONE;
 }
 
-ZINF_API int
+int
 zinf_io_wait(struct zinf_io *io, struct zinf_io_req *r)
 {
 	int rc = req_waitable(io, r, "zinf_io_wait");
@@ -564,7 +564,7 @@ zinf_io_wait(struct zinf_io *io, struct zinf_io_req *r)
 	return r->result < 0 ? (int)r->result : 0;
 }
 
-ZINF_API int
+int
 zinf_io_wait_all(struct zinf_io *io, struct zinf_io_req *const *rs, size_t n)
 {
 	if (n && !rs) {
@@ -580,7 +580,7 @@ zinf_io_wait_all(struct zinf_io *io, struct zinf_io_req *const *rs, size_t n)
 	return first;
 }
 
-ZINF_API int
+int
 zinf_io_pread(struct zinf_io *io, struct zinf_io_file *f, void *buf, size_t len, uint64_t offset)
 {
 	struct zinf_io_req r;
@@ -588,7 +588,7 @@ zinf_io_pread(struct zinf_io *io, struct zinf_io_file *f, void *buf, size_t len,
 	return rc < 0 ? rc : zinf_io_wait(io, &r);
 }
 
-ZINF_API int
+int
 zinf_io_pwrite(struct zinf_io *io, struct zinf_io_file *f, const void *buf, size_t len,
 	       uint64_t offset)
 {

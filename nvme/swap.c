@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/swap.c: swap files. Named tensors (state kind, index) mapped to extents of per-kind
  * files under one or more directories, read and written through the zinf_io engine.
@@ -54,7 +54,7 @@
 
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_swap_opts, reserved);
 
-ZINF_API void
+void
 zinf_swap_opts_init(struct zinf_swap_opts *o)
 {
 	if (!o) {
@@ -166,7 +166,7 @@ name_make(const struct zinf_swap_opts *o)
 	return n;
 }
 
-ZINF_API int
+int
 zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *opts, struct zinf_swap **out)
 {
 	struct zinf_swap_opts o;
@@ -250,7 +250,7 @@ swap_kind_fini(struct zinf_swap *s, struct swap_kind *k)
 	zc_free(k->file_bytes);
 }
 
-ZINF_API void
+void
 zinf_swap_destroy(struct zinf_swap *s)
 {
 	if (!s) {
@@ -347,7 +347,7 @@ hash_grow(struct zinf_swap *s)
 	return 0;
 }
 
-ZINF_API int
+int
 zinf_swap_find(const struct zinf_swap *s, const char *kind, uint32_t index)
 {
 	if (!s || !kind) {
@@ -361,7 +361,7 @@ zinf_swap_find(const struct zinf_swap *s, const char *kind, uint32_t index)
 	return v ? v - 1 : -ENOENT;
 }
 
-ZINF_API int
+int
 zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t bytes)
 {
 	if (!s || !kind) {
@@ -437,25 +437,25 @@ zinf_swap_add(struct zinf_swap *s, const char *kind, uint32_t index, uint64_t by
 
 /* ---- getters ------------------------------------------------------------------------------ */
 
-ZINF_API uint32_t
+uint32_t
 zinf_swap_align(const struct zinf_swap *s)
 {
 	return s ? s->align : 0;
 }
 
-ZINF_API uint64_t
+uint64_t
 zinf_swap_bytes(const struct zinf_swap *s, int id)
 {
 	return (s && id >= 0 && id < s->nt) ? s->t[id].bytes : 0;
 }
 
-ZINF_API uint64_t
+uint64_t
 zinf_swap_buf_bytes(const struct zinf_swap *s, int id)
 {
 	return (s && id >= 0 && id < s->nt) ? ZINF_ALIGN_UP(s->t[id].bytes, (uint64_t)s->align) : 0;
 }
 
-ZINF_API uint64_t
+uint64_t
 zinf_swap_total_bytes(const struct zinf_swap *s)
 {
 	if (!s) {

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/swap_op.c: reads and writes of swap tensors. An operation is one zinf_io request per
  * contiguous piece (the whole tensor with one directory, else one per stripe unit), finished in
@@ -156,7 +156,7 @@ op_run(struct zinf_swap *s, struct zinf_swap_op *op, struct swap_tensor *t, enum
 	return 0;
 }
 
-ZINF_API int
+int
 zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op)
 {
 	int ret = op_check(s, id, buf, op, "write");
@@ -173,7 +173,7 @@ zinf_swap_write_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_o
 	return op_run(s, op, t, SWAP_UNWRITTEN);
 }
 
-ZINF_API int
+int
 zinf_swap_read_async(struct zinf_swap *s, int id, void *buf, struct zinf_swap_op *op)
 {
 	int ret = op_check(s, id, buf, op, "read");
@@ -250,7 +250,7 @@ op_finish(struct zinf_swap *s, struct zinf_swap_op *op)
 	return ret;
 }
 
-ZINF_API int
+int
 zinf_swap_wait(struct zinf_swap *s, struct zinf_swap_op *op)
 {
 	if (!s || !op) {
@@ -267,7 +267,7 @@ zinf_swap_wait(struct zinf_swap *s, struct zinf_swap_op *op)
 	return op_finish(s, op);
 }
 
-ZINF_API int
+int
 zinf_swap_poll(struct zinf_swap *s, struct zinf_swap_op *op)
 {
 	if (!s || !op) {
@@ -287,7 +287,7 @@ zinf_swap_poll(struct zinf_swap *s, struct zinf_swap_op *op)
 	return 1;
 }
 
-ZINF_API int
+int
 zinf_swap_write(struct zinf_swap *s, int id, void *buf)
 {
 	struct zinf_swap_op op;
@@ -295,7 +295,7 @@ zinf_swap_write(struct zinf_swap *s, int id, void *buf)
 	return ret < 0 ? ret : zinf_swap_wait(s, &op);
 }
 
-ZINF_API int
+int
 zinf_swap_read(struct zinf_swap *s, int id, void *buf)
 {
 	struct zinf_swap_op op;

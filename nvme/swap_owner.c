@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/swap_owner.c: the file names a swap space owns. For each directory d it holds an
  * exclusive flock(2) on `<prefix>-r<rank>.<d>.lock`, which guards `<prefix>-r<rank>-*.<d>.swp`

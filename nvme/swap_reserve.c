@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * nvme/swap_reserve.c: laying the declared tensors out (stripe units round the directories,
  * one contiguous extent per tensor and directory, every extent aligned; see swap.c) and
@@ -306,7 +306,7 @@ reserve_undo(struct zinf_swap *s)
 	s->total_bytes = 0;
 }
 
-ZINF_API int
+int
 zinf_swap_reserve(struct zinf_swap *s)
 {
 	struct swap_leftovers lo = {0};

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * offload/pool.c: the pinned pool. One mapping, sized from the options and checked against
  * RLIMIT_MEMLOCK and physical memory before it is made, 2 MiB-aligned and advised for huge

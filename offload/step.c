@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * offload/step.c: the pipelined optimizer step's object: options, the optimizer's parts and
  * their layout in a pool buffer, the swap tensors it declares, initial state and read-back,

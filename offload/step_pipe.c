@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * offload/step_pipe.c: the step's slots, where its I/O overlaps the optimizer. The step owns B
  * pool buffers ("slots"), each holding one sub-group's optimizer parts (and the parameter copy

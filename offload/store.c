@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * offload/store.c: tensor residency. Each tensor has a home tier and a state:
  *

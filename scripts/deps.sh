@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install zinf's build and test dependencies from Debian's packages (Debian 12). Does nothing
 # when they are all present. Needs root or sudo for apt-get.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Set up, build and run zinf's main job: install dependencies (Debian 12), configure, build
 # everything, and train the example GPT (build/zinf_gpt, examples/gpt/) with its default
 # configuration: ZeRO-3 with parameters and optimizer state on NVMe, under a scratch directory

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/gpu/bundle.sh: pack zinf's GPU checks into one relocatable folder that runs on a GPU
 # machine which has the NVIDIA driver, cuBLAS and NCCL (a CUDA toolkit, or PyTorch's pip wheels)
 # but none of zinf's build dependencies: no compiler, Open MPI, jansson, liburing, libaio, hwloc

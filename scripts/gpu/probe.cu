@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 // scripts/gpu/probe.cu: the GPU kit's first check (bin/probe): the device, the runtime and the
 // driver, then the CUDA runtime behaviours zinf's code is written against, each answered on
 // the machine at hand (they are not promises of the CUDA documentation):
@@ -29,7 +29,8 @@ static void
 expect(const char *what, cudaError_t got, cudaError_t want)
 {
 	bool ok = got == want;
-	printf("  %-52s %-40s %s\n", what, cudaGetErrorName(got), ok ? "as assumed" : "NOT AS ASSUMED");
+	printf("  %-52s %-40s %s\n", what, cudaGetErrorName(got),
+	       ok ? "as assumed" : "NOT AS ASSUMED");
 	bad |= !ok;
 }
 
@@ -48,8 +49,8 @@ main(void)
 	cudaDriverGetVersion(&drv);
 	printf("device 0 of %d: %s, compute capability %d.%d, %d SMs, %.1f GiB; runtime %d, driver "
 	       "%d\n",
-	       n, p.name, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, rt,
-	       drv);
+	       n, p.name, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0,
+	       rt, drv);
 	int khz = 0;
 	if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) != cudaSuccess || khz <= 0) {
 		khz = 1500000;
@@ -68,7 +69,8 @@ main(void)
 	expect("cudaEventQuery while the kernel runs", cudaEventQuery(ev), cudaErrorNotReady);
 	cudaError_t kept = cudaGetLastError();
 	printf("  the thread's last error after it: %s (%s)\n", cudaGetErrorName(kept),
-	       kept == cudaSuccess ? "not kept" : "kept: a launch check without clearing would fail");
+	       kept == cudaSuccess ? "not kept"
+				   : "kept: a launch check without clearing would fail");
 	expect("cudaStreamQuery while the kernel runs", cudaStreamQuery(s), cudaErrorNotReady);
 	(void)cudaGetLastError();
 	expect("cudaStreamSynchronize", cudaStreamSynchronize(s), cudaSuccess);
@@ -77,7 +79,7 @@ main(void)
 	char *page = (char *)aligned_alloc(4096, 8192);
 	expect("cudaHostRegister(page, 768)", cudaHostRegister(page, 768, cudaHostRegisterDefault),
 	       cudaSuccess);
-	expect("cudaHostRegister(page + 768, 384): same page, no byte", 
+	expect("cudaHostRegister(page + 768, 384): same page, no byte",
 	       cudaHostRegister(page + 768, 384, cudaHostRegisterDefault), cudaSuccess);
 	expect("cudaHostRegister(page + 100, 100): inside the first",
 	       cudaHostRegister(page + 100, 100, cudaHostRegisterDefault),
@@ -97,7 +99,8 @@ main(void)
 	cudaStreamSynchronize(s);
 	bool taken = back[0] == 1 && back[1] == 2 && back[2] == 3 && back[3] == 4;
 	printf("  H2D source taken at the call: %s (read back %d %d %d %d)\n",
-	       taken ? "yes, as assumed" : "NO: NOT AS ASSUMED", back[0], back[1], back[2], back[3]);
+	       taken ? "yes, as assumed" : "NO: NOT AS ASSUMED", back[0], back[1], back[2],
+	       back[3]);
 	bad |= !taken;
 	cudaFree(dev);
 	cudaEventDestroy(ev);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run-on-gpu.sh (copied into the bundle by scripts/gpu/bundle.sh): zinf's GPU checks in one
 # command on a machine with an NVIDIA GPU, within a time budget, one log per check in $OUT and a
 # summary printed last (and in $OUT/summary.txt). Nothing is installed: the bundle carries

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/ckpt_fixture.c: the hand-written checkpoint of ckpt_fixture.h. The layout of a
  * stored rank's flat partition: rank 1 starts with a 2-element gap (so flat_off differs

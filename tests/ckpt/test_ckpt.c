@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/test_ckpt.c: zinf_engine_save / zinf_engine_load in one process (comm "single",
  * device "host"): resume is exact (N steps straight equal k steps, save, a new engine loaded

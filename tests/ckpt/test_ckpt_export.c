@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/test_ckpt_export.c: zinf_ckpt_export on the hand-written checkpoint of
  * ckpt_fixture.c. Each file written is parsed back here by the safetensors format's rules (an

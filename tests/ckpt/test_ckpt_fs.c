@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/test_ckpt_fs.c: the checkpoint directory on the file system (ckpt/ckpt_fs.c,
  * through zinf_engine_save / zinf_engine_load), one process (comm "single", device "host"):

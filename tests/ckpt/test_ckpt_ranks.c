@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/test_ckpt_ranks.c: checkpoints over several ranks, a plain program that ctest runs
  * under mpirun with 1 to 4 ranks (tests/engine/engine_ranks.h: the runner, the test model, the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/test_ckpt_read.c: the offline reader (zinf_ckpt_open/read/verify) on the
  * hand-written checkpoint of ckpt_fixture.c: the manifest's values; every parameter and part

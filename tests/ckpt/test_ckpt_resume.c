@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/test_ckpt_resume.c: what zinf_engine_load restores into an engine and what a
  * save leaves of it, one process (comm "single", device "host"): a load into an engine that has

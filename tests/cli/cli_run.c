@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/cli/cli_run.c: see cli_run.h. */
 #include <criterion/criterion.h>
 #include <dirent.h>

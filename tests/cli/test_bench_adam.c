@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_bench_adam.c: `zinf bench adam` run as a command with tiny sizes: its JSON
  * (the settings echoed, bytes per parameter worked by hand for each state and dtype, the ratio

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_bench_comm.c: `zinf bench comm` and `zinf bench pcie` run as commands with
  * sizes of a few MiB. Variant "alone": one rank (single and, when built, mpi started alone):

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_bench_engine.c: `zinf bench engine` run as a command on a tiny model (2 layers,
  * hidden 32: 2 x (12 x 32^2 + 6 x 32) = 24960 parameters). Variant "alone": option errors

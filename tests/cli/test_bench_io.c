@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_bench_io.c: the `zinf bench io` command as a user runs it ($ZINF_CLI, set by
  * CMake): its JSON output (keys, null for a mode not run, what really ran), the DeepSpeed "aio"

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_bench_step.c: `zinf bench step` run as a command with tiny sizes: its JSON
  * (the sizes asked for echoed, the bytes the step moved worked by hand, the efficiency

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_checkpoint.c: `zinf checkpoint inspect` and `zinf checkpoint export` as a user
  * runs them, on the hand-written checkpoint of tests/ckpt/ckpt_fixture.c: inspect --json's

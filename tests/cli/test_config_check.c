@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_config_check.c: `zinf config check` as a user runs it: Hugging Face's ZeRO-3
  * config with "auto" resolved from --hidden and the trainer's defaults, and its memory plan

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_estimate.c: `zinf estimate` against figures computed by hand from the formulas
  * its help states (ZeRO paper for the GPU: 2 + 2 + 12 bytes per parameter partitioned by the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cli/test_opts.c: the option engine of the `zinf` command (cli/opts.c) and the report
  * helpers (cli/report.c) as units: value parsers (sizes, exact 64-bit counts), a table of every

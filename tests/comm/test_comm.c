@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/comm/test_comm.c: the collectives of one process: the single backend's contract, the
  * partition helper worked by hand, options (versioning, bad values, unknown backends) and the

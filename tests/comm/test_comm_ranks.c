@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/comm/test_comm_ranks.c: the collective contract over several ranks, a plain program
  * that ctest runs under mpirun (1 to 4 ranks; Criterion forks every test, which MPI does not

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/test_common.c: logging, allocation hook, alignment, CPU features, topology. */
 #include <criterion/criterion.h>
 #include <stdio.h>

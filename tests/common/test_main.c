@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/common/test_main.c: Criterion's entry point, except that a run in which every test
  * skipped exits 77, so ctest reports it as skipped rather than passed; and the helpers of

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /* tests/common/test_util.c: helpers shared by the tests; see test_util.h. */
 #include <errno.h>
 #include <ftw.h>

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/config/test_config.c: ds_config.json reading (zinf/config.h). The seed configurations
  * (configs/: ZeRO-1, ZeRO-2, ZeRO-Infinity as DeepSpeed's docs write them, ZeRO-2 and ZeRO-3 as

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/config/test_schedule.c: the lr schedules against their published formulas (DeepSpeed's
  * lr_schedules.py docstrings and code, written again here in double, independently of

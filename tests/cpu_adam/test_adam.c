@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cpu_adam/test_adam.c: the CPU optimizers against float64 references, on the SIMD path
  * named by ZINF_TEST_VARIANT (scalar | avx2 | avx512; passed in opts.simd; a path this CPU lacks

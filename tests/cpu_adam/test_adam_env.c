@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cpu_adam/test_adam_env.c: the ZINF_SIMD environment override (zinf/blocks/adam.h). ctest
  * runs this binary with ZINF_SIMD set before the process starts (tests/cpu_adam/CMakeLists.txt): to

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cpu_adam/test_adam_helpers.c: the parts of cpu_adam that are exact rather than within
  * a tolerance: RNE conversions (against a float64 model and, for f16, the F16C instruction),

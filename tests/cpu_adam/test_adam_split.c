@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/cpu_adam/test_adam_split.c: an element's result does not depend on where it sits.
  * On the SIMD path named by ZINF_TEST_VARIANT, for every optimizer, grad dtype and copy dtype:

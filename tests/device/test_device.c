@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/device/test_device.c: the device contract, run once per backend (ZINF_TEST_VARIANT:
  * host, host_sync, cuda; cuda skips visibly without a GPU or without CUDA in the build). Every

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/device/test_device_host.c: the device handle (choosing a backend by name or the best,
  * its errors, the device count) and what only the host backend has: streams that run on their

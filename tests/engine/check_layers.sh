@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/engine/check_layers.sh: the engine core's files call one another downwards only, so that
 # no circle forms among them (docs/ARCHITECTURE.md, "engine/"). Each file has a level below; a
 # call from a file to a function another file defines (not static), or through an ops table

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/engine_drive.c: the tests' trainer (see engine_drive.h): options for the test
  * model, registration, and micro-batches driven through the engine's public API only. The

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/engine_ref.c: the engine tests' model (three linear layers, squared loss) and the
  * single-process fp32 reference that trains it as the engine's contract says (see

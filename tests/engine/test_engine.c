@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine.c: the ZeRO engine in one process (comm "single", device "host" with
  * asynchronous streams): the option checks of zinf_engine_create (every combination DeepSpeed

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_betas.c: zinf_engine_set_betas (OneCycle's momentum cycling) and
  * zinf_optimizer_set_betas. The engine trained with betas changed after step 2 equals, bit for

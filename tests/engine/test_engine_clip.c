@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_clip.c: gradient clipping by the global norm and fp16 loss scaling
  * in the engine, one process (comm "single", device "host" with asynchronous streams). A small

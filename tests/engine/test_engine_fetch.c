@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_fetch.c: stage 3's fetch paths (engine/engine_fetch.c,
  * engine_trace.c) in one process (single collectives, host device with asynchronous streams):

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_grad.c: the engine's gradient path in one process (comm "single",
  * device "host" with asynchronous streams): a reduce-scatter moves only the filled part of a

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_param.c: registration and zinf_engine_init (engine/engine_param.c)
  * in one process (single collectives, host device with asynchronous streams): an init

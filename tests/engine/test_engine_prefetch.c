@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_prefetch.c: stage 3's prefetch with the parameters on NVMe, one
  * process (single collectives, host device: every stream is a thread, so a store buffer handed

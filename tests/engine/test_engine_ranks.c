@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_ranks.c: the ZeRO engine over several ranks, a plain program that
  * ctest runs under mpirun with 1 to 4 ranks (Criterion forks every test, which MPI does not

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_rollback.c: the speculative step during backward and its roll-back
  * (engine/engine_spec.c) where test_engine_spec.c's tier matrix does not go, each a speculating

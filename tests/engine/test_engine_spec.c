@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_spec.c: the speculative step during backward with roll-back
  * (engine/engine_spec.c), one process (comm "single", device "host" with asynchronous

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_stats.c: the engine's byte counts against what moved, one process
  * (single collectives, host device with asynchronous streams): reduced_bytes counts only the

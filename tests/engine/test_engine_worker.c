@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_engine_worker.c: the step worker of the step during backward
  * (engine/engine_worker.c), one process (single collectives, host device): with the optimizer

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/engine/test_loss_scale.c: the loss scaler (engine/loss_scale.c, zinf/blocks/loss_scale.h)
  * through forced overflows against sequences worked by hand: the defaults, the window,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/gpt/check_gpt.sh: equivalence runs of the example GPT trainer (zinf_gpt), comparing the
 # per-step losses of its --json records. A tiny model (2 blocks, hidden 32, context 16,
 # vocabulary 32), 30 steps, OMP_NUM_THREADS=1, the CPU layers unless said; each case takes

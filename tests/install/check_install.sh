@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install zinf into a scratch prefix and build the examples against it the two ways a user
 # would (CMake find_package and pkg-config), then run them: the installed headers, library,
 # CMake package and .pc file must be enough on their own.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/nvme/test_crc.c: CRC32C (Castagnoli): published test vectors, and the SSE4.2
  * instruction path against the table path on random data, offsets and lengths, including

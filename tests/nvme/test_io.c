@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/nvme/test_io.c: the I/O engine's contract, run once per backend (ZINF_TEST_VARIANT =
  * io_uring | libaio | psync), through real files: random round trips, many requests over many

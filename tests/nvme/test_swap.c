@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/nvme/test_swap.c: swap files through real files on the scratch file system (ext4,
  * O_DIRECT), once per I/O backend (ZINF_TEST_VARIANT: io_uring, libaio, psync; a backend the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_optimizer.c: the optimizer descriptor (zinf/blocks/optimizer.h). Each kind's
  * parts (names, bytes), its step equal bit for bit to the kernel of zinf/blocks/adam.h it maps to

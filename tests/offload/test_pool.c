@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_pool.c: the pinned pool. Budgets are checked before anything is allocated
  * (physical memory; RLIMIT_MEMLOCK as a process without CAP_IPC_LOCK, dropped with capset(2)

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_pool_cuda.c: a pinned pool registered with a CUDA device
  * (cudaHostRegister), its buffers copied to device memory and back. Its own binary (label gpu)

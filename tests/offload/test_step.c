@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_step.c: the pipelined optimizer step. With state on NVMe (real files
  * through the I/O engine and swap files) it must give every optimizer part and the 16-bit copy

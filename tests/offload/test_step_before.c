@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_step_before.c: zinf_step_opts.before_fn, a sub-group's state shown to the
  * caller after its reads and before the optimizer runs on it (the engine's speculative step

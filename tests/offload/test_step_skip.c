@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_step_skip.c: zinf_step_skip, a step pass over some sub-groups only (the
  * engine's speculative step). State on NVMe, three sub-groups, two pool buffers (so that the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_step_visit.c: zinf_step_visit, a sub-group's optimizer state in place
  * (what a checkpoint streams). State on NVMe and on the CPU tier, AdamW (three parts), three

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/offload/test_store.c: the tensor store. Real bytes through swap files: more tensors than
  * buffers (back-pressure by waiting for writes), a request that cannot be served fails with the

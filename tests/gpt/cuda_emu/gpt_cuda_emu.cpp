@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 // tests/gpt/cuda_emu/gpt_cuda_emu.cpp: examples/gpt/gpt_cuda.cu compiled as C++ on the CPU,
 // its <cuda_runtime.h> and <cublas_v2.h> this directory's (see cuda_runtime.h), for
 // test_gpt_cuda_emu.c; and the switch of the emulator's thread order and its last-error slot,
