@@ -99,7 +99,7 @@ shape_str(char *buf, size_t len, const struct zinf_ckpt_param *p)
 	}
 }
 
-int
+static int
 cli_checkpoint_inspect(int argc, char **argv)
 {
 	char *rest[64];
@@ -275,7 +275,7 @@ static const char export_description[] =
 	"under a temporary name and renamed when complete. The master weights' files are checked\n"
 	"against their CRC32C first (--no-verify skips it).\n";
 
-int
+static int
 cli_checkpoint_export(int argc, char **argv)
 {
 	char *rest[64];
@@ -350,3 +350,10 @@ cli_checkpoint_export(int argc, char **argv)
 	zinf_ckpt_close(c);
 	return 0;
 }
+
+const struct cli_cmd cli_checkpoint_cmds[] = {
+	{"inspect", "print a checkpoint's manifest and check every file's CRC32C",
+	 cli_checkpoint_inspect},
+	{"export", "write a checkpoint's weights as (sharded) safetensors", cli_checkpoint_export},
+	{NULL},
+};

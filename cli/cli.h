@@ -14,18 +14,15 @@
 
 #include "cli/opts.h"
 
-/* Subcommands: argv[0] is the subcommand's name ("io" for `zinf bench io`). Return an exit code. */
-int cli_bench_io(int argc, char **argv);
-int cli_bench_adam(int argc, char **argv);
-int cli_bench_step(int argc, char **argv);
-int cli_bench_comm(int argc, char **argv);
-int cli_bench_pcie(int argc, char **argv);
-int cli_bench_engine(int argc, char **argv);
-int cli_bench_all(int argc, char **argv);
-int cli_estimate(int argc, char **argv);
-int cli_config_check(int argc, char **argv);
-int cli_checkpoint_inspect(int argc, char **argv);
-int cli_checkpoint_export(int argc, char **argv);
+/*
+ * The command's parts, each a table of subcommands (ended by {NULL}) in its own file or folder:
+ * main.c lists them. A subcommand gets argv[0] = its name ("io" for `zinf bench io`) and returns
+ * an exit code.
+ */
+extern const struct cli_cmd cli_bench_cmds[];	   /* bench/bench.c: the benchmarks */
+extern const struct cli_cmd cli_checkpoint_cmds[]; /* checkpoint.c: inspect, export */
+extern const struct cli_cmd cli_config_cmds[];	   /* config_check.c: check */
+int cli_estimate(int argc, char **argv);	   /* estimate.c */
 
 /* ---- reports (report.c) ------------------------------------------------------------------- */
 

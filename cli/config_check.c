@@ -336,7 +336,7 @@ print_plan(const struct plan *p, const struct cfg *c)
 	printf(", pinned host total %s\n", s);
 }
 
-int
+static int
 cli_config_check(int argc, char **argv)
 {
 	/* FILE is the one positional argument: take it out, parse the options around it. */
@@ -466,3 +466,9 @@ cli_config_check(int argc, char **argv)
 	zinf_config_fini(&tc);
 	return over;
 }
+
+const struct cli_cmd cli_config_cmds[] = {
+	{"check", "read a ds_config.json, print it resolved and the memory plan per rank",
+	 cli_config_check},
+	{NULL},
+};

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/main.c: the `zinf` command: the table of subcommands, ZINF_LOG_LEVEL, and the library's
- * messages sent to stderr through the log callback. Each subcommand lives in its own file.
+ * cli/main.c: the `zinf` command: its parts (bench, checkpoint, config, estimate, version),
+ * ZINF_LOG_LEVEL, and the library's messages sent to stderr through the log callback. Each part
+ * is a table of subcommands in its own file (bench/ holds the benchmarks).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,33 +10,6 @@
 
 #include "cli/cli.h"
 #include "zinf/common.h"
-
-static const struct cli_cmd bench_cmds[] = {
-	{"io", "NVMe/file bandwidth of the I/O engine (default: ./zinf-bench-io)", cli_bench_io},
-	{"adam", "CPU-Adam throughput against the machine's memory bandwidth", cli_bench_adam},
-	{"step", "the pipelined optimizer step over state on NVMe", cli_bench_step},
-	{"comm", "collective bandwidth against the raw MPI/NCCL call (under mpirun)",
-	 cli_bench_comm},
-	{"pcie", "host-device copy bandwidth against cudaMemcpyAsync (on a GPU)", cli_bench_pcie},
-	{"engine", "the ZeRO engine on a synthetic transformer (alone or under mpirun)",
-	 cli_bench_engine},
-	{"all", "the machine profile for `zinf estimate --from-bench` (io, adam, pcie, comm)",
-	 cli_bench_all},
-	{NULL},
-};
-
-static const struct cli_cmd config_cmds[] = {
-	{"check", "read a ds_config.json, print it resolved and the memory plan per rank",
-	 cli_config_check},
-	{NULL},
-};
-
-static const struct cli_cmd checkpoint_cmds[] = {
-	{"inspect", "print a checkpoint's manifest and check every file's CRC32C",
-	 cli_checkpoint_inspect},
-	{"export", "write a checkpoint's weights as (sharded) safetensors", cli_checkpoint_export},
-	{NULL},
-};
 
 static int
 cmd_version(int argc, char **argv)
@@ -45,9 +19,10 @@ cmd_version(int argc, char **argv)
 }
 
 static const struct cli_cmd top_cmds[] = {
-	{"bench", "benchmarks", NULL, bench_cmds},
-	{"checkpoint", "checkpoints: inspect, export to safetensors", NULL, checkpoint_cmds},
-	{"config", "DeepSpeed configuration files", NULL, config_cmds},
+	{"bench", "benchmarks: I/O, optimizer, step, collectives, PCIe, engine", NULL,
+	 cli_bench_cmds},
+	{"checkpoint", "checkpoints: inspect, export to safetensors", NULL, cli_checkpoint_cmds},
+	{"config", "DeepSpeed configuration files", NULL, cli_config_cmds},
 	{"estimate", "model-state memory per GPU, CPU and NVMe for every ZeRO stage and offload",
 	 cli_estimate},
 	{"version", "print the library version", cmd_version},

@@ -260,7 +260,7 @@ zinf_comm_failed(const struct zinf_comm *c)
 }
 
 void *
-comm_native(struct zinf_comm *c)
+zinf_comm_native(struct zinf_comm *c)
 {
 	return c && c->ops->native ? c->ops->native(c) : NULL;
 }

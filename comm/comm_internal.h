@@ -130,11 +130,6 @@ void comm_backoff(unsigned *spins);
 /* "all_gather", ...; "?" for an unknown kind. */
 const char *comm_kind_name(int kind);
 
-/*
- * The native communicator of c, for benchmarks timing the raw call on the same buffers:
- * "mpi": a MPI_Comm *, "nccl": the ncclComm_t; NULL for single or a NULL c.
- */
-void *comm_native(struct zinf_comm *c);
 /* The stream c's collectives are ordered on: "nccl": the cudaStream_t it was given or created;
  * NULL for the host backends or a NULL c. */
 void *comm_stream(struct zinf_comm *c);

@@ -13,6 +13,7 @@
 #include "common/opts.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_bench.h"
 #include "cpu_adam/adam_scalars_internal.h"
 
 /* No struct may end in tail padding (common/opts.h). */

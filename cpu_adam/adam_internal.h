@@ -16,12 +16,8 @@
 #include <string.h>
 
 #include "common/dtype.h"
+#include "cpu_adam/adam_bench.h" /* ZINF_ADAM_TILE */
 #include "zinf/blocks/adam.h"
-
-/* Elements per tile: a multiple of every vector width, so that which elements go through the
- * vector body and which through a scalar tail never depends on the tiling or thread count;
- * 8192 floats x 5 arrays stay inside L2 while a tile is worked on. */
-#define ZINF_ADAM_TILE 8192
 
 enum zinf_copy_kind { ZINF_COPY_NONE = 0, ZINF_COPY_F32, ZINF_COPY_F16, ZINF_COPY_BF16 };
 
@@ -93,12 +89,6 @@ const struct zinf_cpu_features *adam_cpu_features(void);
  * Returns 0; -EINVAL unknown name; -ENODEV the path is not built or this CPU cannot run it.
  */
 int adam_select(const char *simd, const char *who, const struct zinf_adam_ops **out);
-
-/* Three-pass helpers for the benchmark, threaded like the step (o: threads and SIMD path, NULL
- * for the defaults): g *= s in place; dst = src as dtype (RNE). Return 0 or -errno. */
-int adam_unscale(void *grad, enum zinf_dtype dt, size_t n, float s, const struct zinf_grad_opts *o);
-int adam_convert(const float *src, void *dst, enum zinf_dtype dt, size_t n,
-		 const struct zinf_grad_opts *o);
 
 /* The exact scalar conversions (dt_f32_to_bf16_rne, ...) are in common/dtype.h. */
 

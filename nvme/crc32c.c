@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 
 #include "common/util.h"
-#include "nvme/swap_internal.h"
+#include "nvme/crc32c.h"
 #include "zinf/blocks/swap.h"
 
 #if defined(__x86_64__)

@@ -385,6 +385,7 @@ zinf_io_get_stats(const struct zinf_io *io, struct zinf_io_stats *out)
 		.eagain_retries = __atomic_load_n(&c->eagain_retries, __ATOMIC_RELAXED),
 		.errors = __atomic_load_n(&c->errors, __ATOMIC_RELAXED),
 		.max_inflight = __atomic_load_n(&c->max_inflight, __ATOMIC_RELAXED),
+		.wakeups = __atomic_load_n(&io->stats_wakeups, __ATOMIC_RELAXED),
 	};
 	return zc_stats_give(out, &s, sizeof(s), "zinf_io_stats");
 }

@@ -13,14 +13,8 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "nvme/crc32c.h"
 #include "zinf/blocks/swap.h"
-
-/* CRC32C with the byte table (any CPU). Same contract as zinf_crc32c(). */
-uint32_t crc32c_sw(uint32_t crc, const void *buf, size_t len);
-/* CRC32C with the SSE4.2 crc32 instruction, three streams interleaved. Only where sse42. */
-uint32_t crc32c_hw(uint32_t crc, const void *buf, size_t len);
-/* True when zinf_crc32c() uses the instruction. */
-bool crc32c_hw_available(void);
 
 /*
  * Test hook: make zinf_swap_reserve() believe every directory has `bytes` bytes free (as

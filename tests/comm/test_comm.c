@@ -58,6 +58,8 @@ Test(comm, single_contract)
 	cr_assert(zinf_comm_rank(c) == 0 && zinf_comm_world(c) == 1 &&
 		  zinf_comm_local_rank(c) == 0);
 	cr_assert_eq(zinf_comm_get_opts(c)->timeout_s, 1800.0);
+	cr_assert_null(zinf_comm_native(c), "single has no backend communicator");
+	cr_assert_null(zinf_comm_native(NULL));
 
 	float part[5] = {1, 2, 3, 4, 5}, full[5] = {0};
 	cr_assert_eq(zinf_comm_all_gather(c, part, full, 5, ZINF_F32, NULL), 0);
@@ -91,7 +93,7 @@ Test(comm, single_contract)
 		     (unsigned long long)st.calls);
 	cr_assert_eq(st.bytes, 20 + 20 + 6 + 8 + 8 + 0);
 	cr_assert_eq(st.timeouts, 0);
-	cr_assert_null(comm_native(c));
+	cr_assert_null(zinf_comm_native(c));
 	zinf_comm_destroy(c);
 }
 

@@ -332,11 +332,11 @@ case_two_in_flight(void)
 	CHECK(st.wait_ns > 0, "time in wait");
 	/* the native communicator, for benchmarks timing the raw call on the same buffers */
 	if (strcmp(backend, "mpi") == 0) {
-		MPI_Comm *mc = comm_native(c);
+		MPI_Comm *mc = zinf_comm_native(c);
 		int n = 0;
 		CHECK(mc && MPI_Comm_size(*mc, &n) == MPI_SUCCESS && n == world, "native: %d", n);
 	} else {
-		CHECK(comm_native(c) != NULL, "native");
+		CHECK(zinf_comm_native(c) != NULL, "native");
 	}
 	buf_free(part);
 	buf_free(full);
@@ -809,6 +809,15 @@ main(int argc, char **argv)
 		want_thread = provided >= MPI_THREAD_MULTIPLE;
 		if (strcmp(zinf_comm_backend(lc), "mpi") != 0) {
 			fprintf(stderr, "backend %s under mpirun\n", zinf_comm_backend(lc));
+			return 1;
+		}
+		/* the backend's own communicator spans the same ranks in the same order */
+		MPI_Comm *native = zinf_comm_native(lc);
+		int nr = -1, nw = -1;
+		if (!native || MPI_Comm_rank(*native, &nr) != MPI_SUCCESS ||
+		    MPI_Comm_size(*native, &nw) != MPI_SUCCESS || nr != rank || nw != world) {
+			fprintf(stderr, "zinf_comm_native: rank %d of %d, want %d of %d\n", nr, nw,
+				rank, world);
 			return 1;
 		}
 	}

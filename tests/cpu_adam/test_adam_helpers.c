@@ -20,6 +20,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_bench.h"
 #include "zinf/blocks/adam.h"
 
 /* Gradient-helper options: the variant's SIMD path and `threads`. */

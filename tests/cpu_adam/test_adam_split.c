@@ -20,6 +20,7 @@
 #include "common/test_util.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_bench.h"
 #include "zinf/blocks/adam.h"
 
 enum opt { OPT_ADAM, OPT_ADAMW, OPT_BF16_RNE, OPT_BF16_SR, OPT_ADAGRAD, OPT_LION, OPT_N };

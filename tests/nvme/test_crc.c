@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/test_util.h"
-#include "nvme/swap_internal.h"
+#include "nvme/crc32c.h"
 #include "zinf/blocks/swap.h"
 
 /* ---- CRC32C ------------------------------------------------------------------------------- */

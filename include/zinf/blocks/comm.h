@@ -98,6 +98,14 @@ ZINF_API int zinf_comm_local_rank(const struct zinf_comm *c); /* rank among this
 ZINF_API const char *zinf_comm_backend(const struct zinf_comm *c);
 /** The options in effect (defaults filled in); NULL for NULL. */
 ZINF_API const struct zinf_comm_opts *zinf_comm_get_opts(const struct zinf_comm *c);
+/**
+ * The backend's own communicator, for calls zinf does not wrap over the same ranks (a
+ * trainer's own collective; `zinf bench comm` timing the raw call on the same buffers): for
+ * "mpi" a pointer to its MPI_Comm, for "nccl" the ncclComm_t; NULL for "single" or NULL c. It
+ * stays the communicator's: valid until zinf_comm_destroy(), never freed by the caller. Calls
+ * on it are ordered against zinf's by the caller (wait for zinf's requests first).
+ */
+ZINF_API void *zinf_comm_native(struct zinf_comm *c);
 /** 0, or the error that failed the communicator (-ETIMEDOUT, -EPROTO, -EIO, -ECONNABORTED). */
 ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
 /**

@@ -214,6 +214,7 @@ struct zinf_io_stats {
 	uint64_t reqs, blocks;		    /* submitted */
 	uint64_t short_retries, eagain_retries, errors;
 	uint64_t max_inflight; /* most block ops in flight at once over all workers */
+	uint64_t wakeups;      /* sleeping workers woken by a submitter (worker backends) */
 };
 /**
  * Copy the statistics into *out (out->size set by the caller: a caller built against an older,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_all.c: `zinf bench all`: the machine profile that `zinf estimate --from-bench`
+ * cli/bench/bench_all.c: `zinf bench all`: the machine profile that `zinf estimate --from-bench`
  * reads: short runs of bench io (NVMe read and write), bench adam (CPU-Adam parameters per
  * second, every CPU), bench pcie (host-device copies, on a GPU) and, under mpirun with more
  * than one rank, bench comm (all-gather, reduce-scatter, all-reduce bus bandwidth), each run in
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
 
 #define PROG "zinf bench all"
 

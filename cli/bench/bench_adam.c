@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_adam.c: `zinf bench adam`: throughput of the fused CPU-Adam step against the memory
- * bandwidth of the same machine in the same run (a STREAM triad with the same thread count),
+ * cli/bench/bench_adam.c: `zinf bench adam`: throughput of the fused CPU-Adam step against the
+ * memory bandwidth of the same machine in the same run (a STREAM triad with the same thread count),
  * optionally the same work in three passes (unscale, Adam, copy) as DeepSpeed does it; and
  * `--accuracy`: bf16 optimizer state against float32 state on a long noisy-quadratic run.
  * Adam and triad repetitions are interleaved; medians are reported.
@@ -13,9 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
+#include "common/dtype.h"
 #include "common/util.h"
-#include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_bench.h"
 #include "zinf/blocks/adam.h"
 
 #define PROG "zinf bench adam"
@@ -376,8 +377,7 @@ tp_step(const struct cfg *c, const struct zinf_adam_opts *o, struct tp *t, int64
 }
 
 static int
-tp_report(const struct cfg *c, const struct zinf_adam_ops *ops, const struct tp *t, int done,
-	  int gdt, int cdt)
+tp_report(const struct cfg *c, const char *path, const struct tp *t, int done, int gdt, int cdt)
 {
 	double ta = cli_median(t->t_adam, done), tt = cli_median(t->t_triad, done);
 	/* p r+w, g, m r+w, v r+w, copy */
@@ -387,7 +387,7 @@ tp_report(const struct cfg *c, const struct zinf_adam_ops *ops, const struct tp 
 	if (c->json) {
 		json_t *o = json_object();
 		json_object_set_new(o, "bench", json_string("adam"));
-		json_object_set_new(o, "simd", json_string(ops->name));
+		json_object_set_new(o, "simd", json_string(path));
 		json_object_set_new(o, "params", json_integer((json_int_t)t->n));
 		json_object_set_new(o, "threads", json_integer(c->threads));
 		json_object_set_new(o, "grad_dtype", json_string(dtype_name(gdt)));
@@ -406,8 +406,8 @@ tp_report(const struct cfg *c, const struct zinf_adam_ops *ops, const struct tp 
 		json_object_set_new(o, "loadavg", l >= 0 ? cli_json_real(l) : json_null());
 		return cli_json_print(o, 0);
 	}
-	printf("adam %s: %zu params, %d thread(s), grad %s, copy %s, state %s, %s\n", ops->name,
-	       t->n, c->threads, dtype_name(gdt), dtype_name(cdt), states[c->state],
+	printf("adam %s: %zu params, %d thread(s), grad %s, copy %s, state %s, %s\n", path, t->n,
+	       c->threads, dtype_name(gdt), dtype_name(cdt), states[c->state],
 	       c->three ? "three passes" : "fused");
 	printf("  step %.4f s (median of %d)  %.4g params/s  %.2f GB/s (%.0f B/param)\n", ta, done,
 	       pps, gbps, bytes_per);
@@ -417,7 +417,7 @@ tp_report(const struct cfg *c, const struct zinf_adam_ops *ops, const struct tp 
 }
 
 static int
-throughput(const struct cfg *c, const struct zinf_adam_ops *ops)
+throughput(const struct cfg *c, const char *path)
 {
 	int gdt = dtype_of(grad_dtypes[c->grad]), cdt = dtype_of(copy_dtypes[c->copy]);
 	struct tp t = {0};
@@ -448,7 +448,7 @@ throughput(const struct cfg *c, const struct zinf_adam_ops *ops)
 		rc = cli_interrupt_status();
 		goto out;
 	}
-	rc = tp_report(c, ops, &t, done, gdt, cdt) ? 1 : 0;
+	rc = tp_report(c, path, &t, done, gdt, cdt) ? 1 : 0;
 out:
 	tp_free(&t);
 	return rc;
@@ -462,8 +462,8 @@ cli_bench_adam(int argc, char **argv)
 		return rc;
 	}
 	struct cfg c = cfg;
-	const struct zinf_adam_ops *ops;
-	if (adam_select(simd_name(&c), PROG, &ops)) {
+	const char *path;
+	if (zinf_simd_resolve(simd_name(&c), &path)) {
 		return 1;
 	}
 	cli_catch_signals();
@@ -481,5 +481,5 @@ cli_bench_adam(int argc, char **argv)
 			states[c.state]);
 		return 2;
 	}
-	return throughput(&c, ops);
+	return throughput(&c, path);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_engine.c: `zinf bench engine`, the ZeRO engine (zinf/engine.h) driven by a
+ * cli/bench/bench_engine.c: `zinf bench engine`, the ZeRO engine (zinf/engine.h) driven by a
  * synthetic transformer: --layers blocks of 12 H^2 parameters (qkv 3 H^2, proj H^2, fc1 4 H^2,
  * fc2 4 H^2) plus six vectors of H elements (two norms' weight and bias, the proj and fc2
  * biases: small enough to stay persistent at stage 3 by default). Every optimizer step runs
@@ -48,7 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
 #include "common/util.h"
 #include "zinf/checkpoint.h"
 #include "zinf/engine.h"

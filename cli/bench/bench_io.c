@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_io.c: `zinf bench io`, the write and read bandwidth of the I/O engine through swap
- * files (zinf_swap over zinf_io), on one directory or striped over several.
+ * cli/bench/bench_io.c: `zinf bench io`, the write and read bandwidth of the I/O engine through
+ * swap files (zinf_swap over zinf_io), on one directory or striped over several.
  *
  * Two buffer patterns. "large" (default): the data set is one tensor per 1 GiB in one large
  * registered buffer, each moved by a single request that the engine splits into blocks kept
@@ -22,10 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
 #include "common/util.h"
-#include "nvme/io_internal.h"	/* stats_wakeups */
-#include "nvme/swap_internal.h" /* crc32c_sw, crc32c_hw_available */
+#include "nvme/crc32c.h"
 #include "zinf/blocks/io.h"
 #include "zinf/blocks/swap.h"
 
@@ -437,7 +436,7 @@ run_one(const struct bench_cfg *c, struct bench_res *res, const char *label)
 	struct zinf_io_stats ios = {.size = sizeof(ios)};
 	zinf_io_get_stats(st.io, &ios);
 	res->max_inflight = ios.max_inflight;
-	res->wakeups = __atomic_load_n(&st.io->stats_wakeups, __ATOMIC_RELAXED);
+	res->wakeups = ios.wakeups;
 	ret = 0;
 out_prog:
 	cli_progress_done(&st.prog);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_step.c: `zinf bench step`, the pipelined optimizer step over the optimizer's state
+ * cli/bench/bench_step.c: `zinf bench step`, the pipelined optimizer step over the optimizer's
+ * state
  * (--optimizer, --state: fp32 master plus its parts, found through zinf_step_part_info) on NVMe.
  * Creates the state of --params elements in swap files under --path, then runs
  * --steps rounds; each round measures three things on the same files (the disk's speed drifts),
@@ -31,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
 #include "zinf/blocks/offload.h"
 #include "zinf/blocks/optimizer.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_pcie.c: `zinf bench pcie`: host-device copy bandwidth through the device handle
+ * cli/bench/bench_pcie.c: `zinf bench pcie`: host-device copy bandwidth through the device handle
  * (zinf_device_copy on zinf streams) against plain cudaMemcpyAsync on the same buffers and
  * the same streams, in the same run: host-to-device, device-to-host, and both at once (one
  * stream each), from pinned memory (a zinf pool's buffers, registered through the device
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
 #include "zinf/device.h"
 #include "zinf/blocks/offload.h"
 #include "zinf_config.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/bench_comm.c: `zinf bench comm`: bandwidth of zinf's collectives (zinf/blocks/comm.h) against
- * the backend's own call on the same communicator, timed in the same run. Run under mpirun
+ * cli/bench/bench_comm.c: `zinf bench comm`: bandwidth of zinf's collectives (zinf/blocks/comm.h)
+ * against the backend's own call on the same communicator, timed in the same run. Run under mpirun
  * (or alone: one rank). Figures as nccl-tests defines them: algbw = bytes / time, bytes the
  * full tensor; busbw = algbw x (n - 1) / n for all_gather and reduce_scatter, x 2 (n - 1) / n
  * for all_reduce. Each iteration times one zinf call and one raw call, in alternating order,
@@ -9,7 +9,7 @@
  * is the slowest rank's; medians are reported, with ratio = raw time / zinf time.
  *
  * The raw reference: mpi: MPI_Allgather, MPI_Reduce_scatter_block, MPI_Allreduce on the
- * MPI_Comm that comm_native() returns, on the same buffers; 16-bit all_gather moves
+ * MPI_Comm that zinf_comm_native() returns, on the same buffers; 16-bit all_gather moves
  * MPI_UINT16_T as zinf does; 16-bit reductions: MPI has no 16-bit float reduction, so the
  * reference is the call zinf makes after widening: the same element count as MPI_FLOAT, in
  * place in an fp32 buffer (its bytes are raw_bytes; the ratio then prices the widening and
@@ -23,9 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/bench/bench.h"
 #include "common/dtype.h"
-#include "comm/comm_internal.h"
 #include "zinf/blocks/comm.h"
 #include "zinf/device.h"
 #include "zinf_config.h"
@@ -246,7 +245,7 @@ run_open(struct run *r, const struct cfg *c)
 	r->world = zinf_comm_world(r->comm);
 #if ZINF_HAVE_MPI
 	if (strcmp(r->backend, "mpi") == 0) {
-		r->mpi = *(MPI_Comm *)comm_native(r->comm);
+		r->mpi = *(MPI_Comm *)zinf_comm_native(r->comm);
 	} else if (strcmp(r->backend, "nccl") == 0) {
 		r->mpi = MPI_COMM_WORLD; /* the nccl backend joined MPI */
 	}
@@ -419,7 +418,7 @@ call_zinf(struct run *r, struct meas *m)
 static int
 call_nccl(struct run *r, struct meas *m)
 {
-	ncclComm_t nc = (ncclComm_t)comm_native(r->comm);
+	ncclComm_t nc = (ncclComm_t)zinf_comm_native(r->comm);
 	cudaStream_t s = (cudaStream_t)zinf_stream_native(r->stream);
 	ncclDataType_t t = r->dt == ZINF_F32	? ncclFloat32
 			   : r->dt == ZINF_BF16 ? ncclBfloat16
