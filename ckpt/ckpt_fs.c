@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ckpt/ckpt_fs.c: the file-system half of a checkpoint save: tags, the directory lock,
- * fsync of files and directories, the atomic publication (rename, RENAME_EXCHANGE, `latest`),
+ * ckpt/ckpt_fs.c: the file-system half of a checkpoint save and export: tags, the directory
+ * lock, fsync of files and directories, whole writes, a file written under a temporary name and
+ * renamed into place (safetensors.c), the atomic publication (rename, RENAME_EXCHANGE, `latest`),
  * removal of a temporary directory, and the streaming writer that puts a rank's state files on
  * disk through the I/O engine (aligned double buffers, O_DIRECT where the file system has it,
  * CRC32C as the bytes go). Not here: what the files hold (engine_ckpt.c).
@@ -64,7 +65,9 @@ ckpt_fsync_path(const char *path, bool dir)
 				 zinf_strerror(err));
 	}
 	int ret = 0;
-	if (fsync(fd) != 0) {
+	/* EINVAL on a directory: a file system that cannot sync one (its entries are as durable
+	 * as it makes them); a file's EINVAL stays an error */
+	if (fsync(fd) != 0 && !(dir && errno == EINVAL)) {
 		ret = -errno;
 		ZINF_FAIL(ret, "checkpoint: fsync of %s: %s", path, zinf_strerror(ret));
 	}
@@ -219,6 +222,26 @@ ckpt_unlock(int fd)
 }
 
 int
+ckpt_write_full(int fd, const char *path, const void *data, size_t len)
+{
+	const char *s = data;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t w = write(fd, s + done, len - done);
+		if (w < 0 && errno == EINTR) {
+			continue;
+		}
+		if (w <= 0) {
+			int ret = w < 0 ? -errno : -EIO;
+			return ZINF_FAIL(ret, "checkpoint: writing %s at %zu of %zu bytes: %s",
+					 path, done, len, zinf_strerror(ret));
+		}
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+int
 ckpt_write_small(const char *path, const void *data, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -226,28 +249,53 @@ ckpt_write_small(const char *path, const void *data, size_t len)
 		int err = -errno;
 		return ZINF_FAIL(err, "checkpoint: creating %s: %s", path, zinf_strerror(err));
 	}
-	const char *s = data;
-	size_t done = 0;
-	int ret = 0;
-	while (done < len) {
-		ssize_t w = write(fd, s + done, len - done);
-		if (w < 0 && errno == EINTR) {
-			continue;
-		}
-		if (w <= 0) {
-			ret = w < 0 ? -errno : -EIO;
-			ZINF_FAIL(ret, "checkpoint: writing %s at %zu of %zu bytes: %s", path, done,
-				  len, zinf_strerror(ret));
-			break;
-		}
-		done += (size_t)w;
-	}
+	int ret = ckpt_write_full(fd, path, data, len);
 	if (!ret && fsync(fd) != 0) {
 		ret = -errno;
 		ZINF_FAIL(ret, "checkpoint: fsync of %s: %s", path, zinf_strerror(ret));
 	}
 	close(fd);
 	return ret;
+}
+
+int
+ckpt_atomic_open(const char *path, char tmp[CKPT_PATH], int *fd)
+{
+	const char *slash = strrchr(path, '/');
+	int dl = slash ? (int)(slash - path + 1) : 0;
+	int n = snprintf(tmp, CKPT_PATH, "%.*s.%s.tmp%ld", dl, path, path + dl, (long)getpid());
+	if (n < 0 || n >= CKPT_PATH) {
+		return ZINF_FAIL(-ENAMETOOLONG, "checkpoint: %s: path too long for its temporary",
+				 path);
+	}
+	*fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (*fd < 0) {
+		int err = -errno;
+		return ZINF_FAIL(err, "checkpoint: creating %s: %s", tmp, zinf_strerror(err));
+	}
+	return 0;
+}
+
+int
+ckpt_atomic_close(int fd, const char *tmp, const char *path, int rc)
+{
+	if (!rc && fsync(fd) != 0) {
+		rc = -errno;
+		ZINF_FAIL(rc, "checkpoint: fsync of %s: %s", tmp, zinf_strerror(rc));
+	}
+	if (close(fd) != 0 && !rc) {
+		rc = -errno;
+		ZINF_FAIL(rc, "checkpoint: closing %s: %s", tmp, zinf_strerror(rc));
+	}
+	if (!rc && rename(tmp, path) != 0) {
+		rc = -errno;
+		ZINF_FAIL(rc, "checkpoint: renaming %s to %s: %s", tmp, path, zinf_strerror(rc));
+	}
+	if (rc) {
+		unlink(tmp);
+		return rc;
+	}
+	return ckpt_fsync_parent(path);
 }
 
 int

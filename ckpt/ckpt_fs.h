@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ckpt/ckpt_fs.h: what the checkpoint save and load files share (ckpt_fs.c: tags, lock, fsync,
- * publication, the streaming writer; engine_ckpt.c: save; engine_load.c: load).
+ * ckpt/ckpt_fs.h: what the checkpoint files share (ckpt_fs.c: tags, lock, fsync, whole and
+ * atomic writes, publication, the streaming writer; used by ckpt_save.c, ckpt_load.c,
+ * safetensors.c).
  */
 #ifndef ZINF_CKPT_FS_H
 #define ZINF_CKPT_FS_H
@@ -39,7 +40,15 @@ int ckpt_rm_dir(const char *path);	 /* a directory and all it holds (or a file) 
 int ckpt_clean_tmp(const char *dir);	 /* every DIR/.*.tmp a dead save left (lock held) */
 int ckpt_lock(const char *dir, int *fd_out);
 void ckpt_unlock(int fd);
+/* all len bytes at fd's offset (EINTR and short writes retried); path names it in errors */
+int ckpt_write_full(int fd, const char *path, const void *data, size_t len);
 int ckpt_write_small(const char *path, const void *data, size_t len); /* create, write, fsync */
+/* A file that appears whole or not at all: ckpt_atomic_open creates tmp = ".<base>.tmp<pid>"
+ * beside path; ckpt_atomic_close(fd, tmp, path, rc) fsyncs, closes and renames it over path and
+ * fsyncs the directory when rc is 0, and removes tmp otherwise (or when a step fails): it
+ * returns rc or the first error. */
+int ckpt_atomic_open(const char *path, char tmp[CKPT_PATH], int *fd);
+int ckpt_atomic_close(int fd, const char *tmp, const char *path, int rc);
 /* rename tmp to dir/tag (swapping out an existing one), fsync dir, point dir/latest at tag */
 int ckpt_publish(const char *dir, const char *tmp, const char *tag);
 

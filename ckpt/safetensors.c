@@ -4,8 +4,9 @@
  * (built with jansson, keys in the tensors' order, padded with spaces to a multiple of 8 so that
  * the data starts aligned), then each tensor's bytes streamed from the caller's callback in
  * pieces of ST_PIECE_ELEMS elements, under a temporary name that is fsynced and renamed into
- * place. Elements are written as they are in memory: little-endian hosts only (x86-64, arm64),
- * like the rest of zinf's files. Not here: sharding and the index (ckpt_export.c), reading.
+ * place (ckpt_atomic_open/close in ckpt_fs.c). Elements are written as they are in memory:
+ * little-endian hosts only (x86-64, arm64), like the rest of zinf's files. Not here: sharding
+ * and the index (ckpt_export.c), reading.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_fs.h"
 #include "common/util.h"
 #include "ckpt/safetensors_internal.h"
 
@@ -116,103 +118,6 @@ make_header(const char *path, const struct st_tensor *t, uint32_t n, char **out,
 	return 0;
 }
 
-static int
-write_full(int fd, const char *path, const void *buf, size_t len)
-{
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0) {
-			if (errno == EINTR) {
-				continue;
-			}
-			int e = errno;
-			return ZINF_OBJ_FAIL(path, -e, "write: %s", strerror(e));
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-/* fsync the directory holding path (the rename's entry). */
-static int
-fsync_parent(const char *path)
-{
-	char dir[4096];
-	const char *slash = strrchr(path, '/');
-	if (!slash) {
-		snprintf(dir, sizeof(dir), ".");
-	} else if (slash == path) {
-		snprintf(dir, sizeof(dir), "/");
-	} else {
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	}
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		return ZINF_OBJ_FAIL(dir, -e, "open (to fsync the directory): %s", strerror(e));
-	}
-	int rc = 0;
-	if (fsync(fd) < 0 && errno != EINVAL) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(dir, -e, "fsync: %s", strerror(e));
-	}
-	close(fd);
-	return rc;
-}
-
-/* ".<base>.tmp<pid>" beside path. */
-static int
-tmp_name(const char *path, char *buf, size_t len)
-{
-	const char *slash = strrchr(path, '/');
-	int dl = slash ? (int)(slash - path + 1) : 0;
-	int n = snprintf(buf, len, "%.*s.%s.tmp%ld", dl, path, path + dl, (long)getpid());
-	if (n < 0 || (size_t)n >= len) {
-		return ZINF_OBJ_FAIL(path, -ENAMETOOLONG, "path too long");
-	}
-	return 0;
-}
-
-static int
-open_tmp(const char *path, char *tmp, size_t len, int *fd)
-{
-	int rc = tmp_name(path, tmp, len);
-	if (rc) {
-		return rc;
-	}
-	*fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (*fd < 0) {
-		int e = errno;
-		return ZINF_OBJ_FAIL(tmp, -e, "create: %s", strerror(e));
-	}
-	return 0;
-}
-
-/* fsync, close, rename over path, fsync the directory; on failure the temporary is removed. */
-static int
-finish(int fd, const char *tmp, const char *path, int rc)
-{
-	if (!rc && fsync(fd) < 0) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(tmp, -e, "fsync: %s", strerror(e));
-	}
-	if (close(fd) < 0 && !rc) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(tmp, -e, "close: %s", strerror(e));
-	}
-	if (!rc && rename(tmp, path) < 0) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(path, -e, "rename from %s: %s", tmp, strerror(e));
-	}
-	if (rc) {
-		unlink(tmp);
-		return rc;
-	}
-	return fsync_parent(path);
-}
-
 int
 st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fill, void *ctx)
 {
@@ -232,9 +137,9 @@ st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fil
 		free(hdr);
 		return -ENOMEM;
 	}
-	char tmp[4352];
+	char tmp[CKPT_PATH];
 	int fd = -1;
-	rc = open_tmp(path, tmp, sizeof(tmp), &fd);
+	rc = ckpt_atomic_open(path, tmp, &fd);
 	if (rc) {
 		goto out;
 	}
@@ -242,9 +147,9 @@ st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fil
 	for (int b = 0; b < 8; b++) {
 		le[b] = (uint8_t)((uint64_t)hlen >> (8 * b));
 	}
-	rc = write_full(fd, tmp, le, 8);
+	rc = ckpt_write_full(fd, tmp, le, 8);
 	if (!rc) {
-		rc = write_full(fd, tmp, hdr, hlen);
+		rc = ckpt_write_full(fd, tmp, hdr, hlen);
 	}
 	for (uint32_t i = 0; i < n && !rc; i++) {
 		size_t es = zinf_dtype_size(t[i].dtype);
@@ -252,11 +157,11 @@ st_write(const char *path, const struct st_tensor *t, uint32_t n, st_fill_fn fil
 			uint64_t cnt = ZINF_MIN((uint64_t)ST_PIECE_ELEMS, t[i].numel - e);
 			rc = fill(ctx, i, e, cnt, buf);
 			if (!rc) {
-				rc = write_full(fd, tmp, buf, (size_t)cnt * es);
+				rc = ckpt_write_full(fd, tmp, buf, (size_t)cnt * es);
 			}
 		}
 	}
-	rc = finish(fd, tmp, path, rc);
+	rc = ckpt_atomic_close(fd, tmp, path, rc);
 out:
 	zc_free(buf);
 	free(hdr);
@@ -266,12 +171,12 @@ out:
 int
 st_write_small(const char *path, const void *text, size_t len)
 {
-	char tmp[4352];
+	char tmp[CKPT_PATH];
 	int fd = -1;
-	int rc = open_tmp(path, tmp, sizeof(tmp), &fd);
+	int rc = ckpt_atomic_open(path, tmp, &fd);
 	if (rc) {
 		return rc;
 	}
-	rc = write_full(fd, tmp, text, len);
-	return finish(fd, tmp, path, rc);
+	rc = ckpt_write_full(fd, tmp, text, len);
+	return ckpt_atomic_close(fd, tmp, path, rc);
 }
