@@ -5,7 +5,7 @@
  * renamed into place (safetensors.c), the atomic publication (rename, RENAME_EXCHANGE, `latest`),
  * removal of a temporary directory, and the streaming writer that puts a rank's state files on
  * disk through the I/O engine (aligned double buffers, O_DIRECT where the file system has it,
- * CRC32C as the bytes go). Not here: what the files hold (engine_ckpt.c).
+ * CRC32C as the bytes go). Not here: what the files hold (ckpt_save.c).
  */
 #include <dirent.h>
 #include <stdarg.h>

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ckpt/ckpt_save.c: zinf_engine_save (zinf/checkpoint.h, docs/CHECKPOINT.md) and the
- * state visitor that save and load share (eng_state_visit: a sub-group's master and optimizer
- * parts as host memory, wherever they live: the pinned CPU tier in place, NVMe through one of
- * the optimizer pool's buffers, the GPU in pieces through a bounce buffer).
+ * ckpt/ckpt_save.c: zinf_engine_save (zinf/checkpoint.h, docs/CHECKPOINT.md). It reads the
+ * state through the engine's state visitor (eng_state_visit, engine/engine_module.h: a
+ * sub-group's master and optimizer parts as host memory, wherever they live: the pinned CPU
+ * tier in place, NVMe through one of the optimizer pool's buffers, the GPU in pieces through a
+ * bounce buffer), as ckpt_load.c writes through it.
  *
  * A save: rank 0 takes DIR's lock and makes DIR/.TAG.tmp; every rank that stores files (all,
  * or rank 0 at stage 0 where the state is replicated) streams its flat partition of each part

@@ -9,9 +9,10 @@
  * plan fits this machine; 1 when the plan does not fit (each resource over named); 2 when the
  * file has errors (every one printed, by the reader).
  *
- * The plan is the engine's layout (docs/ARCHITECTURE.md, "The ZeRO engine") in closed form:
- * every tensor is partitioned alone, so a rank holds ceil(P / W) elements of each kind plus at
- * most W - 1 elements of padding per tensor, which the plan does not count. Swap buffers are
+ * The plan is the engine's layout (engine/README.md; docs/ARCHITECTURE.md, "Where state
+ * lives") in closed form: every tensor is partitioned alone, so a rank holds ceil(P / W)
+ * elements of each kind plus at most W - 1 elements of padding per tensor, which the plan does
+ * not count. Swap buffers are
  * sized as the engine sizes them (zinf_step_buffer_bytes for the optimizer's sub-groups).
  */
 #include <errno.h>

@@ -4,8 +4,8 @@
  * request they share, and the registry. Not installed. A backend embeds nothing: it keeps its
  * state behind c->be and its per-request state in the request's tail (ops->req_size bytes).
  */
-#ifndef ZINF_ENGINE_COMM_INTERNAL_H
-#define ZINF_ENGINE_COMM_INTERNAL_H
+#ifndef ZINF_COMM_INTERNAL_H
+#define ZINF_COMM_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -568,7 +568,7 @@ comm_mpi_progress(const struct zinf_comm *c)
 /*
  * Which kinds run on the progress thread (a mask of 1 << enum zinf_comm_kind; 0: no thread).
  * With MPI_THREAD_MULTIPLE on every rank: every kind but all_gather, whose non-blocking call
- * measured at par or faster than the blocking one here (bench/RESULTS.md, issue 8 follow-up);
+ * measured at par or faster than the blocking one here (bench/RESULTS.md, "Collectives and PCIe");
  * ZINF_COMM_MPI_PROGRESS=all puts all_gather on the thread too, =0 none. Every rank must agree
  * (the thread's duplicate communicator is created collectively): the minimum is taken.
  */

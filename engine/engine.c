@@ -482,7 +482,8 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.trace_hits = e->fx.trace_hits;
 	s.trace_misses = e->fx.trace_misses;
 	s.trace_invalidations = e->fx.trace_invalidations;
-	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool);
+	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool) +
+			    eng_gwin_pool_bytes(e);
 	eng_clip_stats(e, &s);
 	return zc_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }

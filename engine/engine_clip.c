@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_clip.c: gradient clipping by the global norm and fp16 dynamic loss scaling
- * (issue 10, "Training semantics"). When a sub-group's fp32 gradient is final at the boundary
+ * engine/engine_clip.c: gradient clipping by the global norm and fp16 dynamic loss scaling.
+ * When a sub-group's fp32 gradient is final at the boundary
  * micro-batch (engine_grad.c's accumulate, before the gradient window may spill it), its sum
  * of squares is taken in float64 (tier none: zinf_device_sumsq on the engine stream; cpu and
  * nvme: zinf_grad_sumsq on the pinned gradient); a non-finite sum marks an infinity or a NaN

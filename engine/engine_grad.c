@@ -134,13 +134,8 @@ host_dst(struct zinf_engine *e, const struct eparam *p, bool fill, int *ret)
 	if (!e->gr.gw.n) {
 		return e->os.grad_part + p->flat_off;
 	}
-	if ((*ret = eng_gwin_load_fill(e, p->sg, fill))) {
-		return NULL;
-	}
-	int s = e->gr.gw.sg_slot[p->sg];
-	e->gr.gw.slot[s].dirty = true;
-	return e->gr.gw.mem + (uint64_t)s * e->gr.gw.stride +
-	       (p->flat_off - eng_sg_start(e, p->sg));
+	float *slot = eng_gwin_write(e, p->sg, fill, ret);
+	return slot ? slot + (p->flat_off - eng_sg_start(e, p->sg)) : NULL;
 }
 
 /* Bucket b's parameters [from, to), their copies queued on cs: the later micro-batches' sums on

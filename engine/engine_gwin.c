@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_gwin.c: the gradient window (optimizer on NVMe). The fp32 gradients of a few
- * sub-groups stay in pinned slots of max_sg elements, carved from the optimizer pool; the
- * others in the "grad" tensors of the optimizer's swap space, one per sub-group, written when a
- * slot is needed for another sub-group (least recently used first) and read back when the
- * sub-group accumulates again or is stepped. A slot handed to the step worker comes back when
- * the worker has finished its queue position. Also where a sub-group's gradient is, for every
- * tier (eng_grad_of: the gradient partition, or its slot). Used by engine_grad.c, the step and
- * the worker; on the caller's thread only.
+ * engine/engine_gwin.c: the gradient window (optimizer on NVMe): a store of gradient tensors.
+ * Each sub-group's fp32 gradient is a "grad" tensor of a zinf_store (offload/store.c) over the
+ * optimizer's swap space, with its own pinned pool of `buffer_count` buffers of max_sg elements:
+ * the window's slots. A sub-group being accumulated holds a slot; when a slot is needed for
+ * another sub-group, the least recently used one not held by the step worker is written (if
+ * it changed) and released, and read back when the sub-group accumulates again or is
+ * stepped. A stepped gradient is released unwritten. A slot handed to the step worker comes
+ * back when the worker has finished its queue position. Writes are waited for at once, so an
+ * I/O error fails the call that caused it, naming the sub-group. Also where a sub-group's
+ * gradient is, for every tier (eng_grad_of: the gradient partition, or its slot). Used by
+ * engine_grad.c, the step and the worker; on the caller's thread only.
  */
 #include <errno.h>
 #include <string.h>
@@ -23,10 +26,10 @@ gwin_slots(const struct zinf_engine *e)
 	return ZINF_MIN(n, e->n_sg);
 }
 
-uint64_t
-eng_gwin_bytes(const struct zinf_engine *e, uint32_t align)
+static uint64_t
+sg_bytes(const struct zinf_engine *e, uint32_t k)
 {
-	return (uint64_t)gwin_slots(e) * ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align);
+	return (e->sg_end[k] - eng_sg_start(e, k)) * 4;
 }
 
 int
@@ -44,10 +47,31 @@ eng_gwin_declare(struct zinf_engine *e)
 	for (uint32_t s = 0; s < g->n; s++) {
 		g->slot[s].sg = -1;
 	}
+	struct zinf_pool_opts po;
+	zinf_pool_opts_init(&po);
+	po.buffer_bytes = e->max_sg * 4;
+	po.buffer_count = g->n;
+	po.align = zinf_swap_align(e->os.oswap);
+	po.pin_memory = e->o.offload_optimizer.pin_memory;
+	po.pin_fallback = true;
+	po.device = e->dev; /* the destination of the gradients' copies from the device */
+	po.what = "offload_optimizer";
+	/* no io: registering would replace the optimizer pool's registration (one per context) */
+	int ret = zinf_pool_create(&po, &g->pool);
+	if (ret) {
+		return ENG_FAIL(e, ret, "init: pinned gradient window of %u sub-groups", g->n);
+	}
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	so.pool = g->pool;
+	so.swap = e->os.oswap;
+	if ((ret = zinf_store_create(&so, &g->store))) {
+		return ENG_FAIL(e, ret, "init: the gradient window's store");
+	}
 	for (uint32_t k = 0; k < e->n_sg; k++) {
-		uint64_t len = e->sg_end[k] - eng_sg_start(e, k);
 		g->sg_slot[k] = -1;
-		g->sg_id[k] = zinf_swap_add(e->os.oswap, "grad", k, len * 4);
+		g->sg_id[k] =
+			zinf_store_add(g->store, "grad", k, sg_bytes(e, k) / 4, 4, ZINF_TIER_NVME);
 		if (g->sg_id[k] < 0) {
 			return ENG_FAIL(e, g->sg_id[k],
 					"init: sub-group %u: declaring its gradient in the "
@@ -58,31 +82,33 @@ eng_gwin_declare(struct zinf_engine *e)
 	return 0;
 }
 
-int
-eng_gwin_alloc(struct zinf_engine *e, uint32_t align)
+uint64_t
+eng_gwin_pool_bytes(const struct zinf_engine *e)
 {
-	struct gwin *g = &e->gr.gw;
-	g->stride = ZINF_ALIGN_UP(e->max_sg * 4, (uint64_t)align) / 4;
-	int ret = zinf_pool_cpu_alloc(e->os.opool, eng_gwin_bytes(e, align), (void **)&g->mem);
-	return ret ? ENG_FAIL(e, ret, "init: pinned gradient window of %u sub-groups", g->n) : 0;
+	return zinf_pool_bytes(e->gr.gw.pool);
 }
 
 void
 eng_gwin_free(struct zinf_engine *e)
 {
 	struct gwin *g = &e->gr.gw;
+	zinf_store_destroy(g->store); /* every slot's buffer back to the pool */
+	zinf_pool_destroy(g->pool);
 	zc_free(g->slot);
 	zc_free(g->sg_slot);
 	zc_free(g->sg_has);
 	zc_free(g->sg_id);
-	memset(g, 0, sizeof(*g)); /* mem is the pool's */
+	memset(g, 0, sizeof(*g));
 }
 
+/* Slot s free: its sub-group's tensor released as it is (clean: unwritten, its buffer back). */
 static void
 gwin_clear(struct gwin *g, uint32_t s)
 {
-	if (g->slot[s].sg >= 0) {
-		g->sg_slot[g->slot[s].sg] = -1;
+	int32_t k = g->slot[s].sg;
+	if (k >= 0) {
+		g->sg_slot[k] = -1;
+		(void)zinf_store_release(g->store, g->sg_id[k]); /* resident and clean: no I/O */
 	}
 	g->slot[s] = (struct gslot){.sg = -1};
 }
@@ -127,19 +153,26 @@ gwin_evict(struct zinf_engine *e, uint32_t s)
 	struct gwin *g = &e->gr.gw;
 	uint32_t k = (uint32_t)g->slot[s].sg;
 	if (g->slot[s].dirty) {
-		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
 		/* the copies accumulate queued into it, first */
 		int ret = zinf_stream_sync(e->cs);
 		if (ret) {
 			return ENG_FAIL(e, ret, "gradients: the engine stream failed");
 		}
-		ret = zinf_swap_write(e->os.oswap, g->sg_id[k], g->mem + s * g->stride);
+		int id = g->sg_id[k];
+		if ((ret = zinf_store_mark_dirty(g->store, id)) == 0 &&
+		    (ret = zinf_store_release(g->store, id)) == 0) {
+			ret = zinf_store_wait(g->store, id, NULL);
+		}
 		if (ret) {
 			return ENG_FAIL(e, ret, "gradients: sub-group %u: writing its gradient: %s",
 					k, zinf_last_error());
 		}
+		uint64_t bytes = sg_bytes(e, k);
 		e->win.nvme_write_bytes += bytes;
 		e->win.grad_nvme_write_bytes += bytes;
+		g->sg_slot[k] = -1;
+		g->slot[s] = (struct gslot){.sg = -1};
+		return 0;
 	}
 	gwin_clear(g, s);
 	return 0;
@@ -194,31 +227,48 @@ eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill)
 		if ((s = gwin_take(e)) < 0) {
 			return s;
 		}
-		float *mem = g->mem + (uint64_t)s * g->stride;
-		uint64_t bytes = (e->sg_end[k] - eng_sg_start(e, k)) * 4;
-		bool dirty = false;
-		if (g->sg_has[k] == GW_HAS || g->sg_has[k] == GW_SPEC) {
-			int ret = zinf_swap_read(e->os.oswap, g->sg_id[k], mem);
-			if (ret) {
-				return ENG_FAIL(e, ret,
-						"gradients: sub-group %u: reading its gradient "
-						"back: %s",
-						k, zinf_last_error());
+		int id = g->sg_id[k];
+		bool back = g->sg_has[k] == GW_HAS || g->sg_has[k] == GW_SPEC;
+		/* new: zeroed (padding never handed stays 0), or not even that when the caller
+		   writes every element first */
+		unsigned flags = back ? 0 : fill ? ZINF_STORE_OVERWRITE : ZINF_STORE_NEW;
+		void *mem = NULL;
+		int ret = zinf_store_swap_in(g->store, id, flags);
+		if (ret == 0) {
+			ret = zinf_store_wait(g->store, id, &mem);
+		}
+		if (ret) {
+			if (!back) {
+				return ENG_FAIL(e, ret, "gradients: sub-group %u: a slot: %s", k,
+						zinf_last_error());
 			}
+			return ENG_FAIL(e, ret,
+					"gradients: sub-group %u: reading its gradient back: %s", k,
+					zinf_last_error());
+		}
+		if (back) {
+			uint64_t bytes = sg_bytes(e, k);
 			e->win.nvme_read_bytes += bytes;
 			e->win.grad_nvme_read_bytes += bytes;
 		} else {
-			if (!fill) {
-				memset(mem, 0, bytes); /* padding never handed stays 0 */
-			}
 			g->sg_has[k] = GW_HAS;
-			dirty = true;
 		}
-		g->slot[s] = (struct gslot){.sg = (int32_t)k, .dirty = dirty};
+		g->slot[s] = (struct gslot){.sg = (int32_t)k, .dirty = !back, .mem = mem};
 		g->sg_slot[k] = s;
 	}
 	g->slot[s].tick = ++g->tick;
 	return 0;
+}
+
+float *
+eng_gwin_write(struct zinf_engine *e, uint32_t k, bool fill, int *ret)
+{
+	if ((*ret = eng_gwin_load_fill(e, k, fill))) {
+		return NULL;
+	}
+	struct gslot *t = &e->gr.gw.slot[e->gr.gw.sg_slot[k]];
+	t->dirty = true;
+	return t->mem;
 }
 
 void
@@ -255,7 +305,7 @@ float *
 eng_grad_of(struct zinf_engine *e, uint32_t k)
 {
 	if (e->gr.gw.n) {
-		return e->gr.gw.mem + (uint64_t)e->gr.gw.sg_slot[k] * e->gr.gw.stride;
+		return e->gr.gw.slot[e->gr.gw.sg_slot[k]].mem;
 	}
 	return e->os.grad_part + eng_sg_start(e, k);
 }

@@ -26,12 +26,12 @@ bucket_cap(const struct zinf_engine *e)
 	return ZINF_ALIGN_UP(cap, (uint64_t)e->world);
 }
 
-/* What the optimizer tier's pool holds for the others: the gradient window (the window tier)
- * and the speculation's reserve (host tiers). */
+/* What the optimizer tier's pool holds for the others: the speculation's reserve (host
+ * tiers). */
 static uint64_t
 pinned_for_others(const struct zinf_engine *e, uint32_t align)
 {
-	return (e->ot->window ? eng_gwin_bytes(e, align) : 0) + eng_spec_bytes(e, align);
+	return eng_spec_bytes(e, align);
 }
 
 static const struct eng_tier_needs tier_needs = {
@@ -39,8 +39,8 @@ static const struct eng_tier_needs tier_needs = {
 	.declare = eng_gwin_declare,
 };
 
-/* The step's side: the worker, the norm, the optimizer tier, then what the others carve from
- * its pool (the gradient window, the speculation's reserve). */
+/* The step's side: the worker, the norm, the optimizer tier (with the gradient window, which it
+ * declares in its swap space), then the speculation's reserve from its pool. */
 int
 eng_step_setup(struct zinf_engine *e)
 {
@@ -50,9 +50,6 @@ eng_step_setup(struct zinf_engine *e)
 	}
 	e->gr.bucket_cap = bucket_cap(e);
 	if ((ret = e->ot->setup(e, &tier_needs))) {
-		return ret;
-	}
-	if (e->ot->window && (ret = eng_gwin_alloc(e, e->os.align))) {
 		return ret;
 	}
 	return eng_spec_setup(e, e->os.align);

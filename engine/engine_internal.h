@@ -3,13 +3,27 @@
  * engine/engine_internal.h: the ZeRO engine's private state (struct zinf_engine, struct eparam,
  * struct elayer, the gradient buckets) and the helpers its files share. Not installed.
  *
- * Files: engine.c (options, create/destroy, getters, stats, lr), engine_param.c (add_param,
- * init: layout, tiers, initial values, the writer of new 16-bit values), engine_fetch.c
- * (stage 3 gather/release, persistence, live bound), engine_trace.c (the fetch trace,
- * prefetch), engine_grad.c (buckets, reduction, accumulation), engine_step.c (the optimizer
- * step per sub-group, the post-step all-gather, read_master), engine_worker.c (the step
- * worker of the step during backward), engine_clip.c (gradient clipping and fp16 loss
- * scaling: the global norm, the skip decision).
+ * Files, by level (a file calls only files of a lower level: tests/engine/check_layers.sh):
+ *  0 engine_call.c   the error boundary of every public call, the ranks' agreement, getters,
+ *                    the lr latch, the module view of engine_module.h; loss_scale.c
+ *  1 engine_ptier.c  where 16-bit parameters live (struct eng_ptier: full, gpu, cpu, nvme)
+ *    engine_gwin.c   the gradient window (optimizer on NVMe); where a sub-group's gradient is
+ *  2 engine_param.c  registration, the layout (partitions, flat partition, sub-groups), homes
+ *    engine_gather.c 16-bit partitions from their homes into gathered device buffers
+ *  3 engine_otier.c  where optimizer state lives and how it is stepped (struct eng_otier)
+ *    engine_trace.c  stage 3's fetch trace and prefetch
+ *  4 engine_spec.c   the speculative step's reserve: keep, redo, restore
+ *    engine_clip.c   clipping and fp16 loss scaling: the global norm, the skip decision
+ *  5 engine_worker.c the step worker (step during backward)
+ *  6 engine_grad.c   buckets, reduction, accumulation; where a step's window opens
+ *    engine_fetch.c  stage 3 fetch/release, persistence, the live bound
+ *  7 engine_step.c   zinf_engine_step, the step, read_master
+ *    engine_init.c   zinf_engine_init: layout, homes, the step's side, initial values
+ *  8 engine.c        options, create/destroy, statistics: the one file that sees every concern
+ * Each concern keeps its state in its own struct inside struct zinf_engine (e->fx fetch, e->gr
+ * gradients, e->cl clipping, e->w worker, e->os optimizer state, e->ps parameter store, e->sp
+ * speculation). ckpt/ sits above the core and uses engine_module.h only; config/ fills the
+ * public options (zinf/engine.h) and never sees the engine.
  *
  * Streams: the trainer's compute stream and one engine stream (`cs`) that runs every copy,
  * cast and accumulation of the engine in order; cross-stream order is by events only. Host
@@ -59,10 +73,10 @@ struct eworker {
 };
 
 /*
- * The gradient window (optimizer on NVMe): the fp32 gradients of a few sub-groups in pinned
- * slots of max_sg elements, the others in the "grad" tensors of the optimizer's swap space
- * (one per sub-group). Used by the calling thread only; a slot handed to the step worker comes
- * back when the worker has finished queue position qpos (w->finished > qpos).
+ * The gradient window (optimizer on NVMe): a store of one "grad" tensor per sub-group over the
+ * optimizer's swap space, whose pool's buffers are the window's slots. Used by the calling
+ * thread only; a slot handed to the step worker comes back when the worker has finished queue
+ * position qpos (w->finished > qpos).
  */
 struct gslot {
 	int32_t sg;    /* sub-group held, -1: free */
@@ -70,21 +84,22 @@ struct gslot {
 	bool handed;   /* the step worker reads it */
 	uint32_t qpos; /* the worker's queue position (handed) */
 	uint64_t tick; /* last use (least recently used goes first) */
+	float *mem;    /* the sub-group's gradient: its tensor's buffer */
 };
 
 enum { GW_NONE = 0, GW_HAS = 1, GW_STEPPED = 2, GW_SPEC = 3 };
 
 struct gwin {
-	uint32_t n;	 /* slots; 0: no window (tiers none and cpu: grad_part) */
-	uint64_t stride; /* floats per slot (aligned to the swap space) */
-	float *mem;	 /* n * stride floats, pool CPU region */
+	uint32_t n;		  /* slots; 0: no window (tiers none and cpu: grad_part) */
+	struct zinf_pool *pool;	  /* n buffers of max_sg floats: the slots */
+	struct zinf_store *store; /* the grad tensors */
 	struct gslot *slot;
 	int32_t *sg_slot; /* per sub-group: its slot or -1 */
 	uint8_t *sg_has;  /* per sub-group: GW_NONE, GW_HAS (an accumulation of this window, in
 			     its slot or its file), GW_STEPPED (its gradient was stepped),
 			     GW_SPEC (stepped speculatively: kept, in its slot or its file, until
 			     the step is validated or redone) */
-	int *sg_id;	  /* per sub-group: its "grad" tensor in the optimizer's swap space */
+	int *sg_id;	  /* per sub-group: its "grad" tensor in the store */
 	uint64_t tick;
 };
 
@@ -402,7 +417,7 @@ struct zinf_engine {
 	} job;
 };
 
-/* engine.c */
+/* engine_call.c */
 #define ENG_SCRATCH 8
 int eng_all_max(struct zinf_engine *e, float *v, uint32_t n); /* MAX over ranks, in place */
 /* the error boundary, eng_agree, eng_cause, eng_order: engine_module.h */
@@ -418,11 +433,7 @@ void eng_comm_buf_free(struct zinf_engine *e, void *p);
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
-/* The optimizer window opens (the first gradient of its last micro-batch): a background job
- * ends, the lr and betas are latched, the speculative step assumes its grad_scale, the step
- * worker may begin reading ahead. */
-int eng_window_open(struct zinf_engine *e); /* engine_grad.c */
-int eng_latch_lr(struct zinf_engine *e);    /* the lr and betas set become the step's */
+int eng_latch_lr(struct zinf_engine *e);       /* the lr and betas set become the step's */
 
 /* engine_param.c: the layout at init (layers sorted, partitions, sub-groups of whole
  * parameters, the homes) */
@@ -468,15 +479,21 @@ int eng_prefetch(struct zinf_engine *e);
 int eng_grad_setup(struct zinf_engine *e);
 int eng_grad_flush(struct zinf_engine *e); /* close the current bucket, complete every one */
 void eng_grad_free(struct zinf_engine *e);
-/* the gradient window: declare the grad tensors (before zinf_swap_reserve), bytes of pinned
- * memory it needs, carve it from the pool */
+/* The optimizer window opens (the first gradient of its last micro-batch): a background job
+ * ends, the lr and betas are latched, the speculative step assumes its grad_scale, the step
+ * worker may begin reading ahead. */
+int eng_window_open(struct zinf_engine *e);
+
+/* engine_gwin.c: the gradient window: its pool and store, the grad tensors declared (before
+ * zinf_swap_reserve); the pool's bytes (statistics) */
 int eng_gwin_declare(struct zinf_engine *e);
-uint64_t eng_gwin_bytes(const struct zinf_engine *e, uint32_t align);
-int eng_gwin_alloc(struct zinf_engine *e, uint32_t align);
+uint64_t eng_gwin_pool_bytes(const struct zinf_engine *e);
 void eng_gwin_free(struct zinf_engine *e);
 int eng_gwin_load(struct zinf_engine *e, uint32_t k); /* sub-group k resident in a slot */
 /* the same; `fill`: a new slot is not zeroed (the caller writes every element first) */
 int eng_gwin_load_fill(struct zinf_engine *e, uint32_t k, bool fill);
+/* sub-group k's slot, loaded (as eng_gwin_load_fill) and marked changed; NULL and *ret */
+float *eng_gwin_write(struct zinf_engine *e, uint32_t k, bool fill, int *ret);
 void eng_gwin_hand(struct zinf_engine *e, uint32_t k, uint32_t qpos); /* to the worker */
 void eng_gwin_drop(struct zinf_engine *e, uint32_t k); /* stepped: its slot is free */
 void eng_gwin_reset(struct zinf_engine *e);	       /* the window's end: every slot free */
@@ -484,8 +501,9 @@ void eng_gwin_reclaim(struct zinf_engine *e);	       /* the slots of what the wo
 /* sub-group k's fp32 gradient (grad_part, or its slot: resident) */
 float *eng_grad_of(struct zinf_engine *e, uint32_t k);
 
-/* engine_step.c */
+/* engine_init.c: the step's side set up at init, and freed */
 int eng_step_setup(struct zinf_engine *e);
+void eng_step_free(struct zinf_engine *e);
 
 static inline uint64_t
 eng_sg_start(const struct zinf_engine *e, uint32_t k)
@@ -532,11 +550,12 @@ int eng_worker_wait(struct zinf_engine *e);
 void eng_worker_prime(struct zinf_engine *e);		/* begin the step's reads ahead (nvme) */
 void eng_step_final(struct zinf_engine *e, uint32_t k); /* sub-group k's gradient is final */
 void eng_worker_pump(struct zinf_engine *e); /* hand final sub-groups whose layers are released */
-int eng_step_run(struct zinf_engine *e);     /* the whole step at the boundary */
 int eng_worker_hand(struct zinf_engine *e, uint32_t k); /* hand k now (its layers released) */
 /* wait for the worker, end its step pass (partial: the sub-groups not handed are left out of
    it), fold its counters, reset it for the next step */
 int eng_worker_end(struct zinf_engine *e, bool partial);
-void eng_step_free(struct zinf_engine *e);
+
+/* engine_step.c */
+int eng_step_run(struct zinf_engine *e); /* the whole step at the boundary */
 
 #endif

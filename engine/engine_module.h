@@ -28,7 +28,7 @@
 	zc_log_emit(0, ZINF_LOG_WARN, __FILE__, __LINE__, __func__, "engine rank %d: " fmt,        \
 		    zinf_engine_rank(e), ##__VA_ARGS__)
 
-/* ---- the error boundary (engine.c) ------------------------------------------------------------
+/* ---- the error boundary (engine_call.c) --------------------------------------------------------
  * Every public call that can fail runs between eng_begin and eng_return; inside, functions log
  * what failed (ENG_FAIL) and return the -errno, and decide nothing. eng_return alone decides
  * what the error does:

@@ -9,7 +9,7 @@
  *  - nvme: the state in the optimizer's swap space, stepped by zinf_step (its reads ahead and
  *    writes behind, the engine's sub-group ends, a copy callback taking each sub-group's new
  *    16-bit values home and a before callback that keeps a speculated sub-group's state as
- *    read); the gradients in the gradient window (engine_grad.c).
+ *    read); the gradients in the gradient window (engine_gwin.c).
  * The tiers in memory cut a sub-group with zinf_step_piece as zinf_step does (index0 the piece's
  * flat index), so that every tier gives the same bits. Each table also says how a sub-group's
  * state is written at init and load, read for read_master and checkpoints (the state visitor of

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_param.c: parameter registration and zinf_engine_init(): the partitions, the
- * persistent parameters, the flat partition in backward order and its sub-groups, the 16-bit
- * parameter tiers (device tensors, pinned CPU partitions or NVMe tensors of a zinf_store),
- * and the initial values, one sub-group at a time. Also the one function that writes new
- * 16-bit values to their homes (eng_param_home_write), for init and for the step. The
- * optimizer state's tiers are engine_step.c's, the buckets engine_grad.c's.
+ * engine/engine_param.c: parameter registration (zinf_engine_add_param) and the layout init
+ * builds from it: the layers in backward order, the partitions, the persistent parameters, the
+ * flat partition and its sub-groups, and the parameters' homes (through the parameter tier,
+ * engine_ptier.c). Also the one function that writes new 16-bit values to their homes
+ * (eng_param_home_write), for init, load and the step. zinf_engine_init itself and the initial
+ * values: engine_init.c; the optimizer state's tiers: engine_otier.c.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -276,7 +276,8 @@ eng_param_free(struct zinf_engine *e)
 		p->dev_full = p->dev_part = NULL;
 	}
 	eng_ptier_destroy(e);
-	zinf_io_destroy(e->io); /* after both swap spaces (engine_step.c frees its own first) */
+	zinf_io_destroy(
+		e->io); /* after both swap spaces (engine_init.c frees the optimizer's first) */
 	e->io = NULL;
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_spec.c: the speculative step during backward, with roll-back (issue 10). With
+ * engine/engine_spec.c: the speculative step during backward, with roll-back. With
  * gradient clipping or fp16 (e->cl.gate) the step's grad_scale is known only once every rank's
  * gradient norm is (engine_clip.c). With the step worker on (step_during_backward), the
  * boundary micro-batch's sub-groups are nevertheless handed to the worker as they become
@@ -12,26 +12,26 @@
  *     undo; the sub-groups not speculated go to the worker as without clipping;
  *   - clipping applies: the speculated sub-groups get their previous state back and every
  *     sub-group is stepped after backward with the decided grad_scale (their gradients were
- *     kept: grad_part, or the gradient window's slot or file, engine_grad.c's GW_SPEC);
+ *     kept: grad_part, or the gradient window's slot or file, engine_gwin.c's GW_SPEC);
  *   - fp16 overflow (skip): the speculated sub-groups get their previous state and 16-bit
  *     values back.
  *
- * The stepping itself is engine_step.c's (the same function either way), so that the results
- * are the bits of the step after backward. A slot holds every optimizer part of one sub-group
- * and its 16-bit values: device memory for tier none (without it, a warning and no
+ * The stepping itself is the optimizer tier's (engine_otier.c; the same function either way), so
+ * that the results are the bits of the step after backward. A slot holds every optimizer part of
+ * one sub-group and its 16-bit values: device memory for tier none (without it, a warning and no
  * speculation), the optimizer pool's CPU region for cpu and nvme; slots =
- * offload_optimizer.buffer_count, at most one per sub-group but the last (which becomes final
- * in the final call, when the norm is close); when they are all taken the remaining sub-groups
- * wait for the norm. The previous state is copied before the step: tiers none and cpu from
- * the state arrays; nvme from the step's pool buffer in zinf_step's before_fn (engine_step.c's
- * before_cb), once the sub-group's reads completed and before the optimizer runs over it, so
- * that keeping it costs no read of its own. The 16-bit values come from their home
- * (eng_param_home_write's tiers, read back). With the optimizer on NVMe the step of the
- * speculated sub-groups is a zinf_step pass of its own: the sub-groups not stepped in it are
- * left out with zinf_step_skip (before_fn never sees them), and a redo is a second pass after
- * zinf_step_load put the previous states back (on the calling thread: before_fn keeps nothing
- * there, only the worker's speculated sub-groups are kept). Not here: the norm and the decision
- * (engine_clip.c), the worker (engine_worker.c).
+ * offload_optimizer.buffer_count, at most one per sub-group but the last (which becomes final in
+ * the final call, when the norm is close); when they are all taken the remaining sub-groups wait
+ * for the norm. The previous state is copied before the step: tiers none and cpu from the state
+ * arrays; nvme from the step's pool buffer in zinf_step's before_fn (engine_otier.c's before_cb,
+ * through the keep_read hook), once the sub-group's reads completed and before the optimizer runs
+ * over it, so that keeping it costs no read of its own. The 16-bit values come from their home
+ * (eng_param_home_write's tiers, read back). With the optimizer on NVMe the step of the speculated
+ * sub-groups is a zinf_step pass of its own: the sub-groups not stepped in it are left out with
+ * zinf_step_skip (before_fn never sees them), and a redo is a second pass after zinf_step_load put
+ * the previous states back (on the calling thread: before_fn keeps nothing there, only the worker's
+ * speculated sub-groups are kept). Not here: the norm and the decision (engine_clip.c), the worker
+ * (engine_worker.c).
  */
 #include <errno.h>
 #include <string.h>

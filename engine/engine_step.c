@@ -1,13 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * engine/engine_step.c: the optimizer step of the engine. The fp32 master and the optimizer's
- * parts live over the flat partition: tier none in device memory, tier cpu in the pinned
- * pool's CPU region (both stepped here, sub-group by sub-group, cut every ZINF_STEP_CHUNK
- * elements with index0 the piece's flat index, as zinf_step cuts), tier nvme in a swap space
- * stepped by zinf_step with the engine's sub-group ends, a copy callback and a before callback
- * (the speculative step's reserve keeps the state as read). The new 16-bit
- * values go home through eng_param_home_write; stages 1-2 all-gather them after the step and
- * stage 3 refreshes its persistent parameters. Also zinf_engine_step() (end of a micro-batch;
+ * engine/engine_step.c: the optimizer step of the engine: every sub-group stepped (by the step
+ * worker during backward, or here after it) through the optimizer tier's table (e->ot->step:
+ * engine_otier.c, which holds where the state lives and how each tier steps it), the new 16-bit
+ * values home through the parameter tier (eng_param_home_write), then the ranks' agreement on
+ * the outcome; stages 1-2 all-gather the new values after the step and stage 3 refreshes its
+ * persistent parameters. Also zinf_engine_step() (end of a micro-batch;
  * with clipping or fp16 the boundary asks engine_clip.c for the grad_scale, or skips the step
  * on an fp16 overflow, and engine_spec.c keeps, redoes or restores the sub-groups stepped
  * speculatively during backward) and zinf_engine_read_master(). Gradient reduction is

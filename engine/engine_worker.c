@@ -7,11 +7,11 @@
  * zinf_engine_step() waits for it (eng_worker_wait). The stepping itself is the tier's, the
  * same function as the step after backward, so that the results are the same bits. With the
  * optimizer on NVMe a handed sub-group's gradient stays in its gradient-window slot until the
- * worker has finished it (queue position < finished: engine_grad.c takes the slot back then). With
- * gradient clipping or fp16 (e->cl.gate) the step's grad_scale depends on the global norm, known
- * only after every gradient: the worker steps speculatively (engine_spec.c) the sub-groups that
- * found a slot in the reserve (eng_spec_claim when handed), each keeping its previous state there
- * first (eng_spec_save); the others wait for the norm.
+ * worker has finished it (queue position < finished: engine_gwin.c takes the slot back then).
+ * With gradient clipping or fp16 (e->cl.gate) the step's grad_scale depends on the global norm,
+ * known only after every gradient: the worker steps speculatively (engine_spec.c) the
+ * sub-groups that found a slot in the reserve (eng_spec_claim when handed), each keeping its
+ * previous state there first (eng_spec_save); the others wait for the norm.
  */
 #include <errno.h>
 #include <string.h>

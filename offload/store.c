@@ -38,13 +38,15 @@ struct tensor {
 	bool written; /* the files hold its data */
 	bool dirty;
 	int werr;	 /* its last write failed (kept resident and dirty), for the next flush */
+	char *werr_why;	 /* that failure's cause (the swap space's message, naming the file) */
 	bool in_use;	 /* between swap_in and release */
 	bool cached;	 /* released clean, kept resident under max_in_cpu */
 	bool prefetched; /* started by the prefetcher, not claimed yet */
 	bool queued;	 /* in the prefetch queue */
-	bool read_start_failed; /* the swap space refused the read (its message logged then) */
-	uint64_t lru;		/* release order of cached tensors */
-	uint64_t wseq;		/* start order of writes */
+	bool read_start_failed;	 /* the swap space refused the read (its message logged then) */
+	bool write_start_failed; /* the swap space refused the write (its message logged then) */
+	uint64_t lru;		 /* release order of cached tensors */
+	uint64_t wseq;		 /* start order of writes */
 	struct zinf_swap_op op;
 };
 
@@ -152,13 +154,19 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 	if (rc) {
 		t->state = ZINF_TENSOR_RESIDENT;
 		t->dirty = true;
-		STORE_ERR(s, "write of %s[%u] failed: kept resident and dirty (%s)", t->kind,
-			  t->index, zinf_strerror(rc));
+		/* the swap space's message names the file, when this wait logged it (as swap-in) */
+		zc_free(t->werr_why);
+		t->werr_why =
+			zc_strdup(t->write_start_failed ? zinf_strerror(rc) : zinf_last_error());
+		STORE_ERR(s, "write of %s[%u] failed: kept resident and dirty: %s", t->kind,
+			  t->index, t->werr_why ? t->werr_why : zinf_strerror(rc));
 		t->werr = rc;
 		return rc;
 	}
 	t->written = true;
 	t->werr = 0; /* an earlier failure is repaired: its data is on disk now */
+	zc_free(t->werr_why);
+	t->werr_why = NULL;
 	s->stats.writes++;
 	s->stats.write_bytes += t->bytes;
 	if (keep) {
@@ -372,10 +380,15 @@ zinf_store_bytes(const struct zinf_store *s, int id)
 }
 
 /* Start the read of an ABSENT tensor that has a buffer. */
+/* flags: ZINF_STORE_NEW, ZINF_STORE_OVERWRITE or 0 (read what was written, else zeros) */
 static void
-start_read(struct zinf_store *s, struct tensor *t, bool zero)
+start_read(struct zinf_store *s, struct tensor *t, unsigned flags)
 {
-	if (zero || !t->written) {
+	if (flags & ZINF_STORE_OVERWRITE) {
+		t->state = ZINF_TENSOR_RESIDENT;
+		return;
+	}
+	if ((flags & ZINF_STORE_NEW) || !t->written) {
 		memset(t->data, 0, t->bytes);
 		t->state = ZINF_TENSOR_RESIDENT;
 		return;
@@ -433,7 +446,7 @@ pump_prefetch(struct zinf_store *s)
 		t->prefetched = true;
 		s->pf_bytes += t->bytes;
 		s->stats.prefetch_started++;
-		start_read(s, t, false);
+		start_read(s, t, 0);
 	}
 }
 
@@ -475,7 +488,7 @@ zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags)
 		return rc;
 	}
 	t->in_use = true;
-	start_read(s, t, flags & ZINF_STORE_NEW);
+	start_read(s, t, flags);
 	pump_prefetch(s);
 	return 0;
 }
@@ -508,6 +521,12 @@ zinf_store_wait(struct zinf_store *s, int id, void **data)
 		}
 	} else if (t->state == ZINF_TENSOR_WRITING) {
 		rc = write_done(s, t, zinf_swap_wait(s->o.swap, &t->op), false);
+	} else if (t->werr && !t->in_use && t->state == ZINF_TENSOR_RESIDENT && t->dirty) {
+		/* its swap-out failed, reaped before this wait (by a release or a swap-in): the
+		   same answer as when this wait reaps it */
+		rc = STORE_FAIL(s, t->werr, "write of %s[%u] failed: kept resident and dirty: %s",
+				t->kind, t->index,
+				t->werr_why ? t->werr_why : zinf_strerror(t->werr));
 	}
 	if (data) {
 		*data = t->state == ZINF_TENSOR_RESIDENT ? t->data : NULL;
@@ -565,7 +584,8 @@ start_write(struct zinf_store *s, struct tensor *t)
 	t->state = ZINF_TENSOR_WRITING;
 	t->dirty = false;
 	t->wseq = s->clock++;
-	(void)zinf_swap_write_async(s->o.swap, t->swap_id, t->data, &t->op);
+	/* A refused start leaves op.result set: the wait reports it. */
+	t->write_start_failed = zinf_swap_write_async(s->o.swap, t->swap_id, t->data, &t->op) < 0;
 }
 
 int
@@ -695,6 +715,7 @@ zinf_store_destroy(struct zinf_store *s)
 		if (t->state == ZINF_TENSOR_READING || t->state == ZINF_TENSOR_WRITING) {
 			(void)zinf_swap_wait(s->o.swap, &t->op);
 		}
+		zc_free(t->werr_why);
 		if (t->home == ZINF_TIER_NVME) {
 			give_back(s, t);
 		}

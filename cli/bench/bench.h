@@ -3,7 +3,7 @@
  * cli/bench/bench.h: the benchmarks of `zinf bench`, one file each; bench.c holds their table.
  * Each measures a part of zinf against a reference in the same run (the raw call, the memory
  * bandwidth, fio's pattern) and reads the library through its public API
- * (include/zinf/blocks/) and the declared benchmark interfaces (nvme/nvme_bench.h,
+ * (include/zinf/blocks/) and the declared benchmark interfaces (nvme/crc32c.h,
  * cpu_adam/adam_bench.h) only.
  */
 #ifndef ZINF_CLI_BENCH_H

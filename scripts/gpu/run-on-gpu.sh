@@ -17,8 +17,8 @@
 #        ZINF_BUNDLE_GLIBC=own (run on the bundle's glibc even where the machine's would do)
 #   exit: 0 every check as expected, 1 otherwise
 #
-# The checks, in order: probe (the device and the runtime behaviours zinf assumes); two CPU
-# controls (the bundle's Criterion and MPI singleton work here); every ctest entry labelled gpu
+# The checks, in order: probe (the device and the runtime behaviours zinf assumes); three CPU
+# controls (the bundle's Criterion, MPI singleton and host GPT work here); every ctest entry labelled gpu
 # (checks.list: the bundle's own copy of their commands); the benches (pcie with its >= 0.95
 # target and its unpinned mode, comm on nccl, engine on cuda with every tier); zinf_gpt on cuda
 # against the host layers; a 160M-parameter GPT in GPU memory and on NVMe (tokens/s, MFU);

@@ -151,7 +151,7 @@ Test(ckpt_fs, save_and_load_on_tmpfs)
 	if (stat("/dev/shm", &st) != 0 || !S_ISDIR(st.st_mode)) {
 		cr_skip_test("no /dev/shm");
 	}
-	char tmpl[] = "/dev/shm/zinf-ckpt-review-XXXXXX";
+	char tmpl[] = "/dev/shm/zinf-ckpt-shm-XXXXXX";
 	char *ck = mkdtemp(tmpl);
 	cr_assert_not_null(ck);
 	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, ZINF_BF16, false};

@@ -237,7 +237,7 @@ case_ckpt_load_fault(void)
 	struct edrive d;
 	int fails = 0;
 	char dir[4096];
-	shared_dir("ckpt_review_fault", dir, sizeof(dir));
+	shared_dir("ckpt_fault", dir, sizeof(dir));
 	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
 	o.io_backend = "fault";
 	o.comm_check = false;
@@ -287,7 +287,7 @@ case_ckpt_client_rank0(void)
 	struct zinf_engine_opts o;
 	int fails = 0;
 	char dir[4096];
-	shared_dir("ckpt_review_client", dir, sizeof(dir));
+	shared_dir("ckpt_client", dir, sizeof(dir));
 	edrive_opts(&o, "mpi", 1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
 	o.comm_timeout_s = 10;
 	struct zinf_engine *e = make_model(&o, &fails);
@@ -335,7 +335,7 @@ case_ckpt_stage0_stage3(void)
 				    {0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true}};
 	int fails = 0;
 	char dir[4096];
-	shared_dir("ckpt_review_s0s3", dir, sizeof(dir));
+	shared_dir("ckpt_s0s3", dir, sizeof(dir));
 	struct eref_result ref;
 	if (reference(&ref, ZINF_BF16, QUANTUM, 4, GAS) < 0) {
 		return 1;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # tests/engine/check_layers.sh: the engine core's files call one another downwards only, so that
-# no circle forms among them (docs/ARCHITECTURE.md, "engine/"). Each file has a level below; a
+# no circle forms among them (docs/ARCHITECTURE.md, "The engine's core"). Each file has a level below; a
 # call from a file to a function another file defines (not static), or through an ops table
 # (e->ot->fn: engine_otier.c; e->pt->fn: engine_ptier.c), must go to a lower level. A file the
 # table does not list fails the check, so a new file takes a level on purpose. Comments and

@@ -201,7 +201,7 @@ Test(engine_fetch, stage3_configurations_bit_identical)
 	};
 	float *rm[XN];
 	uint16_t *rh[XN];
-	xrun(&ref, dir, "review-x-ref", rm, rh);
+	xrun(&ref, dir, "configs-ref", rm, rh);
 	for (int i = 0; i < XN; i++) { /* the reference trained: the masters moved */
 		float v0;
 		init_val(NULL, (uint32_t)i, 0, 1, &v0);
@@ -211,7 +211,7 @@ Test(engine_fetch, stage3_configurations_bit_identical)
 		float *m[XN];
 		uint16_t *h[XN];
 		char prefix[32];
-		snprintf(prefix, sizeof(prefix), "review-x%zu", c);
+		snprintf(prefix, sizeof(prefix), "configs-%zu", c);
 		xrun(&cfg[c], dir, prefix, m, h);
 		for (int i = 0; i < XN; i++) {
 			cr_expect_eq(memcmp(m[i], rm[i], xnumel[i] * 4), 0,

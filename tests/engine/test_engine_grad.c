@@ -162,10 +162,10 @@ pool_bytes_for(const char *dir, int layers, uint32_t *sub_groups)
 }
 
 /*
- * Issue 9: with parameters and optimizer state on NVMe, host memory stays flat as the model
- * grows. 32 and 128 layers of 4096 elements (a model 4x larger), the same sub_group_size and
- * buffer sizes: the engine's host pools are the same bytes. Before, the whole fp32 gradient
- * partition was in the pool (4 bytes per element: 1.5 MiB more for the larger model).
+ * With parameters and optimizer state on NVMe, host memory stays flat as the model grows. 32
+ * and 128 layers of 4096 elements (a model 4x larger), the same sub_group_size and buffer
+ * sizes: the engine's host pools are the same bytes (a whole fp32 gradient partition in them
+ * would be 4 bytes per element: 1.5 MiB more for the larger model).
  */
 Test(engine_grad, host_pools_do_not_grow_with_the_model)
 {

@@ -74,7 +74,7 @@ init_fail_once(void *ctx, uint32_t param, uint64_t first, uint64_t count, float 
  * zinf_engine_init returns an init callback's error, here -EINVAL (a callback's own error, not
  * a caller's bad argument). A second zinf_engine_init then either works as a first one would
  * (three sub-groups, 15 persistent elements, the callback's values) or is refused; it never
- * lays the model out again over the first one's arrays (found by a review: the layers counted
+ * lays the model out again over the first one's arrays (the layers counted
  * twice overflowed the heap under ASan, the sub-groups and persistent elements doubled, a second
  * step worker started).
  */
@@ -167,7 +167,7 @@ Test(engine_param, initial_values_in_bounded_pieces)
 	o.offload_param.device = ZINF_OFFLOAD_NVME;
 	o.offload_param.n_paths = 1;
 	o.offload_param.nvme_path[0] = dir;
-	o.swap_prefix = "review-init";
+	o.swap_prefix = "reinit";
 	o.stage3_param_persistence_threshold = 0;
 	o.record_trace = false;
 	const uint64_t n = 3u << 19;

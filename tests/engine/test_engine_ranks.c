@@ -561,7 +561,7 @@ case_live_and_persistence(void)
  * The fetch order changes at step index 3 (forward 2, 0, 1 instead of 0, 1, 2) and stays
  * changed: results unchanged (bit for bit the reference), and, where the engine keeps a trace,
  * exactly one invalidation. Hits counted by hand (6 fetches per micro-batch, 2 micro-batches per
- * step; docs/ARCHITECTURE.md: the trace is recorded over the first micro-batch, a difference
+ * step; engine/engine_trace.c: the trace is recorded over the first micro-batch, a difference
  * invalidates it and it is recorded again over the next micro-batch): steps 0-2 are 6
  * micro-batches, the first records, 5 x 6 = 30 hits; step 3's first micro-batch misses at its
  * first fetch (1 miss, 1 invalidation), its second records again; steps 4-5 hit 4 x 6 = 24:
@@ -647,7 +647,7 @@ case_trace(void)
  * counts), and on three layers of one 15-element weight each, where every collective of the two
  * fetches looks the same and only the engine's check of the layer can tell; and the same with
  * layer ids from 2^24 on (16777216 and 16777217 are one value in fp32: a check that compared the
- * ids as floats let the mismatch through; found by a review).
+ * ids as floats let the mismatch through).
  */
 static int
 fetch_mismatch(bool same_sizes, int32_t base)
@@ -831,7 +831,7 @@ case_step_fault_agreed(void)
 }
 
 /*
- * Issue 9: a failure on one rank outside the step's agreed outcome reaches every other rank at
+ * A failure on one rank outside the step's agreed outcome reaches every other rank at
  * once. The last rank's NVMe I/O fails (the "fault" backend) in a public call whose outcome
  * nobody exchanges: (fetch) stage 3 with the parameters on NVMe, a read of its partition in a
  * fetch; (grad) stage 2 with the optimizer on NVMe and a gradient window of one sub-group, a

@@ -105,9 +105,9 @@ micro(struct zinf_engine *e, int layers, const int *layer_of, int np, void **g)
 /*
  * reduced_bytes is "gradients handed to collectives": at stages 2-3 a bucket is reduce-scattered
  * over its filled part only, not over its whole capacity zero-filled (reduce_bucket_size
- * elements: 2 GB for the last bucket of every micro-batch with the default 5e8; found by a
- * review). Two parameters of 1000 and 3 elements, buckets of 1000: 1003 elements of gradients,
- * at most 4012 bytes reduced (8000 before). The same with the reduced values checked:
+ * elements: 2 GB for the last bucket of every micro-batch with the default 5e8). Two
+ * parameters of 1000 and 3 elements, buckets of 1000: 1003 elements of gradients, at most 4012
+ * bytes reduced (8000 for the whole capacity). The same with the reduced values checked:
  * test_engine_grad.c.
  */
 Test(engine_stats, reduced_bytes_count_only_the_filled_bucket)
@@ -152,9 +152,9 @@ io_written(struct zinf_engine *e)
 /*
  * nvme_read_bytes is "bytes per tier and direction" of the swap files: a fetch of an NVMe-homed
  * partition that the store serves from its cache (max_in_cpu, default 1e9 elements; here the
- * backward fetch of the only layer) reads nothing from the file and is not counted (it was:
- * found by a review). Checked against the I/O context's own count (the optimizer is on the
- * CPU, so every read of the context is a parameter read).
+ * backward fetch of the only layer) reads nothing from the file and is not counted. Checked
+ * against the I/O context's own count (the optimizer is on the CPU, so every read of the
+ * context is a parameter read).
  */
 Test(engine_stats, nvme_read_bytes_counts_only_reads)
 {
@@ -193,7 +193,7 @@ Test(engine_stats, nvme_read_bytes_counts_only_reads)
  * Parameters on NVMe, optimizer on the CPU: the step hands the new 16-bit values to
  * eng_param_home_write() in ZINF_STEP_CHUNK (2^20) pieces, and a partition of 1.5 Mi elements
  * (two pieces) is written once per step, not once per piece (swapping the whole partition in
- * and out for every piece wrote it twice and read it once more: found by a review).
+ * and out for every piece would write it twice and read it once more).
  */
 Test(engine_stats, nvme_param_written_once_per_step)
 {

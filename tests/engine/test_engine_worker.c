@@ -76,7 +76,7 @@ make_nvme(const char *dir, uint32_t gas)
  * step (zinf_step_begin, in_step). A read_master after the forward (an evaluation pass, or
  * between forward and backward) returns the master weights as initialised (no step has run),
  * not zinf_step_save's -EBUSY for a step in progress, and without a data race on the step
- * object with the worker thread (found by a review). The wait below keeps the test off the
+ * object with the worker thread. The wait below keeps the test off the
  * thread's timing.
  */
 Test(engine_worker, read_master_after_forward_with_nvme_optimizer)
@@ -172,9 +172,10 @@ Test(engine_worker, eval_forward_between_steps_same_bits)
  * io_uring reports for an O_DIRECT request it refuses): the step fails half done (zinf_step
  * read nothing for the sub-group; steps not advanced), and the engine stops: a later fetch
  * returns an error, the failed engine's and not a refusal of a stale hand-off, with the step
- * during backward and after it. EINVAL too, although eng_fail() keeps a caller's bad argument
- * (-EINVAL) from failing the engine: later calls went on over a half-stepped state (found by a
- * review). The gradient path's faults: test_engine_grad.c (gradient_*_fault).
+ * during backward and after it. EINVAL too, although the call's error boundary keeps a caller's
+ * bad argument (-EINVAL) from failing the engine: an I/O EINVAL after the step began must fail
+ * it, or later calls would go on over a half-stepped state. The gradient path's faults:
+ * test_engine_grad.c (gradient_*_fault).
  */
 static void
 step_read_fault(int err, bool sdb)

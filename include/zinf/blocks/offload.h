@@ -157,7 +157,8 @@ struct zinf_store_opts {
 				    at once, > 0 at most that long */
 	uint32_t prefetch_evicts; /* nonzero: a prefetch with no free buffer evicts the least
 				     recently released cached tensor (the caller's prefetches
-				     follow a known order); default 0: it waits for a free one */
+				     follow a known order); default 0: it stays queued until a
+				     buffer frees (a prefetch never waits) */
 };
 
 ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
@@ -184,8 +185,11 @@ ZINF_API enum zinf_tensor_state zinf_store_state(const struct zinf_store *s, int
 ZINF_API uint64_t zinf_store_bytes(const struct zinf_store *s, int id);
 
 enum zinf_store_flags {
-	ZINF_STORE_NOWAIT = 1 << 0, /* fail with -EAGAIN instead of waiting for a buffer */
-	ZINF_STORE_NEW = 1 << 1,    /* swap-in of a tensor never written: no read, zero-filled */
+	ZINF_STORE_NOWAIT = 1 << 0,    /* fail with -EAGAIN instead of waiting for a buffer */
+	ZINF_STORE_NEW = 1 << 1,       /* swap-in of a tensor never written: no read, zero-filled */
+	ZINF_STORE_OVERWRITE = 1 << 2, /* swap-in of a tensor the caller overwrites whole before
+					  reading it: no read, no zero-fill (its bytes are
+					  whatever the buffer held) */
 };
 
 /**
@@ -198,7 +202,9 @@ ZINF_API int zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags);
 /**
  * Wait for tensor `id` (and nothing else) to finish its swap-in or swap-out. After a swap-in,
  * sets *data (may be NULL) to its bytes. Returns 0 or the I/O error (naming tensor and file);
- * a failed swap-in leaves the tensor ABSENT and its buffer back in the pool.
+ * a failed swap-in leaves the tensor ABSENT and its buffer back in the pool. A released
+ * tensor whose swap-out failed returns that error, whether this wait or an earlier store call
+ * found the failure (its data stays resident and dirty until a flush writes it).
  */
 ZINF_API int zinf_store_wait(struct zinf_store *s, int id, void **data);
 /**
