@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/ckpt_test.h: what the engine's checkpoint tests (test_ckpt.c, test_ckpt_resume.c,
- * test_ckpt_fs.c) share: training the test model through engine_drive.h, reading every master
- * weight, comparing them bit for bit, a save that must succeed. Criterion asserts; the
- * including file defines QUANTUM and GAS (engine_ref.h's gradient grid and the micro-batches
- * per step) first.
+ * test_ckpt_fs.c) share: an engine of the test model (ckpt_make), training it through
+ * engine_drive.h, reading every master weight, comparing them bit for bit, a save that must
+ * succeed. Criterion asserts; the including file defines QUANTUM and GAS (engine_ref.h's
+ * gradient grid and the micro-batches per step) first.
  */
 #ifndef ZINF_TEST_CKPT_TEST_H
 #define ZINF_TEST_CKPT_TEST_H
@@ -71,6 +71,34 @@ save_ok(struct zinf_engine *e, const char *dir, const char *tag)
 {
 	int rc = zinf_engine_save(e, dir, tag, NULL);
 	cr_assert_eq(rc, 0, "save %s/%s: %d %s", dir, tag ? tag : "(step)", rc, zinf_last_error());
+}
+
+/* An engine of the test model on one process (single comm, host device), initialised. */
+struct ckpt_cfg {
+	int stage;
+	enum zinf_offload_device opt, param;
+	enum zinf_dtype dtype;
+	bool caches; /* stage 3: layers stay gathered after release, partitions cached in CPU */
+};
+
+static inline struct zinf_engine *
+ckpt_make(const struct ckpt_cfg *c, const char *nvme)
+{
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", c->stage, c->opt, c->param, nvme, c->dtype, GAS);
+	if (c->caches) {
+		o.stage3_max_reuse_distance = 1000000;
+		o.stage3_param_persistence_threshold = 40; /* the biases are persistent */
+		o.offload_param.max_in_cpu = 1000000;
+	}
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	cr_assert_eq(rc, 0, "create: %d %s", rc, zinf_last_error());
+	rc = edrive_add_params(e);
+	cr_assert_eq(rc, 0, "add_params: %d %s", rc, zinf_last_error());
+	rc = zinf_engine_init(e);
+	cr_assert_eq(rc, 0, "init: %d %s", rc, zinf_last_error());
+	return e;
 }
 
 #endif

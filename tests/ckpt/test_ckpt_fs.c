@@ -36,33 +36,6 @@
 
 #include "ckpt/ckpt_test.h"
 
-struct cfg {
-	int stage;
-	enum zinf_offload_device opt, param;
-	enum zinf_dtype dtype;
-	bool caches; /* stage 3: layers stay gathered after release, partitions cached in CPU */
-};
-
-static struct zinf_engine *
-make(const struct cfg *c, const char *nvme)
-{
-	struct zinf_engine_opts o;
-	edrive_opts(&o, "single", c->stage, c->opt, c->param, nvme, c->dtype, GAS);
-	if (c->caches) {
-		o.stage3_max_reuse_distance = 1000000;
-		o.stage3_param_persistence_threshold = 40; /* the biases are persistent */
-		o.offload_param.max_in_cpu = 1000000;
-	}
-	struct zinf_engine *e = NULL;
-	int rc = zinf_engine_create(&o, &e);
-	cr_assert_eq(rc, 0, "create: %d %s", rc, zinf_last_error());
-	rc = edrive_add_params(e);
-	cr_assert_eq(rc, 0, "add_params: %d %s", rc, zinf_last_error());
-	rc = zinf_engine_init(e);
-	cr_assert_eq(rc, 0, "init: %d %s", rc, zinf_last_error());
-	return e;
-}
-
 static bool
 exists(const char *dir, const char *name)
 {
@@ -92,9 +65,9 @@ put_file(const char *path)
  */
 Test(ckpt_fs, retagging_a_directory_with_a_subdirectory)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 1);
 	save_ok(e, ck, "t");
 	char p[8192];
@@ -110,7 +83,7 @@ Test(ckpt_fs, retagging_a_directory_with_a_subdirectory)
 	run(e, c.dtype, 3, 1);
 	save_ok(e, ck, "t"); /* and t once more */
 	zinf_engine_destroy(e);
-	e = make(&c, nvme);
+	e = ckpt_make(&c, nvme);
 	cr_assert_eq(zinf_engine_load(e, ck, NULL, NULL), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_engine_steps(e), 4);
 	zinf_engine_destroy(e);
@@ -123,9 +96,9 @@ Test(ckpt_fs, retagging_a_directory_with_a_subdirectory)
 /* A file (not a directory) named like the tag: replaced too, and later saves still work. */
 Test(ckpt_fs, retagging_over_a_file)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 1);
 	char p[8192];
 	snprintf(p, sizeof(p), "%s/t", ck);
@@ -154,16 +127,16 @@ Test(ckpt_fs, save_and_load_on_tmpfs)
 	char tmpl[] = "/dev/shm/zinf-ckpt-shm-XXXXXX";
 	char *ck = mkdtemp(tmpl);
 	cr_assert_not_null(ck);
-	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, ZINF_BF16, false};
+	struct ckpt_cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, ZINF_BF16, false};
 	char *nvme = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 2);
 	int rc = zinf_engine_save(e, ck, NULL, NULL);
 	struct master a;
 	read_all(e, &a);
 	zinf_engine_destroy(e);
 	cr_assert_eq(rc, 0, "save into %s: %d %s", ck, rc, zinf_last_error());
-	e = make(&c, nvme);
+	e = ckpt_make(&c, nvme);
 	rc = zinf_engine_load(e, ck, NULL, NULL);
 	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
 	struct master b;
@@ -270,9 +243,9 @@ renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, 
  */
 Test(ckpt_fs, publish_without_rename_flags)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 1);
 	no_rename_flags = true;
 	save_ok(e, ck, "a");
@@ -284,7 +257,7 @@ Test(ckpt_fs, publish_without_rename_flags)
 	cr_assert(!exists(ck, ".b.tmp"), "the refused save left .b.tmp");
 	no_rename_flags = false;
 	zinf_engine_destroy(e);
-	e = make(&c, nvme);
+	e = ckpt_make(&c, nvme);
 	rc = zinf_engine_load(e, ck, NULL, NULL);
 	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
 	cr_assert_eq(zinf_engine_steps(e), 2);
@@ -368,11 +341,11 @@ was_fsynced(const char *path)
  */
 Test(ckpt_fs, new_directory_entry_is_synced)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
 	char dir[4200];
 	snprintf(dir, sizeof(dir), "%s/run1", ck);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 1);
 	fsync_log = true;
 	save_ok(e, dir, "a");
@@ -394,11 +367,11 @@ Test(ckpt_fs, new_directory_entry_is_synced)
  */
 Test(ckpt_fs, save_syncs_in_order)
 {
-	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, ZINF_BF16, false};
+	struct ckpt_cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, ZINF_BF16, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
 	char real[4096];
 	cr_assert_not_null(realpath(ck, real));
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 1);
 	save_ok(e, real, "a");
 	run(e, c.dtype, 1, 1);
@@ -486,9 +459,9 @@ statvfs(const char *path, struct statvfs *out)
  * on. */
 Test(ckpt_fs, save_refused_without_room)
 {
-	struct cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	struct ckpt_cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 1);
 	save_ok(e, ck, "a");
 	fake_free = 1 << 20; /* less than the 64 MiB margin alone */

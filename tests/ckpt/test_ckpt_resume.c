@@ -28,33 +28,6 @@
 
 #include "ckpt/ckpt_test.h"
 
-struct cfg {
-	int stage;
-	enum zinf_offload_device opt, param;
-	enum zinf_dtype dtype;
-	bool caches; /* stage 3: layers stay gathered after release, partitions cached in CPU */
-};
-
-static struct zinf_engine *
-make(const struct cfg *c, const char *nvme)
-{
-	struct zinf_engine_opts o;
-	edrive_opts(&o, "single", c->stage, c->opt, c->param, nvme, c->dtype, GAS);
-	if (c->caches) {
-		o.stage3_max_reuse_distance = 1000000;
-		o.stage3_param_persistence_threshold = 40; /* the biases are persistent */
-		o.offload_param.max_in_cpu = 1000000;
-	}
-	struct zinf_engine *e = NULL;
-	int rc = zinf_engine_create(&o, &e);
-	cr_assert_eq(rc, 0, "create: %d %s", rc, zinf_last_error());
-	rc = edrive_add_params(e);
-	cr_assert_eq(rc, 0, "add_params: %d %s", rc, zinf_last_error());
-	rc = zinf_engine_init(e);
-	cr_assert_eq(rc, 0, "init: %d %s", rc, zinf_last_error());
-	return e;
-}
-
 /* ---- loading into a running engine --------------------------------------------------------- */
 
 /*
@@ -66,9 +39,9 @@ make(const struct cfg *c, const char *nvme)
 static void
 resume_running_with_caches(enum zinf_offload_device opt, enum zinf_offload_device par)
 {
-	struct cfg c = {3, opt, par, ZINF_BF16, true};
+	struct ckpt_cfg c = {3, opt, par, ZINF_BF16, true};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 2);
 	save_ok(e, ck, "two");
 	run(e, c.dtype, 2, 2);
@@ -76,7 +49,7 @@ resume_running_with_caches(enum zinf_offload_device opt, enum zinf_offload_devic
 	read_all(e, &straight);
 	zinf_engine_destroy(e);
 
-	e = make(&c, nvme);
+	e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 3);
 	for (int32_t l = 0; l < 3; l++) { /* an evaluation's forward: layers left gathered */
 		cr_assert_eq(zinf_engine_fetch(e, l), 0, "%s", zinf_last_error());
@@ -119,9 +92,9 @@ Test(ckpt_resume, load_into_running_stage3_with_caches)
  */
 Test(ckpt_resume, load_refused_while_a_layer_is_fetched)
 {
-	struct cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, ZINF_F32, false};
+	struct ckpt_cfg c = {3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, ZINF_F32, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 2);
 	save_ok(e, ck, "two");
 	run(e, c.dtype, 2, 1);
@@ -154,12 +127,12 @@ Test(ckpt_resume, load_refused_while_a_layer_is_fetched)
  * as the writes complete, which varies run to run), and its values are the same. */
 Test(ckpt_resume, save_leaves_the_next_step_alone)
 {
-	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16, false};
+	struct ckpt_cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16, false};
 	struct zinf_engine_stats s[2];
 	struct master m[2];
 	for (int with = 0; with < 2; with++) {
 		char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-		struct zinf_engine *e = make(&c, nvme);
+		struct zinf_engine *e = ckpt_make(&c, nvme);
 		run(e, c.dtype, 0, 2);
 		if (with) {
 			save_ok(e, ck, NULL);
@@ -220,7 +193,7 @@ edit_manifest(const char *tagdir, const char *key, const char *v)
  */
 Test(ckpt_resume, manifest_values_out_of_range)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F16, false};
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F16, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
 	struct zinf_engine_opts o;
 	edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
@@ -275,9 +248,9 @@ Test(ckpt_resume, manifest_values_out_of_range)
  */
 Test(ckpt_resume, unscaled_checkpoint_into_fp16_keeps_its_scaler)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_BF16, false};
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_BF16, false};
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
-	struct zinf_engine *e = make(&c, nvme);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
 	run(e, c.dtype, 0, 2);
 	save_ok(e, ck, NULL);
 	zinf_engine_destroy(e);

@@ -16,48 +16,8 @@
 #include <string.h>
 
 #include "common/test_util.h"
+#include "engine/engine_unit.h"
 #include "zinf/engine.h"
-
-static void
-base_opts(struct zinf_engine_opts *o)
-{
-	zinf_engine_opts_init(o);
-	o->device_backend = "host";
-	o->comm_backend = "single";
-	o->optimizer.lr = 1e-2f;
-}
-
-static struct zinf_engine *
-make(const struct zinf_engine_opts *o)
-{
-	struct zinf_engine *e = NULL;
-	cr_assert_eq(zinf_engine_create(o, &e), 0, "create: %s", zinf_last_error());
-	return e;
-}
-
-static int
-add(struct zinf_engine *e, const char *name, uint64_t numel, int layer, zinf_param_init_fn fn,
-    void *ctx)
-{
-	struct zinf_param_desc d;
-	zinf_param_desc_init(&d);
-	d.name = name;
-	d.numel = numel;
-	d.layer = layer;
-	d.init_fn = fn;
-	d.init_ctx = ctx;
-	return zinf_engine_add_param(e, &d);
-}
-
-static int
-init_val(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
-{
-	(void)ctx;
-	for (uint64_t i = 0; i < count; i++) {
-		out[i] = (float)((param * 31 + first + i) % 13) / 16.0f - 0.25f;
-	}
-	return 0;
-}
 
 /* Fails with -EINVAL the first time it is called (a callback's own error), then works. */
 static int

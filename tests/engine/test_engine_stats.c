@@ -16,64 +16,8 @@
 #include <string.h>
 
 #include "common/test_util.h"
+#include "engine/engine_unit.h"
 #include "zinf/engine.h"
-
-static void
-base_opts(struct zinf_engine_opts *o)
-{
-	zinf_engine_opts_init(o);
-	o->device_backend = "host";
-	o->comm_backend = "single";
-	o->optimizer.lr = 1e-2f;
-}
-
-static struct zinf_engine *
-make(const struct zinf_engine_opts *o)
-{
-	struct zinf_engine *e = NULL;
-	cr_assert_eq(zinf_engine_create(o, &e), 0, "create: %s", zinf_last_error());
-	return e;
-}
-
-static int
-add(struct zinf_engine *e, const char *name, uint64_t numel, int layer, zinf_param_init_fn fn,
-    void *ctx)
-{
-	struct zinf_param_desc d;
-	zinf_param_desc_init(&d);
-	d.name = name;
-	d.numel = numel;
-	d.layer = layer;
-	d.init_fn = fn;
-	d.init_ctx = ctx;
-	return zinf_engine_add_param(e, &d);
-}
-
-static int
-init_val(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
-{
-	(void)ctx;
-	for (uint64_t i = 0; i < count; i++) {
-		out[i] = (float)((param * 31 + first + i) % 13) / 16.0f - 0.25f;
-	}
-	return 0;
-}
-
-/* bf16 gradient of n elements, value k/64 (exact), on the device */
-static void *
-grad16(struct zinf_engine *e, uint64_t n, int salt)
-{
-	void *g;
-	float *f = malloc(n * sizeof(float));
-	cr_assert(f);
-	for (uint64_t i = 0; i < n; i++) {
-		f[i] = (float)((int)((i * 7 + (uint64_t)salt) % 17) - 8) / 64.0f;
-	}
-	cr_assert_eq(zinf_device_alloc(zinf_engine_device(e), n * 2, &g), 0);
-	cr_assert_eq(zinf_dtype_convert(g, ZINF_BF16, f, ZINF_F32, n), 0);
-	free(f);
-	return g;
-}
 
 /* One micro-batch: forward over layers 0..L-1, backward L-1..0 handing every gradient. */
 static int

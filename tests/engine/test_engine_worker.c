@@ -17,21 +17,12 @@
 #include <string.h>
 
 #include "common/test_util.h"
+#include "engine/engine_unit.h"
 #include "zinf/engine.h"
 
 /* engine/engine_worker.c (internal, linked from zinf_static): wait for the worker's prime, so
  * that the test does not depend on the thread's timing. */
 int eng_worker_wait(struct zinf_engine *e);
-
-static int
-init_val(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
-{
-	(void)ctx;
-	for (uint64_t i = 0; i < count; i++) {
-		out[i] = (float)((param * 31 + first + i) % 13) / 16.0f - 0.25f;
-	}
-	return 0;
-}
 
 static struct zinf_engine *
 make_nvme_io(const char *dir, uint32_t gas, const char *io_backend, bool sdb)
@@ -98,22 +89,6 @@ Test(engine_worker, read_master_after_forward_with_nvme_optimizer)
 	zinf_engine_destroy(e);
 	zt_rmtree(dir);
 	free(dir);
-}
-
-/* bf16 gradient of n elements, dyadic values, on the device */
-static void *
-grad16(struct zinf_engine *e, uint64_t n, int salt)
-{
-	void *g;
-	float *f = malloc(n * sizeof(float));
-	cr_assert(f);
-	for (uint64_t i = 0; i < n; i++) {
-		f[i] = (float)((int)((i * 7 + (uint64_t)salt) % 17) - 8) / 64.0f;
-	}
-	cr_assert_eq(zinf_device_alloc(zinf_engine_device(e), n * 2, &g), 0);
-	cr_assert_eq(zinf_dtype_convert(g, ZINF_BF16, f, ZINF_F32, n), 0);
-	free(f);
-	return g;
 }
 
 /* One training micro-batch over the one layer (eval: forward only, no gradient, no step). */
@@ -255,37 +230,6 @@ Test(engine_worker, set_lr_after_prime_same_bits)
 }
 
 /* ---- a layer handed to the worker ---------------------------------------------------------- */
-
-static void
-base_opts(struct zinf_engine_opts *o)
-{
-	zinf_engine_opts_init(o);
-	o->device_backend = "host";
-	o->comm_backend = "single";
-	o->optimizer.lr = 1e-2f;
-}
-
-static struct zinf_engine *
-make(const struct zinf_engine_opts *o)
-{
-	struct zinf_engine *e = NULL;
-	cr_assert_eq(zinf_engine_create(o, &e), 0, "create: %s", zinf_last_error());
-	return e;
-}
-
-static int
-add(struct zinf_engine *e, const char *name, uint64_t numel, int layer, zinf_param_init_fn fn,
-    void *ctx)
-{
-	struct zinf_param_desc d;
-	zinf_param_desc_init(&d);
-	d.name = name;
-	d.numel = numel;
-	d.layer = layer;
-	d.init_fn = fn;
-	d.init_ctx = ctx;
-	return zinf_engine_add_param(e, &d);
-}
 
 /*
  * With the step during backward, a layer's sub-group goes to the step worker once its
