@@ -297,8 +297,15 @@ zinf_config_read_string(const char *text, const char *name, const struct zinf_co
 		check_all(&x);
 	}
 	rc = x.fatal ? ZINF_FAIL(x.fatal, "%s: out of memory", name) : x.errors ? -EINVAL : 0;
+	if (x.warnings > CFG_SHOWN) {
+		ZINF_WARN("%s: %d warnings (the first %d shown)", name, x.warnings, CFG_SHOWN);
+	}
 	if (x.errors) {
-		ZINF_ERR("%s: %d error%s", name, x.errors, x.errors == 1 ? "" : "s");
+		if (x.errors > CFG_SHOWN) {
+			ZINF_ERR("%s: %d errors (the first %d shown)", name, x.errors, CFG_SHOWN);
+		} else {
+			ZINF_ERR("%s: %d error%s", name, x.errors, x.errors == 1 ? "" : "s");
+		}
 	}
 out:
 	if (rc < 0) {

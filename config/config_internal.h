@@ -102,12 +102,22 @@ struct cfg_ctx {
 	const struct zinf_config_inputs *in;
 	struct zinf_train_config *c;
 	json_t *root;
-	int errors;	/* logged */
+	int errors;	/* found (the first CFG_SHOWN logged, the rest counted) */
+	int warnings;	/* found (as errors) */
 	int fatal;	/* -ENOMEM */
 	uint32_t given; /* 1 << enum cfg_auto of keys stored (batch and scheduler keys) */
 };
 
-/* Log "NAME:LINE: PATH: message" (errors are counted in x->errors). */
+/* Messages of each level a file reports; the rest are counted, and the count is reported: a
+ * file of a million unknown keys reads in linear time and prints a screenful. */
+#define CFG_SHOWN 20
+
+/* Whether the next message of this level is past CFG_SHOWN: the caller counts it
+ * (cfg_msg does) and skips the work of making it (the nearest key). */
+bool cfg_muted(const struct cfg_ctx *x, enum zinf_log_level lvl);
+
+/* Log "NAME:LINE: PATH: message" and count it (x->errors, x->warnings); past CFG_SHOWN of its
+ * level only counted. */
 void cfg_msg(struct cfg_ctx *x, enum zinf_log_level lvl, const char *path, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 #define CERR(x, path, ...)  cfg_msg((x), ZINF_LOG_ERROR, (path), __VA_ARGS__)

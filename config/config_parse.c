@@ -17,11 +17,23 @@
 
 #include "config/config_internal.h"
 
+bool
+cfg_muted(const struct cfg_ctx *x, enum zinf_log_level lvl)
+{
+	return (lvl == ZINF_LOG_ERROR ? x->errors : x->warnings) >= CFG_SHOWN;
+}
+
 void
 cfg_msg(struct cfg_ctx *x, enum zinf_log_level lvl, const char *path, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
+	if (cfg_muted(x, lvl)) {
+		/* counted only: no line looked up, nothing formatted */
+		x->errors += lvl == ZINF_LOG_ERROR;
+		x->warnings += lvl == ZINF_LOG_WARN;
+		return;
+	}
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
@@ -33,6 +45,7 @@ cfg_msg(struct cfg_ctx *x, enum zinf_log_level lvl, const char *path, const char
 		zc_log_emit(0, lvl, __FILE__, __LINE__, __func__, "%s: %s: %s", x->name, path, msg);
 	}
 	x->errors += lvl == ZINF_LOG_ERROR;
+	x->warnings += lvl == ZINF_LOG_WARN;
 }
 
 /* `v` for a message: its JSON text (shortened) and what it is. */
@@ -233,6 +246,10 @@ unknown_key(struct cfg_ctx *x, const struct cfg_section *sec, const char *k, con
 	char where[256] = "";
 	size_t nw = 0;
 	uint32_t cp;
+	if (cfg_muted(x, ZINF_LOG_ERROR)) {
+		x->errors++; /* past the ones shown: the nearest key is not looked for */
+		return;
+	}
 	int at = cfg_first_non_ascii(k, &cp);
 	if (at > 0) {
 		CERR(x, path,

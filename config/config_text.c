@@ -212,10 +212,12 @@ cfg_prescan(const char *text, const char *name)
 		} else if (*s >= 0x80) {
 			uint32_t cp = utf8_decode(s, &len);
 			const char *what = cfg_char_name(cp);
-			ZINF_ERR("%s:%d:%d: U+%04X %s outside a string (JSON allows only ASCII "
-				 "spaces, tabs, newlines and \" there; text copied from a web page "
-				 "often carries it): replace it",
-				 name, line, col, (unsigned)cp, what);
+			if (found < CFG_SHOWN) {
+				ZINF_ERR("%s:%d:%d: U+%04X %s outside a string (JSON allows only "
+					 "ASCII spaces, tabs, newlines and \" there; text copied "
+					 "from a web page often carries it): replace it",
+					 name, line, col, (unsigned)cp, what);
+			}
 			found++;
 		}
 		if (*s == '\n') {
@@ -225,6 +227,10 @@ cfg_prescan(const char *text, const char *name)
 			col++;
 		}
 		s += len;
+	}
+	if (found > CFG_SHOWN) {
+		ZINF_ERR("%s: %d non-ASCII characters outside strings (the first %d named)", name,
+			 found, CFG_SHOWN);
 	}
 	return found;
 }

@@ -12,9 +12,10 @@
  * DeepSpeed features zinf does not implement (activation_checkpointing, flops_profiler,
  * tensorboard, ...) are accepted with one warning each.
  *
- * Errors. Every problem found is logged (at ERROR, through the log callback of zinf/common.h),
- * not only the first, as "NAME:LINE: PATH: what is wrong; what is allowed", NAME the file (or
- * the name given for a string), LINE the line of the key, PATH its full path
+ * Errors. Every problem found is counted and the first 20 are logged (at ERROR, through the log
+ * callback of zinf/common.h), then "NAME: N errors (the first 20 shown)"; each as
+ * "NAME:LINE: PATH: what is wrong; what is allowed", NAME the file (or the name given for a
+ * string), LINE the line of the key, PATH its full path
  * (zero_optimization.offload_optimizer.nvme_path). Classes: malformed JSON (line and column; a
  * non-ASCII space or quote outside strings, such as U+00A0 NO-BREAK SPACE copied from a web
  * page, is named with its line and column); an unknown key (the nearest valid key is

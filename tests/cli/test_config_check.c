@@ -4,7 +4,7 @@
  * config with "auto" resolved from --hidden and the trainer's defaults, and its memory plan
  * per rank worked by hand; an NVMe config written into a scratch directory (fits, and then a
  * model too large for the disk: exit 1 naming the path); a misspelt key (exit 2 naming it, its
- * line and the nearest key).
+ * line and the nearest key); a million unknown keys (exit 2 in seconds, 21 lines).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -154,6 +154,28 @@ Test(config_check, speculative_step_reserve)
 	cr_expect_eq(item(o, "pinned", "speculative step reserve"), 4 * 1e6 * 14);
 	cr_expect_eq(item(o, "gpu", "speculative step reserve"), -1);
 	json_decref(o);
+}
+
+/* A file of a million unknown keys (made here): exit 2 in seconds, a screenful of messages (the
+ * first 20 keys and the count), not a million lines. */
+Test(config_check, a_million_unknown_keys)
+{
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/big.json", sc.dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("{\"train_batch_size\": 1", f);
+	for (int i = 0; i < 1000000; i++) {
+		fprintf(f, ",\n\"k%07d\": 0", i);
+	}
+	fputs("}\n", f);
+	cr_assert_eq(fclose(f), 0);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s", path), 2);
+	char *t = zc_text(sc.err);
+	cr_expect_eq(zc_count_substr(t, "\n"), 21, "%s", t);
+	cr_expect(strstr(t, "big.json:2: k0000000: unknown key") != NULL, "%s", t);
+	cr_expect(strstr(t, "1000000 errors (the first 20 shown)") != NULL, "%s", t);
+	free(t);
 }
 
 Test(config_check, misspelt_key)

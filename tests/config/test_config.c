@@ -4,8 +4,9 @@
  * (configs/: ZeRO-1, ZeRO-2, ZeRO-Infinity as DeepSpeed's docs write them, ZeRO-2 and ZeRO-3 as
  * Hugging Face's tests write them, "auto" included) read and resolved to the values worked out
  * in each test; every error class produces its message (the log is captured and searched),
- * with the key's full path and line; all errors of a file are reported; the dump reads back to
- * the same configuration.
+ * with the key's full path and line; the first 20 errors of a file are reported and the rest
+ * counted (a million unknown keys in linear time); the dump reads back to the same
+ * configuration.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "zinf/config.h"
@@ -518,6 +520,50 @@ Test(config, non_breaking_space_named)
 	expect_log("t.json:4:3: U+201C LEFT DOUBLE QUOTATION MARK");
 	expect_log("t.json:4:24: U+201D RIGHT DOUBLE QUOTATION MARK");
 	cr_expect_eq(n_errors, 3, "only the three outside strings; log:\n%s", logbuf);
+}
+
+/* A million unknown keys, one per line (made here, not committed): read in linear time (it took
+ * minutes when every message looked its line up in the whole file), the first CFG_SHOWN (20)
+ * named with their lines, the rest counted. */
+Test(config, a_million_unknown_keys)
+{
+	enum { N = 1000000 };
+	size_t cap = (size_t)N * 16 + 64, len = 0;
+	char *text = malloc(cap);
+	cr_assert_not_null(text);
+	len += (size_t)snprintf(text + len, cap - len, "{\"train_batch_size\": 1");
+	for (int i = 0; i < N; i++) {
+		len += (size_t)snprintf(text + len, cap - len, ",\n\"k%07d\": 0", i);
+	}
+	snprintf(text + len, cap - len, "}\n");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	read_bad(text, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	free(text);
+	expect_log("t.json:2: k0000000: unknown key (not a DeepSpeed setting");
+	expect_log("t.json:21: k0000019: unknown key");
+	cr_expect(strstr(logbuf, "k0000020") == NULL, "the 21st is only counted:\n%s", logbuf);
+	expect_log("t.json: 1000000 errors (the first 20 shown)");
+	cr_expect_eq(n_errors, 21, "20 keys and the count; log:\n%s", logbuf);
+	/* about 1 s here (jansson's parse is most of it); quadratic work would take hours */
+	cr_expect_lt(s, 60.0, "%.1f s", s);
+}
+
+/* The same bound for the non-ASCII characters the scan before jansson names. */
+Test(config, many_non_ascii_characters)
+{
+	char text[4096] = "{";
+	for (int i = 0; i < 30; i++) {
+		strcat(text, "\xc2\xa0\n");
+	}
+	strcat(text, "\"train_batch_size\": 1}");
+	read_bad(text, NULL);
+	expect_log("t.json:20:1: U+00A0 NO-BREAK SPACE");
+	cr_expect(strstr(logbuf, "t.json:21:1:") == NULL, "%s", logbuf);
+	expect_log("t.json: 30 non-ASCII characters outside strings (the first 20 named)");
+	cr_expect_eq(n_errors, 21, "%s", logbuf);
 }
 
 Test(config, non_ascii_inside_strings)
