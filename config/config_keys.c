@@ -55,8 +55,8 @@
 static const struct cfg_key offload_param_keys[] = {
 	KEY("device", ST_DEVICE, OF(device)),
 	KEY("nvme_path", ST_PATHS, 0),
-	NUM("buffer_count", ST_U32, OF(buffer_count), 1, U32M),
-	NUM("buffer_size", ST_U64, OF(buffer_size), 1, BIG),
+	NUM("buffer_count", ST_U32, OF(buffer_count), 0, U32M),
+	NUM("buffer_size", ST_U64, OF(buffer_size), 0, BIG),
 	NUM("max_in_cpu", ST_U64, OF(max_in_cpu), 0, BIG),
 	BOOL("pin_memory", OF(pin_memory)),
 };
@@ -65,7 +65,7 @@ SECTION(cfg_offload_param, "zero_optimization.offload_param", offload_param_keys
 static const struct cfg_key offload_optimizer_keys[] = {
 	KEY("device", ST_DEVICE, OF(device)),
 	KEY("nvme_path", ST_PATHS, 0),
-	NUM("buffer_count", ST_U32, OF(buffer_count), 1, U32M),
+	NUM("buffer_count", ST_U32, OF(buffer_count), 0, U32M),
 	BOOL("pin_memory", OF(pin_memory)),
 	BOOL("pipeline_read", OF(pipeline_read)),
 	BOOL("pipeline_write", OF(pipeline_write)),
@@ -81,10 +81,12 @@ static const struct cfg_key zero_keys[] = {
 	NUM("stage", ST_I32, EO(stage), 0, 3),
 	SECT("offload_param", EO(offload_param), cfg_offload_param),
 	SECT("offload_optimizer", EO(offload_optimizer), cfg_offload_optimizer),
-	NUM("sub_group_size", ST_U64, EO(sub_group_size), 1, BIG),
-	NUM("reduce_bucket_size", ST_U64, EO(reduce_bucket_size), 1, BIG, .flags = F_AUTO,
+	/* DeepSpeed's sizes are ge=0 (runtime/zero/config.py); 0 means what it means there: a
+	   sub-group and a reduce bucket per parameter, one all-gather in flight, no prefetch */
+	NUM("sub_group_size", ST_U64, EO(sub_group_size), 0, BIG),
+	NUM("reduce_bucket_size", ST_U64, EO(reduce_bucket_size), 0, BIG, .flags = F_AUTO,
 	    .auto_id = A_REDUCE_BUCKET),
-	NUM("allgather_bucket_size", ST_U64, EO(allgather_bucket_size), 1, BIG),
+	NUM("allgather_bucket_size", ST_U64, EO(allgather_bucket_size), 0, BIG),
 	BOOL("overlap_comm", EO(overlap_comm)),
 	BOOL("contiguous_gradients", EO(contiguous_gradients)),
 	BOOL("reduce_scatter", TC(reduce_scatter)),

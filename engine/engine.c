@@ -100,7 +100,11 @@ check_offload(const struct zinf_offload_opts *s, const char *key)
 			}
 		}
 		if (s->buffer_count == 0) {
-			return ZINF_FAIL(-EINVAL, "engine: %s.buffer_count is 0 with device nvme",
+			/* DeepSpeed's schema takes 0 too; its swapper then fails for want of a
+			   buffer */
+			return ZINF_FAIL(-EINVAL,
+					 "engine: %s.buffer_count is 0 with device nvme: the swap "
+					 "needs at least one pinned buffer",
 					 key);
 		}
 	}
@@ -141,13 +145,10 @@ check_opts(const struct zinf_engine_opts *o)
 		return ZINF_FAIL(-EINVAL, "engine: dtype %d is not f32, f16 or bf16",
 				 (int)o->dtype);
 	}
-	if (o->sub_group_size == 0 || o->reduce_bucket_size == 0 || o->allgather_bucket_size == 0 ||
-	    o->gradient_accumulation_steps == 0) {
-		return ZINF_FAIL(-EINVAL, "engine: zero_optimization.%s is 0",
-				 o->sub_group_size == 0		 ? "sub_group_size"
-				 : o->reduce_bucket_size == 0	 ? "reduce_bucket_size"
-				 : o->allgather_bucket_size == 0 ? "allgather_bucket_size"
-								 : "gradient_accumulation_steps");
+	/* sub_group_size, reduce_bucket_size, allgather_bucket_size 0: DeepSpeed's meaning
+	   (engine.h) */
+	if (o->gradient_accumulation_steps == 0) {
+		return ZINF_FAIL(-EINVAL, "engine: gradient_accumulation_steps is 0");
 	}
 	if (o->reserved0 || o->reserved2 || o->reserved3 || !eng_all_zero(o->reserved1, 6) ||
 	    !eng_all_zero(o->reserved4, 2) || !eng_all_zero(o->reserved5, 6) ||

@@ -310,7 +310,12 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	}
 	bool rs = rs_mode(e);
 	uint64_t need = rs ? p->part.part : p->part.padded;
-	uint64_t room = rs ? e->gr.bucket_cap / e->world : e->gr.bucket_cap;
+	/* DeepSpeed's rule: a bucket is reduced before a gradient would take it past
+	   reduce_bucket_size (0: a bucket per parameter); the buffers hold the largest one (the
+	   same room as the buffers' unless reduce_bucket_size is below that) */
+	uint64_t limit = rs ? ZINF_DIV_ROUND_UP(e->o.reduce_bucket_size, (uint64_t)e->world)
+			    : e->o.reduce_bucket_size;
+	uint64_t room = ZINF_MIN(rs ? e->gr.bucket_cap / e->world : e->gr.bucket_cap, limit);
 	struct bucket *b = &e->gr.bk[e->gr.cur];
 	if (b->n > 0 && b->used + need > room) {
 		/* close b; the other bucket must be free (its reduction accumulated) first */

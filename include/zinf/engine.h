@@ -130,17 +130,24 @@ struct zinf_engine_opts {
 	uint32_t reserved0;			    /* zero */
 	struct zinf_offload_opts offload_param;	    /* stage 3 only (else none) */
 	struct zinf_offload_opts offload_optimizer; /* stages 1-3 (else none) */
-	uint64_t sub_group_size;		    /* elements; default 1e9 */
-	uint64_t reduce_bucket_size;		    /* elements per gradient bucket; default 5e8 */
-	uint64_t allgather_bucket_size; /* elements per all-gather after the step (stages 1-2);
-					   default 5e8 */
+	/* the sizes below take 0 as DeepSpeed's schema does (ge=0), with its meaning */
+	uint64_t sub_group_size;	/* elements; default 1e9; 0: a sub-group per parameter */
+	uint64_t reduce_bucket_size;	/* elements per gradient bucket (a bucket is reduced before
+					   a gradient would take it past this); default 5e8; 0: a
+					   bucket per parameter */
+	uint64_t allgather_bucket_size; /* elements in flight in the all-gathers after the step
+					   (stages 1-2; one at least); default 5e8; 0: one
+					   parameter at a time */
 	bool overlap_comm;	   /* reduce while backward goes on; default false (DeepSpeed's;
 				      stage 3 behaves as true) */
 	bool contiguous_gradients; /* accepted (gradients always go to one contiguous buffer);
 				      default true */
 	uint8_t reserved1[6];	   /* zero */
-	uint64_t stage3_prefetch_bucket_size;	     /* elements in flight ahead; default 5e7 */
-	uint64_t stage3_max_live_parameters;	     /* gathered elements at most; default 1e9 */
+	uint64_t stage3_prefetch_bucket_size;	     /* elements in flight ahead; default 5e7; 0:
+							no prefetch */
+	uint64_t stage3_max_live_parameters;	     /* gathered elements at most (a layer larger
+							is fetched anyway, warned once); default
+							1e9 */
 	uint64_t stage3_max_reuse_distance;	     /* elements; default 1e9 */
 	uint64_t stage3_param_persistence_threshold; /* elements; default 1e5 */
 	uint64_t stage3_model_persistence_threshold; /* elements; default UINT64_MAX */

@@ -394,7 +394,7 @@ Test(config, wrong_type_and_range)
 		 NULL);
 	expect_log("t.json:2: zero_optimization.stage: expected an integer in [0, 3], not \"3\" (a "
 		   "string)");
-	expect_log("t.json:3: zero_optimization.sub_group_size: expected an integer >= 1, not 1.5 "
+	expect_log("t.json:3: zero_optimization.sub_group_size: expected an integer >= 0, not 1.5 "
 		   "(a number)");
 	expect_log("t.json:4: zero_optimization.overlap_comm: expected true or false, not \"yes\"");
 	expect_log("t.json:5: zero_optimization.offload_optimizer.device: expected \"none\", "
@@ -408,6 +408,32 @@ Test(config, wrong_type_and_range)
 	read_bad("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 4}}", NULL);
 	expect_log("zero_optimization.stage: 4 (an integer) is out of range: expected an integer "
 		   "in [0, 3]");
+}
+
+/* DeepSpeed's ge=0 sizes (runtime/zero/config.py, offload_config.py) read at 0, as DeepSpeed's
+ * schema takes them (the engine gives them DeepSpeed's meaning: zinf/engine.h). */
+Test(config, deepspeed_sizes_at_zero)
+{
+	struct zinf_train_config c;
+	read_ok("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3,\n"
+		" \"sub_group_size\": 0, \"reduce_bucket_size\": 0, \"allgather_bucket_size\": 0,\n"
+		" \"stage3_prefetch_bucket_size\": 0, \"stage3_param_persistence_threshold\": 0,\n"
+		" \"stage3_max_live_parameters\": 0, \"stage3_max_reuse_distance\": 0,\n"
+		" \"offload_param\": {\"device\": \"cpu\", \"buffer_count\": 0,\n"
+		"   \"buffer_size\": 0, \"max_in_cpu\": 0},\n"
+		" \"offload_optimizer\": {\"device\": \"cpu\", \"buffer_count\": 0}}}",
+		NULL, &c);
+	const struct zinf_engine_opts *e = &c.engine;
+	cr_expect_eq(e->sub_group_size, 0);
+	cr_expect_eq(e->reduce_bucket_size, 0);
+	cr_expect_eq(e->allgather_bucket_size, 0);
+	cr_expect_eq(e->stage3_prefetch_bucket_size, 0);
+	cr_expect_eq(e->stage3_max_live_parameters, 0);
+	cr_expect_eq(e->offload_param.buffer_count, 0);
+	cr_expect_eq(e->offload_param.buffer_size, 0);
+	cr_expect_eq(e->offload_optimizer.buffer_count, 0);
+	cr_expect_eq(n_errors + n_warnings, 0, "%s", logbuf);
+	zinf_config_fini(&c);
 }
 
 Test(config, integers_written_as_floats)

@@ -410,6 +410,63 @@ Test(engine, read_master_equals_reference)
 	free(dir);
 }
 
+/*
+ * DeepSpeed's schema takes 0 for its sizes (ge=0, runtime/zero/config.py) and runs with them:
+ * sub_group_size 0 is a sub-group per parameter (_create_fp16_sub_groups closes a group once it
+ * holds sub_group_size elements), reduce_bucket_size 0 a bucket per parameter,
+ * allgather_bucket_size 0 one all-gather at a time, stage3_prefetch_bucket_size 0 no prefetch.
+ * Each alone and all four together, on stages 1-3 and every tier: the engine trains 4 steps of 2
+ * micro-batches and equals the reference bit for bit; sub_group_size 0 gives 6 sub-groups (one
+ * per parameter).
+ */
+Test(engine, deepspeed_zero_sizes)
+{
+	static const struct config cfgs[] = {
+		{1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 2, true},
+		{2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 2, true},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 2, true},
+		{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 2, false},
+	};
+	static const char *const names[] = {"sub_group_size", "reduce_bucket_size",
+					    "allgather_bucket_size", "stage3_prefetch_bucket_size",
+					    "all four"};
+	struct eref_result ref;
+	char *dir = zt_mkdtemp(NULL);
+	reference(&ref, 4, 2, 0, 0);
+	for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++) {
+		const struct config *c = &cfgs[k];
+		for (int z = 0; z < 5; z++) {
+			struct zinf_engine_opts o;
+			struct edrive d;
+			char what[128];
+			snprintf(what, sizeof(what), "stage %d opt %d param %d: %s 0", c->stage,
+				 c->opt, c->param, names[z]);
+			edrive_opts(&o, "single", c->stage, c->opt, c->param, dir, ZINF_F32,
+				    c->gas);
+			o.step_during_backward = c->sdb;
+			o.sub_group_size = z == 0 || z == 4 ? 0 : o.sub_group_size;
+			o.reduce_bucket_size = z == 1 || z == 4 ? 0 : o.reduce_bucket_size;
+			o.allgather_bucket_size = z == 2 || z == 4 ? 0 : o.allgather_bucket_size;
+			o.stage3_prefetch_bucket_size =
+				z == 3 || z == 4 ? 0 : o.stage3_prefetch_bucket_size;
+			struct zinf_engine *e = make_model(&o);
+			cr_assert_eq(edrive_init(&d, e, ZINF_F32, QUANTUM), 0);
+			cr_assert_eq(edrive_run(&d, 0, 4, c->gas, -1), 0, "%s: %s", what, d.why);
+			struct zinf_engine_stats st = {.size = sizeof(st)};
+			cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+			cr_assert_eq(st.steps, 4, "%s", what);
+			cr_assert_eq(st.sub_groups, o.sub_group_size == 0 ? EREF_NPARAMS : 4,
+				     "%s: %u sub-groups", what, st.sub_groups);
+			assert_master_equals(e, &ref, what);
+			edrive_fini(&d);
+			zinf_engine_destroy(e);
+		}
+	}
+	eref_result_free(&ref);
+	zt_rmtree(dir);
+	free(dir);
+}
+
 /* optimizer_schedule deepspeed (DeepSpeed's one read ahead, one write behind; for comparisons)
  * changes the order of the NVMe traffic, not the result: the reference bit for bit, during and
  * after backward; an unknown schedule is refused naming the option. */

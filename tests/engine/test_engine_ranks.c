@@ -9,8 +9,9 @@
  *
  * Cases: a known answer worked by hand (three 3x5 weights); the test model (engine_ref.h)
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
- * single-process reference; the same without quantised gradients (a derived tolerance); a bf16
- * run; the stage-3 live bound and persistence; a fetch order changed mid-run (the trace); ranks
+ * single-process reference; DeepSpeed's sizes at 0 (zero_sizes); the same without quantised
+ * gradients (a derived tolerance); a bf16 run; the stage-3 live bound and persistence; a fetch
+ * order changed mid-run (the trace); ranks
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
  * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
  * a stage-1 rank holding none of a small tensor: its gradient there is 0 with the optimizer on
@@ -388,6 +389,66 @@ case_matrix(void)
 		}
 	}
 	master_free(&first);
+	master_free(&m);
+	eref_result_free(&ref);
+	return fails;
+}
+
+/*
+ * DeepSpeed's sizes at 0 (its schema's ge=0): sub_group_size, reduce_bucket_size,
+ * allgather_bucket_size and stage3_prefetch_bucket_size all 0 (a sub-group and a reduce bucket
+ * per parameter, one all-gather at a time after the step, no prefetch) on stages 1-3 and every
+ * optimizer tier: bit for bit the reference, as case_matrix's configurations are; a sub-group
+ * per parameter.
+ */
+static int
+case_zero_sizes(void)
+{
+	static const struct config cfgs[] = {
+		{1, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, true},
+		{2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true},
+		{2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, false},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true},
+	};
+	struct eref_result ref;
+	struct master m = {{0}};
+	int fails = 0;
+	if (reference(&ref, ZINF_F32, QUANTUM, STEPS, GAS) < 0 || master_alloc(&m) < 0) {
+		return 1;
+	}
+	for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++) {
+		const struct config *c = &cfgs[k];
+		struct zinf_engine_opts o;
+		struct edrive d;
+		char what[96];
+		snprintf(what, sizeof(what), "%d ranks stage %d optimizer %s param %s, sizes 0",
+			 world, c->stage, tier_names[c->opt], tier_names[c->param]);
+		edrive_opts(&o, "mpi", c->stage, c->opt, c->param, scratch, ZINF_F32, GAS);
+		o.step_during_backward = c->sdb;
+		o.sub_group_size = o.reduce_bucket_size = o.allgather_bucket_size = 0;
+		o.stage3_prefetch_bucket_size = 0;
+		struct zinf_engine *e = make_model(&o, &fails);
+		if (!e) {
+			fails++;
+			continue;
+		}
+		int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+		CHECK(rc == 0, "%s: edrive_init", what);
+		rc = rc ? rc : edrive_run(&d, 0, STEPS, GAS, -1);
+		CHECK(rc == 0, "%s: %s", what, d.why);
+		rc = rc ? rc : edrive_read_master(e, m.p);
+		CHECK(rc == 0, "%s: read_master: %d %s", what, rc, zinf_last_error());
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		if (rc == 0 && zinf_engine_get_stats(e, &st) == 0) {
+			CHECK(st.sub_groups == EREF_NPARAMS,
+			      "%s: %u sub-groups, expected one per "
+			      "parameter",
+			      what, st.sub_groups);
+			fails += compare(what, m.p, ref.master, 0, NULL);
+		}
+		edrive_fini(&d);
+		zinf_engine_destroy(e);
+	}
 	master_free(&m);
 	eref_result_free(&ref);
 	return fails;
@@ -1794,6 +1855,7 @@ case_init_fault(void)
 static const struct ranks_case cases[] = {
 	{"known_answer", case_known_answer, false},
 	{"matrix", case_matrix, false},
+	{"zero_sizes", case_zero_sizes, false},
 	{"unquantised", case_unquantised, false},
 	{"bf16", case_bf16, false},
 	{"live_and_persistence", case_live_and_persistence, false},
