@@ -33,55 +33,91 @@ struct cfg {
 	int world;
 	uint64_t params, hidden;
 	bool json;
-	/* the trainer's values for "auto" (Hugging Face TrainingArguments' defaults) */
+	/* the trainer's values for "auto"; an option not given leaves its input "not given", which
+	   the library's resolver takes as Hugging Face's TrainingArguments default */
 	int64_t micro_batch, grad_accum, warmup_steps, total_steps;
 	double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
 	int precision;
+	bool given_world, given_micro, given_accum, given_warmup, given_total, given_lr,
+		given_beta1, given_beta2, given_eps, given_wd, given_clip, given_precision;
 };
 
 static struct cfg cfg;
 
-static const char synopsis[] = "FILE [--world N] [--params N] [--hidden H] [--json]";
+static const char synopsis[] =
+	"FILE [--world N] [--params N] [--hidden H] [--total-steps N] [--json]";
 static const char description[] =
 	"Read a DeepSpeed ds_config.json as zinf will, print it resolved (each \"auto\" with its\n"
-	"value: batch keys from --world, bucket sizes from --hidden) and, with --params, the\n"
-	"memory plan of each rank: GPU, pinned host memory (against RLIMIT_MEMLOCK and physical\n"
-	"memory) and NVMe per path (against its free space). Exit 0: it reads and fits; 1: the\n"
-	"plan does not fit (what is over is named); 2: the file has errors (all are printed).\n";
+	"value, as the Hugging Face Trainer resolves it: from the options below, else from\n"
+	"TrainingArguments' defaults) and, with --params, the memory plan of each rank: GPU,\n"
+	"pinned host memory (against RLIMIT_MEMLOCK and physical memory) and NVMe per path\n"
+	"(against its free space). An \"auto\" that needs what only the trainer knows (its steps,\n"
+	"the model's hidden size, the world size) is listed as unresolved with the option that\n"
+	"gives it, and the check goes on. Exit 0: it reads and fits (unresolved values are the\n"
+	"trainer's to give); 1: the plan does not fit (what is over is named); 2: the file has\n"
+	"errors (all are printed).\n";
 
 static const struct cli_opt opts[] = {
-	{"world", CLI_INT, &cfg.world, "1", "N", "data-parallel ranks (GPUs in all)", .min = 1,
-	 .max = 1 << 24},
+	{"world", CLI_INT, &cfg.world, NULL, "N",
+	 "data-parallel ranks (GPUs in all); not given: derived from the batch keys where they\n"
+	 "fix it, else unresolved (and the plan is for one rank)",
+	 .min = 1, .max = 1 << 24, .given = &cfg.given_world},
 	{"params", CLI_COUNT, &cfg.params, "0", "N", "model parameters (for the memory plan)",
 	 .max = 1e15},
-	{"hidden", CLI_COUNT, &cfg.hidden, "0", "H", "the model's hidden size (for \"auto\")",
-	 .max = 1e7},
-	{"micro-batch", CLI_COUNT, &cfg.micro_batch, "8", "N",
-	 "\"auto\": the trainer's per-device batch", .min = 1, .max = 1e9},
-	{"grad-accum", CLI_COUNT, &cfg.grad_accum, "1", "N",
-	 "\"auto\": the trainer's gradient accumulation steps", .min = 1, .max = 1e9},
-	{"lr", CLI_DOUBLE, &cfg.lr, "5e-5", "LR", "\"auto\": the trainer's learning rate", .min = 0,
-	 .max = 1e3},
-	{"beta1", CLI_DOUBLE, &cfg.beta1, "0.9", "B1", "\"auto\": the trainer's adam_beta1",
-	 .min = 0, .max = 1},
-	{"beta2", CLI_DOUBLE, &cfg.beta2, "0.999", "B2", "\"auto\": the trainer's adam_beta2",
-	 .min = 0, .max = 1},
-	{"eps", CLI_DOUBLE, &cfg.eps, "1e-8", "E", "\"auto\": the trainer's adam_epsilon", .min = 0,
-	 .max = 1},
-	{"weight-decay", CLI_DOUBLE, &cfg.weight_decay, "0", "WD",
-	 "\"auto\": the trainer's weight decay", .min = 0, .max = 1e3},
-	{"max-grad-norm", CLI_DOUBLE, &cfg.max_grad_norm, "1", "N",
-	 "\"auto\": the trainer's max_grad_norm (gradient_clipping)", .min = 0, .max = 1e9},
-	{"precision", CLI_ENUM, &cfg.precision, "fp32", "fp32|fp16|bf16",
-	 "\"auto\": the trainer's fp16/bf16 flags",
-	 .choices = (const char *const[]){"fp32", "fp16", "bf16", NULL}},
-	{"warmup-steps", CLI_COUNT, &cfg.warmup_steps, "0", "N",
-	 "\"auto\": the trainer's warmup steps", .max = 1e12},
+	{"hidden", CLI_COUNT, &cfg.hidden, "0", "H",
+	 "\"auto\": the model's hidden size (bucket sizes; 0: not given)", .max = 1e7},
 	{"total-steps", CLI_COUNT, &cfg.total_steps, "0", "N",
-	 "\"auto\": the trainer's training steps (0: not given)", .max = 1e12},
+	 "\"auto\": the trainer's training steps (scheduler total_num_steps; 0: not given)",
+	 .max = 1e12, .given = &cfg.given_total},
+	{"micro-batch", CLI_COUNT, &cfg.micro_batch, NULL, "N",
+	 "\"auto\": the trainer's per_device_train_batch_size (default: Hugging Face's)", .min = 1,
+	 .max = 1e9, .given = &cfg.given_micro},
+	{"grad-accum", CLI_COUNT, &cfg.grad_accum, NULL, "N",
+	 "\"auto\": the trainer's gradient_accumulation_steps (default: Hugging Face's)", .min = 1,
+	 .max = 1e9, .given = &cfg.given_accum},
+	{"lr", CLI_DOUBLE, &cfg.lr, NULL, "LR",
+	 "\"auto\": the trainer's learning_rate (default: Hugging Face's)", .min = 0, .max = 1e3,
+	 .given = &cfg.given_lr},
+	{"beta1", CLI_DOUBLE, &cfg.beta1, NULL, "B1",
+	 "\"auto\": the trainer's adam_beta1 (default: Hugging Face's)", .min = 0, .max = 1,
+	 .given = &cfg.given_beta1},
+	{"beta2", CLI_DOUBLE, &cfg.beta2, NULL, "B2",
+	 "\"auto\": the trainer's adam_beta2 (default: Hugging Face's)", .min = 0, .max = 1,
+	 .given = &cfg.given_beta2},
+	{"eps", CLI_DOUBLE, &cfg.eps, NULL, "E",
+	 "\"auto\": the trainer's adam_epsilon (default: Hugging Face's)", .min = 0, .max = 1,
+	 .given = &cfg.given_eps},
+	{"weight-decay", CLI_DOUBLE, &cfg.weight_decay, NULL, "WD",
+	 "\"auto\": the trainer's weight_decay (default: Hugging Face's)", .min = 0, .max = 1e3,
+	 .given = &cfg.given_wd},
+	{"max-grad-norm", CLI_DOUBLE, &cfg.max_grad_norm, NULL, "N",
+	 "\"auto\": the trainer's max_grad_norm, gradient_clipping (default: Hugging Face's)",
+	 .min = 0, .max = 1e9, .given = &cfg.given_clip},
+	{"precision", CLI_ENUM, &cfg.precision, NULL, "fp32|fp16|bf16",
+	 "\"auto\": the trainer's fp16/bf16 flags (default: Hugging Face's, fp32)",
+	 .choices = (const char *const[]){"fp32", "fp16", "bf16", NULL},
+	 .given = &cfg.given_precision},
+	{"warmup-steps", CLI_COUNT, &cfg.warmup_steps, NULL, "N",
+	 "\"auto\": the trainer's warmup_steps (default: Hugging Face's)", .max = 1e12,
+	 .given = &cfg.given_warmup},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
 	{NULL},
 };
+
+/* The option that gives an input the resolver found missing. */
+static const char *
+input_flag(enum zinf_config_input in)
+{
+	switch (in) {
+	case ZINF_CONFIG_IN_WORLD_SIZE:
+		return "--world N (the number of data-parallel ranks)";
+	case ZINF_CONFIG_IN_HIDDEN_SIZE:
+		return "--hidden H (the model's hidden size)";
+	case ZINF_CONFIG_IN_TOTAL_STEPS:
+		return "--total-steps N (the trainer's training steps)";
+	}
+	return "?";
+}
 
 /* One line of the plan: what, where, bytes. */
 struct item {
@@ -362,21 +398,22 @@ cli_config_check(int argc, char **argv)
 	}
 	struct cfg c = cfg;
 	struct zinf_config_inputs in;
-	zinf_config_inputs_init(&in);
-	in.world_size = c.world;
+	zinf_config_inputs_init(&in); /* what is not given below stays "not given" */
+	in.flags = ZINF_CONFIG_UNRESOLVED_OK;
+	in.world_size = c.given_world ? c.world : 0;
 	in.hidden_size = c.hidden;
-	in.micro_batch = c.micro_batch;
-	in.grad_accum = c.grad_accum;
-	in.lr = c.lr;
-	in.beta1 = c.beta1;
-	in.beta2 = c.beta2;
-	in.eps = c.eps;
-	in.weight_decay = c.weight_decay;
-	in.max_grad_norm = c.max_grad_norm;
-	in.fp16 = c.precision == 1;
-	in.bf16 = c.precision == 2;
-	in.warmup_num_steps = c.warmup_steps;
 	in.total_num_steps = c.total_steps > 0 ? c.total_steps : -1;
+	in.micro_batch = c.given_micro ? c.micro_batch : 0;
+	in.grad_accum = c.given_accum ? c.grad_accum : 0;
+	in.warmup_num_steps = c.given_warmup ? c.warmup_steps : -1;
+	in.lr = c.given_lr ? c.lr : NAN;
+	in.beta1 = c.given_beta1 ? c.beta1 : NAN;
+	in.beta2 = c.given_beta2 ? c.beta2 : NAN;
+	in.eps = c.given_eps ? c.eps : NAN;
+	in.weight_decay = c.given_wd ? c.weight_decay : NAN;
+	in.max_grad_norm = c.given_clip ? c.max_grad_norm : NAN;
+	in.fp16 = c.given_precision ? c.precision == 1 : -1;
+	in.bf16 = c.given_precision ? c.precision == 2 : -1;
 	struct zinf_train_config tc;
 	zinf_config_init(&tc);
 	rc = zinf_config_read_file(file, &in, &tc);
@@ -396,10 +433,20 @@ cli_config_check(int argc, char **argv)
 		zinf_config_fini(&tc);
 		return 2;
 	}
-	json_t *resolved = json_array();
+	/* the world size the plan is for: given, derived from the batch keys, else one rank */
+	bool world_known = tc.world_size > 0;
+	c.world = world_known ? tc.world_size : 1;
+	json_t *resolved = json_array(), *unresolved = json_array();
 	for (uint32_t i = 0; i < tc.n_resolved; i++) {
-		json_array_append_new(resolved, json_pack("{s:s, s:s}", "path", tc.resolved[i].path,
-							  "value", tc.resolved[i].value));
+		const struct zinf_config_resolved *r = &tc.resolved[i];
+		json_array_append_new(resolved, json_pack("{s:s, s:s, s:s, s:b}", "path", r->path,
+							  "value", r->value, "from", r->input,
+							  "default", r->defaulted));
+	}
+	for (uint32_t i = 0; i < tc.n_unresolved; i++) {
+		const struct zinf_config_unresolved *u = &tc.unresolved[i];
+		json_array_append_new(unresolved, json_pack("{s:s, s:s}", "path", u->path, "give",
+							    input_flag(u->input)));
 	}
 	struct plan plan;
 	json_t *checks = json_array();
@@ -410,6 +457,7 @@ cli_config_check(int argc, char **argv)
 		if (rc) {
 			free(dump);
 			json_decref(resolved);
+			json_decref(unresolved);
 			json_decref(checks);
 			zinf_config_fini(&tc);
 			return 2;
@@ -423,6 +471,8 @@ cli_config_check(int argc, char **argv)
 		json_object_set_new(o, "ok", json_boolean(!over));
 		json_object_set_new(o, "config", json_loads(dump, 0, &jerr));
 		json_object_set_new(o, "resolved", resolved);
+		json_object_set_new(o, "unresolved", unresolved);
+		json_object_set_new(o, "world", world_known ? json_integer(c.world) : json_null());
 		if (planned) {
 			json_t *items = json_array();
 			for (int i = 0; i < plan.n; i++) {
@@ -447,17 +497,34 @@ cli_config_check(int argc, char **argv)
 		cli_json_print(o, 2);
 	} else {
 		printf("%s: resolved configuration:\n%s\n", file, dump);
-		size_t i;
-		json_t *r;
-		json_array_foreach(resolved, i, r)
-		{
-			printf("auto: %s = %s\n", json_string_value(json_object_get(r, "path")),
-			       json_string_value(json_object_get(r, "value")));
+		uint32_t i;
+		for (i = 0; i < tc.n_resolved; i++) {
+			const struct zinf_config_resolved *rv = &tc.resolved[i];
+			printf("auto: %s = %s (%s%s)\n", rv->path, rv->value, rv->input,
+			       rv->defaulted ? ": Hugging Face's default" : "");
+		}
+		for (i = 0; i < tc.n_unresolved; i++) {
+			printf("auto: %s unresolved: the trainer gives it; to check it here, give "
+			       "%s\n",
+			       tc.unresolved[i].path, input_flag(tc.unresolved[i].input));
+		}
+		if (tc.world_derived) {
+			printf("world size %d (train_batch_size / (micro batch x accumulation))\n",
+			       tc.world_size);
 		}
 		json_decref(resolved);
+		json_decref(unresolved);
 		json_decref(checks);
 		if (planned) {
 			print_plan(&plan, &c);
+			if (!world_known) {
+				printf("  (the world size is not known: the plan is for one rank; "
+				       "give --world N)\n");
+			}
+			if (tc.n_unresolved) {
+				printf("  (values left \"auto\" are planned at DeepSpeed's "
+				       "defaults)\n");
+			}
 		} else {
 			printf("(give --params N for the memory plan)\n");
 		}

@@ -96,6 +96,29 @@ check_batch(struct cfg_ctx *x)
 	long long tb = c->train_batch_size, mb = c->train_micro_batch_size_per_gpu;
 	long long gas = c->engine.gradient_accumulation_steps, w = c->world_size;
 	char how[160] = "";
+	if (w == 0) {
+		/* the world size is not known: the three keys fix it, or nothing more is checked */
+		if (x->unresolved & (1u << A_TRAIN_BATCH)) {
+			return; /* listed already */
+		}
+		if (!(t && m && g)) {
+			cfg_unresolved(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
+				       ZINF_CONFIG_IN_WORLD_SIZE, A_TRAIN_BATCH);
+			return;
+		}
+		if (mb < 1 || gas < 1 || tb % (mb * gas) != 0) {
+			CERR(x, "train_batch_size",
+			     "train_batch_size %lld is not train_micro_batch_size_per_gpu %lld x "
+			     "gradient_accumulation_steps %lld x any world size",
+			     tb, mb, gas);
+			return;
+		}
+		c->world_size = (int32_t)(tb / (mb * gas));
+		c->world_derived = true;
+		ZINF_INFO("%s: world size %d: train_batch_size %lld / (%lld x %lld)", x->name,
+			  c->world_size, tb, mb, gas);
+		return;
+	}
 	if (t && m && !g) {
 		gas = tb / mb / w;
 		snprintf(how, sizeof(how),
@@ -185,7 +208,8 @@ check_schedule(struct cfg_ctx *x)
 		s->warmup_max_lr = s->base_lr; /* DeepSpeed: the optimizer's lr */
 	}
 	bool total = x->given & (1u << A_TOTAL_STEPS);
-	if ((s->type == ZINF_SCHED_WARMUP_DECAY || s->type == ZINF_SCHED_WARMUP_COSINE) && !total) {
+	if ((s->type == ZINF_SCHED_WARMUP_DECAY || s->type == ZINF_SCHED_WARMUP_COSINE) && !total &&
+	    !(x->unresolved & (1u << A_TOTAL_STEPS))) {
 		CERR(x, "scheduler.params.total_num_steps", "required by %s (no default)", name);
 	}
 	int64_t warm = s->warmup_num_steps < 2 ? 2 : s->warmup_num_steps;
@@ -258,9 +282,13 @@ zinf_config_read_string(const char *text, const char *name, const struct zinf_co
 	if (rc < 0) {
 		return rc;
 	}
-	if (in.world_size < 1) {
-		return ZINF_FAIL(-EINVAL, "config: world_size %d: must be at least 1",
+	if (in.world_size < 0) {
+		return ZINF_FAIL(-EINVAL,
+				 "config: world_size %d: must be at least 1, or 0 (not known)",
 				 in.world_size);
+	}
+	if (in.flags & ~ZINF_CONFIG_UNRESOLVED_OK) {
+		return ZINF_FAIL(-EINVAL, "config: unknown inputs flags 0x%x", in.flags);
 	}
 	name = name ? name : "<string>";
 	zinf_config_fini(c);

@@ -3,7 +3,8 @@
  * config/config_dump.c: a read configuration printed back as ds_config.json (zinf/config.h
  * zinf_config_dump), every key zinf uses with its value after defaults and "auto", in the key
  * tables' order. Older spellings, aliases and keys zinf ignores are not printed; the optimizer
- * and scheduler blocks only when the file had them.
+ * and scheduler blocks only when the file had them; an "auto" left unresolved
+ * (ZINF_CONFIG_UNRESOLVED_OK) is printed as "auto".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,18 @@ value_json(const struct cfg_key *k, const void *base)
 	return json_null();
 }
 
+/* Whether the "auto" at path was left unresolved (ZINF_CONFIG_UNRESOLVED_OK). */
+static bool
+unresolved(const struct zinf_train_config *c, const char *path)
+{
+	for (uint32_t i = 0; i < c->n_unresolved && i < ZINF_CONFIG_MAX_RESOLVED; i++) {
+		if (strcmp(c->unresolved[i].path, path) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
 static json_t *
 section_json(const struct zinf_train_config *c, const struct cfg_section *sec, const void *base,
 	     unsigned mask)
@@ -83,11 +96,15 @@ section_json(const struct zinf_train_config *c, const struct cfg_section *sec, c
 	for (size_t i = 0; obj && i < sec->n; i++) {
 		const struct cfg_key *k = &sec->keys[i];
 		json_t *v = NULL;
+		char path[256];
+		snprintf(path, sizeof(path), "%s%s%s", sec->path, *sec->path ? "." : "", k->name);
 		if ((k->flags & (F_ALIAS | F_DEPRECATED | F_WARN | F_IGNORED)) ||
 		    (k->mask && mask && !(k->mask & mask))) {
 			continue;
 		}
-		if (k->store == ST_SECTION) {
+		if ((k->flags & F_AUTO) && unresolved(c, path)) {
+			v = json_string("auto"); /* the trainer's to resolve */
+		} else if (k->store == ST_SECTION) {
 			v = section_json(c, k->sub, (const char *)base + k->off, 0);
 		} else if (k->store == ST_SPECIAL && strcmp(k->name, "optimizer") == 0) {
 			if (!c->optimizer_given) {

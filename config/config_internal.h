@@ -102,10 +102,11 @@ struct cfg_ctx {
 	const struct zinf_config_inputs *in;
 	struct zinf_train_config *c;
 	json_t *root;
-	int errors;	/* found (the first CFG_SHOWN logged, the rest counted) */
-	int warnings;	/* found (as errors) */
-	int fatal;	/* -ENOMEM */
-	uint32_t given; /* 1 << enum cfg_auto of keys stored (batch and scheduler keys) */
+	int errors;	     /* found (the first CFG_SHOWN logged, the rest counted) */
+	int warnings;	     /* found (as errors) */
+	int fatal;	     /* -ENOMEM */
+	uint32_t given;	     /* 1 << enum cfg_auto of keys stored (batch and scheduler keys) */
+	uint32_t unresolved; /* 1 << enum cfg_auto of "auto" whose input was missing */
 };
 
 /* Messages of each level a file reports; the rest are counted, and the count is reported: a
@@ -131,6 +132,9 @@ bool cfg_store_value(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void
 		     const char *path);
 /* Resolve k's "auto" from x->in and store it (config_auto.c). */
 void cfg_resolve_auto(struct cfg_ctx *x, const struct cfg_key *k, void *base, const char *path);
+/* An "auto" at path (of auto_id) that needs input `in`, not given: an error naming what it
+ * needs, or with ZINF_CONFIG_UNRESOLVED_OK an entry of the config's unresolved[]. */
+void cfg_unresolved(struct cfg_ctx *x, const char *path, enum zinf_config_input in, int auto_id);
 
 /*
  * Walk object `obj` against section `sec`, storing at `base`; prefix is obj's full path ("" at

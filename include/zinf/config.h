@@ -43,20 +43,30 @@ extern "C" {
 #endif
 
 /**
- * What "auto" is resolved from: the trainer's values (Hugging Face TrainingArguments) and the
- * model's hidden size. A field left at its "not given" value makes an "auto" that needs it an
- * error naming the key and the field.
+ * What "auto" is resolved from, as the Hugging Face Trainer resolves it (transformers'
+ * HfTrainerDeepSpeedConfig): the trainer's values (its TrainingArguments) and the model's hidden
+ * size. One resolver (config/config_auto.c) decides every "auto" for every caller: a value left
+ * at its "not given" mark takes TrainingArguments' default, as the Trainer of a user who gave
+ * nothing would: per_device_train_batch_size 8, gradient_accumulation_steps 1, learning_rate
+ * 5e-5, adam_beta1 0.9, adam_beta2 0.999, adam_epsilon 1e-8, weight_decay 0, max_grad_norm 1,
+ * warmup 0 steps, fp16 and bf16 off (ZINF_CONFIG_HF_* below). Three inputs have no default: the
+ * number of training steps (the Trainer computes it from the data), the model's hidden size and,
+ * when given as 0, the world size; an "auto" that needs one of them is an error naming the key
+ * and what it needs, or, with ZINF_CONFIG_UNRESOLVED_OK, is listed as unresolved.
  */
 struct zinf_config_inputs {
 	size_t size;		  /* sizeof(struct zinf_config_inputs); set by _inputs_init() */
-	int32_t world_size;	  /* data-parallel ranks; default 1 (always used, auto or not) */
+	int32_t world_size;	  /* data-parallel ranks; default 1 (used, auto or not); 0: not
+				     known (derived from the batch keys where they fix it, as
+				     train_batch_size / (micro x accumulation); else unresolved) */
 	int32_t fp16;		  /* fp16.enabled "auto": 0 or 1; -1 (default): not given */
 	int32_t bf16;		  /* bf16.enabled "auto": 0 or 1; -1: not given */
-	uint32_t reserved;	  /* zero */
+	uint32_t flags;		  /* ZINF_CONFIG_UNRESOLVED_OK; default 0 */
 	int64_t micro_batch;	  /* per_device_train_batch_size; 0: not given */
 	int64_t grad_accum;	  /* gradient_accumulation_steps; 0: not given */
-	uint64_t hidden_size;	  /* the model's hidden size; 0: not given */
-	int64_t total_num_steps;  /* training steps (scheduler total_num_steps); -1: not given */
+	uint64_t hidden_size;	  /* the model's hidden size; 0: not given (no default) */
+	int64_t total_num_steps;  /* training steps (scheduler total_num_steps); -1: not given
+				     (no default) */
 	int64_t warmup_num_steps; /* warmup steps; -1: not given */
 	double lr;		  /* learning_rate; NaN: not given (so are the next five) */
 	double beta1, beta2;	  /* adam_beta1, adam_beta2 */
@@ -65,16 +75,52 @@ struct zinf_config_inputs {
 	double max_grad_norm; /* gradient_clipping */
 };
 
+/** inputs.flags: an "auto" whose input has no default and was not given is not an error: it is
+ * listed in the config's unresolved[] (and logged at INFO), its key keeps DeepSpeed's default,
+ * and the checks that need its value are left out (a configuration checked before the trainer
+ * knows its steps or its model: zinf config check). */
+#define ZINF_CONFIG_UNRESOLVED_OK (1u << 0)
+
+/** transformers' TrainingArguments defaults, which a "not given" input takes. */
+#define ZINF_CONFIG_HF_MICRO_BATCH   8
+#define ZINF_CONFIG_HF_GRAD_ACCUM    1
+#define ZINF_CONFIG_HF_LR	     5e-5
+#define ZINF_CONFIG_HF_BETA1	     0.9
+#define ZINF_CONFIG_HF_BETA2	     0.999
+#define ZINF_CONFIG_HF_EPS	     1e-8
+#define ZINF_CONFIG_HF_WEIGHT_DECAY  0.0
+#define ZINF_CONFIG_HF_MAX_GRAD_NORM 1.0
+#define ZINF_CONFIG_HF_WARMUP_STEPS  0
+
 /** Fill *in with "nothing given" and world_size 1. */
 ZINF_API void zinf_config_inputs_init(struct zinf_config_inputs *in);
 
-/** Most "auto" values one configuration reports. */
+/** Most "auto" values one configuration reports (resolved, and unresolved). */
 #define ZINF_CONFIG_MAX_RESOLVED 32
 
-/** One "auto" resolved: the key's full path and the value, as JSON text. */
+/** One "auto" resolved: the key's full path, the value (JSON text), and what it came from. */
 struct zinf_config_resolved {
 	char path[80];
 	char value[48];
+	char input[40];	     /* TrainingArguments' name of the input (learning_rate,
+				adam_beta1+adam_beta2, per_device_train_batch_size, train_batch_size
+				(calculated), ...), or hidden_size, num_training_steps */
+	bool defaulted;	     /* the input was not given: TrainingArguments' default */
+	uint8_t reserved[7]; /* zero */
+};
+
+/** An input that an "auto" needs and that has no default. */
+enum zinf_config_input {
+	ZINF_CONFIG_IN_WORLD_SIZE = 1,	/* world_size given as 0 */
+	ZINF_CONFIG_IN_HIDDEN_SIZE = 2, /* hidden_size */
+	ZINF_CONFIG_IN_TOTAL_STEPS = 3, /* total_num_steps */
+};
+
+/** One "auto" left unresolved (ZINF_CONFIG_UNRESOLVED_OK): its path and what it needs. */
+struct zinf_config_unresolved {
+	char path[80];
+	enum zinf_config_input input;
+	uint32_t reserved; /* zero */
 };
 
 /** A whole ds_config.json, read. Caller-owned: zinf_config_init() / zinf_config_fini(). */
@@ -88,8 +134,10 @@ struct zinf_train_config {
 	/* batch: train_batch_size = micro x gradient_accumulation_steps x world_size */
 	int64_t train_batch_size;
 	int64_t train_micro_batch_size_per_gpu;
-	int32_t world_size; /* the inputs' */
-	uint32_t reserved0; /* zero */
+	int32_t world_size; /* the inputs'; derived from the batch keys when the inputs' is 0 (then
+			       world_derived), 0 when still unknown */
+	bool world_derived; /* world_size = train_batch_size / (micro x accumulation) */
+	uint8_t reserved0[3]; /* zero */
 
 	double gradient_clipping;	  /* max global norm; 0 (default): none (also in engine) */
 	int64_t steps_per_print;	  /* default 10 */
@@ -114,8 +162,9 @@ struct zinf_train_config {
 
 	/* every "auto" resolved, in the order met */
 	uint32_t n_resolved;
-	uint32_t reserved2; /* zero */
+	uint32_t n_unresolved; /* ZINF_CONFIG_UNRESOLVED_OK: those left, in the order met */
 	struct zinf_config_resolved resolved[ZINF_CONFIG_MAX_RESOLVED];
+	struct zinf_config_unresolved unresolved[ZINF_CONFIG_MAX_RESOLVED];
 };
 
 /**

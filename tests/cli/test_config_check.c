@@ -7,6 +7,7 @@
  * line and the nearest key); a million unknown keys (exit 2 in seconds, 21 lines).
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -89,6 +90,122 @@ Test(config_check, hf_zero3_auto_and_plan)
 	double buf = item(o, "pinned", "optimizer swap buffers");
 	cr_expect(buf >= 4 * 5e7 * 4 && buf < 4 * (5e7 * 4 + 4096), "%.0f", buf);
 	json_decref(o);
+}
+
+/* The unresolved entry for path, or NULL. */
+static json_t *
+unresolved(json_t *o, const char *path)
+{
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(o, "unresolved"), i, r)
+	{
+		if (strcmp(json_string_value(json_object_get(r, "path")), path) == 0) {
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Every configuration the repository ships (examples/gpt/configs/) passes `zinf config check
+ * FILE` as the README writes it: exit 0, its "auto" values resolved as the Hugging Face Trainer
+ * would (TrainingArguments' defaults), what only the trainer knows (its steps, the world size)
+ * listed with the option that gives it, never a C struct; with those options nothing is left.
+ */
+static void
+check_shipped(const char *name, bool batch_auto)
+{
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s/examples/gpt/configs/%s --json",
+			       ZINF_SOURCE_DIR, name),
+		     0, "%s: %s", name, zc_text(sc.err));
+	char *err = zc_text(sc.err);
+	cr_expect(strstr(err, "struct") == NULL, "%s: %s", name, err);
+	free(err);
+	json_t *o = zc_json(sc.out);
+	cr_expect(json_is_true(json_object_get(o, "ok")), "%s", name);
+	json_t *u = unresolved(o, "scheduler.params.total_num_steps");
+	cr_assert_not_null(u, "%s", name);
+	cr_expect(strstr(json_string_value(json_object_get(u, "give")), "--total-steps") != NULL);
+	if (batch_auto) {
+		/* the micro batch and the accumulation take Hugging Face's defaults, 8 and 1 */
+		cr_expect_str_eq(resolved(o, "train_micro_batch_size_per_gpu"), "8", "%s", name);
+		cr_expect_str_eq(resolved(o, "gradient_accumulation_steps"), "1", "%s", name);
+		u = unresolved(o, "train_batch_size");
+		cr_assert_not_null(u, "%s", name);
+		cr_expect(strstr(json_string_value(json_object_get(u, "give")), "--world") != NULL);
+		cr_expect(json_is_null(json_object_get(o, "world")));
+	} else {
+		/* zero3_2ranks: 32 = 16 x 1 x world: two ranks */
+		cr_expect_eq(json_integer_value(json_object_get(o, "world")), 2, "%s", name);
+	}
+	json_decref(o);
+	/* the text the README shows: exit 0, and the option named */
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s/examples/gpt/configs/%s",
+			       ZINF_SOURCE_DIR, name),
+		     0, "%s", name);
+	char *t = zc_text(sc.out);
+	cr_expect(strstr(t, "scheduler.params.total_num_steps unresolved") != NULL &&
+			  strstr(t, "--total-steps N") != NULL && strstr(t, "\nok\n") != NULL,
+		  "%s: %s", name, t);
+	free(t);
+	/* given what the trainer gives, nothing is left */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/examples/gpt/configs/%s --world %d --total-steps "
+			       "300 --json",
+			       ZINF_SOURCE_DIR, name, batch_auto ? 1 : 2),
+		     0, "%s", name);
+	o = zc_json(sc.out);
+	cr_expect_eq(json_array_size(json_object_get(o, "unresolved")), 0, "%s", name);
+	cr_expect_str_eq(resolved(o, "scheduler.params.total_num_steps"), "300", "%s", name);
+	json_decref(o);
+}
+
+Test(config_check, shipped_zero0_memory)
+{
+	check_shipped("zero0_memory.json", true);
+}
+
+Test(config_check, shipped_zero2_cpu)
+{
+	check_shipped("zero2_cpu.json", true);
+}
+
+Test(config_check, shipped_zero3_nvme)
+{
+	check_shipped("zero3_nvme.json", true);
+}
+
+Test(config_check, shipped_zero3_fp16)
+{
+	check_shipped("zero3_fp16.json", true);
+}
+
+Test(config_check, shipped_zero3_2ranks)
+{
+	check_shipped("zero3_2ranks.json", false);
+}
+
+/* Every file under examples/gpt/configs/, so that a configuration added there is checked too:
+ * the README's command exits 0. */
+Test(config_check, every_shipped_config)
+{
+	char dir[4200];
+	snprintf(dir, sizeof(dir), "%s/examples/gpt/configs", ZINF_SOURCE_DIR);
+	DIR *d = opendir(dir);
+	cr_assert_not_null(d, "%s", dir);
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d));) {
+		size_t l = strlen(de->d_name);
+		if (l < 5 || strcmp(de->d_name + l - 5, ".json") != 0) {
+			continue;
+		}
+		n++;
+		cr_expect_eq(zc_run_sh(&sc, "", "", "config check %s/%s", dir, de->d_name), 0,
+			     "%s: %s", de->d_name, zc_text(sc.err));
+	}
+	closedir(d);
+	cr_expect_geq(n, 5, "%d configurations", n);
 }
 
 static void

@@ -196,21 +196,137 @@ Test(config, hf_zero3_auto_needs_inputs)
 {
 	struct zinf_config_inputs in;
 	struct zinf_train_config c;
-	hf_inputs(&in);
-	in.lr = NAN; /* and no hidden size */
+	hf_inputs(&in); /* no hidden size, which has no default */
 	zinf_config_init(&c);
 	cr_expect_eq(zinf_config_read_file(ZINF_TEST_CONFIGS "/hf_zero3.json", &in, &c), -EINVAL);
-	/* every one reported, each with its line in the file */
-	expect_log("hf_zero3.json:47: zero_optimization.reduce_bucket_size: is \"auto\", which is "
-		   "resolved from the trainer's hidden_size");
+	/* every one reported, each with its line in the file, naming what it needs, never a C
+	   struct */
+	expect_log("hf_zero3.json:47: zero_optimization.reduce_bucket_size: is \"auto\", resolved "
+		   "from the model's hidden size (Hugging Face: model.config.hidden_size), which "
+		   "has no default and was not given");
 	expect_log("hf_zero3.json:48: zero_optimization.stage3_prefetch_bucket_size: is \"auto\"");
 	expect_log("hf_zero3.json:49: zero_optimization.stage3_param_persistence_threshold");
-	expect_log("hf_zero3.json:18: optimizer.params.lr: is \"auto\", which is resolved from the "
-		   "trainer's lr");
-	expect_log("hf_zero3.json:29: scheduler.params.warmup_max_lr: is \"auto\"");
-	expect_log("hf_zero3.json: 5 errors");
+	expect_log("hf_zero3.json: 3 errors");
+	cr_expect(strstr(logbuf, "struct") == NULL, "%s", logbuf);
 	cr_expect_eq(c.engine.stage, 0, "defaults after a failure");
 	zinf_config_fini(&c);
+}
+
+/*
+ * Nothing given but the hidden size: every other "auto" takes TrainingArguments' default, as the
+ * Hugging Face Trainer of a user who gave nothing resolves it (per_device_train_batch_size 8,
+ * gradient_accumulation_steps 1, learning_rate 5e-5, adam_beta1 0.9, adam_beta2 0.999,
+ * adam_epsilon 1e-8, weight_decay 0, max_grad_norm 1, warmup_steps 0, fp16 and bf16 off), each
+ * listed with its input and marked as a default; a value given is not.
+ */
+Test(config, hf_auto_takes_trainingarguments_defaults)
+{
+	struct zinf_config_inputs in;
+	struct zinf_train_config c;
+	zinf_config_inputs_init(&in);
+	in.hidden_size = 64;
+	in.weight_decay = 0.125; /* given */
+	zinf_config_init(&c);
+	cr_assert_eq(zinf_config_read_file(ZINF_TEST_CONFIGS "/hf_zero3.json", &in, &c), 0, "%s",
+		     logbuf);
+	cr_expect_eq(c.train_micro_batch_size_per_gpu, 8);
+	cr_expect_eq(c.engine.gradient_accumulation_steps, 1);
+	cr_expect_eq(c.train_batch_size, 8, "world 1 x 8 x 1");
+	cr_expect_eq(c.engine.optimizer.lr, 5e-5f);
+	cr_expect_eq(c.engine.optimizer.beta1, 0.9f);
+	cr_expect_eq(c.engine.optimizer.beta2, 0.999f);
+	cr_expect_eq(c.engine.optimizer.eps, 1e-8f);
+	cr_expect_eq(c.engine.optimizer.weight_decay, 0.125f);
+	cr_expect_eq(c.gradient_clipping, 1.0);
+	cr_expect_eq(c.engine.gradient_clipping, 1.0, "the engine clips");
+	cr_expect(!c.fp16.enabled && !c.bf16_enabled);
+	cr_expect_eq(c.engine.dtype, ZINF_F32);
+	cr_expect_eq(c.scheduler.warmup_num_steps, 0);
+	cr_expect_eq(c.scheduler.warmup_max_lr, (double)5e-5);
+	cr_expect_eq(c.n_unresolved, 0);
+	bool seen_betas = false, seen_wd = false;
+	for (uint32_t i = 0; i < c.n_resolved; i++) {
+		const struct zinf_config_resolved *r = &c.resolved[i];
+		if (strcmp(r->path, "optimizer.params.betas") == 0) {
+			seen_betas = true;
+			cr_expect_str_eq(r->input, "adam_beta1+adam_beta2");
+			cr_expect(r->defaulted);
+		} else if (strcmp(r->path, "optimizer.params.weight_decay") == 0) {
+			seen_wd = true;
+			cr_expect_str_eq(r->input, "weight_decay");
+			cr_expect(!r->defaulted, "given");
+		} else if (strncmp(r->path, "zero_optimization.", 18) == 0) {
+			cr_expect_str_eq(r->input, "hidden_size");
+			cr_expect(!r->defaulted);
+		}
+	}
+	cr_expect(seen_betas && seen_wd);
+	expect_log("optimizer.params.eps: \"auto\" resolved to 1e-8 (adam_epsilon: Hugging "
+		   "Face's default)");
+	cr_expect_eq(n_errors + n_warnings, 0, "%s", logbuf);
+	zinf_config_fini(&c);
+}
+
+/*
+ * ZINF_CONFIG_UNRESOLVED_OK (zinf config check): an "auto" whose input has no default and was
+ * not given (steps, hidden size, a world size given as 0) is listed, not an error; its key keeps
+ * DeepSpeed's default and the dump prints it as "auto"; the checks that need it are left out
+ * (WarmupCosineLR's total_num_steps). A world size of 0 is derived from three batch keys that
+ * fix it, and refused when they fit no world size.
+ */
+Test(config, unresolved_listed_with_the_flag)
+{
+	const char *text =
+		"{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4,\n"
+		" \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\n"
+		"   \"total_num_steps\": \"auto\", \"warmup_num_steps\": \"auto\"}},\n"
+		" \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": \"auto\"}}";
+	struct zinf_config_inputs in;
+	struct zinf_train_config c;
+	zinf_config_inputs_init(&in);
+	in.world_size = 0;
+	read_bad(text, &in); /* without the flag: three errors */
+	expect_log("t.json:1: train_batch_size: is \"auto\", resolved from the world size");
+	expect_log("t.json:3: scheduler.params.total_num_steps: is \"auto\", resolved from the "
+		   "trainer's number of training steps");
+	expect_log("t.json:4: zero_optimization.reduce_bucket_size: is \"auto\", resolved from "
+		   "the model's hidden size");
+	expect_log("t.json: 3 errors");
+	logbuf[0] = 0;
+	n_errors = 0;
+	in.flags = ZINF_CONFIG_UNRESOLVED_OK;
+	read_ok(text, &in, &c);
+	cr_expect_eq(n_errors, 0, "%s", logbuf);
+	cr_assert_eq(c.n_unresolved, 3);
+	cr_expect_str_eq(c.unresolved[0].path, "train_batch_size");
+	cr_expect_eq(c.unresolved[0].input, ZINF_CONFIG_IN_WORLD_SIZE);
+	cr_expect_str_eq(c.unresolved[1].path, "scheduler.params.total_num_steps");
+	cr_expect_eq(c.unresolved[1].input, ZINF_CONFIG_IN_TOTAL_STEPS);
+	cr_expect_str_eq(c.unresolved[2].path, "zero_optimization.reduce_bucket_size");
+	cr_expect_eq(c.unresolved[2].input, ZINF_CONFIG_IN_HIDDEN_SIZE);
+	cr_expect_eq(c.engine.reduce_bucket_size, 500000000, "DeepSpeed's default kept");
+	cr_expect_eq(c.world_size, 0, "not known");
+	char *dump = NULL;
+	cr_assert_eq(zinf_config_dump(&c, &dump), 0);
+	cr_expect(strstr(dump, "\"total_num_steps\": \"auto\"") != NULL, "%s", dump);
+	cr_expect(strstr(dump, "\"reduce_bucket_size\": \"auto\"") != NULL, "%s", dump);
+	cr_expect(strstr(dump, "\"train_batch_size\": \"auto\"") != NULL, "%s", dump);
+	free(dump);
+	zinf_config_fini(&c);
+
+	/* the three batch keys fix the world size: 32 = 16 x 1 x 2 */
+	read_ok("{\"train_batch_size\": 32, \"train_micro_batch_size_per_gpu\": 16,\n"
+		" \"gradient_accumulation_steps\": 1}",
+		&in, &c);
+	cr_expect_eq(c.world_size, 2);
+	cr_expect(c.world_derived);
+	cr_expect_eq(c.n_unresolved, 0);
+	zinf_config_fini(&c);
+	read_bad("{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 16,\n"
+		 " \"gradient_accumulation_steps\": 1}",
+		 &in);
+	expect_log("train_batch_size 30 is not train_micro_batch_size_per_gpu 16 x "
+		   "gradient_accumulation_steps 1 x any world size");
 }
 
 Test(config, ds_zero1)
@@ -730,8 +846,11 @@ Test(config, argument_checks)
 	expect_log("/nonexistent/ds_config.json: cannot open");
 	struct zinf_config_inputs in;
 	zinf_config_inputs_init(&in);
-	in.world_size = 0;
+	in.world_size = -1;
 	cr_expect_eq(zinf_config_read_string("{}", NULL, &in, &c), -EINVAL);
+	in.world_size = 1;
+	in.flags = 2;
+	cr_expect_eq(zinf_config_read_string("{}", NULL, &in, &c), -EINVAL, "unknown flag");
 	zinf_config_fini(&c);
 	zinf_config_fini(NULL);
 }
