@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli/config_check.c: `zinf config check FILE`: read a ds_config.json as the engine will
- * (zinf/config.h), print the resolved configuration (every "auto" with its value) and, given the
- * model's size, the memory plan of each rank: GPU bytes (16-bit parameters, gradient buckets and
- * the fp32 gradient partition, optimizer state, gathered parameters), pinned host bytes (the
+ * cli/config_check.c: `zinf config check FILE`: read a ds_config.json as the trainer will
+ * (zinf/config.h, "auto" through the library's one resolver, what only the trainer knows listed
+ * as unresolved with the flag that gives it), print the resolved configuration, run the engine's
+ * own checks on its options (zinf_engine_opts_check, on the paths zinf_gpt would use) and, given
+ * the model's size, the memory plan of each rank: GPU bytes (16-bit parameters, gradient buckets
+ * and the fp32 gradient partition, optimizer state, gathered parameters), pinned host bytes (the
  * swap buffers and CPU-tier partitions, against RLIMIT_MEMLOCK and physical memory) and NVMe
- * bytes per path (against the free space of each path). Exit 0 when the file reads and the
- * plan fits this machine; 1 when the plan does not fit (each resource over named); 2 when the
- * file has errors (every one printed, by the reader).
+ * bytes per path (against the free space of each path). Exit 0 when the file reads, the engine
+ * accepts it and the plan fits this machine; 1 when the plan does not fit (each resource over
+ * named); 2 when the file has errors or the engine refuses it (every one printed, by the
+ * library).
  *
  * The plan is the engine's layout (engine/README.md; docs/ARCHITECTURE.md, "Where state
  * lives") in closed form: every tensor is partitioned alone, so a rank holds ceil(P / W)
@@ -33,6 +36,7 @@ struct cfg {
 	int world;
 	uint64_t params, hidden;
 	bool json;
+	const char *nvme_path, *scratch_parent;
 	/* the trainer's values for "auto"; an option not given leaves its input "not given", which
 	   the library's resolver takes as Hugging Face's TrainingArguments default */
 	int64_t micro_batch, grad_accum, warmup_steps, total_steps;
@@ -100,9 +104,35 @@ static const struct cli_opt opts[] = {
 	{"warmup-steps", CLI_COUNT, &cfg.warmup_steps, NULL, "N",
 	 "\"auto\": the trainer's warmup_steps (default: Hugging Face's)", .max = 1e12,
 	 .given = &cfg.given_warmup},
+	{"nvme-path", CLI_STR, &cfg.nvme_path, NULL, "DIR",
+	 "check DIR for every nvme_path (as zinf_gpt --nvme-path runs it)"},
+	{"scratch-parent", CLI_STR, &cfg.scratch_parent, ".", "DIR",
+	 "an nvme_path \"scratch\" is zinf_gpt's scratch directory, made under DIR: DIR is\n"
+	 "checked (as zinf_gpt --scratch-parent)"},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
 	{NULL},
 };
+
+/* A configuration's nvme_path with this value is zinf_gpt's scratch directory, which it makes
+   under --scratch-parent (examples/gpt/gpt.c). */
+#define GPT_SCRATCH_PATH "scratch"
+
+/* The paths the trainer will use: --nvme-path for all, "scratch" as the directory it is made
+   in. The strings stay the caller's (argv, the config). */
+static void
+trainer_paths(struct zinf_engine_opts *eo, const struct cfg *c)
+{
+	struct zinf_offload_opts *sec[2] = {&eo->offload_param, &eo->offload_optimizer};
+	for (int k = 0; k < 2; k++) {
+		for (uint32_t i = 0; i < sec[k]->n_paths; i++) {
+			if (c->nvme_path) {
+				sec[k]->nvme_path[i] = c->nvme_path;
+			} else if (strcmp(sec[k]->nvme_path[i], GPT_SCRATCH_PATH) == 0) {
+				sec[k]->nvme_path[i] = c->scratch_parent;
+			}
+		}
+	}
+}
 
 /* The option that gives an input the resolver found missing. */
 static const char *
@@ -174,9 +204,8 @@ step_buffer_bytes(const struct zinf_engine_opts *e, const struct zinf_optimizer 
 }
 
 static int
-make_plan(const struct zinf_train_config *tc, const struct cfg *c, struct plan *p)
+make_plan(const struct zinf_engine_opts *e, const struct cfg *c, struct plan *p)
 {
-	const struct zinf_engine_opts *e = &tc->engine;
 	struct zinf_optimizer *opt = NULL;
 	int rc = zinf_optimizer_create(&e->optimizer, &opt);
 	if (rc) {
@@ -448,12 +477,17 @@ cli_config_check(int argc, char **argv)
 		json_array_append_new(unresolved, json_pack("{s:s, s:s}", "path", u->path, "give",
 							    input_flag(u->input)));
 	}
+	/* the engine's own checks, as zinf_engine_create and zinf_engine_init will make them
+	   (the I/O options, every nvme_path): each problem logged by the library */
+	struct zinf_engine_opts eo = tc.engine;
+	trainer_paths(&eo, &c);
+	int refused = zinf_engine_opts_check(&eo);
 	struct plan plan;
 	json_t *checks = json_array();
 	int over = 0;
 	bool planned = c.params > 0;
 	if (planned) {
-		rc = make_plan(&tc, &c, &plan);
+		rc = make_plan(&eo, &c, &plan);
 		if (rc) {
 			free(dump);
 			json_decref(resolved);
@@ -468,7 +502,9 @@ cli_config_check(int argc, char **argv)
 		json_error_t jerr;
 		json_t *o = json_object();
 		json_object_set_new(o, "file", json_string(file));
-		json_object_set_new(o, "ok", json_boolean(!over));
+		json_object_set_new(o, "ok", json_boolean(!over && !refused));
+		json_object_set_new(o, "engine_check",
+				    json_string(refused ? zinf_strerror(refused) : "ok"));
 		json_object_set_new(o, "config", json_loads(dump, 0, &jerr));
 		json_object_set_new(o, "resolved", resolved);
 		json_object_set_new(o, "unresolved", unresolved);
@@ -528,11 +564,13 @@ cli_config_check(int argc, char **argv)
 		} else {
 			printf("(give --params N for the memory plan)\n");
 		}
-		printf("%s\n", over ? "does NOT fit this machine (see above)" : "ok");
+		printf("%s\n", refused ? "REFUSED: the engine's checks fail (see above)"
+			       : over  ? "does NOT fit this machine (see above)"
+				       : "ok");
 	}
 	free(dump);
 	zinf_config_fini(&tc);
-	return over;
+	return refused ? 2 : over;
 }
 
 const struct cli_cmd cli_config_cmds[] = {

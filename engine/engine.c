@@ -488,3 +488,15 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	eng_clip_stats(e, &s);
 	return zc_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }
+
+int
+zinf_engine_opts_check(const struct zinf_engine_opts *opts)
+{
+	struct zinf_engine_opts o;
+	zinf_engine_opts_init(&o);
+	int ret = zc_opts_take(&o, sizeof(o), opts, "zinf_engine_opts");
+	if (ret || (ret = check_opts(&o))) {
+		return ret;
+	}
+	return eng_check_io(&o);
+}

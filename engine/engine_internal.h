@@ -454,6 +454,10 @@ void eng_store_unlock(struct zinf_engine *e);
 void eng_ptier_destroy(struct zinf_engine *e);
 int eng_open_swap(struct zinf_engine *e, const struct zinf_offload_opts *s, const char *what,
 		  struct zinf_swap **out);
+/* What init's I/O set-up will refuse, checked ahead: the I/O context's options as init builds
+ * them, and every nvme_path of a tier on NVMe as the swap space opens it (zinf_swap_check_dir).
+ * Every problem logged; the first one's -errno. (zinf_engine_opts_check) */
+int eng_check_io(const struct zinf_engine_opts *o);
 
 /* engine_fetch.c */
 void eng_fetch_start(struct zinf_engine *e); /* init's end: the persistent parameters live */

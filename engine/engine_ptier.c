@@ -495,6 +495,17 @@ eng_ptier_destroy(struct zinf_engine *e)
 	e->ps.pswap = NULL;
 }
 
+/* The NVMe tiers' I/O context options from the engine's (init and the options check). */
+static void
+io_opts(const struct zinf_engine_opts *o, struct zinf_io_opts *io)
+{
+	zinf_io_opts_init(io);
+	io->backend = o->io_backend;
+	io->queue_depth = o->aio.queue_depth;
+	io->block_size = o->aio.block_size;
+	io->threads = o->aio.intra_op_parallelism;
+}
+
 static int
 open_io(struct zinf_engine *e)
 {
@@ -502,13 +513,52 @@ open_io(struct zinf_engine *e)
 		return 0;
 	}
 	struct zinf_io_opts io;
-	zinf_io_opts_init(&io);
-	io.backend = e->o.io_backend;
-	io.queue_depth = e->o.aio.queue_depth;
-	io.block_size = e->o.aio.block_size;
-	io.threads = e->o.aio.intra_op_parallelism;
+	io_opts(&e->o, &io);
 	int ret = zinf_io_create(&io, &e->io);
 	return ret ? ENG_FAIL(e, ret, "init: cannot open the I/O context for the NVMe tiers") : 0;
+}
+
+int
+eng_check_io(const struct zinf_engine_opts *o)
+{
+	const struct zinf_offload_opts *sec[2] = {&o->offload_param, &o->offload_optimizer};
+	static const char *const key[2] = {"zero_optimization.offload_param",
+					   "zero_optimization.offload_optimizer"};
+	bool nvme[2] = {o->stage == 3 && sec[0]->device == ZINF_OFFLOAD_NVME,
+			sec[1]->device == ZINF_OFFLOAD_NVME};
+	if (!nvme[0] && !nvme[1]) {
+		return 0; /* init opens no I/O context */
+	}
+	struct zinf_io_opts io;
+	struct zinf_io *ctx = NULL;
+	io_opts(o, &io);
+	int ret = zinf_io_create(&io, &ctx);
+	if (ret) {
+		return ZINF_FAIL(ret,
+				 "engine: aio: block_size %u, queue_depth %u, intra_op_parallelism "
+				 "%u: the I/O engine refuses them (%s)",
+				 o->aio.block_size, o->aio.queue_depth, o->aio.intra_op_parallelism,
+				 zinf_strerror(ret));
+	}
+	/* every path as the swap space opens it (swap files are opened with O_DIRECT) */
+	for (int k = 0; k < 2; k++) {
+		for (uint32_t i = 0; nvme[k] && i < sec[k]->n_paths; i++) {
+			bool seen = false; /* a path both sections name: checked once */
+			for (uint32_t j = 0; k == 1 && nvme[0] && j < sec[0]->n_paths; j++) {
+				seen |= strcmp(sec[0]->nvme_path[j], sec[1]->nvme_path[i]) == 0;
+			}
+			int r = seen ? 0 : zinf_swap_check_dir(ctx, sec[k]->nvme_path[i], false);
+			if (r) {
+				ZINF_FAIL(
+					r,
+					"engine: %s.nvme_path \"%s\": cannot hold swap files (%s)",
+					key[k], sec[k]->nvme_path[i], zinf_strerror(r));
+				ret = ret ? ret : r;
+			}
+		}
+	}
+	zinf_io_destroy(ctx);
+	return ret;
 }
 
 int

@@ -68,14 +68,11 @@ zinf_swap_opts_init(struct zinf_swap_opts *o)
 
 /* ---- create / destroy --------------------------------------------------------------------- */
 
-/*
- * Check that `dir` is a writable directory, take its names (lock_dir) and find its direct-I/O
- * alignment by opening a probe file in it through the engine (which reads STATX_DIOALIGN).
- */
+/* Whether `dir` is a directory this process may write in. Logged (for swap space s, or
+ * NULL); 0 or -errno. */
 static int
-dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
+dir_writable(struct zinf_swap *s, const char *dir)
 {
-	const char *dir = s->dirs[d];
 	struct stat st;
 	if (stat(dir, &st) != 0) {
 		int e = errno;
@@ -88,18 +85,26 @@ dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
 		int e = errno;
 		return SWAP_FAIL(s, -e, "directory %s is not writable: %s", dir, strerror(e));
 	}
-	int ret = swap_lock_dir(s, d);
-	if (ret < 0) {
-		return ret;
-	}
+	return 0;
+}
+
+/*
+ * Open a probe file `name` in `dir` through `io` as swap files are opened (O_DIRECT, or either
+ * with buffered_ok), then close and remove it: *buffered and *align say what the file system
+ * gives (the engine reads STATX_DIOALIGN). Logged for s (or NULL); 0 or -errno.
+ */
+static int
+dir_probe(struct zinf_swap *s, struct zinf_io *io, const char *dir, const char *name,
+	  bool buffered_ok, bool *buffered, uint32_t *align)
+{
 	char *path = NULL;
-	if (asprintf(&path, "%s/.%s-r%d.%u.probe", dir, s->prefix, s->rank, d) < 0) {
+	if (asprintf(&path, "%s/%s", dir, name) < 0) {
 		return SWAP_FAIL(s, -ENOMEM, "out of memory for the probe file's name in %s", dir);
 	}
 	struct zinf_io_file *f = NULL;
 	unsigned flags = ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_TRUNC;
-	ret = zinf_io_file_open(s->io, path, flags | (buffered_ok ? ZINF_IO_DIRECT_OR_BUFFERED : 0),
-				&f);
+	int ret = zinf_io_file_open(io, path,
+				    flags | (buffered_ok ? ZINF_IO_DIRECT_OR_BUFFERED : 0), &f);
 	if (ret < 0) {
 		unlink(path);
 		free(path);
@@ -113,13 +118,52 @@ dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
 		}
 		return SWAP_FAIL(s, ret, "cannot create a file in %s: %s", dir, strerror(-ret));
 	}
-	s->dir_buffered[d] = !zinf_io_file_direct(f);
-	uint32_t a = zinf_io_file_align(f);
-	zinf_io_file_close(s->io, f);
+	*buffered = !zinf_io_file_direct(f);
+	*align = zinf_io_file_align(f);
+	zinf_io_file_close(io, f);
 	unlink(path);
 	free(path);
+	return 0;
+}
+
+/*
+ * Check that `dir` is a writable directory, take its names (lock_dir) and find its direct-I/O
+ * alignment by opening a probe file in it through the engine (which reads STATX_DIOALIGN).
+ */
+static int
+dir_open(struct zinf_swap *s, unsigned d, bool buffered_ok)
+{
+	const char *dir = s->dirs[d];
+	int ret = dir_writable(s, dir);
+	if (ret < 0 || (ret = swap_lock_dir(s, d)) < 0) {
+		return ret;
+	}
+	char name[256];
+	uint32_t a = 0;
+	snprintf(name, sizeof(name), ".%s-r%d.%u.probe", s->prefix, s->rank, d);
+	if ((ret = dir_probe(s, s->io, dir, name, buffered_ok, &s->dir_buffered[d], &a)) < 0) {
+		return ret;
+	}
 	s->align = ZINF_MAX(s->align, ZINF_MAX(a, SWAP_MIN_ALIGN));
 	return 0;
+}
+
+int
+zinf_swap_check_dir(struct zinf_io *io, const char *dir, bool buffered_ok)
+{
+	if (!io || !dir || !dir[0]) {
+		return SWAP_FAIL(NULL, -EINVAL, "zinf_swap_check_dir: NULL context or directory");
+	}
+	int ret = dir_writable(NULL, dir);
+	if (ret < 0) {
+		return ret;
+	}
+	/* a name of this process's own: a swap space in the same directory keeps its names */
+	char name[64];
+	bool buffered;
+	uint32_t a;
+	snprintf(name, sizeof(name), ".zinf-check-%ld.probe", (long)getpid());
+	return dir_probe(NULL, io, dir, name, buffered_ok, &buffered, &a);
 }
 
 /* The caller's options, checked; prefix defaulted. */

@@ -229,6 +229,18 @@ ZINF_API void zinf_engine_opts_init(struct zinf_engine_opts *o);
  */
 ZINF_API int zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out);
 /**
+ * Check options as the engine will, before any engine exists (zinf config check): the checks of
+ * zinf_engine_create() (the same function), then, for a tier on NVMe, what zinf_engine_init()
+ * will refuse: the I/O context opened as init opens it (aio.block_size a power of two in
+ * [4096, 1 GiB], queue_depth at most 4096, intra_op_parallelism at most 64) and every nvme_path
+ * opened as the swap space opens it (exists, is a directory, writable: a read-only mount is
+ * -EROFS; a file opens there with O_DIRECT: tmpfs is -EINVAL). Creates and removes a probe file
+ * in each directory; opens nothing else. Each problem is logged naming the key, the value and
+ * the path (the I/O checks report every path, create's stop at the first). Returns 0, or the
+ * first problem's negative errno.
+ */
+ZINF_API int zinf_engine_opts_check(const struct zinf_engine_opts *opts);
+/**
  * Wait for work in flight, free every buffer, remove the swap files, close what the engine
  * opened. NULL is a no-op.
  */

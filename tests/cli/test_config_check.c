@@ -10,8 +10,10 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_run.h"
+#include "common/test_util.h"
 
 static struct zc_scratch sc;
 
@@ -271,6 +273,111 @@ Test(config_check, speculative_step_reserve)
 	cr_expect_eq(item(o, "pinned", "speculative step reserve"), 4 * 1e6 * 14);
 	cr_expect_eq(item(o, "gpu", "speculative step reserve"), -1);
 	json_decref(o);
+}
+
+/* A ZeRO-3 config with both tiers on NVMe under `path` and the aio section `aio`, in sc.dir. */
+static void
+write_infinity(const char *path, const char *aio)
+{
+	char cfg[4300];
+	snprintf(cfg, sizeof(cfg), "%s/inf.json", sc.dir);
+	FILE *f = fopen(cfg, "w");
+	cr_assert_not_null(f);
+	fprintf(f,
+		"{\"train_micro_batch_size_per_gpu\": 1,\n"
+		" \"zero_optimization\": {\"stage\": 3,\n"
+		"  \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"},\n"
+		"  \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}},\n"
+		" \"aio\": {%s}}\n",
+		path, path, aio);
+	fclose(f);
+}
+
+/* `zinf config check` of inf.json: exit `want`; for a refusal, each needle in stderr and the
+ * verdict on stdout. */
+static void
+expect_check(int want, const char *what, const char *const *needles)
+{
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s/inf.json", sc.dir), want, "%s: %s",
+		     what, zc_text(sc.err));
+	char *err = zc_text(sc.err), *out = zc_text(sc.out);
+	for (int i = 0; needles && needles[i]; i++) {
+		cr_expect(strstr(err, needles[i]) != NULL, "%s: no <%s> in:\n%s", what, needles[i],
+			  err);
+	}
+	if (want == 2) {
+		cr_expect(strstr(out, "REFUSED: the engine's checks fail") != NULL, "%s: %s", what,
+			  out);
+	}
+	free(err);
+	free(out);
+}
+
+/*
+ * The engine's own checks (zinf_engine_opts_check: what zinf_engine_create and the I/O set-up of
+ * zinf_engine_init refuse) run in config check: each value the trainer refuses is refused here,
+ * exit 2, naming the key and the value or path. Before, each of these said "ok".
+ */
+Test(config_check, refuses_what_the_engine_refuses)
+{
+	char file[4300], ro[4300];
+	snprintf(file, sizeof(file), "%s/a-file", sc.dir);
+	snprintf(ro, sizeof(ro), "%s/ro", sc.dir);
+	FILE *f = fopen(file, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	cr_assert_eq(mkdir(ro, 0700), 0);
+
+	write_infinity(sc.dir, "\"block_size\": 1048576");
+	expect_check(0, "a scratch directory", NULL);
+	write_infinity(sc.dir, "\"block_size\": 1000");
+	expect_check(2, "aio.block_size 1000",
+		     (const char *const[]){"aio: block_size 1000", "power of two", NULL});
+	write_infinity(sc.dir, "\"queue_depth\": 1e9");
+	expect_check(2, "aio.queue_depth 1e9",
+		     (const char *const[]){"queue_depth 1000000000", "max 4096", NULL});
+	write_infinity(file, "");
+	expect_check(2, "nvme_path a file",
+		     (const char *const[]){"zero_optimization.offload_param.nvme_path", file,
+					   "not a directory", NULL});
+	write_infinity("/nonexistent/zinf", "");
+	expect_check(2, "nvme_path missing",
+		     (const char *const[]){"/nonexistent/zinf", "No such file", NULL});
+	char *shm = zc_tmpfs_dir(); /* skips without a tmpfs */
+	write_infinity(shm, "");
+	expect_check(2, "tmpfs", (const char *const[]){shm, "O_DIRECT", NULL});
+	zt_rmtree(shm);
+	free(shm);
+	int rc = zt_readonly_bind(ro);
+	if (rc == 0) {
+		write_infinity(ro, "");
+		expect_check(2, "a read-only mount",
+			     (const char *const[]){ro, "Read-only file system", NULL});
+		zt_readonly_unbind(ro);
+	} else {
+		cr_skip_test("read-only mount: %s (the other values passed)", strerror(-rc));
+	}
+}
+
+/* zinf_gpt's nvme_path "scratch" (a directory it makes under --scratch-parent) is checked as
+ * that parent, and --nvme-path replaces every path, as zinf_gpt's flags do. */
+Test(config_check, gpt_scratch_and_nvme_path)
+{
+	write_infinity("scratch", "");
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s/inf.json --scratch-parent %s", sc.dir,
+			       sc.dir),
+		     0, "%s", zc_text(sc.err));
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/inf.json --scratch-parent /nonexistent/zinf",
+			       sc.dir),
+		     2);
+	char *err = zc_text(sc.err);
+	cr_expect(strstr(err, "/nonexistent/zinf") != NULL, "%s", err);
+	free(err);
+	write_infinity("/nonexistent/zinf", "");
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "", "config check %s/inf.json --nvme-path %s", sc.dir, sc.dir),
+		0, "%s", zc_text(sc.err));
 }
 
 /* A file of a million unknown keys (made here): exit 2 in seconds, a screenful of messages (the

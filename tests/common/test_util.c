@@ -5,7 +5,9 @@
 #include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -117,6 +119,23 @@ zt_log_to_stderr(void)
 {
 	zinf_log_set_callback(zinf_log_to_file, stderr);
 	zinf_log_set_level(ZINF_LOG_WARN);
+}
+
+int
+zt_readonly_bind(const char *dir)
+{
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+	    mount(dir, dir, NULL, MS_BIND, NULL) != 0 ||
+	    mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0) {
+		return -errno;
+	}
+	return 0;
+}
+
+void
+zt_readonly_unbind(const char *dir)
+{
+	umount2(dir, MNT_DETACH);
 }
 
 int

@@ -39,5 +39,14 @@ int zt_drop_ipc_lock(uint64_t memlock);
 const char *zt_simd_variant(void);
 /* Send zinf's log (all levels up to WARN) to stderr, once per process. */
 void zt_log_to_stderr(void);
+/*
+ * Make `dir` read-only for this process and its children: a mount namespace of its own
+ * (unshare(2)), `dir` bind-mounted on itself and remounted read-only, as a read-only file
+ * system is. For Criterion's forked test processes (the namespace ends with the process). 0, or
+ * a negative errno (no CAP_SYS_ADMIN, as in many containers: the caller skips).
+ */
+int zt_readonly_bind(const char *dir);
+/* Undo zt_readonly_bind (before removing the directory). */
+void zt_readonly_unbind(const char *dir);
 
 #endif

@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
@@ -465,6 +467,98 @@ Test(engine, deepspeed_zero_sizes)
 	eref_result_free(&ref);
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/*
+ * zinf_engine_opts_check against the engine itself: for each option the engine refuses, the
+ * check refuses it with the same errno (create's checks at create, the I/O checks where init
+ * meets them: its I/O context and swap space), and what the check accepts the engine trains with.
+ * Values: aio.block_size 1000 (not a power of two), aio.queue_depth 1e9, an nvme_path that is a
+ * file, one that does not exist, tmpfs (no O_DIRECT), a read-only mount (a bind mount of a
+ * scratch directory remounted read-only in a mount namespace of this test's own; skipped where
+ * the process may not mount), a stage out of range.
+ */
+static void
+check_like_engine(struct zinf_engine_opts *o, int want, const char *what)
+{
+	int rc = zinf_engine_opts_check(o);
+	cr_expect_eq(rc, want, "%s: zinf_engine_opts_check %d, expected %d: %s", what, rc, want,
+		     zinf_last_error());
+	struct zinf_engine *e = NULL;
+	int ec = zinf_engine_create(o, &e);
+	if (ec == 0) {
+		ec = edrive_add_params(e);
+		ec = ec ? ec : zinf_engine_init(e);
+	}
+	cr_expect_eq(ec, want, "%s: the engine returned %d, the check %d", what, ec, rc);
+	zinf_engine_destroy(e);
+}
+
+Test(engine, opts_check_refuses_what_the_engine_refuses)
+{
+	struct zinf_engine_opts o;
+	char *dir = zt_mkdtemp(NULL), file[4200];
+	snprintf(file, sizeof(file), "%s/a-file", dir);
+	FILE *f = fopen(file, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, dir, ZINF_F32, 1);
+	check_like_engine(&o, 0, "defaults on a scratch directory");
+	o.aio.block_size = 1000;
+	check_like_engine(&o, -EINVAL, "aio.block_size 1000");
+	cr_assert_eq(zinf_engine_opts_check(&o), -EINVAL);
+	cr_expect(strstr(zinf_last_error(), "aio: block_size 1000") != NULL, "%s",
+		  zinf_last_error());
+	o.aio.block_size = 1 << 20;
+	o.aio.queue_depth = 1000000000;
+	check_like_engine(&o, -EINVAL, "aio.queue_depth 1e9");
+	cr_assert_eq(zinf_engine_opts_check(&o), -EINVAL);
+	cr_expect(strstr(zinf_last_error(), "queue_depth 1000000000") != NULL, "%s",
+		  zinf_last_error());
+	o.aio.queue_depth = 8;
+	o.offload_optimizer.nvme_path[0] = file;
+	check_like_engine(&o, -ENOTDIR, "nvme_path a file");
+	cr_assert_eq(zinf_engine_opts_check(&o), -ENOTDIR);
+	cr_expect(strstr(zinf_last_error(), "zero_optimization.offload_optimizer.nvme_path") &&
+			  strstr(zinf_last_error(), file),
+		  "%s", zinf_last_error());
+	o.offload_optimizer.nvme_path[0] = "/nonexistent/zinf";
+	check_like_engine(&o, -ENOENT, "nvme_path missing");
+	o.offload_optimizer.nvme_path[0] = dir;
+	/* only a tier on NVMe opens the I/O context: the aio values do not matter elsewhere */
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, 1);
+	o.aio.block_size = 1000;
+	check_like_engine(&o, 0, "aio.block_size 1000 without NVMe");
+	edrive_opts(&o, "single", 4, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, NULL, ZINF_F32, 1);
+	check_like_engine(&o, -EINVAL, "stage 4");
+
+	struct statfs sf;
+	if (statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC) {
+		char *shm = zt_mkdtemp("/dev/shm");
+		edrive_opts(&o, "single", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, shm, ZINF_F32,
+			    1);
+		check_like_engine(&o, -EINVAL, "tmpfs");
+		cr_assert_eq(zinf_engine_opts_check(&o), -EINVAL);
+		cr_expect(strstr(zinf_last_error(), shm) != NULL, "%s", zinf_last_error());
+		zt_rmtree(shm);
+		free(shm);
+	}
+	/* last: the mount namespace stays this process's to its end */
+	int rc = zt_readonly_bind(dir);
+	if (rc == 0) {
+		edrive_opts(&o, "single", 2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, dir, ZINF_F32,
+			    1);
+		check_like_engine(&o, -EROFS, "a read-only mount");
+		cr_assert_eq(zinf_engine_opts_check(&o), -EROFS);
+		cr_expect(strstr(zinf_last_error(), dir) != NULL, "%s", zinf_last_error());
+		zt_readonly_unbind(dir);
+	}
+	zt_rmtree(dir);
+	free(dir);
+	if (rc) {
+		cr_skip_test("read-only mount: %s (the other values passed)", strerror(-rc));
+	}
 }
 
 /* optimizer_schedule deepspeed (DeepSpeed's one read ahead, one write behind; for comparisons)

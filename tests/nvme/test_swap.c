@@ -9,6 +9,7 @@
  * absent has every test skipped and shows as skipped.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -515,6 +516,59 @@ Test(swap, unusable_directory)
 	zinf_io_destroy(io);
 	zt_rmtree(d);
 	free(d);
+}
+
+/*
+ * zinf_swap_check_dir: the same checks as create's, without taking names: a scratch directory
+ * passes and keeps nothing (its probe is removed); a file, a missing path and tmpfs (no O_DIRECT)
+ * fail as create fails, naming the path; a read-only bind mount is -EROFS (where this process
+ * may mount).
+ */
+Test(swap, check_dir_as_create_checks)
+{
+	char *d = zt_mkdtemp(NULL);
+	struct zinf_io *io = open_io(false);
+	char file[4096], missing[4096];
+	snprintf(file, sizeof(file), "%s/plain", d);
+	snprintf(missing, sizeof(missing), "%s/not-there", d);
+	int fd = open(file, O_CREAT | O_WRONLY, 0600);
+	cr_assert(fd >= 0);
+	close(fd);
+	cr_assert_eq(zinf_swap_check_dir(io, d, false), 0, "%s", zinf_last_error());
+	DIR *dh = opendir(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(dh));) {
+		n += e->d_name[0] != '.';
+		cr_expect(strstr(e->d_name, "probe") == NULL, "left behind: %s", e->d_name);
+	}
+	closedir(dh);
+	cr_expect_eq(n, 1, "only the file made here");
+	cr_assert_eq(zinf_swap_check_dir(io, file, false), create_err(io, file));
+	cr_assert_eq(zinf_swap_check_dir(io, file, false), -ENOTDIR);
+	cr_assert(strstr(zinf_last_error(), file), "%s", zinf_last_error());
+	cr_assert_eq(zinf_swap_check_dir(io, missing, false), -ENOENT);
+	cr_assert_eq(zinf_swap_check_dir(NULL, d, false), -EINVAL);
+	struct statfs sf;
+	if (statfs("/dev/shm", &sf) == 0 && sf.f_type == TMPFS_MAGIC) {
+		char *shm = zt_mkdtemp("/dev/shm");
+		cr_assert_eq(zinf_swap_check_dir(io, shm, false), -EINVAL);
+		cr_assert(strstr(zinf_last_error(), shm), "%s", zinf_last_error());
+		cr_assert_eq(zinf_swap_check_dir(io, shm, true), 0, "buffered allowed");
+		zt_rmtree(shm);
+		free(shm);
+	}
+	int rc = zt_readonly_bind(d);
+	if (rc == 0) {
+		cr_assert_eq(zinf_swap_check_dir(io, d, false), -EROFS);
+		cr_assert(strstr(zinf_last_error(), "not writable"), "%s", zinf_last_error());
+		zt_readonly_unbind(d);
+	}
+	zinf_io_destroy(io);
+	zt_rmtree(d);
+	free(d);
+	if (rc) {
+		cr_skip_test("read-only mount: %s (the rest passed)", strerror(-rc));
+	}
 }
 
 /* ---- too little space --------------------------------------------------------------------- */

@@ -62,6 +62,16 @@ ZINF_API int zinf_swap_create(struct zinf_io *io, const struct zinf_swap_opts *o
 ZINF_API void zinf_swap_destroy(struct zinf_swap *s);
 
 /**
+ * Check `dir` as zinf_swap_create() checks each of its directories, without taking its names:
+ * it exists, is a directory this process may write in (a read-only mount is -EROFS), and a file
+ * opens there through `io` as swap files are opened (O_DIRECT unless buffered_ok: tmpfs is
+ * -EINVAL naming the directory). It creates and removes a probe file of this process's own
+ * name. Returns 0; -ENOENT/-ENOTDIR/-EACCES/-EROFS/-EINVAL naming the directory; -errno of the
+ * probe's open.
+ */
+ZINF_API int zinf_swap_check_dir(struct zinf_io *io, const char *dir, bool buffered_ok);
+
+/**
  * Declare a tensor of `bytes` bytes, named by a state kind ("fp32", "exp_avg", "exp_avg_sq",
  * "param16"...; letters, digits and '_') and an index. Returns its id (>= 0), or -EEXIST for a
  * name already declared, -EINVAL for a bad name or NULL argument, -EBUSY after
