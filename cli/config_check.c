@@ -12,11 +12,9 @@
  * named); 2 when the file has errors or the engine refuses it (every one printed, by the
  * library).
  *
- * The plan is the engine's layout (engine/README.md; docs/ARCHITECTURE.md, "Where state
- * lives") in closed form: every tensor is partitioned alone, so a rank holds ceil(P / W)
- * elements of each kind plus at most W - 1 elements of padding per tensor, which the plan does
- * not count. Swap buffers are
- * sized as the engine sizes them (zinf_step_buffer_bytes for the optimizer's sub-groups).
+ * The plan's model is layers shaped as zinf bench engine's; zinf_engine_plan lays it out with
+ * the engine's code and sizes the engine's pinned pools with the engine's code (the pinned total
+ * is the run's host_pool_bytes); GPU and NVMe bytes are estimated from that layout.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,9 +30,12 @@
 
 #define PROG "zinf config check"
 
+/* Most layers the plan registers (each a zinf_engine_add_param per tensor). */
+#define PLAN_MAX_LAYERS 4096
+
 struct cfg {
 	int world;
-	uint64_t params, hidden;
+	uint64_t params, hidden, layers;
 	bool json;
 	const char *nvme_path, *scratch_parent;
 	/* the trainer's values for "auto"; an option not given leaves its input "not given", which
@@ -49,25 +50,30 @@ struct cfg {
 static struct cfg cfg;
 
 static const char synopsis[] =
-	"FILE [--world N] [--params N] [--hidden H] [--total-steps N] [--json]";
+	"FILE [--world N] [--hidden H] [--params N | --layers L] [--total-steps N] [--json]";
 static const char description[] =
 	"Read a DeepSpeed ds_config.json as zinf will, print it resolved (each \"auto\" with its\n"
 	"value, as the Hugging Face Trainer resolves it: from the options below, else from\n"
-	"TrainingArguments' defaults) and, with --params, the memory plan of each rank: GPU,\n"
-	"pinned host memory (against RLIMIT_MEMLOCK and physical memory) and NVMe per path\n"
+	"TrainingArguments' defaults), run the engine's checks on its options and, with --hidden\n"
+	"and --params or --layers, the memory plan of each rank: GPU, pinned host memory (the\n"
+	"engine's own sizes; against RLIMIT_MEMLOCK and physical memory) and NVMe per path\n"
 	"(against its free space). An \"auto\" that needs what only the trainer knows (its steps,\n"
 	"the model's hidden size, the world size) is listed as unresolved with the option that\n"
 	"gives it, and the check goes on. Exit 0: it reads and fits (unresolved values are the\n"
 	"trainer's to give); 1: the plan does not fit (what is over is named); 2: the file has\n"
-	"errors (all are printed).\n";
+	"errors or the engine refuses it (all are printed).\n";
 
 static const struct cli_opt opts[] = {
 	{"world", CLI_INT, &cfg.world, NULL, "N",
 	 "data-parallel ranks (GPUs in all); not given: derived from the batch keys where they\n"
 	 "fix it, else unresolved (and the plan is for one rank)",
 	 .min = 1, .max = 1 << 24, .given = &cfg.given_world},
-	{"params", CLI_COUNT, &cfg.params, "0", "N", "model parameters (for the memory plan)",
+	{"params", CLI_COUNT, &cfg.params, "0", "N",
+	 "the memory plan for a model of N parameters: layers of hidden --hidden, shaped as\n"
+	 "zinf bench engine's (12 H^2 + 6 H parameters each)",
 	 .max = 1e15},
+	{"layers", CLI_COUNT, &cfg.layers, "0", "L",
+	 "the memory plan for L such layers (instead of --params)", .max = PLAN_MAX_LAYERS},
 	{"hidden", CLI_COUNT, &cfg.hidden, "0", "H",
 	 "\"auto\": the model's hidden size (bucket sizes; 0: not given)", .max = 1e7},
 	{"total-steps", CLI_COUNT, &cfg.total_steps, "0", "N",
@@ -162,6 +168,8 @@ struct plan {
 	int n;
 	double gpu, pinned, host;
 	bool pinned_locked; /* some pinned memory is page-locked (pin_memory) */
+	uint64_t params, layers;
+	struct zinf_engine_plan engine; /* the engine's own sizes (zinf_engine_plan) */
 };
 
 static void
@@ -178,48 +186,95 @@ add(struct plan *p, const char *tier, const char *what, double bytes, const char
 	}
 }
 
-/* Never called: it only marks the options as the engine's (the copy goes through copy_fn). */
-static int
-plan_copy_fn(void *ctx, uint32_t k, const void *copy, uint64_t n)
+/* The model the plan lays out: the synthetic transformer `zinf bench engine` drives (per layer
+ * qkv 3 H^2, proj H^2, fc1 4 H^2, fc2 4 H^2 and six vectors of H: two norms' weight and bias,
+ * the proj and fc2 biases), in its registration order. */
+static const struct {
+	const char *name;
+	uint32_t h2, h;
+} layer_params[] = {
+	{"ln1.weight", 0, 1},	  {"ln1.bias", 0, 1},	  {"attn.qkv", 3, 0}, {"attn.proj", 1, 0},
+	{"attn.proj.bias", 0, 1}, {"ln2.weight", 0, 1},	  {"ln2.bias", 0, 1}, {"mlp.fc1", 4, 0},
+	{"mlp.fc2", 4, 0},	  {"mlp.fc2.bias", 0, 1},
+};
+#define NLAYER_PARAMS (sizeof(layer_params) / sizeof(layer_params[0]))
+
+static uint64_t
+layer_numel(uint64_t h)
 {
-	(void)ctx, (void)k, (void)copy, (void)n;
-	return 0;
+	return 12 * h * h + 6 * h;
 }
 
-/* Bytes a pool buffer of the optimizer's swapper holds: one sub-group, as the engine sizes it
- * (its step routes the new 16-bit values through the pool's buffers to copy_fn). */
-static double
-step_buffer_bytes(const struct zinf_engine_opts *e, const struct zinf_optimizer *opt, uint64_t part,
-		  bool nvme)
+/* The model's tensors (names in *names, NLAYER_PARAMS x layers of 48 bytes), or NULL. */
+static struct zinf_param_desc *
+model_descs(uint64_t layers, uint64_t h, char **names)
 {
-	struct zinf_step_opts so;
-	zinf_step_opts_init(&so);
-	so.n = part;
-	so.sub_group_size = e->sub_group_size;
-	so.tier = nvme ? ZINF_TIER_NVME : ZINF_TIER_CPU;
-	so.optimizer = opt;
-	so.copy_dtype = e->dtype;
-	so.copy_fn = plan_copy_fn;
-	return (double)zinf_step_buffer_bytes(&so, 4096);
+	uint32_t n = (uint32_t)(layers * NLAYER_PARAMS);
+	struct zinf_param_desc *d = calloc(n, sizeof(*d));
+	*names = calloc(n, 48);
+	if (!d || !*names) {
+		free(d);
+		free(*names);
+		*names = NULL;
+		return NULL;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t l = i / NLAYER_PARAMS, j = i % NLAYER_PARAMS;
+		zinf_param_desc_init(&d[i]);
+		snprintf(*names + 48 * (size_t)i, 48, "layer%u.%s", l, layer_params[j].name);
+		d[i].name = *names + 48 * (size_t)i;
+		d[i].numel = layer_params[j].h2 * h * h + layer_params[j].h * h;
+		d[i].layer = (int32_t)l;
+	}
+	return d;
 }
 
+/*
+ * The plan of each rank. Host memory is the engine's own: zinf_engine_plan lays the model out
+ * and sizes every pool with the code the engine allocates them with (what the run's
+ * host_pool_bytes will be). GPU and NVMe bytes are estimated from that layout (partitions,
+ * buckets, sub-groups) in closed form.
+ */
 static int
 make_plan(const struct zinf_engine_opts *e, const struct cfg *c, struct plan *p)
 {
 	struct zinf_optimizer *opt = NULL;
-	int rc = zinf_optimizer_create(&e->optimizer, &opt);
+	struct zinf_engine_plan ep = {.size = sizeof(ep)};
+	char *names = NULL;
+	uint64_t h = c->hidden, layers = c->layers;
+	if (!layers) {
+		layers = (c->params + layer_numel(h) - 1) / layer_numel(h);
+	}
+	if (layers > PLAN_MAX_LAYERS) {
+		fprintf(stderr,
+			PROG ": the plan's model: %" PRIu64 " layers of hidden %" PRIu64
+			     " (more than %d): give the model's real --hidden\n",
+			layers, h, PLAN_MAX_LAYERS);
+		return -EINVAL;
+	}
+	struct zinf_param_desc *d = model_descs(layers, h, &names);
+	int rc = d ? zinf_engine_plan(e, c->world, 0, d, (uint32_t)(layers * NLAYER_PARAMS), &ep)
+		   : -ENOMEM;
+	free(d);
+	free(names);
+	if (!rc) {
+		rc = zinf_optimizer_create(&e->optimizer, &opt);
+	}
 	if (rc) {
-		fprintf(stderr, PROG ": the optimizer section: %s\n", strerror(-rc));
+		fprintf(stderr, PROG ": the plan: %s\n", zinf_strerror(rc));
 		return rc;
 	}
-	double P = (double)c->params, W = e->stage >= 1 ? c->world : 1;
-	double part = ceil(P / W), b16 = (double)zinf_dtype_size(e->dtype);
+	double P = (double)(layers * layer_numel(h)), W = e->stage >= 1 ? c->world : 1;
+	double part = (double)ep.partition_elems, b16 = (double)zinf_dtype_size(e->dtype);
 	double K = zinf_optimizer_state_bytes(opt);
 	enum zinf_offload_device od = e->offload_optimizer.device;
 	enum zinf_offload_device pd = e->stage == 3 ? e->offload_param.device : ZINF_OFFLOAD_NONE;
 	memset(p, 0, sizeof(*p));
+	p->params = (uint64_t)P;
+	p->layers = layers;
+	p->engine = ep;
 
-	/* GPU */
+	/* GPU, estimated from the engine's layout */
 	if (e->stage <= 2) {
 		add(p, "gpu", "16-bit parameters (all)", P * b16, NULL);
 	} else {
@@ -229,60 +284,50 @@ make_plan(const struct zinf_engine_opts *e, const struct cfg *c, struct plan *p)
 		add(p, "gpu", "gathered parameters (stage3_max_live_parameters)",
 		    fmin((double)e->stage3_max_live_parameters, P) * b16, NULL);
 	}
-	add(p, "gpu", "gradient buckets (2 x reduce_bucket_size, fp32)",
-	    2 * fmin((double)e->reduce_bucket_size, P) * 4, NULL);
+	add(p, "gpu", "gradient buckets (2 x the engine's bucket, fp32)",
+	    2 * (double)ep.bucket_elems * 4, NULL);
 	if (e->stage >= 2 && W > 1) {
-		add(p, "gpu",
-		    "reduce-scatter receive buffers (2 x reduce_bucket_size / world, fp32)",
-		    2 * floor(fmin((double)e->reduce_bucket_size, P) / W) * 4, NULL);
+		add(p, "gpu", "reduce-scatter receive buffers (2 x bucket / world, fp32)",
+		    2 * floor((double)ep.bucket_elems / W) * 4, NULL);
 	}
 	if (od == ZINF_OFFLOAD_NONE) {
 		add(p, "gpu", "fp32 gradient partition", part * 4, NULL);
 		add(p, "gpu", "optimizer state (fp32 master and moments)", part * K, NULL);
+		add(p, "gpu", "speculative step reserve (buffer_count x one sub-group's state)",
+		    (double)ep.speculation_bytes, NULL);
 	}
 
-	/* pinned host memory */
-	double sgb = 0;
-	if (od == ZINF_OFFLOAD_CPU) {
-		add(p, "pinned", "optimizer state (fp32 master and moments)", part * K, NULL);
-		add(p, "pinned", "fp32 gradient partition", part * 4, NULL);
-		sgb = step_buffer_bytes(e, opt, (uint64_t)part, false);
-	} else if (od == ZINF_OFFLOAD_NVME) {
-		add(p, "pinned", "fp32 gradient partition", part * 4, NULL);
-		sgb = step_buffer_bytes(e, opt, (uint64_t)part, true);
+	/* pinned host memory: the engine's pools, sized by the engine's code */
+	if (ep.param_pool_bytes) {
+		add(p, "pinned",
+		    pd == ZINF_OFFLOAD_NVME ? "parameter swap buffers (offload_param pool: "
+					      "buffer_count x the largest partition)"
+					    : "16-bit parameter partitions (offload_param pool)",
+		    (double)ep.param_pool_bytes, NULL);
+		p->pinned_locked |= e->offload_param.pin_memory;
 	}
-	if (sgb > 0) {
-		add(p, "pinned", "optimizer swap buffers (buffer_count x one sub-group)",
-		    e->offload_optimizer.buffer_count * sgb, NULL);
+	if (ep.optim_pool_bytes) {
+		add(p, "pinned",
+		    od == ZINF_OFFLOAD_NVME
+			    ? "optimizer swap buffers (offload_optimizer pool: buffer_count x one "
+			      "sub-group, staging, speculative step reserve)"
+			    : "optimizer state and fp32 gradient partition (offload_optimizer "
+			      "pool, "
+			      "with staging and speculative step reserve)",
+		    (double)ep.optim_pool_bytes, NULL);
 		p->pinned_locked |= e->offload_optimizer.pin_memory;
 	}
-	if ((e->gradient_clipping > 0 || e->fp16.enabled) && e->step_during_backward) {
-		/* the speculative step's reserve (engine/engine_spec.c): buffer_count sub-groups'
-		   state and 16-bit values, at most one per sub-group but the last */
-		double sg = fmin((double)e->sub_group_size, part);
-		double nsg = ceil(part / fmax(sg, 1.0));
-		double slots = fmin(fmax((double)e->offload_optimizer.buffer_count, 1.0), nsg - 1);
-		if (slots > 0) {
-			add(p, od == ZINF_OFFLOAD_NONE ? "gpu" : "pinned",
-			    "speculative step reserve (buffer_count x one sub-group's state)",
-			    slots * sg * (K + b16), NULL);
-		}
+	if (ep.grad_window_bytes) {
+		add(p, "pinned", "gradient window (offload_optimizer: one sub-group per slot)",
+		    (double)ep.grad_window_bytes, NULL);
+		p->pinned_locked |= e->offload_optimizer.pin_memory;
 	}
-	if (pd == ZINF_OFFLOAD_CPU) {
-		add(p, "pinned", "16-bit parameter partitions", part * b16, NULL);
-		p->pinned_locked |= e->offload_param.pin_memory;
-	} else if (pd == ZINF_OFFLOAD_NVME) {
-		add(p, "pinned", "parameter swap buffers (buffer_count x buffer_size)",
-		    (double)e->offload_param.buffer_count * (double)e->offload_param.buffer_size *
-			    b16,
-		    NULL);
-		p->pinned_locked |= e->offload_param.pin_memory;
-	}
-
-	/* NVMe, striped over each section's paths */
+	/* NVMe, striped over each section's paths (the optimizer's swap space also holds the
+	   gradients that leave the window) */
 	if (od == ZINF_OFFLOAD_NVME) {
 		for (uint32_t i = 0; i < e->offload_optimizer.n_paths; i++) {
-			add(p, "nvme", "optimizer state", part * K / e->offload_optimizer.n_paths,
+			add(p, "nvme", "optimizer state and gradients",
+			    part * (K + 4) / e->offload_optimizer.n_paths,
 			    e->offload_optimizer.nvme_path[i]);
 		}
 	}
@@ -390,7 +435,9 @@ static void
 print_plan(const struct plan *p, const struct cfg *c)
 {
 	char s[32];
-	printf("memory plan per rank (%" PRIu64 " parameters, %d rank(s)):\n", c->params, c->world);
+	printf("memory plan per rank (%" PRIu64 " parameters: %" PRIu64 " layers of hidden %" PRIu64
+	       ", %d rank(s); host memory: the engine's own sizes):\n",
+	       p->params, p->layers, c->hidden, c->world);
 	for (int i = 0; i < p->n; i++) {
 		cli_size_str(s, sizeof(s), (uint64_t)p->it[i].bytes);
 		printf("  %-7s %12s  %s%s%s\n", p->it[i].tier, s, p->it[i].what,
@@ -485,9 +532,13 @@ cli_config_check(int argc, char **argv)
 	struct plan plan;
 	json_t *checks = json_array();
 	int over = 0;
-	bool planned = c.params > 0;
+	bool planned = c.params > 0 || c.layers > 0;
 	if (planned) {
-		rc = make_plan(&eo, &c, &plan);
+		if (c.hidden == 0) {
+			fprintf(stderr, PROG ": the memory plan needs --hidden H (the shape of the "
+					     "model's layers)\n");
+		}
+		rc = c.hidden ? make_plan(&eo, &c, &plan) : -EINVAL;
 		if (rc) {
 			free(dump);
 			json_decref(resolved);
@@ -521,12 +572,25 @@ cli_config_check(int argc, char **argv)
 				}
 				json_array_append_new(items, it);
 			}
-			json_object_set_new(o, "plan",
-					    json_pack("{s:i, s:I, s:f, s:f, s:o, s:o}", "world",
-						      c.world, "params", (json_int_t)c.params,
-						      "gpu_bytes", plan.gpu, "pinned_bytes",
-						      plan.pinned, "items", items, "checks",
-						      checks));
+			const struct zinf_engine_plan *ep = &plan.engine;
+			json_t *eng =
+				json_pack("{s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I, s:I}",
+					  "host_pool_bytes", (json_int_t)ep->host_pool_bytes,
+					  "param_pool_bytes", (json_int_t)ep->param_pool_bytes,
+					  "optim_pool_bytes", (json_int_t)ep->optim_pool_bytes,
+					  "grad_window_bytes", (json_int_t)ep->grad_window_bytes,
+					  "sub_groups", (int)ep->sub_groups, "partition_elems",
+					  (json_int_t)ep->partition_elems, "max_sub_group_elems",
+					  (json_int_t)ep->max_sub_group_elems, "bucket_elems",
+					  (json_int_t)ep->bucket_elems, "speculation_bytes",
+					  (json_int_t)ep->speculation_bytes);
+			json_object_set_new(
+				o, "plan",
+				json_pack("{s:i, s:I, s:I, s:I, s:f, s:f, s:o, s:o, s:o}", "world",
+					  c.world, "params", (json_int_t)plan.params, "layers",
+					  (json_int_t)plan.layers, "hidden", (json_int_t)c.hidden,
+					  "gpu_bytes", plan.gpu, "pinned_bytes", plan.pinned,
+					  "engine", eng, "items", items, "checks", checks));
 		} else {
 			json_decref(checks);
 		}

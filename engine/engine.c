@@ -339,13 +339,7 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->main.st = &e->win;
 	pthread_mutex_init(&e->ps.store_mu, NULL);
 	e->ps.store_mu_init = true;
-	e->ot = e->o.offload_optimizer.device == ZINF_OFFLOAD_NVME  ? &eng_otier_nvme
-		: e->o.offload_optimizer.device == ZINF_OFFLOAD_CPU ? &eng_otier_cpu
-								    : &eng_otier_gpu;
-	e->pt = e->o.stage < 3					 ? &eng_ptier_full
-		: e->o.offload_param.device == ZINF_OFFLOAD_NVME ? &eng_ptier_nvme
-		: e->o.offload_param.device == ZINF_OFFLOAD_CPU	 ? &eng_ptier_cpu
-								 : &eng_ptier_gpu;
+	eng_choose_tiers(e);
 	if ((ret = open_device(e))) {
 		goto fail;
 	}
@@ -487,6 +481,12 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 			    eng_gwin_pool_bytes(e);
 	eng_clip_stats(e, &s);
 	return zc_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
+}
+
+int
+eng_check_opts(const struct zinf_engine_opts *o)
+{
+	return check_opts(o);
 }
 
 int

@@ -33,6 +33,22 @@ sg_bytes(const struct zinf_engine *e, uint32_t k)
 }
 
 int
+eng_gwin_pool(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po)
+{
+	zinf_pool_opts_init(po);
+	if (!e->ot->window) {
+		return 0;
+	}
+	po->buffer_bytes = e->max_sg * 4;
+	po->buffer_count = gwin_slots(e);
+	po->align = align;
+	po->pin_memory = e->o.offload_optimizer.pin_memory;
+	po->pin_fallback = true;
+	po->what = "offload_optimizer";
+	return 1;
+}
+
+int
 eng_gwin_declare(struct zinf_engine *e)
 {
 	struct gwin *g = &e->gr.gw;
@@ -48,14 +64,8 @@ eng_gwin_declare(struct zinf_engine *e)
 		g->slot[s].sg = -1;
 	}
 	struct zinf_pool_opts po;
-	zinf_pool_opts_init(&po);
-	po.buffer_bytes = e->max_sg * 4;
-	po.buffer_count = g->n;
-	po.align = zinf_swap_align(e->os.oswap);
-	po.pin_memory = e->o.offload_optimizer.pin_memory;
-	po.pin_fallback = true;
+	eng_gwin_pool(e, zinf_swap_align(e->os.oswap), &po);
 	po.device = e->dev; /* the destination of the gradients' copies from the device */
-	po.what = "offload_optimizer";
 	/* no io: registering would replace the optimizer pool's registration (one per context) */
 	int ret = zinf_pool_create(&po, &g->pool);
 	if (ret) {

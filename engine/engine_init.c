@@ -14,8 +14,8 @@
 
 #include "engine/engine_internal.h"
 
-static uint64_t
-bucket_cap(const struct zinf_engine *e)
+uint64_t
+eng_bucket_cap(const struct zinf_engine *e)
 {
 	uint64_t total = 0, maxp = 0;
 	for (uint32_t i = 0; i < e->n_params; i++) {
@@ -34,7 +34,7 @@ pinned_for_others(const struct zinf_engine *e, uint32_t align)
 	return eng_spec_bytes(e, align);
 }
 
-static const struct eng_tier_needs tier_needs = {
+const struct eng_tier_needs eng_step_needs = {
 	.pinned = pinned_for_others,
 	.declare = eng_gwin_declare,
 };
@@ -48,8 +48,8 @@ eng_step_setup(struct zinf_engine *e)
 	if (ret || (ret = eng_clip_setup(e))) {
 		return ret;
 	}
-	e->gr.bucket_cap = bucket_cap(e);
-	if ((ret = e->ot->setup(e, &tier_needs))) {
+	e->gr.bucket_cap = eng_bucket_cap(e);
+	if ((ret = e->ot->setup(e, &eng_step_needs))) {
 		return ret;
 	}
 	return eng_spec_setup(e, e->os.align);

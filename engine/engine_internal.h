@@ -150,6 +150,10 @@ struct eng_otier {
 	/* init: the state, the gradient partition, the copy and staging buffers; sets os.align,
 	   the alignment of what the others carve from its pool */
 	int (*setup)(struct zinf_engine *e, const struct eng_tier_needs *needs);
+	/* the sizes of setup's pool (buffers, CPU region; align: its swap space's for nvme) into
+	 *po, from the layout alone: setup and zinf_engine_plan size it by this. 0: no pool */
+	int (*pool)(const struct zinf_engine *e, const struct eng_tier_needs *needs, uint32_t align,
+		    struct zinf_pool_opts *po);
 	void (*free)(struct zinf_engine *e);
 	/* the master weights of sub-group k's flat elements [off, off + n) from host memory m
 	   (whole: the sub-group), the moments left as they are (zero at init) */
@@ -173,6 +177,9 @@ struct eng_otier {
 	int (*restore)(struct zinf_engine *e, uint32_t k, const char *slot);
 };
 extern const struct eng_otier eng_otier_gpu, eng_otier_cpu, eng_otier_nvme;
+/* What the optimizer tier's pool holds for the others, and the window's declarations: the
+ * needs init passes to its setup (engine_init.c). */
+extern const struct eng_tier_needs eng_step_needs;
 
 /*
  * The home of the 16-bit parameters (engine_ptier.c): eng_ptier_full at stages 0-2 (every
@@ -186,6 +193,9 @@ struct eng_ptier {
 	bool reads;  /* a partition is read into a store buffer first: read_begin, put, then
 			read_end once cs finished the copy, under store_mu */
 	int (*setup)(struct zinf_engine *e); /* every parameter's home */
+	/* the sizes of setup's pool into *po (align: nvme's swap space's), as otier's pool; 0:
+	   no pool */
+	int (*pool)(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po);
 	void (*free)(struct zinf_engine *e);
 	/* partition elements [off, off + len) of p from src (device memory when src_dev) */
 	int (*write)(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64_t off,
@@ -203,6 +213,10 @@ struct eng_ptier {
 	bool (*read_done)(struct zinf_engine *e, const struct eparam *p);
 };
 extern const struct eng_ptier eng_ptier_full, eng_ptier_gpu, eng_ptier_cpu, eng_ptier_nvme;
+/* e->ot and e->pt from the options (create, zinf_engine_plan). engine_otier.c */
+void eng_choose_tiers(struct zinf_engine *e);
+/* create's checks of the options (engine.c), for zinf_engine_plan. */
+int eng_check_opts(const struct zinf_engine_opts *o);
 
 /* One registered parameter. */
 struct eparam {
@@ -440,6 +454,9 @@ int eng_latch_lr(struct zinf_engine *e);       /* the lr and betas set become th
 int eng_build_layers(struct zinf_engine *e);
 int eng_build_partitions(struct zinf_engine *e);
 int eng_param_homes(struct zinf_engine *e);
+/* Every partition fits the parameter tier's buffers (offload_param.buffer_size, nvme): -EINVAL
+ * naming the first that does not (init, zinf_engine_plan). */
+int eng_param_fit(const struct zinf_engine *e);
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
@@ -492,6 +509,9 @@ int eng_window_open(struct zinf_engine *e);
  * zinf_swap_reserve); the pool's bytes (statistics) */
 int eng_gwin_declare(struct zinf_engine *e);
 uint64_t eng_gwin_pool_bytes(const struct zinf_engine *e);
+/* The window's pool sizes (align: the optimizer's swap space's), as eng_gwin_declare makes it;
+ * 0: no window (the optimizer is not on NVMe). */
+int eng_gwin_pool(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po);
 void eng_gwin_free(struct zinf_engine *e);
 int eng_gwin_load(struct zinf_engine *e, uint32_t k); /* sub-group k resident in a slot */
 /* the same; `fill`: a new slot is not zeroed (the caller writes every element first) */
@@ -507,6 +527,8 @@ float *eng_grad_of(struct zinf_engine *e, uint32_t k);
 
 /* engine_init.c: the step's side set up at init, and freed */
 int eng_step_setup(struct zinf_engine *e);
+/* The gradient buckets' capacity in elements (at least the largest parameter, padded). */
+uint64_t eng_bucket_cap(const struct zinf_engine *e);
 void eng_step_free(struct zinf_engine *e);
 
 static inline uint64_t

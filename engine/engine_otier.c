@@ -101,6 +101,28 @@ bounce_none(const struct zinf_engine *e)
 	return 0;
 }
 
+void
+eng_choose_tiers(struct zinf_engine *e)
+{
+	e->ot = e->o.offload_optimizer.device == ZINF_OFFLOAD_NVME  ? &eng_otier_nvme
+		: e->o.offload_optimizer.device == ZINF_OFFLOAD_CPU ? &eng_otier_cpu
+								    : &eng_otier_gpu;
+	e->pt = e->o.stage < 3					 ? &eng_ptier_full
+		: e->o.offload_param.device == ZINF_OFFLOAD_NVME ? &eng_ptier_nvme
+		: e->o.offload_param.device == ZINF_OFFLOAD_CPU	 ? &eng_ptier_cpu
+								 : &eng_ptier_gpu;
+}
+
+/* A tier without a pool of its own. */
+static int
+pool_none(const struct zinf_engine *e, const struct eng_tier_needs *needs, uint32_t align,
+	  struct zinf_pool_opts *po)
+{
+	(void)e, (void)needs, (void)align;
+	zinf_pool_opts_init(po);
+	return 0;
+}
+
 /* ---- gpu ------------------------------------------------------------------------------------ */
 
 static int
@@ -231,6 +253,7 @@ const struct eng_otier eng_otier_gpu = {
 	.name = "gpu",
 	.dev = true,
 	.setup = gpu_setup,
+	.pool = pool_none,
 	.free = gpu_free,
 	.write_master = gpu_write_master,
 	.read_master = gpu_read_master,
@@ -269,21 +292,39 @@ host_buffers_alloc(struct zinf_engine *e)
 	return 0;
 }
 
-static int
-cpu_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
+/* The optimizer pool's options of the host tiers, but for its sizes. */
+static void
+host_pool_opts(const struct zinf_engine *e, struct zinf_pool_opts *po)
 {
+	zinf_pool_opts_init(po);
+	po->pin_memory = e->o.offload_optimizer.pin_memory;
+	po->pin_fallback = true;
+	po->what = "offload_optimizer";
+}
+
+/* cpu: one CPU region: the state parts and the gradient partition over the flat partition, the
+   staging and copy buffers, what the others carve (the speculation's reserve) */
+static int
+cpu_pool(const struct zinf_engine *e, const struct eng_tier_needs *needs, uint32_t align,
+	 struct zinf_pool_opts *po)
+{
+	(void)align; /* no swap space: 4096 */
 	uint64_t cpu =
 		host_buffers_bytes(e) + ZINF_ALIGN_UP(e->flat_n * 4, 4096) + needs->pinned(e, 4096);
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		cpu += ZINF_ALIGN_UP(e->flat_n * part_bytes(e, i), 4096);
 	}
+	host_pool_opts(e, po);
+	po->cpu_bytes = cpu;
+	return 1;
+}
+
+static int
+cpu_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
+{
 	struct zinf_pool_opts po;
-	zinf_pool_opts_init(&po);
-	po.cpu_bytes = cpu;
-	po.pin_memory = e->o.offload_optimizer.pin_memory;
-	po.pin_fallback = true;
+	cpu_pool(e, needs, 4096, &po);
 	po.device = e->dev;
-	po.what = "offload_optimizer";
 	int ret = zinf_pool_create(&po, &e->os.opool);
 	if (ret) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
@@ -365,6 +406,7 @@ cpu_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 const struct eng_otier eng_otier_cpu = {
 	.name = "cpu",
 	.setup = cpu_setup,
+	.pool = cpu_pool,
 	.free = host_free,
 	.write_master = cpu_write_master,
 	.read_master = cpu_read_master,
@@ -395,6 +437,42 @@ copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 	return eng_param_home_write(e, e->cb, eng_sg_start(e, k), copy, false, n);
 }
 
+/* The step over NVMe's options from the layout (its swap space and pool set by the caller). */
+static void
+nvme_step_opts(const struct zinf_engine *e, struct zinf_step_opts *so)
+{
+	zinf_step_opts_init(so);
+	so->n = e->flat_n;
+	so->sub_group_size = e->o.sub_group_size;
+	so->tier = ZINF_TIER_NVME;
+	so->optimizer = e->opt;
+	so->copy_dtype = e->o.dtype;
+	so->rank = e->rank;
+	so->sub_group_ends = e->sg_end;
+	so->n_sub_groups = e->n_sg;
+	so->copy_fn = copy_cb;
+	so->copy_ctx = (void *)e;
+	so->before_fn = before_cb;
+	so->before_ctx = (void *)e;
+	so->schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
+}
+
+/* nvme: buffer_count buffers of one sub-group's state and copy (zinf_step_buffer_bytes), and a
+   CPU region of the staging and copy buffers and what the others carve */
+static int
+nvme_pool(const struct zinf_engine *e, const struct eng_tier_needs *needs, uint32_t align,
+	  struct zinf_pool_opts *po)
+{
+	struct zinf_step_opts so;
+	nvme_step_opts(e, &so);
+	host_pool_opts(e, po);
+	po->buffer_bytes = zinf_step_buffer_bytes(&so, align);
+	po->buffer_count = e->o.offload_optimizer.buffer_count;
+	po->cpu_bytes = host_buffers_bytes(e) + needs->pinned(e, align);
+	po->align = align;
+	return 1;
+}
+
 static int
 nvme_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 {
@@ -403,33 +481,13 @@ nvme_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 		return ret;
 	}
 	struct zinf_step_opts so;
-	zinf_step_opts_init(&so);
-	so.n = e->flat_n;
-	so.sub_group_size = e->o.sub_group_size;
-	so.tier = ZINF_TIER_NVME;
+	nvme_step_opts(e, &so);
 	so.swap = e->os.oswap;
-	so.optimizer = e->opt;
-	so.copy_dtype = e->o.dtype;
-	so.rank = e->rank;
-	so.sub_group_ends = e->sg_end;
-	so.n_sub_groups = e->n_sg;
-	so.copy_fn = copy_cb;
-	so.copy_ctx = e;
-	so.before_fn = before_cb;
-	so.before_ctx = e;
-	so.schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
 	uint32_t align = zinf_swap_align(e->os.oswap);
 	struct zinf_pool_opts po;
-	zinf_pool_opts_init(&po);
-	po.buffer_bytes = zinf_step_buffer_bytes(&so, align);
-	po.buffer_count = e->o.offload_optimizer.buffer_count;
-	po.cpu_bytes = host_buffers_bytes(e) + needs->pinned(e, align);
-	po.align = align;
-	po.pin_memory = e->o.offload_optimizer.pin_memory;
-	po.pin_fallback = true;
+	nvme_pool(e, needs, align, &po);
 	po.io = e->io;
 	po.device = e->dev;
-	po.what = "offload_optimizer";
 	if (po.buffer_bytes == 0) {
 		return ENG_FAIL(e, -EINVAL, "init: optimizer sub-groups too large for a buffer");
 	}
@@ -564,6 +622,7 @@ const struct eng_otier eng_otier_nvme = {
 	.reads_ahead = true,
 	.window = true,
 	.setup = nvme_setup,
+	.pool = nvme_pool,
 	.free = nvme_free,
 	.write_master = nvme_write_master,
 	.read_master = nvme_read_master,

@@ -242,10 +242,11 @@ int
 eng_param_homes(struct zinf_engine *e)
 {
 	size_t ds = eng_dsize(e);
-	for (uint32_t i = 0; i < e->n_params; i++) {
+	int ret = eng_param_fit(e);
+	for (uint32_t i = 0; i < e->n_params && !ret; i++) {
 		struct eparam *p = &e->params[i];
 		if (e->o.stage < 3 || p->persistent) {
-			int ret = zinf_device_alloc(e->dev, p->part.padded * ds, &p->dev_full);
+			ret = zinf_device_alloc(e->dev, p->part.padded * ds, &p->dev_full);
 			if (ret) {
 				return ENG_FAIL(e, ret,
 						"init: parameter \"%s\": device memory for "
@@ -253,7 +254,16 @@ eng_param_homes(struct zinf_engine *e)
 						p->name, p->part.padded);
 			}
 		}
-		if (e->pt->reads && p->part.part > e->o.offload_param.buffer_size) {
+	}
+	return ret ? ret : e->pt->setup(e);
+}
+
+int
+eng_param_fit(const struct zinf_engine *e)
+{
+	for (uint32_t i = 0; i < e->n_params && e->pt->reads; i++) {
+		const struct eparam *p = &e->params[i];
+		if (p->part.part > e->o.offload_param.buffer_size) {
 			return ENG_FAIL(
 				e, -EINVAL,
 				"init: parameter \"%s\": partition of %zu elements is larger "
@@ -261,7 +271,7 @@ eng_param_homes(struct zinf_engine *e)
 				p->name, p->part.part, e->o.offload_param.buffer_size);
 		}
 	}
-	return e->pt->setup(e);
+	return 0;
 }
 
 void

@@ -51,6 +51,14 @@ reads_none(struct zinf_engine *e, struct eparam *p)
 	return 0;
 }
 
+static int
+pool_none(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po)
+{
+	(void)e, (void)align;
+	zinf_pool_opts_init(po);
+	return 0;
+}
+
 static void
 free_none(struct zinf_engine *e)
 {
@@ -94,6 +102,7 @@ const struct eng_ptier eng_ptier_full = {
 	.name = "full",
 	.queues = true,
 	.setup = full_setup,
+	.pool = pool_none,
 	.free = free_none,
 	.write = full_write,
 	.read = full_read,
@@ -144,6 +153,7 @@ const struct eng_ptier eng_ptier_gpu = {
 	.name = "gpu",
 	.queues = true,
 	.setup = gpu_setup,
+	.pool = pool_none,
 	.free = free_none, /* dev_part: eng_param_free */
 	.write = gpu_write,
 	.read = gpu_read,
@@ -154,6 +164,7 @@ const struct eng_ptier eng_ptier_gpu = {
 
 /* ---- cpu ------------------------------------------------------------------------------------ */
 
+/* The parameter pool's options but for its sizes and its device. */
 static struct zinf_pool_opts
 pool_opts(const struct zinf_engine *e)
 {
@@ -161,19 +172,30 @@ pool_opts(const struct zinf_engine *e)
 	zinf_pool_opts_init(&po);
 	po.pin_memory = e->o.offload_param.pin_memory;
 	po.pin_fallback = true;
-	po.device = e->dev;
 	po.what = "offload_param";
 	return po;
+}
+
+/* cpu: a CPU region of every partition, each page-aligned */
+static int
+cpu_pool(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po)
+{
+	(void)align;
+	size_t ds = dsize(e);
+	*po = pool_opts(e);
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		po->cpu_bytes += ZINF_ALIGN_UP(e->params[i].part.part * ds, 4096);
+	}
+	return 1;
 }
 
 static int
 cpu_setup(struct zinf_engine *e)
 {
 	size_t ds = dsize(e);
-	struct zinf_pool_opts po = pool_opts(e);
-	for (uint32_t i = 0; i < e->n_params; i++) {
-		po.cpu_bytes += ZINF_ALIGN_UP(e->params[i].part.part * ds, 4096);
-	}
+	struct zinf_pool_opts po;
+	cpu_pool(e, 4096, &po);
+	po.device = e->dev;
 	int ret = zinf_pool_create(&po, &e->ps.ppool);
 	if (ret) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
@@ -226,6 +248,7 @@ cpu_put(struct zinf_engine *e, struct eparam *p)
 const struct eng_ptier eng_ptier_cpu = {
 	.name = "cpu",
 	.setup = cpu_setup,
+	.pool = cpu_pool,
 	.free = free_none, /* the pool: eng_param_free */
 	.write = cpu_write,
 	.read = cpu_read,
@@ -236,23 +259,33 @@ const struct eng_ptier eng_ptier_cpu = {
 
 /* ---- nvme ----------------------------------------------------------------------------------- */
 
+/* nvme: buffer_count buffers of the largest partition */
 static int
-nvme_setup(struct zinf_engine *e)
+nvme_pool(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po)
 {
-	size_t ds = dsize(e);
 	uint64_t max_part = 0;
 	for (uint32_t i = 0; i < e->n_params; i++) {
 		max_part = ZINF_MAX(max_part, e->params[i].part.part);
 	}
-	struct zinf_pool_opts po = pool_opts(e);
+	*po = pool_opts(e);
+	po->align = align;
+	po->buffer_bytes = ZINF_ALIGN_UP(max_part * dsize(e), po->align);
+	po->buffer_count = e->o.offload_param.buffer_count;
+	return 1;
+}
+
+static int
+nvme_setup(struct zinf_engine *e)
+{
+	size_t ds = dsize(e);
+	struct zinf_pool_opts po;
 	int ret = eng_open_swap(e, &e->o.offload_param, "param", &e->ps.pswap);
 	if (ret) {
 		return ret;
 	}
-	po.align = zinf_swap_align(e->ps.pswap);
-	po.buffer_bytes = ZINF_ALIGN_UP(max_part * ds, po.align);
-	po.buffer_count = e->o.offload_param.buffer_count;
+	nvme_pool(e, zinf_swap_align(e->ps.pswap), &po);
 	po.io = e->io;
+	po.device = e->dev;
 	if ((ret = zinf_pool_create(&po, &e->ps.ppool))) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_param");
 	}
@@ -413,6 +446,7 @@ const struct eng_ptier eng_ptier_nvme = {
 	.name = "nvme",
 	.reads = true,
 	.setup = nvme_setup,
+	.pool = nvme_pool,
 	.free = nvme_free,
 	.write = nvme_write,
 	.read = nvme_read,

@@ -157,6 +157,55 @@ take_opts(const struct zinf_pool_opts *in, struct zinf_pool_opts *o)
 	return 0;
 }
 
+/* The pool's sizes and this machine's limits from checked options into *b (every step checked
+ * for wrapping: a wrapped size would pass the budget as a small pool whose buffers lie outside
+ * the mapping). Logs and returns -ENOMEM when the sizes overflow 64 bits. */
+static int
+budget(const struct zinf_pool_opts *o, struct zinf_pool_budget *b)
+{
+	uint64_t pg = page_size();
+	uint64_t gran = ZINF_MAX(pg, (uint64_t)o->align);
+	uint64_t bufs = 0, total = 0;
+	bool wraps = o->buffer_bytes > UINT64_MAX - o->align;
+	if (!wraps) {
+		b->buffer_bytes = ZINF_ALIGN_UP(o->buffer_bytes, (uint64_t)o->align);
+		wraps = __builtin_mul_overflow(b->buffer_bytes, (uint64_t)o->buffer_count, &bufs) ||
+			__builtin_add_overflow(bufs, o->cpu_bytes, &total) ||
+			total > UINT64_MAX - gran;
+	}
+	b->bytes = wraps ? UINT64_MAX : ZINF_ALIGN_UP(total, gran);
+	struct rlimit rl;
+	b->memlock_limit = (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+				   ? (uint64_t)rl.rlim_cur
+				   : UINT64_MAX;
+	b->memlock_binding = !has_ipc_lock() && b->memlock_limit != UINT64_MAX;
+	long pages = sysconf(_SC_PHYS_PAGES);
+	b->phys_bytes = pages > 0 ? (uint64_t)pages * pg : 0;
+	if (wraps) {
+		return POOL_FAIL(o, -ENOMEM,
+				 "%u buffers of %" PRIu64 " bytes + %" PRIu64
+				 " CPU-tier bytes overflow 64 bits: lower %s.buffer_count or "
+				 "buffer_size",
+				 o->buffer_count, o->buffer_bytes, o->cpu_bytes, o->what);
+	}
+	return 0;
+}
+
+int
+zinf_pool_size(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
+{
+	struct zinf_pool_budget b = {0};
+	struct zinf_pool_opts oo;
+	int rc = take_opts(opts, &oo);
+	if (!rc) {
+		rc = budget(&oo, &b);
+	}
+	if (out) {
+		*out = b;
+	}
+	return rc;
+}
+
 int
 zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
 {
@@ -170,36 +219,12 @@ zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
 		return rc;
 	}
 	const char *what = o->what;
-	uint64_t pg = page_size();
-	/* Every step checked for wrapping: a wrapped size would pass the budget as a small pool
-	 * whose buffers lie outside the mapping. */
-	uint64_t gran = ZINF_MAX(pg, (uint64_t)o->align);
-	uint64_t bufs = 0, total = 0;
-	bool wraps = o->buffer_bytes > UINT64_MAX - o->align;
-	if (!wraps) {
-		b.buffer_bytes = ZINF_ALIGN_UP(o->buffer_bytes, (uint64_t)o->align);
-		wraps = __builtin_mul_overflow(b.buffer_bytes, (uint64_t)o->buffer_count, &bufs) ||
-			__builtin_add_overflow(bufs, o->cpu_bytes, &total) ||
-			total > UINT64_MAX - gran;
-	}
-	b.bytes = wraps ? UINT64_MAX : ZINF_ALIGN_UP(total, gran);
-	struct rlimit rl;
-	b.memlock_limit = (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-				  ? (uint64_t)rl.rlim_cur
-				  : UINT64_MAX;
-	b.memlock_binding = !has_ipc_lock() && b.memlock_limit != UINT64_MAX;
-	long pages = sysconf(_SC_PHYS_PAGES);
-	b.phys_bytes = pages > 0 ? (uint64_t)pages * pg : 0;
+	rc = budget(o, &b);
 	if (out) {
 		*out = b;
 	}
-
-	if (wraps) {
-		return POOL_FAIL(o, -ENOMEM,
-				 "%u buffers of %" PRIu64 " bytes + %" PRIu64
-				 " CPU-tier bytes overflow 64 bits: lower %s.buffer_count or "
-				 "buffer_size",
-				 o->buffer_count, o->buffer_bytes, o->cpu_bytes, what);
+	if (rc) {
+		return rc;
 	}
 	char asked[64], lim[64], phys[64];
 	fmt_bytes(asked, sizeof(asked), b.bytes);

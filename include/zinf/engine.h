@@ -426,6 +426,48 @@ ZINF_API int zinf_engine_read_master(struct zinf_engine *e, uint32_t id, float *
  */
 ZINF_API int zinf_engine_abort(struct zinf_engine *e, const char *why);
 
+/* ---- the plan ------------------------------------------------------------------------------ */
+
+/**
+ * What an engine of given options and parameters allocates on each rank (zinf_engine_plan),
+ * computed by the engine's own code: its layout and the functions its tiers size their pools
+ * by, so that the plan and the run cannot disagree.
+ */
+struct zinf_engine_plan {
+	size_t size; /* set by the caller: sizeof(struct zinf_engine_plan) */
+	/* host memory of the engine's pools (page-locked when the section's pin_memory), bytes as
+	   the pools total them: host_pool_bytes is zinf_engine_stats.host_pool_bytes after
+	   zinf_engine_init (swap directories of a direct-I/O alignment of at most `align`) */
+	uint64_t host_pool_bytes;
+	uint64_t param_pool_bytes;  /* offload_param: the CPU partitions (cpu), or buffer_count
+				       buffers of the largest partition (nvme) */
+	uint64_t optim_pool_bytes;  /* offload_optimizer: state, gradient partition and staging
+				       (cpu), or buffer_count buffers of a sub-group's state and
+				       staging (nvme); both: the speculation's reserve */
+	uint64_t grad_window_bytes; /* the optimizer on NVMe: the gradient window's slots */
+	uint64_t param_buffer_bytes, optim_buffer_bytes; /* one swap buffer, aligned (0: none) */
+	uint32_t param_buffers, optim_buffers, grad_window_slots;
+	uint32_t sub_groups;	      /* this rank's */
+	uint64_t partition_elems;     /* this rank's flat partition, padding included */
+	uint64_t max_sub_group_elems; /* the largest sub-group */
+	uint64_t bucket_elems;	      /* one gradient bucket (the engine keeps two on the device) */
+	uint64_t speculation_bytes;   /* the speculative step's reserve (clipping or fp16 with
+					 step_during_backward): in the optimizer pool for cpu and
+					 nvme, device memory for none; 0 without */
+};
+
+/**
+ * Plan an engine of `opts` (zinf_engine_create's checks) on `world` ranks with the n parameters
+ * of `params` as zinf_engine_add_param would take them (names, numel, layers; init values are
+ * not read), as rank 0 lays them out (every rank's partitions are the same size). `align`: the
+ * swap directories' direct-I/O alignment (0: 4096, the least the swap space uses). Opens no
+ * device, communicator or file. Returns 0 and fills *out (up to out->size); -EINVAL (bad
+ * options or parameters, named as create and add_param name them; out->size unknown), -ENOMEM.
+ */
+ZINF_API int zinf_engine_plan(const struct zinf_engine_opts *opts, int world, uint32_t align,
+			      const struct zinf_param_desc *params, uint32_t n,
+			      struct zinf_engine_plan *out);
+
 /* ---- statistics ---------------------------------------------------------------------------- */
 
 struct zinf_engine_stats {

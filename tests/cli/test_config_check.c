@@ -8,12 +8,15 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli_run.h"
 #include "common/test_util.h"
+#include "zinf/config.h"
+#include "zinf/engine.h"
 
 static struct zc_scratch sc;
 
@@ -62,6 +65,13 @@ resolved(json_t *o, const char *path)
 	return "(not resolved)";
 }
 
+/* plan.engine[key] */
+static double
+eng(json_t *o, const char *key)
+{
+	return zc_num(json_object_get(json_object_get(o, "plan"), "engine"), key);
+}
+
 Test(config_check, hf_zero3_auto_and_plan)
 {
 	cr_assert_eq(zc_run_sh(&sc, "", "",
@@ -72,26 +82,46 @@ Test(config_check, hf_zero3_auto_and_plan)
 	json_t *o = zc_json(sc.out);
 	cr_expect(json_is_true(json_object_get(o, "ok")));
 	/* hidden 1024: reduce_bucket_size 1024^2, prefetch 0.9 x 1024^2 (943718.4, floored),
-	   persistence 10 x 1024; the batch from the trainer's default micro batch 8 x 2 ranks. */
+	   persistence 10 x 1024; the batch from Hugging Face's default micro batch 8 x 2 ranks. */
 	cr_expect_str_eq(resolved(o, "zero_optimization.reduce_bucket_size"), "1048576");
 	cr_expect_str_eq(resolved(o, "zero_optimization.stage3_prefetch_bucket_size"), "943718");
 	cr_expect_str_eq(resolved(o, "zero_optimization.stage3_param_persistence_threshold"),
 			 "10240");
 	cr_expect_str_eq(resolved(o, "train_batch_size"), "16");
-	/* fp32 training (fp16/bf16 "auto" with the default --precision fp32): 4-byte parameters.
-	   Stage 3, both offloaded to the CPU, 2 ranks: a rank owns 5e7 elements of each kind. */
-	cr_expect_eq(item(o, "gpu", "gathered parameters"), 1e8 * 4); /* min(1e9 live, 1e8) */
-	cr_expect_eq(item(o, "gpu", "gradient buckets"), 2 * 1048576.0 * 4);
-	/* stage 3 on 2 ranks: each bucket's reduce-scatter receives its half */
-	cr_expect_eq(item(o, "gpu", "reduce-scatter receive buffers"), 2 * 524288.0 * 4);
+	/* the model: 1e8 parameters in layers of 12 x 1024^2 + 6 x 1024: 8 layers */
+	json_t *plan = json_object_get(o, "plan");
+	double P = 8 * (12.0 * 1024 * 1024 + 6 * 1024);
+	cr_expect_eq(zc_num(plan, "layers"), 8);
+	cr_expect_eq(zc_num(plan, "params"), P);
+	/* fp32 training (fp16/bf16 "auto" resolve to off): 4-byte parameters. Stage 3, both
+	   offloaded to the CPU, 2 ranks. */
+	cr_expect_eq(item(o, "gpu", "gathered parameters"), P * 4); /* min(1e9 live, P) */
+	/* the engine's bucket holds the largest parameter (fc1, 4 x 1024^2) whatever
+	   reduce_bucket_size: two of them, and on 2 ranks each reduce-scatter receives half */
+	cr_expect_eq(eng(o, "bucket_elems"), 4.0 * 1024 * 1024);
+	cr_expect_eq(item(o, "gpu", "gradient buckets"), 2 * 4.0 * 1024 * 1024 * 4);
+	cr_expect_eq(item(o, "gpu", "reduce-scatter receive buffers"), 2 * 2.0 * 1024 * 1024 * 4);
 	cr_expect_eq(item(o, "gpu", "16-bit parameter"), -1); /* offloaded */
-	cr_expect_eq(item(o, "pinned", "optimizer state"), 5e7 * 12);
-	cr_expect_eq(item(o, "pinned", "fp32 gradient partition"), 5e7 * 4);
-	cr_expect_eq(item(o, "pinned", "16-bit parameter partitions"), 5e7 * 4);
-	/* CPU tier: the pool's buffers carry one sub-group's copy each: 4 x 5e7 x 4, aligned */
-	double buf = item(o, "pinned", "optimizer swap buffers");
-	cr_expect(buf >= 4 * 5e7 * 4 && buf < 4 * (5e7 * 4 + 4096), "%.0f", buf);
+	/* pinned: the engine's pools (zinf_engine_plan), half the model per rank: the parameters'
+	   CPU partitions (4 bytes each, each partition page-aligned) and the optimizer's state,
+	   gradient and staging (12 + 4 bytes each, and more) */
+	double param_pool = item(o, "pinned", "16-bit parameter partitions");
+	double optim_pool = item(o, "pinned", "optimizer state");
+	cr_expect(param_pool >= P / 2 * 4 && param_pool < P / 2 * 4 + 80 * 2 * 4096, "%.0f",
+		  param_pool);
+	cr_expect_gt(optim_pool, P / 2 * 16);
+	cr_expect_eq(zc_num(plan, "pinned_bytes"), eng(o, "host_pool_bytes"));
+	cr_expect_eq(param_pool + optim_pool, eng(o, "host_pool_bytes"));
 	json_decref(o);
+	/* no model shape, no plan: --hidden is needed */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/tests/config/configs/ds_zero1.json "
+			       "--params 1e8",
+			       ZINF_SOURCE_DIR),
+		     2);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "--hidden") != NULL, "%s", t);
+	free(t);
 }
 
 /* The unresolved entry for path, or NULL. */
@@ -211,7 +241,7 @@ Test(config_check, every_shipped_config)
 }
 
 static void
-write_nvme_config(void)
+write_nvme_config(const char *buffer_size)
 {
 	char path[4300];
 	snprintf(path, sizeof(path), "%s/ds.json", sc.dir);
@@ -222,60 +252,185 @@ write_nvme_config(void)
 		"  \"zero_optimization\": {\n    \"stage\": 3,\n    \"sub_group_size\": 1e6,\n"
 		"    \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"},\n"
 		"    \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
-		"\"buffer_size\": 1e6}\n  }\n}\n",
-		sc.dir, sc.dir);
+		"\"buffer_size\": %s}\n  }\n}\n",
+		sc.dir, sc.dir, buffer_size);
 	fclose(f);
 }
 
 Test(config_check, nvme_plan_and_free_space)
 {
-	write_nvme_config();
-	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s/ds.json --world 2 --params 4e6 --json",
+	write_nvme_config("1e6");
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/ds.json --world 2 --hidden 256 --params 4e6 --json",
 			       sc.dir),
-		     0);
+		     0, "%s", zc_text(sc.err));
 	json_t *o = zc_json(sc.out);
-	/* 2e6 elements per rank: 12 bytes of fp32 Adam state, 2 of bf16 parameters, on NVMe; the
-	   fp32 gradient partition pinned; 4 optimizer buffers of one sub-group (1e6 x (12 + 2),
-	   aligned) and 5 parameter buffers of 1e6 bf16 elements. */
-	cr_expect_eq(item(o, "nvme", "optimizer state"), 2e6 * 12);
-	cr_expect_eq(item(o, "nvme", "16-bit parameter partitions"), 2e6 * 2);
-	cr_expect_eq(item(o, "pinned", "fp32 gradient partition"), 2e6 * 4);
-	cr_expect_eq(item(o, "pinned", "parameter swap buffers"), 5 * 1e6 * 2);
-	double buf = item(o, "pinned", "optimizer swap buffers");
-	cr_expect(buf >= 4 * 14e6 && buf < 4 * (14e6 + 4 * 4096), "%.0f", buf);
+	/* 6 layers of 12 x 256^2 + 6 x 256; a rank's flat partition, on NVMe: 12 bytes of fp32
+	   Adam state and 4 of gradient (the window's spills), 2 of bf16 parameters */
+	double part = eng(o, "partition_elems");
+	cr_expect(part >= 6 * (12.0 * 65536 + 6 * 256) / 2, "%.0f", part);
+	cr_expect_eq(item(o, "nvme", "optimizer state and gradients"), part * 16);
+	cr_expect_eq(item(o, "nvme", "16-bit parameter partitions"), part * 2);
+	/* pinned: 5 parameter buffers of the largest partition (fc1, 4 x 256^2 / 2 bf16), the
+	   optimizer's 4 buffers of a sub-group, its window of min(4, sub-groups) sub-groups'
+	   gradients */
+	cr_expect_eq(item(o, "pinned", "parameter swap buffers"), 5 * 131072.0 * 2);
+	cr_expect_gt(item(o, "pinned", "optimizer swap buffers"),
+		     4 * eng(o, "max_sub_group_elems") * 14);
+	double win = item(o, "pinned", "gradient window"), sg4 = eng(o, "max_sub_group_elems") * 4;
+	double slots = fmin(4, eng(o, "sub_groups"));
+	cr_expect(win >= slots * sg4 && win < slots * (sg4 + 4096) + 4096, "%.0f", win);
 	json_decref(o);
-	/* 1e15 parameters: 7e15 bytes per rank on the scratch disk. */
-	cr_assert_eq(
-		zc_run_sh(&sc, "", "", "config check %s/ds.json --world 2 --params 1e15", sc.dir),
-		1);
+	/* 1e15 parameters of hidden 2e5: partitions larger than offload_param.buffer_size (1e6
+	   elements), which the engine's init refuses: so does the plan, naming the key */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e15",
+			       sc.dir),
+		     2, "%s", zc_text(sc.err));
 	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "offload_param.buffer_size") != NULL, "%s", t);
+	free(t);
+	/* with buffers that hold them: petabytes per rank on the scratch disk */
+	write_nvme_config("1e12");
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e15",
+			       sc.dir),
+		     1, "%s", zc_text(sc.err));
+	t = zc_text(sc.err);
 	cr_expect(strstr(t, sc.dir) != NULL && strstr(t, "needed") != NULL, "%s", t);
 	free(t);
 }
 
-/* Clipping with the step during backward: the speculative step's reserve, buffer_count (4)
- * sub-groups of 1e6 elements, each 12 bytes of fp32 Adam state and 2 of bf16 values, pinned
- * (the optimizer on the CPU); 5e6 elements per rank: 5 sub-groups, so all 4 slots. */
+/* The model config check plans with (cli/config_check.c, zinf bench engine's layers): per
+ * layer qkv 3 H^2, proj H^2, fc1 4 H^2, fc2 4 H^2 and six vectors of H, in this order. */
+static const struct {
+	const char *name;
+	uint32_t h2, h;
+} layer_shape[] = {
+	{"ln1.weight", 0, 1},	  {"ln1.bias", 0, 1},	  {"attn.qkv", 3, 0}, {"attn.proj", 1, 0},
+	{"attn.proj.bias", 0, 1}, {"ln2.weight", 0, 1},	  {"ln2.bias", 0, 1}, {"mlp.fc1", 4, 0},
+	{"mlp.fc2", 4, 0},	  {"mlp.fc2.bias", 0, 1},
+};
+
+/* A real engine (host device, one rank) from `file` resolved with hidden h and 10 steps, its
+ * NVMe paths in the scratch directory, over `layers` such layers: its host_pool_bytes after
+ * init. */
+static uint64_t
+engine_pool_bytes(const char *file, uint64_t h, int layers)
+{
+	struct zinf_config_inputs in;
+	struct zinf_train_config tc;
+	zinf_config_inputs_init(&in);
+	in.hidden_size = h;
+	in.total_num_steps = 10;
+	zinf_config_init(&tc);
+	cr_assert_eq(zinf_config_read_file(file, &in, &tc), 0, "%s: %s", file, zinf_last_error());
+	struct zinf_engine_opts eo = tc.engine;
+	for (uint32_t i = 0; i < eo.offload_param.n_paths; i++) {
+		eo.offload_param.nvme_path[i] = sc.dir;
+	}
+	for (uint32_t i = 0; i < eo.offload_optimizer.n_paths; i++) {
+		eo.offload_optimizer.nvme_path[i] = sc.dir;
+	}
+	eo.device_backend = "host";
+	eo.comm_backend = "single";
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(&eo, &e), 0, "%s: %s", file, zinf_last_error());
+	for (int l = 0; l < layers; l++) {
+		for (size_t j = 0; j < sizeof(layer_shape) / sizeof(layer_shape[0]); j++) {
+			char name[64];
+			struct zinf_param_desc d;
+			zinf_param_desc_init(&d);
+			snprintf(name, sizeof(name), "layer%d.%s", l, layer_shape[j].name);
+			d.name = name;
+			d.numel = layer_shape[j].h2 * h * h + layer_shape[j].h * h;
+			d.layer = l;
+			cr_assert_geq(zinf_engine_add_param(e, &d), 0, "%s", zinf_last_error());
+		}
+	}
+	cr_assert_eq(zinf_engine_init(e), 0, "%s: %s", file, zinf_last_error());
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+	zinf_engine_destroy(e);
+	zinf_config_fini(&tc);
+	return st.host_pool_bytes;
+}
+
+/*
+ * The plan's host memory is the engine's: for every shipped configuration and the Hugging Face
+ * ones, config check's pinned total equals the host_pool_bytes of a real engine made from the
+ * same file over the same model (3 layers of hidden 64), and so does each pool's sum. Before,
+ * the plan said 3.0 GiB for zero3_nvme.json (buffer_count x buffer_size parameter buffers)
+ * where the engine pins some MiB (buffers of the largest partition).
+ */
+Test(config_check, plan_equals_a_real_engine)
+{
+	static const char *const files[] = {
+		"examples/gpt/configs/zero3_nvme.json", "examples/gpt/configs/zero2_cpu.json",
+		"examples/gpt/configs/zero3_fp16.json", "examples/gpt/configs/zero0_memory.json",
+		"tests/config/configs/hf_zero3.json",	"tests/config/configs/hf_zero2.json",
+	};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		char file[4300];
+		snprintf(file, sizeof(file), "%s/%s", ZINF_SOURCE_DIR, files[i]);
+		cr_assert_eq(zc_run_sh(&sc, "", "",
+				       "config check %s --hidden 64 --layers 3 --world 1 "
+				       "--total-steps 10 --nvme-path %s --json",
+				       file, sc.dir),
+			     0, "%s: %s", files[i], zc_text(sc.err));
+		json_t *o = zc_json(sc.out);
+		double pinned = zc_num(json_object_get(o, "plan"), "pinned_bytes");
+		uint64_t real = engine_pool_bytes(file, 64, 3);
+		cr_expect_eq(pinned, (double)real, "%s: the plan pins %.0f bytes, the engine %llu",
+			     files[i], pinned, (unsigned long long)real);
+		cr_expect_eq(eng(o, "host_pool_bytes"), (double)real, "%s", files[i]);
+		if (strstr(files[i], "zero0")) {
+			cr_expect_eq(real, 0, "%s: nothing offloaded", files[i]);
+		} else {
+			cr_expect_gt(real, 0, "%s", files[i]);
+		}
+		if (strstr(files[i], "zero3_nvme")) {
+			cr_expect_lt(pinned, 64 << 20, "%s: %.0f bytes", files[i], pinned);
+		}
+		json_decref(o);
+	}
+}
+
+/* Clipping with the step during backward: the speculative step's reserve, in the optimizer's
+ * pool (the optimizer on the CPU), buffer_count (4) sub-groups of state and bf16 values; none
+ * without clipping. */
 Test(config_check, speculative_step_reserve)
 {
 	char path[4300];
 	snprintf(path, sizeof(path), "%s/clip.json", sc.dir);
-	FILE *f = fopen(path, "w");
-	cr_assert_not_null(f);
-	fprintf(f, "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": 1.0,\n"
-		   " \"bf16\": {\"enabled\": true},\n"
-		   " \"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 1e6,\n"
-		   "  \"offload_optimizer\": {\"device\": \"cpu\"}}}\n");
-	fclose(f);
-	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s --world 2 --params 1e7 --json", path),
-		     0);
-	json_t *o = zc_json(sc.out);
-	cr_expect_eq(item(o, "pinned", "speculative step reserve"), 4 * 1e6 * 14);
-	cr_expect_eq(item(o, "gpu", "speculative step reserve"), -1);
-	json_decref(o);
+	for (int clip = 1; clip >= 0; clip--) {
+		FILE *f = fopen(path, "w");
+		cr_assert_not_null(f);
+		fprintf(f,
+			"{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": %d,\n"
+			" \"bf16\": {\"enabled\": true},\n"
+			" \"zero_optimization\": {\"stage\": 2, \"sub_group_size\": 1e6,\n"
+			"  \"offload_optimizer\": {\"device\": \"cpu\"}}}\n",
+			clip);
+		fclose(f);
+		cr_assert_eq(zc_run_sh(&sc, "", "",
+				       "config check %s --world 2 --hidden 256 --params 1e7 --json",
+				       path),
+			     0);
+		json_t *o = zc_json(sc.out);
+		double spec = eng(o, "speculation_bytes"), sg = eng(o, "max_sub_group_elems");
+		if (clip) {
+			cr_expect_geq(eng(o, "sub_groups"), 5);
+			cr_expect_geq(spec, 4 * sg * 14, "%.0f", spec);
+			cr_expect_lt(spec, 4 * (sg * 14 + 4 * 4096), "%.0f", spec);
+		} else {
+			cr_expect_eq(spec, 0);
+		}
+		cr_expect_eq(item(o, "gpu", "speculative step reserve"), -1);
+		json_decref(o);
+	}
 }
 
-/* A ZeRO-3 config with both tiers on NVMe under `path` and the aio section `aio`, in sc.dir. */
 static void
 write_infinity(const char *path, const char *aio)
 {

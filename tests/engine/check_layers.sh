@@ -22,6 +22,7 @@ declare -A level=(
 	[engine_grad.c]=6 [engine_fetch.c]=6
 	[engine_step.c]=7 [engine_init.c]=7
 	[engine.c]=8
+	[engine_plan.c]=9
 )
 
 # a file without its comments and string literals

@@ -561,6 +561,98 @@ Test(engine, opts_check_refuses_what_the_engine_refuses)
 	}
 }
 
+/* The test model's parameters as zinf_engine_plan takes them. */
+static void
+model_descs(struct zinf_param_desc d[EREF_NPARAMS])
+{
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		zinf_param_desc_init(&d[id]);
+		d[id].name = eref_params[id].name;
+		d[id].numel = eref_numel(id);
+		d[id].layer = eref_params[id].layer;
+	}
+}
+
+/*
+ * zinf_engine_plan against the engine it plans: for stages 0-3, every optimizer and parameter
+ * tier, pinned or not, clipping (the speculation's reserve in the optimizer pool), sub_group_size
+ * 0 and several buffer counts, the plan's host pool bytes equal the engine's host_pool_bytes
+ * after init, and its sub-groups the engine's. (The plan of `zinf config check` said 3 GiB for a
+ * run that pinned 5 MiB: it sized the parameter buffers by buffer_size, the engine by the largest
+ * partition.)
+ */
+Test(engine, plan_equals_the_engine)
+{
+	static const struct {
+		int stage;
+		enum zinf_offload_device opt, param;
+		bool pin, clip;
+		uint32_t buffers;
+		uint64_t sub_group;
+	} cfgs[] = {
+		{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, false, false, 4, 64},
+		{1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true, false, 4, 64},
+		{2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true, false, 4, 64},
+		{2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, false, true, 2, 64},
+		{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, true, false, 4, 64},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, false, 8, 64},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, true, 3, 0},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, true, 1, 1000},
+		{3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, true, false, 5, 64},
+	};
+	struct zinf_param_desc descs[EREF_NPARAMS];
+	model_descs(descs);
+	char *dir = zt_mkdtemp(NULL);
+	uint64_t seen_max = 0;
+	for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++) {
+		struct zinf_engine_opts o;
+		char what[96];
+		snprintf(what, sizeof(what), "stage %d opt %d param %d pin %d clip %d buffers %u",
+			 cfgs[k].stage, cfgs[k].opt, cfgs[k].param, cfgs[k].pin, cfgs[k].clip,
+			 cfgs[k].buffers);
+		edrive_opts(&o, "single", cfgs[k].stage, cfgs[k].opt, cfgs[k].param, dir, ZINF_F32,
+			    1);
+		o.offload_optimizer.pin_memory = o.offload_param.pin_memory = cfgs[k].pin;
+		o.offload_optimizer.buffer_count = o.offload_param.buffer_count = cfgs[k].buffers;
+		o.sub_group_size = cfgs[k].sub_group;
+		o.gradient_clipping = cfgs[k].clip ? 1.0 : 0.0;
+		struct zinf_engine_plan plan = {.size = sizeof(plan)};
+		cr_assert_eq(zinf_engine_plan(&o, 1, 0, descs, EREF_NPARAMS, &plan), 0, "%s: %s",
+			     what, zinf_last_error());
+		struct zinf_engine *e = make_model(&o);
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+		cr_expect_eq(plan.host_pool_bytes, st.host_pool_bytes, "%s: plan %llu, engine %llu",
+			     what, (unsigned long long)plan.host_pool_bytes,
+			     (unsigned long long)st.host_pool_bytes);
+		cr_expect_eq(plan.host_pool_bytes,
+			     plan.param_pool_bytes + plan.optim_pool_bytes + plan.grad_window_bytes,
+			     "%s", what);
+		cr_expect_eq(plan.sub_groups, st.sub_groups, "%s", what);
+		cr_expect_eq(plan.host_pool_bytes > 0,
+			     cfgs[k].opt != ZINF_OFFLOAD_NONE || cfgs[k].param != ZINF_OFFLOAD_NONE,
+			     "%s: %llu", what, (unsigned long long)plan.host_pool_bytes);
+		/* the reserve: clipping, and a sub-group other than the last to speculate on */
+		cr_expect_eq(plan.speculation_bytes > 0, cfgs[k].clip && plan.sub_groups > 1, "%s",
+			     what);
+		seen_max = plan.host_pool_bytes > seen_max ? plan.host_pool_bytes : seen_max;
+		zinf_engine_destroy(e);
+	}
+	cr_expect_gt(seen_max, 0);
+	/* bad options or parameters: refused as create and add_param refuse them */
+	struct zinf_engine_opts o;
+	struct zinf_engine_plan plan = {.size = sizeof(plan)};
+	edrive_opts(&o, "single", 4, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, NULL, ZINF_F32, 1);
+	cr_expect_eq(zinf_engine_plan(&o, 1, 0, descs, EREF_NPARAMS, &plan), -EINVAL);
+	edrive_opts(&o, "single", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, NULL, ZINF_F32, 1);
+	descs[2].name = descs[1].name;
+	cr_expect_eq(zinf_engine_plan(&o, 1, 0, descs, EREF_NPARAMS, &plan), -EINVAL);
+	cr_expect(strstr(zinf_last_error(), "already registered") != NULL, "%s", zinf_last_error());
+	cr_expect_eq(zinf_engine_plan(&o, 0, 0, descs, EREF_NPARAMS, &plan), -EINVAL, "world 0");
+	zt_rmtree(dir);
+	free(dir);
+}
+
 /* optimizer_schedule deepspeed (DeepSpeed's one read ahead, one write behind; for comparisons)
  * changes the order of the NVMe traffic, not the result: the reference bit for bit, during and
  * after backward; an unknown schedule is refused naming the option. */

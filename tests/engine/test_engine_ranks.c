@@ -9,7 +9,8 @@
  *
  * Cases: a known answer worked by hand (three 3x5 weights); the test model (engine_ref.h)
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
- * single-process reference; DeepSpeed's sizes at 0 (zero_sizes); the same without quantised
+ * single-process reference; DeepSpeed's sizes at 0 (zero_sizes); zinf_engine_plan's pools
+ * against each rank's (plan); the same without quantised
  * gradients (a derived tolerance); a bf16 run; the stage-3 live bound and persistence; a fetch
  * order changed mid-run (the trace); ranks
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
@@ -451,6 +452,56 @@ case_zero_sizes(void)
 	}
 	master_free(&m);
 	eref_result_free(&ref);
+	return fails;
+}
+
+/*
+ * zinf_engine_plan for `world` ranks against every rank's engine: the plan's host pool bytes
+ * (the partitions padded to the world size) equal each rank's host_pool_bytes after init, and its
+ * sub-groups each rank's, for stages 1-3 and the host tiers, with clipping's reserve.
+ */
+static int
+case_plan(void)
+{
+	static const struct config cfgs[] = {
+		{1, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true},
+		{2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true},
+		{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false},
+	};
+	struct zinf_param_desc descs[EREF_NPARAMS];
+	int fails = 0;
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		zinf_param_desc_init(&descs[id]);
+		descs[id].name = eref_params[id].name;
+		descs[id].numel = eref_numel(id);
+		descs[id].layer = eref_params[id].layer;
+	}
+	for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++) {
+		const struct config *c = &cfgs[k];
+		struct zinf_engine_opts o;
+		char what[96];
+		snprintf(what, sizeof(what), "%d ranks stage %d optimizer %s param %s, plan", world,
+			 c->stage, tier_names[c->opt], tier_names[c->param]);
+		edrive_opts(&o, "mpi", c->stage, c->opt, c->param, scratch, ZINF_F32, GAS);
+		o.step_during_backward = c->sdb;
+		o.gradient_clipping = 1.0;
+		struct zinf_engine_plan plan = {.size = sizeof(plan)};
+		int rc = zinf_engine_plan(&o, world, 0, descs, EREF_NPARAMS, &plan);
+		CHECK(rc == 0, "%s: %d %s", what, rc, zinf_last_error());
+		struct zinf_engine *e = make_model(&o, &fails);
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		if (e && rc == 0 && zinf_engine_get_stats(e, &st) == 0) {
+			CHECK(plan.host_pool_bytes == st.host_pool_bytes,
+			      "%s: the plan %llu bytes, the engine %llu", what,
+			      (unsigned long long)plan.host_pool_bytes,
+			      (unsigned long long)st.host_pool_bytes);
+			CHECK(plan.sub_groups == st.sub_groups, "%s: %u sub-groups, the engine %u",
+			      what, plan.sub_groups, st.sub_groups);
+			CHECK(plan.host_pool_bytes > 0, "%s: nothing planned", what);
+		}
+		zinf_engine_destroy(e);
+	}
 	return fails;
 }
 
@@ -1856,6 +1907,7 @@ static const struct ranks_case cases[] = {
 	{"known_answer", case_known_answer, false},
 	{"matrix", case_matrix, false},
 	{"zero_sizes", case_zero_sizes, false},
+	{"plan", case_plan, false},
 	{"unquantised", case_unquantised, false},
 	{"bf16", case_bf16, false},
 	{"live_and_persistence", case_live_and_persistence, false},

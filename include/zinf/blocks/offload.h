@@ -90,6 +90,13 @@ struct zinf_pool_budget {
  * warns, naming ulimit -l).
  */
 ZINF_API int zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out);
+/**
+ * The pool's sizes as zinf_pool_check() and zinf_pool_create() compute them (the same code),
+ * and this machine's limits, into *out, without judging them against the limits (a plan of
+ * another machine's pools: zinf_engine_plan). Returns 0; -EINVAL (bad option, logged);
+ * -ENOMEM (the sizes overflow 64 bits, logged).
+ */
+ZINF_API int zinf_pool_size(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out);
 
 /**
  * Check (zinf_pool_check), then allocate the pool in one mapping, bind it to its NUMA node,
