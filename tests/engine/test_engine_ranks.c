@@ -1791,6 +1791,147 @@ case_init_fault(void)
 	return fails;
 }
 
+/*
+ * Ranks that disagree on what must be alike (their options, their model): init fails on every
+ * rank with -EINVAL naming the first field or parameter that differs and two ranks' values,
+ * before any collective of the layout (one at stage 3 and another at stage 2 once corrupted the
+ * heap in the all-gather of a parameter). The last rank differs; `how` says in what.
+ */
+enum mismatch { MM_STAGE, MM_LR, MM_TIER, MM_NUMEL, MM_NAME, MM_COUNT };
+
+static int
+mismatch(enum mismatch how, const char *needle)
+{
+	int fails = 0;
+	bool odd = rank == world - 1;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 20;
+	if (odd && how == MM_STAGE) {
+		edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32,
+			    1);
+		o.comm_timeout_s = 20;
+	}
+	if (odd && how == MM_LR) {
+		o.optimizer.lr *= 2;
+	}
+	if (odd && how == MM_TIER) {
+		o.offload_param.device = ZINF_OFFLOAD_NONE;
+	}
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc) {
+		return fails;
+	}
+	static const char *const names[] = {"a.weight", "a.bias", "b.weight"};
+	const uint64_t numel[] = {300, 30, 200};
+	int n = odd && how == MM_COUNT ? 2 : 3;
+	for (int i = 0; i < n; i++) {
+		struct zinf_param_desc pd;
+		zinf_param_desc_init(&pd);
+		pd.name = odd && how == MM_NAME && i == 2 ? "b.bias" : names[i];
+		pd.numel = odd && how == MM_NUMEL && i == 1 ? 31 : numel[i];
+		pd.layer = i / 2;
+		int id = zinf_engine_add_param(e, &pd);
+		CHECK(id == i, "add_param %d: %d %s", i, id, zinf_last_error());
+	}
+	double t0 = zinf_now_s();
+	rc = zinf_engine_init(e);
+	const char *msg = zinf_last_error();
+	CHECK(rc == -EINVAL, "init with rank %d differing (%s): %d (%s)", world - 1, needle, rc,
+	      msg);
+	CHECK(strstr(msg, needle) != NULL, "the message does not say %s: %s", needle, msg);
+	CHECK(zinf_now_s() - t0 < 10, "init took %.1f s: a collective waited", zinf_now_s() - t0);
+	if (rank == 0) {
+		printf("  mismatch: %s\n", msg);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_ranks_differ(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	char last[160];
+	int fails = 0;
+	snprintf(last, sizeof(last), "zero_optimization.stage is 3 on rank 0 and 2 on rank %d",
+		 world - 1);
+	fails += mismatch(MM_STAGE, last);
+	snprintf(last, sizeof(last),
+		 "optimizer.params.lr is 0.00999999978 on rank 0 and "
+		 "0.0199999996 on rank %d",
+		 world - 1);
+	fails += mismatch(MM_LR, last);
+	snprintf(last, sizeof(last),
+		 "zero_optimization.offload_param.device is cpu on rank 0 and none on rank %d",
+		 world - 1);
+	fails += mismatch(MM_TIER, last);
+	snprintf(last, sizeof(last),
+		 "parameter 1 is \"a.bias\" (30 elements, layer 0) on rank 0 and \"a.bias\" (31 "
+		 "elements, layer 0) on rank %d",
+		 world - 1);
+	fails += mismatch(MM_NUMEL, last);
+	snprintf(last, sizeof(last),
+		 "parameter 2 is \"b.weight\" (200 elements, layer 1) on rank 0 and \"b.bias\"");
+	fails += mismatch(MM_NAME, last);
+	snprintf(last, sizeof(last),
+		 "the number of parameters registered is 3 on rank 0 and 2 on rank %d", world - 1);
+	fails += mismatch(MM_COUNT, last);
+	return fails;
+}
+
+/*
+ * The last rank sets another learning rate (or beta) before step 2: that step fails with
+ * -EINVAL on every rank, naming the range of values, instead of training different ranks'
+ * partitions with different hyper-parameters to the end; later calls return the error.
+ */
+static int
+hyper_differs(bool betas)
+{
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 20;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	struct edrive d;
+	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
+	CHECK(rc == 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, 0, 1, 1, -1);
+	CHECK(rc == 0, "step 1 with the same lr: %d %s", rc, d.why);
+	if (rank == world - 1) {
+		rc = betas ? zinf_engine_set_betas(e, 0.8f, 0.999f) : zinf_engine_set_lr(e, 0.02f);
+		CHECK(rc == 0, "set: %d %s", rc, zinf_last_error());
+	}
+	rc = edrive_run(&d, 1, 1, 1, -1);
+	const char *msg = zinf_last_error();
+	CHECK(rc == -EINVAL, "step 2 with rank %d's %s different: %d (%s)", world - 1,
+	      betas ? "beta1" : "lr", rc, d.why);
+	CHECK(strstr(msg, betas ? "different beta1" : "different learning rate") &&
+		      strstr(msg, betas ? "from 0.800000012 to 0.899999976"
+					: "from 0.00999999978 to 0.0199999996"),
+	      "the message does not name the values: %s", msg);
+	CHECK(zinf_engine_step(e) == -EINVAL, "a later call returns the error");
+	if (rank == 0) {
+		printf("  %s: %s\n", betas ? "betas" : "lr", msg);
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_hyper_differs(void)
+{
+	return world < 2 ? SKIP : hyper_differs(false) + hyper_differs(true);
+}
+
 static const struct ranks_case cases[] = {
 	{"known_answer", case_known_answer, false},
 	{"matrix", case_matrix, false},
@@ -1810,6 +1951,8 @@ static const struct ranks_case cases[] = {
 	{"notice_read_master", case_notice_read_master, false},
 	{"notice_abort", case_notice_abort, false},
 	{"init_fault", case_init_fault, false},
+	{"ranks_differ", case_ranks_differ, false},
+	{"hyper_differs", case_hyper_differs, false},
 	{"spec_fault", case_spec_fault, false},
 	{"spec_fault_write", case_spec_fault_write, false},
 };
