@@ -167,6 +167,30 @@ check_opts(const struct zinf_engine_opts *o)
 	return 0;
 }
 
+/* Element counts past ZINF_ENGINE_MAX_ELEMS mean "no limit" (or a size no model reaches): read
+ * as that bound, so that no product of them with a byte size wraps. */
+static void
+clamp_elems(struct zinf_engine_opts *o)
+{
+	uint64_t *const v[] = {
+		&o->sub_group_size,
+		&o->reduce_bucket_size,
+		&o->allgather_bucket_size,
+		&o->stage3_prefetch_bucket_size,
+		&o->stage3_max_live_parameters,
+		&o->stage3_max_reuse_distance,
+		&o->stage3_param_persistence_threshold,
+		&o->stage3_model_persistence_threshold,
+		&o->offload_param.buffer_size,
+		&o->offload_param.max_in_cpu,
+		&o->offload_optimizer.buffer_size,
+		&o->offload_optimizer.max_in_cpu,
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		*v[i] = ZINF_MIN(*v[i], ZINF_ENGINE_MAX_ELEMS);
+	}
+}
+
 static int
 dup_str(const char *s, char **out)
 {
@@ -327,6 +351,9 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->ps.nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
 	int ret = zc_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
+	if (!ret) {
+		clamp_elems(&e->o);
+	}
 	if (ret || (ret = check_opts(&e->o)) || (ret = eng_clip_init(e))) {
 		goto fail;
 	}

@@ -363,6 +363,7 @@ struct zinf_engine {
 
 	/* parameters and layers */
 	uint32_t n_params, cap_params;
+	uint64_t reg_elems; /* elements registered (at most ZINF_ENGINE_MAX_ELEMS) */
 	struct eparam *params;
 	uint32_t n_layers;
 	struct elayer *layers; /* sorted by layer */

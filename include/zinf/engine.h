@@ -249,6 +249,13 @@ typedef int (*zinf_param_init_fn)(void *ctx, uint32_t param, uint64_t first, uin
 
 /** Most dimensions of a parameter's shape. */
 #define ZINF_PARAM_MAX_DIMS 8
+/**
+ * The most elements one parameter, and all parameters of an engine together, may have (2^48,
+ * about 2.8e14: 4000 times a 70B model), so that every byte count and file offset derived from
+ * them fits 64 bits. Element-count options above it (a "no limit" of 1e20, UINT64_MAX) are
+ * read as it: no model reaches it.
+ */
+#define ZINF_ENGINE_MAX_ELEMS (1ull << 48)
 
 struct zinf_param_desc {
 	size_t size;	  /* sizeof(struct zinf_param_desc); set by zinf_param_desc_init() */
