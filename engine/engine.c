@@ -52,7 +52,7 @@ zinf_engine_opts_init(struct zinf_engine_opts *o)
 	o->stage3_model_persistence_threshold = UINT64_MAX;
 	o->gradient_accumulation_steps = 1;
 	zinf_optimizer_opts_init(&o->optimizer, ZINF_OPTIM_ADAMW);
-	o->dtype = ZINF_BF16;
+	o->dtype = ZINF_F32; /* as zinf_config_init and DeepSpeed without fp16 or bf16 */
 	o->aio.block_size = 1048576;
 	o->aio.queue_depth = 8;
 	o->aio.intra_op_parallelism = 1;

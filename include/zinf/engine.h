@@ -154,8 +154,9 @@ struct zinf_engine_opts {
 	struct zinf_optimizer_opts optimizer;
 
 	/* precision: the dtype of the parameters the trainer computes with (and hands gradients
-	   in, usually): ZINF_BF16, ZINF_F16, or ZINF_F32 (fp32 training); default ZINF_BF16.
-	   Gradients are widened exactly to fp32 in the buckets and reduced in fp32 whatever this
+	   in, usually): ZINF_BF16, ZINF_F16, or ZINF_F32 (fp32 training); default ZINF_F32, as
+	   zinf_config_init() and DeepSpeed with neither fp16 nor bf16 enabled (a trainer reading
+	   16-bit parameters sets it). Gradients are widened exactly to fp32 in the buckets and reduced in fp32 whatever this
 	   is (twice the bytes of a 16-bit reduction, no 16-bit rounding of the sum) */
 	enum zinf_dtype dtype;
 	uint32_t reserved3; /* zero */
