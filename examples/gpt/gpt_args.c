@@ -193,16 +193,14 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 int
 gpt_log_level_from_env(void)
 {
-	static const char *const names[] = {"error", "warn", "info", "debug"};
 	const char *v = getenv("ZINF_LOG_LEVEL");
+	enum zinf_log_level lvl;
 	if (!v || !*v) {
 		return 0;
 	}
-	for (int i = 0; i < 4; i++) {
-		if (!strcmp(v, names[i]) || (v[0] == '0' + i && !v[1])) {
-			zinf_log_set_level((enum zinf_log_level)i);
-			return 0;
-		}
+	if (zinf_log_level_parse(v, &lvl) == 0) {
+		zinf_log_set_level(lvl);
+		return 0;
 	}
 	fprintf(stderr,
 		"zinf_gpt: ZINF_LOG_LEVEL=%s: expected error, warn, info or debug (or 0-3)\n", v);
