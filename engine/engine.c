@@ -58,7 +58,7 @@ zinf_engine_opts_init(struct zinf_engine_opts *o)
 	o->aio.intra_op_parallelism = 1;
 	o->aio.overlap_events = true;
 	o->device_index = -1;
-	o->comm_timeout_s = 1800.0;
+	o->comm_timeout_s = comm_timeout_default(); /* $ZINF_COMM_TIMEOUT_S, else 1800 s */
 	o->step_during_backward = true;
 	o->record_trace = true;
 	zinf_fp16_opts_init(&o->fp16);
@@ -160,11 +160,7 @@ check_opts(const struct zinf_engine_opts *o)
 				 "(deepspeed)",
 				 o->optimizer_schedule);
 	}
-	if (!(o->comm_timeout_s > 0)) {
-		return ZINF_FAIL(-EINVAL, "engine: comm_timeout_s %g is not positive",
-				 o->comm_timeout_s);
-	}
-	return 0;
+	return comm_timeout_check(o->comm_timeout_s, "engine");
 }
 
 /* Element counts past ZINF_ENGINE_MAX_ELEMS mean "no limit" (or a size no model reaches): read
@@ -448,8 +444,14 @@ zinf_engine_destroy(struct zinf_engine *e)
 	if (e->scratch) {
 		eng_comm_buf_free(e, e->scratch);
 	}
-	/* the communicator before the streams: nccl's finalisation flushes what it queued on cs */
-	if (e->own_comm) {
+	/* the communicator before the streams: nccl's finalisation flushes what it queued on cs;
+	   a rank still training learns at its next collective that this one left, and when */
+	if (e->own_comm && e->comm) {
+		char why[96];
+		snprintf(why, sizeof(why),
+			 "zinf_engine_destroy after step %" PRId64 " (%" PRIu64 " micro-batches)",
+			 e->steps, e->micro_steps);
+		(void)zinf_comm_leave(e->comm, why);
 		zinf_comm_destroy(e->comm);
 	}
 	zinf_event_destroy(e->ev_compute);

@@ -171,7 +171,8 @@ struct zinf_engine_opts {
 	uint8_t reserved4[2];	    /* zero */
 	const char *comm_backend;   /* zinf_comm_opts.backend: NULL: nccl on a cuda device; on the
 				       host device mpi under mpirun, else single */
-	double comm_timeout_s;	    /* deadline of every collective; default 1800 */
+	double comm_timeout_s;	    /* deadline of every collective; default $ZINF_COMM_TIMEOUT_S
+				       (seconds) when set, else 1800 */
 	struct zinf_device *device; /* use this device (not owned; outlives the engine) instead of
 				       opening one; NULL (default): open device_backend */
 	struct zinf_comm *comm;	    /* use this communicator (not owned) instead of creating

@@ -518,9 +518,9 @@ skip_one(bool check)
 	if (rank != world - 1) {
 		zinf_comm_destroy(c);
 	}
-	if (late) {
-		MPI_Barrier(MPI_COMM_WORLD); /* the others returned from destroy */
-	}
+	/* the others returned from destroy: the late rank, alive all along, never left (leaving
+	   would have told them at once: case leave) */
+	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == world - 1) {
 		if (late) {
 			CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0,
@@ -529,6 +529,49 @@ skip_one(bool check)
 		zinf_comm_destroy(c);
 	}
 	kept[nkept++ % 4] = v; /* a timed-out MPI request may still write it */
+	return fails;
+}
+
+/*
+ * The last rank leaves (zinf_comm_destroy) after two collectives while the others call a third:
+ * they fail at once (not after the 20 s deadline) with -ECONNABORTED naming the rank that left
+ * and when, and refuse later calls; ranks that end together see nothing (every case's destroy).
+ * The third is an all-gather, a non-blocking MPI call: on the progress thread (=all) it would
+ * stay inside MPI for good, as any blocking call a rank that left never joins (the process
+ * must then exit without MPI_Finalize, which this runner's later cases need).
+ */
+static int
+case_leave(void)
+{
+	const char *pt = getenv("ZINF_COMM_MPI_PROGRESS");
+	if (world < 2 || (pt && !strcmp(pt, "all"))) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_comm *c = open_comm(20.0, false);
+	float *v = buf_alloc(64 * ((size_t)world + 1) * sizeof(float));
+	if (!c || !v) {
+		return 1;
+	}
+	CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first");
+	CHECK(zinf_comm_barrier(c, NULL) == 0, "second");
+	if (rank == world - 1) {
+		zinf_comm_destroy(c);
+	} else {
+		double t0 = zinf_now_s();
+		int rc = zinf_comm_all_gather(c, v, v + 64, 64, ZINF_F32, NULL);
+		double dt = zinf_now_s() - t0;
+		char want[96];
+		snprintf(want, sizeof(want), "rank %d left: zinf_comm_destroy after 2 collectives",
+			 world - 1);
+		CHECK(rc == -ECONNABORTED, "rc %d (%s)", rc, zinf_last_error());
+		CHECK(dt < 5.0, "returned after %.2f s: the deadline, not the notice", dt);
+		CHECK(strstr(zinf_last_error(), want) != NULL, "message: %s", zinf_last_error());
+		CHECK(zinf_comm_barrier(c, NULL) == -ECONNABORTED, "a later call");
+		zinf_comm_destroy(c);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	kept[nkept++ % 4] = v; /* the others' refused all-reduce was posted: MPI may hold it */
 	return fails;
 }
 
@@ -625,11 +668,13 @@ case_notice_checked(void)
 }
 
 /*
- * A notice nobody took (all: every rank notifies at once): the last rank notifies after its last
- * collective, before the others destroy their communicator (late false: the notice reaches them,
- * untaken) or after (late true: it reaches a communicator that is gone). Every rank then creates a
- * new communicator: its collectives (three, so that an upto of 1 does not cover them) complete, no
- * rank fails by a notice of the communicator before.
+ * A notice no collective took (all: every rank notifies at once): the last rank notifies after
+ * its last collective, before the others destroy their communicator (late false: the notice
+ * reaches them, untaken) or while they are in destroy (late true: destroy waits for every
+ * rank's notice, this one included, before it frees the MPI communicator, so that none arrives
+ * on a communicator that is gone). Every rank then creates a new communicator: its collectives
+ * (three, so that an upto of 1 does not cover them) complete, no rank fails by a notice of the
+ * communicator before.
  */
 static int
 stale_one(bool late, bool all)
@@ -646,10 +691,12 @@ stale_one(bool late, bool all)
 	CHECK(zinf_comm_all_reduce(c, v, 16, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first: %s",
 	      zinf_last_error());
 	if (late && rank != world - 1) {
-		zinf_comm_destroy(c);
+		zinf_comm_destroy(c); /* returns once the last rank's notice came */
 		c = NULL;
 	}
-	MPI_Barrier(MPI_COMM_WORLD);
+	if (!late) {
+		MPI_Barrier(MPI_COMM_WORLD);
+	}
 	if (rank == world - 1 || all) {
 		rc = zinf_comm_notify_failure(c, -EIO, "test: a stale notice");
 		CHECK(rc == 0, "notify: %d %s", rc, zinf_last_error());
@@ -753,6 +800,7 @@ static const struct {
 	{"broadcast_barrier", case_broadcast_barrier, false},
 	{"two_in_flight", case_two_in_flight, false},
 	{"many_in_flight", case_many_in_flight, true},
+	{"leave", case_leave, false},
 	{"skip_unchecked", case_skip_unchecked, false},
 	{"skip_checked", case_skip_checked, false},
 	{"mismatch", case_mismatch, false},

@@ -30,6 +30,9 @@
  *
  * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
  */
+#include <signal.h>
+#include <unistd.h>
+
 #include "common/dtype.h"
 #include "engine/engine_ranks.h"
 #include "zinf/blocks/adam.h"
@@ -1932,6 +1935,87 @@ case_hyper_differs(void)
 	return world < 2 ? SKIP : hyper_differs(false) + hyper_differs(true);
 }
 
+/*
+ * Ranks that run different numbers of steps: the last rank stops after one step and destroys
+ * its engine; the others' second step fails at its first collective within a second (not after
+ * the 60 s deadline) with -ECONNABORTED saying which rank left and after which step.
+ */
+static int
+case_early_exit(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 60;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	struct edrive d;
+	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
+	CHECK(rc == 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, 0, 1, 1, -1);
+	CHECK(rc == 0, "step 1: %d %s", rc, d.why);
+	if (rank != world - 1) {
+		double t0 = zinf_now_s();
+		rc = edrive_run(&d, 1, 1, 1, -1);
+		double dt = zinf_now_s() - t0;
+		char want[96];
+		snprintf(want, sizeof(want), "rank %d left: zinf_engine_destroy after step 1",
+			 world - 1);
+		CHECK(rc == -ECONNABORTED, "step 2 without rank %d: %d (%s)", world - 1, rc, d.why);
+		CHECK(dt < 5, "step 2 failed after %.1f s: the deadline, not the notice", dt);
+		CHECK(strstr(zinf_last_error(), want), "the message: %s", zinf_last_error());
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+/*
+ * A rank killed (SIGKILL) in the middle of training, under `mpirun --enable-recovery` (which
+ * keeps the others running; ctest entry engine_mpi.killed_rank): the others' next step fails
+ * within the deadline (5 s here; ZINF_COMM_TIMEOUT_S sets it for a whole job), and their
+ * process ends: the case exits without MPI_Finalize, which would wait for the dead rank. Named
+ * only: under a plain mpirun the kill ends the job.
+ */
+static int
+case_killed_rank(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 5;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	struct edrive d;
+	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
+	CHECK(rc == 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, 0, 1, 1, -1);
+	CHECK(rc == 0, "step 1: %d %s", rc, d.why);
+	if (rank == world - 1) {
+		raise(SIGKILL);
+	}
+	double t0 = zinf_now_s();
+	rc = edrive_run(&d, 1, 1, 1, -1);
+	double dt = zinf_now_s() - t0;
+	CHECK(rc < 0, "step 2 with rank %d killed: %d", world - 1, rc);
+	CHECK(dt < 30, "step 2 failed after %.1f s (deadline 5 s)", dt);
+	printf("killed_rank: rank %d: step 2 returned %d after %.1f s: %s\n", rank, rc, dt,
+	       zinf_last_error());
+	fflush(stdout);
+	zinf_engine_destroy(e); /* bounded: the failed communicator waits for nothing */
+	_exit(fails ? 1 : 0);
+}
+
 static const struct ranks_case cases[] = {
 	{"known_answer", case_known_answer, false},
 	{"matrix", case_matrix, false},
@@ -1953,6 +2037,8 @@ static const struct ranks_case cases[] = {
 	{"init_fault", case_init_fault, false},
 	{"ranks_differ", case_ranks_differ, false},
 	{"hyper_differs", case_hyper_differs, false},
+	{"early_exit", case_early_exit, false},
+	{"killed_rank", case_killed_rank, true},
 	{"spec_fault", case_spec_fault, false},
 	{"spec_fault_write", case_spec_fault_write, false},
 };
