@@ -5,7 +5,8 @@
  * survive), on the "host" device with asynchronous streams and the "mpi" collectives. Every rank
  * runs every case in the same order; each case returns its failures, printed with rank and line;
  * rank 0 prints "N passed, M failed" (totals over ranks). Exit status 1 when any rank failed a
- * case, 77 when every case skipped. The cases that fail a communicator on purpose run last.
+ * case or the case named is unknown, 77 when every case skipped. The cases that fail a
+ * communicator on purpose run last.
  *
  * Cases: a known answer worked by hand (three 3x5 weights); the test model (engine_ref.h)
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
@@ -28,7 +29,8 @@
  * helpers shared with tests/ckpt/test_ckpt_ranks.c (checkpoints over several ranks):
  * engine_ranks.h.
  *
- * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
+ * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one); an
+ * unknown name is an error (exit 1, the known names listed).
  */
 #include "common/dtype.h"
 #include "engine/engine_ranks.h"
