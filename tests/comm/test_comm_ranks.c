@@ -4,7 +4,8 @@
  * that ctest runs under mpirun (1 to 4 ranks; Criterion forks every test, which MPI does not
  * survive). Every rank runs every case in the same order; each case returns its failures,
  * printed with rank and line. Rank 0 prints "N passed, M failed" (totals over ranks); the exit
- * status is 1 when any rank failed a case, 77 when every case skipped.
+ * status is 1 when any rank failed a case or the arguments are unknown, 77 when every case
+ * skipped.
  *
  * Usage: test_comm_ranks BACKEND [--lib-init | --multiple]. BACKEND is "mpi" (host buffers)
  * or "nccl" (CUDA managed memory, which the host reads once a request completed). With
@@ -825,9 +826,44 @@ total(struct zinf_comm *c, int v)
 	return t;
 }
 
+/*
+ * Whether the command line is BACKEND [--lib-init | --multiple] with a backend this program
+ * knows; if not, the first rank (by mpirun's environment: MPI is not initialised yet) says so
+ * on stderr with the known names. A misspelt backend or option is an error (exit 1), never a
+ * run of other cases or a skip.
+ */
+static bool
+args_ok(int argc, char **argv)
+{
+	static const char *const backends[] = {"mpi", "nccl"};
+	const char *r = getenv("OMPI_COMM_WORLD_RANK");
+	bool say = !r || strcmp(r, "0") == 0;
+	bool ok = argc <= 3;
+	if (ok && argc > 1) {
+		ok = strcmp(argv[1], backends[0]) == 0 || strcmp(argv[1], backends[1]) == 0;
+	}
+	if (ok && argc > 2) {
+		ok = strcmp(argv[2], "--lib-init") == 0 || strcmp(argv[2], "--multiple") == 0;
+	}
+	if (!ok && say) {
+		fprintf(stderr,
+			"%s: unknown arguments (usage: %s BACKEND [--lib-init | --multiple]; the "
+			"backends are: %s %s; the cases, all run:",
+			argv[0], argv[0], backends[0], backends[1]);
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			fprintf(stderr, " %s", cases[i].name);
+		}
+		fprintf(stderr, ")\n");
+	}
+	return ok;
+}
+
 int
 main(int argc, char **argv)
 {
+	if (!args_ok(argc, argv)) {
+		return 1;
+	}
 	bool lib_init = argc > 2 && strcmp(argv[2], "--lib-init") == 0;
 	bool multiple = argc > 2 && strcmp(argv[2], "--multiple") == 0;
 	int provided = 0, passed = 0, failed = 0, skipped = 0, ran = 0;
@@ -922,5 +958,6 @@ main(int argc, char **argv)
 	} else {
 		MPI_Finalize();
 	}
-	return failed ? 1 : ran ? 0 : 77;
+	/* 77 only when cases ran and every one skipped itself; none at all is an error */
+	return failed ? 1 : ran ? 0 : skipped ? 77 : 1;
 }
