@@ -2,7 +2,7 @@
 /*
  * ckpt/ckpt_read.c: reading a checkpoint offline (zinf/checkpoint.h, docs/CHECKPOINT.md):
  * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field
- * (types, ranges, partitions consistent with their ranks' files, every listed file present with
+ * (types, ranges, partitions tiling their ranks' files exactly, every listed file present with
  * its size), the ranges of a parameter's state gathered from the stored ranks' files with pread
  * (a descriptor per file opened on use, at most CKPT_MAX_OPEN kept) and converted, and the files'
  * CRC32C checked in bounded chunks. Every refusal names the file and the field. Not here: writing
@@ -573,6 +573,101 @@ parse_params(struct zinf_ckpt *c)
 	return rc;
 }
 
+struct tile {
+	uint64_t off; /* element offset in the rank's files */
+	uint32_t i;   /* parameter index */
+};
+
+static int
+tile_cmp(const void *a, const void *b)
+{
+	const struct tile *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+/* "rank 1 (r00001.fp32, r00001.exp_avg)": the files a rank's offsets index. */
+static void
+rank_files(const struct zinf_ckpt *c, size_t r, char *buf, size_t len)
+{
+	size_t at = (size_t)snprintf(buf, len, "rank %zu (", r);
+	for (uint32_t p = 0; p < c->n_parts && at < len; p++) {
+		at += (size_t)snprintf(buf + at, len - at, "%sr%05zu.%s", p ? ", " : "", r,
+				       c->parts[p].name);
+	}
+	if (at < len) {
+		snprintf(buf + at, len - at, ")");
+	}
+}
+
+/*
+ * Every stored rank's partitions tile its files exactly: sorted by flat_off[r], each starts
+ * where the previous ends, the first at 0, the last ends at ranks[r].flat (the files' size).
+ * An overlap would make two parameters share state (a load trains on the wrong values); a gap
+ * holds state of no parameter. A refusal names both parameters, the rank and its files.
+ */
+static int
+check_tiling(struct zinf_ckpt *c)
+{
+	size_t n = c->n_params, W = (size_t)c->files_world;
+	struct tile *t = zc_calloc(n ? n : 1, sizeof(*t));
+	if (!t) {
+		return -ENOMEM;
+	}
+	int rc = 0;
+	char field[96], where[64 + CKPT_MAX_PARTS * 80];
+	for (size_t r = 0; r < W && !rc; r++) {
+		for (size_t i = 0; i < n; i++) {
+			t[i] = (struct tile){c->params[i].flat_off[r], (uint32_t)i};
+		}
+		qsort(t, n, sizeof(*t), tile_cmp);
+		uint64_t end = 0; /* where the partitions so far end */
+		for (size_t k = 0; k < n && !rc; k++) {
+			const struct ckpt_param *q = &c->params[t[k].i];
+			if (t[k].off == end) {
+				end += q->part;
+				continue;
+			}
+			rank_files(c, r, where, sizeof(where));
+			snprintf(field, sizeof(field), "params[%u].flat_off", t[k].i);
+			if (k == 0) {
+				rc = bad(c, field,
+					 "%s: \"%s\" starts at %" PRIu64 ": elements [0, %" PRIu64
+					 ") belong to no parameter",
+					 where, q->name, t[k].off, t[k].off);
+				break;
+			}
+			const struct ckpt_param *pq = &c->params[t[k - 1].i];
+			uint64_t pb = t[k - 1].off;
+			rc = t[k].off < end
+				     ? bad(c, field,
+					   "%s: \"%s\" [%" PRIu64 ", %" PRIu64
+					   ") overlaps \"%s\" (params[%u]) [%" PRIu64 ", %" PRIu64
+					   "): two parameters would share state",
+					   where, q->name, t[k].off, t[k].off + q->part, pq->name,
+					   t[k - 1].i, pb, end)
+				     : bad(c, field,
+					   "%s: elements [%" PRIu64 ", %" PRIu64
+					   ") between \"%s\" (params[%u]) and \"%s\" belong to no "
+					   "parameter",
+					   where, end, t[k].off, pq->name, t[k - 1].i, q->name);
+		}
+		if (!rc && end != c->flat[r]) {
+			rank_files(c, r, where, sizeof(where));
+			snprintf(field, sizeof(field), "ranks[%zu].flat", r);
+			rc = n ? bad(c, field,
+				     "%s: %" PRIu64 " elements, the partitions end at %" PRIu64
+				     " (\"%s\", params[%u]): [%" PRIu64 ", %" PRIu64
+				     ") belong to no parameter",
+				     where, c->flat[r], end, c->params[t[n - 1].i].name, t[n - 1].i,
+				     end, c->flat[r])
+			       : bad(c, field, "%s: %" PRIu64 " elements but no parameter", where,
+				     c->flat[r]);
+		}
+	}
+	zc_free(t);
+	return rc;
+}
+
 static int
 parse_files(struct zinf_ckpt *c)
 {
@@ -965,8 +1060,8 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 		goto fail;
 	}
 	if ((rc = parse_header(c)) || (rc = parse_parts(c)) || (rc = parse_ranks(c)) ||
-	    (rc = parse_params(c)) || (rc = parse_files(c)) || (rc = check_listed(c)) ||
-	    (rc = check_files_present(c))) {
+	    (rc = parse_params(c)) || (rc = check_tiling(c)) || (rc = parse_files(c)) ||
+	    (rc = check_listed(c)) || (rc = check_files_present(c))) {
 		goto fail;
 	}
 	*out = c;

@@ -6,9 +6,10 @@
  * known values; bf16/f16 conversion against a rounding worked in double and by hand; bf16 state
  * widened; files_world 1 (stage 0); DIR/latest, an explicit tag and the TAG directory itself;
  * the CRC check of every file, then one corrupted byte; truncated, missing and unlisted files;
- * malformed manifests, each refusal naming the field; unknown keys ignored; fewer descriptors
- * than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified and
- * exported under a limit of 64).
+ * malformed manifests, each refusal naming the field; partitions that overlap or leave a hole
+ * in a rank's files, refused naming both parameters and the rank; unknown keys ignored; fewer
+ * descriptors than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified
+ * and exported under a limit of 64).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -103,19 +104,18 @@ Test(ckpt_read, info_params_parts_files)
 	cr_expect_eq(in.n_files, 7); /* 2 ranks x 3 parts + client.bin */
 	cr_expect_str_eq(in.optimizer, "adamw");
 	cr_expect(strstr(in.path, "step120") != NULL);
-	/* rank 0: partitions at 0, 150008, 150016 (part 150001, 1, 6), ending at 150022, aligned
-	   to 150024, + 3 gap: flat 150027 elements; rank 1: its 2-element gap aligned to 8, then
-	   150016, 150024, ending at 150030, aligned 150032 + 3: 150035 */
+	/* rank 0: partitions at 0, 150001, 150002 (part 150001, 1, 6); rank 1 in reverse: 7, 6,
+	   0; both tile flat 150008 elements */
 	struct zinf_ckpt_file f = {.size = sizeof(f)};
 	uint64_t total = 0;
 	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
 		cr_assert_eq(zinf_ckpt_file(c, k, &f), 0);
 		total += f.bytes;
 		if (strcmp(f.name, "r00001.exp_avg") == 0) {
-			cr_expect_eq(f.bytes, 150035 * 4);
+			cr_expect_eq(f.bytes, 150008 * 4);
 		}
 	}
-	cr_expect_eq(total, 3 * 150027 * 4 + 3 * 150035 * 4 + 16);
+	cr_expect_eq(total, 6 * 150008 * 4 + 16);
 	cr_expect_eq(in.bytes, total);
 	for (int i = 0; i < FX_PARAMS; i++) {
 		struct zinf_ckpt_param p = {.size = sizeof(p)};
@@ -382,7 +382,7 @@ Test(ckpt_read, verify_then_corrupt_one_byte)
 	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
 		cr_expect_eq(zinf_ckpt_verify_file(c, k), 0, "file %u: %s", k, zinf_last_error());
 	}
-	/* past the first 4 MiB chunk? files are 600108 bytes: one chunk; byte 400001 */
+	/* past the first 4 MiB chunk? files are 600032 bytes: one chunk; byte 400001 */
 	corrupt("r00001.exp_avg", 400001);
 	int bad = file_index(c, "r00001.exp_avg");
 	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
@@ -644,6 +644,111 @@ Test(ckpt_read, malformed_manifests_refused_naming_the_field)
 		cr_expect(strstr(msg, want) != NULL, "case %zu: \"%s\" not in: %s", k, want, msg);
 		cr_expect(strstr(msg, b->what) != NULL, "case %zu: \"%s\" not in: %s", k, b->what,
 			  msg);
+		zinf_ckpt_close(c);
+	}
+}
+
+/* ---- partitions that do not tile their rank's files --------------------------------------- */
+
+/* params[i].flat_off[r] = v */
+static void
+set_off(json_t *m, size_t i, size_t r, json_int_t v)
+{
+	json_array_set_new(json_object_get(param(m, i), "flat_off"), r, json_integer(v));
+}
+/* rank 0: "tiny.bias" [150001, +1) moved into "embed.weight" [0, 150001) */
+static void
+e_overlap_inside(json_t *m)
+{
+	set_off(m, 1, 0, 100);
+}
+/* rank 1 (reversed: h.0.attn.w 0, tiny.bias 6, embed.weight 7): two at the same offset */
+static void
+e_overlap_same_start(json_t *m)
+{
+	set_off(m, 1, 1, 0);
+}
+/* rank 0: a 2-element hole before "h.0.attn.w", its end within the rank's flat (grown by 2) */
+static void
+e_gap_between(json_t *m)
+{
+	set_off(m, 2, 0, 150004);
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 0), "flat",
+			    json_integer(150010));
+}
+/* rank 1: the partitions start at 3 */
+static void
+e_gap_first(json_t *m)
+{
+	set_off(m, 2, 1, 3);
+	set_off(m, 1, 1, 9);
+	set_off(m, 0, 1, 10);
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 1), "flat",
+			    json_integer(150011));
+}
+/* rank 0: 2 elements past the last partition */
+static void
+e_gap_last(json_t *m)
+{
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 0), "flat",
+			    json_integer(150010));
+}
+
+/*
+ * Every stored rank's partitions must tile its files exactly: two parameters at overlapping
+ * offsets would share state (a resumed run trains on the wrong values), a hole holds state of
+ * no parameter. Each manifest is resealed (a valid CRC32C), its files are the fixture's; the
+ * open is refused naming both parameters, the rank and its files, and the elements.
+ */
+Test(ckpt_read, partitions_must_tile_each_rank)
+{
+	static const struct {
+		void (*edit)(json_t *m);
+		const char *field, *need[4];
+	} cases[] = {
+		{e_overlap_inside,
+		 "params[1].flat_off",
+		 {"rank 0 (r00000.fp32, r00000.exp_avg, r00000.exp_avg_sq)",
+		  "\"tiny.bias\" [100, 101) overlaps \"embed.weight\" (params[0]) [0, 150001)",
+		  "share state", NULL}},
+		{e_overlap_same_start,
+		 "params[2].flat_off",
+		 {"rank 1 (r00001.fp32", "\"h.0.attn.w\" [0, 6) overlaps \"tiny.bias\" (params[1])",
+		  "[0, 1)", NULL}},
+		{e_gap_between,
+		 "params[2].flat_off",
+		 {"rank 0 (r00000.fp32",
+		  "elements [150002, 150004) between \"tiny.bias\" (params[1]) and \"h.0.attn.w\"",
+		  "belong to no parameter", NULL}},
+		{e_gap_first,
+		 "params[2].flat_off",
+		 {"rank 1 (r00001.fp32", "\"h.0.attn.w\" starts at 3",
+		  "[0, 3) belong to no parameter", NULL}},
+		{e_gap_last,
+		 "ranks[0].flat",
+		 {"rank 0 (r00000.fp32", "150010 elements, the partitions end at 150008",
+		  "\"h.0.attn.w\", params[2]", "[150008, 150010) belong to no parameter"}},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char tag[32];
+		snprintf(tag, sizeof(tag), "tile%zu", k);
+		struct fx_opts o;
+		fx_opts_init(&o);
+		o.latest = false;
+		o.edit = cases[k].edit;
+		fx_write(dir, tag, &o);
+		struct zinf_ckpt *c = NULL;
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "case %zu: %d", k, rc);
+		cr_expect_null(c);
+		const char *msg = zinf_last_error();
+		char want[64];
+		snprintf(want, sizeof(want), "manifest.json: %s: ", cases[k].field);
+		cr_expect(strstr(msg, want) != NULL, "case %zu: \"%s\" not in: %s", k, want, msg);
+		for (int j = 0; j < 4 && cases[k].need[j]; j++) {
+			cr_expect(strstr(msg, cases[k].need[j]) != NULL,
+				  "case %zu: \"%s\" not in: %s", k, cases[k].need[j], msg);
+		}
 		zinf_ckpt_close(c);
 	}
 }
