@@ -31,5 +31,9 @@ int32_t ckpt_files_world(const struct zinf_ckpt *c);
 int ckpt_path(const struct zinf_ckpt *c, const char *name, char *buf, size_t len);
 /* Index of the listed file `name`, or -ENOENT. */
 int ckpt_file_find(const struct zinf_ckpt *c, const char *name);
+/* len bytes at off of listed file k, whole, through the handle's descriptor (opened as every
+ * file of the checkpoint is: in its directory, no symbolic link, a regular file). Returns 0, or
+ * a negative errno naming the file (-EBADMSG: it ends before off + len). */
+int ckpt_read_file(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off);
 
 #endif

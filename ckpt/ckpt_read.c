@@ -22,6 +22,7 @@
 
 #include "common/opts.h"
 #include "common/util.h"
+#include "ckpt/ckpt_fs.h"
 #include "ckpt/ckpt_internal.h"
 #include "zinf/checkpoint.h"
 #include "zinf/blocks/swap.h"
@@ -816,13 +817,18 @@ check_files_present(struct zinf_ckpt *c)
 			return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
 		}
 		struct stat st;
-		if (fstatat(c->dirfd, f->name, &st, 0) < 0) {
+		if (fstatat(c->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			int e = errno;
 			if (e == ENOENT) {
 				return ZINF_OBJ_FAIL(path, -EBADMSG,
 						     "listed in manifest.json but missing");
 			}
 			return ZINF_OBJ_FAIL(path, -e, "stat: %s", strerror(e));
+		}
+		if (S_ISLNK(st.st_mode)) {
+			return ZINF_OBJ_FAIL(path, -EBADMSG,
+					     "a symbolic link, not followed: a checkpoint's files "
+					     "are its own, in its directory");
 		}
 		if (!S_ISREG(st.st_mode)) {
 			return ZINF_OBJ_FAIL(path, -EBADMSG, "not a regular file");
@@ -852,79 +858,90 @@ join(const char *a, const char *b)
 	return s;
 }
 
-static bool
-is_file(const char *path)
+/* A failed ckpt_open_in (fd < 0) said: what it leaves unsaid logged on `path` (missing: the
+ * error `enoent` with `missing`; out of descriptors). Returns the error. */
+static int
+open_failed(int fd, const char *path, int enoent, const char *missing)
 {
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	if (fd == -ENOENT) {
+		return ZINF_OBJ_FAIL(path, enoent, "%s", missing);
+	}
+	if (fd == -EMFILE || fd == -ENFILE) {
+		return ZINF_OBJ_FAIL(path, fd, "open: %s", strerror(-fd));
+	}
+	return fd; /* said by ckpt_open_in */
 }
 
-/* DIR/latest's tag into tag (ZINF_CKPT_MAX_TAG + 1 bytes). */
+/* DIR/latest's tag into tag (ZINF_CKPT_MAX_TAG + 1 bytes); ddir is DIR open. */
 static int
-read_latest(const char *dir, char *tag)
+read_latest(int ddir, const char *dir, char *tag)
 {
 	char *lp = join(dir, "latest");
 	if (!lp) {
 		return -ENOMEM;
 	}
 	int rc = 0;
-	FILE *f = fopen(lp, "r");
-	if (!f) {
-		int e = errno;
-		rc = e == ENOENT ? ZINF_OBJ_FAIL(dir, -ENOENT,
-						 "no checkpoint: neither latest nor manifest.json")
-				 : ZINF_OBJ_FAIL(lp, -e, "open: %s", strerror(e));
+	int fd = ckpt_open_in(ddir, dir, "latest", false, NULL);
+	if (fd < 0) {
+		rc = fd == -ENOENT
+			     ? ZINF_OBJ_FAIL(dir, -ENOENT,
+					     "no checkpoint: neither latest nor manifest.json")
+			     : open_failed(fd, lp, -ENOENT, "missing");
 		goto out;
 	}
 	char line[ZINF_CKPT_MAX_TAG + 8];
-	size_t n = fread(line, 1, sizeof(line) - 1, f);
-	bool err = ferror(f);
-	fclose(f);
-	if (err) {
-		rc = ZINF_OBJ_FAIL(lp, -EIO, "read failed");
+	ssize_t n = read(fd, line, sizeof(line) - 1);
+	int e = errno;
+	close(fd);
+	if (n < 0) {
+		rc = ZINF_OBJ_FAIL(lp, -e, "read: %s", strerror(e));
 		goto out;
 	}
 	line[n] = '\0';
 	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) {
 		line[--n] = '\0';
 	}
-	if (!valid_tag(line) || strlen(line) != n) {
+	if (!valid_tag(line) || strlen(line) != (size_t)n) {
 		rc = ZINF_OBJ_FAIL(lp, -EBADMSG, "\"%.40s\" is not a tag", line);
 		goto out;
 	}
-	memcpy(tag, line, n + 1);
+	memcpy(tag, line, (size_t)n + 1);
 out:
 	zc_free(lp);
 	return rc;
 }
 
-/* A small file whole (the manifest: at most 1 GiB). */
+/* A small file whole (the manifest: at most 1 GiB) from its descriptor, which it closes. */
 static int
-read_whole(int dirfd, const char *name, const char *path, uint64_t size, char **out, size_t *len)
+read_whole(int fd, const char *path, uint64_t size, char **out, size_t *len)
 {
 	if (size > (1ull << 30)) {
+		close(fd);
 		return ZINF_OBJ_FAIL(path, -EBADMSG, "%" PRIu64 " bytes: not a manifest", size);
 	}
 	char *buf = zc_malloc(size ? size : 1);
-	int fd = buf ? openat(dirfd, name, O_RDONLY | O_CLOEXEC) : -1;
-	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-	if (!f && fd >= 0) {
+	if (!buf) {
 		close(fd);
+		return -ENOMEM;
 	}
-	if (!f) {
-		int e = buf ? errno : ENOMEM;
-		zc_free(buf);
-		return ZINF_OBJ_FAIL(path, -e, "reading: %s", strerror(e));
+	size_t done = 0;
+	while (done < size) {
+		ssize_t n = read(fd, buf + done, (size_t)size - done);
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n <= 0) {
+			int e = n < 0 ? errno : 0;
+			close(fd);
+			zc_free(buf);
+			return ZINF_OBJ_FAIL(path, -EIO, "read %zu of %" PRIu64 " bytes%s%s", done,
+					     size, e ? ": " : "", e ? strerror(e) : "");
+		}
+		done += (size_t)n;
 	}
-	size_t n = fread(buf, 1, size, f);
-	int bad = ferror(f);
-	fclose(f);
-	if (bad || n != size) {
-		zc_free(buf);
-		return ZINF_OBJ_FAIL(path, -EIO, "read %zu of %" PRIu64 " bytes", n, size);
-	}
+	close(fd);
 	*out = buf;
-	*len = n;
+	*len = done;
 	return 0;
 }
 
@@ -937,7 +954,7 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 	if (!cpath) {
 		return -ENOMEM;
 	}
-	int fd = openat(c->dirfd, "manifest.crc32c", O_RDONLY | O_CLOEXEC);
+	int fd = ckpt_open_in(c->dirfd, c->path, "manifest.crc32c", false, NULL);
 	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
 	if (!f && fd >= 0) {
 		close(fd);
@@ -945,8 +962,9 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 	char line[32] = "";
 	int rc = 0;
 	if (!f) {
-		rc = ZINF_OBJ_FAIL(cpath, -EBADMSG, "%s: manifest.json cannot be checked",
-				   errno == ENOENT ? "missing" : strerror(errno));
+		rc = fd >= 0 ? -ENOMEM
+			     : open_failed(fd, cpath, -EBADMSG,
+					   "missing: manifest.json cannot be checked");
 	} else {
 		if (!fgets(line, sizeof(line), f)) {
 			line[0] = '\0';
@@ -968,37 +986,62 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 	return rc;
 }
 
-/* c->path: DIR/TAG, or DIR itself when it holds manifest.json and no tag was asked for. */
+/*
+ * c->path and c->dirfd: DIR/TAG, or DIR itself when it holds manifest.json and no tag was asked
+ * for. DIR is the caller's path (followed as given); `latest` and the TAG directory in it are
+ * the checkpoint's own, opened relative to DIR with no symbolic link followed.
+ */
 static int
 resolve(struct zinf_ckpt *c, const char *dir, const char *tag)
 {
 	char latest[ZINF_CKPT_MAX_TAG + 1];
-	if (tag) {
-		if (!valid_tag(tag)) {
-			return ZINF_OBJ_FAIL(dir, -EINVAL,
-					     "tag \"%s\": letters, digits, '.', '_', '-', "
-					     "at most %d bytes, not starting with '.'",
-					     tag, ZINF_CKPT_MAX_TAG);
-		}
-	} else {
-		char *mp = join(dir, "manifest.json");
-		if (!mp) {
+	if (tag && !valid_tag(tag)) {
+		return ZINF_OBJ_FAIL(dir, -EINVAL,
+				     "tag \"%s\": letters, digits, '.', '_', '-', "
+				     "at most %d bytes, not starting with '.'",
+				     tag, ZINF_CKPT_MAX_TAG);
+	}
+	int ddir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ddir < 0) {
+		int e = errno;
+		return ZINF_OBJ_FAIL(dir, -e, "%s",
+				     e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
+	}
+	struct stat st;
+	int rc = 0;
+	if (!tag && fstatat(ddir, "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		c->path = zc_strdup(dir);
+		if (!c->path) {
+			close(ddir);
 			return -ENOMEM;
 		}
-		bool here = is_file(mp);
-		zc_free(mp);
-		if (here) {
-			c->path = zc_strdup(dir);
-			return c->path ? 0 : -ENOMEM;
-		}
-		int rc = read_latest(dir, latest);
-		if (rc) {
-			return rc;
+		c->dirfd = ddir;
+		return 0;
+	}
+	if (!tag) {
+		if ((rc = read_latest(ddir, dir, latest))) {
+			goto out;
 		}
 		tag = latest;
 	}
 	c->path = join(dir, tag);
-	return c->path ? 0 : -ENOMEM;
+	if (!c->path) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	int fd = ckpt_open_in(ddir, dir, tag, true, NULL);
+	if (fd == -ENOENT) { /* named as its manifest: "DIR/step7/manifest.json: no checkpoint" */
+		char *mp = join(c->path, "manifest.json");
+		rc = mp ? ZINF_OBJ_FAIL(mp, -ENOENT, "no checkpoint here (missing)") : -ENOMEM;
+		zc_free(mp);
+	} else if (fd < 0) {
+		rc = open_failed(fd, c->path, -ENOENT, "missing");
+	} else {
+		c->dirfd = fd;
+	}
+out:
+	close(ddir);
+	return rc;
 }
 
 int
@@ -1021,25 +1064,16 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 		rc = -ENOMEM;
 		goto fail;
 	}
-	c->dirfd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (c->dirfd < 0) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(e == ENOENT ? c->mpath : c->path, -e, "%s",
-				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
-		goto fail;
-	}
 	struct stat st;
-	if (fstatat(c->dirfd, "manifest.json", &st, 0) < 0) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(c->mpath, -e, "%s",
-				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
+	int mfd = ckpt_open_in(c->dirfd, c->path, "manifest.json", false, &st);
+	if (mfd < 0) {
+		rc = open_failed(mfd, c->mpath, -ENOENT, "no checkpoint here (missing)");
 		goto fail;
 	}
 	json_error_t jerr;
 	size_t mlen = 0;
 	char *mtext = NULL;
-	if ((rc = read_whole(c->dirfd, "manifest.json", c->mpath, (uint64_t)st.st_size, &mtext,
-			     &mlen))) {
+	if ((rc = read_whole(mfd, c->mpath, (uint64_t)st.st_size, &mtext, &mlen))) {
 		goto fail;
 	}
 	c->m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &jerr);
@@ -1221,14 +1255,13 @@ file_fd(struct zinf_ckpt *c, uint32_t k)
 			c->evict = x + 1;
 		}
 	}
-	int fd = openat(c->dirfd, f->name, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->n_open > 0) {
+	int fd = ckpt_open_in(c->dirfd, c->path, f->name, false, NULL);
+	if ((fd == -EMFILE || fd == -ENFILE) && c->n_open > 0) {
 		close_fds(c);
-		fd = openat(c->dirfd, f->name, O_RDONLY | O_CLOEXEC);
+		fd = ckpt_open_in(c->dirfd, c->path, f->name, false, NULL);
 	}
 	if (fd < 0) {
-		int e = errno;
-		return ZINF_OBJ_FAIL(path, e == ENOENT ? -EBADMSG : -e, "open: %s", strerror(e));
+		return open_failed(fd, path, -EBADMSG, "listed in manifest.json but missing");
 	}
 	f->fd = fd;
 	c->n_open++;
@@ -1265,6 +1298,15 @@ pread_full(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off)
 		done += (size_t)n;
 	}
 	return 0;
+}
+
+int
+ckpt_read_file(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off)
+{
+	if (k >= c->n_files) {
+		return ZINF_OBJ_FAIL(c->path, -EINVAL, "file %u of %u listed", k, c->n_files);
+	}
+	return pread_full(c, k, buf, len, off);
 }
 
 int

@@ -443,6 +443,116 @@ Test(ckpt_read, missing_file_refused)
 	cr_expect(strstr(zinf_last_error(), "missing") != NULL, "%s", zinf_last_error());
 }
 
+/* ---- files that are not the checkpoint's own --------------------------------------------- */
+
+/* Move DIR/TAG/name to OUT/name and leave a symbolic link to it in its place: the same bytes
+ * (size and CRC32C as listed), outside DIR. */
+static void
+link_out(const char *tag, const char *name, const char *out)
+{
+	char from[4200], to[4400];
+	fx_path(from, sizeof(from), dir, tag, name);
+	snprintf(to, sizeof(to), "%s/%s.%s", out, tag, name);
+	cr_assert_eq(rename(from, to), 0, "%s -> %s", from, to);
+	cr_assert_eq(symlink(to, from), 0, "%s", from);
+}
+
+static void
+expect_refused(const char *tag, int want, const char *name, const char *why)
+{
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, tag, &c);
+	cr_expect_eq(rc, want, "%s/%s: open returned %d", tag, name, rc);
+	cr_expect_null(c);
+	zinf_ckpt_close(c);
+	char where[128]; /* "TAG/name: ", or "/TAG: " for the TAG directory itself (name "") */
+	if (name[0]) {
+		snprintf(where, sizeof(where), "%s/%s: ", tag, name);
+	} else {
+		snprintf(where, sizeof(where), "/%s: ", tag);
+	}
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, where) != NULL, "\"%s\" not in: %s", where, msg);
+	cr_expect(strstr(msg, why) != NULL, "\"%s\" not in: %s", why, msg);
+}
+
+/*
+ * A checkpoint's files are its own: every file is opened in the TAG directory with no symbolic
+ * link followed and must be a regular file. A data file, client.bin, manifest.json or
+ * manifest.crc32c that is a link to a file outside DIR (the same bytes: sizes and CRCs as
+ * listed) is refused naming it; so are a TAG directory or `latest` that are links, and a FIFO
+ * (which would block the open) or a directory where a file is listed. A file swapped for a link
+ * after the open is refused by the read and the verification.
+ */
+Test(ckpt_read, symbolic_links_and_special_files_refused)
+{
+	char *out = zt_mkdtemp(NULL);
+	static const char *const linked[] = {"r00000.exp_avg", "client.bin", "manifest.json",
+					     "manifest.crc32c"};
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.latest = false;
+	char tag[32], p[4400];
+	for (size_t k = 0; k < sizeof(linked) / sizeof(linked[0]); k++) {
+		snprintf(tag, sizeof(tag), "link%zu", k);
+		fx_write(dir, tag, &o);
+		link_out(tag, linked[k], out);
+		expect_refused(tag, -EBADMSG, linked[k], "symbolic link");
+	}
+	/* a FIFO as the manifest, a directory as a data file */
+	fx_write(dir, "fifo", &o);
+	fx_path(p, sizeof(p), dir, "fifo", "manifest.json");
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(mkfifo(p, 0644), 0);
+	expect_refused("fifo", -EBADMSG, "manifest.json", "a FIFO, expected a regular file");
+	fx_write(dir, "sub", &o);
+	fx_path(p, sizeof(p), dir, "sub", "r00001.fp32");
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	expect_refused("sub", -EBADMSG, "r00001.fp32", "not a regular file");
+	/* the TAG directory a link (to a good checkpoint outside DIR), by tag and through latest */
+	char real[4400], lnk[4400];
+	o.latest = true;
+	fx_write(out, "real", &o);
+	snprintf(real, sizeof(real), "%s/real", out);
+	snprintf(lnk, sizeof(lnk), "%s/step9", dir);
+	cr_assert_eq(symlink(real, lnk), 0);
+	struct zinf_ckpt *c = NULL;
+	cr_assert_eq(zinf_ckpt_open(out, "real", &c), 0, "%s", zinf_last_error());
+	zinf_ckpt_close(c);
+	c = NULL;
+	expect_refused("step9", -EBADMSG, "", "symbolic link");
+	snprintf(p, sizeof(p), "%s/latest", dir);
+	FILE *f = fopen(p, "w");
+	fputs("step9\n", f);
+	fclose(f);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "/step9: a symbolic link") != NULL, "%s",
+		  zinf_last_error());
+	/* latest itself a link (to out/latest, naming "real") */
+	cr_assert_eq(unlink(p), 0);
+	snprintf(real, sizeof(real), "%s/latest", out);
+	cr_assert_eq(symlink(real, p), 0);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "/latest: a symbolic link") != NULL, "%s",
+		  zinf_last_error());
+	cr_expect_null(c);
+	/* swapped for a link after the open: the read and the verification refuse it */
+	o.latest = false;
+	fx_write(dir, "late", &o);
+	cr_assert_eq(zinf_ckpt_open(dir, "late", &c), 0, "%s", zinf_last_error());
+	link_out("late", "r00001.fp32", out);
+	float v[4];
+	cr_expect_eq(zinf_ckpt_read(c, 0, 0, 150000, 4, ZINF_F32, v), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "late/r00001.fp32: a symbolic link") != NULL, "%s",
+		  zinf_last_error());
+	cr_expect_eq(zinf_ckpt_verify_file(c, (uint32_t)file_index(c, "r00001.fp32")), -EBADMSG);
+	check_range(c, 2, 0, 0, 6, false); /* rank 0's files still read */
+	zinf_ckpt_close(c);
+	zt_rmtree(out);
+	free(out);
+}
+
 /* ---- malformed manifests ------------------------------------------------------------------ */
 
 static json_t *
