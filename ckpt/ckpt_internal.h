@@ -15,12 +15,14 @@
 #include "zinf/checkpoint.h"
 
 /*
- * The manifest as parsed (borrowed: valid until zinf_ckpt_close). Checked by zinf_ckpt_open:
+ * The manifest as parsed (borrowed: valid until zinf_ckpt_close), without "params": the
+ * parameters are read from its text one at a time and kept in the handle (zinf_ckpt_param).
+ * Checked by zinf_ckpt_open:
  * format, version, tag, world, files_world, stage, dtype, steps, micro_steps, skipped_steps,
  * lr (a number), betas (2 numbers, where present), loss_scaler {scale number, good_steps,
  * hysteresis_left, overflows integers >= 0; iter >= 0 and last_overflow >= -1 where present},
  * optimizer {kind, state_dtype strings; lr, beta1, beta2, eps, weight_decay numbers and
- * bias_correction a boolean where present}, parts, params, ranks, files, client_bytes (with
+ * bias_correction a boolean where present}, parts, ranks, files, client_bytes (with
  * client.bin listed when > 0), safetensors (listed when present); created and options, when
  * present, a string and an object.
  */

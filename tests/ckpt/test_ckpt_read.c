@@ -879,6 +879,87 @@ Test(ckpt_read, not_json_refused)
 		  zinf_last_error());
 }
 
+/* The fixture's manifest.json with `from` (first occurrence) replaced by `to` (NULL: the text
+ * cut there), resealed. Returns the line of the edit (1-based). */
+static int
+edit_text(const char *tag, const char *from, const char *to)
+{
+	char p[4200];
+	fx_path(p, sizeof(p), dir, tag, "manifest.json");
+	FILE *f = fopen(p, "rb");
+	cr_assert_not_null(f);
+	static char text[1 << 16], out[(1 << 16) + 64];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *at = strstr(text, from);
+	cr_assert_not_null(at, "\"%s\" not in the manifest", from);
+	int line = 1;
+	for (char *k = text; k < at; k++) {
+		line += *k == '\n';
+	}
+	snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - text), text, to ? to : "",
+		 to ? at + strlen(from) : "");
+	f = fopen(p, "wb");
+	cr_assert_not_null(f);
+	fputs(out, f);
+	fclose(f);
+	char tagdir[4300];
+	snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+	fx_reseal(tagdir);
+	return line;
+}
+
+/*
+ * The manifest is parsed member by member and its parameters one at a time: what jansson
+ * refused in the whole text is still refused, with the line: a syntax error inside a
+ * parameter, elements not separated, the array cut short, text after the object, a duplicate
+ * key at the top and inside a parameter, a top level that is not an object.
+ */
+Test(ckpt_read, manifest_syntax_refused_with_the_line)
+{
+	static const struct {
+		const char *from, *to, *says;
+		int line; /* the message gives the edit's line + this (-1: not checked) */
+	} cases[] = {
+		{"\"numel\": 300001,", "\"numel\": 300001,,", "line", 0},
+		/* jansson names the second "layer", on the next line */
+		{"\"numel\": 1,", "\"numel\": 1, \"layer\": 5,", "duplicate", 1},
+		{"\"format\": \"zinf-checkpoint\",",
+		 "\"format\": \"zinf-checkpoint\", \"steps\": 5,", "duplicate object key \"steps\"",
+		 -1},
+		{"},\n    {\n      \"name\": \"tiny.bias\"",
+		 "}\n    {\n      \"name\": \"tiny.bias\"", "expected ',' or ']'", -1},
+		{"\"name\": \"tiny.bias\"", NULL, "params: the array does not end", -1},
+		{"\"client_bytes\": 16\n}", "\"client_bytes\": 16\n}\nx", "end of file expected",
+		 -1},
+		{"{\n  \"format\"", "[\n  \"format\"", "expected a JSON object, found an array",
+		 -1},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char tag[32];
+		snprintf(tag, sizeof(tag), "syn%zu", k);
+		struct fx_opts o;
+		fx_opts_init(&o);
+		o.latest = false;
+		fx_write(dir, tag, &o);
+		int line = edit_text(tag, cases[k].from, cases[k].to);
+		struct zinf_ckpt *c = NULL;
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "case %zu: %d", k, rc);
+		cr_expect_null(c);
+		const char *msg = zinf_last_error();
+		cr_expect(strstr(msg, "manifest.json: ") != NULL, "case %zu: %s", k, msg);
+		cr_expect(strstr(msg, cases[k].says) != NULL, "case %zu: \"%s\" not in %s", k,
+			  cases[k].says, msg);
+		char want[64];
+		snprintf(want, sizeof(want), "manifest.json: line %d column", line + cases[k].line);
+		cr_expect(cases[k].line < 0 || strstr(msg, want) != NULL,
+			  "case %zu: \"%s\" not in %s", k, want, msg);
+		zinf_ckpt_close(c);
+	}
+}
+
 static void
 e_unknown_keys(json_t *m)
 {
@@ -1032,4 +1113,123 @@ Test(ckpt_read, more_rank_files_than_descriptors_read_verify_export)
 	zinf_ckpt_close(c);
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/* ---- the manifest's size ------------------------------------------------------------------- */
+
+/*
+ * DIR/TAG by hand, one stored rank, one part (the master): n parameters "p<i>" of one element
+ * each at offsets 0..n-1 (they tile), the master file r00000.fp32 of `elems` elements (sparse
+ * zeros; at least n for a valid checkpoint), and `pad` bytes of an unknown key. Written with
+ * stdio, so that writing it costs no memory to speak of. Returns the manifest's size.
+ */
+static long
+plain_checkpoint(const char *tag, size_t n, uint64_t elems, size_t pad)
+{
+	char p[4400];
+	snprintf(p, sizeof(p), "%s/%s", dir, tag);
+	cr_assert_eq(mkdir(p, 0755), 0, "%s", p);
+	fx_path(p, sizeof(p), dir, tag, "r00000.fp32");
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_geq(fd, 0, "%s", p);
+	cr_assert_eq(ftruncate(fd, (off_t)(elems * 4)), 0);
+	close(fd);
+	fx_path(p, sizeof(p), dir, tag, "manifest.json");
+	FILE *f = fopen(p, "w");
+	cr_assert_not_null(f, "%s", p);
+	fprintf(f,
+		"{\"format\": \"zinf-checkpoint\", \"version\": 1, \"tag\": \"%s\", \"world\": 1,"
+		" \"files_world\": 1, \"stage\": 3, \"dtype\": \"f32\", \"steps\": 1,"
+		" \"micro_steps\": 1, \"skipped_steps\": 0, \"lr\": 0.01,"
+		" \"loss_scaler\": {\"scale\": 1.0, \"good_steps\": 0, \"hysteresis_left\": 2,"
+		" \"overflows\": 0}, \"optimizer\": {\"kind\": \"sgd\", \"state_dtype\": \"f32\"},"
+		" \"parts\": [{\"name\": \"fp32\", \"dtype\": \"f32\"}],\n \"params\": [\n",
+		tag);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f,
+			"  {\"name\": \"p%zu\", \"numel\": 1, \"layer\": 0, \"shape\": [1],"
+			" \"part\": 1, \"flat_off\": [%zu]}%s\n",
+			i, i, i + 1 < n ? "," : "");
+	}
+	fprintf(f,
+		" ],\n \"ranks\": [{\"rank\": 0, \"flat\": %llu}],\n \"files\": [{\"name\":"
+		" \"r00000.fp32\", \"bytes\": %llu, \"crc32c\": 0}],\n \"client_bytes\": 0,\n"
+		" \"padding\": \"",
+		(unsigned long long)elems, (unsigned long long)elems * 4);
+	for (size_t k = 0; k < pad; k++) {
+		fputc('x', f);
+	}
+	fputs("\"\n}\n", f);
+	long size = ftell(f);
+	cr_assert_eq(fclose(f), 0);
+	char tagdir[4300];
+	snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+	fx_reseal(tagdir);
+	return size;
+}
+
+/*
+ * A manifest larger than its data files can need is refused before it is read, with the
+ * numbers: 2 MiB of manifest over one parameter of one element (the bound: 1 MiB + 256 bytes
+ * per rank file + 4096 per element of the master files = 1052928 bytes). The same manifest
+ * over 512 parameters of one element each opens (unknown keys are ignored).
+ */
+Test(ckpt_read, manifest_larger_than_its_data_refused)
+{
+	long size = plain_checkpoint("big", 1, 1, 2u << 20);
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "big", &c);
+	cr_expect_eq(rc, -EBADMSG, "open: %d", rc);
+	cr_expect_null(c);
+	char want[128];
+	snprintf(want, sizeof(want), "big/manifest.json: %ld bytes, more than the 1052928 ", size);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, want) != NULL, "\"%s\" not in: %s", want, msg);
+	cr_expect(strstr(msg, "here 1 rank files, 1 elements") != NULL, "%s", msg);
+	zinf_ckpt_close(c);
+	plain_checkpoint("fits", 512, 512, 2u << 20); /* 1 MiB + 256 + 512 x 4096 bytes */
+	rc = zinf_ckpt_open(dir, "fits", &c);
+	cr_assert_eq(rc, 0, "%s", zinf_last_error());
+	zinf_ckpt_close(c);
+}
+
+/* More parameters than the ranks' files hold (each takes at least one element of every stored
+ * rank): refused with the numbers before anything is kept of them. */
+Test(ckpt_read, more_parameters_than_the_files_hold_refused)
+{
+	plain_checkpoint("many", 1000, 10, 0);
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "many", &c);
+	cr_expect_eq(rc, -EBADMSG, "open: %d", rc);
+	cr_expect_null(c);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, "manifest.json: params: 1000 entries, but rank 0's files hold 10 "
+			      "elements (ranks[0].flat; r00000.fp32: 40 bytes)") != NULL,
+		  "%s", msg);
+	zinf_ckpt_close(c);
+}
+
+/*
+ * Memory proportional to the manifest: opening one of 200000 parameters (about 22 MB; the same
+ * number of elements in its file, so every bound admits it) raises the process's peak resident
+ * memory by less than 3 times the file's size (1.8 here; a jansson tree of it took 15.6).
+ */
+Test(ckpt_read, memory_proportional_to_the_manifest)
+{
+	enum { N = 200000 };
+	long size = plain_checkpoint("wide", N, N, 0);
+	struct rusage ru;
+	cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	long before = ru.ru_maxrss; /* KiB */
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "wide", &c);
+	cr_assert_eq(rc, 0, "%s", zinf_last_error());
+	cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	long grew = (ru.ru_maxrss - before) * 1024;
+	struct zinf_ckpt_param q = {.size = sizeof(q)};
+	cr_assert_eq(zinf_ckpt_param(c, N - 1, &q), 0);
+	cr_expect_str_eq(q.name, "p199999");
+	zinf_ckpt_close(c);
+	cr_expect_lt(grew, 3 * size, "opening a %ld-byte manifest took %ld bytes (%.1f x)", size,
+		     grew, (double)grew / (double)size);
 }
