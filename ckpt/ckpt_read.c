@@ -1318,8 +1318,10 @@ read_whole(int fd, const char *path, uint64_t size, char **out, size_t *len)
 	return 0;
 }
 
-/* manifest.json's own CRC32C, in manifest.crc32c beside it (8 hex digits): the manifest cannot
- * list its own checksum, and a changed digit in it must not load silently. */
+/* manifest.json's own CRC32C, in manifest.crc32c beside it: the manifest cannot list its own
+ * checksum, and a changed digit in it must not load silently. The file holds exactly what the
+ * save writes, "%08x\n" (8 lowercase hexadecimal digits and a newline, 9 bytes), nothing else:
+ * another content is refused, whatever it starts with. */
 static int
 check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 {
@@ -1327,34 +1329,40 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 	if (!cpath) {
 		return -ENOMEM;
 	}
-	int fd = ckpt_open_in(c->dirfd, c->path, "manifest.crc32c", false, NULL);
-	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-	if (!f && fd >= 0) {
-		close(fd);
+	struct stat st;
+	int rc = 0, fd = ckpt_open_in(c->dirfd, c->path, "manifest.crc32c", false, &st);
+	if (fd < 0) {
+		rc = open_failed(fd, cpath, -EBADMSG, "missing: manifest.json cannot be checked");
+		goto out;
 	}
-	char line[32] = "";
-	int rc = 0;
-	if (!f) {
-		rc = fd >= 0 ? -ENOMEM
-			     : open_failed(fd, cpath, -EBADMSG,
-					   "missing: manifest.json cannot be checked");
-	} else {
-		if (!fgets(line, sizeof(line), f)) {
-			line[0] = '\0';
-		}
-		fclose(f);
-		char *end = NULL;
-		unsigned long want = strtoul(line, &end, 16);
-		uint32_t got = zinf_crc32c(0, text, len);
-		if (end != line + 8 || (*end != '\n' && *end != '\0')) {
-			rc = ZINF_OBJ_FAIL(cpath, -EBADMSG, "not 8 hexadecimal digits");
-		} else if ((uint32_t)want != got) {
-			rc = ZINF_OBJ_FAIL(
-				c->mpath, -EBADMSG,
-				"CRC32C 0x%08x, manifest.crc32c says 0x%08lx (corrupted)", got,
-				want);
-		}
+	char got[16], want[16];
+	ssize_t n;
+	do {
+		n = pread(fd, got, sizeof(got), 0);
+	} while (n < 0 && errno == EINTR);
+	int e = errno;
+	close(fd);
+	if (n < 0) {
+		rc = ZINF_OBJ_FAIL(cpath, -e, "read: %s", strerror(e));
+		goto out;
 	}
+	uint32_t crc = zinf_crc32c(0, text, len);
+	snprintf(want, sizeof(want), "%08x\n", crc);
+	bool form = n == 9 && got[8] == '\n';
+	for (int k = 0; k < 8 && form; k++) {
+		form = (got[k] >= '0' && got[k] <= '9') || (got[k] >= 'a' && got[k] <= 'f');
+	}
+	if (!form || (uint64_t)st.st_size != 9) {
+		rc = ZINF_OBJ_FAIL(cpath, -EBADMSG,
+				   "%jd bytes: expected exactly 8 lowercase hexadecimal digits and "
+				   "a newline (9 bytes, as the save writes it), nothing else",
+				   (intmax_t)st.st_size);
+	} else if (memcmp(got, want, 9) != 0) {
+		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG,
+				   "CRC32C 0x%08x, manifest.crc32c says 0x%.8s (corrupted)", crc,
+				   got);
+	}
+out:
 	zc_free(cpath);
 	return rc;
 }

@@ -553,6 +553,55 @@ Test(ckpt_read, symbolic_links_and_special_files_refused)
 	free(out);
 }
 
+/* ---- manifest.crc32c ---------------------------------------------------------------------- */
+
+/*
+ * manifest.crc32c holds exactly what the save writes: the manifest's CRC32C as 8 lowercase
+ * hexadecimal digits and a newline, 9 bytes. The right digits followed by anything (another
+ * newline, more text), without their newline, in capitals, with a carriage return, a "0x" or a
+ * leading space are refused naming the file; the exact content opens.
+ */
+Test(ckpt_read, manifest_crc32c_exact_content)
+{
+	static const char *const forms[] = {
+		"%08x\n\n", "%08x\nextra bytes\n", "%08x", "%08X\n", "%08x\r\n", "0x%08x\n",
+		" %08x\n",  "%08x\n%08x\n"};
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.latest = false;
+	char tag[32], p[4400];
+	uint32_t crc = 0;
+	for (size_t k = 0; k <= sizeof(forms) / sizeof(forms[0]); k++) {
+		snprintf(tag, sizeof(tag), "crc%zu", k);
+		fx_write(dir, tag, &o); /* manifest.crc32c: "%08x\n" */
+		fx_path(p, sizeof(p), dir, tag, "manifest.crc32c");
+		FILE *f = fopen(p, "r");
+		cr_assert_not_null(f);
+		cr_assert_eq(fscanf(f, "%8x", &crc), 1);
+		fclose(f);
+		struct zinf_ckpt *c = NULL;
+		if (k == sizeof(forms) / sizeof(forms[0])) { /* as written: opens */
+			cr_assert_eq(zinf_ckpt_open(dir, tag, &c), 0, "%s", zinf_last_error());
+			zinf_ckpt_close(c);
+			break;
+		}
+		f = fopen(p, "w");
+		cr_assert_not_null(f);
+		fprintf(f, forms[k], crc, crc);
+		fclose(f);
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "form %zu (\"%s\"): open returned %d", k, forms[k], rc);
+		cr_expect_null(c);
+		zinf_ckpt_close(c);
+		char want[64];
+		snprintf(want, sizeof(want), "%s/manifest.crc32c: ", tag);
+		cr_expect(strstr(zinf_last_error(), want) != NULL, "form %zu: %s", k,
+			  zinf_last_error());
+		cr_expect(strstr(zinf_last_error(), "expected exactly 8 lowercase") != NULL,
+			  "form %zu: %s", k, zinf_last_error());
+	}
+}
+
 /* ---- malformed manifests ------------------------------------------------------------------ */
 
 static json_t *
