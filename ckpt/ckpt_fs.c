@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ckpt/ckpt_fs.c: the file-system half of a checkpoint save and export: tags, the directory
- * lock, fsync of files and directories, whole writes, a file written under a temporary name and
- * renamed into place (safetensors.c), the atomic publication (rename, RENAME_EXCHANGE, `latest`),
- * removal of a temporary directory, and the streaming writer that puts a rank's state files on
- * disk through the I/O engine (aligned double buffers, O_DIRECT where the file system has it,
- * CRC32C as the bytes go). Not here: what the files hold (ckpt_save.c).
+ * ckpt/ckpt_fs.c: the file-system half of a checkpoint save, load and export: tags, the
+ * directory lock, a checkpoint's own file opened in its directory (ckpt_open_in: no symbolic
+ * link followed, regular files only), fsync of files and directories, whole writes, a file
+ * written under a temporary name and renamed into place (safetensors.c), the atomic
+ * publication (rename, RENAME_EXCHANGE, `latest`), removal of a temporary directory, and the
+ * streaming writer that puts a rank's state files on disk through the I/O engine (aligned
+ * double buffers, O_DIRECT where the file system has it, CRC32C as the bytes go). Not here:
+ * what the files hold (ckpt_save.c).
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -53,6 +55,69 @@ ckpt_tag_ok(const char *tag)
 		}
 	}
 	return true;
+}
+
+static const char *
+file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a directory"
+	       : S_ISREG(m)  ? "a regular file"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+			     : "a special file";
+}
+
+int
+ckpt_open_in(int dirfd, const char *dirpath, const char *name, bool dir, struct stat *st)
+{
+	if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+		return ZINF_FAIL(-EINVAL, "checkpoint: %s/%s: not a name in that directory",
+				 dirpath, name);
+	}
+	int fd = openat(dirfd, name,
+			O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (dir ? O_DIRECTORY : 0));
+	struct stat s;
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENOENT || e == EMFILE || e == ENFILE) {
+			return -e; /* the caller's to say */
+		}
+		/* O_NOFOLLOW on a link: ELOOP (ENOTDIR with O_DIRECTORY on some kernels) */
+		if ((e == ELOOP || e == ENOTDIR) &&
+		    fstatat(dirfd, name, &s, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (S_ISLNK(s.st_mode)) {
+				return ZINF_FAIL(
+					-EBADMSG,
+					"%s/%s: a symbolic link, not followed: a checkpoint's "
+					"files are its own, in its directory",
+					dirpath, name);
+			}
+			return ZINF_FAIL(-EBADMSG, "%s/%s: %s, expected %s", dirpath, name,
+					 file_kind(s.st_mode),
+					 dir ? "a directory" : "a regular file");
+		}
+		return ZINF_FAIL(-e, "%s/%s: open: %s", dirpath, name, zinf_strerror(-e));
+	}
+	if (fstat(fd, &s) != 0) {
+		int e = errno;
+		close(fd);
+		return ZINF_FAIL(-e, "%s/%s: fstat: %s", dirpath, name, zinf_strerror(-e));
+	}
+	if (dir ? !S_ISDIR(s.st_mode) : !S_ISREG(s.st_mode)) {
+		close(fd);
+		return ZINF_FAIL(-EBADMSG, "%s/%s: %s, expected %s", dirpath, name,
+				 file_kind(s.st_mode), dir ? "a directory" : "a regular file");
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0) {
+		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	}
+	if (st) {
+		*st = s;
+	}
+	return fd;
 }
 
 int
