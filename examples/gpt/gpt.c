@@ -59,6 +59,25 @@ on_signal(int sig)
 	g_stop = 1;
 }
 
+/*
+ * SIGINT, SIGTERM, SIGHUP (the terminal or the ssh session went away) and SIGPIPE (stdout's
+ * reader went away: `zinf_gpt | head`) set the stop flag: every rank stops after the same step,
+ * saves (--save) and removes its scratch directory. SIGXFSZ is ignored: a write past
+ * `ulimit -f` then fails with EFBIG, which the engine reports, instead of killing the process
+ * with its swap files left behind.
+ */
+static void
+catch_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+	struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		sigaction(sigs[i], &sa, NULL);
+	}
+	signal(SIGXFSZ, SIG_IGN);
+}
+
 static void
 logcb(void *ctx, enum zinf_log_level l, const char *file, int line, const char *fn, const char *msg)
 {
@@ -291,8 +310,7 @@ run_init(struct run *R, int argc, char **argv)
 	}
 	t->host_layers = t->ops->open == NULL;
 	zinf_log_set_callback(logcb, &R->log_rank);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	catch_signals();
 	struct zinf_comm_opts co;
 	zinf_comm_opts_init(&co);
 	if (!t->host_layers) {
@@ -612,7 +630,7 @@ gather_loss(struct run *R, const float mine[3])
  * Optimizer step `step`: its learning rate, every micro-batch and zinf_engine_step() after
  * each. Returns 0 and the step's loss (the mean over the global batch: each rank's mean sent
  * as two floats, 48 bits, summed in rank order). The same all-gather carries each rank's
- * SIGINT/SIGTERM flag, so that all ranks stop after the same step (one alone would leave the
+ * stop flag (catch_signals), so that all ranks stop after the same step (one alone would leave the
  * others waiting in a collective).
  */
 static int

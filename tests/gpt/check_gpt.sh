@@ -67,6 +67,11 @@
 #   resume_fp16      the same with fp16 from 2^24 (steps skipped, the scale halved): losses,
 #                    loss scales, skipped-step counts and lrs after resuming equal the
 #                    straight run's
+#   signals          SIGHUP (kill -HUP) and SIGPIPE (stdout's reader gone: `zinf_gpt | head -n 1`)
+#                    stop a run as SIGTERM does: exit 130 after a step, its last step saved
+#                    (`latest` names the last record's step), no scratch directory left; a
+#                    write past `ulimit -f` (SIGXFSZ ignored) is an error (exit 1, EFBIG
+#                    named), again with no scratch directory left
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -495,6 +500,56 @@ cuda)
 	done
 	run "$work/again.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 --device cuda
 	identical "$work/again.jsonl" "$work/zero0_memory.cuda.jsonl"
+	;;
+signals)
+	cfg="$cfgdir/zero3_nvme.json"
+	loud=() # the model's flags without --quiet: the step lines go to stdout
+	for a in "${model[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+	# left DIR WHAT: DIR (a run's --scratch-parent) must be empty
+	left() {
+		local l
+		l=$(find "$1" -mindepth 1 -maxdepth 1)
+		[ -z "$l" ] || { echo "FAIL: $2: left behind: $l"; exit 1; }
+	}
+	# saved CK JSON WHAT: CK's latest checkpoint is the last step recorded
+	saved() {
+		local last
+		last=$(field "$2" step | tail -1)
+		[ -n "$last" ] && [ "$(cat "$1/latest" 2>/dev/null)" = "step$last" ] ||
+			{ echo "FAIL: $3: last step $last, latest $(cat "$1/latest" 2>/dev/null)"; exit 1; }
+		echo "ok: $3: exit 130 after step $last, saved as step$last, no scratch left"
+	}
+	mkdir "$work/hup" "$work/pipe" "$work/fsize"
+	"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$work/hup" --config "$cfg" \
+		--batch 6 --save "$work/ck-hup" --json "$work/hup.jsonl" >"$work/hup.out" &
+	pid=$!
+	for _ in $(seq 3000); do
+		[ "$(cat "$work/hup.jsonl" 2>/dev/null | wc -l)" -lt 2 ] || break
+		sleep 0.01
+	done
+	kill -HUP $pid
+	st=0
+	wait $pid || st=$?
+	[ "$st" = 130 ] || { echo "FAIL: SIGHUP: exit $st, not 130"; exit 1; }
+	left "$work/hup" SIGHUP
+	saved "$work/ck-hup" "$work/hup.jsonl" SIGHUP
+	set +e
+	"$gpt" "${loud[@]}" --steps 100000 --steps-per-print 1 --scratch-parent "$work/pipe" \
+		--config "$cfg" --batch 6 --save "$work/ck-pipe" --json "$work/pipe.jsonl" |
+		head -n 1 >"$work/pipe.head"
+	st=${PIPESTATUS[0]}
+	set -e
+	[ "$st" = 130 ] || { echo "FAIL: SIGPIPE: exit $st, not 130"; exit 1; }
+	grep -q '^zinf_gpt: ' "$work/pipe.head" || { echo "FAIL: head read"; cat "$work/pipe.head"; exit 1; }
+	left "$work/pipe" SIGPIPE
+	saved "$work/ck-pipe" "$work/pipe.jsonl" SIGPIPE
+	st=0
+	(ulimit -f 64 && exec "$gpt" "${model[@]}" --scratch-parent "$work/fsize" --config "$cfg" \
+		--batch 6) 2>"$work/fsize.err" || st=$?
+	[ "$st" = 1 ] && grep -q 'File too large' "$work/fsize.err" ||
+		{ echo "FAIL: past ulimit -f: exit $st"; cat "$work/fsize.err"; exit 1; }
+	left "$work/fsize" "past ulimit -f"
+	echo "ok: past ulimit -f: exit 1 ($(grep -m1 'File too large' "$work/fsize.err"))"
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
