@@ -3,8 +3,9 @@
  * examples/gpt/gpt.c: zinf_gpt, a GPT trained through zinf's public API, as a user's trainer
  * would be written: the parameters live in the ZeRO engine (zinf/engine.h), in the tiers a
  * DeepSpeed configuration names (by default ZeRO-3 with parameters and optimizer state on NVMe
- * under a scratch directory this program creates and removes). Runs alone or under
- * `mpirun -np N` (the collectives are chosen by zinf: mpi under a launcher, else single).
+ * under a scratch directory this program creates and removes, and which the next run removes
+ * when this one is killed). Runs alone or under `mpirun -np N` (the collectives are chosen by
+ * zinf: mpi under a launcher, else single).
  * `zinf_gpt --help` lists the flags (gpt_args.c).
  *
  * This file: the configuration ("auto" from the flags; a nvme_path "scratch" becomes the
@@ -38,6 +39,7 @@
 #include <unistd.h>
 
 #include <zinf/blocks/comm.h>
+#include <zinf/blocks/swap.h>
 #include <zinf/config.h>
 #include <zinf/device.h>
 #include <zinf/engine.h>
@@ -98,7 +100,7 @@ struct run {
 	struct zinf_comm *comm;
 	struct gpt_data data;
 	FILE *json;
-	char scratch[4096]; /* "" when none was made */
+	struct zinf_scratch_dir *scratch; /* NULL when none was made */
 	int log_rank, spp;
 	bool lead, bar;
 	int *host_tok;	  /* [T + 1] one sample */
@@ -118,14 +120,30 @@ struct run {
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
 
-static int
-rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+/* The scratch directories' names under --scratch-parent: zinf-gpt-<pid>-r<rank>-XXXXXX, each
+   under the lock zinf-gpt-<pid>-r<rank>.lock that its run holds (zinf/blocks/swap.h). */
+#define GPT_SCRATCH_STEM "zinf-gpt"
+
+static void
+reclaimed(void *ctx, const char *path, int64_t pid, int status)
 {
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path);
+	(void)ctx;
+	if (status == 0) {
+		fprintf(stderr, "zinf_gpt: removed %s, left by pid %lld, which no longer runs\n",
+			path, (long long)pid);
+	} else if (status < 0) {
+		fprintf(stderr, "zinf_gpt: could not remove %s, left by pid %lld: %s\n", path,
+			(long long)pid, zinf_strerror(status));
+	}
 }
 
-/* Every nvme_path "scratch" (or all of them with --nvme-path) of the engine options. */
+/*
+ * Every nvme_path "scratch" (or all of them with --nvme-path) of the engine options. Before its
+ * own directory is made, each machine's first rank removes what runs that are gone (kill -9,
+ * the OOM killer, an MPI abort) left under --scratch-parent: directories whose run no longer
+ * runs and holds no lock; the directories of live runs (this job's other ranks, other jobs)
+ * stay.
+ */
 static int
 scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 {
@@ -137,13 +155,18 @@ scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 		}
 	}
 	if (need) {
-		snprintf(R->scratch, sizeof(R->scratch), "%s/zinf-gpt-r%d-XXXXXX",
-			 R->a.scratch_parent, R->t.rank);
-		if (!mkdtemp(R->scratch)) {
-			fprintf(stderr, "zinf_gpt: scratch directory under %s: %s\n",
-				R->a.scratch_parent, strerror(errno));
-			R->scratch[0] = 0;
-			return -1;
+		const char *parent = R->a.scratch_parent;
+		char tag[32];
+		if (zinf_comm_local_rank(R->comm) == 0) {
+			(void)zinf_scratch_reclaim(parent, GPT_SCRATCH_STEM, reclaimed, NULL);
+		}
+		snprintf(tag, sizeof(tag), "r%d", R->t.rank);
+		int r = zinf_scratch_dir_create(parent, GPT_SCRATCH_STEM, tag, &R->scratch);
+		if (r) {
+			fprintf(stderr,
+				"zinf_gpt: scratch directory under --scratch-parent %s: %s\n",
+				parent, zinf_strerror(r));
+			return r;
 		}
 	}
 	for (int s = 0; s < 2; s++) {
@@ -151,7 +174,7 @@ scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 			if (R->a.nvme_path) {
 				sec[s]->nvme_path[i] = R->a.nvme_path;
 			} else if (!strcmp(sec[s]->nvme_path[i], GPT_SCRATCH_PATH)) {
-				sec[s]->nvme_path[i] = R->scratch;
+				sec[s]->nvme_path[i] = zinf_scratch_dir_path(R->scratch);
 			}
 		}
 	}
@@ -352,7 +375,7 @@ run_init(struct run *R, int argc, char **argv)
 		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
 		       "(uniform %.4f)%s%s\n",
 		       R->a.fanout, R->data.entropy, log((double)R->a.vocab),
-		       R->scratch[0] ? "; scratch " : "", R->scratch);
+		       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
 		fflush(stdout);
 	}
 	return 0;
@@ -378,9 +401,7 @@ run_fini(struct run *R)
 	}
 	gpt_data_fini(&R->data);
 	zinf_config_fini(&R->cfg);
-	if (R->scratch[0]) {
-		nftw(R->scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	}
+	zinf_scratch_dir_destroy(R->scratch); /* after the engine, which wrote into it */
 }
 
 /* ---- checkpoints (--save, --resume) -------------------------------------------------------- */
@@ -419,6 +440,13 @@ static int
 cmp_desc(const void *a, const void *b)
 {
 	return *(const int *)b - *(const int *)a;
+}
+
+static int
+rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	return remove(path);
 }
 
 /* --keep N: the newest N "step<k>" checkpoints of --save's directory stay (and the one `latest`

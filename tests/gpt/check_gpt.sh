@@ -72,6 +72,13 @@
 #                    (`latest` names the last record's step), no scratch directory left; a
 #                    write past `ulimit -f` (SIGXFSZ ignored) is an error (exit 1, EFBIG
 #                    named), again with no scratch directory left
+#   reclaim [N]      what killed runs left under --scratch-parent: two runs killed with SIGKILL
+#                    leave their scratch directories (zinf-gpt-<pid>-r0-*) and locks; the next
+#                    run (N ranks under MPIRUN when given) removes exactly those, naming each,
+#                    while it keeps the directory of a live run training beside it (which then
+#                    stops on SIGTERM with exit 130: its files were intact), one named after a
+#                    live pid, and one of a pid that is gone whose lock is held (an owner in
+#                    another pid namespace); it trains and leaves nothing of its own
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -84,7 +91,8 @@ set -euo pipefail
 case_=$1 gpt=$2 cfgdir=$3 scratch=$4
 shift 4
 work=$(mktemp -d "$scratch/gpt-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+bg=() # background processes a case started: killed on the way out, whatever happened
+trap 'for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 # --device host: the CPU layers in every case (auto would take a GPU where there is one, and
 # the bit-identical cases are the CPU's); the case cuda names --device cuda after it
@@ -395,6 +403,7 @@ resume | resume_fp16)
 	"$gpt" "${model[@]}" --config "$cfg" --batch 6 --save "$work/ck" \
 		--save-every 2 --keep 2 --json "$work/killed.jsonl" &
 	pid=$!
+	bg+=($pid)
 	k=0
 	for _ in $(seq 3000); do
 		t=$(cat "$work/ck/latest" 2>/dev/null || true)
@@ -451,6 +460,7 @@ resume_ranks)
 	"$@" -np 2 "$gpt" "${model[@]}" --config "$cfgdir/zero3_nvme.json" --batch 3 \
 		--save "$work/ck" --save-every 2 --json "$work/stopped.jsonl" &
 	pid=$!
+	bg+=($pid)
 	for _ in $(seq 3000); do
 		t=$(cat "$work/ck/latest" 2>/dev/null || true)
 		t=${t#step}
@@ -523,6 +533,7 @@ signals)
 	"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$work/hup" --config "$cfg" \
 		--batch 6 --save "$work/ck-hup" --json "$work/hup.jsonl" >"$work/hup.out" &
 	pid=$!
+	bg+=($pid)
 	for _ in $(seq 3000); do
 		[ "$(cat "$work/hup.jsonl" 2>/dev/null | wc -l)" -lt 2 ] || break
 		sleep 0.01
@@ -550,6 +561,92 @@ signals)
 		{ echo "FAIL: past ulimit -f: exit $st"; cat "$work/fsize.err"; exit 1; }
 	left "$work/fsize" "past ulimit -f"
 	echo "ok: past ulimit -f: exit 1 ($(grep -m1 'File too large' "$work/fsize.err"))"
+	;;
+reclaim)
+	cfg="$cfgdir/zero3_nvme.json"
+	sp="$work/parent"
+	mkdir "$sp" "$work/killed"
+	# started DIR: a scratch directory in DIR holds swap files (a run's engine init done)
+	started() {
+		for _ in $(seq 3000); do
+			[ -z "$(find "$1" -path "*/zinf-gpt-*/*.swp" 2>/dev/null)" ] || return 0
+			sleep 0.01
+		done
+		echo "FAIL: no scratch directory in $1"
+		exit 1
+	}
+	# a live run: kept
+	"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$sp" --config "$cfg" --batch 6 \
+		>"$work/live.out" &
+	live=$!
+	bg+=($live)
+	started "$sp"
+	# two killed runs (in a parent of their own, or each would reclaim the other's at its
+	# start), their leftovers then moved beside the live run
+	killed=()
+	left=()
+	for i in 1 2; do
+		"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$work/killed" \
+			--config "$cfg" --batch 6 &
+		pid=$!
+		bg+=($pid)
+		started "$work/killed"
+		kill -KILL $pid
+		wait $pid || true
+		killed+=("$pid")
+		for f in "$work/killed"/*; do
+			left+=("$sp/${f##*/}")
+			mv "$f" "$sp"/
+		done
+	done
+	echo "killed runs ${killed[*]} left: ${left[*]##*/}"
+	# named after a live pid (this shell); a dead pid's whose lock is held
+	mkdir "$sp/zinf-gpt-$$-r0-shell0"
+	(exit 0) &
+	gone=$!
+	wait $gone
+	mkdir "$sp/zinf-gpt-$gone-r0-locked"
+	(exec 9>"$sp/zinf-gpt-$gone-r0.lock" && flock -n 9 && exec sleep 600) &
+	holder=$! # the sleep itself holds the lock
+	bg+=($holder)
+	for _ in $(seq 500); do [ -e "$sp/zinf-gpt-$gone-r0.lock" ] && break; sleep 0.01; done
+	sleep 0.2
+	before=$(find "$sp" -mindepth 1 -maxdepth 1 | sort)
+	st=0
+	if [ $# -gt 0 ]; then
+		n=$1
+		shift
+		"$@" -np "$n" "$gpt" "${model[@]}" --steps 3 --scratch-parent "$sp" \
+			--config "$cfg" --batch $((6 / n)) >/dev/null 2>"$work/next.err" || st=$?
+	else
+		"$gpt" "${model[@]}" --steps 3 --scratch-parent "$sp" --config "$cfg" --batch 6 \
+			>/dev/null 2>"$work/next.err" || st=$?
+	fi
+	kill $holder 2>/dev/null || true
+	wait $holder 2>/dev/null || true
+	[ "$st" = 0 ] || { echo "FAIL: the next run: exit $st"; cat "$work/next.err"; exit 1; }
+	for f in "${left[@]}"; do
+		[ ! -e "$f" ] ||
+			{ echo "FAIL: a killed run's $f stayed"; cat "$work/next.err"; exit 1; }
+		grep -q "removed $f, left by pid [0-9]*, which no longer runs" "$work/next.err" ||
+			{ echo "FAIL: $f's removal not reported"; cat "$work/next.err"; exit 1; }
+	done
+	after=$(find "$sp" -mindepth 1 -maxdepth 1 | sort)
+	want=$(echo "$before" | grep -v -F "$(printf '%s\n' "${left[@]}")")
+	[ "$after" = "$want" ] || {
+		echo "FAIL: left after the next run:"; echo "$after"
+		echo "want:"; echo "$want"; exit 1
+	}
+	[ "$(grep -c 'removed' "$work/next.err")" = "${#left[@]}" ] ||
+		{ echo "FAIL: ${#left[@]} removals expected:"; cat "$work/next.err"; exit 1; }
+	kill -TERM $live
+	st=0
+	wait $live || st=$?
+	[ "$st" = 130 ] || { echo "FAIL: the live run beside: exit $st"; exit 1; }
+	[ -z "$(find "$sp" -mindepth 1 -maxdepth 1 -name "zinf-gpt-$live-*")" ] ||
+		{ echo "FAIL: the live run left its scratch"; exit 1; }
+	echo "ok: what killed runs left removed and named; live and locked kept:"
+	grep removed "$work/next.err"
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
