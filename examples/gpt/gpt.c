@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
@@ -106,6 +107,7 @@ struct run {
 	int *host_tok;	  /* [T + 1] one sample */
 	float *rank_loss; /* [3 x world]: loss (two floats), stop flag */
 	bool stop;	  /* a rank was interrupted: every rank stops after this step */
+	bool all_know;	  /* an error every rank saw (no notice to send on the way out) */
 	double *losses;	  /* [steps] */
 	int sched_step;	  /* the lr schedule's step: applied (not skipped) steps + 1 */
 	bool no_momentum; /* OneCycle's cycle_momentum off: the optimizer has no betas */
@@ -320,6 +322,8 @@ pick_layers(struct run *R)
 #endif
 }
 
+static int check_save_dir(struct run *R);
+
 static int
 run_init(struct run *R, int argc, char **argv)
 {
@@ -359,6 +363,9 @@ run_init(struct run *R, int argc, char **argv)
 	R->losses = malloc((size_t)R->a.steps * sizeof(double));
 	if (!R->host_tok || !R->rank_loss || !R->losses) {
 		fprintf(stderr, "zinf_gpt: out of memory\n");
+		return 1;
+	}
+	if (R->a.save && check_save_dir(R)) {
 		return 1;
 	}
 	if (R->lead && R->a.json && !(R->json = fopen(R->a.json, "w"))) {
@@ -655,6 +662,89 @@ gather_loss(struct run *R, const float mine[3])
 }
 
 /*
+ * --save's directory, before the first step rather than at the first save, after the training
+ * time is spent: made when missing as the save makes it (one level, mode 0755, its entry in the
+ * parent synced, since the save's mkdir then finds it and syncs nothing), and a file created,
+ * written and removed in it, on every rank (each writes its own files there). The ranks agree
+ * on the outcome through the loss all-gather, so that all stop when one cannot write. 0, or -1
+ * after each failing rank named the directory and the errno.
+ */
+static int
+check_save_dir(struct run *R)
+{
+	const char *dir = R->a.save, *what = NULL;
+	char p[4096];
+	int err = 0, fd;
+	if (mkdir(dir, 0755) == 0) {
+		what = "syncing the directory holding it";
+		snprintf(p, sizeof(p), "%s", dir);
+		for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) {
+			p[n - 1] = '\0'; /* "ck/": the parent is the one holding ck */
+		}
+		char *slash = strrchr(p, '/');
+		if (slash == p) {
+			slash[1] = '\0';
+		} else if (slash) {
+			*slash = '\0';
+		} else {
+			snprintf(p, sizeof(p), ".");
+		}
+		if ((fd = open(p, O_RDONLY | O_DIRECTORY)) < 0 || fsync(fd) != 0) {
+			err = errno;
+		}
+		if (fd >= 0) {
+			close(fd);
+		}
+	} else if (errno != EEXIST) {
+		what = "creating it";
+		err = errno;
+	}
+	if (!err) {
+		what = "creating a file in it";
+		if (snprintf(p, sizeof(p), "%s/.zinf_gpt-r%d-XXXXXX", dir, R->t.rank) >=
+		    (int)sizeof(p)) {
+			err = ENAMETOOLONG;
+		} else if ((fd = mkstemp(p)) < 0) {
+			err = errno;
+		} else {
+			what = "writing a file in it";
+			errno = 0;
+			if (write(fd, "zinf_gpt\n", 9) != 9 || fsync(fd) != 0) {
+				err = errno ? errno : EIO;
+			}
+			close(fd);
+			unlink(p);
+		}
+	}
+	if (err && R->t.world > 1) {
+		fprintf(stderr, "zinf_gpt: rank %d: --save %s: %s: %s\n", R->t.rank, dir, what,
+			strerror(err));
+	} else if (err) {
+		fprintf(stderr, "zinf_gpt: --save %s: %s: %s\n", dir, what, strerror(err));
+	}
+	float mine[3] = {err ? 1.0f : 0.0f, 0, 0};
+	int r = gather_loss(R, mine);
+	if (r) {
+		fprintf(stderr, "zinf_gpt: checking --save %s with the other ranks: %s\n", dir,
+			zinf_strerror(r));
+		return -1;
+	}
+	for (int i = 0; i < R->t.world; i++) {
+		if (R->rank_loss[3 * i] != 0) {
+			if (R->lead && !err) {
+				fprintf(stderr,
+					"zinf_gpt: rank %d cannot write --save %s: nothing "
+					"trained\n",
+					i, dir);
+			}
+			R->all_know = true;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
  * Optimizer step `step`: its learning rate, every micro-batch and zinf_engine_step() after
  * each. Returns 0 and the step's loss (the mean over the global batch: each rank's mean sent
  * as two floats, 48 bits, summed in rank order). The same all-gather carries each rank's
@@ -911,7 +1001,7 @@ main(int argc, char **argv)
 	}
 	rc = R.stop ? 130 : 0;
 out:
-	if (rc && rc != 130 && R.t.e) {
+	if (rc && rc != 130 && R.t.e && !R.all_know) {
 		/* the other ranks may wait for this one in a collective: tell them (an engine that
 		   failed already told them, or every rank knows) */
 		(void)zinf_engine_abort(R.t.e, "zinf_gpt stopped after an error on this rank");

@@ -59,12 +59,13 @@ static const struct flag flags[] = {
 	 1, 1 << 30},
 	{"save", "DIR",
 	 "save checkpoints into DIR (at the end, every --save-every steps, and on "
-	 "Ctrl-C)",
+	 "Ctrl-C); DIR is made if missing and must be writable before the first step",
 	 K_STR, A(save), 0, 0},
-	{"save-every", "N", "steps between checkpoints (default 0: at the end only)", K_INT,
-	 A(save_every), 0, 100000000},
-	{"keep", "N", "keep the newest N checkpoints in --save's directory (default 0: all)", K_INT,
-	 A(keep), 0, 100000000},
+	{"save-every", "N", "steps between checkpoints (needs --save; default 0: at the end only)",
+	 K_INT, A(save_every), 0, 100000000},
+	{"keep", "N",
+	 "keep the newest N checkpoints in --save's directory (needs --save; default 0: all)",
+	 K_INT, A(keep), 0, 100000000},
 	{"resume", "DIR", "continue from DIR's latest checkpoint (to --steps in all)", K_STR,
 	 A(resume), 0, 0},
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
@@ -182,6 +183,15 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 	if (a->hidden % a->heads) {
 		fprintf(stderr, "zinf_gpt: --hidden %d is not a multiple of --heads %d\n",
 			a->hidden, a->heads);
+		return -1;
+	}
+	if (!a->save && (a->save_every || a->keep)) {
+		fprintf(stderr,
+			"zinf_gpt: %s without --save DIR: nothing would be saved (--save names "
+			"where the checkpoints go)\n",
+			a->save_every && a->keep ? "--save-every and --keep"
+			: a->save_every		 ? "--save-every"
+						 : "--keep");
 		return -1;
 	}
 	if (a->fanout > a->vocab) {

@@ -79,6 +79,13 @@
 #                    stops on SIGTERM with exit 130: its files were intact), one named after a
 #                    live pid, and one of a pid that is gone whose lock is held (an owner in
 #                    another pid namespace); it trains and leaves nothing of its own
+#   save_dir [N]     a --save directory that cannot be written is refused before the first step
+#                    (no --json record), exit 1, the directory and the errno named, no scratch
+#                    left: a path through a regular file (ENOTDIR), one whose parent is missing
+#                    (ENOENT), an existing directory where no file can be made (chmod 555, or
+#                    /sys/kernel as root: EACCES); --save-every or --keep without --save: exit 2
+#                    naming the flags. With N: the refusals on N ranks under MPIRUN (every rank
+#                    names the directory, none waits for another)
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -647,6 +654,55 @@ reclaim)
 		{ echo "FAIL: the live run left its scratch"; exit 1; }
 	echo "ok: what killed runs left removed and named; live and locked kept:"
 	grep removed "$work/next.err"
+	;;
+save_dir)
+	cfg="$cfgdir/zero0_memory.json"
+	touch "$work/file"
+	mkdir "$work/ro"
+	chmod 555 "$work/ro"
+	ro="$work/ro"
+	if touch "$ro/probe" 2>/dev/null; then # root: permissions do not bind
+		rm -f "$ro/probe"
+		ro=/sys/kernel
+		if ! [ -d "$ro" ] || touch "$ro/zinf-probe" 2>/dev/null; then
+			rm -f "$ro/zinf-probe" 2>/dev/null || true
+			ro=""
+			echo "save_dir: no unwritable directory (root, no /sys): that part skipped"
+		fi
+	fi
+	pre=() n=1 # N ranks under MPIRUN
+	if [ $# -gt 0 ]; then
+		n=$1
+		shift
+		pre=("$@" -np "$n")
+	fi
+	# refused DIR ERRNO: --save DIR exits 1 before any step, each rank naming DIR and ERRNO
+	refused() {
+		local st=0
+		rm -f "$work/r.jsonl"
+		"${pre[@]}" "$gpt" "${model[@]}" --config "$cfg" --batch $((6 / n)) --save "$1" \
+			--save-every 5 --json "$work/r.jsonl" >/dev/null 2>"$work/err" || st=$?
+		[ "$st" = 1 ] && grep -q "$2" "$work/err" &&
+			[ "$(grep -cF -- "--save $1: " "$work/err")" = "$n" ] ||
+			{ echo "FAIL: --save $1: exit $st, not 1 and <$2> x $n:"; cat "$work/err"
+			  exit 1; }
+		[ ! -s "$work/r.jsonl" ] ||
+			{ echo "FAIL: --save $1: $(wc -l <"$work/r.jsonl") steps trained"; exit 1; }
+		[ -z "$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')" ] ||
+			{ echo "FAIL: --save $1: scratch left"; exit 1; }
+		echo "ok: refused before the first step: $(head -1 "$work/err")"
+	}
+	refused "$work/file/ck" "Not a directory"
+	refused "$work/missing/ck" "No such file or directory"
+	[ -z "$ro" ] || refused "$ro" "Permission denied"
+	for f in "--save-every 2" "--keep 2"; do
+		st=0
+		# shellcheck disable=SC2086
+		"$gpt" "${model[@]}" --config "$cfg" --batch 6 $f >/dev/null 2>"$work/err" || st=$?
+		[ "$st" = 2 ] && grep -qF -- "${f% *} without --save DIR" "$work/err" ||
+			{ echo "FAIL: $f without --save: exit $st"; cat "$work/err"; exit 1; }
+		echo "ok: $(cat "$work/err")"
+	done
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
