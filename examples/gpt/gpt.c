@@ -874,10 +874,17 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 	long long lk = locked_bytes();
 	double toks = (double)d->B * d->T * t->gas * t->world / wall;
 	double rd = es.nvme_read_bytes / wall / 1e9, wr = es.nvme_write_bytes / wall / 1e9;
+	/* the engine computes the norm for clipping and fp16 only (else its 0 means nothing) */
+	bool has_norm = R->cfg.engine.gradient_clipping > 0 || R->cfg.engine.fp16.enabled;
+	char norm[32] = "-"; /* the step line's */
+	if (has_norm) {
+		snprintf(norm, sizeof(norm), "%.4g", es.grad_norm);
+	}
 	if (R->json) {
-		/* JSON has no infinity or NaN: an overflowed step's norm is null */
+		/* JSON has no infinity or NaN: an overflowed step's norm is null, as is one not
+		   computed */
 		char gnorm[32] = "null", beta1[32] = "null";
-		if (isfinite(es.grad_norm)) {
+		if (has_norm && isfinite(es.grad_norm)) {
 			snprintf(gnorm, sizeof(gnorm), "%.9g", es.grad_norm);
 		}
 		if (!isnan(R->beta1)) {
@@ -911,10 +918,10 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 		}
 		printf("step %5d/%d | loss %.4f (floor %.4f) | lr %.3e | %7.0f tok/s | nvme r %.3f "
 		       "w %.3f GB/s | pinned %.1f MiB | exposed fetch %.1f ms step %.1f ms | "
-		       "grad norm %.4g | loss scale %g%s\n",
+		       "grad norm %s | loss scale %g%s\n",
 		       step, R->a.steps, loss, R->data.entropy, lr, toks, rd, wr,
 		       lk < 0 ? 0.0 : (double)lk / (1 << 20), es.exposed_fetch_s * 1e3,
-		       es.exposed_step_s * 1e3, es.grad_norm, es.loss_scale,
+		       es.exposed_step_s * 1e3, norm, es.loss_scale,
 		       skipped ? " | skipped (fp16 overflow)" : "");
 		fflush(stdout);
 	}

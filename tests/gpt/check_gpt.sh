@@ -28,7 +28,9 @@
 #                    run's lr at 1 + the applied steps before k); the loss still fell
 #   clip             zero0_memory.json with "gradient_clipping": 0.1 (fp32): grad_norm > 0.1
 #                    on each of the first 5 steps (clipping active), losses differ from the
-#                    unclipped run's, the loss still fell
+#                    unclipped run's, the loss still fell; the step lines (--steps-per-print 1)
+#                    show each record's norm, and the unclipped run, whose norm is not
+#                    computed, records null and prints "grad norm -" on every step
 #   one_cycle        zero0_memory.json with DeepSpeed's OneCycle (cycle of 8 + 12 steps,
 #                    momentum 0.95 -> 0.85 -> 0.95, then decay_mom_rate 0.004 every 2 steps): each
 #                    record's beta1 equals get_mom()[0] at that step, worked here in awk from the
@@ -105,6 +107,8 @@ export OMP_NUM_THREADS=1
 # the bit-identical cases are the CPU's); the case cuda names --device cuda after it
 model=(--layers 2 --heads 2 --hidden 32 --context 16 --vocab 32 --fanout 4 --steps 30
 	--no-progress --quiet --scratch-parent "$work" --device host)
+loud=() # the model's flags without --quiet: the step lines go to stdout
+for a in "${model[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 
 # losses FILE: one loss per line, as printed (17 significant digits)
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
@@ -336,9 +340,23 @@ one_cycle)
 clip)
 	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
 		"$cfgdir/zero0_memory.json" >"$work/clip.json"
-	run "$work/clip.jsonl" -- --config "$work/clip.json" --batch 6
-	run "$work/noclip.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/clip.jsonl" --config "$work/clip.json" \
+		--batch 6 >"$work/clip.out"
+	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/noclip.jsonl" \
+		--config "$cfgdir/zero0_memory.json" --batch 6 >"$work/noclip.out"
 	fell "$work/clip.jsonl"
+	# the norm is computed with clipping (or fp16) only: without, null in every record and
+	# "-" on every step line, never a 0 that reads as vanishing gradients
+	shown() { sed -n 's/^step .*| grad norm \([^ ]*\) |.*/\1/p' "$1"; }
+	[ "$(field "$work/noclip.jsonl" grad_norm | sort -u)" = null ] ||
+		{ echo "FAIL: unclipped grad_norm $(field "$work/noclip.jsonl" grad_norm | sort -u)"
+		  exit 1; }
+	[ "$(shown "$work/noclip.out" | sort -u)" = - ] && [ "$(shown "$work/noclip.out" | wc -l)" = 30 ] ||
+		{ echo "FAIL: unclipped step lines:"; grep '^step' "$work/noclip.out" | head -3; exit 1; }
+	paste <(shown "$work/clip.out") <(field "$work/clip.jsonl" grad_norm) | awk '
+		{ if ($1 != sprintf("%.4g", $2)) { printf "FAIL: step %d: line %s, record %s\n", NR, $1, $2; bad = 1 } }
+		END { if (NR != 30) { print "FAIL: " NR " step lines"; bad = 1 }; exit bad }'
+	echo "ok: no norm without clipping (null, \"-\"); with it the lines show the records' norms"
 	field "$work/clip.jsonl" grad_norm | head -5 |
 		awk '!($1 > 0.1) { printf "FAIL: step %d: grad_norm %s <= 0.1: clipping not active\n", NR, $1; exit 1 }
 		END { if (NR != 5) { print "FAIL: " NR " grad norms, not 5"; exit 1 } }'
@@ -520,8 +538,6 @@ cuda)
 	;;
 signals)
 	cfg="$cfgdir/zero3_nvme.json"
-	loud=() # the model's flags without --quiet: the step lines go to stdout
-	for a in "${model[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 	# left DIR WHAT: DIR (a run's --scratch-parent) must be empty
 	left() {
 		local l
