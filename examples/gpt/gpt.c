@@ -185,6 +185,20 @@ scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 
 /* ---- set-up -------------------------------------------------------------------------------- */
 
+/* A configuration integer that lands in an int of the trainer: 0 when in [lo, hi], else -EINVAL
+   after a message naming the key, the value and the range (`what`: where the range is from). */
+static int
+config_int(const struct run *R, const char *key, long long v, long long lo, long long hi,
+	   const char *what)
+{
+	if (v >= lo && v <= hi) {
+		return 0;
+	}
+	fprintf(stderr, "zinf_gpt: %s: %s %lld is out of range: zinf_gpt takes [%lld, %lld] (%s)\n",
+		R->a.config, key, v, lo, hi, what);
+	return -EINVAL;
+}
+
 /* The configuration, "auto" resolved from the flags as Hugging Face's integration does. */
 static int
 read_config(struct run *R)
@@ -209,11 +223,31 @@ read_config(struct run *R)
 		return r;
 	}
 	/* gradient_clipping and fp16 loss scaling: applied by the engine (cfg.engine carries
-	   them) */
-	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)R->cfg.steps_per_print;
-	if (R->spp < 1) {
-		R->spp = 10;
+	   them). The integers kept in ints: within their flags' ranges (the library takes up to
+	   2^63 - 1); the global batch is an int32 of the checkpoint, and the positions of a
+	   micro-batch (B x T) an int of the layers. */
+	const struct zinf_train_config *c = &R->cfg;
+	r = config_int(R, "train_micro_batch_size_per_gpu", c->train_micro_batch_size_per_gpu, 1,
+		       GPT_MAX_BATCH, "the range of --batch");
+	r = r
+		    ?: config_int(R, "gradient_accumulation_steps",
+				  c->engine.gradient_accumulation_steps, 1, GPT_MAX_GRAD_ACCUM,
+				  "the range of --grad-accum");
+	r = r
+		    ?: config_int(R, "train_batch_size", c->train_batch_size, 1, INT32_MAX,
+				  "a checkpoint holds it as an int32");
+	r = r
+		    ?: config_int(R, "train_micro_batch_size_per_gpu x --context",
+				  c->train_micro_batch_size_per_gpu * a->context, 1, INT32_MAX,
+				  "the positions of a micro-batch, an int of the layers");
+	if (!r && a->steps_per_print <= 0) {
+		r = config_int(R, "steps_per_print", c->steps_per_print, 1, GPT_MAX_SPP,
+			       "the range of --steps-per-print");
 	}
+	if (r) {
+		return r;
+	}
+	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)c->steps_per_print;
 	return 0;
 }
 

@@ -30,6 +30,12 @@ struct gpt_args {
 	bool step_after_backward, no_progress, quiet;
 };
 
+/* The ranges of the flags that the configuration can also set (gpt_args.c; gpt.c holds the
+ * configuration's values to them): micro-batch, accumulation steps, steps between lines. */
+#define GPT_MAX_BATCH	   (1 << 20)
+#define GPT_MAX_GRAD_ACCUM (1 << 20)
+#define GPT_MAX_SPP	   (1 << 30)
+
 /* Exit status of --device cuda where no CUDA device can be opened (tests skip on it); a bad
  * flag, or --device cuda in a build without the CUDA layers, exits 2. */
 #define GPT_EXIT_NO_GPU 3

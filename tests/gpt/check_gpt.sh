@@ -88,6 +88,13 @@
 #                    /sys/kernel as root: EACCES); --save-every or --keep without --save: exit 2
 #                    naming the flags. With N: the refusals on N ranks under MPIRUN (every rank
 #                    names the directory, none waits for another)
+#   config_ranges    configuration integers wider than the trainer's fields are refused before
+#                    anything trains (exit 1, no --json record), naming the key, the value and
+#                    the range: train_micro_batch_size_per_gpu 2^32 + 1 (once trained with
+#                    micro-batch 1) and 2^31 (once asked for 18 EB), gradient_accumulation_steps
+#                    2^31 (once trained on a loss of 0), steps_per_print 2^32 (once printed every
+#                    10 steps), a train_batch_size past int32, and micro-batch x --context past
+#                    int32; steps_per_print 2^30 (its largest) trains
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -719,6 +726,38 @@ save_dir)
 			{ echo "FAIL: $f without --save: exit $st"; cat "$work/err"; exit 1; }
 		echo "ok: $(cat "$work/err")"
 	done
+	;;
+config_ranges)
+	# bad SED KEY VALUE RANGE [FLAGS...]: zero0_memory.json without train_batch_size, edited
+	# by SED, is refused: exit 1, no step trained, "KEY VALUE is out of range: ... [RANGE]"
+	bad() {
+		local sub=$1 key=$2 val=$3 range=$4 st=0
+		shift 4
+		sed -e '/"train_batch_size"/d' -e "$sub" "$cfgdir/zero0_memory.json" >"$work/c.json"
+		rm -f "$work/c.jsonl"
+		run "$work/c.jsonl" -- --config "$work/c.json" --batch 6 "$@" 2>"$work/err" || st=$?
+		[ "$st" = 1 ] && grep -qF "$key $val is out of range: zinf_gpt takes [$range]" \
+			"$work/err" || { echo "FAIL: $key $val: exit $st"; cat "$work/err"; exit 1; }
+		[ ! -s "$work/c.jsonl" ] || { echo "FAIL: $key $val: trained"; exit 1; }
+		echo "ok: $(cat "$work/err")"
+	}
+	mb='s/"train_micro_batch_size_per_gpu": "auto"/"train_micro_batch_size_per_gpu": '
+	gas='s/"gradient_accumulation_steps": "auto"/"gradient_accumulation_steps": '
+	bad "${mb}4294967297/" train_micro_batch_size_per_gpu 4294967297 "1, 1048576"
+	bad "${mb}2147483648/" train_micro_batch_size_per_gpu 2147483648 "1, 1048576"
+	bad "${gas}2147483648/" gradient_accumulation_steps 2147483648 "1, 1048576"
+	bad 's/"steps_per_print": 20/"steps_per_print": 4294967296/' steps_per_print 4294967296 \
+		"1, 1073741824"
+	bad "${mb}1048576/;${gas}4096/" train_batch_size 4294967296 "1, 2147483647"
+	bad "${mb}1048576/" "train_micro_batch_size_per_gpu x --context" 4294967296 \
+		"1, 2147483647" --context 4096
+	# in range: trains
+	sed -e '/"train_batch_size"/d' -e "${gas}2/" -e "${mb}3/" \
+		-e 's/"steps_per_print": 20/"steps_per_print": 1073741824/' \
+		"$cfgdir/zero0_memory.json" >"$work/c.json"
+	run "$work/edge.jsonl" -- --config "$work/c.json" --steps 3
+	[ "$(field "$work/edge.jsonl" step | wc -l)" = 3 ] || { echo "FAIL: in range"; exit 1; }
+	echo "ok: steps_per_print 2^30, micro-batch 3 x accumulation 2 trained"
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
