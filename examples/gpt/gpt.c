@@ -259,6 +259,9 @@ make_engine(struct run *R)
 	struct zinf_engine_opts eo = R->cfg.engine; /* its paths stay owned by cfg */
 	eo.device_backend = t->ops->device;	    /* the device whose memory the layers take */
 	eo.comm = R->comm;
+	if (!isnan(R->a.comm_timeout)) {
+		eo.comm_timeout_s = R->a.comm_timeout; /* as the comm's (the engine may read it) */
+	}
 	if (R->a.step_after_backward) {
 		eo.step_during_backward = false;
 	}
@@ -376,6 +379,9 @@ run_init(struct run *R, int argc, char **argv)
 	zinf_comm_opts_init(&co);
 	if (!t->host_layers) {
 		co.backend = "nccl"; /* the engine on a GPU takes nccl's collectives only */
+	}
+	if (!isnan(R->a.comm_timeout)) {
+		co.timeout_s = R->a.comm_timeout; /* the engine's collectives are this comm's */
 	}
 	if ((r = zinf_comm_create(&co, &R->comm))) {
 		fprintf(stderr, "zinf_gpt: collectives%s: %s\n",

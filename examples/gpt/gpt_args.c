@@ -17,7 +17,7 @@
 #define GPT_DEFAULT_CONFIG "examples/gpt/configs/zero3_nvme.json"
 #endif
 
-enum kind { K_INT, K_STR, K_FLAG, K_LR, K_SEED, K_HELP };
+enum kind { K_INT, K_STR, K_FLAG, K_LR, K_SECS, K_SEED, K_HELP };
 
 struct flag {
 	const char *name, *meta, *help;
@@ -68,6 +68,10 @@ static const struct flag flags[] = {
 	 K_INT, A(keep), 0, 100000000},
 	{"resume", "DIR", "continue from DIR's latest checkpoint (to --steps in all)", K_STR,
 	 A(resume), 0, 0},
+	{"comm-timeout", "S",
+	 "deadline of every collective, seconds (default the library's, 1800): a rank that stops "
+	 "answering is an error on the others after S seconds",
+	 K_SECS, A(comm_timeout), 0, GPT_MAX_COMM_TIMEOUT},
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
 	 A(step_after_backward), 0, 0},
 	{"no-progress", NULL, "no progress bar", K_FLAG, A(no_progress), 0, 0},
@@ -120,6 +124,16 @@ set(const struct flag *fl, const char *v, struct gpt_args *a)
 		*(double *)p = x;
 		return 0;
 	}
+	case K_SECS: {
+		double x = strtod(v, &end);
+		if (errno || *end || !*v || !(x > fl->lo && x <= fl->hi)) {
+			fprintf(stderr, "zinf_gpt: --%s %s: expected seconds in (%ld, %ld]\n",
+				fl->name, v, fl->lo, fl->hi);
+			return -1;
+		}
+		*(double *)p = x;
+		return 0;
+	}
 	case K_SEED: {
 		unsigned long long x = strtoull(v, &end, 0);
 		if (errno || *end || !*v || v[0] == '-') {
@@ -153,6 +167,7 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 			       .grad_accum = 1,
 			       .fanout = 4,
 			       .lr = NAN,
+			       .comm_timeout = NAN,
 			       .seed = 1,
 			       .steps_per_print = -1};
 	struct option opts[N_FLAGS + 1];

@@ -95,6 +95,10 @@
 #                    2^31 (once trained on a loss of 0), steps_per_print 2^32 (once printed every
 #                    10 steps), a train_batch_size past int32, and micro-batch x --context past
 #                    int32; steps_per_print 2^30 (its largest) trains
+#   comm_timeout     (2 ranks under MPIRUN) --comm-timeout 3: once both ranks trained 2 steps,
+#                    one is stopped (SIGSTOP); the other's next collective fails after 3 s
+#                    naming comm_timeout_s, and the job ends within 60 s (the default would wait
+#                    1800 s); --comm-timeout 0 and 1e7 are refused (exit 2) with the range
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -758,6 +762,50 @@ config_ranges)
 	run "$work/edge.jsonl" -- --config "$work/c.json" --steps 3
 	[ "$(field "$work/edge.jsonl" step | wc -l)" = 3 ] || { echo "FAIL: in range"; exit 1; }
 	echo "ok: steps_per_print 2^30, micro-batch 3 x accumulation 2 trained"
+	;;
+comm_timeout)
+	for v in 0 1e7; do
+		st=0
+		"$gpt" --comm-timeout $v 2>"$work/err" || st=$?
+		[ "$st" = 2 ] && grep -qF "expected seconds in (0, 1000000]" "$work/err" ||
+			{ echo "FAIL: --comm-timeout $v: exit $st"; cat "$work/err"; exit 1; }
+	done
+	"$@" -np 2 "$gpt" "${model[@]}" --steps 100000 --config "$cfgdir/zero3_nvme.json" \
+		--batch 3 --comm-timeout 3 --json "$work/t.jsonl" 2>"$work/err" &
+	pid=$!
+	bg+=($pid)
+	for _ in $(seq 3000); do
+		[ "$(cat "$work/t.jsonl" 2>/dev/null | wc -l)" -lt 2 ] || break
+		sleep 0.01
+	done
+	# the ranks: zinf_gpt processes below mpirun
+	ranks=()
+	todo=($pid)
+	while [ ${#todo[@]} -gt 0 ]; do
+		p=${todo[0]}
+		todo=("${todo[@]:1}")
+		for c in $(ps -o pid= --ppid "$p"); do
+			todo+=("$c")
+			[ "$(ps -o comm= -p "$c")" != zinf_gpt ] || ranks+=("$c")
+		done
+	done
+	[ ${#ranks[@]} = 2 ] || { echo "FAIL: ranks found: ${ranks[*]}"; exit 1; }
+	stopped=${ranks[1]}
+	bg+=("$stopped")
+	kill -STOP "$stopped"
+	t0=$(date +%s)
+	for _ in $(seq 600); do
+		kill -0 $pid 2>/dev/null || break
+		grep -q "comm_timeout_s" "$work/err" && break
+		sleep 0.1
+	done
+	t=$(($(date +%s) - t0))
+	kill -CONT "$stopped" 2>/dev/null || true
+	st=0
+	wait $pid || st=$?
+	grep -q "after 3 s (comm_timeout_s)" "$work/err" && [ "$st" != 0 ] && [ "$t" -lt 60 ] ||
+		{ echo "FAIL: exit $st after $t s:"; cat "$work/err"; exit 1; }
+	echo "ok: a stopped rank: exit $st after $t s: $(grep -m1 comm_timeout_s "$work/err")"
 	;;
 gas)
 	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
