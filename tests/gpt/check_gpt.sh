@@ -49,11 +49,13 @@
 #                    bit-identical
 #   ranks N          N ranks with micro-batch 6/N (under MPIRUN) vs one rank with micro-batch 6:
 #                    the same 6 sequences per step (samples indexed by their place in the
-#                    global batch); equal within the reduction tolerance (below)
+#                    global batch); losses and gradient norms (gradient_clipping 1e9: computed,
+#                    never clipping) equal within the reduction tolerance (below): a missing
+#                    1 / world shows in the norms, which Adam's losses hide
 #   ranks_config     configs/zero3_2ranks.json (16 x 2 ranks, under MPIRUN) vs one rank, ZeRO-0,
-#                    micro-batch 32: the same tolerance
-#   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same
-#                    tolerance
+#                    micro-batch 32: the same, losses and norms
+#   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same,
+#                    losses and norms (a missing 1 / gradient_accumulation_steps shows)
 #   clip_spec        ZeRO-3 on NVMe with gradient_clipping 0.1 and small sub-groups: the
 #                    speculative step during backward (sub-groups redone when the norm clips:
 #                    rolled_back > 0 asserted) vs the step after backward: bit-identical
@@ -161,6 +163,32 @@ close() {
 		  if (r > worst) worst = r;
 		  if (r > 1e-5) { printf "FAIL: step %d: %s vs %s (relative %.3g)\n", NR, $1, $2, r; bad = 1 } }
 		END { printf "worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
+}
+
+# Adam's update is nearly invariant to the gradient's scale (eps 1e-8), so equal losses cannot
+# see a gradient off by a constant factor (a missing 1 / world or 1 / gradient_accumulation_steps):
+# the reduction-order cases (gas, ranks, ranks_config) also run with gradient_clipping 1e9, which
+# never clips but makes the engine compute the global norm of the averaged gradient, and compare
+# it. clipped SRC DST: SRC with that clipping. norms_close A B: every step's grad_norm computed
+# (a number > 0) in both and |a - b| <= 1e-5 |b| (the losses' tolerance: the same fp32
+# reduction-order differences; measured worst 1.4e-7 on 2026-11-27 over np2, np3, gas, ranks_config;
+# a factor of 2 is 1 relative)
+clipped() {
+	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 1e9,/' "$1" >"$2"
+	grep -q '"gradient_clipping": 1e9' "$2" || { echo "FAIL: sed $1"; exit 1; }
+}
+norms_close() {
+	paste <(field "$1" grad_norm) <(field "$2" grad_norm) | awk '
+		!($1 > 0 && $2 > 0) { printf "FAIL: step %d: grad_norm %s vs %s\n", NR, $1, $2
+				      bad = 1; next }
+		{ d = $1 - $2; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
+		  if (r > 1e-5) {
+			printf "FAIL: step %d: grad_norm %s vs %s (relative %.3g)\n", NR, $1, $2, r
+			bad = 1 } }
+		END { if (NR != 30) { print "FAIL: " NR " grad norms"; bad = 1 }
+		      printf "gradient norms: worst relative difference %.3g over %d steps\n",
+			     worst, NR
+		      exit bad }'
 }
 
 # Stated tolerance for the GPU layers against the CPU ones: the same fp32 math in another
@@ -415,15 +443,20 @@ clip_spec)
 ranks)
 	n=$1
 	shift
-	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
-	run "$work/many.jsonl" "$@" -np "$n" -- --config "$cfgdir/zero3_nvme.json" --batch $((6 / n))
+	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/many.jsonl" "$@" -np "$n" -- --config "$work/cfg.json" --batch $((6 / n))
 	close "$work/many.jsonl" "$work/one.jsonl"
+	norms_close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 ranks_config)
 	# the shipped two-rank config (micro-batch 16 x 2 ranks) against one rank with 32
-	run "$work/one.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 32
-	run "$work/many.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_2ranks.json"
+	clipped "$cfgdir/zero0_memory.json" "$work/one.json"
+	clipped "$cfgdir/zero3_2ranks.json" "$work/many.json"
+	run "$work/one.jsonl" -- --config "$work/one.json" --batch 32
+	run "$work/many.jsonl" "$@" -np 2 -- --config "$work/many.json"
 	close "$work/many.jsonl" "$work/one.jsonl"
+	norms_close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 resume | resume_fp16)
 	cfg="$cfgdir/zero3_nvme.json"
@@ -808,9 +841,11 @@ comm_timeout)
 	echo "ok: a stopped rank: exit $st after $t s: $(grep -m1 comm_timeout_s "$work/err")"
 	;;
 gas)
-	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
-	run "$work/acc.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 3 --grad-accum 2
+	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/acc.jsonl" -- --config "$work/cfg.json" --batch 3 --grad-accum 2
 	close "$work/acc.jsonl" "$work/one.jsonl"
+	norms_close "$work/acc.jsonl" "$work/one.jsonl"
 	;;
 *)
 	echo "unknown case $case_"
