@@ -950,6 +950,7 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			(unsigned long long)es.trace_misses, (unsigned long long)es.peak_live_elems,
 			gnorm, es.loss_scale, skipped ? "true" : "false",
 			(unsigned long long)es.skipped_steps, es.rolled_back, beta1);
+		fflush(R->json); /* a run killed later keeps every step it finished */
 	}
 	if (R->lead && !R->a.quiet &&
 	    (skipped || step % R->spp == 0 || step == 1 || step == R->a.steps)) {

@@ -60,11 +60,22 @@
 #                    speculative step during backward (sub-groups redone when the norm clips:
 #                    rolled_back > 0 asserted) vs the step after backward: bit-identical
 #   resume           ZeRO-3 on NVMe: 30 steps straight; the same run saving a checkpoint every 2
-#                    steps (--save, --keep 2: at most 3 left), killed with SIGKILL once one past
-#                    step 4 exists; then
-#                    --resume from its latest: the resumed run's records start at the step
-#                    after the checkpoint's and every loss equals the straight run's bit for
-#                    bit; the checkpoint's files are there and `latest` names a complete one
+#                    steps (--save, --keep 2: at most 3 left), killed with SIGKILL 0-19 ms after
+#                    a checkpoint past the one it started from was published, then --resume'd
+#                    from its latest and killed again, up to 3 times, and resumed to the end:
+#                    every run's records start at the step after its checkpoint's and every loss
+#                    equals the straight run's bit for bit; `latest` names a complete one; how
+#                    many kills fell inside a save (its temporary directory, or its tag renamed
+#                    in before `latest` names it) is counted and printed (kill_in_save kills at
+#                    known points)
+#   kill_in_save     ZeRO-3 on NVMe, a background save every 2 steps, killed by the library
+#                    (ZINF_TEST_CKPT_KILL=POINT:step6, ckpt/ckpt_fs.h) at each point of step6's
+#                    save: files, manifest, tmp_synced (its temporary directory there, latest
+#                    step4), renamed, latest_tmp (step6 in place, latest step4; after renamed the
+#                    resumed run saving step6 again is killed at swapped, both there), latest
+#                    (latest step6); resumed from latest, saving into the same directory to the
+#                    end: every loss, loss scale, skip count and lr equals the straight run's,
+#                    latest step30, no temporary directory left
 #   resume_ranks     2 ranks saving every 2 steps, stopped by SIGTERM (saves its last step),
 #                    resumed on 3 ranks (partitions re-cut, the same global batch): losses after
 #                    the checkpoint equal the straight 2-rank run's within 1e-5 relative
@@ -213,6 +224,27 @@ gpu_close() {
 		  if (r > worst) worst = r;
 		  if (r > tol) { printf "FAIL: step %d: %s vs %s (relative %.3g > %.3g)\n", NR, $1, $2, r, tol; bad = 1 } }
 		END { printf "cuda vs host: worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
+}
+
+# complete FILE: FILE's whole records (a run killed mid-write leaves a cut last line)
+complete() { grep '}$' "$1" || true; }
+# same_as FILE FIRST [LAST]: FILE's whole records run from step FIRST (to LAST) and their
+# losses, loss scales, skip counts and lrs equal the straight run's ($work/straight.jsonl)
+same_as() {
+	local f last
+	complete "$1" >"$work/same.jsonl"
+	last=$(field "$work/same.jsonl" step | tail -1)
+	[ "$(field "$work/same.jsonl" step | head -1)" = "$2" ] && [ "$last" -ge "$2" ] &&
+		{ [ -z "${3:-}" ] || [ "$last" = "$3" ]; } ||
+		{ echo "FAIL: $1: steps $(field "$work/same.jsonl" step | xargs)," \
+			"not from $2 ${3:+to $3}"; exit 1; }
+	for f in loss loss_scale skipped_steps lr; do
+		field "$work/same.jsonl" $f >"$work/a"
+		field "$work/straight.jsonl" $f | sed -n "$2,${last}p" >"$work/b"
+		cmp -s "$work/a" "$work/b" ||
+			{ echo "FAIL: $1: $f from step $2 differs:"; paste "$work/a" "$work/b" | head
+			  exit 1; }
+	done
 }
 
 run() { # OUT [MPIRUN...] -- ARGS...
@@ -469,41 +501,78 @@ resume | resume_fp16)
 		cfg="$work/over.json"
 	fi
 	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
-	"$gpt" "${model[@]}" --config "$cfg" --batch 6 --save "$work/ck" \
-		--save-every 2 --keep 2 --json "$work/killed.jsonl" &
-	pid=$!
-	bg+=($pid)
-	k=0
-	for _ in $(seq 3000); do
-		t=$(cat "$work/ck/latest" 2>/dev/null || true)
-		t=${t#step}
-		if [ -n "$t" ] && [ "$t" -ge 4 ]; then
-			kill -KILL $pid 2>/dev/null || true
-			k=$t
+	saving=(--config "$cfg" --batch 6 --save "$work/ck" --save-every 2 --keep 2)
+	# up to three rounds: a run saving every 2 steps is killed with SIGKILL 0-19 ms after it
+	# published a checkpoint past the one it started from, then resumed from its latest; a
+	# last run goes to the end (so does a resumed run that outran its kill)
+	k=0 kills=0 inside=0
+	for round in 0 1 2 3; do
+		from=()
+		[ "$round" = 0 ] || from=(--resume "$work/ck")
+		if [ "$round" = 3 ]; then
+			run "$work/r$round.jsonl" -- "${saving[@]}" "${from[@]}"
+			same_as "$work/r$round.jsonl" $((k + 1)) 30
 			break
 		fi
-		sleep 0.01
+		"$gpt" "${model[@]}" "${saving[@]}" "${from[@]}" --json "$work/r$round.jsonl" &
+		pid=$!
+		bg+=($pid)
+		for _ in $(seq 6000); do
+			t=$(cat "$work/ck/latest" 2>/dev/null || true)
+			t=${t#step}
+			if [ -n "$t" ] && [ "$t" -gt $k ]; then
+				sleep "0.0$((RANDOM % 2))$((RANDOM % 10))"
+				kill -KILL $pid 2>/dev/null || true
+				break
+			fi
+			sleep 0.005
+		done
+		st=0
+		wait $pid || st=$?
+		if [ "$round" != 0 ] && [ "$st" = 0 ]; then
+			echo "run $((round + 1)) reached step 30 before its kill"
+			same_as "$work/r$round.jsonl" $((k + 1)) 30
+			break
+		fi
+		[ "$st" = 137 ] ||
+			{ echo "FAIL: round $round: not killed mid-run (status $st)"; exit 1; }
+		kills=$((kills + 1))
+		l=$(cat "$work/ck/latest")
+		l=${l#step}
+		[ -f "$work/ck/step$l/manifest.json" ] && [ -f "$work/ck/step$l/r00000.fp32" ] ||
+			{ echo "FAIL: checkpoint step$l incomplete"; ls -la "$work/ck"; exit 1; }
+		if [ "$round" = 0 ]; then
+			# --keep 2: the two newest published, and one beyond them when the kill
+			# fell after a save renamed its tag in, before `latest` named it
+			n=$(find "$work/ck" -mindepth 1 -maxdepth 1 -name 'step*' | wc -l)
+			[ "$n" -ge 1 ] && [ "$n" -le 3 ] ||
+				{ echo "FAIL: --keep 2 left $n"; ls -la "$work/ck"; exit 1; }
+			[ "$l" -lt 8 ] || [ ! -e "$work/ck/step2" ] ||
+				{ echo "FAIL: --keep 2 kept step2 at step $l"; exit 1; }
+		fi
+		[ "$l" -gt "$k" ] || { echo "FAIL: round $round: latest step$l"; exit 1; }
+		# inside a save: its temporary directory (.step<j>.tmp, j past latest: --keep's
+		# renames are older), or its tag renamed in before `latest` names it
+		where="between saves"
+		for e in "$work/ck"/.step*.tmp "$work/ck"/step* "$work/ck"/.latest.tmp; do
+			j=${e##*/}
+			j=${j#.}
+			j=${j#step}
+			j=${j%.tmp}
+			[ -e "$e" ] || continue
+			if [ "$j" = latest ] || [ "$j" -gt "$l" ]; then
+				where="inside a save (${e##*/} beside latest step$l)"
+			fi
+		done
+		[ "$where" = "between saves" ] || inside=$((inside + 1))
+		echo "kill $((round + 1)) after step $(complete "$work/r$round.jsonl" |
+			field /dev/stdin step | tail -1): $where"
+		same_as "$work/r$round.jsonl" $((k + 1))
+		k=$l
 	done
-	st=0
-	wait $pid || st=$?
-	[ "$st" = 137 ] || { echo "FAIL: the saving run was not killed mid-run (status $st, latest step $k)"; exit 1; }
-	k=$(cat "$work/ck/latest")
-	k=${k#step}
-	[ -f "$work/ck/step$k/manifest.json" ] && [ -f "$work/ck/step$k/r00000.fp32" ] ||
-		{ echo "FAIL: checkpoint step$k incomplete"; ls -la "$work/ck" "$work/ck/step$k"; exit 1; }
-	# --keep 2: the two newest published, and at most the one published by the step after
-	n=$(find "$work/ck" -mindepth 1 -maxdepth 1 -name 'step*' | wc -l)
-	[ "$n" -ge 1 ] && [ "$n" -le 3 ] || { echo "FAIL: --keep 2 left $n checkpoints"; ls -la "$work/ck"; exit 1; }
-	[ "$k" -lt 8 ] || [ ! -e "$work/ck/step2" ] || { echo "FAIL: --keep 2 kept step2 at step $k"; exit 1; }
-	run "$work/resumed.jsonl" -- --config "$cfg" --batch 6 --resume "$work/ck"
-	first=$(field "$work/resumed.jsonl" step | head -1)
-	[ "$first" = $((k + 1)) ] || { echo "FAIL: resumed at step $first, checkpoint at $k"; exit 1; }
-	for f in loss loss_scale skipped_steps lr; do
-		field "$work/resumed.jsonl" $f >"$work/a"
-		field "$work/straight.jsonl" $f | tail -n +$((k + 1)) >"$work/b"
-		[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records after resuming"; exit 1; }
-		cmp -s "$work/a" "$work/b" || { echo "FAIL: $f after resuming at step $k differs:"; paste "$work/a" "$work/b" | head; exit 1; }
-	done
+	echo "$inside of $kills kills fell inside a save"
+	[ "$(cat "$work/ck/latest")" = step30 ] && [ -z "$(find "$work/ck" -name '.*.tmp')" ] ||
+		{ echo "FAIL: after the last run:"; ls -la "$work/ck"; exit 1; }
 	if [ "$case_" = resume ]; then
 		# --keep 2 on a run to its end: exactly the two newest remain
 		run "$work/kept.jsonl" -- --config "$cfg" --batch 6 --save "$work/ck2" \
@@ -514,11 +583,59 @@ resume | resume_fp16)
 	fi
 	if [ "$case_" = resume_fp16 ]; then
 		sk=$(field "$work/straight.jsonl" skipped_steps | tail -1)
-		[ "$sk" -gt 0 ] || { echo "FAIL: no step skipped: the scaler's state was not exercised"; exit 1; }
+		[ "$sk" -gt 0 ] ||
+			{ echo "FAIL: no step skipped: the scaler was not exercised"; exit 1; }
 	fi
 	fell "$work/straight.jsonl"
-	echo "resumed at step $k: $((30 - k)) losses, loss scales, skip counts and lrs bit-identical"
+	echo "killed and resumed $kills times: losses, loss scales, skip counts and lrs" \
+		"bit-identical"
 	exit 0
+	;;
+kill_in_save)
+	# killed (SIGKILL, by the library: ZINF_TEST_CKPT_KILL) at each point of the save of
+	# step6, a background save, then resumed from what `latest` names: bit for bit the
+	# straight run's, saving into the same directory to the end
+	cfg="$cfgdir/zero3_nvme.json"
+	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
+	saving=(--config "$cfg" --batch 6 --save-every 2 --keep 2)
+	# killed POINT CK WANT [FLAGS]: a run saving into CK killed at POINT of step6's save
+	# leaves `latest` naming stepWANT; the kill fell inside that save
+	killed() {
+		local st=0 l
+		ZINF_TEST_CKPT_KILL="$1:step6" "$gpt" "${model[@]}" "${saving[@]}" --save "$2" \
+			--json "$work/k.jsonl" "${@:4}" || st=$?
+		l=$(cat "$2/latest")
+		[ "$st" = 137 ] && [ "$l" = "step$3" ] ||
+			{ echo "FAIL: killed at $1: status $st, latest $l"; ls -la "$2"; exit 1; }
+		case $1 in
+		files | manifest | tmp_synced) [ -d "$2/.step6.tmp" ] && [ ! -e "$2/step6" ] ;;
+		swapped) [ -d "$2/.step6.tmp" ] && [ -d "$2/step6" ] ;;
+		renamed | latest_tmp) [ ! -e "$2/.step6.tmp" ] && [ -d "$2/step6" ] ;;
+		latest) [ ! -e "$2/.latest.tmp" ] ;;
+		esac || { echo "FAIL: killed at $1: not inside the save:"; ls -la "$2"; exit 1; }
+	}
+	# resumed CK FIRST: resumed from CK, saving into it to the end: bit for bit from FIRST
+	resumed() {
+		run "$work/res.jsonl" -- "${saving[@]}" --save "$1" --resume "$1"
+		same_as "$work/res.jsonl" "$2" 30
+		[ "$(cat "$1/latest")" = step30 ] && [ -z "$(find "$1" -name '.*.tmp')" ] ||
+			{ echo "FAIL: $1 after resuming:"; ls -la "$1"; exit 1; }
+	}
+	for p in files manifest tmp_synced renamed latest_tmp latest; do
+		want=4
+		[ $p != latest ] || want=6
+		killed $p "$work/ck-$p" $want
+		if [ $p = renamed ]; then
+			# step6 is in place, unnamed: the resumed run saves step6 again, over it
+			# (RENAME_EXCHANGE), and is killed once the two are swapped
+			killed swapped "$work/ck-$p" 4 --resume "$work/ck-$p"
+		fi
+		resumed "$work/ck-$p" $((want + 1))
+		then=""
+		[ $p != renamed ] || then=" (then at swapped)"
+		echo "ok: killed at $p of step6's save$then: resumed from step$want," \
+			"bit-identical to step 30"
+	done
 	;;
 resume_ranks)
 	# 2 ranks, saving every 2 steps, stopped by SIGTERM (a graceful stop saves its last step);
