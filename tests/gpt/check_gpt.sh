@@ -411,8 +411,8 @@ one_cycle)
 clip)
 	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
 		"$cfgdir/zero0_memory.json" >"$work/clip.json"
-	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/clip.jsonl" --config "$work/clip.json" \
-		--batch 6 >"$work/clip.out"
+	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/clip.jsonl" \
+		--config "$work/clip.json" --batch 6 >"$work/clip.out"
 	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/noclip.jsonl" \
 		--config "$cfgdir/zero0_memory.json" --batch 6 >"$work/noclip.out"
 	fell "$work/clip.jsonl"
@@ -422,10 +422,13 @@ clip)
 	[ "$(field "$work/noclip.jsonl" grad_norm | sort -u)" = null ] ||
 		{ echo "FAIL: unclipped grad_norm $(field "$work/noclip.jsonl" grad_norm | sort -u)"
 		  exit 1; }
-	[ "$(shown "$work/noclip.out" | sort -u)" = - ] && [ "$(shown "$work/noclip.out" | wc -l)" = 30 ] ||
-		{ echo "FAIL: unclipped step lines:"; grep '^step' "$work/noclip.out" | head -3; exit 1; }
+	[ "$(shown "$work/noclip.out" | sort -u)" = - ] &&
+		[ "$(shown "$work/noclip.out" | wc -l)" = 30 ] ||
+		{ echo "FAIL: unclipped step lines:"; grep '^step' "$work/noclip.out" | head -3
+		  exit 1; }
 	paste <(shown "$work/clip.out") <(field "$work/clip.jsonl" grad_norm) | awk '
-		{ if ($1 != sprintf("%.4g", $2)) { printf "FAIL: step %d: line %s, record %s\n", NR, $1, $2; bad = 1 } }
+		$1 != sprintf("%.4g", $2) {
+			printf "FAIL: step %d: line %s, record %s\n", NR, $1, $2; bad = 1 }
 		END { if (NR != 30) { print "FAIL: " NR " step lines"; bad = 1 }; exit bad }'
 	echo "ok: no norm without clipping (null, \"-\"); with it the lines show the records' norms"
 	field "$work/clip.jsonl" grad_norm | head -5 |
