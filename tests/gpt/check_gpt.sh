@@ -931,15 +931,22 @@ comm_timeout)
 		[ "$(cat "$work/t.jsonl" 2>/dev/null | wc -l)" -lt 2 ] || break
 		sleep 0.01
 	done
-	# the ranks: zinf_gpt processes below mpirun
+	# the ranks: zinf_gpt processes below mpirun, from /proc (PID (COMM) STATE PPID ...)
+	declare -A parent=() comm=()
+	for f in /proc/[0-9]*/stat; do
+		line=$(cat "$f" 2>/dev/null) || continue
+		p=${f#/proc/}
+		p=${p%/stat}
+		c=${line#*(}
+		comm[$p]=${c%%)*}
+		read -r _ pp _ <<<"${line##*) }"
+		parent[$p]=$pp
+	done
 	ranks=()
-	todo=($pid)
-	while [ ${#todo[@]} -gt 0 ]; do
-		p=${todo[0]}
-		todo=("${todo[@]:1}")
-		for c in $(ps -o pid= --ppid "$p"); do
-			todo+=("$c")
-			[ "$(ps -o comm= -p "$c")" != zinf_gpt ] || ranks+=("$c")
+	for p in "${!parent[@]}"; do
+		[ "${comm[$p]}" = zinf_gpt ] || continue
+		for ((a = ${parent[$p]}; a > 1; a = ${parent[$a]:-0})); do
+			[ "$a" != "$pid" ] || { ranks+=("$p"); break; }
 		done
 	done
 	[ ${#ranks[@]} = 2 ] || { echo "FAIL: ranks found: ${ranks[*]}"; exit 1; }
