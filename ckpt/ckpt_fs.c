@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,16 @@
 #include "zinf/blocks/swap.h"
 
 void (*ckpt_test_hook)(const char *point);
+
+void
+ckpt_env_point(const char *point, const char *tag)
+{
+	const char *v = getenv("ZINF_TEST_CKPT_KILL");
+	size_t n = strlen(point);
+	if (v && strncmp(v, point, n) == 0 && v[n] == ':' && strcmp(v + n + 1, tag) == 0) {
+		raise(SIGKILL); /* a crash test's request: the process dies here, as a kill would */
+	}
+}
 
 void
 ckpt_join(char *out, const char *dir, const char *fmt, ...)
@@ -372,7 +383,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if (ret) {
 		return ret;
 	}
-	ckpt_point("tmp_synced");
+	ckpt_point("tmp_synced", tag);
 	/* a new tag appears whole; an existing one is swapped out in one step, then removed */
 	int rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE);
 	int err = rc ? errno : 0;
@@ -406,7 +417,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 			return ZINF_FAIL(-err, "checkpoint: exchanging %s with %s: %s", tmp, final,
 					 zinf_strerror(-err));
 		}
-		ckpt_point("swapped");
+		ckpt_point("swapped", tag);
 		if ((ret = ckpt_fsync_path(dir, true))) {
 			return ret;
 		}
@@ -416,7 +427,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if ((ret = ckpt_fsync_path(dir, true))) {
 		return ret;
 	}
-	ckpt_point("renamed");
+	ckpt_point("renamed", tag);
 	ckpt_join(p, dir, ".latest.tmp");
 	ckpt_join(lt, dir, "latest");
 	char line[ZINF_CKPT_MAX_TAG + 2];
@@ -424,13 +435,13 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if ((ret = ckpt_write_small(p, line, (size_t)n))) {
 		return ret;
 	}
-	ckpt_point("latest_tmp");
+	ckpt_point("latest_tmp", tag);
 	if (rename(p, lt) != 0) {
 		return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", p, lt,
 				 zinf_strerror(-errno));
 	}
 	ret = ckpt_fsync_path(dir, true);
-	ckpt_point("latest");
+	ckpt_point("latest", tag);
 	return ret;
 }
 

@@ -28,12 +28,18 @@ bool ckpt_tag_ok(const char *tag);
  * "tmp_synced", "renamed", "swapped", "latest_tmp", "latest") so that a test can kill the
  * process exactly there. NULL (always, outside the crash tests). Not exported by libzinf.so. */
 extern void (*ckpt_test_hook)(const char *point);
+/* The same points for programs that link libzinf.so, where the hook cannot be set (the
+ * trainer's crash tests, tests/gpt): the environment variable ZINF_TEST_CKPT_KILL=POINT:TAG
+ * kills the process (SIGKILL) when a save of TAG reaches POINT. Unset (always, outside those
+ * tests): nothing. */
+void ckpt_env_point(const char *point, const char *tag);
 static inline void
-ckpt_point(const char *point)
+ckpt_point(const char *point, const char *tag)
 {
 	if (ckpt_test_hook) {
 		ckpt_test_hook(point);
 	}
+	ckpt_env_point(point, tag);
 }
 /*
  * A checkpoint's own file or directory `name` (one component: no '/', not "." or "..") in the

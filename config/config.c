@@ -8,6 +8,7 @@
  * (config_dump.c).
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +87,15 @@ zinf_config_fini(struct zinf_train_config *c)
 	zinf_config_init(c);
 }
 
-/* DeepSpeed's _set_batch_related_parameters and _batch_assertion. */
+/* *out = a x b x c; false when it does not fit a long long */
+static bool
+batch_product(long long a, long long b, long long c, long long *out)
+{
+	return !__builtin_mul_overflow(a, b, out) && !__builtin_mul_overflow(*out, c, out);
+}
+
+/* DeepSpeed's _set_batch_related_parameters and _batch_assertion; a product past 2^63 - 1 is
+   an error, never a wrapped batch size. */
 static void
 check_batch(struct cfg_ctx *x)
 {
@@ -107,7 +116,7 @@ check_batch(struct cfg_ctx *x)
 			 "; train_micro_batch_size_per_gpu derived as %lld / %lld / %lld = %lld",
 			 tb, w, gas, mb);
 	} else if (m && g && !t) {
-		tb = mb * gas * w;
+		tb = -1; /* set below */
 	} else if (t && !m && !g) {
 		gas = 1;
 		mb = tb / w;
@@ -116,18 +125,29 @@ check_batch(struct cfg_ctx *x)
 			 mb);
 	} else if (m && !t && !g) {
 		gas = 1;
-		tb = mb * w;
+		tb = -1; /* set below */
 	} else if (!t && !m) {
 		CERR(x, "train_batch_size",
 		     "neither train_batch_size nor train_micro_batch_size_per_gpu is given "
 		     "(DeepSpeed needs at least one)");
 		return;
 	}
-	if (mb < 1 || gas < 1 || gas > UINT32_MAX || tb != mb * gas * w) {
+	long long prod = 0; /* 0 when mb or gas is 0 */
+	if (mb >= 1 && gas >= 1 && !batch_product(mb, gas, w, &prod)) {
+		CERR(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
+		     "train_micro_batch_size_per_gpu %lld x gradient_accumulation_steps %lld x "
+		     "world size %lld is past %lld%s",
+		     mb, gas, w, LLONG_MAX, how);
+		return;
+	}
+	if (!t) {
+		tb = prod;
+	}
+	if (mb < 1 || gas < 1 || gas > UINT32_MAX || tb != prod) {
 		CERR(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
 		     "train_batch_size %lld != train_micro_batch_size_per_gpu %lld x "
 		     "gradient_accumulation_steps %lld x world size %lld (= %lld)%s",
-		     tb, mb, gas, w, mb * gas * w, how);
+		     tb, mb, gas, w, prod, how);
 		return;
 	}
 	c->train_batch_size = tb;

@@ -48,13 +48,23 @@ cfg_resolve_auto(struct cfg_ctx *x, const struct cfg_key *k, void *base, const c
 		}                                                                                  \
 	} while (0)
 	switch (k->auto_id) {
-	case A_TRAIN_BATCH:
-		if (in->micro_batch > 0 && in->grad_accum > 0) {
-			v = json_integer(in->micro_batch * in->grad_accum * in->world_size);
-		} else {
+	case A_TRAIN_BATCH: {
+		json_int_t tb;
+		if (!(in->micro_batch > 0 && in->grad_accum > 0)) {
 			need = "micro_batch and grad_accum";
+		} else if (__builtin_mul_overflow(in->micro_batch, in->grad_accum, &tb) ||
+			   __builtin_mul_overflow(tb, (json_int_t)in->world_size, &tb)) {
+			CERR(x, path,
+			     "is \"auto\": micro_batch %lld x grad_accum %lld x world size %d "
+			     "is past 2^63 - 1",
+			     (long long)in->micro_batch, (long long)in->grad_accum,
+			     (int)in->world_size);
+			return;
+		} else {
+			v = json_integer(tb);
 		}
 		break;
+	}
 	case A_MICRO:
 		need = in->micro_batch > 0 ? NULL : "micro_batch";
 		v = need ? NULL : json_integer(in->micro_batch);
@@ -106,6 +116,15 @@ cfg_resolve_auto(struct cfg_ctx *x, const struct cfg_key *k, void *base, const c
 	case A_PERSIST:
 		if (in->hidden_size == 0) {
 			need = "hidden_size";
+		} else if (!((k->auto_id == A_PERSIST ? 10 * h : h * h) < 0x1p63)) {
+			/* past int64 (the product would wrap, the conversion be undefined) */
+			CERR(x, path,
+			     "is \"auto\": the hidden size %llu makes it %.4g, past 2^63 - 1",
+			     (unsigned long long)in->hidden_size,
+			     k->auto_id == A_PERSIST	? 10 * h
+			     : k->auto_id == A_PREFETCH ? 0.9 * h * h
+							: h * h);
+			return;
 		} else if (k->auto_id == A_REDUCE_BUCKET) {
 			v = json_integer((json_int_t)(in->hidden_size * in->hidden_size));
 		} else if (k->auto_id == A_PREFETCH) {
