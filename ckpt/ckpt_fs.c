@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ckpt/ckpt_fs.c: the file-system half of a checkpoint save and export: tags, the directory
- * lock, fsync of files and directories, whole writes, a file written under a temporary name and
- * renamed into place (safetensors.c), the atomic publication (rename, RENAME_EXCHANGE, `latest`),
- * removal of a temporary directory, and the streaming writer that puts a rank's state files on
- * disk through the I/O engine (aligned double buffers, O_DIRECT where the file system has it,
- * CRC32C as the bytes go). Not here: what the files hold (ckpt_save.c).
+ * ckpt/ckpt_fs.c: the file-system half of a checkpoint save, load and export: tags, the
+ * directory lock, a checkpoint's own file opened in its directory (ckpt_open_in: no symbolic
+ * link followed, regular files only), fsync of files and directories, whole writes, a file
+ * written under a temporary name and renamed into place (safetensors.c), the atomic
+ * publication (rename, RENAME_EXCHANGE, `latest`), removal of a temporary directory, and the
+ * streaming writer that puts a rank's state files on disk through the I/O engine (aligned
+ * double buffers, O_DIRECT where the file system has it, CRC32C as the bytes go). Not here:
+ * what the files hold (ckpt_save.c).
  */
 #include <dirent.h>
 #include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,16 @@
 #include "zinf/blocks/swap.h"
 
 void (*ckpt_test_hook)(const char *point);
+
+void
+ckpt_env_point(const char *point, const char *tag)
+{
+	const char *v = getenv("ZINF_TEST_CKPT_KILL");
+	size_t n = strlen(point);
+	if (v && strncmp(v, point, n) == 0 && v[n] == ':' && strcmp(v + n + 1, tag) == 0) {
+		raise(SIGKILL); /* a crash test's request: the process dies here, as a kill would */
+	}
+}
 
 void
 ckpt_join(char *out, const char *dir, const char *fmt, ...)
@@ -53,6 +66,69 @@ ckpt_tag_ok(const char *tag)
 		}
 	}
 	return true;
+}
+
+static const char *
+file_kind(mode_t m)
+{
+	return S_ISDIR(m)    ? "a directory"
+	       : S_ISREG(m)  ? "a regular file"
+	       : S_ISFIFO(m) ? "a FIFO"
+	       : S_ISSOCK(m) ? "a socket"
+	       : S_ISCHR(m)  ? "a character device"
+	       : S_ISBLK(m)  ? "a block device"
+			     : "a special file";
+}
+
+int
+ckpt_open_in(int dirfd, const char *dirpath, const char *name, bool dir, struct stat *st)
+{
+	if (!name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+		return ZINF_FAIL(-EINVAL, "checkpoint: %s/%s: not a name in that directory",
+				 dirpath, name);
+	}
+	int fd = openat(dirfd, name,
+			O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (dir ? O_DIRECTORY : 0));
+	struct stat s;
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENOENT || e == EMFILE || e == ENFILE) {
+			return -e; /* the caller's to say */
+		}
+		/* O_NOFOLLOW on a link: ELOOP (ENOTDIR with O_DIRECTORY on some kernels) */
+		if ((e == ELOOP || e == ENOTDIR) &&
+		    fstatat(dirfd, name, &s, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (S_ISLNK(s.st_mode)) {
+				return ZINF_FAIL(
+					-EBADMSG,
+					"%s/%s: a symbolic link, not followed: a checkpoint's "
+					"files are its own, in its directory",
+					dirpath, name);
+			}
+			return ZINF_FAIL(-EBADMSG, "%s/%s: %s, expected %s", dirpath, name,
+					 file_kind(s.st_mode),
+					 dir ? "a directory" : "a regular file");
+		}
+		return ZINF_FAIL(-e, "%s/%s: open: %s", dirpath, name, zinf_strerror(-e));
+	}
+	if (fstat(fd, &s) != 0) {
+		int e = errno;
+		close(fd);
+		return ZINF_FAIL(-e, "%s/%s: fstat: %s", dirpath, name, zinf_strerror(-e));
+	}
+	if (dir ? !S_ISDIR(s.st_mode) : !S_ISREG(s.st_mode)) {
+		close(fd);
+		return ZINF_FAIL(-EBADMSG, "%s/%s: %s, expected %s", dirpath, name,
+				 file_kind(s.st_mode), dir ? "a directory" : "a regular file");
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0) {
+		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	}
+	if (st) {
+		*st = s;
+	}
+	return fd;
 }
 
 int
@@ -307,7 +383,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if (ret) {
 		return ret;
 	}
-	ckpt_point("tmp_synced");
+	ckpt_point("tmp_synced", tag);
 	/* a new tag appears whole; an existing one is swapped out in one step, then removed */
 	int rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE);
 	int err = rc ? errno : 0;
@@ -341,7 +417,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 			return ZINF_FAIL(-err, "checkpoint: exchanging %s with %s: %s", tmp, final,
 					 zinf_strerror(-err));
 		}
-		ckpt_point("swapped");
+		ckpt_point("swapped", tag);
 		if ((ret = ckpt_fsync_path(dir, true))) {
 			return ret;
 		}
@@ -351,7 +427,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if ((ret = ckpt_fsync_path(dir, true))) {
 		return ret;
 	}
-	ckpt_point("renamed");
+	ckpt_point("renamed", tag);
 	ckpt_join(p, dir, ".latest.tmp");
 	ckpt_join(lt, dir, "latest");
 	char line[ZINF_CKPT_MAX_TAG + 2];
@@ -359,13 +435,13 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if ((ret = ckpt_write_small(p, line, (size_t)n))) {
 		return ret;
 	}
-	ckpt_point("latest_tmp");
+	ckpt_point("latest_tmp", tag);
 	if (rename(p, lt) != 0) {
 		return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", p, lt,
 				 zinf_strerror(-errno));
 	}
 	ret = ckpt_fsync_path(dir, true);
-	ckpt_point("latest");
+	ckpt_point("latest", tag);
 	return ret;
 }
 

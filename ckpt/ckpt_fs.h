@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ckpt/ckpt_fs.h: what the checkpoint files share (ckpt_fs.c: tags, lock, fsync, whole and
- * atomic writes, publication, the streaming writer; used by ckpt_save.c, ckpt_load.c,
- * safetensors.c).
+ * ckpt/ckpt_fs.h: what the checkpoint files share (ckpt_fs.c: tags, lock, opening a
+ * checkpoint's own file, fsync, whole and atomic writes, publication, the streaming writer;
+ * used by ckpt_save.c, ckpt_load.c, ckpt_read.c, safetensors.c).
  */
 #ifndef ZINF_CKPT_FS_H
 #define ZINF_CKPT_FS_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "common/util.h"
 #include "zinf/checkpoint.h"
@@ -27,13 +28,31 @@ bool ckpt_tag_ok(const char *tag);
  * "tmp_synced", "renamed", "swapped", "latest_tmp", "latest") so that a test can kill the
  * process exactly there. NULL (always, outside the crash tests). Not exported by libzinf.so. */
 extern void (*ckpt_test_hook)(const char *point);
+/* The same points for programs that link libzinf.so, where the hook cannot be set (the
+ * trainer's crash tests, tests/gpt): the environment variable ZINF_TEST_CKPT_KILL=POINT:TAG
+ * kills the process (SIGKILL) when a save of TAG reaches POINT. Unset (always, outside those
+ * tests): nothing. */
+void ckpt_env_point(const char *point, const char *tag);
 static inline void
-ckpt_point(const char *point)
+ckpt_point(const char *point, const char *tag)
 {
 	if (ckpt_test_hook) {
 		ckpt_test_hook(point);
 	}
+	ckpt_env_point(point, tag);
 }
+/*
+ * A checkpoint's own file or directory `name` (one component: no '/', not "." or "..") in the
+ * directory open as dirfd (dirpath names it in messages), opened read-only without following a
+ * symbolic link (O_NOFOLLOW; a name of one component has no intermediate one) and only when it
+ * is a regular file, or a directory when `dir` (fstat on the descriptor; O_NONBLOCK while
+ * opening, so that a FIFO cannot block). Returns the descriptor (its fstat in *st when st is
+ * not NULL), or a negative errno having logged "<dirpath>/<name>: <why>": -EBADMSG a symbolic
+ * link or another kind of file, -EINVAL a name of more than one component; -ENOENT (missing),
+ * -EMFILE and -ENFILE are returned without a message (the caller says what a missing file
+ * means, or closes descriptors and tries again).
+ */
+int ckpt_open_in(int dirfd, const char *dirpath, const char *name, bool dir, struct stat *st);
 int ckpt_fsync_path(const char *path, bool dir);
 int ckpt_fsync_parent(const char *path); /* the directory holding path's entry */
 int ckpt_rm_dir(const char *path);	 /* a directory and all it holds (or a file) */

@@ -15,7 +15,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "common/opts.h"
 #include "ckpt/ckpt_fs.h"
@@ -205,21 +204,27 @@ read_counters(struct zinf_engine *e, const struct eng_view *v, const struct zinf
 	return ret;
 }
 
-/* client.bin's size into o->client_len (0 without one); above client_cap: -ENOSPC. Its bytes
- * are read only once the load has succeeded (read_client_bytes): a refused load leaves the
- * caller's buffer as it was. */
+/* client.bin's size into o->client_len (0 when the manifest lists none: zinf_ckpt_open checked
+ * that it is there with that size); above client_cap: -ENOSPC. Its bytes are read only once the
+ * load has succeeded (read_client_bytes): a refused load leaves the caller's buffer as it was. */
 static int
-size_client(struct zinf_engine *e, const char *tagdir, struct zinf_ckpt_opts *o)
+size_client(struct zinf_engine *e, struct zinf_ckpt *c, const char *tagdir,
+	    struct zinf_ckpt_opts *o)
 {
-	char p[CKPT_PATH];
-	ckpt_join(p, tagdir, "client.bin");
-	struct stat st;
-	if (stat(p, &st) != 0) {
-		o->client_len = 0;
-		return errno == ENOENT ? 0 : ENG_FAIL(e, -errno, "load: %s", p);
+	int k = ckpt_file_find(c, "client.bin");
+	struct zinf_ckpt_file f = {.size = sizeof(f)};
+	o->client_len = 0;
+	if (k < 0) {
+		return 0;
 	}
-	o->client_len = (uint64_t)st.st_size;
+	int ret = zinf_ckpt_file(c, (uint32_t)k, &f);
+	if (ret) {
+		return ret;
+	}
+	o->client_len = f.bytes;
 	if (o->client_len > o->client_cap && (o->client_out || o->client_cap)) {
+		char p[CKPT_PATH];
+		ckpt_join(p, tagdir, "client.bin");
 		return ENG_FAIL(e, -ENOSPC,
 				"load: %s holds %" PRIu64 " bytes, client_cap is %" PRIu64, p,
 				o->client_len, o->client_cap);
@@ -227,23 +232,17 @@ size_client(struct zinf_engine *e, const char *tagdir, struct zinf_ckpt_opts *o)
 	return 0;
 }
 
+/* Through the reader, as every file of the checkpoint: in its directory, not a link. */
 static int
-read_client_bytes(struct zinf_engine *e, const char *tagdir, const struct zinf_ckpt_opts *o)
+read_client_bytes(struct zinf_engine *e, struct zinf_ckpt *c, const struct zinf_ckpt_opts *o)
 {
 	if (!o->client_out || !o->client_len) {
 		return 0;
 	}
-	char p[CKPT_PATH];
-	ckpt_join(p, tagdir, "client.bin");
-	FILE *f = fopen(p, "rb");
-	int ret = 0;
-	if (!f || fread(o->client_out, 1, o->client_len, f) != o->client_len) {
-		ret = ENG_FAIL(e, -EIO, "load: reading %s", p);
-	}
-	if (f) {
-		fclose(f);
-	}
-	return ret;
+	int k = ckpt_file_find(c, "client.bin");
+	int ret = k < 0 ? -ENOENT
+			: ckpt_read_file(c, (uint32_t)k, o->client_out, (size_t)o->client_len, 0);
+	return ret ? ENG_FAIL(e, ret, "load: reading the client blob (client.bin)") : 0;
 }
 
 static int
@@ -293,7 +292,7 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 		ret = zinf_ckpt_verify_file(c, i);
 	}
 	if (!ret) {
-		ret = size_client(e, tagdir, &o);
+		ret = size_client(e, c, tagdir, &o);
 	}
 	if (opts) {
 		opts->client_len = o.client_len;
@@ -306,10 +305,10 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 	eng_commit(e); /* from here the state is being written: a failure fails the engine */
 	ret = !v.inited ? eng_init_with(e, load_write, &x)
 			: eng_rewrite_with(e, "load", load_write, &x);
-	zinf_ckpt_close(c);
 	if (!ret) {
-		ret = read_client_bytes(e, tagdir, &o);
+		ret = read_client_bytes(e, c, &o);
 	}
+	zinf_ckpt_close(c);
 	if (!ret) {
 		struct eng_counters ec = {
 			.steps = cnt.steps,

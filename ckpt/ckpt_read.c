@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ckpt/ckpt_read.c: reading a checkpoint offline (zinf/checkpoint.h, docs/CHECKPOINT.md):
- * DIR/latest resolved to the TAG directory, manifest.json parsed and checked field by field
- * (types, ranges, partitions consistent with their ranks' files, every listed file present with
- * its size), the ranges of a parameter's state gathered from the stored ranks' files with pread
- * (a descriptor per file opened on use, at most CKPT_MAX_OPEN kept) and converted, and the files'
- * CRC32C checked in bounded chunks. Every refusal names the file and the field. Not here: writing
- * checkpoints (the engine's save), safetensors (safetensors.c, ckpt_export.c), any device or
- * collective. A handle is used by one thread at a time.
+ * DIR/latest resolved to the TAG directory, manifest.json's size bounded by its data files,
+ * parsed (the parameters one entry at a time, memory proportional to the file) and checked
+ * field by field (types, ranges, partitions tiling their ranks' files exactly, every listed
+ * file present with its size), the ranges of a parameter's state gathered from the stored
+ * ranks' files with pread (a descriptor per file opened on use, at most CKPT_MAX_OPEN kept) and
+ * converted, and the files' CRC32C checked in bounded chunks. Every refusal names the file and the
+ * field. Not here: writing checkpoints (the engine's save), safetensors (safetensors.c,
+ * ckpt_export.c), any device or collective. A handle is used by one thread at a time.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,6 +24,7 @@
 
 #include "common/opts.h"
 #include "common/util.h"
+#include "ckpt/ckpt_fs.h"
 #include "ckpt/ckpt_internal.h"
 #include "zinf/checkpoint.h"
 #include "zinf/blocks/swap.h"
@@ -29,6 +32,19 @@
 #define CKPT_FORMAT    "zinf-checkpoint"
 #define CKPT_MAX_PARTS 16
 #define CKPT_MAX_WORLD (1 << 24)
+/*
+ * The manifest's size, bounded by what the data files can hold before a byte of it is read:
+ * every parameter takes at least one element of every stored rank's master file
+ * (r<rank>.fp32, 4 bytes an element), and its entry in the manifest (name, numel, layer, shape,
+ * part, one offset per stored rank) takes far less than CKPT_MANIFEST_PER_ELEM bytes per
+ * element it owns; each rank file is listed in about 100 bytes; the rest (header, options,
+ * parts) fits CKPT_MANIFEST_BASE. Never more than CKPT_MANIFEST_MAX.
+ */
+#define CKPT_MANIFEST_BASE     (1u << 20)
+#define CKPT_MANIFEST_PER_ELEM 4096u
+#define CKPT_MANIFEST_PER_FILE 256u
+#define CKPT_MANIFEST_MAX      (1ull << 30)
+#define CKPT_NAME_CHUNK	       (64u << 10)
 /* Counters (steps, micro-steps): far from INT64_MAX, so that the engine can go on counting. */
 #define CKPT_MAX_COUNT	  (INT64_C(1) << 62)
 #define CKPT_VERIFY_CHUNK (4u << 20)
@@ -38,12 +54,13 @@
 /* Elements converted per pread when the dtypes differ (the bounce buffer: 1 MiB of f32). */
 #define CKPT_BOUNCE_ELEMS (256u << 10)
 
+/* 48 bytes a parameter beside its name and offsets: a checkpoint may list millions. */
 struct ckpt_param {
-	char *name;
+	char *name; /* in the handle's name chunks */
 	uint64_t numel;
 	int32_t layer;
 	uint32_t ndim;
-	uint64_t shape[ZINF_CKPT_MAX_DIMS];
+	uint64_t *shape;    /* [ndim] in the name chunks; NULL for one dimension (numel) */
 	uint64_t part;	    /* elements per stored rank: ceil(numel / files_world) */
 	uint64_t *flat_off; /* [files_world]: element offset in that rank's part files */
 };
@@ -60,10 +77,28 @@ struct ckpt_file {
 	int fd; /* -1 until first read */
 };
 
+/* Parameter names and shapes, copied out of the manifest into chunks of CKPT_NAME_CHUNK. */
+struct name_chunk {
+	struct name_chunk *next;
+	size_t used, cap;
+	char data[]; /* 8-aligned: after three 8-byte fields */
+};
+
+/* manifest.json's text while zinf_ckpt_open parses it: `params` is not built as one tree (a
+ * jansson object costs about 1.4 KiB per entry), but read element by element from its text. */
+struct mtext {
+	const char *s;
+	size_t len;
+	size_t params_at; /* the '[' of "params" (when params_n is valid) */
+	size_t params_n;  /* its elements, counted when it was skipped */
+	bool params_seen;
+};
+
 struct zinf_ckpt {
-	char *path;  /* the TAG directory */
-	char *mpath; /* its manifest.json, for messages */
-	json_t *m;
+	char *path;	  /* the TAG directory */
+	char *mpath;	  /* its manifest.json, for messages */
+	json_t *m;	  /* the manifest without "params" (in c->params) */
+	struct mtext *mt; /* during zinf_ckpt_open only */
 	const char *tag;
 	const char *optimizer;
 	int64_t steps;
@@ -72,6 +107,8 @@ struct zinf_ckpt {
 	enum zinf_dtype dtype;
 	uint32_t n_params, n_parts, n_files;
 	struct ckpt_param *params;
+	uint64_t *offs;		  /* [n_params * files_world]: every params[i].flat_off */
+	struct name_chunk *names; /* params[i].name */
 	struct ckpt_part *parts;
 	struct ckpt_file *files;
 	json_t *file_index;  /* name -> index into files */
@@ -418,15 +455,48 @@ parse_ranks(struct zinf_ckpt *c)
 	return 0;
 }
 
+/* len bytes, 8-aligned, in the handle's chunks (names and shapes; freed by zinf_ckpt_close). */
+static void *
+chunk_alloc(struct zinf_ckpt *c, size_t len)
+{
+	struct name_chunk *k = c->names;
+	len = ZINF_ALIGN_UP(len, 8);
+	if (!k || k->cap - k->used < len) {
+		size_t cap = ZINF_MAX(len, (size_t)CKPT_NAME_CHUNK);
+		k = zc_malloc(sizeof(*k) + cap);
+		if (!k) {
+			return NULL;
+		}
+		k->next = c->names;
+		k->used = 0;
+		k->cap = cap;
+		c->names = k;
+	}
+	void *p = k->data + k->used;
+	k->used += len;
+	return p;
+}
+
+static char *
+name_copy(struct zinf_ckpt *c, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = chunk_alloc(c, n);
+	if (p) {
+		memcpy(p, s, n);
+	}
+	return p;
+}
+
 static int
 parse_shape(struct zinf_ckpt *c, const json_t *p, size_t i, struct ckpt_param *q)
 {
 	char field[96];
 	snprintf(field, sizeof(field), "params[%zu].shape", i);
 	const json_t *s = json_object_get(p, "shape");
+	q->ndim = 1;
+	q->shape = NULL;
 	if (!s) {
-		q->ndim = 1;
-		q->shape[0] = q->numel;
 		return 0;
 	}
 	if (!json_is_array(s)) {
@@ -436,7 +506,7 @@ parse_shape(struct zinf_ckpt *c, const json_t *p, size_t i, struct ckpt_param *q
 	if (n < 1 || n > ZINF_CKPT_MAX_DIMS) {
 		return bad(c, field, "%zu dimensions, expected 1 to %d", n, ZINF_CKPT_MAX_DIMS);
 	}
-	uint64_t prod = 1;
+	uint64_t prod = 1, dims[ZINF_CKPT_MAX_DIMS];
 	for (size_t d = 0; d < n; d++) {
 		const json_t *v = json_array_get(s, d);
 		if (!json_is_integer(v) || json_integer_value(v) < 1) {
@@ -448,128 +518,455 @@ parse_shape(struct zinf_ckpt *c, const json_t *p, size_t i, struct ckpt_param *q
 			return bad(c, field, "the product overflows");
 		}
 		prod *= x;
-		q->shape[d] = x;
+		dims[d] = x;
 	}
 	if (prod != q->numel) {
 		return bad(c, field, "its product %" PRIu64 " differs from numel %" PRIu64, prod,
 			   q->numel);
 	}
-	q->ndim = (uint32_t)n;
+	if (n > 1) {
+		if (!(q->shape = chunk_alloc(c, n * sizeof(*dims)))) {
+			return -ENOMEM;
+		}
+		memcpy(q->shape, dims, n * sizeof(*dims));
+		q->ndim = (uint32_t)n;
+	}
+	return 0;
+}
+
+/* ---- manifest.json's text --------------------------------------------------------------- */
+
+/* "<manifest>: line L column C: what" for byte `at` of the text; -EBADMSG. */
+static int
+syntax(const struct zinf_ckpt *c, size_t at, const char *what)
+{
+	const struct mtext *t = c->mt;
+	size_t line = 1, col = 1;
+	for (size_t k = 0; k < at && k < t->len; k++) {
+		if (t->s[k] == '\n') {
+			line++;
+			col = 1;
+		} else {
+			col++;
+		}
+	}
+	return ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "line %zu column %zu: %s", line, col, what);
+}
+
+static void
+skip_ws(const struct mtext *t, size_t *pos)
+{
+	size_t k = *pos;
+	while (k < t->len &&
+	       (t->s[k] == ' ' || t->s[k] == '\t' || t->s[k] == '\n' || t->s[k] == '\r')) {
+		k++;
+	}
+	*pos = k;
+}
+
+/* One JSON value of any type at *pos (jansson; duplicate keys refused), *pos moved past it. */
+static int
+take_value(const struct zinf_ckpt *c, size_t *pos, json_t **out)
+{
+	const struct mtext *t = c->mt;
+	json_error_t jerr;
+	json_t *v = json_loadb(t->s + *pos, t->len - *pos,
+			       JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES,
+			       &jerr);
+	if (!v) {
+		return syntax(c, *pos + (size_t)jerr.position, jerr.text);
+	}
+	*pos += (size_t)jerr.position;
+	*out = v;
+	return 0;
+}
+
+/* The array at *pos ('['): *pos moved past its ']', its elements counted (commas at its own
+ * depth, strings and their escapes skipped). Only the brackets are followed here; each element
+ * is parsed, and its syntax checked, when it is read (parse_params). */
+static int
+skip_array(const struct zinf_ckpt *c, size_t *pos, size_t *count)
+{
+	const struct mtext *t = c->mt;
+	size_t k = *pos + 1, depth = 1, commas = 0;
+	bool empty = true;
+	for (; k < t->len && depth > 0; k++) {
+		char ch = t->s[k];
+		if (ch == '"') {
+			for (k++; k < t->len && t->s[k] != '"'; k++) {
+				k += t->s[k] == '\\';
+			}
+			if (k >= t->len) {
+				break;
+			}
+			empty = false;
+		} else if (ch == '[' || ch == '{') {
+			depth++;
+			empty = false;
+		} else if (ch == ']' || ch == '}') {
+			depth--;
+		} else if (ch == ',' && depth == 1) {
+			commas++;
+		} else if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r') {
+			empty = false;
+		}
+	}
+	if (depth > 0) {
+		return syntax(c, t->len, "params: the array does not end");
+	}
+	*count = empty ? 0 : commas + 1;
+	*pos = k;
+	return 0;
+}
+
+/*
+ * The top-level object into c->m, one member at a time, except "params" (an array: skipped and
+ * counted here, read element by element by parse_params). Duplicate keys and text after the
+ * object are refused, as json_loadb with JSON_REJECT_DUPLICATES refuses them.
+ */
+static int
+scan_manifest(struct zinf_ckpt *c)
+{
+	struct mtext *t = c->mt;
+	size_t pos = 0;
+	skip_ws(t, &pos);
+	if (pos >= t->len || t->s[pos] != '{') {
+		char ch = pos < t->len ? t->s[pos] : '\0';
+		return ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "expected a JSON object, found %s",
+				     ch == '['	 ? "an array"
+				     : ch == '"' ? "a string"
+				     : !ch	 ? "nothing"
+						 : "another value");
+	}
+	if (!(c->m = json_object())) {
+		return -ENOMEM;
+	}
+	pos++;
+	skip_ws(t, &pos);
+	bool more = pos >= t->len || t->s[pos] != '}';
+	pos += !more;
+	while (more) {
+		skip_ws(t, &pos);
+		size_t at = pos;
+		json_t *k = NULL, *v = NULL;
+		if (pos >= t->len || t->s[pos] != '"') {
+			return syntax(c, pos, "expected a key (a string)");
+		}
+		int rc = take_value(c, &pos, &k);
+		if (rc) {
+			return rc;
+		}
+		const char *key = json_string_value(k);
+		bool params = strcmp(key, "params") == 0;
+		skip_ws(t, &pos);
+		if (json_object_get(c->m, key) || (params && t->params_seen)) {
+			char msg[96];
+			snprintf(msg, sizeof(msg), "duplicate object key \"%.60s\"", key);
+			json_decref(k);
+			return syntax(c, at, msg);
+		}
+		if (pos >= t->len || t->s[pos] != ':') {
+			json_decref(k);
+			return syntax(c, pos, "expected ':'");
+		}
+		pos++;
+		skip_ws(t, &pos);
+		if (params && pos < t->len && t->s[pos] == '[') {
+			t->params_at = pos;
+			rc = skip_array(c, &pos, &t->params_n);
+		} else {
+			rc = take_value(c, &pos, &v);
+			if (!rc && json_object_set_new(c->m, key, v)) {
+				rc = -ENOMEM;
+			}
+		}
+		t->params_seen = t->params_seen || params;
+		json_decref(k);
+		if (rc) {
+			return rc;
+		}
+		skip_ws(t, &pos);
+		if (pos < t->len && (t->s[pos] == ',' || t->s[pos] == '}')) {
+			more = t->s[pos++] == ',';
+		} else {
+			return syntax(c, pos, "expected ',' or '}'");
+		}
+	}
+	skip_ws(t, &pos);
+	return pos == t->len ? 0 : syntax(c, pos, "end of file expected");
+}
+
+/* ---- parameters --------------------------------------------------------------------------- */
+
+/* params[i] (its JSON) checked into q; q->flat_off points at its files_world entries. */
+static int
+parse_param(struct zinf_ckpt *c, const json_t *p, size_t i, struct ckpt_param *q)
+{
+	char field[96];
+	size_t W = (size_t)c->files_world;
+	const char *name = NULL;
+	int64_t v;
+	int rc;
+	snprintf(field, sizeof(field), "params[%zu]", i);
+	if (!json_is_object(p)) {
+		return bad(c, field, "expected an object, found %s", kind_of(p));
+	}
+	snprintf(field, sizeof(field), "params[%zu].name", i);
+	if ((rc = get_str(c, p, "name", field, &name))) {
+		return rc;
+	}
+	if (!name[0]) {
+		return bad(c, field, "empty");
+	}
+	if (!(q->name = name_copy(c, name))) {
+		return -ENOMEM;
+	}
+	snprintf(field, sizeof(field), "params[%zu].numel", i);
+	if ((rc = get_int(c, p, "numel", field, 1, INT64_MAX / 8, &v))) {
+		return rc;
+	}
+	q->numel = (uint64_t)v;
+	snprintf(field, sizeof(field), "params[%zu].layer", i);
+	if ((rc = get_int(c, p, "layer", field, 0, INT32_MAX, &v))) {
+		return rc;
+	}
+	q->layer = (int32_t)v;
+	if ((rc = parse_shape(c, p, i, q))) {
+		return rc;
+	}
+	snprintf(field, sizeof(field), "params[%zu].part", i);
+	if ((rc = get_int(c, p, "part", field, 0, INT64_MAX / 8, &v))) {
+		return rc;
+	}
+	q->part = (uint64_t)v;
+	uint64_t want = ZINF_DIV_ROUND_UP(q->numel, (uint64_t)W);
+	if (q->part != want) {
+		return bad(c, field,
+			   "\"%s\": %" PRIu64 ", expected ceil(numel %" PRIu64
+			   " / files_world %zu) = %" PRIu64,
+			   name, q->part, q->numel, W, want);
+	}
+	snprintf(field, sizeof(field), "params[%zu].flat_off", i);
+	const json_t *fo = json_object_get(p, "flat_off");
+	if (!json_is_array(fo) || json_array_size(fo) != W) {
+		return json_is_array(fo)
+			       ? bad(c, field, "\"%s\": %zu entries, expected files_world (%zu)",
+				     name, json_array_size(fo), W)
+			       : bad(c, field, "expected an array, found %s", kind_of(fo));
+	}
+	for (size_t r = 0; r < W; r++) {
+		const json_t *x = json_array_get(fo, r);
+		if (!json_is_integer(x) || json_integer_value(x) < 0) {
+			return bad(c, field, "\"%s\": rank %zu: expected an integer >= 0, found %s",
+				   name, r, json_is_integer(x) ? "a negative one" : kind_of(x));
+		}
+		uint64_t off = (uint64_t)json_integer_value(x);
+		if (off > c->flat[r] || q->part > c->flat[r] - off) {
+			return bad(c, field,
+				   "\"%s\": rank %zu: partition [%" PRIu64 ", %" PRIu64
+				   ") past the rank's flat %" PRIu64,
+				   name, r, off, off + q->part, c->flat[r]);
+		}
+		q->flat_off[r] = off;
+	}
 	return 0;
 }
 
 static int
+name_cmp(const void *a, const void *b, void *ctx)
+{
+	const struct ckpt_param *p = ctx;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	int d = strcmp(p[x].name, p[y].name);
+	return d ? d : (x > y) - (x < y);
+}
+
+/* Names are unique: sorted, equal neighbours. The first entry (in the manifest's order) that
+ * repeats an earlier one is named. */
+static int
+check_names_unique(struct zinf_ckpt *c)
+{
+	uint32_t n = c->n_params, *ix = zc_calloc(n ? n : 1, sizeof(*ix));
+	if (!ix) {
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		ix[i] = i;
+	}
+	qsort_r(ix, n, sizeof(*ix), name_cmp, c->params);
+	uint32_t dup = UINT32_MAX;
+	for (uint32_t k = 1; k < n; k++) {
+		if (strcmp(c->params[ix[k]].name, c->params[ix[k - 1]].name) == 0 && ix[k] < dup) {
+			dup = ix[k];
+		}
+	}
+	zc_free(ix);
+	if (dup == UINT32_MAX) {
+		return 0;
+	}
+	char field[64];
+	snprintf(field, sizeof(field), "params[%u].name", dup);
+	return bad(c, field, "\"%s\" listed twice", c->params[dup].name);
+}
+
+/*
+ * "params", read element by element from the manifest's text (each element a small tree, freed
+ * once checked): memory grows with the parameters' names and offsets, not with jansson's trees.
+ * Its count is bounded first by what the ranks' files can hold: every parameter takes at least
+ * one element of each.
+ */
+static int
 parse_params(struct zinf_ckpt *c)
 {
-	const json_t *a = json_object_get(c->m, "params");
-	if (!json_is_array(a)) {
+	const struct mtext *t = c->mt;
+	if (!t->params_seen || json_object_get(c->m, "params")) { /* missing, or not an array */
+		const json_t *a = json_object_get(c->m, "params");
 		return bad(c, "params", "expected an array, found %s", kind_of(a));
 	}
-	size_t n = json_array_size(a);
-	if (n > UINT32_MAX) {
+	size_t n = t->params_n, W = (size_t)c->files_world;
+	for (size_t r = 0; r < W; r++) {
+		if (n > c->flat[r]) {
+			return bad(c, "params",
+				   "%zu entries, but rank %zu's files hold %" PRIu64
+				   " elements (ranks[%zu].flat; r%05zu.fp32: %" PRIu64
+				   " bytes): every parameter takes at least one element of every "
+				   "stored rank",
+				   n, r, c->flat[r], r, r, c->flat[r] * 4);
+		}
+	}
+	if (n > UINT32_MAX || (n && W > SIZE_MAX / sizeof(uint64_t) / n)) {
 		return bad(c, "params", "%zu entries: too many", n);
 	}
 	c->params = zc_calloc(n ? n : 1, sizeof(*c->params));
-	if (!c->params) {
+	c->offs = zc_calloc(n ? n * W : 1, sizeof(*c->offs));
+	if (!c->params || !c->offs) {
 		return -ENOMEM;
 	}
 	c->n_params = (uint32_t)n;
-	json_t *names = json_object(); /* a set: names are unique */
-	if (!names) {
+	size_t pos = t->params_at + 1, i = 0;
+	int rc = 0;
+	skip_ws(t, &pos);
+	bool more = pos < t->len && t->s[pos] != ']';
+	while (more && !rc) {
+		json_t *p = NULL;
+		if ((rc = take_value(c, &pos, &p))) {
+			return rc;
+		}
+		if (i >= n) { /* the count skip_array made: the same text, so never */
+			json_decref(p);
+			return syntax(c, pos, "more parameters than counted");
+		}
+		c->params[i].flat_off = c->offs + i * W;
+		rc = parse_param(c, p, i, &c->params[i]);
+		json_decref(p);
+		i++;
+		skip_ws(t, &pos);
+		if (!rc && pos < t->len && t->s[pos] == ',') {
+			pos++;
+		} else if (!rc && (pos >= t->len || t->s[pos] != ']')) {
+			return syntax(c, pos, "expected ',' or ']' after an element of params");
+		} else {
+			more = false;
+		}
+	}
+	if (!rc && i != n) {
+		return syntax(c, pos, "fewer parameters than counted");
+	}
+	return rc ? rc : check_names_unique(c);
+}
+
+struct tile {
+	uint64_t off; /* element offset in the rank's files */
+	uint32_t i;   /* parameter index */
+};
+
+static int
+tile_cmp(const void *a, const void *b)
+{
+	const struct tile *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off ? 1 : (x->i > y->i) - (x->i < y->i);
+}
+
+/* "rank 1 (r00001.fp32, r00001.exp_avg)": the files a rank's offsets index. */
+static void
+rank_files(const struct zinf_ckpt *c, size_t r, char *buf, size_t len)
+{
+	size_t at = (size_t)snprintf(buf, len, "rank %zu (", r);
+	for (uint32_t p = 0; p < c->n_parts && at < len; p++) {
+		at += (size_t)snprintf(buf + at, len - at, "%sr%05zu.%s", p ? ", " : "", r,
+				       c->parts[p].name);
+	}
+	if (at < len) {
+		snprintf(buf + at, len - at, ")");
+	}
+}
+
+/*
+ * Every stored rank's partitions tile its files exactly: sorted by flat_off[r], each starts
+ * where the previous ends, the first at 0, the last ends at ranks[r].flat (the files' size).
+ * An overlap would make two parameters share state (a load trains on the wrong values); a gap
+ * holds state of no parameter. A refusal names both parameters, the rank and its files.
+ */
+static int
+check_tiling(struct zinf_ckpt *c)
+{
+	size_t n = c->n_params, W = (size_t)c->files_world;
+	struct tile *t = zc_calloc(n ? n : 1, sizeof(*t));
+	if (!t) {
 		return -ENOMEM;
 	}
 	int rc = 0;
-	char field[96];
-	size_t W = (size_t)c->files_world;
-	for (size_t i = 0; i < n && !rc; i++) {
-		const json_t *p = json_array_get(a, i);
-		struct ckpt_param *q = &c->params[i];
-		const char *name = NULL;
-		int64_t v;
-		snprintf(field, sizeof(field), "params[%zu]", i);
-		if (!json_is_object(p)) {
-			rc = bad(c, field, "expected an object, found %s", kind_of(p));
-			break;
+	char field[96], where[64 + CKPT_MAX_PARTS * 80];
+	for (size_t r = 0; r < W && !rc; r++) {
+		for (size_t i = 0; i < n; i++) {
+			t[i] = (struct tile){c->params[i].flat_off[r], (uint32_t)i};
 		}
-		snprintf(field, sizeof(field), "params[%zu].name", i);
-		if ((rc = get_str(c, p, "name", field, &name))) {
-			break;
-		}
-		if (!name[0]) {
-			rc = bad(c, field, "empty");
-			break;
-		}
-		if (json_object_get(names, name)) {
-			rc = bad(c, field, "\"%s\" listed twice", name);
-			break;
-		}
-		if (json_object_set_new(names, name, json_true())) {
-			rc = -ENOMEM;
-			break;
-		}
-		q->name = (char *)name; /* borrowed from the manifest */
-		snprintf(field, sizeof(field), "params[%zu].numel", i);
-		if ((rc = get_int(c, p, "numel", field, 1, INT64_MAX / 8, &v))) {
-			break;
-		}
-		q->numel = (uint64_t)v;
-		snprintf(field, sizeof(field), "params[%zu].layer", i);
-		if ((rc = get_int(c, p, "layer", field, 0, INT32_MAX, &v))) {
-			break;
-		}
-		q->layer = (int32_t)v;
-		if ((rc = parse_shape(c, p, i, q))) {
-			break;
-		}
-		snprintf(field, sizeof(field), "params[%zu].part", i);
-		if ((rc = get_int(c, p, "part", field, 0, INT64_MAX / 8, &v))) {
-			break;
-		}
-		q->part = (uint64_t)v;
-		uint64_t want = ZINF_DIV_ROUND_UP(q->numel, (uint64_t)W);
-		if (q->part != want) {
-			rc = bad(c, field,
-				 "\"%s\": %" PRIu64 ", expected ceil(numel %" PRIu64
-				 " / files_world %zu) = %" PRIu64,
-				 name, q->part, q->numel, W, want);
-			break;
-		}
-		snprintf(field, sizeof(field), "params[%zu].flat_off", i);
-		const json_t *fo = json_object_get(p, "flat_off");
-		if (!json_is_array(fo) || json_array_size(fo) != W) {
-			rc = json_is_array(fo)
+		qsort(t, n, sizeof(*t), tile_cmp);
+		uint64_t end = 0; /* where the partitions so far end */
+		for (size_t k = 0; k < n && !rc; k++) {
+			const struct ckpt_param *q = &c->params[t[k].i];
+			if (t[k].off == end) {
+				end += q->part;
+				continue;
+			}
+			rank_files(c, r, where, sizeof(where));
+			snprintf(field, sizeof(field), "params[%u].flat_off", t[k].i);
+			if (k == 0) {
+				rc = bad(c, field,
+					 "%s: \"%s\" starts at %" PRIu64 ": elements [0, %" PRIu64
+					 ") belong to no parameter",
+					 where, q->name, t[k].off, t[k].off);
+				break;
+			}
+			const struct ckpt_param *pq = &c->params[t[k - 1].i];
+			uint64_t pb = t[k - 1].off;
+			rc = t[k].off < end
 				     ? bad(c, field,
-					   "\"%s\": %zu entries, expected files_world (%zu)", name,
-					   json_array_size(fo), W)
-				     : bad(c, field, "expected an array, found %s", kind_of(fo));
-			break;
+					   "%s: \"%s\" [%" PRIu64 ", %" PRIu64
+					   ") overlaps \"%s\" (params[%u]) [%" PRIu64 ", %" PRIu64
+					   "): two parameters would share state",
+					   where, q->name, t[k].off, t[k].off + q->part, pq->name,
+					   t[k - 1].i, pb, end)
+				     : bad(c, field,
+					   "%s: elements [%" PRIu64 ", %" PRIu64
+					   ") between \"%s\" (params[%u]) and \"%s\" belong to no "
+					   "parameter",
+					   where, end, t[k].off, pq->name, t[k - 1].i, q->name);
 		}
-		q->flat_off = zc_calloc(W, sizeof(*q->flat_off));
-		if (!q->flat_off) {
-			rc = -ENOMEM;
-			break;
-		}
-		for (size_t r = 0; r < W; r++) {
-			const json_t *x = json_array_get(fo, r);
-			if (!json_is_integer(x) || json_integer_value(x) < 0) {
-				rc = bad(c, field,
-					 "\"%s\": rank %zu: expected an integer >= 0, found %s",
-					 name, r,
-					 json_is_integer(x) ? "a negative one" : kind_of(x));
-				break;
-			}
-			uint64_t off = (uint64_t)json_integer_value(x);
-			if (off > c->flat[r] || q->part > c->flat[r] - off) {
-				rc = bad(c, field,
-					 "\"%s\": rank %zu: partition [%" PRIu64 ", %" PRIu64
-					 ") past the rank's flat %" PRIu64,
-					 name, r, off, off + q->part, c->flat[r]);
-				break;
-			}
-			q->flat_off[r] = off;
+		if (!rc && end != c->flat[r]) {
+			rank_files(c, r, where, sizeof(where));
+			snprintf(field, sizeof(field), "ranks[%zu].flat", r);
+			rc = n ? bad(c, field,
+				     "%s: %" PRIu64 " elements, the partitions end at %" PRIu64
+				     " (\"%s\", params[%u]): [%" PRIu64 ", %" PRIu64
+				     ") belong to no parameter",
+				     where, c->flat[r], end, c->params[t[n - 1].i].name, t[n - 1].i,
+				     end, c->flat[r])
+			       : bad(c, field, "%s: %" PRIu64 " elements but no parameter", where,
+				     c->flat[r]);
 		}
 	}
-	json_decref(names);
+	zc_free(t);
 	return rc;
 }
 
@@ -721,13 +1118,18 @@ check_files_present(struct zinf_ckpt *c)
 			return ZINF_OBJ_FAIL(c->path, -ENAMETOOLONG, "%s: path too long", f->name);
 		}
 		struct stat st;
-		if (fstatat(c->dirfd, f->name, &st, 0) < 0) {
+		if (fstatat(c->dirfd, f->name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			int e = errno;
 			if (e == ENOENT) {
 				return ZINF_OBJ_FAIL(path, -EBADMSG,
 						     "listed in manifest.json but missing");
 			}
 			return ZINF_OBJ_FAIL(path, -e, "stat: %s", strerror(e));
+		}
+		if (S_ISLNK(st.st_mode)) {
+			return ZINF_OBJ_FAIL(path, -EBADMSG,
+					     "a symbolic link, not followed: a checkpoint's files "
+					     "are its own, in its directory");
 		}
 		if (!S_ISREG(st.st_mode)) {
 			return ZINF_OBJ_FAIL(path, -EBADMSG, "not a regular file");
@@ -757,84 +1159,169 @@ join(const char *a, const char *b)
 	return s;
 }
 
-static bool
-is_file(const char *path)
+/* A failed ckpt_open_in (fd < 0) said: what it leaves unsaid logged on `path` (missing: the
+ * error `enoent` with `missing`; out of descriptors). Returns the error. */
+static int
+open_failed(int fd, const char *path, int enoent, const char *missing)
 {
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+	if (fd == -ENOENT) {
+		return ZINF_OBJ_FAIL(path, enoent, "%s", missing);
+	}
+	if (fd == -EMFILE || fd == -ENFILE) {
+		return ZINF_OBJ_FAIL(path, fd, "open: %s", strerror(-fd));
+	}
+	return fd; /* said by ckpt_open_in */
 }
 
-/* DIR/latest's tag into tag (ZINF_CKPT_MAX_TAG + 1 bytes). */
+/* DIR/latest's tag into tag (ZINF_CKPT_MAX_TAG + 1 bytes); ddir is DIR open. */
 static int
-read_latest(const char *dir, char *tag)
+read_latest(int ddir, const char *dir, char *tag)
 {
 	char *lp = join(dir, "latest");
 	if (!lp) {
 		return -ENOMEM;
 	}
 	int rc = 0;
-	FILE *f = fopen(lp, "r");
-	if (!f) {
-		int e = errno;
-		rc = e == ENOENT ? ZINF_OBJ_FAIL(dir, -ENOENT,
-						 "no checkpoint: neither latest nor manifest.json")
-				 : ZINF_OBJ_FAIL(lp, -e, "open: %s", strerror(e));
+	int fd = ckpt_open_in(ddir, dir, "latest", false, NULL);
+	if (fd < 0) {
+		rc = fd == -ENOENT
+			     ? ZINF_OBJ_FAIL(dir, -ENOENT,
+					     "no checkpoint: neither latest nor manifest.json")
+			     : open_failed(fd, lp, -ENOENT, "missing");
 		goto out;
 	}
 	char line[ZINF_CKPT_MAX_TAG + 8];
-	size_t n = fread(line, 1, sizeof(line) - 1, f);
-	bool err = ferror(f);
-	fclose(f);
-	if (err) {
-		rc = ZINF_OBJ_FAIL(lp, -EIO, "read failed");
+	ssize_t n = read(fd, line, sizeof(line) - 1);
+	int e = errno;
+	close(fd);
+	if (n < 0) {
+		rc = ZINF_OBJ_FAIL(lp, -e, "read: %s", strerror(e));
 		goto out;
 	}
 	line[n] = '\0';
 	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) {
 		line[--n] = '\0';
 	}
-	if (!valid_tag(line) || strlen(line) != n) {
+	if (!valid_tag(line) || strlen(line) != (size_t)n) {
 		rc = ZINF_OBJ_FAIL(lp, -EBADMSG, "\"%.40s\" is not a tag", line);
 		goto out;
 	}
-	memcpy(tag, line, n + 1);
+	memcpy(tag, line, (size_t)n + 1);
 out:
 	zc_free(lp);
 	return rc;
 }
 
-/* A small file whole (the manifest: at most 1 GiB). */
-static int
-read_whole(int dirfd, const char *name, const char *path, uint64_t size, char **out, size_t *len)
+/* r<5 digits>.<part>: a rank's file of a part (the part's name checked by parse_parts). */
+static bool
+rank_file_name(const char *s)
 {
-	if (size > (1ull << 30)) {
-		return ZINF_OBJ_FAIL(path, -EBADMSG, "%" PRIu64 " bytes: not a manifest", size);
+	if (s[0] != 'r' || s[6] != '.' || !safe_word(s + 7)) {
+		return false;
 	}
-	char *buf = zc_malloc(size ? size : 1);
-	int fd = buf ? openat(dirfd, name, O_RDONLY | O_CLOEXEC) : -1;
-	FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
-	if (!f && fd >= 0) {
-		close(fd);
+	for (int k = 1; k < 6; k++) {
+		if (s[k] < '0' || s[k] > '9') {
+			return false;
+		}
 	}
-	if (!f) {
-		int e = buf ? errno : ENOMEM;
-		zc_free(buf);
-		return ZINF_OBJ_FAIL(path, -e, "reading: %s", strerror(e));
+	return true;
+}
+
+/*
+ * manifest.json's size against what the TAG directory's data can need, before a byte of it is
+ * read (CKPT_MANIFEST_BASE + CKPT_MANIFEST_PER_FILE per rank file + CKPT_MANIFEST_PER_ELEM per
+ * element of the master files r<rank>.fp32, at most CKPT_MANIFEST_MAX): a small checkpoint
+ * with a manifest of millions of entries is refused with the numbers, not parsed. Only regular
+ * files count. The directory is read only for a manifest above CKPT_MANIFEST_BASE.
+ */
+static int
+check_manifest_size(struct zinf_ckpt *c, uint64_t size)
+{
+	if (size <= CKPT_MANIFEST_BASE) {
+		return 0;
 	}
-	size_t n = fread(buf, 1, size, f);
-	int bad = ferror(f);
-	fclose(f);
-	if (bad || n != size) {
-		zc_free(buf);
-		return ZINF_OBJ_FAIL(path, -EIO, "read %zu of %" PRIu64 " bytes", n, size);
+	if (size > CKPT_MANIFEST_MAX) {
+		return ZINF_OBJ_FAIL(c->mpath, -EBADMSG,
+				     "%" PRIu64
+				     " bytes: more than a manifest may hold (%llu bytes)",
+				     size, CKPT_MANIFEST_MAX);
 	}
-	*out = buf;
-	*len = n;
+	int fd = openat(c->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		int e = errno;
+		if (fd >= 0) {
+			close(fd);
+		}
+		return ZINF_OBJ_FAIL(c->path, -e, "reading the directory: %s", strerror(e));
+	}
+	uint64_t files = 0, elems = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		struct stat st;
+		if (rank_file_name(de->d_name) &&
+		    fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode)) {
+			files++;
+			elems += strcmp(de->d_name + 7, "fp32") == 0 ? (uint64_t)st.st_size / 4 : 0;
+		}
+	}
+	closedir(d);
+	uint64_t bound = CKPT_MANIFEST_BASE + CKPT_MANIFEST_PER_FILE * files;
+	bound = elems > (CKPT_MANIFEST_MAX - bound) / CKPT_MANIFEST_PER_ELEM
+			? CKPT_MANIFEST_MAX
+			: bound + CKPT_MANIFEST_PER_ELEM * elems;
+	if (size > bound) {
+		return ZINF_OBJ_FAIL(
+			c->mpath, -EBADMSG,
+			"%" PRIu64 " bytes, more than the %" PRIu64
+			" its data files can need (%u bytes + %u per rank file + %u per element "
+			"of the master files r<rank>.fp32; here %" PRIu64 " rank files, %" PRIu64
+			" elements): refused unread",
+			size, bound, CKPT_MANIFEST_BASE, CKPT_MANIFEST_PER_FILE,
+			CKPT_MANIFEST_PER_ELEM, files, elems);
+	}
 	return 0;
 }
 
-/* manifest.json's own CRC32C, in manifest.crc32c beside it (8 hex digits): the manifest cannot
- * list its own checksum, and a changed digit in it must not load silently. */
+/* A small file whole (the manifest: at most 1 GiB) from its descriptor, which it closes. */
+static int
+read_whole(int fd, const char *path, uint64_t size, char **out, size_t *len)
+{
+	if (size > (1ull << 30)) {
+		close(fd);
+		return ZINF_OBJ_FAIL(path, -EBADMSG, "%" PRIu64 " bytes: not a manifest", size);
+	}
+	char *buf = zc_malloc(size ? size : 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t done = 0;
+	while (done < size) {
+		ssize_t n = read(fd, buf + done, (size_t)size - done);
+		if (n < 0 && errno == EINTR) {
+			continue;
+		}
+		if (n <= 0) {
+			int e = n < 0 ? errno : 0;
+			close(fd);
+			zc_free(buf);
+			return ZINF_OBJ_FAIL(path, -EIO, "read %zu of %" PRIu64 " bytes%s%s", done,
+					     size, e ? ": " : "", e ? strerror(e) : "");
+		}
+		done += (size_t)n;
+	}
+	close(fd);
+	*out = buf;
+	*len = done;
+	return 0;
+}
+
+/* manifest.json's own CRC32C, in manifest.crc32c beside it: the manifest cannot list its own
+ * checksum, and a changed digit in it must not load silently. The file holds exactly what the
+ * save writes, "%08x\n" (8 lowercase hexadecimal digits and a newline, 9 bytes), nothing else:
+ * another content is refused, whatever it starts with. */
 static int
 check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 {
@@ -842,68 +1329,100 @@ check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 	if (!cpath) {
 		return -ENOMEM;
 	}
-	int fd = openat(c->dirfd, "manifest.crc32c", O_RDONLY | O_CLOEXEC);
-	FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
-	if (!f && fd >= 0) {
-		close(fd);
+	struct stat st;
+	int rc = 0, fd = ckpt_open_in(c->dirfd, c->path, "manifest.crc32c", false, &st);
+	if (fd < 0) {
+		rc = open_failed(fd, cpath, -EBADMSG, "missing: manifest.json cannot be checked");
+		goto out;
 	}
-	char line[32] = "";
-	int rc = 0;
-	if (!f) {
-		rc = ZINF_OBJ_FAIL(cpath, -EBADMSG, "%s: manifest.json cannot be checked",
-				   errno == ENOENT ? "missing" : strerror(errno));
-	} else {
-		if (!fgets(line, sizeof(line), f)) {
-			line[0] = '\0';
-		}
-		fclose(f);
-		char *end = NULL;
-		unsigned long want = strtoul(line, &end, 16);
-		uint32_t got = zinf_crc32c(0, text, len);
-		if (end != line + 8 || (*end != '\n' && *end != '\0')) {
-			rc = ZINF_OBJ_FAIL(cpath, -EBADMSG, "not 8 hexadecimal digits");
-		} else if ((uint32_t)want != got) {
-			rc = ZINF_OBJ_FAIL(
-				c->mpath, -EBADMSG,
-				"CRC32C 0x%08x, manifest.crc32c says 0x%08lx (corrupted)", got,
-				want);
-		}
+	char got[16], want[16];
+	ssize_t n;
+	do {
+		n = pread(fd, got, sizeof(got), 0);
+	} while (n < 0 && errno == EINTR);
+	int e = errno;
+	close(fd);
+	if (n < 0) {
+		rc = ZINF_OBJ_FAIL(cpath, -e, "read: %s", strerror(e));
+		goto out;
 	}
+	uint32_t crc = zinf_crc32c(0, text, len);
+	snprintf(want, sizeof(want), "%08x\n", crc);
+	bool form = n == 9 && got[8] == '\n';
+	for (int k = 0; k < 8 && form; k++) {
+		form = (got[k] >= '0' && got[k] <= '9') || (got[k] >= 'a' && got[k] <= 'f');
+	}
+	if (!form || (uint64_t)st.st_size != 9) {
+		rc = ZINF_OBJ_FAIL(cpath, -EBADMSG,
+				   "%jd bytes: expected exactly 8 lowercase hexadecimal digits and "
+				   "a newline (9 bytes, as the save writes it), nothing else",
+				   (intmax_t)st.st_size);
+	} else if (memcmp(got, want, 9) != 0) {
+		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG,
+				   "CRC32C 0x%08x, manifest.crc32c says 0x%.8s (corrupted)", crc,
+				   got);
+	}
+out:
 	zc_free(cpath);
 	return rc;
 }
 
-/* c->path: DIR/TAG, or DIR itself when it holds manifest.json and no tag was asked for. */
+/*
+ * c->path and c->dirfd: DIR/TAG, or DIR itself when it holds manifest.json and no tag was asked
+ * for. DIR is the caller's path (followed as given); `latest` and the TAG directory in it are
+ * the checkpoint's own, opened relative to DIR with no symbolic link followed.
+ */
 static int
 resolve(struct zinf_ckpt *c, const char *dir, const char *tag)
 {
 	char latest[ZINF_CKPT_MAX_TAG + 1];
-	if (tag) {
-		if (!valid_tag(tag)) {
-			return ZINF_OBJ_FAIL(dir, -EINVAL,
-					     "tag \"%s\": letters, digits, '.', '_', '-', "
-					     "at most %d bytes, not starting with '.'",
-					     tag, ZINF_CKPT_MAX_TAG);
-		}
-	} else {
-		char *mp = join(dir, "manifest.json");
-		if (!mp) {
+	if (tag && !valid_tag(tag)) {
+		return ZINF_OBJ_FAIL(dir, -EINVAL,
+				     "tag \"%s\": letters, digits, '.', '_', '-', "
+				     "at most %d bytes, not starting with '.'",
+				     tag, ZINF_CKPT_MAX_TAG);
+	}
+	int ddir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (ddir < 0) {
+		int e = errno;
+		return ZINF_OBJ_FAIL(dir, -e, "%s",
+				     e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
+	}
+	struct stat st;
+	int rc = 0;
+	if (!tag && fstatat(ddir, "manifest.json", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		c->path = zc_strdup(dir);
+		if (!c->path) {
+			close(ddir);
 			return -ENOMEM;
 		}
-		bool here = is_file(mp);
-		zc_free(mp);
-		if (here) {
-			c->path = zc_strdup(dir);
-			return c->path ? 0 : -ENOMEM;
-		}
-		int rc = read_latest(dir, latest);
-		if (rc) {
-			return rc;
+		c->dirfd = ddir;
+		return 0;
+	}
+	if (!tag) {
+		if ((rc = read_latest(ddir, dir, latest))) {
+			goto out;
 		}
 		tag = latest;
 	}
 	c->path = join(dir, tag);
-	return c->path ? 0 : -ENOMEM;
+	if (!c->path) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	int fd = ckpt_open_in(ddir, dir, tag, true, NULL);
+	if (fd == -ENOENT) { /* named as its manifest: "DIR/step7/manifest.json: no checkpoint" */
+		char *mp = join(c->path, "manifest.json");
+		rc = mp ? ZINF_OBJ_FAIL(mp, -ENOENT, "no checkpoint here (missing)") : -ENOMEM;
+		zc_free(mp);
+	} else if (fd < 0) {
+		rc = open_failed(fd, c->path, -ENOENT, "missing");
+	} else {
+		c->dirfd = fd;
+	}
+out:
+	close(ddir);
+	return rc;
 }
 
 int
@@ -926,46 +1445,31 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 		rc = -ENOMEM;
 		goto fail;
 	}
-	c->dirfd = open(c->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (c->dirfd < 0) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(e == ENOENT ? c->mpath : c->path, -e, "%s",
-				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
-		goto fail;
-	}
 	struct stat st;
-	if (fstatat(c->dirfd, "manifest.json", &st, 0) < 0) {
-		int e = errno;
-		rc = ZINF_OBJ_FAIL(c->mpath, -e, "%s",
-				   e == ENOENT ? "no checkpoint here (missing)" : strerror(e));
+	int mfd = ckpt_open_in(c->dirfd, c->path, "manifest.json", false, &st);
+	if (mfd < 0) {
+		rc = open_failed(mfd, c->mpath, -ENOENT, "no checkpoint here (missing)");
 		goto fail;
 	}
-	json_error_t jerr;
 	size_t mlen = 0;
 	char *mtext = NULL;
-	if ((rc = read_whole(c->dirfd, "manifest.json", c->mpath, (uint64_t)st.st_size, &mtext,
-			     &mlen))) {
+	if ((rc = check_manifest_size(c, (uint64_t)st.st_size))) {
+		close(mfd);
 		goto fail;
 	}
-	c->m = json_loadb(mtext, mlen, JSON_REJECT_DUPLICATES, &jerr);
-	if (!c->m) {
-		zc_free(mtext);
-		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "line %d column %d: %s", jerr.line,
-				   jerr.column, jerr.text);
+	if ((rc = read_whole(mfd, c->mpath, (uint64_t)st.st_size, &mtext, &mlen))) {
 		goto fail;
 	}
-	rc = check_manifest_crc(c, mtext, mlen);
+	/* the text is kept until the parameters are read from it, then freed */
+	struct mtext t = {.s = mtext, .len = mlen};
+	c->mt = &t;
+	if (!(rc = scan_manifest(c)) && !(rc = check_manifest_crc(c, mtext, mlen))) {
+		(void)((rc = parse_header(c)) || (rc = parse_parts(c)) || (rc = parse_ranks(c)) ||
+		       (rc = parse_params(c)));
+	}
+	c->mt = NULL;
 	zc_free(mtext);
-	if (rc) {
-		goto fail;
-	}
-	if (!json_is_object(c->m)) {
-		rc = ZINF_OBJ_FAIL(c->mpath, -EBADMSG, "expected a JSON object, found %s",
-				   kind_of(c->m));
-		goto fail;
-	}
-	if ((rc = parse_header(c)) || (rc = parse_parts(c)) || (rc = parse_ranks(c)) ||
-	    (rc = parse_params(c)) || (rc = parse_files(c)) || (rc = check_listed(c)) ||
+	if (rc || (rc = check_tiling(c)) || (rc = parse_files(c)) || (rc = check_listed(c)) ||
 	    (rc = check_files_present(c))) {
 		goto fail;
 	}
@@ -988,10 +1492,13 @@ zinf_ckpt_close(struct zinf_ckpt *c)
 	if (c->dirfd >= 0) {
 		close(c->dirfd);
 	}
-	for (uint32_t i = 0; c->params && i < c->n_params; i++) {
-		zc_free(c->params[i].flat_off);
-	}
 	zc_free(c->params);
+	zc_free(c->offs);
+	while (c->names) {
+		struct name_chunk *k = c->names;
+		c->names = k->next;
+		zc_free(k);
+	}
 	zc_free(c->parts);
 	zc_free(c->files);
 	zc_free(c->flat);
@@ -1054,7 +1561,11 @@ zinf_ckpt_param(const struct zinf_ckpt *c, uint32_t i, struct zinf_ckpt_param *o
 				    .numel = p->numel,
 				    .layer = p->layer,
 				    .ndim = p->ndim};
-	memcpy(q.shape, p->shape, sizeof(q.shape));
+	if (p->shape) {
+		memcpy(q.shape, p->shape, p->ndim * sizeof(*p->shape));
+	} else {
+		q.shape[0] = p->numel;
+	}
 	return zc_stats_give(out, &q, sizeof(q), "zinf_ckpt_param");
 }
 
@@ -1126,14 +1637,13 @@ file_fd(struct zinf_ckpt *c, uint32_t k)
 			c->evict = x + 1;
 		}
 	}
-	int fd = openat(c->dirfd, f->name, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->n_open > 0) {
+	int fd = ckpt_open_in(c->dirfd, c->path, f->name, false, NULL);
+	if ((fd == -EMFILE || fd == -ENFILE) && c->n_open > 0) {
 		close_fds(c);
-		fd = openat(c->dirfd, f->name, O_RDONLY | O_CLOEXEC);
+		fd = ckpt_open_in(c->dirfd, c->path, f->name, false, NULL);
 	}
 	if (fd < 0) {
-		int e = errno;
-		return ZINF_OBJ_FAIL(path, e == ENOENT ? -EBADMSG : -e, "open: %s", strerror(e));
+		return open_failed(fd, path, -EBADMSG, "listed in manifest.json but missing");
 	}
 	f->fd = fd;
 	c->n_open++;
@@ -1170,6 +1680,15 @@ pread_full(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off)
 		done += (size_t)n;
 	}
 	return 0;
+}
+
+int
+ckpt_read_file(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off)
+{
+	if (k >= c->n_files) {
+		return ZINF_OBJ_FAIL(c->path, -EINVAL, "file %u of %u listed", k, c->n_files);
+	}
+	return pread_full(c, k, buf, len, off);
 }
 
 int

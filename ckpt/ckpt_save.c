@@ -524,7 +524,7 @@ static int
 save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
 {
 	if (!(ret = eng_agree(e, ret, "save: writing the state"))) {
-		ckpt_point("files");
+		ckpt_point("files", sv->tag);
 		if (sv->v.rank == 0) {
 			struct extra_file client = {"client.bin", sv->client_bytes, sv->client_crc};
 			ret = finish_rank0(e, sv, sv->tmp, sv->tag, sv->fw,
@@ -537,7 +537,7 @@ save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
 				}
 			}
 			if (!ret) {
-				ckpt_point("manifest");
+				ckpt_point("manifest", sv->tag);
 				ret = ckpt_publish(sv->dir, sv->tmp, sv->tag);
 			}
 		}

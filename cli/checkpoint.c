@@ -5,15 +5,18 @@
  * inspect prints what the manifest says (step, world, stage, dtype, optimizer, the parts and
  * their dtypes, every parameter with its shape and bytes) and checks the CRC32C of every file:
  * exit 0 when all match, 1 naming each bad file, 2 when the checkpoint cannot be opened (the
- * reader's message names the file and field) or the command line is wrong. export checks the
+ * reader's message names the file and field) or the command line is wrong. export refuses to
+ * replace an existing output (the file, its index or a shard of it) unless --force, checks the
  * master weights' files first (--no-verify skips it), then writes the safetensors file or its
  * shards and index.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "zinf/checkpoint.h"
@@ -239,13 +242,53 @@ cli_checkpoint_inspect(int argc, char **argv)
 
 /* ---- export ------------------------------------------------------------------------------- */
 
+/*
+ * What an export to `out` would replace: out itself, out.index.json, or a shard of out
+ * (<stem>-NNNNN-of-NNNNN.safetensors in its directory). Its path into found; false when none.
+ */
+static bool
+export_target_exists(const char *out, char *found, size_t len)
+{
+	struct stat st;
+	if (lstat(out, &st) == 0) {
+		snprintf(found, len, "%s", out);
+		return true;
+	}
+	snprintf(found, len, "%s.index.json", out);
+	if (lstat(found, &st) == 0) {
+		return true;
+	}
+	const char *slash = strrchr(out, '/');
+	size_t dl = slash ? (size_t)(slash - out + 1) : 0, sl = strlen(out + dl) - 12;
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%.*s", dl ? (int)dl : 1, dl ? out : ".");
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	bool hit = false;
+	while (d && !hit && (de = readdir(d))) {
+		/* <stem>-00001-of-00003.safetensors */
+		const char *n = de->d_name, *r = n + sl;
+		unsigned a, b;
+		int used = 0;
+		hit = strncmp(n, out + dl, sl) == 0 && strlen(r) == 27 &&
+		      sscanf(r, "-%5u-of-%5u.safetensors%n", &a, &b, &used) == 2 && used == 27;
+		if (hit) {
+			snprintf(found, len, "%.*s%s", (int)dl, out, n);
+		}
+	}
+	if (d) {
+		closedir(d);
+	}
+	return hit;
+}
+
 #define EXPORT "zinf checkpoint export"
 
 static struct {
 	const char *out, *tag;
 	int dtype;
 	uint64_t shard;
-	bool no_verify;
+	bool no_verify, force;
 } ex;
 
 static const char *const export_dtypes[] = {"auto", "fp32", "bf16", "fp16", NULL};
@@ -262,18 +305,23 @@ static const struct cli_opt export_opts[] = {
 	 "above this, shards FILE-00001-of-0000N.safetensors (0: one file)"},
 	{"no-verify", CLI_FLAG, &ex.no_verify, NULL, NULL,
 	 "do not check the CRC32C of the master weights' files first"},
+	{"force", CLI_FLAG, &ex.force, NULL, NULL,
+	 "replace an existing FILE, FILE.index.json or shards of FILE"},
 	{NULL},
 };
 
 static const char export_synopsis[] =
-	"DIR --out FILE.safetensors [--tag TAG] [--dtype auto|fp32|bf16|fp16] [--shard-size 5G]";
+	"DIR --out FILE.safetensors [--tag TAG] [--dtype auto|fp32|bf16|fp16] [--shard-size 5G]\n"
+	"    [--no-verify] [--force]";
 static const char export_description[] =
 	"Write a checkpoint's fp32 master weights as safetensors, for Hugging Face and PyTorch:\n"
 	"gathered from every rank's partition and converted to --dtype, one tensor at a time in\n"
 	"bounded pieces. Above --shard-size the tensors are cut into shards named as Hugging Face\n"
 	"names them, with FILE.index.json mapping each tensor to its shard. Files are written\n"
 	"under a temporary name and renamed when complete. The master weights' files are checked\n"
-	"against their CRC32C first (--no-verify skips it).\n";
+	"against their CRC32C first (--no-verify skips it). An existing FILE, FILE.index.json or\n"
+	"shard of FILE (STEM-NNNNN-of-NNNNN.safetensors beside it) is not replaced unless --force\n"
+	"is given: exit 2 naming it, nothing read or written.\n";
 
 static int
 cli_checkpoint_export(int argc, char **argv)
@@ -292,6 +340,14 @@ cli_checkpoint_export(int argc, char **argv)
 	size_t ol = strlen(ex.out);
 	if (ol <= 12 || strcmp(ex.out + ol - 12, ".safetensors") != 0) {
 		fprintf(stderr, EXPORT ": --out %s: must end in .safetensors\n", ex.out);
+		return 2;
+	}
+	char found[4400];
+	if (!ex.force && export_target_exists(ex.out, found, sizeof(found))) {
+		fprintf(stderr,
+			EXPORT ": %s exists: not replaced (--force replaces it); nothing read or "
+			       "written\n",
+			found);
 		return 2;
 	}
 	struct zinf_ckpt *c = NULL;

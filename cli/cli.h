@@ -89,9 +89,9 @@ void cli_scratch_prefix(char *out, size_t n, const char *stem);
  * Remove the files a killed run of the same command left in dir: names "<stem>-<pid>-..." (and
  * the swap's hidden probes ".<stem>-<pid>-...") whose pid no longer runs and whose swap lock
  * (<stem>-<pid>-r<rank>.<d>.lock) nobody holds: a pid from another pid namespace (a container
- * sharing the directory) is not taken for dead. Prints one line per
- * directory cleaned, and one naming the files of a run that is still going (left alone).
- * Returns the number of files removed.
+ * sharing the directory) is not taken for dead (zinf_scratch_reclaim, zinf/blocks/swap.h, does
+ * it). Prints one line per directory cleaned, and one naming the files of a run that is still
+ * going (left alone). Returns the number of files removed.
  */
 int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
 

@@ -3,16 +3,14 @@
  * cli/guard.c: what keeps a benchmark from hurting the machine it measures: signals turned into
  * a flag (so files are removed on the way out), the memory check made before any large
  * allocation, and the scratch files of runs that were killed (kill -9, the OOM killer) found and
- * removed by the next run. It allocates nothing large itself.
+ * removed by the next run (zinf_scratch_reclaim, zinf/blocks/swap.h, with the messages). It
+ * allocates nothing large itself.
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -87,116 +85,53 @@ cli_scratch_prefix(char *out, size_t n, const char *stem)
 	snprintf(out, n, "%s-%ld", stem, (long)getpid());
 }
 
-/* The owner's pid of a scratch name "<stem>-<pid>-..." (a leading '.' allowed), or 0. */
-static long
-scratch_owner(const char *name, const char *stem)
-{
-	size_t sl = strlen(stem);
-	if (name[0] == '.') {
-		name++;
-	}
-	if (strncmp(name, stem, sl) != 0 || name[sl] != '-') {
-		return 0;
-	}
-	char *end = NULL;
-	long pid = strtol(name + sl + 1, &end, 10);
-	return pid > 0 && end != name + sl + 1 && *end == '-' ? pid : 0;
-}
+/* What the reclaim found, for its messages. */
+struct reclaim_tally {
+	int removed, failed;
+	long dead, alive;
+};
 
-static bool
-pid_running(long pid)
+static void
+tally(void *ctx, const char *path, int64_t pid, int status)
 {
-	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
-}
-
-/*
- * Whether the swap lock file `name` in dir is held: its owner lives, though its pid may not be
- * one this process sees (another pid namespace: a container sharing the directory).
- */
-static bool
-lock_held(int dfd, const char *name)
-{
-	size_t n = strlen(name);
-	if (n < 5 || strcmp(name + n - 5, ".lock") != 0) {
-		return false;
+	struct reclaim_tally *t = ctx;
+	(void)path;
+	if (status == 0) {
+		t->removed++;
+		t->dead = (long)pid;
+	} else if (status == 1) {
+		t->alive = (long)pid;
+	} else {
+		t->failed++;
 	}
-	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		return false;
-	}
-	bool held = flock(fd, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK;
-	close(fd); /* releases the lock if we took it */
-	return held;
-}
-
-#define RECLAIM_LIVE_MAX 64
-
-static bool
-in(const long *v, int n, long x)
-{
-	for (int i = 0; i < n; i++) {
-		if (v[i] == x) {
-			return true;
-		}
-	}
-	return false;
 }
 
 int
 cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 {
-	DIR *d = opendir(dir);
-	if (!d) {
-		return 0; /* a missing directory is reported by the swap space, with its name */
+	struct reclaim_tally t = {0};
+	cli_quiet_errors(true); /* a missing directory is reported by the swap space, named */
+	int r = zinf_scratch_reclaim(dir, stem, tally, &t);
+	cli_quiet_errors(false);
+	if (r < 0) {
+		return 0;
 	}
-	int removed = 0, failed = 0, nlive = 0;
-	long dead = 0, alive = 0, live[RECLAIM_LIVE_MAX];
-	struct dirent *e;
-	/* First the owners whose swap lock is held: alive wherever their pid lives. */
-	while ((e = readdir(d)) != NULL) {
-		long pid = scratch_owner(e->d_name, stem);
-		if (pid != 0 && !in(live, nlive, pid) && lock_held(dirfd(d), e->d_name)) {
-			if (nlive == RECLAIM_LIVE_MAX) {
-				closedir(d); /* too many to tell apart: remove nothing */
-				return 0;
-			}
-			live[nlive++] = pid;
-		}
-	}
-	rewinddir(d);
-	while ((e = readdir(d)) != NULL) {
-		long pid = scratch_owner(e->d_name, stem);
-		if (pid == 0 || pid == (long)getpid()) {
-			continue;
-		}
-		if (pid_running(pid) || in(live, nlive, pid)) {
-			alive = pid;
-			continue;
-		}
-		if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
-			removed++;
-			dead = pid;
-		} else {
-			failed++;
-		}
-	}
-	closedir(d);
-	if (removed) {
+	if (t.removed) {
 		fprintf(stderr,
 			"%s: removed %d file%s left in %s by an earlier run (pid %ld, no "
 			"longer running)\n",
-			prog, removed, removed == 1 ? "" : "s", dir, dead);
+			prog, t.removed, t.removed == 1 ? "" : "s", dir, t.dead);
 	}
-	if (failed) {
+	if (t.failed) {
 		fprintf(stderr, "%s: could not remove %d file%s named %s-<pid>-* in %s\n", prog,
-			failed, failed == 1 ? "" : "s", stem, dir);
+			t.failed, t.failed == 1 ? "" : "s", stem, dir);
 	}
-	if (alive) {
+	if (t.alive) {
 		fprintf(stderr,
 			"%s: %s holds files of pid %ld, which is still running; left alone\n", prog,
-			dir, alive);
+			dir, t.alive);
 	}
-	return removed;
+	return t.removed;
 }
 
 /* The log sink while a call's errors are held back: warnings and the rest go to stderr. */

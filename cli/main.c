@@ -29,32 +29,13 @@ static const struct cli_cmd top_cmds[] = {
 	{NULL},
 };
 
-/* ZINF_LOG_LEVEL: a name (error, warn, info, debug) or its number (0-3). */
-static int
-log_level(const char *s, enum zinf_log_level *out)
-{
-	static const char *const names[] = {"error", "warn", "info", "debug", NULL};
-	for (int i = 0; names[i]; i++) {
-		char num[2] = {(char)('0' + i), '\0'};
-		if (strcasecmp(s, names[i]) == 0 || strcmp(s, num) == 0) {
-			*out = (enum zinf_log_level)i;
-			return 0;
-		}
-	}
-	if (strcasecmp(s, "warning") == 0) {
-		*out = ZINF_LOG_WARN;
-		return 0;
-	}
-	return -1;
-}
-
 int
 main(int argc, char **argv)
 {
 	zinf_log_set_callback(zinf_log_to_file, stderr);
 	enum zinf_log_level lvl = ZINF_LOG_WARN;
 	const char *env = getenv("ZINF_LOG_LEVEL");
-	if (env && env[0] && log_level(env, &lvl) < 0) {
+	if (env && env[0] && zinf_log_level_parse(env, &lvl) < 0) {
 		fprintf(stderr,
 			"zinf: ZINF_LOG_LEVEL=%s: expected error, warn, info or debug (or "
 			"0-3)\n",

@@ -8,6 +8,7 @@
  * one that was not answers -ENODEV. No MPI, NCCL or CUDA header is included here.
  */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -23,6 +24,34 @@ _Static_assert(sizeof(struct zinf_comm_notice) == 512, "notices are sent as 512 
 /* A wait looks for another rank's failure notice at most this often (an MPI_Iprobe). */
 #define NOTICE_PERIOD_NS 1000000u
 
+double
+comm_timeout_default(void)
+{
+	const char *s = getenv("ZINF_COMM_TIMEOUT_S");
+	if (!s || !*s) {
+		return 1800.0;
+	}
+	char *end;
+	double v = strtod(s, &end);
+	return *end == '\0' && v > 0.0 && v < 1e9 ? v : NAN; /* NaN: refused at create */
+}
+
+int
+comm_timeout_check(double t, const char *who)
+{
+	if (t > 0.0 && t < 1e9) {
+		return 0;
+	}
+	const char *s = getenv("ZINF_COMM_TIMEOUT_S");
+	if (isnan(t) && s && *s) {
+		return ZINF_FAIL(
+			-EINVAL,
+			"%s: ZINF_COMM_TIMEOUT_S=%s: expected seconds in (0, 1e9), e.g. 600", who,
+			s);
+	}
+	return ZINF_FAIL(-EINVAL, "%s: comm_timeout_s %g must be in (0, 1e9) seconds", who, t);
+}
+
 void
 zinf_comm_opts_init(struct zinf_comm_opts *o)
 {
@@ -31,7 +60,7 @@ zinf_comm_opts_init(struct zinf_comm_opts *o)
 	}
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
-	o->timeout_s = 1800.0;
+	o->timeout_s = comm_timeout_default();
 	o->device = -1;
 }
 
@@ -123,9 +152,8 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 	if (rc < 0) {
 		return rc;
 	}
-	if (!(o.timeout_s > 0.0 && o.timeout_s < 1e9)) {
-		return ZINF_FAIL(-EINVAL, "comm_timeout_s %g must be in (0, 1e9) seconds",
-				 o.timeout_s);
+	if ((rc = comm_timeout_check(o.timeout_s, "comm")) < 0) {
+		return rc;
 	}
 	rc = pick_backend(&o, &ops);
 	if (rc < 0) {
@@ -146,7 +174,10 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 		goto err_free;
 	}
 	c->descs = comm_descs_alloc(c->world);
-	if (!c->descs) {
+	c->from = zc_calloc((size_t)c->world, 1);
+	if (!c->descs || !c->from) {
+		zc_free(c->descs);
+		zc_free(c->from);
 		rc = ZINF_FAIL(-ENOMEM, "comm %s: out of memory for %d descriptors", ops->name,
 			       c->world);
 		goto err_close;
@@ -192,6 +223,9 @@ drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 	zc_free(r);
 }
 
+static int leave_notice(struct zinf_comm *c, const char *why);
+static int drain_notices(struct zinf_comm *c);
+
 void
 zinf_comm_destroy(struct zinf_comm *c)
 {
@@ -205,6 +239,11 @@ zinf_comm_destroy(struct zinf_comm *c)
 	while (c->inflight) { /* c failed: MPI cannot cancel them; their memory stays theirs */
 		drop_req(c, c->inflight);
 	}
+	/* a rank still calling collectives learns that this one is gone */
+	char why[64];
+	snprintf(why, sizeof(why), "zinf_comm_destroy after %llu collectives",
+		 (unsigned long long)c->seq);
+	(void)leave_notice(c, why);
 	/*
 	 * Failed by a notice (sent or taken) or a mismatch, with no call of its left posted: no
 	 * rank waits for this one (every rank was told, or saw the mismatch), and nothing of its is
@@ -214,12 +253,16 @@ zinf_comm_destroy(struct zinf_comm *c)
 	if (c->failed && (c->known || c->told) && !c->abandoned && !c->descs_abandoned) {
 		c->failed = 0;
 	}
+	if (!c->failed && drain_notices(c) < 0) {
+		c->failed = -ETIMEDOUT; /* a rank not gone may still send: MPI keeps it all */
+	}
 	c->ops->close(c);
 	if (!c->descs_abandoned) {
 		zc_free(c->descs);
 	} else {
 		zc_leave(c->descs); /* MPI may still read or write them */
 	}
+	zc_free(c->from);
 	zc_free(c);
 }
 
@@ -322,6 +365,16 @@ fail_comm(struct zinf_comm *c, int err, const char *msg)
 	return ZINF_FAIL(err, "comm %s rank %d: %s", c->ops->name, c->rank, msg);
 }
 
+/* Each rank sends one notice per communicator (a failure's or its leaving): count them. */
+static void
+heard_from(struct zinf_comm *c, const struct zinf_comm_notice *n)
+{
+	if (n->rank >= 0 && n->rank < c->world && !c->from[n->rank]) {
+		c->from[n->rank] = 1;
+		c->nfrom++;
+	}
+}
+
 /*
  * Other ranks' failure notices, looked for at most every NOTICE_PERIOD_NS (always with now),
  * for collective seq (waited on, or about to be posted). A notice says up to which collective
@@ -343,14 +396,23 @@ heed_notice(struct zinf_comm *c, bool now, uint64_t seq)
 		c->notice_next_ns = t + NOTICE_PERIOD_NS;
 		int rc;
 		while ((rc = c->ops->notice(c, &n)) == 1) {
-			if (c->heard && n.upto >= c->heard_upto) {
-				continue; /* a later failure than the one heard */
+			heard_from(c, &n);
+			if (n.upto == UINT64_MAX || (c->heard && n.upto >= c->heard_upto)) {
+				continue; /* a later failure than the one heard, or a count */
 			}
 			n.why[sizeof(n.why) - 1] = 0;
 			c->heard = true;
 			c->heard_upto = n.upto;
-			snprintf(c->heard_msg, sizeof(c->heard_msg), "rank %d failed (%s): %s",
-				 (int)n.rank, zinf_strerror(n.err), n.why);
+			if (n.err == -ESHUTDOWN) { /* zinf_comm_leave */
+				snprintf(c->heard_msg, sizeof(c->heard_msg),
+					 "rank %d left: %s; this rank called a collective it will "
+					 "never join",
+					 (int)n.rank, n.why);
+			} else {
+				snprintf(c->heard_msg, sizeof(c->heard_msg),
+					 "rank %d failed (%s): %s", (int)n.rank,
+					 zinf_strerror(n.err), n.why);
+			}
 		}
 		if (rc < 0) {
 			lose(c, seq);
@@ -363,6 +425,17 @@ heed_notice(struct zinf_comm *c, bool now, uint64_t seq)
 	c->known = true;
 	lose(c, seq);
 	return fail_comm(c, -ECONNABORTED, c->heard_msg);
+}
+
+/* The last collective completed here: every one before the first lost or still in flight. */
+static uint64_t
+completed(const struct zinf_comm *c)
+{
+	uint64_t first = ZINF_MIN(c->lost, c->seq + 1);
+	for (const struct zinf_comm_req *r = c->inflight; r; r = r->next) {
+		first = ZINF_MIN(first, r->d.seq);
+	}
+	return first - 1;
 }
 
 int
@@ -379,12 +452,7 @@ zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 	c->told = true;
 	n.rank = c->rank;
 	n.err = err < 0 ? err : -ECONNABORTED;
-	/* completed here: every collective before the first lost or still in flight */
-	uint64_t first = ZINF_MIN(c->lost, c->seq + 1);
-	for (struct zinf_comm_req *r = c->inflight; r; r = r->next) {
-		first = ZINF_MIN(first, r->d.seq);
-	}
-	n.upto = first - 1;
+	n.upto = completed(c);
 	snprintf(n.why, sizeof(n.why), "%s", why ? why : "(no reason given)");
 	if (!c->failed) {
 		c->failed = n.err;
@@ -401,6 +469,94 @@ zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 	}
 	ZINF_WARN("comm %s rank %d: told the other %d ranks that this rank failed: %s",
 		  c->ops->name, c->rank, c->world - 1, n.why);
+	return 0;
+}
+
+/*
+ * This rank's notice that it leaves, unless it sent one (a failure's) already: every rank sends
+ * one per communicator, which the others count at their destroy. A rank whose communicator
+ * failed on its own (a timeout: the others time out alike) sends none; one that failed on
+ * another rank's notice or a mismatch (every rank knows) does, so that the others' destroy
+ * need not wait for it. Collectives still in flight on a healthy communicator are waited for
+ * first.
+ */
+static int
+leave_notice(struct zinf_comm *c, const char *why)
+{
+	if (!c->ops->notify || c->world < 2 || c->told) {
+		return 0;
+	}
+	while (c->inflight && !c->failed) {
+		(void)zinf_comm_wait(c, c->inflight);
+	}
+	if (c->failed && !c->known) {
+		return 0; /* the wait failed it, or it failed earlier: its peers time out alike */
+	}
+	/* after a failure every rank knows of, the notice only counts (no upto: fails nothing) */
+	struct zinf_comm_notice n = {
+		.rank = c->rank, .err = -ESHUTDOWN, .upto = c->failed ? UINT64_MAX : completed(c)};
+	snprintf(n.why, sizeof(n.why), "%s", why ? why : "(no reason given)");
+	c->told = true;
+	if (!c->failed) {
+		c->known = true; /* nothing of this rank's to tell anyone again */
+		c->failed = -ESHUTDOWN;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "this rank left: %s", n.why);
+	}
+	int rc = c->ops->notify(c, &n);
+	if (rc < 0) {
+		return ZINF_FAIL(rc, "comm %s rank %d: the notice of leaving could not be sent",
+				 c->ops->name, c->rank);
+	}
+	ZINF_LOG(ZINF_LOG_DEBUG, "comm %s rank %d: left after collective %llu: %s", c->ops->name,
+		 c->rank, (unsigned long long)n.upto, n.why);
+	return 0;
+}
+
+int
+zinf_comm_leave(struct zinf_comm *c, const char *why)
+{
+	if (!c) {
+		return ZINF_FAIL(-EINVAL, "zinf_comm_leave: communicator is NULL");
+	}
+	return leave_notice(c, why);
+}
+
+/*
+ * Before a communicator is freed, every other rank's notice (a failure's or its leaving) has
+ * come: a message left unreceived on a freed MPI communicator would be matched on the next one
+ * MPI makes with the same context id, out of order with that one's own messages. Waits up to
+ * comm_timeout_s; 0, or -ETIMEDOUT (the first rank not heard from named in the log).
+ */
+static int
+drain_notices(struct zinf_comm *c)
+{
+	struct zinf_comm_notice n;
+	unsigned spins = 0;
+
+	if (!c->ops->notice || c->world < 2) {
+		return 0;
+	}
+	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
+	while (c->nfrom < c->world - 1) {
+		int rc = c->ops->notice(c, &n);
+		if (rc == 1) {
+			heard_from(c, &n);
+			continue;
+		}
+		if (rc < 0 || zinf_now_ns() > deadline) {
+			int r = 0;
+			while (r < c->world && (r == c->rank || c->from[r])) {
+				r++;
+			}
+			ZINF_WARN(
+				"comm %s rank %d: destroyed with rank %d (and %d others) not gone "
+				"after %g s: the communicator is left to MPI",
+				c->ops->name, c->rank, r, c->world - 2 - c->nfrom,
+				c->opts.timeout_s);
+			return -ETIMEDOUT;
+		}
+		comm_backoff(&spins);
+	}
 	return 0;
 }
 

@@ -116,6 +116,8 @@ struct zinf_comm {
 	uint64_t heard_upto;	 /* the lowest upto of the notices that came */
 	char heard_msg[640];	 /* "rank N failed (...): why" of that notice */
 	bool told;		 /* this rank's notice was posted */
+	uint8_t *from;		 /* [world]: 1 once rank r's notice (failure or leave) came */
+	int nfrom;		 /* how many ranks' notices came */
 	uint64_t notice_next_ns; /* zinf_now_ns() from which the next look for a notice is due */
 	struct zinf_comm_desc *descs; /* world descriptors, as the check receives them, then
 					 this rank's, as it sends it (descs[world]) */
@@ -133,6 +135,10 @@ const char *comm_kind_name(int kind);
 /* The stream c's collectives are ordered on: "nccl": the cudaStream_t it was given or created;
  * NULL for the host backends or a NULL c. */
 void *comm_stream(struct zinf_comm *c);
+/* The default deadline: $ZINF_COMM_TIMEOUT_S when set (NaN when unreadable), else 1800 s. */
+double comm_timeout_default(void);
+/* 0, or -EINVAL naming the value (and $ZINF_COMM_TIMEOUT_S when it gave the NaN); who: prefix */
+int comm_timeout_check(double t, const char *who);
 
 extern const struct zinf_comm_ops zinf_comm_single_ops;
 extern const struct zinf_comm_ops *const zinf_comm_registry[];

@@ -8,6 +8,7 @@
  * (config_dump.c).
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +87,15 @@ zinf_config_fini(struct zinf_train_config *c)
 	zinf_config_init(c);
 }
 
-/* DeepSpeed's _set_batch_related_parameters and _batch_assertion. */
+/* *out = a x b x c; false when it does not fit a long long */
+static bool
+batch_product(long long a, long long b, long long c, long long *out)
+{
+	return !__builtin_mul_overflow(a, b, out) && !__builtin_mul_overflow(*out, c, out);
+}
+
+/* DeepSpeed's _set_batch_related_parameters and _batch_assertion; a product past 2^63 - 1 is
+   an error, never a wrapped batch size. */
 static void
 check_batch(struct cfg_ctx *x)
 {
@@ -106,14 +115,16 @@ check_batch(struct cfg_ctx *x)
 				       ZINF_CONFIG_IN_WORLD_SIZE, A_TRAIN_BATCH);
 			return;
 		}
-		if (mb < 1 || gas < 1 || tb % (mb * gas) != 0) {
+		long long mg = 0;
+		if (mb < 1 || gas < 1 || !batch_product(mb, gas, 1, &mg) || tb % mg != 0 ||
+		    tb / mg > INT32_MAX) {
 			CERR(x, "train_batch_size",
 			     "train_batch_size %lld is not train_micro_batch_size_per_gpu %lld x "
 			     "gradient_accumulation_steps %lld x any world size",
 			     tb, mb, gas);
 			return;
 		}
-		c->world_size = (int32_t)(tb / (mb * gas));
+		c->world_size = (int32_t)(tb / mg);
 		c->world_derived = true;
 		ZINF_INFO("%s: world size %d: train_batch_size %lld / (%lld x %lld)", x->name,
 			  c->world_size, tb, mb, gas);
@@ -130,7 +141,7 @@ check_batch(struct cfg_ctx *x)
 			 "; train_micro_batch_size_per_gpu derived as %lld / %lld / %lld = %lld",
 			 tb, w, gas, mb);
 	} else if (m && g && !t) {
-		tb = mb * gas * w;
+		tb = -1; /* set below */
 	} else if (t && !m && !g) {
 		gas = 1;
 		mb = tb / w;
@@ -139,18 +150,29 @@ check_batch(struct cfg_ctx *x)
 			 mb);
 	} else if (m && !t && !g) {
 		gas = 1;
-		tb = mb * w;
+		tb = -1; /* set below */
 	} else if (!t && !m) {
 		CERR(x, "train_batch_size",
 		     "neither train_batch_size nor train_micro_batch_size_per_gpu is given "
 		     "(DeepSpeed needs at least one)");
 		return;
 	}
-	if (mb < 1 || gas < 1 || gas > UINT32_MAX || tb != mb * gas * w) {
+	long long prod = 0; /* 0 when mb or gas is 0 */
+	if (mb >= 1 && gas >= 1 && !batch_product(mb, gas, w, &prod)) {
+		CERR(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
+		     "train_micro_batch_size_per_gpu %lld x gradient_accumulation_steps %lld x "
+		     "world size %lld is past %lld%s",
+		     mb, gas, w, LLONG_MAX, how);
+		return;
+	}
+	if (!t) {
+		tb = prod;
+	}
+	if (mb < 1 || gas < 1 || gas > UINT32_MAX || tb != prod) {
 		CERR(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
 		     "train_batch_size %lld != train_micro_batch_size_per_gpu %lld x "
 		     "gradient_accumulation_steps %lld x world size %lld (= %lld)%s",
-		     tb, mb, gas, w, mb * gas * w, how);
+		     tb, mb, gas, w, prod, how);
 		return;
 	}
 	c->train_batch_size = tb;

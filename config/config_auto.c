@@ -107,12 +107,21 @@ cfg_resolve_auto(struct cfg_ctx *x, const struct cfg_key *k, void *base, const c
 	case A_TRAIN_BATCH: {
 		int64_t mb = count_or(in->micro_batch, ZINF_CONFIG_HF_MICRO_BATCH, &dflt);
 		int64_t gas = count_or(in->grad_accum, ZINF_CONFIG_HF_GRAD_ACCUM, &dflt);
+		json_int_t tb;
 		if (in->world_size == 0) {
 			cfg_unresolved(x, path, ZINF_CONFIG_IN_WORLD_SIZE, k->auto_id);
 			return;
 		}
+		if (__builtin_mul_overflow(mb, gas, &tb) ||
+		    __builtin_mul_overflow(tb, (json_int_t)in->world_size, &tb)) {
+			CERR(x, path,
+			     "is \"auto\": micro_batch %lld x grad_accum %lld x world size %d "
+			     "is past 2^63 - 1",
+			     (long long)mb, (long long)gas, (int)in->world_size);
+			return;
+		}
 		from = "train_batch_size (calculated)"; /* world x micro x accumulation */
-		v = json_integer(mb * gas * in->world_size);
+		v = json_integer(tb);
 		break;
 	}
 	case A_MICRO:
@@ -179,6 +188,16 @@ cfg_resolve_auto(struct cfg_ctx *x, const struct cfg_key *k, void *base, const c
 	case A_PERSIST:
 		if (in->hidden_size == 0) {
 			cfg_unresolved(x, path, ZINF_CONFIG_IN_HIDDEN_SIZE, k->auto_id);
+			return;
+		}
+		if (!((k->auto_id == A_PERSIST ? 10 * h : h * h) < 0x1p63)) {
+			/* past int64 (the product would wrap, the conversion be undefined) */
+			CERR(x, path,
+			     "is \"auto\": the hidden size %llu makes it %.4g, past 2^63 - 1",
+			     (unsigned long long)in->hidden_size,
+			     k->auto_id == A_PERSIST	? 10 * h
+			     : k->auto_id == A_PREFETCH ? 0.9 * h * h
+							: h * h);
 			return;
 		}
 		from = "hidden_size";

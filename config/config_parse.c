@@ -101,19 +101,30 @@ store_number(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void *p, con
 		     range_text(k, integer, b1, sizeof(b1)));
 		return false;
 	}
-	long long iv = json_is_integer(v) ? json_integer_value(v) : (long long)d;
+	/* a real at the tables' widest bounds (2^63 and 2^64 are what I64M and BIG round to)
+	   does not fit the field: converting it would be undefined (0 or a wrapped value) */
+	if (json_is_real(v) &&
+	    ((k->store == ST_I64 && !(d < 0x1p63)) || (k->store == ST_U64 && !(d < 0x1p64)))) {
+		CERR(x, path, "%s is out of range: expected an integer in [%.17g, %s]",
+		     cfg_describe(v, b2, sizeof(b2)), k->min,
+		     k->store == ST_I64 ? "9223372036854775807" : "18446744073709551615");
+		return false;
+	}
+	/* in the field's range now: an integer as JSON holds it (int64), or the real's value */
+	bool js = json_is_integer(v);
+	long long iv = js ? json_integer_value(v) : 0;
 	switch (k->store) {
 	case ST_U32:
-		*(uint32_t *)p = (uint32_t)iv;
+		*(uint32_t *)p = js ? (uint32_t)iv : (uint32_t)d;
 		break;
 	case ST_I32:
-		*(int32_t *)p = (int32_t)iv;
+		*(int32_t *)p = js ? (int32_t)iv : (int32_t)d;
 		break;
 	case ST_U64:
-		*(uint64_t *)p = json_is_integer(v) ? (uint64_t)iv : (uint64_t)d;
+		*(uint64_t *)p = js ? (uint64_t)iv : (uint64_t)d;
 		break;
 	case ST_I64:
-		*(int64_t *)p = iv;
+		*(int64_t *)p = js ? iv : (int64_t)d;
 		break;
 	case ST_F64:
 		*(double *)p = d;

@@ -52,13 +52,13 @@ zinf_engine_opts_init(struct zinf_engine_opts *o)
 	o->stage3_model_persistence_threshold = UINT64_MAX;
 	o->gradient_accumulation_steps = 1;
 	zinf_optimizer_opts_init(&o->optimizer, ZINF_OPTIM_ADAMW);
-	o->dtype = ZINF_BF16;
+	o->dtype = ZINF_F32; /* as zinf_config_init and DeepSpeed without fp16 or bf16 */
 	o->aio.block_size = 1048576;
 	o->aio.queue_depth = 8;
 	o->aio.intra_op_parallelism = 1;
 	o->aio.overlap_events = true;
 	o->device_index = -1;
-	o->comm_timeout_s = 1800.0;
+	o->comm_timeout_s = comm_timeout_default(); /* $ZINF_COMM_TIMEOUT_S, else 1800 s */
 	o->step_during_backward = true;
 	o->record_trace = true;
 	zinf_fp16_opts_init(&o->fp16);
@@ -161,11 +161,31 @@ check_opts(const struct zinf_engine_opts *o)
 				 "(deepspeed)",
 				 o->optimizer_schedule);
 	}
-	if (!(o->comm_timeout_s > 0)) {
-		return ZINF_FAIL(-EINVAL, "engine: comm_timeout_s %g is not positive",
-				 o->comm_timeout_s);
+	return comm_timeout_check(o->comm_timeout_s, "engine");
+}
+
+/* Element counts past ZINF_ENGINE_MAX_ELEMS mean "no limit" (or a size no model reaches): read
+ * as that bound, so that no product of them with a byte size wraps. */
+static void
+clamp_elems(struct zinf_engine_opts *o)
+{
+	uint64_t *const v[] = {
+		&o->sub_group_size,
+		&o->reduce_bucket_size,
+		&o->allgather_bucket_size,
+		&o->stage3_prefetch_bucket_size,
+		&o->stage3_max_live_parameters,
+		&o->stage3_max_reuse_distance,
+		&o->stage3_param_persistence_threshold,
+		&o->stage3_model_persistence_threshold,
+		&o->offload_param.buffer_size,
+		&o->offload_param.max_in_cpu,
+		&o->offload_optimizer.buffer_size,
+		&o->offload_optimizer.max_in_cpu,
+	};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		*v[i] = ZINF_MIN(*v[i], ZINF_ENGINE_MAX_ELEMS);
 	}
-	return 0;
 }
 
 static int
@@ -328,6 +348,9 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->ps.nv_open = -1; /* before any failure: destroy looks at it */
 	zinf_engine_opts_init(&e->o);
 	int ret = zc_opts_take(&e->o, sizeof(e->o), opts, "zinf_engine_opts");
+	if (!ret) {
+		clamp_elems(&e->o);
+	}
 	if (ret || (ret = check_opts(&e->o)) || (ret = eng_clip_init(e))) {
 		goto fail;
 	}
@@ -416,8 +439,14 @@ zinf_engine_destroy(struct zinf_engine *e)
 	if (e->scratch) {
 		eng_comm_buf_free(e, e->scratch);
 	}
-	/* the communicator before the streams: nccl's finalisation flushes what it queued on cs */
-	if (e->own_comm) {
+	/* the communicator before the streams: nccl's finalisation flushes what it queued on cs;
+	   a rank still training learns at its next collective that this one left, and when */
+	if (e->own_comm && e->comm) {
+		char why[96];
+		snprintf(why, sizeof(why),
+			 "zinf_engine_destroy after step %" PRId64 " (%" PRIu64 " micro-batches)",
+			 e->steps, e->micro_steps);
+		(void)zinf_comm_leave(e->comm, why);
 		zinf_comm_destroy(e->comm);
 	}
 	zinf_event_destroy(e->ev_compute);

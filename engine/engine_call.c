@@ -168,8 +168,9 @@ eng_all_max(struct zinf_engine *e, float *v, uint32_t n)
 	return ret;
 }
 
-int
-eng_agree(struct zinf_engine *e, int err, const char *what)
+/* The outcome's exchange; with `hyper`, also the step's lr and betas (their MAX and -MIN). */
+static int
+agree(struct zinf_engine *e, int err, const char *what, bool hyper)
 {
 	e->call.known = 0;
 	if (e->world == 1) {
@@ -179,8 +180,16 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 	if (cf) { /* nothing more can be exchanged; the others' collectives fail too */
 		return err ? err : cf;
 	}
-	float v[2] = {err ? (float)(e->rank + 1) : 0.0f, err ? (float)-err : 0.0f};
-	int ret = eng_all_max(e, v, 2);
+	float v[8] = {err ? (float)(e->rank + 1) : 0.0f,
+		      err ? (float)-err : 0.0f,
+		      e->step_lr,
+		      -e->step_lr,
+		      e->step_beta1,
+		      -e->step_beta1,
+		      e->step_beta2,
+		      -e->step_beta2};
+	_Static_assert(8 <= ENG_SCRATCH, "the scratch holds the exchange");
+	int ret = eng_all_max(e, v, hyper ? 8 : 2);
 	if (err) {
 		e->call.known = ret ? 0 : err; /* exchanged: the others return an error too */
 		return err;
@@ -194,7 +203,34 @@ eng_agree(struct zinf_engine *e, int err, const char *what)
 		return ENG_FAIL(e, code, "%s failed on rank %d (%s): this rank stops too", what,
 				other, zinf_strerror(code));
 	}
+	/* every rank sees the same extremes: the same error everywhere, no notice */
+	static const char *const name[] = {"learning rate (zinf_engine_set_lr)",
+					   "beta1 (zinf_engine_set_betas)",
+					   "beta2 (zinf_engine_set_betas)"};
+	for (int i = 0; hyper && i < 3; i++) {
+		float hi = v[2 + 2 * i], lo = -v[3 + 2 * i];
+		if (hi != lo) {
+			return eng_known(
+				e, ENG_FAIL(e, -EINVAL,
+					    "%s: step %" PRId64 " ran with different %s on "
+					    "different ranks: from %.9g to %.9g (every rank "
+					    "must set the same values)",
+					    what, e->steps + 1, name[i], (double)lo, (double)hi));
+		}
+	}
 	return 0;
+}
+
+int
+eng_agree(struct zinf_engine *e, int err, const char *what)
+{
+	return agree(e, err, what, false);
+}
+
+int
+eng_agree_step(struct zinf_engine *e, int err, const char *what)
+{
+	return agree(e, err, what, true);
 }
 
 /* ---- getters ------------------------------------------------------------------------------- */

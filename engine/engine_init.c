@@ -215,7 +215,11 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 		return ENG_FAIL(e, -EINVAL, "init: %s",
 				e->inited ? "called twice" : "no parameter registered");
 	}
-	int ret;
+	/* before any collective whose shape they decide: every rank the same options and model */
+	int ret = eng_ranks_match(e);
+	if (ret) {
+		return ret;
+	}
 	/* From here on a failure leaves the layout, the tiers and the worker half built: the
 	   engine is failed for good (every later call, init included, returns the error) */
 	eng_commit(e);

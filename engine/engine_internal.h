@@ -6,6 +6,7 @@
  * Files, by level (a file calls only files of a lower level: tests/engine/check_layers.sh):
  *  0 engine_call.c   the error boundary of every public call, the ranks' agreement, getters,
  *                    the lr latch, the module view of engine_module.h; loss_scale.c
+ *  1 engine_match.c  every rank the same options and parameter table, checked at init
  *  1 engine_ptier.c  where 16-bit parameters live (struct eng_ptier: full, gpu, cpu, nvme)
  *    engine_gwin.c   the gradient window (optimizer on NVMe); where a sub-group's gradient is
  *  2 engine_param.c  registration, the layout (partitions, flat partition, sub-groups), homes
@@ -376,6 +377,7 @@ struct zinf_engine {
 
 	/* parameters and layers */
 	uint32_t n_params, cap_params;
+	uint64_t reg_elems; /* elements registered (at most ZINF_ENGINE_MAX_ELEMS) */
 	struct eparam *params;
 	uint32_t n_layers;
 	struct elayer *layers; /* sorted by layer */
@@ -460,6 +462,10 @@ int eng_param_fit(const struct zinf_engine *e);
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
+
+/* engine_match.c: every rank the same options and parameter table (init, before the layout's
+ * collectives); -EINVAL on every rank naming the first difference */
+int eng_ranks_match(struct zinf_engine *e);
 
 /* engine_ptier.c: the parameter tier's state for the files beside it */
 void eng_param_io_stats(struct zinf_engine *e);	   /* the store's NVMe bytes into the window */

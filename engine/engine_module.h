@@ -57,6 +57,9 @@ int eng_return(struct zinf_engine *e, int rc); /* returns rc */
  * failed rank; on the others 0, or the failing rank's error with a message naming that rank.
  * The error it returns is known to every rank. */
 int eng_agree(struct zinf_engine *e, int err, const char *what);
+/* The same at the end of a step, also comparing the lr and betas it ran with: different values
+ * on different ranks are -EINVAL on every rank, naming the range. */
+int eng_agree_step(struct zinf_engine *e, int err, const char *what);
 /* The error just logged on this thread (zinf_last_error()) without its "engine rank N: ". */
 const char *eng_cause(const struct zinf_engine *e);
 /* Queue on `to` a wait for everything queued on `from` so far. */

@@ -40,6 +40,16 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 				: d->numel == 0		? "numel is 0"
 							: "layer < 0");
 	}
+	if (d->numel > ZINF_ENGINE_MAX_ELEMS - e->reg_elems) {
+		return ENG_FAIL(e, -EINVAL,
+				"add_param \"%s\": numel %" PRIu64 " %s: at most %llu elements "
+				"(ZINF_ENGINE_MAX_ELEMS) per engine",
+				d->name, d->numel,
+				d->numel > ZINF_ENGINE_MAX_ELEMS
+					? "is too large"
+					: "brings the model past the limit",
+				ZINF_ENGINE_MAX_ELEMS);
+	}
 	uint32_t ndim = 0;
 	uint64_t shape[ZINF_PARAM_MAX_DIMS] = {0};
 	if (d->size >= offsetof(struct zinf_param_desc, shape) && d->reserved) {
@@ -107,6 +117,7 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 		p->shape[0] = d->numel;
 	}
 	p->store_id = -1;
+	e->reg_elems += d->numel;
 	return (int)e->n_params++;
 }
 

@@ -82,7 +82,7 @@ eng_step_run(struct zinf_engine *e)
 		eng_gwin_reset(e); /* every gradient was stepped: the next window starts empty */
 	}
 	/* before the all-gathers: no rank waits for a failed one */
-	ret = eng_agree(e, ret, "step");
+	ret = eng_agree_step(e, ret, "step");
 	if (ret) {
 		return ret;
 	}
@@ -143,7 +143,7 @@ spec_resolve(struct zinf_engine *e, int skip, float gs)
 		sp->err = ret; /* eng_step_run steps every sub-group with gs, then agrees */
 		return 0;
 	}
-	return eng_agree(e, ret, "step (rolling back the speculative step)");
+	return eng_agree_step(e, ret, "step (rolling back the speculative step)");
 }
 
 static int
@@ -208,7 +208,7 @@ step_call(struct zinf_engine *e)
 		e->step_scale = gs;
 		/* a skip: the speculating ranks agree on their roll-back (spec_resolve); a rank
 		   not speculating (its device had no room for the reserve) joins that collective */
-		if (skip && (ret = eng_agree(e, 0, "step (skipped)"))) {
+		if (skip && (ret = eng_agree_step(e, 0, "step (skipped)"))) {
 			return ret;
 		}
 	}

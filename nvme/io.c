@@ -195,6 +195,30 @@ io_opts_take(struct zinf_io_opts *o, const struct zinf_io_opts *opts)
 	return 0;
 }
 
+/*
+ * A named backend that did not start: absent here (-ENODEV) when it was not built (the
+ * registry's stub answers -ENODEV) or the kernel refuses it (EPERM: seccomp, io_uring_disabled,
+ * a privilege it needs; ENOSYS: a kernel without it); any other failure is a real one and keeps
+ * its errno (-ENOMEM, -EINVAL, -EAGAIN over fs.aio-max-nr, ...). Callers and tests treat -ENODEV
+ * as "this backend is not on this machine" and everything else as an error.
+ */
+static int
+backend_failed(const struct zinf_io_ops *ops, const char *as, int rc)
+{
+	if (rc == -ENODEV) {
+		return ZINF_FAIL(-ENODEV, "I/O backend %s%s is not built into this zinf", ops->name,
+				 as);
+	}
+	if (rc == -EPERM || rc == -ENOSYS) {
+		return ZINF_FAIL(-ENODEV, "I/O backend %s%s refused by the kernel: %s%s", ops->name,
+				 as, strerror(-rc),
+				 strcmp(ops->name, "io_uring") == 0
+					 ? " (seccomp, or /proc/sys/kernel/io_uring_disabled)"
+					 : "");
+	}
+	return ZINF_FAIL(rc, "I/O backend %s%s failed to start: %s", ops->name, as, strerror(-rc));
+}
+
 /* A backend named in the options (fault: with its inner one, named or the best). */
 static int
 backend_named(struct zinf_io *io, const struct zinf_io_ops *ops)
@@ -204,12 +228,7 @@ backend_named(struct zinf_io *io, const struct zinf_io_ops *ops)
 
 	if (!(ops->flags & ZINF_IO_F_WRAPPER)) {
 		rc = backend_try(io, ops, NULL);
-		if (rc < 0) {
-			return ZINF_FAIL(rc == -ENOMEM ? rc : -ENODEV,
-					 "I/O backend %s unavailable: %s", ops->name,
-					 rc == -ENODEV ? "not built" : strerror(-rc));
-		}
-		return 0;
+		return rc < 0 ? backend_failed(ops, "", rc) : 0;
 	}
 	if (!io->opts.fault_inner) {
 		rc = backend_best(io, ops);
@@ -222,9 +241,7 @@ backend_named(struct zinf_io *io, const struct zinf_io_ops *ops)
 		}
 		rc = backend_try(io, ops, inner);
 		if (rc < 0) {
-			rc = ZINF_FAIL(rc == -ENOMEM ? rc : -ENODEV,
-				       "I/O backend %s unavailable: %s", inner->name,
-				       strerror(-rc));
+			rc = backend_failed(inner, " (wrapped by fault)", rc);
 		}
 	}
 	if (rc == 0) {

@@ -100,6 +100,14 @@ bool swap_kind_name_ok(const char *kind);
 void swap_kind_fini(struct zinf_swap *s, struct swap_kind *k);
 
 /* swap_owner.c: the names a swap space owns, and the leftovers of those that are gone. */
+/*
+ * An exclusive flock(2) on `path` (created 0600 if missing), which must still be the file at
+ * that path once locked (its previous owner unlinks it before letting go), with this pid written
+ * inside for the next one who tries. 0 and *fd; -EWOULDBLOCK when another holds it (*holder: the
+ * pid written inside, 0 if none); -EAGAIN when the file keeps being replaced; -errno of open or
+ * flock. No message: the caller names its object. Also nvme/scratch.c's.
+ */
+int swap_lock_file(const char *path, int *fd, long *holder);
 int swap_lock_dir(struct zinf_swap *s, unsigned d);
 void swap_unlock_dirs(struct zinf_swap *s);
 struct swap_leftovers {

@@ -22,18 +22,16 @@
 
 #include "nvme/swap_internal.h"
 
-/* The lock of directory d is held by someone else: -EBUSY naming the files and its pid. */
+/* The lock of directory d is held by someone else (pid `holder`, 0: unknown): -EBUSY naming
+ * the files and that pid. */
 static int
-lock_busy(struct zinf_swap *s, unsigned d, int fd)
+lock_busy(struct zinf_swap *s, unsigned d, long holder)
 {
-	char buf[32] = "";
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-	long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
 	char who[64] = "a process that did not say its pid";
-	if (pid == (long)getpid()) {
-		snprintf(who, sizeof(who), "this process, pid %ld", pid);
-	} else if (pid > 0) {
-		snprintf(who, sizeof(who), "process %ld", pid);
+	if (holder == (long)getpid()) {
+		snprintf(who, sizeof(who), "this process, pid %ld", holder);
+	} else if (holder > 0) {
+		snprintf(who, sizeof(who), "process %ld", holder);
 	}
 	return SWAP_FAIL(s, -EBUSY,
 			 "the files %s/%s-r%d-*.%u.swp belong to another live swap space (%s; "
@@ -41,11 +39,42 @@ lock_busy(struct zinf_swap *s, unsigned d, int fd)
 			 s->dirs[d], s->prefix, s->rank, d, who, s->lock_path[d]);
 }
 
-/*
- * Take the names of directory d: an exclusive flock on its lock file, which must still be the
- * file at that path once locked (its previous owner unlinks it before letting go), with our
- * pid written in it for the message of the next one who tries.
- */
+int
+swap_lock_file(const char *path, int *fd_out, long *holder)
+{
+	*holder = 0;
+	for (int tries = 0; tries < 100; tries++) {
+		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			return -errno;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+			if (e == EWOULDBLOCK) {
+				char buf[32] = "";
+				ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+				*holder = n > 0 ? strtol(buf, NULL, 10) : 0;
+			}
+			close(fd);
+			return -e;
+		}
+		struct stat a, b;
+		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
+		    a.st_dev == b.st_dev) {
+			char pid[32];
+			int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+			if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+				ZINF_DEBUG("%s: pid not written", path);
+			}
+			*fd_out = fd;
+			return 0;
+		}
+		close(fd); /* unlinked by its last owner after our open: try the new one */
+	}
+	return -EAGAIN;
+}
+
+/* Take the names of directory d: its lock file (swap_lock_file). */
 int
 swap_lock_dir(struct zinf_swap *s, unsigned d)
 {
@@ -56,35 +85,19 @@ swap_lock_dir(struct zinf_swap *s, unsigned d)
 				 s->dirs[d]);
 	}
 	const char *path = s->lock_path[d];
-	for (int tries = 0; tries < 100; tries++) {
-		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		if (fd < 0) {
-			int e = errno;
-			return SWAP_FAIL(s, -e, "cannot create the lock file %s: %s", path,
-					 strerror(e));
-		}
-		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-			int e = errno;
-			int ret = e == EWOULDBLOCK ? lock_busy(s, d, fd)
-						   : SWAP_FAIL(s, -e, "cannot lock %s: %s", path,
-							       strerror(e));
-			close(fd);
-			return ret;
-		}
-		struct stat a, b;
-		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
-		    a.st_dev == b.st_dev) {
-			char pid[32];
-			int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-			if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
-				SWAP_LOG(s, ZINF_LOG_DEBUG, "%s: pid not written", path);
-			}
-			s->lock_fd[d] = fd;
-			return 0;
-		}
-		close(fd); /* unlinked by its last owner after our open: try the new one */
+	long holder;
+	int ret = swap_lock_file(path, &s->lock_fd[d], &holder);
+	if (ret == -EWOULDBLOCK) {
+		return lock_busy(s, d, holder);
 	}
-	return SWAP_FAIL(s, -EAGAIN, "the lock file %s keeps being replaced", path);
+	if (ret == -EAGAIN) {
+		return SWAP_FAIL(s, ret, "the lock file %s keeps being replaced", path);
+	}
+	if (ret) {
+		return SWAP_FAIL(s, ret, "cannot create or lock the lock file %s: %s", path,
+				 strerror(-ret));
+	}
+	return 0;
 }
 
 void

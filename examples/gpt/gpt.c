@@ -3,8 +3,9 @@
  * examples/gpt/gpt.c: zinf_gpt, a GPT trained through zinf's public API, as a user's trainer
  * would be written: the parameters live in the ZeRO engine (zinf/engine.h), in the tiers a
  * DeepSpeed configuration names (by default ZeRO-3 with parameters and optimizer state on NVMe
- * under a scratch directory this program creates and removes). Runs alone or under
- * `mpirun -np N` (the collectives are chosen by zinf: mpi under a launcher, else single).
+ * under a scratch directory this program creates and removes, and which the next run removes
+ * when this one is killed). Runs alone or under `mpirun -np N` (the collectives are chosen by
+ * zinf: mpi under a launcher, else single).
  * `zinf_gpt --help` lists the flags (gpt_args.c).
  *
  * This file: the configuration ("auto" from the flags; a nvme_path "scratch" becomes the
@@ -28,6 +29,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <signal.h>
@@ -38,6 +40,7 @@
 #include <unistd.h>
 
 #include <zinf/blocks/comm.h>
+#include <zinf/blocks/swap.h>
 #include <zinf/config.h>
 #include <zinf/device.h>
 #include <zinf/engine.h>
@@ -57,6 +60,25 @@ on_signal(int sig)
 {
 	(void)sig;
 	g_stop = 1;
+}
+
+/*
+ * SIGINT, SIGTERM, SIGHUP (the terminal or the ssh session went away) and SIGPIPE (stdout's
+ * reader went away: `zinf_gpt | head`) set the stop flag: every rank stops after the same step,
+ * saves (--save) and removes its scratch directory. SIGXFSZ is ignored: a write past
+ * `ulimit -f` then fails with EFBIG, which the engine reports, instead of killing the process
+ * with its swap files left behind.
+ */
+static void
+catch_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+	struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESTART};
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		sigaction(sigs[i], &sa, NULL);
+	}
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 static void
@@ -79,12 +101,13 @@ struct run {
 	struct zinf_comm *comm;
 	struct gpt_data data;
 	FILE *json;
-	char scratch[4096]; /* "" when none was made */
+	struct zinf_scratch_dir *scratch; /* NULL when none was made */
 	int log_rank, spp;
 	bool lead, bar;
 	int *host_tok;	  /* [T + 1] one sample */
 	float *rank_loss; /* [3 x world]: loss (two floats), stop flag */
 	bool stop;	  /* a rank was interrupted: every rank stops after this step */
+	bool all_know;	  /* an error every rank saw (no notice to send on the way out) */
 	double *losses;	  /* [steps] */
 	int sched_step;	  /* the lr schedule's step: applied (not skipped) steps + 1 */
 	bool no_momentum; /* OneCycle's cycle_momentum off: the optimizer has no betas */
@@ -99,14 +122,30 @@ struct run {
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
 
-static int
-rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+/* The scratch directories' names under --scratch-parent: zinf-gpt-<pid>-r<rank>-XXXXXX, each
+   under the lock zinf-gpt-<pid>-r<rank>.lock that its run holds (zinf/blocks/swap.h). */
+#define GPT_SCRATCH_STEM "zinf-gpt"
+
+static void
+reclaimed(void *ctx, const char *path, int64_t pid, int status)
 {
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path);
+	(void)ctx;
+	if (status == 0) {
+		fprintf(stderr, "zinf_gpt: removed %s, left by pid %lld, which no longer runs\n",
+			path, (long long)pid);
+	} else if (status < 0) {
+		fprintf(stderr, "zinf_gpt: could not remove %s, left by pid %lld: %s\n", path,
+			(long long)pid, zinf_strerror(status));
+	}
 }
 
-/* Every nvme_path "scratch" (or all of them with --nvme-path) of the engine options. */
+/*
+ * Every nvme_path "scratch" (or all of them with --nvme-path) of the engine options. Before its
+ * own directory is made, each machine's first rank removes what runs that are gone (kill -9,
+ * the OOM killer, an MPI abort) left under --scratch-parent: directories whose run no longer
+ * runs and holds no lock; the directories of live runs (this job's other ranks, other jobs)
+ * stay.
+ */
 static int
 scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 {
@@ -118,13 +157,18 @@ scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 		}
 	}
 	if (need) {
-		snprintf(R->scratch, sizeof(R->scratch), "%s/zinf-gpt-r%d-XXXXXX",
-			 R->a.scratch_parent, R->t.rank);
-		if (!mkdtemp(R->scratch)) {
-			fprintf(stderr, "zinf_gpt: scratch directory under %s: %s\n",
-				R->a.scratch_parent, strerror(errno));
-			R->scratch[0] = 0;
-			return -1;
+		const char *parent = R->a.scratch_parent;
+		char tag[32];
+		if (zinf_comm_local_rank(R->comm) == 0) {
+			(void)zinf_scratch_reclaim(parent, GPT_SCRATCH_STEM, reclaimed, NULL);
+		}
+		snprintf(tag, sizeof(tag), "r%d", R->t.rank);
+		int r = zinf_scratch_dir_create(parent, GPT_SCRATCH_STEM, tag, &R->scratch);
+		if (r) {
+			fprintf(stderr,
+				"zinf_gpt: scratch directory under --scratch-parent %s: %s\n",
+				parent, zinf_strerror(r));
+			return r;
 		}
 	}
 	for (int s = 0; s < 2; s++) {
@@ -132,7 +176,7 @@ scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 			if (R->a.nvme_path) {
 				sec[s]->nvme_path[i] = R->a.nvme_path;
 			} else if (!strcmp(sec[s]->nvme_path[i], GPT_SCRATCH_PATH)) {
-				sec[s]->nvme_path[i] = R->scratch;
+				sec[s]->nvme_path[i] = zinf_scratch_dir_path(R->scratch);
 			}
 		}
 	}
@@ -140,6 +184,20 @@ scratch_setup(struct run *R, struct zinf_engine_opts *eo)
 }
 
 /* ---- set-up -------------------------------------------------------------------------------- */
+
+/* A configuration integer that lands in an int of the trainer: 0 when in [lo, hi], else -EINVAL
+   after a message naming the key, the value and the range (`what`: where the range is from). */
+static int
+config_int(const struct run *R, const char *key, long long v, long long lo, long long hi,
+	   const char *what)
+{
+	if (v >= lo && v <= hi) {
+		return 0;
+	}
+	fprintf(stderr, "zinf_gpt: %s: %s %lld is out of range: zinf_gpt takes [%lld, %lld] (%s)\n",
+		R->a.config, key, v, lo, hi, what);
+	return -EINVAL;
+}
 
 /* The configuration, "auto" resolved from the flags as Hugging Face's integration does. */
 static int
@@ -165,11 +223,31 @@ read_config(struct run *R)
 		return r;
 	}
 	/* gradient_clipping and fp16 loss scaling: applied by the engine (cfg.engine carries
-	   them) */
-	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)R->cfg.steps_per_print;
-	if (R->spp < 1) {
-		R->spp = 10;
+	   them). The integers kept in ints: within their flags' ranges (the library takes up to
+	   2^63 - 1); the global batch is an int32 of the checkpoint, and the positions of a
+	   micro-batch (B x T) an int of the layers. */
+	const struct zinf_train_config *c = &R->cfg;
+	r = config_int(R, "train_micro_batch_size_per_gpu", c->train_micro_batch_size_per_gpu, 1,
+		       GPT_MAX_BATCH, "the range of --batch");
+	r = r
+		    ?: config_int(R, "gradient_accumulation_steps",
+				  c->engine.gradient_accumulation_steps, 1, GPT_MAX_GRAD_ACCUM,
+				  "the range of --grad-accum");
+	r = r
+		    ?: config_int(R, "train_batch_size", c->train_batch_size, 1, INT32_MAX,
+				  "a checkpoint holds it as an int32");
+	r = r
+		    ?: config_int(R, "train_micro_batch_size_per_gpu x --context",
+				  c->train_micro_batch_size_per_gpu * a->context, 1, INT32_MAX,
+				  "the positions of a micro-batch, an int of the layers");
+	if (!r && a->steps_per_print <= 0) {
+		r = config_int(R, "steps_per_print", c->steps_per_print, 1, GPT_MAX_SPP,
+			       "the range of --steps-per-print");
 	}
+	if (r) {
+		return r;
+	}
+	R->spp = a->steps_per_print > 0 ? a->steps_per_print : (int)c->steps_per_print;
 	return 0;
 }
 
@@ -181,6 +259,9 @@ make_engine(struct run *R)
 	struct zinf_engine_opts eo = R->cfg.engine; /* its paths stay owned by cfg */
 	eo.device_backend = t->ops->device;	    /* the device whose memory the layers take */
 	eo.comm = R->comm;
+	if (!isnan(R->a.comm_timeout)) {
+		eo.comm_timeout_s = R->a.comm_timeout; /* as the comm's (the engine may read it) */
+	}
 	if (R->a.step_after_backward) {
 		eo.step_during_backward = false;
 	}
@@ -278,6 +359,8 @@ pick_layers(struct run *R)
 #endif
 }
 
+static int check_save_dir(struct run *R);
+
 static int
 run_init(struct run *R, int argc, char **argv)
 {
@@ -291,12 +374,14 @@ run_init(struct run *R, int argc, char **argv)
 	}
 	t->host_layers = t->ops->open == NULL;
 	zinf_log_set_callback(logcb, &R->log_rank);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	catch_signals();
 	struct zinf_comm_opts co;
 	zinf_comm_opts_init(&co);
 	if (!t->host_layers) {
 		co.backend = "nccl"; /* the engine on a GPU takes nccl's collectives only */
+	}
+	if (!isnan(R->a.comm_timeout)) {
+		co.timeout_s = R->a.comm_timeout; /* the engine's collectives are this comm's */
 	}
 	if ((r = zinf_comm_create(&co, &R->comm))) {
 		fprintf(stderr, "zinf_gpt: collectives%s: %s\n",
@@ -320,6 +405,9 @@ run_init(struct run *R, int argc, char **argv)
 		fprintf(stderr, "zinf_gpt: out of memory\n");
 		return 1;
 	}
+	if (R->a.save && check_save_dir(R)) {
+		return 1;
+	}
 	if (R->lead && R->a.json && !(R->json = fopen(R->a.json, "w"))) {
 		fprintf(stderr, "zinf_gpt: %s: %s\n", R->a.json, strerror(errno));
 		return 1;
@@ -334,7 +422,7 @@ run_init(struct run *R, int argc, char **argv)
 		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
 		       "(uniform %.4f)%s%s\n",
 		       R->a.fanout, R->data.entropy, log((double)R->a.vocab),
-		       R->scratch[0] ? "; scratch " : "", R->scratch);
+		       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
 		fflush(stdout);
 	}
 	return 0;
@@ -360,9 +448,7 @@ run_fini(struct run *R)
 	}
 	gpt_data_fini(&R->data);
 	zinf_config_fini(&R->cfg);
-	if (R->scratch[0]) {
-		nftw(R->scratch, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	}
+	zinf_scratch_dir_destroy(R->scratch); /* after the engine, which wrote into it */
 }
 
 /* ---- checkpoints (--save, --resume) -------------------------------------------------------- */
@@ -401,6 +487,13 @@ static int
 cmp_desc(const void *a, const void *b)
 {
 	return *(const int *)b - *(const int *)a;
+}
+
+static int
+rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)flag, (void)ftw;
+	return remove(path);
 }
 
 /* --keep N: the newest N "step<k>" checkpoints of --save's directory stay (and the one `latest`
@@ -609,10 +702,93 @@ gather_loss(struct run *R, const float mine[3])
 }
 
 /*
+ * --save's directory, before the first step rather than at the first save, after the training
+ * time is spent: made when missing as the save makes it (one level, mode 0755, its entry in the
+ * parent synced, since the save's mkdir then finds it and syncs nothing), and a file created,
+ * written and removed in it, on every rank (each writes its own files there). The ranks agree
+ * on the outcome through the loss all-gather, so that all stop when one cannot write. 0, or -1
+ * after each failing rank named the directory and the errno.
+ */
+static int
+check_save_dir(struct run *R)
+{
+	const char *dir = R->a.save, *what = NULL;
+	char p[4096];
+	int err = 0, fd;
+	if (mkdir(dir, 0755) == 0) {
+		what = "syncing the directory holding it";
+		snprintf(p, sizeof(p), "%s", dir);
+		for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) {
+			p[n - 1] = '\0'; /* "ck/": the parent is the one holding ck */
+		}
+		char *slash = strrchr(p, '/');
+		if (slash == p) {
+			slash[1] = '\0';
+		} else if (slash) {
+			*slash = '\0';
+		} else {
+			snprintf(p, sizeof(p), ".");
+		}
+		if ((fd = open(p, O_RDONLY | O_DIRECTORY)) < 0 || fsync(fd) != 0) {
+			err = errno;
+		}
+		if (fd >= 0) {
+			close(fd);
+		}
+	} else if (errno != EEXIST) {
+		what = "creating it";
+		err = errno;
+	}
+	if (!err) {
+		what = "creating a file in it";
+		if (snprintf(p, sizeof(p), "%s/.zinf_gpt-r%d-XXXXXX", dir, R->t.rank) >=
+		    (int)sizeof(p)) {
+			err = ENAMETOOLONG;
+		} else if ((fd = mkstemp(p)) < 0) {
+			err = errno;
+		} else {
+			what = "writing a file in it";
+			errno = 0;
+			if (write(fd, "zinf_gpt\n", 9) != 9 || fsync(fd) != 0) {
+				err = errno ? errno : EIO;
+			}
+			close(fd);
+			unlink(p);
+		}
+	}
+	if (err && R->t.world > 1) {
+		fprintf(stderr, "zinf_gpt: rank %d: --save %s: %s: %s\n", R->t.rank, dir, what,
+			strerror(err));
+	} else if (err) {
+		fprintf(stderr, "zinf_gpt: --save %s: %s: %s\n", dir, what, strerror(err));
+	}
+	float mine[3] = {err ? 1.0f : 0.0f, 0, 0};
+	int r = gather_loss(R, mine);
+	if (r) {
+		fprintf(stderr, "zinf_gpt: checking --save %s with the other ranks: %s\n", dir,
+			zinf_strerror(r));
+		return -1;
+	}
+	for (int i = 0; i < R->t.world; i++) {
+		if (R->rank_loss[3 * i] != 0) {
+			if (R->lead && !err) {
+				fprintf(stderr,
+					"zinf_gpt: rank %d cannot write --save %s: nothing "
+					"trained\n",
+					i, dir);
+			}
+			R->all_know = true;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
  * Optimizer step `step`: its learning rate, every micro-batch and zinf_engine_step() after
  * each. Returns 0 and the step's loss (the mean over the global batch: each rank's mean sent
  * as two floats, 48 bits, summed in rank order). The same all-gather carries each rank's
- * SIGINT/SIGTERM flag, so that all ranks stop after the same step (one alone would leave the
+ * stop flag (catch_signals), so that all ranks stop after the same step (one alone would leave the
  * others waiting in a collective).
  */
 static int
@@ -738,10 +914,17 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 	long long lk = locked_bytes();
 	double toks = (double)d->B * d->T * t->gas * t->world / wall;
 	double rd = es.nvme_read_bytes / wall / 1e9, wr = es.nvme_write_bytes / wall / 1e9;
+	/* the engine computes the norm for clipping and fp16 only (else its 0 means nothing) */
+	bool has_norm = R->cfg.engine.gradient_clipping > 0 || R->cfg.engine.fp16.enabled;
+	char norm[32] = "-"; /* the step line's */
+	if (has_norm) {
+		snprintf(norm, sizeof(norm), "%.4g", es.grad_norm);
+	}
 	if (R->json) {
-		/* JSON has no infinity or NaN: an overflowed step's norm is null */
+		/* JSON has no infinity or NaN: an overflowed step's norm is null, as is one not
+		   computed */
 		char gnorm[32] = "null", beta1[32] = "null";
-		if (isfinite(es.grad_norm)) {
+		if (has_norm && isfinite(es.grad_norm)) {
 			snprintf(gnorm, sizeof(gnorm), "%.9g", es.grad_norm);
 		}
 		if (!isnan(R->beta1)) {
@@ -767,6 +950,7 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			(unsigned long long)es.trace_misses, (unsigned long long)es.peak_live_elems,
 			gnorm, es.loss_scale, skipped ? "true" : "false",
 			(unsigned long long)es.skipped_steps, es.rolled_back, beta1);
+		fflush(R->json); /* a run killed later keeps every step it finished */
 	}
 	if (R->lead && !R->a.quiet &&
 	    (skipped || step % R->spp == 0 || step == 1 || step == R->a.steps)) {
@@ -775,10 +959,10 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 		}
 		printf("step %5d/%d | loss %.4f (floor %.4f) | lr %.3e | %7.0f tok/s | nvme r %.3f "
 		       "w %.3f GB/s | pinned %.1f MiB | exposed fetch %.1f ms step %.1f ms | "
-		       "grad norm %.4g | loss scale %g%s\n",
+		       "grad norm %s | loss scale %g%s\n",
 		       step, R->a.steps, loss, R->data.entropy, lr, toks, rd, wr,
 		       lk < 0 ? 0.0 : (double)lk / (1 << 20), es.exposed_fetch_s * 1e3,
-		       es.exposed_step_s * 1e3, es.grad_norm, es.loss_scale,
+		       es.exposed_step_s * 1e3, norm, es.loss_scale,
 		       skipped ? " | skipped (fp16 overflow)" : "");
 		fflush(stdout);
 	}
@@ -865,7 +1049,7 @@ main(int argc, char **argv)
 	}
 	rc = R.stop ? 130 : 0;
 out:
-	if (rc && rc != 130 && R.t.e) {
+	if (rc && rc != 130 && R.t.e && !R.all_know) {
 		/* the other ranks may wait for this one in a collective: tell them (an engine that
 		   failed already told them, or every rank knows) */
 		(void)zinf_engine_abort(R.t.e, "zinf_gpt stopped after an error on this rank");

@@ -26,9 +26,18 @@ struct gpt_args {
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
 	int steps_per_print; /* -1: the config's */
 	double lr;	     /* NaN: not given */
+	double comm_timeout; /* --comm-timeout, seconds; NaN: the library's default */
 	uint64_t seed;
 	bool step_after_backward, no_progress, quiet;
 };
+
+/* The ranges of the flags that the configuration can also set (gpt_args.c; gpt.c holds the
+ * configuration's values to them): micro-batch, accumulation steps, steps between lines. */
+#define GPT_MAX_BATCH	   (1 << 20)
+#define GPT_MAX_GRAD_ACCUM (1 << 20)
+#define GPT_MAX_SPP	   (1 << 30)
+/* --comm-timeout's largest, seconds (the library takes less than 1e9) */
+#define GPT_MAX_COMM_TIMEOUT 1000000
 
 /* Exit status of --device cuda where no CUDA device can be opened (tests skip on it); a bad
  * flag, or --device cuda in a build without the CUDA layers, exits 2. */

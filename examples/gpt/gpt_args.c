@@ -17,7 +17,7 @@
 #define GPT_DEFAULT_CONFIG "examples/gpt/configs/zero3_nvme.json"
 #endif
 
-enum kind { K_INT, K_STR, K_FLAG, K_LR, K_SEED, K_HELP };
+enum kind { K_INT, K_STR, K_FLAG, K_LR, K_SECS, K_SEED, K_HELP };
 
 struct flag {
 	const char *name, *meta, *help;
@@ -41,9 +41,9 @@ static const struct flag flags[] = {
 	{"context", "T", "sequence length (default 32)", K_INT, A(context), 1, 65536},
 	{"vocab", "V", "vocabulary (default 64)", K_INT, A(vocab), 2, 1 << 24},
 	{"batch", "B", "micro-batch per rank, the config's \"auto\" (default 16)", K_INT, A(batch),
-	 1, 1 << 20},
+	 1, GPT_MAX_BATCH},
 	{"grad-accum", "G", "gradient accumulation, the config's \"auto\" (default 1)", K_INT,
-	 A(grad_accum), 1, 1 << 20},
+	 A(grad_accum), 1, GPT_MAX_GRAD_ACCUM},
 	{"lr", "LR", "learning rate for an \"auto\" lr", K_LR, A(lr), 0, 0},
 	{"fanout", "K", "successors per token in the Markov source (default 4)", K_INT, A(fanout),
 	 1, 1 << 24},
@@ -51,20 +51,27 @@ static const struct flag flags[] = {
 	{"json", "FILE", "per-step records, JSON lines (rank 0)", K_STR, A(json), 0, 0},
 	{"nvme-path", "DIR", "every nvme_path of the config becomes DIR", K_STR, A(nvme_path), 0,
 	 0},
-	{"scratch-parent", "DIR", "where the scratch directory is made (default .)", K_STR,
-	 A(scratch_parent), 0, 0},
+	{"scratch-parent", "DIR",
+	 "where the scratch directory is made (default .); what killed runs left there is "
+	 "removed",
+	 K_STR, A(scratch_parent), 0, 0},
 	{"steps-per-print", "N", "override the config's steps_per_print", K_INT, A(steps_per_print),
-	 1, 1 << 30},
+	 1, GPT_MAX_SPP},
 	{"save", "DIR",
 	 "save checkpoints into DIR (at the end, every --save-every steps, and on "
-	 "Ctrl-C)",
+	 "Ctrl-C); DIR is made if missing and must be writable before the first step",
 	 K_STR, A(save), 0, 0},
-	{"save-every", "N", "steps between checkpoints (default 0: at the end only)", K_INT,
-	 A(save_every), 0, 100000000},
-	{"keep", "N", "keep the newest N checkpoints in --save's directory (default 0: all)", K_INT,
-	 A(keep), 0, 100000000},
+	{"save-every", "N", "steps between checkpoints (needs --save; default 0: at the end only)",
+	 K_INT, A(save_every), 0, 100000000},
+	{"keep", "N",
+	 "keep the newest N checkpoints in --save's directory (needs --save; default 0: all)",
+	 K_INT, A(keep), 0, 100000000},
 	{"resume", "DIR", "continue from DIR's latest checkpoint (to --steps in all)", K_STR,
 	 A(resume), 0, 0},
+	{"comm-timeout", "S",
+	 "deadline of every collective, seconds (default the library's, 1800): a rank that stops "
+	 "answering is an error on the others after S seconds",
+	 K_SECS, A(comm_timeout), 0, GPT_MAX_COMM_TIMEOUT},
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
 	 A(step_after_backward), 0, 0},
 	{"no-progress", NULL, "no progress bar", K_FLAG, A(no_progress), 0, 0},
@@ -117,6 +124,16 @@ set(const struct flag *fl, const char *v, struct gpt_args *a)
 		*(double *)p = x;
 		return 0;
 	}
+	case K_SECS: {
+		double x = strtod(v, &end);
+		if (errno || *end || !*v || !(x > fl->lo && x <= fl->hi)) {
+			fprintf(stderr, "zinf_gpt: --%s %s: expected seconds in (%ld, %ld]\n",
+				fl->name, v, fl->lo, fl->hi);
+			return -1;
+		}
+		*(double *)p = x;
+		return 0;
+	}
 	case K_SEED: {
 		unsigned long long x = strtoull(v, &end, 0);
 		if (errno || *end || !*v || v[0] == '-') {
@@ -150,6 +167,7 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 			       .grad_accum = 1,
 			       .fanout = 4,
 			       .lr = NAN,
+			       .comm_timeout = NAN,
 			       .seed = 1,
 			       .steps_per_print = -1};
 	struct option opts[N_FLAGS + 1];
@@ -182,6 +200,15 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 			a->hidden, a->heads);
 		return -1;
 	}
+	if (!a->save && (a->save_every || a->keep)) {
+		fprintf(stderr,
+			"zinf_gpt: %s without --save DIR: nothing would be saved (--save names "
+			"where the checkpoints go)\n",
+			a->save_every && a->keep ? "--save-every and --keep"
+			: a->save_every		 ? "--save-every"
+						 : "--keep");
+		return -1;
+	}
 	if (a->fanout > a->vocab) {
 		fprintf(stderr, "zinf_gpt: --fanout %d is larger than --vocab %d\n", a->fanout,
 			a->vocab);
@@ -193,16 +220,14 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 int
 gpt_log_level_from_env(void)
 {
-	static const char *const names[] = {"error", "warn", "info", "debug"};
 	const char *v = getenv("ZINF_LOG_LEVEL");
+	enum zinf_log_level lvl;
 	if (!v || !*v) {
 		return 0;
 	}
-	for (int i = 0; i < 4; i++) {
-		if (!strcmp(v, names[i]) || (v[0] == '0' + i && !v[1])) {
-			zinf_log_set_level((enum zinf_log_level)i);
-			return 0;
-		}
+	if (zinf_log_level_parse(v, &lvl) == 0) {
+		zinf_log_set_level(lvl);
+		return 0;
 	}
 	fprintf(stderr,
 		"zinf_gpt: ZINF_LOG_LEVEL=%s: expected error, warn, info or debug (or 0-3)\n", v);

@@ -134,9 +134,11 @@ struct zinf_ckpt; /* an opened checkpoint: its manifest parsed and checked */
 
 /**
  * Open DIR/TAG (tag NULL: DIR/latest's; dir may also name the TAG directory itself, holding
- * manifest.json). Checks the manifest (format, version, fields, partitions consistent) and that
- * every file it lists exists with its size; does not read the data. Returns 0 and sets *out;
- * -ENOENT, -EBADMSG (naming the file and what is wrong), -ENOMEM.
+ * manifest.json). Checks the manifest (format, version, fields, partitions tiling each rank's
+ * files) and that every file it lists exists with its size; does not read the data. `latest`,
+ * the TAG directory and every file in it are opened relative to DIR and TAG with no symbolic
+ * link followed, regular files only. Returns 0 and sets *out; -ENOENT, -EBADMSG (naming the
+ * file and what is wrong: a symbolic link or special file among them), -ENOMEM.
  */
 ZINF_API int zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out);
 ZINF_API void zinf_ckpt_close(struct zinf_ckpt *c);

@@ -67,12 +67,20 @@ typedef void (*zinf_log_fn)(void *ctx, enum zinf_log_level level, const char *fi
 
 /**
  * Install the process's log sink (NULL: none) and the most verbose level passed to it
- * (messages above it are dropped; default ZINF_LOG_WARN). The callback may be called from any
- * zinf thread, concurrently; it must be thread-safe.
+ * (messages above it are dropped). The level's default is $ZINF_LOG_LEVEL (read once, at the
+ * first message or zinf_log_get_level(); see zinf_log_level_parse()), else ZINF_LOG_WARN; a
+ * value it cannot read leaves ZINF_LOG_WARN and is reported once, as a warning to the sink.
+ * zinf_log_set_level() overrides the environment. The callback may be called from any zinf
+ * thread, concurrently; it must be thread-safe.
  */
 ZINF_API void zinf_log_set_callback(zinf_log_fn fn, void *ctx);
 ZINF_API void zinf_log_set_level(enum zinf_log_level level);
 ZINF_API enum zinf_log_level zinf_log_get_level(void);
+/**
+ * A level as $ZINF_LOG_LEVEL spells it: error, warn (or warning), info, debug (any case), or
+ * 0-3. Returns 0 and sets *out; -EINVAL for anything else (NULL included).
+ */
+ZINF_API int zinf_log_level_parse(const char *s, enum zinf_log_level *out);
 
 /** A ready-made sink that writes "zinf: <level>: <msg>\n" to the FILE * passed as ctx. */
 ZINF_API void zinf_log_to_file(void *ctx, enum zinf_log_level level, const char *file, int line,

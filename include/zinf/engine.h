@@ -161,8 +161,9 @@ struct zinf_engine_opts {
 	struct zinf_optimizer_opts optimizer;
 
 	/* precision: the dtype of the parameters the trainer computes with (and hands gradients
-	   in, usually): ZINF_BF16, ZINF_F16, or ZINF_F32 (fp32 training); default ZINF_BF16.
-	   Gradients are widened exactly to fp32 in the buckets and reduced in fp32 whatever this
+	   in, usually): ZINF_BF16, ZINF_F16, or ZINF_F32 (fp32 training); default ZINF_F32, as
+	   zinf_config_init() and DeepSpeed with neither fp16 nor bf16 enabled (a trainer reading
+	   16-bit parameters sets it). Gradients are widened exactly to fp32 in the buckets and reduced in fp32 whatever this
 	   is (twice the bytes of a 16-bit reduction, no 16-bit rounding of the sum) */
 	enum zinf_dtype dtype;
 	uint32_t reserved3; /* zero */
@@ -177,7 +178,8 @@ struct zinf_engine_opts {
 	uint8_t reserved4[2];	    /* zero */
 	const char *comm_backend;   /* zinf_comm_opts.backend: NULL: nccl on a cuda device; on the
 				       host device mpi under mpirun, else single */
-	double comm_timeout_s;	    /* deadline of every collective; default 1800 */
+	double comm_timeout_s;	    /* deadline of every collective; default $ZINF_COMM_TIMEOUT_S
+				       (seconds) when set, else 1800 */
 	struct zinf_device *device; /* use this device (not owned; outlives the engine) instead of
 				       opening one; NULL (default): open device_backend */
 	struct zinf_comm *comm;	    /* use this communicator (not owned) instead of creating
@@ -268,6 +270,13 @@ typedef int (*zinf_param_init_fn)(void *ctx, uint32_t param, uint64_t first, uin
 
 /** Most dimensions of a parameter's shape. */
 #define ZINF_PARAM_MAX_DIMS 8
+/**
+ * The most elements one parameter, and all parameters of an engine together, may have (2^48,
+ * about 2.8e14: 4000 times a 70B model), so that every byte count and file offset derived from
+ * them fits 64 bits. Element-count options above it (a "no limit" of 1e20, UINT64_MAX) are
+ * read as it: no model reaches it.
+ */
+#define ZINF_ENGINE_MAX_ELEMS (1ull << 48)
 
 struct zinf_param_desc {
 	size_t size;	  /* sizeof(struct zinf_param_desc); set by zinf_param_desc_init() */

@@ -53,8 +53,7 @@ rewrite() {
 	local w=$1
 	case $w in
 	"$BUILD"/test-scratch*) word="@SCR@${w#"$BUILD"/test-scratch}" ;;
-	"$BUILD"/*)
-		[ -f "$w" ] && [ -x "$w" ] || { say "$w: not an executable of the build"; return 1; }
+	"$BUILD"/*) # a target's binary, built below (scripts/run.sh builds zinf_gpt alone)
 		bins[$(basename "$w")]=$w
 		word="@B@/bin/$(basename "$w")"
 		;;
@@ -119,6 +118,10 @@ for b in "${!bins[@]}"; do targets+=("$b"); done
 cmake --build "$BUILD" --target "${targets[@]}" -j"$(nproc)" >/dev/null
 bins[zinf]=$BUILD/zinf
 bins[zinf_gpt]=$BUILD/zinf_gpt
+for b in "${!bins[@]}"; do
+	[ -f "${bins[$b]}" ] && [ -x "${bins[$b]}" ] ||
+		{ say "${bins[$b]}: not an executable of the build (target $b)"; exit 1; }
+done
 probe=$BUILD/zinf-gpu-probe
 if [ ! -x "$probe" ] || [ "$HERE/probe.cu" -nt "$probe" ]; then
 	"$NVCC" -O2 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90] \

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tests/ckpt/ckpt_fixture.c: the hand-written checkpoint of ckpt_fixture.h. The layout of a
- * stored rank's flat partition: rank 1 starts with a 2-element gap (so flat_off differs
- * between ranks), each parameter's partition starts at a multiple of 8 elements, gaps hold
- * FX_GAP and the padding past numel is zero. bf16 state is rounded to nearest even here, in
- * double arithmetic, independently of the library. CRC32C through zinf_crc32c (its own test
- * checks it against the published vectors).
+ * stored rank's flat partition: the partitions tile it exactly (as the engine lays them out),
+ * rank 0 in registration order, rank 1 in reverse (so flat_off differs between ranks and a
+ * wrong offset reads a neighbour's known values); the padding past numel is zero. bf16 state
+ * is rounded to nearest even here, in double arithmetic, independently of the library. CRC32C
+ * through zinf_crc32c (its own test checks it against the published vectors).
  */
 #include "ckpt/ckpt_fixture.h"
 
@@ -91,14 +91,14 @@ fx_write(const char *dir, const char *tag, const struct fx_opts *o)
 	/* layout: offsets per rank and parameter */
 	uint64_t part[FX_PARAMS], off[2][FX_PARAMS], flat[2];
 	for (int r = 0; r < W; r++) {
-		uint64_t at = r == 1 ? 2 : 0;
-		for (int i = 0; i < FX_PARAMS; i++) {
+		uint64_t at = 0;
+		for (int k = 0; k < FX_PARAMS; k++) {
+			int i = r == 1 ? FX_PARAMS - 1 - k : k;
 			part[i] = (fx_numel[i] + (uint64_t)W - 1) / (uint64_t)W;
-			at = (at + 7) / 8 * 8;
 			off[r][i] = at;
 			at += part[i];
 		}
-		flat[r] = (at + 7) / 8 * 8 + 3; /* a trailing gap too */
+		flat[r] = at;
 	}
 
 	json_t *files = json_array();
@@ -108,13 +108,6 @@ fx_write(const char *dir, const char *tag, const struct fx_opts *o)
 			size_t es = dt == ZINF_F32 ? 4 : 2;
 			unsigned char *buf = malloc(flat[r] * es);
 			cr_assert_not_null(buf);
-			for (uint64_t k = 0; k < flat[r]; k++) { /* gaps */
-				if (es == 4) {
-					((float *)buf)[k] = FX_GAP;
-				} else {
-					((uint16_t *)buf)[k] = bf16_bits(FX_GAP);
-				}
-			}
 			for (int i = 0; i < FX_PARAMS; i++) {
 				for (uint64_t l = 0; l < part[i]; l++) {
 					uint64_t j = (uint64_t)r * part[i] + l;

@@ -2,8 +2,8 @@
 /*
  * tests/ckpt/ckpt_fixture.h: a checkpoint written by hand, following docs/CHECKPOINT.md to the
  * letter (not through the engine): 3 parameters of uneven sizes (one smaller than the world),
- * Adam parts fp32/exp_avg/exp_avg_sq, known values, padding zero and the gaps between
- * partitions filled with a sentinel so that a wrong offset reads a wrong value. Shared by the
+ * Adam parts fp32/exp_avg/exp_avg_sq, known values, padding zero, the partitions of the two
+ * stored ranks in opposite orders so that a wrong offset reads a wrong value. Shared by the
  * reader's tests and the CLI's.
  */
 #ifndef ZINF_TESTS_CKPT_FIXTURE_H
@@ -17,8 +17,6 @@
 
 #define FX_PARAMS 3
 #define FX_PARTS  3
-/* The sentinel of gaps between partitions. */
-#define FX_GAP -12345.5f
 
 struct fx_opts {
 	int files_world;	 /* 2 (stage 3) or 1 (stage 0, world 2) */

@@ -733,6 +733,20 @@ Test(ckpt, load_refusals_name_the_problem)
 	copy_tree(good, bad);
 	corrupt(bad, "manifest.crc32c", 0, 2);
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "manifest.crc32c", "no manifest checksum");
+	/* a data file that is a link to the same bytes outside DIR: not followed */
+	char *out = zt_mkdtemp(NULL), from[8300], to[8300];
+	const char *const linked[] = {"r00000.exp_avg", "manifest.json"};
+	for (int i = 0; i < 2; i++) {
+		copy_tree(good, bad);
+		snprintf(from, sizeof(from), "%s/%s", bad, linked[i]);
+		snprintf(to, sizeof(to), "%s/%s", out, linked[i]);
+		cr_assert_eq(rename(from, to), 0, "%s", to);
+		cr_assert_eq(symlink(to, from), 0, "%s", from);
+		snprintf(path, sizeof(path), "%s: a symbolic link", linked[i]);
+		load_refused(&c, nvme, ck, bad_tag, -EBADMSG, path, "a file linked out of DIR");
+	}
+	zt_rmtree(out);
+	free(out);
 
 	/* other parameters, another optimizer */
 	struct zinf_engine_opts o;

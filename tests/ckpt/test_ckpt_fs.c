@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,27 @@ Test(ckpt_fs, retagging_a_directory_with_a_subdirectory)
 	free(ck);
 }
 
-/* A file (not a directory) named like the tag: replaced too, and later saves still work. */
+static char *
+read_text(const char *dir, const char *name)
+{
+	char p[8192];
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	FILE *f = fopen(p, "rb");
+	cr_assert_not_null(f, "%s", p);
+	char *buf = calloc(1, 4096);
+	cr_assert_not_null(buf);
+	cr_assert_geq(fread(buf, 1, 4095, f), 0);
+	fclose(f);
+	return buf;
+}
+
+/*
+ * A file (not a directory) named like the tag: a save to that tag replaces whatever DIR/TAG is
+ * (ckpt_publish swaps the new directory in with RENAME_EXCHANGE, whatever the old entry's
+ * type, and removes what it swapped out, a file too: ckpt_rm_dir). So the save succeeds, TAG
+ * is the checkpoint's directory, latest names it, nothing is left behind, it loads, and later
+ * saves work.
+ */
 Test(ckpt_fs, retagging_over_a_file)
 {
 	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
@@ -104,10 +125,27 @@ Test(ckpt_fs, retagging_over_a_file)
 	snprintf(p, sizeof(p), "%s/t", ck);
 	put_file(p);
 	int rc = zinf_engine_save(e, ck, "t", NULL);
-	cr_assert(rc == 0 || rc == -EEXIST || rc == -ENOTDIR, "%d %s", rc, zinf_last_error());
+	cr_assert_eq(rc, 0, "save over the file %s: %d %s", p, rc, zinf_last_error());
+	struct stat st;
+	cr_assert_eq(lstat(p, &st), 0);
+	cr_assert(S_ISDIR(st.st_mode), "%s is not the checkpoint's directory (mode %o)", p,
+		  (unsigned)st.st_mode);
+	cr_assert(exists(ck, "t/manifest.json") && exists(ck, "t/r00000.fp32"),
+		  "%s: not a checkpoint", p);
+	cr_assert(!exists(ck, ".t.tmp"), "the swapped-out file is left as .t.tmp");
+	char *latest = read_text(ck, "latest");
+	cr_assert_str_eq(latest, "t\n");
+	free(latest);
 	run(e, c.dtype, 1, 1);
 	save_ok(e, ck, "u");
 	save_ok(e, ck, "u");
+	zinf_engine_destroy(e);
+	e = ckpt_make(&c, nvme);
+	rc = zinf_engine_load(e, ck, "t", NULL);
+	cr_assert_eq(rc, 0, "load t: %d %s", rc, zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 1);
+	cr_assert_eq(zinf_engine_load(e, ck, NULL, NULL), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_steps(e), 2, "latest is u, saved after 2 steps");
 	zinf_engine_destroy(e);
 	zt_rmtree(nvme);
 	zt_rmtree(ck);
@@ -117,7 +155,72 @@ Test(ckpt_fs, retagging_over_a_file)
 
 /* ---- file systems -------------------------------------------------------------------------- */
 
-/* tmpfs refuses O_DIRECT: the writer falls back to buffered I/O, the sizes stay exact. */
+/*
+ * tmpfs refuses O_DIRECT: the writer falls back to buffered I/O, the sizes stay exact. Every
+ * file the manifest lists has on disk the bytes it lists, and each rank file's are the rank's
+ * flat partition (the sum of the parameters' partitions, here one rank: their numels) times its
+ * part's element size, worked from the model, not from the writer.
+ */
+static void
+assert_sizes_exact(const char *ck)
+{
+	char *tag = read_text(ck, "latest"), tagdir[8192], p[8400];
+	tag[strcspn(tag, "\n")] = '\0';
+	snprintf(tagdir, sizeof(tagdir), "%s/%s", ck, tag);
+	free(tag);
+	snprintf(p, sizeof(p), "%s/manifest.json", tagdir);
+	json_error_t jerr;
+	json_t *m = json_load_file(p, 0, &jerr);
+	cr_assert_not_null(m, "%s: %s", p, jerr.text);
+	uint64_t flat = 0;
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		flat += eref_numel(id); /* one rank: each partition is the whole parameter */
+	}
+	json_t *ranks = json_object_get(m, "ranks"), *parts = json_object_get(m, "parts");
+	cr_assert_eq(json_array_size(ranks), 1);
+	cr_assert_eq(json_integer_value(json_object_get(json_array_get(ranks, 0), "flat")),
+		     (json_int_t)flat);
+	size_t i, rank_files = 0;
+	json_t *f;
+	json_array_foreach(json_object_get(m, "files"), i, f)
+	{
+		const char *name = json_string_value(json_object_get(f, "name"));
+		json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/%s", tagdir, name);
+		cr_assert_eq(stat(p, &st), 0, "%s", p);
+		cr_expect_eq((json_int_t)st.st_size, bytes,
+			     "%s: %lld bytes, the manifest lists %lld", p, (long long)st.st_size,
+			     (long long)bytes);
+		size_t k;
+		json_t *q;
+		json_array_foreach(parts, k, q)
+		{
+			char rf[64];
+			snprintf(rf, sizeof(rf), "r00000.%s",
+				 json_string_value(json_object_get(q, "name")));
+			if (strcmp(name, rf) == 0) {
+				enum zinf_dtype dt;
+				cr_assert_geq(zinf_dtype_parse(json_string_value(
+								       json_object_get(q, "dtype")),
+							       &dt),
+					      0);
+				json_int_t want = (json_int_t)(flat * zinf_dtype_size(dt));
+				cr_expect_eq(bytes, want,
+					     "%s: %lld bytes listed, %lld elements x %zu", name,
+					     (long long)bytes, (long long)flat,
+					     zinf_dtype_size(dt));
+				cr_expect_eq((json_int_t)st.st_size, want, "%s: %lld bytes on disk",
+					     name, (long long)st.st_size);
+				rank_files++;
+			}
+		}
+	}
+	cr_assert_eq(rank_files, json_array_size(parts), "%zu rank files of %zu parts", rank_files,
+		     json_array_size(parts));
+	json_decref(m);
+}
+
 Test(ckpt_fs, save_and_load_on_tmpfs)
 {
 	struct stat st;
@@ -136,6 +239,7 @@ Test(ckpt_fs, save_and_load_on_tmpfs)
 	read_all(e, &a);
 	zinf_engine_destroy(e);
 	cr_assert_eq(rc, 0, "save into %s: %d %s", ck, rc, zinf_last_error());
+	assert_sizes_exact(ck);
 	e = ckpt_make(&c, nvme);
 	rc = zinf_engine_load(e, ck, NULL, NULL);
 	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());

@@ -12,7 +12,8 @@
  * fail on one rank, the error agreed on every rank and the engine failed (ckpt_load_fault).
  * One process: test_ckpt.c, test_ckpt_resume.c, test_ckpt_fs.c.
  *
- * Usage: test_ckpt_ranks [CASE]: only the case of that name (every case without one).
+ * Usage: test_ckpt_ranks [CASE]: only the case of that name (every case without one); an unknown
+ * name is an error (exit 1, the known names listed).
  */
 #include "engine/engine_ranks.h"
 #include "zinf/checkpoint.h"

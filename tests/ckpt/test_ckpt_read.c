@@ -6,9 +6,10 @@
  * known values; bf16/f16 conversion against a rounding worked in double and by hand; bf16 state
  * widened; files_world 1 (stage 0); DIR/latest, an explicit tag and the TAG directory itself;
  * the CRC check of every file, then one corrupted byte; truncated, missing and unlisted files;
- * malformed manifests, each refusal naming the field; unknown keys ignored; fewer descriptors
- * than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified and
- * exported under a limit of 64).
+ * malformed manifests, each refusal naming the field; partitions that overlap or leave a hole
+ * in a rank's files, refused naming both parameters and the rank; unknown keys ignored; fewer
+ * descriptors than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified
+ * and exported under a limit of 64).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -103,19 +104,18 @@ Test(ckpt_read, info_params_parts_files)
 	cr_expect_eq(in.n_files, 7); /* 2 ranks x 3 parts + client.bin */
 	cr_expect_str_eq(in.optimizer, "adamw");
 	cr_expect(strstr(in.path, "step120") != NULL);
-	/* rank 0: partitions at 0, 150008, 150016 (part 150001, 1, 6), ending at 150022, aligned
-	   to 150024, + 3 gap: flat 150027 elements; rank 1: its 2-element gap aligned to 8, then
-	   150016, 150024, ending at 150030, aligned 150032 + 3: 150035 */
+	/* rank 0: partitions at 0, 150001, 150002 (part 150001, 1, 6); rank 1 in reverse: 7, 6,
+	   0; both tile flat 150008 elements */
 	struct zinf_ckpt_file f = {.size = sizeof(f)};
 	uint64_t total = 0;
 	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
 		cr_assert_eq(zinf_ckpt_file(c, k, &f), 0);
 		total += f.bytes;
 		if (strcmp(f.name, "r00001.exp_avg") == 0) {
-			cr_expect_eq(f.bytes, 150035 * 4);
+			cr_expect_eq(f.bytes, 150008 * 4);
 		}
 	}
-	cr_expect_eq(total, 3 * 150027 * 4 + 3 * 150035 * 4 + 16);
+	cr_expect_eq(total, 6 * 150008 * 4 + 16);
 	cr_expect_eq(in.bytes, total);
 	for (int i = 0; i < FX_PARAMS; i++) {
 		struct zinf_ckpt_param p = {.size = sizeof(p)};
@@ -382,7 +382,7 @@ Test(ckpt_read, verify_then_corrupt_one_byte)
 	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
 		cr_expect_eq(zinf_ckpt_verify_file(c, k), 0, "file %u: %s", k, zinf_last_error());
 	}
-	/* past the first 4 MiB chunk? files are 600108 bytes: one chunk; byte 400001 */
+	/* past the first 4 MiB chunk? files are 600032 bytes: one chunk; byte 400001 */
 	corrupt("r00001.exp_avg", 400001);
 	int bad = file_index(c, "r00001.exp_avg");
 	for (uint32_t k = 0; k < zinf_ckpt_file_count(c); k++) {
@@ -441,6 +441,165 @@ Test(ckpt_read, missing_file_refused)
 	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
 	cr_expect(strstr(zinf_last_error(), "client.bin") != NULL, "%s", zinf_last_error());
 	cr_expect(strstr(zinf_last_error(), "missing") != NULL, "%s", zinf_last_error());
+}
+
+/* ---- files that are not the checkpoint's own --------------------------------------------- */
+
+/* Move DIR/TAG/name to OUT/name and leave a symbolic link to it in its place: the same bytes
+ * (size and CRC32C as listed), outside DIR. */
+static void
+link_out(const char *tag, const char *name, const char *out)
+{
+	char from[4200], to[4400];
+	fx_path(from, sizeof(from), dir, tag, name);
+	snprintf(to, sizeof(to), "%s/%s.%s", out, tag, name);
+	cr_assert_eq(rename(from, to), 0, "%s -> %s", from, to);
+	cr_assert_eq(symlink(to, from), 0, "%s", from);
+}
+
+static void
+expect_refused(const char *tag, int want, const char *name, const char *why)
+{
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, tag, &c);
+	cr_expect_eq(rc, want, "%s/%s: open returned %d", tag, name, rc);
+	cr_expect_null(c);
+	zinf_ckpt_close(c);
+	char where[128]; /* "TAG/name: ", or "/TAG: " for the TAG directory itself (name "") */
+	if (name[0]) {
+		snprintf(where, sizeof(where), "%s/%s: ", tag, name);
+	} else {
+		snprintf(where, sizeof(where), "/%s: ", tag);
+	}
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, where) != NULL, "\"%s\" not in: %s", where, msg);
+	cr_expect(strstr(msg, why) != NULL, "\"%s\" not in: %s", why, msg);
+}
+
+/*
+ * A checkpoint's files are its own: every file is opened in the TAG directory with no symbolic
+ * link followed and must be a regular file. A data file, client.bin, manifest.json or
+ * manifest.crc32c that is a link to a file outside DIR (the same bytes: sizes and CRCs as
+ * listed) is refused naming it; so are a TAG directory or `latest` that are links, and a FIFO
+ * (which would block the open) or a directory where a file is listed. A file swapped for a link
+ * after the open is refused by the read and the verification.
+ */
+Test(ckpt_read, symbolic_links_and_special_files_refused)
+{
+	char *out = zt_mkdtemp(NULL);
+	static const char *const linked[] = {"r00000.exp_avg", "client.bin", "manifest.json",
+					     "manifest.crc32c"};
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.latest = false;
+	char tag[32], p[4400];
+	for (size_t k = 0; k < sizeof(linked) / sizeof(linked[0]); k++) {
+		snprintf(tag, sizeof(tag), "link%zu", k);
+		fx_write(dir, tag, &o);
+		link_out(tag, linked[k], out);
+		expect_refused(tag, -EBADMSG, linked[k], "symbolic link");
+	}
+	/* a FIFO as the manifest, a directory as a data file */
+	fx_write(dir, "fifo", &o);
+	fx_path(p, sizeof(p), dir, "fifo", "manifest.json");
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(mkfifo(p, 0644), 0);
+	expect_refused("fifo", -EBADMSG, "manifest.json", "a FIFO, expected a regular file");
+	fx_write(dir, "sub", &o);
+	fx_path(p, sizeof(p), dir, "sub", "r00001.fp32");
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	expect_refused("sub", -EBADMSG, "r00001.fp32", "not a regular file");
+	/* the TAG directory a link (to a good checkpoint outside DIR), by tag and through latest */
+	char real[4400], lnk[4400];
+	o.latest = true;
+	fx_write(out, "real", &o);
+	snprintf(real, sizeof(real), "%s/real", out);
+	snprintf(lnk, sizeof(lnk), "%s/step9", dir);
+	cr_assert_eq(symlink(real, lnk), 0);
+	struct zinf_ckpt *c = NULL;
+	cr_assert_eq(zinf_ckpt_open(out, "real", &c), 0, "%s", zinf_last_error());
+	zinf_ckpt_close(c);
+	c = NULL;
+	expect_refused("step9", -EBADMSG, "", "symbolic link");
+	snprintf(p, sizeof(p), "%s/latest", dir);
+	FILE *f = fopen(p, "w");
+	fputs("step9\n", f);
+	fclose(f);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "/step9: a symbolic link") != NULL, "%s",
+		  zinf_last_error());
+	/* latest itself a link (to out/latest, naming "real") */
+	cr_assert_eq(unlink(p), 0);
+	snprintf(real, sizeof(real), "%s/latest", out);
+	cr_assert_eq(symlink(real, p), 0);
+	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "/latest: a symbolic link") != NULL, "%s",
+		  zinf_last_error());
+	cr_expect_null(c);
+	/* swapped for a link after the open: the read and the verification refuse it */
+	o.latest = false;
+	fx_write(dir, "late", &o);
+	cr_assert_eq(zinf_ckpt_open(dir, "late", &c), 0, "%s", zinf_last_error());
+	link_out("late", "r00001.fp32", out);
+	float v[4];
+	cr_expect_eq(zinf_ckpt_read(c, 0, 0, 150000, 4, ZINF_F32, v), -EBADMSG);
+	cr_expect(strstr(zinf_last_error(), "late/r00001.fp32: a symbolic link") != NULL, "%s",
+		  zinf_last_error());
+	cr_expect_eq(zinf_ckpt_verify_file(c, (uint32_t)file_index(c, "r00001.fp32")), -EBADMSG);
+	check_range(c, 2, 0, 0, 6, false); /* rank 0's files still read */
+	zinf_ckpt_close(c);
+	zt_rmtree(out);
+	free(out);
+}
+
+/* ---- manifest.crc32c ---------------------------------------------------------------------- */
+
+/*
+ * manifest.crc32c holds exactly what the save writes: the manifest's CRC32C as 8 lowercase
+ * hexadecimal digits and a newline, 9 bytes. The right digits followed by anything (another
+ * newline, more text), without their newline, in capitals, with a carriage return, a "0x" or a
+ * leading space are refused naming the file; the exact content opens.
+ */
+Test(ckpt_read, manifest_crc32c_exact_content)
+{
+	static const char *const forms[] = {
+		"%08x\n\n", "%08x\nextra bytes\n", "%08x", "%08X\n", "%08x\r\n", "0x%08x\n",
+		" %08x\n",  "%08x\n%08x\n"};
+	struct fx_opts o;
+	fx_opts_init(&o);
+	o.latest = false;
+	char tag[32], p[4400];
+	uint32_t crc = 0;
+	for (size_t k = 0; k <= sizeof(forms) / sizeof(forms[0]); k++) {
+		snprintf(tag, sizeof(tag), "crc%zu", k);
+		fx_write(dir, tag, &o); /* manifest.crc32c: "%08x\n" */
+		fx_path(p, sizeof(p), dir, tag, "manifest.crc32c");
+		FILE *f = fopen(p, "r");
+		cr_assert_not_null(f);
+		cr_assert_eq(fscanf(f, "%8x", &crc), 1);
+		fclose(f);
+		struct zinf_ckpt *c = NULL;
+		if (k == sizeof(forms) / sizeof(forms[0])) { /* as written: opens */
+			cr_assert_eq(zinf_ckpt_open(dir, tag, &c), 0, "%s", zinf_last_error());
+			zinf_ckpt_close(c);
+			break;
+		}
+		f = fopen(p, "w");
+		cr_assert_not_null(f);
+		fprintf(f, forms[k], crc, crc);
+		fclose(f);
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "form %zu (\"%s\"): open returned %d", k, forms[k], rc);
+		cr_expect_null(c);
+		zinf_ckpt_close(c);
+		char want[64];
+		snprintf(want, sizeof(want), "%s/manifest.crc32c: ", tag);
+		cr_expect(strstr(zinf_last_error(), want) != NULL, "form %zu: %s", k,
+			  zinf_last_error());
+		cr_expect(strstr(zinf_last_error(), "expected exactly 8 lowercase") != NULL,
+			  "form %zu: %s", k, zinf_last_error());
+	}
 }
 
 /* ---- malformed manifests ------------------------------------------------------------------ */
@@ -648,6 +807,111 @@ Test(ckpt_read, malformed_manifests_refused_naming_the_field)
 	}
 }
 
+/* ---- partitions that do not tile their rank's files --------------------------------------- */
+
+/* params[i].flat_off[r] = v */
+static void
+set_off(json_t *m, size_t i, size_t r, json_int_t v)
+{
+	json_array_set_new(json_object_get(param(m, i), "flat_off"), r, json_integer(v));
+}
+/* rank 0: "tiny.bias" [150001, +1) moved into "embed.weight" [0, 150001) */
+static void
+e_overlap_inside(json_t *m)
+{
+	set_off(m, 1, 0, 100);
+}
+/* rank 1 (reversed: h.0.attn.w 0, tiny.bias 6, embed.weight 7): two at the same offset */
+static void
+e_overlap_same_start(json_t *m)
+{
+	set_off(m, 1, 1, 0);
+}
+/* rank 0: a 2-element hole before "h.0.attn.w", its end within the rank's flat (grown by 2) */
+static void
+e_gap_between(json_t *m)
+{
+	set_off(m, 2, 0, 150004);
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 0), "flat",
+			    json_integer(150010));
+}
+/* rank 1: the partitions start at 3 */
+static void
+e_gap_first(json_t *m)
+{
+	set_off(m, 2, 1, 3);
+	set_off(m, 1, 1, 9);
+	set_off(m, 0, 1, 10);
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 1), "flat",
+			    json_integer(150011));
+}
+/* rank 0: 2 elements past the last partition */
+static void
+e_gap_last(json_t *m)
+{
+	json_object_set_new(json_array_get(json_object_get(m, "ranks"), 0), "flat",
+			    json_integer(150010));
+}
+
+/*
+ * Every stored rank's partitions must tile its files exactly: two parameters at overlapping
+ * offsets would share state (a resumed run trains on the wrong values), a hole holds state of
+ * no parameter. Each manifest is resealed (a valid CRC32C), its files are the fixture's; the
+ * open is refused naming both parameters, the rank and its files, and the elements.
+ */
+Test(ckpt_read, partitions_must_tile_each_rank)
+{
+	static const struct {
+		void (*edit)(json_t *m);
+		const char *field, *need[4];
+	} cases[] = {
+		{e_overlap_inside,
+		 "params[1].flat_off",
+		 {"rank 0 (r00000.fp32, r00000.exp_avg, r00000.exp_avg_sq)",
+		  "\"tiny.bias\" [100, 101) overlaps \"embed.weight\" (params[0]) [0, 150001)",
+		  "share state", NULL}},
+		{e_overlap_same_start,
+		 "params[2].flat_off",
+		 {"rank 1 (r00001.fp32", "\"h.0.attn.w\" [0, 6) overlaps \"tiny.bias\" (params[1])",
+		  "[0, 1)", NULL}},
+		{e_gap_between,
+		 "params[2].flat_off",
+		 {"rank 0 (r00000.fp32",
+		  "elements [150002, 150004) between \"tiny.bias\" (params[1]) and \"h.0.attn.w\"",
+		  "belong to no parameter", NULL}},
+		{e_gap_first,
+		 "params[2].flat_off",
+		 {"rank 1 (r00001.fp32", "\"h.0.attn.w\" starts at 3",
+		  "[0, 3) belong to no parameter", NULL}},
+		{e_gap_last,
+		 "ranks[0].flat",
+		 {"rank 0 (r00000.fp32", "150010 elements, the partitions end at 150008",
+		  "\"h.0.attn.w\", params[2]", "[150008, 150010) belong to no parameter"}},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char tag[32];
+		snprintf(tag, sizeof(tag), "tile%zu", k);
+		struct fx_opts o;
+		fx_opts_init(&o);
+		o.latest = false;
+		o.edit = cases[k].edit;
+		fx_write(dir, tag, &o);
+		struct zinf_ckpt *c = NULL;
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "case %zu: %d", k, rc);
+		cr_expect_null(c);
+		const char *msg = zinf_last_error();
+		char want[64];
+		snprintf(want, sizeof(want), "manifest.json: %s: ", cases[k].field);
+		cr_expect(strstr(msg, want) != NULL, "case %zu: \"%s\" not in: %s", k, want, msg);
+		for (int j = 0; j < 4 && cases[k].need[j]; j++) {
+			cr_expect(strstr(msg, cases[k].need[j]) != NULL,
+				  "case %zu: \"%s\" not in: %s", k, cases[k].need[j], msg);
+		}
+		zinf_ckpt_close(c);
+	}
+}
+
 Test(ckpt_read, not_json_refused)
 {
 	struct fx_opts o;
@@ -662,6 +926,87 @@ Test(ckpt_read, not_json_refused)
 	cr_expect_eq(zinf_ckpt_open(dir, NULL, &c), -EBADMSG);
 	cr_expect(strstr(zinf_last_error(), "manifest.json: line 2") != NULL, "%s",
 		  zinf_last_error());
+}
+
+/* The fixture's manifest.json with `from` (first occurrence) replaced by `to` (NULL: the text
+ * cut there), resealed. Returns the line of the edit (1-based). */
+static int
+edit_text(const char *tag, const char *from, const char *to)
+{
+	char p[4200];
+	fx_path(p, sizeof(p), dir, tag, "manifest.json");
+	FILE *f = fopen(p, "rb");
+	cr_assert_not_null(f);
+	static char text[1 << 16], out[(1 << 16) + 64];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	char *at = strstr(text, from);
+	cr_assert_not_null(at, "\"%s\" not in the manifest", from);
+	int line = 1;
+	for (char *k = text; k < at; k++) {
+		line += *k == '\n';
+	}
+	snprintf(out, sizeof(out), "%.*s%s%s", (int)(at - text), text, to ? to : "",
+		 to ? at + strlen(from) : "");
+	f = fopen(p, "wb");
+	cr_assert_not_null(f);
+	fputs(out, f);
+	fclose(f);
+	char tagdir[4300];
+	snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+	fx_reseal(tagdir);
+	return line;
+}
+
+/*
+ * The manifest is parsed member by member and its parameters one at a time: what jansson
+ * refused in the whole text is still refused, with the line: a syntax error inside a
+ * parameter, elements not separated, the array cut short, text after the object, a duplicate
+ * key at the top and inside a parameter, a top level that is not an object.
+ */
+Test(ckpt_read, manifest_syntax_refused_with_the_line)
+{
+	static const struct {
+		const char *from, *to, *says;
+		int line; /* the message gives the edit's line + this (-1: not checked) */
+	} cases[] = {
+		{"\"numel\": 300001,", "\"numel\": 300001,,", "line", 0},
+		/* jansson names the second "layer", on the next line */
+		{"\"numel\": 1,", "\"numel\": 1, \"layer\": 5,", "duplicate", 1},
+		{"\"format\": \"zinf-checkpoint\",",
+		 "\"format\": \"zinf-checkpoint\", \"steps\": 5,", "duplicate object key \"steps\"",
+		 -1},
+		{"},\n    {\n      \"name\": \"tiny.bias\"",
+		 "}\n    {\n      \"name\": \"tiny.bias\"", "expected ',' or ']'", -1},
+		{"\"name\": \"tiny.bias\"", NULL, "params: the array does not end", -1},
+		{"\"client_bytes\": 16\n}", "\"client_bytes\": 16\n}\nx", "end of file expected",
+		 -1},
+		{"{\n  \"format\"", "[\n  \"format\"", "expected a JSON object, found an array",
+		 -1},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char tag[32];
+		snprintf(tag, sizeof(tag), "syn%zu", k);
+		struct fx_opts o;
+		fx_opts_init(&o);
+		o.latest = false;
+		fx_write(dir, tag, &o);
+		int line = edit_text(tag, cases[k].from, cases[k].to);
+		struct zinf_ckpt *c = NULL;
+		int rc = zinf_ckpt_open(dir, tag, &c);
+		cr_expect_eq(rc, -EBADMSG, "case %zu: %d", k, rc);
+		cr_expect_null(c);
+		const char *msg = zinf_last_error();
+		cr_expect(strstr(msg, "manifest.json: ") != NULL, "case %zu: %s", k, msg);
+		cr_expect(strstr(msg, cases[k].says) != NULL, "case %zu: \"%s\" not in %s", k,
+			  cases[k].says, msg);
+		char want[64];
+		snprintf(want, sizeof(want), "manifest.json: line %d column", line + cases[k].line);
+		cr_expect(cases[k].line < 0 || strstr(msg, want) != NULL,
+			  "case %zu: \"%s\" not in %s", k, want, msg);
+		zinf_ckpt_close(c);
+	}
 }
 
 static void
@@ -817,4 +1162,123 @@ Test(ckpt_read, more_rank_files_than_descriptors_read_verify_export)
 	zinf_ckpt_close(c);
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/* ---- the manifest's size ------------------------------------------------------------------- */
+
+/*
+ * DIR/TAG by hand, one stored rank, one part (the master): n parameters "p<i>" of one element
+ * each at offsets 0..n-1 (they tile), the master file r00000.fp32 of `elems` elements (sparse
+ * zeros; at least n for a valid checkpoint), and `pad` bytes of an unknown key. Written with
+ * stdio, so that writing it costs no memory to speak of. Returns the manifest's size.
+ */
+static long
+plain_checkpoint(const char *tag, size_t n, uint64_t elems, size_t pad)
+{
+	char p[4400];
+	snprintf(p, sizeof(p), "%s/%s", dir, tag);
+	cr_assert_eq(mkdir(p, 0755), 0, "%s", p);
+	fx_path(p, sizeof(p), dir, tag, "r00000.fp32");
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_geq(fd, 0, "%s", p);
+	cr_assert_eq(ftruncate(fd, (off_t)(elems * 4)), 0);
+	close(fd);
+	fx_path(p, sizeof(p), dir, tag, "manifest.json");
+	FILE *f = fopen(p, "w");
+	cr_assert_not_null(f, "%s", p);
+	fprintf(f,
+		"{\"format\": \"zinf-checkpoint\", \"version\": 1, \"tag\": \"%s\", \"world\": 1,"
+		" \"files_world\": 1, \"stage\": 3, \"dtype\": \"f32\", \"steps\": 1,"
+		" \"micro_steps\": 1, \"skipped_steps\": 0, \"lr\": 0.01,"
+		" \"loss_scaler\": {\"scale\": 1.0, \"good_steps\": 0, \"hysteresis_left\": 2,"
+		" \"overflows\": 0}, \"optimizer\": {\"kind\": \"sgd\", \"state_dtype\": \"f32\"},"
+		" \"parts\": [{\"name\": \"fp32\", \"dtype\": \"f32\"}],\n \"params\": [\n",
+		tag);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f,
+			"  {\"name\": \"p%zu\", \"numel\": 1, \"layer\": 0, \"shape\": [1],"
+			" \"part\": 1, \"flat_off\": [%zu]}%s\n",
+			i, i, i + 1 < n ? "," : "");
+	}
+	fprintf(f,
+		" ],\n \"ranks\": [{\"rank\": 0, \"flat\": %llu}],\n \"files\": [{\"name\":"
+		" \"r00000.fp32\", \"bytes\": %llu, \"crc32c\": 0}],\n \"client_bytes\": 0,\n"
+		" \"padding\": \"",
+		(unsigned long long)elems, (unsigned long long)elems * 4);
+	for (size_t k = 0; k < pad; k++) {
+		fputc('x', f);
+	}
+	fputs("\"\n}\n", f);
+	long size = ftell(f);
+	cr_assert_eq(fclose(f), 0);
+	char tagdir[4300];
+	snprintf(tagdir, sizeof(tagdir), "%s/%s", dir, tag);
+	fx_reseal(tagdir);
+	return size;
+}
+
+/*
+ * A manifest larger than its data files can need is refused before it is read, with the
+ * numbers: 2 MiB of manifest over one parameter of one element (the bound: 1 MiB + 256 bytes
+ * per rank file + 4096 per element of the master files = 1052928 bytes). The same manifest
+ * over 512 parameters of one element each opens (unknown keys are ignored).
+ */
+Test(ckpt_read, manifest_larger_than_its_data_refused)
+{
+	long size = plain_checkpoint("big", 1, 1, 2u << 20);
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "big", &c);
+	cr_expect_eq(rc, -EBADMSG, "open: %d", rc);
+	cr_expect_null(c);
+	char want[128];
+	snprintf(want, sizeof(want), "big/manifest.json: %ld bytes, more than the 1052928 ", size);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, want) != NULL, "\"%s\" not in: %s", want, msg);
+	cr_expect(strstr(msg, "here 1 rank files, 1 elements") != NULL, "%s", msg);
+	zinf_ckpt_close(c);
+	plain_checkpoint("fits", 512, 512, 2u << 20); /* 1 MiB + 256 + 512 x 4096 bytes */
+	rc = zinf_ckpt_open(dir, "fits", &c);
+	cr_assert_eq(rc, 0, "%s", zinf_last_error());
+	zinf_ckpt_close(c);
+}
+
+/* More parameters than the ranks' files hold (each takes at least one element of every stored
+ * rank): refused with the numbers before anything is kept of them. */
+Test(ckpt_read, more_parameters_than_the_files_hold_refused)
+{
+	plain_checkpoint("many", 1000, 10, 0);
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "many", &c);
+	cr_expect_eq(rc, -EBADMSG, "open: %d", rc);
+	cr_expect_null(c);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, "manifest.json: params: 1000 entries, but rank 0's files hold 10 "
+			      "elements (ranks[0].flat; r00000.fp32: 40 bytes)") != NULL,
+		  "%s", msg);
+	zinf_ckpt_close(c);
+}
+
+/*
+ * Memory proportional to the manifest: opening one of 200000 parameters (about 22 MB; the same
+ * number of elements in its file, so every bound admits it) raises the process's peak resident
+ * memory by less than 3 times the file's size (1.8 here; a jansson tree of it took 15.6).
+ */
+Test(ckpt_read, memory_proportional_to_the_manifest)
+{
+	enum { N = 200000 };
+	long size = plain_checkpoint("wide", N, N, 0);
+	struct rusage ru;
+	cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	long before = ru.ru_maxrss; /* KiB */
+	struct zinf_ckpt *c = NULL;
+	int rc = zinf_ckpt_open(dir, "wide", &c);
+	cr_assert_eq(rc, 0, "%s", zinf_last_error());
+	cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+	long grew = (ru.ru_maxrss - before) * 1024;
+	struct zinf_ckpt_param q = {.size = sizeof(q)};
+	cr_assert_eq(zinf_ckpt_param(c, N - 1, &q), 0);
+	cr_expect_str_eq(q.name, "p199999");
+	zinf_ckpt_close(c);
+	cr_expect_lt(grew, 3 * size, "opening a %ld-byte manifest took %ld bytes (%.1f x)", size,
+		     grew, (double)grew / (double)size);
 }

@@ -5,9 +5,9 @@
  * trained (stage 3 with layers kept gathered, persistent parameters and the store's CPU cache),
  * refused while the trainer holds a layer fetched; every optimizer kind and bf16 state with
  * stochastic rounding resumed exactly; the loss scaler of a checkpoint without one under fp16;
- * manifest values out of range refused before anything is loaded; and the step after a save
- * reads and computes what it would without the save. Resume over every stage and tier, the
- * blob, the other refusals, crashes: test_ckpt.c.
+ * manifest values out of range and overlapping partitions refused before anything is loaded;
+ * and the step after a save reads and computes what it would without the save. Resume over
+ * every stage and tier, the blob, the other refusals, crashes: test_ckpt.c.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -234,6 +234,75 @@ Test(ckpt_resume, manifest_values_out_of_range)
 	cr_assert_eq(zinf_engine_create(&o, &e), 0);
 	cr_assert_eq(edrive_add_params(e), 0);
 	cr_assert_eq(zinf_engine_load(e, ck, "good", NULL), 0, "%s", zinf_last_error());
+	zinf_engine_destroy(e);
+	zt_rmtree(nvme);
+	zt_rmtree(ck);
+	free(nvme);
+	free(ck);
+}
+
+/*
+ * Two parameters whose partitions overlap in a rank's files (of params[0] and params[1], the one
+ * later in the files moved onto the other's offset, the manifest resealed with a valid CRC32C,
+ * every file intact): a load would give both the same state and train on it. Refused before
+ * anything is loaded, naming both parameters, the rank and its files; the engine is left as it
+ * was and the good checkpoint still loads.
+ */
+Test(ckpt_resume, overlapping_partitions_refused)
+{
+	struct ckpt_cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, ZINF_F32, false};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = ckpt_make(&c, nvme);
+	run(e, c.dtype, 0, 2);
+	save_ok(e, ck, "good");
+	zinf_engine_destroy(e);
+	char good[4200], bad[4200], cmd[13000], p[4300];
+	snprintf(good, sizeof(good), "%s/good", ck);
+	snprintf(bad, sizeof(bad), "%s/bad", ck);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", bad, good, bad);
+	cr_assert_eq(system(cmd), 0);
+	snprintf(p, sizeof(p), "%s/manifest.json", bad);
+	json_error_t jerr;
+	json_t *m = json_load_file(p, 0, &jerr);
+	cr_assert_not_null(m, "%s: %s", p, jerr.text);
+	json_t *params = json_object_get(m, "params");
+	json_t *fo[2];
+	json_int_t off[2];
+	char names[2][64];
+	for (int i = 0; i < 2; i++) {
+		json_t *q = json_array_get(params, (size_t)i);
+		fo[i] = json_object_get(q, "flat_off");
+		off[i] = json_integer_value(json_array_get(fo[i], 0));
+		snprintf(names[i], sizeof(names[i]), "\"%s\"",
+			 json_string_value(json_object_get(q, "name")));
+	}
+	cr_assert_neq(off[0], off[1]);
+	int later = off[1] > off[0]; /* moved onto the earlier: no hole before the overlap */
+	json_array_set_new(fo[later], 0, json_integer(off[!later]));
+	cr_assert_eq(json_dump_file(m, p, JSON_INDENT(1)), 0);
+	json_decref(m);
+	fx_reseal(bad);
+
+	e = ckpt_make(&c, nvme);
+	int rc = zinf_engine_load(e, ck, "bad", NULL);
+	cr_expect_eq(rc, -EBADMSG, "load returned %d", rc);
+	const char *msg = zinf_last_error();
+	const char *need[] = {names[0], names[1], "overlaps", "rank 0 (r00000.fp32"};
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+		cr_expect(strstr(msg, need[i]) != NULL, "\"%s\" not in: %s", need[i], msg);
+	}
+	cr_expect_eq(zinf_engine_steps(e), 0, "a refused load changed the engine");
+	struct master mine;
+	read_all(e, &mine);
+	for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+		for (uint64_t i = 0; i < eref_numel(id); i++) {
+			cr_assert_eq(mine.p[id][i], eref_init_value(id, i), "%s[%llu] changed",
+				     eref_params[id].name, (unsigned long long)i);
+		}
+	}
+	free_all(&mine);
+	cr_assert_eq(zinf_engine_load(e, ck, "good", NULL), 0, "%s", zinf_last_error());
+	cr_expect_eq(zinf_engine_steps(e), 2);
 	zinf_engine_destroy(e);
 	zt_rmtree(nvme);
 	zt_rmtree(ck);

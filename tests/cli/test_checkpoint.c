@@ -6,11 +6,13 @@
  * byte: exit 1 naming the file; a manifest missing a field: exit 2 naming it; export: a
  * safetensors file whose header parses with the expected tensors, the dtype chosen (the
  * checkpoint's by default), shards with --shard-size, a corrupted master file refused with
- * nothing written; DIR found among the options ("--tag T DIR").
+ * nothing written, an existing output (file, index, shard) not replaced without --force; DIR
+ * found among the options ("--tag T DIR").
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -239,4 +241,88 @@ Test(checkpoint, export_refuses_corrupted_master)
 	e = zc_text(sc.err);
 	cr_expect(strstr(e, "--out") != NULL, "%s", e);
 	free(e);
+}
+
+/* The bytes of path (NUL-terminated), or NULL when it cannot be read. */
+static char *
+slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		return NULL;
+	}
+	char *buf = calloc(1, 1 << 20);
+	cr_assert_not_null(buf);
+	fread(buf, 1, (1 << 20) - 1, f);
+	fclose(f);
+	return buf;
+}
+
+static void
+put(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f, "%s", path);
+	fputs(text, f);
+	cr_assert_eq(fclose(f), 0);
+}
+
+/*
+ * export never replaces what is there unless --force: an existing --out, its index or a shard
+ * of it (an earlier sharded export) is refused with exit 2 naming it, the file left as it was
+ * and nothing written; --force replaces it.
+ */
+Test(checkpoint, export_refuses_to_replace_without_force)
+{
+	write_fixture(NULL);
+	char out[4400], p[4500];
+	snprintf(out, sizeof(out), "%s/m.safetensors", sc.dir);
+	put(out, "the user's file\n");
+	cr_assert_eq(zc_run_sh(&sc, "", "", "checkpoint export %s --out %s", ck, out), 2);
+	char *e = zc_text(sc.err);
+	cr_expect(strstr(e, out) != NULL && strstr(e, "exists: not replaced (--force") != NULL,
+		  "%s", e);
+	free(e);
+	char *now = slurp(out);
+	cr_expect_str_eq(now, "the user's file\n", "the refused export changed %s", out);
+	free(now);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "checkpoint export %s --out %s --force", ck, out), 0,
+		     "%s", zc_text(sc.err));
+	long dl;
+	json_t *h = st_header(out, &dl);
+	cr_expect_eq(dl, (300001 + 1 + 12) * 2, "--force wrote the export over it");
+	json_decref(h);
+	/* sharded: the index, then a shard alone, each refused by name */
+	snprintf(out, sizeof(out), "%s/s.safetensors", sc.dir);
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "checkpoint export %s --dtype fp32 --shard-size 1M --out %s", ck,
+			       out),
+		     0, "%s", zc_text(sc.err));
+	snprintf(p, sizeof(p), "%s.index.json", out);
+	char *index = slurp(p);
+	cr_assert_not_null(index);
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "checkpoint export %s --dtype fp32 --shard-size 1M --out %s", ck,
+			       out),
+		     2);
+	e = zc_text(sc.err);
+	cr_expect(strstr(e, "s.safetensors.index.json exists: not replaced") != NULL, "%s", e);
+	free(e);
+	cr_assert_eq(unlink(p), 0);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "checkpoint export %s --out %s", ck, out), 2);
+	e = zc_text(sc.err);
+	cr_expect(strstr(e, "/s-0000") != NULL && strstr(e, "-of-00002.safetensors exists") != NULL,
+		  "%s", e);
+	free(e);
+	snprintf(p, sizeof(p), "%s", out);
+	cr_expect_eq(access(p, F_OK), -1, "a refused export wrote %s", p);
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "checkpoint export %s --dtype fp32 --shard-size 1M --out %s --force",
+			       ck, out),
+		     0, "%s", zc_text(sc.err));
+	snprintf(p, sizeof(p), "%s.index.json", out);
+	char *again = slurp(p);
+	cr_expect_str_eq(again, index, "--force wrote the same index again");
+	free(again);
+	free(index);
 }

@@ -281,23 +281,31 @@ Test(config_check, nvme_plan_and_free_space)
 	double slots = fmin(4, eng(o, "sub_groups"));
 	cr_expect(win >= slots * sg4 && win < slots * (sg4 + 4096) + 4096, "%.0f", win);
 	json_decref(o);
-	/* 1e15 parameters of hidden 2e5: partitions larger than offload_param.buffer_size (1e6
+	/* 1e14 parameters of hidden 2e5: partitions larger than offload_param.buffer_size (1e6
 	   elements), which the engine's init refuses: so does the plan, naming the key */
 	cr_assert_eq(zc_run_sh(&sc, "", "",
-			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e15",
+			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e14",
 			       sc.dir),
 		     2, "%s", zc_text(sc.err));
 	char *t = zc_text(sc.err);
 	cr_expect(strstr(t, "offload_param.buffer_size") != NULL, "%s", t);
 	free(t);
-	/* with buffers that hold them: petabytes per rank on the scratch disk */
+	/* with buffers that hold them: a petabyte per rank on the scratch disk */
 	write_nvme_config("1e12");
 	cr_assert_eq(zc_run_sh(&sc, "", "",
-			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e15",
+			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e14",
 			       sc.dir),
 		     1, "%s", zc_text(sc.err));
 	t = zc_text(sc.err);
 	cr_expect(strstr(t, sc.dir) != NULL && strstr(t, "needed") != NULL, "%s", t);
+	free(t);
+	/* 1e15: past the engine's limit on a model's elements, refused as add_param refuses it */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "config check %s/ds.json --world 2 --hidden 200000 --params 1e15",
+			       sc.dir),
+		     2, "%s", zc_text(sc.err));
+	t = zc_text(sc.err);
+	cr_expect(strstr(t, "ZINF_ENGINE_MAX_ELEMS") != NULL, "%s", t);
 	free(t);
 }
 

@@ -13,6 +13,7 @@
 #include "common/test_util.h"
 #include "comm/comm_internal.h"
 #include "zinf/blocks/comm.h"
+#include "zinf/engine.h"
 
 static struct zinf_comm *
 open_single(bool check)
@@ -356,4 +357,50 @@ Test(comm, nccl_version_rule)
 	cr_assert(strstr(why, "2.8.4"), "the old encoding decoded: %s", why);
 	cr_assert_eq(comm_nccl_version_ok(30001, 22809, why, sizeof(why)), -ENOTSUP);
 	cr_assert(strstr(why, "3.0.1") && strstr(why, "another major release"), "%s", why);
+}
+
+/*
+ * The collectives' deadline from the environment (a job-wide setting that needs no flag in
+ * every trainer): $ZINF_COMM_TIMEOUT_S is the default of both option structs; a value that is
+ * not seconds in (0, 1e9) is refused at create, naming the variable; an explicit option wins.
+ */
+Test(comm, timeout_from_the_environment)
+{
+	struct zinf_comm_opts o;
+	struct zinf_engine_opts eo;
+	setenv("ZINF_COMM_TIMEOUT_S", "42.5", 1);
+	zinf_comm_opts_init(&o);
+	zinf_engine_opts_init(&eo);
+	cr_assert_eq(o.timeout_s, 42.5);
+	cr_assert_eq(eo.comm_timeout_s, 42.5);
+	o.backend = "single";
+	struct zinf_comm *c = NULL;
+	cr_assert_eq(zinf_comm_create(&o, &c), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_comm_get_opts(c)->timeout_s, 42.5);
+	zinf_comm_destroy(c);
+
+	static const char *const bad[] = {"0", "-5", "ten", "1e12", "30s"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("ZINF_COMM_TIMEOUT_S", bad[i], 1);
+		zinf_comm_opts_init(&o);
+		o.backend = "single";
+		c = NULL;
+		cr_assert_eq(zinf_comm_create(&o, &c), -EINVAL, "ZINF_COMM_TIMEOUT_S=%s", bad[i]);
+		cr_assert(strstr(zinf_last_error(), "ZINF_COMM_TIMEOUT_S") &&
+				  strstr(zinf_last_error(), bad[i]),
+			  "%s", zinf_last_error());
+		zinf_engine_opts_init(&eo);
+		eo.device_backend = "host";
+		eo.comm_backend = "single";
+		struct zinf_engine *e = NULL;
+		cr_assert_eq(zinf_engine_create(&eo, &e), -EINVAL, "engine, %s", bad[i]);
+		cr_assert(strstr(zinf_last_error(), "ZINF_COMM_TIMEOUT_S"), "%s",
+			  zinf_last_error());
+		o.timeout_s = 5; /* an explicit deadline wins */
+		cr_assert_eq(zinf_comm_create(&o, &c), 0, "%s", zinf_last_error());
+		zinf_comm_destroy(c);
+	}
+	unsetenv("ZINF_COMM_TIMEOUT_S");
+	zinf_comm_opts_init(&o);
+	cr_assert_eq(o.timeout_s, 1800.0);
 }

@@ -4,7 +4,8 @@
  * that ctest runs under mpirun (1 to 4 ranks; Criterion forks every test, which MPI does not
  * survive). Every rank runs every case in the same order; each case returns its failures,
  * printed with rank and line. Rank 0 prints "N passed, M failed" (totals over ranks); the exit
- * status is 1 when any rank failed a case, 77 when every case skipped.
+ * status is 1 when any rank failed a case or the arguments are unknown, 77 when every case
+ * skipped.
  *
  * Usage: test_comm_ranks BACKEND [--lib-init | --multiple]. BACKEND is "mpi" (host buffers)
  * or "nccl" (CUDA managed memory, which the host reads once a request completed). With
@@ -518,9 +519,9 @@ skip_one(bool check)
 	if (rank != world - 1) {
 		zinf_comm_destroy(c);
 	}
-	if (late) {
-		MPI_Barrier(MPI_COMM_WORLD); /* the others returned from destroy */
-	}
+	/* the others returned from destroy: the late rank, alive all along, never left (leaving
+	   would have told them at once: case leave) */
+	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == world - 1) {
 		if (late) {
 			CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0,
@@ -529,6 +530,49 @@ skip_one(bool check)
 		zinf_comm_destroy(c);
 	}
 	kept[nkept++ % 4] = v; /* a timed-out MPI request may still write it */
+	return fails;
+}
+
+/*
+ * The last rank leaves (zinf_comm_destroy) after two collectives while the others call a third:
+ * they fail at once (not after the 20 s deadline) with -ECONNABORTED naming the rank that left
+ * and when, and refuse later calls; ranks that end together see nothing (every case's destroy).
+ * The third is an all-gather, a non-blocking MPI call: on the progress thread (=all) it would
+ * stay inside MPI for good, as any blocking call a rank that left never joins (the process
+ * must then exit without MPI_Finalize, which this runner's later cases need).
+ */
+static int
+case_leave(void)
+{
+	const char *pt = getenv("ZINF_COMM_MPI_PROGRESS");
+	if (world < 2 || (pt && !strcmp(pt, "all"))) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_comm *c = open_comm(20.0, false);
+	float *v = buf_alloc(64 * ((size_t)world + 1) * sizeof(float));
+	if (!c || !v) {
+		return 1;
+	}
+	CHECK(zinf_comm_all_reduce(c, v, 64, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first");
+	CHECK(zinf_comm_barrier(c, NULL) == 0, "second");
+	if (rank == world - 1) {
+		zinf_comm_destroy(c);
+	} else {
+		double t0 = zinf_now_s();
+		int rc = zinf_comm_all_gather(c, v, v + 64, 64, ZINF_F32, NULL);
+		double dt = zinf_now_s() - t0;
+		char want[96];
+		snprintf(want, sizeof(want), "rank %d left: zinf_comm_destroy after 2 collectives",
+			 world - 1);
+		CHECK(rc == -ECONNABORTED, "rc %d (%s)", rc, zinf_last_error());
+		CHECK(dt < 5.0, "returned after %.2f s: the deadline, not the notice", dt);
+		CHECK(strstr(zinf_last_error(), want) != NULL, "message: %s", zinf_last_error());
+		CHECK(zinf_comm_barrier(c, NULL) == -ECONNABORTED, "a later call");
+		zinf_comm_destroy(c);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+	kept[nkept++ % 4] = v; /* the others' refused all-reduce was posted: MPI may hold it */
 	return fails;
 }
 
@@ -625,11 +669,13 @@ case_notice_checked(void)
 }
 
 /*
- * A notice nobody took (all: every rank notifies at once): the last rank notifies after its last
- * collective, before the others destroy their communicator (late false: the notice reaches them,
- * untaken) or after (late true: it reaches a communicator that is gone). Every rank then creates a
- * new communicator: its collectives (three, so that an upto of 1 does not cover them) complete, no
- * rank fails by a notice of the communicator before.
+ * A notice no collective took (all: every rank notifies at once): the last rank notifies after
+ * its last collective, before the others destroy their communicator (late false: the notice
+ * reaches them, untaken) or while they are in destroy (late true: destroy waits for every
+ * rank's notice, this one included, before it frees the MPI communicator, so that none arrives
+ * on a communicator that is gone). Every rank then creates a new communicator: its collectives
+ * (three, so that an upto of 1 does not cover them) complete, no rank fails by a notice of the
+ * communicator before.
  */
 static int
 stale_one(bool late, bool all)
@@ -646,10 +692,12 @@ stale_one(bool late, bool all)
 	CHECK(zinf_comm_all_reduce(c, v, 16, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first: %s",
 	      zinf_last_error());
 	if (late && rank != world - 1) {
-		zinf_comm_destroy(c);
+		zinf_comm_destroy(c); /* returns once the last rank's notice came */
 		c = NULL;
 	}
-	MPI_Barrier(MPI_COMM_WORLD);
+	if (!late) {
+		MPI_Barrier(MPI_COMM_WORLD);
+	}
 	if (rank == world - 1 || all) {
 		rc = zinf_comm_notify_failure(c, -EIO, "test: a stale notice");
 		CHECK(rc == 0, "notify: %d %s", rc, zinf_last_error());
@@ -753,6 +801,7 @@ static const struct {
 	{"broadcast_barrier", case_broadcast_barrier, false},
 	{"two_in_flight", case_two_in_flight, false},
 	{"many_in_flight", case_many_in_flight, true},
+	{"leave", case_leave, false},
 	{"skip_unchecked", case_skip_unchecked, false},
 	{"skip_checked", case_skip_checked, false},
 	{"mismatch", case_mismatch, false},
@@ -777,9 +826,44 @@ total(struct zinf_comm *c, int v)
 	return t;
 }
 
+/*
+ * Whether the command line is BACKEND [--lib-init | --multiple] with a backend this program
+ * knows; if not, the first rank (by mpirun's environment: MPI is not initialised yet) says so
+ * on stderr with the known names. A misspelt backend or option is an error (exit 1), never a
+ * run of other cases or a skip.
+ */
+static bool
+args_ok(int argc, char **argv)
+{
+	static const char *const backends[] = {"mpi", "nccl"};
+	const char *r = getenv("OMPI_COMM_WORLD_RANK");
+	bool say = !r || strcmp(r, "0") == 0;
+	bool ok = argc <= 3;
+	if (ok && argc > 1) {
+		ok = strcmp(argv[1], backends[0]) == 0 || strcmp(argv[1], backends[1]) == 0;
+	}
+	if (ok && argc > 2) {
+		ok = strcmp(argv[2], "--lib-init") == 0 || strcmp(argv[2], "--multiple") == 0;
+	}
+	if (!ok && say) {
+		fprintf(stderr,
+			"%s: unknown arguments (usage: %s BACKEND [--lib-init | --multiple]; the "
+			"backends are: %s %s; the cases, all run:",
+			argv[0], argv[0], backends[0], backends[1]);
+		for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+			fprintf(stderr, " %s", cases[i].name);
+		}
+		fprintf(stderr, ")\n");
+	}
+	return ok;
+}
+
 int
 main(int argc, char **argv)
 {
+	if (!args_ok(argc, argv)) {
+		return 1;
+	}
 	bool lib_init = argc > 2 && strcmp(argv[2], "--lib-init") == 0;
 	bool multiple = argc > 2 && strcmp(argv[2], "--multiple") == 0;
 	int provided = 0, passed = 0, failed = 0, skipped = 0, ran = 0;
@@ -874,5 +958,6 @@ main(int argc, char **argv)
 	} else {
 		MPI_Finalize();
 	}
-	return failed ? 1 : ran ? 0 : 77;
+	/* 77 only when cases ran and every one skipped itself; none at all is an error */
+	return failed ? 1 : ran ? 0 : skipped ? 77 : 1;
 }

@@ -329,3 +329,35 @@ Test(common, stats_rule_older_caller_gets_its_prefix)
 	cr_assert_eq(zc_stats_give(&bad, &lib, sizeof(lib), "t_stats"), -EINVAL);
 	cr_assert_eq(zc_stats_give(NULL, &lib, sizeof(lib), "t_stats"), -EINVAL);
 }
+
+/* $ZINF_LOG_LEVEL's spellings: names in any case, "warning", digits 0-3; nothing else. */
+Test(common, log_level_parse)
+{
+	enum zinf_log_level l;
+	static const struct {
+		const char *s;
+		int want;
+	} cases[] = {
+		{"error", ZINF_LOG_ERROR},
+		{"WARN", ZINF_LOG_WARN},
+		{"warning", ZINF_LOG_WARN},
+		{"Info", ZINF_LOG_INFO},
+		{"debug", ZINF_LOG_DEBUG},
+		{"0", ZINF_LOG_ERROR},
+		{"3", ZINF_LOG_DEBUG},
+		{"4", -EINVAL},
+		{"", -EINVAL},
+		{"debugx", -EINVAL},
+		{"-1", -EINVAL},
+		{NULL, -EINVAL},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = zinf_log_level_parse(cases[i].s, &l);
+		if (cases[i].want < 0) {
+			cr_assert_eq(rc, cases[i].want, "\"%s\"", cases[i].s ? cases[i].s : "NULL");
+		} else {
+			cr_assert_eq(rc, 0, "\"%s\"", cases[i].s);
+			cr_assert_eq((int)l, cases[i].want, "\"%s\"", cases[i].s);
+		}
+	}
+}

@@ -2,15 +2,17 @@
 /*
  * tests/common/test_main.c: Criterion's entry point, except that a run in which every test
  * skipped exits 77, so ctest reports it as skipped rather than passed; and the helpers of
- * tests/common/test_util.h that need Criterion (test_util.c stays free of it, for the plain
- * programs run under mpirun).
+ * tests/common/test_util.h that need Criterion (zt_simd_variant, zt_io_open) (test_util.c stays
+ * free of it, for the plain programs run under mpirun).
  */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
 #include <errno.h>
+#include <string.h>
 
 #include "common/test_util.h"
 #include "zinf/blocks/adam.h"
+#include "zinf/blocks/io.h"
 
 static size_t n_tests, n_skipped;
 
@@ -46,4 +48,20 @@ zt_simd_variant(void)
 	}
 	cr_assert_eq(r, 0, "SIMD path %s: %s", v ? v : "(default)", zinf_last_error());
 	return v;
+}
+
+struct zinf_io *
+zt_io_open(const struct zinf_io_opts *o)
+{
+	struct zinf_io *io = NULL;
+	const char *b = o ? o->backend : NULL;
+	const char *engine = b && strcmp(b, "fault") == 0 ? o->fault_inner : b;
+	int rc = zinf_io_create(o, &io);
+	if (rc == -ENODEV && zt_io_may_be_absent(engine)) {
+		cr_skip_test("I/O backend %s absent here: %s", engine, zinf_last_error());
+	}
+	cr_assert_eq(rc, 0, "zinf_io_create(backend %s, fault_inner %s): %d %s", b ? b : "(best)",
+		     b && engine != b && engine ? engine : "-", rc, zinf_last_error());
+	cr_assert_not_null(io);
+	return io;
 }

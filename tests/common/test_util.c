@@ -114,6 +114,12 @@ zt_variant(void)
 	return (v && *v) ? v : NULL;
 }
 
+bool
+zt_io_may_be_absent(const char *backend)
+{
+	return backend && (strcmp(backend, "io_uring") == 0 || strcmp(backend, "libaio") == 0);
+}
+
 void
 zt_log_to_stderr(void)
 {

@@ -4,8 +4,12 @@
 #ifndef ZINF_TEST_UTIL_H
 #define ZINF_TEST_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct zinf_io;
+struct zinf_io_opts;
 
 /*
  * The run's seed: $ZINF_TEST_SEED if set, else derived from the clock. Printed once to
@@ -37,6 +41,18 @@ int zt_drop_ipc_lock(uint64_t memlock);
  * (cr_skip_test) when this CPU or build cannot run the path; fails it for an unknown name.
  */
 const char *zt_simd_variant(void);
+/*
+ * Whether a test may skip because the I/O backend `backend` (as in zinf_io_opts.backend) is
+ * absent: io_uring and libaio may be (not built, or refused by the kernel); psync, the default
+ * choice (NULL, which ends at psync) and fault over either of those are always there.
+ */
+bool zt_io_may_be_absent(const char *backend);
+/*
+ * zinf_io_create(o): the context, or the test ends. It skips (cr_skip_test, naming the library's
+ * reason) only on -ENODEV for a backend that zt_io_may_be_absent() (for "fault": its inner one);
+ * any other failure, and every failure of psync, fault over psync or the default choice, fails it.
+ */
+struct zinf_io *zt_io_open(const struct zinf_io_opts *o);
 /* Send zinf's log (all levels up to WARN) to stderr, once per process. */
 void zt_log_to_stderr(void);
 /*

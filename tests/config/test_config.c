@@ -565,6 +565,57 @@ Test(config, integers_written_as_floats)
 	zinf_config_fini(&c);
 }
 
+/* An integer wider than its field is an error naming the key, the value and the range, never a
+ * truncated or wrapped value: the reals the key tables' widest bounds round to (2^63 for int64
+ * fields, 2^64 for uint64 ones), a batch product past 2^63 - 1 (it once wrapped to a batch the
+ * check then accepted), "auto" products of the inputs past it. */
+Test(config, integers_past_their_field)
+{
+	struct zinf_train_config c;
+	struct zinf_config_inputs in;
+	read_bad("{\"train_batch_size\": 8,\n"
+		 " \"zero_optimization\": {\"sub_group_size\": 1.8446744073709552e19}}",
+		 NULL);
+	expect_log("t.json:2: zero_optimization.sub_group_size: 1.8446744073709552e19 (a number) "
+		   "is out of range: expected an integer in [0, 18446744073709551615]");
+	read_bad("{\"train_micro_batch_size_per_gpu\": 9.2233720368547758e18}", NULL);
+	expect_log("train_micro_batch_size_per_gpu: 9.2233720368547758e18 (a number) is out of "
+		   "range: expected an integer in [1, 9223372036854775807]");
+	/* the largest double below 2^64 fits */
+	read_ok("{\"train_batch_size\": 8, \"zero_optimization\": {\"sub_group_size\": "
+		"1.8446744073709550e19}}",
+		NULL, &c);
+	cr_expect_eq(c.engine.sub_group_size, 18446744073709549568ull);
+	zinf_config_fini(&c);
+	/* 2^62 x 4 wraps to 0; (2^62 + 1) x 4 to 4, which matched train_batch_size 4 */
+	read_bad("{\"train_micro_batch_size_per_gpu\": 4611686018427387904,\n"
+		 " \"gradient_accumulation_steps\": 4}",
+		 NULL);
+	expect_log("train_micro_batch_size_per_gpu: train_micro_batch_size_per_gpu "
+		   "4611686018427387904 x gradient_accumulation_steps 4 x world size 1 is past "
+		   "9223372036854775807");
+	read_bad("{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": "
+		 "4611686018427387905, \"gradient_accumulation_steps\": 4}",
+		 NULL);
+	expect_log("train_batch_size: train_micro_batch_size_per_gpu 4611686018427387905 x "
+		   "gradient_accumulation_steps 4 x world size 1 is past 9223372036854775807");
+	/* "auto" from inputs whose product is past int64 */
+	zinf_config_inputs_init(&in);
+	in.micro_batch = 1ll << 62;
+	in.grad_accum = 4;
+	in.hidden_size = 1ull << 32;
+	read_bad("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 1,\n"
+		 " \"zero_optimization\": {\"reduce_bucket_size\": \"auto\",\n"
+		 "   \"stage3_prefetch_bucket_size\": \"auto\"}}",
+		 &in);
+	expect_log("t.json:1: train_batch_size: is \"auto\": micro_batch 4611686018427387904 x "
+		   "grad_accum 4 x world size 1 is past 2^63 - 1");
+	expect_log("t.json:2: zero_optimization.reduce_bucket_size: is \"auto\": the hidden size "
+		   "4294967296 makes it 1.845e+19, past 2^63 - 1");
+	expect_log("t.json:3: zero_optimization.stage3_prefetch_bucket_size: is \"auto\": the "
+		   "hidden size 4294967296 makes it 1.66e+19, past 2^63 - 1");
+}
+
 Test(config, batch_inconsistent)
 {
 	struct zinf_config_inputs in;

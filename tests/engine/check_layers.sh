@@ -14,7 +14,7 @@ cd "$src/engine"
 
 declare -A level=(
 	[engine_call.c]=0 [loss_scale.c]=0
-	[engine_ptier.c]=1 [engine_gwin.c]=1
+	[engine_ptier.c]=1 [engine_gwin.c]=1 [engine_match.c]=1
 	[engine_param.c]=2 [engine_gather.c]=2
 	[engine_otier.c]=3 [engine_trace.c]=3
 	[engine_spec.c]=4 [engine_clip.c]=4

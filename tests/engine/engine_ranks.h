@@ -179,10 +179,45 @@ struct ranks_case {
 };
 
 /*
- * The program's main: MPI (SERIALIZED), the log kept, the device of ZINF_TEST_DEVICE checked
- * (77, a visible skip, without one), a scratch directory per rank, then every case (or the
- * one named by argv[1]) in order; rank 0 prints each case's result and "WHAT, N ranks: P
- * passed, F failed, S skipped". Exit status 1 when a case failed, 77 when every case skipped.
+ * Whether the command line names a case of `cases` (or none: every case); if not, rank 0 says
+ * so on stderr and lists the known names. A misspelt or renamed case is the caller's mistake,
+ * never a case that skipped: ctest would show it as skipped, and a failure it should catch
+ * would pass unseen.
+ */
+static inline bool
+ranks_args_ok(int argc, char **argv, const char *what, const struct ranks_case *cases, size_t n)
+{
+	if (argc > 2) {
+		if (rank == 0) {
+			fprintf(stderr, "%s: too many arguments (usage: %s [CASE])\n", what,
+				argv[0]);
+		}
+		return false;
+	}
+	if (argc < 2) {
+		return true;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(argv[1], cases[i].name) == 0) {
+			return true;
+		}
+	}
+	if (rank == 0) {
+		fprintf(stderr, "%s: no case named \"%s\"; the cases are:", what, argv[1]);
+		for (size_t i = 0; i < n; i++) {
+			fprintf(stderr, " %s", cases[i].name);
+		}
+		fprintf(stderr, "\n");
+	}
+	return false;
+}
+
+/*
+ * The program's main: MPI (SERIALIZED), the command line checked (an unknown case is an error,
+ * exit 1), the log kept, the device of ZINF_TEST_DEVICE checked (77, a visible skip, without
+ * one), a scratch directory per rank, then every case (or the one named by argv[1]) in order;
+ * rank 0 prints each case's result and "WHAT, N ranks: P passed, F failed, S skipped". Exit
+ * status 1 when a case failed, 77 when every case that ran skipped (itself, by returning SKIP).
  */
 static inline int
 ranks_main(int argc, char **argv, const char *what, const struct ranks_case *cases, size_t n)
@@ -193,6 +228,10 @@ ranks_main(int argc, char **argv, const char *what, const struct ranks_case *cas
 	MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
+	if (!ranks_args_ok(argc, argv, what, cases, n)) {
+		MPI_Finalize();
+		return 1;
+	}
 	zinf_log_set_callback(log_keep, NULL);
 	if (strcmp(edrive_device(), "host") != 0) {
 		/* ZINF_TEST_DEVICE=cuda (label gpu): the same cases on the GPU with nccl, or a
@@ -246,7 +285,8 @@ ranks_main(int argc, char **argv, const char *what, const struct ranks_case *cas
 	free(scratch);
 	zinf_log_set_callback(NULL, NULL);
 	MPI_Finalize();
-	return failed ? 1 : ran ? 0 : 77;
+	/* a named case is known (ranks_args_ok), so nothing ran only when every case skipped */
+	return failed ? 1 : ran ? 0 : skipped ? 77 : 1;
 }
 
 #endif

@@ -2,8 +2,9 @@
 /*
  * tests/engine/engine_unit.h: what the one-process engine tests that build their models by hand
  * share (test_engine_param.c, test_engine_stats.c, test_engine_fetch.c, test_engine_worker.c):
- * the base options (host device, single comm, lr 1e-2), create with an assert, registration of
- * one parameter, a deterministic initial value and a bf16 gradient. Criterion asserts.
+ * the base options (host device, single comm, lr 1e-2, bf16 parameters), create with an assert,
+ * registration of one parameter, a deterministic initial value and a bf16 gradient. Criterion
+ * asserts.
  */
 #ifndef ZINF_TEST_ENGINE_UNIT_H
 #define ZINF_TEST_ENGINE_UNIT_H
@@ -22,6 +23,7 @@ base_opts(struct zinf_engine_opts *o)
 	o->device_backend = "host";
 	o->comm_backend = "single";
 	o->optimizer.lr = 1e-2f;
+	o->dtype = ZINF_BF16; /* the tests read and hand 16-bit values */
 }
 
 static inline struct zinf_engine *

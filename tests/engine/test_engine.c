@@ -24,6 +24,7 @@
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
+#include "zinf/config.h"
 #include "zinf/engine.h"
 #include "zinf/blocks/offload.h"
 
@@ -118,7 +119,13 @@ Test(engine, opts_defaults)
 	cr_assert_eq(o.stage3_param_persistence_threshold, 100000ull);
 	cr_assert_eq(o.gradient_accumulation_steps, 1);
 	cr_assert_eq(o.optimizer.kind, ZINF_OPTIM_ADAMW);
-	cr_assert_eq(o.dtype, ZINF_BF16);
+	/* fp32, as the config reader's default and DeepSpeed's with neither fp16 nor bf16: a
+	   trainer that does not set it never reads 16-bit values as floats */
+	cr_assert_eq(o.dtype, ZINF_F32);
+	struct zinf_train_config tc;
+	zinf_config_init(&tc);
+	cr_assert_eq(tc.engine.dtype, o.dtype, "one default everywhere");
+	zinf_config_fini(&tc);
 	cr_assert_eq(o.aio.block_size, 1048576);
 	cr_assert_eq(o.aio.use_gds, false);
 	cr_assert_eq(o.device_index, -1);

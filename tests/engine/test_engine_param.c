@@ -216,3 +216,53 @@ Test(engine_param, fp16_step_matches_reference)
 	free(m);
 	zinf_engine_destroy(e);
 }
+
+/*
+ * Sizes that would wrap a byte count or a file offset are refused where they enter: a parameter
+ * of 2^62 elements (its init once wrote past an 8000-byte buffer), and one that brings the
+ * model past ZINF_ENGINE_MAX_ELEMS, each naming the parameter and the limit; the engine stays
+ * usable. Element-count options of "no limit" (UINT64_MAX) are read as the limit: a model then
+ * trains as with the defaults.
+ */
+Test(engine_param, sizes_that_would_wrap_are_refused)
+{
+	struct zinf_engine_opts o;
+	base_opts(&o);
+	o.stage = 3;
+	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
+	o.stage3_max_live_parameters = UINT64_MAX;
+	o.stage3_max_reuse_distance = UINT64_MAX;
+	o.stage3_prefetch_bucket_size = UINT64_MAX;
+	o.sub_group_size = UINT64_MAX;
+	o.reduce_bucket_size = UINT64_MAX;
+	struct zinf_engine *e = make(&o);
+	cr_assert_eq(add(e, "huge", 1ull << 62, 0, NULL, NULL), -EINVAL);
+	const char *msg = zinf_last_error();
+	cr_assert(strstr(msg, "\"huge\"") && strstr(msg, "4611686018427387904") &&
+			  strstr(msg, "ZINF_ENGINE_MAX_ELEMS"),
+		  "%s", msg);
+	cr_assert_eq(add(e, "half", ZINF_ENGINE_MAX_ELEMS / 2, 0, NULL, NULL), 0);
+	cr_assert_eq(add(e, "other half", ZINF_ENGINE_MAX_ELEMS / 2 + 1, 0, NULL, NULL), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "past the limit"), "%s", zinf_last_error());
+	zinf_engine_destroy(e);
+
+	/* the same "no limit" options train a small model */
+	e = make(&o);
+	cr_assert_eq(add(e, "w", 1000, 0, init_val, NULL), 0);
+	cr_assert_eq(add(e, "b", 10, 1, init_val, NULL), 1);
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	void *g = grad16(e, 1000, 1);
+	for (int l = 0; l < 2; l++) {
+		cr_assert_eq(zinf_engine_fetch(e, l), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_release(e, l), 0);
+	}
+	for (int l = 1; l >= 0; l--) {
+		cr_assert_eq(zinf_engine_fetch(e, l), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_grad(e, (uint32_t)l, g, ZINF_BF16), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_engine_release(e, l), 0);
+	}
+	cr_assert_eq(zinf_engine_step(e), 1, "%s", zinf_last_error());
+	zinf_device_free(zinf_engine_device(e), g);
+	zinf_engine_destroy(e);
+}

@@ -5,7 +5,8 @@
  * survive), on the "host" device with asynchronous streams and the "mpi" collectives. Every rank
  * runs every case in the same order; each case returns its failures, printed with rank and line;
  * rank 0 prints "N passed, M failed" (totals over ranks). Exit status 1 when any rank failed a
- * case, 77 when every case skipped. The cases that fail a communicator on purpose run last.
+ * case or the case named is unknown, 77 when every case skipped. The cases that fail a
+ * communicator on purpose run last.
  *
  * Cases: a known answer worked by hand (three 3x5 weights); the test model (engine_ref.h)
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
@@ -30,8 +31,12 @@
  * helpers shared with tests/ckpt/test_ckpt_ranks.c (checkpoints over several ranks):
  * engine_ranks.h.
  *
- * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one).
+ * Usage: test_engine_ranks [CASE]: only the case of that name (every case without one); an
+ * unknown name is an error (exit 1, the known names listed).
  */
+#include <signal.h>
+#include <unistd.h>
+
 #include "common/dtype.h"
 #include "engine/engine_ranks.h"
 #include "zinf/blocks/adam.h"
@@ -671,14 +676,13 @@ case_live_and_persistence(void)
 
 /*
  * The fetch order changes at step index 3 (forward 2, 0, 1 instead of 0, 1, 2) and stays
- * changed: results unchanged (bit for bit the reference), and, where the engine keeps a trace,
- * exactly one invalidation. Hits counted by hand (6 fetches per micro-batch, 2 micro-batches per
- * step; engine/engine_trace.c: the trace is recorded over the first micro-batch, a difference
+ * changed: results unchanged (bit for bit the reference), and the trace's statistics exact, on
+ * every rank. Counted by hand (6 fetches per micro-batch, 2 micro-batches per step;
+ * engine/engine_trace.c: the trace is recorded over the first micro-batch, a difference
  * invalidates it and it is recorded again over the next micro-batch): steps 0-2 are 6
- * micro-batches, the first records, 5 x 6 = 30 hits; step 3's first micro-batch misses at its
- * first fetch (1 miss, 1 invalidation), its second records again; steps 4-5 hit 4 x 6 = 24:
- * 54 in all. An engine that counts nothing in the trace statistics has no trace: said, and that
- * part skipped (not faked).
+ * micro-batches, the first records, 5 x 6 = 30 hits, no miss; step 3's first micro-batch misses
+ * at its first fetch (1 miss, 1 invalidation) and counts nothing after it, its second records
+ * again; steps 4-5 hit 4 x 6 = 24: 54 in all. Zero counters are a failure (no trace kept).
  */
 static int
 case_trace(void)
@@ -698,16 +702,23 @@ case_trace(void)
 		return fails + 1;
 	}
 	int rc = edrive_init(&d, e, ZINF_F32, QUANTUM);
+	CHECK(rc == 0, "trace: edrive_init %d", rc);
 	struct zinf_engine_stats before = {.size = sizeof(before)}, st = {.size = sizeof(st)};
 	if (rc == 0) {
 		rc = edrive_run(&d, 0, 3, GAS, -1);
 		CHECK(rc == 0, "%s", d.why);
-		zinf_engine_get_stats(e, &before);
+	}
+	if (rc == 0) {
+		rc = zinf_engine_get_stats(e, &before);
+		CHECK(rc == 0, "stats: %d %s", rc, zinf_last_error());
 	}
 	if (rc == 0) {
 		rc = edrive_run(&d, 3, 3, GAS, 3);
 		CHECK(rc == 0, "%s", d.why);
-		zinf_engine_get_stats(e, &st);
+	}
+	if (rc == 0) {
+		rc = zinf_engine_get_stats(e, &st);
+		CHECK(rc == 0, "stats: %d %s", rc, zinf_last_error());
 	}
 	if (rc == 0) {
 		rc = edrive_read_master(e, m.p);
@@ -715,32 +726,23 @@ case_trace(void)
 		if (rc == 0) {
 			fails += compare("changed fetch order", m.p, ref.master, 0, NULL);
 		}
-		if (st.trace_hits + st.trace_misses + st.trace_invalidations == 0) {
-			if (rank == 0) {
-				printf("  trace: NOT IMPLEMENTED by this engine (trace_hits, "
-				       "trace_misses and trace_invalidations are all 0 after 6 "
-				       "steps with record_trace on); its checks skipped\n");
-			}
-		} else {
-			CHECK(before.trace_invalidations == 0 && before.trace_misses == 0,
-			      "%llu invalidations, %llu misses before the order changed",
-			      (unsigned long long)before.trace_invalidations,
-			      (unsigned long long)before.trace_misses);
-			CHECK(before.trace_hits == 30,
-			      "%llu hits in steps 0-2, expected 5 x 6 = 30",
-			      (unsigned long long)before.trace_hits);
-			CHECK(st.trace_invalidations == 1, "%llu invalidations, expected 1",
-			      (unsigned long long)st.trace_invalidations);
-			CHECK(st.trace_misses == 1, "%llu misses, expected 1",
-			      (unsigned long long)st.trace_misses);
-			CHECK(st.trace_hits == 54, "%llu hits in all, expected 30 + 4 x 6 = 54",
-			      (unsigned long long)st.trace_hits);
-			if (rank == 0) {
-				printf("  trace: hits %llu misses %llu invalidations %llu\n",
-				       (unsigned long long)st.trace_hits,
-				       (unsigned long long)st.trace_misses,
-				       (unsigned long long)st.trace_invalidations);
-			}
+		CHECK(before.trace_invalidations == 0 && before.trace_misses == 0,
+		      "%llu invalidations, %llu misses before the order changed",
+		      (unsigned long long)before.trace_invalidations,
+		      (unsigned long long)before.trace_misses);
+		CHECK(before.trace_hits == 30, "%llu hits in steps 0-2, expected 5 x 6 = 30",
+		      (unsigned long long)before.trace_hits);
+		CHECK(st.trace_invalidations == 1, "%llu invalidations, expected 1",
+		      (unsigned long long)st.trace_invalidations);
+		CHECK(st.trace_misses == 1, "%llu misses, expected 1",
+		      (unsigned long long)st.trace_misses);
+		CHECK(st.trace_hits == 54, "%llu hits in all, expected 30 + 4 x 6 = 54",
+		      (unsigned long long)st.trace_hits);
+		if (rank == 0) {
+			printf("  trace: hits %llu misses %llu invalidations %llu\n",
+			       (unsigned long long)st.trace_hits,
+			       (unsigned long long)st.trace_misses,
+			       (unsigned long long)st.trace_invalidations);
 		}
 	}
 	edrive_fini(&d);
@@ -1903,6 +1905,228 @@ case_init_fault(void)
 	return fails;
 }
 
+/*
+ * Ranks that disagree on what must be alike (their options, their model): init fails on every
+ * rank with -EINVAL naming the first field or parameter that differs and two ranks' values,
+ * before any collective of the layout (one at stage 3 and another at stage 2 once corrupted the
+ * heap in the all-gather of a parameter). The last rank differs; `how` says in what.
+ */
+enum mismatch { MM_STAGE, MM_LR, MM_TIER, MM_NUMEL, MM_NAME, MM_COUNT };
+
+static int
+mismatch(enum mismatch how, const char *needle)
+{
+	int fails = 0;
+	bool odd = rank == world - 1;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 20;
+	if (odd && how == MM_STAGE) {
+		edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32,
+			    1);
+		o.comm_timeout_s = 20;
+	}
+	if (odd && how == MM_LR) {
+		o.optimizer.lr *= 2;
+	}
+	if (odd && how == MM_TIER) {
+		o.offload_param.device = ZINF_OFFLOAD_NONE;
+	}
+	struct zinf_engine *e = NULL;
+	int rc = zinf_engine_create(&o, &e);
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	if (rc) {
+		return fails;
+	}
+	static const char *const names[] = {"a.weight", "a.bias", "b.weight"};
+	const uint64_t numel[] = {300, 30, 200};
+	int n = odd && how == MM_COUNT ? 2 : 3;
+	for (int i = 0; i < n; i++) {
+		struct zinf_param_desc pd;
+		zinf_param_desc_init(&pd);
+		pd.name = odd && how == MM_NAME && i == 2 ? "b.bias" : names[i];
+		pd.numel = odd && how == MM_NUMEL && i == 1 ? 31 : numel[i];
+		pd.layer = i / 2;
+		int id = zinf_engine_add_param(e, &pd);
+		CHECK(id == i, "add_param %d: %d %s", i, id, zinf_last_error());
+	}
+	double t0 = zinf_now_s();
+	rc = zinf_engine_init(e);
+	const char *msg = zinf_last_error();
+	CHECK(rc == -EINVAL, "init with rank %d differing (%s): %d (%s)", world - 1, needle, rc,
+	      msg);
+	CHECK(strstr(msg, needle) != NULL, "the message does not say %s: %s", needle, msg);
+	CHECK(zinf_now_s() - t0 < 10, "init took %.1f s: a collective waited", zinf_now_s() - t0);
+	if (rank == 0) {
+		printf("  mismatch: %s\n", msg);
+	}
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_ranks_differ(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	char last[160];
+	int fails = 0;
+	snprintf(last, sizeof(last), "zero_optimization.stage is 3 on rank 0 and 2 on rank %d",
+		 world - 1);
+	fails += mismatch(MM_STAGE, last);
+	snprintf(last, sizeof(last),
+		 "optimizer.params.lr is 0.00999999978 on rank 0 and "
+		 "0.0199999996 on rank %d",
+		 world - 1);
+	fails += mismatch(MM_LR, last);
+	snprintf(last, sizeof(last),
+		 "zero_optimization.offload_param.device is cpu on rank 0 and none on rank %d",
+		 world - 1);
+	fails += mismatch(MM_TIER, last);
+	snprintf(last, sizeof(last),
+		 "parameter 1 is \"a.bias\" (30 elements, layer 0) on rank 0 and \"a.bias\" (31 "
+		 "elements, layer 0) on rank %d",
+		 world - 1);
+	fails += mismatch(MM_NUMEL, last);
+	snprintf(last, sizeof(last),
+		 "parameter 2 is \"b.weight\" (200 elements, layer 1) on rank 0 and \"b.bias\"");
+	fails += mismatch(MM_NAME, last);
+	snprintf(last, sizeof(last),
+		 "the number of parameters registered is 3 on rank 0 and 2 on rank %d", world - 1);
+	fails += mismatch(MM_COUNT, last);
+	return fails;
+}
+
+/*
+ * The last rank sets another learning rate (or beta) before step 2: that step fails with
+ * -EINVAL on every rank, naming the range of values, instead of training different ranks'
+ * partitions with different hyper-parameters to the end; later calls return the error.
+ */
+static int
+hyper_differs(bool betas)
+{
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 20;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	struct edrive d;
+	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
+	CHECK(rc == 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, 0, 1, 1, -1);
+	CHECK(rc == 0, "step 1 with the same lr: %d %s", rc, d.why);
+	if (rank == world - 1) {
+		rc = betas ? zinf_engine_set_betas(e, 0.8f, 0.999f) : zinf_engine_set_lr(e, 0.02f);
+		CHECK(rc == 0, "set: %d %s", rc, zinf_last_error());
+	}
+	rc = edrive_run(&d, 1, 1, 1, -1);
+	const char *msg = zinf_last_error();
+	CHECK(rc == -EINVAL, "step 2 with rank %d's %s different: %d (%s)", world - 1,
+	      betas ? "beta1" : "lr", rc, d.why);
+	CHECK(strstr(msg, betas ? "different beta1" : "different learning rate") &&
+		      strstr(msg, betas ? "from 0.800000012 to 0.899999976"
+					: "from 0.00999999978 to 0.0199999996"),
+	      "the message does not name the values: %s", msg);
+	CHECK(zinf_engine_step(e) == -EINVAL, "a later call returns the error");
+	if (rank == 0) {
+		printf("  %s: %s\n", betas ? "betas" : "lr", msg);
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+static int
+case_hyper_differs(void)
+{
+	return world < 2 ? SKIP : hyper_differs(false) + hyper_differs(true);
+}
+
+/*
+ * Ranks that run different numbers of steps: the last rank stops after one step and destroys
+ * its engine; the others' second step fails at its first collective within a second (not after
+ * the 60 s deadline) with -ECONNABORTED saying which rank left and after which step.
+ */
+static int
+case_early_exit(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 60;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	struct edrive d;
+	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
+	CHECK(rc == 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, 0, 1, 1, -1);
+	CHECK(rc == 0, "step 1: %d %s", rc, d.why);
+	if (rank != world - 1) {
+		double t0 = zinf_now_s();
+		rc = edrive_run(&d, 1, 1, 1, -1);
+		double dt = zinf_now_s() - t0;
+		char want[96];
+		snprintf(want, sizeof(want), "rank %d left: zinf_engine_destroy after step 1",
+			 world - 1);
+		CHECK(rc == -ECONNABORTED, "step 2 without rank %d: %d (%s)", world - 1, rc, d.why);
+		CHECK(dt < 5, "step 2 failed after %.1f s: the deadline, not the notice", dt);
+		CHECK(strstr(zinf_last_error(), want), "the message: %s", zinf_last_error());
+	}
+	edrive_fini(&d);
+	zinf_engine_destroy(e);
+	return fails;
+}
+
+/*
+ * A rank killed (SIGKILL) in the middle of training, under `mpirun --enable-recovery` (which
+ * keeps the others running; ctest entry engine_mpi.killed_rank): the others' next step fails
+ * within the deadline (5 s here; ZINF_COMM_TIMEOUT_S sets it for a whole job), and their
+ * process ends: the case exits without MPI_Finalize, which would wait for the dead rank. Named
+ * only: under a plain mpirun the kill ends the job.
+ */
+static int
+case_killed_rank(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = 5;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	struct edrive d;
+	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
+	CHECK(rc == 0, "edrive_init: %d", rc);
+	rc = edrive_run(&d, 0, 1, 1, -1);
+	CHECK(rc == 0, "step 1: %d %s", rc, d.why);
+	if (rank == world - 1) {
+		raise(SIGKILL);
+	}
+	double t0 = zinf_now_s();
+	rc = edrive_run(&d, 1, 1, 1, -1);
+	double dt = zinf_now_s() - t0;
+	CHECK(rc < 0, "step 2 with rank %d killed: %d", world - 1, rc);
+	CHECK(dt < 30, "step 2 failed after %.1f s (deadline 5 s)", dt);
+	printf("killed_rank: rank %d: step 2 returned %d after %.1f s: %s\n", rank, rc, dt,
+	       zinf_last_error());
+	fflush(stdout);
+	zinf_engine_destroy(e); /* bounded: the failed communicator waits for nothing */
+	_exit(fails ? 1 : 0);
+}
+
 static const struct ranks_case cases[] = {
 	{"known_answer", case_known_answer, false},
 	{"matrix", case_matrix, false},
@@ -1924,6 +2148,10 @@ static const struct ranks_case cases[] = {
 	{"notice_read_master", case_notice_read_master, false},
 	{"notice_abort", case_notice_abort, false},
 	{"init_fault", case_init_fault, false},
+	{"ranks_differ", case_ranks_differ, false},
+	{"hyper_differs", case_hyper_differs, false},
+	{"early_exit", case_early_exit, false},
+	{"killed_rank", case_killed_rank, true},
 	{"spec_fault", case_spec_fault, false},
 	{"spec_fault_write", case_spec_fault_write, false},
 };

@@ -28,7 +28,9 @@
 #                    run's lr at 1 + the applied steps before k); the loss still fell
 #   clip             zero0_memory.json with "gradient_clipping": 0.1 (fp32): grad_norm > 0.1
 #                    on each of the first 5 steps (clipping active), losses differ from the
-#                    unclipped run's, the loss still fell
+#                    unclipped run's, the loss still fell; the step lines (--steps-per-print 1)
+#                    show each record's norm, and the unclipped run, whose norm is not
+#                    computed, records null and prints "grad norm -" on every step
 #   one_cycle        zero0_memory.json with DeepSpeed's OneCycle (cycle of 8 + 12 steps,
 #                    momentum 0.95 -> 0.85 -> 0.95, then decay_mom_rate 0.004 every 2 steps): each
 #                    record's beta1 equals get_mom()[0] at that step, worked here in awk from the
@@ -47,26 +49,69 @@
 #                    bit-identical
 #   ranks N          N ranks with micro-batch 6/N (under MPIRUN) vs one rank with micro-batch 6:
 #                    the same 6 sequences per step (samples indexed by their place in the
-#                    global batch); equal within the reduction tolerance (below)
+#                    global batch); losses and gradient norms (gradient_clipping 1e9: computed,
+#                    never clipping) equal within the reduction tolerance (below): a missing
+#                    1 / world shows in the norms, which Adam's losses hide
 #   ranks_config     configs/zero3_2ranks.json (16 x 2 ranks, under MPIRUN) vs one rank, ZeRO-0,
-#                    micro-batch 32: the same tolerance
-#   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same
-#                    tolerance
+#                    micro-batch 32: the same, losses and norms
+#   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same,
+#                    losses and norms (a missing 1 / gradient_accumulation_steps shows)
 #   clip_spec        ZeRO-3 on NVMe with gradient_clipping 0.1 and small sub-groups: the
 #                    speculative step during backward (sub-groups redone when the norm clips:
 #                    rolled_back > 0 asserted) vs the step after backward: bit-identical
 #   resume           ZeRO-3 on NVMe: 30 steps straight; the same run saving a checkpoint every 2
-#                    steps (--save, --keep 2: at most 3 left), killed with SIGKILL once one past
-#                    step 4 exists; then
-#                    --resume from its latest: the resumed run's records start at the step
-#                    after the checkpoint's and every loss equals the straight run's bit for
-#                    bit; the checkpoint's files are there and `latest` names a complete one
+#                    steps (--save, --keep 2: at most 3 left), killed with SIGKILL 0-19 ms after
+#                    a checkpoint past the one it started from was published, then --resume'd
+#                    from its latest and killed again, up to 3 times, and resumed to the end:
+#                    every run's records start at the step after its checkpoint's and every loss
+#                    equals the straight run's bit for bit; `latest` names a complete one; how
+#                    many kills fell inside a save (its temporary directory, or its tag renamed
+#                    in before `latest` names it) is counted and printed (kill_in_save kills at
+#                    known points)
+#   kill_in_save     ZeRO-3 on NVMe, a background save every 2 steps, killed by the library
+#                    (ZINF_TEST_CKPT_KILL=POINT:step6, ckpt/ckpt_fs.h) at each point of step6's
+#                    save: files, manifest, tmp_synced (its temporary directory there, latest
+#                    step4), renamed, latest_tmp (step6 in place, latest step4; after renamed the
+#                    resumed run saving step6 again is killed at swapped, both there), latest
+#                    (latest step6); resumed from latest, saving into the same directory to the
+#                    end: every loss, loss scale, skip count and lr equals the straight run's,
+#                    latest step30, no temporary directory left
 #   resume_ranks     2 ranks saving every 2 steps, stopped by SIGTERM (saves its last step),
 #                    resumed on 3 ranks (partitions re-cut, the same global batch): losses after
 #                    the checkpoint equal the straight 2-rank run's within 1e-5 relative
 #   resume_fp16      the same with fp16 from 2^24 (steps skipped, the scale halved): losses,
 #                    loss scales, skipped-step counts and lrs after resuming equal the
 #                    straight run's
+#   signals          SIGHUP (kill -HUP) and SIGPIPE (stdout's reader gone: `zinf_gpt | head -n 1`)
+#                    stop a run as SIGTERM does: exit 130 after a step, its last step saved
+#                    (`latest` names the last record's step), no scratch directory left; a
+#                    write past `ulimit -f` (SIGXFSZ ignored) is an error (exit 1, EFBIG
+#                    named), again with no scratch directory left
+#   reclaim [N]      what killed runs left under --scratch-parent: two runs killed with SIGKILL
+#                    leave their scratch directories (zinf-gpt-<pid>-r0-*) and locks; the next
+#                    run (N ranks under MPIRUN when given) removes exactly those, naming each,
+#                    while it keeps the directory of a live run training beside it (which then
+#                    stops on SIGTERM with exit 130: its files were intact), one named after a
+#                    live pid, and one of a pid that is gone whose lock is held (an owner in
+#                    another pid namespace); it trains and leaves nothing of its own
+#   save_dir [N]     a --save directory that cannot be written is refused before the first step
+#                    (no --json record), exit 1, the directory and the errno named, no scratch
+#                    left: a path through a regular file (ENOTDIR), one whose parent is missing
+#                    (ENOENT), an existing directory where no file can be made (chmod 555, or
+#                    /sys/kernel as root: EACCES); --save-every or --keep without --save: exit 2
+#                    naming the flags. With N: the refusals on N ranks under MPIRUN (every rank
+#                    names the directory, none waits for another)
+#   config_ranges    configuration integers wider than the trainer's fields are refused before
+#                    anything trains (exit 1, no --json record), naming the key, the value and
+#                    the range: train_micro_batch_size_per_gpu 2^32 + 1 (once trained with
+#                    micro-batch 1) and 2^31 (once asked for 18 EB), gradient_accumulation_steps
+#                    2^31 (once trained on a loss of 0), steps_per_print 2^32 (once printed every
+#                    10 steps), a train_batch_size past int32, and micro-batch x --context past
+#                    int32; steps_per_print 2^30 (its largest) trains
+#   comm_timeout     (2 ranks under MPIRUN) --comm-timeout 3: once both ranks trained 2 steps,
+#                    one is stopped (SIGSTOP); the other's next collective fails after 3 s
+#                    naming comm_timeout_s, and the job ends within 60 s (the default would wait
+#                    1800 s); --comm-timeout 0 and 1e7 are refused (exit 2) with the range
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -79,12 +124,15 @@ set -euo pipefail
 case_=$1 gpt=$2 cfgdir=$3 scratch=$4
 shift 4
 work=$(mktemp -d "$scratch/gpt-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+bg=() # background processes a case started: killed on the way out, whatever happened
+trap 'for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1
 # --device host: the CPU layers in every case (auto would take a GPU where there is one, and
 # the bit-identical cases are the CPU's); the case cuda names --device cuda after it
 model=(--layers 2 --heads 2 --hidden 32 --context 16 --vocab 32 --fanout 4 --steps 30
 	--no-progress --quiet --scratch-parent "$work" --device host)
+loud=() # the model's flags without --quiet: the step lines go to stdout
+for a in "${model[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 
 # losses FILE: one loss per line, as printed (17 significant digits)
 losses() { sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$1"; }
@@ -128,6 +176,32 @@ close() {
 		END { printf "worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
 }
 
+# Adam's update is nearly invariant to the gradient's scale (eps 1e-8), so equal losses cannot
+# see a gradient off by a constant factor (a missing 1 / world or 1 / gradient_accumulation_steps):
+# the reduction-order cases (gas, ranks, ranks_config) also run with gradient_clipping 1e9, which
+# never clips but makes the engine compute the global norm of the averaged gradient, and compare
+# it. clipped SRC DST: SRC with that clipping. norms_close A B: every step's grad_norm computed
+# (a number > 0) in both and |a - b| <= 1e-5 |b| (the losses' tolerance: the same fp32
+# reduction-order differences; measured worst 1.4e-7 on 2026-11-27 over np2, np3, gas, ranks_config;
+# a factor of 2 is 1 relative)
+clipped() {
+	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 1e9,/' "$1" >"$2"
+	grep -q '"gradient_clipping": 1e9' "$2" || { echo "FAIL: sed $1"; exit 1; }
+}
+norms_close() {
+	paste <(field "$1" grad_norm) <(field "$2" grad_norm) | awk '
+		!($1 > 0 && $2 > 0) { printf "FAIL: step %d: grad_norm %s vs %s\n", NR, $1, $2
+				      bad = 1; next }
+		{ d = $1 - $2; if (d < 0) d = -d; r = d / $2; if (r > worst) worst = r
+		  if (r > 1e-5) {
+			printf "FAIL: step %d: grad_norm %s vs %s (relative %.3g)\n", NR, $1, $2, r
+			bad = 1 } }
+		END { if (NR != 30) { print "FAIL: " NR " grad norms"; bad = 1 }
+		      printf "gradient norms: worst relative difference %.3g over %d steps\n",
+			     worst, NR
+		      exit bad }'
+}
+
 # Stated tolerance for the GPU layers against the CPU ones: the same fp32 math in another
 # rounding order (cuBLAS tiles and fused multiply-adds against the CPU's 8-way dot products,
 # tree reductions against sequential sums). Step 1 is the forward of the same initial weights:
@@ -150,6 +224,27 @@ gpu_close() {
 		  if (r > worst) worst = r;
 		  if (r > tol) { printf "FAIL: step %d: %s vs %s (relative %.3g > %.3g)\n", NR, $1, $2, r, tol; bad = 1 } }
 		END { printf "cuda vs host: worst relative difference %.3g over %d steps\n", worst, NR; exit bad }'
+}
+
+# complete FILE: FILE's whole records (a run killed mid-write leaves a cut last line)
+complete() { grep '}$' "$1" || true; }
+# same_as FILE FIRST [LAST]: FILE's whole records run from step FIRST (to LAST) and their
+# losses, loss scales, skip counts and lrs equal the straight run's ($work/straight.jsonl)
+same_as() {
+	local f last
+	complete "$1" >"$work/same.jsonl"
+	last=$(field "$work/same.jsonl" step | tail -1)
+	[ "$(field "$work/same.jsonl" step | head -1)" = "$2" ] && [ "$last" -ge "$2" ] &&
+		{ [ -z "${3:-}" ] || [ "$last" = "$3" ]; } ||
+		{ echo "FAIL: $1: steps $(field "$work/same.jsonl" step | xargs)," \
+			"not from $2 ${3:+to $3}"; exit 1; }
+	for f in loss loss_scale skipped_steps lr; do
+		field "$work/same.jsonl" $f >"$work/a"
+		field "$work/straight.jsonl" $f | sed -n "$2,${last}p" >"$work/b"
+		cmp -s "$work/a" "$work/b" ||
+			{ echo "FAIL: $1: $f from step $2 differs:"; paste "$work/a" "$work/b" | head
+			  exit 1; }
+	done
 }
 
 run() { # OUT [MPIRUN...] -- ARGS...
@@ -316,9 +411,26 @@ one_cycle)
 clip)
 	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
 		"$cfgdir/zero0_memory.json" >"$work/clip.json"
-	run "$work/clip.jsonl" -- --config "$work/clip.json" --batch 6
-	run "$work/noclip.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/clip.jsonl" \
+		--config "$work/clip.json" --batch 6 >"$work/clip.out"
+	"$gpt" "${loud[@]}" --steps-per-print 1 --json "$work/noclip.jsonl" \
+		--config "$cfgdir/zero0_memory.json" --batch 6 >"$work/noclip.out"
 	fell "$work/clip.jsonl"
+	# the norm is computed with clipping (or fp16) only: without, null in every record and
+	# "-" on every step line, never a 0 that reads as vanishing gradients
+	shown() { sed -n 's/^step .*| grad norm \([^ ]*\) |.*/\1/p' "$1"; }
+	[ "$(field "$work/noclip.jsonl" grad_norm | sort -u)" = null ] ||
+		{ echo "FAIL: unclipped grad_norm $(field "$work/noclip.jsonl" grad_norm | sort -u)"
+		  exit 1; }
+	[ "$(shown "$work/noclip.out" | sort -u)" = - ] &&
+		[ "$(shown "$work/noclip.out" | wc -l)" = 30 ] ||
+		{ echo "FAIL: unclipped step lines:"; grep '^step' "$work/noclip.out" | head -3
+		  exit 1; }
+	paste <(shown "$work/clip.out") <(field "$work/clip.jsonl" grad_norm) | awk '
+		$1 != sprintf("%.4g", $2) {
+			printf "FAIL: step %d: line %s, record %s\n", NR, $1, $2; bad = 1 }
+		END { if (NR != 30) { print "FAIL: " NR " step lines"; bad = 1 }; exit bad }'
+	echo "ok: no norm without clipping (null, \"-\"); with it the lines show the records' norms"
 	field "$work/clip.jsonl" grad_norm | head -5 |
 		awk '!($1 > 0.1) { printf "FAIL: step %d: grad_norm %s <= 0.1: clipping not active\n", NR, $1; exit 1 }
 		END { if (NR != 5) { print "FAIL: " NR " grad norms, not 5"; exit 1 } }'
@@ -366,15 +478,20 @@ clip_spec)
 ranks)
 	n=$1
 	shift
-	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
-	run "$work/many.jsonl" "$@" -np "$n" -- --config "$cfgdir/zero3_nvme.json" --batch $((6 / n))
+	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/many.jsonl" "$@" -np "$n" -- --config "$work/cfg.json" --batch $((6 / n))
 	close "$work/many.jsonl" "$work/one.jsonl"
+	norms_close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 ranks_config)
 	# the shipped two-rank config (micro-batch 16 x 2 ranks) against one rank with 32
-	run "$work/one.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 32
-	run "$work/many.jsonl" "$@" -np 2 -- --config "$cfgdir/zero3_2ranks.json"
+	clipped "$cfgdir/zero0_memory.json" "$work/one.json"
+	clipped "$cfgdir/zero3_2ranks.json" "$work/many.json"
+	run "$work/one.jsonl" -- --config "$work/one.json" --batch 32
+	run "$work/many.jsonl" "$@" -np 2 -- --config "$work/many.json"
 	close "$work/many.jsonl" "$work/one.jsonl"
+	norms_close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 resume | resume_fp16)
 	cfg="$cfgdir/zero3_nvme.json"
@@ -387,40 +504,78 @@ resume | resume_fp16)
 		cfg="$work/over.json"
 	fi
 	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
-	"$gpt" "${model[@]}" --config "$cfg" --batch 6 --save "$work/ck" \
-		--save-every 2 --keep 2 --json "$work/killed.jsonl" &
-	pid=$!
-	k=0
-	for _ in $(seq 3000); do
-		t=$(cat "$work/ck/latest" 2>/dev/null || true)
-		t=${t#step}
-		if [ -n "$t" ] && [ "$t" -ge 4 ]; then
-			kill -KILL $pid 2>/dev/null || true
-			k=$t
+	saving=(--config "$cfg" --batch 6 --save "$work/ck" --save-every 2 --keep 2)
+	# up to three rounds: a run saving every 2 steps is killed with SIGKILL 0-19 ms after it
+	# published a checkpoint past the one it started from, then resumed from its latest; a
+	# last run goes to the end (so does a resumed run that outran its kill)
+	k=0 kills=0 inside=0
+	for round in 0 1 2 3; do
+		from=()
+		[ "$round" = 0 ] || from=(--resume "$work/ck")
+		if [ "$round" = 3 ]; then
+			run "$work/r$round.jsonl" -- "${saving[@]}" "${from[@]}"
+			same_as "$work/r$round.jsonl" $((k + 1)) 30
 			break
 		fi
-		sleep 0.01
+		"$gpt" "${model[@]}" "${saving[@]}" "${from[@]}" --json "$work/r$round.jsonl" &
+		pid=$!
+		bg+=($pid)
+		for _ in $(seq 6000); do
+			t=$(cat "$work/ck/latest" 2>/dev/null || true)
+			t=${t#step}
+			if [ -n "$t" ] && [ "$t" -gt $k ]; then
+				sleep "0.0$((RANDOM % 2))$((RANDOM % 10))"
+				kill -KILL $pid 2>/dev/null || true
+				break
+			fi
+			sleep 0.005
+		done
+		st=0
+		wait $pid || st=$?
+		if [ "$round" != 0 ] && [ "$st" = 0 ]; then
+			echo "run $((round + 1)) reached step 30 before its kill"
+			same_as "$work/r$round.jsonl" $((k + 1)) 30
+			break
+		fi
+		[ "$st" = 137 ] ||
+			{ echo "FAIL: round $round: not killed mid-run (status $st)"; exit 1; }
+		kills=$((kills + 1))
+		l=$(cat "$work/ck/latest")
+		l=${l#step}
+		[ -f "$work/ck/step$l/manifest.json" ] && [ -f "$work/ck/step$l/r00000.fp32" ] ||
+			{ echo "FAIL: checkpoint step$l incomplete"; ls -la "$work/ck"; exit 1; }
+		if [ "$round" = 0 ]; then
+			# --keep 2: the two newest published, and one beyond them when the kill
+			# fell after a save renamed its tag in, before `latest` named it
+			n=$(find "$work/ck" -mindepth 1 -maxdepth 1 -name 'step*' | wc -l)
+			[ "$n" -ge 1 ] && [ "$n" -le 3 ] ||
+				{ echo "FAIL: --keep 2 left $n"; ls -la "$work/ck"; exit 1; }
+			[ "$l" -lt 8 ] || [ ! -e "$work/ck/step2" ] ||
+				{ echo "FAIL: --keep 2 kept step2 at step $l"; exit 1; }
+		fi
+		[ "$l" -gt "$k" ] || { echo "FAIL: round $round: latest step$l"; exit 1; }
+		# inside a save: its temporary directory (.step<j>.tmp, j past latest: --keep's
+		# renames are older), or its tag renamed in before `latest` names it
+		where="between saves"
+		for e in "$work/ck"/.step*.tmp "$work/ck"/step* "$work/ck"/.latest.tmp; do
+			j=${e##*/}
+			j=${j#.}
+			j=${j#step}
+			j=${j%.tmp}
+			[ -e "$e" ] || continue
+			if [ "$j" = latest ] || [ "$j" -gt "$l" ]; then
+				where="inside a save (${e##*/} beside latest step$l)"
+			fi
+		done
+		[ "$where" = "between saves" ] || inside=$((inside + 1))
+		echo "kill $((round + 1)) after step $(complete "$work/r$round.jsonl" |
+			field /dev/stdin step | tail -1): $where"
+		same_as "$work/r$round.jsonl" $((k + 1))
+		k=$l
 	done
-	st=0
-	wait $pid || st=$?
-	[ "$st" = 137 ] || { echo "FAIL: the saving run was not killed mid-run (status $st, latest step $k)"; exit 1; }
-	k=$(cat "$work/ck/latest")
-	k=${k#step}
-	[ -f "$work/ck/step$k/manifest.json" ] && [ -f "$work/ck/step$k/r00000.fp32" ] ||
-		{ echo "FAIL: checkpoint step$k incomplete"; ls -la "$work/ck" "$work/ck/step$k"; exit 1; }
-	# --keep 2: the two newest published, and at most the one published by the step after
-	n=$(find "$work/ck" -mindepth 1 -maxdepth 1 -name 'step*' | wc -l)
-	[ "$n" -ge 1 ] && [ "$n" -le 3 ] || { echo "FAIL: --keep 2 left $n checkpoints"; ls -la "$work/ck"; exit 1; }
-	[ "$k" -lt 8 ] || [ ! -e "$work/ck/step2" ] || { echo "FAIL: --keep 2 kept step2 at step $k"; exit 1; }
-	run "$work/resumed.jsonl" -- --config "$cfg" --batch 6 --resume "$work/ck"
-	first=$(field "$work/resumed.jsonl" step | head -1)
-	[ "$first" = $((k + 1)) ] || { echo "FAIL: resumed at step $first, checkpoint at $k"; exit 1; }
-	for f in loss loss_scale skipped_steps lr; do
-		field "$work/resumed.jsonl" $f >"$work/a"
-		field "$work/straight.jsonl" $f | tail -n +$((k + 1)) >"$work/b"
-		[ "$(wc -l <"$work/a")" = $((30 - k)) ] || { echo "FAIL: $(wc -l <"$work/a") records after resuming"; exit 1; }
-		cmp -s "$work/a" "$work/b" || { echo "FAIL: $f after resuming at step $k differs:"; paste "$work/a" "$work/b" | head; exit 1; }
-	done
+	echo "$inside of $kills kills fell inside a save"
+	[ "$(cat "$work/ck/latest")" = step30 ] && [ -z "$(find "$work/ck" -name '.*.tmp')" ] ||
+		{ echo "FAIL: after the last run:"; ls -la "$work/ck"; exit 1; }
 	if [ "$case_" = resume ]; then
 		# --keep 2 on a run to its end: exactly the two newest remain
 		run "$work/kept.jsonl" -- --config "$cfg" --batch 6 --save "$work/ck2" \
@@ -431,11 +586,59 @@ resume | resume_fp16)
 	fi
 	if [ "$case_" = resume_fp16 ]; then
 		sk=$(field "$work/straight.jsonl" skipped_steps | tail -1)
-		[ "$sk" -gt 0 ] || { echo "FAIL: no step skipped: the scaler's state was not exercised"; exit 1; }
+		[ "$sk" -gt 0 ] ||
+			{ echo "FAIL: no step skipped: the scaler was not exercised"; exit 1; }
 	fi
 	fell "$work/straight.jsonl"
-	echo "resumed at step $k: $((30 - k)) losses, loss scales, skip counts and lrs bit-identical"
+	echo "killed and resumed $kills times: losses, loss scales, skip counts and lrs" \
+		"bit-identical"
 	exit 0
+	;;
+kill_in_save)
+	# killed (SIGKILL, by the library: ZINF_TEST_CKPT_KILL) at each point of the save of
+	# step6, a background save, then resumed from what `latest` names: bit for bit the
+	# straight run's, saving into the same directory to the end
+	cfg="$cfgdir/zero3_nvme.json"
+	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
+	saving=(--config "$cfg" --batch 6 --save-every 2 --keep 2)
+	# killed POINT CK WANT [FLAGS]: a run saving into CK killed at POINT of step6's save
+	# leaves `latest` naming stepWANT; the kill fell inside that save
+	killed() {
+		local st=0 l
+		ZINF_TEST_CKPT_KILL="$1:step6" "$gpt" "${model[@]}" "${saving[@]}" --save "$2" \
+			--json "$work/k.jsonl" "${@:4}" || st=$?
+		l=$(cat "$2/latest")
+		[ "$st" = 137 ] && [ "$l" = "step$3" ] ||
+			{ echo "FAIL: killed at $1: status $st, latest $l"; ls -la "$2"; exit 1; }
+		case $1 in
+		files | manifest | tmp_synced) [ -d "$2/.step6.tmp" ] && [ ! -e "$2/step6" ] ;;
+		swapped) [ -d "$2/.step6.tmp" ] && [ -d "$2/step6" ] ;;
+		renamed | latest_tmp) [ ! -e "$2/.step6.tmp" ] && [ -d "$2/step6" ] ;;
+		latest) [ ! -e "$2/.latest.tmp" ] ;;
+		esac || { echo "FAIL: killed at $1: not inside the save:"; ls -la "$2"; exit 1; }
+	}
+	# resumed CK FIRST: resumed from CK, saving into it to the end: bit for bit from FIRST
+	resumed() {
+		run "$work/res.jsonl" -- "${saving[@]}" --save "$1" --resume "$1"
+		same_as "$work/res.jsonl" "$2" 30
+		[ "$(cat "$1/latest")" = step30 ] && [ -z "$(find "$1" -name '.*.tmp')" ] ||
+			{ echo "FAIL: $1 after resuming:"; ls -la "$1"; exit 1; }
+	}
+	for p in files manifest tmp_synced renamed latest_tmp latest; do
+		want=4
+		[ $p != latest ] || want=6
+		killed $p "$work/ck-$p" $want
+		if [ $p = renamed ]; then
+			# step6 is in place, unnamed: the resumed run saves step6 again, over it
+			# (RENAME_EXCHANGE), and is killed once the two are swapped
+			killed swapped "$work/ck-$p" 4 --resume "$work/ck-$p"
+		fi
+		resumed "$work/ck-$p" $((want + 1))
+		then=""
+		[ $p != renamed ] || then=" (then at swapped)"
+		echo "ok: killed at $p of step6's save$then: resumed from step$want," \
+			"bit-identical to step 30"
+	done
 	;;
 resume_ranks)
 	# 2 ranks, saving every 2 steps, stopped by SIGTERM (a graceful stop saves its last step);
@@ -446,6 +649,7 @@ resume_ranks)
 	"$@" -np 2 "$gpt" "${model[@]}" --config "$cfgdir/zero3_nvme.json" --batch 3 \
 		--save "$work/ck" --save-every 2 --json "$work/stopped.jsonl" &
 	pid=$!
+	bg+=($pid)
 	for _ in $(seq 3000); do
 		t=$(cat "$work/ck/latest" 2>/dev/null || true)
 		t=${t#step}
@@ -496,10 +700,279 @@ cuda)
 	run "$work/again.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 --device cuda
 	identical "$work/again.jsonl" "$work/zero0_memory.cuda.jsonl"
 	;;
+signals)
+	cfg="$cfgdir/zero3_nvme.json"
+	# left DIR WHAT: DIR (a run's --scratch-parent) must be empty
+	left() {
+		local l
+		l=$(find "$1" -mindepth 1 -maxdepth 1)
+		[ -z "$l" ] || { echo "FAIL: $2: left behind: $l"; exit 1; }
+	}
+	# saved CK JSON WHAT: CK's latest checkpoint is the last step recorded
+	saved() {
+		local last
+		last=$(field "$2" step | tail -1)
+		[ -n "$last" ] && [ "$(cat "$1/latest" 2>/dev/null)" = "step$last" ] ||
+			{ echo "FAIL: $3: last step $last, latest $(cat "$1/latest" 2>/dev/null)"; exit 1; }
+		echo "ok: $3: exit 130 after step $last, saved as step$last, no scratch left"
+	}
+	mkdir "$work/hup" "$work/pipe" "$work/fsize"
+	"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$work/hup" --config "$cfg" \
+		--batch 6 --save "$work/ck-hup" --json "$work/hup.jsonl" >"$work/hup.out" &
+	pid=$!
+	bg+=($pid)
+	for _ in $(seq 3000); do
+		[ "$(cat "$work/hup.jsonl" 2>/dev/null | wc -l)" -lt 2 ] || break
+		sleep 0.01
+	done
+	kill -HUP $pid
+	st=0
+	wait $pid || st=$?
+	[ "$st" = 130 ] || { echo "FAIL: SIGHUP: exit $st, not 130"; exit 1; }
+	left "$work/hup" SIGHUP
+	saved "$work/ck-hup" "$work/hup.jsonl" SIGHUP
+	set +e
+	"$gpt" "${loud[@]}" --steps 100000 --steps-per-print 1 --scratch-parent "$work/pipe" \
+		--config "$cfg" --batch 6 --save "$work/ck-pipe" --json "$work/pipe.jsonl" |
+		head -n 1 >"$work/pipe.head"
+	st=${PIPESTATUS[0]}
+	set -e
+	[ "$st" = 130 ] || { echo "FAIL: SIGPIPE: exit $st, not 130"; exit 1; }
+	grep -q '^zinf_gpt: ' "$work/pipe.head" || { echo "FAIL: head read"; cat "$work/pipe.head"; exit 1; }
+	left "$work/pipe" SIGPIPE
+	saved "$work/ck-pipe" "$work/pipe.jsonl" SIGPIPE
+	st=0
+	(ulimit -f 64 && exec "$gpt" "${model[@]}" --scratch-parent "$work/fsize" --config "$cfg" \
+		--batch 6) 2>"$work/fsize.err" || st=$?
+	[ "$st" = 1 ] && grep -q 'File too large' "$work/fsize.err" ||
+		{ echo "FAIL: past ulimit -f: exit $st"; cat "$work/fsize.err"; exit 1; }
+	left "$work/fsize" "past ulimit -f"
+	echo "ok: past ulimit -f: exit 1 ($(grep -m1 'File too large' "$work/fsize.err"))"
+	;;
+reclaim)
+	cfg="$cfgdir/zero3_nvme.json"
+	sp="$work/parent"
+	mkdir "$sp" "$work/killed"
+	# started DIR: a scratch directory in DIR holds swap files (a run's engine init done)
+	started() {
+		for _ in $(seq 3000); do
+			[ -z "$(find "$1" -path "*/zinf-gpt-*/*.swp" 2>/dev/null)" ] || return 0
+			sleep 0.01
+		done
+		echo "FAIL: no scratch directory in $1"
+		exit 1
+	}
+	# a live run: kept
+	"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$sp" --config "$cfg" --batch 6 \
+		>"$work/live.out" &
+	live=$!
+	bg+=($live)
+	started "$sp"
+	# two killed runs (in a parent of their own, or each would reclaim the other's at its
+	# start), their leftovers then moved beside the live run
+	killed=()
+	left=()
+	for i in 1 2; do
+		"$gpt" "${model[@]}" --steps 100000 --scratch-parent "$work/killed" \
+			--config "$cfg" --batch 6 &
+		pid=$!
+		bg+=($pid)
+		started "$work/killed"
+		kill -KILL $pid
+		wait $pid || true
+		killed+=("$pid")
+		for f in "$work/killed"/*; do
+			left+=("$sp/${f##*/}")
+			mv "$f" "$sp"/
+		done
+	done
+	echo "killed runs ${killed[*]} left: ${left[*]##*/}"
+	# named after a live pid (this shell); a dead pid's whose lock is held
+	mkdir "$sp/zinf-gpt-$$-r0-shell0"
+	(exit 0) &
+	gone=$!
+	wait $gone
+	mkdir "$sp/zinf-gpt-$gone-r0-locked"
+	(exec 9>"$sp/zinf-gpt-$gone-r0.lock" && flock -n 9 && exec sleep 600) &
+	holder=$! # the sleep itself holds the lock
+	bg+=($holder)
+	for _ in $(seq 500); do [ -e "$sp/zinf-gpt-$gone-r0.lock" ] && break; sleep 0.01; done
+	sleep 0.2
+	before=$(find "$sp" -mindepth 1 -maxdepth 1 | sort)
+	st=0
+	if [ $# -gt 0 ]; then
+		n=$1
+		shift
+		"$@" -np "$n" "$gpt" "${model[@]}" --steps 3 --scratch-parent "$sp" \
+			--config "$cfg" --batch $((6 / n)) >/dev/null 2>"$work/next.err" || st=$?
+	else
+		"$gpt" "${model[@]}" --steps 3 --scratch-parent "$sp" --config "$cfg" --batch 6 \
+			>/dev/null 2>"$work/next.err" || st=$?
+	fi
+	kill $holder 2>/dev/null || true
+	wait $holder 2>/dev/null || true
+	[ "$st" = 0 ] || { echo "FAIL: the next run: exit $st"; cat "$work/next.err"; exit 1; }
+	for f in "${left[@]}"; do
+		[ ! -e "$f" ] ||
+			{ echo "FAIL: a killed run's $f stayed"; cat "$work/next.err"; exit 1; }
+		grep -q "removed $f, left by pid [0-9]*, which no longer runs" "$work/next.err" ||
+			{ echo "FAIL: $f's removal not reported"; cat "$work/next.err"; exit 1; }
+	done
+	after=$(find "$sp" -mindepth 1 -maxdepth 1 | sort)
+	want=$(echo "$before" | grep -v -F "$(printf '%s\n' "${left[@]}")")
+	[ "$after" = "$want" ] || {
+		echo "FAIL: left after the next run:"; echo "$after"
+		echo "want:"; echo "$want"; exit 1
+	}
+	[ "$(grep -c 'removed' "$work/next.err")" = "${#left[@]}" ] ||
+		{ echo "FAIL: ${#left[@]} removals expected:"; cat "$work/next.err"; exit 1; }
+	kill -TERM $live
+	st=0
+	wait $live || st=$?
+	[ "$st" = 130 ] || { echo "FAIL: the live run beside: exit $st"; exit 1; }
+	[ -z "$(find "$sp" -mindepth 1 -maxdepth 1 -name "zinf-gpt-$live-*")" ] ||
+		{ echo "FAIL: the live run left its scratch"; exit 1; }
+	echo "ok: what killed runs left removed and named; live and locked kept:"
+	grep removed "$work/next.err"
+	;;
+save_dir)
+	cfg="$cfgdir/zero0_memory.json"
+	touch "$work/file"
+	mkdir "$work/ro"
+	chmod 555 "$work/ro"
+	ro="$work/ro"
+	if touch "$ro/probe" 2>/dev/null; then # root: permissions do not bind
+		rm -f "$ro/probe"
+		ro=/sys/kernel
+		if ! [ -d "$ro" ] || touch "$ro/zinf-probe" 2>/dev/null; then
+			rm -f "$ro/zinf-probe" 2>/dev/null || true
+			ro=""
+			echo "save_dir: no unwritable directory (root, no /sys): that part skipped"
+		fi
+	fi
+	pre=() n=1 # N ranks under MPIRUN
+	if [ $# -gt 0 ]; then
+		n=$1
+		shift
+		pre=("$@" -np "$n")
+	fi
+	# refused DIR ERRNO: --save DIR exits 1 before any step, each rank naming DIR and ERRNO
+	refused() {
+		local st=0
+		rm -f "$work/r.jsonl"
+		"${pre[@]}" "$gpt" "${model[@]}" --config "$cfg" --batch $((6 / n)) --save "$1" \
+			--save-every 5 --json "$work/r.jsonl" >/dev/null 2>"$work/err" || st=$?
+		[ "$st" = 1 ] && grep -q "$2" "$work/err" &&
+			[ "$(grep -cF -- "--save $1: " "$work/err")" = "$n" ] ||
+			{ echo "FAIL: --save $1: exit $st, not 1 and <$2> x $n:"; cat "$work/err"
+			  exit 1; }
+		[ ! -s "$work/r.jsonl" ] ||
+			{ echo "FAIL: --save $1: $(wc -l <"$work/r.jsonl") steps trained"; exit 1; }
+		[ -z "$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')" ] ||
+			{ echo "FAIL: --save $1: scratch left"; exit 1; }
+		echo "ok: refused before the first step: $(head -1 "$work/err")"
+	}
+	refused "$work/file/ck" "Not a directory"
+	refused "$work/missing/ck" "No such file or directory"
+	[ -z "$ro" ] || refused "$ro" "Permission denied"
+	for f in "--save-every 2" "--keep 2"; do
+		st=0
+		# shellcheck disable=SC2086
+		"$gpt" "${model[@]}" --config "$cfg" --batch 6 $f >/dev/null 2>"$work/err" || st=$?
+		[ "$st" = 2 ] && grep -qF -- "${f% *} without --save DIR" "$work/err" ||
+			{ echo "FAIL: $f without --save: exit $st"; cat "$work/err"; exit 1; }
+		echo "ok: $(cat "$work/err")"
+	done
+	;;
+config_ranges)
+	# bad SED KEY VALUE RANGE [FLAGS...]: zero0_memory.json without train_batch_size, edited
+	# by SED, is refused: exit 1, no step trained, "KEY VALUE is out of range: ... [RANGE]"
+	bad() {
+		local sub=$1 key=$2 val=$3 range=$4 st=0
+		shift 4
+		sed -e '/"train_batch_size"/d' -e "$sub" "$cfgdir/zero0_memory.json" >"$work/c.json"
+		rm -f "$work/c.jsonl"
+		run "$work/c.jsonl" -- --config "$work/c.json" --batch 6 "$@" 2>"$work/err" || st=$?
+		[ "$st" = 1 ] && grep -qF "$key $val is out of range: zinf_gpt takes [$range]" \
+			"$work/err" || { echo "FAIL: $key $val: exit $st"; cat "$work/err"; exit 1; }
+		[ ! -s "$work/c.jsonl" ] || { echo "FAIL: $key $val: trained"; exit 1; }
+		echo "ok: $(cat "$work/err")"
+	}
+	mb='s/"train_micro_batch_size_per_gpu": "auto"/"train_micro_batch_size_per_gpu": '
+	gas='s/"gradient_accumulation_steps": "auto"/"gradient_accumulation_steps": '
+	bad "${mb}4294967297/" train_micro_batch_size_per_gpu 4294967297 "1, 1048576"
+	bad "${mb}2147483648/" train_micro_batch_size_per_gpu 2147483648 "1, 1048576"
+	bad "${gas}2147483648/" gradient_accumulation_steps 2147483648 "1, 1048576"
+	bad 's/"steps_per_print": 20/"steps_per_print": 4294967296/' steps_per_print 4294967296 \
+		"1, 1073741824"
+	bad "${mb}1048576/;${gas}4096/" train_batch_size 4294967296 "1, 2147483647"
+	bad "${mb}1048576/" "train_micro_batch_size_per_gpu x --context" 4294967296 \
+		"1, 2147483647" --context 4096
+	# in range: trains
+	sed -e '/"train_batch_size"/d' -e "${gas}2/" -e "${mb}3/" \
+		-e 's/"steps_per_print": 20/"steps_per_print": 1073741824/' \
+		"$cfgdir/zero0_memory.json" >"$work/c.json"
+	run "$work/edge.jsonl" -- --config "$work/c.json" --steps 3
+	[ "$(field "$work/edge.jsonl" step | wc -l)" = 3 ] || { echo "FAIL: in range"; exit 1; }
+	echo "ok: steps_per_print 2^30, micro-batch 3 x accumulation 2 trained"
+	;;
+comm_timeout)
+	for v in 0 1e7; do
+		st=0
+		"$gpt" --comm-timeout $v 2>"$work/err" || st=$?
+		[ "$st" = 2 ] && grep -qF "expected seconds in (0, 1000000]" "$work/err" ||
+			{ echo "FAIL: --comm-timeout $v: exit $st"; cat "$work/err"; exit 1; }
+	done
+	"$@" -np 2 "$gpt" "${model[@]}" --steps 100000 --config "$cfgdir/zero3_nvme.json" \
+		--batch 3 --comm-timeout 3 --json "$work/t.jsonl" 2>"$work/err" &
+	pid=$!
+	bg+=($pid)
+	for _ in $(seq 3000); do
+		[ "$(cat "$work/t.jsonl" 2>/dev/null | wc -l)" -lt 2 ] || break
+		sleep 0.01
+	done
+	# the ranks: zinf_gpt processes below mpirun, from /proc (PID (COMM) STATE PPID ...)
+	declare -A parent=() comm=()
+	for f in /proc/[0-9]*/stat; do
+		line=$(cat "$f" 2>/dev/null) || continue
+		p=${f#/proc/}
+		p=${p%/stat}
+		c=${line#*(}
+		comm[$p]=${c%%)*}
+		read -r _ pp _ <<<"${line##*) }"
+		parent[$p]=$pp
+	done
+	ranks=()
+	for p in "${!parent[@]}"; do
+		[ "${comm[$p]}" = zinf_gpt ] || continue
+		for ((a = ${parent[$p]}; a > 1; a = ${parent[$a]:-0})); do
+			[ "$a" != "$pid" ] || { ranks+=("$p"); break; }
+		done
+	done
+	[ ${#ranks[@]} = 2 ] || { echo "FAIL: ranks found: ${ranks[*]}"; exit 1; }
+	stopped=${ranks[1]}
+	bg+=("$stopped")
+	kill -STOP "$stopped"
+	t0=$(date +%s)
+	for _ in $(seq 600); do
+		kill -0 $pid 2>/dev/null || break
+		grep -q "comm_timeout_s" "$work/err" && break
+		sleep 0.1
+	done
+	t=$(($(date +%s) - t0))
+	kill -CONT "$stopped" 2>/dev/null || true
+	st=0
+	wait $pid || st=$?
+	grep -q "after 3 s (comm_timeout_s)" "$work/err" && [ "$st" != 0 ] && [ "$t" -lt 60 ] ||
+		{ echo "FAIL: exit $st after $t s:"; cat "$work/err"; exit 1; }
+	echo "ok: a stopped rank: exit $st after $t s: $(grep -m1 comm_timeout_s "$work/err")"
+	;;
 gas)
-	run "$work/one.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
-	run "$work/acc.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 3 --grad-accum 2
+	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/acc.jsonl" -- --config "$work/cfg.json" --batch 3 --grad-accum 2
 	close "$work/acc.jsonl" "$work/one.jsonl"
+	norms_close "$work/acc.jsonl" "$work/one.jsonl"
 	;;
 *)
 	echo "unknown case $case_"

@@ -37,7 +37,8 @@ setup(void)
 
 TestSuite(nvme_io, .init = setup);
 
-/* A context of the variant's backend (or "fault" wrapping it); skips when it is unavailable. */
+/* A context of the variant's backend (or "fault" wrapping it); skips only where io_uring or
+ * libaio is absent (zt_io_open): psync and fault over psync always run. */
 static struct zinf_io *
 io_open(uint32_t qd, uint32_t bs, uint32_t threads, bool fault)
 {
@@ -53,12 +54,7 @@ io_open(uint32_t qd, uint32_t bs, uint32_t threads, bool fault)
 	} else {
 		o.backend = zt_variant();
 	}
-	int rc = zinf_io_create(&o, &io);
-	if (rc == -ENODEV) {
-		cr_skip_test("I/O backend %s unavailable here: %s",
-			     zt_variant() ? zt_variant() : "(best)", zinf_last_error());
-	}
-	cr_assert_eq(rc, 0, "zinf_io_create: %d %s", rc, zinf_last_error());
+	io = zt_io_open(&o);
 	if (!fault && zt_variant()) {
 		cr_assert_str_eq(zinf_io_backend(io), zt_variant());
 	}
@@ -607,9 +603,7 @@ Test(nvme_io, refused_backend_falls_back_with_one_warning)
 	struct zinf_io *io = NULL;
 	zinf_io_opts_init(&o);
 	o.backend = v;
-	if (zinf_io_create(&o, &io) == -ENODEV) {
-		cr_skip_test("I/O backend %s unavailable here", v);
-	}
+	io = zt_io_open(&o);
 	zinf_io_destroy(io);
 	io = NULL;
 	zinf_log_set_callback(capture_warn, &c);
@@ -636,6 +630,62 @@ Test(nvme_io, refused_backend_falls_back_with_one_warning)
 	io_test_refuse(NULL, 0);
 }
 
+/* Whether zinf_io_create(backend, fault_inner) answers `want` with `words` in its message. */
+static void
+assert_create_fails(const char *backend, const char *inner, int want, const char *words)
+{
+	struct zinf_io_opts o;
+	struct zinf_io *io = NULL;
+	zinf_io_opts_init(&o);
+	o.backend = backend;
+	o.fault_inner = inner;
+	int rc = zinf_io_create(&o, &io);
+	cr_assert_eq(rc, want, "%s over %s: %d, not %d: %s", backend, inner ? inner : "-", rc, want,
+		     zinf_last_error());
+	cr_assert_null(io);
+	const char *m = zinf_last_error();
+	cr_assert(strstr(m, inner ? inner : backend) && strstr(m, words), "%s", m);
+}
+
+/*
+ * A named backend is absent (-ENODEV) only when it was not built or the kernel refuses it
+ * (EPERM, ENOSYS); any other failure of its set-up keeps its errno and says what it was, so a
+ * broken backend is an error and never looks like one this machine lacks (which tests skip).
+ * Every variant, psync included, through the test hook that fails the backend's set-up.
+ */
+Test(nvme_io, named_backend_absent_only_when_not_built_or_refused)
+{
+	const char *v = zt_variant() ? zt_variant() : "psync";
+	struct zinf_io_opts o;
+	zinf_io_opts_init(&o);
+	o.backend = v;
+	zinf_io_destroy(zt_io_open(&o));
+	io_test_refuse(v, -EPERM);
+	assert_create_fails(v, NULL, -ENODEV, "refused by the kernel");
+	assert_create_fails("fault", v, -ENODEV, "refused by the kernel");
+	cr_assert(strstr(zinf_last_error(), strerror(EPERM)), "%s", zinf_last_error());
+	io_test_refuse(NULL, 0);
+	io_test_refuse(v, -ENOSYS);
+	assert_create_fails(v, NULL, -ENODEV, "refused by the kernel");
+	io_test_refuse(NULL, 0);
+	io_test_refuse(v, -EIO);
+	assert_create_fails(v, NULL, -EIO, strerror(EIO));
+	assert_create_fails("fault", v, -EIO, "failed to start");
+	io_test_refuse(NULL, 0);
+	io_test_refuse(v, -EINVAL);
+	assert_create_fails(v, NULL, -EINVAL, "failed to start");
+	io_test_refuse(NULL, 0);
+	io_test_refuse(v, -ENOMEM);
+	assert_create_fails(v, NULL, -ENOMEM, strerror(ENOMEM));
+	io_test_refuse(NULL, 0);
+#if !ZINF_HAVE_LIBURING
+	assert_create_fails("io_uring", NULL, -ENODEV, "not built");
+#endif
+#if !ZINF_HAVE_LIBAIO
+	assert_create_fails("libaio", NULL, -ENODEV, "not built");
+#endif
+}
+
 /* io_uring with a kernel submission thread (SQPOLL): same bytes. */
 Test(nvme_io, sqpoll_round_trip)
 {
@@ -651,11 +701,7 @@ Test(nvme_io, sqpoll_round_trip)
 	o.sqpoll = true;
 	o.threads = 2;
 	o.block_size = 128 << 10;
-	int rc = zinf_io_create(&o, &io);
-	if (rc == -ENODEV) {
-		cr_skip_test("io_uring with SQPOLL unavailable: %s", zinf_last_error());
-	}
-	cr_assert_eq(rc, 0);
+	io = zt_io_open(&o);
 	char *dir = zt_mkdtemp(NULL);
 	struct zinf_io_file *f = file_open(io, dir, "sq", 0);
 	size_t n = 3 << 20;
@@ -760,9 +806,9 @@ Test(nvme_io, allocation_failures_unwind)
 		cr_assert_eq(zinf_io_submit(NULL, NULL), -EINVAL); /* the sentinel message */
 		zc_test_alloc_fail_nth(n);
 		int rc = zinf_io_create(&o, &io);
-		if (rc == -ENODEV) {
+		if (rc == -ENODEV && zt_io_may_be_absent(v)) {
 			zc_test_alloc_fail_nth(0);
-			cr_skip_test("I/O backend %s unavailable", v ? v : "(best)");
+			cr_skip_test("I/O backend %s absent here: %s", v, zinf_last_error());
 		}
 		if (rc == 0) {
 			rc = zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE, &f);

@@ -287,12 +287,7 @@ Test(pool, fallback_over_memlock_skips_registration_without_errors)
 	struct zinf_io_opts io_o;
 	zinf_io_opts_init(&io_o);
 	io_o.backend = "io_uring";
-	struct zinf_io *io = NULL;
-	int rc = zinf_io_create(&io_o, &io);
-	if (rc == -ENODEV) {
-		cr_skip_test("io_uring not available: %s", zinf_last_error());
-	}
-	cr_assert_eq(rc, 0);
+	struct zinf_io *io = zt_io_open(&io_o);
 	struct zinf_pool_opts o;
 	opts(&o, 4, 1 << 20);
 	o.pin_fallback = true;
@@ -376,11 +371,7 @@ Test(pool, io_through_registered_buffers)
 	zt_log_to_stderr();
 	struct zinf_io_opts io_o;
 	zinf_io_opts_init(&io_o);
-	struct zinf_io *io = NULL;
-	int rc = zinf_io_create(&io_o, &io);
-	if (rc) {
-		cr_skip_test("no I/O backend: %s", zinf_strerror(rc));
-	}
+	struct zinf_io *io = zt_io_open(&io_o);
 	struct zinf_pool_opts o;
 	opts(&o, 2, 1 << 20);
 	o.io = io;

@@ -51,7 +51,8 @@ struct zinf_comm_opts {
 	const char *backend; /* "mpi" | "nccl" | "single" | NULL: "mpi" when MPI is initialised or
 				the process was started by mpirun/srun, else "single" */
 	double timeout_s;    /* comm_timeout_s: deadline of every collective, seconds from the
-				call; default 1800 */
+				call; default $ZINF_COMM_TIMEOUT_S when set (a value this
+				cannot read is refused at create, naming it), else 1800 */
 	void *stream;	     /* nccl: the cudaStream_t collectives are ordered on; NULL: the
 				communicator creates its own. Ignored by mpi and single. */
 	int32_t device;	     /* nccl: CUDA device ordinal; -1 (default): local rank modulo the
@@ -82,7 +83,9 @@ ZINF_API void zinf_comm_opts_init(struct zinf_comm_opts *o);
  */
 ZINF_API int zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out);
 /**
- * Complete the requests still in flight (each within its deadline), free the communicator, and
+ * Complete the requests still in flight (each within its deadline), tell the other ranks that
+ * this one left (zinf_comm_leave), wait until every other rank left or failed (within
+ * timeout_s: destroy is collective, as MPI_Comm_free is), free the communicator, and
  * finalise MPI if this communicator initialised it. A failed communicator skips every call
  * that could wait on another rank (MPI_Comm_free, MPI_Finalize, ncclCommDestroy: it aborts
  * NCCL's instead) and leaks the requests that never completed; a progress thread stuck in a
@@ -129,6 +132,18 @@ ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
  * failed all the same).
  */
 ZINF_API int zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why);
+/**
+ * This rank leaves: tell the other ranks, as a failure notice does, that it completed every
+ * collective it called and will call no more (err -ESHUTDOWN, why: up to 487 bytes, e.g. "after
+ * step 12"). A rank that goes on calling collectives this rank will never join fails at the
+ * first of them with -ECONNABORTED ("rank 1 left (...): after step 12") instead of waiting out
+ * timeout_s; ranks that end at the same collective see nothing. Later collectives here are
+ * refused (-ESHUTDOWN). zinf_comm_destroy() leaves with a reason of its own when the caller did
+ * not. A no-op (0) with one rank, on "single", once this rank sent a notice (a failure's, or
+ * left), and on a communicator that failed on its own (a timeout). Returns 0; -EINVAL (NULL c);
+ * -EIO or -ENOMEM when the notice could not be posted.
+ */
+ZINF_API int zinf_comm_leave(struct zinf_comm *c, const char *why);
 
 /* ---- partitions --------------------------------------------------------------------------- */
 

@@ -57,8 +57,11 @@ ZINF_API void zinf_io_opts_init(struct zinf_io_opts *o);
  * that says why (once per process; later contexts log it at DEBUG). Free with zinf_io_destroy().
  * Returns 0 and sets *out, or a negative errno and leaves *out untouched:
  *   -EINVAL  bad option, NULL out, opts.size unknown (zinf_io_opts_init sets it)
- *   -ENODEV  named backend not built or refused by the kernel
+ *   -ENODEV  named backend (or fault's inner one) absent here: not built, or refused by the
+ *            kernel (EPERM: seccomp, io_uring_disabled; ENOSYS: a kernel without it)
  *   -ENOMEM  out of memory
+ *   any other negative errno: the backend's set-up failed for another reason (its own errno,
+ *            the message names the backend); with backend NULL, every backend failed
  */
 ZINF_API int zinf_io_create(const struct zinf_io_opts *opts, struct zinf_io **out);
 /** Wait for every request in flight, stop the workers, close the files. NULL is a no-op. */

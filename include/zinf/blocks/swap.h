@@ -148,6 +148,55 @@ ZINF_API int zinf_swap_read(struct zinf_swap *s, int id, void *buf);
 /** CRC32C (Castagnoli) of len bytes, continuing from crc (start with 0). */
 ZINF_API uint32_t zinf_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/*
+ * Scratch that names its owner (nvme/scratch.c). A program that puts scratch (swap files, a
+ * directory of them) in a directory other programs share names each entry `<stem>-<pid>-...`
+ * and holds an exclusive flock(2) on a lock file `<stem>-<pid>-*.lock` there from before its
+ * first entry is made until after its last is removed: a swap space whose prefix is
+ * `<stem>-<pid>` does (its lock is `<prefix>-r<rank>.<d>.lock`), and so does a scratch directory
+ * (zinf_scratch_dir_create). When the program dies without cleaning up (kill -9, the OOM killer,
+ * an MPI abort), the next one of the same stem removes what it left (zinf_scratch_reclaim).
+ */
+struct zinf_scratch_dir; /* opaque */
+
+/**
+ * Make a scratch directory `<parent>/<stem>-<pid>-<tag>-XXXXXX` (mkdtemp, mode 0700) owned by
+ * this process: first an exclusive flock on `<parent>/<stem>-<pid>-<tag>.lock` (this pid written
+ * inside), held until zinf_scratch_dir_destroy(). stem and tag are non-empty and made of
+ * letters, digits, '-', '_' and '.' ("zinf-gpt", "r0"). Returns 0 and sets *out; -EINVAL bad
+ * argument; -EBUSY this process holds that tag's lock already; -errno naming the path (parent
+ * missing, not a directory, not writable); -ENOMEM. Free with zinf_scratch_dir_destroy().
+ */
+ZINF_API int zinf_scratch_dir_create(const char *parent, const char *stem, const char *tag,
+				     struct zinf_scratch_dir **out);
+/** The directory's path ("" for NULL). */
+ZINF_API const char *zinf_scratch_dir_path(const struct zinf_scratch_dir *d);
+/** Remove the directory and everything in it, then the lock file. NULL is a no-op. */
+ZINF_API void zinf_scratch_dir_destroy(struct zinf_scratch_dir *d);
+
+/*
+ * What zinf_scratch_reclaim did with one entry of another process: `path`, its owner `pid`, and
+ * status 0 (removed; a directory with everything it held), 1 (kept: its owner runs, or holds
+ * its lock) or a negative errno (its owner is gone but it could not be removed).
+ */
+typedef void (*zinf_scratch_cb)(void *ctx, const char *path, int64_t pid, int status);
+
+/**
+ * Remove what owners that are gone left in `dir`: entries named `<stem>-<pid>-...` or
+ * `.<stem>-<pid>-...` (files, and directories with everything in them) whose pid is not this
+ * process's, does not run (kill(pid, 0) says ESRCH) and holds no lock: no `<stem>-<pid>-*.lock`
+ * in dir is locked (flock), so that an owner this process cannot see (another pid namespace: a
+ * container sharing the directory; another host over a network file system that carries
+ * flock) keeps its entries. The lock is looked for after the entry was seen, so an owner that
+ * locks before making entries (as above) never loses one, whatever the timing. A lock file that
+ * cannot be opened or locked for another reason than being held (permissions) counts as held.
+ * Entries of other names are not touched; neither are symbolic links followed. cb (may be
+ * NULL) hears of every entry of another pid found, with its fate. Returns the number of entries
+ * removed; -EINVAL (NULL dir, bad stem); -errno naming dir when it cannot be listed (-ENOENT:
+ * missing).
+ */
+ZINF_API int zinf_scratch_reclaim(const char *dir, const char *stem, zinf_scratch_cb cb, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif
