@@ -91,7 +91,9 @@ static const char description[] =
 	"--buffer-factor), NVMe 12 bytes (optimizer) and 2 (parameters). The largest layer is\n"
 	"12 H^2 with --hidden, P / L with --layers only, --largest-layer if given. With\n"
 	"bandwidths, a step-time bound per choice (the traffic overlapped: the slowest link) and\n"
-	"the fastest choice that fits, printed as a ds_config section.\n";
+	"the fastest choice that fits, printed as a ds_config section. Without --layers,\n"
+	"--hidden or --largest-layer the largest layer is 0 (said). Exit 0: a choice fits; 1:\n"
+	"nothing fits (as `zinf config check`); 2: a usage error.\n";
 
 static const struct cli_opt opts[] = {
 	{"params", CLI_COUNT, &cfg.params, NULL, "P", "model parameters", .min = 1, .max = 1e15,
@@ -425,7 +427,8 @@ cli_estimate(int argc, char **argv)
 				      "buffer_factor", c.factor, "rows", rows);
 		json_object_set_new(o, "recommended",
 				    best >= 0 ? ds_section(&choices[best]) : json_null());
-		return cli_json_print(o, 0) ? 1 : 0;
+		json_object_set_new(o, "largest_layer_known", json_boolean(L > 0));
+		return cli_json_print(o, 0) || best < 0 ? 1 : 0;
 	}
 	char g[32], cm[32], nv[32];
 	gb(g, sizeof(g), (double)c.gpu_mem);
@@ -434,6 +437,13 @@ cli_estimate(int argc, char **argv)
 	printf("%.3g parameters (largest layer %.3g), %u node(s) x %u GPU(s); limits: %s per GPU, "
 	       "%s CPU and %s NVMe per node\n",
 	       P, L, c.nodes, c.gpus, g, cm, nv);
+	if (L <= 0) {
+		printf("note: no --layers, --hidden or --largest-layer: the largest layer is taken "
+		       "as 0, "
+		       "so the GPU column leaves out the gathered layer that stage 3 holds (a "
+		       "lower "
+		       "bound)\n");
+	}
 	printf("stage  param  optim  %12s %14s %15s  fits  %12s%s\n", "GPU", "CPU/node",
 	       "NVMe/node", "largest P", best_t < INFINITY ? "     step" : "");
 	size_t i;
@@ -458,7 +468,7 @@ cli_estimate(int argc, char **argv)
 	json_decref(rows);
 	if (best < 0) {
 		printf("nothing fits: add GPUs or nodes, CPU memory or NVMe\n");
-		return 0;
+		return 1; /* as `zinf config check` for a plan that does not fit */
 	}
 	printf("recommended (%s):\n",
 	       best_t < INFINITY ? "the fastest that fits" : "the least offload that fits");

@@ -649,16 +649,25 @@ cli_opts_main(const char *prog, const char *synopsis, const char *description,
 static void
 list_cmds(FILE *f, const char *prog, const struct cli_cmd *cmds)
 {
-	fprintf(f, "usage: %s <command> [options]\n\ncommands:\n", prog);
-	for (size_t i = 0; cmds[i].name; i++) {
-		if (!cmds[i].sub) {
-			fprintf(f, "  %-14s%s\n", cmds[i].name, cmds[i].summary);
-			continue;
+	int w = 0; /* the widest name, so that a summary never runs into it */
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			fprintf(f, "usage: %s <command> [options]\n\ncommands:\n", prog);
 		}
-		for (const struct cli_cmd *s = cmds[i].sub; s->name; s++) {
-			char both[300];
-			snprintf(both, sizeof(both), "%s %s", cmds[i].name, s->name);
-			fprintf(f, "  %-14s%s\n", both, s->summary);
+		for (size_t i = 0; cmds[i].name; i++) {
+			const struct cli_cmd *s = cmds[i].sub;
+			do {
+				char name[300];
+				snprintf(name, sizeof(name), "%s%s%s", cmds[i].name, s ? " " : "",
+					 s ? s->name : "");
+				int n = (int)strlen(name);
+				if (pass == 0) {
+					w = n > w ? n : w;
+				} else {
+					fprintf(f, "  %-*s  %s\n", w, name,
+						s ? s->summary : cmds[i].summary);
+				}
+			} while (s && (++s)->name);
 		}
 	}
 	fprintf(f, "\nRun `%s <command> --help` for the options of each.\n", prog);

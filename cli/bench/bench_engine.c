@@ -241,6 +241,47 @@ offload(const struct cfg *c, int tier, struct zinf_offload_opts *o)
 	}
 }
 
+static uint64_t
+model_params(const struct cfg *c)
+{
+	uint64_t per = 0;
+	for (uint32_t j = 0; j < NPARAM; j++) {
+		per += param_numel(c, j);
+	}
+	return per * c->layers;
+}
+
+/*
+ * At least the host memory this rank's model state takes, checked once the device is known and
+ * before anything is registered (--hidden 1e5 asks for terabytes): the 16-bit parameters, and
+ * the fp32 master, optimizer state and gradient partition, each where it lives in host memory
+ * (a cpu tier, or a device tier on the host device; an nvme tier's buffers are bounded by their
+ * sizes). Buckets and gathered layers come on top. Times the arms (--compare runs two).
+ */
+static int
+check_host_memory(const struct run *r, struct zinf_engine *e)
+{
+	const struct cfg *c = r->c;
+	const char *be = zinf_device_backend(zinf_engine_device(e));
+	bool host = be && strcmp(be, "host") == 0;
+	double P = (double)model_params(c), w = (double)zinf_engine_world(e);
+	double ds = (double)zinf_dtype_size(dtype_of[c->dtype]);
+	double sb = c->optimizer == ZINF_OPTIM_ADAGRAD || c->optimizer == ZINF_OPTIM_LION ? 8 : 12;
+	double need = 0;
+	if (c->stage < 3 || c->off_param == ZINF_OFFLOAD_NONE) { /* on the device */
+		need += host ? P / (c->stage == 3 ? w : 1) * ds : 0;
+	} else if (c->off_param == ZINF_OFFLOAD_CPU) {
+		need += P / w * ds;
+	}
+	if (c->off_optim == ZINF_OFFLOAD_CPU || (c->off_optim == ZINF_OFFLOAD_NONE && host)) {
+		need += P / (c->stage >= 1 ? w : 1) * (sb + 4);
+	}
+	return cli_check_memory(
+		PROG, "the model's state in host memory (at least)", need * (c->compare ? 2 : 1),
+		"--hidden or --layers, or put the state on NVMe (--offload-optimizer "
+		"nvme, and --offload-param nvme at stage 3)");
+}
+
 /* Create arm a's engine (on dev when not NULL), register the model and init. */
 static int
 arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
@@ -267,6 +308,9 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	int rc = zinf_engine_create(&eo, &a->e);
 	if (rc) {
 		return fail_call(r, "zinf_engine_create", rc);
+	}
+	if (check_host_memory(r, a->e) < 0) {
+		return -ENOMEM;
 	}
 	a->ids = calloc((size_t)c->layers * NPARAM, sizeof(*a->ids));
 	a->s = calloc(c->steps, sizeof(*a->s));
@@ -715,16 +759,6 @@ arm_json(const struct run *r, const struct arm *a, json_t *o)
 		json_array_append_new(per, sample_json(&a->s[i]));
 	}
 	json_object_set_new(o, "per_step", per);
-}
-
-static uint64_t
-model_params(const struct cfg *c)
-{
-	uint64_t per = 0;
-	for (uint32_t j = 0; j < NPARAM; j++) {
-		per += param_numel(c, j);
-	}
-	return per * c->layers;
 }
 
 static int

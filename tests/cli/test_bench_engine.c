@@ -62,6 +62,24 @@ Test(bench_engine, option_errors)
 	refused(a9, "--clip -1: must be at least 0");
 }
 
+/* A model whose state cannot fit is refused before anything is allocated (it once tried to
+ * allocate 60 GB), naming the options that lower it; on NVMe the host memory check passes. */
+Test(bench_engine, model_larger_than_memory_refused_first)
+{
+	zc_need_variant("alone");
+	struct zc_scratch sc;
+	zc_scratch_init(&sc);
+	int rc = zc_run_sh(&sc, "", "", "bench engine --hidden 1e5 --layers 1");
+	char *t = zc_text(sc.err);
+	cr_expect_eq(rc, 1, "exit %d: %s", rc, t);
+	cr_expect(strstr(t, "the model's state in host memory (at least): 2.0 TiB needed") &&
+			  strstr(t, "lower --hidden or --layers"),
+		  "%s", t);
+	cr_expect(strstr(t, "cannot allocate") == NULL, "allocated first: %s", t);
+	free(t);
+	zc_scratch_fini(&sc);
+}
+
 static double
 num(json_t *o, const char *key)
 {

@@ -158,9 +158,22 @@ Test(estimate, text_and_errors)
 	cr_assert_eq(zc_run_sh(&sc, "", "",
 			       "estimate --params 1e9 --gpu-mem 1e9 --cpu-mem 1e9 "
 			       "--nvme 1e9"),
-		     0);
+		     1, "nothing fits: exit 1, as config check's plan that does not fit");
 	char *t = zc_text(sc.out);
 	cr_expect(strstr(t, "nothing fits") != NULL, "%s", t);
+	cr_expect(strstr(t, "note: no --layers, --hidden or --largest-layer") != NULL, "%s", t);
+	free(t);
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "",
+			  "estimate --params 1e9 --gpu-mem 1e9 --cpu-mem 1e9 --nvme 1e9 --json"),
+		1);
+	t = zc_text(sc.out);
+	cr_expect(strstr(t, "\"recommended\": null") && strstr(t, "\"largest_layer_known\": false"),
+		  "%s", t);
+	free(t);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 1e9 --layers 10"), 0);
+	t = zc_text(sc.out);
+	cr_expect(strstr(t, "note:") == NULL, "the largest layer is known: %s", t);
 	free(t);
 	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --gpus-per-node 8"), 2);
 	t = zc_text(sc.err);

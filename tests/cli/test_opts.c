@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -252,6 +253,47 @@ Test(opts, help_from_the_table)
 			   "  -h, --help            this text\n";
 	cr_assert_str_eq(buf, want);
 	free(buf);
+}
+
+/* The command list: names padded to the widest, so "checkpoint inspect" (18 characters) never
+ * runs into its summary (it did with a fixed 14-column field). */
+static const struct cli_cmd sub_cmds[] = {
+	{"inspect", "print a manifest", NULL, NULL},
+	{"export", "write safetensors", NULL, NULL},
+	{NULL},
+};
+static const struct cli_cmd top_cmds[] = {
+	{"checkpoint", "checkpoints", NULL, sub_cmds},
+	{"version", "the version", NULL, NULL},
+	{NULL},
+};
+
+Test(opts, command_list_pads_to_the_widest_name)
+{
+	char *argv[] = {"zinf", "--help", NULL};
+	fflush(stdout);
+	FILE *t = tmpfile();
+	int saved = dup(1);
+	cr_assert(t && saved >= 0);
+	dup2(fileno(t), 1);
+	int rc = cli_dispatch("zinf", top_cmds, 2, argv);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	char buf[1024] = {0};
+	rewind(t);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, t);
+	fclose(t);
+	cr_assert_eq(rc, 0);
+	const char *want = "usage: zinf <command> [options]\n"
+			   "\n"
+			   "commands:\n"
+			   "  checkpoint inspect  print a manifest\n"
+			   "  checkpoint export   write safetensors\n"
+			   "  version             the version\n"
+			   "\n"
+			   "Run `zinf <command> --help` for the options of each.\n";
+	cr_assert_str_eq(buf, want, "%zu bytes:\n%s", n, buf);
 }
 
 /* ---- report helpers ----------------------------------------------------------------------- */
