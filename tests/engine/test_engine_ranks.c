@@ -2046,6 +2046,31 @@ case_hyper_differs(void)
 	return world < 2 ? SKIP : hyper_differs(false) + hyper_differs(true);
 }
 
+/* The two-parameter model with the optimizer on the CPU after one step on every rank, its
+ * collectives' deadline timeout_s; NULL (fails counted) when that went wrong. */
+static struct zinf_engine *
+after_one_step(double timeout_s, struct edrive *d, int *failed)
+{
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_timeout_s = timeout_s;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (e) {
+		int rc = edrive_init(d, e, ZINF_F32, 0x1p-14f);
+		CHECK(rc == 0, "edrive_init: %d", rc);
+		rc = rc ? rc : edrive_run(d, 0, 1, 1, -1);
+		CHECK(rc == 0, "step 1: %d %s", rc, d->why);
+	}
+	*failed += fails;
+	if (e && fails) {
+		edrive_fini(d);
+		zinf_engine_destroy(e);
+		e = NULL;
+	}
+	return e;
+}
+
 /*
  * Ranks that run different numbers of steps: the last rank stops after one step and destroys
  * its engine; the others' second step fails at its first collective within a second (not after
@@ -2058,19 +2083,13 @@ case_early_exit(void)
 		return SKIP;
 	}
 	int fails = 0;
-	struct zinf_engine_opts o;
-	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
-	o.comm_timeout_s = 60;
-	struct zinf_engine *e = make_model(&o, &fails);
+	struct edrive d;
+	struct zinf_engine *e = after_one_step(60, &d, &fails);
 	if (!e) {
 		return fails;
 	}
-	struct edrive d;
-	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
-	CHECK(rc == 0, "edrive_init: %d", rc);
-	rc = edrive_run(&d, 0, 1, 1, -1);
-	CHECK(rc == 0, "step 1: %d %s", rc, d.why);
 	if (rank != world - 1) {
+		int rc;
 		double t0 = zinf_now_s();
 		rc = edrive_run(&d, 1, 1, 1, -1);
 		double dt = zinf_now_s() - t0;
@@ -2100,23 +2119,16 @@ case_killed_rank(void)
 		return SKIP;
 	}
 	int fails = 0;
-	struct zinf_engine_opts o;
-	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
-	o.comm_timeout_s = 5;
-	struct zinf_engine *e = make_model(&o, &fails);
-	if (!e) {
-		return fails;
-	}
 	struct edrive d;
-	int rc = edrive_init(&d, e, ZINF_F32, 0x1p-14f);
-	CHECK(rc == 0, "edrive_init: %d", rc);
-	rc = edrive_run(&d, 0, 1, 1, -1);
-	CHECK(rc == 0, "step 1: %d %s", rc, d.why);
+	struct zinf_engine *e = after_one_step(5, &d, &fails);
+	if (!e) {
+		_exit(1);
+	}
 	if (rank == world - 1) {
 		raise(SIGKILL);
 	}
 	double t0 = zinf_now_s();
-	rc = edrive_run(&d, 1, 1, 1, -1);
+	int rc = edrive_run(&d, 1, 1, 1, -1);
 	double dt = zinf_now_s() - t0;
 	CHECK(rc < 0, "step 2 with rank %d killed: %d", world - 1, rc);
 	CHECK(dt < 30, "step 2 failed after %.1f s (deadline 5 s)", dt);
