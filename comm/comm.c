@@ -174,10 +174,7 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 		goto err_free;
 	}
 	c->descs = comm_descs_alloc(c->world);
-	c->from = zc_calloc((size_t)c->world, 1);
-	if (!c->descs || !c->from) {
-		zc_free(c->descs);
-		zc_free(c->from);
+	if (!c->descs) {
 		rc = ZINF_FAIL(-ENOMEM, "comm %s: out of memory for %d descriptors", ops->name,
 			       c->world);
 		goto err_close;
@@ -224,7 +221,6 @@ drop_req(struct zinf_comm *c, struct zinf_comm_req *r)
 }
 
 static int leave_notice(struct zinf_comm *c, const char *why);
-static int drain_notices(struct zinf_comm *c);
 
 void
 zinf_comm_destroy(struct zinf_comm *c)
@@ -253,16 +249,12 @@ zinf_comm_destroy(struct zinf_comm *c)
 	if (c->failed && (c->known || c->told) && !c->abandoned && !c->descs_abandoned) {
 		c->failed = 0;
 	}
-	if (!c->failed && drain_notices(c) < 0) {
-		c->failed = -ETIMEDOUT; /* a rank not gone may still send: MPI keeps it all */
-	}
 	c->ops->close(c);
 	if (!c->descs_abandoned) {
 		zc_free(c->descs);
 	} else {
 		zc_leave(c->descs); /* MPI may still read or write them */
 	}
-	zc_free(c->from);
 	zc_free(c);
 }
 
@@ -365,16 +357,6 @@ fail_comm(struct zinf_comm *c, int err, const char *msg)
 	return ZINF_FAIL(err, "comm %s rank %d: %s", c->ops->name, c->rank, msg);
 }
 
-/* Each rank sends one notice per communicator (a failure's or its leaving): count them. */
-static void
-heard_from(struct zinf_comm *c, const struct zinf_comm_notice *n)
-{
-	if (n->rank >= 0 && n->rank < c->world && !c->from[n->rank]) {
-		c->from[n->rank] = 1;
-		c->nfrom++;
-	}
-}
-
 /*
  * Other ranks' failure notices, looked for at most every NOTICE_PERIOD_NS (always with now),
  * for collective seq (waited on, or about to be posted). A notice says up to which collective
@@ -396,9 +378,8 @@ heed_notice(struct zinf_comm *c, bool now, uint64_t seq)
 		c->notice_next_ns = t + NOTICE_PERIOD_NS;
 		int rc;
 		while ((rc = c->ops->notice(c, &n)) == 1) {
-			heard_from(c, &n);
-			if (n.upto == UINT64_MAX || (c->heard && n.upto >= c->heard_upto)) {
-				continue; /* a later failure than the one heard, or a count */
+			if (c->heard && n.upto >= c->heard_upto) {
+				continue; /* a later failure than the one heard */
 			}
 			n.why[sizeof(n.why) - 1] = 0;
 			c->heard = true;
@@ -473,35 +454,23 @@ zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why)
 }
 
 /*
- * This rank's notice that it leaves, unless it sent one (a failure's) already: every rank sends
- * one per communicator, which the others count at their destroy. A rank whose communicator
- * failed on its own (a timeout: the others time out alike) sends none; one that failed on
- * another rank's notice or a mismatch (every rank knows) does, so that the others' destroy
- * need not wait for it. Collectives still in flight on a healthy communicator are waited for
- * first.
+ * This rank's notice that it leaves (every collective it called completed): a rank that goes on
+ * calling collectives fails at the first one it would wait for in vain. Sent once, only by a
+ * healthy communicator with nothing in flight: a failed one told the others already (a notice)
+ * or they fail alike (a timeout, a mismatch).
  */
 static int
 leave_notice(struct zinf_comm *c, const char *why)
 {
-	if (!c->ops->notify || c->world < 2 || c->told) {
+	if (!c->ops->notify || c->world < 2 || c->told || c->failed || c->inflight) {
 		return 0;
 	}
-	while (c->inflight && !c->failed) {
-		(void)zinf_comm_wait(c, c->inflight);
-	}
-	if (c->failed && !c->known) {
-		return 0; /* the wait failed it, or it failed earlier: its peers time out alike */
-	}
-	/* after a failure every rank knows of, the notice only counts (no upto: fails nothing) */
-	struct zinf_comm_notice n = {
-		.rank = c->rank, .err = -ESHUTDOWN, .upto = c->failed ? UINT64_MAX : completed(c)};
+	struct zinf_comm_notice n = {.rank = c->rank, .err = -ESHUTDOWN, .upto = c->seq};
 	snprintf(n.why, sizeof(n.why), "%s", why ? why : "(no reason given)");
 	c->told = true;
-	if (!c->failed) {
-		c->known = true; /* nothing of this rank's to tell anyone again */
-		c->failed = -ESHUTDOWN;
-		snprintf(c->fail_msg, sizeof(c->fail_msg), "this rank left: %s", n.why);
-	}
+	c->known = true; /* nothing of this rank's to tell anyone again */
+	c->failed = -ESHUTDOWN;
+	snprintf(c->fail_msg, sizeof(c->fail_msg), "this rank left: %s", n.why);
 	int rc = c->ops->notify(c, &n);
 	if (rc < 0) {
 		return ZINF_FAIL(rc, "comm %s rank %d: the notice of leaving could not be sent",
@@ -518,46 +487,13 @@ zinf_comm_leave(struct zinf_comm *c, const char *why)
 	if (!c) {
 		return ZINF_FAIL(-EINVAL, "zinf_comm_leave: communicator is NULL");
 	}
+	if (c->inflight && !c->failed) {
+		return ZINF_FAIL(-EBUSY,
+				 "zinf_comm_leave: comm %s rank %d has requests in flight: wait for "
+				 "them first (zinf_comm_wait)",
+				 c->ops->name, c->rank);
+	}
 	return leave_notice(c, why);
-}
-
-/*
- * Before a communicator is freed, every other rank's notice (a failure's or its leaving) has
- * come: a message left unreceived on a freed MPI communicator would be matched on the next one
- * MPI makes with the same context id, out of order with that one's own messages. Waits up to
- * comm_timeout_s; 0, or -ETIMEDOUT (the first rank not heard from named in the log).
- */
-static int
-drain_notices(struct zinf_comm *c)
-{
-	struct zinf_comm_notice n;
-	unsigned spins = 0;
-
-	if (!c->ops->notice || c->world < 2) {
-		return 0;
-	}
-	uint64_t deadline = zinf_now_ns() + (uint64_t)(c->opts.timeout_s * 1e9);
-	while (c->nfrom < c->world - 1) {
-		int rc = c->ops->notice(c, &n);
-		if (rc == 1) {
-			heard_from(c, &n);
-			continue;
-		}
-		if (rc < 0 || zinf_now_ns() > deadline) {
-			int r = 0;
-			while (r < c->world && (r == c->rank || c->from[r])) {
-				r++;
-			}
-			ZINF_WARN(
-				"comm %s rank %d: destroyed with rank %d (and %d others) not gone "
-				"after %g s: the communicator is left to MPI",
-				c->ops->name, c->rank, r, c->world - 2 - c->nfrom,
-				c->opts.timeout_s);
-			return -ETIMEDOUT;
-		}
-		comm_backoff(&spins);
-	}
-	return 0;
 }
 
 static int

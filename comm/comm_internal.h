@@ -116,8 +116,6 @@ struct zinf_comm {
 	uint64_t heard_upto;	 /* the lowest upto of the notices that came */
 	char heard_msg[640];	 /* "rank N failed (...): why" of that notice */
 	bool told;		 /* this rank's notice was posted */
-	uint8_t *from;		 /* [world]: 1 once rank r's notice (failure or leave) came */
-	int nfrom;		 /* how many ranks' notices came */
 	uint64_t notice_next_ns; /* zinf_now_ns() from which the next look for a notice is due */
 	struct zinf_comm_desc *descs; /* world descriptors, as the check receives them, then
 					 this rank's, as it sends it (descs[world]) */

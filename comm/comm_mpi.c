@@ -199,9 +199,23 @@ comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 		rc = MPI_TRY(MPI_Comm_rank(node, &c->local_rank));
 		MPI_Comm_free(&node);
 	}
-	if (!rc) { /* rank 0's clock: distinct for every communicator of the job, the same on all */
-		m->id = zinf_now_ns();
-		rc = MPI_TRY(MPI_Bcast(&m->id, 1, MPI_UINT64_T, 0, m->comm));
+	/*
+	 * Rank 0's clock as the id (distinct for every communicator of the job, the same on all),
+	 * and whether every rank asked for the call check: a rank checking and one not would post
+	 * different first collectives (the check's exchange against the data), so a difference is
+	 * refused here, on every rank.
+	 */
+	uint64_t v[3] = {c->rank == 0 ? zinf_now_ns() : 0, c->opts.check, !c->opts.check};
+	if (!rc) {
+		rc = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, m->comm));
+		m->id = v[0];
+	}
+	if (!rc && v[1] && v[2]) {
+		rc = ZINF_FAIL(-EINVAL,
+			       "comm %s rank %d: comm_check (zinf_comm_opts.check) is %s here and "
+			       "%s on another rank: every rank must ask the same",
+			       c->ops->name, c->rank, c->opts.check ? "on" : "off",
+			       c->opts.check ? "off" : "on");
 	}
 	if (rc < 0) {
 		goto err_notice;
@@ -339,8 +353,14 @@ comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 	 * MPI as it is; the process is told to exit.
 	 */
 	notice_sends_end(m);
+	/*
+	 * The notices' duplicate is never freed (MPI_Finalize frees it): a notice no call here took
+	 * (another rank's leaving or failure, sent while this rank was ending too) stays in it. On a
+	 * freed communicator MPI would match such a message on the next one given its context id,
+	 * and Open MPI's per-peer ordering would then hold that one's own messages back (seen:
+	 * notices lost, a segfault in a later MPI_Allreduce).
+	 */
 	if (!failed) {
-		MPI_Comm_free(&m->notice);
 		MPI_Comm_free(&m->comm);
 		if (m->owns) {
 			MPI_Finalize();

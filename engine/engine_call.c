@@ -189,7 +189,9 @@ agree(struct zinf_engine *e, int err, const char *what, bool hyper)
 		      e->step_beta2,
 		      -e->step_beta2};
 	_Static_assert(8 <= ENG_SCRATCH, "the scratch holds the exchange");
-	int ret = eng_all_max(e, v, hyper ? 8 : 2);
+	/* always all 8, so that a rank whose step failed early (eng_agree) and one that reached
+	   eng_agree_step post the same collective */
+	int ret = eng_all_max(e, v, 8);
 	if (err) {
 		e->call.known = ret ? 0 : err; /* exchanged: the others return an error too */
 		return err;

@@ -7,8 +7,9 @@
  * accumulation, the switches that add collectives) and the parameter table (names, sizes,
  * layers, shapes, order). What only sizes this rank's own memory or schedules its own work
  * (buffer counts and sizes, max_in_cpu, step_during_backward, the NVMe schedule) may differ:
- * a rank short of device memory for the speculation's reserve runs without it. One all-gather of a few hundred bytes per rank; every rank compares
- * the same bytes, so every rank returns the same error, naming the first field (its
+ * a rank short of device memory for the speculation's reserve runs without it. One all-gather
+ * of a few hundred bytes per rank; every rank compares the same bytes, so every rank returns
+ * the same error, naming the first field (its
  * ds_config.json key) or parameter that differs and two ranks' values. Without it a rank at
  * another stage or with another model joins collectives of other sizes: truncation, then heap
  * corruption.

@@ -75,7 +75,7 @@ eng_step_run(struct zinf_engine *e)
 	int ret = zinf_stream_sync(e->cs); /* every accumulation is in grad_part */
 	if (ret) {
 		ret = ENG_FAIL(e, ret, "step: the engine stream failed");
-		return eng_agree(e, ret, "step"); /* the others stop too */
+		return eng_agree_step(e, ret, "step"); /* the others stop too */
 	}
 	ret = step_all(e);
 	if (e->gr.gw.n) {

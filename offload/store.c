@@ -670,7 +670,13 @@ zinf_store_flush(struct zinf_store *s)
 	for (int i = 0; i < s->nt; i++) {
 		struct tensor *t = &s->t[i];
 		if (t->state == ZINF_TENSOR_RESIDENT && t->dirty && t->werr) {
-			rc = rc ? rc : t->werr;
+			/* reaped before this flush (by a release or a swap-in): said as when this
+			   flush reaps it */
+			int r = STORE_FAIL(s, t->werr,
+					   "write of %s[%u] failed: kept resident and dirty: %s",
+					   t->kind, t->index,
+					   t->werr_why ? t->werr_why : zinf_strerror(t->werr));
+			rc = rc ? rc : r;
 			t->werr = 0;
 		} else if (t->state == ZINF_TENSOR_RESIDENT && t->dirty) {
 			start_write(s, t);

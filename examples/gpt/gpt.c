@@ -442,6 +442,11 @@ run_fini(struct run *R)
 		zinf_device_free(R->t.dev, R->dev_loss);
 	}
 	zinf_engine_destroy(R->t.e);
+	if (R->comm) { /* a rank still training fails its next collective naming this step */
+		char why[64];
+		snprintf(why, sizeof(why), "zinf_gpt after step %d", R->steps_done);
+		(void)zinf_comm_leave(R->comm, why);
+	}
 	zinf_comm_destroy(R->comm);
 	if (R->t.ops && R->t.ops->close) { /* the stream the engine wrapped: after the engine */
 		R->t.ops->close(R->t.ops_ctx);

@@ -69,8 +69,8 @@ static const struct flag flags[] = {
 	{"resume", "DIR", "continue from DIR's latest checkpoint (to --steps in all)", K_STR,
 	 A(resume), 0, 0},
 	{"comm-timeout", "S",
-	 "deadline of every collective, seconds (default the library's, 1800): a rank that stops "
-	 "answering is an error on the others after S seconds",
+	 "deadline of every collective, seconds (default $ZINF_COMM_TIMEOUT_S, else 1800): a rank "
+	 "that stops answering is an error on the others after S seconds",
 	 K_SECS, A(comm_timeout), 0, GPT_MAX_COMM_TIMEOUT},
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
 	 A(step_after_backward), 0, 0},

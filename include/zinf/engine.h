@@ -163,8 +163,9 @@ struct zinf_engine_opts {
 	/* precision: the dtype of the parameters the trainer computes with (and hands gradients
 	   in, usually): ZINF_BF16, ZINF_F16, or ZINF_F32 (fp32 training); default ZINF_F32, as
 	   zinf_config_init() and DeepSpeed with neither fp16 nor bf16 enabled (a trainer reading
-	   16-bit parameters sets it). Gradients are widened exactly to fp32 in the buckets and reduced in fp32 whatever this
-	   is (twice the bytes of a 16-bit reduction, no 16-bit rounding of the sum) */
+	   16-bit parameters sets it). Gradients are widened exactly to fp32 in the buckets and
+	   reduced in fp32 whatever this is (twice the bytes of a 16-bit reduction, no 16-bit
+	   rounding of the sum) */
 	enum zinf_dtype dtype;
 	uint32_t reserved3; /* zero */
 
@@ -244,7 +245,10 @@ ZINF_API int zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf
 ZINF_API int zinf_engine_opts_check(const struct zinf_engine_opts *opts);
 /**
  * Wait for work in flight, free every buffer, remove the swap files, close what the engine
- * opened. NULL is a no-op.
+ * opened. With a communicator of its own (opts.comm NULL) the other ranks are told that this
+ * one left after step S (zinf_comm_leave), so a rank still training fails its next collective
+ * at once, naming it; with the caller's communicator that is the caller's to say (its
+ * zinf_comm_leave or zinf_comm_destroy). Waits for no other rank. NULL is a no-op.
  */
 ZINF_API void zinf_engine_destroy(struct zinf_engine *e);
 

@@ -576,6 +576,30 @@ case_leave(void)
 	return fails;
 }
 
+/* The last rank asks for the call check, the others not: create fails on every rank, naming
+ * it (they would post different first collectives: the check's exchange against the data). */
+static int
+case_check_differs(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_comm_opts o;
+	struct zinf_comm *c = NULL;
+	zinf_comm_opts_init(&o);
+	o.backend = backend;
+	o.timeout_s = 20;
+	o.check = rank == world - 1;
+	int rc = zinf_comm_create(&o, &c);
+	CHECK(rc == -EINVAL && c == NULL, "create: %d", rc);
+	CHECK(strstr(zinf_last_error(), o.check ? "comm_check (zinf_comm_opts.check) is on here"
+						: "comm_check (zinf_comm_opts.check) is off here"),
+	      "%s", zinf_last_error());
+	zinf_comm_destroy(c);
+	return fails;
+}
+
 static int
 case_skip_unchecked(void)
 {
@@ -669,12 +693,11 @@ case_notice_checked(void)
 }
 
 /*
- * A notice no collective took (all: every rank notifies at once): the last rank notifies after
- * its last collective, before the others destroy their communicator (late false: the notice
- * reaches them, untaken) or while they are in destroy (late true: destroy waits for every
- * rank's notice, this one included, before it frees the MPI communicator, so that none arrives
- * on a communicator that is gone). Every rank then creates a new communicator: its collectives
- * (three, so that an upto of 1 does not cover them) complete, no rank fails by a notice of the
+ * A notice nobody took (all: every rank notifies at once): the last rank notifies after its last
+ * collective, before the others destroy their communicator (late false: the notice reaches them,
+ * untaken) or after (late true: it reaches a communicator that is gone, as do the others'
+ * notices of leaving). Every rank then creates a new communicator: its collectives (three, so
+ * that an upto of 1 does not cover them) complete, no rank fails by a notice of the
  * communicator before.
  */
 static int
@@ -692,12 +715,10 @@ stale_one(bool late, bool all)
 	CHECK(zinf_comm_all_reduce(c, v, 16, ZINF_F32, ZINF_COMM_SUM, NULL) == 0, "first: %s",
 	      zinf_last_error());
 	if (late && rank != world - 1) {
-		zinf_comm_destroy(c); /* returns once the last rank's notice came */
+		zinf_comm_destroy(c);
 		c = NULL;
 	}
-	if (!late) {
-		MPI_Barrier(MPI_COMM_WORLD);
-	}
+	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == world - 1 || all) {
 		rc = zinf_comm_notify_failure(c, -EIO, "test: a stale notice");
 		CHECK(rc == 0, "notify: %d %s", rc, zinf_last_error());
@@ -802,6 +823,7 @@ static const struct {
 	{"two_in_flight", case_two_in_flight, false},
 	{"many_in_flight", case_many_in_flight, true},
 	{"leave", case_leave, false},
+	{"check_differs", case_check_differs, false},
 	{"skip_unchecked", case_skip_unchecked, false},
 	{"skip_checked", case_skip_checked, false},
 	{"mismatch", case_mismatch, false},

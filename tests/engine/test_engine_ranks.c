@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "common/dtype.h"
+#include "engine/engine_module.h" /* eng_agree, eng_agree_step */
 #include "engine/engine_ranks.h"
 #include "zinf/blocks/adam.h"
 #include "zinf/blocks/comm.h"
@@ -2046,6 +2047,35 @@ case_hyper_differs(void)
 	return world < 2 ? SKIP : hyper_differs(false) + hyper_differs(true);
 }
 
+/*
+ * A rank whose step fails before its optimizer ran agrees through eng_agree while the others
+ * reach eng_agree_step: the two must post the same collective (with comm_check on, a different
+ * count is -EPROTO on every rank; without it, MPI truncates or reads garbage). Rank 0 fails
+ * (-EIO), the others learn it naming rank 0.
+ */
+static int
+case_agree_paths(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	int fails = 0;
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "mpi", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, scratch, ZINF_F32, 1);
+	o.comm_check = true;
+	o.comm_timeout_s = 60;
+	struct zinf_engine *e = make_model(&o, &fails);
+	if (!e) {
+		return fails;
+	}
+	int rc = rank == 0 ? eng_agree(e, -EIO, "probe") : eng_agree_step(e, 0, "probe");
+	CHECK(rc == -EIO, "rc %d: %s", rc, zinf_last_error());
+	CHECK(rank == 0 || strstr(zinf_last_error(), "probe failed on rank 0"), "%s",
+	      zinf_last_error());
+	zinf_engine_destroy(e);
+	return fails;
+}
+
 /* The two-parameter model with the optimizer on the CPU after one step on every rank, its
  * collectives' deadline timeout_s; NULL (fails counted) when that went wrong. */
 static struct zinf_engine *
@@ -2162,6 +2192,7 @@ static const struct ranks_case cases[] = {
 	{"init_fault", case_init_fault, false},
 	{"ranks_differ", case_ranks_differ, false},
 	{"hyper_differs", case_hyper_differs, false},
+	{"agree_paths", case_agree_paths, false},
 	{"early_exit", case_early_exit, false},
 	{"killed_rank", case_killed_rank, true},
 	{"spec_fault", case_spec_fault, false},

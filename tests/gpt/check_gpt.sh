@@ -112,6 +112,9 @@
 #                    one is stopped (SIGSTOP); the other's next collective fails after 3 s
 #                    naming comm_timeout_s, and the job ends within 60 s (the default would wait
 #                    1800 s); --comm-timeout 0 and 1e7 are refused (exit 2) with the range
+#   left MPIRUN...   (2 ranks, MPMD) one rank asked for 2 steps, the other for 6: the second
+#                    fails at its third step naming the first ("rank 0 left: zinf_gpt after
+#                    step 2"), well before --comm-timeout 600
 #   cuda             (label gpu; needs a build with CUDA and NCCL) --device cuda (gpt_cuda.cu:
 #                    cuBLAS and kernels) vs --device host (gpt_cpu.c), fp32, zero0_memory.json
 #                    and zero3_nvme.json: every step's loss within the GPU tolerance (below);
@@ -915,6 +918,24 @@ config_ranges)
 	run "$work/edge.jsonl" -- --config "$work/c.json" --steps 3
 	[ "$(field "$work/edge.jsonl" step | wc -l)" = 3 ] || { echo "FAIL: in range"; exit 1; }
 	echo "ok: steps_per_print 2^30, micro-batch 3 x accumulation 2 trained"
+	;;
+left)
+	# ranks asked for different numbers of steps (MPMD): rank 0 stops after 2 and leaves; rank
+	# 1's third step fails at once naming it, not after --comm-timeout's 600 s
+	cat >"$work/const.json" <<'EOF'
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+EOF
+	args=("${model[@]}" --config "$work/const.json" --batch 3 --comm-timeout 600)
+	st=0
+	t0=$(date +%s)
+	"$@" -np 1 "$gpt" "${args[@]}" --steps 2 : -np 1 "$gpt" "${args[@]}" --steps 6 \
+		>"$work/out" 2>"$work/err" || st=$?
+	dt=$(($(date +%s) - t0))
+	grep -q "rank 0 left: zinf_gpt after step 2" "$work/err" && [ "$st" != 0 ] && [ $dt -lt 120 ] ||
+		{ echo "FAIL: exit $st after $dt s:"; cat "$work/err"; exit 1; }
+	echo "ok: the rank asked for more steps stopped after $dt s: $(grep -m1 'left' "$work/err")"
 	;;
 comm_timeout)
 	for v in 0 1e7; do

@@ -357,7 +357,10 @@ Test(store, failed_write_reaped_in_the_background_is_reported_by_the_next_flush)
 	cr_assert_eq(zinf_store_wait(r.st, 0, NULL), -EIO);
 	const char *why = zinf_last_error();
 	cr_assert(strstr(why, "write of param16[0] failed") && strstr(why, r.dir), "%s", why);
+	cr_assert_eq(zinf_store_swap_in(r.st, 99, 0), -EINVAL); /* another last error */
 	cr_assert_eq(zinf_store_flush(r.st), -EIO, "the failed write is reported");
+	why = zinf_last_error(); /* said by the flush too, not only returned */
+	cr_assert(strstr(why, "write of param16[0] failed") && strstr(why, r.dir), "%s", why);
 	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "not retried by that flush");
 	uint64_t w = zinf_io_fault_ops(r.io, ZINF_IO_WRITE);
 	cr_assert_eq(zinf_store_flush(r.st), 0, "the next flush retries it");

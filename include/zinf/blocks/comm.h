@@ -57,7 +57,8 @@ struct zinf_comm_opts {
 				communicator creates its own. Ignored by mpi and single. */
 	int32_t device;	     /* nccl: CUDA device ordinal; -1 (default): local rank modulo the
 				number of devices */
-	bool check;	     /* compare every call across ranks before it runs; default false
+	bool check;	     /* compare every call across ranks before it runs (every rank must
+				ask the same: create refuses a difference); default false
 				(true in tests and debug runs: it costs a small exchange per call) */
 	uint8_t reserved[3]; /* zero */
 };
@@ -84,9 +85,8 @@ ZINF_API void zinf_comm_opts_init(struct zinf_comm_opts *o);
 ZINF_API int zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out);
 /**
  * Complete the requests still in flight (each within its deadline), tell the other ranks that
- * this one left (zinf_comm_leave), wait until every other rank left or failed (within
- * timeout_s: destroy is collective, as MPI_Comm_free is), free the communicator, and
- * finalise MPI if this communicator initialised it. A failed communicator skips every call
+ * this one left (zinf_comm_leave), free the communicator, and finalise MPI if this
+ * communicator initialised it. Waits for no other rank. A failed communicator skips every call
  * that could wait on another rank (MPI_Comm_free, MPI_Finalize, ncclCommDestroy: it aborts
  * NCCL's instead) and leaks the requests that never completed; a progress thread stuck in a
  * blocking MPI call is left running, not joined (it exits if the call ever returns): destroy
@@ -134,14 +134,15 @@ ZINF_API int zinf_comm_failed(const struct zinf_comm *c);
 ZINF_API int zinf_comm_notify_failure(struct zinf_comm *c, int err, const char *why);
 /**
  * This rank leaves: tell the other ranks, as a failure notice does, that it completed every
- * collective it called and will call no more (err -ESHUTDOWN, why: up to 487 bytes, e.g. "after
- * step 12"). A rank that goes on calling collectives this rank will never join fails at the
- * first of them with -ECONNABORTED ("rank 1 left (...): after step 12") instead of waiting out
- * timeout_s; ranks that end at the same collective see nothing. Later collectives here are
- * refused (-ESHUTDOWN). zinf_comm_destroy() leaves with a reason of its own when the caller did
- * not. A no-op (0) with one rank, on "single", once this rank sent a notice (a failure's, or
- * left), and on a communicator that failed on its own (a timeout). Returns 0; -EINVAL (NULL c);
- * -EIO or -ENOMEM when the notice could not be posted.
+ * collective it called and will call no more (err -ESHUTDOWN; why: up to 487 bytes, e.g. "after
+ * step 12"). A rank that goes on calling collectives fails at the first one this rank will never
+ * join with -ECONNABORTED, "rank 1 left: after step 12; this rank called a collective it will
+ * never join", instead of waiting out timeout_s; ranks that end at the same collective see
+ * nothing. Later collectives here are refused (-ESHUTDOWN). zinf_comm_destroy() leaves with a
+ * reason of its own when the caller did not. A no-op (0) with one rank, on "single", once this
+ * rank sent a notice (a failure's, or left) and on a failed communicator. Returns 0; -EINVAL
+ * (NULL c); -EBUSY while requests of c are in flight (wait for them first: their handles stay
+ * the caller's); -EIO or -ENOMEM when the notice could not be posted.
  */
 ZINF_API int zinf_comm_leave(struct zinf_comm *c, const char *why);
 
