@@ -488,10 +488,11 @@ zinf_comm_leave(struct zinf_comm *c, const char *why)
 		return ZINF_FAIL(-EINVAL, "zinf_comm_leave: communicator is NULL");
 	}
 	if (c->inflight && !c->failed) {
-		return ZINF_FAIL(-EBUSY,
-				 "zinf_comm_leave: comm %s rank %d has requests in flight: wait for "
-				 "them first (zinf_comm_wait)",
-				 c->ops->name, c->rank);
+		return ZINF_FAIL(
+			-EBUSY,
+			"zinf_comm_leave: comm %s rank %d has requests in flight: wait for "
+			"them first (zinf_comm_wait)",
+			c->ops->name, c->rank);
 	}
 	return leave_notice(c, why);
 }
