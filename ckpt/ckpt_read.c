@@ -1212,11 +1212,11 @@ out:
 	return rc;
 }
 
-/* r<5 digits>.<part>: a rank's file of a part (the part's name checked by parse_parts). */
-static bool
-rank_file_name(const char *s)
+bool
+ckpt_rank_file_name(const char *s)
 {
-	if (s[0] != 'r' || s[6] != '.' || !safe_word(s + 7)) {
+	/* each byte looked at only once the ones before it are known not to be the NUL */
+	if (s[0] != 'r') {
 		return false;
 	}
 	for (int k = 1; k < 6; k++) {
@@ -1224,7 +1224,7 @@ rank_file_name(const char *s)
 			return false;
 		}
 	}
-	return true;
+	return s[6] == '.' && safe_word(s + 7);
 }
 
 /*
@@ -1259,7 +1259,7 @@ check_manifest_size(struct zinf_ckpt *c, uint64_t size)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		struct stat st;
-		if (rank_file_name(de->d_name) &&
+		if (ckpt_rank_file_name(de->d_name) &&
 		    fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    S_ISREG(st.st_mode)) {
 			files++;

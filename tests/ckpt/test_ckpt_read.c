@@ -7,9 +7,10 @@
  * widened; files_world 1 (stage 0); DIR/latest, an explicit tag and the TAG directory itself;
  * the CRC check of every file, then one corrupted byte; truncated, missing and unlisted files;
  * malformed manifests, each refusal naming the field; partitions that overlap or leave a hole
- * in a rank's files, refused naming both parameters and the rank; unknown keys ignored; fewer
- * descriptors than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified
- * and exported under a limit of 64).
+ * in a rank's files, refused naming both parameters and the rank; the manifest's size bound
+ * (directory entries shorter than a rank file's name not read past their end); unknown keys
+ * ignored; fewer descriptors than files (the fixture's, and a hand-made checkpoint of 300 ranks
+ * read, verified and exported under a limit of 64).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -18,11 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_fixture.h"
+#include "ckpt/ckpt_internal.h"
 #include "common/test_util.h"
 #include "zinf/checkpoint.h"
 #include "zinf/blocks/swap.h"
@@ -1240,6 +1243,52 @@ Test(ckpt_read, manifest_larger_than_its_data_refused)
 	rc = zinf_ckpt_open(dir, "fits", &c);
 	cr_assert_eq(rc, 0, "%s", zinf_last_error());
 	zinf_ckpt_close(c);
+}
+
+/*
+ * The rank files the manifest's bound counts are named r<5 digits>.<part>; a shorter name is
+ * looked at no further than its end. Each name sits at the very end of a page followed by one
+ * that may not be read (a read past the name's NUL faults), then in a TAG directory beside a
+ * manifest large enough to be bounded (the directory is read): "r", "rX", "r1", "r0000.fp32"
+ * (4 digits), "r00000" and "r00000." are not rank files and add nothing to the bound.
+ */
+Test(ckpt_read, short_entry_names_not_read_past_their_end)
+{
+	static const char *const names[] = {"r", "rX", "r1", "r0000.fp32", "r00000", "r00000.", ""};
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	cr_assert_neq(m, MAP_FAILED);
+	cr_assert_eq(mprotect(m + pg, (size_t)pg, PROT_NONE), 0);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		size_t n = strlen(names[i]) + 1;
+		char *s = m + pg - n;
+		memcpy(s, names[i], n);
+		cr_expect_not(ckpt_rank_file_name(s), "\"%s\" taken for a rank file", names[i]);
+	}
+	char *s = m + pg - sizeof("r00003.exp_avg");
+	memcpy(s, "r00003.exp_avg", sizeof("r00003.exp_avg"));
+	cr_expect(ckpt_rank_file_name(s));
+	munmap(m, 2 * (size_t)pg);
+	/* in a TAG directory: the bound counts the one rank file and its one element only */
+	long size = plain_checkpoint("short", 1, 1, 2u << 20);
+	for (size_t i = 0; names[i][0]; i++) {
+		char p[4400];
+		fx_path(p, sizeof(p), dir, "short", names[i]);
+		int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		cr_assert_geq(fd, 0, "%s", p);
+		cr_assert_eq(ftruncate(fd, 1 << 20), 0);
+		close(fd);
+	}
+	struct zinf_ckpt *c = NULL;
+	cr_expect_eq(zinf_ckpt_open(dir, "short", &c), -EBADMSG);
+	cr_expect_null(c);
+	char want[128];
+	snprintf(want, sizeof(want), "short/manifest.json: %ld bytes, more than the 1052928 ",
+		 size);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, want) != NULL, "\"%s\" not in: %s", want, msg);
+	cr_expect(strstr(msg, "here 1 rank files, 1 elements") != NULL, "%s", msg);
 }
 
 /* More parameters than the ranks' files hold (each takes at least one element of every stored
