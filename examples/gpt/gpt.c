@@ -553,6 +553,21 @@ prune_checkpoints(struct run *R)
 	free(steps);
 }
 
+/*
+ * --test-kill-in-save POINT:TAG (the crash tests'): a save's progress hook
+ * (zinf_ckpt_opts.progress) that kills this process as a kill -9 would, when a save of TAG reaches
+ * POINT. The trainer kills itself; the library never does.
+ */
+static void
+kill_in_save(void *ctx, const char *point, const char *tag)
+{
+	const char *want = ctx; /* "POINT:TAG" */
+	size_t n = strlen(point);
+	if (strncmp(want, point, n) == 0 && want[n] == ':' && strcmp(want + n + 1, tag) == 0) {
+		raise(SIGKILL);
+	}
+}
+
 static int
 save_checkpoint(struct run *R, int step, bool background)
 {
@@ -574,6 +589,10 @@ save_checkpoint(struct run *R, int step, bool background)
 	o.client = buf;
 	o.client_bytes = n;
 	o.background = background; /* published by the next step, which waits for its copy */
+	if (R->a.test_kill_in_save) {
+		o.progress = kill_in_save;
+		o.progress_ctx = (void *)R->a.test_kill_in_save;
+	}
 	char tag[32];
 	snprintf(tag, sizeof(tag), "step%d", step);
 	double t0 = zinf_now_s();

@@ -68,14 +68,14 @@
 #                    many kills fell inside a save (its temporary directory, or its tag renamed
 #                    in before `latest` names it) is counted and printed (kill_in_save kills at
 #                    known points)
-#   kill_in_save     ZeRO-3 on NVMe, a background save every 2 steps, killed by the library
-#                    (ZINF_TEST_CKPT_KILL=POINT:step6, ckpt/ckpt_fs.h) at each point of step6's
-#                    save: files, manifest, tmp_synced (its temporary directory there, latest
-#                    step4), renamed, latest_tmp (step6 in place, latest step4; after renamed the
-#                    resumed run saving step6 again is killed at swapped, both there), latest
-#                    (latest step6); resumed from latest, saving into the same directory to the
-#                    end: every loss, loss scale, skip count and lr equals the straight run's,
-#                    latest step30, no temporary directory left
+#   kill_in_save     ZeRO-3 on NVMe, a background save every 2 steps, killed by the trainer's
+#                    save progress hook (--test-kill-in-save POINT:step6, zinf_ckpt_opts.progress)
+#                    at each point of step6's save: files, manifest, tmp_synced (its temporary
+#                    directory there, latest step4), renamed, latest_tmp (step6 in place, latest
+#                    step4; after renamed the resumed run saving step6 again is killed at
+#                    swapped, both there), latest (latest step6); resumed from latest, saving
+#                    into the same directory to the end: every loss, loss scale, skip count and
+#                    lr equals the straight run's, latest step30, no temporary directory left
 #   resume_ranks     2 ranks saving every 2 steps, stopped by SIGTERM (saves its last step),
 #                    resumed on 3 ranks (partitions re-cut, the same global batch): losses after
 #                    the checkpoint equal the straight 2-rank run's within 1e-5 relative
@@ -595,9 +595,9 @@ resume | resume_fp16)
 	exit 0
 	;;
 kill_in_save)
-	# killed (SIGKILL, by the library: ZINF_TEST_CKPT_KILL) at each point of the save of
-	# step6, a background save, then resumed from what `latest` names: bit for bit the
-	# straight run's, saving into the same directory to the end
+	# killed (SIGKILL, by zinf_gpt itself: --test-kill-in-save, a save progress hook) at each
+	# point of the save of step6, a background save, then resumed from what `latest` names:
+	# bit for bit the straight run's, saving into the same directory to the end
 	cfg="$cfgdir/zero3_nvme.json"
 	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
 	saving=(--config "$cfg" --batch 6 --save-every 2 --keep 2)
@@ -605,7 +605,7 @@ kill_in_save)
 	# leaves `latest` naming stepWANT; the kill fell inside that save
 	killed() {
 		local st=0 l
-		ZINF_TEST_CKPT_KILL="$1:step6" "$gpt" "${model[@]}" "${saving[@]}" --save "$2" \
+		"$gpt" "${model[@]}" "${saving[@]}" --save "$2" --test-kill-in-save "$1:step6" \
 			--json "$work/k.jsonl" "${@:4}" || st=$?
 		l=$(cat "$2/latest")
 		[ "$st" = 137 ] && [ "$l" = "step$3" ] ||
