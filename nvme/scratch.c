@@ -117,11 +117,25 @@ zinf_scratch_dir_create(const char *parent, const char *stem, const char *tag,
 	}
 	/* the lock before the directory: a reclaim that sees the directory finds it held */
 	int ret = swap_lock_file(d->lock, &d->lock_fd, &holder);
+	if (ret == -EWOULDBLOCK && holder == pid) {
+		ret = ZINF_FAIL(-EBUSY,
+				"scratch directory: the lock %s: this process holds it "
+				"already (one directory per tag)",
+				d->lock);
+	} else if (ret == -EWOULDBLOCK) {
+		char who[48] = "no pid in it";
+		if (holder > 0) {
+			snprintf(who, sizeof(who), "the file names pid %ld", holder);
+		}
+		ret = ZINF_FAIL(-EBUSY,
+				"scratch directory: the lock %s: held by another process for more "
+				"than %d ms (%s)",
+				d->lock, SWAP_LOCK_BUSY_TRIES * SWAP_LOCK_BUSY_US / 1000, who);
+	} else if (ret) {
+		ret = ZINF_FAIL(ret, "scratch directory: the lock %s: %s", d->lock,
+				zinf_strerror(ret));
+	}
 	if (ret) {
-		ret = ZINF_FAIL(ret == -EWOULDBLOCK ? -EBUSY : ret,
-				"scratch directory: the lock %s: %s", d->lock,
-				ret == -EWOULDBLOCK ? "this process holds it already"
-						    : zinf_strerror(ret));
 		zinf_scratch_dir_destroy(d);
 		return ret;
 	}

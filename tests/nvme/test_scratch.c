@@ -136,6 +136,68 @@ Test(scratch, dir_made_under_its_lock_and_removed_with_it)
 	free(parent);
 }
 
+/*
+ * A child takes `lock` (an open file description of its own, as a reclaim's look at it in
+ * another process), says so through fds[1], holds it for hold_us (0: until killed), and exits.
+ */
+static pid_t
+hold_lock(const char *lock, int fds[2], useconds_t hold_us)
+{
+	cr_assert_eq(pipe(fds), 0);
+	pid_t p = fork();
+	cr_assert(p >= 0);
+	if (p == 0) {
+		int fd = open(lock, O_RDWR | O_CREAT, 0600);
+		char c = 'x';
+		if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0 || write(fds[1], &c, 1) != 1) {
+			_exit(1);
+		}
+		if (!hold_us) {
+			pause();
+		}
+		usleep(hold_us);
+		_exit(0);
+	}
+	char c;
+	cr_assert_eq(read(fds[0], &c, 1), 1);
+	return p;
+}
+
+/*
+ * Another process holding a scratch directory's lock for a moment (a reclaim looking at it) as
+ * its owner takes it does not fail the owner: it tries again for a while. One that holds it for
+ * good is -EBUSY naming another process, not "this process holds it already".
+ */
+Test(scratch, lock_held_by_another_process)
+{
+	char *parent = zt_mkdtemp(NULL);
+	char lock[4400];
+	snprintf(lock, sizeof(lock), "%s/" STEM "-%ld-r0.lock", parent, (long)getpid());
+	int fds[2];
+	pid_t p = hold_lock(lock, fds, 50000);
+	struct zinf_scratch_dir *d = NULL;
+	int rc = zinf_scratch_dir_create(parent, STEM, "r0", &d);
+	cr_expect_eq(rc, 0, "held for 50 ms by pid %ld: %d %s", (long)p, rc, zinf_last_error());
+	zinf_scratch_dir_destroy(d);
+	waitpid(p, NULL, 0);
+	close(fds[0]);
+	close(fds[1]);
+	d = NULL;
+	p = hold_lock(lock, fds, 0);
+	rc = zinf_scratch_dir_create(parent, STEM, "r0", &d);
+	const char *msg = zinf_last_error();
+	cr_expect_eq(rc, -EBUSY);
+	cr_expect_null(d);
+	cr_expect(strstr(msg, "held by another process") && !strstr(msg, "this process"), "%s",
+		  msg);
+	kill(p, SIGKILL);
+	waitpid(p, NULL, 0);
+	close(fds[0]);
+	close(fds[1]);
+	zt_rmtree(parent);
+	free(parent);
+}
+
 Test(scratch, bad_arguments)
 {
 	char *parent = zt_mkdtemp(NULL);

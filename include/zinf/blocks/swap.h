@@ -163,8 +163,10 @@ struct zinf_scratch_dir; /* opaque */
  * Make a scratch directory `<parent>/<stem>-<pid>-<tag>-XXXXXX` (mkdtemp, mode 0700) owned by
  * this process: first an exclusive flock on `<parent>/<stem>-<pid>-<tag>.lock` (this pid written
  * inside), held until zinf_scratch_dir_destroy(). stem and tag are non-empty and made of
- * letters, digits, '-', '_' and '.' ("zinf-gpt", "r0"). Returns 0 and sets *out; -EINVAL bad
- * argument; -EBUSY this process holds that tag's lock already; -errno naming the path (parent
+ * letters, digits, '-', '_' and '.' ("zinf-gpt", "r0"). A lock found held is tried again for
+ * 200 ms (another process may hold it for a moment: zinf_scratch_reclaim looking at it). Returns
+ * 0 and sets *out; -EINVAL bad argument; -EBUSY this process holds that tag's lock already, or
+ * another process held it throughout (the message says which); -errno naming the path (parent
  * missing, not a directory, not writable); -ENOMEM. Free with zinf_scratch_dir_destroy().
  */
 ZINF_API int zinf_scratch_dir_create(const char *parent, const char *stem, const char *tag,
