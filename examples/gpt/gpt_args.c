@@ -53,8 +53,8 @@ static const struct flag flags[] = {
 	{"nvme-path", "DIR", "every nvme_path of the config becomes DIR", K_STR, A(nvme_path), 0,
 	 0},
 	{"scratch-parent", "DIR",
-	 "where the scratch directory is made (default .); what killed runs left there is "
-	 "removed",
+	 "where the scratch directory is made (default .); what killed runs on this machine "
+	 "left there is removed",
 	 K_STR, A(scratch_parent), 0, 0},
 	{"steps-per-print", "N", "override the config's steps_per_print", K_INT, A(steps_per_print),
 	 1, GPT_MAX_SPP},
