@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,18 +24,6 @@
 #include "common/opts.h"
 #include "ckpt/ckpt_fs.h"
 #include "zinf/blocks/swap.h"
-
-void (*ckpt_test_hook)(const char *point);
-
-void
-ckpt_env_point(const char *point, const char *tag)
-{
-	const char *v = getenv("ZINF_TEST_CKPT_KILL");
-	size_t n = strlen(point);
-	if (v && strncmp(v, point, n) == 0 && v[n] == ':' && strcmp(v + n + 1, tag) == 0) {
-		raise(SIGKILL); /* a crash test's request: the process dies here, as a kill would */
-	}
-}
 
 void
 ckpt_join(char *out, const char *dir, const char *fmt, ...)
@@ -375,15 +362,16 @@ ckpt_atomic_close(int fd, const char *tmp, const char *path, int rc)
 }
 
 int
-ckpt_publish(const char *dir, const char *tmp, const char *tag)
+ckpt_publish(const char *dir, const char *tmp, const struct ckpt_progress *pr)
 {
+	const char *tag = pr->tag;
 	char final[CKPT_PATH], p[CKPT_PATH], lt[CKPT_PATH];
 	ckpt_join(final, dir, "%s", tag);
 	int ret = ckpt_fsync_path(tmp, true);
 	if (ret) {
 		return ret;
 	}
-	ckpt_point("tmp_synced", tag);
+	ckpt_point(pr, "tmp_synced");
 	/* a new tag appears whole; an existing one is swapped out in one step, then removed */
 	int rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE);
 	int err = rc ? errno : 0;
@@ -417,7 +405,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 			return ZINF_FAIL(-err, "checkpoint: exchanging %s with %s: %s", tmp, final,
 					 zinf_strerror(-err));
 		}
-		ckpt_point("swapped", tag);
+		ckpt_point(pr, "swapped");
 		if ((ret = ckpt_fsync_path(dir, true))) {
 			return ret;
 		}
@@ -427,7 +415,7 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if ((ret = ckpt_fsync_path(dir, true))) {
 		return ret;
 	}
-	ckpt_point("renamed", tag);
+	ckpt_point(pr, "renamed");
 	ckpt_join(p, dir, ".latest.tmp");
 	ckpt_join(lt, dir, "latest");
 	char line[ZINF_CKPT_MAX_TAG + 2];
@@ -435,13 +423,14 @@ ckpt_publish(const char *dir, const char *tmp, const char *tag)
 	if ((ret = ckpt_write_small(p, line, (size_t)n))) {
 		return ret;
 	}
-	ckpt_point("latest_tmp", tag);
+	ckpt_point(pr, "latest_tmp");
 	if (rename(p, lt) != 0) {
 		return ZINF_FAIL(-errno, "checkpoint: renaming %s to %s: %s", p, lt,
 				 zinf_strerror(-errno));
 	}
-	ret = ckpt_fsync_path(dir, true);
-	ckpt_point("latest", tag);
+	if (!(ret = ckpt_fsync_path(dir, true))) {
+		ckpt_point(pr, "latest");
+	}
 	return ret;
 }
 

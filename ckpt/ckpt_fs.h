@@ -24,22 +24,20 @@ void ckpt_join(char *out, const char *dir, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 bool ckpt_tag_ok(const char *tag);
 
-/* The tests' seam: when set, called at each named point of a save ("files", "manifest",
- * "tmp_synced", "renamed", "swapped", "latest_tmp", "latest") so that a test can kill the
- * process exactly there. NULL (always, outside the crash tests). Not exported by libzinf.so. */
-extern void (*ckpt_test_hook)(const char *point);
-/* The same points for programs that link libzinf.so, where the hook cannot be set (the
- * trainer's crash tests, tests/gpt): the environment variable ZINF_TEST_CKPT_KILL=POINT:TAG
- * kills the process (SIGKILL) when a save of TAG reaches POINT. Unset (always, outside those
- * tests): nothing. */
-void ckpt_env_point(const char *point, const char *tag);
+/* A save's progress hook (zinf_ckpt_opts.progress, zinf/checkpoint.h) and the tag it names. */
+struct ckpt_progress {
+	zinf_ckpt_progress_cb cb; /* NULL: none */
+	void *ctx;
+	const char *tag;
+};
+/* The save has reached `point` ("files", "manifest", "tmp_synced", "swapped", "renamed",
+ * "latest_tmp", "latest"): the caller's hook hears of it. */
 static inline void
-ckpt_point(const char *point, const char *tag)
+ckpt_point(const struct ckpt_progress *pr, const char *point)
 {
-	if (ckpt_test_hook) {
-		ckpt_test_hook(point);
+	if (pr && pr->cb) {
+		pr->cb(pr->ctx, point, pr->tag);
 	}
-	ckpt_env_point(point, tag);
 }
 /*
  * A checkpoint's own file or directory `name` (one component: no '/', not "." or "..") in the
@@ -68,8 +66,9 @@ int ckpt_write_small(const char *path, const void *data, size_t len); /* create,
  * returns rc or the first error. */
 int ckpt_atomic_open(const char *path, char tmp[CKPT_PATH], int *fd);
 int ckpt_atomic_close(int fd, const char *tmp, const char *path, int rc);
-/* rename tmp to dir/tag (swapping out an existing one), fsync dir, point dir/latest at tag */
-int ckpt_publish(const char *dir, const char *tmp, const char *tag);
+/* rename tmp to dir/<pr->tag> (swapping out an existing one), fsync dir, point dir/latest at
+ * the tag; pr hears of each point passed ("tmp_synced" to "latest") */
+int ckpt_publish(const char *dir, const char *tmp, const struct ckpt_progress *pr);
 
 /* A file written sequentially through the I/O engine: CKPT_NBUF aligned buffers, the others
  * written while one fills; the CRC32C and size of what was put. */

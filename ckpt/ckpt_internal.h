@@ -9,6 +9,7 @@
 #define ZINF_ENGINE_CKPT_INTERNAL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,5 +38,9 @@ int ckpt_file_find(const struct zinf_ckpt *c, const char *name);
  * file of the checkpoint is: in its directory, no symbolic link, a regular file). Returns 0, or
  * a negative errno naming the file (-EBADMSG: it ends before off + len). */
 int ckpt_read_file(struct zinf_ckpt *c, uint32_t k, void *buf, size_t len, uint64_t off);
+/* Whether a directory entry's name is r<5 digits>.<part> (a rank's file of a part; the part's
+ * name [A-Za-z0-9_-], 1-64 bytes): what the manifest's size bound counts. Any NUL-terminated
+ * string, however short. */
+bool ckpt_rank_file_name(const char *s);
 
 #endif

@@ -89,8 +89,9 @@ struct name_chunk {
 struct mtext {
 	const char *s;
 	size_t len;
-	size_t params_at; /* the '[' of "params" (when params_n is valid) */
-	size_t params_n;  /* its elements, counted when it was skipped */
+	size_t params_at;  /* the '[' of "params" (when params_n is valid) */
+	size_t params_n;   /* its elements, counted when it was skipped */
+	size_t params_len; /* its text's bytes, from '[' to ']' */
 	bool params_seen;
 };
 
@@ -674,6 +675,7 @@ scan_manifest(struct zinf_ckpt *c)
 		if (params && pos < t->len && t->s[pos] == '[') {
 			t->params_at = pos;
 			rc = skip_array(c, &pos, &t->params_n);
+			t->params_len = pos - t->params_at;
 		} else {
 			rc = take_value(c, &pos, &v);
 			if (!rc && json_object_set_new(c->m, key, v)) {
@@ -810,10 +812,19 @@ check_names_unique(struct zinf_ckpt *c)
 }
 
 /*
+ * The shortest text of a valid element of "params" over W stored ranks:
+ * {"name":"a","numel":1,"layer":0,"part":1,"flat_off":[0]} (56 bytes; every key but "shape" is
+ * required, none may repeat) and ",0" per stored rank past the first.
+ */
+#define CKPT_PARAM_MIN_TEXT(W) (56 + 2 * ((W)-1))
+
+/*
  * "params", read element by element from the manifest's text (each element a small tree, freed
  * once checked): memory grows with the parameters' names and offsets, not with jansson's trees.
- * Its count is bounded first by what the ranks' files can hold: every parameter takes at least
- * one element of each.
+ * Its count (from the commas skip_array saw) is bounded before anything is allocated for it: by
+ * its text (n elements of at least CKPT_PARAM_MIN_TEXT bytes and n - 1 commas), so that the
+ * parameter table (48 + 8 W bytes an element) stays within 4 times the text; and by what the
+ * ranks' files can hold (every parameter takes at least one element of each).
  */
 static int
 parse_params(struct zinf_ckpt *c)
@@ -824,6 +835,14 @@ parse_params(struct zinf_ckpt *c)
 		return bad(c, "params", "expected an array, found %s", kind_of(a));
 	}
 	size_t n = t->params_n, W = (size_t)c->files_world;
+	size_t text = t->params_len - 2, least = CKPT_PARAM_MIN_TEXT(W); /* within [ and ] */
+	if (n && n > (text + 1) / (least + 1)) {
+		return bad(
+			c, "params",
+			"%zu entries in %zu bytes, but an entry takes at least %zu (name, numel, "
+			"layer, part and %zu flat_off): not a list of parameters",
+			n, text, least, W);
+	}
 	for (size_t r = 0; r < W; r++) {
 		if (n > c->flat[r]) {
 			return bad(c, "params",
@@ -1212,11 +1231,11 @@ out:
 	return rc;
 }
 
-/* r<5 digits>.<part>: a rank's file of a part (the part's name checked by parse_parts). */
-static bool
-rank_file_name(const char *s)
+bool
+ckpt_rank_file_name(const char *s)
 {
-	if (s[0] != 'r' || s[6] != '.' || !safe_word(s + 7)) {
+	/* each byte looked at only once the ones before it are known not to be the NUL */
+	if (s[0] != 'r') {
 		return false;
 	}
 	for (int k = 1; k < 6; k++) {
@@ -1224,7 +1243,7 @@ rank_file_name(const char *s)
 			return false;
 		}
 	}
-	return true;
+	return s[6] == '.' && safe_word(s + 7);
 }
 
 /*
@@ -1259,7 +1278,7 @@ check_manifest_size(struct zinf_ckpt *c, uint64_t size)
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		struct stat st;
-		if (rank_file_name(de->d_name) &&
+		if (ckpt_rank_file_name(de->d_name) &&
 		    fstatat(c->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    S_ISREG(st.st_mode)) {
 			files++;

@@ -32,7 +32,7 @@
 #include "engine/engine_module.h"
 #include "zinf/config.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_ckpt_opts, reserved);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_ckpt_opts, progress_ctx);
 
 /* A save between zinf_engine_save and its publication: what the manifest records (taken when
  * the save was asked for), where it goes, and, in the background, the thread writing this
@@ -52,7 +52,8 @@ struct ckpt_save {
 	bool own_stream;
 	pthread_t th;
 	bool thread;
-	int result; /* the rank-local writing's */
+	int result;		 /* the rank-local writing's */
+	struct ckpt_progress pr; /* the caller's progress hook and sv->tag */
 };
 
 void
@@ -524,7 +525,7 @@ static int
 save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
 {
 	if (!(ret = eng_agree(e, ret, "save: writing the state"))) {
-		ckpt_point("files", sv->tag);
+		ckpt_point(&sv->pr, "files");
 		if (sv->v.rank == 0) {
 			struct extra_file client = {"client.bin", sv->client_bytes, sv->client_crc};
 			ret = finish_rank0(e, sv, sv->tmp, sv->tag, sv->fw,
@@ -537,8 +538,8 @@ save_publish(struct zinf_engine *e, struct ckpt_save *sv, int ret)
 				}
 			}
 			if (!ret) {
-				ckpt_point("manifest", sv->tag);
-				ret = ckpt_publish(sv->dir, sv->tmp, sv->tag);
+				ckpt_point(&sv->pr, "manifest");
+				ret = ckpt_publish(sv->dir, sv->tmp, &sv->pr);
 			}
 		}
 		ret = eng_agree(e, ret, "save: publishing");
@@ -643,6 +644,7 @@ save_call(struct zinf_engine *e, const char *dir, const char *tag,
 	}
 	snprintf(sv->dir, sizeof(sv->dir), "%s", dir);
 	snprintf(sv->tag, sizeof(sv->tag), "%s", tag);
+	sv->pr = (struct ckpt_progress){o.progress, o.progress_ctx, sv->tag};
 	ckpt_join(sv->tmp, dir, ".%s.tmp", tag);
 	sv->e = e;
 	sv->v = v;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cli/opts.h"
+#include "zinf/blocks/swap.h"
 
 /*
  * The command's parts, each a table of subcommands (ended by {NULL}) in its own file or folder:
@@ -80,28 +81,24 @@ uint64_t cli_phys_memory(void);
 int cli_check_memory(const char *prog, const char *what, double bytes, const char *lower);
 
 /*
- * The scratch-file prefix of this run: "<stem>-<pid>" (the pid names the owner, so that a
- * later run can tell a killed run's files from a running one's).
+ * The scratch-file prefix of this run: "<stem>-<host>-<pid>" (zinf_scratch_prefix: the host and
+ * the pid name the owner, so that a later run on the same host can tell a killed run's files from
+ * a running one's, and one on another host leaves them alone). out: CLI_PREFIX_MAX bytes.
  */
+#define CLI_PREFIX_MAX (ZINF_SCRATCH_HOST_MAX + 88)
 void cli_scratch_prefix(char *out, size_t n, const char *stem);
 
 /*
- * Remove the files a killed run of the same command left in dir: names "<stem>-<pid>-..." (and
- * the swap's hidden probes ".<stem>-<pid>-...") whose pid no longer runs and whose swap lock
- * (<stem>-<pid>-r<rank>.<d>.lock) nobody holds: a pid from another pid namespace (a container
- * sharing the directory) is not taken for dead (zinf_scratch_reclaim, zinf/blocks/swap.h, does
- * it). Prints one line per directory cleaned, and one naming the files of a run that is still
- * going (left alone). Returns the number of files removed.
+ * Remove the files a killed run of the same command on this host left in dir
+ * (zinf_scratch_reclaim, zinf/blocks/swap.h): the swap files, probes and locks of a prefix
+ * "<stem>-<host>-<pid>" whose pid no longer runs, each removed under its own lock
+ * (<prefix>-r<rank>.<d>.lock), which must exist and be free: a pid from another pid namespace
+ * (a container sharing the directory) is not taken for dead. Prints one line for the files
+ * removed, one naming the files of a run that is still going, one for files named so whose lock
+ * is missing and one for other hosts' files (all left alone). Returns the number of files
+ * removed.
  */
 int cli_reclaim_scratch(const char *prog, const char *dir, const char *stem);
-
-/*
- * Whether files in dir get O_DIRECT when buffered I/O is allowed (the swap space then falls back
- * to buffered I/O without a word): opened as the swap opens its files, through io, as a probe
- * named like the scratch files (a killed run's probe is reclaimed).
- */
-struct zinf_io;
-bool cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem);
 
 /* Hold the library's errors back (the caller prints the one that matters) or not; warnings
  * and the rest always reach stderr. */

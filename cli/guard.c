@@ -82,13 +82,14 @@ cli_check_memory(const char *prog, const char *what, double bytes, const char *l
 void
 cli_scratch_prefix(char *out, size_t n, const char *stem)
 {
-	snprintf(out, n, "%s-%ld", stem, (long)getpid());
+	/* the buffer is CLI_PREFIX_MAX and the stem a constant of the command: it fits */
+	(void)zinf_scratch_prefix(stem, out, n);
 }
 
 /* What the reclaim found, for its messages. */
 struct reclaim_tally {
-	int removed, failed;
-	long dead, alive;
+	int removed, failed, no_lock, other_host;
+	long dead, alive, unlocked;
 };
 
 static void
@@ -96,14 +97,30 @@ tally(void *ctx, const char *path, int64_t pid, int status)
 {
 	struct reclaim_tally *t = ctx;
 	(void)path;
-	if (status == 0) {
+	switch (status) {
+	case ZINF_SCRATCH_REMOVED:
 		t->removed++;
 		t->dead = (long)pid;
-	} else if (status == 1) {
+		break;
+	case ZINF_SCRATCH_KEPT_LIVE:
 		t->alive = (long)pid;
-	} else {
+		break;
+	case ZINF_SCRATCH_KEPT_NO_LOCK:
+		t->no_lock++;
+		t->unlocked = (long)pid;
+		break;
+	case ZINF_SCRATCH_KEPT_OTHER_HOST:
+		t->other_host++;
+		break;
+	default:
 		t->failed++;
 	}
+}
+
+static const char *
+plural(int n)
+{
+	return n == 1 ? "" : "s";
 }
 
 int
@@ -120,16 +137,29 @@ cli_reclaim_scratch(const char *prog, const char *dir, const char *stem)
 		fprintf(stderr,
 			"%s: removed %d file%s left in %s by an earlier run (pid %ld, no "
 			"longer running)\n",
-			prog, t.removed, t.removed == 1 ? "" : "s", dir, t.dead);
+			prog, t.removed, plural(t.removed), dir, t.dead);
 	}
 	if (t.failed) {
-		fprintf(stderr, "%s: could not remove %d file%s named %s-<pid>-* in %s\n", prog,
-			t.failed, t.failed == 1 ? "" : "s", stem, dir);
+		fprintf(stderr, "%s: could not remove %d file%s named %s-<host>-<pid>-* in %s\n",
+			prog, t.failed, plural(t.failed), stem, dir);
 	}
 	if (t.alive) {
 		fprintf(stderr,
 			"%s: %s holds files of pid %ld, which is still running; left alone\n", prog,
 			dir, t.alive);
+	}
+	if (t.no_lock) {
+		fprintf(stderr,
+			"%s: %s holds %d file%s named like this command's of pid %ld, which no "
+			"longer runs, without their lock file: not known to be zinf's; left "
+			"alone\n",
+			prog, dir, t.no_lock, plural(t.no_lock), t.unlocked);
+	}
+	if (t.other_host) {
+		fprintf(stderr,
+			"%s: %s holds %d file%s of this command's runs on other hosts; left alone "
+			"(their own host reclaims them)\n",
+			prog, dir, t.other_host, plural(t.other_host));
 	}
 	return t.removed;
 }
@@ -168,23 +198,6 @@ cli_swap_create(const char *prog, struct zinf_io *io, const struct zinf_swap_opt
 		}
 	}
 	return rc;
-}
-
-bool
-cli_dir_direct(struct zinf_io *io, const char *dir, const char *stem)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/.%s-%ld-direct.probe", dir, stem, (long)getpid());
-	struct zinf_io_file *f = NULL;
-	bool direct = false;
-	/* The flags the swap space opens its files with when buffered I/O is allowed. */
-	if (zinf_io_file_open(io, path, ZINF_IO_RDWR | ZINF_IO_CREATE | ZINF_IO_DIRECT_OR_BUFFERED,
-			      &f) == 0) {
-		direct = zinf_io_file_direct(f);
-		zinf_io_file_close(io, f);
-	}
-	unlink(path);
-	return direct;
 }
 
 static int

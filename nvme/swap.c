@@ -487,6 +487,12 @@ zinf_swap_align(const struct zinf_swap *s)
 	return s ? s->align : 0;
 }
 
+bool
+zinf_swap_dir_direct(const struct zinf_swap *s, unsigned d)
+{
+	return s && d < s->n_dirs && !s->dir_buffered[d];
+}
+
 uint64_t
 zinf_swap_bytes(const struct zinf_swap *s, int id)
 {

@@ -103,10 +103,15 @@ void swap_kind_fini(struct zinf_swap *s, struct swap_kind *k);
 /*
  * An exclusive flock(2) on `path` (created 0600 if missing), which must still be the file at
  * that path once locked (its previous owner unlinks it before letting go), with this pid written
- * inside for the next one who tries. 0 and *fd; -EWOULDBLOCK when another holds it (*holder: the
- * pid written inside, 0 if none); -EAGAIN when the file keeps being replaced; -errno of open or
- * flock. No message: the caller names its object. Also nvme/scratch.c's.
+ * inside for the next one who tries. A lock found held is tried again SWAP_LOCK_BUSY_TRIES times,
+ * SWAP_LOCK_BUSY_US apart: another process may hold it for a moment without owning it
+ * (zinf_scratch_reclaim looking whether its owner is gone, or removing a dead owner's entries
+ * under it). 0 and *fd; -EWOULDBLOCK when another holds it still (*holder: the pid written
+ * inside, 0 if none: a reclaim writes nothing); -EAGAIN when the file keeps being replaced;
+ * -errno of open or flock. No message: the caller names its object. Also nvme/scratch.c's.
  */
+#define SWAP_LOCK_BUSY_TRIES 20
+#define SWAP_LOCK_BUSY_US    10000
 int swap_lock_file(const char *path, int *fd, long *holder);
 int swap_lock_dir(struct zinf_swap *s, unsigned d);
 void swap_unlock_dirs(struct zinf_swap *s);

@@ -43,7 +43,7 @@ int
 swap_lock_file(const char *path, int *fd_out, long *holder)
 {
 	*holder = 0;
-	for (int tries = 0; tries < 100; tries++) {
+	for (int tries = 0, busy = 0; tries < 100 + SWAP_LOCK_BUSY_TRIES; tries++) {
 		int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0) {
 			return -errno;
@@ -56,6 +56,11 @@ swap_lock_file(const char *path, int *fd_out, long *holder)
 				*holder = n > 0 ? strtol(buf, NULL, 10) : 0;
 			}
 			close(fd);
+			if (e == EWOULDBLOCK && ++busy < SWAP_LOCK_BUSY_TRIES) {
+				/* held for a moment (a reclaim's look) or for good: wait and see */
+				usleep(SWAP_LOCK_BUSY_US);
+				continue;
+			}
 			return -e;
 		}
 		struct stat a, b;

@@ -196,7 +196,7 @@ struct sample {
 struct arm {
 	const char *label; /* "step during backward" / "step after backward" */
 	bool sdb;
-	char prefix[80];
+	char prefix[CLI_PREFIX_MAX + 2]; /* the scratch prefix, "-b" for the second arm */
 	struct zinf_engine *e;
 	uint32_t *ids; /* layers x NPARAM */
 	struct sample *s;
@@ -472,7 +472,7 @@ disk_rw(struct run *r, const char *const *dirs, unsigned n_dirs, const char *tag
 	if (rc) {
 		return fail_call(r, "measuring the disk: zinf_io_create", rc);
 	}
-	char prefix[96];
+	char prefix[CLI_PREFIX_MAX + 16];
 	snprintf(prefix, sizeof(prefix), "%s-%s", r->arm[0].prefix, tag);
 	struct zinf_swap_opts so;
 	zinf_swap_opts_init(&so);
@@ -925,7 +925,7 @@ static int
 setup(struct run *r)
 {
 	const struct cfg *c = r->c;
-	char base[64];
+	char base[CLI_PREFIX_MAX];
 	cli_scratch_prefix(base, sizeof(base), SCRATCH_STEM);
 	r->narms = c->compare ? 2 : 1;
 	r->arm[0].sdb = !c->no_sdb;

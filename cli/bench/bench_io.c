@@ -74,7 +74,7 @@ static const char description[] =
 	"whether the buffers were registered, buffered or direct I/O. Memory for the buffers is\n"
 	"checked against physical memory first. Files are removed at the end, also on SIGINT,\n"
 	"SIGTERM, SIGHUP and SIGPIPE (exit 128 + signal); files left by a killed run in the same\n"
-	"directory are removed by the next run.\n";
+	"directory are removed by the next run on the same host.\n";
 
 static struct bench_cfg cfg;
 
@@ -328,11 +328,7 @@ open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
 		return ret;
 	}
 	snprintf(res->backend, sizeof(res->backend), "%s", zinf_io_backend(st->io));
-	res->direct = true;
-	for (unsigned i = 0; i < c->paths.n && c->buffered; i++) {
-		res->direct = res->direct && cli_dir_direct(st->io, c->paths.v[i], SCRATCH_STEM);
-	}
-	char prefix[64];
+	char prefix[CLI_PREFIX_MAX];
 	cli_scratch_prefix(prefix, sizeof(prefix), SCRATCH_STEM);
 	struct zinf_swap_opts so;
 	zinf_swap_opts_init(&so);
@@ -344,6 +340,10 @@ open_swap(const struct bench_cfg *c, struct run_state *st, uint64_t tens_bytes,
 	so.stripe_unit = c->stripe_unit;
 	if ((ret = cli_swap_create(PROG, st->io, &so, &st->swap)) < 0) {
 		return ret;
+	}
+	res->direct = true; /* the swap space opens each directory's files as it found best */
+	for (unsigned i = 0; i < c->paths.n; i++) {
+		res->direct = res->direct && zinf_swap_dir_direct(st->swap, i);
 	}
 	st->ids = calloc(st->ntens, sizeof(*st->ids));
 	if (!st->ids) {

@@ -389,7 +389,7 @@ setup(struct ctx *x)
 	if (rc) {
 		return rc;
 	}
-	char prefix[64];
+	char prefix[CLI_PREFIX_MAX];
 	cli_scratch_prefix(prefix, sizeof(prefix), SCRATCH_STEM);
 	struct zinf_swap_opts sw;
 	zinf_swap_opts_init(&sw);
@@ -401,7 +401,7 @@ setup(struct ctx *x)
 	if ((rc = cli_swap_create(PROG, x->io, &sw, &x->swap))) {
 		return rc;
 	}
-	x->direct = !c->buffered || cli_dir_direct(x->io, c->path, SCRATCH_STEM);
+	x->direct = zinf_swap_dir_direct(x->swap, 0);
 	struct zinf_optimizer_opts oo;
 	zinf_optimizer_opts_init(&oo, (enum zinf_optim_kind)c->optimizer);
 	oo.state_dtype = c->state ? ZINF_BF16 : ZINF_F32;

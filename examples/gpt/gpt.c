@@ -3,9 +3,9 @@
  * examples/gpt/gpt.c: zinf_gpt, a GPT trained through zinf's public API, as a user's trainer
  * would be written: the parameters live in the ZeRO engine (zinf/engine.h), in the tiers a
  * DeepSpeed configuration names (by default ZeRO-3 with parameters and optimizer state on NVMe
- * under a scratch directory this program creates and removes, and which the next run removes
- * when this one is killed). Runs alone or under `mpirun -np N` (the collectives are chosen by
- * zinf: mpi under a launcher, else single).
+ * under a scratch directory this program creates and removes, and which the next run on this
+ * machine removes when this one is killed). Runs alone or under `mpirun -np N` (the collectives
+ * are chosen by zinf: mpi under a launcher, else single).
  * `zinf_gpt --help` lists the flags (gpt_args.c).
  *
  * This file: the configuration ("auto" from the flags; a nvme_path "scratch" becomes the
@@ -122,29 +122,37 @@ struct run {
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
 
-/* The scratch directories' names under --scratch-parent: zinf-gpt-<pid>-r<rank>-XXXXXX, each
-   under the lock zinf-gpt-<pid>-r<rank>.lock that its run holds (zinf/blocks/swap.h). */
+/* The scratch directories' names under --scratch-parent: zinf-gpt-<host>-<pid>-r<rank>-XXXXXX,
+   each under the lock zinf-gpt-<host>-<pid>-r<rank>.lock that its run holds
+   (zinf/blocks/swap.h). */
 #define GPT_SCRATCH_STEM "zinf-gpt"
 
 static void
 reclaimed(void *ctx, const char *path, int64_t pid, int status)
 {
 	(void)ctx;
-	if (status == 0) {
+	if (status == ZINF_SCRATCH_REMOVED) {
 		fprintf(stderr, "zinf_gpt: removed %s, left by pid %lld, which no longer runs\n",
+			path, (long long)pid);
+	} else if (status == ZINF_SCRATCH_KEPT_NO_LOCK) {
+		fprintf(stderr,
+			"zinf_gpt: left %s alone: named like the scratch of pid %lld, which no "
+			"longer runs, but its lock file is missing (not known to be zinf's)\n",
 			path, (long long)pid);
 	} else if (status < 0) {
 		fprintf(stderr, "zinf_gpt: could not remove %s, left by pid %lld: %s\n", path,
 			(long long)pid, zinf_strerror(status));
 	}
+	/* kept: a live run's (or one whose lock is held), or another host's: nothing to say */
 }
 
 /*
  * Every nvme_path "scratch" (or all of them with --nvme-path) of the engine options. Before its
- * own directory is made, each machine's first rank removes what runs that are gone (kill -9,
- * the OOM killer, an MPI abort) left under --scratch-parent: directories whose run no longer
- * runs and holds no lock; the directories of live runs (this job's other ranks, other jobs)
- * stay.
+ * own directory is made, each machine's first rank removes what runs on this machine that are
+ * gone (kill -9, the OOM killer, an MPI abort) left under --scratch-parent: directories whose
+ * run no longer runs, under their lock file, which must be there and free; the directories of
+ * live runs (this job's other ranks, other jobs), of other machines (their first rank reclaims
+ * them) and whatever else the directory holds stay.
  */
 static int
 scratch_setup(struct run *R, struct zinf_engine_opts *eo)
@@ -558,6 +566,21 @@ prune_checkpoints(struct run *R)
 	free(steps);
 }
 
+/*
+ * --test-kill-in-save POINT:TAG (the crash tests'): a save's progress hook
+ * (zinf_ckpt_opts.progress) that kills this process as a kill -9 would, when a save of TAG reaches
+ * POINT. The trainer kills itself; the library never does.
+ */
+static void
+kill_in_save(void *ctx, const char *point, const char *tag)
+{
+	const char *want = ctx; /* "POINT:TAG" */
+	size_t n = strlen(point);
+	if (strncmp(want, point, n) == 0 && want[n] == ':' && strcmp(want + n + 1, tag) == 0) {
+		raise(SIGKILL);
+	}
+}
+
 static int
 save_checkpoint(struct run *R, int step, bool background)
 {
@@ -579,6 +602,10 @@ save_checkpoint(struct run *R, int step, bool background)
 	o.client = buf;
 	o.client_bytes = n;
 	o.background = background; /* published by the next step, which waits for its copy */
+	if (R->a.test_kill_in_save) {
+		o.progress = kill_in_save;
+		o.progress_ctx = (void *)R->a.test_kill_in_save;
+	}
 	char tag[32];
 	snprintf(tag, sizeof(tag), "step%d", step);
 	double t0 = zinf_now_s();

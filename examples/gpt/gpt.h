@@ -29,6 +29,9 @@ struct gpt_args {
 	double comm_timeout; /* --comm-timeout, seconds; NaN: the library's default */
 	uint64_t seed;
 	bool step_after_backward, no_progress, quiet;
+	/* --test-kill-in-save POINT:TAG (not listed): the crash tests' request that this process
+	   kill itself (SIGKILL) when a save of TAG reaches POINT (zinf_ckpt_opts.progress) */
+	const char *test_kill_in_save;
 };
 
 /* The ranges of the flags that the configuration can also set (gpt_args.c; gpt.c holds the

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * examples/gpt/gpt_args.c: zinf_gpt's flags (one table: name, what it sets, range, help) and
- * ZINF_LOG_LEVEL. Not here: the configuration file (gpt.c reads it with zinf_config).
+ * examples/gpt/gpt_args.c: zinf_gpt's flags (one table: name, what it sets, range, help; a
+ * flag without help is the tests' and is not listed) and ZINF_LOG_LEVEL. Not here: the
+ * configuration file (gpt.c reads it with zinf_config).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -52,8 +53,8 @@ static const struct flag flags[] = {
 	{"nvme-path", "DIR", "every nvme_path of the config becomes DIR", K_STR, A(nvme_path), 0,
 	 0},
 	{"scratch-parent", "DIR",
-	 "where the scratch directory is made (default .); what killed runs left there is "
-	 "removed",
+	 "where the scratch directory is made (default .); what killed runs on this machine "
+	 "left there is removed",
 	 K_STR, A(scratch_parent), 0, 0},
 	{"steps-per-print", "N", "override the config's steps_per_print", K_INT, A(steps_per_print),
 	 1, GPT_MAX_SPP},
@@ -76,6 +77,8 @@ static const struct flag flags[] = {
 	 A(step_after_backward), 0, 0},
 	{"no-progress", NULL, "no progress bar", K_FLAG, A(no_progress), 0, 0},
 	{"quiet", NULL, "only the summary", K_FLAG, A(quiet), 0, 0},
+	/* not listed (no help): the crash tests' (tests/gpt/check_gpt.sh kill_in_save) */
+	{"test-kill-in-save", "POINT:TAG", NULL, K_STR, A(test_kill_in_save), 0, 0},
 	{"help", NULL, "this text", K_HELP, 0, 0, 0},
 };
 #define N_FLAGS (sizeof(flags) / sizeof(flags[0]))
@@ -85,6 +88,9 @@ usage(FILE *f)
 {
 	fprintf(f, "usage: zinf_gpt [options]\n");
 	for (size_t i = 0; i < N_FLAGS; i++) {
+		if (!flags[i].help) {
+			continue;
+		}
 		char left[40];
 		snprintf(left, sizeof(left), "--%s%s%s", flags[i].name, flags[i].meta ? " " : "",
 			 flags[i].meta ? flags[i].meta : "");
@@ -207,6 +213,11 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 			a->save_every && a->keep ? "--save-every and --keep"
 			: a->save_every		 ? "--save-every"
 						 : "--keep");
+		return -1;
+	}
+	if (a->test_kill_in_save && !strchr(a->test_kill_in_save, ':')) {
+		fprintf(stderr, "zinf_gpt: --test-kill-in-save %s: expected POINT:TAG\n",
+			a->test_kill_in_save);
 		return -1;
 	}
 	if (a->fanout > a->vocab) {

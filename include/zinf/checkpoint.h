@@ -56,6 +56,25 @@ extern "C" {
 
 /* ---- save and load (the engine; collective: every rank calls them) ------------------------- */
 
+/*
+ * A save's progress (zinf_ckpt_opts.progress): called with the save's tag at each named point it
+ * passes, in this order:
+ *   "files"      every rank: every stored rank's files are written and fsynced (all agreed)
+ *   "manifest"   rank 0: manifest.json, client.bin and model.safetensors are in DIR/.TAG.tmp
+ *   "tmp_synced" rank 0: DIR/.TAG.tmp is fsynced
+ *   "swapped"    rank 0, only when DIR/TAG existed: the new TAG swapped in, the old one at
+ *                DIR/.TAG.tmp (removed next)
+ *   "renamed"    rank 0: DIR/TAG is the new checkpoint and DIR is fsynced
+ *   "latest_tmp" rank 0: DIR/.latest.tmp names TAG
+ *   "latest"     rank 0: DIR/latest names TAG (the save is complete)
+ * A save that fails stops calling it. It runs on the thread that publishes the save: the one in
+ * zinf_engine_save, or for a background save the zinf_engine_* call that publishes it (never
+ * the thread writing the files); the engine waits for it, so it should return soon. Useful for
+ * logging a save's progress, and for crash tests (a trainer that kills itself at a point: every
+ * point leaves `latest` naming a complete checkpoint). The library itself never kills.
+ */
+typedef void (*zinf_ckpt_progress_cb)(void *ctx, const char *point, const char *tag);
+
 struct zinf_ckpt_opts {
 	size_t size; /* sizeof(struct zinf_ckpt_opts); set by zinf_ckpt_opts_init() */
 	/* save: the trainer's state (data position, RNG, ...), stored as client.bin (rank 0's) */
@@ -82,6 +101,11 @@ struct zinf_ckpt_opts {
 	   zinf_engine_save_wait. zinf_engine_destroy abandons one not yet published. */
 	bool background;
 	uint8_t reserved[2]; /* zero */
+	/* save: called at each named point of the save (NULL, the default: not called); ctx is
+	   passed back and must stay valid until the save is published (a background save: until
+	   the call that publishes it returns) */
+	zinf_ckpt_progress_cb progress;
+	void *progress_ctx;
 };
 
 ZINF_API void zinf_ckpt_opts_init(struct zinf_ckpt_opts *o);

@@ -6,8 +6,10 @@
  * in place of init and into a running engine); the trainer's blob round-trips; every refusal
  * (bad tag, inside a window, other parameters, other optimizer, a corrupted, truncated or
  * deleted file, a held lock) names what is wrong and leaves the engine usable; a process killed
- * at every point of a save (and at random moments) leaves a checkpoint that loads and equals
- * the reference of its own step count, never a mix. Several ranks and other world sizes:
+ * at every point of a save (by its own progress hook, zinf_ckpt_opts.progress, and at random
+ * moments) leaves a checkpoint that loads and equals the reference of its own step count, never
+ * a mix; the hook hears every point in order, on the publishing thread; the library never kills
+ * (an environment variable once made it). Several ranks and other world sizes:
  * test_ckpt_ranks.c. What a load restores into a trained engine: test_ckpt_resume.c; the
  * directory on the file system: test_ckpt_fs.c.
  */
@@ -15,6 +17,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +29,6 @@
 #include <unistd.h>
 
 #include "common/test_util.h"
-#include "ckpt/ckpt_fs.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
 #include "zinf/checkpoint.h"
@@ -777,14 +779,105 @@ Test(ckpt, load_refusals_name_the_problem)
 	rm_dirs(nvme, ck);
 }
 
-/* ---- crashes ------------------------------------------------------------------------------- */
+/*
+ * The library never kills: ZINF_TEST_CKPT_KILL (once the library's own test seam, which raised
+ * SIGKILL at a named point of a save) set for this save's first point is ignored, and the save
+ * completes. In a child, so that a kill shows as one.
+ */
+Test(ckpt, environment_never_kills_a_save)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		setenv("ZINF_TEST_CKPT_KILL", "files:A", 1);
+		struct zinf_engine_opts o;
+		edrive_opts(&o, "single", c.stage, c.opt, c.param, nvme, c.dtype, GAS);
+		struct zinf_engine *e = NULL;
+		struct edrive d;
+		if (zinf_engine_create(&o, &e) || edrive_add_params(e) || zinf_engine_init(e) ||
+		    edrive_init(&d, e, c.dtype, QUANTUM) || edrive_run(&d, 0, 1, GAS, -1) ||
+		    zinf_engine_save(e, ck, "A", NULL)) {
+			_exit(3);
+		}
+		edrive_fini(&d);
+		zinf_engine_destroy(e);
+		_exit(0);
+	}
+	int status = 0;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "the save with ZINF_TEST_CKPT_KILL=files:A set: status %#x%s", status,
+		  WIFSIGNALED(status) ? " (killed: the library raised a signal)" : "");
+	cr_assert(exists(ck, "A") && exists(ck, "latest"));
+	rm_dirs(nvme, ck);
+}
 
-static const char *kill_point;
+/* What a save's progress hook heard: the points in order, each with its tag and thread. */
+struct heard {
+	char seq[256];
+	int wrong_tag, other_thread;
+	pthread_t thread;
+};
 
 static void
-kill_here(const char *point)
+hear(void *ctx, const char *point, const char *tag)
 {
-	if (kill_point && strcmp(point, kill_point) == 0) {
+	struct heard *h = ctx;
+	size_t n = strlen(h->seq);
+	snprintf(h->seq + n, sizeof(h->seq) - n, "%s%s", n ? " " : "", point);
+	h->wrong_tag += strcmp(tag, "A") != 0;
+	h->other_thread += !pthread_equal(pthread_self(), h->thread);
+}
+
+/*
+ * The progress hook (zinf_ckpt_opts.progress) hears every point of a save in order, with its
+ * tag, on the thread that publishes it: a new tag (renamed into place), the same tag again
+ * (swapped), and a background save (nothing while its files are written; the points when the
+ * next step publishes it, on the training thread, not the writer's). Without a hook nothing is
+ * called (the default).
+ */
+Test(ckpt, progress_hook_hears_every_point_in_order)
+{
+	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_F32};
+	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+	struct zinf_engine *e = make(&c, nvme, NULL, NULL);
+	run(e, c.dtype, 0, 1);
+	struct heard h = {.thread = pthread_self()};
+	struct zinf_ckpt_opts so;
+	zinf_ckpt_opts_init(&so);
+	cr_assert_null(so.progress);
+	so.progress = hear;
+	so.progress_ctx = &h;
+	cr_assert_eq(zinf_engine_save(e, ck, "A", &so), 0, "%s", zinf_last_error());
+	cr_expect_str_eq(h.seq, "files manifest tmp_synced renamed latest_tmp latest");
+	h.seq[0] = '\0';
+	cr_assert_eq(zinf_engine_save(e, ck, "A", &so), 0, "%s", zinf_last_error());
+	cr_expect_str_eq(h.seq, "files manifest tmp_synced swapped renamed latest_tmp latest");
+	h.seq[0] = '\0';
+	so.background = true;
+	cr_assert_eq(zinf_engine_save(e, ck, "A", &so), 0, "%s", zinf_last_error());
+	cr_expect_str_eq(h.seq, "", "points before the background save was published");
+	run(e, c.dtype, 1, 1); /* publishes it */
+	cr_expect_str_eq(h.seq, "files manifest tmp_synced swapped renamed latest_tmp latest");
+	cr_expect_eq(h.wrong_tag, 0);
+	cr_expect_eq(h.other_thread, 0, "called on another thread than the one publishing");
+	h.seq[0] = '\0';
+	save_ok(e, ck, "A"); /* no hook */
+	cr_expect_str_eq(h.seq, "");
+	zinf_engine_destroy(e);
+	rm_dirs(nvme, ck);
+}
+
+/* ---- crashes ------------------------------------------------------------------------------- */
+
+/* The save's progress hook of a crash test: ctx names the point to die at. */
+static void
+kill_here(void *ctx, const char *point, const char *tag)
+{
+	(void)tag;
+	if (strcmp(point, ctx) == 0) {
 		raise(SIGKILL);
 	}
 }
@@ -833,9 +926,11 @@ crash_one(const char *point, bool same_tag, uint64_t delay_us)
 		if (edrive_run(&d, 2, 2, GAS, -1)) {
 			_exit(6);
 		}
-		kill_point = point;
-		ckpt_test_hook = kill_here;
-		zinf_engine_save(e, ck, same_tag ? "A" : "B", NULL);
+		struct zinf_ckpt_opts so;
+		zinf_ckpt_opts_init(&so);
+		so.progress = kill_here;
+		so.progress_ctx = (void *)point;
+		zinf_engine_save(e, ck, same_tag ? "A" : "B", &so);
 		_exit(7); /* the point was not reached */
 	}
 	int status = 0;

@@ -7,9 +7,11 @@
  * widened; files_world 1 (stage 0); DIR/latest, an explicit tag and the TAG directory itself;
  * the CRC check of every file, then one corrupted byte; truncated, missing and unlisted files;
  * malformed manifests, each refusal naming the field; partitions that overlap or leave a hole
- * in a rank's files, refused naming both parameters and the rank; unknown keys ignored; fewer
- * descriptors than files (the fixture's, and a hand-made checkpoint of 300 ranks read, verified
- * and exported under a limit of 64).
+ * in a rank's files, refused naming both parameters and the rank; the manifest's size bound
+ * (directory entries shorter than a rank file's name not read past their end) and the count of
+ * "params" bounded by its text before anything is allocated for it; unknown keys
+ * ignored; fewer descriptors than files (the fixture's, and a hand-made checkpoint of 300 ranks
+ * read, verified and exported under a limit of 64).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -18,11 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_fixture.h"
+#include "ckpt/ckpt_internal.h"
 #include "common/test_util.h"
 #include "zinf/checkpoint.h"
 #include "zinf/blocks/swap.h"
@@ -1172,8 +1177,17 @@ Test(ckpt_read, more_rank_files_than_descriptors_read_verify_export)
  * zeros; at least n for a valid checkpoint), and `pad` bytes of an unknown key. Written with
  * stdio, so that writing it costs no memory to speak of. Returns the manifest's size.
  */
+static long plain_checkpoint_of(const char *tag, size_t n, uint64_t elems, size_t pad, bool ones);
+
 static long
 plain_checkpoint(const char *tag, size_t n, uint64_t elems, size_t pad)
+{
+	return plain_checkpoint_of(tag, n, elems, pad, false);
+}
+
+/* The same with `ones`: "params" is [1,1,...,1] (n entries of 2 bytes, none of them valid). */
+static long
+plain_checkpoint_of(const char *tag, size_t n, uint64_t elems, size_t pad, bool ones)
 {
 	char p[4400];
 	snprintf(p, sizeof(p), "%s/%s", dir, tag);
@@ -1194,7 +1208,10 @@ plain_checkpoint(const char *tag, size_t n, uint64_t elems, size_t pad)
 		" \"overflows\": 0}, \"optimizer\": {\"kind\": \"sgd\", \"state_dtype\": \"f32\"},"
 		" \"parts\": [{\"name\": \"fp32\", \"dtype\": \"f32\"}],\n \"params\": [\n",
 		tag);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && ones; i++) {
+		fputs(i + 1 < n ? "1," : "1", f);
+	}
+	for (size_t i = 0; i < n && !ones; i++) {
 		fprintf(f,
 			"  {\"name\": \"p%zu\", \"numel\": 1, \"layer\": 0, \"shape\": [1],"
 			" \"part\": 1, \"flat_off\": [%zu]}%s\n",
@@ -1242,6 +1259,52 @@ Test(ckpt_read, manifest_larger_than_its_data_refused)
 	zinf_ckpt_close(c);
 }
 
+/*
+ * The rank files the manifest's bound counts are named r<5 digits>.<part>; a shorter name is
+ * looked at no further than its end. Each name sits at the very end of a page followed by one
+ * that may not be read (a read past the name's NUL faults), then in a TAG directory beside a
+ * manifest large enough to be bounded (the directory is read): "r", "rX", "r1", "r0000.fp32"
+ * (4 digits), "r00000" and "r00000." are not rank files and add nothing to the bound.
+ */
+Test(ckpt_read, short_entry_names_not_read_past_their_end)
+{
+	static const char *const names[] = {"r", "rX", "r1", "r0000.fp32", "r00000", "r00000.", ""};
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	cr_assert_neq(m, MAP_FAILED);
+	cr_assert_eq(mprotect(m + pg, (size_t)pg, PROT_NONE), 0);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		size_t n = strlen(names[i]) + 1;
+		char *s = m + pg - n;
+		memcpy(s, names[i], n);
+		cr_expect_not(ckpt_rank_file_name(s), "\"%s\" taken for a rank file", names[i]);
+	}
+	char *s = m + pg - sizeof("r00003.exp_avg");
+	memcpy(s, "r00003.exp_avg", sizeof("r00003.exp_avg"));
+	cr_expect(ckpt_rank_file_name(s));
+	munmap(m, 2 * (size_t)pg);
+	/* in a TAG directory: the bound counts the one rank file and its one element only */
+	long size = plain_checkpoint("short", 1, 1, 2u << 20);
+	for (size_t i = 0; names[i][0]; i++) {
+		char p[4400];
+		fx_path(p, sizeof(p), dir, "short", names[i]);
+		int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		cr_assert_geq(fd, 0, "%s", p);
+		cr_assert_eq(ftruncate(fd, 1 << 20), 0);
+		close(fd);
+	}
+	struct zinf_ckpt *c = NULL;
+	cr_expect_eq(zinf_ckpt_open(dir, "short", &c), -EBADMSG);
+	cr_expect_null(c);
+	char want[128];
+	snprintf(want, sizeof(want), "short/manifest.json: %ld bytes, more than the 1052928 ",
+		 size);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, want) != NULL, "\"%s\" not in: %s", want, msg);
+	cr_expect(strstr(msg, "here 1 rank files, 1 elements") != NULL, "%s", msg);
+}
+
 /* More parameters than the ranks' files hold (each takes at least one element of every stored
  * rank): refused with the numbers before anything is kept of them. */
 Test(ckpt_read, more_parameters_than_the_files_hold_refused)
@@ -1256,6 +1319,62 @@ Test(ckpt_read, more_parameters_than_the_files_hold_refused)
 			      "elements (ranks[0].flat; r00000.fp32: 40 bytes)") != NULL,
 		  "%s", msg);
 	zinf_ckpt_close(c);
+}
+
+/* The process's address space, bytes (/proc/self/statm's first field). */
+static size_t
+vm_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long pages = 0;
+	cr_assert_not_null(f);
+	cr_assert_eq(fscanf(f, "%lu", &pages), 1);
+	fclose(f);
+	return pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * "params" counted from its commas is bounded by its text before anything is allocated for it:
+ * every valid entry takes at least 56 bytes ({"name":"a","numel":1,"layer":0,"part":1,
+ * "flat_off":[0]}, 2 more per stored rank past the first). A manifest of 4M entries "1" (8 MB,
+ * within the size bound: its master file holds 4M elements) is refused naming the counts, and
+ * in a child whose address space may grow by 96 MiB only, the refusal is the same (the parameter
+ * table for 4M entries, 224 MB, was once allocated from the count: -ENOMEM there).
+ */
+Test(ckpt_read, params_counted_from_commas_bounded_by_their_text)
+{
+	enum { N = 4000000 };
+	plain_checkpoint_of("ones", N, N, 0, true);
+	struct zinf_ckpt *c = NULL;
+	cr_expect_eq(zinf_ckpt_open(dir, "ones", &c), -EBADMSG);
+	cr_expect_null(c);
+	const char *msg = zinf_last_error();
+	cr_expect(strstr(msg, "ones/manifest.json: params: 4000000 entries in 8000001 bytes, but "
+			      "an entry takes at least 56") != NULL,
+		  "%s", msg);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	cr_skip_test("a sanitizer build: its shadow memory does not fit a bounded address space");
+#endif
+	int fds[2];
+	cr_assert_eq(pipe(fds), 0);
+	size_t limit = vm_bytes() + (96u << 20);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		struct rlimit rl = {limit, limit};
+		int rc = setrlimit(RLIMIT_AS, &rl) ? -1000 : zinf_ckpt_open(dir, "ones", &c);
+		_exit(write(fds[1], &rc, sizeof(rc)) == sizeof(rc) ? 0 : 1);
+	}
+	int rc = 0;
+	cr_assert_eq(read(fds[0], &rc, sizeof(rc)), (ssize_t)sizeof(rc));
+	int status = 0;
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	close(fds[0]);
+	close(fds[1]);
+	cr_expect_eq(rc, -EBADMSG,
+		     "open under a %zu-byte address space: %d (-ENOMEM: the "
+		     "parameter table was allocated from the count)",
+		     limit, rc);
 }
 
 /*

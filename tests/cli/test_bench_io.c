@@ -21,6 +21,7 @@
 
 #include "cli_run.h"
 #include "common/test_util.h"
+#include "zinf/blocks/swap.h"
 
 Test(bench_io, json_keys_and_null_mode)
 {
@@ -351,26 +352,57 @@ touch(const char *dir, const char *fmt, long pid)
 	fclose(f);
 }
 
-/* What a kill -9 leaves: the next run removes it, says so in one line, and keeps others' files. */
+/* This host's part of scratch names. */
+static const char *
+host(void)
+{
+	static char h[ZINF_SCRATCH_HOST_MAX + 1];
+	cr_assert_gt(zinf_scratch_host(h, sizeof(h)), 0);
+	return h;
+}
+
+/*
+ * What a kill -9 leaves (a swap file, its probe and its lock): the next run removes it and says
+ * so in one line; it keeps a live owner's file, another host's files, files named so whose lock
+ * is missing (each said in a line) and foreign files.
+ */
 Test(bench_io, killed_run_leftovers_reclaimed)
 {
 	struct zc_scratch s;
 	zc_scratch_init(&s);
-	long pid = dead_pid();
-	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", pid);
-	touch(s.dir, ".zinf-bench-io-%ld-r0.0.probe", pid);
-	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", (long)getpid()); /* a live owner */
-	touch(s.dir, "other-%ld.txt", pid);				 /* not ours */
+	long pid = dead_pid(), unlocked = dead_pid();
+	char name[256];
+	snprintf(name, sizeof(name), "zinf-bench-io-%s-%%ld-r0-data.0.swp", host());
+	touch(s.dir, name, pid);
+	touch(s.dir, name, (long)getpid()); /* a live owner */
+	touch(s.dir, name, unlocked);	    /* no lock file: not known to be zinf's */
+	snprintf(name, sizeof(name), ".zinf-bench-io-%s-%%ld-r0.0.probe", host());
+	touch(s.dir, name, pid);
+	snprintf(name, sizeof(name), "zinf-bench-io-%s-%%ld-r0.0.lock", host());
+	touch(s.dir, name, pid);
+	touch(s.dir, "zinf-bench-io-otherhost-%ld-r0-data.0.swp", pid); /* another host's */
+	touch(s.dir, "zinf-bench-io-otherhost-%ld-r0.0.lock", pid);
+	touch(s.dir, "other-%ld.txt", pid); /* not ours */
 	char *argv[] = {"zinf", "bench", "io", "--path", s.dir, "--size", "4M", NULL};
 	cr_assert_eq(zc_run(NULL, argv, s.out, s.err), 0);
 	char *t = zc_text(s.err);
-	char want[128];
-	snprintf(want, sizeof(want), "removed 2 files left in %s by an earlier run (pid %ld", s.dir,
+	char want[4400];
+	snprintf(want, sizeof(want), "removed 3 files left in %s by an earlier run (pid %ld", s.dir,
 		 pid);
 	cr_assert(strstr(t, want), "%s", t);
 	cr_assert(strstr(t, "still running; left alone"), "%s", t);
+	snprintf(want, sizeof(want),
+		 "%s holds 1 file named like this command's of pid %ld, which no longer runs, "
+		 "without their lock file",
+		 s.dir, unlocked);
+	cr_assert(strstr(t, want), "%s", t);
+	snprintf(want, sizeof(want), "%s holds 2 files of this command's runs on other hosts",
+		 s.dir);
+	cr_assert(strstr(t, want), "%s", t);
 	free(t);
-	cr_assert_eq(zc_count(s.dir), 2, "the live owner's file and the foreign file stay");
+	cr_assert_eq(zc_count(s.dir), 5,
+		     "the live owner's, the unlocked, the other host's two "
+		     "and the foreign file stay");
 	zc_scratch_fini(&s);
 }
 
@@ -383,10 +415,13 @@ Test(bench_io, locked_files_of_an_unseen_pid_kept)
 	struct zc_scratch s;
 	zc_scratch_init(&s);
 	long pid = dead_pid();
-	touch(s.dir, "zinf-bench-io-%ld-r0-data.0.swp", pid);
-	touch(s.dir, "zinf-bench-io-%ld-r0.0.lock", pid);
+	char name[256];
+	snprintf(name, sizeof(name), "zinf-bench-io-%s-%%ld-r0-data.0.swp", host());
+	touch(s.dir, name, pid);
+	snprintf(name, sizeof(name), "zinf-bench-io-%s-%%ld-r0.0.lock", host());
+	touch(s.dir, name, pid);
 	char lock[4400];
-	snprintf(lock, sizeof(lock), "%s/zinf-bench-io-%ld-r0.0.lock", s.dir, pid);
+	snprintf(lock, sizeof(lock), "%s/zinf-bench-io-%s-%ld-r0.0.lock", s.dir, host(), pid);
 	int fd = open(lock, O_RDWR);
 	cr_assert(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "%s", lock);
 	char *argv[] = {"zinf", "bench", "io", "--path", s.dir, "--size", "4M", NULL};

@@ -16,6 +16,7 @@
 
 #include "cli_run.h"
 #include "common/test_util.h"
+#include "zinf/blocks/swap.h"
 
 static double
 at(json_t *j, const char *key, size_t i)
@@ -121,7 +122,8 @@ Test(bench_step, memory_checked_before_allocating)
 	free(d);
 }
 
-/* A killed run's swap file (its pid no longer runs) is removed by the next run, which says so. */
+/* A killed run's swap file and its lock (its pid no longer runs) are removed by the next run,
+ * which says so. */
 Test(bench_step, killed_run_leftovers_reclaimed)
 {
 	char *d = zt_mkdtemp(NULL);
@@ -134,16 +136,22 @@ Test(bench_step, killed_run_leftovers_reclaimed)
 		_exit(0);
 	}
 	waitpid(dead, NULL, 0);
-	snprintf(path, sizeof(path), "%s/zinf-bench-step-%ld-r0-fp32.0.swp", d, (long)dead);
-	FILE *f = fopen(path, "w");
-	cr_assert_not_null(f);
-	fclose(f);
+	char host[ZINF_SCRATCH_HOST_MAX + 1];
+	cr_assert_gt(zinf_scratch_host(host, sizeof(host)), 0);
+	static const char *const left[] = {"r0-fp32.0.swp", "r0.0.lock"};
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/zinf-bench-step-%s-%ld-%s", d, host, (long)dead,
+			 left[i]);
+		FILE *f = fopen(path, "w");
+		cr_assert_not_null(f);
+		fclose(f);
+	}
 	char *argv[] = {"zinf", "bench",  "step", "--params", "1000", "--steps",
 			"1",	"--path", d,	  "--json",   NULL};
 	cr_assert_eq(zc_run(NULL, argv, out, err), 0);
 	char *t = zc_text(err);
 	char want[128];
-	snprintf(want, sizeof(want), "removed 1 file left in %s by an earlier run (pid %ld", d,
+	snprintf(want, sizeof(want), "removed 2 files left in %s by an earlier run (pid %ld", d,
 		 (long)dead);
 	cr_assert(strstr(t, want), "%s", t);
 	free(t);

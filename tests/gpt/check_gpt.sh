@@ -68,14 +68,14 @@
 #                    many kills fell inside a save (its temporary directory, or its tag renamed
 #                    in before `latest` names it) is counted and printed (kill_in_save kills at
 #                    known points)
-#   kill_in_save     ZeRO-3 on NVMe, a background save every 2 steps, killed by the library
-#                    (ZINF_TEST_CKPT_KILL=POINT:step6, ckpt/ckpt_fs.h) at each point of step6's
-#                    save: files, manifest, tmp_synced (its temporary directory there, latest
-#                    step4), renamed, latest_tmp (step6 in place, latest step4; after renamed the
-#                    resumed run saving step6 again is killed at swapped, both there), latest
-#                    (latest step6); resumed from latest, saving into the same directory to the
-#                    end: every loss, loss scale, skip count and lr equals the straight run's,
-#                    latest step30, no temporary directory left
+#   kill_in_save     ZeRO-3 on NVMe, a background save every 2 steps, killed by the trainer's
+#                    save progress hook (--test-kill-in-save POINT:step6, zinf_ckpt_opts.progress)
+#                    at each point of step6's save: files, manifest, tmp_synced (its temporary
+#                    directory there, latest step4), renamed, latest_tmp (step6 in place, latest
+#                    step4; after renamed the resumed run saving step6 again is killed at
+#                    swapped, both there), latest (latest step6); resumed from latest, saving
+#                    into the same directory to the end: every loss, loss scale, skip count and
+#                    lr equals the straight run's, latest step30, no temporary directory left
 #   resume_ranks     2 ranks saving every 2 steps, stopped by SIGTERM (saves its last step),
 #                    resumed on 3 ranks (partitions re-cut, the same global batch): losses after
 #                    the checkpoint equal the straight 2-rank run's within 1e-5 relative
@@ -88,12 +88,15 @@
 #                    write past `ulimit -f` (SIGXFSZ ignored) is an error (exit 1, EFBIG
 #                    named), again with no scratch directory left
 #   reclaim [N]      what killed runs left under --scratch-parent: two runs killed with SIGKILL
-#                    leave their scratch directories (zinf-gpt-<pid>-r0-*) and locks; the next
-#                    run (N ranks under MPIRUN when given) removes exactly those, naming each,
-#                    while it keeps the directory of a live run training beside it (which then
-#                    stops on SIGTERM with exit 130: its files were intact), one named after a
-#                    live pid, and one of a pid that is gone whose lock is held (an owner in
-#                    another pid namespace); it trains and leaves nothing of its own
+#                    leave their scratch directories (zinf-gpt-<host>-<pid>-r0-*) and locks; the
+#                    next run (N ranks under MPIRUN when given) removes exactly those, naming
+#                    each, while it keeps the directory of a live run training beside it (which
+#                    then stops on SIGTERM with exit 130: its files were intact), one named after
+#                    a live pid, one of a pid that is gone whose lock is held (an owner in
+#                    another pid namespace), one of a gone pid without its lock file (named as
+#                    left alone), another host's (its lock free here), and a user's look-alike
+#                    directories (zinf-gpt-2024-results/, the old zinf-gpt-<pid>-r0-XXXXXX);
+#                    it trains and leaves nothing of its own
 #   save_dir [N]     a --save directory that cannot be written is refused before the first step
 #                    (no --json record), exit 1, the directory and the errno named, no scratch
 #                    left: a path through a regular file (ENOTDIR), one whose parent is missing
@@ -598,9 +601,9 @@ resume | resume_fp16)
 	exit 0
 	;;
 kill_in_save)
-	# killed (SIGKILL, by the library: ZINF_TEST_CKPT_KILL) at each point of the save of
-	# step6, a background save, then resumed from what `latest` names: bit for bit the
-	# straight run's, saving into the same directory to the end
+	# killed (SIGKILL, by zinf_gpt itself: --test-kill-in-save, a save progress hook) at each
+	# point of the save of step6, a background save, then resumed from what `latest` names:
+	# bit for bit the straight run's, saving into the same directory to the end
 	cfg="$cfgdir/zero3_nvme.json"
 	run "$work/straight.jsonl" -- --config "$cfg" --batch 6
 	saving=(--config "$cfg" --batch 6 --save-every 2 --keep 2)
@@ -608,7 +611,7 @@ kill_in_save)
 	# leaves `latest` naming stepWANT; the kill fell inside that save
 	killed() {
 		local st=0 l
-		ZINF_TEST_CKPT_KILL="$1:step6" "$gpt" "${model[@]}" "${saving[@]}" --save "$2" \
+		"$gpt" "${model[@]}" "${saving[@]}" --save "$2" --test-kill-in-save "$1:step6" \
 			--json "$work/k.jsonl" "${@:4}" || st=$?
 		l=$(cat "$2/latest")
 		[ "$st" = 137 ] && [ "$l" = "step$3" ] ||
@@ -790,16 +793,26 @@ reclaim)
 		done
 	done
 	echo "killed runs ${killed[*]} left: ${left[*]##*/}"
+	# this host's part of the names, as the live run's directory shows it
+	h=$(find "$sp" -mindepth 1 -maxdepth 1 -type d -name "zinf-gpt-*-$live-r0-*")
+	h=${h##*/zinf-gpt-}
+	h=${h%%-*}
+	[ -n "$h" ] || { echo "FAIL: no directory of the live run $live"; ls "$sp"; exit 1; }
 	# named after a live pid (this shell); a dead pid's whose lock is held
-	mkdir "$sp/zinf-gpt-$$-r0-shell0"
+	mkdir "$sp/zinf-gpt-$h-$$-r0-shell0"
 	(exit 0) &
 	gone=$!
 	wait $gone
-	mkdir "$sp/zinf-gpt-$gone-r0-locked"
-	(exec 9>"$sp/zinf-gpt-$gone-r0.lock" && flock -n 9 && exec sleep 600) &
+	mkdir "$sp/zinf-gpt-$h-$gone-r0-locked"
+	(exec 9>"$sp/zinf-gpt-$h-$gone-r0.lock" && flock -n 9 && exec sleep 600) &
 	holder=$! # the sleep itself holds the lock
 	bg+=($holder)
-	for _ in $(seq 500); do [ -e "$sp/zinf-gpt-$gone-r0.lock" ] && break; sleep 0.01; done
+	for _ in $(seq 500); do [ -e "$sp/zinf-gpt-$h-$gone-r0.lock" ] && break; sleep 0.01; done
+	# a dead pid's without its lock file; another host's, its lock free here; a user's
+	mkdir "$sp/zinf-gpt-$h-$gone-r9-nolock" "$sp/zinf-gpt-othernode-$gone-r0-AbCdEf" \
+		"$sp/zinf-gpt-2024-results" "$sp/zinf-gpt-$gone-r0-AbCdEf"
+	touch "$sp/zinf-gpt-othernode-$gone-r0.lock" "$sp/zinf-gpt-2024-results/data.csv" \
+		"$sp/zinf-gpt-$gone-r0.lock"
 	sleep 0.2
 	before=$(find "$sp" -mindepth 1 -maxdepth 1 | sort)
 	st=0
@@ -829,13 +842,19 @@ reclaim)
 	}
 	[ "$(grep -c 'removed' "$work/next.err")" = "${#left[@]}" ] ||
 		{ echo "FAIL: ${#left[@]} removals expected:"; cat "$work/next.err"; exit 1; }
+	nolock="left $sp/zinf-gpt-$h-$gone-r9-nolock alone: .* pid $gone, .* lock file is missing"
+	grep -q "$nolock" "$work/next.err" ||
+		{ echo "FAIL: the unlocked one unnamed"; cat "$work/next.err"; exit 1; }
+	[ -e "$sp/zinf-gpt-2024-results/data.csv" ] ||
+		{ echo "FAIL: a user's directory gone"; exit 1; }
 	kill -TERM $live
 	st=0
 	wait $live || st=$?
 	[ "$st" = 130 ] || { echo "FAIL: the live run beside: exit $st"; exit 1; }
-	[ -z "$(find "$sp" -mindepth 1 -maxdepth 1 -name "zinf-gpt-$live-*")" ] ||
+	[ -z "$(find "$sp" -mindepth 1 -maxdepth 1 -name "zinf-gpt-$h-$live-*")" ] ||
 		{ echo "FAIL: the live run left its scratch"; exit 1; }
-	echo "ok: what killed runs left removed and named; live and locked kept:"
+	echo "ok: what killed runs left removed and named; live, locked, unlocked, other" \
+		"host's and a user's kept:"
 	grep removed "$work/next.err"
 	;;
 save_dir)

@@ -95,6 +95,9 @@ ZINF_API int zinf_swap_reserve(struct zinf_swap *s);
 /* Getters answer 0 for a NULL swap space or an unknown id. */
 /** Direct-I/O alignment of the swap space (the largest of its files', at least 4096), bytes. */
 ZINF_API uint32_t zinf_swap_align(const struct zinf_swap *s);
+/** Whether directory d's files are opened with O_DIRECT (false: buffered, which opts.buffered
+ * allowed there; or a NULL swap space, or d out of range). */
+ZINF_API bool zinf_swap_dir_direct(const struct zinf_swap *s, unsigned d);
 /** Bytes of the tensor as declared. */
 ZINF_API uint64_t zinf_swap_bytes(const struct zinf_swap *s, int id);
 /**
@@ -150,21 +153,46 @@ ZINF_API uint32_t zinf_crc32c(uint32_t crc, const void *buf, size_t len);
 
 /*
  * Scratch that names its owner (nvme/scratch.c). A program that puts scratch (swap files, a
- * directory of them) in a directory other programs share names each entry `<stem>-<pid>-...`
- * and holds an exclusive flock(2) on a lock file `<stem>-<pid>-*.lock` there from before its
- * first entry is made until after its last is removed: a swap space whose prefix is
- * `<stem>-<pid>` does (its lock is `<prefix>-r<rank>.<d>.lock`), and so does a scratch directory
- * (zinf_scratch_dir_create). When the program dies without cleaning up (kill -9, the OOM killer,
- * an MPI abort), the next one of the same stem removes what it left (zinf_scratch_reclaim).
+ * directory of them) in a directory other programs share names each entry after its owner,
+ * `<stem>-<host>-<pid>-...` (zinf_scratch_prefix), and holds an exclusive flock(2) on the entry's
+ * lock file there from before the entry is made until after it is removed: a swap space whose
+ * prefix starts with `<stem>-<host>-<pid>` does (its files `<prefix>-r<rank>-<kind>.<d>.swp` and
+ * probe `.<prefix>-r<rank>.<d>.probe` under its lock `<prefix>-r<rank>.<d>.lock`), and so does a
+ * scratch directory (zinf_scratch_dir_create). When the program dies without cleaning up (kill
+ * -9, the OOM killer, an MPI abort), the next one of the same stem on the same host removes what
+ * it left (zinf_scratch_reclaim).
  */
 struct zinf_scratch_dir; /* opaque */
 
+/** The longest host part of scratch names (zinf_scratch_host), bytes without the NUL. */
+#define ZINF_SCRATCH_HOST_MAX 64
+
 /**
- * Make a scratch directory `<parent>/<stem>-<pid>-<tag>-XXXXXX` (mkdtemp, mode 0700) owned by
- * this process: first an exclusive flock on `<parent>/<stem>-<pid>-<tag>.lock` (this pid written
- * inside), held until zinf_scratch_dir_destroy(). stem and tag are non-empty and made of
- * letters, digits, '-', '_' and '.' ("zinf-gpt", "r0"). Returns 0 and sets *out; -EINVAL bad
- * argument; -EBUSY this process holds that tag's lock already; -errno naming the path (parent
+ * This host's part of scratch names: gethostname(2) ("localhost" when it fails or is empty),
+ * every byte other than a letter, a digit or '.' replaced by '_' ('-' included: it separates the
+ * names' parts, so the host never holds one); a name longer than ZINF_SCRATCH_HOST_MAX: its first
+ * 55 bytes, '_' and 8 hex digits of a hash of the whole. Written into buf (len bytes) with its
+ * NUL. Returns its length; -EINVAL (NULL buf); -ENAMETOOLONG (len too small).
+ */
+ZINF_API int zinf_scratch_host(char *buf, size_t len);
+
+/**
+ * The prefix of this process's scratch names, `<stem>-<host>-<pid>` (zinf_scratch_host,
+ * getpid), written into buf (len bytes; ZINF_SCRATCH_HOST_MAX + 88 always suffice) with its
+ * NUL: a swap space of this prefix (or of this prefix, '-' and more) is reclaimed after this
+ * process is gone. stem: 1-64 letters, digits, '-', '_' and '.'. Returns its length; -EINVAL
+ * (bad stem, NULL buf); -ENAMETOOLONG (len too small; buf then holds "").
+ */
+ZINF_API int zinf_scratch_prefix(const char *stem, char *buf, size_t len);
+
+/**
+ * Make a scratch directory `<parent>/<stem>-<host>-<pid>-<tag>-XXXXXX` (mkdtemp, mode 0700)
+ * owned by this process: first an exclusive flock on `<parent>/<stem>-<host>-<pid>-<tag>.lock`
+ * (this pid written inside), held until zinf_scratch_dir_destroy(). stem and tag are 1-64
+ * letters, digits, '-', '_' and '.' ("zinf-gpt", "r0"). A lock found held is tried again for
+ * 200 ms (another process may hold it for a moment: zinf_scratch_reclaim looking at it). Returns
+ * 0 and sets *out; -EINVAL bad argument; -EBUSY this process holds that tag's lock already, or
+ * another process held it throughout (the message says which); -errno naming the path (parent
  * missing, not a directory, not writable); -ENOMEM. Free with zinf_scratch_dir_destroy().
  */
 ZINF_API int zinf_scratch_dir_create(const char *parent, const char *stem, const char *tag,
@@ -174,25 +202,42 @@ ZINF_API const char *zinf_scratch_dir_path(const struct zinf_scratch_dir *d);
 /** Remove the directory and everything in it, then the lock file. NULL is a no-op. */
 ZINF_API void zinf_scratch_dir_destroy(struct zinf_scratch_dir *d);
 
-/*
- * What zinf_scratch_reclaim did with one entry of another process: `path`, its owner `pid`, and
- * status 0 (removed; a directory with everything it held), 1 (kept: its owner runs, or holds
- * its lock) or a negative errno (its owner is gone but it could not be removed).
- */
+/** What zinf_scratch_reclaim did with an entry (zinf_scratch_cb's status, or a negative errno:
+ * its owner is gone but it could not be removed). */
+enum zinf_scratch_fate {
+	ZINF_SCRATCH_REMOVED = 0,	  /* a directory with everything it held */
+	ZINF_SCRATCH_KEPT_LIVE = 1,	  /* its owner runs, or its lock is held (or in doubt) */
+	ZINF_SCRATCH_KEPT_NO_LOCK = 2,	  /* its owner is gone but its lock file is missing: not
+					     known to be the library's, so left alone */
+	ZINF_SCRATCH_KEPT_OTHER_HOST = 3, /* made on another host: not looked at further */
+};
+
+/* What zinf_scratch_reclaim did with one entry of another owner: `path`, its owner's `pid`, and
+ * its fate (enum zinf_scratch_fate, or a negative errno). */
 typedef void (*zinf_scratch_cb)(void *ctx, const char *path, int64_t pid, int status);
 
 /**
- * Remove what owners that are gone left in `dir`: entries named `<stem>-<pid>-...` or
- * `.<stem>-<pid>-...` (files, and directories with everything in them) whose pid is not this
- * process's, does not run (kill(pid, 0) says ESRCH) and holds no lock: no `<stem>-<pid>-*.lock`
- * in dir is locked (flock), so that an owner this process cannot see (another pid namespace: a
- * container sharing the directory; another host over a network file system that carries
- * flock) keeps its entries. The lock is looked for after the entry was seen, so an owner that
- * locks before making entries (as above) never loses one, whatever the timing. A lock file that
- * cannot be opened or locked for another reason than being held (permissions) counts as held.
- * Entries of other names are not touched; neither are symbolic links followed. cb (may be
- * NULL) hears of every entry of another pid found, with its fate. Returns the number of entries
- * removed; -EINVAL (NULL dir, bad stem); -errno naming dir when it cannot be listed (-ENOENT:
+ * Remove what owners on this host that are gone left in `dir`. Only the shapes the library
+ * makes are looked at, `<stem>-<host>-<pid>-` followed by:
+ *   a directory `<tag>-XXXXXX` (XXXXXX: 6 letters and digits), guarded by `...-<tag>.lock`;
+ *   a file `[<sub>-]r<rank>-<kind>.<d>.swp`, guarded by `...-[<sub>-]r<rank>.<d>.lock`;
+ *   a file `.<stem>-<host>-<pid>-[<sub>-]r<rank>.<d>.probe` (hidden), guarded by the same;
+ *   a lock file `....lock` itself.
+ * Other names, symbolic links and other kinds of file are not touched. An entry of another host
+ * (its host part is not zinf_scratch_host's) is left alone: flock is local to a node on many
+ * shared file systems (NFS with nolock or local_lock=flock, Lustre's localflock, BeeGFS), so a
+ * lock there says nothing of another node's owner, and its pid nothing either. An entry of this
+ * host is removed when its pid is not this process's, does not run (kill(pid, 0) says ESRCH), and
+ * its own lock file exists and is taken (flock) by this call, which holds it while the entry
+ * goes (so that an owner in another pid namespace, a container sharing the directory, keeps its
+ * entries) and then removes it too, still held, once nothing it guards is left. An entry whose
+ * lock file is missing is not known to be the library's (a user's directory of a look-alike
+ * name) and is left alone. The locks are looked at after every entry was seen: an owner that
+ * locks before making entries never loses one, whatever the timing. A lock that cannot be opened
+ * or locked for another reason than being held (permissions) counts as held. Directories go with
+ * everything in them, symbolic links in them removed, never followed. cb (may be NULL) hears of
+ * every entry of another owner found, with its fate. Returns the number of entries removed;
+ * -EINVAL (NULL dir, bad stem); -ENOMEM; -errno naming dir when it cannot be listed (-ENOENT:
  * missing).
  */
 ZINF_API int zinf_scratch_reclaim(const char *dir, const char *stem, zinf_scratch_cb cb, void *ctx);
