@@ -606,7 +606,7 @@ zinf_scratch_reclaim(const char *dir, const char *stem, zinf_scratch_cb cb, void
 	struct entry *e = NULL;
 	size_t n = 0;
 	int ret = rc.path ? list_entries(&rc, d, stem, &e, &n) : -ENOMEM;
-	if (ret == 0) {
+	if (ret == 0 && n > 0) {
 		/* the locks are looked at after every entry was seen: an owner takes its lock
 		   before it makes an entry, so one that appears meanwhile is never taken for dead
 		 */
