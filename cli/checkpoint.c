@@ -21,36 +21,6 @@
 #include "cli/cli.h"
 #include "zinf/checkpoint.h"
 
-/*
- * Take DIR, the one positional argument, out of argv (option values, "--tag T", are not taken
- * for it): rest gets the others, argv[0] first. Returns DIR, or NULL (none).
- */
-static const char *
-take_dir(const struct cli_opt *opts, int argc, char **argv, char **rest, int *n_rest)
-{
-	const char *dir = NULL;
-	int n = 0;
-	for (int i = 0; i < argc && n < 63; i++) {
-		const char *a = argv[i];
-		if (i > 0 && a[0] == '-' && a[1] == '-' && !strchr(a, '=')) {
-			for (const struct cli_opt *o = opts; o->name; o++) {
-				if (strcmp(a + 2, o->name) == 0 && o->type != CLI_FLAG &&
-				    i + 1 < argc) {
-					rest[n++] = argv[i++];
-					break;
-				}
-			}
-		} else if (i > 0 && !dir && a[0] != '-') {
-			dir = a;
-			continue;
-		}
-		rest[n++] = argv[i];
-	}
-	rest[n] = NULL;
-	*n_rest = n;
-	return dir;
-}
-
 static int
 open_ckpt(const char *prog, const char *dir, const char *tag, struct zinf_ckpt **c)
 {
@@ -105,9 +75,13 @@ shape_str(char *buf, size_t len, const struct zinf_ckpt_param *p)
 static int
 cli_checkpoint_inspect(int argc, char **argv)
 {
-	char *rest[64];
+	char *rest[CLI_MAX_ARGS + 1];
 	int n;
-	const char *dir = take_dir(inspect_opts, argc, argv, rest, &n);
+	const char *dir = cli_take_positional(inspect_opts, argc, argv, rest, &n);
+	if (n < 0) {
+		fprintf(stderr, INSPECT ": more than %d arguments\n", CLI_MAX_ARGS);
+		return 2;
+	}
 	int rc = cli_opts_main(INSPECT, inspect_synopsis, inspect_description, inspect_opts, n,
 			       rest);
 	if (rc >= 0) {
@@ -326,9 +300,13 @@ static const char export_description[] =
 static int
 cli_checkpoint_export(int argc, char **argv)
 {
-	char *rest[64];
+	char *rest[CLI_MAX_ARGS + 1];
 	int n;
-	const char *dir = take_dir(export_opts, argc, argv, rest, &n);
+	const char *dir = cli_take_positional(export_opts, argc, argv, rest, &n);
+	if (n < 0) {
+		fprintf(stderr, EXPORT ": more than %d arguments\n", CLI_MAX_ARGS);
+		return 2;
+	}
 	int rc = cli_opts_main(EXPORT, export_synopsis, export_description, export_opts, n, rest);
 	if (rc >= 0) {
 		return rc;

@@ -454,17 +454,13 @@ static int
 cli_config_check(int argc, char **argv)
 {
 	/* FILE is the one positional argument: take it out, parse the options around it. */
-	const char *file = NULL;
-	char *rest[64];
-	int n = 0;
-	for (int i = 0; i < argc && n < 63; i++) {
-		if (i > 0 && !file && argv[i][0] != '-') {
-			file = argv[i];
-			continue;
-		}
-		rest[n++] = argv[i];
+	char *rest[CLI_MAX_ARGS + 1];
+	int n;
+	const char *file = cli_take_positional(opts, argc, argv, rest, &n);
+	if (n < 0) {
+		fprintf(stderr, PROG ": more than %d arguments\n", CLI_MAX_ARGS);
+		return 2;
 	}
-	rest[n] = NULL;
 	int rc = cli_opts_main(PROG, synopsis, description, opts, n, rest);
 	if (rc >= 0) {
 		return rc;

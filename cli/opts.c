@@ -644,6 +644,36 @@ cli_opts_main(const char *prog, const char *synopsis, const char *description,
 	return -1;
 }
 
+const char *
+cli_take_positional(const struct cli_opt *opts, int argc, char **argv, char **rest, int *n_rest)
+{
+	const char *pos = NULL;
+	int n = 0;
+	if (argc > CLI_MAX_ARGS) {
+		*n_rest = -1;
+		return NULL;
+	}
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		if (i > 0 && a[0] == '-' && a[1] == '-' && !strchr(a, '=')) {
+			for (const struct cli_opt *o = opts; o->name; o++) {
+				if (strcmp(a + 2, o->name) == 0 && o->type != CLI_FLAG &&
+				    i + 1 < argc) {
+					rest[n++] = argv[i++]; /* the option; its value below */
+					break;
+				}
+			}
+		} else if (i > 0 && !pos && a[0] != '-') {
+			pos = a;
+			continue;
+		}
+		rest[n++] = argv[i];
+	}
+	rest[n] = NULL;
+	*n_rest = n;
+	return pos;
+}
+
 /* ---- subcommands -------------------------------------------------------------------------- */
 
 static void

@@ -84,6 +84,16 @@ void cli_opts_help(FILE *f, const char *prog, const char *synopsis, const char *
 int cli_opts_main(const char *prog, const char *synopsis, const char *description,
 		  const struct cli_opt *opts, int argc, char **argv);
 
+/*
+ * A command's one positional argument (FILE, DIR) taken out of argv: rest (CLI_MAX_ARGS + 1
+ * entries) gets the others, argv[0] first, NULL-ended, for cli_opts_main; an option's separate
+ * value ("--world 2") is never taken for it. Returns it, or NULL (none), and sets *n_rest; with
+ * more than CLI_MAX_ARGS arguments *n_rest is -1 (the caller refuses them).
+ */
+#define CLI_MAX_ARGS 256
+const char *cli_take_positional(const struct cli_opt *opts, int argc, char **argv, char **rest,
+				int *n_rest);
+
 /* Parse a value of one type (the engine's own parsers). Return 0 or -EINVAL. */
 int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_count(const char *s, uint64_t *out);

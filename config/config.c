@@ -111,8 +111,22 @@ check_batch(struct cfg_ctx *x)
 			return; /* listed already */
 		}
 		if (!(t && m && g)) {
-			cfg_unresolved(x, t ? "train_batch_size" : "train_micro_batch_size_per_gpu",
-				       ZINF_CONFIG_IN_WORLD_SIZE, A_TRAIN_BATCH);
+			/* the key not given is the one the world size derives (listed under its
+			   own name; the keys the file gave keep their values) */
+			const char *derived = !t   ? "train_batch_size"
+					      : !g ? "gradient_accumulation_steps"
+						   : "train_micro_batch_size_per_gpu";
+			if (!(x->in->flags & ZINF_CONFIG_UNRESOLVED_OK)) {
+				CERR(x, derived,
+				     "not given: DeepSpeed derives it from the world size, which "
+				     "was "
+				     "not given either (train_batch_size = "
+				     "train_micro_batch_size_per_gpu x gradient_accumulation_steps "
+				     "x "
+				     "world size)");
+				return;
+			}
+			cfg_unresolved(x, derived, ZINF_CONFIG_IN_WORLD_SIZE, A_TRAIN_BATCH);
 			return;
 		}
 		long long mg = 0;

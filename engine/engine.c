@@ -107,6 +107,13 @@ check_offload(const struct zinf_offload_opts *s, const char *key)
 					 "needs at least one pinned buffer",
 					 key);
 		}
+		if (s->buffer_size == 0 && strcmp(key, "zero_optimization.offload_param") == 0) {
+			/* the parameters' buffers hold a partition each: none would fit */
+			return ZINF_FAIL(-EINVAL,
+					 "engine: %s.buffer_size is 0 with device nvme: no "
+					 "parameter's partition fits a buffer of 0 elements",
+					 key);
+		}
 	}
 	if (s->ratio != 1.0) {
 		return ZINF_FAIL(-EINVAL, "engine: %s.ratio %g: only 1.0 is supported", key,

@@ -205,8 +205,9 @@ zinf_scratch_dir_create(const char *parent, const char *stem, const char *tag,
 	int ret = swap_lock_file(d->lock, &d->lock_fd, &holder);
 	if (ret == -EWOULDBLOCK && holder == pid) {
 		ret = ZINF_FAIL(-EBUSY,
-				"scratch directory: the lock %s: this process holds it "
-				"already (one directory per tag)",
+				"scratch directory: the lock %s: it names this process's pid: this "
+				"process holds it already (one directory per tag), or a reclaim is "
+				"removing what a gone owner with the same pid left (try again)",
 				d->lock);
 	} else if (ret == -EWOULDBLOCK) {
 		char who[48] = "no pid in it";

@@ -232,8 +232,10 @@ ZINF_API void zinf_engine_opts_init(struct zinf_engine_opts *o);
  */
 ZINF_API int zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out);
 /**
- * Check options as the engine will, before any engine exists (zinf config check): the checks of
- * zinf_engine_create() (the same function), then, for a tier on NVMe, what zinf_engine_init()
+ * Check options as the engine will, before any engine exists (zinf config check): the option
+ * checks of zinf_engine_create() (the same function: every combination listed there; not the
+ * loss scaler's and the optimizer's own checks, nor those that depend on the communicator, which
+ * create still makes), then, for a tier on NVMe, what zinf_engine_init()
  * will refuse: the I/O context opened as init opens it (aio.block_size a power of two in
  * [4096, 1 GiB], queue_depth at most 4096, intra_op_parallelism at most 64) and every nvme_path
  * opened as the swap space opens it (exists, is a directory, writable: a read-only mount is

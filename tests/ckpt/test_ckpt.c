@@ -780,9 +780,9 @@ Test(ckpt, load_refusals_name_the_problem)
 }
 
 /*
- * The library never kills: ZINF_TEST_CKPT_KILL (once the library's own test seam, which raised
- * SIGKILL at a named point of a save) set for this save's first point is ignored, and the save
- * completes. In a child, so that a kill shows as one.
+ * The library never kills: a kill request in the environment (ZINF_TEST_CKPT_KILL, naming this
+ * save's first point) is ignored, and the save completes. In a child, so that a kill shows as
+ * one.
  */
 Test(ckpt, environment_never_kills_a_save)
 {

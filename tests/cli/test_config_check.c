@@ -367,9 +367,9 @@ engine_pool_bytes(const char *file, uint64_t h, int layers)
 /*
  * The plan's host memory is the engine's: for every shipped configuration and the Hugging Face
  * ones, config check's pinned total equals the host_pool_bytes of a real engine made from the
- * same file over the same model (3 layers of hidden 64), and so does each pool's sum. Before,
- * the plan said 3.0 GiB for zero3_nvme.json (buffer_count x buffer_size parameter buffers)
- * where the engine pins some MiB (buffers of the largest partition).
+ * same file over the same model (3 layers of hidden 64), and so does each pool's sum: some MiB
+ * for zero3_nvme.json (buffers of the largest partition), not buffer_count x buffer_size
+ * parameter buffers (3.0 GiB).
  */
 Test(config_check, plan_equals_a_real_engine)
 {
@@ -479,7 +479,7 @@ expect_check(int want, const char *what, const char *const *needles)
 /*
  * The engine's own checks (zinf_engine_opts_check: what zinf_engine_create and the I/O set-up of
  * zinf_engine_init refuse) run in config check: each value the trainer refuses is refused here,
- * exit 2, naming the key and the value or path. Before, each of these said "ok".
+ * exit 2, naming the key and the value or path, never "ok".
  */
 Test(config_check, refuses_what_the_engine_refuses)
 {
@@ -499,6 +499,19 @@ Test(config_check, refuses_what_the_engine_refuses)
 	write_infinity(sc.dir, "\"queue_depth\": 1e9");
 	expect_check(2, "aio.queue_depth 1e9",
 		     (const char *const[]){"queue_depth 1000000000", "max 4096", NULL});
+	char cfg0[4300];
+	snprintf(cfg0, sizeof(cfg0), "%s/inf.json", sc.dir);
+	FILE *f0 = fopen(cfg0, "w");
+	cr_assert_not_null(f0);
+	fprintf(f0,
+		"{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3,\n"
+		" \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
+		"\"buffer_size\": 0}}}\n",
+		sc.dir);
+	fclose(f0);
+	expect_check(
+		2, "offload_param.buffer_size 0 with nvme",
+		(const char *const[]){"offload_param.buffer_size is 0 with device nvme", NULL});
 	write_infinity(file, "");
 	expect_check(2, "nvme_path a file",
 		     (const char *const[]){"zero_optimization.offload_param.nvme_path", file,

@@ -255,6 +255,32 @@ Test(opts, help_from_the_table)
 	free(buf);
 }
 
+/* The positional argument is the first word that is neither an option nor an option's value:
+ * "--n 2 ds.json" takes ds.json, not 2; a flag's neighbour is positional; "--name=x" holds its
+ * value; past CLI_MAX_ARGS arguments the caller is told (never dropped silently). */
+Test(opts, positional_argument_is_not_an_options_value)
+{
+	char *rest[CLI_MAX_ARGS + 1];
+	int n = 0;
+	char *a1[] = {"check", "--n", "2", "--flag", "ds.json", "--name=x", "--path", "p", NULL};
+	const char *pos = cli_take_positional(table, 8, a1, rest, &n);
+	cr_assert_str_eq(pos, "ds.json");
+	cr_assert_eq(n, 7);
+	const char *want[] = {"check", "--n", "2", "--flag", "--name=x", "--path", "p"};
+	for (int i = 0; i < n; i++) {
+		cr_assert_str_eq(rest[i], want[i], "rest[%d]", i);
+	}
+	cr_assert_null(rest[n]);
+	char *a2[] = {"check", "--n", "2", NULL};
+	cr_assert_null(cli_take_positional(table, 3, a2, rest, &n));
+	static char *many[CLI_MAX_ARGS + 2];
+	for (int i = 0; i <= CLI_MAX_ARGS; i++) {
+		many[i] = "--flag";
+	}
+	cr_assert_null(cli_take_positional(table, CLI_MAX_ARGS + 1, many, rest, &n));
+	cr_assert_eq(n, -1);
+}
+
 /* The command list: names padded to the widest, so "checkpoint inspect" (18 characters) never
  * runs into its summary (it did with a fixed 14-column field). */
 static const struct cli_cmd sub_cmds[] = {

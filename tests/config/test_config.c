@@ -327,6 +327,28 @@ Test(config, unresolved_listed_with_the_flag)
 		 &in);
 	expect_log("train_batch_size 30 is not train_micro_batch_size_per_gpu 16 x "
 		   "gradient_accumulation_steps 1 x any world size");
+
+	/* two numbers given, the third key absent: the absent one is the world size's to derive;
+	   the given ones keep their values in the dump, never "auto" */
+	read_ok("{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2}", &in,
+		&c);
+	cr_assert_eq(c.n_unresolved, 1);
+	cr_expect_str_eq(c.unresolved[0].path, "train_batch_size");
+	cr_assert_eq(zinf_config_dump(&c, &dump), 0);
+	cr_expect(strstr(dump, "\"train_micro_batch_size_per_gpu\": 4") != NULL, "%s", dump);
+	free(dump);
+	zinf_config_fini(&c);
+	read_ok("{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4}", &in, &c);
+	cr_assert_eq(c.n_unresolved, 1);
+	cr_expect_str_eq(c.unresolved[0].path, "gradient_accumulation_steps");
+	cr_assert_eq(zinf_config_dump(&c, &dump), 0);
+	cr_expect(strstr(dump, "\"train_micro_batch_size_per_gpu\": 4") != NULL, "%s", dump);
+	free(dump);
+	zinf_config_fini(&c);
+	in.flags = 0;
+	read_bad("{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": 4}", &in);
+	expect_log(
+		"gradient_accumulation_steps: not given: DeepSpeed derives it from the world size");
 }
 
 Test(config, ds_zero1)
