@@ -37,7 +37,8 @@ struct cfg {
 	int world;
 	uint64_t params, hidden, layers;
 	bool json;
-	const char *nvme_path, *scratch_parent;
+	const char *nvme_path, *scratch_parent, *hf_config;
+	bool given_hidden, given_params;
 	/* the trainer's values for "auto"; an option not given leaves its input "not given", which
 	   the library's resolver takes as Hugging Face's TrainingArguments default */
 	int64_t micro_batch, grad_accum, warmup_steps, total_steps;
@@ -50,7 +51,8 @@ struct cfg {
 static struct cfg cfg;
 
 static const char synopsis[] =
-	"FILE [--world N] [--hidden H] [--params N | --layers L] [--total-steps N] [--json]";
+	"FILE [--world N] [--hidden H] [--params N | --layers L] [--hf-config FILE]\n"
+	"       [--total-steps N] [--json]";
 static const char description[] =
 	"Read a DeepSpeed ds_config.json as zinf will, print it resolved (each \"auto\" with its\n"
 	"value, as the Hugging Face Trainer resolves it: from the options below, else from\n"
@@ -71,12 +73,15 @@ static const struct cli_opt opts[] = {
 	{"params", CLI_COUNT, &cfg.params, "0", "N",
 	 "the memory plan for a model of N parameters: layers of hidden --hidden, shaped as\n"
 	 "zinf bench engine's (12 H^2 + 6 H parameters each)",
-	 .max = 1e15},
+	 .max = 1e15, .given = &cfg.given_params},
+	{"hf-config", CLI_STR, &cfg.hf_config, NULL, "FILE",
+	 "a Hugging Face config.json (or its directory): its hidden size for \"auto\" and its\n"
+	 "parameter count for the plan (gpt2, llama, mistral, qwen2)"},
 	{"layers", CLI_COUNT, &cfg.layers, "0", "L",
 	 "the memory plan for L such layers (instead of --params)", .max = PLAN_MAX_LAYERS},
 	{"hidden", CLI_COUNT, &cfg.hidden, "0", "H",
 	 "the model's hidden size: \"auto\" bucket sizes, and the plan's layers (0: not given)",
-	 .max = 1e7},
+	 .max = 1e7, .given = &cfg.given_hidden},
 	{"total-steps", CLI_COUNT, &cfg.total_steps, "0", "N",
 	 "\"auto\": the trainer's training steps (scheduler total_num_steps; 0: not given)",
 	 .max = 1e12, .given = &cfg.given_total},
@@ -470,6 +475,20 @@ cli_config_check(int argc, char **argv)
 		return 2;
 	}
 	struct cfg c = cfg;
+	if (c.hf_config) { /* the model's hidden size and parameters; a flag given wins */
+		struct zinf_hf_model m = {.size = sizeof(m)};
+		if (zinf_hf_model_read(c.hf_config, &m) < 0) {
+			fprintf(stderr, PROG ": --hf-config %s: %s\n", c.hf_config,
+				zinf_last_error());
+			return 2;
+		}
+		c.hidden = c.given_hidden ? c.hidden : m.hidden;
+		c.params = c.given_params || c.layers ? c.params : m.params;
+		if (!c.json) {
+			printf("%s (%s): hidden %llu, %llu parameters\n", c.hf_config, m.model_type,
+			       (unsigned long long)m.hidden, (unsigned long long)m.params);
+		}
+	}
 	struct zinf_config_inputs in;
 	zinf_config_inputs_init(&in); /* what is not given below stays "not given" */
 	in.flags = ZINF_CONFIG_UNRESOLVED_OK;

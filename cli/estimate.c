@@ -38,6 +38,7 @@
 #include <sys/statvfs.h>
 
 #include "cli/cli.h"
+#include "zinf/config.h"
 
 #define PROG "zinf estimate"
 
@@ -68,7 +69,8 @@ struct cfg {
 	double factor;
 	double nvme_read, nvme_write, pcie, net, adam, tflops;
 	bool read_given, write_given, pcie_given, net_given, adam_given;
-	const char *from_bench;
+	const char *from_bench, *hf_config;
+	bool params_given, largest_given;
 	uint64_t tokens;
 	bool json;
 };
@@ -76,7 +78,7 @@ struct cfg {
 static struct cfg cfg;
 
 static const char synopsis[] =
-	"--params P [--layers L --hidden H] [--gpus-per-node G] [--nodes M]\n"
+	"(--params P [--layers L --hidden H] | --hf-config FILE) [--gpus-per-node G] [--nodes M]\n"
 	"       [--gpu-mem B --cpu-mem B --nvme B] [--nvme-read-bw GBps --nvme-write-bw GBps\n"
 	"       --pcie-bw GBps --net-bw GBps --adam-rate P/s --tokens T --gpu-tflops F] [--json]";
 static const char description[] =
@@ -96,14 +98,18 @@ static const char description[] =
 	"nothing fits (as `zinf config check`); 2: a usage error.\n";
 
 static const struct cli_opt opts[] = {
-	{"params", CLI_COUNT, &cfg.params, NULL, "P", "model parameters", .min = 1, .max = 1e15,
-	 .flags = CLI_REQUIRED},
+	{"params", CLI_COUNT, &cfg.params, NULL, "P",
+	 "model parameters (required without --hf-config)", .min = 1, .max = 1e15,
+	 .given = &cfg.params_given},
+	{"hf-config", CLI_STR, &cfg.hf_config, NULL, "FILE",
+	 "a Hugging Face config.json (or its directory): parameters, layers, hidden size and the "
+	 "largest layer from it (gpt2, llama, mistral, qwen2)"},
 	{"layers", CLI_COUNT, &cfg.layers, "0", "L", "transformer layers (largest layer P / L)",
 	 .max = 1e9},
 	{"hidden", CLI_COUNT, &cfg.hidden, "0", "H", "hidden size (largest layer 12 H^2)",
 	 .max = 1e7},
 	{"largest-layer", CLI_COUNT, &cfg.largest, "0", "N", "parameters of the largest layer",
-	 .max = 1e15},
+	 .max = 1e15, .given = &cfg.largest_given},
 	{"gpus-per-node", CLI_U32, &cfg.gpus, "1", "G", "GPUs per node", .min = 1, .max = 1 << 20},
 	{"nodes", CLI_U32, &cfg.nodes, "1", "M", "nodes", .min = 1, .max = 1 << 20},
 	{"micro-batches", CLI_U32, &cfg.micro, "1", "N",
@@ -374,6 +380,34 @@ gb(char *out, size_t n, double bytes)
 	snprintf(out, n, "%.2f GiB", bytes / (double)(1ull << 30));
 }
 
+/* --hf-config: the model's parameters, layers, hidden size and largest layer from its
+   config.json (zinf_hf_model_read); --params with it is refused, --largest-layer wins. */
+static int
+from_hf(struct cfg *c)
+{
+	struct zinf_hf_model m = {.size = sizeof(m)};
+	if (c->params_given) {
+		fprintf(stderr,
+			PROG ": --params and --hf-config: give one (the file counts them)\n");
+		return -EINVAL;
+	}
+	if (zinf_hf_model_read(c->hf_config, &m) < 0) {
+		fprintf(stderr, PROG ": --hf-config %s: %s\n", c->hf_config, zinf_last_error());
+		return -EINVAL;
+	}
+	c->params = m.params;
+	c->layers = m.layers;
+	c->hidden = m.hidden;
+	c->largest = c->largest_given ? c->largest : m.largest_layer;
+	if (!c->json) {
+		printf("%s (%s): %llu parameters, %llu layers, hidden %llu, largest layer %llu\n",
+		       c->hf_config, m.model_type, (unsigned long long)m.params,
+		       (unsigned long long)m.layers, (unsigned long long)m.hidden,
+		       (unsigned long long)c->largest);
+	}
+	return 0;
+}
+
 int
 cli_estimate(int argc, char **argv)
 {
@@ -382,6 +416,14 @@ cli_estimate(int argc, char **argv)
 		return rc;
 	}
 	struct cfg c = cfg;
+	if (c.hf_config && from_hf(&c) < 0) {
+		return 2;
+	}
+	if (!c.params_given && !c.hf_config) {
+		fprintf(stderr, PROG ": --params P (or --hf-config FILE) is required\nrun `" PROG
+				     " --help`\n");
+		return 2;
+	}
 	if (machine_defaults(&c) < 0 || (c.from_bench && from_bench(&c) < 0)) {
 		return 1;
 	}

@@ -209,6 +209,47 @@ ZINF_API int zinf_config_dump(const struct zinf_train_config *c, char **out);
 ZINF_API int zinf_engine_create_from_file(const char *path, const struct zinf_config_inputs *inputs,
 					  struct zinf_engine **out);
 
+/* ---- a Hugging Face model's shape ---------------------------------------------------------- */
+
+/** The families zinf_hf_model_read knows (config.json's model_type). */
+enum zinf_hf_arch {
+	ZINF_HF_GPT2 = 1,  /* "gpt2": learned positions, LayerNorm, Conv1D linears, tied head */
+	ZINF_HF_LLAMA = 2, /* "llama", "mistral", "qwen2": RMSNorm, rotary, SwiGLU, GQA */
+};
+
+/** A Hugging Face model's shape and parameter counts, from its config.json. */
+struct zinf_hf_model {
+	size_t size;		 /* sizeof(struct zinf_hf_model); set by the caller */
+	enum zinf_hf_arch arch;
+	char model_type[32];	 /* as the file says it */
+	uint64_t vocab;		 /* vocab_size */
+	uint64_t hidden;	 /* hidden_size (gpt2: n_embd) */
+	uint64_t layers;	 /* num_hidden_layers (gpt2: n_layer) */
+	uint64_t intermediate;	 /* intermediate_size (gpt2: n_inner, or 4 x hidden) */
+	uint64_t heads;		 /* num_attention_heads (gpt2: n_head) */
+	uint64_t kv_heads;	 /* num_key_value_heads (default heads; gpt2: heads) */
+	uint64_t head_dim;	 /* head_dim, or hidden / heads */
+	uint64_t positions;	 /* gpt2: n_positions (learned); 0 for rotary families */
+	bool tied;		 /* the head shares the token embedding (tie_word_embeddings) */
+	bool attention_bias;	 /* biases of q, k, v (and o: llama's attention_bias; qwen2: not o) */
+	bool mlp_bias;		 /* biases of the MLP's projections (llama's mlp_bias) */
+	uint8_t reserved[5];	 /* zero */
+	uint64_t params;	 /* every parameter, a tied head counted once */
+	uint64_t layer_params;	 /* one decoder block */
+	uint64_t largest_layer;	 /* the largest of a block, the token embedding, an untied head */
+};
+
+/**
+ * Read a Hugging Face config.json (path: the file, or the model directory holding it) into *out
+ * (out->size set by the caller): the family from model_type ("gpt2"; "llama", "mistral",
+ * "qwen2"), the sizes above, and the parameter counts as transformers builds the model
+ * (GPT2LMHeadModel, LlamaForCausalLM and the like: Llama-2-7B 6738415616, GPT-2 124439808).
+ * Returns 0; -EINVAL naming the file and the key (another model_type, a missing or non-integer
+ * size, heads that do not divide the hidden size, a size past what zinf counts: hidden and
+ * head_dim x heads 2^20, vocab 2^24, layers 2^16, intermediate 2^22); -errno of the file.
+ */
+ZINF_API int zinf_hf_model_read(const char *path, struct zinf_hf_model *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -193,6 +193,40 @@ check_shipped(const char *name, bool batch_auto)
 	json_decref(o);
 }
 
+/* --hf-config: the model's hidden size resolves "auto" (reduce_bucket_size = hidden^2) and its
+ * parameter count makes the plan; a --hidden given wins. */
+Test(config_check, hidden_and_parameters_from_a_hugging_face_config)
+{
+	char cfgf[4300], hf[4300];
+	snprintf(cfgf, sizeof(cfgf), "%s/ds.json", sc.dir);
+	snprintf(hf, sizeof(hf), "%s/config.json", sc.dir);
+	FILE *f = fopen(cfgf, "w");
+	cr_assert_not_null(f);
+	fputs("{\"train_micro_batch_size_per_gpu\": 1,\n"
+	      " \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": \"auto\"}}\n",
+	      f);
+	fclose(f);
+	f = fopen(hf, "w");
+	cr_assert_not_null(f);
+	fputs("{\"model_type\": \"gpt2\", \"n_embd\": 768, \"n_head\": 12, \"n_layer\": 12,\n"
+	      " \"n_positions\": 1024, \"vocab_size\": 50257}\n",
+	      f);
+	fclose(f);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "config check %s --hf-config %s", cfgf, sc.dir), 0,
+		     "%s", zc_text(sc.err));
+	char *t = zc_text(sc.out);
+	cr_expect(strstr(t, "(gpt2): hidden 768, 124439808 parameters"), "%s", t);
+	cr_expect(strstr(t, "reduce_bucket_size = 589824"), "768^2: %s", t);
+	cr_expect(strstr(t, "memory plan per rank"), "%s", t);
+	free(t);
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "", "config check %s --hf-config %s --hidden 100", cfgf, hf), 0,
+		"%s", zc_text(sc.err));
+	t = zc_text(sc.out);
+	cr_expect(strstr(t, "reduce_bucket_size = 10000"), "--hidden wins: %s", t);
+	free(t);
+}
+
 Test(config_check, shipped_zero0_memory)
 {
 	check_shipped("zero0_memory.json", true);

@@ -153,6 +153,46 @@ Test(estimate, two_nodes)
 	json_decref(o);
 }
 
+/*
+ * --hf-config: Llama-2-7B's config.json gives 6738415616 parameters and a largest layer of one
+ * decoder block (202383360, more than its 32000 x 4096 embedding), which the stage-3 GPU column
+ * adds 4 x of; --params beside it is a usage error, as is a file of another model_type.
+ */
+Test(estimate, from_a_hugging_face_config)
+{
+	char path[4300];
+	snprintf(path, sizeof(path), "%s/config.json", sc.dir);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("{\"model_type\": \"llama\", \"hidden_size\": 4096, \"intermediate_size\": 11008,\n"
+	      " \"num_attention_heads\": 32, \"num_hidden_layers\": 32,\n"
+	      " \"num_key_value_heads\": 32, \"vocab_size\": 32000}\n",
+	      f);
+	fclose(f);
+	cr_assert_eq(
+		zc_run_sh(&sc, "", "", "estimate --hf-config %s --gpus-per-node 8 --json", sc.dir),
+		0, "%s", zc_text(sc.err));
+	json_t *o = zc_json(sc.out);
+	cr_assert_eq(zc_num(o, "params"), 6738415616.0);
+	cr_assert_eq(zc_num(o, "largest_layer_params"), 202383360.0);
+	/* stage 3, nothing offloaded: 16 bytes per parameter over 8 GPUs + 4 x the largest layer */
+	cr_expect_eq(zc_num(row(o, 3, "none", "none"), "gpu_bytes"),
+		     ceil(16.0 * 6738415616.0 / 8 + 4.0 * 202383360.0));
+	json_decref(o);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --hf-config %s --params 1e9", path), 2);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "--params and --hf-config: give one"), "%s", t);
+	free(t);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("{\"model_type\": \"t5\"}\n", f);
+	fclose(f);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --hf-config %s", path), 2);
+	t = zc_text(sc.err);
+	cr_expect(strstr(t, "model_type t5: zinf knows gpt2, llama, mistral and qwen2"), "%s", t);
+	free(t);
+}
+
 Test(estimate, text_and_errors)
 {
 	cr_assert_eq(zc_run_sh(&sc, "", "",
