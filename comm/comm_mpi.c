@@ -355,8 +355,8 @@ comm_mpi_leave(struct zinf_comm_mpi *m, bool failed)
 	notice_sends_end(m);
 	/*
 	 * The notices' duplicate is never freed (MPI_Finalize frees it): a notice no call here took
-	 * (another rank's leaving or failure, sent while this rank was ending too) stays in it. On a
-	 * freed communicator MPI would match such a message on the next one given its context id,
+	 * (another rank's leaving or failure, sent while this rank was ending too) stays in it. On
+	 * a freed communicator MPI would match such a message on the next one given its context id,
 	 * and Open MPI's per-peer ordering would then hold that one's own messages back (seen:
 	 * notices lost, a segfault in a later MPI_Allreduce).
 	 */

@@ -219,24 +219,24 @@ enum zinf_hf_arch {
 
 /** A Hugging Face model's shape and parameter counts, from its config.json. */
 struct zinf_hf_model {
-	size_t size;		 /* sizeof(struct zinf_hf_model); set by the caller */
+	size_t size; /* sizeof(struct zinf_hf_model); set by the caller */
 	enum zinf_hf_arch arch;
-	char model_type[32];	 /* as the file says it */
-	uint64_t vocab;		 /* vocab_size */
-	uint64_t hidden;	 /* hidden_size (gpt2: n_embd) */
-	uint64_t layers;	 /* num_hidden_layers (gpt2: n_layer) */
-	uint64_t intermediate;	 /* intermediate_size (gpt2: n_inner, or 4 x hidden) */
-	uint64_t heads;		 /* num_attention_heads (gpt2: n_head) */
-	uint64_t kv_heads;	 /* num_key_value_heads (default heads; gpt2: heads) */
-	uint64_t head_dim;	 /* head_dim, or hidden / heads */
-	uint64_t positions;	 /* gpt2: n_positions (learned); 0 for rotary families */
-	bool tied;		 /* the head shares the token embedding (tie_word_embeddings) */
-	bool attention_bias;	 /* biases of q, k, v (and o: llama's attention_bias; qwen2: not o) */
-	bool mlp_bias;		 /* biases of the MLP's projections (llama's mlp_bias) */
-	uint8_t reserved[5];	 /* zero */
-	uint64_t params;	 /* every parameter, a tied head counted once */
-	uint64_t layer_params;	 /* one decoder block */
-	uint64_t largest_layer;	 /* the largest of a block, the token embedding, an untied head */
+	char model_type[32];   /* as the file says it */
+	uint64_t vocab;	       /* vocab_size */
+	uint64_t hidden;       /* hidden_size (gpt2: n_embd) */
+	uint64_t layers;       /* num_hidden_layers (gpt2: n_layer) */
+	uint64_t intermediate; /* intermediate_size (gpt2: n_inner, or 4 x hidden) */
+	uint64_t heads;	       /* num_attention_heads (gpt2: n_head) */
+	uint64_t kv_heads;     /* num_key_value_heads (default heads; gpt2: heads) */
+	uint64_t head_dim;     /* head_dim, or hidden / heads */
+	uint64_t positions;    /* gpt2: n_positions (learned); 0 for rotary families */
+	bool tied;	       /* the head shares the token embedding (tie_word_embeddings) */
+	bool attention_bias;   /* biases of q, k, v (and o: llama's attention_bias; qwen2: not o) */
+	bool mlp_bias;	       /* biases of the MLP's projections (llama's mlp_bias) */
+	uint8_t reserved[5];   /* zero */
+	uint64_t params;       /* every parameter, a tied head counted once */
+	uint64_t layer_params; /* one decoder block */
+	uint64_t largest_layer; /* the largest of a block, the token embedding, an untied head */
 };
 
 /**

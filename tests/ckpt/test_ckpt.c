@@ -681,14 +681,6 @@ corrupt(const char *dir, const char *name, long at, int how)
 	}
 }
 
-static void
-copy_tree(const char *from, const char *to)
-{
-	char cmd[8300];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", to, from, to);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
-}
-
 Test(ckpt, load_refusals_name_the_problem)
 {
 	struct cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, ZINF_F32};
@@ -703,26 +695,26 @@ Test(ckpt, load_refusals_name_the_problem)
 	snprintf(bad_tag, sizeof(bad_tag), "%s", "bad");
 
 	load_refused(&c, nvme, ck, "missing", -ENOENT, "missing", "no such tag");
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	corrupt(bad, "r00000.exp_avg", 100, 0);
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "r00000.exp_avg", "one byte flipped");
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	corrupt(bad, "r00000.fp32", 64, 1);
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "r00000.fp32", "truncated");
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	corrupt(bad, "r00000.exp_avg_sq", 0, 2);
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "r00000.exp_avg_sq", "deleted");
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	corrupt(bad, "manifest.json", 0, 2);
 	load_refused(&c, nvme, ck, bad_tag, -ENOENT, "manifest.json", "no manifest");
 	/* the manifest itself: a digit changed where the JSON stays valid, its checksum deleted */
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	char *man = slurp(bad, "manifest.json");
 	char *at = strstr(man, "\"steps\": 2");
 	cr_assert_not_null(at, "%s", man);
 	corrupt(bad, "manifest.json", (long)(at - man) + 9, 0); /* '2' ^ 0x10 = '"': invalid */
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "manifest.json", "manifest byte flipped");
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	char path[8300];
 	snprintf(path, sizeof(path), "%s/manifest.json", bad);
 	at[9] = '3'; /* still valid JSON: only the checksum tells */
@@ -732,14 +724,14 @@ Test(ckpt, load_refusals_name_the_problem)
 	fclose(mf);
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "CRC32C", "manifest steps 2 -> 3");
 	free(man);
-	copy_tree(good, bad);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	corrupt(bad, "manifest.crc32c", 0, 2);
 	load_refused(&c, nvme, ck, bad_tag, -EBADMSG, "manifest.crc32c", "no manifest checksum");
 	/* a data file that is a link to the same bytes outside DIR: not followed */
 	char *out = zt_mkdtemp(NULL), from[8300], to[8300];
 	const char *const linked[] = {"r00000.exp_avg", "manifest.json"};
 	for (int i = 0; i < 2; i++) {
-		copy_tree(good, bad);
+		cr_assert_eq(zt_copytree(good, bad), 0);
 		snprintf(from, sizeof(from), "%s/%s", bad, linked[i]);
 		snprintf(to, sizeof(to), "%s/%s", out, linked[i]);
 		cr_assert_eq(rename(from, to), 0, "%s", to);

@@ -204,7 +204,7 @@ Test(ckpt_resume, manifest_values_out_of_range)
 	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
 	save_ok(e, ck, "good");
 	zinf_engine_destroy(e);
-	char good[4200], bad[4200], cmd[13000];
+	char good[4200], bad[4200];
 	snprintf(good, sizeof(good), "%s/good", ck);
 	snprintf(bad, sizeof(bad), "%s/bad", ck);
 	const struct {
@@ -216,8 +216,7 @@ Test(ckpt_resume, manifest_values_out_of_range)
 		{"loss_scaler.hysteresis_left", "4294967298", "hysteresis_left"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", bad, good, bad);
-		cr_assert_eq(system(cmd), 0);
+		cr_assert_eq(zt_copytree(good, bad), 0);
 		edit_manifest(bad, cases[i].key, cases[i].value);
 		cr_assert_eq(zinf_engine_create(&o, &e), 0);
 		cr_assert_eq(edrive_add_params(e), 0);
@@ -256,11 +255,10 @@ Test(ckpt_resume, overlapping_partitions_refused)
 	run(e, c.dtype, 0, 2);
 	save_ok(e, ck, "good");
 	zinf_engine_destroy(e);
-	char good[4200], bad[4200], cmd[13000], p[4300];
+	char good[4200], bad[4200], p[4300];
 	snprintf(good, sizeof(good), "%s/good", ck);
 	snprintf(bad, sizeof(bad), "%s/bad", ck);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", bad, good, bad);
-	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(zt_copytree(good, bad), 0);
 	snprintf(p, sizeof(p), "%s/manifest.json", bad);
 	json_error_t jerr;
 	json_t *m = json_load_file(p, 0, &jerr);

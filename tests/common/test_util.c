@@ -107,6 +107,14 @@ zt_rmtree(const char *path)
 	}
 }
 
+int
+zt_copytree(const char *from, const char *to)
+{
+	char cmd[16500];
+	int n = snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s'", to, from, to);
+	return n < 0 || (size_t)n >= sizeof(cmd) ? -1 : system(cmd);
+}
+
 const char *
 zt_variant(void)
 {

@@ -27,6 +27,8 @@ void zt_rand_fill(void *p, size_t n, uint64_t *state);
  */
 char *zt_mkdtemp(const char *base);
 void zt_rmtree(const char *path);
+/* Replace the tree `to` by a copy of `from` (cp -a: modes and times kept). 0, or nonzero. */
+int zt_copytree(const char *from, const char *to);
 /* $ZINF_TEST_VARIANT, or NULL when the test runs without one. */
 const char *zt_variant(void);
 /*

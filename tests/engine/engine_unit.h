@@ -26,6 +26,22 @@ base_opts(struct zinf_engine_opts *o)
 	o->dtype = ZINF_BF16; /* the tests read and hand 16-bit values */
 }
 
+/* base_opts at stage 3 with the parameters on NVMe in dir (swap files named prefix), the
+ * optimizer on the CPU, nothing persistent, no trace: every fetch goes to the store. */
+static inline void
+nvme_param_opts(struct zinf_engine_opts *o, const char *dir, const char *prefix)
+{
+	base_opts(o);
+	o->stage = 3;
+	o->offload_optimizer.device = ZINF_OFFLOAD_CPU;
+	o->offload_param.device = ZINF_OFFLOAD_NVME;
+	o->offload_param.n_paths = 1;
+	o->offload_param.nvme_path[0] = dir;
+	o->swap_prefix = prefix;
+	o->stage3_param_persistence_threshold = 0;
+	o->record_trace = false;
+}
+
 static inline struct zinf_engine *
 make(const struct zinf_engine_opts *o)
 {

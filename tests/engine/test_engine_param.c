@@ -121,15 +121,7 @@ Test(engine_param, initial_values_in_bounded_pieces)
 	char *dir = zt_mkdtemp(NULL);
 	cr_assert(dir);
 	struct zinf_engine_opts o;
-	base_opts(&o);
-	o.stage = 3;
-	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
-	o.offload_param.device = ZINF_OFFLOAD_NVME;
-	o.offload_param.n_paths = 1;
-	o.offload_param.nvme_path[0] = dir;
-	o.swap_prefix = "reinit";
-	o.stage3_param_persistence_threshold = 0;
-	o.record_trace = false;
+	nvme_param_opts(&o, dir, "reinit");
 	const uint64_t n = 3u << 19;
 	struct zinf_engine *e = make(&o);
 	max_init_count = 0;

@@ -105,15 +105,7 @@ Test(engine_stats, nvme_read_bytes_counts_only_reads)
 	char *dir = zt_mkdtemp(NULL);
 	cr_assert(dir);
 	struct zinf_engine_opts o;
-	base_opts(&o);
-	o.stage = 3;
-	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
-	o.offload_param.device = ZINF_OFFLOAD_NVME;
-	o.offload_param.n_paths = 1;
-	o.offload_param.nvme_path[0] = dir;
-	o.swap_prefix = "review-read";
-	o.stage3_param_persistence_threshold = 0;
-	o.record_trace = false; /* no keep, no prefetch: every fetch goes to the store */
+	nvme_param_opts(&o, dir, "review-read"); /* every fetch goes to the store */
 	struct zinf_engine *e = make(&o);
 	cr_assert_eq(add(e, "w", 5000, 0, init_val, NULL), 0);
 	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
@@ -144,15 +136,7 @@ Test(engine_stats, nvme_param_written_once_per_step)
 	char *dir = zt_mkdtemp(NULL);
 	cr_assert(dir);
 	struct zinf_engine_opts o;
-	base_opts(&o);
-	o.stage = 3;
-	o.offload_optimizer.device = ZINF_OFFLOAD_CPU;
-	o.offload_param.device = ZINF_OFFLOAD_NVME;
-	o.offload_param.n_paths = 1;
-	o.offload_param.nvme_path[0] = dir;
-	o.swap_prefix = "review-write";
-	o.stage3_param_persistence_threshold = 0;
-	o.record_trace = false;
+	nvme_param_opts(&o, dir, "review-write");
 	o.step_during_backward = false;
 	const uint64_t n = 3u << 19; /* 1.5 Mi elements: two step chunks */
 	struct zinf_engine *e = make(&o);
