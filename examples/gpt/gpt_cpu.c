@@ -12,6 +12,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "gpt_matmul.h"
 #include "gpt_model.h"
 
 /* ---- shapes -------------------------------------------------------------------------------- */
@@ -182,84 +183,6 @@ layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *d
 			gpt_real n = (x[c] - mean[i]) * rstd[i];
 			gpt_real dn = w[c] * g[c];
 			dx[c] += (dn - dnorm_mean - n * dnorm_norm_mean) * rstd[i];
-		}
-	}
-}
-
-/* x . y in eight interleaved partial sums, added in a fixed order at the end: the compiler
- * vectorises it without -ffast-math, and the bits do not depend on threads or on the SIMD
- * width chosen. */
-static inline gpt_real
-dot(const gpt_real *x, const gpt_real *y, int n)
-{
-	gpt_real acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-	int c = 0;
-	for (; c + 8 <= n; c += 8) {
-#pragma omp simd
-		for (int k = 0; k < 8; k++) {
-			acc[k] += x[c + k] * y[c + k];
-		}
-	}
-	for (int k = 0; c < n; c++, k++) {
-		acc[k] += x[c] * y[c];
-	}
-	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* out[N, OC] = inp[N, C] @ w[OC, C]^T + b[OC] (b may be NULL) */
-static void
-matmul_forward(gpt_real *out, const gpt_real *inp, const gpt_real *w, const gpt_real *b, int N,
-	       int C, int OC)
-{
-#pragma omp parallel for
-	for (int i = 0; i < N; i++) {
-		const gpt_real *x = inp + (size_t)i * C;
-		gpt_real *o = out + (size_t)i * OC;
-		for (int j = 0; j < OC; j++) {
-			o[j] = (b ? b[j] : 0) + dot(x, w + (size_t)j * C, C);
-		}
-	}
-}
-
-/* dinp = (set) dout @ w; dw = (set) dout^T @ inp; db = (set) column sums (db may be NULL) */
-static void
-matmul_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
-		const gpt_real *inp, const gpt_real *w, int N, int C, int OC)
-{
-#pragma omp parallel for
-	for (int i = 0; i < N; i++) {
-		gpt_real *dx = dinp + (size_t)i * C;
-		const gpt_real *g = dout + (size_t)i * OC;
-		for (int c = 0; c < C; c++) {
-			dx[c] = 0;
-		}
-		for (int j = 0; j < OC; j++) {
-			const gpt_real *wr = w + (size_t)j * C;
-			gpt_real gj = g[j];
-#pragma omp simd
-			for (int c = 0; c < C; c++) {
-				dx[c] += gj * wr[c];
-			}
-		}
-	}
-#pragma omp parallel for
-	for (int j = 0; j < OC; j++) {
-		gpt_real *dwr = dw + (size_t)j * C;
-		gpt_real sb = 0;
-		for (int c = 0; c < C; c++) {
-			dwr[c] = 0;
-		}
-		for (int i = 0; i < N; i++) {
-			gpt_real gj = dout[(size_t)i * OC + j];
-			const gpt_real *x = inp + (size_t)i * C;
-#pragma omp simd
-			for (int c = 0; c < C; c++) {
-				dwr[c] += gj * x[c];
-			}
-			sb += gj;
-		}
-		if (db) {
-			db[j] = sb;
 		}
 	}
 }
@@ -452,17 +375,17 @@ cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		 *fchg = a->fch_gelu + l * 4 * NC, *res3 = a->res3 + l * NC;
 
 	layernorm_forward(ln1, ln1m, ln1r, x, P(GPT_LN1W), P(GPT_LN1B), N, C);
-	matmul_forward(qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
+	gpt_matmul_forward(qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
 	attention_forward(atty, attm, qkv, d->B, d->T, C, d->NH);
-	matmul_forward(res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
+	gpt_matmul_forward(res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
 #pragma omp parallel for
 	for (size_t i = 0; i < NC; i++) {
 		res2[i] += x[i];
 	}
 	layernorm_forward(ln2, ln2m, ln2r, res2, P(GPT_LN2W), P(GPT_LN2B), N, C);
-	matmul_forward(fch, ln2, P(GPT_FCW), P(GPT_FCB), N, C, 4 * C);
+	gpt_matmul_forward(fch, ln2, P(GPT_FCW), P(GPT_FCB), N, C, 4 * C);
 	gelu_forward(fchg, fch, 4 * NC);
-	matmul_forward(res3, fchg, P(GPT_FCPROJW), P(GPT_FCPROJB), N, 4 * C, C);
+	gpt_matmul_forward(res3, fchg, P(GPT_FCPROJW), P(GPT_FCPROJB), N, 4 * C, C);
 #pragma omp parallel for
 	for (size_t i = 0; i < NC; i++) {
 		res3[i] += res2[i];
@@ -477,7 +400,7 @@ cpu_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const in
 	int N = d->B * d->T, C = d->C, V = d->V;
 	const gpt_real *x = block_input(d, a, d->L);
 	layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
-	matmul_forward(a->probs, a->lnf, wte, NULL, N, C, V);
+	gpt_matmul_forward(a->probs, a->lnf, wte, NULL, N, C, V);
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
 		gpt_real *p = a->probs + (size_t)i * V;
@@ -498,7 +421,7 @@ cpu_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const in
 			p[v] = (p[v] - (v == targets[i] ? 1 : 0)) * dloss;
 		}
 	}
-	matmul_backward(a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
+	gpt_matmul_backward(a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
 	for (size_t i = 0; i < (size_t)N * C; i++) {
 		a->dres[i] = 0;
 	}
@@ -523,19 +446,19 @@ cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	gpt_real *dres2 = a->dres_b;
 
 	/* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-	matmul_backward(a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
+	gpt_matmul_backward(a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
 			4 * C, C);
 	gelu_backward(a->dbig2, fch, a->dbig, 4 * NC);
-	matmul_backward(a->dsmall, G(GPT_FCW), G(GPT_FCB), a->dbig2, ln2, P(GPT_FCW), N, C, 4 * C);
+	gpt_matmul_backward(a->dsmall, G(GPT_FCW), G(GPT_FCB), a->dbig2, ln2, P(GPT_FCW), N, C, 4 * C);
 	memcpy(dres2, dout, NC * sizeof(gpt_real));
 	layernorm_backward(dres2, G(GPT_LN2W), G(GPT_LN2B), a->dsmall, res2, P(GPT_LN2W), ln2m,
 			   ln2r, N, C);
 	/* res2 = x + attproj(attention(qkv(ln1(x)))) */
-	matmul_backward(a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty, P(GPT_ATTPROJW),
+	gpt_matmul_backward(a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty, P(GPT_ATTPROJW),
 			N, C, C);
 	attention_backward(a->dbig, a->datt, a->dpreatt, a->dsmall, qkv, attm, d->B, d->T, C,
 			   d->NH);
-	matmul_backward(a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
+	gpt_matmul_backward(a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
 			3 * C);
 	memcpy(dout, dres2, NC * sizeof(gpt_real));
 	layernorm_backward(dout, G(GPT_LN1W), G(GPT_LN1B), a->dsmall2, x, P(GPT_LN1W), ln1m, ln1r,
