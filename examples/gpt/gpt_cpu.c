@@ -447,19 +447,20 @@ cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 
 	/* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
 	gpt_matmul_backward(a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
-			4 * C, C);
+			    4 * C, C);
 	gelu_backward(a->dbig2, fch, a->dbig, 4 * NC);
-	gpt_matmul_backward(a->dsmall, G(GPT_FCW), G(GPT_FCB), a->dbig2, ln2, P(GPT_FCW), N, C, 4 * C);
+	gpt_matmul_backward(a->dsmall, G(GPT_FCW), G(GPT_FCB), a->dbig2, ln2, P(GPT_FCW), N, C,
+			    4 * C);
 	memcpy(dres2, dout, NC * sizeof(gpt_real));
 	layernorm_backward(dres2, G(GPT_LN2W), G(GPT_LN2B), a->dsmall, res2, P(GPT_LN2W), ln2m,
 			   ln2r, N, C);
 	/* res2 = x + attproj(attention(qkv(ln1(x)))) */
-	gpt_matmul_backward(a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty, P(GPT_ATTPROJW),
-			N, C, C);
+	gpt_matmul_backward(a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty,
+			    P(GPT_ATTPROJW), N, C, C);
 	attention_backward(a->dbig, a->datt, a->dpreatt, a->dsmall, qkv, attm, d->B, d->T, C,
 			   d->NH);
 	gpt_matmul_backward(a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
-			3 * C);
+			    3 * C);
 	memcpy(dout, dres2, NC * sizeof(gpt_real));
 	layernorm_backward(dout, G(GPT_LN1W), G(GPT_LN1B), a->dsmall2, x, P(GPT_LN1W), ln1m, ln1r,
 			   N, C);

@@ -29,7 +29,7 @@ dot(const gpt_real *x, const gpt_real *y, int n)
 /* out[N, OC] = inp[N, C] @ w[OC, C]^T + b[OC] (b may be NULL) */
 void
 gpt_matmul_forward(gpt_real *out, const gpt_real *inp, const gpt_real *w, const gpt_real *b, int N,
-	       int C, int OC)
+		   int C, int OC)
 {
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
@@ -44,7 +44,7 @@ gpt_matmul_forward(gpt_real *out, const gpt_real *inp, const gpt_real *w, const 
 /* dinp = (set) dout @ w; dw = (set) dout^T @ inp; db = (set) column sums (db may be NULL) */
 void
 gpt_matmul_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
-		const gpt_real *inp, const gpt_real *w, int N, int C, int OC)
+		    const gpt_real *inp, const gpt_real *w, int N, int C, int OC)
 {
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
