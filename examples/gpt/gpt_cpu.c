@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * examples/gpt/gpt_cpu.c: the GPT's layers on the CPU (the "host" device), forward and
- * backward, OpenMP over independent rows, after llm.c's train_gpt2.c. Deterministic for any
- * thread count: every output element is written by one thread, summing in a fixed order (no
- * atomics, no reduction clauses), so two runs with the same parameters give the same bits.
+ * examples/gpt/gpt_cpu.c: the layers on the CPU (the "host" device), forward and backward,
+ * OpenMP over independent rows, after llm.c's train_gpt2.c: GPT-2's, the kernels both
+ * architectures share (causal grouped-query attention, the cross-entropy), and the ops table,
+ * which hands Llama's blocks and head to llama_cpu.c. Deterministic for any thread count: every
+ * output element is written by one thread, summing in a fixed order (no atomics, no reduction
+ * clauses), so two runs with the same parameters give the same bits.
  *
  * Also the shapes of gpt_model.h (layer layout, activations). Not here: the training loop
  * (gpt.c), the GPU backend (gpt_cuda.cu: the same gpt_ops on the "cuda" device).
@@ -12,30 +14,78 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "gpt_cpu_internal.h"
 #include "gpt_matmul.h"
 #include "gpt_model.h"
 
 /* ---- shapes -------------------------------------------------------------------------------- */
 
+int
+gpt_block_tensors(const struct gpt_dims *d)
+{
+	return d->arch == GPT_ARCH_LLAMA ? LLAMA_BLOCK_TENSORS : GPT_BLOCK_TENSORS;
+}
+
+void
+gpt_block_shape(const struct gpt_dims *d, int tensor, size_t *rows, size_t *cols)
+{
+	size_t C = (size_t)d->C, FF = (size_t)gpt_ff(d), KVD = (size_t)gpt_kvd(d);
+	*rows = 0;
+	*cols = C;
+	if (d->arch == GPT_ARCH_LLAMA) {
+		switch (tensor) {
+		case LLAMA_Q:
+		case LLAMA_O:
+			*rows = C;
+			break;
+		case LLAMA_K:
+		case LLAMA_V:
+			*rows = KVD;
+			break;
+		case LLAMA_GATE:
+		case LLAMA_UP:
+			*rows = FF;
+			break;
+		case LLAMA_DOWN:
+			*rows = C;
+			*cols = FF;
+			break;
+		default: /* the RMSNorms' weights */
+			break;
+		}
+		return;
+	}
+	switch (tensor) {
+	case GPT_QKVW:
+		*rows = 3 * C;
+		break;
+	case GPT_QKVB:
+		*cols = 3 * C;
+		break;
+	case GPT_ATTPROJW:
+		*rows = C;
+		break;
+	case GPT_FCW:
+		*rows = FF;
+		break;
+	case GPT_FCPROJW:
+		*rows = C;
+		*cols = FF;
+		break;
+	case GPT_FCB:
+		*cols = FF;
+		break;
+	default: /* the LayerNorms' weights and biases, attproj and fcproj biases */
+		break;
+	}
+}
+
 size_t
 gpt_block_numel(const struct gpt_dims *d, int tensor)
 {
-	size_t C = (size_t)d->C;
-	switch (tensor) {
-	case GPT_QKVW:
-		return 3 * C * C;
-	case GPT_QKVB:
-		return 3 * C;
-	case GPT_ATTPROJW:
-		return C * C;
-	case GPT_FCW:
-	case GPT_FCPROJW:
-		return 4 * C * C;
-	case GPT_FCB:
-		return 4 * C;
-	default: /* the LayerNorms' weights and biases, attproj and fcproj biases */
-		return C;
-	}
+	size_t rows, cols;
+	gpt_block_shape(d, tensor, &rows, &cols);
+	return (rows ? rows : 1) * cols;
 }
 
 size_t
@@ -51,50 +101,61 @@ gpt_block_offset(const struct gpt_dims *d, int tensor)
 size_t
 gpt_block_size(const struct gpt_dims *d)
 {
-	return gpt_block_offset(d, GPT_BLOCK_TENSORS);
+	return gpt_block_offset(d, gpt_block_tensors(d));
 }
 
-/* The fields of struct gpt_acts in order, with their sizes. */
+/* The fields of struct gpt_acts in order, with their sizes (0: not used by this architecture). */
 static size_t
 acts_sizes(const struct gpt_dims *d, size_t *s)
 {
 	size_t N = (size_t)d->B * (size_t)d->T, C = (size_t)d->C, L = (size_t)d->L;
 	size_t att = (size_t)d->B * (size_t)d->NH * (size_t)d->T * (size_t)d->T;
+	size_t FF = (size_t)gpt_ff(d), KVD = (size_t)gpt_kvd(d);
+	int llama = d->arch == GPT_ARCH_LLAMA, gpt2 = !llama;
 	size_t i = 0;
-	s[i++] = N * C;		   /* encoded */
-	s[i++] = L * N * C;	   /* ln1 */
-	s[i++] = L * N;		   /* ln1_mean */
-	s[i++] = L * N;		   /* ln1_rstd */
-	s[i++] = L * N * 3 * C;	   /* qkv */
-	s[i++] = L * N * C;	   /* atty */
-	s[i++] = L * att;	   /* att */
-	s[i++] = L * N * C;	   /* res2 */
-	s[i++] = L * N * C;	   /* ln2 */
-	s[i++] = L * N;		   /* ln2_mean */
-	s[i++] = L * N;		   /* ln2_rstd */
-	s[i++] = L * N * 4 * C;	   /* fch */
-	s[i++] = L * N * 4 * C;	   /* fch_gelu */
-	s[i++] = L * N * C;	   /* res3 */
-	s[i++] = N * C;		   /* lnf */
-	s[i++] = N;		   /* lnf_mean */
-	s[i++] = N;		   /* lnf_rstd */
-	s[i++] = N * (size_t)d->V; /* probs */
-	s[i++] = N;		   /* losses */
-	s[i++] = N * C;		   /* dres */
-	s[i++] = N * C;		   /* dres_b */
-	s[i++] = N * 4 * C;	   /* dbig */
-	s[i++] = N * 4 * C;	   /* dbig2 */
-	s[i++] = att;		   /* datt */
-	s[i++] = att;		   /* dpreatt */
-	s[i++] = N * C;		   /* dsmall */
-	s[i++] = N * C;		   /* dsmall2 */
+	s[i++] = N * C;		       /* encoded */
+	s[i++] = L * N * C;	       /* ln1 */
+	s[i++] = gpt2 * L * N;	       /* ln1_mean */
+	s[i++] = L * N;		       /* ln1_rstd */
+	s[i++] = gpt2 * L * N * 3 * C; /* qkv */
+	s[i++] = llama * L * N * C;    /* q */
+	s[i++] = llama * L * N * KVD;  /* k */
+	s[i++] = llama * L * N * KVD;  /* v */
+	s[i++] = L * N * C;	       /* atty */
+	s[i++] = L * att;	       /* att */
+	s[i++] = L * N * C;	       /* res2 */
+	s[i++] = L * N * C;	       /* ln2 */
+	s[i++] = gpt2 * L * N;	       /* ln2_mean */
+	s[i++] = L * N;		       /* ln2_rstd */
+	s[i++] = L * N * FF;	       /* fch */
+	s[i++] = L * N * FF;	       /* fch_gelu */
+	s[i++] = llama * L * N * FF;   /* mlp */
+	s[i++] = L * N * C;	       /* res3 */
+	s[i++] = N * C;		       /* lnf */
+	s[i++] = gpt2 * N;	       /* lnf_mean */
+	s[i++] = N;		       /* lnf_rstd */
+	s[i++] = N * (size_t)d->V;     /* probs */
+	s[i++] = N;		       /* losses */
+	s[i++] = N * C;		       /* dres */
+	s[i++] = N * C;		       /* dres_b */
+	s[i++] = N * FF;	       /* dbig */
+	s[i++] = N * FF;	       /* dbig2 */
+	s[i++] = att;		       /* datt */
+	s[i++] = att;		       /* dpreatt */
+	s[i++] = N * C;		       /* dsmall */
+	s[i++] = N * C;		       /* dsmall2 */
+	s[i++] = llama * N * C;	       /* dsmall3 */
+	s[i++] = llama * N * FF;       /* dbig3 */
+	s[i++] = llama * N * C;	       /* dq */
+	s[i++] = llama * N * KVD;      /* dk */
+	s[i++] = llama * N * KVD;      /* dv */
 	return i;
 }
 
 size_t
 gpt_acts_numel(const struct gpt_dims *d)
 {
-	size_t s[32], n = acts_sizes(d, s), all = 0;
+	size_t s[48], n = acts_sizes(d, s), all = 0;
 	for (size_t i = 0; i < n; i++) {
 		all += s[i];
 	}
@@ -104,16 +165,17 @@ gpt_acts_numel(const struct gpt_dims *d)
 void
 gpt_acts_carve(const struct gpt_dims *d, gpt_real *base, struct gpt_acts *a)
 {
-	size_t s[32], n = acts_sizes(d, s);
-	gpt_real **f[] = {&a->encoded,	&a->ln1,      &a->ln1_mean, &a->ln1_rstd, &a->qkv,
-			  &a->atty,	&a->att,      &a->res2,	    &a->ln2,	  &a->ln2_mean,
-			  &a->ln2_rstd, &a->fch,      &a->fch_gelu, &a->res3,	  &a->lnf,
-			  &a->lnf_mean, &a->lnf_rstd, &a->probs,    &a->losses,	  &a->dres,
-			  &a->dres_b,	&a->dbig,     &a->dbig2,    &a->datt,	  &a->dpreatt,
-			  &a->dsmall,	&a->dsmall2};
-	_Static_assert(sizeof(f) / sizeof(f[0]) == 27, "struct gpt_acts fields");
+	size_t s[48], n = acts_sizes(d, s);
+	gpt_real **f[] = {
+		&a->encoded,  &a->ln1,	    &a->ln1_mean, &a->ln1_rstd, &a->qkv,     &a->q,
+		&a->k,	      &a->v,	    &a->atty,	  &a->att,	&a->res2,    &a->ln2,
+		&a->ln2_mean, &a->ln2_rstd, &a->fch,	  &a->fch_gelu, &a->mlp,     &a->res3,
+		&a->lnf,      &a->lnf_mean, &a->lnf_rstd, &a->probs,	&a->losses,  &a->dres,
+		&a->dres_b,   &a->dbig,	    &a->dbig2,	  &a->datt,	&a->dpreatt, &a->dsmall,
+		&a->dsmall2,  &a->dsmall3,  &a->dbig3,	  &a->dq,	&a->dk,	     &a->dv};
+	_Static_assert(sizeof(f) / sizeof(f[0]) == 36, "struct gpt_acts fields");
 	for (size_t i = 0; i < n; i++) {
-		*f[i] = base;
+		*f[i] = s[i] ? base : NULL;
 		base += s[i];
 	}
 }
@@ -188,27 +250,30 @@ layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *d
 }
 
 /*
- * Causal self-attention. qkv [B, T, 3C] (q, k, v each C = NH heads of hs); att [B, NH, T, T]
- * the softmax (entries above the diagonal left 0); out [B, T, C].
+ * Causal self-attention of NH query heads over KVH key-value heads (head h reads key-value head
+ * h / (NH / KVH); GPT-2 has KVH = NH), each hs wide. Row i = b x T + t of q starts at q + i x qs,
+ * of k and v at k + i x kvs, v + i x kvs (GPT-2: one qkv buffer, qs = kvs = 3C); att [B, NH, T, T]
+ * the softmax (entries above the diagonal left 0); out [B, T, NH x hs].
  */
-static void
-attention_forward(gpt_real *out, gpt_real *att, const gpt_real *qkv, int B, int T, int C, int NH)
+void
+gpt_cpu_attention_forward(gpt_real *out, gpt_real *att, const gpt_real *q, const gpt_real *k,
+			  const gpt_real *v, int qs, int kvs, int B, int T, int NH, int KVH, int hs)
 {
-	int C3 = 3 * C, hs = C / NH;
+	int C = NH * hs, group = NH / KVH;
 	gpt_real scale = 1 / sqrt((gpt_real)hs);
 #pragma omp parallel for collapse(2)
 	for (int b = 0; b < B; b++) {
 		for (int h = 0; h < NH; h++) {
+			size_t kvo = (size_t)(h / group) * hs;
 			for (int t = 0; t < T; t++) {
-				const gpt_real *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+				const gpt_real *qt = q + ((size_t)b * T + t) * qs + (size_t)h * hs;
 				gpt_real *a = att + (((size_t)b * NH + h) * T + t) * T;
 				gpt_real maxv = -INFINITY;
 				for (int t2 = 0; t2 <= t; t2++) {
-					const gpt_real *k =
-						qkv + ((size_t)b * T + t2) * C3 + h * hs + C;
+					const gpt_real *kt = k + ((size_t)b * T + t2) * kvs + kvo;
 					gpt_real s = 0;
 					for (int i = 0; i < hs; i++) {
-						s += q[i] * k[i];
+						s += qt[i] * kt[i];
 					}
 					s *= scale;
 					a[t2] = s;
@@ -222,15 +287,14 @@ attention_forward(gpt_real *out, gpt_real *att, const gpt_real *qkv, int B, int 
 				for (int t2 = 0; t2 < T; t2++) {
 					a[t2] = t2 <= t ? a[t2] / sum : 0;
 				}
-				gpt_real *o = out + ((size_t)b * T + t) * C + h * hs;
+				gpt_real *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
 				for (int i = 0; i < hs; i++) {
 					o[i] = 0;
 				}
 				for (int t2 = 0; t2 <= t; t2++) {
-					const gpt_real *v =
-						qkv + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
+					const gpt_real *vt = v + ((size_t)b * T + t2) * kvs + kvo;
 					for (int i = 0; i < hs; i++) {
-						o[i] += a[t2] * v[i];
+						o[i] += a[t2] * vt[i];
 					}
 				}
 			}
@@ -238,61 +302,73 @@ attention_forward(gpt_real *out, gpt_real *att, const gpt_real *qkv, int B, int 
 	}
 }
 
-/* dqkv = (set); datt, dpreatt scratch [B, NH, T, T]. Each (b, h) writes only its own head's
- * slices of dqkv, so the two loops in parallel never write the same element. */
-static void
-attention_backward(gpt_real *dqkv, gpt_real *datt, gpt_real *dpreatt, const gpt_real *dout,
-		   const gpt_real *qkv, const gpt_real *att, int B, int T, int C, int NH)
+/* dq, dk, dv = (set), with q's and kv's strides (they may be slices of one buffer, as GPT-2's
+ * dqkv); datt, dpreatt scratch [B, NH, T, T]. Each (b, key-value head) writes only its own
+ * heads' slices, its query heads in order, so the loops in parallel never write the same
+ * element and the sums' order does not depend on threads. */
+void
+gpt_cpu_attention_backward(gpt_real *dq, gpt_real *dk, gpt_real *dv, int qs, int kvs,
+			   gpt_real *datt, gpt_real *dpreatt, const gpt_real *dout,
+			   const gpt_real *q, const gpt_real *k, const gpt_real *v,
+			   const gpt_real *att, int B, int T, int NH, int KVH, int hs)
 {
-	int C3 = 3 * C, hs = C / NH;
+	int C = NH * hs, group = NH / KVH;
 	gpt_real scale = 1 / sqrt((gpt_real)hs);
 #pragma omp parallel for collapse(2)
 	for (int b = 0; b < B; b++) {
-		for (int h = 0; h < NH; h++) {
+		for (int kh = 0; kh < KVH; kh++) {
+			size_t kvo = (size_t)kh * hs;
 			for (int t = 0; t < T; t++) {
-				gpt_real *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+				size_t r = (size_t)b * T + t;
 				for (int i = 0; i < hs; i++) {
-					dq[i] = dq[i + C] = dq[i + 2 * C] = 0;
+					dk[r * kvs + kvo + i] = dv[r * kvs + kvo + i] = 0;
+				}
+				for (int h = kh * group; h < (kh + 1) * group; h++) {
+					for (int i = 0; i < hs; i++) {
+						dq[r * qs + (size_t)h * hs + i] = 0;
+					}
 				}
 			}
-			for (int t = 0; t < T; t++) {
-				const gpt_real *a = att + (((size_t)b * NH + h) * T + t) * T;
-				gpt_real *da = datt + (((size_t)b * NH + h) * T + t) * T;
-				gpt_real *dp = dpreatt + (((size_t)b * NH + h) * T + t) * T;
-				const gpt_real *g = dout + ((size_t)b * T + t) * C + h * hs;
-				const gpt_real *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-				gpt_real *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-				/* out = sum att * v */
-				for (int t2 = 0; t2 <= t; t2++) {
-					const gpt_real *v =
-						qkv + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
-					gpt_real *dv =
-						dqkv + ((size_t)b * T + t2) * C3 + h * hs + 2 * C;
-					gpt_real s = 0;
-					for (int i = 0; i < hs; i++) {
-						s += v[i] * g[i];
-						dv[i] += a[t2] * g[i];
+			for (int h = kh * group; h < (kh + 1) * group; h++) {
+				for (int t = 0; t < T; t++) {
+					size_t r = (size_t)b * T + t, ho = (size_t)h * hs;
+					const gpt_real *a =
+						att + (((size_t)b * NH + h) * T + t) * T;
+					gpt_real *da = datt + (((size_t)b * NH + h) * T + t) * T;
+					gpt_real *dp = dpreatt + (((size_t)b * NH + h) * T + t) * T;
+					const gpt_real *g = dout + r * C + ho;
+					const gpt_real *qt = q + r * qs + ho;
+					gpt_real *dqt = dq + r * qs + ho;
+					/* out = sum att * v */
+					for (int t2 = 0; t2 <= t; t2++) {
+						size_t r2 = (size_t)b * T + t2;
+						const gpt_real *vt = v + r2 * kvs + kvo;
+						gpt_real *dvt = dv + r2 * kvs + kvo;
+						gpt_real s = 0;
+						for (int i = 0; i < hs; i++) {
+							s += vt[i] * g[i];
+							dvt[i] += a[t2] * g[i];
+						}
+						da[t2] = s;
 					}
-					da[t2] = s;
-				}
-				/* softmax */
-				gpt_real dot = 0;
-				for (int t2 = 0; t2 <= t; t2++) {
-					dot += a[t2] * da[t2];
-				}
-				for (int t2 = 0; t2 <= t; t2++) {
-					dp[t2] = a[t2] * (da[t2] - dot);
-				}
-				/* preatt = scale q . k */
-				for (int t2 = 0; t2 <= t; t2++) {
-					const gpt_real *k =
-						qkv + ((size_t)b * T + t2) * C3 + h * hs + C;
-					gpt_real *dk =
-						dqkv + ((size_t)b * T + t2) * C3 + h * hs + C;
-					gpt_real ds = dp[t2] * scale;
-					for (int i = 0; i < hs; i++) {
-						dq[i] += k[i] * ds;
-						dk[i] += q[i] * ds;
+					/* softmax */
+					gpt_real dot = 0;
+					for (int t2 = 0; t2 <= t; t2++) {
+						dot += a[t2] * da[t2];
+					}
+					for (int t2 = 0; t2 <= t; t2++) {
+						dp[t2] = a[t2] * (da[t2] - dot);
+					}
+					/* preatt = scale q . k */
+					for (int t2 = 0; t2 <= t; t2++) {
+						size_t r2 = (size_t)b * T + t2;
+						const gpt_real *kt = k + r2 * kvs + kvo;
+						gpt_real *dkt = dk + r2 * kvs + kvo;
+						gpt_real ds = dp[t2] * scale;
+						for (int i = 0; i < hs; i++) {
+							dqt[i] += kt[i] * ds;
+							dkt[i] += qt[i] * ds;
+						}
 					}
 				}
 			}
@@ -341,17 +417,21 @@ cpu_encoder_forward(const struct gpt_dims *d, struct gpt_acts *a, const int *tok
 	int N = d->B * d->T, C = d->C;
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
-		const gpt_real *we = wte + (size_t)tokens[i] * C,
-			       *pe = wpe + (size_t)(i % d->T) * C;
+		const gpt_real *we = wte + (size_t)tokens[i] * C;
 		gpt_real *o = a->encoded + (size_t)i * C;
+		if (!wpe) {
+			memcpy(o, we, (size_t)C * sizeof(gpt_real));
+			continue;
+		}
+		const gpt_real *pe = wpe + (size_t)(i % d->T) * C;
 		for (int c = 0; c < C; c++) {
 			o[c] = we[c] + pe[c];
 		}
 	}
 }
 
-static const gpt_real *
-block_input(const struct gpt_dims *d, const struct gpt_acts *a, int l)
+const gpt_real *
+gpt_cpu_block_input(const struct gpt_dims *d, const struct gpt_acts *a, int l)
 {
 	size_t NC = (size_t)d->B * d->T * d->C;
 	return l == 0 ? a->encoded : a->res3 + (size_t)(l - 1) * NC;
@@ -364,9 +444,13 @@ static void
 cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		  const gpt_real *const *params)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_cpu_block_forward(d, a, l, params);
+		return;
+	}
 	int N = d->B * d->T, C = d->C;
 	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
-	const gpt_real *x = block_input(d, a, l);
+	const gpt_real *x = gpt_cpu_block_input(d, a, l);
 	gpt_real *ln1 = a->ln1 + l * NC, *ln1m = a->ln1_mean + (size_t)l * N,
 		 *ln1r = a->ln1_rstd + (size_t)l * N, *qkv = a->qkv + l * 3 * NC,
 		 *atty = a->atty + l * NC, *attm = a->att + l * att, *res2 = a->res2 + l * NC,
@@ -376,7 +460,8 @@ cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 
 	layernorm_forward(ln1, ln1m, ln1r, x, P(GPT_LN1W), P(GPT_LN1B), N, C);
 	gpt_matmul_forward(qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
-	attention_forward(atty, attm, qkv, d->B, d->T, C, d->NH);
+	gpt_cpu_attention_forward(atty, attm, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, d->B, d->T,
+				  d->NH, d->NH, C / d->NH);
 	gpt_matmul_forward(res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
 #pragma omp parallel for
 	for (size_t i = 0; i < NC; i++) {
@@ -392,15 +477,12 @@ cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	}
 }
 
-static void
-cpu_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
-			  const gpt_real *wte, const gpt_real *lnfw, const gpt_real *lnfb,
-			  gpt_real dloss, gpt_real *dwte, gpt_real *dlnfw, gpt_real *dlnfb)
+/* a->probs holds the logits [N, V]: per-position loss into a->losses, and in a->probs the
+ * logits' gradient, dloss x (softmax - one-hot of the target) */
+void
+gpt_cpu_xent(const struct gpt_dims *d, struct gpt_acts *a, const int *targets, gpt_real dloss)
 {
-	int N = d->B * d->T, C = d->C, V = d->V;
-	const gpt_real *x = block_input(d, a, d->L);
-	layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
-	gpt_matmul_forward(a->probs, a->lnf, wte, NULL, N, C, V);
+	int N = d->B * d->T, V = d->V;
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
 		gpt_real *p = a->probs + (size_t)i * V;
@@ -421,7 +503,23 @@ cpu_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const in
 			p[v] = (p[v] - (v == targets[i] ? 1 : 0)) * dloss;
 		}
 	}
-	gpt_matmul_backward(a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
+}
+
+static void
+cpu_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
+			  const gpt_real *head, const gpt_real *lnfw, const gpt_real *lnfb,
+			  gpt_real dloss, gpt_real *dhead, gpt_real *dlnfw, gpt_real *dlnfb)
+{
+	int N = d->B * d->T, C = d->C, V = d->V;
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_cpu_head_forward_backward(d, a, targets, head, lnfw, dloss, dhead, dlnfw);
+		return;
+	}
+	const gpt_real *x = gpt_cpu_block_input(d, a, d->L);
+	layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
+	gpt_matmul_forward(a->probs, a->lnf, head, NULL, N, C, V);
+	gpt_cpu_xent(d, a, targets, dloss);
+	gpt_matmul_backward(a->dsmall, dhead, NULL, a->probs, a->lnf, head, N, C, V);
 	for (size_t i = 0; i < (size_t)N * C; i++) {
 		a->dres[i] = 0;
 	}
@@ -433,9 +531,13 @@ static void
 cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		   const gpt_real *const *params, gpt_real *const *grads)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_cpu_block_backward(d, a, l, params, grads);
+		return;
+	}
 	int N = d->B * d->T, C = d->C;
 	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
-	const gpt_real *x = block_input(d, a, l);
+	const gpt_real *x = gpt_cpu_block_input(d, a, l);
 	const gpt_real *ln1 = a->ln1 + l * NC, *ln1m = a->ln1_mean + (size_t)l * N,
 		       *ln1r = a->ln1_rstd + (size_t)l * N, *qkv = a->qkv + l * 3 * NC,
 		       *atty = a->atty + l * NC, *attm = a->att + l * att, *res2 = a->res2 + l * NC,
@@ -457,8 +559,9 @@ cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	/* res2 = x + attproj(attention(qkv(ln1(x)))) */
 	gpt_matmul_backward(a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty,
 			    P(GPT_ATTPROJW), N, C, C);
-	attention_backward(a->dbig, a->datt, a->dpreatt, a->dsmall, qkv, attm, d->B, d->T, C,
-			   d->NH);
+	gpt_cpu_attention_backward(a->dbig, a->dbig + C, a->dbig + 2 * C, 3 * C, 3 * C, a->datt,
+				   a->dpreatt, a->dsmall, qkv, qkv + C, qkv + 2 * C, attm, d->B,
+				   d->T, d->NH, d->NH, C / d->NH);
 	gpt_matmul_backward(a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
 			    3 * C);
 	memcpy(dout, dres2, NC * sizeof(gpt_real));
@@ -473,7 +576,7 @@ cpu_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *to
 	int N = d->B * d->T, C = d->C, T = d->T;
 	/* dwpe[t] = sum over b, in b order */
 #pragma omp parallel for
-	for (int t = 0; t < T; t++) {
+	for (int t = 0; t < (dwpe ? T : 0); t++) {
 		gpt_real *o = dwpe + (size_t)t * C;
 		for (int c = 0; c < C; c++) {
 			o[c] = 0;
@@ -486,7 +589,11 @@ cpu_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *to
 		}
 	}
 	/* dwte[v] += positions with token v, in position order: each thread owns a range of
-	 * channels, so no two threads write the same element */
+	 * channels, so no two threads write the same element. Untied, nothing set dwte before:
+	 * zero first. */
+	if (!gpt_tied(d)) {
+		memset(dwte, 0, (size_t)d->V * C * sizeof(gpt_real));
+	}
 #pragma omp parallel for
 	for (int c = 0; c < C; c++) {
 		for (int i = 0; i < N; i++) {
