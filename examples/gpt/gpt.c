@@ -284,7 +284,13 @@ make_engine(struct run *R)
 				   .C = R->a.hidden,
 				   .NH = R->a.heads,
 				   .L = R->a.layers,
-				   .B = (int)R->cfg.train_micro_batch_size_per_gpu};
+				   .B = (int)R->cfg.train_micro_batch_size_per_gpu,
+				   .arch = strcmp(R->a.arch, "llama") ? GPT_ARCH_GPT2
+								      : GPT_ARCH_LLAMA,
+				   .KVH = R->a.kv_heads,
+				   .FF = R->a.ffn,
+				   .untied = R->a.untied,
+				   .rope_theta = R->a.rope_theta};
 	t->m.seed = R->a.seed;
 	if (t->ops->open) {
 		/* a GPU: this rank's device (the local rank modulo the devices, as the engine and
@@ -345,6 +351,14 @@ pick_layers(struct run *R)
 	}
 #ifdef GPT_HAVE_CUDA
 	int n = zinf_device_count("cuda");
+	if (n > 0 && !strcmp(R->a.arch, "llama")) { /* gpt_cuda.cu holds GPT-2's layers only */
+		if (!strcmp(want, "auto")) {
+			return 0;
+		}
+		fprintf(stderr, "zinf_gpt: --device cuda: the GPU layers are GPT-2's only; "
+				"--arch llama runs on --device host\n");
+		return 2;
+	}
 	if (n > 0) {
 		R->t.ops = &gpt_cuda_ops;
 		return 0;
@@ -423,10 +437,17 @@ run_init(struct run *R, int argc, char **argv)
 	R->bar = R->lead && !R->a.no_progress && !R->a.quiet && isatty(STDERR_FILENO);
 	if (R->lead && !R->a.quiet) {
 		const struct gpt_dims *d = &t->m.d;
-		printf("model: %d layers, %d heads, hidden %d, context %d, vocab %d: %llu "
+		char kv[96] = "";
+		if (d->arch == GPT_ARCH_LLAMA) {
+			snprintf(kv, sizeof(kv), " (%d key-value), MLP %d, rope theta %g, %s head",
+				 gpt_kvh(d), gpt_ff(d), gpt_rope_theta(d),
+				 gpt_tied(d) ? "tied" : "own");
+		}
+		printf("model: %s, %d layers, %d heads%s, hidden %d, context %d, vocab %d: %llu "
 		       "parameters; batch %d x %d x %d ranks = %lld sequences per step\n",
-		       d->L, d->NH, d->C, d->T, d->V, (unsigned long long)t->m.n_params, d->B,
-		       t->gas, t->world, (long long)R->cfg.train_batch_size);
+		       d->arch == GPT_ARCH_LLAMA ? "llama" : "gpt2", d->L, d->NH, kv, d->C, d->T,
+		       d->V, (unsigned long long)t->m.n_params, d->B, t->gas, t->world,
+		       (long long)R->cfg.train_batch_size);
 		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
 		       "(uniform %.4f)%s%s\n",
 		       R->a.fanout, R->data.entropy, log((double)R->a.vocab),
@@ -471,21 +492,27 @@ run_fini(struct run *R)
  * The data of a step is a function of (seed, step) only, so nothing else is needed to go on
  * exactly where the run stopped. */
 struct gpt_ckpt_head {
-	char magic[8]; /* "zgptck1" */
+	char magic[8]; /* "zgptck2" */
 	int32_t step;  /* loop steps done */
 	int32_t sched_step;
 	uint64_t seed;
-	int32_t dims[7]; /* V T C NH L, the global batch (sequences per step), fanout */
-	int32_t gas;	 /* informative: a resumed run may cut the global batch otherwise */
+	/* V T C NH L, the global batch (sequences per step), fanout, arch, key-value heads, MLP
+	   width, untied head */
+	int32_t dims[11];
+	double rope_theta;
+	int32_t gas; /* informative: a resumed run may cut the global batch otherwise */
 };
 
 static void
-ckpt_dims(const struct run *R, int32_t out[7])
+ckpt_dims(const struct run *R, int32_t out[11])
 {
 	const struct gpt_dims *d = &R->t.m.d;
 	/* the samples of a step depend on the global batch only (gpt_data.h): another split over
 	   ranks and micro-batches (another world size) continues the same run */
-	int32_t v[7] = {d->V, d->T, d->C, d->NH, d->L, d->B * R->t.gas * R->t.world, R->a.fanout};
+	int32_t v[11] = {d->V,	      d->T,	   d->C,
+			 d->NH,	      d->L,	   d->B * R->t.gas * R->t.world,
+			 R->a.fanout, d->arch,	   gpt_kvh(d),
+			 gpt_ff(d),   !gpt_tied(d)};
 	memcpy(out, v, sizeof(v));
 }
 
@@ -589,7 +616,8 @@ save_checkpoint(struct run *R, int step, bool background)
 	if (!buf) {
 		return -ENOMEM;
 	}
-	struct gpt_ckpt_head h = {.magic = "zgptck1",
+	struct gpt_ckpt_head h = {.magic = "zgptck2",
+				  .rope_theta = gpt_rope_theta(&R->t.m.d),
 				  .step = step,
 				  .sched_step = R->sched_step,
 				  .seed = R->a.seed,
@@ -644,7 +672,7 @@ resume_checkpoint(struct run *R, int *first_step)
 	o.client_cap = cap;
 	int r = zinf_engine_load(R->t.e, R->a.resume, NULL, &o);
 	struct gpt_ckpt_head h;
-	int32_t dims[7];
+	int32_t dims[11];
 	ckpt_dims(R, dims);
 	if (r == -ENOSPC) {
 		fprintf(stderr, "zinf_gpt: %s: its run went past --steps %d: nothing to do\n",
@@ -652,21 +680,25 @@ resume_checkpoint(struct run *R, int *first_step)
 	} else if (r) {
 		fprintf(stderr, "zinf_gpt: resuming from %s: %s\n", R->a.resume, zinf_strerror(r));
 	} else if (o.client_len < sizeof(h) ||
-		   (memcpy(&h, buf, sizeof(h)), memcmp(h.magic, "zgptck1", 8) != 0) ||
+		   (memcpy(&h, buf, sizeof(h)), memcmp(h.magic, "zgptck2", 8) != 0) ||
 		   o.client_len != sizeof(h) + (size_t)h.step * sizeof(double)) {
 		fprintf(stderr,
 			"zinf_gpt: %s: not a zinf_gpt checkpoint (its trainer state is %llu "
 			"bytes)\n",
 			R->a.resume, (unsigned long long)o.client_len);
 		r = -EINVAL;
-	} else if (h.seed != R->a.seed || memcmp(h.dims, dims, sizeof(dims)) != 0) {
+	} else if (h.seed != R->a.seed || memcmp(h.dims, dims, sizeof(dims)) != 0 ||
+		   h.rope_theta != gpt_rope_theta(&R->t.m.d)) {
 		fprintf(stderr,
 			"zinf_gpt: %s was trained with another model, data or global batch (seed "
-			"%llu, V T C NH L %d %d %d %d %d, %d sequences per step, fanout %d; here "
-			"%d): give the same flags (micro-batch x accumulation x ranks may be cut "
-			"otherwise)\n",
+			"%llu, V T C NH L %d %d %d %d %d, %d sequences per step, fanout %d, arch "
+			"%s, key-value heads %d, MLP %d, %s head, rope theta %g; here %d sequences "
+			"per step): give the same flags (micro-batch x accumulation x ranks may be "
+			"cut otherwise)\n",
 			R->a.resume, (unsigned long long)h.seed, h.dims[0], h.dims[1], h.dims[2],
-			h.dims[3], h.dims[4], h.dims[5], h.dims[6], dims[5]);
+			h.dims[3], h.dims[4], h.dims[5], h.dims[6], h.dims[7] ? "llama" : "gpt2",
+			h.dims[8], h.dims[9], h.dims[10] ? "untied" : "tied", h.rope_theta,
+			dims[5]);
 		r = -EINVAL;
 	} else {
 		R->sched_step = h.sched_step;

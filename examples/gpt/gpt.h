@@ -24,6 +24,10 @@ struct gpt_args {
 	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
 	int keep;		   /* checkpoints kept in `save` (0: all) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
+	const char *arch;    /* --arch: "gpt2" or "llama" */
+	int kv_heads, ffn;   /* llama: --kv-heads, --ffn (0: --heads, 4 x --hidden) */
+	double rope_theta;   /* llama: --rope-theta */
+	bool untied;	     /* llama: --untied (an lm_head of its own) */
 	int steps_per_print; /* -1: the config's */
 	double lr;	     /* NaN: not given */
 	double comm_timeout; /* --comm-timeout, seconds; NaN: the library's default */
@@ -53,11 +57,14 @@ int gpt_log_level_from_env(void);
 
 /* ---- the trainer (gpt_train.c) ------------------------------------------------------------- */
 
-/* The model as the engine holds it: every tensor's id. */
+/* No such tensor in this architecture (GPT-2's wpe and lnf bias, Llama's untied lm_head). */
+#define GPT_NO_TENSOR UINT32_MAX
+
+/* The model as the engine holds it: every tensor's id, named as Hugging Face names it. */
 struct gpt_model {
 	struct gpt_dims d;
-	uint32_t wte, wpe, lnfw, lnfb;
-	uint32_t block0; /* block l tensor t: block0 + l * GPT_BLOCK_TENSORS + t */
+	uint32_t wte, wpe, lnfw, lnfb, head; /* head: lm_head (untied), else GPT_NO_TENSOR */
+	uint32_t block0; /* block l tensor t: block0 + l * gpt_block_tensors(&d) + t */
 	uint64_t seed, n_params;
 };
 
@@ -70,7 +77,8 @@ struct gpt_bufs {
 	gpt_real *host_losses;	      /* [N] per-position losses (registered host memory) */
 	gpt_real *dblock[2];	      /* two block gradients, alternated */
 	gpt_real *dwte, *dwpe, *dlnf; /* dlnf: [2C] weight then bias */
-	gpt_real *f32_embed, *f32_block, *f32_lnf; /* bf16 engines: f32 copies */
+	gpt_real *dhead;	      /* [V, C] an untied head's */
+	gpt_real *f32_embed, *f32_block, *f32_lnf; /* bf16 engines: f32 copies (lnf: then head) */
 	void *grad16; /* fp16 engines: one gradient as f16 (the largest tensor's numel) */
 };
 
@@ -99,6 +107,9 @@ struct gpt_trainer {
 
 /* Register every tensor of t->m (dims and seed set) with t->e; 0 or a negative errno. */
 int gpt_register(struct gpt_trainer *t);
+/* Block l's tensor t's name, Hugging Face's ("transformer.h.0.ln_1.weight",
+ * "model.layers.0.input_layernorm.weight"); snprintf's return. */
+int gpt_tensor_name(const struct gpt_dims *d, int l, int t, char *buf, size_t size);
 /* Allocate / free t->b (after zinf_engine_init). */
 int gpt_bufs_alloc(struct gpt_trainer *t);
 void gpt_bufs_free(struct gpt_trainer *t);

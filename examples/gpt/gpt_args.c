@@ -36,9 +36,21 @@ static const struct flag flags[] = {
 	 "layers) or cuda (the GPU layers; exit 3 when there is no GPU)",
 	 K_STR, A(device), 0, 0},
 	{"steps", "N", "optimizer steps (default 300)", K_INT, A(steps), 1, 100000000},
+	{"arch", "A",
+	 "gpt2 (default: learned positions, LayerNorm, GELU MLP of 4C, tied head) or llama "
+	 "(rotary positions, RMSNorm, SwiGLU MLP, grouped-query attention, no biases)",
+	 K_STR, A(arch), 0, 0},
 	{"layers", "L", "transformer blocks (default 4)", K_INT, A(layers), 1, 1024},
 	{"heads", "H", "attention heads (default 4)", K_INT, A(heads), 1, 1024},
 	{"hidden", "C", "hidden size (default 64)", K_INT, A(hidden), 1, 65536},
+	{"kv-heads", "H", "llama: key-value heads, dividing --heads (default --heads)", K_INT,
+	 A(kv_heads), 1, 1024},
+	{"ffn", "F", "llama: the MLP's hidden size, intermediate_size (default 4 x --hidden)",
+	 K_INT, A(ffn), 1, 1 << 20},
+	{"rope-theta", "X", "llama: the rotary embeddings' base (default 10000)", K_LR,
+	 A(rope_theta), 0, 0},
+	{"untied", NULL, "llama: an output head of its own (lm_head), not the embedding", K_FLAG,
+	 A(untied), 0, 0},
 	{"context", "T", "sequence length (default 32)", K_INT, A(context), 1, 65536},
 	{"vocab", "V", "vocabulary (default 64)", K_INT, A(vocab), 2, 1 << 24},
 	{"batch", "B", "micro-batch per rank, the config's \"auto\" (default 16)", K_INT, A(batch),
@@ -162,6 +174,8 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 {
 	*a = (struct gpt_args){.config = GPT_DEFAULT_CONFIG,
 			       .device = "auto",
+			       .arch = "gpt2",
+			       .rope_theta = 10000,
 			       .scratch_parent = ".",
 			       .steps = 300,
 			       .layers = 4,
@@ -201,9 +215,43 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 		fprintf(stderr, "zinf_gpt: --device %s: expected auto, host or cuda\n", a->device);
 		return -1;
 	}
+	bool llama = !strcmp(a->arch, "llama");
+	if (!llama && strcmp(a->arch, "gpt2")) {
+		fprintf(stderr, "zinf_gpt: --arch %s: expected gpt2 or llama\n", a->arch);
+		return -1;
+	}
+	if (!llama && (a->kv_heads || a->ffn || a->untied || a->rope_theta != 10000)) {
+		fprintf(stderr, "zinf_gpt: %s is llama's (--arch llama); GPT-2 has %s\n",
+			a->kv_heads ? "--kv-heads"
+			: a->ffn    ? "--ffn"
+			: a->untied ? "--untied"
+				    : "--rope-theta",
+			a->kv_heads ? "as many key-value heads as heads"
+			: a->ffn    ? "an MLP of 4 x --hidden"
+			: a->untied ? "its head tied to the embedding"
+				    : "learned positions");
+		return -1;
+	}
+	if (a->kv_heads && a->heads % a->kv_heads) {
+		fprintf(stderr, "zinf_gpt: --heads %d is not a multiple of --kv-heads %d\n",
+			a->heads, a->kv_heads);
+		return -1;
+	}
+	if (!(a->rope_theta > 0)) {
+		fprintf(stderr, "zinf_gpt: --rope-theta %g: expected a number > 0\n",
+			a->rope_theta);
+		return -1;
+	}
 	if (a->hidden % a->heads) {
 		fprintf(stderr, "zinf_gpt: --hidden %d is not a multiple of --heads %d\n",
 			a->hidden, a->heads);
+		return -1;
+	}
+	if (llama && (a->hidden / a->heads) % 2) {
+		fprintf(stderr,
+			"zinf_gpt: --hidden %d / --heads %d = %d: llama's rotary embeddings need "
+			"an even head size\n",
+			a->hidden, a->heads, a->hidden / a->heads);
 		return -1;
 	}
 	if (!a->save && (a->save_every || a->keep)) {

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * examples/gpt/gpt_train.c: the trainer's side of zinf: the GPT's tensors registered with the
- * engine (GPT-2's initialisation as a function of seed, tensor and element, so every rank and
- * tier starts from the same values), the trainer's buffers, and one micro-batch of forward and
- * backward in which every layer is fetched before its use and released after, and every
- * gradient is handed to the engine as soon as it is final. Not here: the loop over steps, the
- * configuration, the output (gpt.c); the layers themselves (gpt_cpu.c on the host device,
- * gpt_cuda.cu on cuda). Nothing here reads device memory from the host: the losses come back
- * by a copy on the compute stream, the bf16 engines' f32 copies are device casts, and the CPU
- * layers (which do read device memory, the host device's) run after a sync of that stream.
+ * examples/gpt/gpt_train.c: the trainer's side of zinf: the model's tensors registered with the
+ * engine under Hugging Face's names and with their shapes (GPT-2's or Llama's initialisation as
+ * a function of seed, tensor and element, so every rank and tier starts from the same values), the
+ * trainer's buffers, and one micro-batch of forward and backward in which every layer is fetched
+ * before its use and released after, and every gradient is handed to the engine as soon as it is
+ * final. Not here: the loop over steps, the configuration, the output (gpt.c); the layers
+ * themselves (gpt_cpu.c on the host device, gpt_cuda.cu on cuda). Nothing here reads device memory
+ * from the host: the losses come back by a copy on the compute stream, the bf16 engines' f32 copies
+ * are device casts, and the CPU layers (which do read device memory, the host device's) run after a
+ * sync of that stream.
  */
 #include <errno.h>
 #include <math.h>
@@ -42,27 +43,51 @@ normal_at(uint64_t seed, uint32_t param, uint64_t i)
 	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
+/* The standard deviation of tensor `param`'s initial values, or 0 and its constant (the
+ * norms' weights 1, biases 0): GPT-2's (llm.c: 0.02, wpe 0.01, residual projections scaled by
+ * 1 / sqrt(2L)) or Llama's (transformers: every matrix N(0, 0.02)). */
+static double
+init_std(const struct gpt_model *m, uint32_t param, double *constant)
+{
+	const struct gpt_dims *d = &m->d;
+	int nbt = gpt_block_tensors(d);
+	*constant = 0;
+	if (param == m->wte || param == m->head) {
+		return 0.02;
+	}
+	if (param == m->wpe) {
+		return 0.01;
+	}
+	if (param == m->lnfw) {
+		*constant = 1;
+		return 0;
+	}
+	if (param < m->block0 || param >= m->block0 + (uint32_t)(d->L * nbt)) {
+		return 0; /* lnf bias */
+	}
+	int t = (int)((param - m->block0) % (uint32_t)nbt);
+	if (d->arch == GPT_ARCH_LLAMA) {
+		if (t == LLAMA_ATTN_NORM || t == LLAMA_MLP_NORM) {
+			*constant = 1;
+			return 0;
+		}
+		return 0.02;
+	}
+	if (t == GPT_LN1W || t == GPT_LN2W) {
+		*constant = 1;
+	} else if (t == GPT_QKVW || t == GPT_FCW) {
+		return 0.02;
+	} else if (t == GPT_ATTPROJW || t == GPT_FCPROJW) {
+		return 0.02 / sqrt(2.0 * d->L); /* residual projections, GPT-2 */
+	}
+	return 0;
+}
+
 static int
 init_fn(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
 {
 	const struct gpt_model *m = ctx;
-	double stdv = 0, constant = 0;
-	if (param == m->wte) {
-		stdv = 0.02;
-	} else if (param == m->wpe) {
-		stdv = 0.01;
-	} else if (param == m->lnfw) {
-		constant = 1;
-	} else if (param >= m->block0 && param < m->lnfw) {
-		int t = (int)((param - m->block0) % GPT_BLOCK_TENSORS);
-		if (t == GPT_LN1W || t == GPT_LN2W) {
-			constant = 1;
-		} else if (t == GPT_QKVW || t == GPT_FCW) {
-			stdv = 0.02;
-		} else if (t == GPT_ATTPROJW || t == GPT_FCPROJW) {
-			stdv = 0.02 / sqrt(2.0 * m->d.L); /* residual projections, GPT-2 */
-		}
-	}
+	double constant, stdv = init_std(m, param, &constant);
 	for (uint64_t i = 0; i < count; i++) {
 		out[i] = stdv ? (float)(stdv * normal_at(m->seed, param, first + i))
 			      : (float)constant;
@@ -70,19 +95,38 @@ init_fn(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
 	return 0;
 }
 
-static const char *const block_names[GPT_BLOCK_TENSORS] = {
-	"ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
-	"ln2.w", "ln2.b", "mlp.fc.w",	"mlp.fc.b",   "mlp.proj.w",  "mlp.proj.b"};
+/* Hugging Face's names: GPT2LMHeadModel's (transformer.h.<l>.<suffix>) and LlamaForCausalLM's
+ * (model.layers.<l>.<suffix>). GPT-2's Conv1D weights are stored here as [out, in] (transposed
+ * from Hugging Face's [in, out]; the import and the export turn them). */
+static const char *const gpt2_block_names[GPT_BLOCK_TENSORS] = {
+	"ln_1.weight",	      "ln_1.bias",	  "attn.c_attn.weight", "attn.c_attn.bias",
+	"attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",	"ln_2.bias",
+	"mlp.c_fc.weight",    "mlp.c_fc.bias",	  "mlp.c_proj.weight",	"mlp.c_proj.bias"};
+static const char *const llama_block_names[LLAMA_BLOCK_TENSORS] = {
+	"input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+	"self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+	"mlp.gate_proj.weight",	   "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+
+int
+gpt_tensor_name(const struct gpt_dims *d, int l, int t, char *buf, size_t size)
+{
+	int llama = d->arch == GPT_ARCH_LLAMA;
+	return snprintf(buf, size, "%s.%d.%s", llama ? "model.layers" : "transformer.h", l,
+			llama ? llama_block_names[t] : gpt2_block_names[t]);
+}
 
 static int
-add(struct zinf_engine *e, struct gpt_model *m, const char *name, uint64_t numel, int layer,
-    uint32_t *id)
+add(struct zinf_engine *e, struct gpt_model *m, const char *name, size_t rows, size_t cols,
+    int layer, uint32_t *id)
 {
 	struct zinf_param_desc pd;
 	zinf_param_desc_init(&pd);
 	pd.name = name;
-	pd.numel = numel;
+	pd.numel = (rows ? rows : 1) * cols;
 	pd.layer = layer;
+	pd.ndim = rows ? 2 : 1;
+	pd.shape[0] = rows ? rows : cols;
+	pd.shape[1] = cols;
 	pd.init_fn = init_fn;
 	pd.init_ctx = m;
 	int r = zinf_engine_add_param(e, &pd);
@@ -91,7 +135,7 @@ add(struct zinf_engine *e, struct gpt_model *m, const char *name, uint64_t numel
 		return r;
 	}
 	*id = (uint32_t)r;
-	m->n_params += numel;
+	m->n_params += pd.numel;
 	return 0;
 }
 
@@ -101,22 +145,39 @@ gpt_register(struct gpt_trainer *t)
 	struct zinf_engine *e = t->e;
 	struct gpt_model *m = &t->m;
 	const struct gpt_dims *d = &m->d;
-	size_t C = (size_t)d->C;
-	char name[64];
-	int r = add(e, m, "wte", (size_t)d->V * C, GPT_LAYER_EMBED, &m->wte);
-	r = r ?: add(e, m, "wpe", (size_t)d->T * C, GPT_LAYER_EMBED, &m->wpe);
+	size_t C = (size_t)d->C, V = (size_t)d->V;
+	int llama = d->arch == GPT_ARCH_LLAMA, nbt = gpt_block_tensors(d), r;
+	char name[96];
+	m->wpe = m->lnfb = m->head = GPT_NO_TENSOR;
+	if (llama) {
+		r = add(e, m, "model.embed_tokens.weight", V, C, GPT_LAYER_EMBED, &m->wte);
+	} else {
+		r = add(e, m, "transformer.wte.weight", V, C, GPT_LAYER_EMBED, &m->wte);
+		r = r
+			    ?: add(e, m, "transformer.wpe.weight", (size_t)d->T, C, GPT_LAYER_EMBED,
+				   &m->wpe);
+	}
 	for (int l = 0; l < d->L && !r; l++) {
-		for (int k = 0; k < GPT_BLOCK_TENSORS && !r; k++) {
+		for (int k = 0; k < nbt && !r; k++) {
 			uint32_t id;
-			snprintf(name, sizeof(name), "h%d.%s", l, block_names[k]);
-			r = add(e, m, name, gpt_block_numel(d, k), GPT_LAYER_BLOCK(d, l), &id);
+			size_t rows, cols;
+			gpt_tensor_name(d, l, k, name, sizeof(name));
+			gpt_block_shape(d, k, &rows, &cols);
+			r = add(e, m, name, rows, cols, GPT_LAYER_BLOCK(d, l), &id);
 			if (!r && l == 0 && k == 0) {
 				m->block0 = id;
 			}
 		}
 	}
-	r = r ?: add(e, m, "lnf.w", C, GPT_LAYER_LNF(d), &m->lnfw);
-	r = r ?: add(e, m, "lnf.b", C, GPT_LAYER_LNF(d), &m->lnfb);
+	if (llama) {
+		r = r ?: add(e, m, "model.norm.weight", 0, C, GPT_LAYER_LNF(d), &m->lnfw);
+		if (!gpt_tied(d)) {
+			r = r ?: add(e, m, "lm_head.weight", V, C, GPT_LAYER_LNF(d), &m->head);
+		}
+	} else {
+		r = r ?: add(e, m, "transformer.ln_f.weight", 0, C, GPT_LAYER_LNF(d), &m->lnfw);
+		r = r ?: add(e, m, "transformer.ln_f.bias", 0, C, GPT_LAYER_LNF(d), &m->lnfb);
+	}
 	return r;
 }
 
@@ -216,9 +277,9 @@ layers_sync(struct gpt_trainer *t)
 static int
 block_params(struct gpt_trainer *t, int l, const gpt_real **p)
 {
-	uint32_t id0 = t->m.block0 + (uint32_t)(l * GPT_BLOCK_TENSORS);
-	int r = 0;
-	for (int k = 0; k < GPT_BLOCK_TENSORS && !r; k++) {
+	int nbt = gpt_block_tensors(&t->m.d), r = 0;
+	uint32_t id0 = t->m.block0 + (uint32_t)(l * nbt);
+	for (int k = 0; k < nbt && !r; k++) {
 		r = param_f32(t, id0 + (uint32_t)k, gpt_block_numel(&t->m.d, k),
 			      t->b.f32_block + gpt_block_offset(&t->m.d, k), &p[k]);
 	}
@@ -231,7 +292,10 @@ embed_params(struct gpt_trainer *t, const gpt_real **wte, const gpt_real **wpe)
 	const struct gpt_dims *d = &t->m.d;
 	size_t nwte = (size_t)d->V * d->C;
 	int r = param_f32(t, t->m.wte, nwte, t->b.f32_embed, wte);
-	r = r ?: param_f32(t, t->m.wpe, (size_t)d->T * d->C, t->b.f32_embed + nwte, wpe);
+	*wpe = NULL;
+	if (t->m.wpe != GPT_NO_TENSOR) {
+		r = r ?: param_f32(t, t->m.wpe, (size_t)d->T * d->C, t->b.f32_embed + nwte, wpe);
+	}
 	return r ?: layers_sync(t);
 }
 
@@ -249,9 +313,10 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	struct gpt_bufs *b = &t->b;
 	struct gpt_acts *a = &b->acts;
 	const struct gpt_ops *ops = t->ops;
-	const gpt_real *wte, *wpe, *lnfw, *lnfb, *bp[GPT_BLOCK_TENSORS];
-	gpt_real *bg[GPT_BLOCK_TENSORS];
-	int N = d->B * d->T, r;
+	const gpt_real *wte, *wpe, *lnfw, *lnfb = NULL, *head, *bp[GPT_MAX_BLOCK_TENSORS];
+	gpt_real *bg[GPT_MAX_BLOCK_TENSORS];
+	int N = d->B * d->T, nbt = gpt_block_tensors(d), tied = gpt_tied(d), r;
+	size_t C = (size_t)d->C;
 	double t0;
 
 	/* forward */
@@ -275,13 +340,21 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 			return r;
 		}
 	}
-	/* the head: final LayerNorm and the tied embedding, forward and backward at once */
-	if ((r = fetch(t, GPT_LAYER_LNF(d))) || (r = fetch(t, GPT_LAYER_EMBED))) {
+	/* the head: the final norm and the output matrix (the tied embedding, fetched again, or
+	   an untied lm_head of the final layer), forward and backward at once */
+	if ((r = fetch(t, GPT_LAYER_LNF(d))) || (tied && (r = fetch(t, GPT_LAYER_EMBED)))) {
 		return r;
 	}
-	r = param_f32(t, t->m.lnfw, (size_t)d->C, b->f32_lnf, &lnfw);
-	r = r ?: param_f32(t, t->m.lnfb, (size_t)d->C, b->f32_lnf + d->C, &lnfb);
-	r = r ?: embed_params(t, &wte, &wpe);
+	r = param_f32(t, t->m.lnfw, C, b->f32_lnf, &lnfw);
+	if (t->m.lnfb != GPT_NO_TENSOR) {
+		r = r ?: param_f32(t, t->m.lnfb, C, b->f32_lnf + C, &lnfb);
+	}
+	if (tied) {
+		r = r ?: embed_params(t, &head, &wpe);
+	} else {
+		r = r ?: param_f32(t, t->m.head, (size_t)d->V * C, b->f32_lnf + 2 * C, &head);
+		r = r ?: layers_sync(t);
+	}
 	if (r) {
 		return r;
 	}
@@ -289,16 +362,18 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	/* the mean over the global batch's positions, times the fp16 loss scale (1 without
 	   fp16; the engine divides it out at the step) */
 	gpt_real dloss = (gpt_real)(zinf_engine_loss_scale(t->e) / ((double)N * t->gas));
-	ops->head_forward_backward(d, a, b->targets, wte, lnfw, lnfb, dloss, b->dwte, b->dlnf,
-				   b->dlnf + d->C);
+	ops->head_forward_backward(d, a, b->targets, head, lnfw, lnfb, dloss,
+				   tied ? b->dwte : b->dhead, b->dlnf, lnfb ? b->dlnf + C : NULL);
 	t->tm.compute += zinf_now_s() - t0;
 	/* the losses come back to the host on the compute stream; read after a later sync */
 	if ((r = zinf_device_copy(t->cs, b->host_losses, a->losses, (size_t)N * sizeof(gpt_real),
 				  ZINF_COPY_D2H))) {
 		return r;
 	}
-	if ((r = release(t, GPT_LAYER_EMBED)) || (r = grad(t, t->m.lnfw, b->dlnf, (size_t)d->C)) ||
-	    (r = grad(t, t->m.lnfb, b->dlnf + d->C, (size_t)d->C)) ||
+	if ((tied && (r = release(t, GPT_LAYER_EMBED))) ||
+	    (!tied && (r = grad(t, t->m.head, b->dhead, (size_t)d->V * C))) ||
+	    (r = grad(t, t->m.lnfw, b->dlnf, C)) ||
+	    (lnfb && (r = grad(t, t->m.lnfb, b->dlnf + C, C))) ||
 	    (r = release(t, GPT_LAYER_LNF(d)))) {
 		return r;
 	}
@@ -309,21 +384,21 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 			return r;
 		}
 		gpt_real *slot = b->dblock[l & 1];
-		for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
+		for (int k = 0; k < nbt; k++) {
 			bg[k] = slot + gpt_block_offset(d, k);
 		}
 		t0 = zinf_now_s();
 		ops->block_backward(d, a, l, bp, bg);
 		t->tm.compute += zinf_now_s() - t0;
-		uint32_t id0 = t->m.block0 + (uint32_t)(l * GPT_BLOCK_TENSORS);
-		for (int k = GPT_BLOCK_TENSORS - 1; k >= 0 && !r; k--) {
+		uint32_t id0 = t->m.block0 + (uint32_t)(l * nbt);
+		for (int k = nbt - 1; k >= 0 && !r; k--) {
 			r = grad(t, id0 + (uint32_t)k, bg[k], gpt_block_numel(d, k));
 		}
 		if (r || (r = release(t, GPT_LAYER_BLOCK(d, l)))) {
 			return r;
 		}
 	}
-	/* the embeddings: wte's gradient is the head's plus the lookup's, handed once */
+	/* the embeddings: a tied wte's gradient is the head's plus the lookup's, handed once */
 	if ((r = fetch(t, GPT_LAYER_EMBED)) || (r = sync_cs(t))) {
 		return r;
 	}
@@ -333,10 +408,11 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	}
 	*loss_sum = s;
 	t0 = zinf_now_s();
-	ops->encoder_backward(d, a, b->tokens, b->dwte, b->dwpe);
+	bool has_wpe = t->m.wpe != GPT_NO_TENSOR;
+	ops->encoder_backward(d, a, b->tokens, b->dwte, has_wpe ? b->dwpe : NULL);
 	t->tm.compute += zinf_now_s() - t0;
-	if ((r = grad(t, t->m.wpe, b->dwpe, (size_t)d->T * d->C)) ||
-	    (r = grad(t, t->m.wte, b->dwte, (size_t)d->V * d->C))) {
+	if ((has_wpe && (r = grad(t, t->m.wpe, b->dwpe, (size_t)d->T * C))) ||
+	    (r = grad(t, t->m.wte, b->dwte, (size_t)d->V * C))) {
 		return r;
 	}
 	/* a layer backend that queues its work (cuda) reports a launch or cuBLAS error here;
@@ -366,7 +442,8 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	const struct gpt_dims *d = &t->m.d;
 	struct gpt_bufs *b = &t->b;
 	size_t N = (size_t)d->B * d->T, C = (size_t)d->C, g = sizeof(gpt_real);
-	size_t blk = gpt_block_size(d), emb = ((size_t)d->V + d->T) * C;
+	size_t blk = gpt_block_size(d), VC = (size_t)d->V * C, emb = VC + (size_t)d->T * C;
+	size_t head = gpt_tied(d) ? 0 : VC; /* an untied head's gradient and f32 copy */
 	int r = dalloc(t, gpt_acts_numel(d) * g, &b->acts_base);
 	r = r ?: dalloc(t, N * sizeof(int), &b->tokens);
 	r = r ?: dalloc(t, N * sizeof(int), &b->targets);
@@ -375,6 +452,7 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	r = r ?: dalloc(t, (size_t)d->V * C * g, &b->dwte);
 	r = r ?: dalloc(t, (size_t)d->T * C * g, &b->dwpe);
 	r = r ?: dalloc(t, 2 * C * g, &b->dlnf);
+	r = r ?: (head ? dalloc(t, head * g, &b->dhead) : 0);
 	/* each staging buffer registered on pages of its own (cudaHostRegister pins whole pages;
 	   page-aligned, the copies start on a page) */
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -398,10 +476,10 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	if (!r && t->dtype != ZINF_F32) {
 		r = dalloc(t, emb * g, &b->f32_embed);
 		r = r ?: dalloc(t, blk * g, &b->f32_block);
-		r = r ?: dalloc(t, 2 * C * g, &b->f32_lnf);
+		r = r ?: dalloc(t, (2 * C + head) * g, &b->f32_lnf);
 	}
 	if (!r && t->dtype == ZINF_F16) {
-		size_t most = (size_t)d->V * C > blk ? (size_t)d->V * C : blk; /* any tensor's */
+		size_t most = VC > blk ? VC : blk; /* any tensor's */
 		r = dalloc(t, (most > (size_t)d->T * C ? most : (size_t)d->T * C) * 2, &b->grad16);
 	}
 	if (!r) {
@@ -415,9 +493,9 @@ void
 gpt_bufs_free(struct gpt_trainer *t)
 {
 	struct gpt_bufs *b = &t->b;
-	void *all[] = {b->acts_base, b->tokens,	   b->targets, b->dblock[0],
-		       b->dblock[1], b->dwte,	   b->dwpe,    b->dlnf,
-		       b->f32_embed, b->f32_block, b->f32_lnf, b->grad16};
+	void *all[] = {b->acts_base, b->tokens,	 b->targets, b->dblock[0], b->dblock[1],
+		       b->dwte,	     b->dwpe,	 b->dlnf,    b->dhead,	   b->f32_embed,
+		       b->f32_block, b->f32_lnf, b->grad16};
 	if (!t->dev) {
 		return;
 	}

@@ -124,6 +124,9 @@
 #                    the cuda run repeated is bit-identical (no atomics; cuBLAS is
 #                    deterministic on one GPU). Without a GPU zinf_gpt --device cuda exits 3
 #                    and the case exits 77 (skipped) saying so.
+# The gpt.llama.* entries run nvme_vs_memory, bf16, threads, step_after, gas, clip_spec and
+# ranks 2 with GPT_MODEL_FLAGS="--arch llama --kv-heads 1 --untied" (grouped-query attention,
+# rotary embeddings, SwiGLU, RMSNorm, an lm_head of its own, no biases).
 # Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
 # run that trains nothing cannot pass by matching another that trains nothing.
 set -euo pipefail
@@ -137,6 +140,12 @@ export OMP_NUM_THREADS=1
 # the bit-identical cases are the CPU's); the case cuda names --device cuda after it
 model=(--layers 2 --heads 2 --hidden 32 --context 16 --vocab 32 --fanout 4 --steps 30
 	--no-progress --quiet --scratch-parent "$work" --device host)
+# GPT_MODEL_FLAGS (the gpt.llama.* entries: "--arch llama --kv-heads 1 --untied") runs the case
+# on that model instead: every assertion holds for either architecture
+if [ -n "${GPT_MODEL_FLAGS:-}" ]; then
+	read -ra extra <<<"$GPT_MODEL_FLAGS"
+	model+=("${extra[@]}")
+fi
 loud=() # the model's flags without --quiet: the step lines go to stdout
 for a in "${model[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 
