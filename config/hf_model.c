@@ -39,6 +39,40 @@ size_of(const json_t *o, const char *file, const char *key, int64_t dflt, uint64
 	return 0;
 }
 
+/* key's positive number (absent or null: dflt) */
+static int
+number_of(const json_t *o, const char *file, const char *key, double dflt, double *out)
+{
+	const json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v)) {
+		*out = dflt;
+		return 0;
+	}
+	if (!json_is_number(v) || !(json_number_value(v) > 0)) {
+		return ZINF_FAIL(-EINVAL, "%s: %s: expected a number > 0", file, key);
+	}
+	*out = json_number_value(v);
+	return 0;
+}
+
+/* key's string (absent or null: dflt) into out */
+static int
+string_of(const json_t *o, const char *file, const char *key, const char *dflt, char *out,
+	  size_t cap)
+{
+	const json_t *v = json_object_get(o, key);
+	if (v && !json_is_null(v) && !json_is_string(v)) {
+		return ZINF_FAIL(-EINVAL, "%s: %s: expected a string", file, key);
+	}
+	const char *x = v && json_is_string(v) ? json_string_value(v) : dflt;
+	if (strlen(x) >= cap) {
+		return ZINF_FAIL(-EINVAL, "%s: %s: \"%.40s\" is longer than any zinf knows", file,
+				 key, x);
+	}
+	snprintf(out, cap, "%s", x);
+	return 0;
+}
+
 static bool
 flag_of(const json_t *o, const char *key, bool dflt)
 {
@@ -127,6 +161,12 @@ zinf_hf_model_read(const char *path, struct zinf_hf_model *out)
 		m.kv_heads = m.heads;
 		m.tied = true;
 		m.attention_bias = m.mlp_bias = true;
+		m.max_positions = m.positions;
+		if ((rc = number_of(o, file, "layer_norm_epsilon", 1e-5, &m.norm_eps)) ||
+		    (rc = string_of(o, file, "activation_function", "gelu_new", m.act,
+				    sizeof(m.act)))) {
+			goto out;
+		}
 	} else {
 		m.arch = ZINF_HF_LLAMA;
 		if ((rc = size_of(o, file, "vocab_size", -1, 1u << 24, &m.vocab)) ||
@@ -141,6 +181,23 @@ zinf_hf_model_read(const char *path, struct zinf_hf_model *out)
 		m.tied = flag_of(o, "tie_word_embeddings", false);
 		m.attention_bias = qwen2 || flag_of(o, "attention_bias", false);
 		m.mlp_bias = flag_of(o, "mlp_bias", false);
+		if ((rc = number_of(o, file, "rope_theta", 10000, &m.rope_theta)) ||
+		    (rc = number_of(o, file, "rms_norm_eps", 1e-6, &m.norm_eps)) ||
+		    (rc = string_of(o, file, "hidden_act", "silu", m.act, sizeof(m.act))) ||
+		    (rc = size_of(o, file, "max_position_embeddings", 2048, 1u << 30,
+				  &m.max_positions))) {
+			goto out;
+		}
+		const json_t *rs = json_object_get(o, "rope_scaling");
+		m.rope_scaling = rs && !json_is_null(rs);
+		/* mistral's window applies when given; qwen2's only with use_sliding_window */
+		bool window = !strcmp(type, "mistral") ||
+			      (qwen2 && flag_of(o, "use_sliding_window", false));
+		const json_t *sw = json_object_get(o, "sliding_window");
+		if (window && sw && !json_is_null(sw) &&
+		    (rc = size_of(o, file, "sliding_window", 0, 1u << 30, &m.sliding_window))) {
+			goto out;
+		}
 	}
 	if (m.hidden % m.heads && !json_object_get(o, "head_dim")) {
 		rc = ZINF_FAIL(-EINVAL, "%s: %s %llu is not a multiple of the %llu heads", file,

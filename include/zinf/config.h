@@ -237,6 +237,15 @@ struct zinf_hf_model {
 	uint64_t params;       /* every parameter, a tied head counted once */
 	uint64_t layer_params; /* one decoder block */
 	uint64_t largest_layer; /* the largest of a block, the token embedding, an untied head */
+	/* what training the model needs beyond its sizes (a trainer refuses what it lacks) */
+	double rope_theta;	 /* rope_theta (default 10000); 0 for gpt2 */
+	double norm_eps;	 /* rms_norm_eps (default 1e-6); gpt2: layer_norm_epsilon (1e-5) */
+	char act[24];		 /* hidden_act (default "silu"); gpt2: activation_function
+				    (default "gelu_new") */
+	uint64_t max_positions;	 /* max_position_embeddings (default 2048); gpt2: n_positions */
+	uint64_t sliding_window; /* mistral, qwen2 (use_sliding_window): the window; 0: none */
+	bool rope_scaling;	 /* rope_scaling is given (not null) */
+	uint8_t reserved2[7];	 /* zero */
 };
 
 /**
@@ -244,8 +253,11 @@ struct zinf_hf_model {
  * (out->size set by the caller): the family from model_type ("gpt2"; "llama", "mistral",
  * "qwen2"), the sizes above, and the parameter counts as transformers builds the model
  * (GPT2LMHeadModel, LlamaForCausalLM and the like: Llama-2-7B 6738415616, GPT-2 124439808).
+ * Also the settings a trainer needs (rope_theta, the norms' epsilon, the activation, the
+ * positions, a sliding window, whether rope_scaling is set), with transformers' defaults.
  * Returns 0; -EINVAL naming the file and the key (another model_type, a missing or non-integer
- * size, heads that do not divide the hidden size, a size past what zinf counts: hidden and
+ * size, a rope_theta or epsilon that is not a positive number, an activation that is not a
+ * string, heads that do not divide the hidden size, a size past what zinf counts: hidden and
  * head_dim x heads 2^20, vocab 2^24, layers 2^16, intermediate 2^22); -errno of the file.
  */
 ZINF_API int zinf_hf_model_read(const char *path, struct zinf_hf_model *out);

@@ -146,3 +146,63 @@ Test(hf_model, refusals_name_the_file_and_key)
 	snprintf(missing, sizeof(missing), "%s/none.json", dir);
 	cr_expect_eq(zinf_hf_model_read(missing, &m), -ENOENT);
 }
+
+/* The settings a trainer needs: transformers' defaults when absent (LlamaConfig: rope_theta
+ * 10000, rms_norm_eps 1e-6, hidden_act silu, 2048 positions; GPT2Config: layer_norm_epsilon 1e-5,
+ * activation_function gelu_new), the file's values when given, mistral's window and qwen2's only
+ * with use_sliding_window, and rope_scaling seen. */
+Test(hf_model, training_settings_and_their_defaults)
+{
+	static const char llama[] = "\"hidden_size\": 64, \"intermediate_size\": 128,\n"
+				    " \"num_attention_heads\": 4, \"num_hidden_layers\": 2,\n"
+				    " \"vocab_size\": 100";
+	char text[1024];
+	struct zinf_hf_model m;
+	snprintf(text, sizeof(text), "{\"model_type\": \"llama\", %s}", llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.rope_theta, 10000.0);
+	cr_expect_eq(m.norm_eps, 1e-6);
+	cr_expect_str_eq(m.act, "silu");
+	cr_expect_eq(m.max_positions, 2048);
+	cr_expect_eq(m.sliding_window, 0);
+	cr_expect(!m.rope_scaling);
+	snprintf(text, sizeof(text),
+		 "{\"model_type\": \"mistral\", %s, \"rope_theta\": 1e6, \"rms_norm_eps\": 1e-5,\n"
+		 " \"hidden_act\": \"gelu\", \"max_position_embeddings\": 32768,\n"
+		 " \"sliding_window\": 4096, \"rope_scaling\": {\"type\": \"linear\"}}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.rope_theta, 1e6);
+	cr_expect_eq(m.norm_eps, 1e-5);
+	cr_expect_str_eq(m.act, "gelu");
+	cr_expect_eq(m.max_positions, 32768);
+	cr_expect_eq(m.sliding_window, 4096);
+	cr_expect(m.rope_scaling);
+	/* qwen2 ships a sliding_window it does not use */
+	snprintf(text, sizeof(text), "{\"model_type\": \"qwen2\", %s, \"sliding_window\": 4096}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.sliding_window, 0);
+	snprintf(text, sizeof(text),
+		 "{\"model_type\": \"qwen2\", %s, \"sliding_window\": 4096,\n"
+		 " \"use_sliding_window\": true}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.sliding_window, 4096);
+	cr_assert_eq(read_text("{\"model_type\": \"gpt2\", \"n_embd\": 8, \"n_head\": 2,\n"
+			       " \"n_layer\": 1, \"n_positions\": 16, \"vocab_size\": 10}",
+			       &m),
+		     0, "%s", zinf_last_error());
+	cr_expect_eq(m.norm_eps, 1e-5);
+	cr_expect_str_eq(m.act, "gelu_new");
+	cr_expect_eq(m.max_positions, 16);
+	cr_expect_eq(m.rope_theta, 0.0);
+	snprintf(text, sizeof(text), "{\"model_type\": \"llama\", %s, \"rope_theta\": -1}", llama);
+	cr_expect_eq(read_text(text, &m), -EINVAL);
+	cr_expect(strstr(zinf_last_error(), "config.json: rope_theta: expected a number > 0"), "%s",
+		  zinf_last_error());
+	snprintf(text, sizeof(text), "{\"model_type\": \"llama\", %s, \"hidden_act\": 3}", llama);
+	cr_expect_eq(read_text(text, &m), -EINVAL);
+	cr_expect(strstr(zinf_last_error(), "config.json: hidden_act: expected a string"), "%s",
+		  zinf_last_error());
+}
