@@ -39,9 +39,10 @@ size_of(const json_t *o, const char *file, const char *key, int64_t dflt, uint64
 	return 0;
 }
 
-/* key's positive number (absent or null: dflt) */
+/* key's positive number (absent or null: dflt); errors name it `shown` */
 static int
-number_of(const json_t *o, const char *file, const char *key, double dflt, double *out)
+number_of(const json_t *o, const char *file, const char *key, const char *shown, double dflt,
+	  double *out)
 {
 	const json_t *v = json_object_get(o, key);
 	if (!v || json_is_null(v)) {
@@ -49,7 +50,7 @@ number_of(const json_t *o, const char *file, const char *key, double dflt, doubl
 		return 0;
 	}
 	if (!json_is_number(v) || !(json_number_value(v) > 0)) {
-		return ZINF_FAIL(-EINVAL, "%s: %s: expected a number > 0", file, key);
+		return ZINF_FAIL(-EINVAL, "%s: %s: expected a number > 0", file, shown);
 	}
 	*out = json_number_value(v);
 	return 0;
@@ -162,7 +163,8 @@ zinf_hf_model_read(const char *path, struct zinf_hf_model *out)
 		m.tied = true;
 		m.attention_bias = m.mlp_bias = true;
 		m.max_positions = m.positions;
-		if ((rc = number_of(o, file, "layer_norm_epsilon", 1e-5, &m.norm_eps)) ||
+		if ((rc = number_of(o, file, "layer_norm_epsilon", "layer_norm_epsilon", 1e-5,
+				    &m.norm_eps)) ||
 		    (rc = string_of(o, file, "activation_function", "gelu_new", m.act,
 				    sizeof(m.act)))) {
 			goto out;
@@ -181,15 +183,22 @@ zinf_hf_model_read(const char *path, struct zinf_hf_model *out)
 		m.tied = flag_of(o, "tie_word_embeddings", false);
 		m.attention_bias = qwen2 || flag_of(o, "attention_bias", false);
 		m.mlp_bias = flag_of(o, "mlp_bias", false);
-		if ((rc = number_of(o, file, "rope_theta", 10000, &m.rope_theta)) ||
-		    (rc = number_of(o, file, "rms_norm_eps", 1e-6, &m.norm_eps)) ||
+		/* transformers 5 writes rope_parameters {"rope_theta", "rope_type"}; 4 wrote
+		   rope_theta and rope_scaling at the top */
+		const json_t *rp = json_object_get(o, "rope_parameters");
+		bool in_rp = json_is_object(rp) && json_object_get(rp, "rope_theta");
+		if ((rc = number_of(in_rp ? rp : o, file, "rope_theta",
+				    in_rp ? "rope_parameters.rope_theta" : "rope_theta", 10000,
+				    &m.rope_theta)) ||
+		    (rc = number_of(o, file, "rms_norm_eps", "rms_norm_eps", 1e-6, &m.norm_eps)) ||
 		    (rc = string_of(o, file, "hidden_act", "silu", m.act, sizeof(m.act))) ||
 		    (rc = size_of(o, file, "max_position_embeddings", 2048, 1u << 30,
 				  &m.max_positions))) {
 			goto out;
 		}
 		const json_t *rs = json_object_get(o, "rope_scaling");
-		m.rope_scaling = rs && !json_is_null(rs);
+		const char *rt = json_string_value(json_object_get(rp, "rope_type"));
+		m.rope_scaling = (rs && !json_is_null(rs)) || (rt && strcmp(rt, "default"));
 		/* mistral's window applies when given; qwen2's only with use_sliding_window */
 		bool window = !strcmp(type, "mistral") ||
 			      (qwen2 && flag_of(o, "use_sliding_window", false));

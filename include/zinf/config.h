@@ -238,14 +238,16 @@ struct zinf_hf_model {
 	uint64_t layer_params; /* one decoder block */
 	uint64_t largest_layer; /* the largest of a block, the token embedding, an untied head */
 	/* what training the model needs beyond its sizes (a trainer refuses what it lacks) */
-	double rope_theta;	 /* rope_theta (default 10000); 0 for gpt2 */
+	double rope_theta;	 /* rope_theta, or transformers 5's rope_parameters.rope_theta
+				    (default 10000); 0 for gpt2 */
 	double norm_eps;	 /* rms_norm_eps (default 1e-6); gpt2: layer_norm_epsilon (1e-5) */
 	char act[24];		 /* hidden_act (default "silu"); gpt2: activation_function
 				    (default "gelu_new") */
 	uint64_t max_positions;	 /* max_position_embeddings (default 2048); gpt2: n_positions */
 	uint64_t sliding_window; /* mistral, qwen2 (use_sliding_window): the window; 0: none */
-	bool rope_scaling;	 /* rope_scaling is given (not null) */
-	uint8_t reserved2[7];	 /* zero */
+	bool rope_scaling;    /* rope_scaling is given (not null), or rope_parameters.rope_type is
+				 not "default" */
+	uint8_t reserved2[7]; /* zero */
 };
 
 /**

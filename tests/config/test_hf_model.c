@@ -197,6 +197,26 @@ Test(hf_model, training_settings_and_their_defaults)
 	cr_expect_str_eq(m.act, "gelu_new");
 	cr_expect_eq(m.max_positions, 16);
 	cr_expect_eq(m.rope_theta, 0.0);
+	/* transformers 5's form: rope_parameters; a rope_type other than default is a scaling */
+	snprintf(text, sizeof(text),
+		 "{\"model_type\": \"llama\", %s, \"rope_parameters\": {\"rope_theta\": 500000.0,\n"
+		 " \"rope_type\": \"default\"}}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.rope_theta, 500000.0);
+	cr_expect(!m.rope_scaling);
+	snprintf(text, sizeof(text),
+		 "{\"model_type\": \"llama\", %s, \"rope_parameters\": {\"rope_theta\": 500000.0,\n"
+		 " \"rope_type\": \"llama3\", \"factor\": 8.0}}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect(m.rope_scaling);
+	snprintf(text, sizeof(text),
+		 "{\"model_type\": \"llama\", %s, \"rope_parameters\": {\"rope_theta\": 0}}",
+		 llama);
+	cr_expect_eq(read_text(text, &m), -EINVAL);
+	cr_expect(strstr(zinf_last_error(), "rope_parameters.rope_theta: expected a number > 0"),
+		  "%s", zinf_last_error());
 	snprintf(text, sizeof(text), "{\"model_type\": \"llama\", %s, \"rope_theta\": -1}", llama);
 	cr_expect_eq(read_text(text, &m), -EINVAL);
 	cr_expect(strstr(zinf_last_error(), "config.json: rope_theta: expected a number > 0"), "%s",
