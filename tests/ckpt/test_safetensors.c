@@ -9,13 +9,15 @@
  * hand, a tensor larger than the bounce buffers in ragged ranges, shards cut as transformers
  * cuts them and opened through the index, the format's layout byte by byte, what is refused
  * and what is left on disk (nothing, after a failed or abandoned write; no stale layout after
- * an overwrite); and every allocation failing in turn.
+ * an overwrite); reads of one handle from several threads; and every allocation failing in
+ * turn.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -866,6 +868,65 @@ Test(safetensors, large_tensor_through_the_bounce_buffers)
 	free(got);
 	free(h);
 	free(d);
+}
+
+/* Reads of one handle from several threads at once (pread, a buffer per call): each thread
+ * reads its own ragged ranges of one tensor, converting, and gets the values. */
+struct reader_arg {
+	const struct zinf_safetensors *st;
+	const float *want;
+	uint64_t n, first;
+	int rc, bad;
+};
+
+static void *
+reader_thread(void *p)
+{
+	struct reader_arg *a = p;
+	float *got = malloc(a->n * sizeof(float));
+	for (int round = 0; round < 20 && !a->rc; round++) {
+		for (uint64_t e = 0; e < a->n && !a->rc; e += 7919) {
+			uint64_t k = ZINF_MIN(7919u, a->n - e);
+			a->rc = zinf_safetensors_read(a->st, 0, a->first + e, k, ZINF_F32, got + e);
+		}
+		a->bad += memcmp(got, a->want + a->first, a->n * sizeof(float)) != 0;
+	}
+	free(got);
+	return NULL;
+}
+
+Test(safetensors, concurrent_reads_of_one_handle)
+{
+	enum { N = 1 << 18, THREADS = 4 };
+	uint64_t rng = zt_seed();
+	float *v = malloc(N * sizeof(float));
+	for (int e = 0; e < N; e++) {
+		v[e] = exact_value(&rng);
+	}
+	char p[4200];
+	struct zinf_safetensors_writer *w = writer(at(p, "c.safetensors"), 0, false);
+	uint64_t n = N;
+	cr_assert_eq(zinf_safetensors_writer_add(w, "w", ZINF_BF16, 1, &n), 0);
+	cr_assert_eq(zinf_safetensors_writer_write(w, 0, 0, N, ZINF_F32, v), 0);
+	cr_assert_eq(zinf_safetensors_writer_finish(w), 1);
+	zinf_safetensors_writer_destroy(w);
+	struct zinf_safetensors *st = open_ok(p);
+	pthread_t th[THREADS];
+	struct reader_arg a[THREADS];
+	for (int k = 0; k < THREADS; k++) {
+		a[k] = (struct reader_arg){.st = st,
+					   .want = v,
+					   .n = N / THREADS,
+					   .first = (uint64_t)k * (N / THREADS)};
+		cr_assert_eq(pthread_create(&th[k], NULL, reader_thread, &a[k]), 0);
+	}
+	for (int k = 0; k < THREADS; k++) {
+		pthread_join(th[k], NULL);
+		cr_expect_eq(a[k].rc, 0, "thread %d: %d", k, a[k].rc);
+		cr_expect_eq(a[k].bad, 0, "thread %d read wrong values %d times", k, a[k].bad);
+	}
+	zinf_safetensors_close(st);
+	free(v);
 }
 
 /* The bytes of a written file, by the format's rules. */
