@@ -3,7 +3,7 @@
  * ckpt/ckpt_fs.c: the file-system half of a checkpoint save, load and export: tags, the
  * directory lock, a checkpoint's own file opened in its directory (ckpt_open_in: no symbolic
  * link followed, regular files only), fsync of files and directories, whole writes, a file
- * written under a temporary name and renamed into place (safetensors.c), the atomic
+ * written under a temporary name and renamed into place (ckpt_atomic_open/close), the atomic
  * publication (rename, RENAME_EXCHANGE, `latest`), removal of a temporary directory, and the
  * streaming writer that puts a rank's state files on disk through the I/O engine (aligned
  * double buffers, O_DIRECT where the file system has it, CRC32C as the bytes go). Not here:

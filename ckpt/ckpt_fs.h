@@ -2,7 +2,7 @@
 /*
  * ckpt/ckpt_fs.h: what the checkpoint files share (ckpt_fs.c: tags, lock, opening a
  * checkpoint's own file, fsync, whole and atomic writes, publication, the streaming writer;
- * used by ckpt_save.c, ckpt_load.c, ckpt_read.c, safetensors.c).
+ * used by ckpt_save.c, ckpt_load.c, ckpt_read.c, safetensors_write.c).
  */
 #ifndef ZINF_CKPT_FS_H
 #define ZINF_CKPT_FS_H

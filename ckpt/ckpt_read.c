@@ -7,7 +7,7 @@
  * file present with its size), the ranges of a parameter's state gathered from the stored
  * ranks' files with pread (a descriptor per file opened on use, at most CKPT_MAX_OPEN kept) and
  * converted, and the files' CRC32C checked in bounded chunks. Every refusal names the file and the
- * field. Not here: writing checkpoints (the engine's save), safetensors (safetensors.c,
+ * field. Not here: writing checkpoints (the engine's save), safetensors (safetensors_*.c,
  * ckpt_export.c), any device or collective. A handle is used by one thread at a time.
  */
 #include <dirent.h>

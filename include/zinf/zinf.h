@@ -5,9 +5,10 @@
  *  - the trainer's API, here: the engine (zinf/engine.h: create from options or from a
  *    ds_config.json, register parameters, init, then per micro-batch fetch / param / release
  *    in forward and backward, grad, step; read_master, the lr and betas, statistics, abort),
- *    DeepSpeed's configuration (zinf/config.h), checkpoints (zinf/checkpoint.h), the lr
- *    schedules (zinf/schedule.h), the device the trainer computes on (zinf/device.h: device
- *    memory, streams, events, copies and casts) and the shared status, logging and dtypes
+ *    DeepSpeed's configuration (zinf/config.h), checkpoints (zinf/checkpoint.h), Hugging Face
+ *    safetensors files read and written (zinf/safetensors.h), the lr schedules
+ *    (zinf/schedule.h), the device the trainer computes on (zinf/device.h: device memory,
+ *    streams, events, copies and casts) and the shared status, logging and dtypes
  *    (zinf/common.h);
  *  - the building blocks (zinf/blocks/): the I/O engine, swap files, the pinned pool, the
  *    tensor store and the pipelined optimizer step, the CPU optimizers, the collectives and the
@@ -25,6 +26,7 @@
 #include "zinf/config.h"
 #include "zinf/device.h"
 #include "zinf/engine.h"
+#include "zinf/safetensors.h"
 #include "zinf/schedule.h"
 
 #endif

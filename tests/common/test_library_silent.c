@@ -12,7 +12,8 @@
  * The work: an engine cycle (create, register, init, steps, a checkpoint save and load,
  * read_master) on the NVMe tiers; the engine's error paths (bad options, calls in the wrong
  * order, an I/O fault through the "fault" backend, a load of no checkpoint); the building
- * blocks' error paths (io, swap, store, comm "single").
+ * blocks' error paths (io, swap, store, comm "single"); safetensors files written in shards and
+ * read back, and the refusals of both sides.
  *
  * Not here: what each message says (the modules' tests check that); third-party libraries'
  * own output (Open MPI is not started: comm "single").
@@ -39,6 +40,7 @@
 #include "zinf/blocks/swap.h"
 #include "zinf/checkpoint.h"
 #include "zinf/engine.h"
+#include "zinf/safetensors.h"
 
 #define QUANTUM	  0x1p-14f
 #define GAS	  2
@@ -386,6 +388,56 @@ blocks_errors(const char *dir)
 	zinf_comm_destroy(c);
 }
 
+/* safetensors: a sharded write read back; refusals of the writer, the reader and the index */
+static void
+safetensors_work(const char *dir)
+{
+	char path[4096];
+	struct zinf_safetensors_writer_opts o;
+	zinf_safetensors_writer_opts_init(&o);
+	o.shard_bytes = 64;
+	struct zinf_safetensors_writer *w = NULL;
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	OK(zinf_safetensors_writer_create(path, &o, &w));
+	if (!w) {
+		return;
+	}
+	uint64_t n = 32;
+	float v[32] = {0};
+	OK(zinf_safetensors_writer_add(w, "a", ZINF_BF16, 1, &n));
+	OK(zinf_safetensors_writer_add(w, "b", ZINF_F32, 1, &n));
+	REFUSED(zinf_safetensors_writer_add(w, "a", ZINF_F32, 1, &n), -EINVAL);
+	OK(zinf_safetensors_writer_write(w, 0, 0, n, ZINF_F32, v));
+	OK(zinf_safetensors_writer_write(w, 1, 0, n, ZINF_F32, v));
+	REFUSED(zinf_safetensors_writer_write(w, 1, 0, 1, ZINF_F32, v), -EINVAL);
+	OK(zinf_safetensors_writer_finish(w));
+	zinf_safetensors_writer_destroy(w);
+	REFUSED(zinf_safetensors_writer_create(path, NULL, &w), -EEXIST);
+	struct zinf_safetensors *st = NULL;
+	OK(zinf_safetensors_open(dir, &st));
+	if (st) {
+		OK(zinf_safetensors_read(st, 0, 0, n, ZINF_F16, v));
+		REFUSED(zinf_safetensors_read(st, 1, 1, n, ZINF_F32, v), -EINVAL);
+		zinf_safetensors_close(st);
+	}
+	snprintf(path, sizeof(path), "%s/missing.safetensors", dir);
+	REFUSED(zinf_safetensors_open(path, &st), -ENOENT);
+	snprintf(path, sizeof(path), "%s/bad.safetensors", dir);
+	FILE *f = fopen(path, "wb");
+	if (f) {
+		fwrite("\xff\0\0\0\0\0\0\0{}", 1, 10, f); /* a header past the file */
+		fclose(f);
+	}
+	REFUSED(zinf_safetensors_open(path, &st), -EBADMSG);
+	snprintf(path, sizeof(path), "%s/x.index.json", dir);
+	f = fopen(path, "w");
+	if (f) {
+		fputs("{\"weight_map\": {\"w\": \"gone.safetensors\"}}", f);
+		fclose(f);
+	}
+	REFUSED(zinf_safetensors_open(path, &st), -ENOENT);
+}
+
 /* ---- the child and the parent ------------------------------------------------------------- */
 
 /* Read a file whole (at most 4 KiB shown), for a failure's message. */
@@ -503,4 +555,10 @@ Test(library_silent, building_blocks_errors_go_to_the_log_callback_only)
 {
 	run_silently(blocks_errors, true, true);
 	run_silently(blocks_errors, false, true);
+}
+
+Test(library_silent, safetensors_errors_go_to_the_log_callback_only)
+{
+	run_silently(safetensors_work, true, true);
+	run_silently(safetensors_work, false, true);
 }
