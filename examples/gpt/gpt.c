@@ -116,8 +116,9 @@ struct run {
 	double exposed_fetch_s, exposed_step_s, optimizer_s;
 	uint64_t nvme_read, nvme_write;
 	int steps_done;
-	int resumed_at;	 /* --resume: the checkpoint's step (0: from scratch) */
-	float *dev_loss; /* nccl collectives: [3 + 3 x world] device floats for the loss gather */
+	int resumed_at;	   /* --resume: the checkpoint's step (0: from scratch) */
+	float *dev_loss;   /* nccl collectives: [3 + 3 x world] device floats for the loss gather */
+	struct gpt_hf *hf; /* --from-hf: the checkpoint the initial values come from */
 };
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
@@ -292,6 +293,13 @@ make_engine(struct run *R)
 				   .untied = R->a.untied,
 				   .rope_theta = R->a.rope_theta};
 	t->m.seed = R->a.seed;
+	if (R->a.from_hf) { /* the shape and the initial values from the checkpoint */
+		if (gpt_hf_open(R->a.from_hf, &t->m.d, &R->hf)) {
+			return -EINVAL;
+		}
+		t->m.init = gpt_hf_init;
+		t->m.init_ctx = R->hf;
+	}
 	if (t->ops->open) {
 		/* a GPU: this rank's device (the local rank modulo the devices, as the engine and
 		   nccl pick it), the trainer's stream on it */
@@ -314,6 +322,9 @@ make_engine(struct run *R)
 	}
 	if ((r = gpt_register(t))) {
 		return r;
+	}
+	if (R->hf && !R->a.resume && gpt_hf_bind(R->hf, &t->m)) {
+		return -EINVAL;
 	}
 	if (!R->a.resume && (r = zinf_engine_init(t->e))) { /* --resume: the load inits */
 		fprintf(stderr, "zinf_gpt: engine init: %s\n", zinf_strerror(r));
@@ -416,7 +427,7 @@ run_init(struct run *R, int argc, char **argv)
 	if (read_config(R) || make_engine(R)) {
 		return 1;
 	}
-	if ((r = gpt_data_init(&R->data, R->a.vocab, R->a.fanout, R->a.seed))) {
+	if ((r = gpt_data_init(&R->data, t->m.d.V, R->a.fanout, R->a.seed))) {
 		fprintf(stderr, "zinf_gpt: data: %s\n", zinf_strerror(r));
 		return 1;
 	}
@@ -443,14 +454,16 @@ run_init(struct run *R, int argc, char **argv)
 				 gpt_kvh(d), gpt_ff(d), gpt_rope_theta(d),
 				 gpt_tied(d) ? "tied" : "own");
 		}
-		printf("model: %s, %d layers, %d heads%s, hidden %d, context %d, vocab %d: %llu "
+		printf("model: %s%s%s, %d layers, %d heads%s, hidden %d, context %d, vocab %d: "
+		       "%llu "
 		       "parameters; batch %d x %d x %d ranks = %lld sequences per step\n",
-		       d->arch == GPT_ARCH_LLAMA ? "llama" : "gpt2", d->L, d->NH, kv, d->C, d->T,
-		       d->V, (unsigned long long)t->m.n_params, d->B, t->gas, t->world,
+		       d->arch == GPT_ARCH_LLAMA ? "llama" : "gpt2", R->a.from_hf ? " from " : "",
+		       R->a.from_hf ? R->a.from_hf : "", d->L, d->NH, kv, d->C, d->T, d->V,
+		       (unsigned long long)t->m.n_params, d->B, t->gas, t->world,
 		       (long long)R->cfg.train_batch_size);
 		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
 		       "(uniform %.4f)%s%s\n",
-		       R->a.fanout, R->data.entropy, log((double)R->a.vocab),
+		       R->a.fanout, R->data.entropy, log((double)t->m.d.V),
 		       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
 		fflush(stdout);
 	}
@@ -481,6 +494,8 @@ run_fini(struct run *R)
 		R->t.ops->close(R->t.ops_ctx);
 	}
 	gpt_data_fini(&R->data);
+	gpt_hf_close(R->hf);
+	gpt_model_free(&R->t.m);
 	zinf_config_fini(&R->cfg);
 	zinf_scratch_dir_destroy(R->scratch); /* after the engine, which wrote into it */
 }

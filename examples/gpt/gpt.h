@@ -24,13 +24,15 @@ struct gpt_args {
 	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
 	int keep;		   /* checkpoints kept in `save` (0: all) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
-	const char *arch;    /* --arch: "gpt2" or "llama" */
-	int kv_heads, ffn;   /* llama: --kv-heads, --ffn (0: --heads, 4 x --hidden) */
-	double rope_theta;   /* llama: --rope-theta */
-	bool untied;	     /* llama: --untied (an lm_head of its own) */
-	int steps_per_print; /* -1: the config's */
-	double lr;	     /* NaN: not given */
-	double comm_timeout; /* --comm-timeout, seconds; NaN: the library's default */
+	const char *arch;	/* --arch: "gpt2" or "llama" */
+	const char *from_hf;	/* --from-hf DIR: the model's shape and initial values */
+	const char *shape_flag; /* the last model-shape flag given (--from-hf refuses them) */
+	int kv_heads, ffn;	/* llama: --kv-heads, --ffn (0: --heads, 4 x --hidden) */
+	double rope_theta;	/* llama: --rope-theta */
+	bool untied;		/* llama: --untied (an lm_head of its own) */
+	int steps_per_print;	/* -1: the config's */
+	double lr;		/* NaN: not given */
+	double comm_timeout;	/* --comm-timeout, seconds; NaN: the library's default */
 	uint64_t seed;
 	bool step_after_backward, no_progress, quiet;
 	/* --test-kill-in-save POINT:TAG (not listed): the crash tests' request that this process
@@ -55,10 +57,41 @@ int gpt_args_parse(int argc, char **argv, struct gpt_args *a);
 /* ZINF_LOG_LEVEL (error, warn, info, debug or 0-3) into the library. 0, or -1 after a message. */
 int gpt_log_level_from_env(void);
 
+/* ---- Hugging Face checkpoints (gpt_hf.c) ------------------------------------------------ */
+
+struct gpt_hf;
+struct gpt_model;
+/*
+ * Open a Hugging Face model directory (config.json and safetensors weights, one file or shards
+ * with their index): the model's shape into *d (every field but T and B, which are the
+ * caller's and set before the call: T at most the model's positions). What the layers cannot
+ * compute is refused naming config.json's key. 0, or -1 after a message on stderr.
+ */
+int gpt_hf_open(const char *dir, struct gpt_dims *d, struct gpt_hf **out);
+/*
+ * After gpt_register (with m->init = gpt_hf_init, m->init_ctx = h), before zinf_engine_init:
+ * every registered tensor found in the checkpoint under its name (GPT-2's also without
+ * "transformer.", as GPT2Model saves them), of its shape (GPT-2's Conv1D weights transposed)
+ * and a readable dtype, nothing else in it but known buffers (GPT-2's attention masks, rotary
+ * frequencies, a tied model's lm_head). 0, or -1 after a message naming the tensor and the
+ * file.
+ */
+int gpt_hf_bind(struct gpt_hf *h, struct gpt_model *m);
+/* The engine's init callback (ctx: the gpt_hf): the range converted to f32 from the file. */
+int gpt_hf_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out);
+void gpt_hf_close(struct gpt_hf *h);
+
 /* ---- the trainer (gpt_train.c) ------------------------------------------------------------- */
 
 /* No such tensor in this architecture (GPT-2's wpe and lnf bias, Llama's untied lm_head). */
 #define GPT_NO_TENSOR UINT32_MAX
+
+/* A registered tensor: its Hugging Face name and its shape here ([rows, cols]; 1-D: rows 0). */
+struct gpt_tensor {
+	char name[96];
+	size_t rows, cols;
+	int layer;
+};
 
 /* The model as the engine holds it: every tensor's id, named as Hugging Face names it. */
 struct gpt_model {
@@ -66,6 +99,12 @@ struct gpt_model {
 	uint32_t wte, wpe, lnfw, lnfb, head; /* head: lm_head (untied), else GPT_NO_TENSOR */
 	uint32_t block0; /* block l tensor t: block0 + l * gpt_block_tensors(&d) + t */
 	uint64_t seed, n_params;
+	struct gpt_tensor *tensors; /* by id (gpt_model_layout; freed by gpt_model_free) */
+	uint32_t n_tensors;
+	/* where the initial values come from: NULL, the seeded initialisation; else this
+	   callback (a Hugging Face checkpoint: gpt_hf_init) */
+	zinf_param_init_fn init;
+	void *init_ctx;
 };
 
 /* The trainer's buffers: device memory of the engine's device unless named host_. */
@@ -105,7 +144,12 @@ struct gpt_trainer {
 	int rank, world, gas;
 };
 
-/* Register every tensor of t->m (dims and seed set) with t->e; 0 or a negative errno. */
+/* The model's tensors (gpt_layout.c): m->tensors and the ids from m->d, in the order the
+ * engine numbers them; 0 or -ENOMEM after a message. gpt_model_free frees the table. */
+int gpt_model_layout(struct gpt_model *m);
+void gpt_model_free(struct gpt_model *m);
+/* Register every tensor of t->m (dims and seed set, init when not the seeded values) with t->e
+ * (gpt_model_layout first); 0 or a negative errno. */
 int gpt_register(struct gpt_trainer *t);
 /* Block l's tensor t's name, Hugging Face's ("transformer.h.0.ln_1.weight",
  * "model.layers.0.input_layernorm.weight"); snprintf's return. */

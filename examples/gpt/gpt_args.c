@@ -51,6 +51,11 @@ static const struct flag flags[] = {
 	 A(rope_theta), 0, 0},
 	{"untied", NULL, "llama: an output head of its own (lm_head), not the embedding", K_FLAG,
 	 A(untied), 0, 0},
+	{"from-hf", "DIR",
+	 "start from a Hugging Face model directory (config.json and safetensors weights, one "
+	 "file or shards): its shape and weights (gpt2, llama, mistral; in place of --arch, "
+	 "--layers, --heads, --kv-heads, --hidden, --ffn, --vocab, --rope-theta, --untied)",
+	 K_STR, A(from_hf), 0, 0},
 	{"context", "T", "sequence length (default 32)", K_INT, A(context), 1, 65536},
 	{"vocab", "V", "vocabulary (default 64)", K_INT, A(vocab), 2, 1 << 24},
 	{"batch", "B", "micro-batch per rank, the config's \"auto\" (default 16)", K_INT, A(batch),
@@ -95,6 +100,10 @@ static const struct flag flags[] = {
 };
 #define N_FLAGS (sizeof(flags) / sizeof(flags[0]))
 
+/* The flags that set the model's shape, which --from-hf takes from config.json */
+static const char *const shape_flags[] = {"arch", "layers", "heads",	  "kv-heads", "hidden",
+					  "ffn",  "vocab",  "rope-theta", "untied"};
+
 static void
 usage(FILE *f)
 {
@@ -116,6 +125,11 @@ set(const struct flag *fl, const char *v, struct gpt_args *a)
 {
 	char *p = (char *)a + fl->off, *end;
 	errno = 0;
+	for (size_t i = 0; i < sizeof(shape_flags) / sizeof(shape_flags[0]); i++) {
+		if (!strcmp(fl->name, shape_flags[i])) {
+			a->shape_flag = fl->name;
+		}
+	}
 	switch (fl->kind) {
 	case K_STR:
 		*(const char **)p = v;
@@ -213,6 +227,13 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 	}
 	if (strcmp(a->device, "auto") && strcmp(a->device, "host") && strcmp(a->device, "cuda")) {
 		fprintf(stderr, "zinf_gpt: --device %s: expected auto, host or cuda\n", a->device);
+		return -1;
+	}
+	if (a->from_hf && a->shape_flag) {
+		fprintf(stderr,
+			"zinf_gpt: --%s with --from-hf %s: the model's shape comes from its "
+			"config.json\n",
+			a->shape_flag, a->from_hf);
 		return -1;
 	}
 	bool llama = !strcmp(a->arch, "llama");

@@ -54,6 +54,7 @@ struct gpt_dims {
 	int untied;	   /* llama: the head is its own tensor (lm_head), not the embedding */
 	double rope_theta; /* llama: rotary base (0: 10000) */
 	double eps;	   /* the norms' epsilon (0: 1e-5) */
+	int P;		   /* GPT-2: rows of wpe, the positions it holds, >= T (0: T) */
 };
 
 /* The defaults applied: key-value heads, the MLP's width, each head's size, the key-value
@@ -87,6 +88,11 @@ static inline double
 gpt_eps(const struct gpt_dims *d)
 {
 	return d->eps > 0 ? d->eps : 1e-5;
+}
+static inline int
+gpt_positions(const struct gpt_dims *d)
+{
+	return d->P > d->T ? d->P : d->T;
 }
 static inline int
 gpt_tied(const struct gpt_dims *d)
@@ -192,7 +198,8 @@ void gpt_acts_carve(const struct gpt_dims *d, gpt_real *base, struct gpt_acts *a
  * - block_backward: from a->dres (d of block l's output) to a->dres (d of its input) and the
  *   block's parameter gradients (=);
  * - encoder_backward: dwte += scatter of a->dres where the head is tied (it set dwte), = where
- *   not; dwpe = (=) its sum over the batch (GPT-2; NULL for llama).
+ *   not; dwpe rows 0..T-1 = (=) its sum over the batch (GPT-2; NULL for llama; rows T..P-1,
+ *   positions the context does not reach, are not written: the trainer zeroes them once).
  */
 struct gpt_ops {
 	const char *name;

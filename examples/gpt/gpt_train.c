@@ -95,88 +95,38 @@ init_fn(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
 	return 0;
 }
 
-/* Hugging Face's names: GPT2LMHeadModel's (transformer.h.<l>.<suffix>) and LlamaForCausalLM's
- * (model.layers.<l>.<suffix>). GPT-2's Conv1D weights are stored here as [out, in] (transposed
- * from Hugging Face's [in, out]; the import and the export turn them). */
-static const char *const gpt2_block_names[GPT_BLOCK_TENSORS] = {
-	"ln_1.weight",	      "ln_1.bias",	  "attn.c_attn.weight", "attn.c_attn.bias",
-	"attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",	"ln_2.bias",
-	"mlp.c_fc.weight",    "mlp.c_fc.bias",	  "mlp.c_proj.weight",	"mlp.c_proj.bias"};
-static const char *const llama_block_names[LLAMA_BLOCK_TENSORS] = {
-	"input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-	"self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-	"mlp.gate_proj.weight",	   "mlp.up_proj.weight",      "mlp.down_proj.weight"};
-
-int
-gpt_tensor_name(const struct gpt_dims *d, int l, int t, char *buf, size_t size)
-{
-	int llama = d->arch == GPT_ARCH_LLAMA;
-	return snprintf(buf, size, "%s.%d.%s", llama ? "model.layers" : "transformer.h", l,
-			llama ? llama_block_names[t] : gpt2_block_names[t]);
-}
-
 static int
-add(struct zinf_engine *e, struct gpt_model *m, const char *name, size_t rows, size_t cols,
-    int layer, uint32_t *id)
+add(struct zinf_engine *e, struct gpt_model *m, uint32_t id)
 {
+	const struct gpt_tensor *t = &m->tensors[id];
 	struct zinf_param_desc pd;
 	zinf_param_desc_init(&pd);
-	pd.name = name;
-	pd.numel = (rows ? rows : 1) * cols;
-	pd.layer = layer;
-	pd.ndim = rows ? 2 : 1;
-	pd.shape[0] = rows ? rows : cols;
-	pd.shape[1] = cols;
-	pd.init_fn = init_fn;
-	pd.init_ctx = m;
+	pd.name = t->name;
+	pd.numel = (t->rows ? t->rows : 1) * t->cols;
+	pd.layer = t->layer;
+	pd.ndim = t->rows ? 2 : 1;
+	pd.shape[0] = t->rows ? t->rows : t->cols;
+	pd.shape[1] = t->cols;
+	pd.init_fn = m->init ? m->init : init_fn;
+	pd.init_ctx = m->init ? m->init_ctx : m;
 	int r = zinf_engine_add_param(e, &pd);
 	if (r < 0) {
-		fprintf(stderr, "zinf_gpt: add_param %s: %s\n", name, zinf_strerror(r));
+		fprintf(stderr, "zinf_gpt: add_param %s: %s\n", t->name, zinf_strerror(r));
 		return r;
 	}
-	*id = (uint32_t)r;
-	m->n_params += pd.numel;
+	if ((uint32_t)r != id) { /* the engine numbers them in order, from 0 */
+		fprintf(stderr, "zinf_gpt: add_param %s: id %d, not %u\n", t->name, r, id);
+		return -EINVAL;
+	}
 	return 0;
 }
 
 int
 gpt_register(struct gpt_trainer *t)
 {
-	struct zinf_engine *e = t->e;
-	struct gpt_model *m = &t->m;
-	const struct gpt_dims *d = &m->d;
-	size_t C = (size_t)d->C, V = (size_t)d->V;
-	int llama = d->arch == GPT_ARCH_LLAMA, nbt = gpt_block_tensors(d), r;
-	char name[96];
-	m->wpe = m->lnfb = m->head = GPT_NO_TENSOR;
-	if (llama) {
-		r = add(e, m, "model.embed_tokens.weight", V, C, GPT_LAYER_EMBED, &m->wte);
-	} else {
-		r = add(e, m, "transformer.wte.weight", V, C, GPT_LAYER_EMBED, &m->wte);
-		r = r
-			    ?: add(e, m, "transformer.wpe.weight", (size_t)d->T, C, GPT_LAYER_EMBED,
-				   &m->wpe);
-	}
-	for (int l = 0; l < d->L && !r; l++) {
-		for (int k = 0; k < nbt && !r; k++) {
-			uint32_t id;
-			size_t rows, cols;
-			gpt_tensor_name(d, l, k, name, sizeof(name));
-			gpt_block_shape(d, k, &rows, &cols);
-			r = add(e, m, name, rows, cols, GPT_LAYER_BLOCK(d, l), &id);
-			if (!r && l == 0 && k == 0) {
-				m->block0 = id;
-			}
-		}
-	}
-	if (llama) {
-		r = r ?: add(e, m, "model.norm.weight", 0, C, GPT_LAYER_LNF(d), &m->lnfw);
-		if (!gpt_tied(d)) {
-			r = r ?: add(e, m, "lm_head.weight", V, C, GPT_LAYER_LNF(d), &m->head);
-		}
-	} else {
-		r = r ?: add(e, m, "transformer.ln_f.weight", 0, C, GPT_LAYER_LNF(d), &m->lnfw);
-		r = r ?: add(e, m, "transformer.ln_f.bias", 0, C, GPT_LAYER_LNF(d), &m->lnfb);
+	int r = gpt_model_layout(&t->m);
+	for (uint32_t id = 0; id < t->m.n_tensors && !r; id++) {
+		r = add(t->e, &t->m, id);
 	}
 	return r;
 }
@@ -294,7 +244,9 @@ embed_params(struct gpt_trainer *t, const gpt_real **wte, const gpt_real **wpe)
 	int r = param_f32(t, t->m.wte, nwte, t->b.f32_embed, wte);
 	*wpe = NULL;
 	if (t->m.wpe != GPT_NO_TENSOR) {
-		r = r ?: param_f32(t, t->m.wpe, (size_t)d->T * d->C, t->b.f32_embed + nwte, wpe);
+		r = r
+			    ?: param_f32(t, t->m.wpe, (size_t)gpt_positions(d) * d->C,
+					 t->b.f32_embed + nwte, wpe);
 	}
 	return r ?: layers_sync(t);
 }
@@ -411,7 +363,7 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	bool has_wpe = t->m.wpe != GPT_NO_TENSOR;
 	ops->encoder_backward(d, a, b->tokens, b->dwte, has_wpe ? b->dwpe : NULL);
 	t->tm.compute += zinf_now_s() - t0;
-	if ((has_wpe && (r = grad(t, t->m.wpe, b->dwpe, (size_t)d->T * C))) ||
+	if ((has_wpe && (r = grad(t, t->m.wpe, b->dwpe, (size_t)gpt_positions(d) * C))) ||
 	    (r = grad(t, t->m.wte, b->dwte, (size_t)d->V * C))) {
 		return r;
 	}
@@ -442,7 +394,8 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	const struct gpt_dims *d = &t->m.d;
 	struct gpt_bufs *b = &t->b;
 	size_t N = (size_t)d->B * d->T, C = (size_t)d->C, g = sizeof(gpt_real);
-	size_t blk = gpt_block_size(d), VC = (size_t)d->V * C, emb = VC + (size_t)d->T * C;
+	size_t PC = (size_t)gpt_positions(d) * C;
+	size_t blk = gpt_block_size(d), VC = (size_t)d->V * C, emb = VC + PC;
 	size_t head = gpt_tied(d) ? 0 : VC; /* an untied head's gradient and f32 copy */
 	int r = dalloc(t, gpt_acts_numel(d) * g, &b->acts_base);
 	r = r ?: dalloc(t, N * sizeof(int), &b->tokens);
@@ -450,7 +403,9 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	r = r ?: dalloc(t, blk * g, &b->dblock[0]);
 	r = r ?: dalloc(t, blk * g, &b->dblock[1]);
 	r = r ?: dalloc(t, (size_t)d->V * C * g, &b->dwte);
-	r = r ?: dalloc(t, (size_t)d->T * C * g, &b->dwpe);
+	r = r ?: dalloc(t, PC * g, &b->dwpe);
+	/* wpe's rows past the context get no gradient from the layers: zeros, once */
+	r = r ?: zinf_device_fill(t->cs, b->dwpe, ZINF_F32, 0, PC);
 	r = r ?: dalloc(t, 2 * C * g, &b->dlnf);
 	r = r ?: (head ? dalloc(t, head * g, &b->dhead) : 0);
 	/* each staging buffer registered on pages of its own (cudaHostRegister pins whole pages;
@@ -480,7 +435,7 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 	}
 	if (!r && t->dtype == ZINF_F16) {
 		size_t most = VC > blk ? VC : blk; /* any tensor's */
-		r = dalloc(t, (most > (size_t)d->T * C ? most : (size_t)d->T * C) * 2, &b->grad16);
+		r = dalloc(t, (most > PC ? most : PC) * 2, &b->grad16);
 	}
 	if (!r) {
 		gpt_acts_carve(d, b->acts_base, &b->acts);
