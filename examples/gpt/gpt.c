@@ -221,6 +221,10 @@ read_config(struct run *R)
 	in.micro_batch = a->batch;
 	in.grad_accum = a->grad_accum;
 	in.hidden_size = (uint64_t)a->hidden;
+	struct zinf_hf_model hf = {.size = sizeof(hf)};
+	if (a->from_hf && zinf_hf_model_read(a->from_hf, &hf) == 0) {
+		in.hidden_size = hf.hidden; /* the model's (a bad config.json: said at the import) */
+	}
 	/* WarmupCosineLR needs more steps than its warmup (at least 2): runs of 1 or 2 steps
 	   use the start of a 3-step schedule */
 	in.total_num_steps = a->steps < 3 ? 3 : a->steps;
