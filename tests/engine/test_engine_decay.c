@@ -9,8 +9,9 @@
  * stepped while backward goes on: asserted), with accumulation, and with clipping (the
  * speculative step redone: roll-backs asserted). Every master weight is within fp32 rounding of
  * the reference, and the references that decay everything or nothing are far from it on the
- * flagged or the unflagged tensors (so a flag ignored, or applied to all, fails). One process,
- * "single" collectives, device "host" (or ZINF_TEST_DEVICE=cuda: the device's Adam).
+ * flagged or the unflagged tensors (so a flag ignored, or applied to all, fails). A checkpoint's
+ * manifest names the flagged parameters. One process, "single" collectives, device "host" (or
+ * ZINF_TEST_DEVICE=cuda: the device's Adam).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "common/test_util.h"
+#include "zinf/checkpoint.h"
 #include "zinf/device.h"
 #include "zinf/engine.h"
 
@@ -329,4 +331,43 @@ Test(engine_decay, unknown_flags_refused)
 	d.flags = ZINF_PARAM_NO_DECAY;
 	cr_assert_eq(zinf_engine_add_param(e, &d), 0, "%s", zinf_last_error());
 	zinf_engine_destroy(e);
+}
+
+/* The manifest marks exactly the flagged parameters "no_decay": true (for readers). */
+Test(engine_decay, checkpoint_manifest_records_no_decay)
+{
+	struct zinf_engine_opts o;
+	zinf_engine_opts_init(&o);
+	o.device_backend = device();
+	o.comm_backend = "single";
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(&o, &e), 0);
+	static const char *const names[] = {"dense.w", "dense.b"};
+	for (int i = 0; i < 2; i++) {
+		struct zinf_param_desc d;
+		zinf_param_desc_init(&d);
+		d.name = names[i];
+		d.numel = 6;
+		d.flags = i ? ZINF_PARAM_NO_DECAY : 0;
+		cr_assert_eq(zinf_engine_add_param(e, &d), i, "%s", zinf_last_error());
+	}
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	char *dir = zt_mkdtemp(NULL), path[4096];
+	cr_assert_eq(zinf_engine_save(e, dir, "t", NULL), 0, "%s", zinf_last_error());
+	snprintf(path, sizeof(path), "%s/t/manifest.json", dir);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "%s", path);
+	static char text[1 << 16];
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	/* the params entries in order: "dense.w" has no key, "dense.b" has it, once */
+	const char *w = strstr(text, "\"dense.w\""), *b = strstr(text, "\"dense.b\"");
+	const char *nd = strstr(text, "\"no_decay\": true");
+	cr_assert(w && b && nd, "%s", text);
+	cr_assert(w < b && b < nd, "no_decay is not in dense.b's entry:\n%s", text);
+	cr_assert_null(strstr(nd + 1, "\"no_decay\""), "no_decay twice:\n%s", text);
+	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
 }
