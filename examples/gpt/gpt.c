@@ -431,6 +431,15 @@ run_init(struct run *R, int argc, char **argv)
 		       "(uniform %.4f)%s%s\n",
 		       R->a.fanout, R->data.entropy, log((double)R->a.vocab),
 		       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
+		const struct zinf_train_config *c = &R->cfg;
+		printf("training: lr %g, %s; weight decay %g on %u of %u tensors (%llu parameters: "
+		       "weight matrices and embeddings), not on biases and norm weights (Hugging "
+		       "Face's grouping)\n",
+		       (double)c->engine.optimizer.lr,
+		       c->scheduler.type == ZINF_SCHED_NONE ? "constant (no scheduler)"
+							    : zinf_schedule_name(c->scheduler.type),
+		       (double)c->engine.optimizer.weight_decay, t->m.tensors - t->m.t_no_decay,
+		       t->m.tensors, (unsigned long long)(t->m.n_params - t->m.n_no_decay));
 		fflush(stdout);
 	}
 	return 0;

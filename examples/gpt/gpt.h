@@ -59,6 +59,10 @@ struct gpt_model {
 	uint32_t wte, wpe, lnfw, lnfb;
 	uint32_t block0; /* block l tensor t: block0 + l * GPT_BLOCK_TENSORS + t */
 	uint64_t seed, n_params;
+	/* the optimizer's weight decay skips biases and norm weights (ZINF_PARAM_NO_DECAY, as
+	   Hugging Face's Trainer groups them): their elements and tensors; all tensors */
+	uint64_t n_no_decay;
+	uint32_t t_no_decay, tensors;
 };
 
 /* The trainer's buffers: device memory of the engine's device unless named host_. */

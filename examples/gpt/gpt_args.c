@@ -96,6 +96,13 @@ usage(FILE *f)
 			 flags[i].meta ? flags[i].meta : "");
 		fprintf(f, "  %-24s %s\n", left, flags[i].help);
 	}
+	fputs("\nTraining as a Hugging Face user expects: the config's optimizer and\n"
+	      "scheduler (\"auto\" resolved from these flags as the Trainer resolves it);\n"
+	      "without a \"scheduler\" block the learning rate is constant (the optimizer's\n"
+	      "lr, --lr for an \"auto\" one). The optimizer's weight_decay applies to the\n"
+	      "weight matrices and the embeddings only: not to biases and LayerNorm weights,\n"
+	      "as the Trainer groups them.\n",
+	      f);
 }
 
 /* One flag's value into *a; 0 or -1 after a message. */

@@ -74,6 +74,29 @@ static const char *const block_names[GPT_BLOCK_TENSORS] = {
 	"ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
 	"ln2.w", "ln2.b", "mlp.fc.w",	"mlp.fc.b",   "mlp.proj.w",  "mlp.proj.b"};
 
+/*
+ * Hugging Face's Trainer's no-decay group (get_decay_parameter_names) on this trainer's names:
+ * biases (a last component "b" or "bias") and the parameters of norm layers (a component that
+ * starts with "ln" or "norm", or has "layernorm", "rmsnorm" or "_norm" in it). The weight
+ * matrices and the embeddings (wte, wpe) decay, as in Hugging Face's GPT-2.
+ */
+static bool
+no_decay(const char *name)
+{
+	const char *last = strrchr(name, '.');
+	last = last ? last + 1 : name;
+	if (!strcmp(last, "b") || !strcmp(last, "bias") || strstr(name, "layernorm") ||
+	    strstr(name, "rmsnorm") || strstr(name, "_norm")) {
+		return true;
+	}
+	for (const char *c = name; c; c = strchr(c, '.') ? strchr(c, '.') + 1 : NULL) {
+		if (!strncmp(c, "ln", 2) || !strncmp(c, "norm", 4)) {
+			return true;
+		}
+	}
+	return false;
+}
+
 static int
 add(struct zinf_engine *e, struct gpt_model *m, const char *name, uint64_t numel, int layer,
     uint32_t *id)
@@ -85,6 +108,10 @@ add(struct zinf_engine *e, struct gpt_model *m, const char *name, uint64_t numel
 	pd.layer = layer;
 	pd.init_fn = init_fn;
 	pd.init_ctx = m;
+	pd.flags = no_decay(name) ? ZINF_PARAM_NO_DECAY : 0;
+	m->n_no_decay += pd.flags ? numel : 0;
+	m->t_no_decay += pd.flags ? 1 : 0;
+	m->tensors++;
 	int r = zinf_engine_add_param(e, &pd);
 	if (r < 0) {
 		fprintf(stderr, "zinf_gpt: add_param %s: %s\n", name, zinf_strerror(r));

@@ -56,6 +56,17 @@
 #                    micro-batch 32: the same, losses and norms
 #   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same,
 #                    losses and norms (a missing 1 / gradient_accumulation_steps shows)
+#   decay            weight_decay 0.1: ZeRO-3 on NVMe vs ZeRO-0 in memory bit-identical (the
+#                    step's calls cut at the no-decay tensors alike on every tier), different
+#                    from weight_decay 0; the checkpoint's manifest marks exactly the biases and
+#                    LayerNorm weights "no_decay" (Hugging Face's grouping), not wte, wpe and
+#                    the four weight matrices of each block
+#   constant_lr      zero0_memory.json without its "scheduler" block: every record's lr is the
+#                    optimizer's, 3e-3 (with --lr 1e-4: a number in the config wins, --lr
+#                    resolves "auto"), or --lr 2e-3 where the config's lr is "auto"
+#   decay_ranks      (2 ranks under MPIRUN) weight_decay 0.1, ZeRO-3 on NVMe: 2 ranks with
+#                    micro-batch 3 (each rank's own no-decay ranges) vs one rank with 6: losses
+#                    and norms within the reduction tolerance
 #   clip_spec        ZeRO-3 on NVMe with gradient_clipping 0.1 and small sub-groups: the
 #                    speculative step during backward (sub-groups redone when the norm clips:
 #                    rolled_back > 0 asserted) vs the step after backward: bit-identical
@@ -193,6 +204,11 @@ close() {
 clipped() {
 	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 1e9,/' "$1" >"$2"
 	grep -q '"gradient_clipping": 1e9' "$2" || { echo "FAIL: sed $1"; exit 1; }
+}
+# decayed SRC DST: SRC with the optimizer's weight_decay 0.1 (the shipped configs have 0)
+decayed() {
+	sed 's/"weight_decay": 0.0/"weight_decay": 0.1/' "$1" >"$2"
+	grep -q '"weight_decay": 0.1' "$2" || { echo "FAIL: sed $1"; exit 1; }
 }
 norms_close() {
 	paste <(field "$1" grad_norm) <(field "$2" grad_norm) | awk '
@@ -1006,6 +1022,68 @@ comm_timeout)
 	grep -q "after 3 s (comm_timeout_s)" "$work/err" && [ "$st" != 0 ] && [ "$t" -lt 60 ] ||
 		{ echo "FAIL: exit $st after $t s:"; cat "$work/err"; exit 1; }
 	echo "ok: a stopped rank: exit $st after $t s: $(grep -m1 comm_timeout_s "$work/err")"
+	;;
+decay)
+	# weight_decay 0.1: zinf_gpt registers its biases and LayerNorm weights with
+	# ZINF_PARAM_NO_DECAY (Hugging Face's grouping), so that the step cuts its optimizer calls
+	for c in zero0_memory zero3_nvme; do
+		decayed "$cfgdir/$c.json" "$work/$c.json"
+	done
+	run "$work/mem.jsonl" -- --config "$work/zero0_memory.json" --batch 6 --save "$work/ck"
+	run "$work/nvme.jsonl" -- --config "$work/zero3_nvme.json" --batch 6
+	identical "$work/nvme.jsonl" "$work/mem.jsonl"
+	run "$work/wd0.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	if diff -q <(losses "$work/wd0.jsonl") <(losses "$work/mem.jsonl") >/dev/null; then
+		echo "FAIL: weight decay 0.1 changed no loss"
+		exit 1
+	fi
+	# the tensors the engine steps without decay, as the checkpoint's manifest lists them
+	awk '/^ "params": \[/ { p = 1; next } p && /^ \]/ { p = 0 }
+		p && /"name":/ { n = $0; gsub(/.*"name": "|",?$/, "", n); o[++k] = n; d[n] = 0 }
+		p && /"no_decay": true/ { d[n] = 1 }
+		END { for (i = 1; i <= k; i++) print o[i], d[o[i]] }' \
+		"$work/ck/step30/manifest.json" >"$work/got"
+	{
+		printf 'wte 0\nwpe 0\n'
+		for l in 0 1; do
+			for t in ln1.w:1 ln1.b:1 attn.qkv.w:0 attn.qkv.b:1 attn.proj.w:0 \
+				attn.proj.b:1 ln2.w:1 ln2.b:1 mlp.fc.w:0 mlp.fc.b:1 mlp.proj.w:0 \
+				mlp.proj.b:1; do
+				echo "h$l.${t%:*} ${t#*:}"
+			done
+		done
+		printf 'lnf.w 1\nlnf.b 1\n'
+	} >"$work/want"
+	diff "$work/want" "$work/got" >"$work/diff" ||
+		{ echo "FAIL: no-decay tensors (want, got):"; cat "$work/diff"; exit 1; }
+	echo "ok: decay on $(grep -c ' 0$' "$work/got") tensors, none on $(grep -c ' 1$' "$work/got")"
+	;;
+constant_lr)
+	# no "scheduler" block: every step at the optimizer's lr, the config's number (--lr only
+	# resolves "auto"), or --lr for an "auto" one
+	sed '/"scheduler"/,/^    },$/d' "$cfgdir/zero0_memory.json" >"$work/nosched.json"
+	sed 's/"lr": 3e-3/"lr": "auto"/' "$work/nosched.json" >"$work/auto.json"
+	! grep -q scheduler "$work/nosched.json" && grep -q '"lr": "auto"' "$work/auto.json" ||
+		{ echo "FAIL: sed"; exit 1; }
+	run "$work/num.jsonl" -- --config "$work/nosched.json" --batch 6 --lr 1e-4
+	run "$work/auto.jsonl" -- --config "$work/auto.json" --batch 6 --lr 2e-3
+	fell "$work/num.jsonl"
+	fell "$work/auto.jsonl"
+	for f in num:0.00300000003 auto:0.00200000009; do
+		got=$(field "$work/${f%:*}.jsonl" lr | sort -u | xargs)
+		[ "$got" = "${f#*:}" ] || { echo "FAIL: ${f%:*}: lrs $got, want ${f#*:} only"; exit 1; }
+	done
+	echo "ok: 30 steps at lr 3e-3 (the config's), 30 at 2e-3 (--lr for \"auto\")"
+	;;
+decay_ranks)
+	# weight_decay 0.1 on 2 ranks (each rank's partitions of the flagged tensors: its own
+	# no-decay ranges) against one rank: the losses and norms of the ranks case
+	decayed "$cfgdir/zero3_nvme.json" "$work/wd.json"
+	clipped "$work/wd.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6
+	run "$work/many.jsonl" "$@" -np 2 -- --config "$work/cfg.json" --batch 3
+	close "$work/many.jsonl" "$work/one.jsonl"
+	norms_close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 gas)
 	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
