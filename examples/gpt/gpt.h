@@ -19,10 +19,13 @@
 
 struct gpt_args {
 	const char *config, *json, *nvme_path, *scratch_parent;
-	const char *save, *resume; /* checkpoint directories (NULL: none) */
-	const char *device;	   /* --device: "auto", "host" or "cuda" */
-	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
-	int keep;		   /* checkpoints kept in `save` (0: all) */
+	const char *save, *resume;   /* checkpoint directories (NULL: none) */
+	const char *device;	     /* --device: "auto", "host" or "cuda" */
+	const char *data;	     /* --data: a token file (NULL: the Markov source) */
+	const char *data_dtype_name; /* --data-dtype as given (NULL: llmc) */
+	int data_dtype;		     /* enum gpt_tokens_format of it */
+	int save_every; /* steps between checkpoints into `save` (0: at the end only) */
+	int keep;	/* checkpoints kept in `save` (0: all) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
 	int steps_per_print; /* -1: the config's */
 	double lr;	     /* NaN: not given */

@@ -56,6 +56,21 @@
 #                    micro-batch 32: the same, losses and norms
 #   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same,
 #                    losses and norms (a missing 1 / gradient_accumulation_steps shows)
+#   data             --data FILE: a token file of 1000 tokens (tokens() below; 30 steps of 6 rows of
+#                    16 read 2880, so the stream wraps): the loss falls, no floor is recorded,
+#                    step 1's loss is ln V within 0.05 (the mean over the B x T targets of
+#                    near-uniform logits; a sum or a mean over the rows alone is T times more);
+#                    the same tokens as raw uint16 and uint32 (--data-dtype) and an llm.c file of
+#                    them twice over (a window wraps to token 0: row G's tokens are (G T + j)
+#                    mod n, so the wrapped windows of the first file are the second's) give
+#                    bit-identical losses; the Markov source's differ; micro-batch 3 x 2
+#                    accumulation vs 6: losses and norms within the reduction tolerance; refused
+#                    (exit 1, the file and the fault named): a token past --vocab (position,
+#                    value, the largest), a raw file read as llm.c's, an llm.c file read raw,
+#                    fewer tokens than a window, a missing file; --data-dtype unknown or without
+#                    --data: exit 2
+#   data_ranks       (2 ranks under MPIRUN) the token file, micro-batch 3 on 2 ranks vs 6 on one:
+#                    losses and norms within the reduction tolerance
 #   decay            weight_decay 0.1: ZeRO-3 on NVMe vs ZeRO-0 in memory bit-identical (the
 #                    step's calls cut at the no-decay tensors alike on every tier), different
 #                    from weight_decay 0; the checkpoint's manifest marks exactly the biases and
@@ -204,6 +219,30 @@ close() {
 clipped() {
 	sed 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 1e9,/' "$1" >"$2"
 	grep -q '"gradient_clipping": 1e9' "$2" || { echo "FAIL: sed $1"; exit 1; }
+}
+# tokens DIR N: token files of the same N tokens below 32 (a noisy permutation walk: token
+# t is followed by 5 t + 3 or by 5 t + 14, mod 32, from an LCG; learnable, not memorised in 30
+# steps) as DIR/f1.bin (llm.c's gpt-2 format: 256 int32 of header, magic 20240520, version 1, the
+# count; uint16 tokens), DIR/f1.u16 and DIR/f1.u32 (raw little-endian), and DIR/f2.bin (llm.c's,
+# the N tokens twice)
+tokens() {
+	perl -e '
+		my ($dir, $n) = @ARGV;
+		my ($x, $t, @t) = (12345, 7);
+		for (1 .. $n) {
+			push @t, $t;
+			$x = ($x * 1103515245 + 12345) % 2147483648;
+			$t = (5 * $t + 3 + (($x >> 16) & 1) * 11) % 32;
+		}
+		sub put { open(my $f, ">:raw", "$dir/$_[0]") or die "$_[0]: $!"; print $f $_[1];
+			  close($f) or die }
+		my $h = sub { pack("l<256", 20240520, 1, $_[0], (0) x 253) };
+		put("f1.bin", $h->($n) . pack("v*", @t));
+		put("f1.u16", pack("v*", @t));
+		put("f1.u32", pack("V*", @t));
+		put("f2.bin", $h->(2 * $n) . pack("v*", @t, @t));
+	' "$1" "$2"
+	[ "$(stat -c %s "$1/f1.bin")" = $((1024 + 2 * $2)) ] || { echo "FAIL: perl"; exit 1; }
 }
 # decayed SRC DST: SRC with the optimizer's weight_decay 0.1 (the shipped configs have 0)
 decayed() {
@@ -1022,6 +1061,69 @@ comm_timeout)
 	grep -q "after 3 s (comm_timeout_s)" "$work/err" && [ "$st" != 0 ] && [ "$t" -lt 60 ] ||
 		{ echo "FAIL: exit $st after $t s:"; cat "$work/err"; exit 1; }
 	echo "ok: a stopped rank: exit $st after $t s: $(grep -m1 comm_timeout_s "$work/err")"
+	;;
+data)
+	tokens "$work" 1000
+	data=(--data "$work/f1.bin")
+	run "$work/a.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 "${data[@]}"
+	fell "$work/a.jsonl"
+	[ "$(field "$work/a.jsonl" floor | sort -u)" = null ] ||
+		{ echo "FAIL: a floor recorded for --data"; exit 1; }
+	# the loss is the mean over the B x T targets: at step 1 (logits near 0) about ln V
+	losses "$work/a.jsonl" | head -1 | awk '{ d = $1 - log(32); if (d < 0) d = -d
+		if (d > 0.05) { printf "FAIL: step 1 loss %s, not ln 32 = %.4f\n", $1, log(32); exit 1 } }'
+	# the same tokens raw (uint16, uint32), and twice over (f2 = f1 f1: the window of row G
+	# is tokens (G T + j) mod n, so f1's wrapped windows are f2's): bit-identical
+	run "$work/u16.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 \
+		--data "$work/f1.u16" --data-dtype uint16
+	run "$work/u32.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 \
+		--data "$work/f1.u32" --data-dtype uint32
+	run "$work/f2.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6 --data "$work/f2.bin"
+	for r in u16 u32 f2; do identical "$work/$r.jsonl" "$work/a.jsonl"; done
+	run "$work/markov.jsonl" -- --config "$cfgdir/zero0_memory.json" --batch 6
+	if diff -q <(losses "$work/markov.jsonl") <(losses "$work/a.jsonl") >/dev/null; then
+		echo "FAIL: --data changed no loss"
+		exit 1
+	fi
+	# accumulation: micro-batch 3 x 2 vs 6 on the same rows, losses and norms
+	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6 "${data[@]}"
+	run "$work/acc.jsonl" -- --config "$work/cfg.json" --batch 3 --grad-accum 2 "${data[@]}"
+	close "$work/acc.jsonl" "$work/one.jsonl"
+	norms_close "$work/acc.jsonl" "$work/one.jsonl"
+	# refusals: exit 1 naming the file and what is wrong, or 2 for a flag; nothing left
+	refuse() { # EXIT TEXT ARGS...
+		local want=$1 text=$2 st=0
+		shift 2
+		"$gpt" "${model[@]}" --config "$cfgdir/zero3_nvme.json" --batch 6 "$@" \
+			>/dev/null 2>"$work/err" || st=$?
+		[ "$st" = "$want" ] && grep -qF -- "$text" "$work/err" ||
+			{ echo "FAIL: $*: exit $st, want $want and \"$text\":"; cat "$work/err"; exit 1; }
+		echo "ok: refused ($st): $(head -c 200 "$work/err")"
+	}
+	refuse 1 "$work/f1.bin: token 3 (of 1000) is 19, not below --vocab 16; the file's largest" \
+		"${data[@]}" --vocab 16 --fanout 4
+	refuse 1 "$work/f1.u16: not an llm.c token file: magic" --data "$work/f1.u16"
+	refuse 1 "$work/f1.bin: has llm.c's header" "${data[@]}" --data-dtype uint16
+	refuse 1 "$work/f1.bin: 1000 tokens, fewer than one window of --context 1000 + 1" \
+		"${data[@]}" --context 1000
+	refuse 1 "$work/none: No such file" --data "$work/none"
+	refuse 2 "--data-dtype int16: expected llmc, uint16 or uint32" "${data[@]}" \
+		--data-dtype int16
+	refuse 2 "--data-dtype without --data" --data-dtype uint16
+	left=$(find "$work" -mindepth 1 -maxdepth 1 -name 'zinf-gpt-*')
+	[ -z "$left" ] || { echo "FAIL: scratch directories left behind: $left"; exit 1; }
+	;;
+data_ranks)
+	# 2 ranks with micro-batch 3 vs one rank with 6 on a token file (rank r's rows are global
+	# rows 6 (s - 1) + 3 r + b): losses and norms within the reduction tolerance
+	tokens "$work" 1000
+	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
+	run "$work/one.jsonl" -- --config "$work/cfg.json" --batch 6 --data "$work/f1.bin"
+	run "$work/many.jsonl" "$@" -np 2 -- --config "$work/cfg.json" --batch 3 \
+		--data "$work/f1.bin"
+	close "$work/many.jsonl" "$work/one.jsonl"
+	norms_close "$work/many.jsonl" "$work/one.jsonl"
 	;;
 decay)
 	# weight_decay 0.1: zinf_gpt registers its biases and LayerNorm weights with
