@@ -8,10 +8,11 @@
  * Deterministic: no atomics. Every output element is written by one thread; a sum over a row
  * is a fixed tree (warp shuffles, then the warps in order) for a fixed block size, and a sum
  * over rows (bias and LayerNorm weight gradients, the attention's key and value gradients, the
- * embedding gradients) is one thread's loop in the CPU's order. cuBLAS gives the same bits on
- * every run on the same GPU model and toolkit. The results differ from the CPU's in rounding
- * (summation order, fused multiply-add): tests/gpt/check_gpt.sh (case cuda) states the
- * tolerance.
+ * embedding gradients) is one thread's loop in the CPU's order. The attention's kernels take
+ * gpt_cpu.c's key-value heads and strides (GPT-2 has as many key-value heads as query heads).
+ * cuBLAS gives the same bits on every run on the same GPU model and toolkit. The results differ
+ * from the CPU's in rounding (summation order, fused multiply-add): tests/gpt/check_gpt.sh (case
+ * cuda) states the tolerance.
  *
  * The gradients are set or accumulated exactly as gpt_cpu.c's (gpt_model.h says which).
  * Errors of a launch or a cuBLAS call are kept in the context (the first one) and returned by
@@ -319,26 +320,32 @@ k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 }
 
 /*
- * Causal attention forward, one block per (b, h, t) row (blockIdx.x = (b * NH + h) * T + t):
- * scores scale q_t . k_t2 for t2 <= t (each thread its own t2, the dot in i order as the CPU),
- * the softmax over them (entries above the diagonal 0), then out_t = sum over t2 in order of
- * att[t2] v_t2 (each thread its own i).
+ * The attention kernels take gpt_cpu.c's layout: NH query heads over KVH key-value heads (head h
+ * reads key-value head h / (NH / KVH); GPT-2 is KVH = NH), each hs wide; row r = b T + t of q
+ * starts at q + r qs, of k and v at k + r kvs, v + r kvs (GPT-2: slices of one qkv buffer,
+ * qs = kvs = 3C); att and dpreatt [B, NH, T, T]; out and dout [B, T, NH hs].
+ *
+ * Forward, one block per (b, h, t) row (blockIdx.x = (b * NH + h) * T + t): scores scale
+ * q_t . k_t2 for t2 <= t (each thread its own t2, the dot in i order as the CPU), the softmax
+ * over them (entries above the diagonal 0), then out_t = sum over t2 in order of att[t2] v_t2
+ * (each thread its own i).
  */
 __global__ void
-k_attention_forward(float *out, float *att, const float *qkv, int T, int C, int NH, float scale)
+k_attention_forward(float *out, float *att, const float *q, const float *k, const float *v, int qs,
+		    int kvs, int T, int NH, int KVH, int hs, float scale)
 {
 	__shared__ float sh[33];
 	int row = blockIdx.x, t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-	int C3 = 3 * C, hs = C / NH;
-	const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-	const float *q = base + (size_t)t * C3;
+	size_t kvo = (size_t)(h / (NH / KVH)) * hs;
+	const float *qt = q + ((size_t)b * T + t) * qs + (size_t)h * hs;
+	const float *kb = k + (size_t)b * T * kvs + kvo, *vb = v + (size_t)b * T * kvs + kvo;
 	float *a = att + (size_t)row * T;
 	float mx = -INFINITY;
 	for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-		const float *k = base + (size_t)t2 * C3 + C;
+		const float *kt = kb + (size_t)t2 * kvs;
 		float s = 0;
 		for (int i = 0; i < hs; i++) {
-			s += q[i] * k[i];
+			s += qt[i] * kt[i];
 		}
 		s *= scale;
 		a[t2] = s;
@@ -356,11 +363,11 @@ k_attention_forward(float *out, float *att, const float *qkv, int T, int C, int 
 		a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
 	}
 	__syncthreads(); /* every a[t2] written (global memory, this block) before it is read */
-	float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+	float *o = out + ((size_t)b * T + t) * ((size_t)NH * hs) + (size_t)h * hs;
 	for (int i = threadIdx.x; i < hs; i += blockDim.x) {
 		float s = 0;
 		for (int t2 = 0; t2 <= t; t2++) {
-			s += a[t2] * base[(size_t)t2 * C3 + 2 * C + i];
+			s += a[t2] * vb[(size_t)t2 * kvs + i];
 		}
 		o[i] = s;
 	}
@@ -372,22 +379,21 @@ k_attention_forward(float *out, float *att, const float *qkv, int T, int C, int 
  * t2 <= t (0 above the diagonal).
  */
 __global__ void
-k_attention_backward_scores(float *datt, float *dpreatt, const float *dout, const float *qkv,
-			    const float *att, int T, int C, int NH)
+k_attention_backward_scores(float *datt, float *dpreatt, const float *dout, const float *v, int kvs,
+			    const float *att, int T, int NH, int KVH, int hs)
 {
 	__shared__ float sh[33];
 	int row = blockIdx.x, t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-	int C3 = 3 * C, hs = C / NH;
-	const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-	const float *g = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+	const float *vb = v + (size_t)b * T * kvs + (size_t)(h / (NH / KVH)) * hs;
+	const float *g = dout + ((size_t)b * T + t) * ((size_t)NH * hs) + (size_t)h * hs;
 	const float *a = att + (size_t)row * T;
 	float *da = datt + (size_t)row * T, *dp = dpreatt + (size_t)row * T;
 	float dot = 0;
 	for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-		const float *v = base + (size_t)t2 * C3 + 2 * C;
+		const float *vt = vb + (size_t)t2 * kvs;
 		float s = 0;
 		for (int i = 0; i < hs; i++) {
-			s += v[i] * g[i];
+			s += vt[i] * g[i];
 		}
 		da[t2] = s;
 		dot += a[t2] * s;
@@ -399,34 +405,56 @@ k_attention_backward_scores(float *datt, float *dpreatt, const float *dout, cons
 }
 
 /*
- * Attention backward, part 2, one block per (b, h, t), each thread its own i of the head: the
- * query, key and value gradients of position t (set), each a loop in the CPU's order:
+ * Attention backward, part 2: the query gradient of position t (set), one block per (b, h, t),
+ * each thread its own i of the head, a loop in the CPU's order:
  *   dq_t = sum over t2 <= t of k_t2 (dpreatt[t][t2] scale)
- *   dk_t = sum over t' >= t of q_t' (dpreatt[t'][t] scale)
- *   dv_t = sum over t' >= t of att[t'][t] dout_t'
  */
 __global__ void
-k_attention_backward_qkv(float *dqkv, const float *dpreatt, const float *dout, const float *qkv,
-			 const float *att, int T, int C, int NH, float scale)
+k_attention_backward_dq(float *dq, int qs, const float *dpreatt, const float *k, int kvs, int T,
+			int NH, int KVH, int hs, float scale)
 {
 	int row = blockIdx.x, t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-	int C3 = 3 * C, hs = C / NH;
-	const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-	const float *gbase = dout + (size_t)b * T * C + (size_t)h * hs;
-	const float *dpb = dpreatt + (size_t)bh * T * T, *ab = att + (size_t)bh * T * T;
-	float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+	const float *kb = k + (size_t)b * T * kvs + (size_t)(h / (NH / KVH)) * hs;
+	const float *dpt = dpreatt + (size_t)row * T;
+	float *dqt = dq + ((size_t)b * T + t) * qs + (size_t)h * hs;
 	for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-		float sq = 0, sk = 0, sv = 0;
+		float s = 0;
 		for (int t2 = 0; t2 <= t; t2++) {
-			sq += base[(size_t)t2 * C3 + C + i] * (dpb[(size_t)t * T + t2] * scale);
+			s += kb[(size_t)t2 * kvs + i] * (dpt[t2] * scale);
 		}
-		for (int t1 = t; t1 < T; t1++) {
-			sk += base[(size_t)t1 * C3 + i] * (dpb[(size_t)t1 * T + t] * scale);
-			sv += ab[(size_t)t1 * T + t] * gbase[(size_t)t1 * C + i];
+		dqt[i] = s;
+	}
+}
+
+/*
+ * Attention backward, part 3: the key and value gradients of position t (set), one block per
+ * (b, key-value head kh, t) (blockIdx.x = (b * KVH + kh) * T + t), each thread its own i. Every
+ * query head h of kh's group adds in, in head order, and within a head in query order, as the
+ * CPU (no atomics: this thread is the only writer of the element):
+ *   dk_t = sum over h, then over t' >= t, of q_t'(h) (dpreatt[h][t'][t] scale)
+ *   dv_t = sum over h, then over t' >= t, of att[h][t'][t] dout_t'(h)
+ */
+__global__ void
+k_attention_backward_dkv(float *dk, float *dv, int kvs, const float *dpreatt, const float *dout,
+			 const float *q, int qs, const float *att, int T, int NH, int KVH, int hs,
+			 float scale)
+{
+	int row = blockIdx.x, t = row % T, bk = row / T, kh = bk % KVH, b = bk / KVH;
+	int group = NH / KVH, C = NH * hs;
+	const float *qb = q + (size_t)b * T * qs, *gb = dout + (size_t)b * T * C;
+	size_t o = ((size_t)b * T + t) * kvs + (size_t)kh * hs;
+	for (int i = threadIdx.x; i < hs; i += blockDim.x) {
+		float sk = 0, sv = 0;
+		for (int h = kh * group; h < (kh + 1) * group; h++) {
+			size_t ho = (size_t)h * hs + i, bh = (size_t)b * NH + h;
+			const float *dpb = dpreatt + bh * T * T, *ab = att + bh * T * T;
+			for (int t1 = t; t1 < T; t1++) {
+				sk += qb[(size_t)t1 * qs + ho] * (dpb[(size_t)t1 * T + t] * scale);
+				sv += ab[(size_t)t1 * T + t] * gb[(size_t)t1 * C + ho];
+			}
 		}
-		dq[i] = sq;
-		dq[i + C] = sk;
-		dq[i + 2 * C] = sv;
+		dk[o + i] = sk;
+		dv[o + i] = sv;
 	}
 }
 
@@ -544,6 +572,34 @@ copy(struct gpt_cuda *g, float *dst, const float *src, size_t n)
 	}
 }
 
+/* Causal attention (the kernels' comment says the layout): out [B, T, NH hs], att the softmax */
+static void
+attention_forward(struct gpt_cuda *g, float *out, float *att, const float *q, const float *k,
+		  const float *v, int qs, int kvs, int B, int T, int NH, int KVH, int hs)
+{
+	LAUNCH(k_attention_forward, B * NH * T, ROW_THREADS, g->s)
+	(out, att, q, k, v, qs, kvs, T, NH, KVH, hs, 1.0f / sqrtf((float)hs));
+	check_launch(g, "attention_forward");
+}
+
+/* dq, dk, dv = (set), with q's and kv's strides; datt, dpreatt scratch [B, NH, T, T] */
+static void
+attention_backward(struct gpt_cuda *g, float *dq, float *dk, float *dv, int qs, int kvs,
+		   float *datt, float *dpreatt, const float *dout, const float *q, const float *k,
+		   const float *v, const float *att, int B, int T, int NH, int KVH, int hs)
+{
+	float scale = 1.0f / sqrtf((float)hs);
+	LAUNCH(k_attention_backward_scores, B * NH * T, ROW_THREADS, g->s)
+	(datt, dpreatt, dout, v, kvs, att, T, NH, KVH, hs);
+	check_launch(g, "attention_backward_scores");
+	LAUNCH(k_attention_backward_dq, B * NH * T, 64, g->s)
+	(dq, qs, dpreatt, k, kvs, T, NH, KVH, hs, scale);
+	check_launch(g, "attention_backward_dq");
+	LAUNCH(k_attention_backward_dkv, B * KVH * T, 64, g->s)
+	(dk, dv, kvs, dpreatt, dout, q, qs, att, T, NH, KVH, hs, scale);
+	check_launch(g, "attention_backward_dkv");
+}
+
 /* ---- the layers (gpt_model.h's struct gpt_ops) -------------------------------------------- */
 
 static struct gpt_cuda *
@@ -587,13 +643,11 @@ cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		 *ln2 = a->ln2 + l * NC, *ln2m = a->ln2_mean + (size_t)l * N,
 		 *ln2r = a->ln2_rstd + (size_t)l * N, *fch = a->fch + l * 4 * NC,
 		 *fchg = a->fch_gelu + l * 4 * NC, *res3 = a->res3 + l * NC;
-	float scale = 1.0f / sqrtf((float)(C / d->NH));
 
 	layernorm_forward(g, ln1, ln1m, ln1r, x, P(GPT_LN1W), P(GPT_LN1B), N, C);
 	matmul_forward(g, qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
-	LAUNCH(k_attention_forward, d->B * d->NH * d->T, ROW_THREADS, g->s)
-	(atty, attm, qkv, d->T, C, d->NH, scale);
-	check_launch(g, "attention_forward");
+	attention_forward(g, atty, attm, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, d->B, d->T, d->NH,
+			  d->NH, C / d->NH);
 	matmul_forward(g, res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
 	add(g, res2, x, NC);
 	layernorm_forward(g, ln2, ln2m, ln2r, res2, P(GPT_LN2W), P(GPT_LN2B), N, C);
@@ -641,7 +695,6 @@ cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		       *fchg = a->fch_gelu + l * 4 * NC;
 	gpt_real *dout = a->dres; /* d res3 on entry; d x on return */
 	gpt_real *dres2 = a->dres_b;
-	float scale = 1.0f / sqrtf((float)(C / d->NH));
 
 	/* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
 	matmul_backward(g, a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
@@ -657,13 +710,9 @@ cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	/* res2 = x + attproj(attention(qkv(ln1(x)))) */
 	matmul_backward(g, a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty,
 			P(GPT_ATTPROJW), N, C, C);
-	int rows = d->B * d->NH * d->T;
-	LAUNCH(k_attention_backward_scores, rows, ROW_THREADS, g->s)
-	(a->datt, a->dpreatt, a->dsmall, qkv, attm, d->T, C, d->NH);
-	check_launch(g, "attention_backward_scores");
-	LAUNCH(k_attention_backward_qkv, rows, 64, g->s)
-	(a->dbig, a->dpreatt, a->dsmall, qkv, attm, d->T, C, d->NH, scale);
-	check_launch(g, "attention_backward_qkv");
+	attention_backward(g, a->dbig, a->dbig + C, a->dbig + 2 * C, 3 * C, 3 * C, a->datt,
+			   a->dpreatt, a->dsmall, qkv, qkv + C, qkv + 2 * C, attm, d->B, d->T,
+			   d->NH, d->NH, C / d->NH);
 	matmul_backward(g, a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
 			3 * C);
 	copy(g, dout, dres2, NC);
