@@ -1,20 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * examples/gpt/gpt_cuda.cu: the GPT's layers on a GPU (the "cuda" device), forward and
- * backward, the same math as gpt_cpu.c in fp32: cuBLAS sgemm for the matrix products (the
- * default math mode: fp32, no TF32), kernels for the rest, everything queued on the trainer's
- * compute stream (the cudaStream_t it gives the engine as compute_stream; cublasSetStream).
+ * examples/gpt/gpt_cuda.cu: the layers of both architectures on a GPU (the "cuda" device),
+ * forward and backward, the same math as the CPU layers in fp32: GPT-2's as gpt_cpu.c's,
+ * Llama's (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, a tied or own head) as
+ * llama_cpu.c's; the causal attention kernels serve both (GPT-2 is the case of as many
+ * key-value heads as query heads). cuBLAS sgemm for the matrix products (the default math mode:
+ * fp32, no TF32), kernels for the rest, everything queued on the trainer's compute stream (the
+ * cudaStream_t it gives the engine as compute_stream; cublasSetStream).
  *
  * Deterministic: no atomics. Every output element is written by one thread; a sum over a row
  * is a fixed tree (warp shuffles, then the warps in order) for a fixed block size, and a sum
- * over rows (bias and LayerNorm weight gradients, the attention's key and value gradients, the
- * embedding gradients) is one thread's loop in the CPU's order. The attention's kernels take
- * gpt_cpu.c's key-value heads and strides (GPT-2 has as many key-value heads as query heads).
- * cuBLAS gives the same bits on every run on the same GPU model and toolkit. The results differ
- * from the CPU's in rounding (summation order, fused multiply-add): tests/gpt/check_gpt.sh (case
- * cuda) states the tolerance.
+ * over rows (bias, LayerNorm and RMSNorm weight gradients, the attention's key and value
+ * gradients, summed over the query heads that share them, the embedding gradients) is one
+ * thread's loop in the CPU's order. cuBLAS gives the same bits on every run on the same GPU
+ * model and toolkit. The results differ from the CPU's in rounding (summation order, fused
+ * multiply-add): tests/gpt/check_gpt.sh (case cuda) states the tolerance.
  *
- * The gradients are set or accumulated exactly as gpt_cpu.c's (gpt_model.h says which).
+ * The gradients are set or accumulated exactly as the CPU layers' (gpt_model.h says which).
  * Errors of a launch or a cuBLAS call are kept in the context (the first one) and returned by
  * gpt_cuda_ops.status; an error of running work is returned by the next zinf_stream_sync() of
  * the compute stream. Not here: the training loop (gpt_train.c, gpt.c).
@@ -143,7 +145,7 @@ block_reduce(float v, float *sh, float identity)
 #define LN_EPS	   1e-5f
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-/* o = wte[tokens[i]] + wpe[i % T], one thread per element */
+/* o = wte[tokens[i]] + wpe[i % T] (wpe NULL, Llama: wte[tokens[i]]), one thread per element */
 __global__ void
 k_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int N, int T,
 		  int C)
@@ -152,7 +154,8 @@ k_encoder_forward(float *out, const int *tokens, const float *wte, const float *
 	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
 	     e += (size_t)gridDim.x * blockDim.x) {
 		size_t i = e / C, c = e % C;
-		out[e] = wte[(size_t)tokens[i] * C + c] + wpe[(i % T) * C + c];
+		float we = wte[(size_t)tokens[i] * C + c];
+		out[e] = wpe ? we + wpe[(i % T) * C + c] : we;
 	}
 }
 
@@ -316,6 +319,122 @@ k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 		float g = 0.5f * (1.0f + th) +
 			  x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
 		dinp[e] = g * dout[e];
+	}
+}
+
+/* ---- Llama's kernels (llama_cpu.c's math) ---------------------------------------------------- */
+
+/* out = w x r, r = 1 / sqrt(mean(x^2) + eps) (transformers' LlamaRMSNorm); one block per row */
+__global__ void
+k_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int C, float eps)
+{
+	__shared__ float sh[33];
+	size_t i = blockIdx.x;
+	const float *x = inp + i * C;
+	float ss = 0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		ss += x[c] * x[c];
+	}
+	ss = block_reduce<op_sum>(ss, sh, 0.0f);
+	float r = 1.0f / sqrtf(ss / (float)C + eps);
+	float *o = out + i * C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		o[c] = w[c] * (x[c] * r);
+	}
+	if (threadIdx.x == 0) {
+		rstd[i] = r;
+	}
+}
+
+/* dw[c] = (set) sum over the rows in order of dout x rstd; one thread per channel */
+__global__ void
+k_rmsnorm_backward_w(float *dw, const float *dout, const float *inp, const float *rstd, int N,
+		     int C)
+{
+	for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+		float s = 0;
+		for (int i = 0; i < N; i++) {
+			s += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+		}
+		dw[c] = s;
+	}
+}
+
+/* dinp += r g - x r^3 mean(g x), g = w dout; one block per row */
+__global__ void
+k_rmsnorm_backward_x(float *dinp, const float *dout, const float *inp, const float *w,
+		     const float *rstd, int C)
+{
+	__shared__ float sh[33];
+	size_t i = blockIdx.x;
+	const float *x = inp + i * C, *g = dout + i * C;
+	float *dx = dinp + i * C;
+	float r = rstd[i], gx = 0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		gx += w[c] * g[c] * x[c];
+	}
+	gx = block_reduce<op_sum>(gx, sh, 0.0f);
+	float k = r * r * r * gx / (float)C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		dx[c] += r * w[c] * g[c] - x[c] * k;
+	}
+}
+
+/*
+ * Rotary position embedding in place on x [N rows of stride `stride`, `heads` heads of hs], row
+ * i at position i % T, as llama_cpu.c's rope(): element j < hs/2 of a head pairs with j + hs/2
+ * and the pair turns by pos x theta^(-2j / hs), the angle, its cosine and sine in double and
+ * then rounded to float as the CPU does; sign -1 turns back (the backward). One thread per
+ * (row, j), over the heads.
+ */
+__global__ void
+k_rope(float *x, int N, int T, int heads, int hs, int stride, double theta, int sign)
+{
+	int half = hs / 2;
+	size_t n = (size_t)N * half;
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+	     e += (size_t)gridDim.x * blockDim.x) {
+		size_t i = e / half;
+		int j = (int)(e % half);
+		double ang = (double)(i % T) * pow(theta, -2.0 * j / hs);
+		float cs = (float)cos(ang), sn = (float)(sign * sin(ang));
+		float *row = x + i * stride;
+		for (int h = 0; h < heads; h++) {
+			float *p = row + (size_t)h * hs;
+			float x1 = p[j], x2 = p[j + half];
+			p[j] = x1 * cs - x2 * sn;
+			p[j + half] = x2 * cs + x1 * sn;
+		}
+	}
+}
+
+__device__ static float
+sigmoid(float x)
+{
+	return 1.0f / (1.0f + expf(-x));
+}
+
+/* m = silu(gate) up */
+__global__ void
+k_swiglu_forward(float *m, const float *gate, const float *up, size_t n)
+{
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+	     e += (size_t)gridDim.x * blockDim.x) {
+		float g = gate[e];
+		m[e] = g * sigmoid(g) * up[e];
+	}
+}
+
+/* dgate = (set) dm up silu'(gate), dup = (set) dm silu(gate) */
+__global__ void
+k_swiglu_backward(float *dgate, float *dup, const float *dm, const float *gate, const float *up,
+		  size_t n)
+{
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+	     e += (size_t)gridDim.x * blockDim.x) {
+		float g = gate[e], sg = sigmoid(g), d = dm[e];
+		dgate[e] = d * up[e] * sg * (1.0f + g * (1.0f - sg));
+		dup[e] = d * g * sg;
 	}
 }
 
@@ -572,6 +691,15 @@ copy(struct gpt_cuda *g, float *dst, const float *src, size_t n)
 	}
 }
 
+static void
+zero(struct gpt_cuda *g, float *dst, size_t n)
+{
+	cudaError_t e = cudaMemsetAsync(dst, 0, n * sizeof(float), g->s);
+	if (e != cudaSuccess) {
+		cuda_fail(g, "cudaMemsetAsync", cudaGetErrorString(e));
+	}
+}
+
 /* Causal attention (the kernels' comment says the layout): out [B, T, NH hs], att the softmax */
 static void
 attention_forward(struct gpt_cuda *g, float *out, float *att, const float *q, const float *k,
@@ -598,6 +726,35 @@ attention_backward(struct gpt_cuda *g, float *dq, float *dk, float *dv, int qs, 
 	LAUNCH(k_attention_backward_dkv, B * KVH * T, 64, g->s)
 	(dk, dv, kvs, dpreatt, dout, q, qs, att, T, NH, KVH, hs, scale);
 	check_launch(g, "attention_backward_dkv");
+}
+
+static void
+rmsnorm_forward(struct gpt_cuda *g, float *out, float *rstd, const float *inp, const float *w,
+		int N, int C, double eps)
+{
+	LAUNCH(k_rmsnorm_forward, N, ROW_THREADS, g->s)(out, rstd, inp, w, C, (float)eps);
+	check_launch(g, "rmsnorm_forward");
+}
+
+/* dinp += d(RMSNorm)/dinp; dw = (set) */
+static void
+rmsnorm_backward(struct gpt_cuda *g, float *dinp, float *dw, const float *dout, const float *inp,
+		 const float *w, const float *rstd, int N, int C)
+{
+	LAUNCH(k_rmsnorm_backward_w, (C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
+	(dw, dout, inp, rstd, N, C);
+	check_launch(g, "rmsnorm_backward_w");
+	LAUNCH(k_rmsnorm_backward_x, N, ROW_THREADS, g->s)(dinp, dout, inp, w, rstd, C);
+	check_launch(g, "rmsnorm_backward_x");
+}
+
+static void
+rope(struct gpt_cuda *g, float *x, int N, int T, int heads, int hs, int stride, double theta,
+     int sign)
+{
+	LAUNCH(k_rope, ew_blocks((size_t)N * (hs / 2)), EW_THREADS, g->s)
+	(x, N, T, heads, hs, stride, theta, sign);
+	check_launch(g, "rope");
 }
 
 /* ---- the layers (gpt_model.h's struct gpt_ops) -------------------------------------------- */
@@ -629,10 +786,141 @@ block_input(const struct gpt_dims *d, const struct gpt_acts *a, int l)
 #define P(t) (params[(t)])
 #define G(t) (grads[(t)])
 
+/* ---- Llama's block and head (llama_cpu.c's, step for step) ----------------------------------- */
+
+/* Block l's activations in a (as llama_cpu.c's: ln1 / ln1_rstd the attention's RMSNorm, ln2 /
+ * ln2_rstd the MLP's, fch the gate, fch_gelu the up projection, mlp silu(gate) x up). */
+struct llama_slices {
+	const gpt_real *x;
+	gpt_real *h1, *r1, *q, *k, *v, *atty, *att, *res2, *h2, *r2, *gate, *up, *m, *res3;
+};
+
+static struct llama_slices
+llama_block_slices(const struct gpt_dims *d, const struct gpt_acts *a, int l)
+{
+	size_t N = (size_t)d->B * d->T, C = (size_t)d->C, KVD = (size_t)gpt_kvd(d);
+	size_t FF = (size_t)gpt_ff(d), att = (size_t)d->B * d->NH * d->T * d->T, L = (size_t)l;
+	struct llama_slices s;
+	s.x = block_input(d, a, l);
+	s.h1 = a->ln1 + L * N * C;
+	s.r1 = a->ln1_rstd + L * N;
+	s.q = a->q + L * N * C;
+	s.k = a->k + L * N * KVD;
+	s.v = a->v + L * N * KVD;
+	s.atty = a->atty + L * N * C;
+	s.att = a->att + L * att;
+	s.res2 = a->res2 + L * N * C;
+	s.h2 = a->ln2 + L * N * C;
+	s.r2 = a->ln2_rstd + L * N;
+	s.gate = a->fch + L * N * FF;
+	s.up = a->fch_gelu + L * N * FF;
+	s.m = a->mlp + L * N * FF;
+	s.res3 = a->res3 + L * N * C;
+	return s;
+}
+
+static void
+llama_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
+		    const gpt_real *const *params)
+{
+	struct gpt_cuda *g = ctx_of(a);
+	int N = d->B * d->T, C = d->C, KVD = gpt_kvd(d), KVH = gpt_kvh(d), FF = gpt_ff(d);
+	int hs = gpt_hs(d);
+	size_t NC = (size_t)N * C, NF = (size_t)N * FF;
+	double theta = gpt_rope_theta(d);
+	struct llama_slices s = llama_block_slices(d, a, l);
+
+	/* res2 = x + o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = RMSNorm(x) */
+	rmsnorm_forward(g, s.h1, s.r1, s.x, P(LLAMA_ATTN_NORM), N, C, gpt_eps(d));
+	matmul_forward(g, s.q, s.h1, P(LLAMA_Q), NULL, N, C, C);
+	matmul_forward(g, s.k, s.h1, P(LLAMA_K), NULL, N, C, KVD);
+	matmul_forward(g, s.v, s.h1, P(LLAMA_V), NULL, N, C, KVD);
+	rope(g, s.q, N, d->T, d->NH, hs, C, theta, 1);
+	rope(g, s.k, N, d->T, KVH, hs, KVD, theta, 1);
+	attention_forward(g, s.atty, s.att, s.q, s.k, s.v, C, KVD, d->B, d->T, d->NH, KVH, hs);
+	matmul_forward(g, s.res2, s.atty, P(LLAMA_O), NULL, N, C, C);
+	add(g, s.res2, s.x, NC);
+	/* res3 = res2 + down(silu(gate(h2)) * up(h2)), h2 = RMSNorm(res2) */
+	rmsnorm_forward(g, s.h2, s.r2, s.res2, P(LLAMA_MLP_NORM), N, C, gpt_eps(d));
+	matmul_forward(g, s.gate, s.h2, P(LLAMA_GATE), NULL, N, C, FF);
+	matmul_forward(g, s.up, s.h2, P(LLAMA_UP), NULL, N, C, FF);
+	LAUNCH(k_swiglu_forward, ew_blocks(NF), EW_THREADS, g->s)(s.m, s.gate, s.up, NF);
+	check_launch(g, "swiglu_forward");
+	matmul_forward(g, s.res3, s.m, P(LLAMA_DOWN), NULL, N, FF, C);
+	add(g, s.res3, s.res2, NC);
+}
+
+static void
+llama_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
+		     const gpt_real *const *params, gpt_real *const *grads)
+{
+	struct gpt_cuda *g = ctx_of(a);
+	int N = d->B * d->T, C = d->C, KVD = gpt_kvd(d), KVH = gpt_kvh(d), FF = gpt_ff(d);
+	int hs = gpt_hs(d);
+	size_t NC = (size_t)N * C, NF = (size_t)N * FF;
+	double theta = gpt_rope_theta(d);
+	struct llama_slices s = llama_block_slices(d, a, l);
+	gpt_real *dout = a->dres; /* d res3 on entry; d x on return */
+	gpt_real *dres2 = a->dres_b;
+
+	/* the MLP: dm, then dgate = dm up silu'(gate), dup = dm silu(gate) */
+	matmul_backward(g, a->dbig, G(LLAMA_DOWN), NULL, dout, s.m, P(LLAMA_DOWN), N, FF, C);
+	LAUNCH(k_swiglu_backward, ew_blocks(NF), EW_THREADS, g->s)
+	(a->dbig2, a->dbig3, a->dbig, s.gate, s.up, NF);
+	check_launch(g, "swiglu_backward");
+	matmul_backward(g, a->dsmall, G(LLAMA_GATE), NULL, a->dbig2, s.h2, P(LLAMA_GATE), N, C, FF);
+	matmul_backward(g, a->dsmall2, G(LLAMA_UP), NULL, a->dbig3, s.h2, P(LLAMA_UP), N, C, FF);
+	add(g, a->dsmall, a->dsmall2, NC);
+	copy(g, dres2, dout, NC);
+	rmsnorm_backward(g, dres2, G(LLAMA_MLP_NORM), a->dsmall, s.res2, P(LLAMA_MLP_NORM), s.r2, N,
+			 C);
+	/* the attention: dq, dk (summed over each key-value head's query heads), dv; the
+	   rotations turned back; the three projections' input gradients summed as the CPU's
+	   (dq + dk) + dv */
+	matmul_backward(g, a->dsmall, G(LLAMA_O), NULL, dres2, s.atty, P(LLAMA_O), N, C, C);
+	attention_backward(g, a->dq, a->dk, a->dv, C, KVD, a->datt, a->dpreatt, a->dsmall, s.q, s.k,
+			   s.v, s.att, d->B, d->T, d->NH, KVH, hs);
+	rope(g, a->dq, N, d->T, d->NH, hs, C, theta, -1);
+	rope(g, a->dk, N, d->T, KVH, hs, KVD, theta, -1);
+	matmul_backward(g, a->dsmall, G(LLAMA_Q), NULL, a->dq, s.h1, P(LLAMA_Q), N, C, C);
+	matmul_backward(g, a->dsmall2, G(LLAMA_K), NULL, a->dk, s.h1, P(LLAMA_K), N, C, KVD);
+	matmul_backward(g, a->dsmall3, G(LLAMA_V), NULL, a->dv, s.h1, P(LLAMA_V), N, C, KVD);
+	add(g, a->dsmall, a->dsmall2, NC);
+	add(g, a->dsmall, a->dsmall3, NC);
+	copy(g, dout, dres2, NC);
+	rmsnorm_backward(g, dout, G(LLAMA_ATTN_NORM), a->dsmall, s.x, P(LLAMA_ATTN_NORM), s.r1, N,
+			 C);
+}
+
+/* The final RMSNorm (normw), logits = lnf head^T, the loss, and at once the backward: dhead,
+ * dnormw = (set), a->dres = d(last block output) */
+static void
+llama_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
+			    const gpt_real *head, const gpt_real *normw, gpt_real dloss,
+			    gpt_real *dhead, gpt_real *dnormw)
+{
+	struct gpt_cuda *g = ctx_of(a);
+	int N = d->B * d->T, C = d->C, V = d->V;
+	const gpt_real *x = block_input(d, a, d->L);
+	rmsnorm_forward(g, a->lnf, a->lnf_rstd, x, normw, N, C, gpt_eps(d));
+	matmul_forward(g, a->probs, a->lnf, head, NULL, N, C, V);
+	LAUNCH(k_softmax_xent, N, ROW_THREADS, g->s)(a->probs, a->losses, targets, V, dloss);
+	check_launch(g, "softmax_xent");
+	matmul_backward(g, a->dsmall, dhead, NULL, a->probs, a->lnf, head, N, C, V);
+	zero(g, a->dres, (size_t)N * C);
+	rmsnorm_backward(g, a->dres, dnormw, a->dsmall, x, normw, a->lnf_rstd, N, C);
+}
+
+/* ---- the ops: GPT-2's here, Llama's above ---------------------------------------------------- */
+
 static void
 cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		   const gpt_real *const *params)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_block_forward(d, a, l, params);
+		return;
+	}
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C;
 	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
@@ -660,21 +948,22 @@ cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 
 static void
 cuda_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
-			   const gpt_real *wte, const gpt_real *lnfw, const gpt_real *lnfb,
-			   gpt_real dloss, gpt_real *dwte, gpt_real *dlnfw, gpt_real *dlnfb)
+			   const gpt_real *head, const gpt_real *lnfw, const gpt_real *lnfb,
+			   gpt_real dloss, gpt_real *dhead, gpt_real *dlnfw, gpt_real *dlnfb)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_head_forward_backward(d, a, targets, head, lnfw, dloss, dhead, dlnfw);
+		return;
+	}
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C, V = d->V;
 	const gpt_real *x = block_input(d, a, d->L);
 	layernorm_forward(g, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
-	matmul_forward(g, a->probs, a->lnf, wte, NULL, N, C, V);
+	matmul_forward(g, a->probs, a->lnf, head, NULL, N, C, V);
 	LAUNCH(k_softmax_xent, N, ROW_THREADS, g->s)(a->probs, a->losses, targets, V, dloss);
 	check_launch(g, "softmax_xent");
-	matmul_backward(g, a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
-	cudaError_t e = cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), g->s);
-	if (e != cudaSuccess) {
-		cuda_fail(g, "cudaMemsetAsync", cudaGetErrorString(e));
-	}
+	matmul_backward(g, a->dsmall, dhead, NULL, a->probs, a->lnf, head, N, C, V);
+	zero(g, a->dres, (size_t)N * C);
 	layernorm_backward(g, a->dres, dlnfw, dlnfb, a->dsmall, x, lnfw, a->lnf_mean, a->lnf_rstd,
 			   N, C);
 }
@@ -683,6 +972,10 @@ static void
 cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		    const gpt_real *const *params, gpt_real *const *grads)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_block_backward(d, a, l, params, grads);
+		return;
+	}
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C;
 	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
@@ -726,9 +1019,15 @@ cuda_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *t
 {
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C, T = d->T;
-	LAUNCH(k_encoder_backward_wpe, ew_blocks((size_t)T * C), EW_THREADS, g->s)
-	(dwpe, a->dres, d->B, T, C);
-	check_launch(g, "encoder_backward_wpe");
+	if (dwpe) {
+		LAUNCH(k_encoder_backward_wpe, ew_blocks((size_t)T * C), EW_THREADS, g->s)
+		(dwpe, a->dres, d->B, T, C);
+		check_launch(g, "encoder_backward_wpe");
+	}
+	/* tied, the head set dwte and the lookup adds to it; untied, nothing did: zero first */
+	if (!gpt_tied(d)) {
+		zero(g, dwte, (size_t)d->V * C);
+	}
 	LAUNCH(k_encoder_backward_wte, (C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
 	(dwte, a->dres, tokens, N, C);
 	check_launch(g, "encoder_backward_wte");
