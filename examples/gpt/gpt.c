@@ -367,14 +367,6 @@ pick_layers(struct run *R)
 	}
 #ifdef GPT_HAVE_CUDA
 	int n = zinf_device_count("cuda");
-	if (n > 0 && !strcmp(R->a.arch, "llama")) { /* gpt_cuda.cu holds GPT-2's layers only */
-		if (!strcmp(want, "auto")) {
-			return 0;
-		}
-		fprintf(stderr, "zinf_gpt: --device cuda: the GPU layers are GPT-2's only; "
-				"--arch llama runs on --device host\n");
-		return 2;
-	}
 	if (n > 0) {
 		R->t.ops = &gpt_cuda_ops;
 		return 0;
