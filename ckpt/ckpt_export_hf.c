@@ -72,11 +72,15 @@ push_tensor(struct hf_list *l, uint64_t rows, uint64_t cols, bool conv1d, const 
 	}
 	if (l->n == l->cap) {
 		uint32_t cap = l->cap ? 2 * l->cap : 64;
-		struct hf_tensor *t = realloc(l->t, cap * sizeof(*t));
+		struct hf_tensor *t = zc_malloc(cap * sizeof(*t));
 		if (!t) {
 			l->err = ZINF_FAIL(-ENOMEM, "checkpoint export: the model's tensor list");
 			return;
 		}
+		if (l->n) {
+			memcpy(t, l->t, l->n * sizeof(*t));
+		}
+		zc_free(l->t);
 		l->t = t;
 		l->cap = cap;
 	}
@@ -291,7 +295,7 @@ config_text(const char *config, enum zinf_dtype dt, char **out, size_t *len)
 						     : "not a regular file");
 	}
 	size_t n = (size_t)st.st_size, got = 0;
-	char *text = malloc(n + 1);
+	char *text = zc_malloc(n + 1);
 	if (!text) {
 		close(fd);
 		return ZINF_FAIL(-ENOMEM, "checkpoint export: %s: %zu bytes", config, n);
@@ -304,7 +308,7 @@ config_text(const char *config, enum zinf_dtype dt, char **out, size_t *len)
 		if (r <= 0) {
 			int e = r < 0 ? -errno : -EIO;
 			close(fd);
-			free(text);
+			zc_free(text);
 			return ZINF_FAIL(e, "checkpoint export: reading %s: %s", config,
 					 zinf_strerror(e));
 		}
@@ -316,7 +320,7 @@ config_text(const char *config, enum zinf_dtype dt, char **out, size_t *len)
 	json_t *o = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
 	if (!json_is_object(o)) {
 		json_decref(o);
-		free(text);
+		zc_free(text);
 		return ZINF_FAIL(-EINVAL, "checkpoint export: %s:%d: %s", config, je.line,
 				 o ? "not a JSON object" : je.text);
 	}
@@ -329,22 +333,22 @@ config_text(const char *config, enum zinf_dtype dt, char **out, size_t *len)
 		*out = text;
 		*len = n;
 	} else {
-		free(text);
-		char *s = NULL;
+		zc_free(text);
+		char *d = NULL, *t = NULL;
 		if (json_object_set_new(o, key, json_string(torch_name(dt))) == 0) {
-			s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+			d = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		}
-		size_t sl = s ? strlen(s) : 0;
-		char *t = s ? realloc(s, sl + 2) : NULL;
-		if (!t) {
-			free(s);
-			rc = ZINF_FAIL(-ENOMEM, "checkpoint export: %s: its new text", config);
-		} else {
-			t[sl] = '\n';
-			t[sl + 1] = '\0';
+		size_t dl = d ? strlen(d) : 0;
+		if (d && (t = zc_malloc(dl + 2))) {
+			memcpy(t, d, dl);
+			t[dl] = '\n'; /* as transformers ends it */
+			t[dl + 1] = '\0';
 			*out = t;
-			*len = sl + 1;
+			*len = dl + 1;
+		} else {
+			rc = ZINF_FAIL(-ENOMEM, "checkpoint export: %s: its new text", config);
 		}
+		free(d);
 	}
 	json_decref(o);
 	return rc;
@@ -384,7 +388,7 @@ write_weights(struct zinf_ckpt *c, const struct zinf_ckpt_info *in, const struct
 	      const char *out, enum zinf_dtype dt, const struct zinf_ckpt_hf_opts *o)
 {
 	/* by parameter: its tensor in l */
-	const struct hf_tensor **of = calloc(in->n_params ? in->n_params : 1, sizeof(*of));
+	const struct hf_tensor **of = zc_calloc(in->n_params, sizeof(*of));
 	if (!of) {
 		return ZINF_FAIL(-ENOMEM, "checkpoint export: %u tensors", in->n_params);
 	}
@@ -437,7 +441,7 @@ write_weights(struct zinf_ckpt *c, const struct zinf_ckpt_info *in, const struct
 	zc_free(a);
 	zc_free(b);
 	zinf_safetensors_writer_destroy(w);
-	free(of);
+	zc_free(of);
 	return rc;
 }
 
@@ -510,7 +514,7 @@ zinf_ckpt_export_hf(struct zinf_ckpt *c, const char *out, const struct zinf_ckpt
 	if (!rc && !(rc = ckpt_atomic_open(path, tmp, &fd))) {
 		rc = ckpt_atomic_close(fd, tmp, path, ckpt_write_full(fd, tmp, cfg, cfg_len));
 	}
-	free(cfg);
-	free(l.t);
+	zc_free(cfg);
+	zc_free(l.t);
 	return rc ? rc : files;
 }

@@ -17,6 +17,7 @@
  *    a checkpoint without shapes (1-D tensors), an existing config.json without overwrite.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "common/test_util.h"
+#include "common/util.h" /* zc_test_alloc_fail_nth */
 #include "zinf/checkpoint.h"
 #include "zinf/engine.h"
 #include "zinf/safetensors.h"
@@ -407,4 +409,56 @@ Test(ckpt_export_hf, refuses_bad_arguments)
 		(const char *const[]){"no-such.json", NULL});
 	cr_assert_eq(export_to("out", FIX "/llama-tiny/config.json", 7, 0, 0, false), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "unknown dtype"), "%s", zinf_last_error());
+}
+
+/* Entries of dir/out (a temporary one included); -1 when there is no dir/out. */
+static int
+entries(void)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/out", dir);
+	DIR *d = opendir(p);
+	if (!d) {
+		return -1;
+	}
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	}
+	closedir(d);
+	return n;
+}
+
+Test(ckpt_export_hf, every_allocation_failing_in_turn)
+{
+	save_checkpoint("gpt2-tiny", AS_TRAINER);
+	struct zinf_ckpt *c = open_ck();
+	struct zinf_ckpt_hf_opts o;
+	zinf_ckpt_hf_opts_init(&o);
+	o.config = FIX "/gpt2-tiny/config.json";
+	o.dtype = ZINF_BF16;   /* config.json rewritten */
+	o.shard_bytes = 20000; /* shards and their index */
+	o.buffer_bytes = 4000; /* bands */
+	char p[4200];
+	snprintf(p, sizeof(p), "%s/out", dir);
+	int failed = 0, rc = 0;
+	for (long nth = 1; nth < 1000; nth++) {
+		zc_test_alloc_fail_nth(nth);
+		rc = zinf_ckpt_export_hf(c, p, &o);
+		zc_test_alloc_fail_nth(0);
+		cr_assert(rc >= 1 || rc == -ENOMEM, "allocation %ld failing: %d %s", nth, rc,
+			  zinf_last_error());
+		if (rc >= 1) {
+			break;
+		}
+		int n = entries();
+		cr_assert(n <= 0, "allocation %ld failing: %d files left in out", nth, n);
+		failed++;
+	}
+	cr_assert_geq(rc, 2, "never succeeded, or one file: %d", rc);
+	cr_expect_gt(failed, 5, "the export allocated less than expected");
+	zinf_ckpt_close(c);
+	snprintf(p, sizeof(p), "%s/out/config.json", dir);
+	cr_assert_eq(access(p, R_OK), 0);
 }

@@ -103,7 +103,8 @@ config(const char *name, bool nvme)
 		nvme ? "{\"stage\": 3, \"stage3_param_persistence_threshold\": 0,\n"
 		       "   \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"scratch\",\n"
 		       "     \"buffer_count\": 16, \"buffer_size\": 1e6, \"max_in_cpu\": 0},\n"
-		       "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"scratch\"}}"
+		       "   \"offload_optimizer\": {\"device\": \"nvme\",\n"
+		       "     \"nvme_path\": \"scratch\"}}"
 		     : "{\"stage\": 0}");
 	fclose(f);
 	return p;
@@ -244,8 +245,9 @@ identity(const char *model, bool nvme)
 	const char *cfg = config("ds.json", nvme);
 	char src[4200], args[8192];
 	snprintf(src, sizeof(src), "%s/%s", fix(), model);
-	snprintf(args, sizeof(args), "--from-hf '%s' --context 16 --batch 2 --steps 1 --lr 0 --save '%s'",
-		 src, at("ck"));
+	snprintf(args, sizeof(args),
+		 "--from-hf '%s' --context 16 --batch 2 --steps 1 --lr 0 --save '%s'", src,
+		 at("ck"));
 	gpt_ok(cfg, args);
 	/* zinf_gpt copied the model's config.json beside its checkpoints */
 	char cj[4400];
@@ -355,8 +357,8 @@ from_flags(bool llama)
 		cr_assert_eq(jint(c, "intermediate_size"), 88);
 		cr_assert(json_is_false(json_object_get(c, "tie_word_embeddings")));
 		cr_assert_eq(json_real_value(json_object_get(c, "rms_norm_eps")), 1e-5);
-		cr_assert_eq(json_real_value(json_object_get(
-				     json_object_get(c, "rope_parameters"), "rope_theta")),
+		cr_assert_eq(json_real_value(json_object_get(json_object_get(c, "rope_parameters"),
+							     "rope_theta")),
 			     10000.0);
 	} else {
 		cr_assert_eq(jint(c, "n_embd"), 32);
@@ -602,8 +604,8 @@ Test(checkpoint_hf, refusals)
 	snprintf(args, sizeof(args), "checkpoint export '%s' --hf '%s' --out '%s'", at("ck"),
 		 at("o2"), at("x.safetensors"));
 	zinf_refused(args, at("o2"), (const char *const[]){"one or the other", NULL});
-	snprintf(args, sizeof(args), "checkpoint export '%s' --out '%s' --hf-config '%s'",
-		 at("ck"), at("x.safetensors"), at("ck/config.json"));
+	snprintf(args, sizeof(args), "checkpoint export '%s' --out '%s' --hf-config '%s'", at("ck"),
+		 at("x.safetensors"), at("ck/config.json"));
 	zinf_refused(args, at("x.safetensors"),
 		     (const char *const[]){"--hf-config goes with --hf", NULL});
 	snprintf(args, sizeof(args), "checkpoint export '%s' --hf '%s'", at("ck"),
