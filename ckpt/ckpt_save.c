@@ -239,6 +239,9 @@ params_json(const struct zinf_engine *e, const struct eng_view *v, json_t *const
 			json_array_append_new(offs, f ? json_incref(f) : json_integer(-1));
 		}
 		json_object_set_new(o, "flat_off", offs);
+		if (p.no_decay) { /* for readers: a load takes the loading engine's flags */
+			json_object_set_new(o, "no_decay", json_true());
+		}
 		json_array_append_new(a, o);
 	}
 	return a;

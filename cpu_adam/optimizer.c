@@ -32,10 +32,13 @@ struct zinf_optimizer {
 	struct zinf_optimizer_opts o;
 	const struct optim_kind *k;
 	uint32_t bytes[ZINF_OPTIM_MAX_PARTS];
-	/* the kernel's options, built once from o */
-	struct zinf_adam_opts adam;
-	struct zinf_adagrad_opts adagrad;
-	struct zinf_lion_opts lion;
+	/* the kernel's options, built once from o; the _nd ones with weight_decay 0 */
+	struct zinf_adam_opts adam, adam_nd;
+	struct zinf_adagrad_opts adagrad, adagrad_nd;
+	struct zinf_lion_opts lion, lion_nd;
+	/* zinf_optimizer_set_no_decay: n_nd ranges [nd[2i], nd[2i + 1]) of index0's space */
+	uint64_t *nd;
+	uint32_t n_nd;
 };
 
 void
@@ -120,6 +123,12 @@ kernel_opts(struct zinf_optimizer *z)
 	z->lion.weight_decay = o->weight_decay;
 	z->lion.threads = o->threads;
 	z->lion.simd = o->simd;
+	z->adam_nd = z->adam;
+	z->adam_nd.weight_decay = 0;
+	z->adagrad_nd = z->adagrad;
+	z->adagrad_nd.weight_decay = 0;
+	z->lion_nd = z->lion;
+	z->lion_nd.weight_decay = 0;
 }
 
 /* The learning rate of the following steps (the kernels' options are rebuilt). */
@@ -194,7 +203,71 @@ zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimi
 void
 zinf_optimizer_destroy(struct zinf_optimizer *opt)
 {
+	if (opt) {
+		zc_free(opt->nd);
+	}
 	zc_free(opt);
+}
+
+int
+zinf_optimizer_set_no_decay(struct zinf_optimizer *opt, const uint64_t *ranges, uint32_t n)
+{
+	if (!opt || (!ranges && n > 0)) {
+		return ZINF_FAIL(-EINVAL, "optimizer: set_no_decay with a NULL %s",
+				 opt ? "ranges array" : "optimizer");
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (ranges[2 * i] >= ranges[2 * i + 1] ||
+		    (i && ranges[2 * i] < ranges[2 * i - 1])) {
+			return ZINF_FAIL(
+				-EINVAL,
+				"optimizer %s: no-decay range %u [%" PRIu64 ", %" PRIu64 ") is %s",
+				opt->k->name, i, ranges[2 * i], ranges[2 * i + 1],
+				ranges[2 * i] >= ranges[2 * i + 1]
+					? "empty"
+					: "not after the one before it (sorted, disjoint)");
+		}
+	}
+	uint64_t *nd = NULL;
+	if (n > 0 && !(nd = zc_calloc(2 * (size_t)n, sizeof(uint64_t)))) {
+		return ZINF_FAIL(-ENOMEM, "optimizer %s: out of memory for %u no-decay ranges",
+				 opt->k->name, n);
+	}
+	if (n > 0) {
+		memcpy(nd, ranges, 2 * (size_t)n * sizeof(uint64_t));
+	}
+	zc_free(opt->nd);
+	opt->nd = nd;
+	opt->n_nd = n;
+	return 0;
+}
+
+size_t
+zinf_optimizer_decay_run(const struct zinf_optimizer *opt, uint64_t index0, size_t n, bool *decays)
+{
+	*decays = true;
+	if (!opt || opt->n_nd == 0 || n == 0 || opt->o.weight_decay == 0) {
+		return n; /* nothing to split (a weight decay of 0 is no decay either way) */
+	}
+	/* the first range that ends after index0 */
+	uint32_t lo = 0, hi = opt->n_nd;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (opt->nd[2 * mid + 1] <= index0) {
+			lo = mid + 1;
+		} else {
+			hi = mid;
+		}
+	}
+	if (lo == opt->n_nd) {
+		return n;
+	}
+	uint64_t start = opt->nd[2 * lo], end = opt->nd[2 * lo + 1];
+	if (start <= index0) {
+		*decays = false;
+		return (size_t)ZINF_MIN((uint64_t)n, end - index0);
+	}
+	return (size_t)ZINF_MIN((uint64_t)n, start - index0);
 }
 
 const char *
@@ -247,6 +320,34 @@ mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+/* One kernel call over n elements that all decay (decays) or none. */
+static int
+step_run(const struct zinf_optimizer *opt, bool decays, int64_t step, float grad_scale,
+	 void *const parts[], const void *grad, enum zinf_dtype grad_dtype, uint64_t index0,
+	 size_t n, void *copy, enum zinf_dtype copy_dtype)
+{
+	float *p = parts[0];
+	switch (opt->o.kind) {
+	case ZINF_OPTIM_ADAGRAD:
+		return zinf_adagrad_step(decays ? &opt->adagrad : &opt->adagrad_nd, step,
+					 grad_scale, p, grad, grad_dtype, parts[1], n, copy,
+					 copy_dtype);
+	case ZINF_OPTIM_LION:
+		return zinf_lion_step(decays ? &opt->lion : &opt->lion_nd, step, grad_scale, p,
+				      grad, grad_dtype, parts[1], n, copy, copy_dtype);
+	default:
+		break;
+	}
+	const struct zinf_adam_opts *a = decays ? &opt->adam : &opt->adam_nd;
+	if (opt->o.state_dtype == ZINF_BF16) {
+		return zinf_adam_step_bf16state(a, step, grad_scale, p, grad, grad_dtype, parts[1],
+						parts[2], n, copy, copy_dtype, opt->o.rounding,
+						opt->o.seed ^ mix64(index0));
+	}
+	return zinf_adam_step(a, step, grad_scale, p, grad, grad_dtype, parts[1], parts[2], n, copy,
+			      copy_dtype);
+}
+
 int
 zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_scale,
 		    void *const parts[], const void *grad, enum zinf_dtype grad_dtype,
@@ -264,22 +365,24 @@ zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_s
 					 opt->k->name, i, opt->k->part[i], n, index0);
 		}
 	}
-	float *p = parts[0];
-	switch (opt->o.kind) {
-	case ZINF_OPTIM_ADAGRAD:
-		return zinf_adagrad_step(&opt->adagrad, step, grad_scale, p, grad, grad_dtype,
-					 parts[1], n, copy, copy_dtype);
-	case ZINF_OPTIM_LION:
-		return zinf_lion_step(&opt->lion, step, grad_scale, p, grad, grad_dtype, parts[1],
-				      n, copy, copy_dtype);
-	default:
-		break;
+	bool decays;
+	size_t run = zinf_optimizer_decay_run(opt, index0, n, &decays);
+	if (run == n) { /* one kernel call, as without no-decay ranges */
+		return step_run(opt, decays, step, grad_scale, parts, grad, grad_dtype, index0, n,
+				copy, copy_dtype);
 	}
-	if (opt->o.state_dtype == ZINF_BF16) {
-		return zinf_adam_step_bf16state(&opt->adam, step, grad_scale, p, grad, grad_dtype,
-						parts[1], parts[2], n, copy, copy_dtype,
-						opt->o.rounding, opt->o.seed ^ mix64(index0));
+	/* runs of elements alike: the pointers advance by each array's element size */
+	size_t gsz = zinf_dtype_size(grad_dtype), csz = zinf_dtype_size(copy_dtype);
+	int rc = 0;
+	for (size_t done = 0; !rc && done < n; done += run) {
+		run = zinf_optimizer_decay_run(opt, index0 + done, n - done, &decays);
+		void *p[ZINF_OPTIM_MAX_PARTS] = {NULL};
+		for (uint32_t i = 0; i < opt->k->nparts; i++) {
+			p[i] = (char *)parts[i] + done * opt->bytes[i];
+		}
+		rc = step_run(opt, decays, step, grad_scale, p, (const char *)grad + done * gsz,
+			      grad_dtype, index0 + done, run,
+			      copy ? (char *)copy + done * csz : NULL, copy_dtype);
 	}
-	return zinf_adam_step(&opt->adam, step, grad_scale, p, grad, grad_dtype, parts[1], parts[2],
-			      n, copy, copy_dtype);
+	return rc;
 }

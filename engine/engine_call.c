@@ -423,6 +423,7 @@ eng_param_get(const struct zinf_engine *e, uint32_t id, struct eng_param *out)
 		.flat_off = p->flat_off,
 		.sg = p->sg,
 		.persistent = p->persistent,
+		.no_decay = p->no_decay,
 	};
 }
 

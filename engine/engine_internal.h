@@ -236,6 +236,7 @@ struct eparam {
 	uint64_t flat_off;	    /* offset of this rank's partition in the flat partition */
 	uint32_t sg;		    /* sub-group holding it */
 	bool persistent;	    /* stage 3: always gathered */
+	bool no_decay;		    /* ZINF_PARAM_NO_DECAY: stepped with weight decay 0 */
 	bool grad_done;		    /* gradient handed in this micro-batch */
 
 	/* 16-bit values (opts.dtype) */

@@ -100,6 +100,7 @@ struct eng_param {
 	uint64_t flat_off;	    /* this rank's partition in the flat partition */
 	uint32_t sg;		    /* the sub-group holding it */
 	bool persistent;
+	bool no_decay; /* ZINF_PARAM_NO_DECAY */
 };
 void eng_param_get(const struct zinf_engine *e, uint32_t id, struct eng_param *out);
 /* The parameter at position i of the flat (backward) order, and the position of the one that

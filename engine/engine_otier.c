@@ -28,6 +28,34 @@ part_bytes(const struct zinf_engine *e, uint32_t i)
 
 /* ---- the tiers in memory (gpu, cpu) --------------------------------------------------------- */
 
+/* The device's Adam over flat elements [off, off + n) (parts, grad and copy at off), one call
+ * per run of elements that decay or not (ZINF_PARAM_NO_DECAY: weight decay 0), as
+ * zinf_optimizer_step cuts the host tiers' calls. */
+static int
+device_adam(struct zinf_engine *e, struct ectx *x, int64_t step, void *const parts[],
+	    const float *grad, uint64_t off, uint64_t n, void *copy)
+{
+	struct zinf_adam_opts a;
+	zinf_adam_opts_init(&a);
+	a.lr = e->step_lr, a.beta1 = e->step_beta1, a.beta2 = e->step_beta2;
+	a.eps = e->o.optimizer.eps;
+	a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
+	a.bias_correction = e->o.optimizer.bias_correction;
+	size_t ds = eng_dsize(e), run;
+	int ret = 0;
+	for (uint64_t i = 0; !ret && i < n; i += run) {
+		bool decays;
+		run = zinf_optimizer_decay_run(e->opt, off + i, n - i, &decays);
+		a.weight_decay = decays ? e->o.optimizer.weight_decay : 0.0f;
+		/* fp32 state (the device tier refuses any other): 4 bytes an element per part */
+		ret = zinf_device_adam(x->s, &a, step, e->step_scale, (float *)parts[0] + i,
+				       grad + i, ZINF_F32, (float *)parts[1] + i,
+				       (float *)parts[2] + i, run,
+				       copy ? (char *)copy + i * ds : NULL, e->o.dtype);
+	}
+	return ret;
+}
+
 /* The optimizer over sub-group k's pieces, its new 16-bit values home through x->s. The gradient
  * of k is final in grad_part as seen from the host (cpu) or from x->s (gpu). */
 static int
@@ -46,15 +74,7 @@ step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k, float *grad)
 		}
 		double t0 = zinf_now_s();
 		if (dev && !host_dev) {
-			struct zinf_adam_opts a;
-			zinf_adam_opts_init(&a);
-			a.lr = e->step_lr, a.beta1 = e->step_beta1, a.beta2 = e->step_beta2;
-			a.eps = e->o.optimizer.eps, a.weight_decay = e->o.optimizer.weight_decay;
-			a.adamw_mode = e->o.optimizer.kind == ZINF_OPTIM_ADAMW;
-			a.bias_correction = e->o.optimizer.bias_correction;
-			ret = zinf_device_adam(x->s, &a, step, e->step_scale, parts[0],
-					       grad + (off - start), ZINF_F32, parts[1], parts[2],
-					       n, copy, e->o.dtype);
+			ret = device_adam(e, x, step, parts, grad + (off - start), off, n, copy);
 		} else {
 			ret = zinf_optimizer_step(e->opt, step, e->step_scale, parts,
 						  grad + (off - start), ZINF_F32, off, n, copy,

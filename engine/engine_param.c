@@ -52,9 +52,10 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 	}
 	uint32_t ndim = 0;
 	uint64_t shape[ZINF_PARAM_MAX_DIMS] = {0};
-	if (d->size >= offsetof(struct zinf_param_desc, shape) && d->reserved) {
-		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": reserved bytes are not zero",
-				d->name);
+	uint32_t flags = d->size >= offsetof(struct zinf_param_desc, shape) ? d->flags : 0;
+	if (flags & ~ZINF_PARAM_NO_DECAY) {
+		return ENG_FAIL(e, -EINVAL, "add_param \"%s\": unknown flags 0x%x", d->name,
+				flags & ~ZINF_PARAM_NO_DECAY);
 	}
 	if (d->size >= offsetof(struct zinf_param_desc, shape) + sizeof(d->shape) && d->ndim) {
 		uint64_t prod = 1;
@@ -117,6 +118,7 @@ zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d)
 		p->shape[0] = d->numel;
 	}
 	p->store_id = -1;
+	p->no_decay = flags & ZINF_PARAM_NO_DECAY;
 	e->reg_elems += d->numel;
 	return (int)e->n_params++;
 }
@@ -192,6 +194,38 @@ eng_build_layers(struct zinf_engine *e)
 	return 0;
 }
 
+/*
+ * The parameters registered with ZINF_PARAM_NO_DECAY as ranges of this rank's flat partition
+ * (neighbours merged), to the optimizer, whose every step (all tiers: index0 is the flat index)
+ * then runs them with weight decay 0; the device Adam cuts its calls the same way
+ * (zinf_optimizer_decay_run, engine_otier.c).
+ */
+static int
+no_decay_ranges(struct zinf_engine *e)
+{
+	uint64_t *r = NULL;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		const struct eparam *p = &e->params[e->order[i]];
+		if (!p->no_decay) {
+			continue;
+		}
+		if (!r && !(r = zc_calloc(2 * (size_t)e->n_params, sizeof(uint64_t)))) {
+			return ENG_FAIL(e, -ENOMEM, "init: out of memory for the no-decay ranges");
+		}
+		if (n > 0 && r[2 * n - 1] == p->flat_off) {
+			r[2 * n - 1] += p->part.part; /* continues the one before */
+		} else {
+			r[2 * n] = p->flat_off;
+			r[2 * n + 1] = p->flat_off + p->part.part;
+			n++;
+		}
+	}
+	int ret = n ? zinf_optimizer_set_no_decay(e->opt, r, n) : 0;
+	zc_free(r);
+	return ret ? ENG_FAIL(e, ret, "init: the no-decay parameters' ranges") : 0;
+}
+
 int
 eng_build_partitions(struct zinf_engine *e)
 {
@@ -244,7 +278,7 @@ eng_build_partitions(struct zinf_engine *e)
 		e->max_sg = ZINF_MAX(e->max_sg, len);
 		e->gr.sg_pending[k] = e->sg_params[k];
 	}
-	return 0;
+	return no_decay_ranges(e);
 }
 
 /* The 16-bit parameters' places: the gathered device copy of stages 0-2 and of the persistent

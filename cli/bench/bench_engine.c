@@ -72,11 +72,11 @@ static const char *const schedules[] = {"zinf", "deepspeed", NULL}; /* zinf_step
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
 	uint64_t hidden, sub_group, bucket, param_buffer, max_live;
-	double compute_ms, clip;
+	double compute_ms, clip, weight_decay;
 	int stage, off_param, off_optim, optimizer, dtype, device, schedule;
 	struct cli_list paths;
 	const char *checkpoint;
-	bool no_sdb, compare, pin, json;
+	bool no_sdb, compare, pin, json, no_decay_1d;
 };
 
 static struct cfg cfg;
@@ -137,6 +137,11 @@ static const struct cli_opt opts[] = {
 	 "gradient_clipping (0: off); on, the step during backward\n"
 	 "speculates (no clipping assumed; rolled back above MAX_NORM)",
 	 .min = 0, .max = 1e300},
+	{"weight-decay", CLI_DOUBLE, &cfg.weight_decay, "0", "WD", "the optimizer's weight_decay",
+	 .min = 0, .max = 1e30},
+	{"no-decay-1d", CLI_FLAG, &cfg.no_decay_1d, NULL, NULL,
+	 "register the norms and biases with ZINF_PARAM_NO_DECAY (Hugging Face's\n"
+	 "no-decay group): the step cuts its optimizer calls at their boundaries"},
 	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
 	 "step every sub-group in zinf_engine_step, none during backward"},
 	{"compare", CLI_FLAG, &cfg.compare, NULL, NULL,
@@ -299,6 +304,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	eo.reduce_bucket_size = c->bucket;
 	eo.gradient_accumulation_steps = c->micro_batches;
 	zinf_optimizer_opts_init(&eo.optimizer, (enum zinf_optim_kind)c->optimizer);
+	eo.optimizer.weight_decay = (float)c->weight_decay;
 	eo.dtype = dtype_of[c->dtype];
 	eo.device_backend = c->device ? devices[c->device] : NULL;
 	eo.device = dev;
@@ -327,6 +333,9 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 			d.numel = param_numel(c, j);
 			d.layer = (int32_t)l;
 			d.init_fn = init_values;
+			if (c->no_decay_1d && layer_params[j].h2 == 0) {
+				d.flags = ZINF_PARAM_NO_DECAY;
+			}
 			rc = zinf_engine_add_param(a->e, &d);
 			if (rc < 0) {
 				return fail_call(r, "zinf_engine_add_param", rc);
@@ -788,6 +797,8 @@ report_json(const struct run *r)
 	json_object_set_new(o, "bucket", json_integer((json_int_t)c->bucket));
 	json_object_set_new(o, "compute_ms", cli_json_real(c->compute_ms));
 	json_object_set_new(o, "schedule", json_string(schedules[c->schedule]));
+	json_object_set_new(o, "weight_decay", cli_json_real(c->weight_decay));
+	json_object_set_new(o, "no_decay_1d", json_boolean(c->no_decay_1d));
 	json_object_set_new(o, "gradient_clipping", cli_json_real(c->clip));
 	arm_json(r, &r->arm[0], o);
 	if (r->nvme) {
@@ -843,6 +854,10 @@ report_human(const struct run *r)
 	       dtypes[c->dtype], c->micro_batches, r->world, zinf_device_backend(r->dev));
 	if (c->clip > 0) {
 		printf("  gradient_clipping %g\n", c->clip);
+	}
+	if (c->weight_decay > 0 || c->no_decay_1d) {
+		printf("  weight_decay %g%s\n", c->weight_decay,
+		       c->no_decay_1d ? ", not on the norms and biases (ZINF_PARAM_NO_DECAY)" : "");
 	}
 	if (r->nvme) {
 		cli_size_str(sz, sizeof(sz), r->disk_bytes);

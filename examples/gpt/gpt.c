@@ -12,7 +12,8 @@
  * scratch directory), the engine, the loop over optimizer steps (the lr schedule, the
  * micro-batches of gpt_train.c, the step), the output (a line every steps_per_print steps, a
  * progress bar on a terminal, --json records, the summary). The data (gpt_data.h) is a Markov
- * source with a known entropy rate, printed as the loss's floor. gradient_clipping and fp16
+ * source with a known entropy rate, printed as the loss's floor, or a token file (--data,
+ * gpt_tokens.h) in a fixed order. gradient_clipping and fp16
  * loss scaling are the engine's: the trainer multiplies dL/dlogits by zinf_engine_loss_scale
  * and hands fp16 gradients as f16 (gpt_train.c), and takes zinf_engine_step's 2 (a step
  * skipped on an fp16 overflow) as DeepSpeed's engine does: the step is counted and reported
@@ -48,6 +49,7 @@
 
 #include "gpt.h"
 #include "gpt_data.h"
+#include "gpt_tokens.h"
 #include "zinf/checkpoint.h"
 
 /* A configuration's nvme_path with this value is replaced by the scratch directory. */
@@ -99,7 +101,9 @@ struct run {
 	struct gpt_trainer t;
 	struct zinf_train_config cfg;
 	struct zinf_comm *comm;
-	struct gpt_data data;
+	struct gpt_data data;	  /* the Markov source (without --data) */
+	struct gpt_tokens tokens; /* --data's token file (not opened without) */
+	double floor_;		  /* the loss's floor: the source's entropy rate; NaN for --data */
 	FILE *json;
 	struct zinf_scratch_dir *scratch; /* NULL when none was made */
 	int log_rank, spp;
@@ -119,6 +123,7 @@ struct run {
 	int resumed_at;	   /* --resume: the checkpoint's step (0: from scratch) */
 	float *dev_loss;   /* nccl collectives: [3 + 3 x world] device floats for the loss gather */
 	struct gpt_hf *hf; /* --from-hf: the checkpoint the initial values come from */
+	int vocab, hidden; /* the model's: the flags', or --from-hf's config.json */
 };
 
 /* ---- the scratch directory ----------------------------------------------------------------- */
@@ -220,7 +225,7 @@ read_config(struct run *R)
 	in.bf16 = 0;
 	in.micro_batch = a->batch;
 	in.grad_accum = a->grad_accum;
-	in.hidden_size = (uint64_t)a->hidden;
+	in.hidden_size = (uint64_t)R->hidden;
 	/* WarmupCosineLR needs more steps than its warmup (at least 2): runs of 1 or 2 steps
 	   use the start of a 3-step schedule */
 	in.total_num_steps = a->steps < 3 ? 3 : a->steps;
@@ -362,14 +367,6 @@ pick_layers(struct run *R)
 	}
 #ifdef GPT_HAVE_CUDA
 	int n = zinf_device_count("cuda");
-	if (n > 0 && !strcmp(R->a.arch, "llama")) { /* gpt_cuda.cu holds GPT-2's layers only */
-		if (!strcmp(want, "auto")) {
-			return 0;
-		}
-		fprintf(stderr, "zinf_gpt: --device cuda: the GPU layers are GPT-2's only; "
-				"--arch llama runs on --device host\n");
-		return 2;
-	}
 	if (n > 0) {
 		R->t.ops = &gpt_cuda_ops;
 		return 0;
@@ -402,6 +399,16 @@ run_init(struct run *R, int argc, char **argv)
 	if (gpt_args_parse(argc, argv, &R->a) || gpt_log_level_from_env()) {
 		return 2;
 	}
+	/* the vocabulary (the data's range) and the hidden size (the configuration's "auto"s)
+	   before the engine: --from-hf's config.json is read again, and checked, at the import */
+	R->vocab = R->a.vocab;
+	R->hidden = R->a.hidden;
+	struct zinf_hf_model hf = {.size = sizeof(hf)};
+	if (R->a.from_hf && zinf_hf_model_read(R->a.from_hf, &hf) == 0 && hf.vocab <= INT32_MAX &&
+	    hf.hidden <= INT32_MAX) {
+		R->vocab = (int)hf.vocab;
+		R->hidden = (int)hf.hidden;
+	}
 	if ((r = pick_layers(R))) {
 		return r;
 	}
@@ -424,11 +431,22 @@ run_init(struct run *R, int argc, char **argv)
 	t->rank = R->log_rank = zinf_comm_rank(R->comm);
 	t->world = zinf_comm_world(R->comm);
 	R->lead = t->rank == 0;
-	if (read_config(R) || make_engine(R)) {
-		return 1;
-	}
-	if ((r = gpt_data_init(&R->data, t->m.d.V, R->a.fanout, R->a.seed))) {
+	/* the data first: a token file's fault stops the run before the engine exists */
+	if (R->a.data) {
+		char err[1024];
+		if (gpt_tokens_open(&R->tokens, R->a.data, (enum gpt_tokens_format)R->a.data_dtype,
+				    R->vocab, R->a.context, err, sizeof(err))) {
+			fprintf(stderr, "zinf_gpt: --data %s\n", err);
+			return 1;
+		}
+		R->floor_ = NAN;
+	} else if ((r = gpt_data_init(&R->data, R->vocab, R->a.fanout, R->a.seed))) {
 		fprintf(stderr, "zinf_gpt: data: %s\n", zinf_strerror(r));
+		return 1;
+	} else {
+		R->floor_ = R->data.entropy;
+	}
+	if (read_config(R) || make_engine(R)) {
 		return 1;
 	}
 	R->host_tok = malloc((size_t)(t->m.d.T + 1) * sizeof(int));
@@ -461,10 +479,28 @@ run_init(struct run *R, int argc, char **argv)
 		       R->a.from_hf ? R->a.from_hf : "", d->L, d->NH, kv, d->C, d->T, d->V,
 		       (unsigned long long)t->m.n_params, d->B, t->gas, t->world,
 		       (long long)R->cfg.train_batch_size);
-		printf("data: Markov source, %d successors per token; entropy floor %.4f nats "
-		       "(uniform %.4f)%s%s\n",
-		       R->a.fanout, R->data.entropy, log((double)t->m.d.V),
-		       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
+		if (R->a.data) {
+			const struct gpt_tokens *tk = &R->tokens;
+			printf("data: %s, %s, %llu tokens (largest %u; uniform loss %.4f); row G "
+			       "of a step is the %d + 1 tokens from G x %d mod %llu%s%s\n",
+			       R->a.data, tk->what, (unsigned long long)tk->n, tk->max_token,
+			       log((double)d->V), d->T, d->T, (unsigned long long)tk->n,
+			       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
+		} else {
+			printf("data: Markov source, %d successors per token; entropy floor %.4f "
+			       "nats (uniform %.4f)%s%s\n",
+			       R->a.fanout, R->data.entropy, log((double)d->V),
+			       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
+		}
+		const struct zinf_train_config *c = &R->cfg;
+		printf("training: lr %g, %s; weight decay %g on %u of %u tensors (%llu parameters: "
+		       "weight matrices and embeddings), not on biases and norm weights (Hugging "
+		       "Face's grouping)\n",
+		       (double)c->engine.optimizer.lr,
+		       c->scheduler.type == ZINF_SCHED_NONE ? "constant (no scheduler)"
+							    : zinf_schedule_name(c->scheduler.type),
+		       (double)c->engine.optimizer.weight_decay, t->m.n_tensors - t->m.t_no_decay,
+		       t->m.n_tensors, (unsigned long long)(t->m.n_params - t->m.n_no_decay));
 		fflush(stdout);
 	}
 	return 0;
@@ -494,6 +530,7 @@ run_fini(struct run *R)
 		R->t.ops->close(R->t.ops_ctx);
 	}
 	gpt_data_fini(&R->data);
+	gpt_tokens_close(&R->tokens);
 	gpt_hf_close(R->hf);
 	gpt_model_free(&R->t.m);
 	zinf_config_fini(&R->cfg);
@@ -524,10 +561,19 @@ ckpt_dims(const struct run *R, int32_t out[11])
 	const struct gpt_dims *d = &R->t.m.d;
 	/* the samples of a step depend on the global batch only (gpt_data.h): another split over
 	   ranks and micro-batches (another world size) continues the same run */
-	int32_t v[11] = {d->V,	      d->T,	   d->C,
-			 d->NH,	      d->L,	   d->B * R->t.gas * R->t.world,
-			 R->a.fanout, d->arch,	   gpt_kvh(d),
-			 gpt_ff(d),   !gpt_tied(d)};
+	/* fanout: the Markov source's, 0 for --data (a run of the other source is refused; the
+	   token file itself is not identified) */
+	int32_t v[11] = {d->V,
+			 d->T,
+			 d->C,
+			 d->NH,
+			 d->L,
+			 d->B * R->t.gas * R->t.world,
+			 R->a.data ? 0 : R->a.fanout,
+			 d->arch,
+			 gpt_kvh(d),
+			 gpt_ff(d),
+			 !gpt_tied(d)};
 	memcpy(out, v, sizeof(v));
 }
 
@@ -733,7 +779,8 @@ resume_checkpoint(struct run *R, int *first_step)
 
 /*
  * This rank's sequences of micro-batch `micro`: global sample (micro x world + rank) x B + b,
- * so that every split of the global batch sees the same samples. Copied to the device on the
+ * so that every split of the global batch sees the same samples (--data: the window of global
+ * row ((step - 1) gas + micro) world + rank) B + b, gpt_tokens.h). Copied to the device on the
  * compute stream (after a sync: the previous copy out of host_io is done).
  */
 static int
@@ -748,8 +795,19 @@ load_batch(struct run *R, int step, int micro)
 		return r;
 	}
 	for (int b = 0; b < d->B; b++) {
-		int64_t gi = ((int64_t)micro * t->world + t->rank) * d->B + b;
-		gpt_data_sample(&R->data, step, gi, d->T, R->host_tok);
+		if (R->a.data) {
+			uint64_t s = gpt_tokens_start(&R->tokens, step, t->gas, micro, t->world,
+						      t->rank, d->B, b, d->T);
+			char err[512];
+			if (gpt_tokens_window(&R->tokens, s, R->host_tok, err, sizeof(err))) {
+				fprintf(stderr, "zinf_gpt: rank %d: step %d: --data %s\n", t->rank,
+					step, err);
+				return -EIO;
+			}
+		} else {
+			int64_t gi = ((int64_t)micro * t->world + t->rank) * d->B + b;
+			gpt_data_sample(&R->data, step, gi, d->T, R->host_tok);
+		}
 		memcpy(t->b.host_io + b * T, R->host_tok, T * sizeof(int));
 		memcpy(t->b.host_io + N + b * T, R->host_tok + 1, T * sizeof(int));
 	}
@@ -966,16 +1024,29 @@ locked_bytes(void)
 	return kb < 0 ? -1 : kb * 1024;
 }
 
+/* " (floor F)" beside a loss, or nothing when there is none (--data) */
+static const char *
+floor_text(char *buf, size_t n, double floor_)
+{
+	if (isnan(floor_)) {
+		return "";
+	}
+	snprintf(buf, n, " (floor %.4f)", floor_);
+	return buf;
+}
+
 static void
 progress(int step, int steps, double loss, double floor_)
 {
+	char ft[32];
 	int w = 30, fill = (int)((double)step / steps * w);
 	char bar[64];
 	for (int i = 0; i < w; i++) {
 		bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
 	}
 	bar[w] = 0;
-	fprintf(stderr, "\r[%s] %d/%d loss %.4f (floor %.4f)", bar, step, steps, loss, floor_);
+	fprintf(stderr, "\r[%s] %d/%d loss %.4f%s", bar, step, steps, loss,
+		floor_text(ft, sizeof(ft), floor_));
 	fflush(stderr);
 }
 
@@ -1007,15 +1078,18 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 	if (R->json) {
 		/* JSON has no infinity or NaN: an overflowed step's norm is null, as is one not
 		   computed */
-		char gnorm[32] = "null", beta1[32] = "null";
+		char gnorm[32] = "null", beta1[32] = "null", fl[32] = "null";
 		if (has_norm && isfinite(es.grad_norm)) {
 			snprintf(gnorm, sizeof(gnorm), "%.9g", es.grad_norm);
 		}
 		if (!isnan(R->beta1)) {
 			snprintf(beta1, sizeof(beta1), "%.9g", R->beta1);
 		}
+		if (!isnan(R->floor_)) { /* --data: none */
+			snprintf(fl, sizeof(fl), "%.17g", R->floor_);
+		}
 		fprintf(R->json,
-			"{\"step\": %d, \"loss\": %.17g, \"floor\": %.17g, \"lr\": %.9g, "
+			"{\"step\": %d, \"loss\": %.17g, \"floor\": %s, \"lr\": %.9g, "
 			"\"step_s\": %.6f, \"tokens_per_s\": %.1f, \"nvme_read_bytes\": %llu, "
 			"\"nvme_write_bytes\": %llu, \"nvme_read_GBps\": %.6f, "
 			"\"nvme_write_GBps\": %.6f, \"pinned_bytes\": %lld, "
@@ -1026,8 +1100,7 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 			"\"trace_misses\": %llu, \"peak_live_elems\": %llu, \"grad_norm\": %s, "
 			"\"loss_scale\": %.17g, \"skipped\": %s, \"skipped_steps\": %llu, "
 			"\"rolled_back\": %u, \"beta1\": %s}\n",
-			step, loss, R->data.entropy, lr, wall, toks,
-			(unsigned long long)es.nvme_read_bytes,
+			step, loss, fl, lr, wall, toks, (unsigned long long)es.nvme_read_bytes,
 			(unsigned long long)es.nvme_write_bytes, rd, wr, lk, es.exposed_fetch_s,
 			es.exposed_step_s, es.optimizer_s, es.stepped_during_backward,
 			es.sub_groups, (unsigned long long)es.trace_hits,
@@ -1041,17 +1114,18 @@ report_step(struct run *R, int step, double lr, double loss, bool skipped, doubl
 		if (R->bar) {
 			fprintf(stderr, "\r\033[K");
 		}
-		printf("step %5d/%d | loss %.4f (floor %.4f) | lr %.3e | %7.0f tok/s | nvme r %.3f "
+		char ft[32];
+		printf("step %5d/%d | loss %.4f%s | lr %.3e | %7.0f tok/s | nvme r %.3f "
 		       "w %.3f GB/s | pinned %.1f MiB | exposed fetch %.1f ms step %.1f ms | "
 		       "grad norm %s | loss scale %g%s\n",
-		       step, R->a.steps, loss, R->data.entropy, lr, toks, rd, wr,
-		       lk < 0 ? 0.0 : (double)lk / (1 << 20), es.exposed_fetch_s * 1e3,
+		       step, R->a.steps, loss, floor_text(ft, sizeof(ft), R->floor_), lr, toks, rd,
+		       wr, lk < 0 ? 0.0 : (double)lk / (1 << 20), es.exposed_fetch_s * 1e3,
 		       es.exposed_step_s * 1e3, norm, es.loss_scale,
 		       skipped ? " | skipped (fp16 overflow)" : "");
 		fflush(stdout);
 	}
 	if (R->bar) {
-		progress(step, R->a.steps, loss, R->data.entropy);
+		progress(step, R->a.steps, loss, R->floor_);
 	}
 }
 
@@ -1063,17 +1137,23 @@ summary(const struct run *R, double total)
 	const struct gpt_timers *tm = &t->tm;
 	int n = R->steps_done, tail = n / 10 > 0 ? n / 10 : 1;
 	double to = 0, from = n ? R->losses[0] : NAN, uni = log((double)t->m.d.V);
-	double floor_ = R->data.entropy;
+	double floor_ = R->floor_;
 	for (int i = n - tail; i < n; i++) {
 		to += i >= 0 ? R->losses[i] / tail : NAN;
 	}
 	double other = total - tm->compute - tm->fetch - tm->grad - tm->step;
 	int ran = n - R->resumed_at; /* steps this process ran */
+	char way[96];
+	if (isnan(floor_)) { /* --data: no floor known */
+		snprintf(way, sizeof(way), "uniform %.4f", uni);
+	} else {
+		snprintf(way, sizeof(way), "floor %.4f: %.0f%% of the way from %.4f (uniform)",
+			 floor_, 100.0 * (uni - to) / (uni - floor_), uni);
+	}
 	printf("summary: %d steps in %.1f s (%.0f tokens/s)%s; loss %.4f -> %.4f (mean of the "
-	       "last %d steps), floor %.4f: %.0f%% of the way from %.4f (uniform)\n",
+	       "last %d steps), %s\n",
 	       ran, total, (double)t->m.d.B * t->m.d.T * t->gas * t->world * ran / total,
-	       R->resumed_at ? " after resuming" : "", from, to, tail, floor_,
-	       100.0 * (uni - to) / (uni - floor_), uni);
+	       R->resumed_at ? " after resuming" : "", from, to, tail, way);
 	printf("time (rank 0): compute %.1f s (%.0f%%), waiting for parameters %.1f s (%.0f%%; "
 	       "engine's exposed fetch %.1f s), optimizer %.1f s (%.0f%%; exposed step %.1f s, "
 	       "optimizer kernel %.1f s in all), gradient hand-off %.1f s, data and other %.1f s\n",

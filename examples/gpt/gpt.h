@@ -19,10 +19,13 @@
 
 struct gpt_args {
 	const char *config, *json, *nvme_path, *scratch_parent;
-	const char *save, *resume; /* checkpoint directories (NULL: none) */
-	const char *device;	   /* --device: "auto", "host" or "cuda" */
-	int save_every;		   /* steps between checkpoints into `save` (0: at the end only) */
-	int keep;		   /* checkpoints kept in `save` (0: all) */
+	const char *save, *resume;   /* checkpoint directories (NULL: none) */
+	const char *device;	     /* --device: "auto", "host" or "cuda" */
+	const char *data;	     /* --data: a token file (NULL: the Markov source) */
+	const char *data_dtype_name; /* --data-dtype as given (NULL: llmc) */
+	int data_dtype;		     /* enum gpt_tokens_format of it */
+	int save_every; /* steps between checkpoints into `save` (0: at the end only) */
+	int keep;	/* checkpoints kept in `save` (0: all) */
 	int steps, layers, heads, hidden, context, vocab, batch, grad_accum, fanout;
 	const char *arch;	/* --arch: "gpt2" or "llama" */
 	const char *from_hf;	/* --from-hf DIR: the model's shape and initial values */
@@ -100,6 +103,7 @@ struct gpt_tensor {
 	char name[96];
 	size_t rows, cols;
 	int layer;
+	bool no_decay; /* no weight decay (a bias or a norm's weight: the 1-D tensors) */
 };
 
 /* The model as the engine holds it: every tensor's id, named as Hugging Face names it. */
@@ -110,6 +114,10 @@ struct gpt_model {
 	uint64_t seed, n_params;
 	struct gpt_tensor *tensors; /* by id (gpt_model_layout; freed by gpt_model_free) */
 	uint32_t n_tensors;
+	/* the optimizer's weight decay skips biases and norm weights (ZINF_PARAM_NO_DECAY, as
+	   Hugging Face's Trainer groups them): their elements and tensors */
+	uint64_t n_no_decay;
+	uint32_t t_no_decay;
 	/* where the initial values come from: NULL, the seeded initialisation; else this
 	   callback (a Hugging Face checkpoint: gpt_hf_init) */
 	zinf_param_init_fn init;

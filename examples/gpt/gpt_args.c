@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "gpt.h"
+#include "gpt_tokens.h"
 
 #ifndef GPT_DEFAULT_CONFIG
 #define GPT_DEFAULT_CONFIG "examples/gpt/configs/zero3_nvme.json"
@@ -65,6 +66,18 @@ static const struct flag flags[] = {
 	{"lr", "LR", "learning rate for an \"auto\" lr", K_LR, A(lr), 0, 0},
 	{"fanout", "K", "successors per token in the Markov source (default 4)", K_INT, A(fanout),
 	 1, 1 << 24},
+	{"data", "FILE",
+	 "train on a token file instead of the Markov source: llm.c's .bin (header: magic "
+	 "20240520 with uint16 tokens, or 20240801 with uint32), or raw tokens with "
+	 "--data-dtype; every token must be below --vocab. Row b of micro-batch m of step s "
+	 "on rank r is the T+1 tokens from ((((s-1) gas + m) world + r) B + b) T mod the "
+	 "file's tokens, going on from token 0 past the end; inputs its first T, targets its "
+	 "last T",
+	 K_STR, A(data), 0, 0},
+	{"data-dtype", "D",
+	 "--data's format: llmc (default: llm.c's header, then its tokens), uint16 or uint32 "
+	 "(raw little-endian tokens, no header)",
+	 K_STR, A(data_dtype_name), 0, 0},
 	{"seed", "S", "model and data seed (default 1)", K_SEED, A(seed), 0, 0},
 	{"json", "FILE", "per-step records, JSON lines (rank 0)", K_STR, A(json), 0, 0},
 	{"nvme-path", "DIR", "every nvme_path of the config becomes DIR", K_STR, A(nvme_path), 0,
@@ -117,6 +130,13 @@ usage(FILE *f)
 			 flags[i].meta ? flags[i].meta : "");
 		fprintf(f, "  %-24s %s\n", left, flags[i].help);
 	}
+	fputs("\nTraining as a Hugging Face user expects: the config's optimizer and\n"
+	      "scheduler (\"auto\" resolved from these flags as the Trainer resolves it);\n"
+	      "without a \"scheduler\" block the learning rate is constant (the optimizer's\n"
+	      "lr, --lr for an \"auto\" one). The optimizer's weight_decay applies to the\n"
+	      "weight matrices and the embeddings only: not to biases and LayerNorm weights,\n"
+	      "as the Trainer groups them.\n",
+	      f);
 }
 
 /* One flag's value into *a; 0 or -1 after a message. */
@@ -287,6 +307,18 @@ gpt_args_parse(int argc, char **argv, struct gpt_args *a)
 	if (a->test_kill_in_save && !strchr(a->test_kill_in_save, ':')) {
 		fprintf(stderr, "zinf_gpt: --test-kill-in-save %s: expected POINT:TAG\n",
 			a->test_kill_in_save);
+		return -1;
+	}
+	enum gpt_tokens_format fmt = GPT_TOKENS_LLMC;
+	if (a->data_dtype_name && gpt_tokens_format_parse(a->data_dtype_name, &fmt)) {
+		fprintf(stderr, "zinf_gpt: --data-dtype %s: expected llmc, uint16 or uint32\n",
+			a->data_dtype_name);
+		return -1;
+	}
+	a->data_dtype = (int)fmt;
+	if (a->data_dtype_name && !a->data) {
+		fprintf(stderr,
+			"zinf_gpt: --data-dtype without --data FILE: no token file to read\n");
 		return -1;
 	}
 	if (a->fanout > a->vocab) {

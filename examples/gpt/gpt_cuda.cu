@@ -1,19 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * examples/gpt/gpt_cuda.cu: the GPT's layers on a GPU (the "cuda" device), forward and
- * backward, the same math as gpt_cpu.c in fp32: cuBLAS sgemm for the matrix products (the
- * default math mode: fp32, no TF32), kernels for the rest, everything queued on the trainer's
- * compute stream (the cudaStream_t it gives the engine as compute_stream; cublasSetStream).
+ * examples/gpt/gpt_cuda.cu: the layers of both architectures on a GPU (the "cuda" device),
+ * forward and backward, the same math as the CPU layers in fp32: GPT-2's as gpt_cpu.c's,
+ * Llama's (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, a tied or own head) as
+ * llama_cpu.c's; the causal attention kernels serve both (GPT-2 is the case of as many
+ * key-value heads as query heads). cuBLAS sgemm for the matrix products (the default math mode:
+ * fp32, no TF32), kernels for the rest, everything queued on the trainer's compute stream (the
+ * cudaStream_t it gives the engine as compute_stream; cublasSetStream).
  *
  * Deterministic: no atomics. Every output element is written by one thread; a sum over a row
  * is a fixed tree (warp shuffles, then the warps in order) for a fixed block size, and a sum
- * over rows (bias and LayerNorm weight gradients, the attention's key and value gradients, the
- * embedding gradients) is one thread's loop in the CPU's order. cuBLAS gives the same bits on
- * every run on the same GPU model and toolkit. The results differ from the CPU's in rounding
- * (summation order, fused multiply-add): tests/gpt/check_gpt.sh (case cuda) states the
- * tolerance.
+ * over rows (bias, LayerNorm and RMSNorm weight gradients, the attention's key and value
+ * gradients, summed over the query heads that share them, the embedding gradients) is one
+ * thread's loop in the CPU's order. cuBLAS gives the same bits on every run on the same GPU
+ * model and toolkit. The results differ from the CPU's in rounding (summation order, fused
+ * multiply-add): tests/gpt/check_gpt.sh (case cuda) states the tolerance.
  *
- * The gradients are set or accumulated exactly as gpt_cpu.c's (gpt_model.h says which).
+ * The gradients are set or accumulated exactly as the CPU layers' (gpt_model.h says which).
  * Errors of a launch or a cuBLAS call are kept in the context (the first one) and returned by
  * gpt_cuda_ops.status; an error of running work is returned by the next zinf_stream_sync() of
  * the compute stream. Not here: the training loop (gpt_train.c, gpt.c).
@@ -142,7 +145,7 @@ block_reduce(float v, float *sh, float identity)
 #define LN_EPS	   1e-5f
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 
-/* o = wte[tokens[i]] + wpe[i % T], one thread per element */
+/* o = wte[tokens[i]] + wpe[i % T] (wpe NULL, Llama: wte[tokens[i]]), one thread per element */
 __global__ void
 k_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int N, int T,
 		  int C)
@@ -151,7 +154,8 @@ k_encoder_forward(float *out, const int *tokens, const float *wte, const float *
 	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
 	     e += (size_t)gridDim.x * blockDim.x) {
 		size_t i = e / C, c = e % C;
-		out[e] = wte[(size_t)tokens[i] * C + c] + wpe[(i % T) * C + c];
+		float we = wte[(size_t)tokens[i] * C + c];
+		out[e] = wpe ? we + wpe[(i % T) * C + c] : we;
 	}
 }
 
@@ -318,27 +322,149 @@ k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 	}
 }
 
+/* ---- Llama's kernels (llama_cpu.c's math) ---------------------------------------------------- */
+
+/* out = w x r, r = 1 / sqrt(mean(x^2) + eps) (transformers' LlamaRMSNorm); one block per row */
+__global__ void
+k_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int C, float eps)
+{
+	__shared__ float sh[33];
+	size_t i = blockIdx.x;
+	const float *x = inp + i * C;
+	float ss = 0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		ss += x[c] * x[c];
+	}
+	ss = block_reduce<op_sum>(ss, sh, 0.0f);
+	float r = 1.0f / sqrtf(ss / (float)C + eps);
+	float *o = out + i * C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		o[c] = w[c] * (x[c] * r);
+	}
+	if (threadIdx.x == 0) {
+		rstd[i] = r;
+	}
+}
+
+/* dw[c] = (set) sum over the rows in order of dout x rstd; one thread per channel */
+__global__ void
+k_rmsnorm_backward_w(float *dw, const float *dout, const float *inp, const float *rstd, int N,
+		     int C)
+{
+	for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+		float s = 0;
+		for (int i = 0; i < N; i++) {
+			s += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+		}
+		dw[c] = s;
+	}
+}
+
+/* dinp += r g - x r^3 mean(g x), g = w dout; one block per row */
+__global__ void
+k_rmsnorm_backward_x(float *dinp, const float *dout, const float *inp, const float *w,
+		     const float *rstd, int C)
+{
+	__shared__ float sh[33];
+	size_t i = blockIdx.x;
+	const float *x = inp + i * C, *g = dout + i * C;
+	float *dx = dinp + i * C;
+	float r = rstd[i], gx = 0;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		gx += w[c] * g[c] * x[c];
+	}
+	gx = block_reduce<op_sum>(gx, sh, 0.0f);
+	float k = r * r * r * gx / (float)C;
+	for (int c = threadIdx.x; c < C; c += blockDim.x) {
+		dx[c] += r * w[c] * g[c] - x[c] * k;
+	}
+}
+
 /*
- * Causal attention forward, one block per (b, h, t) row (blockIdx.x = (b * NH + h) * T + t):
- * scores scale q_t . k_t2 for t2 <= t (each thread its own t2, the dot in i order as the CPU),
- * the softmax over them (entries above the diagonal 0), then out_t = sum over t2 in order of
- * att[t2] v_t2 (each thread its own i).
+ * Rotary position embedding in place on x [N rows of stride `stride`, `heads` heads of hs], row
+ * i at position i % T, as llama_cpu.c's rope(): element j < hs/2 of a head pairs with j + hs/2
+ * and the pair turns by pos x theta^(-2j / hs), the angle, its cosine and sine in double and
+ * then rounded to float as the CPU does; sign -1 turns back (the backward). One thread per
+ * (row, j), over the heads.
  */
 __global__ void
-k_attention_forward(float *out, float *att, const float *qkv, int T, int C, int NH, float scale)
+k_rope(float *x, int N, int T, int heads, int hs, int stride, double theta, int sign)
+{
+	int half = hs / 2;
+	size_t n = (size_t)N * half;
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+	     e += (size_t)gridDim.x * blockDim.x) {
+		size_t i = e / half;
+		int j = (int)(e % half);
+		double ang = (double)(i % T) * pow(theta, -2.0 * j / hs);
+		float cs = (float)cos(ang), sn = (float)(sign * sin(ang));
+		float *row = x + i * stride;
+		for (int h = 0; h < heads; h++) {
+			float *p = row + (size_t)h * hs;
+			float x1 = p[j], x2 = p[j + half];
+			p[j] = x1 * cs - x2 * sn;
+			p[j + half] = x2 * cs + x1 * sn;
+		}
+	}
+}
+
+__device__ static float
+sigmoid(float x)
+{
+	return 1.0f / (1.0f + expf(-x));
+}
+
+/* m = silu(gate) up */
+__global__ void
+k_swiglu_forward(float *m, const float *gate, const float *up, size_t n)
+{
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+	     e += (size_t)gridDim.x * blockDim.x) {
+		float g = gate[e];
+		m[e] = g * sigmoid(g) * up[e];
+	}
+}
+
+/* dgate = (set) dm up silu'(gate), dup = (set) dm silu(gate) */
+__global__ void
+k_swiglu_backward(float *dgate, float *dup, const float *dm, const float *gate, const float *up,
+		  size_t n)
+{
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n;
+	     e += (size_t)gridDim.x * blockDim.x) {
+		float g = gate[e], sg = sigmoid(g), d = dm[e];
+		dgate[e] = d * up[e] * sg * (1.0f + g * (1.0f - sg));
+		dup[e] = d * g * sg;
+	}
+}
+
+/*
+ * The attention kernels take gpt_cpu.c's layout: NH query heads over KVH key-value heads (head h
+ * reads key-value head h / (NH / KVH); GPT-2 is KVH = NH), each hs wide; row r = b T + t of q
+ * starts at q + r qs, of k and v at k + r kvs, v + r kvs (GPT-2: slices of one qkv buffer,
+ * qs = kvs = 3C); att and dpreatt [B, NH, T, T]; out and dout [B, T, NH hs].
+ *
+ * Forward, one block per (b, h, t) row (blockIdx.x = (b * NH + h) * T + t): scores scale
+ * q_t . k_t2 for t2 <= t (each thread its own t2, the dot in i order as the CPU), the softmax
+ * over them (entries above the diagonal 0), then out_t = sum over t2 in order of att[t2] v_t2
+ * (each thread its own i).
+ */
+__global__ void
+k_attention_forward(float *out, float *att, const float *q, const float *k, const float *v, int qs,
+		    int kvs, int T, int NH, int KVH, int hs, float scale)
 {
 	__shared__ float sh[33];
 	int row = blockIdx.x, t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-	int C3 = 3 * C, hs = C / NH;
-	const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-	const float *q = base + (size_t)t * C3;
+	size_t kvo = (size_t)(h / (NH / KVH)) * hs;
+	const float *qt = q + ((size_t)b * T + t) * qs + (size_t)h * hs;
+	const float *kb = k + (size_t)b * T * kvs + kvo, *vb = v + (size_t)b * T * kvs + kvo;
 	float *a = att + (size_t)row * T;
 	float mx = -INFINITY;
 	for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-		const float *k = base + (size_t)t2 * C3 + C;
+		const float *kt = kb + (size_t)t2 * kvs;
 		float s = 0;
 		for (int i = 0; i < hs; i++) {
-			s += q[i] * k[i];
+			s += qt[i] * kt[i];
 		}
 		s *= scale;
 		a[t2] = s;
@@ -356,11 +482,11 @@ k_attention_forward(float *out, float *att, const float *qkv, int T, int C, int 
 		a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
 	}
 	__syncthreads(); /* every a[t2] written (global memory, this block) before it is read */
-	float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+	float *o = out + ((size_t)b * T + t) * ((size_t)NH * hs) + (size_t)h * hs;
 	for (int i = threadIdx.x; i < hs; i += blockDim.x) {
 		float s = 0;
 		for (int t2 = 0; t2 <= t; t2++) {
-			s += a[t2] * base[(size_t)t2 * C3 + 2 * C + i];
+			s += a[t2] * vb[(size_t)t2 * kvs + i];
 		}
 		o[i] = s;
 	}
@@ -372,22 +498,21 @@ k_attention_forward(float *out, float *att, const float *qkv, int T, int C, int 
  * t2 <= t (0 above the diagonal).
  */
 __global__ void
-k_attention_backward_scores(float *datt, float *dpreatt, const float *dout, const float *qkv,
-			    const float *att, int T, int C, int NH)
+k_attention_backward_scores(float *datt, float *dpreatt, const float *dout, const float *v, int kvs,
+			    const float *att, int T, int NH, int KVH, int hs)
 {
 	__shared__ float sh[33];
 	int row = blockIdx.x, t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-	int C3 = 3 * C, hs = C / NH;
-	const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-	const float *g = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+	const float *vb = v + (size_t)b * T * kvs + (size_t)(h / (NH / KVH)) * hs;
+	const float *g = dout + ((size_t)b * T + t) * ((size_t)NH * hs) + (size_t)h * hs;
 	const float *a = att + (size_t)row * T;
 	float *da = datt + (size_t)row * T, *dp = dpreatt + (size_t)row * T;
 	float dot = 0;
 	for (int t2 = threadIdx.x; t2 <= t; t2 += blockDim.x) {
-		const float *v = base + (size_t)t2 * C3 + 2 * C;
+		const float *vt = vb + (size_t)t2 * kvs;
 		float s = 0;
 		for (int i = 0; i < hs; i++) {
-			s += v[i] * g[i];
+			s += vt[i] * g[i];
 		}
 		da[t2] = s;
 		dot += a[t2] * s;
@@ -399,34 +524,56 @@ k_attention_backward_scores(float *datt, float *dpreatt, const float *dout, cons
 }
 
 /*
- * Attention backward, part 2, one block per (b, h, t), each thread its own i of the head: the
- * query, key and value gradients of position t (set), each a loop in the CPU's order:
+ * Attention backward, part 2: the query gradient of position t (set), one block per (b, h, t),
+ * each thread its own i of the head, a loop in the CPU's order:
  *   dq_t = sum over t2 <= t of k_t2 (dpreatt[t][t2] scale)
- *   dk_t = sum over t' >= t of q_t' (dpreatt[t'][t] scale)
- *   dv_t = sum over t' >= t of att[t'][t] dout_t'
  */
 __global__ void
-k_attention_backward_qkv(float *dqkv, const float *dpreatt, const float *dout, const float *qkv,
-			 const float *att, int T, int C, int NH, float scale)
+k_attention_backward_dq(float *dq, int qs, const float *dpreatt, const float *k, int kvs, int T,
+			int NH, int KVH, int hs, float scale)
 {
 	int row = blockIdx.x, t = row % T, bh = row / T, h = bh % NH, b = bh / NH;
-	int C3 = 3 * C, hs = C / NH;
-	const float *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-	const float *gbase = dout + (size_t)b * T * C + (size_t)h * hs;
-	const float *dpb = dpreatt + (size_t)bh * T * T, *ab = att + (size_t)bh * T * T;
-	float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+	const float *kb = k + (size_t)b * T * kvs + (size_t)(h / (NH / KVH)) * hs;
+	const float *dpt = dpreatt + (size_t)row * T;
+	float *dqt = dq + ((size_t)b * T + t) * qs + (size_t)h * hs;
 	for (int i = threadIdx.x; i < hs; i += blockDim.x) {
-		float sq = 0, sk = 0, sv = 0;
+		float s = 0;
 		for (int t2 = 0; t2 <= t; t2++) {
-			sq += base[(size_t)t2 * C3 + C + i] * (dpb[(size_t)t * T + t2] * scale);
+			s += kb[(size_t)t2 * kvs + i] * (dpt[t2] * scale);
 		}
-		for (int t1 = t; t1 < T; t1++) {
-			sk += base[(size_t)t1 * C3 + i] * (dpb[(size_t)t1 * T + t] * scale);
-			sv += ab[(size_t)t1 * T + t] * gbase[(size_t)t1 * C + i];
+		dqt[i] = s;
+	}
+}
+
+/*
+ * Attention backward, part 3: the key and value gradients of position t (set), one block per
+ * (b, key-value head kh, t) (blockIdx.x = (b * KVH + kh) * T + t), each thread its own i. Every
+ * query head h of kh's group adds in, in head order, and within a head in query order, as the
+ * CPU (no atomics: this thread is the only writer of the element):
+ *   dk_t = sum over h, then over t' >= t, of q_t'(h) (dpreatt[h][t'][t] scale)
+ *   dv_t = sum over h, then over t' >= t, of att[h][t'][t] dout_t'(h)
+ */
+__global__ void
+k_attention_backward_dkv(float *dk, float *dv, int kvs, const float *dpreatt, const float *dout,
+			 const float *q, int qs, const float *att, int T, int NH, int KVH, int hs,
+			 float scale)
+{
+	int row = blockIdx.x, t = row % T, bk = row / T, kh = bk % KVH, b = bk / KVH;
+	int group = NH / KVH, C = NH * hs;
+	const float *qb = q + (size_t)b * T * qs, *gb = dout + (size_t)b * T * C;
+	size_t o = ((size_t)b * T + t) * kvs + (size_t)kh * hs;
+	for (int i = threadIdx.x; i < hs; i += blockDim.x) {
+		float sk = 0, sv = 0;
+		for (int h = kh * group; h < (kh + 1) * group; h++) {
+			size_t ho = (size_t)h * hs + i, bh = (size_t)b * NH + h;
+			const float *dpb = dpreatt + bh * T * T, *ab = att + bh * T * T;
+			for (int t1 = t; t1 < T; t1++) {
+				sk += qb[(size_t)t1 * qs + ho] * (dpb[(size_t)t1 * T + t] * scale);
+				sv += ab[(size_t)t1 * T + t] * gb[(size_t)t1 * C + ho];
+			}
 		}
-		dq[i] = sq;
-		dq[i + C] = sk;
-		dq[i + 2 * C] = sv;
+		dk[o + i] = sk;
+		dv[o + i] = sv;
 	}
 }
 
@@ -544,6 +691,72 @@ copy(struct gpt_cuda *g, float *dst, const float *src, size_t n)
 	}
 }
 
+static void
+zero(struct gpt_cuda *g, float *dst, size_t n)
+{
+	cudaError_t e = cudaMemsetAsync(dst, 0, n * sizeof(float), g->s);
+	if (e != cudaSuccess) {
+		cuda_fail(g, "cudaMemsetAsync", cudaGetErrorString(e));
+	}
+}
+
+/* Causal attention (the kernels' comment says the layout): out [B, T, NH hs], att the softmax */
+static void
+attention_forward(struct gpt_cuda *g, float *out, float *att, const float *q, const float *k,
+		  const float *v, int qs, int kvs, int B, int T, int NH, int KVH, int hs)
+{
+	LAUNCH(k_attention_forward, B * NH * T, ROW_THREADS, g->s)
+	(out, att, q, k, v, qs, kvs, T, NH, KVH, hs, 1.0f / sqrtf((float)hs));
+	check_launch(g, "attention_forward");
+}
+
+/* dq, dk, dv = (set), with q's and kv's strides; datt, dpreatt scratch [B, NH, T, T] */
+static void
+attention_backward(struct gpt_cuda *g, float *dq, float *dk, float *dv, int qs, int kvs,
+		   float *datt, float *dpreatt, const float *dout, const float *q, const float *k,
+		   const float *v, const float *att, int B, int T, int NH, int KVH, int hs)
+{
+	float scale = 1.0f / sqrtf((float)hs);
+	LAUNCH(k_attention_backward_scores, B * NH * T, ROW_THREADS, g->s)
+	(datt, dpreatt, dout, v, kvs, att, T, NH, KVH, hs);
+	check_launch(g, "attention_backward_scores");
+	LAUNCH(k_attention_backward_dq, B * NH * T, 64, g->s)
+	(dq, qs, dpreatt, k, kvs, T, NH, KVH, hs, scale);
+	check_launch(g, "attention_backward_dq");
+	LAUNCH(k_attention_backward_dkv, B * KVH * T, 64, g->s)
+	(dk, dv, kvs, dpreatt, dout, q, qs, att, T, NH, KVH, hs, scale);
+	check_launch(g, "attention_backward_dkv");
+}
+
+static void
+rmsnorm_forward(struct gpt_cuda *g, float *out, float *rstd, const float *inp, const float *w,
+		int N, int C, double eps)
+{
+	LAUNCH(k_rmsnorm_forward, N, ROW_THREADS, g->s)(out, rstd, inp, w, C, (float)eps);
+	check_launch(g, "rmsnorm_forward");
+}
+
+/* dinp += d(RMSNorm)/dinp; dw = (set) */
+static void
+rmsnorm_backward(struct gpt_cuda *g, float *dinp, float *dw, const float *dout, const float *inp,
+		 const float *w, const float *rstd, int N, int C)
+{
+	LAUNCH(k_rmsnorm_backward_w, (C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
+	(dw, dout, inp, rstd, N, C);
+	check_launch(g, "rmsnorm_backward_w");
+	LAUNCH(k_rmsnorm_backward_x, N, ROW_THREADS, g->s)(dinp, dout, inp, w, rstd, C);
+	check_launch(g, "rmsnorm_backward_x");
+}
+
+static void
+rope(struct gpt_cuda *g, float *x, int N, int T, int heads, int hs, int stride, double theta,
+     int sign)
+{
+	LAUNCH(k_rope, ew_blocks((size_t)N * (hs / 2)), EW_THREADS, g->s)
+	(x, N, T, heads, hs, stride, theta, sign);
+	check_launch(g, "rope");
+}
+
 /* ---- the layers (gpt_model.h's struct gpt_ops) -------------------------------------------- */
 
 static struct gpt_cuda *
@@ -573,10 +786,141 @@ block_input(const struct gpt_dims *d, const struct gpt_acts *a, int l)
 #define P(t) (params[(t)])
 #define G(t) (grads[(t)])
 
+/* ---- Llama's block and head (llama_cpu.c's, step for step) ----------------------------------- */
+
+/* Block l's activations in a (as llama_cpu.c's: ln1 / ln1_rstd the attention's RMSNorm, ln2 /
+ * ln2_rstd the MLP's, fch the gate, fch_gelu the up projection, mlp silu(gate) x up). */
+struct llama_slices {
+	const gpt_real *x;
+	gpt_real *h1, *r1, *q, *k, *v, *atty, *att, *res2, *h2, *r2, *gate, *up, *m, *res3;
+};
+
+static struct llama_slices
+llama_block_slices(const struct gpt_dims *d, const struct gpt_acts *a, int l)
+{
+	size_t N = (size_t)d->B * d->T, C = (size_t)d->C, KVD = (size_t)gpt_kvd(d);
+	size_t FF = (size_t)gpt_ff(d), att = (size_t)d->B * d->NH * d->T * d->T, L = (size_t)l;
+	struct llama_slices s;
+	s.x = block_input(d, a, l);
+	s.h1 = a->ln1 + L * N * C;
+	s.r1 = a->ln1_rstd + L * N;
+	s.q = a->q + L * N * C;
+	s.k = a->k + L * N * KVD;
+	s.v = a->v + L * N * KVD;
+	s.atty = a->atty + L * N * C;
+	s.att = a->att + L * att;
+	s.res2 = a->res2 + L * N * C;
+	s.h2 = a->ln2 + L * N * C;
+	s.r2 = a->ln2_rstd + L * N;
+	s.gate = a->fch + L * N * FF;
+	s.up = a->fch_gelu + L * N * FF;
+	s.m = a->mlp + L * N * FF;
+	s.res3 = a->res3 + L * N * C;
+	return s;
+}
+
+static void
+llama_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
+		    const gpt_real *const *params)
+{
+	struct gpt_cuda *g = ctx_of(a);
+	int N = d->B * d->T, C = d->C, KVD = gpt_kvd(d), KVH = gpt_kvh(d), FF = gpt_ff(d);
+	int hs = gpt_hs(d);
+	size_t NC = (size_t)N * C, NF = (size_t)N * FF;
+	double theta = gpt_rope_theta(d);
+	struct llama_slices s = llama_block_slices(d, a, l);
+
+	/* res2 = x + o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = RMSNorm(x) */
+	rmsnorm_forward(g, s.h1, s.r1, s.x, P(LLAMA_ATTN_NORM), N, C, gpt_eps(d));
+	matmul_forward(g, s.q, s.h1, P(LLAMA_Q), NULL, N, C, C);
+	matmul_forward(g, s.k, s.h1, P(LLAMA_K), NULL, N, C, KVD);
+	matmul_forward(g, s.v, s.h1, P(LLAMA_V), NULL, N, C, KVD);
+	rope(g, s.q, N, d->T, d->NH, hs, C, theta, 1);
+	rope(g, s.k, N, d->T, KVH, hs, KVD, theta, 1);
+	attention_forward(g, s.atty, s.att, s.q, s.k, s.v, C, KVD, d->B, d->T, d->NH, KVH, hs);
+	matmul_forward(g, s.res2, s.atty, P(LLAMA_O), NULL, N, C, C);
+	add(g, s.res2, s.x, NC);
+	/* res3 = res2 + down(silu(gate(h2)) * up(h2)), h2 = RMSNorm(res2) */
+	rmsnorm_forward(g, s.h2, s.r2, s.res2, P(LLAMA_MLP_NORM), N, C, gpt_eps(d));
+	matmul_forward(g, s.gate, s.h2, P(LLAMA_GATE), NULL, N, C, FF);
+	matmul_forward(g, s.up, s.h2, P(LLAMA_UP), NULL, N, C, FF);
+	LAUNCH(k_swiglu_forward, ew_blocks(NF), EW_THREADS, g->s)(s.m, s.gate, s.up, NF);
+	check_launch(g, "swiglu_forward");
+	matmul_forward(g, s.res3, s.m, P(LLAMA_DOWN), NULL, N, FF, C);
+	add(g, s.res3, s.res2, NC);
+}
+
+static void
+llama_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
+		     const gpt_real *const *params, gpt_real *const *grads)
+{
+	struct gpt_cuda *g = ctx_of(a);
+	int N = d->B * d->T, C = d->C, KVD = gpt_kvd(d), KVH = gpt_kvh(d), FF = gpt_ff(d);
+	int hs = gpt_hs(d);
+	size_t NC = (size_t)N * C, NF = (size_t)N * FF;
+	double theta = gpt_rope_theta(d);
+	struct llama_slices s = llama_block_slices(d, a, l);
+	gpt_real *dout = a->dres; /* d res3 on entry; d x on return */
+	gpt_real *dres2 = a->dres_b;
+
+	/* the MLP: dm, then dgate = dm up silu'(gate), dup = dm silu(gate) */
+	matmul_backward(g, a->dbig, G(LLAMA_DOWN), NULL, dout, s.m, P(LLAMA_DOWN), N, FF, C);
+	LAUNCH(k_swiglu_backward, ew_blocks(NF), EW_THREADS, g->s)
+	(a->dbig2, a->dbig3, a->dbig, s.gate, s.up, NF);
+	check_launch(g, "swiglu_backward");
+	matmul_backward(g, a->dsmall, G(LLAMA_GATE), NULL, a->dbig2, s.h2, P(LLAMA_GATE), N, C, FF);
+	matmul_backward(g, a->dsmall2, G(LLAMA_UP), NULL, a->dbig3, s.h2, P(LLAMA_UP), N, C, FF);
+	add(g, a->dsmall, a->dsmall2, NC);
+	copy(g, dres2, dout, NC);
+	rmsnorm_backward(g, dres2, G(LLAMA_MLP_NORM), a->dsmall, s.res2, P(LLAMA_MLP_NORM), s.r2, N,
+			 C);
+	/* the attention: dq, dk (summed over each key-value head's query heads), dv; the
+	   rotations turned back; the three projections' input gradients summed as the CPU's
+	   (dq + dk) + dv */
+	matmul_backward(g, a->dsmall, G(LLAMA_O), NULL, dres2, s.atty, P(LLAMA_O), N, C, C);
+	attention_backward(g, a->dq, a->dk, a->dv, C, KVD, a->datt, a->dpreatt, a->dsmall, s.q, s.k,
+			   s.v, s.att, d->B, d->T, d->NH, KVH, hs);
+	rope(g, a->dq, N, d->T, d->NH, hs, C, theta, -1);
+	rope(g, a->dk, N, d->T, KVH, hs, KVD, theta, -1);
+	matmul_backward(g, a->dsmall, G(LLAMA_Q), NULL, a->dq, s.h1, P(LLAMA_Q), N, C, C);
+	matmul_backward(g, a->dsmall2, G(LLAMA_K), NULL, a->dk, s.h1, P(LLAMA_K), N, C, KVD);
+	matmul_backward(g, a->dsmall3, G(LLAMA_V), NULL, a->dv, s.h1, P(LLAMA_V), N, C, KVD);
+	add(g, a->dsmall, a->dsmall2, NC);
+	add(g, a->dsmall, a->dsmall3, NC);
+	copy(g, dout, dres2, NC);
+	rmsnorm_backward(g, dout, G(LLAMA_ATTN_NORM), a->dsmall, s.x, P(LLAMA_ATTN_NORM), s.r1, N,
+			 C);
+}
+
+/* The final RMSNorm (normw), logits = lnf head^T, the loss, and at once the backward: dhead,
+ * dnormw = (set), a->dres = d(last block output) */
+static void
+llama_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
+			    const gpt_real *head, const gpt_real *normw, gpt_real dloss,
+			    gpt_real *dhead, gpt_real *dnormw)
+{
+	struct gpt_cuda *g = ctx_of(a);
+	int N = d->B * d->T, C = d->C, V = d->V;
+	const gpt_real *x = block_input(d, a, d->L);
+	rmsnorm_forward(g, a->lnf, a->lnf_rstd, x, normw, N, C, gpt_eps(d));
+	matmul_forward(g, a->probs, a->lnf, head, NULL, N, C, V);
+	LAUNCH(k_softmax_xent, N, ROW_THREADS, g->s)(a->probs, a->losses, targets, V, dloss);
+	check_launch(g, "softmax_xent");
+	matmul_backward(g, a->dsmall, dhead, NULL, a->probs, a->lnf, head, N, C, V);
+	zero(g, a->dres, (size_t)N * C);
+	rmsnorm_backward(g, a->dres, dnormw, a->dsmall, x, normw, a->lnf_rstd, N, C);
+}
+
+/* ---- the ops: GPT-2's here, Llama's above ---------------------------------------------------- */
+
 static void
 cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		   const gpt_real *const *params)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_block_forward(d, a, l, params);
+		return;
+	}
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C;
 	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
@@ -587,13 +931,11 @@ cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		 *ln2 = a->ln2 + l * NC, *ln2m = a->ln2_mean + (size_t)l * N,
 		 *ln2r = a->ln2_rstd + (size_t)l * N, *fch = a->fch + l * 4 * NC,
 		 *fchg = a->fch_gelu + l * 4 * NC, *res3 = a->res3 + l * NC;
-	float scale = 1.0f / sqrtf((float)(C / d->NH));
 
 	layernorm_forward(g, ln1, ln1m, ln1r, x, P(GPT_LN1W), P(GPT_LN1B), N, C);
 	matmul_forward(g, qkv, ln1, P(GPT_QKVW), P(GPT_QKVB), N, C, 3 * C);
-	LAUNCH(k_attention_forward, d->B * d->NH * d->T, ROW_THREADS, g->s)
-	(atty, attm, qkv, d->T, C, d->NH, scale);
-	check_launch(g, "attention_forward");
+	attention_forward(g, atty, attm, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, d->B, d->T, d->NH,
+			  d->NH, C / d->NH);
 	matmul_forward(g, res2, atty, P(GPT_ATTPROJW), P(GPT_ATTPROJB), N, C, C);
 	add(g, res2, x, NC);
 	layernorm_forward(g, ln2, ln2m, ln2r, res2, P(GPT_LN2W), P(GPT_LN2B), N, C);
@@ -606,21 +948,22 @@ cuda_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 
 static void
 cuda_head_forward_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *targets,
-			   const gpt_real *wte, const gpt_real *lnfw, const gpt_real *lnfb,
-			   gpt_real dloss, gpt_real *dwte, gpt_real *dlnfw, gpt_real *dlnfb)
+			   const gpt_real *head, const gpt_real *lnfw, const gpt_real *lnfb,
+			   gpt_real dloss, gpt_real *dhead, gpt_real *dlnfw, gpt_real *dlnfb)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_head_forward_backward(d, a, targets, head, lnfw, dloss, dhead, dlnfw);
+		return;
+	}
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C, V = d->V;
 	const gpt_real *x = block_input(d, a, d->L);
 	layernorm_forward(g, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnfw, lnfb, N, C);
-	matmul_forward(g, a->probs, a->lnf, wte, NULL, N, C, V);
+	matmul_forward(g, a->probs, a->lnf, head, NULL, N, C, V);
 	LAUNCH(k_softmax_xent, N, ROW_THREADS, g->s)(a->probs, a->losses, targets, V, dloss);
 	check_launch(g, "softmax_xent");
-	matmul_backward(g, a->dsmall, dwte, NULL, a->probs, a->lnf, wte, N, C, V);
-	cudaError_t e = cudaMemsetAsync(a->dres, 0, (size_t)N * C * sizeof(float), g->s);
-	if (e != cudaSuccess) {
-		cuda_fail(g, "cudaMemsetAsync", cudaGetErrorString(e));
-	}
+	matmul_backward(g, a->dsmall, dhead, NULL, a->probs, a->lnf, head, N, C, V);
+	zero(g, a->dres, (size_t)N * C);
 	layernorm_backward(g, a->dres, dlnfw, dlnfb, a->dsmall, x, lnfw, a->lnf_mean, a->lnf_rstd,
 			   N, C);
 }
@@ -629,6 +972,10 @@ static void
 cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		    const gpt_real *const *params, gpt_real *const *grads)
 {
+	if (d->arch == GPT_ARCH_LLAMA) {
+		llama_block_backward(d, a, l, params, grads);
+		return;
+	}
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C;
 	size_t NC = (size_t)N * C, att = (size_t)d->B * d->NH * d->T * d->T;
@@ -641,7 +988,6 @@ cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 		       *fchg = a->fch_gelu + l * 4 * NC;
 	gpt_real *dout = a->dres; /* d res3 on entry; d x on return */
 	gpt_real *dres2 = a->dres_b;
-	float scale = 1.0f / sqrtf((float)(C / d->NH));
 
 	/* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
 	matmul_backward(g, a->dbig, G(GPT_FCPROJW), G(GPT_FCPROJB), dout, fchg, P(GPT_FCPROJW), N,
@@ -657,13 +1003,9 @@ cuda_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	/* res2 = x + attproj(attention(qkv(ln1(x)))) */
 	matmul_backward(g, a->dsmall, G(GPT_ATTPROJW), G(GPT_ATTPROJB), dres2, atty,
 			P(GPT_ATTPROJW), N, C, C);
-	int rows = d->B * d->NH * d->T;
-	LAUNCH(k_attention_backward_scores, rows, ROW_THREADS, g->s)
-	(a->datt, a->dpreatt, a->dsmall, qkv, attm, d->T, C, d->NH);
-	check_launch(g, "attention_backward_scores");
-	LAUNCH(k_attention_backward_qkv, rows, 64, g->s)
-	(a->dbig, a->dpreatt, a->dsmall, qkv, attm, d->T, C, d->NH, scale);
-	check_launch(g, "attention_backward_qkv");
+	attention_backward(g, a->dbig, a->dbig + C, a->dbig + 2 * C, 3 * C, 3 * C, a->datt,
+			   a->dpreatt, a->dsmall, qkv, qkv + C, qkv + 2 * C, attm, d->B, d->T,
+			   d->NH, d->NH, C / d->NH);
 	matmul_backward(g, a->dsmall2, G(GPT_QKVW), G(GPT_QKVB), a->dbig, ln1, P(GPT_QKVW), N, C,
 			3 * C);
 	copy(g, dout, dres2, NC);
@@ -677,9 +1019,15 @@ cuda_encoder_backward(const struct gpt_dims *d, struct gpt_acts *a, const int *t
 {
 	struct gpt_cuda *g = ctx_of(a);
 	int N = d->B * d->T, C = d->C, T = d->T;
-	LAUNCH(k_encoder_backward_wpe, ew_blocks((size_t)T * C), EW_THREADS, g->s)
-	(dwpe, a->dres, d->B, T, C);
-	check_launch(g, "encoder_backward_wpe");
+	if (dwpe) {
+		LAUNCH(k_encoder_backward_wpe, ew_blocks((size_t)T * C), EW_THREADS, g->s)
+		(dwpe, a->dres, d->B, T, C);
+		check_launch(g, "encoder_backward_wpe");
+	}
+	/* tied, the head set dwte and the lookup adds to it; untied, nothing did: zero first */
+	if (!gpt_tied(d)) {
+		zero(g, dwte, (size_t)d->V * C);
+	}
 	LAUNCH(k_encoder_backward_wte, (C + EW_THREADS - 1) / EW_THREADS, EW_THREADS, g->s)
 	(dwte, a->dres, tokens, N, C);
 	check_launch(g, "encoder_backward_wte");

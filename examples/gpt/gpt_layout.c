@@ -47,8 +47,14 @@ push(struct gpt_model *m, const char *name, size_t rows, size_t cols, int layer,
 	tt->rows = rows;
 	tt->cols = cols;
 	tt->layer = layer;
+	/* Hugging Face's Trainer decays every parameter but biases and the norms' weights
+	   (get_decay_parameter_names); in GPT-2 and Llama those are exactly the 1-D tensors, and
+	   the matrices and embeddings (2-D) decay */
+	tt->no_decay = rows == 0;
 	*id = m->n_tensors++;
 	m->n_params += (rows ? rows : 1) * cols;
+	m->n_no_decay += rows ? 0 : cols;
+	m->t_no_decay += rows ? 0 : 1;
 	return 0;
 }
 
@@ -60,7 +66,8 @@ gpt_model_layout(struct gpt_model *m)
 	int llama = d->arch == GPT_ARCH_LLAMA, nbt = gpt_block_tensors(d), r;
 	char name[96];
 	gpt_model_free(m);
-	m->n_params = 0;
+	m->n_params = m->n_no_decay = 0;
+	m->t_no_decay = 0;
 	m->wpe = m->lnfb = m->head = GPT_NO_TENSOR;
 	if (llama) {
 		r = push(m, "model.embed_tokens.weight", V, C, GPT_LAYER_EMBED, &m->wte);

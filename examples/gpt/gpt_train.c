@@ -109,6 +109,7 @@ add(struct zinf_engine *e, struct gpt_model *m, uint32_t id)
 	pd.shape[1] = t->cols;
 	pd.init_fn = m->init ? m->init : init_fn;
 	pd.init_ctx = m->init ? m->init_ctx : m;
+	pd.flags = t->no_decay ? ZINF_PARAM_NO_DECAY : 0;
 	int r = zinf_engine_add_param(e, &pd);
 	if (r < 0) {
 		fprintf(stderr, "zinf_gpt: add_param %s: %s\n", t->name, zinf_strerror(r));

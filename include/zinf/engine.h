@@ -296,16 +296,31 @@ struct zinf_param_desc {
 	/* the tensor's shape (informative: checkpoints and exported weights carry it); ndim 0
 	   (default): one dimension of numel; else the product of shape[0..ndim) must be numel */
 	uint32_t ndim;
-	uint32_t reserved; /* zero */
+	uint32_t flags; /* ZINF_PARAM_*; 0 (default): none. Was a reserved zero: a caller built
+			   before it passes 0 */
 	uint64_t shape[ZINF_PARAM_MAX_DIMS];
 };
+
+/**
+ * zinf_param_desc.flags: the optimizer's weight decay does not apply to this parameter (it is
+ * stepped with weight_decay 0, whatever the optimizer: Adam's L2 as AdamW's and Lion's decoupled
+ * decay). Hugging Face's Trainer puts biases and the weights of LayerNorm and RMSNorm layers in
+ * such a group (get_decay_parameter_names: every parameter whose name has "bias", or that
+ * belongs to a norm layer); its weight matrices and embeddings decay. The engine cuts each
+ * optimizer call at the boundaries between parameters that decay and parameters that do not
+ * (zinf_optimizer_set_no_decay over this rank's flat partition), so a sub-group may mix them; a
+ * run without this flag anywhere, or with weight_decay 0, steps exactly as before. Checkpoints
+ * record it per parameter ("no_decay" in the manifest's params), for readers; a load takes the
+ * loading engine's registration, as it takes the loading engine's weight_decay.
+ */
+#define ZINF_PARAM_NO_DECAY (1u << 0)
 
 ZINF_API void zinf_param_desc_init(struct zinf_param_desc *d);
 
 /**
  * Register a parameter (before zinf_engine_init; every rank the same parameters in the same
  * order). Returns its id (0, 1, ... in order); -EINVAL (NULL, numel 0, layer < 0, a name
- * already registered, after init), -ENOMEM.
+ * already registered, an unknown flag, after init), -ENOMEM.
  */
 ZINF_API int zinf_engine_add_param(struct zinf_engine *e, const struct zinf_param_desc *d);
 

@@ -16,7 +16,9 @@
 #  - checks.list: every ctest entry labelled gpu, its command rewritten for the bundle (the
 #    build's binaries -> bin/, the source files and folders it names -> share/, the test scratch
 #    -> the run's scratch, `mpiexec ... -np 1 PROG` -> PROG: an Open MPI singleton does what
-#    one rank under mpiexec does). An entry of several ranks cannot run on one GPU: refused here.
+#    one rank under mpiexec does), with its ZINF_* and GPT_MODEL_FLAGS environment (the
+#    gpt.llama.* entries' model) as shell-quoted words. An entry of several ranks cannot run on
+#    one GPU: refused here.
 #  - bin/: those binaries, zinf, zinf_gpt and probe (probe.cu beside this script), stripped,
 #    each behind a wrapper that sets the bundle's library path (never exported to the machine's
 #    own tools). bin/.own-glibc/ holds the same files with their ELF interpreter set to
@@ -79,7 +81,7 @@ while IFS= read -r line; do
 		;;
 	[0-9]*":  "*=*) # an environment line
 		kv=${line#*:  }
-		case $kv in ZINF_TEST_SCRATCH=*) ;; ZINF_*) envs+=("$kv") ;; esac
+		case $kv in ZINF_TEST_SCRATCH=*) ;; ZINF_* | GPT_MODEL_FLAGS=*) envs+=("$kv") ;; esac
 		;;
 	"  Test "*"#"[0-9]*": "*) # "  Test  #20: NAME", "  Test #122: NAME"
 		name=${line##*: }
@@ -104,7 +106,10 @@ while IFS= read -r line; do
 			rewrite "${words[$i]//\"/}" || exit 1
 			args+=("$word")
 		done
-		printf '%s\t%s\t%s\n' "$name" "${envs[*]:--}" "${args[*]}" >>"$checks" # -: none
+		# the environment as shell words (printf %q: GPT_MODEL_FLAGS holds spaces); -: none
+		ev=-
+		[ ${#envs[@]} -eq 0 ] || ev=$(printf '%q ' "${envs[@]}")
+		printf '%s\t%s\t%s\n' "$name" "${ev% }" "${args[*]}" >>"$checks"
 		n=$((n + 1))
 		;;
 	esac

@@ -21,8 +21,8 @@
 # controls (the bundle's Criterion, MPI singleton and host GPT work here); every ctest entry labelled gpu
 # (checks.list: the bundle's own copy of their commands); the benches (pcie with its >= 0.95
 # target and its unpinned mode, comm on nccl, engine on cuda with every tier); zinf_gpt on cuda
-# against the host layers; a 160M-parameter GPT in GPU memory and on NVMe (tokens/s, MFU);
-# compute-sanitizer over the device tests and the GPT's kernels.
+# against the host layers, GPT-2 and Llama; a 160M-parameter GPT in GPU memory and on NVMe
+# (tokens/s, MFU); compute-sanitizer over the device tests and the GPT's kernels (both).
 set -uo pipefail
 B=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=${OUT:-$PWD/zinf-gpu-out}
@@ -187,20 +187,26 @@ pcie_unpinned() {
 	return 1
 }
 # zinf_gpt, 4 blocks of hidden 256 (rows past the 128-thread kernels), 5 steps: cuda against
-# the host layers within check_gpt.sh's stated tolerance (1e-5 x step relative)
+# the host layers within check_gpt.sh's stated tolerance (1e-5 x step relative).
+# gpt_mid DEVICE [TAG [FLAGS...]]: one run, records in $OUT/TAG.DEVICE.jsonl (TAG default
+# gpt_mid), FLAGS after the model's (the Llama: --arch llama ...); gpt_mid_compare [TAG [FLAGS...]]
 gpt_mid() {
+	local dev=$1 tag=${2:-gpt_mid}
+	shift $(($# < 2 ? $# : 2))
 	"$B/bin/zinf_gpt" --layers 4 --heads 4 --hidden 256 --context 64 --vocab 512 --batch 8 \
-		--steps 5 --config "$B/share/configs/zero0_memory.json" --device "$1" --no-progress \
-		--scratch-parent "$SCR" --json "$OUT/gpt_mid.$1.jsonl"
+		--steps 5 --config "$B/share/configs/zero0_memory.json" --device "$dev" --no-progress \
+		--scratch-parent "$SCR" --json "$OUT/$tag.$dev.jsonl" "$@"
 }
 gpt_mid_compare() {
-	gpt_mid cuda || return $?
-	gpt_mid host || return 1
-	paste <(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$OUT/gpt_mid.cuda.jsonl") \
-		<(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$OUT/gpt_mid.host.jsonl") | awk '
+	local tag=${1:-gpt_mid}
+	shift $(($# < 1 ? $# : 1))
+	gpt_mid cuda "$tag" "$@" || return $?
+	gpt_mid host "$tag" "$@" || return 1
+	paste <(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$OUT/$tag.cuda.jsonl") \
+		<(sed -n 's/.*"loss": \([^,]*\),.*/\1/p' "$OUT/$tag.host.jsonl") | awk -v tag="$tag" '
 		{ d = $1 - $2; d = d < 0 ? -d : d; r = d / ($2 < 0 ? -$2 : $2); w = r > w ? r : w
 		  if (r > 1e-5 * NR) { bad = 1; printf "FAIL: step %d: cuda %s host %s\n", NR, $1, $2 } }
-		END { printf "gpt_mid cuda vs host: worst relative difference %.3g over %d steps\n", w, NR
+		END { printf "%s cuda vs host: worst relative difference %.3g over %d steps\n", tag, w, NR
 		      exit bad || NR != 5 }'
 }
 # A larger GPT: 12 blocks, hidden 1024, context 512, vocabulary 8192 (160M parameters), batch 8,
@@ -258,10 +264,12 @@ check control.device_host cpu 60 env ZINF_TEST_VARIANT=host "$Z/test_device" --j
 check control.comm_mpi cpu 60 "$Z/test_comm_ranks" mpi
 check control.gpt_host cpu 60 bash -c 'gpt_mid host'
 
-# every ctest entry labelled gpu, as bundle.sh rewrote it (NAME \t K=V... or - \t ARGV...)
+# every ctest entry labelled gpu, as bundle.sh rewrote it (NAME \t K=V... or - \t ARGV...; the
+# K=V words shell-quoted, printf %q: a value may hold spaces)
 while IFS=$'\t' read -r name envs argv; do
 	[ "$envs" = - ] && envs=""
-	read -r -a env_words <<<"$envs"
+	env_words=()
+	eval "env_words=($envs)"
 	read -r -a words <<<"$argv"
 	for i in "${!words[@]}"; do
 		words[$i]=${words[$i]//@B@/$B}
@@ -280,6 +288,9 @@ check bench_engine_cuda_cpu gpu 60 gpu_only "$Z/zinf" bench engine --device cuda
 check bench_engine_cuda_nvme gpu 150 gpu_only "$Z/zinf" bench engine --device cuda --layers 4 --hidden 1024 \
 	--steps 3 --offload-optimizer nvme --offload-param nvme --nvme-path "$SCR"
 check gpt_mid.cuda_vs_host gpu 120 gpu_only bash -c gpt_mid_compare
+# the same size as a Llama: 4 query heads over 2 key-value heads of 64, an MLP of 688, its own head
+check gpt_mid_llama.cuda_vs_host gpu 120 gpu_only bash -c 'gpt_mid_compare gpt_mid_llama \
+	--arch llama --kv-heads 2 --ffn 688 --untied'
 check gpt_large.memory gpu 90 gpu_only bash -c 'gpt_large memory 6'
 check gpt_large.nvme gpu 150 gpu_only bash -c 'gpt_large nvme 4'
 # compute-sanitizer, where the machine has it (a GPU check that may skip for want of the tool)
@@ -299,6 +310,11 @@ check sanitizer.gpt_cuda tool 120 bash -c 'sanitize --tool memcheck --report-api
 	--error-exitcode 99 "$B/bin/zinf_gpt" --device cuda --layers 2 --heads 4 --hidden 256 \
 	--context 64 --vocab 512 --batch 4 --steps 2 --no-progress --scratch-parent "$SCR" \
 	--config "$B/share/configs/zero0_memory.json"'
+# the same over Llama's kernels (RMSNorm, rotary, SwiGLU, 4 query heads over 2 key-value heads)
+check sanitizer.gpt_llama_cuda tool 120 bash -c 'sanitize --tool memcheck --report-api-errors no \
+	--error-exitcode 99 "$B/bin/zinf_gpt" --device cuda --layers 2 --heads 4 --hidden 256 \
+	--context 64 --vocab 512 --batch 4 --steps 2 --no-progress --scratch-parent "$SCR" \
+	--config "$B/share/configs/zero0_memory.json" --arch llama --kv-heads 2 --ffn 688 --untied'
 [ "$LIST" = 1 ] && exit 0
 if [ "$SCR_OURS" = 1 ]; then
 	rm -rf "$SCR"

@@ -567,9 +567,10 @@ Test(ckpt, param_shape_refusals)
 	cr_assert_eq(zinf_engine_add_param(e, &d), -EINVAL);
 	d.ndim = 2;
 	d.shape[1] = 4;
-	d.reserved = 1;
+	d.flags = 1u << 7; /* not a ZINF_PARAM_* */
 	cr_assert_eq(zinf_engine_add_param(e, &d), -EINVAL);
-	d.reserved = 0;
+	cr_assert(strstr(zinf_last_error(), "unknown flags 0x80"), "%s", zinf_last_error());
+	d.flags = 0;
 	cr_assert_eq(zinf_engine_add_param(e, &d), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
 	zinf_engine_destroy(e);

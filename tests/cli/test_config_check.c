@@ -411,6 +411,7 @@ Test(config_check, plan_equals_a_real_engine)
 		"examples/gpt/configs/zero3_nvme.json", "examples/gpt/configs/zero2_cpu.json",
 		"examples/gpt/configs/zero3_fp16.json", "examples/gpt/configs/zero0_memory.json",
 		"tests/config/configs/hf_zero3.json",	"tests/config/configs/hf_zero2.json",
+		"examples/gpt/configs/llama_nvme.json",
 	};
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		char file[4300];

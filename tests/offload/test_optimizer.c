@@ -4,7 +4,9 @@
  * parts (names, bytes), its step equal bit for bit to the kernel of zinf/blocks/adam.h it maps to
  * with the hyper-parameters mapped by hand (so a mix-up of, say, AdamW's decoupled decay with
  * Adam's L2 fails), bf16 stochastic rounding reproducible from (seed, step, index0) and
- * different for a different index0, refused options and NULL handles.
+ * different for a different index0, refused options and NULL handles; the no-decay ranges
+ * (zinf_optimizer_set_no_decay): elements in them stepped as with weight_decay 0, the others with
+ * it, runs by hand, refused sets.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -176,6 +178,166 @@ Test(optimizer, bf16_state_rounding_reproducible_from_index0)
 	cr_assert_eq(memcmp(m[0], m[1], sizeof(m[0])), 0);
 	cr_assert_eq(memcmp(v[0], v[2], sizeof(v[0])), 0);
 	cr_assert_eq(memcmp(p[0], p[2], sizeof(p[0])), 0);
+	zinf_optimizer_destroy(z);
+}
+
+/* zinf_optimizer_set_no_decay: the elements in the ranges are stepped as by an optimizer
+ * created with weight_decay 0, the others as by one with the decay, for every kind (fp32 state:
+ * each element's result is its own, so whole-array references compare bit for bit); the call
+ * starts at index0 50, so the ranges are in index0's space, not the array's. */
+Test(optimizer, no_decay_ranges_step_without_weight_decay)
+{
+	/* elements 70..349, 350..359 (adjacent), 900.. past the end; index0 50 */
+	static const uint64_t ranges[] = {120, 400, 400, 410, 950, 5000};
+	uint64_t seed = zt_seed();
+	static struct data a, got, dec, none;
+	fill(&a, &seed);
+	for (int kind = 0; kind < 4; kind++) {
+		struct zinf_optimizer_opts o;
+		zinf_optimizer_opts_init(&o, kind);
+		o.lr = 3e-2f, o.weight_decay = 0.5f;
+		struct zinf_optimizer *z = make(&o), *zd = make(&o);
+		o.weight_decay = 0;
+		struct zinf_optimizer *z0 = make(&o);
+		cr_assert_eq(zinf_optimizer_set_no_decay(z, ranges, 3), 0, "%s", zinf_last_error());
+		struct data *d[3] = {&got, &dec, &none};
+		struct zinf_optimizer *opts[3] = {z, zd, z0};
+		for (int r = 0; r < 3; r++) {
+			*d[r] = a;
+			void *parts[] = {d[r]->p, d[r]->m, d[r]->v};
+			cr_assert_eq(zinf_optimizer_step(opts[r], 2, 1.0f, parts, d[r]->g, ZINF_F32,
+							 50, N, d[r]->copy, ZINF_BF16),
+				     0, "%s", zinf_last_error());
+		}
+		for (int i = 0; i < N; i++) {
+			uint64_t x = 50 + (uint64_t)i;
+			bool nd = (x >= 120 && x < 410) || x >= 950;
+			const struct data *want = nd ? &none : &dec;
+			/* bits: Adagrad's state_sum from fill() may be negative (NaN alike) */
+			cr_assert(!memcmp(&got.p[i], &want->p[i], 4) &&
+					  !memcmp(&got.m[i], &want->m[i], 4) &&
+					  !memcmp(&got.v[i], &want->v[i], 4) &&
+					  got.copy[i] == want->copy[i],
+				  "%s: element %d (index %llu, %s): %.9g, want %.9g",
+				  zinf_optimizer_name(z), i, (unsigned long long)x,
+				  nd ? "no decay" : "decay", got.p[i], want->p[i]);
+		}
+		/* the references differ where it matters (so the comparison can fail) */
+		int differ = 0;
+		for (int i = 0; i < N; i++) {
+			differ += memcmp(&dec.p[i], &none.p[i], 4) != 0;
+		}
+		cr_assert_gt(differ, N / 2, "%s: weight decay changed %d elements",
+			     zinf_optimizer_name(z), differ);
+		/* cleared: every element decays again */
+		cr_assert_eq(zinf_optimizer_set_no_decay(z, NULL, 0), 0);
+		got = a;
+		void *parts[] = {got.p, got.m, got.v};
+		cr_assert_eq(zinf_optimizer_step(z, 2, 1.0f, parts, got.g, ZINF_F32, 50, N,
+						 got.copy, ZINF_BF16),
+			     0);
+		cr_assert_eq(memcmp(&got, &dec, sizeof(got)), 0, "%s: cleared ranges",
+			     zinf_optimizer_name(z));
+		zinf_optimizer_destroy(z);
+		zinf_optimizer_destroy(zd);
+		zinf_optimizer_destroy(z0);
+	}
+}
+
+/* bf16 state with stochastic rounding: a call over ranges equals, bit for bit, one call per
+ * run of elements alike at that run's index0 (each run's rounding seeded from its own start). */
+Test(optimizer, no_decay_ranges_bf16_state_runs)
+{
+	static const uint64_t ranges[] = {1100, 1500};
+	uint64_t seed = zt_seed();
+	static struct data a;
+	fill(&a, &seed);
+	static uint16_t m0[N], v0[N], m[2][N], v[2][N];
+	static float p[2][N];
+	cr_assert_eq(zinf_dtype_convert(m0, ZINF_BF16, a.m, ZINF_F32, N), 0);
+	cr_assert_eq(zinf_dtype_convert(v0, ZINF_BF16, a.v, ZINF_F32, N), 0);
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.state_dtype = ZINF_BF16;
+	o.seed = 7;
+	o.weight_decay = 0.5f;
+	struct zinf_optimizer *z = make(&o), *zd = make(&o);
+	o.weight_decay = 0;
+	struct zinf_optimizer *z0 = make(&o);
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, ranges, 1), 0);
+	for (int r = 0; r < 2; r++) {
+		memcpy(p[r], a.p, sizeof(a.p)), memcpy(m[r], m0, sizeof(m0));
+		memcpy(v[r], v0, sizeof(v0));
+	}
+	void *parts[] = {p[0], m[0], v[0]};
+	cr_assert_eq(zinf_optimizer_step(z, 2, 1.0f, parts, a.g, ZINF_F32, 1000, N, NULL, ZINF_F16),
+		     0);
+	/* the runs: [1000, 1100) decays, [1100, 1500) not, [1500, 2037) decays */
+	static const struct {
+		int from, n;
+		bool decays;
+	} run[] = {{0, 100, true}, {100, 400, false}, {500, N - 500, true}};
+	for (int k = 0; k < 3; k++) {
+		int f = run[k].from;
+		void *pp[] = {p[1] + f, m[1] + f, v[1] + f};
+		cr_assert_eq(zinf_optimizer_step(run[k].decays ? zd : z0, 2, 1.0f, pp, a.g + f,
+						 ZINF_F32, 1000 + (uint64_t)f, (size_t)run[k].n,
+						 NULL, ZINF_F16),
+			     0);
+	}
+	cr_assert_eq(memcmp(p[0], p[1], sizeof(p[0])), 0);
+	cr_assert_eq(memcmp(m[0], m[1], sizeof(m[0])), 0);
+	cr_assert_eq(memcmp(v[0], v[1], sizeof(v[0])), 0);
+	zinf_optimizer_destroy(z);
+	zinf_optimizer_destroy(zd);
+	zinf_optimizer_destroy(z0);
+}
+
+/* zinf_optimizer_decay_run by hand, and the refused range sets (which change nothing). */
+Test(optimizer, no_decay_runs_and_refusals)
+{
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.weight_decay = 0.1f;
+	struct zinf_optimizer *z = make(&o);
+	static const uint64_t ranges[] = {10, 20, 20, 25, 40, 50};
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, ranges, 3), 0);
+	static const struct {
+		uint64_t index0;
+		size_t n, run;
+		bool decays;
+	} want[] = {
+		{0, 100, 10, true},  {5, 3, 3, true},	  {10, 100, 10, false},
+		{15, 2, 2, false},   {19, 100, 1, false}, {20, 100, 5, false},
+		{25, 100, 15, true}, {45, 100, 5, false}, {50, 100, 100, true},
+		{1000, 7, 7, true},  {0, 0, 0, true},
+	};
+	for (size_t i = 0; i < ZINF_ARRAY_SIZE(want); i++) {
+		bool d = !want[i].decays;
+		size_t r = zinf_optimizer_decay_run(z, want[i].index0, want[i].n, &d);
+		cr_assert(r == want[i].run && d == want[i].decays,
+			  "index0 %llu n %zu: run %zu %s, want %zu %s",
+			  (unsigned long long)want[i].index0, want[i].n, r, d ? "decays" : "not",
+			  want[i].run, want[i].decays ? "decays" : "not");
+	}
+	/* refusals keep the ranges set before */
+	static const uint64_t empty[] = {5, 5}, unsorted[] = {30, 35, 10, 12},
+			      overlap[] = {10, 20, 15, 30};
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, empty, 1), -EINVAL);
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, unsorted, 2), -EINVAL);
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, overlap, 2), -EINVAL);
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, NULL, 1), -EINVAL);
+	cr_assert_eq(zinf_optimizer_set_no_decay(NULL, ranges, 1), -EINVAL);
+	bool d = true;
+	cr_assert_eq(zinf_optimizer_decay_run(z, 12, 100, &d), 8);
+	cr_assert(!d, "a refused set replaced the ranges");
+	zinf_optimizer_destroy(z);
+	/* weight_decay 0: nothing to split */
+	o.weight_decay = 0;
+	z = make(&o);
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, ranges, 3), 0);
+	cr_assert_eq(zinf_optimizer_decay_run(z, 12, 100, &d), 100);
+	cr_assert(d);
 	zinf_optimizer_destroy(z);
 }
 

@@ -91,6 +91,29 @@ ZINF_API int zinf_optimizer_set_lr(struct zinf_optimizer *opt, float lr);
  */
 ZINF_API int zinf_optimizer_set_betas(struct zinf_optimizer *opt, float beta1, float beta2);
 
+/**
+ * Ranges of the index space of zinf_optimizer_step's index0 whose elements get no weight decay
+ * (Hugging Face's no_decay group: biases and norm weights): n pairs [ranges[2i],
+ * ranges[2i + 1]), each non-empty, sorted and disjoint (a range may end where the next starts).
+ * Copied; replaces the previous set; n 0 (ranges may then be NULL) clears it: every element
+ * decays. A step over a range that crosses their boundaries runs the kernel once per run of
+ * elements alike, with weight_decay or 0 (for every kind: Adam's L2 and AdamW's and Lion's
+ * decoupled decay alike), so an element's result is that of a call with its own weight decay.
+ * Not to be called while another thread runs zinf_optimizer_step() with opt. Returns 0; -EINVAL
+ * (NULL optimizer, NULL ranges with n > 0, an empty, unsorted or overlapping range, named) with
+ * a message; -ENOMEM.
+ */
+ZINF_API int zinf_optimizer_set_no_decay(struct zinf_optimizer *opt, const uint64_t *ranges,
+					 uint32_t n);
+/**
+ * The elements from index0 on (at most n) that share index0's weight decay, and in *decays
+ * whether it decays (zinf_optimizer_set_no_decay): the run a caller with its own kernel (the
+ * engine's device Adam) steps with weight_decay or 0. n, and *decays true, for n 0, a NULL
+ * optimizer, no ranges set or a weight_decay of 0 (nothing to split).
+ */
+ZINF_API size_t zinf_optimizer_decay_run(const struct zinf_optimizer *opt, uint64_t index0,
+					 size_t n, bool *decays);
+
 /** "adam", "adamw", "adagrad" or "lion"; "?" for NULL. */
 ZINF_API const char *zinf_optimizer_name(const struct zinf_optimizer *opt);
 /** Parts of the state per parameter (master included): 3 Adam/AdamW, 2 Adagrad and Lion; 0 for
@@ -119,6 +142,11 @@ ZINF_API uint32_t zinf_optimizer_state_bytes(const struct zinf_optimizer *opt);
  * (seed, step, index0, n): the same range cut at the same places rounds bit for bit the same,
  * and different ranges of a tensor draw different bits. (The pipelined step cuts sub-group k at
  * its start and every ZINF_STEP_CHUNK elements after it; see zinf/blocks/offload.h.)
+ *
+ * Elements in a range of zinf_optimizer_set_no_decay() are stepped with weight decay 0: the call
+ * runs the kernel once per run of elements alike (zinf_optimizer_decay_run), each run's stochastic
+ * rounding seeded from its own first index (a call that crosses no boundary is one kernel call,
+ * as without ranges).
  *
  * Returns 0, or -EINVAL (NULL optimizer or parts, a NULL part with n > 0, and the kernel's
  * checks: step < 1, bad hyper-parameters, unknown dtypes) with a message; -ENODEV as the kernel.
