@@ -658,10 +658,13 @@ st_fsync_file(const char *path)
 	return rc;
 }
 
-/* The index: {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}, keys sorted and
- * indented as transformers writes it. */
+/* The index's text, {"metadata": {"total_size": bytes}, "weight_map": {name: shard}}, keys
+ * sorted and indented as transformers writes it, ending in a newline (*len bytes, no NUL), into
+ * *text (free()), and its temporary name ".<base>.tmp<pid>" beside it into *tmp (zc_free()):
+ * made before any shard is renamed into place, so that a failed allocation leaves no shard
+ * without its index. */
 static int
-st_write_index(struct zinf_safetensors_writer *w)
+st_index_text(struct zinf_safetensors_writer *w, char **text, size_t *len, char **tmp)
 {
 	json_t *wm = json_object();
 	uint64_t total = 0;
@@ -679,25 +682,31 @@ st_write_index(struct zinf_safetensors_writer *w)
 	json_decref(wm);
 	char *s = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
 	json_decref(o);
-	if (!s) {
-		return -ENOMEM;
-	}
-	/* ".<base>.tmp<pid>" beside it */
 	const char *slash = strrchr(w->index, '/');
 	size_t dl = slash ? (size_t)(slash - w->index + 1) : 0;
-	char *tmp = st_fmt("%.*s.%s.tmp%ld", (int)dl, w->index, w->index + dl, (long)getpid());
-	if (!tmp) {
+	char *t = s ? st_fmt("%.*s.%s.tmp%ld", (int)dl, w->index, w->index + dl, (long)getpid())
+		    : NULL;
+	if (!t) {
 		free(s);
-		return -ENOMEM;
+		return ZINF_OBJ_FAIL(w->index, -ENOMEM, "no memory for the index");
 	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	*len = strlen(s) + 1;
+	s[*len - 1] = '\n'; /* over the NUL: the text's length is known */
+	*text = s;
+	*tmp = t;
+	return 0;
+}
+
+/* The index written from its text (st_index_text; both freed here) and renamed into place. */
+static int
+st_write_index(struct zinf_safetensors_writer *w, char *s, size_t len, char *tmp)
+{
+	int rc, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
 		ZINF_OBJ_FAIL(tmp, rc, "cannot create: %s", zinf_strerror(rc));
 	} else {
-		size_t l = strlen(s);
-		s[l] = '\n'; /* over the NUL: the text's length is known */
-		rc = st_pwrite_full(fd, tmp, s, l + 1, 0);
+		rc = st_pwrite_full(fd, tmp, s, len, 0);
 		if (!rc && fsync(fd) != 0) {
 			rc = -errno;
 			ZINF_OBJ_FAIL(tmp, rc, "fsync: %s", zinf_strerror(rc));
@@ -788,12 +797,20 @@ zinf_safetensors_writer_finish(struct zinf_safetensors_writer *w)
 	for (uint32_t s = 0; s < w->n_sh && !rc; s++) {
 		rc = st_fsync_file(w->sh[s].tmp);
 	}
+	char *index = NULL, *index_tmp = NULL;
+	size_t index_len = 0;
+	if (!rc && w->n_sh > 1) {
+		rc = st_index_text(w, &index, &index_len, &index_tmp);
+	}
 	for (uint32_t s = 0; s < w->n_sh && !rc; s++) {
 		rc = st_rename(w->sh[s].tmp, w->sh[s].path, w->overwrite);
 		w->sh[s].renamed = rc == 0;
 	}
-	if (!rc && w->n_sh > 1) {
-		rc = st_write_index(w);
+	if (index && !rc) {
+		rc = st_write_index(w, index, index_len, index_tmp);
+	} else if (index) {
+		free(index);
+		zc_free(index_tmp);
 	}
 	if (!rc) {
 		rc = ckpt_fsync_path(w->dir, true);

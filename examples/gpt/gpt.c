@@ -842,7 +842,8 @@ gather_loss(struct run *R, const float mine[3])
  * --save's directory, before the first step rather than at the first save, after the training
  * time is spent: made when missing as the save makes it (one level, mode 0755, its entry in the
  * parent synced, since the save's mkdir then finds it and syncs nothing), and a file created,
- * written and removed in it, on every rank (each writes its own files there). The ranks agree
+ * written and removed in it, on every rank (each writes its own files there); rank 0 writes the
+ * model's config.json there, once for every save of the run (gpt_hf_save_config). The ranks agree
  * on the outcome through the loss all-gather, so that all stop when one cannot write. 0, or -1
  * after each failing rank named the directory and the errno.
  */
@@ -892,6 +893,10 @@ check_save_dir(struct run *R)
 			close(fd);
 			unlink(p);
 		}
+	}
+	if (!err && R->lead) { /* what `zinf checkpoint export --hf` takes */
+		what = "writing the model's config.json in it";
+		err = gpt_hf_save_config(dir, &R->t.m.d, R->t.dtype, R->a.from_hf);
 	}
 	if (err && R->t.world > 1) {
 		fprintf(stderr, "zinf_gpt: rank %d: --save %s: %s: %s\n", R->t.rank, dir, what,

@@ -83,6 +83,15 @@ int gpt_hf_bind(struct gpt_hf *h, struct gpt_model *m);
 /* The engine's init callback (ctx: the gpt_hf): the range converted to f32 from the file. */
 int gpt_hf_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out);
 void gpt_hf_close(struct gpt_hf *h);
+/*
+ * The model's Hugging Face config.json into dir (--save's directory), for `zinf checkpoint
+ * export --hf`: with from_hf (--from-hf's directory) its config.json byte for byte, else one
+ * made from d (GPT2Config or LlamaConfig: the fields the layers compute with, "dtype" the
+ * engine's; a GPT-2's n_positions is its wpe rows). Written as .config.json.tmp<pid>, fsynced,
+ * renamed, the directory fsynced. 0, or a positive errno (nothing printed).
+ */
+int gpt_hf_save_config(const char *dir, const struct gpt_dims *d, enum zinf_dtype dtype,
+		       const char *from_hf);
 
 /* ---- the trainer (gpt_train.c) ------------------------------------------------------------- */
 

@@ -5,13 +5,18 @@
  * compute refused by its key), and the weights (zinf/safetensors.h: one file or shards) matched
  * to the registered tensors by name and shape and streamed into the engine through its init
  * callback, range by range, for the ranges this rank owns: host memory holds one range (the
- * engine's chunk) and, for GPT-2's transposed Conv1D weights, one such tensor. Not here: the
- * export (the zinf command's `checkpoint export --hf`).
+ * engine's chunk) and, for GPT-2's transposed Conv1D weights, one such tensor. And the other
+ * way: the model's config.json beside --save's checkpoints (gpt_hf_save_config: the source's
+ * with --from-hf, else one made from the flags), which `zinf checkpoint export --hf` takes. Not
+ * here: the export itself (the zinf command, zinf_ckpt_export_hf).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <zinf/config.h>
 #include <zinf/safetensors.h>
@@ -305,4 +310,148 @@ gpt_hf_close(struct gpt_hf *h)
 	free(h->map);
 	free(h->cache);
 	free(h);
+}
+
+/* ---- config.json beside the checkpoints ----------------------------------------------------- */
+
+/* x as JSON text that reads back as x, as Python's repr writes it: a whole number below 1e16
+ * as "10000.0" (transformers keeps rope_theta and the epsilons as floats), else the shortest
+ * %g that reads back ("1e-05"). */
+static void
+json_real(char *buf, size_t len, double x)
+{
+	if (x == (double)(long long)x && x > -1e16 && x < 1e16) {
+		snprintf(buf, len, "%.1f", x);
+		return;
+	}
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(buf, len, "%.*g", prec, x);
+		if (strtod(buf, NULL) == x) {
+			break;
+		}
+	}
+}
+
+/* The config.json transformers' from_pretrained reads for d (GPT2Config or LlamaConfig, the
+ * fields the layers compute with), into f. */
+static void
+config_from_dims(FILE *f, const struct gpt_dims *d, enum zinf_dtype dtype)
+{
+	static const char *const torch[] = {
+		[ZINF_F32] = "float32", [ZINF_F16] = "float16", [ZINF_BF16] = "bfloat16"};
+	char eps[32], theta[32];
+	json_real(eps, sizeof(eps), gpt_eps(d));
+	json_real(theta, sizeof(theta), gpt_rope_theta(d));
+	if (d->arch != GPT_ARCH_LLAMA) {
+		/* wpe's rows are the positions (--context without --from-hf); no special tokens
+		   (GPT2Config's 50256 lies past a small vocabulary) */
+		fprintf(f,
+			"{\n"
+			"  \"activation_function\": \"gelu_new\",\n"
+			"  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n"
+			"  \"attn_pdrop\": 0.0,\n"
+			"  \"bos_token_id\": null,\n"
+			"  \"dtype\": \"%s\",\n"
+			"  \"embd_pdrop\": 0.0,\n"
+			"  \"eos_token_id\": null,\n"
+			"  \"layer_norm_epsilon\": %s,\n"
+			"  \"model_type\": \"gpt2\",\n"
+			"  \"n_embd\": %d,\n"
+			"  \"n_head\": %d,\n"
+			"  \"n_inner\": null,\n"
+			"  \"n_layer\": %d,\n"
+			"  \"n_positions\": %d,\n"
+			"  \"resid_pdrop\": 0.0,\n"
+			"  \"tie_word_embeddings\": true,\n"
+			"  \"vocab_size\": %d\n"
+			"}\n",
+			torch[dtype], eps, d->C, d->NH, d->L, gpt_positions(d), d->V);
+		return;
+	}
+	/* rope_theta in both places: transformers 5 reads rope_parameters, 4 the top level */
+	fprintf(f,
+		"{\n"
+		"  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+		"  \"attention_bias\": false,\n"
+		"  \"attention_dropout\": 0.0,\n"
+		"  \"dtype\": \"%s\",\n"
+		"  \"head_dim\": %d,\n"
+		"  \"hidden_act\": \"silu\",\n"
+		"  \"hidden_size\": %d,\n"
+		"  \"intermediate_size\": %d,\n"
+		"  \"max_position_embeddings\": %d,\n"
+		"  \"mlp_bias\": false,\n"
+		"  \"model_type\": \"llama\",\n"
+		"  \"num_attention_heads\": %d,\n"
+		"  \"num_hidden_layers\": %d,\n"
+		"  \"num_key_value_heads\": %d,\n"
+		"  \"rms_norm_eps\": %s,\n"
+		"  \"rope_parameters\": {\n"
+		"    \"rope_theta\": %s,\n"
+		"    \"rope_type\": \"default\"\n"
+		"  },\n"
+		"  \"rope_theta\": %s,\n"
+		"  \"tie_word_embeddings\": %s,\n"
+		"  \"vocab_size\": %d\n"
+		"}\n",
+		torch[dtype], gpt_hs(d), d->C, gpt_ff(d), d->T, d->NH, d->L, gpt_kvh(d), eps, theta,
+		theta, gpt_tied(d) ? "true" : "false", d->V);
+}
+
+int
+gpt_hf_save_config(const char *dir, const struct gpt_dims *d, enum zinf_dtype dtype,
+		   const char *from_hf)
+{
+	char path[4200], tmp[4300], src[4200];
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	snprintf(tmp, sizeof(tmp), "%s/.config.json.tmp%ld", dir, (long)getpid());
+	FILE *in = NULL;
+	if (from_hf) { /* the source's, byte for byte (a directory, or its config.json) */
+		struct stat st;
+		bool is_dir = stat(from_hf, &st) == 0 && S_ISDIR(st.st_mode);
+		snprintf(src, sizeof(src), is_dir ? "%s/config.json" : "%s", from_hf);
+		if (!(in = fopen(src, "rb"))) {
+			return errno;
+		}
+	}
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
+	int err = f ? 0 : errno;
+	if (f && in) {
+		char buf[8192];
+		size_t n;
+		while ((n = fread(buf, 1, sizeof(buf), in)) > 0 && !err) {
+			err = fwrite(buf, 1, n, f) == n ? 0 : errno ? errno : EIO;
+		}
+		err = err ?: ferror(in) ? EIO : 0;
+	} else if (f) {
+		config_from_dims(f, d, dtype);
+	}
+	if (f && !err && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
+		err = errno;
+	}
+	if (f && fclose(f) != 0 && !err) {
+		err = errno;
+	} else if (!f && fd >= 0) {
+		close(fd);
+	}
+	if (in) {
+		fclose(in);
+	}
+	if (!err && rename(tmp, path) != 0) {
+		err = errno;
+	}
+	if (err) {
+		unlink(tmp);
+		return err;
+	}
+	/* the rename on disk: the directory synced */
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) != 0) {
+		err = errno;
+	}
+	if (dfd >= 0) {
+		close(dfd);
+	}
+	return err;
 }

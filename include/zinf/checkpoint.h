@@ -237,6 +237,62 @@ ZINF_API int zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i);
 ZINF_API int zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype,
 			      uint64_t shard_bytes);
 
+/** zinf_ckpt_export_hf's default shard size: transformers 5's save_pretrained("50GB"). */
+#define ZINF_CKPT_HF_SHARD_BYTES 50000000000ull
+/** zinf_ckpt_export_hf's default buffer_bytes (8 MiB). */
+#define ZINF_CKPT_HF_BUFFER_BYTES (8ull << 20)
+
+struct zinf_ckpt_hf_opts {
+	size_t size;	     /* sizeof(struct zinf_ckpt_hf_opts); set by zinf_ckpt_hf_opts_init() */
+	const char *config;  /* the model's Hugging Face config.json (required) */
+	int32_t dtype;	     /* an enum zinf_dtype, or -1 (default): the checkpoint's dtype */
+	bool overwrite;	     /* replace what OUT holds (default false: -EEXIST) */
+	uint8_t reserved[3]; /* zero */
+	uint64_t shard_bytes;  /* data bytes per shard at most (0: one file); default
+				  ZINF_CKPT_HF_SHARD_BYTES */
+	uint64_t buffer_bytes; /* host memory for the reads and the transposition, bytes
+				  (default ZINF_CKPT_HF_BUFFER_BYTES; see zinf_ckpt_export_hf) */
+};
+
+ZINF_API void zinf_ckpt_hf_opts_init(struct zinf_ckpt_hf_opts *o);
+
+/**
+ * Write the checkpoint as a Hugging Face model directory `out` (created when missing, one level:
+ * its parent must exist): config.json and the weights, model.safetensors or, above
+ * opts->shard_bytes, shards model-00001-of-0000N.safetensors with model.safetensors.index.json,
+ * as transformers' save_pretrained lays them out, for its from_pretrained.
+ *
+ * The checkpoint's parameters must be exactly the tensors of the model that opts->config
+ * describes (zinf_hf_model_read: gpt2 as GPT2LMHeadModel, "transformer.*"; llama, mistral and
+ * qwen2 as LlamaForCausalLM and kin, "model.*" and an untied "lm_head.weight"), by name and
+ * shape: a trainer registers them under Hugging Face's names with their shapes (zinf_gpt does).
+ * GPT-2's Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are held in a
+ * checkpoint as [out, in], nn.Linear's layout, and written transposed, as Hugging Face stores
+ * them ([in, out]). This is checked before anything is written.
+ *
+ * Values: the fp32 masters converted to opts->dtype (to bf16 and f16 by round to nearest even),
+ * tensors in the checkpoint's order. config.json is opts->config's bytes, unless its "dtype"
+ * (or transformers 4's "torch_dtype") names another type than the one written: then it is
+ * rewritten with that key set ("float32", "bfloat16", "float16"), since transformers loads a
+ * model in the type its config names. Every file is written under a temporary name, fsynced
+ * and renamed (config.json last); without opts->overwrite an existing config.json,
+ * model.safetensors, index or shard in `out` is refused (-EEXIST naming it) before anything is
+ * written; with it they are replaced, and stale ones of another layout removed.
+ *
+ * Memory: the tensors stream in pieces of opts->buffer_bytes / 8 f32 elements; a Conv1D weight
+ * is transposed in bands of columns (each band read as one short range per row) through two
+ * buffers of that many elements (one column each when a column is longer), so host memory is
+ * about opts->buffer_bytes, plus the safetensors writer's conversion buffer (at most 4 MiB).
+ *
+ * Returns the number of .safetensors files written (1, or the shards'); -EINVAL (NULL
+ * argument, no config, a bad size or dtype, a tensor missing, extra or of another shape than
+ * the config's model needs: named with both shapes), -EEXIST, -ENOENT (out's parent, the
+ * config), errors of zinf_hf_model_read naming the key, I/O errors naming the file. On failure
+ * no file of `out` is replaced by a partial one.
+ */
+ZINF_API int zinf_ckpt_export_hf(struct zinf_ckpt *c, const char *out,
+				 const struct zinf_ckpt_hf_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif
