@@ -716,17 +716,16 @@ zinf_safetensors_open(const char *path, struct zinf_safetensors **out)
 	}
 	bool index = false;
 	int rc = 0;
-	if (S_ISDIR(sb.st_mode)) {
-		st->path = st_join(path, ST_INDEX_NAME);
-		if (st->path && stat(st->path, &sb) == 0) {
-			index = true;
-		} else if (st->path) {
+	if (S_ISDIR(sb.st_mode)) { /* transformers' order: the single file, else the index */
+		st->path = st_join(path, ST_FILE_NAME);
+		if (st->path && stat(st->path, &sb) != 0) {
 			zc_free(st->path);
-			st->path = st_join(path, ST_FILE_NAME);
+			st->path = st_join(path, ST_INDEX_NAME);
+			index = true;
 			if (st->path && stat(st->path, &sb) != 0) {
 				rc = ZINF_OBJ_FAIL(path, -ENOENT,
-						   "a directory holding neither " ST_INDEX_NAME
-						   " nor " ST_FILE_NAME);
+						   "a directory holding neither " ST_FILE_NAME
+						   " nor " ST_INDEX_NAME);
 			}
 		}
 	} else {

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ckpt/safetensors_write.c: writing safetensors checkpoints (zinf/safetensors.h): tensors are
- * declared, then the first write lays the files out (shards cut greedily in the order declared,
- * as transformers cuts them; each file's JSON header built with jansson, keys in that order,
+ * declared, then the first write lays the files out (shards cut as transformers cuts them, in
+ * the order declared; each file's JSON header built with jansson, keys in that order,
  * padded with spaces to a multiple of 8) and creates every file under a temporary name with its
  * header; the caller's ranges are converted and written in place with pwrite (any tensor order,
  * each tensor's ranges in order, so that one counter per tensor proves it whole); finish fsyncs
- * and renames the shards, then writes the index, fsyncs the directory and, when overwriting,
- * removes the files of an older layout. One descriptor is open at a time (the last shard
- * written). Little-endian hosts only. Not here: reading (safetensors_read.c), what the tensors
- * are (the checkpoint export, ckpt_export.c; the Hugging Face export above).
+ * the shards, removes an old index (overwriting shards), renames the shards, then writes the
+ * index, fsyncs the directory and, when overwriting, removes the files of an older layout. One
+ * descriptor is open at a time (the last shard written). Little-endian hosts only. Not here:
+ * reading (safetensors_read.c), what the tensors are (the checkpoint export, ckpt_export.c; the
+ * Hugging Face export above).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -331,17 +332,19 @@ zinf_safetensors_writer_add(struct zinf_safetensors_writer *w, const char *name,
 
 /* ---- the layout --------------------------------------------------------------------------- */
 
-/* Shard s's header (t[a..b)), padded to 8 bytes: *out (free()) and its length. Sets each
- * tensor's pos. */
+/* Shard s's header (its tensors in the order they were added), padded to 8 bytes: *out (free())
+ * and its length. Sets each of its tensors' pos. */
 static int
-st_header(struct zinf_safetensors_writer *w, uint32_t s, uint32_t a, uint32_t b, char **out,
-	  size_t *len)
+st_header(struct zinf_safetensors_writer *w, uint32_t s, char **out, size_t *len)
 {
 	json_t *h = json_object();
 	int rc = h ? 0 : -ENOMEM;
 	uint64_t off = 0;
-	for (uint32_t i = a; i < b && !rc; i++) {
+	for (uint32_t i = 0; i < w->n && !rc; i++) {
 		struct st_wtensor *x = &w->t[i];
+		if (x->shard != s) {
+			continue;
+		}
 		json_t *shape = json_array();
 		for (uint32_t d = 0; shape && d < x->ndim; d++) {
 			if (json_array_append_new(shape, json_integer((json_int_t)x->shape[d]))) {
@@ -386,8 +389,8 @@ st_header(struct zinf_safetensors_writer *w, uint32_t s, uint32_t a, uint32_t b,
 	}
 	memset(p + l, ' ', padded - l);
 	p[padded] = '\0';
-	for (uint32_t i = a; i < b; i++) {
-		w->t[i].pos += 8 + padded;
+	for (uint32_t i = 0; i < w->n; i++) {
+		w->t[i].pos += w->t[i].shard == s ? 8 + padded : 0;
 	}
 	*out = p;
 	*len = padded;
@@ -418,12 +421,12 @@ st_pwrite_full(int fd, const char *path, const void *data, uint64_t len, uint64_
 
 /* Shard s's temporary file, created with its header. */
 static int
-st_create_shard(struct zinf_safetensors_writer *w, uint32_t s, uint32_t a, uint32_t b)
+st_create_shard(struct zinf_safetensors_writer *w, uint32_t s)
 {
 	struct st_shard *sh = &w->sh[s];
 	char *hdr = NULL;
 	size_t hl = 0;
-	int rc = st_header(w, s, a, b, &hdr, &hl);
+	int rc = st_header(w, s, &hdr, &hl);
 	if (rc) {
 		return rc;
 	}
@@ -451,25 +454,43 @@ st_create_shard(struct zinf_safetensors_writer *w, uint32_t s, uint32_t a, uint3
 }
 
 /*
- * Cut the tensors into shards (greedily, in order: a tensor opens a new shard when the current
- * one holds something and would grow past shard_bytes, as transformers cuts them), name them,
- * and create every file with its header.
+ * Cut the tensors into shards as transformers cuts them (huggingface_hub's
+ * split_state_dict_into_shards_factory), in the order added: a tensor larger than shard_bytes
+ * is a shard of its own, numbered then; another closes the current shard (numbered then) when
+ * it would take it past shard_bytes, and joins the next. So [400, 1200, 200, 800, 40] at 1000
+ * bytes is 1: [1200], 2: [400, 200], 3: [800, 40]. Then name the shards and create every file
+ * with its header.
  */
 static int
 st_plan(struct zinf_safetensors_writer *w)
 {
+	const uint32_t OPEN = UINT32_MAX; /* in the shard being filled, not numbered yet */
 	uint32_t n_sh = 0;
 	uint64_t cur = 0;
+	bool any = false; /* the current shard holds a tensor */
 	for (uint32_t i = 0; i < w->n; i++) {
 		uint64_t b = st_bytes(&w->t[i]);
-		if (n_sh == 0 || (w->shard_bytes && cur > 0 && cur + b > w->shard_bytes)) {
+		if (w->shard_bytes && b > w->shard_bytes) {
+			w->t[i].shard = n_sh++;
+			continue;
+		}
+		if (w->shard_bytes && any && cur + b > w->shard_bytes) {
+			for (uint32_t j = 0; j < i; j++) {
+				w->t[j].shard = w->t[j].shard == OPEN ? n_sh : w->t[j].shard;
+			}
 			n_sh++;
 			cur = 0;
 		}
-		w->t[i].shard = n_sh - 1;
+		w->t[i].shard = OPEN;
 		cur += b;
+		any = true;
 	}
-	n_sh = ZINF_MAX(n_sh, 1u); /* no tensor: one file of none */
+	if (any || n_sh == 0) { /* the last shard; no tensor: one file of none */
+		for (uint32_t j = 0; j < w->n; j++) {
+			w->t[j].shard = w->t[j].shard == OPEN ? n_sh : w->t[j].shard;
+		}
+		n_sh++;
+	}
 	if (n_sh > ST_MAX_SHARDS) {
 		return ZINF_OBJ_FAIL(w->path, -EINVAL,
 				     "%u shards of at most %" PRIu64 " bytes: more than %u", n_sh,
@@ -501,16 +522,11 @@ st_plan(struct zinf_safetensors_writer *w)
 		}
 	}
 	w->planned = true;
-	for (uint32_t a = 0, s = 0; s < n_sh; s++) {
-		uint32_t b = a;
-		while (b < w->n && w->t[b].shard == s) {
-			b++;
-		}
-		int rc = st_create_shard(w, s, a, b);
+	for (uint32_t s = 0; s < n_sh; s++) {
+		int rc = st_create_shard(w, s);
 		if (rc) {
 			return rc;
 		}
-		a = b;
 	}
 	return 0;
 }
@@ -801,6 +817,16 @@ zinf_safetensors_writer_finish(struct zinf_safetensors_writer *w)
 	size_t index_len = 0;
 	if (!rc && w->n_sh > 1) {
 		rc = st_index_text(w, &index, &index_len, &index_tmp);
+	}
+	/* Overwriting shards: the old index goes first, so that until the new one is in no index
+	   names a mix of new and old shards (a loader finds nothing, rather than a mixed model; a
+	   single file there is the old model, whole, which loaders take before an index) */
+	if (!rc && w->overwrite && w->n_sh > 1 && unlink(w->index) != 0 && errno != ENOENT) {
+		rc = -errno;
+		ZINF_OBJ_FAIL(w->index, rc, "cannot remove the old index: %s", zinf_strerror(rc));
+	}
+	if (!rc && w->overwrite && w->n_sh > 1) {
+		rc = ckpt_fsync_path(w->dir, true);
 	}
 	for (uint32_t s = 0; s < w->n_sh && !rc; s++) {
 		rc = st_rename(w->sh[s].tmp, w->sh[s].path, w->overwrite);

@@ -52,7 +52,8 @@ struct zinf_safetensors; /* an opened checkpoint: every header parsed and checke
 /**
  * Open a checkpoint: `path` is a .safetensors file, an index (a file whose name ends in
  * ".index.json", whose weight_map names shard files in its own directory), or a directory
- * holding model.safetensors.index.json (preferred) or model.safetensors. Symbolic links are
+ * holding model.safetensors or, when it has none, model.safetensors.index.json (transformers'
+ * from_pretrained order: both there, the single file is read). Symbolic links are
  * followed (the Hugging Face cache is made of them); only regular files are read. Every file's
  * header is read and checked, no data is read; one descriptor per file stays open until
  * zinf_safetensors_close().
@@ -151,12 +152,17 @@ ZINF_API void zinf_safetensors_writer_opts_init(struct zinf_safetensors_writer_o
  * the data is at most opts->shard_bytes (or that is 0) it is that one file; otherwise shards
  * named as transformers names them, "<stem>-00001-of-00003.safetensors" beside it, and
  * "<path>.index.json" ({"metadata": {"total_size": data bytes}, "weight_map": {...}}),
- * written after the shards. Tensors are cut in the order they were added, greedily, never one
- * across two files. Every file has "__metadata__": {"format": "pt"}, its header padded with
- * spaces to a multiple of 8 bytes (the data aligned, as the Rust crate writes it).
+ * written after the shards. Tensors are cut as huggingface_hub cuts them
+ * (split_state_dict_into_shards_factory), never one across two files: in the order added, a
+ * tensor larger than shard_bytes is a shard of its own, numbered when it comes; another closes
+ * the shard being filled when it would take it past shard_bytes. Every file has "__metadata__":
+ * {"format": "pt"}, its header padded with spaces to a multiple of 8 bytes (the data aligned, as
+ * the Rust crate writes it).
  *
  * Each file is written as ".<name>.tmp<pid>" in the same directory, fsynced and renamed into
- * place, and the directory fsynced: a crash leaves whole files or none (the index last).
+ * place, and the directory fsynced: a crash leaves whole files or none (the index last; when
+ * overwriting shards the old index is removed first, so that no index names a mix of old and
+ * new shards: until the new index is in, the directory holds no loadable sharded checkpoint).
  * Without opts->overwrite the writer refuses (here, and again at each rename) when `path`, its
  * index or any shard of its stem ("<stem>-NNNNN-of-NNNNN.safetensors") exists; with it, they are
  * replaced, and what the new checkpoint does not use (an index beside a new single file, a
