@@ -98,7 +98,8 @@ push_tensor(struct hf_list *l, uint64_t rows, uint64_t cols, bool conv1d, const 
 }
 
 /*
- * What transformers builds for m: GPT2LMHeadModel (Conv1D weights [in, out]; the head is wte)
+ * What transformers builds for m: GPT2LMHeadModel (Conv1D weights [in, out]; the head is wte
+ * unless tie_word_embeddings is false)
  * or LlamaForCausalLM and kin (nn.Linear weights [out, in]; biases as the config says, qwen2's
  * on q, k and v only; lm_head unless tied). The names as state_dict() gives them.
  */
@@ -127,6 +128,9 @@ model_tensors(const struct zinf_hf_model *m, struct hf_list *l)
 		}
 		push_tensor(l, 0, C, false, "transformer.ln_f.weight");
 		push_tensor(l, 0, C, false, "transformer.ln_f.bias");
+		if (!m->tied) {
+			push_tensor(l, V, C, false, "lm_head.weight");
+		}
 	} else {
 		uint64_t q = m->heads * m->head_dim, kv = m->kv_heads * m->head_dim;
 		bool qwen2 = !strcmp(m->model_type, "qwen2"), ab = m->attention_bias,

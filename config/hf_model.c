@@ -82,7 +82,8 @@ flag_of(const json_t *o, const char *key, bool dflt)
 }
 
 /* GPT2LMHeadModel: wte, wpe, per block ln_1, c_attn (Conv1D H x 3H + 3H), c_proj, ln_2, c_fc
-   (H x I + I), c_proj (I x H + H), then ln_f; the head is wte. */
+   (H x I + I), c_proj (I x H + H), then ln_f; the head is wte (tie_word_embeddings, default
+   true), or an lm_head of its own. */
 static void
 count_gpt2(struct zinf_hf_model *m)
 {
@@ -90,7 +91,8 @@ count_gpt2(struct zinf_hf_model *m)
 	m->layer_params =
 		2 * H + (H * 3 * H + 3 * H) + (H * H + H) + 2 * H + (H * I + I) + (I * H + H);
 	uint64_t wte = m->vocab * H;
-	m->params = wte + m->positions * H + m->layers * m->layer_params + 2 * H;
+	m->params = wte + m->positions * H + m->layers * m->layer_params + 2 * H +
+		    (m->tied ? 0 : wte); /* an untied lm_head (no bias) */
 	m->largest_layer = ZINF_MAX(m->layer_params, wte);
 }
 
@@ -160,9 +162,14 @@ zinf_hf_model_read(const char *path, struct zinf_hf_model *out)
 			goto out;
 		}
 		m.kv_heads = m.heads;
-		m.tied = true;
+		m.tied = flag_of(o, "tie_word_embeddings", true);
 		m.attention_bias = m.mlp_bias = true;
 		m.max_positions = m.positions;
+		/* attention variants GPT2Attention has: scores not divided by sqrt(head_dim), or
+		   also by the layer's number (the upcast of reorder_and_upcast_attn is numerics
+		   only, as fp32 layers compute) */
+		m.attn_unscaled = !flag_of(o, "scale_attn_weights", true);
+		m.attn_layer_scaled = flag_of(o, "scale_attn_by_inverse_layer_idx", false);
 		if ((rc = number_of(o, file, "layer_norm_epsilon", "layer_norm_epsilon", 1e-5,
 				    &m.norm_eps)) ||
 		    (rc = string_of(o, file, "activation_function", "gelu_new", m.act,
@@ -196,15 +203,22 @@ zinf_hf_model_read(const char *path, struct zinf_hf_model *out)
 				  &m.max_positions))) {
 			goto out;
 		}
+		/* a scaling whose type is "default" scales nothing (transformers 4 wrote
+		   "type", later "rope_type") */
 		const json_t *rs = json_object_get(o, "rope_scaling");
+		const char *rst = json_string_value(json_object_get(rs, "rope_type"));
+		rst = rst ? rst : json_string_value(json_object_get(rs, "type"));
 		const char *rt = json_string_value(json_object_get(rp, "rope_type"));
-		m.rope_scaling = (rs && !json_is_null(rs)) || (rt && strcmp(rt, "default"));
-		/* mistral's window applies when given; qwen2's only with use_sliding_window */
-		bool window = !strcmp(type, "mistral") ||
-			      (qwen2 && flag_of(o, "use_sliding_window", false));
+		m.rope_scaling = (rs && !json_is_null(rs) && !(rst && !strcmp(rst, "default"))) ||
+				 (rt && strcmp(rt, "default"));
+		/* mistral's window applies (4096 when the key is absent: MistralConfig's default;
+		   null: none); qwen2's only with use_sliding_window */
+		bool mistral = !strcmp(type, "mistral");
+		bool window = mistral || (qwen2 && flag_of(o, "use_sliding_window", false));
 		const json_t *sw = json_object_get(o, "sliding_window");
-		if (window && sw && !json_is_null(sw) &&
-		    (rc = size_of(o, file, "sliding_window", 0, 1u << 30, &m.sliding_window))) {
+		if (window && !(sw && json_is_null(sw)) &&
+		    (rc = size_of(o, file, "sliding_window", mistral ? 4096 : 0, 1u << 30,
+				  &m.sliding_window))) {
 			goto out;
 		}
 	}

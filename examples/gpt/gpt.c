@@ -298,6 +298,7 @@ make_engine(struct run *R)
 				   .untied = R->a.untied,
 				   .rope_theta = R->a.rope_theta};
 	t->m.seed = R->a.seed;
+	t->m.decay_all = R->a.decay_all;
 	if (R->a.from_hf) { /* the shape and the initial values from the checkpoint */
 		if (gpt_hf_open(R->a.from_hf, &t->m.d, &R->hf)) {
 			return -EINVAL;
@@ -400,12 +401,16 @@ run_init(struct run *R, int argc, char **argv)
 		return 2;
 	}
 	/* the vocabulary (the data's range) and the hidden size (the configuration's "auto"s)
-	   before the engine: --from-hf's config.json is read again, and checked, at the import */
+	   before the engine: --from-hf's config.json, whose sizes the import checks again */
 	R->vocab = R->a.vocab;
 	R->hidden = R->a.hidden;
 	struct zinf_hf_model hf = {.size = sizeof(hf)};
-	if (R->a.from_hf && zinf_hf_model_read(R->a.from_hf, &hf) == 0 && hf.vocab <= INT32_MAX &&
-	    hf.hidden <= INT32_MAX) {
+	if (R->a.from_hf) { /* (the sizes are at most 2^24 and 2^20: they fit an int) */
+		if (zinf_hf_model_read(R->a.from_hf, &hf)) {
+			fprintf(stderr, "zinf_gpt: --from-hf %s: %s\n", R->a.from_hf,
+				zinf_last_error());
+			return 1;
+		}
 		R->vocab = (int)hf.vocab;
 		R->hidden = (int)hf.hidden;
 	}
@@ -435,7 +440,8 @@ run_init(struct run *R, int argc, char **argv)
 	if (R->a.data) {
 		char err[1024];
 		if (gpt_tokens_open(&R->tokens, R->a.data, (enum gpt_tokens_format)R->a.data_dtype,
-				    R->vocab, R->a.context, err, sizeof(err))) {
+				    R->vocab, R->a.from_hf ? "config.json's vocab_size" : NULL,
+				    R->a.context, err, sizeof(err))) {
 			fprintf(stderr, "zinf_gpt: --data %s\n", err);
 			return 1;
 		}
@@ -493,14 +499,17 @@ run_init(struct run *R, int argc, char **argv)
 			       R->scratch ? "; scratch " : "", zinf_scratch_dir_path(R->scratch));
 		}
 		const struct zinf_train_config *c = &R->cfg;
-		printf("training: lr %g, %s; weight decay %g on %u of %u tensors (%llu parameters: "
-		       "weight matrices and embeddings), not on biases and norm weights (Hugging "
-		       "Face's grouping)\n",
+		printf("training: lr %g, %s; weight decay %g on %u of %u tensors (%llu "
+		       "parameters%s)\n",
 		       (double)c->engine.optimizer.lr,
 		       c->scheduler.type == ZINF_SCHED_NONE ? "constant (no scheduler)"
 							    : zinf_schedule_name(c->scheduler.type),
 		       (double)c->engine.optimizer.weight_decay, t->m.n_tensors - t->m.t_no_decay,
-		       t->m.n_tensors, (unsigned long long)(t->m.n_params - t->m.n_no_decay));
+		       t->m.n_tensors, (unsigned long long)(t->m.n_params - t->m.n_no_decay),
+		       t->m.decay_all
+			       ? ": all, --decay-all"
+			       : ": weight matrices and embeddings; not biases and norm weights, "
+				 "as Hugging Face's Trainer groups them");
 		fflush(stdout);
 	}
 	return 0;

@@ -38,6 +38,7 @@ struct gpt_args {
 	double comm_timeout;	/* --comm-timeout, seconds; NaN: the library's default */
 	uint64_t seed;
 	bool step_after_backward, no_progress, quiet;
+	bool decay_all; /* --decay-all: weight decay on biases and norm weights too */
 	/* --test-kill-in-save POINT:TAG (not listed): the crash tests' request that this process
 	   kill itself (SIGKILL) when a save of TAG reaches POINT (zinf_ckpt_opts.progress) */
 	const char *test_kill_in_save;
@@ -118,6 +119,7 @@ struct gpt_model {
 	   Hugging Face's Trainer groups them): their elements and tensors */
 	uint64_t n_no_decay;
 	uint32_t t_no_decay;
+	bool decay_all; /* set before the layout: every tensor decays (--decay-all) */
 	/* where the initial values come from: NULL, the seeded initialisation; else this
 	   callback (a Hugging Face checkpoint: gpt_hf_init) */
 	zinf_param_init_fn init;

@@ -103,6 +103,9 @@ static const struct flag flags[] = {
 	 "deadline of every collective, seconds (default $ZINF_COMM_TIMEOUT_S, else 1800): a rank "
 	 "that stops answering is an error on the others after S seconds",
 	 K_SECS, A(comm_timeout), 0, GPT_MAX_COMM_TIMEOUT},
+	{"decay-all", NULL,
+	 "weight decay on every tensor (default: not on biases and norm weights)", K_FLAG,
+	 A(decay_all), 0, 0},
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
 	 A(step_after_backward), 0, 0},
 	{"no-progress", NULL, "no progress bar", K_FLAG, A(no_progress), 0, 0},
@@ -133,9 +136,11 @@ usage(FILE *f)
 	fputs("\nTraining as a Hugging Face user expects: the config's optimizer and\n"
 	      "scheduler (\"auto\" resolved from these flags as the Trainer resolves it);\n"
 	      "without a \"scheduler\" block the learning rate is constant (the optimizer's\n"
-	      "lr, --lr for an \"auto\" one). The optimizer's weight_decay applies to the\n"
-	      "weight matrices and the embeddings only: not to biases and LayerNorm weights,\n"
-	      "as the Trainer groups them.\n",
+	      "lr, --lr for an \"auto\" one; DeepSpeed's behaviour: the Trainer would make\n"
+	      "its own linear schedule). The optimizer's weight_decay applies to the weight\n"
+	      "matrices and the embeddings only, not to biases and norm weights, as the\n"
+	      "Trainer groups them when it makes the optimizer; --decay-all decays every\n"
+	      "tensor, as DeepSpeed does when the Trainer hands it a config's optimizer.\n",
 	      f);
 }
 

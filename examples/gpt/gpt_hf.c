@@ -76,6 +76,17 @@ gpt_hf_open(const char *dir, struct gpt_dims *d, struct gpt_hf **out)
 			 m.norm_eps);
 		return refuse(dir, why);
 	}
+	if (gpt2 && (m.attn_unscaled || m.attn_layer_scaled)) {
+		return refuse(dir, m.attn_unscaled
+					   ? "scale_attn_weights false: the GPT-2 layers "
+					     "divide the scores by sqrt(head size)"
+					   : "scale_attn_by_inverse_layer_idx true: the GPT-2 "
+					     "layers do not scale the scores by the layer");
+	}
+	if (gpt2 && !m.tied) {
+		return refuse(dir, "tie_word_embeddings false: the GPT-2 layers tie the head to "
+				   "the token embedding");
+	}
 	if (gpt2 && m.intermediate != 4 * m.hidden) {
 		snprintf(why, sizeof(why),
 			 "n_inner %llu: the GPT-2 layers' MLP is 4 x n_embd (%llu)",
@@ -320,7 +331,7 @@ gpt_hf_close(struct gpt_hf *h)
 static void
 json_real(char *buf, size_t len, double x)
 {
-	if (x == (double)(long long)x && x > -1e16 && x < 1e16) {
+	if (x > -1e16 && x < 1e16 && x == (double)(long long)x) { /* the range first: the cast */
 		snprintf(buf, len, "%.1f", x);
 		return;
 	}

@@ -50,11 +50,11 @@ push(struct gpt_model *m, const char *name, size_t rows, size_t cols, int layer,
 	/* Hugging Face's Trainer decays every parameter but biases and the norms' weights
 	   (get_decay_parameter_names); in GPT-2 and Llama those are exactly the 1-D tensors, and
 	   the matrices and embeddings (2-D) decay */
-	tt->no_decay = rows == 0;
+	tt->no_decay = rows == 0 && !m->decay_all;
 	*id = m->n_tensors++;
 	m->n_params += (rows ? rows : 1) * cols;
-	m->n_no_decay += rows ? 0 : cols;
-	m->t_no_decay += rows ? 0 : 1;
+	m->n_no_decay += tt->no_decay ? cols : 0;
+	m->t_no_decay += tt->no_decay ? 1 : 0;
 	return 0;
 }
 

@@ -220,8 +220,8 @@ scan(struct gpt_tokens *t, int V, uint64_t *bad, char *err, size_t errlen)
 }
 
 int
-gpt_tokens_open(struct gpt_tokens *t, const char *path, enum gpt_tokens_format f, int V, int T,
-		char *err, size_t errlen)
+gpt_tokens_open(struct gpt_tokens *t, const char *path, enum gpt_tokens_format f, int V,
+		const char *vocab_from, int T, char *err, size_t errlen)
 {
 	memset(t, 0, sizeof(*t));
 	t->path = path;
@@ -288,12 +288,18 @@ gpt_tokens_open(struct gpt_tokens *t, const char *path, enum gpt_tokens_format f
 			gpt_tokens_close(t);
 			return -1;
 		}
+		char fix[96];
+		if (vocab_from) {
+			snprintf(fix, sizeof(fix), "the file's tokens are not this model's");
+		} else {
+			snprintf(fix, sizeof(fix), "give --vocab %" PRIu64 " or more",
+				 (uint64_t)t->max_token + 1);
+		}
 		return fail(t, err, errlen,
 			    "%s: token %" PRIu64 " (of %" PRIu64 ") is %" PRIu32
-			    ", not below --vocab %d; the file's largest token is %" PRIu32
-			    ": give --vocab %" PRIu64 " or more",
-			    path, bad, t->n, token_at((const unsigned char *)&v, t->width, 0), V,
-			    t->max_token, (uint64_t)t->max_token + 1);
+			    ", not below %s %d; the file's largest token is %" PRIu32 ": %s",
+			    path, bad, t->n, token_at((const unsigned char *)&v, t->width, 0),
+			    vocab_from ? vocab_from : "--vocab", V, t->max_token, fix);
 	}
 	return 0;
 }

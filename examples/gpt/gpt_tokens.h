@@ -61,10 +61,11 @@ int gpt_tokens_format_parse(const char *s, enum gpt_tokens_format *out);
  * of tokens and without llm.c's header (a raw dtype over an llm.c file would train on its header),
  * at least T + 1 tokens (one window), every token below V. Returns 0, or -1 with the reason in
  * err (naming the file, and for a token past the vocabulary its position and value and the
- * file's largest token) and *t closed.
+ * file's largest token) and *t closed. vocab_from names where V came from in that message
+ * ("config.json's vocab_size"); NULL: --vocab, and the message says which --vocab would do.
  */
-int gpt_tokens_open(struct gpt_tokens *t, const char *path, enum gpt_tokens_format f, int V, int T,
-		    char *err, size_t errlen);
+int gpt_tokens_open(struct gpt_tokens *t, const char *path, enum gpt_tokens_format f, int V,
+		    const char *vocab_from, int T, char *err, size_t errlen);
 /* Close; a closed one (open failed, or closed already) is a no-op. */
 void gpt_tokens_close(struct gpt_tokens *t);
 

@@ -244,10 +244,13 @@ struct zinf_hf_model {
 	char act[24];		 /* hidden_act (default "silu"); gpt2: activation_function
 				    (default "gelu_new") */
 	uint64_t max_positions;	 /* max_position_embeddings (default 2048); gpt2: n_positions */
-	uint64_t sliding_window; /* mistral, qwen2 (use_sliding_window): the window; 0: none */
-	bool rope_scaling;    /* rope_scaling is given (not null), or rope_parameters.rope_type is
-				 not "default" */
-	uint8_t reserved2[7]; /* zero */
+	uint64_t sliding_window; /* mistral (default 4096; null: none), qwen2 with
+				    use_sliding_window: the window; 0: none */
+	bool rope_scaling;	/* rope_scaling is given (not null), or rope_parameters.rope_type is
+				   not "default" */
+	bool attn_unscaled;	/* gpt2: scale_attn_weights false */
+	bool attn_layer_scaled; /* gpt2: scale_attn_by_inverse_layer_idx true */
+	uint8_t reserved2[5];	/* zero */
 };
 
 /**

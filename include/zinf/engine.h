@@ -306,7 +306,9 @@ struct zinf_param_desc {
  * stepped with weight_decay 0, whatever the optimizer: Adam's L2 as AdamW's and Lion's decoupled
  * decay). Hugging Face's Trainer puts biases and the weights of LayerNorm and RMSNorm layers in
  * such a group (get_decay_parameter_names: every parameter whose name has "bias", or that
- * belongs to a norm layer); its weight matrices and embeddings decay. The engine cuts each
+ * belongs to a norm layer) when it makes the optimizer itself; its weight matrices and
+ * embeddings decay. (Given a DeepSpeed config with an optimizer, the Trainer passes DeepSpeed
+ * one group, and every parameter decays: register none with this flag for that.) The engine cuts each
  * optimizer call at the boundaries between parameters that decay and parameters that do not
  * (zinf_optimizer_set_no_decay over this rank's flat partition), so a sub-group may mix them; a
  * run without this flag anywhere, or with weight_decay 0, steps exactly as before. Checkpoints

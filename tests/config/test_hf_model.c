@@ -149,8 +149,9 @@ Test(hf_model, refusals_name_the_file_and_key)
 
 /* The settings a trainer needs: transformers' defaults when absent (LlamaConfig: rope_theta
  * 10000, rms_norm_eps 1e-6, hidden_act silu, 2048 positions; GPT2Config: layer_norm_epsilon 1e-5,
- * activation_function gelu_new), the file's values when given, mistral's window and qwen2's only
- * with use_sliding_window, and rope_scaling seen. */
+ * activation_function gelu_new, tied head), the file's values when given, mistral's window (4096
+ * when absent) and qwen2's only with use_sliding_window, rope_scaling seen unless its type is
+ * "default", GPT-2's attention variants and untied head. */
 Test(hf_model, training_settings_and_their_defaults)
 {
 	static const char llama[] = "\"hidden_size\": 64, \"intermediate_size\": 128,\n"
@@ -197,6 +198,33 @@ Test(hf_model, training_settings_and_their_defaults)
 	cr_expect_str_eq(m.act, "gelu_new");
 	cr_expect_eq(m.max_positions, 16);
 	cr_expect_eq(m.rope_theta, 0.0);
+	cr_expect(m.tied, "GPT2Config's tie_word_embeddings defaults to true");
+	cr_expect(!m.attn_unscaled && !m.attn_layer_scaled);
+	uint64_t tied_params = m.params;
+	/* an untied GPT-2 counts its lm_head (10 x 8); the attention variants are seen */
+	cr_assert_eq(read_text("{\"model_type\": \"gpt2\", \"n_embd\": 8, \"n_head\": 2,\n"
+			       " \"n_layer\": 1, \"n_positions\": 16, \"vocab_size\": 10,\n"
+			       " \"tie_word_embeddings\": false, \"scale_attn_weights\": false,\n"
+			       " \"scale_attn_by_inverse_layer_idx\": true}",
+			       &m),
+		     0, "%s", zinf_last_error());
+	cr_expect(!m.tied);
+	cr_expect_eq(m.params, tied_params + 80);
+	cr_expect(m.attn_unscaled && m.attn_layer_scaled);
+	/* mistral without sliding_window: MistralConfig's 4096; null: none */
+	snprintf(text, sizeof(text), "{\"model_type\": \"mistral\", %s}", llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.sliding_window, 4096);
+	snprintf(text, sizeof(text), "{\"model_type\": \"mistral\", %s, \"sliding_window\": null}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect_eq(m.sliding_window, 0);
+	/* a rope_scaling whose type is "default" scales nothing */
+	snprintf(text, sizeof(text),
+		 "{\"model_type\": \"llama\", %s, \"rope_scaling\": {\"rope_type\": \"default\"}}",
+		 llama);
+	cr_assert_eq(read_text(text, &m), 0, "%s", zinf_last_error());
+	cr_expect(!m.rope_scaling);
 	/* transformers 5's form: rope_parameters; a rope_type other than default is a scaling */
 	snprintf(text, sizeof(text),
 		 "{\"model_type\": \"llama\", %s, \"rope_parameters\": {\"rope_theta\": 500000.0,\n"

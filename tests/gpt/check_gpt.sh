@@ -1144,7 +1144,8 @@ data_ranks)
 	;;
 decay)
 	# weight_decay 0.1: zinf_gpt registers its biases and LayerNorm weights with
-	# ZINF_PARAM_NO_DECAY (Hugging Face's grouping), so that the step cuts its optimizer calls
+	# ZINF_PARAM_NO_DECAY (Hugging Face's grouping), so that the step cuts its optimizer calls;
+	# --decay-all marks none
 	for c in zero0_memory zero3_nvme; do
 		decayed "$cfgdir/$c.json" "$work/$c.json"
 	done
@@ -1190,6 +1191,16 @@ decay)
 	diff "$work/want" "$work/got" >"$work/diff" ||
 		{ echo "FAIL: no-decay tensors (want, got):"; cat "$work/diff"; exit 1; }
 	echo "ok: decay on $(grep -c ' 0$' "$work/got") tensors, none on $(grep -c ' 1$' "$work/got")"
+	# --decay-all (DeepSpeed's one group): no tensor marked, and the biases and norms decaying
+	# change the losses
+	run "$work/all.jsonl" -- --config "$work/zero0_memory.json" --batch 6 --decay-all \
+		--save "$work/ck_all"
+	! grep -q '"no_decay": true' "$work/ck_all/step30/manifest.json" ||
+		{ echo "FAIL: --decay-all: a tensor marked no_decay"; exit 1; }
+	if diff -q <(losses "$work/all.jsonl") <(losses "$work/mem.jsonl") >/dev/null; then
+		echo "FAIL: --decay-all changed no loss"
+		exit 1
+	fi
 	;;
 hf_train)
 	# --from-hf and --data against PyTorch: the fixtures' 5 AdamW steps (lr 1e-2, betas 0.9 and

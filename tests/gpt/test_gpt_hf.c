@@ -186,11 +186,11 @@ struct tol {
  * file's), and against refs/<refname> the loss, logits and gradients; *loss_out the loss.
  */
 static void
-check_model(const char *fix, const char *model, const char *refname, double *loss_out,
-	    struct tol tol)
+check_model(const char *fix, const char *model, const char *model_dir, const char *refname,
+	    double *loss_out, struct tol tol)
 {
 	char dir[4200], path[4300];
-	snprintf(dir, sizeof(dir), "%s/%s", fix, model);
+	snprintf(dir, sizeof(dir), "%s/%s", model_dir ? model_dir : fix, model_dir ? "" : model);
 	struct net n = {0};
 	n.m.d = (struct gpt_dims){.T = NT, .B = NB};
 	struct gpt_hf *h = NULL;
@@ -330,6 +330,8 @@ out:
 
 /* Copy fixture `model` into a temporary directory with `edit` applied to tensor `name`:
  * 'd' dropped, 's' stored with its first dimension halved, 'x' an extra tensor "<name>.extra";
+ * 'h' (every tensor): GPT-2 as the Hub ships it, names without "transformer." and each block's
+ * attn.bias buffer;
  * config.json copied, edited by the sed script `config` when given. Returns the directory. */
 static char *
 edited(const char *fix, const char *model, char edit, const char *name, const char *config)
@@ -373,11 +375,23 @@ edited(const char *fix, const char *model, char edit, const char *name, const ch
 		if (it && edit == 's') {
 			shape[0] /= 2;
 		}
-		slot[i] = zinf_safetensors_writer_add(w, in.name, ZINF_F32, in.ndim, shape);
-		if (it && edit == 'x') {
+		/* 'h': as the Hub's GPT-2 files are, names without "transformer." and each
+		   block's causal-mask buffer attn.bias */
+		const char *nm = edit == 'h' && !strncmp(in.name, "transformer.", 12) ? in.name + 12
+										      : in.name;
+		slot[i] = zinf_safetensors_writer_add(w, nm, ZINF_F32, in.ndim, shape);
+		bool mask = edit == 'h' && strstr(nm, ".attn.c_attn.bias");
+		if ((it && edit == 'x') || mask) {
 			char extra[200];
-			snprintf(extra, sizeof(extra), "%s.extra", in.name);
-			zinf_safetensors_writer_add(w, extra, ZINF_F32, 1, (uint64_t[]){4});
+			if (mask) {
+				snprintf(extra, sizeof(extra), "%.*s.bias",
+					 (int)(strstr(nm, ".c_attn.bias") - nm), nm);
+			} else {
+				snprintf(extra, sizeof(extra), "%s.extra", in.name);
+			}
+			zinf_safetensors_writer_add(w, extra, ZINF_F32, mask ? 4 : 1,
+						    mask ? (uint64_t[]){1, 1, 2, 2}
+							 : (uint64_t[]){4});
 		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -390,7 +404,8 @@ edited(const char *fix, const char *model, char edit, const char *name, const ch
 		float *x = malloc(in.numel * sizeof(float));
 		zinf_safetensors_read(st, i, 0, in.numel, ZINF_F32, x);
 		zinf_safetensors_writer_write(w, (uint32_t)slot[i], 0, numel, ZINF_F32, x);
-		if (!strcmp(in.name, name) && edit == 'x') {
+		if ((!strcmp(in.name, name) && edit == 'x') ||
+		    (edit == 'h' && strstr(in.name, ".attn.c_attn.bias"))) {
 			zinf_safetensors_writer_write(w, (uint32_t)slot[i] + 1, 0, 4, ZINF_F32, x);
 		}
 		free(x);
@@ -482,6 +497,18 @@ check_refusals(const char *fix)
 	if (d) {
 		refused("rope_scaling", d, (const char *[]){"config.json: rope_scaling", NULL});
 	}
+	d = edited(fix, "gpt2-tiny", 'k', "",
+		   "s/\"tie_word_embeddings\": true/\"tie_word_embeddings\": false/");
+	if (d) {
+		refused("untied gpt2", d,
+			(const char *[]){"config.json: tie_word_embeddings false", NULL});
+	}
+	d = edited(fix, "gpt2-tiny", 'k', "",
+		   "s/\"scale_attn_weights\": true/\"scale_attn_weights\": false/");
+	if (d) {
+		refused("unscaled attention", d,
+			(const char *[]){"config.json: scale_attn_weights false", NULL});
+	}
 	d = edited(fix, "llama-tiny", 'k', "", "s/\"mlp_bias\": false/\"mlp_bias\": true/");
 	if (d) {
 		refused("mlp_bias", d, (const char *[]){"config.json: mlp_bias", NULL});
@@ -497,15 +524,38 @@ main(int argc, char **argv)
 	}
 	const char *fix = argv[1];
 	double l_gpt2, l_llama, l_bf16, l_f16, l_tied;
-	check_model(fix, "gpt2-tiny", "gpt2-tiny", &l_gpt2, (struct tol){1e-12, 1e-12, 1e-7});
-	check_model(fix, "llama-tiny", "llama-tiny", &l_llama, (struct tol){1e-8, 1e-6, 1e-6});
-	check_model(fix, "llama-tiny-tied", "llama-tiny-tied", &l_tied,
+	check_model(fix, "gpt2-tiny", NULL, "gpt2-tiny", &l_gpt2, (struct tol){1e-12, 1e-12, 1e-7});
+	check_model(fix, "llama-tiny", NULL, "llama-tiny", &l_llama,
+		    (struct tol){1e-8, 1e-6, 1e-6});
+	check_model(fix, "llama-tiny-tied", NULL, "llama-tiny-tied", &l_tied,
 		    (struct tol){1e-8, 1e-6, 0});
 	/* the same Llama stored in bf16 (8 bits of mantissa) and f16 shards (11): the values
 	   are the f32 ones rounded, checked against their own files above; the loss moves by
 	   about the rounding's relative size */
-	check_model(fix, "llama-tiny-bf16", "llama-tiny", &l_bf16, (struct tol){1e-4, 0, 0});
-	check_model(fix, "llama-tiny-sharded", "llama-tiny", &l_f16, (struct tol){1e-5, 0, 0});
+	check_model(fix, "llama-tiny-bf16", NULL, "llama-tiny", &l_bf16, (struct tol){1e-4, 0, 0});
+	check_model(fix, "llama-tiny-sharded", NULL, "llama-tiny", &l_f16,
+		    (struct tol){1e-5, 0, 0});
+	/* GPT-2 as the Hub ships it: the same model, the same loss and gradients */
+	char *hub = edited(fix, "gpt2-tiny", 'h', "", NULL);
+	CHECK(hub, "edited copy");
+	struct zinf_safetensors *hs = NULL;
+	if (hub && zinf_safetensors_open(hub, &hs) == 0) {
+		CHECK(zinf_safetensors_find(hs, "h.1.attn.bias") >= 0 &&
+			      zinf_safetensors_find(hs, "wte.weight") >= 0 &&
+			      zinf_safetensors_find(hs, "transformer.wte.weight") < 0,
+		      "the Hub's layout: names without transformer., attn.bias buffers");
+		zinf_safetensors_close(hs);
+	}
+	if (hub) {
+		double l_hub;
+		check_model(fix, "gpt2-hub", hub, "gpt2-tiny", &l_hub,
+			    (struct tol){1e-12, 1e-12, 1e-7});
+		CHECK(l_hub == l_gpt2, "the Hub's GPT-2 layout: loss %.17g, not %.17g", l_hub,
+		      l_gpt2);
+		char cmd[4300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", hub);
+		failures += system(cmd) != 0;
+	}
 	check_refusals(fix);
 	printf("%d failure%s\n", failures, failures == 1 ? "" : "s");
 	return failures ? 1 : 0;

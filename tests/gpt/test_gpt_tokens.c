@@ -95,7 +95,7 @@ write_raw(const char *name, const uint32_t *tok, size_t n, int width, size_t ext
 static void
 open_ok(struct gpt_tokens *t, const char *p, enum gpt_tokens_format f, int V, int T)
 {
-	int r = gpt_tokens_open(t, p, f, V, T, errbuf, sizeof(errbuf));
+	int r = gpt_tokens_open(t, p, f, V, NULL, T, errbuf, sizeof(errbuf));
 	cr_assert_eq(r, 0, "%s: %s", p, errbuf);
 }
 
@@ -105,7 +105,7 @@ refused(const char *p, enum gpt_tokens_format f, int V, int T, const char *want)
 {
 	struct gpt_tokens t;
 	errbuf[0] = '\0';
-	cr_assert_eq(gpt_tokens_open(&t, p, f, V, T, errbuf, sizeof(errbuf)), -1, "%s opened", p);
+	cr_assert_eq(gpt_tokens_open(&t, p, f, V, NULL, T, errbuf, sizeof(errbuf)), -1, "%s opened", p);
 	cr_assert(!t.opened && t.buf == NULL, "%s: left open", p);
 	cr_assert(strstr(errbuf, p), "the message does not name %s: %s", p, errbuf);
 	cr_assert(strstr(errbuf, want), "want \"%s\" in: %s", want, errbuf);
