@@ -223,7 +223,7 @@ st_push(struct zinf_safetensors *st, struct st_tensor **out)
 			return -ENOMEM;
 		}
 		uint32_t cap = st->cap ? st->cap * 2 : 64;
-		struct st_tensor *t = realloc(st->t, (size_t)cap * sizeof(*t));
+		struct st_tensor *t = zc_realloc(st->t, (size_t)cap * sizeof(*t));
 		if (!t) {
 			return -ENOMEM;
 		}

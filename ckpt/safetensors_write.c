@@ -303,7 +303,7 @@ zinf_safetensors_writer_add(struct zinf_safetensors_writer *w, const char *name,
 	}
 	if (w->n == w->cap) {
 		uint32_t cap = w->cap ? w->cap * 2 : 64;
-		struct st_wtensor *t = realloc(w->t, (size_t)cap * sizeof(*t));
+		struct st_wtensor *t = zc_realloc(w->t, (size_t)cap * sizeof(*t));
 		if (!t) {
 			return -ENOMEM;
 		}

@@ -447,10 +447,15 @@ export_hf(const char *dir, struct zinf_ckpt *c, const struct zinf_ckpt_info *in,
 	o.overwrite = ex.force;
 	int files = zinf_ckpt_export_hf(c, ex.hf, &o);
 	if (files < 0) {
-		/* the library said which tensor, key or file */
+		/* the library said which tensor, key or file. A model that does not match is
+		   refused before anything is written; a later failure may leave the shards that
+		   were renamed in before it, but no index or config.json naming them whole */
 		bool refused = files == -EINVAL || files == -EEXIST;
-		fprintf(stderr, EXPORT ": --hf %s: %s (%s): nothing written\n", ex.hf,
-			refused ? "refused" : "export failed", strerror(-files));
+		fprintf(stderr, EXPORT ": --hf %s: %s (%s)%s\n", ex.hf,
+			refused ? "refused" : "export failed", strerror(-files),
+			files == -EINVAL ? ": nothing written"
+					 : ": no complete export under that name (files renamed in "
+					   "before the failure may stay; run again with --force)");
 		return refused ? 2 : 1;
 	}
 	uint64_t total = 0;
@@ -553,7 +558,8 @@ cli_checkpoint_export(int argc, char **argv)
 	rc = zinf_ckpt_export(c, ex.out, dt, shard);
 	if (rc) {
 		fprintf(stderr,
-			EXPORT ": %s: export failed (%s): nothing written under that name\n",
+			EXPORT ": %s: export failed (%s): no complete export under that name "
+			       "(shards renamed in before the failure may stay)\n",
 			ex.out, strerror(-rc));
 		zinf_ckpt_close(c);
 		return 1;

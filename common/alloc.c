@@ -59,6 +59,12 @@ zc_calloc(size_t n, size_t len)
 	return should_fail() ? NULL : calloc(n ? n : 1, len ? len : 1);
 }
 
+void *
+zc_realloc(void *p, size_t len)
+{
+	return should_fail() ? NULL : realloc(p, len ? len : 1);
+}
+
 void
 zc_free(void *p)
 {

@@ -55,6 +55,7 @@ int zc_log_vemit(int ret, enum zinf_log_level level, const char *file, int line,
 /* Allocation that tests can make fail (the failing allocator hook). */
 void *zc_malloc(size_t len);
 void *zc_calloc(size_t n, size_t len);
+void *zc_realloc(void *p, size_t len); /* NULL: p is left as it was */
 void zc_free(void *p);
 char *zc_strdup(const char *s);
 /*

@@ -231,8 +231,11 @@ ZINF_API int zinf_ckpt_verify_file(struct zinf_ckpt *c, uint32_t i);
  * Write the consolidated weights (the fp32 masters, converted to dtype: f32, bf16 or f16) as
  * safetensors: one file `out`, or above shard_bytes (0: no limit) shards named as Hugging Face
  * names them (model-00001-of-00003.safetensors next to out) plus out's ".index.json"
- * (out must end in ".safetensors"). Streams a parameter at a time in bounded pieces. Returns 0,
- * -EINVAL, I/O errors naming the file.
+ * (out must end in ".safetensors"). Streams a parameter at a time in bounded pieces. What is
+ * there is replaced: out, and the index and shards of an earlier export to the same name (of
+ * any shard count), which are removed once the new files are in (zinf_safetensors_writer with
+ * overwrite; the zinf command asks for --force first). Returns 0, -EINVAL, I/O errors naming
+ * the file.
  */
 ZINF_API int zinf_ckpt_export(struct zinf_ckpt *c, const char *out, enum zinf_dtype dtype,
 			      uint64_t shard_bytes);
