@@ -14,6 +14,7 @@
 
 #include "gpt_matmul.h"
 #include "gpt_model.h"
+#include "gpt_vmath.h"
 
 /* ---- shapes -------------------------------------------------------------------------------- */
 
@@ -302,29 +303,29 @@ attention_backward(gpt_real *dqkv, gpt_real *datt, gpt_real *dpreatt, const gpt_
 
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2 / pi) */
 
+/* tanh through GPT_TANH: vectorised for float (gpt_vmath.h), libm's for double */
 static void
 gelu_forward(gpt_real *out, const gpt_real *inp, size_t n)
 {
-#pragma omp parallel for
+#pragma omp parallel for simd
 	for (size_t i = 0; i < n; i++) {
 		gpt_real x = inp[i];
 		gpt_real cube = (gpt_real)0.044715 * x * x * x;
-		out[i] = (gpt_real)0.5 * x * (1 + tanh((gpt_real)GELU_SCALE * (x + cube)));
+		out[i] = (gpt_real)0.5 * x * (1 + GPT_TANH((gpt_real)GELU_SCALE * (x + cube)));
 	}
 }
 
-/* dinp = (set) */
+/* dinp = (set); sech^2 as 1 - tanh^2 (as PyTorch's), one transcendental per element */
 static void
 gelu_backward(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
 {
-#pragma omp parallel for
+#pragma omp parallel for simd
 	for (size_t i = 0; i < n; i++) {
 		gpt_real x = inp[i];
 		gpt_real cube = (gpt_real)0.044715 * x * x * x;
 		gpt_real arg = (gpt_real)GELU_SCALE * (x + cube);
-		gpt_real th = tanh(arg);
-		gpt_real ch = cosh(arg);
-		gpt_real sech2 = 1 / (ch * ch);
+		gpt_real th = GPT_TANH(arg);
+		gpt_real sech2 = 1 - th * th;
 		gpt_real g = (gpt_real)0.5 * (1 + th) +
 			     x * (gpt_real)0.5 * sech2 * (gpt_real)GELU_SCALE *
 				     (1 + 3 * (gpt_real)0.044715 * x * x);
