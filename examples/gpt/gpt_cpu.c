@@ -190,8 +190,124 @@ layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *d
 
 /*
  * Causal self-attention. qkv [B, T, 3C] (q, k, v each C = NH heads of hs); att [B, NH, T, T]
- * the softmax (entries above the diagonal left 0); out [B, T, C].
+ * the softmax (entries above the diagonal 0); out [B, T, C].
+ *
+ * With a BLAS, each (batch, head) is three products on its own thread (the BLAS runs one thread
+ * inside a parallel region): scores = scale q k^T for the rows' causal blocks, the softmax in
+ * place, out = att v; the backward is four more (datt = dout v^T, dv = att^T dout, dq = scale
+ * dpreatt k, dk = scale dpreatt^T q). Without one, the plain loops below them (llm.c's).
  */
+#ifdef GPT_HAVE_BLAS
+
+/* Rows of the score matrix per product: rows [r, r + ATT_ROWS) need the columns [0, r +
+   ATT_ROWS) only, so the products skip most of what the causal mask drops. The gradient check
+   sets 2, so that its context of 5 is cut into blocks too. */
+#ifdef GPT_ATT_ROWS
+#define ATT_ROWS GPT_ATT_ROWS
+#else
+#define ATT_ROWS 32
+#endif
+
+static void
+attention_forward(gpt_real *out, gpt_real *att, const gpt_real *qkv, int B, int T, int C, int NH)
+{
+	int C3 = 3 * C, hs = C / NH;
+	gpt_real scale = 1 / sqrt((gpt_real)hs);
+#pragma omp parallel for collapse(2)
+	for (int b = 0; b < B; b++) {
+		for (int h = 0; h < NH; h++) {
+			const gpt_real *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C,
+				       *v = q + 2 * C;
+			gpt_real *a = att + ((size_t)b * NH + h) * T * T;
+			for (int r = 0; r < T; r += ATT_ROWS) {
+				int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+				gpt_gemm(0, 1, n, r + n, hs, scale, q + (size_t)r * C3, C3, k, C3,
+					 0, a + (size_t)r * T, T);
+			}
+			for (int t = 0; t < T; t++) {
+				gpt_real *p = a + (size_t)t * T, maxv = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : maxv)
+				for (int t2 = 0; t2 <= t; t2++) {
+					maxv = p[t2] > maxv ? p[t2] : maxv;
+				}
+#pragma omp simd reduction(+ : sum)
+				for (int t2 = 0; t2 <= t; t2++) {
+					p[t2] = GPT_EXP(p[t2] - maxv);
+					sum += p[t2];
+				}
+#pragma omp simd
+				for (int t2 = 0; t2 <= t; t2++) {
+					p[t2] /= sum;
+				}
+				for (int t2 = t + 1; t2 < T; t2++) {
+					p[t2] = 0;
+				}
+			}
+			for (int r = 0; r < T; r += ATT_ROWS) {
+				int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+				gpt_gemm(0, 0, n, hs, r + n, 1, a + (size_t)r * T, T, v, C3, 0,
+					 out + ((size_t)b * T + r) * C + h * hs, C);
+			}
+		}
+	}
+}
+
+/* dqkv = (set); datt, dpreatt scratch [B, NH, T, T]. Each (b, h) writes only its own head's
+ * slices of dqkv. */
+static void
+attention_backward(gpt_real *dqkv, gpt_real *datt, gpt_real *dpreatt, const gpt_real *dout,
+		   const gpt_real *qkv, const gpt_real *att, int B, int T, int C, int NH)
+{
+	int C3 = 3 * C, hs = C / NH;
+	gpt_real scale = 1 / sqrt((gpt_real)hs);
+#pragma omp parallel for collapse(2)
+	for (int b = 0; b < B; b++) {
+		for (int h = 0; h < NH; h++) {
+			size_t bh = ((size_t)b * NH + h) * T * T;
+			const gpt_real *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C,
+				       *v = q + 2 * C, *a = att + bh;
+			const gpt_real *g = dout + (size_t)b * T * C + h * hs;
+			gpt_real *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C,
+				 *dv = dq + 2 * C, *da = datt + bh, *dp = dpreatt + bh;
+			/* out = att v: datt = dout v^T (the causal blocks); dv = att^T dout, whose
+			   rows [r, r + n) take att's rows from r on only */
+			for (int r = 0; r < T; r += ATT_ROWS) {
+				int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+				gpt_gemm(0, 1, n, r + n, hs, 1, g + (size_t)r * C, C, v, C3, 0,
+					 da + (size_t)r * T, T);
+				gpt_gemm(1, 0, n, hs, T - r, 1, a + (size_t)r * T + r, T,
+					 g + (size_t)r * C, C, 0, dv + (size_t)r * C3, C3);
+			}
+			/* the softmax */
+			for (int t = 0; t < T; t++) {
+				const gpt_real *pa = a + (size_t)t * T, *pd = da + (size_t)t * T;
+				gpt_real *pp = dp + (size_t)t * T, dot = 0;
+#pragma omp simd reduction(+ : dot)
+				for (int t2 = 0; t2 <= t; t2++) {
+					dot += pa[t2] * pd[t2];
+				}
+#pragma omp simd
+				for (int t2 = 0; t2 <= t; t2++) {
+					pp[t2] = pa[t2] * (pd[t2] - dot);
+				}
+				for (int t2 = t + 1; t2 < T; t2++) {
+					pp[t2] = 0;
+				}
+			}
+			/* scores = scale q k^T: dq = scale dpreatt k, dk = scale dpreatt^T q */
+			for (int r = 0; r < T; r += ATT_ROWS) {
+				int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+				gpt_gemm(0, 0, n, hs, r + n, scale, dp + (size_t)r * T, T, k, C3, 0,
+					 dq + (size_t)r * C3, C3);
+				gpt_gemm(1, 0, n, hs, T - r, scale, dp + (size_t)r * T + r, T,
+					 q + (size_t)r * C3, C3, 0, dk + (size_t)r * C3, C3);
+			}
+		}
+	}
+}
+
+#else
+
 static void
 attention_forward(gpt_real *out, gpt_real *att, const gpt_real *qkv, int B, int T, int C, int NH)
 {
@@ -300,6 +416,8 @@ attention_backward(gpt_real *dqkv, gpt_real *datt, gpt_real *dpreatt, const gpt_
 		}
 	}
 }
+
+#endif
 
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2 / pi) */
 

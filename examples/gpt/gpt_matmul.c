@@ -104,6 +104,14 @@ gpt_matmul_backward_ref(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_re
 /* cblas_sgemm or cblas_dgemm, by gpt_real */
 #define GEMM _Generic((gpt_real)0, float : cblas_sgemm, double : cblas_dgemm)
 
+void
+gpt_gemm(int ta, int tb, int M, int N, int K, gpt_real alpha, const gpt_real *A, int lda,
+	 const gpt_real *B, int ldb, gpt_real beta, gpt_real *C, int ldc)
+{
+	GEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K,
+	     alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* Columns per thread's share of db: rows are added in order, a block of columns at a time, so
    each db element is one thread's sum over rows in row order (the reference's bits). */
 #define DB_COLS 64

@@ -28,6 +28,14 @@ void gpt_matmul_forward_ref(gpt_real *out, const gpt_real *inp, const gpt_real *
 void gpt_matmul_backward_ref(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
 			     const gpt_real *inp, const gpt_real *w, int N, int C, int OC);
 
+#ifdef GPT_HAVE_BLAS
+/* C[M, N] = alpha op(A) op(B) + beta C, row-major, op(X) = X or X^T (ta, tb nonzero): one
+   cblas_?gemm call (threaded by the BLAS outside a parallel region, one thread inside one).
+   beta 0 sets C, whatever it held (NaN included). For the attention's per-head products. */
+void gpt_gemm(int ta, int tb, int M, int N, int K, gpt_real alpha, const gpt_real *A, int lda,
+	      const gpt_real *B, int ldb, gpt_real beta, gpt_real *C, int ldc);
+#endif
+
 /* "cblas" when gpt_matmul_forward/backward go through a BLAS, else "reference". */
 extern const char gpt_matmul_impl[];
 
