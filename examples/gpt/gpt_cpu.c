@@ -150,6 +150,10 @@ layernorm_forward(gpt_real *out, gpt_real *mean, gpt_real *rstd, const gpt_real 
 	}
 }
 
+/* Columns per thread's share of a sum over rows: the rows are read in order, LN_COLS columns of
+   each at a time (vectorised), so every sum is one thread's, in row order. */
+#define LN_COLS 32
+
 /* dinp += d(LN)/dinp; dw, db = (set) */
 static void
 layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
@@ -157,15 +161,22 @@ layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *d
 		   const gpt_real *rstd, int N, int C)
 {
 #pragma omp parallel for
-	for (int c = 0; c < C; c++) {
-		gpt_real sw = 0, sb = 0;
-		for (int i = 0; i < N; i++) {
-			gpt_real n = (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
-			sw += n * dout[(size_t)i * C + c];
-			sb += dout[(size_t)i * C + c];
+	for (int c0 = 0; c0 < C; c0 += LN_COLS) {
+		int nc = C - c0 < LN_COLS ? C - c0 : LN_COLS;
+		gpt_real *sw = dw + c0, *sb = db + c0;
+		for (int c = 0; c < nc; c++) {
+			sw[c] = sb[c] = 0;
 		}
-		dw[c] = sw;
-		db[c] = sb;
+		for (int i = 0; i < N; i++) {
+			const gpt_real *x = inp + (size_t)i * C + c0,
+				       *g = dout + (size_t)i * C + c0;
+			gpt_real m = mean[i], r = rstd[i];
+#pragma omp simd
+			for (int c = 0; c < nc; c++) {
+				sw[c] += (x[c] - m) * r * g[c];
+				sb[c] += g[c];
+			}
+		}
 	}
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
