@@ -14,6 +14,11 @@
  * Threads: OMP_NUM_THREADS. Prints one JSON line: the median and every rep's seconds of a whole
  * forward and backward, the medians of its parts, the products' implementation and, for
  * OpenBLAS, its configuration and kernel.
+ *
+ * Built a second time, with GPT_LAYERS_BENCH_LIB, as libgpt_layers_bench.so without main():
+ * gpt_layers_bench_open/step/close for bench/gpt_layers.py --c-lib, which alternates one C step
+ * and one PyTorch step in one process (one libgomp, one OpenBLAS), so that a machine whose load
+ * changes from second to second slows both alike.
  */
 #include <math.h>
 #include <omp.h>
@@ -60,6 +65,141 @@ tensor(size_t n, double std, float value)
 	}
 	return p;
 }
+
+/* The model, its parameters, gradients and activations (plain allocations). */
+struct gpt_layers_bench {
+	struct gpt_dims d;
+	size_t bs; /* elements of one block */
+	float *wte, *wpe, *lnfw, *lnfb, *dwte, *dwpe, *dlnfw, *dlnfb, *blocks, *dblocks, *acts;
+	int *tokens, *targets;
+	struct gpt_acts a;
+	float loss; /* of the last step */
+};
+
+void
+gpt_layers_bench_close(struct gpt_layers_bench *b)
+{
+	if (!b) {
+		return;
+	}
+	float *f[] = {b->wte,	b->wpe,	  b->lnfw,   b->lnfb,	 b->dwte, b->dwpe,
+		      b->dlnfw, b->dlnfb, b->blocks, b->dblocks, b->acts};
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		free(f[i]);
+	}
+	free(b->tokens), free(b->targets), free(b);
+}
+
+/* GPT-2's initialisation (N(0, 0.02), LayerNorm weights 1, biases 0), random tokens and
+   targets. NULL when out of memory. */
+struct gpt_layers_bench *
+gpt_layers_bench_open(int L, int NH, int C, int T, int V, int B)
+{
+	struct gpt_layers_bench *b = calloc(1, sizeof(*b));
+	if (!b) {
+		return NULL;
+	}
+	struct gpt_dims *d = &b->d;
+	*d = (struct gpt_dims){.V = V, .T = T, .C = C, .NH = NH, .L = L, .B = B};
+	size_t N = (size_t)B * T, c = (size_t)C, bs = b->bs = gpt_block_size(d);
+	b->wte = tensor((size_t)V * c, 0.02, 0), b->wpe = tensor((size_t)T * c, 0.02, 0);
+	b->lnfw = tensor(c, 0, 1), b->lnfb = tensor(c, 0, 0);
+	b->dwte = tensor((size_t)V * c, 0, 0), b->dwpe = tensor((size_t)T * c, 0, 0);
+	b->dlnfw = tensor(c, 0, 0), b->dlnfb = tensor(c, 0, 0);
+	b->blocks = tensor((size_t)L * bs, 0.02, 0), b->dblocks = tensor(bs, 0, 0);
+	b->acts = tensor(gpt_acts_numel(d), 0, 0);
+	b->tokens = malloc(N * sizeof(int)), b->targets = malloc(N * sizeof(int));
+	if (!b->wte || !b->wpe || !b->lnfw || !b->lnfb || !b->dwte || !b->dwpe || !b->dlnfw ||
+	    !b->dlnfb || !b->blocks || !b->dblocks || !b->acts || !b->tokens || !b->targets) {
+		gpt_layers_bench_close(b);
+		return NULL;
+	}
+	for (int l = 0; l < L; l++) {
+		float *w = b->blocks + (size_t)l * bs;
+		static const int ones[] = {GPT_LN1W, GPT_LN2W},
+				 zeros[] = {GPT_LN1B, GPT_QKVB, GPT_ATTPROJB,
+					    GPT_LN2B, GPT_FCB,	GPT_FCPROJB};
+		for (int k = 0; k < 2; k++) {
+			for (size_t i = 0; i < c; i++) {
+				w[gpt_block_offset(d, ones[k]) + i] = 1;
+			}
+		}
+		for (int k = 0; k < 6; k++) {
+			memset(w + gpt_block_offset(d, zeros[k]), 0,
+			       gpt_block_numel(d, zeros[k]) * sizeof(float));
+		}
+	}
+	for (size_t i = 0; i < N; i++) {
+		b->tokens[i] = (int)(urand() * V);
+		b->targets[i] = (int)(urand() * V);
+	}
+	gpt_acts_carve(d, b->acts, &b->a);
+	return b;
+}
+
+/* One forward and backward in gpt_train.c's order; returns its seconds, and its parts' in
+   part[3] (encoder and blocks forward, the head forward and backward, the blocks and encoder
+   backward) when part is not NULL. */
+double
+gpt_layers_bench_step(struct gpt_layers_bench *b, double *part)
+{
+	const struct gpt_ops *o = &gpt_cpu_ops;
+	const struct gpt_dims *d = &b->d;
+	size_t N = (size_t)d->B * d->T;
+	const float *p[GPT_BLOCK_TENSORS];
+	float *g[GPT_BLOCK_TENSORS];
+	double t0 = now();
+	o->encoder_forward(d, &b->a, b->tokens, b->wte, b->wpe);
+	for (int l = 0; l < d->L; l++) {
+		for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
+			p[k] = b->blocks + (size_t)l * b->bs + gpt_block_offset(d, k);
+		}
+		o->block_forward(d, &b->a, l, p);
+	}
+	double t1 = now();
+	o->head_forward_backward(d, &b->a, b->targets, b->wte, b->lnfw, b->lnfb, 1.0f / (float)N,
+				 b->dwte, b->dlnfw, b->dlnfb);
+	double t2 = now();
+	for (int l = d->L - 1; l >= 0; l--) {
+		for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
+			p[k] = b->blocks + (size_t)l * b->bs + gpt_block_offset(d, k);
+			g[k] = b->dblocks + gpt_block_offset(d, k); /* the trainer hands them on */
+		}
+		o->block_backward(d, &b->a, l, p, g);
+	}
+	o->encoder_backward(d, &b->a, b->tokens, b->dwte, b->dwpe);
+	double t3 = now();
+	if (part) {
+		part[0] = t1 - t0, part[1] = t2 - t1, part[2] = t3 - t2;
+	}
+	b->loss = 0;
+	for (size_t i = 0; i < N; i++) {
+		b->loss += b->a.losses[i];
+	}
+	b->loss /= (float)N;
+	return t3 - t0;
+}
+
+/* the products' implementation and OpenBLAS's configuration and kernel ("" for another CBLAS) */
+const char *
+gpt_layers_bench_products(void)
+{
+	return gpt_matmul_impl;
+}
+
+const char *
+gpt_layers_bench_blas(void)
+{
+	return openblas_get_config ? openblas_get_config() : "";
+}
+
+const char *
+gpt_layers_bench_core(void)
+{
+	return openblas_get_corename ? openblas_get_corename() : "";
+}
+
+#ifndef GPT_LAYERS_BENCH_LIB
 
 static int
 cmp(const void *a, const void *b)
@@ -120,97 +260,37 @@ main(int argc, char **argv)
 			d.C);
 		return 2;
 	}
-	const struct gpt_ops *o = &gpt_cpu_ops;
-	size_t N = (size_t)d.B * d.T, C = (size_t)d.C, bs = gpt_block_size(&d);
-	/* GPT-2's initialisation: N(0, 0.02), LayerNorm weights 1, biases 0 */
-	float *wte = tensor((size_t)d.V * C, 0.02, 0), *wpe = tensor((size_t)d.T * C, 0.02, 0);
-	float *lnfw = tensor(C, 0, 1), *lnfb = tensor(C, 0, 0);
-	float *dwte = tensor((size_t)d.V * C, 0, 0), *dwpe = tensor((size_t)d.T * C, 0, 0);
-	float *dlnfw = tensor(C, 0, 0), *dlnfb = tensor(C, 0, 0);
-	float *blocks = tensor((size_t)d.L * bs, 0.02, 0), *dblocks = tensor(bs, 0, 0);
-	float *acts = tensor(gpt_acts_numel(&d), 0, 0);
-	int *tokens = malloc(N * sizeof(int)), *targets = malloc(N * sizeof(int));
-	if (!wte || !wpe || !lnfw || !lnfb || !dwte || !dwpe || !dlnfw || !dlnfb || !blocks ||
-	    !dblocks || !acts || !tokens || !targets) {
-		fprintf(stderr, "bench_gpt_layers: out of memory\n");
-		return 1;
-	}
-	for (int l = 0; l < d.L; l++) {
-		float *b = blocks + (size_t)l * bs;
-		static const int ones[] = {GPT_LN1W, GPT_LN2W},
-				 zeros[] = {GPT_LN1B, GPT_QKVB, GPT_ATTPROJB,
-					    GPT_LN2B, GPT_FCB,	GPT_FCPROJB};
-		for (int k = 0; k < 2; k++) {
-			for (size_t c = 0; c < C; c++) {
-				b[gpt_block_offset(&d, ones[k]) + c] = 1;
-			}
-		}
-		for (int k = 0; k < 6; k++) {
-			memset(b + gpt_block_offset(&d, zeros[k]), 0,
-			       gpt_block_numel(&d, zeros[k]) * sizeof(float));
-		}
-	}
-	for (size_t i = 0; i < N; i++) {
-		tokens[i] = (int)(urand() * d.V);
-		targets[i] = (int)(urand() * d.V);
-	}
-	struct gpt_acts a;
-	gpt_acts_carve(&d, acts, &a);
-
+	struct gpt_layers_bench *b = gpt_layers_bench_open(d.L, d.NH, d.C, d.T, d.V, d.B);
 	int n = warmup + reps;
 	double *all = malloc((size_t)n * sizeof(double)), *fwd = malloc((size_t)n * sizeof(double)),
 	       *head = malloc((size_t)n * sizeof(double)),
 	       *bwd = malloc((size_t)n * sizeof(double));
-	float loss = 0;
+	if (!b || !all || !fwd || !head || !bwd) {
+		fprintf(stderr, "bench_gpt_layers: out of memory\n");
+		return 1;
+	}
 	for (int r = 0; r < n; r++) {
-		const float *p[GPT_BLOCK_TENSORS];
-		float *g[GPT_BLOCK_TENSORS];
-		double t0 = now();
-		o->encoder_forward(&d, &a, tokens, wte, wpe);
-		for (int l = 0; l < d.L; l++) {
-			for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
-				p[k] = blocks + (size_t)l * bs + gpt_block_offset(&d, k);
-			}
-			o->block_forward(&d, &a, l, p);
-		}
-		double t1 = now();
-		o->head_forward_backward(&d, &a, targets, wte, lnfw, lnfb, 1.0f / (float)N, dwte,
-					 dlnfw, dlnfb);
-		double t2 = now();
-		for (int l = d.L - 1; l >= 0; l--) {
-			for (int k = 0; k < GPT_BLOCK_TENSORS; k++) {
-				p[k] = blocks + (size_t)l * bs + gpt_block_offset(&d, k);
-				g[k] = dblocks +
-				       gpt_block_offset(&d, k); /* the trainer hands them on */
-			}
-			o->block_backward(&d, &a, l, p, g);
-		}
-		o->encoder_backward(&d, &a, tokens, dwte, dwpe);
-		double t3 = now();
-		all[r] = t3 - t0, fwd[r] = t1 - t0, head[r] = t2 - t1, bwd[r] = t3 - t2;
-		loss = 0;
-		for (size_t i = 0; i < N; i++) {
-			loss += a.losses[i];
-		}
-		loss /= (float)N;
+		double part[3];
+		all[r] = gpt_layers_bench_step(b, part);
+		fwd[r] = part[0], head[r] = part[1], bwd[r] = part[2];
 	}
 	printf("{\"bench\": \"gpt_layers\", \"impl\": \"c\", \"products\": \"%s\", \"blas\": "
-	       "\"%s\", "
-	       "\"core\": \"%s\", \"threads\": %d, \"layers\": %d, \"heads\": %d, \"hidden\": %d, "
-	       "\"context\": %d, \"vocab\": %d, \"batch\": %d, \"params\": %zu, \"loss\": %.6f, "
-	       "\"reps\": %d, \"median_s\": %.6f, \"forward_s\": %.6f, \"head_s\": %.6f, "
-	       "\"backward_s\": %.6f, \"all_s\": [",
-	       gpt_matmul_impl, openblas_get_config ? openblas_get_config() : "",
-	       openblas_get_corename ? openblas_get_corename() : "", omp_get_max_threads(), d.L,
-	       d.NH, d.C, d.T, d.V, d.B, (size_t)d.L * bs + (size_t)(d.V + d.T + 2) * C,
-	       (double)loss, reps, median(all + warmup, reps), median(fwd + warmup, reps),
-	       median(head + warmup, reps), median(bwd + warmup, reps));
+	       "\"%s\", \"core\": \"%s\", \"threads\": %d, \"layers\": %d, \"heads\": %d, "
+	       "\"hidden\": %d, \"context\": %d, \"vocab\": %d, \"batch\": %d, \"params\": %zu, "
+	       "\"loss\": %.6f, \"reps\": %d, \"median_s\": %.6f, \"forward_s\": %.6f, "
+	       "\"head_s\": %.6f, \"backward_s\": %.6f, \"all_s\": [",
+	       gpt_matmul_impl, gpt_layers_bench_blas(), gpt_layers_bench_core(),
+	       omp_get_max_threads(), d.L, d.NH, d.C, d.T, d.V, d.B,
+	       (size_t)d.L * b->bs + (size_t)(d.V + d.T + 2) * d.C, (double)b->loss, reps,
+	       median(all + warmup, reps), median(fwd + warmup, reps), median(head + warmup, reps),
+	       median(bwd + warmup, reps));
 	for (int r = warmup; r < n; r++) {
 		printf("%s%.6f", r > warmup ? ", " : "", all[r]);
 	}
 	printf("]}\n");
-	free(all), free(fwd), free(head), free(bwd), free(wte), free(wpe), free(lnfw), free(lnfb);
-	free(dwte), free(dwpe), free(dlnfw), free(dlnfb), free(blocks), free(dblocks), free(acts);
-	free(tokens), free(targets);
+	free(all), free(fwd), free(head), free(bwd);
+	gpt_layers_bench_close(b);
 	return 0;
 }
+
+#endif

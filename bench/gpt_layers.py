@@ -6,13 +6,20 @@ layers: the same shapes, fp32, the threads of OMP_NUM_THREADS (torch.set_num_thr
 Attention as nanoGPT writes it without flash attention (q k^T, the causal mask, softmax, @ v).
 
     python3 bench/gpt_layers.py [--layers L] [--heads H] [--hidden C] [--context T]
-                                [--vocab V] [--batch B] [--reps R] [--warmup W]
+                                [--vocab V] [--batch B] [--reps R] [--warmup W] [--c-lib SO]
 
 Prints one JSON line like bench_gpt_layers': the median and every rep's seconds, and the BLAS
 and OpenMP libraries the process has mapped (from /proc/self/maps), so that a run says which
 BLAS PyTorch's products went through (bench/gpt_layers.sh points libblas.so.3 at the same
 OpenBLAS as the C layers').
+
+--c-lib BUILD/libgpt_layers_bench.so: the C layers too, in this process (bench/gpt_layers.c built
+as a library), one C step and one PyTorch step alternately (C first on even reps, PyTorch first
+on odd ones); the line has both sides' medians and every pair's ratio pytorch / c, whose median
+is the C layers' speed as a fraction of PyTorch's. One process: one libgomp, one OpenBLAS, and a
+load that changes from second to second hits both sides of a pair alike.
 """
+import ctypes
 import argparse
 import json
 import math
@@ -95,6 +102,7 @@ def main():
     for name, default in (("layers", 4), ("heads", 4), ("hidden", 64), ("context", 32),
                           ("vocab", 64), ("batch", 16), ("reps", 10), ("warmup", 2)):
         ap.add_argument("--" + name, type=int, default=default)
+    ap.add_argument("--c-lib")
     a = ap.parse_args()
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
     torch.set_num_threads(threads)
@@ -103,21 +111,55 @@ def main():
     g = torch.Generator().manual_seed(2)
     tokens = torch.randint(0, a.vocab, (a.batch, a.context), generator=g)
     targets = torch.randint(0, a.vocab, (a.batch, a.context), generator=g)
-    times = []
-    for _ in range(a.warmup + a.reps):
+    c = None
+    if a.c_lib:
+        c = ctypes.CDLL(a.c_lib)
+        c.gpt_layers_bench_open.restype = ctypes.c_void_p
+        c.gpt_layers_bench_step.restype = ctypes.c_double
+        c.gpt_layers_bench_step.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        c.gpt_layers_bench_close.argtypes = [ctypes.c_void_p]
+        for f in ("products", "blas", "core"):
+            getattr(c, "gpt_layers_bench_" + f).restype = ctypes.c_char_p
+        bench = c.gpt_layers_bench_open(a.layers, a.heads, a.hidden, a.context, a.vocab,
+                                        a.batch)
+        if not bench:
+            raise SystemExit("gpt_layers.py: the C layers: out of memory")
+
+    def torch_step():
         model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         loss = model(tokens, targets)
         loss.backward()
-        times.append(time.perf_counter() - t0)
-    times = times[a.warmup:]
-    print(json.dumps({
+        return time.perf_counter() - t0, loss.item()
+
+    times, ctimes = [], []
+    for r in range(a.warmup + a.reps):
+        if c and r % 2 == 0:
+            ctimes.append(c.gpt_layers_bench_step(bench, None))
+        t, loss = torch_step()
+        times.append(t)
+        if c and r % 2 == 1:
+            ctimes.append(c.gpt_layers_bench_step(bench, None))
+    times, ctimes = times[a.warmup:], ctimes[a.warmup:]
+    out = {
         "bench": "gpt_layers", "impl": "pytorch", "torch": torch.__version__,
         "threads": torch.get_num_threads(), "layers": a.layers, "heads": a.heads,
         "hidden": a.hidden, "context": a.context, "vocab": a.vocab, "batch": a.batch,
-        "params": sum(p.numel() for p in model.parameters()), "loss": round(loss.item(), 6),
+        "params": sum(p.numel() for p in model.parameters()), "loss": round(loss, 6),
         "reps": a.reps, "median_s": round(statistics.median(times), 6),
-        "libraries": mapped_libraries(), "all_s": [round(t, 6) for t in times]}))
+        "libraries": mapped_libraries(), "all_s": [round(t, 6) for t in times]}
+    if c:
+        ratios = [p / q for p, q in zip(times, ctimes)]
+        out.update({
+            "impl": "both", "products": c.gpt_layers_bench_products().decode(),
+            "blas": c.gpt_layers_bench_blas().decode(),
+            "core": c.gpt_layers_bench_core().decode(),
+            "c_median_s": round(statistics.median(ctimes), 6),
+            "c_all_s": [round(t, 6) for t in ctimes],
+            "ratio_median": round(statistics.median(ratios), 4),
+            "ratios": [round(x, 4) for x in ratios]})
+        c.gpt_layers_bench_close(bench)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# bench/gpt_layers.sh: the example trainer's CPU layers (bench_gpt_layers, bench/gpt_layers.c)
-# against the same model written plainly in PyTorch (bench/gpt_layers.py), one forward and
-# backward, in interleaved rounds (C then PyTorch, PyTorch then C, ...) with the same shapes and
-# threads (OMP_NUM_THREADS for both; the script calls torch.set_num_threads), and the same BLAS:
-# PyTorch runs with LD_LIBRARY_PATH at the directory of the libopenblas.so.0 that
-# bench_gpt_layers loads (ldd), so that Debian's python3-torch, which links libblas.so.3 (an
-# alternative, by default OpenBLAS's pthread build), gets the same OpenBLAS build; the run stops
-# if PyTorch's /proc/self/maps shows another. One JSON line per run on stdout; at the end, per
-# (model, threads), the medians of each side's medians and of the per-round ratio
-# pytorch_s / c_s (the C layers' speed as a fraction of PyTorch's: >= 0.9 is the issue's target).
+# bench/gpt_layers.sh: the example trainer's CPU layers (bench/gpt_layers.c) against the same
+# model written plainly in PyTorch (bench/gpt_layers.py), one forward and backward, with the same
+# shapes, threads (OMP_NUM_THREADS for both; the script calls torch.set_num_threads) and BLAS:
+# PyTorch runs with LD_LIBRARY_PATH at the directory of the libopenblas.so.0 that the C layers
+# load (ldd), so that Debian's python3-torch, which links libblas.so.3 (an alternative, by default
+# OpenBLAS's pthread build), gets the same OpenBLAS build; a run stops if PyTorch's
+# /proc/self/maps shows another. Rounds: for each model and thread count, in turn,
+#   pairs (default): one process, C and PyTorch steps alternately (gpt_layers.py --c-lib
+#                    BUILD/libgpt_layers_bench.so); the round's ratio is the median over its pairs
+#   processes:       bench_gpt_layers and gpt_layers.py as two processes, C first in odd rounds
+#                    and PyTorch first in even ones; the round's ratio is of the two medians
+# One JSON line per run on stdout; at the end, per (model, threads), the medians of each side's
+# seconds and of the rounds' ratios pytorch_s / c_s (the C layers' speed as a fraction of
+# PyTorch's: >= 0.9 is issue 21's target).
 #
 # usage: bench/gpt_layers.sh [--build DIR] [--rounds 5] [--reps 5] [--threads "1 2"]
-#                            [--models "default issue"] [--python /usr/bin/python3]
+#                            [--models "default issue"] [--mode pairs|processes]
+#                            [--python /usr/bin/python3]
 #   default: zinf_gpt's default model (4 layers, 4 heads, hidden 64, context 32, vocabulary 64,
 #            batch 16), 20 reps a run
 #   issue:   issue 21's (8 layers, 8 heads, hidden 512, context 128, vocabulary 1024, batch 16:
-#            25.8M parameters), --reps a run
+#            25.8M parameters), --reps a run; each run warms up with 2 reps
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=build
@@ -24,6 +29,7 @@ rounds=5
 reps=5
 threads="1 2"
 models="default issue"
+mode=pairs
 python=/usr/bin/python3
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -32,18 +38,22 @@ while [ $# -gt 0 ]; do
 	--reps) reps=$2; shift 2 ;;
 	--threads) threads=$2; shift 2 ;;
 	--models) models=$2; shift 2 ;;
+	--mode) mode=$2; shift 2 ;;
 	--python) python=$2; shift 2 ;;
-	-h|--help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpt_layers.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
-bin=$build/bench_gpt_layers
 die() { echo "gpt_layers.sh: $*" >&2; exit 1; }
-[ -x "$bin" ] || die "$bin missing (cmake --build $build --target bench_gpt_layers)"
+bin=$build/bench_gpt_layers
+lib=$build/libgpt_layers_bench.so
+[ -x "$bin" ] && [ -f "$lib" ] ||
+	die "$bin or $lib missing (cmake --build $build --target bench_gpt_layers gpt_layers_bench)"
 blas=$(ldd "$bin" | awk '$1 == "libopenblas.so.0" { print $3 }')
 [ -n "$blas" ] || die "$bin does not load libopenblas.so.0 (built without a BLAS?)"
 blasdir=$(dirname "$blas")
-echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); BLAS $blas;" \
+case $mode in pairs|processes) ;; *) die "--mode pairs or processes, not $mode" ;; esac
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); mode $mode; BLAS $blas;" \
 	"OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-}" >&2
 
 model_args() {
@@ -54,12 +64,14 @@ model_args() {
 	*) echo "gpt_layers.sh: unknown model $1" >&2; exit 2 ;;
 	esac
 }
-one() { # SIDE MODEL THREADS: one run, its JSON line
+one() { # SIDE MODEL THREADS: one run (SIDE c, pytorch or both), its JSON line
+	local extra=()
+	[ "$1" = both ] && extra=(--c-lib "$lib")
 	if [ "$1" = c ]; then
 		OMP_NUM_THREADS=$3 "$bin" $(model_args "$2")
 	else
 		OMP_NUM_THREADS=$3 LD_LIBRARY_PATH=$blasdir "$python" "$here/gpt_layers.py" \
-			$(model_args "$2")
+			$(model_args "$2") "${extra[@]}"
 	fi
 }
 OUT=$(mktemp)
@@ -67,18 +79,19 @@ trap 'rm -f "$OUT"' EXIT
 for r in $(seq 1 "$rounds"); do
 	order="c pytorch"
 	[ $((r % 2)) -eq 0 ] && order="pytorch c"
+	[ "$mode" = pairs ] && order=both
 	for m in $models; do
 		for t in $threads; do
 			for side in $order; do
 				one "$side" "$m" "$t" | python3 -c '
-import json, os, sys
+import json, sys
 j = json.loads(sys.stdin.read())
-if j["impl"] == "pytorch":
+if j["impl"] != "c":
     blas = [l for l in j["libraries"] if "openblas" in l or "libblas" in l]
-    if not blas or any(not l.startswith(sys.argv[4] + "/") for l in blas):
-        sys.exit("gpt_layers.sh: PyTorch mapped %s, not %s" % (blas, sys.argv[4]))
+    if not blas or any(not l.startswith(sys.argv[3] + "/") for l in blas):
+        sys.exit("gpt_layers.sh: PyTorch mapped %s, not %s" % (blas, sys.argv[3]))
 print(json.dumps(dict(model=sys.argv[1], round=int(sys.argv[2]), **j)))
-' "$m" "$r" "$t" "$blasdir" | tee -a "$OUT"
+' "$m" "$r" "$blasdir" | tee -a "$OUT"
 			done
 		done
 	done
@@ -91,11 +104,18 @@ print("| model | threads | C layers s (median) | PyTorch s (median) | PyTorch / 
 print("|---|---|---|---|---|---|")
 for m in dict.fromkeys(r["model"] for r in runs):
     for t in sorted({r["threads"] for r in runs if r["model"] == m}):
-        def side(impl):
-            return {r["round"]: r["median_s"] for r in runs
-                    if (r["model"], r["threads"], r["impl"]) == (m, t, impl)}
-        c, p = side("c"), side("pytorch")
-        ratios = [p[k] / c[k] for k in sorted(c) if k in p]
+        rs = [r for r in runs if (r["model"], r["threads"]) == (m, t)]
+        c, p, ratio = {}, {}, {}
+        for r in rs:
+            if r["impl"] == "both":
+                c[r["round"]], p[r["round"]] = r["c_median_s"], r["median_s"]
+                ratio[r["round"]] = r["ratio_median"]
+            else:
+                (c if r["impl"] == "c" else p)[r["round"]] = r["median_s"]
+        for k in c:
+            if k in p and k not in ratio:
+                ratio[k] = p[k] / c[k]
+        ratios = [ratio[k] for k in sorted(ratio)]
         print("| %s | %d | %.4f | %.4f | %s | **%.2f** |" % (
             m, t, statistics.median(c.values()), statistics.median(p.values()),
             " ".join("%.2f" % x for x in ratios), statistics.median(ratios)))
