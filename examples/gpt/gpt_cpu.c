@@ -432,11 +432,24 @@ attention_backward(gpt_real *dqkv, gpt_real *datt, gpt_real *dpreatt, const gpt_
 
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2 / pi) */
 
-/* tanh through GPT_TANH: vectorised for float (gpt_vmath.h), libm's for double */
-static void
-gelu_forward(gpt_real *out, const gpt_real *inp, size_t n)
+/*
+ * The GELU, in chunks of GELU_CHUNK elements (the same cut for any thread count). Its element
+ * loops are compiled twice on x86-64, for the baseline (SSE2) and for x86-64-v3 (AVX2 and FMA),
+ * and the loader picks one for the machine once (GCC's and clang's target_clones: an ifunc), as
+ * PyTorch picks its AVX2 kernels; the tanh is GPT_TANH (gpt_vmath.h) for float, libm's for
+ * double. The chosen clone is the same for the whole run, so the bits stay fixed.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(GPT_NO_CLONES)
+#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GPT_CLONES
+#endif
+#define GELU_CHUNK 4096
+
+GPT_CLONES static void
+gelu_forward_chunk(gpt_real *out, const gpt_real *inp, size_t n)
 {
-#pragma omp parallel for simd
+#pragma omp simd
 	for (size_t i = 0; i < n; i++) {
 		gpt_real x = inp[i];
 		gpt_real cube = (gpt_real)0.044715 * x * x * x;
@@ -445,10 +458,10 @@ gelu_forward(gpt_real *out, const gpt_real *inp, size_t n)
 }
 
 /* dinp = (set); sech^2 as 1 - tanh^2 (as PyTorch's), one transcendental per element */
-static void
-gelu_backward(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
+GPT_CLONES static void
+gelu_backward_chunk(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
 {
-#pragma omp parallel for simd
+#pragma omp simd
 	for (size_t i = 0; i < n; i++) {
 		gpt_real x = inp[i];
 		gpt_real cube = (gpt_real)0.044715 * x * x * x;
@@ -459,6 +472,25 @@ gelu_backward(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t 
 			     x * (gpt_real)0.5 * sech2 * (gpt_real)GELU_SCALE *
 				     (1 + 3 * (gpt_real)0.044715 * x * x);
 		dinp[i] = g * dout[i];
+	}
+}
+
+static void
+gelu_forward(gpt_real *out, const gpt_real *inp, size_t n)
+{
+#pragma omp parallel for
+	for (size_t i = 0; i < n; i += GELU_CHUNK) {
+		gelu_forward_chunk(out + i, inp + i, n - i < GELU_CHUNK ? n - i : GELU_CHUNK);
+	}
+}
+
+static void
+gelu_backward(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
+{
+#pragma omp parallel for
+	for (size_t i = 0; i < n; i += GELU_CHUNK) {
+		gelu_backward_chunk(dinp + i, inp + i, dout + i,
+				    n - i < GELU_CHUNK ? n - i : GELU_CHUNK);
 	}
 }
 
