@@ -8,9 +8,10 @@
  * built as gpt_matmul_*_ref, the reference the tests compare against, and are the layers'
  * products in a build without a BLAS.
  *
- * Determinism: the reference gives the same bits for any thread count. OpenBLAS splits a
- * product's rows and columns (never the inner dimension) by the thread count, and promises
- * nothing across counts: the BLAS path gives the same bits for a fixed count.
+ * Determinism: the reference gives the same bits for any thread count. OpenBLAS picks how to
+ * cut and block a product from its shape and the thread count alone (no atomics, no dynamic
+ * scheduling), so the BLAS path gives the same bits for a fixed count; another count may change
+ * the last bits (its single- and multi-threaded drivers differ), which OpenBLAS does not promise.
  */
 #include "gpt_matmul.h"
 

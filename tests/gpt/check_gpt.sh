@@ -42,11 +42,12 @@
 #                    --device cuda exits 2 saying the build has no GPU layers, or 3 saying
 #                    there is no GPU, or trains (fp16 configs are trained: case fp16)
 #   threads          three OpenMP threads twice: bit-identical (the CPU layers are deterministic
-#                    for a fixed thread count: no atomics, no reduction clauses, and the BLAS
-#                    cuts a product by the thread count alone); one against three threads: within
-#                    the reduction-order tolerance (close, below), not bit for bit, since the BLAS
-#                    (OpenBLAS) cuts its products differently for another thread count (a build
-#                    without a BLAS, GPT_WITH_BLAS=OFF, is bit-identical there too)
+#                    for a fixed thread count: no atomics, no reduction clauses, and OpenBLAS
+#                    cuts and blocks a product by its shape and the thread count alone); one
+#                    against three threads: within the reduction-order tolerance (close, below),
+#                    not bit for bit, since OpenBLAS's single- and multi-threaded products may
+#                    round differently (a build without a BLAS, GPT_WITH_BLAS=OFF, is
+#                    bit-identical there too)
 #   step_after       ZeRO-3 NVMe with the step during backward (sub_group_size and
 #                    reduce_bucket_size cut to 2000, so that sub-groups become final while
 #                    backward goes on and are stepped then: asserted) vs after backward:
