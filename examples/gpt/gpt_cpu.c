@@ -17,6 +17,7 @@
 #include "gpt_cpu_internal.h"
 #include "gpt_matmul.h"
 #include "gpt_model.h"
+#include "gpt_vmath.h"
 
 /* ---- shapes -------------------------------------------------------------------------------- */
 
@@ -211,6 +212,10 @@ layernorm_forward(gpt_real *out, gpt_real *mean, gpt_real *rstd, const gpt_real 
 	}
 }
 
+/* Columns per thread's share of a sum over rows: the rows are read in order, LN_COLS columns of
+   each at a time (vectorised), so every sum is one thread's, in row order. */
+#define LN_COLS 32
+
 /* dinp += d(LN)/dinp; dw, db = (set) */
 static void
 layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *dout,
@@ -218,15 +223,22 @@ layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *d
 		   const gpt_real *rstd, int N, int C)
 {
 #pragma omp parallel for
-	for (int c = 0; c < C; c++) {
-		gpt_real sw = 0, sb = 0;
-		for (int i = 0; i < N; i++) {
-			gpt_real n = (inp[(size_t)i * C + c] - mean[i]) * rstd[i];
-			sw += n * dout[(size_t)i * C + c];
-			sb += dout[(size_t)i * C + c];
+	for (int c0 = 0; c0 < C; c0 += LN_COLS) {
+		int nc = C - c0 < LN_COLS ? C - c0 : LN_COLS;
+		gpt_real *sw = dw + c0, *sb = db + c0;
+		for (int c = 0; c < nc; c++) {
+			sw[c] = sb[c] = 0;
 		}
-		dw[c] = sw;
-		db[c] = sb;
+		for (int i = 0; i < N; i++) {
+			const gpt_real *x = inp + (size_t)i * C + c0,
+				       *g = dout + (size_t)i * C + c0;
+			gpt_real m = mean[i], r = rstd[i];
+#pragma omp simd
+			for (int c = 0; c < nc; c++) {
+				sw[c] += (x[c] - m) * r * g[c];
+				sb[c] += g[c];
+			}
+		}
 	}
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
@@ -253,8 +265,140 @@ layernorm_backward(gpt_real *dinp, gpt_real *dw, gpt_real *db, const gpt_real *d
  * Causal self-attention of NH query heads over KVH key-value heads (head h reads key-value head
  * h / (NH / KVH); GPT-2 has KVH = NH), each hs wide. Row i = b x T + t of q starts at q + i x qs,
  * of k and v at k + i x kvs, v + i x kvs (GPT-2: one qkv buffer, qs = kvs = 3C); att [B, NH, T, T]
- * the softmax (entries above the diagonal left 0); out [B, T, NH x hs].
+ * the softmax (entries above the diagonal 0); out [B, T, NH x hs].
+ *
+ * With a BLAS, each (batch, head) is three products on its own thread (the BLAS runs one thread
+ * inside a parallel region): scores = scale q k^T for the rows' causal blocks, the softmax in
+ * place, out = att v; the backward is four more per head (datt = dout v^T, dv = att^T dout,
+ * dq = scale dpreatt k, dk = scale dpreatt^T q), the heads of a key-value head on one thread in
+ * order, the first setting its dk and dv and the others adding to them. Without one, the plain
+ * loops below them (llm.c's).
  */
+#ifdef GPT_HAVE_BLAS
+
+/* Rows of the score matrix per product: rows [r, r + ATT_ROWS) need the columns [0, r +
+   ATT_ROWS) only, so the products skip most of what the causal mask drops. The gradient check
+   sets 2, so that its context of 5 is cut into blocks too. */
+#ifdef GPT_ATT_ROWS
+#define ATT_ROWS GPT_ATT_ROWS
+#else
+#define ATT_ROWS 32
+#endif
+
+void
+gpt_cpu_attention_forward(gpt_real *out, gpt_real *att, const gpt_real *q, const gpt_real *k,
+			  const gpt_real *v, int qs, int kvs, int B, int T, int NH, int KVH, int hs)
+{
+	int C = NH * hs, group = NH / KVH;
+	gpt_real scale = 1 / sqrt((gpt_real)hs);
+#pragma omp parallel for collapse(2)
+	for (int b = 0; b < B; b++) {
+		for (int h = 0; h < NH; h++) {
+			size_t kvo = (size_t)b * T * kvs + (size_t)(h / group) * hs;
+			const gpt_real *qh = q + (size_t)b * T * qs + (size_t)h * hs, *kh = k + kvo,
+				       *vh = v + kvo;
+			gpt_real *a = att + ((size_t)b * NH + h) * T * T;
+			for (int r = 0; r < T; r += ATT_ROWS) {
+				int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+				gpt_gemm(0, 1, n, r + n, hs, scale, qh + (size_t)r * qs, qs, kh,
+					 kvs, 0, a + (size_t)r * T, T);
+			}
+			for (int t = 0; t < T; t++) {
+				gpt_real *p = a + (size_t)t * T, maxv = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : maxv)
+				for (int t2 = 0; t2 <= t; t2++) {
+					maxv = p[t2] > maxv ? p[t2] : maxv;
+				}
+#pragma omp simd reduction(+ : sum)
+				for (int t2 = 0; t2 <= t; t2++) {
+					p[t2] = GPT_EXP(p[t2] - maxv);
+					sum += p[t2];
+				}
+#pragma omp simd
+				for (int t2 = 0; t2 <= t; t2++) {
+					p[t2] /= sum;
+				}
+				for (int t2 = t + 1; t2 < T; t2++) {
+					p[t2] = 0;
+				}
+			}
+			for (int r = 0; r < T; r += ATT_ROWS) {
+				int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+				gpt_gemm(0, 0, n, hs, r + n, 1, a + (size_t)r * T, T, vh, kvs, 0,
+					 out + ((size_t)b * T + r) * C + (size_t)h * hs, C);
+			}
+		}
+	}
+}
+
+/* dq, dk, dv = (set), with q's and kv's strides; datt, dpreatt scratch [B, NH, T, T]. Each
+ * (b, key-value head) writes only its own heads' slices. */
+void
+gpt_cpu_attention_backward(gpt_real *dq, gpt_real *dk, gpt_real *dv, int qs, int kvs,
+			   gpt_real *datt, gpt_real *dpreatt, const gpt_real *dout,
+			   const gpt_real *q, const gpt_real *k, const gpt_real *v,
+			   const gpt_real *att, int B, int T, int NH, int KVH, int hs)
+{
+	int C = NH * hs, group = NH / KVH;
+	gpt_real scale = 1 / sqrt((gpt_real)hs);
+#pragma omp parallel for collapse(2)
+	for (int b = 0; b < B; b++) {
+		for (int kh = 0; kh < KVH; kh++) {
+			size_t kvo = (size_t)b * T * kvs + (size_t)kh * hs;
+			const gpt_real *kk = k + kvo, *vv = v + kvo;
+			gpt_real *dkk = dk + kvo, *dvv = dv + kvo;
+			for (int h = kh * group; h < (kh + 1) * group; h++) {
+				size_t bh = ((size_t)b * NH + h) * T * T;
+				gpt_real acc = h == kh * group ? 0 : 1; /* the group's first sets */
+				const gpt_real *qh = q + (size_t)b * T * qs + (size_t)h * hs,
+					       *a = att + bh;
+				const gpt_real *g = dout + (size_t)b * T * C + (size_t)h * hs;
+				gpt_real *dqh = dq + (size_t)b * T * qs + (size_t)h * hs,
+					 *da = datt + bh, *dp = dpreatt + bh;
+				/* out = att v: datt = dout v^T (the causal blocks); dv = att^T
+				   dout, whose rows [r, r + n) take att's rows from r on only */
+				for (int r = 0; r < T; r += ATT_ROWS) {
+					int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+					gpt_gemm(0, 1, n, r + n, hs, 1, g + (size_t)r * C, C, vv,
+						 kvs, 0, da + (size_t)r * T, T);
+					gpt_gemm(1, 0, n, hs, T - r, 1, a + (size_t)r * T + r, T,
+						 g + (size_t)r * C, C, acc, dvv + (size_t)r * kvs,
+						 kvs);
+				}
+				/* the softmax */
+				for (int t = 0; t < T; t++) {
+					const gpt_real *pa = a + (size_t)t * T,
+						       *pd = da + (size_t)t * T;
+					gpt_real *pp = dp + (size_t)t * T, dot = 0;
+#pragma omp simd reduction(+ : dot)
+					for (int t2 = 0; t2 <= t; t2++) {
+						dot += pa[t2] * pd[t2];
+					}
+#pragma omp simd
+					for (int t2 = 0; t2 <= t; t2++) {
+						pp[t2] = pa[t2] * (pd[t2] - dot);
+					}
+					for (int t2 = t + 1; t2 < T; t2++) {
+						pp[t2] = 0;
+					}
+				}
+				/* scores = scale q k^T: dq = scale dpreatt k, dk = scale dpreatt^T
+				 * q */
+				for (int r = 0; r < T; r += ATT_ROWS) {
+					int n = T - r < ATT_ROWS ? T - r : ATT_ROWS;
+					gpt_gemm(0, 0, n, hs, r + n, scale, dp + (size_t)r * T, T,
+						 kk, kvs, 0, dqh + (size_t)r * qs, qs);
+					gpt_gemm(1, 0, n, hs, T - r, scale, dp + (size_t)r * T + r,
+						 T, qh + (size_t)r * qs, qs, acc,
+						 dkk + (size_t)r * kvs, kvs);
+				}
+			}
+		}
+	}
+}
+
+#else
+
 void
 gpt_cpu_attention_forward(gpt_real *out, gpt_real *att, const gpt_real *q, const gpt_real *k,
 			  const gpt_real *v, int qs, int kvs, int B, int T, int NH, int KVH, int hs)
@@ -376,35 +520,69 @@ gpt_cpu_attention_backward(gpt_real *dq, gpt_real *dk, gpt_real *dv, int qs, int
 	}
 }
 
+#endif
+
 #define GELU_SCALE 0.7978845608028654 /* sqrt(2 / pi) */
+
+/*
+ * The GELU, in chunks of GELU_CHUNK elements (the same cut for any thread count). Its element
+ * loops are compiled twice on x86-64, for the baseline (SSE2) and for x86-64-v3 (AVX2 and FMA),
+ * and the loader picks one for the machine once (GCC's and clang's target_clones: an ifunc), as
+ * PyTorch picks its AVX2 kernels; the tanh is GPT_TANH (gpt_vmath.h) for float, libm's for
+ * double. The chosen clone is the same for the whole run, so the bits stay fixed.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(GPT_NO_CLONES)
+#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GPT_CLONES
+#endif
+#define GELU_CHUNK 4096
+
+GPT_CLONES static void
+gelu_forward_chunk(gpt_real *out, const gpt_real *inp, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		gpt_real x = inp[i];
+		gpt_real cube = (gpt_real)0.044715 * x * x * x;
+		out[i] = (gpt_real)0.5 * x * (1 + GPT_TANH((gpt_real)GELU_SCALE * (x + cube)));
+	}
+}
+
+/* dinp = (set); sech^2 as 1 - tanh^2 (as PyTorch's), one transcendental per element */
+GPT_CLONES static void
+gelu_backward_chunk(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		gpt_real x = inp[i];
+		gpt_real cube = (gpt_real)0.044715 * x * x * x;
+		gpt_real arg = (gpt_real)GELU_SCALE * (x + cube);
+		gpt_real th = GPT_TANH(arg);
+		gpt_real sech2 = 1 - th * th;
+		gpt_real g = (gpt_real)0.5 * (1 + th) +
+			     x * (gpt_real)0.5 * sech2 * (gpt_real)GELU_SCALE *
+				     (1 + 3 * (gpt_real)0.044715 * x * x);
+		dinp[i] = g * dout[i];
+	}
+}
 
 static void
 gelu_forward(gpt_real *out, const gpt_real *inp, size_t n)
 {
 #pragma omp parallel for
-	for (size_t i = 0; i < n; i++) {
-		gpt_real x = inp[i];
-		gpt_real cube = (gpt_real)0.044715 * x * x * x;
-		out[i] = (gpt_real)0.5 * x * (1 + tanh((gpt_real)GELU_SCALE * (x + cube)));
+	for (size_t i = 0; i < n; i += GELU_CHUNK) {
+		gelu_forward_chunk(out + i, inp + i, n - i < GELU_CHUNK ? n - i : GELU_CHUNK);
 	}
 }
 
-/* dinp = (set) */
 static void
 gelu_backward(gpt_real *dinp, const gpt_real *inp, const gpt_real *dout, size_t n)
 {
 #pragma omp parallel for
-	for (size_t i = 0; i < n; i++) {
-		gpt_real x = inp[i];
-		gpt_real cube = (gpt_real)0.044715 * x * x * x;
-		gpt_real arg = (gpt_real)GELU_SCALE * (x + cube);
-		gpt_real th = tanh(arg);
-		gpt_real ch = cosh(arg);
-		gpt_real sech2 = 1 / (ch * ch);
-		gpt_real g = (gpt_real)0.5 * (1 + th) +
-			     x * (gpt_real)0.5 * sech2 * (gpt_real)GELU_SCALE *
-				     (1 + 3 * (gpt_real)0.044715 * x * x);
-		dinp[i] = g * dout[i];
+	for (size_t i = 0; i < n; i += GELU_CHUNK) {
+		gelu_backward_chunk(dinp + i, inp + i, dout + i,
+				    n - i < GELU_CHUNK ? n - i : GELU_CHUNK);
 	}
 }
 

@@ -5,9 +5,12 @@
  * of every tensor of tiny models: a GPT-2 (2 blocks, hidden 8, 2 heads, context 5, vocabulary
  * 7, batch 2) and two Llamas (grouped-query attention, rotary embeddings, SwiGLU, RMSNorm; one
  * with its own head, one tied): a tied wte's gradient is the head's plus the embedding
- * lookup's, summed as the trainer sums them. Step h = 1e-5: truncation ~h^2 and rounding ~1e-16 / h
- * leave errors near 1e-10; a wrong term in any backward is of the size of the gradient itself (1e-3
- * .. 1e-1). Pass: |numeric - analytic| <= 1e-7 + 1e-5 |analytic| for every element. Plain program
+ * lookup's, summed as the trainer sums them. In a build with a BLAS the layers' products are
+ * cblas_dgemm (gpt_matmul.c) and the attention's per-head products cut the context into causal
+ * blocks of 2 rows (GPT_ATT_ROWS, set by CMakeLists.txt), so the context of 5 covers whole
+ * blocks and a remainder. Step h = 1e-5: truncation ~h^2 and rounding ~1e-16 / h leave errors
+ * near 1e-10; a wrong term in any backward is of the size of the gradient itself (1e-3 .. 1e-1).
+ * Pass: |numeric - analytic| <= 1e-7 + 1e-5 |analytic| for every element. Plain program
  * (exit 0 / 1), label gpt.
  */
 #include <math.h>
