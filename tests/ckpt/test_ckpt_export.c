@@ -23,22 +23,7 @@
 #include "common/test_util.h"
 #include "zinf/checkpoint.h"
 
-static char *dir;
-
-static void
-setup(void)
-{
-	dir = zt_mkdtemp(NULL);
-}
-
-static void
-teardown(void)
-{
-	zt_rmtree(dir);
-	free(dir);
-}
-
-TestSuite(ckpt_export, .init = setup, .fini = teardown);
+ZT_TMPDIR_SUITE(ckpt_export);
 
 static struct zinf_ckpt *
 fx_open_default(void)

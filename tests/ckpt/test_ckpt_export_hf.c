@@ -34,22 +34,7 @@
 
 #define FIX ZINF_TEST_FIXTURES "/hf"
 
-static char *dir;
-
-static void
-setup(void)
-{
-	dir = zt_mkdtemp(NULL);
-}
-
-static void
-teardown(void)
-{
-	zt_rmtree(dir);
-	free(dir);
-}
-
-TestSuite(ckpt_export_hf, .init = setup, .fini = teardown);
+ZT_TMPDIR_SUITE(ckpt_export_hf);
 
 /* How the checkpoint holds the fixture's tensors. */
 enum layout {

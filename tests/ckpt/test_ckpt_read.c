@@ -32,22 +32,7 @@
 #include "zinf/checkpoint.h"
 #include "zinf/blocks/swap.h"
 
-static char *dir;
-
-static void
-setup(void)
-{
-	dir = zt_mkdtemp(NULL);
-}
-
-static void
-teardown(void)
-{
-	zt_rmtree(dir);
-	free(dir);
-}
-
-TestSuite(ckpt_read, .init = setup, .fini = teardown);
+ZT_TMPDIR_SUITE(ckpt_read);
 
 static struct zinf_ckpt *
 fx_open(const struct fx_opts *o)

@@ -27,6 +27,20 @@ void zt_rand_fill(void *p, size_t n, uint64_t *state);
  */
 char *zt_mkdtemp(const char *base);
 void zt_rmtree(const char *path);
+/* A Criterion suite whose every test gets a fresh temporary directory in `dir` (made before it,
+ * removed after it). Use at file scope, in place of TestSuite(name). */
+#define ZT_TMPDIR_SUITE(name)                                                                      \
+	static char *dir;                                                                          \
+	static void zt_tmpdir_setup_##name(void)                                                   \
+	{                                                                                          \
+		dir = zt_mkdtemp(NULL);                                                            \
+	}                                                                                          \
+	static void zt_tmpdir_teardown_##name(void)                                                \
+	{                                                                                          \
+		zt_rmtree(dir);                                                                    \
+		free(dir);                                                                         \
+	}                                                                                          \
+	TestSuite(name, .init = zt_tmpdir_setup_##name, .fini = zt_tmpdir_teardown_##name)
 /* Replace the tree `to` by a copy of `from` (cp -a: modes and times kept). 0, or nonzero. */
 int zt_copytree(const char *from, const char *to);
 /* $ZINF_TEST_VARIANT, or NULL when the test runs without one. */

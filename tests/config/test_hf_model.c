@@ -15,22 +15,7 @@
 #include "common/test_util.h"
 #include "zinf/config.h"
 
-static char *dir;
-
-static void
-setup(void)
-{
-	dir = zt_mkdtemp(NULL);
-}
-
-static void
-teardown(void)
-{
-	zt_rmtree(dir);
-	free(dir);
-}
-
-TestSuite(hf_model, .init = setup, .fini = teardown);
+ZT_TMPDIR_SUITE(hf_model);
 
 /* Write text as DIR/config.json and read it (through the directory, as --hf-config DIR). */
 static int

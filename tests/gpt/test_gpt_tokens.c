@@ -20,23 +20,8 @@
 #include "common/test_util.h"
 #include "gpt_tokens.h"
 
-static char *dir;
+ZT_TMPDIR_SUITE(gpt_tokens);
 static char errbuf[512];
-
-static void
-setup(void)
-{
-	dir = zt_mkdtemp(NULL);
-}
-
-static void
-teardown(void)
-{
-	zt_rmtree(dir);
-	free(dir);
-}
-
-TestSuite(gpt_tokens, .init = setup, .fini = teardown);
 
 /* dir/name; the caller's buffer */
 static const char *
@@ -105,7 +90,8 @@ refused(const char *p, enum gpt_tokens_format f, int V, int T, const char *want)
 {
 	struct gpt_tokens t;
 	errbuf[0] = '\0';
-	cr_assert_eq(gpt_tokens_open(&t, p, f, V, NULL, T, errbuf, sizeof(errbuf)), -1, "%s opened", p);
+	cr_assert_eq(gpt_tokens_open(&t, p, f, V, NULL, T, errbuf, sizeof(errbuf)), -1, "%s opened",
+		     p);
 	cr_assert(!t.opened && t.buf == NULL, "%s: left open", p);
 	cr_assert(strstr(errbuf, p), "the message does not name %s: %s", p, errbuf);
 	cr_assert(strstr(errbuf, want), "want \"%s\" in: %s", want, errbuf);
