@@ -54,7 +54,7 @@ print("| OpenBLAS | wall s per step (median) | per round | CPU s per step (media
 print("|---|---|---|---|")
 for v in dict.fromkeys(r["variant"] for r in runs):
     rs = [r for r in runs if r["variant"] == v]
-    print("| %s | %.3f | %s | %.2f |" % (v, statistics.median(r["median_s"] for r in rs),
-          " ".join("%.2f" % r["median_s"] for r in rs),
+    print("| %s | %.4g | %s | %.3g |" % (v, statistics.median(r["median_s"] for r in rs),
+          " ".join("%.3g" % r["median_s"] for r in rs),
           statistics.median(r["cpu_s_per_step"] for r in rs)))
 PY

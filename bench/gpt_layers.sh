@@ -13,7 +13,8 @@
 #                    and PyTorch first in even ones; the round's ratio is of the two medians
 # One JSON line per run on stdout; at the end, per (model, threads), the medians of each side's
 # seconds and of the rounds' ratios pytorch_s / c_s (the C layers' speed as a fraction of
-# PyTorch's: >= 0.9 is issue 21's target).
+# PyTorch's: >= 0.9 is issue 21's target). Needs Debian's python3-torch (apt-get install
+# python3-torch; --python names another interpreter with torch).
 #
 # usage: bench/gpt_layers.sh [--build DIR] [--rounds 5] [--reps 5] [--threads "1 2"]
 #                            [--models "default issue"] [--mode pairs|processes]
