@@ -349,7 +349,9 @@ st_check_tiling(struct zinf_safetensors *st, uint32_t fi, uint32_t first)
 	const struct st_file *f = &st->files[fi];
 	struct st_tensor *t = st->t + first;
 	uint32_t n = st->n - first;
-	qsort(t, n, sizeof(*t), st_cmp_offset);
+	if (n > 1) { /* (a file of no tensor has no table: qsort takes no NULL) */
+		qsort(t, n, sizeof(*t), st_cmp_offset);
+	}
 	uint64_t at = 0, data_len = f->size - f->data_off;
 	for (uint32_t k = 0; k < n; k++) {
 		if (t[k].begin < at) {
@@ -461,7 +463,9 @@ st_sort_names(struct zinf_safetensors *st)
 	for (uint32_t i = 0; i < st->n; i++) {
 		st->by_name[i] = i;
 	}
-	qsort_r(st->by_name, st->n, sizeof(*st->by_name), st_cmp_name, st->t);
+	if (st->n > 1) {
+		qsort_r(st->by_name, st->n, sizeof(*st->by_name), st_cmp_name, st->t);
+	}
 }
 
 static int
