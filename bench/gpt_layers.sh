@@ -23,8 +23,9 @@
 #            batch 16), 20 reps a run
 #   issue:   issue 21's (8 layers, 8 heads, hidden 512, context 128, vocabulary 1024, batch 16:
 #            25.8M parameters as GPT-2), --reps a run; each run warms up with 2 reps
-#   llama:   the same shapes with --arch llama, the untied head; issue's with 2 key-value heads
-#            and an MLP of 1408 (23.6M parameters)
+#   long:    issue's with context 256 and batch 4 (not run unless named)
+#   llama:   the same shapes with --arch llama, the untied head; issue's and long's with 2
+#            key-value heads and an MLP of 1408 (23.6M parameters)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=build
@@ -45,7 +46,7 @@ while [ $# -gt 0 ]; do
 	--archs) archs=$2; shift 2 ;;
 	--mode) mode=$2; shift 2 ;;
 	--python) python=$2; shift 2 ;;
-	-h|--help) sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpt_layers.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -66,11 +67,13 @@ model_args() { # ARCH/MODEL
 	default) echo "--reps 20" ;;
 	issue) echo "--layers 8 --heads 8 --hidden 512 --context 128 --vocab 1024" \
 		"--reps $reps" ;;
+	long) echo "--layers 8 --heads 8 --hidden 512 --context 256 --batch 4 --vocab 1024" \
+		"--reps $reps" ;;
 	*) echo "gpt_layers.sh: unknown model ${1#*/}" >&2; exit 2 ;;
 	esac
 	case "$1" in
 	gpt2/*) ;;
-	llama/issue) echo "--arch llama --kv-heads 2 --ffn 1408" ;;
+	llama/issue | llama/long) echo "--arch llama --kv-heads 2 --ffn 1408" ;;
 	llama/*) echo "--arch llama" ;;
 	*) echo "gpt_layers.sh: unknown architecture ${1%/*}" >&2; exit 2 ;;
 	esac
