@@ -4,8 +4,9 @@
  * gradient check's double): RMSNorm, rotary position embeddings, the SwiGLU MLP, the block and
  * the head, forward and backward. The attention (grouped-query), the matrix products and the
  * cross-entropy are gpt_cpu.c's and gpt_matmul.c's; gpt_cpu.c's ops table calls these for
- * GPT_ARCH_LLAMA. Deterministic for any thread count as gpt_cpu.c: every output element is
- * written by one thread in a fixed order.
+ * GPT_ARCH_LLAMA. Deterministic for a fixed thread count as gpt_cpu.c: every output element of
+ * these loops is written by one thread in a fixed order (their bits are the same for any count;
+ * the BLAS products' are for a fixed one).
  */
 #include <math.h>
 #include <string.h>
