@@ -6,7 +6,7 @@
 # PyTorch runs with LD_LIBRARY_PATH at the directory of the libopenblas.so.0 that the C layers
 # load (ldd), so that Debian's python3-torch, which links libblas.so.3 (an alternative, by default
 # OpenBLAS's pthread build), gets the same OpenBLAS build; a run stops if PyTorch's
-# /proc/self/maps shows another. Rounds: for each model and thread count, in turn,
+# /proc/self/maps shows another. Rounds: for each architecture, model and thread count, in turn,
 #   pairs (default): one process, C and PyTorch steps alternately (gpt_layers.py --c-lib
 #                    BUILD/libgpt_layers_bench.so); the round's ratio is the median over its pairs
 #   processes:       bench_gpt_layers and gpt_layers.py as two processes, C first in odd rounds
@@ -17,12 +17,15 @@
 # python3-torch; --python names another interpreter with torch).
 #
 # usage: bench/gpt_layers.sh [--build DIR] [--rounds 5] [--reps 5] [--threads "1 2"]
-#                            [--models "default issue"] [--mode pairs|processes]
-#                            [--python /usr/bin/python3]
+#                            [--archs "gpt2 llama"] [--models "default issue"]
+#                            [--mode pairs|processes] [--python /usr/bin/python3]
 #   default: zinf_gpt's default model (4 layers, 4 heads, hidden 64, context 32, vocabulary 64,
 #            batch 16), 20 reps a run
 #   issue:   issue 21's (8 layers, 8 heads, hidden 512, context 128, vocabulary 1024, batch 16:
-#            25.8M parameters), --reps a run; each run warms up with 2 reps
+#            25.8M parameters as GPT-2), --reps a run; each run warms up with 2 reps
+#   long:    issue's with context 256 and batch 4 (not run unless named)
+#   llama:   the same shapes with --arch llama, the untied head; issue's and long's with 2
+#            key-value heads and an MLP of 1408 (23.6M parameters)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=build
@@ -30,6 +33,7 @@ rounds=5
 reps=5
 threads="1 2"
 models="default issue"
+archs="gpt2 llama"
 mode=pairs
 python=/usr/bin/python3
 while [ $# -gt 0 ]; do
@@ -39,9 +43,10 @@ while [ $# -gt 0 ]; do
 	--reps) reps=$2; shift 2 ;;
 	--threads) threads=$2; shift 2 ;;
 	--models) models=$2; shift 2 ;;
+	--archs) archs=$2; shift 2 ;;
 	--mode) mode=$2; shift 2 ;;
 	--python) python=$2; shift 2 ;;
-	-h|--help) sed -n '3,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpt_layers.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -57,12 +62,20 @@ case $mode in pairs|processes) ;; *) die "--mode pairs or processes, not $mode" 
 echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); mode $mode; BLAS $blas;" \
 	"OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-}" >&2
 
-model_args() {
-	case "$1" in
+model_args() { # ARCH/MODEL
+	case "${1#*/}" in
 	default) echo "--reps 20" ;;
 	issue) echo "--layers 8 --heads 8 --hidden 512 --context 128 --vocab 1024" \
 		"--reps $reps" ;;
-	*) echo "gpt_layers.sh: unknown model $1" >&2; exit 2 ;;
+	long) echo "--layers 8 --heads 8 --hidden 512 --context 256 --batch 4 --vocab 1024" \
+		"--reps $reps" ;;
+	*) echo "gpt_layers.sh: unknown model ${1#*/}" >&2; exit 2 ;;
+	esac
+	case "$1" in
+	gpt2/*) ;;
+	llama/issue | llama/long) echo "--arch llama --kv-heads 2 --ffn 1408" ;;
+	llama/*) echo "--arch llama" ;;
+	*) echo "gpt_layers.sh: unknown architecture ${1%/*}" >&2; exit 2 ;;
 	esac
 }
 one() { # SIDE MODEL THREADS: one run (SIDE c, pytorch or both), its JSON line
@@ -81,7 +94,7 @@ for r in $(seq 1 "$rounds"); do
 	order="c pytorch"
 	[ $((r % 2)) -eq 0 ] && order="pytorch c"
 	[ "$mode" = pairs ] && order=both
-	for m in $models; do
+	for m in $(for a in $archs; do for m in $models; do echo "$a/$m"; done; done); do
 		for t in $threads; do
 			for side in $order; do
 				one "$side" "$m" "$t" | python3 -c '

@@ -527,15 +527,10 @@ gpt_cpu_attention_backward(gpt_real *dq, gpt_real *dk, gpt_real *dv, int qs, int
 /*
  * The GELU, in chunks of GELU_CHUNK elements (the same cut for any thread count). Its element
  * loops are compiled twice on x86-64, for the baseline (SSE2) and for x86-64-v3 (AVX2 and FMA),
- * and the loader picks one for the machine once (GCC's and clang's target_clones: an ifunc), as
- * PyTorch picks its AVX2 kernels; the tanh is GPT_TANH (gpt_vmath.h) for float, libm's for
- * double. The chosen clone is the same for the whole run, so the bits stay fixed.
+ * and the loader picks one for the machine once (GPT_CLONES: GCC's and clang's target_clones, an
+ * ifunc), as PyTorch picks its AVX2 kernels; the tanh is GPT_TANH (gpt_vmath.h) for float,
+ * libm's for double. The chosen clone is the same for the whole run, so the bits stay fixed.
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(GPT_NO_CLONES)
-#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define GPT_CLONES
-#endif
 #define GELU_CHUNK 4096
 
 GPT_CLONES static void

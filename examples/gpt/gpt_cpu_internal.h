@@ -9,6 +9,15 @@
 
 #include "gpt_model.h"
 
+/* An element loop's function compiled twice on x86-64, for the baseline (SSE2) and for
+   x86-64-v3 (AVX2 and FMA); the loader picks one for the machine once (target_clones: an
+   ifunc), so the bits are the same for the whole run. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(GPT_NO_CLONES)
+#define GPT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define GPT_CLONES
+#endif
+
 /* Block l's input: a->encoded for l = 0, else block l - 1's output (l = L: the head's). */
 const gpt_real *gpt_cpu_block_input(const struct gpt_dims *d, const struct gpt_acts *a, int l);
 

@@ -4,8 +4,9 @@
  * gradient check's double): RMSNorm, rotary position embeddings, the SwiGLU MLP, the block and
  * the head, forward and backward. The attention (grouped-query), the matrix products and the
  * cross-entropy are gpt_cpu.c's and gpt_matmul.c's; gpt_cpu.c's ops table calls these for
- * GPT_ARCH_LLAMA. Deterministic for any thread count as gpt_cpu.c: every output element is
- * written by one thread in a fixed order.
+ * GPT_ARCH_LLAMA. Deterministic for a fixed thread count as gpt_cpu.c: every output element of
+ * these loops is written by one thread in a fixed order (their bits are the same for any count;
+ * the BLAS products' are for a fixed one).
  */
 #include <math.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "gpt_cpu_internal.h"
 #include "gpt_matmul.h"
+#include "gpt_vmath.h"
 
 /* out = w * x / sqrt(mean(x^2) + eps) per row (transformers' LlamaRMSNorm); rstd per row */
 static void
@@ -35,18 +37,32 @@ rmsnorm_forward(gpt_real *out, gpt_real *rstd, const gpt_real *inp, const gpt_re
 	}
 }
 
+/* Columns per thread's share of dw's sum over rows: the rows are read in order, RMS_COLS columns
+   of each at a time (vectorised), so every column's sum is one thread's, in row order (the bits
+   of a loop over the rows per column). */
+#define RMS_COLS 32
+
 /* dinp += d(RMSNorm)/dinp; dw = (set). With g = w * dout: dx = r g - x r^3 mean(g x). */
 static void
 rmsnorm_backward(gpt_real *dinp, gpt_real *dw, const gpt_real *dout, const gpt_real *inp,
 		 const gpt_real *w, const gpt_real *rstd, int N, int C)
 {
 #pragma omp parallel for
-	for (int c = 0; c < C; c++) {
-		gpt_real s = 0;
-		for (int i = 0; i < N; i++) {
-			s += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+	for (int c0 = 0; c0 < C; c0 += RMS_COLS) {
+		int nc = C - c0 < RMS_COLS ? C - c0 : RMS_COLS;
+		gpt_real *s = dw + c0;
+		for (int c = 0; c < nc; c++) {
+			s[c] = 0;
 		}
-		dw[c] = s;
+		for (int i = 0; i < N; i++) {
+			const gpt_real *g = dout + (size_t)i * C + c0,
+				       *x = inp + (size_t)i * C + c0;
+			gpt_real r = rstd[i];
+#pragma omp simd
+			for (int c = 0; c < nc; c++) {
+				s[c] += g[c] * x[c] * r;
+			}
+		}
 	}
 #pragma omp parallel for
 	for (int i = 0; i < N; i++) {
@@ -63,36 +79,95 @@ rmsnorm_backward(gpt_real *dinp, gpt_real *dw, const gpt_real *dout, const gpt_r
 }
 
 /*
- * Rotary position embedding in place on x [N rows of stride `stride`, heads of hs], row i at
+ * Rotary position embedding in place on x [B x T rows of stride `stride`, heads of hs], row i at
  * position i % T: within each head, element j < hs/2 pairs with j + hs/2 (transformers'
  * rotate_half) and the pair turns by the angle pos x theta^(-2j / hs). sign -1 turns back (the
  * transpose: the backward of the rotation).
  */
 static void
-rope(gpt_real *x, int N, int T, int heads, int hs, int stride, double theta, int sign)
+rope(gpt_real *x, int B, int T, int heads, int hs, int stride, double theta, int sign)
 {
 	int half = hs / 2;
+	double inv[half]; /* theta^(-2j / hs) */
+	for (int j = 0; j < half; j++) {
+		inv[j] = pow(theta, -2.0 * j / hs);
+	}
+	/* per position, its angles' cos and sin once for the batch's rows at that position */
 #pragma omp parallel for
-	for (int i = 0; i < N; i++) {
-		double pos = (double)(i % T);
-		gpt_real *row = x + (size_t)i * stride;
+	for (int t = 0; t < T; t++) {
+		gpt_real cs[half], sn[half];
 		for (int j = 0; j < half; j++) {
-			double ang = pos * pow(theta, -2.0 * j / hs);
-			gpt_real cs = (gpt_real)cos(ang), sn = (gpt_real)(sign * sin(ang));
+			double ang = (double)t * inv[j];
+			cs[j] = (gpt_real)cos(ang), sn[j] = (gpt_real)(sign * sin(ang));
+		}
+		for (int b = 0; b < B; b++) {
+			gpt_real *row = x + ((size_t)b * T + t) * stride;
 			for (int h = 0; h < heads; h++) {
 				gpt_real *p = row + (size_t)h * hs;
-				gpt_real x1 = p[j], x2 = p[j + half];
-				p[j] = x1 * cs - x2 * sn;
-				p[j + half] = x2 * cs + x1 * sn;
+#pragma omp simd
+				for (int j = 0; j < half; j++) {
+					gpt_real x1 = p[j], x2 = p[j + half];
+					p[j] = x1 * cs[j] - x2 * sn[j];
+					p[j + half] = x2 * cs[j] + x1 * sn[j];
+				}
 			}
 		}
 	}
 }
 
+/* the SwiGLU's element loops in chunks of SWIGLU_CHUNK (the same cut for any thread count),
+   GPT_CLONES for the baseline and x86-64-v3 as the GELU's; the exp is GPT_EXP (gpt_vmath.h) for
+   float, libm's for double */
+#define SWIGLU_CHUNK 4096
+
 static inline gpt_real
 sigmoid(gpt_real x)
 {
-	return 1 / (1 + exp(-x));
+	return 1 / (1 + GPT_EXP(-x));
+}
+
+/* m = silu(gate) x up */
+GPT_CLONES static void
+swiglu_forward_chunk(gpt_real *m, const gpt_real *gate, const gpt_real *up, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		m[i] = gate[i] * sigmoid(gate[i]) * up[i];
+	}
+}
+
+/* dgate = dm up silu'(gate), dup = dm silu(gate) (set) */
+GPT_CLONES static void
+swiglu_backward_chunk(gpt_real *dgate, gpt_real *dup, const gpt_real *dm, const gpt_real *gate,
+		      const gpt_real *up, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++) {
+		gpt_real g = gate[i], sg = sigmoid(g), d = dm[i];
+		dgate[i] = d * up[i] * sg * (1 + g * (1 - sg));
+		dup[i] = d * g * sg;
+	}
+}
+
+static void
+swiglu_forward(gpt_real *m, const gpt_real *gate, const gpt_real *up, size_t n)
+{
+#pragma omp parallel for
+	for (size_t i = 0; i < n; i += SWIGLU_CHUNK) {
+		swiglu_forward_chunk(m + i, gate + i, up + i,
+				     n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK);
+	}
+}
+
+static void
+swiglu_backward(gpt_real *dgate, gpt_real *dup, const gpt_real *dm, const gpt_real *gate,
+		const gpt_real *up, size_t n)
+{
+#pragma omp parallel for
+	for (size_t i = 0; i < n; i += SWIGLU_CHUNK) {
+		swiglu_backward_chunk(dgate + i, dup + i, dm + i, gate + i, up + i,
+				      n - i < SWIGLU_CHUNK ? n - i : SWIGLU_CHUNK);
+	}
 }
 
 #define P(t) (params[(t)])
@@ -143,12 +218,12 @@ llama_cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	gpt_matmul_forward(s.q, s.h1, P(LLAMA_Q), NULL, N, C, C);
 	gpt_matmul_forward(s.k, s.h1, P(LLAMA_K), NULL, N, C, KVD);
 	gpt_matmul_forward(s.v, s.h1, P(LLAMA_V), NULL, N, C, KVD);
-	rope(s.q, N, d->T, d->NH, hs, C, theta, 1);
-	rope(s.k, N, d->T, gpt_kvh(d), hs, KVD, theta, 1);
+	rope(s.q, d->B, d->T, d->NH, hs, C, theta, 1);
+	rope(s.k, d->B, d->T, gpt_kvh(d), hs, KVD, theta, 1);
 	gpt_cpu_attention_forward(s.atty, s.att, s.q, s.k, s.v, C, KVD, d->B, d->T, d->NH,
 				  gpt_kvh(d), hs);
 	gpt_matmul_forward(s.res2, s.atty, P(LLAMA_O), NULL, N, C, C);
-#pragma omp parallel for
+#pragma omp parallel for simd
 	for (size_t i = 0; i < NC; i++) {
 		s.res2[i] += s.x[i];
 	}
@@ -156,12 +231,9 @@ llama_cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	rmsnorm_forward(s.h2, s.r2, s.res2, P(LLAMA_MLP_NORM), N, C, gpt_eps(d));
 	gpt_matmul_forward(s.gate, s.h2, P(LLAMA_GATE), NULL, N, C, FF);
 	gpt_matmul_forward(s.up, s.h2, P(LLAMA_UP), NULL, N, C, FF);
-#pragma omp parallel for
-	for (size_t i = 0; i < NF; i++) {
-		s.m[i] = s.gate[i] * sigmoid(s.gate[i]) * s.up[i];
-	}
+	swiglu_forward(s.m, s.gate, s.up, NF);
 	gpt_matmul_forward(s.res3, s.m, P(LLAMA_DOWN), NULL, N, FF, C);
-#pragma omp parallel for
+#pragma omp parallel for simd
 	for (size_t i = 0; i < NC; i++) {
 		s.res3[i] += s.res2[i];
 	}
@@ -171,9 +243,16 @@ llama_cpu_block_forward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 static void
 add_into(gpt_real *a, const gpt_real *b, const gpt_real *c, size_t n)
 {
-#pragma omp parallel for
-	for (size_t i = 0; i < n; i++) {
-		a[i] = c ? (a[i] + b[i]) + c[i] : a[i] + b[i];
+	if (c) {
+#pragma omp parallel for simd
+		for (size_t i = 0; i < n; i++) {
+			a[i] = (a[i] + b[i]) + c[i];
+		}
+	} else {
+#pragma omp parallel for simd
+		for (size_t i = 0; i < n; i++) {
+			a[i] = a[i] + b[i];
+		}
 	}
 }
 
@@ -190,12 +269,7 @@ llama_cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 
 	/* the MLP: dm, then dgate = dm up silu'(gate), dup = dm silu(gate) */
 	gpt_matmul_backward(a->dbig, G(LLAMA_DOWN), NULL, dout, s.m, P(LLAMA_DOWN), N, FF, C);
-#pragma omp parallel for
-	for (size_t i = 0; i < NF; i++) {
-		gpt_real g = s.gate[i], sg = sigmoid(g), dm = a->dbig[i];
-		a->dbig2[i] = dm * s.up[i] * sg * (1 + g * (1 - sg));
-		a->dbig3[i] = dm * g * sg;
-	}
+	swiglu_backward(a->dbig2, a->dbig3, a->dbig, s.gate, s.up, NF);
 	gpt_matmul_backward(a->dsmall, G(LLAMA_GATE), NULL, a->dbig2, s.h2, P(LLAMA_GATE), N, C,
 			    FF);
 	gpt_matmul_backward(a->dsmall2, G(LLAMA_UP), NULL, a->dbig3, s.h2, P(LLAMA_UP), N, C, FF);
@@ -207,8 +281,8 @@ llama_cpu_block_backward(const struct gpt_dims *d, struct gpt_acts *a, int l,
 	gpt_matmul_backward(a->dsmall, G(LLAMA_O), NULL, dres2, s.atty, P(LLAMA_O), N, C, C);
 	gpt_cpu_attention_backward(a->dq, a->dk, a->dv, C, KVD, a->datt, a->dpreatt, a->dsmall, s.q,
 				   s.k, s.v, s.att, d->B, d->T, d->NH, gpt_kvh(d), hs);
-	rope(a->dq, N, d->T, d->NH, hs, C, theta, -1);
-	rope(a->dk, N, d->T, gpt_kvh(d), hs, KVD, theta, -1);
+	rope(a->dq, d->B, d->T, d->NH, hs, C, theta, -1);
+	rope(a->dk, d->B, d->T, gpt_kvh(d), hs, KVD, theta, -1);
 	gpt_matmul_backward(a->dsmall, G(LLAMA_Q), NULL, a->dq, s.h1, P(LLAMA_Q), N, C, C);
 	gpt_matmul_backward(a->dsmall2, G(LLAMA_K), NULL, a->dk, s.h1, P(LLAMA_K), N, C, KVD);
 	gpt_matmul_backward(a->dsmall3, G(LLAMA_V), NULL, a->dv, s.h1, P(LLAMA_V), N, C, KVD);
