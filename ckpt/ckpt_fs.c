@@ -37,6 +37,19 @@ ckpt_join(char *out, const char *dir, const char *fmt, ...)
 	va_end(ap);
 }
 
+char *
+ckpt_join_alloc(const char *dir, const char *name)
+{
+	size_t dl = strlen(dir), nl = strlen(name);
+	char *p = zc_malloc(dl + nl + 2);
+	if (p) {
+		memcpy(p, dir, dl);
+		p[dl] = '/';
+		memcpy(p + dl + 1, name, nl + 1);
+	}
+	return p;
+}
+
 bool
 ckpt_tag_ok(const char *tag)
 {

@@ -22,6 +22,8 @@
 /* out (CKPT_PATH bytes) = dir/<fmt...>; callers bound dir's length first */
 void ckpt_join(char *out, const char *dir, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* dir/name, allocated (zc_malloc; free()), any length; NULL: no memory */
+char *ckpt_join_alloc(const char *dir, const char *name);
 bool ckpt_tag_ok(const char *tag);
 
 /* A save's progress hook (zinf_ckpt_opts.progress, zinf/checkpoint.h) and the tag it names. */

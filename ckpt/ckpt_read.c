@@ -1165,19 +1165,6 @@ check_files_present(struct zinf_ckpt *c)
 
 /* ---- opening ------------------------------------------------------------------------------ */
 
-static char *
-join(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	char *s = zc_malloc(la + lb + 2);
-	if (s) {
-		memcpy(s, a, la);
-		s[la] = '/';
-		memcpy(s + la + 1, b, lb + 1);
-	}
-	return s;
-}
-
 /* A failed ckpt_open_in (fd < 0) said: what it leaves unsaid logged on `path` (missing: the
  * error `enoent` with `missing`; out of descriptors). Returns the error. */
 static int
@@ -1196,7 +1183,7 @@ open_failed(int fd, const char *path, int enoent, const char *missing)
 static int
 read_latest(int ddir, const char *dir, char *tag)
 {
-	char *lp = join(dir, "latest");
+	char *lp = ckpt_join_alloc(dir, "latest");
 	if (!lp) {
 		return -ENOMEM;
 	}
@@ -1344,7 +1331,7 @@ read_whole(int fd, const char *path, uint64_t size, char **out, size_t *len)
 static int
 check_manifest_crc(struct zinf_ckpt *c, const char *text, size_t len)
 {
-	char *cpath = join(c->path, "manifest.crc32c");
+	char *cpath = ckpt_join_alloc(c->path, "manifest.crc32c");
 	if (!cpath) {
 		return -ENOMEM;
 	}
@@ -1424,14 +1411,14 @@ resolve(struct zinf_ckpt *c, const char *dir, const char *tag)
 		}
 		tag = latest;
 	}
-	c->path = join(dir, tag);
+	c->path = ckpt_join_alloc(dir, tag);
 	if (!c->path) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	int fd = ckpt_open_in(ddir, dir, tag, true, NULL);
 	if (fd == -ENOENT) { /* named as its manifest: "DIR/step7/manifest.json: no checkpoint" */
-		char *mp = join(c->path, "manifest.json");
+		char *mp = ckpt_join_alloc(c->path, "manifest.json");
 		rc = mp ? ZINF_OBJ_FAIL(mp, -ENOENT, "no checkpoint here (missing)") : -ENOMEM;
 		zc_free(mp);
 	} else if (fd < 0) {
@@ -1459,7 +1446,7 @@ zinf_ckpt_open(const char *dir, const char *tag, struct zinf_ckpt **out)
 	if (rc) {
 		goto fail;
 	}
-	c->mpath = join(c->path, "manifest.json");
+	c->mpath = ckpt_join_alloc(c->path, "manifest.json");
 	if (!c->mpath) {
 		rc = -ENOMEM;
 		goto fail;

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_fs.h"
 #include "common/dtype.h"
 #include "common/opts.h"
 #include "common/util.h"
@@ -86,19 +87,6 @@ struct zinf_safetensors {
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
-
-static char *
-st_join(const char *dir, const char *name)
-{
-	size_t dl = strlen(dir), nl = strlen(name);
-	char *p = zc_malloc(dl + nl + 2);
-	if (p) {
-		memcpy(p, dir, dl);
-		p[dl] = '/';
-		memcpy(p + dl + 1, name, nl + 1);
-	}
-	return p;
-}
 
 /* "[2, 3]" into buf (truncated with "..." when it does not fit: messages only). */
 static const char *
@@ -549,7 +537,7 @@ st_index_files(struct zinf_safetensors *st, const char *path, const json_t *wm)
 		}
 		struct st_file *f = &st->files[st->n_files];
 		f->fd = -1;
-		f->path = st_join(dir, names[j]);
+		f->path = ckpt_join_alloc(dir, names[j]);
 		if (!f->path) {
 			rc = -ENOMEM;
 			break;
@@ -721,10 +709,10 @@ zinf_safetensors_open(const char *path, struct zinf_safetensors **out)
 	bool index = false;
 	int rc = 0;
 	if (S_ISDIR(sb.st_mode)) { /* transformers' order: the single file, else the index */
-		st->path = st_join(path, ST_FILE_NAME);
+		st->path = ckpt_join_alloc(path, ST_FILE_NAME);
 		if (st->path && stat(st->path, &sb) != 0) {
 			zc_free(st->path);
-			st->path = st_join(path, ST_INDEX_NAME);
+			st->path = ckpt_join_alloc(path, ST_INDEX_NAME);
 			index = true;
 			if (st->path && stat(st->path, &sb) != 0) {
 				rc = ZINF_OBJ_FAIL(path, -ENOENT,

@@ -308,8 +308,8 @@ struct zinf_param_desc {
  * such a group (get_decay_parameter_names: every parameter whose name has "bias", or that
  * belongs to a norm layer) when it makes the optimizer itself; its weight matrices and
  * embeddings decay. (Given a DeepSpeed config with an optimizer, the Trainer passes DeepSpeed
- * one group, and every parameter decays: register none with this flag for that.) The engine cuts each
- * optimizer call at the boundaries between parameters that decay and parameters that do not
+ * one group, and every parameter decays: register none with this flag for that.) The engine cuts
+ * each optimizer call at the boundaries between parameters that decay and parameters that do not
  * (zinf_optimizer_set_no_decay over this rank's flat partition), so a sub-group may mix them; a
  * run without this flag anywhere, or with weight_decay 0, steps exactly as before. Checkpoints
  * record it per parameter ("no_decay" in the manifest's params), for readers; a load takes the
