@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "cli_run.h"
+#include "common/test_util.h"
 #include "zinf/safetensors.h"
 
 static struct zc_scratch sc;
@@ -169,42 +170,12 @@ st_open(const char *path)
 	return st;
 }
 
-/* Every tensor of a in b and the other way round: names, shapes, stored types, bits. */
+/* Every tensor of a and b the same: names, shapes, stored types and bytes. */
 static void
 assert_same_tensors(const char *a_path, const char *b_path)
 {
-	struct zinf_safetensors *a = st_open(a_path), *b = st_open(b_path);
-	uint32_t n = zinf_safetensors_count(a);
-	cr_assert_eq(zinf_safetensors_count(b), n, "%s: %u tensors; %s: %u", a_path, n, b_path,
-		     zinf_safetensors_count(b));
-	for (uint32_t i = 0; i < n; i++) {
-		struct zinf_safetensors_info x = {.size = sizeof(x)}, y = {.size = sizeof(y)};
-		zinf_safetensors_info(a, i, &x);
-		int j = zinf_safetensors_find(b, x.name);
-		cr_assert_geq(j, 0, "%s: no %s", b_path, x.name);
-		zinf_safetensors_info(b, (uint32_t)j, &y);
-		cr_assert_str_eq(x.dtype_name, y.dtype_name, "%s", x.name);
-		cr_assert_eq(x.ndim, y.ndim, "%s", x.name);
-		for (uint32_t d = 0; d < x.ndim; d++) {
-			cr_assert_eq(x.shape[d], y.shape[d], "%s: dim %u", x.name, d);
-		}
-		cr_assert_eq(x.bytes, y.bytes, "%s", x.name);
-		unsigned char *u = malloc(x.bytes), *v = malloc(x.bytes);
-		FILE *f = fopen(x.file, "rb"), *g = fopen(y.file, "rb");
-		cr_assert(f && g);
-		fseek(f, (long)x.offset, SEEK_SET);
-		fseek(g, (long)y.offset, SEEK_SET);
-		cr_assert_eq(fread(u, 1, x.bytes, f), x.bytes);
-		cr_assert_eq(fread(v, 1, y.bytes, g), y.bytes);
-		cr_assert(memcmp(u, v, x.bytes) == 0, "%s: values differ (%s, %s)", x.name, a_path,
-			  b_path);
-		fclose(f);
-		fclose(g);
-		free(u);
-		free(v);
-	}
-	zinf_safetensors_close(a);
-	zinf_safetensors_close(b);
+	char why[512];
+	cr_assert_eq(zt_safetensors_diff(a_path, b_path, why, sizeof(why)), 0, "%s", why);
 }
 
 static void

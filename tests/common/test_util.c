@@ -16,6 +16,7 @@
 #include "common/test_util.h"
 #include "zinf/blocks/adam.h"
 #include "zinf/common.h"
+#include "zinf/safetensors.h"
 
 uint64_t
 zt_seed(void)
@@ -169,4 +170,78 @@ zt_drop_ipc_lock(uint64_t memlock)
 	}
 	struct rlimit rl = {.rlim_cur = memlock, .rlim_max = memlock};
 	return setrlimit(RLIMIT_MEMLOCK, &rl) == 0 ? 0 : -errno;
+}
+
+int
+zt_safetensors_diff(const char *a_path, const char *b_path, char *why, size_t len)
+{
+	struct zinf_safetensors *a = NULL, *b = NULL;
+	int rc = -1;
+	if (zinf_safetensors_open(a_path, &a) || zinf_safetensors_open(b_path, &b)) {
+		snprintf(why, len, "%s", zinf_last_error());
+		goto out;
+	}
+	uint32_t n = zinf_safetensors_count(a);
+	if (zinf_safetensors_count(b) != n) {
+		snprintf(why, len, "%s: %u tensors, %s: %u", a_path, n, b_path,
+			 zinf_safetensors_count(b));
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct zinf_safetensors_info x = {.size = sizeof(x)}, y = {.size = sizeof(y)};
+		zinf_safetensors_info(a, i, &x);
+		int j = zinf_safetensors_find(b, x.name);
+		if (j < 0) {
+			snprintf(why, len, "%s has no %s", b_path, x.name);
+			goto out;
+		}
+		zinf_safetensors_info(b, (uint32_t)j, &y);
+		bool same = !strcmp(x.dtype_name, y.dtype_name) && x.ndim == y.ndim &&
+			    x.bytes == y.bytes;
+		for (uint32_t d = 0; same && d < x.ndim; d++) {
+			same = x.shape[d] == y.shape[d];
+		}
+		if (!same) {
+			snprintf(why, len, "%s: %s of %u dims, %llu bytes; %s of %u, %llu", x.name,
+				 x.dtype_name, x.ndim, (unsigned long long)x.bytes, y.dtype_name,
+				 y.ndim, (unsigned long long)y.bytes);
+			goto out;
+		}
+		unsigned char *u = malloc(x.bytes ? x.bytes : 1),
+			      *v = malloc(y.bytes ? y.bytes : 1);
+		FILE *f = fopen(x.file, "rb"), *g = fopen(y.file, "rb");
+		bool read = u && v && f && g && fseek(f, (long)x.offset, SEEK_SET) == 0 &&
+			    fseek(g, (long)y.offset, SEEK_SET) == 0 &&
+			    fread(u, 1, x.bytes, f) == x.bytes &&
+			    fread(v, 1, y.bytes, g) == y.bytes;
+		same = read && memcmp(u, v, x.bytes) == 0;
+		if (f) {
+			fclose(f);
+		}
+		if (g) {
+			fclose(g);
+		}
+		free(u);
+		free(v);
+		if (!same) {
+			float p = 0, q = 0;
+			uint64_t k = 0;
+			for (; read && k < x.numel; k++) {
+				zinf_safetensors_read(a, i, k, 1, ZINF_F32, &p);
+				zinf_safetensors_read(b, (uint32_t)j, k, 1, ZINF_F32, &q);
+				if (memcmp(&p, &q, sizeof(p))) {
+					break;
+				}
+			}
+			snprintf(why, len,
+				 read ? "%s[%llu]: %.9g, expected %.9g" : "%s: unreadable", x.name,
+				 (unsigned long long)k, p, q);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	zinf_safetensors_close(a);
+	zinf_safetensors_close(b);
+	return rc;
 }

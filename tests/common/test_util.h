@@ -41,6 +41,12 @@ void zt_rmtree(const char *path);
 		free(dir);                                                                         \
 	}                                                                                          \
 	TestSuite(name, .init = zt_tmpdir_setup_##name, .fini = zt_tmpdir_teardown_##name)
+/*
+ * Whether the safetensors checkpoints a and b (files, indexes or directories) hold the same
+ * tensors: names, stored dtypes, shapes and bytes. 0, or -1 with what differs in why (the first
+ * element that differs shown as f32).
+ */
+int zt_safetensors_diff(const char *a, const char *b, char *why, size_t len);
 /* Replace the tree `to` by a copy of `from` (cp -a: modes and times kept). 0, or nonzero. */
 int zt_copytree(const char *from, const char *to);
 /* $ZINF_TEST_VARIANT, or NULL when the test runs without one. */
