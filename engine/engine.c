@@ -516,6 +516,11 @@ zinf_engine_get_stats(const struct zinf_engine *e, struct zinf_engine_stats *out
 	s.host_pool_bytes = zinf_pool_bytes(e->os.opool) + zinf_pool_bytes(e->ps.ppool) +
 			    eng_gwin_pool_bytes(e);
 	eng_clip_stats(e, &s);
+	/* the optimizer's: what is neither the parameters' nor the gradients' */
+	s.optim_nvme_read_bytes =
+		s.nvme_read_bytes - s.param_nvme_read_bytes - s.grad_nvme_read_bytes;
+	s.optim_nvme_write_bytes =
+		s.nvme_write_bytes - s.param_nvme_write_bytes - s.grad_nvme_write_bytes;
 	return zc_stats_give(out, &s, sizeof(s), "zinf_engine_stats");
 }
 

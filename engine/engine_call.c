@@ -467,6 +467,15 @@ eng_counters_set(struct zinf_engine *e, const struct eng_counters *c, bool betas
 	}
 }
 
+/* The window's NVMe byte counters to 0: what init or a rewrite moved is not a window's. */
+void
+eng_win_io_zero(struct zinf_engine *e)
+{
+	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
+	e->win.param_nvme_read_bytes = e->win.param_nvme_write_bytes = 0;
+	e->win.grad_nvme_read_bytes = e->win.grad_nvme_write_bytes = 0;
+}
+
 bool
 eng_all_zero(const void *p, size_t n)
 {

@@ -188,8 +188,11 @@ gwin_evict(struct zinf_engine *e, uint32_t s)
 	return 0;
 }
 
-/* A free slot: a free one, else the least recently used one not handed (written out), else
- * wait for the step worker to finish one (it needs nothing from this thread). */
+/* A free slot: a free one; else, while the step worker holds some, wait for it to finish one
+ * (it needs nothing from this thread); else the least recently used one (written out). Waiting
+ * first keeps a partly accumulated gradient off the disk: writing it and reading it back costs
+ * 8 bytes per element of the disk time the worker's own reads and writes are waiting for, and
+ * the worker frees a slot after one sub-group's step however far backward runs ahead. */
 static int
 gwin_take(struct zinf_engine *e)
 {
@@ -209,7 +212,7 @@ gwin_take(struct zinf_engine *e)
 				best = (int)s;
 			}
 		}
-		if (best >= 0) {
+		if (best >= 0 && minq == UINT32_MAX) {
 			int ret = gwin_evict(e, (uint32_t)best);
 			return ret ? ret : best;
 		}

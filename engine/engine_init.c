@@ -249,7 +249,7 @@ eng_init_with(struct zinf_engine *e, int (*write)(struct zinf_engine *e, void *c
 		return init_failed(e, ret);
 	}
 	eng_param_io_stats(e); /* init's NVMe writes are not the first window's */
-	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
+	eng_win_io_zero(e);
 	eng_fetch_start(e); /* the persistent parameters live, the trace recording */
 	e->inited = true;
 	return 0;
@@ -281,6 +281,6 @@ eng_rewrite_with(struct zinf_engine *e, const char *what,
 		ret = eng_order(e, e->cs, e->compute);
 	}
 	eng_param_io_stats(e); /* not the window's NVMe bytes */
-	e->win.nvme_read_bytes = e->win.nvme_write_bytes = 0;
+	eng_win_io_zero(e);
 	return ret;
 }

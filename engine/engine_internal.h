@@ -342,10 +342,10 @@ struct epstore {
 	struct zinf_store *store;
 	pthread_mutex_t store_mu; /* the store: fetch (caller) and the step worker */
 	bool store_mu_init;
-	int64_t nv_open;  /* param id whose NVMe partition is being written, or -1 */
-	uint64_t nv_next; /* its next element */
-	void *nv_buf;	  /* its store buffer */
-	uint64_t store_read0, store_written0; /* the store's counts at the window's start */
+	int64_t nv_open;      /* param id whose NVMe partition is being written, or -1 */
+	uint64_t nv_next;     /* its next element */
+	void *nv_buf;	      /* its store buffer */
+	uint64_t store_read0; /* the store's bytes read at the window's start */
 };
 
 struct zinf_engine {
@@ -449,6 +449,7 @@ int eng_comm_buf_alloc(struct zinf_engine *e, size_t bytes, void **out);
 void eng_comm_buf_free(struct zinf_engine *e, void *p);
 struct elayer *eng_layer(struct zinf_engine *e, int32_t layer);
 bool eng_all_zero(const void *p, size_t n);    /* reserved option bytes */
+void eng_win_io_zero(struct zinf_engine *e);   /* the window's NVMe byte counters to 0 */
 size_t eng_dsize(const struct zinf_engine *e); /* bytes per 16-bit element (opts.dtype) */
 int eng_latch_lr(struct zinf_engine *e);       /* the lr and betas set become the step's */
 

@@ -368,6 +368,13 @@ nvme_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64
 		}
 		int r2 = zinf_store_release(e->ps.store, p->store_id);
 		ret = ret ? ret : r2;
+		if (!ret) {
+			/* counted as the write starts: the step that caused it, not the window
+			   in which it completes */
+			uint64_t bytes = zinf_store_bytes(e->ps.store, p->store_id);
+			x->st->nvme_write_bytes += bytes;
+			x->st->param_nvme_write_bytes += bytes;
+		}
 		e->ps.nv_open = -1;
 		e->ps.nv_buf = NULL;
 	}
@@ -502,8 +509,9 @@ eng_param_write_abort(struct zinf_engine *e)
 	pthread_mutex_unlock(&e->ps.store_mu);
 }
 
-/* The window's NVMe bytes of the parameter store (what it read and wrote, cache hits not
- * counted), folded into the window's counters; called at the window's end and after init. */
+/* The window's NVMe reads of the parameter store (cache hits not counted), folded into the
+ * window's counters; called at the window's end and after init. Its writes are counted as
+ * nvme_write starts them. */
 void
 eng_param_io_stats(struct zinf_engine *e)
 {
@@ -511,10 +519,10 @@ eng_param_io_stats(struct zinf_engine *e)
 	if (!e->ps.store || zinf_store_get_stats(e->ps.store, &st)) {
 		return;
 	}
-	e->win.nvme_read_bytes += st.read_bytes - e->ps.store_read0;
-	e->win.nvme_write_bytes += st.write_bytes - e->ps.store_written0;
+	uint64_t rd = st.read_bytes - e->ps.store_read0;
+	e->win.nvme_read_bytes += rd;
+	e->win.param_nvme_read_bytes += rd;
 	e->ps.store_read0 = st.read_bytes;
-	e->ps.store_written0 = st.write_bytes;
 }
 
 void

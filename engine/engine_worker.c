@@ -297,6 +297,7 @@ eng_worker_end(struct zinf_engine *e, bool partial)
 	e->win.d2h_bytes += w->st.d2h_bytes;
 	e->win.nvme_read_bytes += w->st.nvme_read_bytes;
 	e->win.nvme_write_bytes += w->st.nvme_write_bytes;
+	e->win.param_nvme_write_bytes += w->st.param_nvme_write_bytes;
 	e->win.optimizer_s += w->st.optimizer_s;
 	memset(&w->st, 0, sizeof(w->st));
 	return ret;

@@ -694,8 +694,18 @@ med_u64(const struct run *r, const struct arm *a, size_t off)
 #define MED_ES(r, a, f)	 med_at((r), (a), offsetof(struct sample, es.f))
 #define MED_U64(r, a, f) med_u64((r), (a), offsetof(struct zinf_engine_stats, f))
 
-static const char *const u64_fields[] = {"nvme_read_bytes", "nvme_write_bytes", "h2d_bytes",
-					 "d2h_bytes",	    "reduced_bytes",	"gathered_bytes"};
+static const char *const u64_fields[] = {"nvme_read_bytes",
+					 "nvme_write_bytes",
+					 "h2d_bytes",
+					 "d2h_bytes",
+					 "reduced_bytes",
+					 "gathered_bytes",
+					 "param_nvme_read_bytes",
+					 "param_nvme_write_bytes",
+					 "optim_nvme_read_bytes",
+					 "optim_nvme_write_bytes",
+					 "grad_nvme_read_bytes",
+					 "grad_nvme_write_bytes"};
 static const size_t u64_offs[] = {
 	offsetof(struct zinf_engine_stats, nvme_read_bytes),
 	offsetof(struct zinf_engine_stats, nvme_write_bytes),
@@ -703,7 +713,24 @@ static const size_t u64_offs[] = {
 	offsetof(struct zinf_engine_stats, d2h_bytes),
 	offsetof(struct zinf_engine_stats, reduced_bytes),
 	offsetof(struct zinf_engine_stats, gathered_bytes),
+	offsetof(struct zinf_engine_stats, param_nvme_read_bytes),
+	offsetof(struct zinf_engine_stats, param_nvme_write_bytes),
+	offsetof(struct zinf_engine_stats, optim_nvme_read_bytes),
+	offsetof(struct zinf_engine_stats, optim_nvme_write_bytes),
+	offsetof(struct zinf_engine_stats, grad_nvme_read_bytes),
+	offsetof(struct zinf_engine_stats, grad_nvme_write_bytes),
 };
+_Static_assert(ZINF_ARRAY_SIZE(u64_fields) == ZINF_ARRAY_SIZE(u64_offs), "one offset per name");
+
+/* NVMe bytes per parameter of the model per step: this rank's bytes (a median over the timed
+ * steps) times the ranks (each moves its own partitions, alike) over the parameters. */
+static double
+per_param(const struct run *r, const struct arm *a, size_t off)
+{
+	return med_u64(r, a, off) * r->world / (double)model_params(r->c);
+}
+
+#define PER_PARAM(r, a, f) per_param((r), (a), offsetof(struct zinf_engine_stats, f))
 
 static uint64_t
 rss_peak_bytes(void)
@@ -755,6 +782,25 @@ arm_json(const struct run *r, const struct arm *a, json_t *o)
 		json_object_set_new(o, u64_fields[i],
 				    json_integer((json_int_t)llround(med_u64(r, a, u64_offs[i]))));
 	}
+	json_t *pp = json_object();
+	static const char *const kinds[] = {"total", "param", "optim", "grad"};
+	const size_t offs[][2] = {
+		{offsetof(struct zinf_engine_stats, nvme_read_bytes),
+		 offsetof(struct zinf_engine_stats, nvme_write_bytes)},
+		{offsetof(struct zinf_engine_stats, param_nvme_read_bytes),
+		 offsetof(struct zinf_engine_stats, param_nvme_write_bytes)},
+		{offsetof(struct zinf_engine_stats, optim_nvme_read_bytes),
+		 offsetof(struct zinf_engine_stats, optim_nvme_write_bytes)},
+		{offsetof(struct zinf_engine_stats, grad_nvme_read_bytes),
+		 offsetof(struct zinf_engine_stats, grad_nvme_write_bytes)},
+	};
+	for (size_t k = 0; k < ZINF_ARRAY_SIZE(kinds); k++) {
+		json_t *rw = json_object();
+		json_object_set_new(rw, "read", cli_json_real(per_param(r, a, offs[k][0])));
+		json_object_set_new(rw, "written", cli_json_real(per_param(r, a, offs[k][1])));
+		json_object_set_new(pp, kinds[k], rw);
+	}
+	json_object_set_new(o, "nvme_bytes_per_param", pp);
 	json_object_set_new(o, "sub_groups", json_integer(last->es.sub_groups));
 	json_object_set_new(o, "stepped_during_backward",
 			    json_integer(last->es.stepped_during_backward));
@@ -884,6 +930,19 @@ report_human(const struct run *r)
 		       "%.4f s, exposed step %.4f s, efficiency %.3f\n",
 		       MED(r, a, step_s), MED(r, a, compute_s), MED(r, a, io_bound_s),
 		       MED_ES(r, a, exposed_fetch_s), MED_ES(r, a, exposed_step_s), MED(r, a, eff));
+		if (r->nvme) {
+			printf("    NVMe bytes per parameter per step (medians): read %.2f (params "
+			       "%.2f, optimizer %.2f, gradients %.2f), written %.2f (params %.2f, "
+			       "optimizer %.2f, gradients %.2f)\n",
+			       PER_PARAM(r, a, nvme_read_bytes),
+			       PER_PARAM(r, a, param_nvme_read_bytes),
+			       PER_PARAM(r, a, optim_nvme_read_bytes),
+			       PER_PARAM(r, a, grad_nvme_read_bytes),
+			       PER_PARAM(r, a, nvme_write_bytes),
+			       PER_PARAM(r, a, param_nvme_write_bytes),
+			       PER_PARAM(r, a, optim_nvme_write_bytes),
+			       PER_PARAM(r, a, grad_nvme_write_bytes));
+		}
 		if (c->clip > 0) {
 			const struct sample *l = &a->s[c->steps - 1];
 			printf("    last step: %u of %u sub-groups stepped during backward, %u "

@@ -550,6 +550,12 @@ struct zinf_engine_stats {
 	   decided grad_scale, or restored on a skipped step) */
 	uint32_t rolled_back;
 	uint32_t reserved7;
+	/* nvme_read_bytes and nvme_write_bytes of the last window by kind of state: the 16-bit
+	   parameters' store (a partition served from its cache is no read) and the optimizer's
+	   state (the master and the optimizer's parts; the speculative step's restores
+	   included); grad_nvme_* above are the third kind, so the three add up to the totals */
+	uint64_t param_nvme_read_bytes, param_nvme_write_bytes;
+	uint64_t optim_nvme_read_bytes, optim_nvme_write_bytes;
 };
 
 /** Copy the statistics (common size rule). Returns 0; -EINVAL (NULL, bad out->size). */

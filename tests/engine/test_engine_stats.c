@@ -162,3 +162,87 @@ Test(engine_stats, nvme_param_written_once_per_step)
 	zt_rmtree(dir);
 	free(dir);
 }
+
+/*
+ * Both tiers on NVMe, the step during backward, one micro-batch per step: a layer of the bench's
+ * transformer shape (qkv 3H^2, proj H^2, fc1 and fc2 4H^2, two vectors of H; H = 256) x 8, in
+ * sub-groups of 625000 elements (one to two layers) and buckets of 1.25e6 (a bucket ends in the
+ * middle of a sub-group), the gradient window's default 4 slots. Backward hands gradients much
+ * faster than the step worker steps (no compute), so the worker holds slots while a sub-group
+ * is still accumulating when the next one needs a slot: the window waits for the worker then
+ * instead of writing the partly accumulated gradient out and reading it back (which cost 0.3-1.2
+ * bytes per parameter per step here). Per step, worked by hand: no gradient byte; the optimizer
+ * reads and writes its fp32 master, m and v once (12 bytes per element, each sub-group's extent
+ * rounded up to 4096 bytes); the parameters are written once (2 bytes) and read at most twice
+ * (4); and the three kinds add up to the totals.
+ */
+Test(engine_stats, nvme_bytes_by_kind_and_no_gradient_spill)
+{
+	enum { H = 256, LAYERS = 8, NP = 6 };
+	const uint64_t sizes[NP] = {3 * H * H, H * H, 4 * H * H, 4 * H * H, H, H};
+	char *dir = zt_mkdtemp(NULL);
+	cr_assert(dir);
+	struct zinf_engine_opts o;
+	nvme_param_opts(&o, dir, "kinds");
+	o.offload_optimizer.device = ZINF_OFFLOAD_NVME;
+	o.offload_optimizer.n_paths = 1;
+	o.offload_optimizer.nvme_path[0] = dir;
+	o.offload_param.max_in_cpu = 0;
+	o.offload_param.buffer_count = 2 * NP; /* a layer in use, the next one's prefetch */
+	o.sub_group_size = 625000;
+	o.reduce_bucket_size = 1250000;
+	struct zinf_engine *e = make(&o);
+	int layer_of[LAYERS * NP];
+	void *g[LAYERS * NP];
+	uint64_t n = 0;
+	for (int l = 0; l < LAYERS; l++) {
+		for (int j = 0; j < NP; j++) {
+			char name[32];
+			snprintf(name, sizeof(name), "l%d.p%d", l, j);
+			cr_assert_eq(add(e, name, sizes[j], l, init_val, NULL), l * NP + j, "%s",
+				     zinf_last_error());
+			layer_of[l * NP + j] = l;
+			g[l * NP + j] = grad16(e, sizes[j], l * NP + j);
+			n += sizes[j];
+		}
+	}
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	for (int s = 0; s < 3; s++) {
+		cr_assert_eq(micro(e, LAYERS, layer_of, LAYERS * NP, g), 1, "step %d: %s", s,
+			     zinf_last_error());
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+		cr_expect_eq(st.grad_nvme_write_bytes + st.grad_nvme_read_bytes, 0,
+			     "step %d: %llu gradient bytes written and %llu read back (%u of %u "
+			     "sub-groups stepped during backward)",
+			     s, (unsigned long long)st.grad_nvme_write_bytes,
+			     (unsigned long long)st.grad_nvme_read_bytes,
+			     st.stepped_during_backward, st.sub_groups);
+		uint64_t pad = 3ull * 4096 * st.sub_groups;
+		cr_expect(st.optim_nvme_read_bytes >= 12 * n &&
+				  st.optim_nvme_read_bytes < 12 * n + pad,
+			  "step %d: the optimizer read %llu bytes for %llu elements", s,
+			  (unsigned long long)st.optim_nvme_read_bytes, (unsigned long long)n);
+		cr_expect_eq(st.optim_nvme_write_bytes, st.optim_nvme_read_bytes, "step %d", s);
+		cr_expect(st.param_nvme_write_bytes >= 2 * n &&
+				  st.param_nvme_write_bytes < 2 * n + 4096ull * LAYERS * NP,
+			  "step %d: the parameters' writes %llu bytes for %llu elements", s,
+			  (unsigned long long)st.param_nvme_write_bytes, (unsigned long long)n);
+		cr_expect(st.param_nvme_read_bytes > 0 &&
+				  st.param_nvme_read_bytes <= 2 * (2 * n + 4096ull * LAYERS * NP),
+			  "step %d: the parameters' reads %llu bytes", s,
+			  (unsigned long long)st.param_nvme_read_bytes);
+		cr_expect_eq(st.param_nvme_read_bytes + st.optim_nvme_read_bytes +
+				     st.grad_nvme_read_bytes,
+			     st.nvme_read_bytes, "step %d: the kinds' reads add up", s);
+		cr_expect_eq(st.param_nvme_write_bytes + st.optim_nvme_write_bytes +
+				     st.grad_nvme_write_bytes,
+			     st.nvme_write_bytes, "step %d: the kinds' writes add up", s);
+	}
+	for (int i = 0; i < LAYERS * NP; i++) {
+		zinf_device_free(zinf_engine_device(e), g[i]);
+	}
+	zinf_engine_destroy(e);
+	zt_rmtree(dir);
+	free(dir);
+}
