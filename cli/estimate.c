@@ -21,8 +21,10 @@
  *
  * The step time (with bandwidths): the ZeRO-Infinity paper's bandwidth model with the traffic
  * overlapped, as zinf overlaps it: time = max over the links of bytes / bandwidth, and of the
- * compute. Per step and node: NVMe reads and writes of the state (12 P / M each way) and of the
- * parameters (2 fetches per micro-batch of 2 P / M, one write of 2 P / M); CPU Adam over P / M
+ * compute. Per step and node: NVMe reads and writes of the state (12 P / M each way, or what
+ * --optimizer-state says), of the parameters (2 fetches per pass of 2 P / M less each engine's
+ * cache of max_in_cpu elements, one write of 2 P / M) and of the gradient window's spills
+ * (nvme_bytes, below); CPU Adam over P / M
  * parameters; per GPU over PCIe: the offloaded parameters fetched (2 x 2 P / N per
  * micro-batch), the fp32 gradient partition copied out (4 P / N per micro-batch) and the new
  * 16-bit parameters copied in (2 P / N); per GPU over the network, ring bus bytes (N - 1) / N
@@ -41,6 +43,9 @@
 #include "zinf/config.h"
 
 #define PROG "zinf estimate"
+/* bytes per element of an 8-bit blockwise-quantized moment: a code, and a 4-byte scale per
+   block of 256 (cpu_adam's q8 state) */
+#define Q8_BYTES (1.0 + 4.0 / 256)
 
 enum off { OFF_NONE = 0, OFF_CPU = 1, OFF_NVME = 2 };
 static const char *const off_name[] = {"none", "cpu", "nvme"};
@@ -73,6 +78,11 @@ struct cfg {
 	bool params_given, largest_given;
 	uint64_t tokens;
 	bool json;
+	/* the options that move the NVMe bytes per step (issue 23) */
+	const char *state;   /* optimizer state: f32, bf16, q8 */
+	uint64_t max_in_cpu; /* 16-bit parameter elements cached per GPU (offload_param) */
+	bool vertical;	     /* micro-batches run layer by layer (zinf_engine's vertical pass) */
+	bool no_sdb;	     /* step_during_backward off */
 };
 
 static struct cfg cfg;
@@ -90,7 +100,11 @@ static const char description[] =
 	"partitioned\n"
 	"by the stage; stage 3 adds 4 x the largest layer), CPU bytes DeepSpeed's\n"
 	"estimate_zero2/zero3_model_states_mem_needs (16 or 18 bytes per parameter offloaded, x\n"
-	"--buffer-factor), NVMe 12 bytes (optimizer) and 2 (parameters). The largest layer is\n"
+	"--buffer-factor), NVMe 12 bytes (optimizer; --optimizer-state) and 2 (parameters). The\n"
+	"NVMe bytes per parameter per step of each row: the state read and written once, the\n"
+	"parameters written once and read twice per micro-batch (once per step with --vertical)\n"
+	"less each engine's cache (--max-in-cpu), the gradient window's spills. The largest layer "
+	"is\n"
 	"12 H^2 with --hidden, P / L with --layers only, --largest-layer if given. With\n"
 	"bandwidths, a step-time bound per choice (the traffic overlapped: the slowest link) and\n"
 	"the fastest choice that fits, printed as a ds_config section. Without --layers,\n"
@@ -139,9 +153,35 @@ static const struct cli_opt opts[] = {
 	 .max = 1e6},
 	{"from-bench", CLI_STR, &cfg.from_bench, NULL, "FILE",
 	 "bandwidths from `zinf bench all --out FILE` (the flags above win)"},
+	{"optimizer-state", CLI_STR, &cfg.state, "f32", "f32|bf16|q8",
+	 "the optimizer's state after the fp32 master: fp32 m and v (12 bytes per parameter with "
+	 "the master), bf16 (8), 8-bit blockwise (q8)"},
+	{"max-in-cpu", CLI_COUNT, &cfg.max_in_cpu, "1e9", "N",
+	 "offload_param.max_in_cpu: 16-bit parameter elements each GPU's engine keeps in CPU "
+	 "memory (its parameter cache; the engine's default)",
+	 .max = 1e15},
+	{"vertical", CLI_FLAG, &cfg.vertical, NULL, NULL,
+	 "the trainer runs its micro-batches layer by layer (the parameters read once per step, "
+	 "not once per micro-batch)"},
+	{"no-step-during-backward", CLI_FLAG, &cfg.no_sdb, NULL, NULL,
+	 "step_during_backward off: every gradient waits in the gradient window (on NVMe with the "
+	 "optimizer there) until the step"},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
 	{NULL},
 };
+
+/* The optimizer's state bytes per parameter, the fp32 master included (--optimizer-state). */
+static double
+state_bytes(const struct cfg *c)
+{
+	if (!strcmp(c->state, "bf16")) {
+		return 4 + 2 + 2;
+	}
+	if (!strcmp(c->state, "q8")) {
+		return 4 + 2 * Q8_BYTES;
+	}
+	return 4 + 4 + 4;
+}
 
 /* Bytes of one choice: a P + b per resource, with L folded in by the caller. */
 struct need {
@@ -154,7 +194,7 @@ need_of(const struct choice *ch, const struct cfg *c, double P, double L)
 {
 	double N = (double)c->gpus * c->nodes, M = c->nodes, f = c->factor;
 	struct need n = {0, 0, 0};
-	double p16 = 2 * P, g16 = 2 * P, os = 12 * P;
+	double p16 = 2 * P, g16 = 2 * P, os = state_bytes(c) * P;
 	switch (ch->stage) {
 	case 0:
 		n.gpu = p16 + g16 + os;
@@ -171,7 +211,7 @@ need_of(const struct choice *ch, const struct cfg *c, double P, double L)
 		break;
 	}
 	if (ch->optim == OFF_CPU) {
-		n.cpu += 16 * P / M * f;
+		n.cpu += (state_bytes(c) + 4) * P / M * f;
 	} else if (ch->optim == OFF_NVME) {
 		n.cpu += 4 * P / M * f;
 		n.nvme += os / M;
@@ -180,6 +220,8 @@ need_of(const struct choice *ch, const struct cfg *c, double P, double L)
 		n.cpu += 2 * P / M * f;
 	} else if (ch->param == OFF_NVME) {
 		n.nvme += 2 * P / M;
+		/* each GPU's engine: its parameter cache, at most its partition */
+		n.cpu += N / M * 2 * fmin((double)c->max_in_cpu, P / N);
 	}
 	return n;
 }
@@ -204,18 +246,17 @@ fits(const struct need *n, const struct cfg *c)
 	       n->nvme <= (double)c->nvme;
 }
 
-/*
- * The largest P that fits: every need is affine in P (the largest layer fixed or P / L), so
- * each resource's bound is (cap - need(0)) / (need(1) - need(0)); the least of them.
- */
+/* The largest P that fits where every need is affine in P between p0 and p1 (extended past
+ * them): each resource's bound is (cap - need(0)) / slope; the least of them. */
 static double
-largest_model(const struct choice *ch, const struct cfg *c)
+largest_affine(const struct choice *ch, const struct cfg *c, double p0, double p1)
 {
-	struct need n0 = need_of(ch, c, 0, largest_of(c, 0));
-	struct need n1 = need_of(ch, c, 1e9, largest_of(c, 1e9));
+	struct need n0 = need_of(ch, c, p0, largest_of(c, p0));
+	struct need n1 = need_of(ch, c, p1, largest_of(c, p1));
 	double caps[3] = {(double)c->gpu_mem, (double)c->cpu_mem, (double)c->nvme};
-	double a[3] = {(n1.gpu - n0.gpu) / 1e9, (n1.cpu - n0.cpu) / 1e9, (n1.nvme - n0.nvme) / 1e9};
-	double b[3] = {n0.gpu, n0.cpu, n0.nvme};
+	double a[3] = {(n1.gpu - n0.gpu) / (p1 - p0), (n1.cpu - n0.cpu) / (p1 - p0),
+		       (n1.nvme - n0.nvme) / (p1 - p0)};
+	double b[3] = {n0.gpu - a[0] * p0, n0.cpu - a[1] * p0, n0.nvme - a[2] * p0};
 	double best = INFINITY;
 	for (int i = 0; i < 3; i++) {
 		if (b[i] > caps[i]) {
@@ -226,6 +267,61 @@ largest_model(const struct choice *ch, const struct cfg *c)
 		}
 	}
 	return isfinite(best) ? floor(best) : 0;
+}
+
+/*
+ * The largest P that fits. Every need is affine in P (the largest layer fixed or P / L) but
+ * the parameter cache of a choice with the parameters on NVMe, which grows with each GPU's
+ * partition up to max_in_cpu elements and then stays: two affine pieces, meeting where the
+ * partitions reach the cache, B = N x max_in_cpu. The piece past B if its answer lies past B,
+ * else the piece below it.
+ */
+static double
+largest_model(const struct choice *ch, const struct cfg *c)
+{
+	double B = (double)c->gpus * c->nodes * (double)c->max_in_cpu;
+	if (ch->param != OFF_NVME || B <= 0 || B > 1e18) {
+		return largest_affine(ch, c, 0, 1e9);
+	}
+	double past = largest_affine(ch, c, B, 2 * B);
+	return past >= B ? past : largest_affine(ch, c, 0, B);
+}
+
+/* NVMe bytes per step and node of one choice, by kind and direction. */
+struct nvme_bytes {
+	double param_rd, param_wr, optim_rd, optim_wr, grad_rd, grad_wr;
+};
+
+/*
+ * The optimizer's state is read and written once per step. The gradient window (the optimizer
+ * on NVMe) holds a few sub-groups: a micro-batch before the boundary leaves each sub-group's
+ * fp32 gradient on NVMe and the next reads it back (4 bytes each way per micro-batch after the
+ * first), and so does the boundary's when the step waits for the end of backward; with the
+ * step during backward the boundary's gradients go to the optimizer directly, and in a
+ * vertical pass every micro-batch's gradient of a sub-group arrives while it holds its slot
+ * (the sub-groups are taken to outnumber the window's slots, as in any model worth
+ * offloading). The 16-bit parameters are written once and read twice per pass (forward and
+ * backward; a pass per micro-batch, one for a vertical pass), less what each engine's cache
+ * holds (max_in_cpu elements of its partition, which serve both fetches of a pass).
+ */
+static struct nvme_bytes
+nvme_bytes(const struct choice *ch, const struct cfg *c)
+{
+	double P = (double)c->params, N = (double)c->gpus * c->nodes, M = c->nodes;
+	double mb = c->micro;
+	struct nvme_bytes b = {0, 0, 0, 0, 0, 0};
+	if (ch->optim == OFF_NVME) {
+		b.optim_rd = b.optim_wr = state_bytes(c) * P / M;
+		double spills = (c->vertical ? 0 : mb - 1) + (c->no_sdb ? 1 : 0);
+		b.grad_rd = b.grad_wr = spills * 4 * P / M;
+	}
+	if (ch->param == OFF_NVME) {
+		double part = P / N, uncached = part - fmin((double)c->max_in_cpu, part);
+		double passes = c->vertical ? 1 : mb;
+		b.param_rd = passes * 2 * 2 * uncached * N / M;
+		b.param_wr = 2 * P / M;
+	}
+	return b;
 }
 
 /* Seconds per step of one choice: the slowest link; -1 when no bandwidth was given. */
@@ -239,17 +335,12 @@ step_time(const struct choice *ch, const struct cfg *c)
 	double P = (double)c->params, N = (double)c->gpus * c->nodes, M = c->nodes;
 	double mb = c->micro;
 	struct times t = {0, 0, 0, 0, 0, -1};
-	double rd = 0, wr = 0, h2d = 0, d2h = 0, net = 0;
-	if (ch->optim == OFF_NVME) {
-		rd += 12 * P / M;
-		wr += 12 * P / M;
-	}
-	if (ch->param == OFF_NVME) {
-		rd += mb * 2 * 2 * P / M;
-		wr += 2 * P / M;
-	}
+	double h2d = 0, d2h = 0, net = 0;
+	struct nvme_bytes nb = nvme_bytes(ch, c);
+	double rd = nb.param_rd + nb.optim_rd + nb.grad_rd;
+	double wr = nb.param_wr + nb.optim_wr + nb.grad_wr;
 	if (ch->param != OFF_NONE) {
-		h2d += mb * 2 * 2 * P / N;
+		h2d += (c->vertical ? 1 : mb) * 2 * 2 * P / N;
 	}
 	if (ch->optim != OFF_NONE) {
 		d2h += mb * 4 * P / N;
@@ -419,6 +510,10 @@ cli_estimate(int argc, char **argv)
 	if (c.hf_config && from_hf(&c) < 0) {
 		return 2;
 	}
+	if (strcmp(c.state, "f32") && strcmp(c.state, "bf16") && strcmp(c.state, "q8")) {
+		fprintf(stderr, PROG ": --optimizer-state %s: f32, bf16 or q8\n", c.state);
+		return 2;
+	}
 	if (!c.params_given && !c.hf_config) {
 		fprintf(stderr, PROG ": --params P (or --hf-config FILE) is required\nrun `" PROG
 				     " --help`\n");
@@ -450,6 +545,16 @@ cli_estimate(int argc, char **argv)
 				  "cpu_bytes_per_node", (json_int_t)ceil(n.cpu),
 				  "nvme_bytes_per_node", (json_int_t)ceil(n.nvme), "fits", ok,
 				  "largest_params", (json_int_t)largest_model(ch, &c));
+		struct nvme_bytes nb = nvme_bytes(ch, &c);
+		double per = c.nodes / P; /* a node's bytes -> bytes per parameter of the model */
+		json_object_set_new(
+			r, "nvme_bytes_per_param",
+			json_pack("{s:{s:f, s:f}, s:{s:f, s:f}, s:{s:f, s:f}, s:{s:f, s:f}}",
+				  "total", "read", (nb.param_rd + nb.optim_rd + nb.grad_rd) * per,
+				  "written", (nb.param_wr + nb.optim_wr + nb.grad_wr) * per,
+				  "param", "read", nb.param_rd * per, "written", nb.param_wr * per,
+				  "optim", "read", nb.optim_rd * per, "written", nb.optim_wr * per,
+				  "grad", "read", nb.grad_rd * per, "written", nb.grad_wr * per));
 		if (t.step >= 0) {
 			json_object_set_new(r, "step_s", cli_json_real(t.step));
 			json_object_set_new(r, "nvme_s", cli_json_real(t.nvme));
@@ -486,8 +591,8 @@ cli_estimate(int argc, char **argv)
 		       "lower "
 		       "bound)\n");
 	}
-	printf("stage  param  optim  %12s %14s %15s  fits  %12s%s\n", "GPU", "CPU/node",
-	       "NVMe/node", "largest P", best_t < INFINITY ? "     step" : "");
+	printf("stage  param  optim  %12s %14s %15s  fits  %12s  %12s%s\n", "GPU", "CPU/node",
+	       "NVMe/node", "largest P", "NVMe B/param", best_t < INFINITY ? "     step" : "");
 	size_t i;
 	json_t *r;
 	json_array_foreach(rows, i, r)
@@ -497,10 +602,15 @@ cli_estimate(int argc, char **argv)
 		gb(a, sizeof(a), json_number_value(json_object_get(r, "gpu_bytes")));
 		gb(b, sizeof(b), json_number_value(json_object_get(r, "cpu_bytes_per_node")));
 		gb(d, sizeof(d), json_number_value(json_object_get(r, "nvme_bytes_per_node")));
-		printf("%5d  %-5s  %-5s  %12s %14s %15s  %-4s  %12.3g", ch->stage,
+		json_t *tot = json_object_get(json_object_get(r, "nvme_bytes_per_param"), "total");
+		char bp[32];
+		snprintf(bp, sizeof(bp), "%.1f + %.1f",
+			 json_number_value(json_object_get(tot, "read")),
+			 json_number_value(json_object_get(tot, "written")));
+		printf("%5d  %-5s  %-5s  %12s %14s %15s  %-4s  %12.3g  %12s", ch->stage,
 		       off_name[ch->param], off_name[ch->optim], a, b, d,
 		       json_is_true(json_object_get(r, "fits")) ? "yes" : "no",
-		       json_number_value(json_object_get(r, "largest_params")));
+		       json_number_value(json_object_get(r, "largest_params")), bp);
 		json_t *s = json_object_get(r, "step_s");
 		if (s) {
 			printf("  %7.3f s", json_number_value(s));

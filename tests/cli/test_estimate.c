@@ -87,8 +87,9 @@ Test(estimate, llama70b_on_8_gpus)
 	expect(row(o, 3, "cpu", "cpu"), 3221225472.0, 1890e9, 0, false);
 	/* optimizer on NVMe: 4P x 1.5 = 420e9 CPU, 12P = 840e9 NVMe: fits. */
 	expect(row(o, 3, "none", "nvme"), 3221225472.0 + 17.5e9, 420e9, 840e9, true);
-	/* both on NVMe: + 2P on NVMe. */
-	expect(row(o, 3, "nvme", "nvme"), 3221225472.0, 420e9, 980e9, true);
+	/* both on NVMe: + 2P on NVMe, and each GPU's parameter cache on the CPU (max_in_cpu, the
+	   engine's default 1e9 elements of its 8.75e9: 2e9 bytes x 8 GPUs). */
+	expect(row(o, 3, "nvme", "nvme"), 3221225472.0, 436e9, 980e9, true);
 	/* Largest model of stage 0: 80e9 / 16 = 5e9. Of stage 3 with the optimizer on NVMe: the
 	   CPU binds, 1e12 / 6 = 166666666666.67. */
 	cr_expect_eq(zc_num(row(o, 0, "none", "none"), "largest_params"), 5e9);
@@ -111,7 +112,7 @@ Test(estimate, one_gpu_layers_and_step_time)
 		zc_run_sh(&sc, "", "",
 			  "estimate --params 1.2e9 --layers 24 --gpus-per-node 1 --gpu-mem 24e9 "
 			  "--cpu-mem 64e9 --nvme 1e12 --nvme-read-bw 2 --nvme-write-bw 1 "
-			  "--pcie-bw 10 --adam-rate 1e9 --json"),
+			  "--pcie-bw 10 --adam-rate 1e9 --max-in-cpu 0 --json"),
 		0);
 	json_t *o = zc_json(sc.out);
 	cr_assert_eq(zc_num(o, "largest_layer_params"), 50e6);
@@ -246,7 +247,7 @@ Test(estimate, from_bench_profile)
 	   reads 12P + 4P at rd, writes 14P at 3 GB/s. */
 	cr_assert_eq(zc_run_sh(&sc, "", "",
 			       "estimate --params 1e9 --gpu-mem 80e9 --cpu-mem 1e12 --nvme 1e13 "
-			       "--from-bench %s --nvme-write-bw 3 --json",
+			       "--from-bench %s --nvme-write-bw 3 --max-in-cpu 0 --json",
 			       prof),
 		     0);
 	json_t *o = zc_json(sc.out);
@@ -263,5 +264,85 @@ Test(estimate, from_bench_profile)
 		     1);
 	char *t = zc_text(sc.err);
 	cr_expect(strstr(t, "nothing.json") != NULL, "%s", t);
+	free(t);
+}
+
+/* Row r's NVMe bytes per parameter per step of `kind` ("total", "param", "optim", "grad"). */
+static void
+expect_bytes(json_t *r, const char *kind, double rd, double wr, const char *what)
+{
+	json_t *k = json_object_get(json_object_get(r, "nvme_bytes_per_param"), kind);
+	cr_assert_not_null(k, "%s: no nvme_bytes_per_param.%s", what, kind);
+	cr_expect(fabs(zc_num(k, "read") - rd) < 1e-9, "%s: %s read %.6f, expected %.6f", what,
+		  kind, zc_num(k, "read"), rd);
+	cr_expect(fabs(zc_num(k, "written") - wr) < 1e-9, "%s: %s written %.6f, expected %.6f",
+		  what, kind, zc_num(k, "written"), wr);
+}
+
+/*
+ * The NVMe bytes per parameter per step of each option (issue 23), 2e9 parameters on one GPU,
+ * worked by hand from the formulas: the optimizer's state read and written once (12 bytes
+ * each way with fp32 m and v, 8 with bf16, 4 + 2 x (1 + 4/256) = 6.03125 with 8-bit blocks of
+ * 256 and a 4-byte scale); the parameters written once (2) and read twice per pass (4) less
+ * the cache (max_in_cpu 1e9 of the 2e9: half, so 2); a micro-batch before the boundary spills
+ * the fp32 gradients (4 each way per micro-batch after the first), the boundary's too without
+ * the step during backward; a vertical pass reads the parameters once for every micro-batch and
+ * spills nothing. The step bound follows: reads at 2 GB/s + writes at 1 GB/s.
+ */
+Test(estimate, nvme_bytes_per_param_by_option)
+{
+	static const struct {
+		const char *flags;
+		double param_rd, optim, grad, step_s;
+	} cases[] = {
+		{"--max-in-cpu 0", 4, 12, 0, (16 * 2e9) / 2e9 + (14 * 2e9) / 1e9},
+		{"", 2, 12, 0, (14 * 2e9) / 2e9 + (14 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --micro-batches 4", 16, 12, 12,
+		 (40 * 2e9) / 2e9 + (26 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --micro-batches 4 --vertical", 4, 12, 0,
+		 (16 * 2e9) / 2e9 + (14 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --no-step-during-backward", 4, 12, 4,
+		 (20 * 2e9) / 2e9 + (18 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --optimizer-state bf16", 4, 8, 0,
+		 (12 * 2e9) / 2e9 + (10 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --optimizer-state q8", 4, 6.03125, 0,
+		 (10.03125 * 2e9) / 2e9 + (8.03125 * 2e9) / 1e9},
+		{"--optimizer-state q8 --micro-batches 2 --vertical", 2, 6.03125, 0,
+		 (8.03125 * 2e9) / 2e9 + (8.03125 * 2e9) / 1e9},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cr_assert_eq(
+			zc_run_sh(&sc, "", "",
+				  "estimate --params 2e9 --gpu-mem 80e9 --cpu-mem 1e12 --nvme 1e13 "
+				  "--nvme-read-bw 2 --nvme-write-bw 1 %s --json",
+				  cases[i].flags),
+			0, "%s", cases[i].flags);
+		json_t *o = zc_json(sc.out);
+		json_t *r = row(o, 3, "nvme", "nvme");
+		const char *w = cases[i].flags;
+		expect_bytes(r, "param", cases[i].param_rd, 2, w);
+		expect_bytes(r, "optim", cases[i].optim, cases[i].optim, w);
+		expect_bytes(r, "grad", cases[i].grad, cases[i].grad, w);
+		expect_bytes(r, "total", cases[i].param_rd + cases[i].optim + cases[i].grad,
+			     2 + cases[i].optim + cases[i].grad, w);
+		cr_expect(fabs(zc_num(r, "nvme_s") - cases[i].step_s) < 1e-9 * cases[i].step_s,
+			  "%s: nvme_s %g, expected %g", w, zc_num(r, "nvme_s"), cases[i].step_s);
+		/* the parameters on the GPU: only the optimizer's and the gradients' bytes */
+		expect_bytes(row(o, 3, "none", "nvme"), "param", 0, 0, w);
+		expect_bytes(row(o, 3, "none", "nvme"), "optim", cases[i].optim, cases[i].optim, w);
+		json_decref(o);
+	}
+	/* the state's bytes on NVMe and in the CPU's optimizer: q8's 6.03125 instead of 12 */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 2e9 --gpu-mem 80e9 --cpu-mem 1e13 --nvme 1e13 "
+			       "--optimizer-state q8 --max-in-cpu 0 --json"),
+		     0);
+	json_t *o = zc_json(sc.out);
+	expect(row(o, 3, "none", "nvme"), 0 + 2 * 2e9 + 0, 4 * 2e9 * 1.5, 6.03125 * 2e9, true);
+	cr_expect_eq(zc_num(row(o, 3, "none", "cpu"), "cpu_bytes_per_node"), 10.03125 * 2e9 * 1.5);
+	json_decref(o);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 2e9 --optimizer-state q4"), 2);
+	char *t = zc_text(sc.err);
+	cr_expect(strstr(t, "--optimizer-state q4") != NULL, "%s", t);
 	free(t);
 }
