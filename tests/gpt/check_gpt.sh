@@ -1303,8 +1303,8 @@ vertical)
 			$2 >= $1 { printf "FAIL: %s step %d: %s bytes read vertically, %s not\n",
 				   c, NR, $2, $1; bad = 1 }
 			END { if (NR != 30) { print "FAIL: " NR " records"; bad = 1 }
-			      printf "%s: nvme_read_bytes per step %s horizontally, %s vertically\n",
-				     c, $1, $2; exit bad }'
+			      printf "%s: nvme_read_bytes per step %s horizontally, %s " \
+				     "vertically\n", c, $1, $2; exit bad }'
 	done
 	rb=$(field "$work/v_clip.jsonl" rolled_back | sort -n | tail -1)
 	[ "$rb" -gt 0 ] || { echo "FAIL: no roll-back in the clipped vertical run"; exit 1; }
