@@ -171,7 +171,7 @@ release_layer(struct zinf_engine *e, int32_t layer)
 				l ? "is not fetched" : "is unknown");
 	}
 	l->fetched = false;
-	if (e->micro + 1 == e->o.gradient_accumulation_steps) {
+	if (eng_pass_last(e)) {
 		eng_worker_pump(e); /* sub-groups of this layer may be final */
 	}
 	if (e->o.stage < 3 || !l->gathered) {

@@ -14,7 +14,9 @@
  * fp32 gradient partition (grad_part); the optimizer on NVMe into the gradient window
  * (engine_gwin.c), so that host memory does not grow with the model. A sub-group whose
  * gradient is final is told to the norm (engine_clip.c) and to the step worker. The step itself
- * is engine_step.c's.
+ * is engine_step.c's. zinf_engine_vertical: a pass of several micro-batches, each parameter's
+ * gradients handed in micro-batch order (each bucket entry carries its micro-batch, so the
+ * accumulation makes the additions of the horizontal order).
  */
 #include <errno.h>
 #include <string.h>
@@ -39,7 +41,8 @@ eng_grad_setup(struct zinf_engine *e)
 		}
 		k->params = zc_calloc(e->n_params, sizeof(uint32_t));
 		k->offs = zc_calloc(e->n_params, sizeof(uint64_t));
-		if (!k->params || !k->offs) {
+		k->mb = zc_calloc(e->n_params, sizeof(uint32_t));
+		if (!k->params || !k->offs || !k->mb) {
 			return ENG_FAIL(e, -ENOMEM, "init: out of memory for bucket lists");
 		}
 	}
@@ -58,6 +61,7 @@ eng_grad_free(struct zinf_engine *e)
 		eng_comm_buf_free(e, k->dev_recv);
 		zc_free(k->params);
 		zc_free(k->offs);
+		zc_free(k->mb);
 		memset(k, 0, sizeof(*k));
 	}
 }
@@ -138,20 +142,22 @@ host_dst(struct zinf_engine *e, const struct eparam *p, bool fill, int *ret)
 	return slot ? slot + (p->flat_off - eng_sg_start(e, p->sg)) : NULL;
 }
 
-/* Bucket b's parameters [from, to), their copies queued on cs: the later micro-batches' sums on
+/* Bucket b's entries [from, to), their copies queued on cs: the later micro-batches' sums on
  * the host (cs synchronised; from the staging buffer, whose first `*staged` elements were
- * consumed before), then each sub-group's count of gradients still to come; a sub-group
- * complete at the boundary is final: its norm with clipping or fp16 (on the host: after cs),
- * then the step worker (which waits for cs's work so far through the sub-group's event). */
+ * consumed before), in entry order (a vertical pass puts a parameter's micro-batches in one
+ * bucket, in micro-batch order), then each sub-group's count of gradients still to come; a
+ * sub-group complete in the window's last micro-batch is final: its norm with clipping or fp16
+ * (on the host: after cs), then the step worker (which waits for cs's work so far through the
+ * sub-group's event). */
 static int
 settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint64_t *staged)
 {
-	bool rs = rs_mode(e), host = !e->ot->dev, add = host && e->micro > 0;
+	bool rs = rs_mode(e), host = !e->ot->dev;
 	int ret = 0;
 	for (uint32_t i = from; i < to && !ret; i++) {
 		struct eparam *p = &e->params[b->params[i]];
 		size_t n = rs ? p->part.part : p->part.count;
-		if (add && n > 0) {
+		if (host && b->mb[i] > 0 && n > 0) {
 			float *dst = host_dst(e, p, false, &ret);
 			const float *s = e->gr.host_stage + *staged;
 			if (!dst) {
@@ -162,7 +168,7 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
 			}
 			*staged += n;
 		}
-		if (e->micro + 1 == e->o.gradient_accumulation_steps &&
+		if (b->mb[i] + 1 == e->o.gradient_accumulation_steps &&
 		    --e->gr.sg_pending[p->sg] == 0) {
 			/* with clipping or fp16 its sum of squares now, before the window may spill
 			   it (the step waits for the norm, or speculates: engine_spec.c) */
@@ -189,18 +195,21 @@ settle(struct zinf_engine *e, struct bucket *b, uint32_t from, uint32_t to, uint
  * the norm and the step after backward wait for cs first); later micro-batches copy into the
  * pinned staging buffer, wait, and add on the host. Before a piece takes a new window slot,
  * the sub-groups completed so far are handed on (so that taking the slot does not write out a
- * final sub-group).
+ * final sub-group). "First" is per entry: a vertical pass's bucket may hold a parameter's first
+ * micro-batch (copied) and its later ones (staged, added by settle in entry order).
  */
 static int
 accumulate(struct zinf_engine *e, struct bucket *b)
 {
-	bool first = e->micro == 0, rs = rs_mode(e);
+	bool rs = rs_mode(e);
 	bool host = !e->ot->dev;
 	const float *recv = e->world == 1 ? b->dev : b->dev_recv; /* see post() */
 	uint64_t staged = 0, settled = 0;
 	uint32_t from = 0;
+	bool unsynced = false; /* staged pieces queued since cs was last synchronised */
 	int ret = 0;
 	for (uint32_t i = 0; i < b->n && !ret; i++) {
+		bool first = b->mb[i] == 0;
 		struct eparam *p = &e->params[b->params[i]];
 		const float *src = rs ? recv + b->offs[i] : b->dev + b->offs[i] + p->part.offset;
 		size_t n = rs ? p->part.part : p->part.count;
@@ -218,9 +227,15 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			ret = zinf_device_copy(e->cs, e->gr.host_stage + staged, src, n * 4,
 					       ZINF_COPY_D2H);
 			staged += n;
+			unsynced = true;
 			continue;
 		}
 		if (e->gr.gw.n && e->gr.gw.sg_slot[p->sg] < 0 && i > from) {
+			/* (a vertical pass: later micro-batches staged before this entry) */
+			if (unsynced && (ret = zinf_stream_sync(e->cs))) {
+				break;
+			}
+			unsynced = false;
 			if ((ret = settle(e, b, from, i, &settled))) {
 				return ret; /* named */
 			}
@@ -237,7 +252,7 @@ accumulate(struct zinf_engine *e, struct bucket *b)
 			memset(dst + n, 0, (p->part.part - n) * 4);
 		}
 	}
-	if (!ret && host && !first) {
+	if (!ret && host && unsynced) {
 		ret = zinf_stream_sync(e->cs); /* the staged pieces, before the host adds them */
 	}
 	if (ret) {
@@ -291,11 +306,18 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 				e->n_params);
 	}
 	struct eparam *p = &e->params[id];
-	if (p->grad_done) {
+	uint32_t npass = eng_pass_n(e), mb = e->micro + p->grads; /* its micro-batch */
+	if (p->grads == npass) {
+		if (npass == 1) {
+			return ENG_FAIL(e, -EINVAL,
+					"grad: parameter \"%s\": a second gradient in "
+					"micro-batch %u",
+					p->name, e->micro);
+		}
 		return ENG_FAIL(e, -EINVAL,
-				"grad: parameter \"%s\": a second gradient in "
-				"micro-batch %u",
-				p->name, e->micro);
+				"grad: parameter \"%s\": gradient %u in a vertical pass of %u "
+				"micro-batches (zinf_engine_vertical)",
+				p->name, npass + 1, npass);
 	}
 	if (!dev_grad || zinf_dtype_size(dtype) == 0) {
 		return ENG_FAIL(e, -EINVAL, "grad: parameter \"%s\": %s", p->name,
@@ -304,9 +326,11 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	if (e->window_t0 < 0) {
 		e->window_t0 = zinf_now_s();
 	}
-	if (e->grads_seen == 0 && e->micro + 1 == e->o.gradient_accumulation_steps &&
-	    (ret = eng_window_open(e))) {
-		return ret;
+	if (!e->win_opened && mb + 1 == e->o.gradient_accumulation_steps) {
+		if ((ret = eng_window_open(e))) {
+			return ret;
+		}
+		e->win_opened = true;
 	}
 	bool rs = rs_mode(e);
 	uint64_t need = rs ? p->part.part : p->part.padded;
@@ -317,7 +341,9 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 			    : e->o.reduce_bucket_size;
 	uint64_t room = ZINF_MIN(rs ? e->gr.bucket_cap / e->world : e->gr.bucket_cap, limit);
 	struct bucket *b = &e->gr.bk[e->gr.cur];
-	if (b->n > 0 && b->used + need > room) {
+	/* (a vertical pass may hand more gradients than there are parameters: a bucket's lists
+	   hold n_params entries) */
+	if (b->n > 0 && (b->used + need > room || b->n == e->n_params)) {
 		/* close b; the other bucket must be free (its reduction accumulated) first */
 		if ((ret = post(e, b))) {
 			return ret;
@@ -359,9 +385,10 @@ grad_in(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum zinf_dtyp
 	}
 	b->params[b->n] = id;
 	b->offs[b->n] = b->used;
+	b->mb[b->n] = mb;
 	b->n++;
 	b->used += need;
-	p->grad_done = true;
+	p->grads++;
 	e->grads_seen++;
 	/* progress the other bucket without blocking */
 	struct bucket *o = &e->gr.bk[1 - e->gr.cur];
@@ -387,6 +414,61 @@ zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad, enum 
 {
 	int ret = eng_begin(e, "grad", ENG_FAILS, true);
 	return ret ? ret : eng_return(e, grad_in(e, id, dev_grad, dtype));
+}
+
+/* zinf_engine_vertical: n's checks, every rank's agreement on them and on n (one all-reduce
+ * MAX of n's two 16-bit halves and their negations: exact in fp32), then the pass's count. */
+static int
+vertical_in(struct zinf_engine *e, uint32_t n)
+{
+	uint32_t gas = e->o.gradient_accumulation_steps, left = gas - e->micro;
+	int ret = 0;
+	if (n == 0 || n > left) {
+		ret = ENG_FAIL(e, -EINVAL,
+			       "vertical: a pass of %u micro-batches, but %u left in the window "
+			       "(micro-batch %u of gradient_accumulation_steps %u)",
+			       n, left, e->micro, gas);
+	} else if (e->grads_seen > 0) {
+		ret = ENG_FAIL(e, -EINVAL,
+			       "vertical: mid-pass: %u gradients handed since the last "
+			       "zinf_engine_step",
+			       e->grads_seen);
+	}
+	for (uint32_t i = 0; i < e->n_layers && !ret; i++) {
+		if (e->layers[i].fetched) {
+			ret = ENG_FAIL(e, -EINVAL,
+				       "vertical: mid-pass: layer %d is fetched (call before the "
+				       "pass's first fetch)",
+				       e->layers[i].layer);
+		}
+	}
+	if ((ret = eng_agree(e, ret, "vertical"))) {
+		return ret; /* every rank: this rank's error, or the one naming the failed rank */
+	}
+	if (e->world > 1) {
+		float v[4] = {(float)(n >> 16), (float)(n & 0xffff), -(float)(n >> 16),
+			      -(float)(n & 0xffff)};
+		if ((ret = eng_all_max(e, v, 4))) {
+			return ENG_FAIL(e, ret, "vertical: the ranks' micro-batch counts: %s",
+					eng_cause(e));
+		}
+		if (v[0] != -v[2] || v[1] != -v[3]) {
+			return eng_known(e,
+					 ENG_FAIL(e, -EINVAL,
+						  "vertical: the ranks pass different micro-batch "
+						  "counts (this rank %u)",
+						  n));
+		}
+	}
+	e->vert_n = n == 1 ? 0 : n;
+	return 0;
+}
+
+int
+zinf_engine_vertical(struct zinf_engine *e, uint32_t n)
+{
+	int ret = eng_begin(e, "vertical", ENG_FAILS, true);
+	return ret ? ret : eng_return(e, vertical_in(e, n));
 }
 
 int

@@ -237,7 +237,7 @@ struct eparam {
 	uint32_t sg;		    /* sub-group holding it */
 	bool persistent;	    /* stage 3: always gathered */
 	bool no_decay;		    /* ZINF_PARAM_NO_DECAY: stepped with weight decay 0 */
-	bool grad_done;		    /* gradient handed in this micro-batch */
+	uint32_t grads;		    /* gradients handed in this pass (eng_pass_n of them) */
 
 	/* 16-bit values (opts.dtype) */
 	void *dev_full;	       /* stages 0-2 and persistent: padded elements, always valid;
@@ -280,6 +280,7 @@ struct bucket {
 	uint64_t *offs; /* parameter i's offset in the bucket (segment offset for RS) */
 	struct zinf_comm_req *req;
 	bool posted;
+	uint32_t *mb; /* entry i's micro-batch index in the window (a vertical pass has several) */
 };
 
 /* Fetch and trace (engine_fetch.c, engine_trace.c): stage 3's gathered buffers, the live bound,
@@ -432,6 +433,12 @@ struct zinf_engine {
 		void *ctx;
 		int last;
 	} job;
+
+	/* the pass in progress (zinf_engine_vertical): its micro-batches, 0 for one; whether the
+	   window's last micro-batch's first gradient opened the optimizer window (eng_window_open)
+	 */
+	uint32_t vert_n;
+	bool win_opened;
 };
 
 /* engine_call.c */
@@ -538,6 +545,20 @@ int eng_step_setup(struct zinf_engine *e);
 /* The gradient buckets' capacity in elements (at least the largest parameter, padded). */
 uint64_t eng_bucket_cap(const struct zinf_engine *e);
 void eng_step_free(struct zinf_engine *e);
+
+/* Micro-batches of the pass in progress: zinf_engine_vertical's n, else 1. */
+static inline uint32_t
+eng_pass_n(const struct zinf_engine *e)
+{
+	return e->vert_n ? e->vert_n : 1;
+}
+
+/* Whether the pass in progress holds the window's last micro-batch. */
+static inline bool
+eng_pass_last(const struct zinf_engine *e)
+{
+	return e->micro + eng_pass_n(e) == e->o.gradient_accumulation_steps;
+}
 
 static inline uint64_t
 eng_sg_start(const struct zinf_engine *e, uint32_t k)

@@ -158,12 +158,14 @@ step_call(struct zinf_engine *e)
 					e->layers[i].layer);
 		}
 	}
+	uint32_t npass = eng_pass_n(e); /* micro-batches this call ends */
 	for (uint32_t i = 0; i < e->n_params; i++) {
-		if (!e->params[i].grad_done) {
+		if (e->params[i].grads < npass) {
 			return ENG_FAIL(e, -EINVAL,
 					"step: no gradient for parameter \"%s\" in "
-					"micro-batch %u",
-					e->params[i].name, e->micro);
+					"micro-batch %u%s",
+					e->params[i].name, e->micro + e->params[i].grads,
+					npass > 1 ? " of the vertical pass" : "");
 		}
 	}
 	(void)eng_job_finish(e); /* a background save not yet published (no gradient came first) */
@@ -179,15 +181,16 @@ step_call(struct zinf_engine *e)
 		return ret;
 	}
 	for (uint32_t i = 0; i < e->n_params; i++) {
-		e->params[i].grad_done = false;
+		e->params[i].grads = 0;
 	}
 	e->grads_seen = 0;
-	e->micro_steps++;
+	e->micro_steps += npass;
+	e->vert_n = 0; /* the next pass is one micro-batch unless zinf_engine_vertical says */
 	if (e->o.stage == 3) {
-		eng_trace_micro_end(e);
+		eng_trace_micro_end(e); /* a vertical pass fetched as one micro-batch does */
 	}
-	if (e->micro + 1 < e->o.gradient_accumulation_steps) {
-		e->micro++;
+	if (e->micro + npass < e->o.gradient_accumulation_steps) {
+		e->micro += npass;
 		return 0;
 	}
 	/* clipping or fp16: the global norm decides the grad_scale, or skips the step; what was
@@ -219,6 +222,7 @@ step_call(struct zinf_engine *e)
 		return ret;
 	}
 	e->micro = 0;
+	e->win_opened = false;
 	for (uint32_t k = 0; k < e->n_sg; k++) {
 		e->gr.sg_pending[k] = e->sg_params[k];
 		if (e->w.sg_handed) {

@@ -236,7 +236,7 @@ eng_worker_prime(struct zinf_engine *e)
 {
 	struct eworker *w = &e->w;
 	if (!w->started || (e->cl.gate && !eng_spec_on(e)) || !e->ot->reads_ahead ||
-	    e->micro + 1 != e->o.gradient_accumulation_steps) {
+	    !eng_pass_last(e)) {
 		return;
 	}
 	pthread_mutex_lock(&w->mu);

@@ -77,6 +77,7 @@ struct cfg {
 	struct cli_list paths;
 	const char *checkpoint;
 	bool no_sdb, compare, pin, json, no_decay_1d;
+	bool vertical; /* every micro-batch of a step in one pass (zinf_engine_vertical) */
 };
 
 static struct cfg cfg;
@@ -85,7 +86,8 @@ static const char synopsis[] =
 	"[--layers L] [--hidden H] [--compute-ms MS] [--stage 0-3]\n"
 	"       [--offload-param none|cpu|nvme] [--offload-optimizer none|cpu|nvme] "
 	"[--nvme-path DIR]...\n"
-	"       [--micro-batches N] [--steps N] [--clip MAX_NORM] [--compare] [--json]\n"
+	"       [--micro-batches N] [--steps N] [--clip MAX_NORM] [--compare] [--json] "
+	"[--vertical]\n"
 	"       (alone or under mpirun)";
 static const char description[] =
 	"Drive the ZeRO engine with a synthetic transformer of L layers of 12 H^2 parameters\n"
@@ -98,7 +100,9 @@ static const char description[] =
 	"(a file of half the step's NVMe bytes written then read through zinf_swap). 1.0: the\n"
 	"step takes no longer than the slower of its compute and its disk traffic.\n"
 	"--compare runs the same model with step_during_backward off, interleaved step by step.\n"
-	"--clip MAX_NORM turns gradient clipping on: the step during backward speculates.\n";
+	"--clip MAX_NORM turns gradient clipping on: the step during backward speculates.\n"
+	"--vertical runs a step's micro-batches in one pass (zinf_engine_vertical): each layer\n"
+	"fetched once forward and once backward for all of them.\n";
 
 static const struct cli_opt opts[] = {
 	{"layers", CLI_U32, &cfg.layers, "4", "L", "transformer blocks", .min = 1, .max = 100000},
@@ -155,6 +159,10 @@ static const struct cli_opt opts[] = {
 	 "after the steps, time zinf_engine_save and zinf_engine_load into DIR (interleaved "
 	 "rounds with a write and a read of as many bytes there)"},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout (rank 0)"},
+	{"vertical", CLI_FLAG, &cfg.vertical, NULL, NULL,
+	 "every micro-batch of a step in one pass (zinf_engine_vertical): per layer\n"
+	 "fetch, compute each micro-batch, release; backward each parameter's\n"
+	 "gradients in micro-batch order"},
 	{NULL},
 };
 
@@ -362,7 +370,9 @@ spin(double ms)
 	return t - t0;
 }
 
-/* One optimizer step: every micro-batch's forward, backward and zinf_engine_step. */
+/* One optimizer step: every micro-batch's forward, backward and zinf_engine_step; with
+ * --vertical one pass of them all (each layer's compute once per micro-batch, each parameter's
+ * gradients in micro-batch order). */
 static int
 arm_step(struct run *r, struct arm *a, struct sample *s)
 {
@@ -371,14 +381,20 @@ arm_step(struct run *r, struct arm *a, struct sample *s)
 	double t0 = zinf_now_s(), compute = 0;
 	int rc = 0;
 	char call[96];
-	for (uint32_t mb = 0; mb < c->micro_batches; mb++) {
+	uint32_t per = c->vertical ? c->micro_batches : 1; /* micro-batches per pass */
+	for (uint32_t mb = 0; mb < c->micro_batches; mb += per) {
+		if (c->vertical && (rc = zinf_engine_vertical(a->e, per))) {
+			return fail_call(r, "zinf_engine_vertical", rc);
+		}
 		for (uint32_t l = 0; l < c->layers; l++) {
 			if ((rc = zinf_engine_fetch(a->e, (int32_t)l))) {
 				snprintf(call, sizeof(call), "forward: zinf_engine_fetch(layer %u)",
 					 l);
 				return fail_call(r, call, rc);
 			}
-			compute += spin(c->compute_ms);
+			for (uint32_t k = 0; k < per; k++) {
+				compute += spin(c->compute_ms);
+			}
 			if ((rc = zinf_engine_release(a->e, (int32_t)l))) {
 				snprintf(call, sizeof(call), "zinf_engine_release(layer %u)", l);
 				return fail_call(r, call, rc);
@@ -390,13 +406,18 @@ arm_step(struct run *r, struct arm *a, struct sample *s)
 					 "backward: zinf_engine_fetch(layer %u)", l);
 				return fail_call(r, call, rc);
 			}
-			compute += spin(2 * c->compute_ms);
+			for (uint32_t k = 0; k < per; k++) {
+				compute += spin(2 * c->compute_ms);
+			}
 			for (uint32_t j = NPARAM; j-- > 0;) {
 				uint32_t id = a->ids[l * NPARAM + j];
-				if ((rc = zinf_engine_grad(a->e, id, r->dev_grad, dt))) {
-					snprintf(call, sizeof(call), "zinf_engine_grad(layer%u.%s)",
-						 l, layer_params[j].name);
-					return fail_call(r, call, rc);
+				for (uint32_t k = 0; k < per; k++) {
+					if ((rc = zinf_engine_grad(a->e, id, r->dev_grad, dt))) {
+						snprintf(call, sizeof(call),
+							 "zinf_engine_grad(layer%u.%s)", l,
+							 layer_params[j].name);
+						return fail_call(r, call, rc);
+					}
 				}
 			}
 			if ((rc = zinf_engine_release(a->e, (int32_t)l))) {
@@ -408,11 +429,11 @@ arm_step(struct run *r, struct arm *a, struct sample *s)
 		if (rc < 0) {
 			return fail_call(r, "zinf_engine_step", rc);
 		}
-		if (rc != (mb + 1 == c->micro_batches)) {
+		if (rc != (mb + per == c->micro_batches)) {
 			fprintf(stderr,
 				PROG ": rank %d: zinf_engine_step returned %d after micro-batch "
 				     "%u of %u\n",
-				r->rank, rc, mb + 1, c->micro_batches);
+				r->rank, rc, mb + per, c->micro_batches);
 			return -EPROTO;
 		}
 	}
@@ -837,6 +858,7 @@ report_json(const struct run *r)
 	json_object_set_new(o, "device", json_string(zinf_device_backend(r->dev)));
 	json_object_set_new(o, "world", json_integer(r->world));
 	json_object_set_new(o, "micro_batches", json_integer(c->micro_batches));
+	json_object_set_new(o, "vertical", json_boolean(c->vertical));
 	json_object_set_new(o, "steps", json_integer(c->steps));
 	json_object_set_new(o, "warmup", json_integer(c->warmup));
 	json_object_set_new(o, "sub_group_size", json_integer((json_int_t)c->sub_group));

@@ -284,6 +284,7 @@ make_engine(struct run *R)
 		return r;
 	}
 	t->gas = (int)eo.gradient_accumulation_steps;
+	t->vertical = R->a.vertical ? t->gas : 0; /* a step's micro-batches in one pass */
 	t->dtype = eo.dtype;
 	t->m.d = (struct gpt_dims){.V = R->a.vocab,
 				   .T = R->a.context,
@@ -793,9 +794,11 @@ resume_checkpoint(struct run *R, int *first_step)
  * compute stream (after a sync: the previous copy out of host_io is done).
  */
 static int
-load_batch(struct run *R, int step, int micro)
+load_batch(struct run *R, int step, int micro, int slot)
 {
 	struct gpt_trainer *t = &R->t;
+	int *tokens, *targets; /* slot: the pass's micro-batch (gpt_mb_tokens) */
+	gpt_mb_tokens(t, slot, &tokens, &targets);
 	const struct gpt_dims *d = &t->m.d;
 	size_t T = (size_t)d->T, N = (size_t)d->B * T;
 	double t0 = zinf_now_s();
@@ -820,10 +823,8 @@ load_batch(struct run *R, int step, int micro)
 		memcpy(t->b.host_io + b * T, R->host_tok, T * sizeof(int));
 		memcpy(t->b.host_io + N + b * T, R->host_tok + 1, T * sizeof(int));
 	}
-	r = zinf_device_copy(t->cs, t->b.tokens, t->b.host_io, N * sizeof(int), ZINF_COPY_H2D);
-	r = r
-		    ?: zinf_device_copy(t->cs, t->b.targets, t->b.host_io + N, N * sizeof(int),
-					ZINF_COPY_H2D);
+	r = zinf_device_copy(t->cs, tokens, t->b.host_io, N * sizeof(int), ZINF_COPY_H2D);
+	r = r ?: zinf_device_copy(t->cs, targets, t->b.host_io + N, N * sizeof(int), ZINF_COPY_H2D);
 	t->tm.data += zinf_now_s() - t0;
 	return r;
 }
@@ -974,9 +975,21 @@ train_step(struct run *R, int step, double *lr_out, double *loss_out, bool *skip
 		}
 	}
 	R->beta1 = R->no_momentum || isnan(mom) ? NAN : mom;
-	for (int micro = 0; micro < t->gas; micro++) {
+	/* --vertical: one pass of every micro-batch (zinf_engine_vertical), else one each */
+	int per = t->vertical > 1 ? t->vertical : 1;
+	for (int micro = 0; micro < t->gas; micro += per) {
 		double ls;
-		if ((r = load_batch(R, step, micro)) || (r = gpt_micro_batch(t, &ls))) {
+		if (per > 1 && (r = zinf_engine_vertical(t->e, (uint32_t)per))) {
+			fprintf(stderr,
+				"zinf_gpt: rank %d: step %d: zinf_engine_vertical(%d): %s\n",
+				t->rank, step, per, zinf_strerror(r));
+			return r;
+		}
+		r = 0; /* (a refused momentum above left its errno here) */
+		for (int k = 0; k < per && !r; k++) {
+			r = load_batch(R, step, micro + k, k);
+		}
+		if (r || (r = gpt_pass(t, per, &ls))) {
 			return r;
 		}
 		loss_sum += ls;
@@ -984,7 +997,7 @@ train_step(struct run *R, int step, double *lr_out, double *loss_out, bool *skip
 		r = zinf_engine_step(t->e);
 		t->tm.step += zinf_now_s() - t0;
 		/* 1 (stepped) or 2 (skipped: fp16 overflow) at the boundary, 0 before */
-		bool last = micro == t->gas - 1;
+		bool last = micro + per == t->gas;
 		if (last ? r != 1 && r != 2 : r != 0) {
 			fprintf(stderr, "zinf_gpt: rank %d: step %d, micro-batch %d: %s\n", t->rank,
 				step, micro, r < 0 ? zinf_strerror(r) : "unexpected return");

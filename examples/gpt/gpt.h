@@ -39,6 +39,7 @@ struct gpt_args {
 	uint64_t seed;
 	bool step_after_backward, no_progress, quiet;
 	bool decay_all; /* --decay-all: weight decay on biases and norm weights too */
+	bool vertical;	/* --vertical: a step's micro-batches in one pass (zinf_engine_vertical) */
 	/* --test-kill-in-save POINT:TAG (not listed): the crash tests' request that this process
 	   kill itself (SIGKILL) when a save of TAG reaches POINT (zinf_ckpt_opts.progress) */
 	const char *test_kill_in_save;
@@ -149,6 +150,17 @@ struct gpt_timers {
 	double data;	/* making the batch */
 };
 
+/* Micro-batch k >= 1's own buffers in a vertical pass (micro-batch 0 uses gpt_bufs'): its
+ * activations (every layer's, kept from its forward to its backward), tokens and targets, losses
+ * and, with a tied head, the embedding's gradient (the head's part waits for the lookup's). */
+struct gpt_mbuf {
+	struct gpt_acts acts;
+	gpt_real *acts_base;
+	int *tokens, *targets; /* [N] */
+	gpt_real *host_losses; /* [N] (registered host memory) */
+	gpt_real *dwte;	       /* [V, C] tied head only, else NULL (gpt_bufs' dwte serves) */
+};
+
 struct gpt_trainer {
 	struct zinf_engine *e;
 	struct zinf_device *dev;
@@ -161,6 +173,8 @@ struct gpt_trainer {
 	struct gpt_bufs b;
 	struct gpt_timers tm;
 	int rank, world, gas;
+	int vertical;	      /* micro-batches per pass (zinf_engine_vertical); 0 or 1: one */
+	struct gpt_mbuf *vmb; /* vertical - 1 of them: micro-batches 1 .. vertical - 1 */
 };
 
 /* The model's tensors (gpt_layout.c): m->tensors and the ids from m->d, in the order the
@@ -182,5 +196,15 @@ void gpt_bufs_free(struct gpt_trainer *t);
  * not zinf_engine_step(). Returns 0 and the sum of the per-position losses in *loss_sum.
  */
 int gpt_micro_batch(struct gpt_trainer *t, double *loss_sum);
+/*
+ * A vertical pass of n micro-batches (n <= t->vertical, after zinf_engine_vertical(n)): micro-batch
+ * k's tokens and targets in gpt_mb_tokens(t, k); each layer fetched once forward and once backward,
+ * every micro-batch computed through it while it is fetched, each parameter's gradients handed in
+ * micro-batch order; not zinf_engine_step(). n = 1 is gpt_micro_batch. Returns 0 and the sum of
+ * the n micro-batches' per-position losses in *loss_sum.
+ */
+int gpt_pass(struct gpt_trainer *t, int n, double *loss_sum);
+/* Micro-batch k's device buffers for its tokens and targets (k = 0: t->b's). */
+void gpt_mb_tokens(struct gpt_trainer *t, int k, int **tokens, int **targets);
 
 #endif

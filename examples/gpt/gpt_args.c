@@ -109,6 +109,11 @@ static const struct flag flags[] = {
 	{"step-after-backward", NULL, "no optimizer step during backward", K_FLAG,
 	 A(step_after_backward), 0, 0},
 	{"no-progress", NULL, "no progress bar", K_FLAG, A(no_progress), 0, 0},
+	{"vertical", NULL,
+	 "a step's micro-batches in one pass (zinf_engine_vertical): each layer fetched once "
+	 "forward and once backward for all of them, which keeps every micro-batch's activations "
+	 "(the same losses and weights, bit for bit)",
+	 K_FLAG, A(vertical), 0, 0},
 	{"quiet", NULL, "only the summary", K_FLAG, A(quiet), 0, 0},
 	/* not listed (no help): the crash tests' (tests/gpt/check_gpt.sh kill_in_save) */
 	{"test-kill-in-save", "POINT:TAG", NULL, K_STR, A(test_kill_in_save), 0, 0},

@@ -252,19 +252,47 @@ embed_params(struct gpt_trainer *t, const gpt_real **wte, const gpt_real **wpe)
 	return r ?: layers_sync(t);
 }
 
+/* Micro-batch k's buffers in a pass: t->b's for k = 0, else t->vmb[k - 1]'s (what they lack,
+ * the gradients but a tied embedding's, t->b's: handed before the next micro-batch writes). */
+struct mbv {
+	struct gpt_acts *a;
+	int *tokens, *targets;
+	gpt_real *host_losses, *dwte;
+};
+
+static struct mbv
+mb_view(struct gpt_trainer *t, int k)
+{
+	if (k == 0) {
+		return (struct mbv){&t->b.acts, t->b.tokens, t->b.targets, t->b.host_losses,
+				    t->b.dwte};
+	}
+	struct gpt_mbuf *v = &t->vmb[k - 1];
+	return (struct mbv){&v->acts, v->tokens, v->targets, v->host_losses,
+			    v->dwte ? v->dwte : t->b.dwte};
+}
+
+void
+gpt_mb_tokens(struct gpt_trainer *t, int k, int **tokens, int **targets)
+{
+	struct mbv v = mb_view(t, k);
+	*tokens = v.tokens;
+	*targets = v.targets;
+}
+
 /*
- * One micro-batch: forward and backward, every layer fetched before and released after its
- * use, each gradient handed as soon as it is final. The fetch order is the same every
- * micro-batch (embeddings, blocks, final LayerNorm, embeddings again for the tied head;
- * backward: blocks last to first, embeddings), so zinf's trace prefetches along it.
- * Returns 0 and the sum of this micro-batch's per-position losses in *loss_sum.
+ * One pass of n micro-batches: forward and backward, every layer fetched before and released
+ * after its use (once for all n: the vertical order), each gradient handed as soon as it is
+ * final, each parameter's in micro-batch order. The fetch order is the same every pass
+ * (embeddings, blocks, final LayerNorm, embeddings again for the tied head; backward: blocks last
+ * to first, embeddings), so zinf's trace prefetches along it. Returns 0 and the sum of the
+ * passes' per-position losses in *loss_sum.
  */
 int
-gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
+gpt_pass(struct gpt_trainer *t, int n, double *loss_sum)
 {
 	const struct gpt_dims *d = &t->m.d;
 	struct gpt_bufs *b = &t->b;
-	struct gpt_acts *a = &b->acts;
 	const struct gpt_ops *ops = t->ops;
 	const gpt_real *wte, *wpe, *lnfw, *lnfb = NULL, *head, *bp[GPT_MAX_BLOCK_TENSORS];
 	gpt_real *bg[GPT_MAX_BLOCK_TENSORS];
@@ -272,12 +300,20 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	size_t C = (size_t)d->C;
 	double t0;
 
+	if (n < 1 || n > (t->vertical > 1 ? t->vertical : 1)) {
+		fprintf(stderr, "zinf_gpt: a pass of %d micro-batches (buffers for %d)\n", n,
+			t->vertical > 1 ? t->vertical : 1);
+		return -EINVAL;
+	}
 	/* forward */
 	if ((r = fetch(t, GPT_LAYER_EMBED)) || (r = embed_params(t, &wte, &wpe))) {
 		return r;
 	}
 	t0 = zinf_now_s();
-	ops->encoder_forward(d, a, b->tokens, wte, wpe);
+	for (int k = 0; k < n; k++) {
+		struct mbv v = mb_view(t, k);
+		ops->encoder_forward(d, v.a, v.tokens, wte, wpe);
+	}
 	t->tm.compute += zinf_now_s() - t0;
 	if ((r = release(t, GPT_LAYER_EMBED))) {
 		return r;
@@ -287,7 +323,9 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 			return r;
 		}
 		t0 = zinf_now_s();
-		ops->block_forward(d, a, l, bp);
+		for (int k = 0; k < n; k++) {
+			ops->block_forward(d, mb_view(t, k).a, l, bp);
+		}
 		t->tm.compute += zinf_now_s() - t0;
 		if ((r = release(t, GPT_LAYER_BLOCK(d, l)))) {
 			return r;
@@ -311,41 +349,59 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	if (r) {
 		return r;
 	}
-	t0 = zinf_now_s();
 	/* the mean over the global batch's positions, times the fp16 loss scale (1 without
 	   fp16; the engine divides it out at the step) */
 	gpt_real dloss = (gpt_real)(zinf_engine_loss_scale(t->e) / ((double)N * t->gas));
-	ops->head_forward_backward(d, a, b->targets, head, lnfw, lnfb, dloss,
-				   tied ? b->dwte : b->dhead, b->dlnf, lnfb ? b->dlnf + C : NULL);
-	t->tm.compute += zinf_now_s() - t0;
-	/* the losses come back to the host on the compute stream; read after a later sync */
-	if ((r = zinf_device_copy(t->cs, b->host_losses, a->losses, (size_t)N * sizeof(gpt_real),
-				  ZINF_COPY_D2H))) {
-		return r;
+	for (int k = 0; k < n; k++) {
+		struct mbv v = mb_view(t, k);
+		/* host layers: the engine's copies of the last micro-batch's gradients (ordered
+		   before the compute stream's later work, not before the host thread's) first */
+		if (k > 0 && (r = layers_sync(t))) {
+			return r;
+		}
+		t0 = zinf_now_s();
+		ops->head_forward_backward(d, v.a, v.targets, head, lnfw, lnfb, dloss,
+					   tied ? v.dwte : b->dhead, b->dlnf,
+					   lnfb ? b->dlnf + C : NULL);
+		t->tm.compute += zinf_now_s() - t0;
+		/* the losses come back to the host on the compute stream; read after a later
+		   sync */
+		if ((r = zinf_device_copy(t->cs, v.host_losses, v.a->losses,
+					  (size_t)N * sizeof(gpt_real), ZINF_COPY_D2H))) {
+			return r;
+		}
+		/* this micro-batch's gradients before the next one's head overwrites them */
+		if ((tied && k == n - 1 && (r = release(t, GPT_LAYER_EMBED))) ||
+		    (!tied && (r = grad(t, t->m.head, b->dhead, (size_t)d->V * C))) ||
+		    (r = grad(t, t->m.lnfw, b->dlnf, C)) ||
+		    (lnfb && (r = grad(t, t->m.lnfb, b->dlnf + C, C)))) {
+			return r;
+		}
 	}
-	if ((tied && (r = release(t, GPT_LAYER_EMBED))) ||
-	    (!tied && (r = grad(t, t->m.head, b->dhead, (size_t)d->V * C))) ||
-	    (r = grad(t, t->m.lnfw, b->dlnf, C)) ||
-	    (lnfb && (r = grad(t, t->m.lnfb, b->dlnf + C, C))) ||
-	    (r = release(t, GPT_LAYER_LNF(d)))) {
+	if ((r = release(t, GPT_LAYER_LNF(d)))) {
 		return r;
 	}
 	/* backward through the blocks; their gradient buffers alternate so that a GPU backend
-	 * computes block l - 1 while zinf copies block l's */
+	 * computes the next block (or micro-batch) while zinf copies this one's */
 	for (int l = d->L - 1; l >= 0; l--) {
 		if ((r = fetch(t, GPT_LAYER_BLOCK(d, l))) || (r = block_params(t, l, bp))) {
 			return r;
 		}
-		gpt_real *slot = b->dblock[l & 1];
-		for (int k = 0; k < nbt; k++) {
-			bg[k] = slot + gpt_block_offset(d, k);
-		}
-		t0 = zinf_now_s();
-		ops->block_backward(d, a, l, bp, bg);
-		t->tm.compute += zinf_now_s() - t0;
 		uint32_t id0 = t->m.block0 + (uint32_t)(l * nbt);
-		for (int k = nbt - 1; k >= 0 && !r; k--) {
-			r = grad(t, id0 + (uint32_t)k, bg[k], gpt_block_numel(d, k));
+		for (int k = 0; k < n && !r; k++) {
+			gpt_real *slot = b->dblock[(l * n + k) & 1];
+			if (k > 0 && (r = layers_sync(t))) {
+				break; /* (as in the head) */
+			}
+			for (int j = 0; j < nbt; j++) {
+				bg[j] = slot + gpt_block_offset(d, j);
+			}
+			t0 = zinf_now_s();
+			ops->block_backward(d, mb_view(t, k).a, l, bp, bg);
+			t->tm.compute += zinf_now_s() - t0;
+			for (int j = nbt - 1; j >= 0 && !r; j--) {
+				r = grad(t, id0 + (uint32_t)j, bg[j], gpt_block_numel(d, j));
+			}
 		}
 		if (r || (r = release(t, GPT_LAYER_BLOCK(d, l)))) {
 			return r;
@@ -355,25 +411,42 @@ gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
 	if ((r = fetch(t, GPT_LAYER_EMBED)) || (r = sync_cs(t))) {
 		return r;
 	}
-	double s = 0;
-	for (int i = 0; i < N; i++) {
-		s += b->host_losses[i];
+	double s = 0; /* each micro-batch's sum, then their sum: the horizontal run's additions */
+	for (int k = 0; k < n; k++) {
+		const gpt_real *hl = mb_view(t, k).host_losses;
+		double sk = 0;
+		for (int i = 0; i < N; i++) {
+			sk += hl[i];
+		}
+		s += sk;
 	}
 	*loss_sum = s;
-	t0 = zinf_now_s();
 	bool has_wpe = t->m.wpe != GPT_NO_TENSOR;
-	ops->encoder_backward(d, a, b->tokens, b->dwte, has_wpe ? b->dwpe : NULL);
-	t->tm.compute += zinf_now_s() - t0;
-	if ((has_wpe && (r = grad(t, t->m.wpe, b->dwpe, (size_t)gpt_positions(d) * C))) ||
-	    (r = grad(t, t->m.wte, b->dwte, (size_t)d->V * C))) {
-		return r;
+	for (int k = 0; k < n; k++) {
+		struct mbv v = mb_view(t, k);
+		if (k > 0 && (r = layers_sync(t))) {
+			return r; /* (as in the head) */
+		}
+		t0 = zinf_now_s();
+		ops->encoder_backward(d, v.a, v.tokens, v.dwte, has_wpe ? b->dwpe : NULL);
+		t->tm.compute += zinf_now_s() - t0;
+		if ((has_wpe && (r = grad(t, t->m.wpe, b->dwpe, (size_t)gpt_positions(d) * C))) ||
+		    (r = grad(t, t->m.wte, v.dwte, (size_t)d->V * C))) {
+			return r;
+		}
 	}
 	/* a layer backend that queues its work (cuda) reports a launch or cuBLAS error here;
 	   an error of the work itself comes from the next sync of the compute stream */
-	if (ops->status && (r = ops->status(a->ctx))) {
+	if (ops->status && (r = ops->status(b->acts.ctx))) {
 		return r;
 	}
 	return release(t, GPT_LAYER_EMBED);
+}
+
+int
+gpt_micro_batch(struct gpt_trainer *t, double *loss_sum)
+{
+	return gpt_pass(t, 1, loss_sum);
 }
 
 /* ---- buffers ------------------------------------------------------------------------------- */
@@ -387,6 +460,66 @@ dalloc(struct gpt_trainer *t, size_t bytes, void *out)
 			zinf_strerror(r));
 	}
 	return r;
+}
+
+/* A vertical pass's micro-batches 1 .. vertical - 1: their own activations, tokens, targets,
+ * losses and (tied head) embedding gradient. */
+static int
+vmb_alloc(struct gpt_trainer *t)
+{
+	const struct gpt_dims *d = &t->m.d;
+	size_t N = (size_t)d->B * d->T, g = sizeof(gpt_real);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	int r = 0;
+	if (t->vertical <= 1) {
+		return 0;
+	}
+	if (!(t->vmb = calloc((size_t)t->vertical - 1, sizeof(*t->vmb)))) {
+		fprintf(stderr, "zinf_gpt: out of memory for %d micro-batches\n", t->vertical);
+		return -ENOMEM;
+	}
+	for (int k = 0; k + 1 < t->vertical && !r; k++) {
+		struct gpt_mbuf *v = &t->vmb[k];
+		r = dalloc(t, gpt_acts_numel(d) * g, &v->acts_base);
+		r = r ?: dalloc(t, N * sizeof(int), &v->tokens);
+		r = r ?: dalloc(t, N * sizeof(int), &v->targets);
+		r = r ?: (gpt_tied(d) ? dalloc(t, (size_t)d->V * d->C * g, &v->dwte) : 0);
+		if (!r && !(v->host_losses = zinf_alloc_aligned(page, N * g))) {
+			r = -ENOMEM;
+		}
+		if (!r && (r = zinf_device_host_register(t->dev, v->host_losses, N * g))) {
+			zinf_free_aligned(v->host_losses);
+			v->host_losses = NULL;
+		}
+		if (r) {
+			fprintf(stderr, "zinf_gpt: micro-batch %d's buffers: %s\n", k + 1,
+				zinf_strerror(r));
+		} else {
+			gpt_acts_carve(d, v->acts_base, &v->acts);
+			v->acts.ctx = t->ops_ctx;
+		}
+	}
+	return r;
+}
+
+static void
+vmb_free(struct gpt_trainer *t)
+{
+	for (int k = 0; t->vmb && k + 1 < t->vertical; k++) {
+		struct gpt_mbuf *v = &t->vmb[k];
+		void *all[] = {v->acts_base, v->tokens, v->targets, v->dwte};
+		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+			if (all[i]) {
+				zinf_device_free(t->dev, all[i]);
+			}
+		}
+		if (v->host_losses) {
+			zinf_device_host_unregister(t->dev, v->host_losses);
+			zinf_free_aligned(v->host_losses);
+		}
+	}
+	free(t->vmb);
+	t->vmb = NULL;
 }
 
 int
@@ -442,7 +575,7 @@ gpt_bufs_alloc(struct gpt_trainer *t)
 		gpt_acts_carve(d, b->acts_base, &b->acts);
 		b->acts.ctx = t->ops_ctx;
 	}
-	return r;
+	return r ?: vmb_alloc(t);
 }
 
 void
@@ -472,4 +605,5 @@ gpt_bufs_free(struct gpt_trainer *t)
 			zinf_device_free(t->dev, all[i]);
 		}
 	}
+	vmb_free(t);
 }

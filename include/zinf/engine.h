@@ -30,6 +30,16 @@
  *                                          the layer; release(layer)
  *         zinf_engine_step()   (returns 1 when the optimizer stepped: the last micro-batch)
  *
+ * Or "vertical" (zinf_engine_vertical; every micro-batch through a layer while it is fetched, so
+ * that the parameters are fetched, and with offload_param on NVMe read, twice per pass instead
+ * of twice per micro-batch; the trainer keeps n micro-batches' activations):
+ *     zinf_engine_vertical(n)      (n <= the micro-batches left in the window)
+ *     forward:  for layer in order:    fetch(layer); compute micro-batches 0..n-1; release
+ *     backward: for layer reversed:    fetch(layer); for each p of the layer: compute and
+ *                                      grad(p) for micro-batches 0..n-1 in order; release
+ *     zinf_engine_step()           (ends the n micro-batches)
+ * The results are the bits of the same micro-batches run one by one.
+ *
  * Ordering with the device (zinf/device.h): the engine's work is ordered after what the
  * trainer queued on its compute stream (opts.compute_stream) before each call, and work the
  * trainer queues on that stream after a call is ordered after the engine's: the pointers of
@@ -369,17 +379,34 @@ ZINF_API int zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev);
  * device memory. Copied into a reduction bucket (ordered after the compute stream's work queued
  * so far); the bucket is reduced across ranks when full (averaged: the result is the mean over
  * ranks of the gradients handed) and this rank's partition accumulated in fp32. Returns 0;
- * -EINVAL (unknown id, a second gradient for id in this micro-batch, before init), collective
- * errors.
+ * -EINVAL (unknown id, a second gradient for id in this micro-batch, an (n+1)-th in a vertical
+ * pass of n, before init), collective errors.
  */
 ZINF_API int zinf_engine_grad(struct zinf_engine *e, uint32_t id, const void *dev_grad,
 			      enum zinf_dtype dtype);
 
 /**
+ * The next pass (forward, backward, zinf_engine_step) carries n micro-batches of the window
+ * (n 1: the default, one): zinf_engine_grad() then takes n gradients per parameter, its n
+ * micro-batches' in order (a parameter's next before the following parameter's first is not
+ * required: any interleaving of parameters, each in micro-batch order), and
+ * zinf_engine_step() ends them all, counting n micro-steps (it returns 1 when they end the
+ * window). Every stage and tier; the results (master weights, optimizer state, 16-bit
+ * parameters, the norm, fp16's skip) are the bits of the n micro-batches run one per pass. Every
+ * rank calls it with the same n (one small all-reduce). Call it before the pass's first fetch;
+ * it holds for that pass only. Returns 0; -EINVAL, the engine unchanged (n 0 or more than the
+ * micro-batches left in the window; mid-pass: a gradient handed since the last
+ * zinf_engine_step, or a layer fetched; another rank's n differs or another rank refused its
+ * call, named, on every rank; before init); collective errors.
+ */
+ZINF_API int zinf_engine_vertical(struct zinf_engine *e, uint32_t n);
+
+/**
  * End the micro-batch: reduce what is left in the buckets; at the accumulation boundary (every
  * gradient_accumulation_steps-th call) finish the optimizer step (the sub-groups not stepped
  * during backward, then the all-gather of stages 1-2) and return 1; otherwise return 0.
- * -EINVAL (a registered parameter's gradient missing, named; a layer still fetched); I/O and
+ * -EINVAL (a registered parameter's gradient missing, named with its micro-batch: in a vertical
+ * pass every one of the n micro-batches' gradients is needed; a layer still fetched); I/O and
  * collective errors naming the sub-group or the call.
  *
  * With gradient_clipping or fp16 enabled, at the boundary the engine computes the global L2

@@ -9,12 +9,15 @@
 #include "engine/engine_drive.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
 #include "zinf/device.h"
+
+#define EDRIVE_MAX_PASS 8 /* edrive_vertical's micro-batches in a pass */
 
 void
 edrive_optimizer(struct zinf_optimizer_opts *o)
@@ -217,6 +220,34 @@ read_layer(struct edrive *d, int32_t layer)
 	return 0;
 }
 
+/* d->inf_step1's overflow, in micro-batch (step, micro)'s gradients g */
+static void
+poison(const struct edrive *d, int64_t step, uint32_t micro, float *const g[EREF_NPARAMS])
+{
+	if (d->inf_step1 == step + 1 && d->inf_micro == micro) {
+		g[0][0] = INFINITY;
+	}
+}
+
+/* Parameter id's gradient g into its device buffer on the compute stream, then handed. */
+static int
+hand(struct edrive *d, uint32_t id, const float *g, int64_t step, uint32_t micro)
+{
+	for (uint64_t i = 0; i < eref_numel(id); i++) {
+		dt_store(d->stage[id], d->dtype, i, g[i]);
+	}
+	int rc = zinf_device_copy(zinf_engine_compute_stream(d->e), d->grad_dev[id], d->stage[id],
+				  eref_numel(id) * zinf_dtype_size(d->dtype), ZINF_COPY_H2D);
+	if (rc == 0) {
+		rc = zinf_engine_grad(d->e, id, d->grad_dev[id], d->dtype);
+	}
+	if (rc < 0) {
+		FAIL(rc, "grad(%s) step %lld micro %u: %d %s", eref_params[id].name,
+		     (long long)step, micro, rc, zinf_last_error());
+	}
+	return 0;
+}
+
 int
 edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order order)
 {
@@ -245,6 +276,7 @@ edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order o
 		}
 	}
 	eref_grad((const float *const *)d->host, d->rank, step, micro, d->quantum, d->g);
+	poison(d, step, micro, d->g);
 
 	/* backward: layers in reverse, parameters of a layer in reverse */
 	check = malloc(240 * sizeof(float));
@@ -274,19 +306,7 @@ edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_order o
 			   the compute stream since has finished that copy. The copy into grad_dev
 			   is queued on the compute stream, which the engine made wait for its read
 			   of the previous gradient (engine.h). */
-			for (uint64_t i = 0; i < eref_numel(id); i++) {
-				dt_store(d->stage[id], d->dtype, i, d->g[id][i]);
-			}
-			rc = zinf_device_copy(
-				zinf_engine_compute_stream(d->e), d->grad_dev[id], d->stage[id],
-				eref_numel(id) * zinf_dtype_size(d->dtype), ZINF_COPY_H2D);
-			if (rc == 0) {
-				rc = zinf_engine_grad(d->e, id, d->grad_dev[id], d->dtype);
-			}
-			if (rc < 0) {
-				snprintf(d->why, sizeof(d->why),
-					 "grad(%s) step %lld micro %u: %d %s", eref_params[id].name,
-					 (long long)step, micro, rc, zinf_last_error());
+			if ((rc = hand(d, id, d->g[id], step, micro)) < 0) {
 				goto out;
 			}
 		}
@@ -316,10 +336,110 @@ edrive_run(struct edrive *d, int64_t first_step, int steps, uint32_t gas, int ch
 			if (rc < 0) {
 				return rc;
 			}
-			if (rc != (m == gas - 1)) {
+			int want = m < gas - 1 ? 0 : d->inf_step1 == s + 1 ? 2 : 1;
+			if (rc != want) {
 				FAIL(-EPROTO,
 				     "step index %lld micro %u: zinf_engine_step returned %d",
 				     (long long)s, m, rc);
+			}
+		}
+	}
+	return 0;
+}
+
+int
+edrive_vertical(struct edrive *d, int64_t step, uint32_t micro, uint32_t n)
+{
+	float *g[EDRIVE_MAX_PASS][EREF_NPARAMS] = {{0}};
+	float *check = malloc(240 * sizeof(float));
+	int rc = check ? 0 : -ENOMEM;
+	if (n == 0 || n > EDRIVE_MAX_PASS) {
+		free(check);
+		FAIL(-EINVAL, "edrive_vertical: %u micro-batches (1..%d)", n, EDRIVE_MAX_PASS);
+	}
+	for (uint32_t k = 0; k < n && rc == 0; k++) {
+		for (uint32_t id = 0; id < EREF_NPARAMS && rc == 0; id++) {
+			g[k][id] = malloc(eref_numel(id) * sizeof(float));
+			rc = g[k][id] ? 0 : -ENOMEM;
+		}
+	}
+	if (rc == 0 && (rc = zinf_engine_vertical(d->e, n)) < 0) {
+		snprintf(d->why, sizeof(d->why), "vertical(%u) step %lld micro %u: %d %s", n,
+			 (long long)step, micro, rc, zinf_last_error());
+	}
+	/* forward: each layer fetched once for the n micro-batches */
+	for (int32_t l = 0; l < EREF_NLAYERS && rc == 0; l++) {
+		if ((rc = fetch(d, l)) == 0 && (rc = read_layer(d, l)) == 0) {
+			rc = release(d, l);
+		}
+	}
+	for (uint32_t k = 0; k < n && rc == 0; k++) {
+		eref_grad((const float *const *)d->host, d->rank, step, micro + k, d->quantum,
+			  g[k]);
+		poison(d, step, micro + k, g[k]);
+	}
+	/* backward: layers in reverse, parameters of a layer in reverse, each its n micro-batches
+	   in order */
+	for (int32_t l = EREF_NLAYERS; l-- > 0 && rc == 0;) {
+		if ((rc = fetch(d, l)) < 0) {
+			break;
+		}
+		for (uint32_t id = EREF_NPARAMS; id-- > 0 && rc == 0;) {
+			if (eref_params[id].layer != l) {
+				continue;
+			}
+			if ((rc = edrive_read_param(d, id, check)) < 0) {
+				break;
+			}
+			if (memcmp(check, d->host[id], eref_numel(id) * sizeof(float)) != 0) {
+				rc = -EILSEQ;
+				snprintf(d->why, sizeof(d->why),
+					 "step %lld micro %u: %s fetched in backward differs from "
+					 "the forward's",
+					 (long long)step, micro, eref_params[id].name);
+				break;
+			}
+			for (uint32_t k = 0; k < n && rc == 0; k++) {
+				/* the staging's previous copy (the last micro-batch's) done first
+				 */
+				rc = zinf_stream_sync(zinf_engine_compute_stream(d->e));
+				rc = rc ? rc : hand(d, id, g[k][id], step, micro + k);
+			}
+		}
+		if (rc == 0) {
+			rc = release(d, l);
+		}
+	}
+	if (rc == 0 && (rc = zinf_engine_step(d->e)) < 0) {
+		snprintf(d->why, sizeof(d->why), "step() step %lld micro %u (pass of %u): %d %s",
+			 (long long)step, micro, n, rc, zinf_last_error());
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+			free(g[k][id]);
+		}
+	}
+	free(check);
+	return rc;
+}
+
+int
+edrive_run_vertical(struct edrive *d, int64_t first_step, int steps, uint32_t gas, uint32_t pass)
+{
+	for (int64_t s = first_step; s < first_step + steps; s++) {
+		for (uint32_t m = 0; m < gas;) {
+			uint32_t n = gas - m < pass ? gas - m : pass;
+			int rc = edrive_vertical(d, s, m, n);
+			if (rc < 0) {
+				return rc;
+			}
+			m += n;
+			int want = m < gas ? 0 : d->inf_step1 == s + 1 ? 2 : 1;
+			if (rc != want) {
+				FAIL(-EPROTO,
+				     "step index %lld micro %u: zinf_engine_step returned %d, not "
+				     "%d",
+				     (long long)s, m - n, rc, want);
 			}
 		}
 	}

@@ -56,6 +56,10 @@ struct edrive {
 	float *host[EREF_NPARAMS];     /* fp32 parameters read in the forward */
 	float *g[EREF_NPARAMS];	       /* fp32 gradients */
 	char why[256];		       /* what failed, for the caller's message */
+	/* 1 + the step index whose micro-batch inf_micro hands W0's first gradient element as an
+	   infinity (an fp16 overflow in that micro-batch); 0: none */
+	int64_t inf_step1;
+	uint32_t inf_micro;
 };
 
 /* Allocate the buffers for engine e (after zinf_engine_init). 0 or -ENOMEM. */
@@ -76,9 +80,28 @@ int edrive_micro(struct edrive *d, int64_t step, uint32_t micro, enum edrive_ord
 /*
  * `steps` optimizer steps of `gas` micro-batches, starting at step index first_step; from step
  * index change_at on (-1: never) the forward uses EDRIVE_ORDER_CHANGED. Checks that
- * zinf_engine_step returns 1 exactly at the end of each window (-EPROTO otherwise, d->why).
+ * zinf_engine_step returns 1 (2 where d->inf_step1 says the step is skipped) exactly at the end of
+ * each window (-EPROTO otherwise, d->why).
  */
 int edrive_run(struct edrive *d, int64_t first_step, int steps, uint32_t gas, int change_at);
+
+/*
+ * One vertical pass (zinf_engine_vertical(n)): micro-batches micro..micro+n-1 of step index
+ * `step`, each layer fetched once in the forward (its parameters read once: every micro-batch's
+ * gradients are computed from them, as edrive_micro computes each micro-batch's) and once in the
+ * backward (checked equal to the forward's), every parameter's n gradients handed one after the
+ * other in micro-batch order, then zinf_engine_step. Returns zinf_engine_step()'s value or the
+ * first negative errno (d->why says which call).
+ */
+int edrive_vertical(struct edrive *d, int64_t step, uint32_t micro, uint32_t n);
+
+/*
+ * edrive_run's steps in vertical passes of at most `pass` micro-batches (the window's last pass
+ * takes what is left: gas 3, pass 2: passes of 2 and 1). Checks that zinf_engine_step returns 1
+ * (2 where the step is skipped: only where d->inf_step1 says) exactly at each window's end.
+ */
+int edrive_run_vertical(struct edrive *d, int64_t first_step, int steps, uint32_t gas,
+			uint32_t pass);
 
 /* zinf_engine_read_master of every parameter into out[id] (eref_numel(id) floats each). */
 int edrive_read_master(struct zinf_engine *e, float *const out[EREF_NPARAMS]);

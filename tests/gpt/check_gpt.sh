@@ -59,6 +59,10 @@
 #                    1 / world shows in the norms, which Adam's losses hide
 #   ranks_config     configs/zero3_2ranks.json (16 x 2 ranks, under MPIRUN) vs one rank, ZeRO-0,
 #                    micro-batch 32: the same, losses and norms
+#   vertical         --vertical (a step's 3 micro-batches in one pass) vs one pass per
+#                    micro-batch, ZeRO-3 on NVMe with small sub-groups, without and with
+#                    gradient_clipping 0.1: losses bit-identical, fewer NVMe reads every step,
+#                    the clipped run's speculation rolled back
 #   gas              one rank, micro-batch 3 x 2 accumulation steps vs micro-batch 6: the same,
 #                    losses and norms (a missing 1 / gradient_accumulation_steps shows)
 #   data             --data FILE: a token file of 1000 tokens (tokens() below; 30 steps of 6 rows of
@@ -160,8 +164,9 @@
 #                    cuBLAS is deterministic on one GPU). Without a GPU zinf_gpt --device cuda
 #                    exits 3 and the case exits 77 (skipped) saying so.
 # The gpt.llama.* entries run nvme_vs_memory, bf16, threads, step_after, gas, clip_spec, decay,
-# data, ranks 2 and cuda with GPT_MODEL_FLAGS="--arch llama --kv-heads 1 --untied" (grouped-query
-# attention, rotary embeddings, SwiGLU, RMSNorm, an lm_head of its own, no biases).
+# vertical, data, ranks 2 and cuda with GPT_MODEL_FLAGS="--arch llama --kv-heads 1 --untied"
+# (grouped-query attention, rotary embeddings, SwiGLU, RMSNorm, an lm_head of its own, no
+# biases).
 # Every case also asserts that the loss fell (the last step's below the first's by 0.5), so a
 # run that trains nothing cannot pass by matching another that trains nothing.
 set -euo pipefail
@@ -1276,6 +1281,33 @@ decay_ranks)
 	run "$work/many.jsonl" "$@" -np 2 -- --config "$work/cfg.json" --batch 3
 	close "$work/many.jsonl" "$work/one.jsonl"
 	norms_close "$work/many.jsonl" "$work/one.jsonl"
+	;;
+vertical)
+	# --vertical (zinf_engine_vertical: the 3 micro-batches of a step in one pass) against one
+	# pass per micro-batch: ZeRO-3 on NVMe with sub-groups of 2000 (stepped during backward),
+	# then with gradient_clipping 0.1 (the speculative step redone); every loss bit for bit, and
+	# every step's NVMe reads fewer (each layer's parameters read twice per step, not six times)
+	sed -e 's/"sub_group_size": 5e4/"sub_group_size": 2000/' \
+		-e 's/"reduce_bucket_size": 1e5/"reduce_bucket_size": 2000/' \
+		"$cfgdir/zero3_nvme.json" >"$work/cfg.json"
+	sed -e 's/"steps_per_print": 20,/"steps_per_print": 20, "gradient_clipping": 0.1,/' \
+		"$work/cfg.json" >"$work/clip.json"
+	grep -q '"gradient_clipping": 0.1' "$work/clip.json" || { echo "FAIL: sed"; exit 1; }
+	for c in cfg clip; do
+		run "$work/h_$c.jsonl" -- --config "$work/$c.json" --batch 2 --grad-accum 3
+		run "$work/v_$c.jsonl" -- --config "$work/$c.json" --batch 2 --grad-accum 3 \
+			--vertical
+		identical "$work/h_$c.jsonl" "$work/v_$c.jsonl"
+		paste <(field "$work/h_$c.jsonl" nvme_read_bytes) \
+			<(field "$work/v_$c.jsonl" nvme_read_bytes) | awk -v c="$c" '
+			$2 >= $1 { printf "FAIL: %s step %d: %s bytes read vertically, %s not\n",
+				   c, NR, $2, $1; bad = 1 }
+			END { if (NR != 30) { print "FAIL: " NR " records"; bad = 1 }
+			      printf "%s: nvme_read_bytes per step %s horizontally, %s " \
+				     "vertically\n", c, $1, $2; exit bad }'
+	done
+	rb=$(field "$work/v_clip.jsonl" rolled_back | sort -n | tail -1)
+	[ "$rb" -gt 0 ] || { echo "FAIL: no roll-back in the clipped vertical run"; exit 1; }
 	;;
 gas)
 	clipped "$cfgdir/zero3_nvme.json" "$work/cfg.json"
