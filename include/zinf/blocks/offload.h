@@ -65,6 +65,9 @@ struct zinf_pool_opts {
 				  own, the best present ("cuda" with a GPU, else "host") */
 	const char *what;	    /* name of the configuration the pool serves, used in messages;
 				       default "offload_optimizer" */
+	const char *cpu_key; /* the key of `what` that sizes cpu_bytes (the engine's parameter
+				cache: "max_in_cpu"), named in the budget messages as a setting
+				to lower; NULL (default): none */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -85,7 +88,8 @@ struct zinf_pool_budget {
  * Fills *out (may be NULL) in every case. Returns 0, or:
  *   -EINVAL  bad option (buffer_count or buffer_bytes 0 with no CPU bytes, bad align)
  *   -ENOMEM  over RLIMIT_MEMLOCK or physical memory; the message names the limit, the bytes
- *            asked for and the setting to change (ulimit -l, buffer_count, pin_memory: false)
+ *            asked for and the setting to change (ulimit -l, buffer_count, cpu_key when set,
+ *            pin_memory: false)
  *   -EPERM   pinning asked for, the limit is 0 and the process may not lock memory
  * With pin_fallback, a memlock failure is not an error (the pool would be unpinned; create
  * warns, naming ulimit -l).
@@ -172,10 +176,10 @@ struct zinf_store_opts {
 				     takes at create as its cache of NVMe-homed tensors (the engine:
 				     offload_param.max_in_cpu x the element size, capped at the
 				     partitions): a tensor is read into, written from and kept in its
-				     own     extent there (its swap size, aligned), the least recently used
-				     clean     ones evicted when an extent does not fit; a tensor that finds
-				     no     extent uses a pool buffer as without it. Needs a swap space;
-				     default     0: none */
+				     own     extent there (its swap size, aligned), the least recently
+				     used     clean     ones evicted when an extent does not fit; a tensor
+				     that finds     no     extent uses a pool buffer as without it. Needs a
+				     swap space;     default     0: none */
 };
 
 ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
