@@ -244,14 +244,15 @@ give_back(struct zinf_store *s, struct tensor *t)
 	t->state = ZINF_TENSOR_ABSENT;
 }
 
-/* A clean resident tensor into the cache (most recent). In the region it stays until its
- * bytes are wanted (region_take); in pool buffers the least recently released ones go while
- * those hold more than max_in_cpu elements. */
+/* A clean resident tensor into the cache, last used at `used` (the store's clock: its release,
+ * or its write's start). In the region it stays until its bytes are wanted (region_take); in
+ * pool buffers the least recently released ones go while those hold more than max_in_cpu
+ * elements. */
 static void
-cache_put(struct zinf_store *s, struct tensor *t)
+cache_put(struct zinf_store *s, struct tensor *t, uint64_t used)
 {
 	t->cached = true;
-	t->lru = s->clock++;
+	t->lru = used;
 	s->cached_elems += t->elems;
 	if (t->in_region) {
 		return;
@@ -279,14 +280,19 @@ evictable(const struct tensor *t)
 	       !t->prefetched;
 }
 
+static int write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep);
+
 /*
- * An extent of the region for t: a hole that fits, else the least recently used evictable
- * tensors of the region evicted (only with evict) until one does. Returns true and sets t's
- * data, or false (no region, t larger than it, nothing left to evict): the caller uses a pool
- * buffer.
+ * An extent of the region for t: a hole that fits, else the least recently used tensors of the
+ * region evicted (only with evict) until one does. Candidates are the evictable ones (last used
+ * at their release) and the released ones whose write is in flight (last used when it started):
+ * a write is waited for when it is the least recent (only with may_wait; else only when already
+ * complete), so the order is LRU's whatever the disk's speed (the engine's step writes new values
+ * while backward reads). Returns true and sets t's data, or false (no region, t larger than it,
+ * nothing left to evict): the caller uses a pool buffer.
  */
 static bool
-region_take(struct zinf_store *s, struct tensor *t, bool evict)
+region_take(struct zinf_store *s, struct tensor *t, bool evict, bool may_wait)
 {
 	if (!s->region) {
 		return false;
@@ -301,14 +307,31 @@ region_take(struct zinf_store *s, struct tensor *t, bool evict)
 	uint64_t off;
 	while ((off = hole_take(s, len)) == UINT64_MAX) {
 		struct tensor *v = NULL;
+		uint64_t vused = 0;
 		for (int i = 0; evict && i < s->nt; i++) {
 			struct tensor *c = &s->t[i];
-			if (c->in_region && evictable(c) && (!v || c->lru < v->lru)) {
+			uint64_t used;
+			if (!c->in_region) {
+				continue;
+			} else if (evictable(c)) {
+				used = c->lru;
+			} else if (c->state == ZINF_TENSOR_WRITING && !c->in_use &&
+				   (may_wait || zinf_swap_poll(s->o.swap, &c->op) == 1)) {
+				used = c->wseq;
+			} else {
+				continue;
+			}
+			if (!v || used < vused) {
 				v = c;
+				vused = used;
 			}
 		}
 		if (!v) {
 			return false;
+		}
+		if (v->state == ZINF_TENSOR_WRITING &&
+		    write_done(s, v, zinf_swap_wait(s->o.swap, &v->op), false)) {
+			continue; /* failed: kept resident and dirty, no candidate any more */
 		}
 		give_back(s, v);
 		s->stats.evictions++;
@@ -351,7 +374,7 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 		/* clean now: the data stays cached like a clean release's (the next swap-in
 		   reads nothing) */
 		t->state = ZINF_TENSOR_RESIDENT;
-		cache_put(s, t);
+		cache_put(s, t, t->wseq); /* last used when released: its write's start */
 	} else {
 		give_back(s, t);
 	}
@@ -426,7 +449,7 @@ get_buffer(struct zinf_store *s, struct tensor *t, bool may_wait)
 {
 	void *b = NULL;
 	reap_writes(s);
-	if (region_take(s, t, true)) {
+	if (region_take(s, t, true, may_wait)) {
 		return 0;
 	}
 	for (;;) {
@@ -624,7 +647,7 @@ pump_prefetch(struct zinf_store *s)
 			break;
 		}
 		void *b = NULL;
-		if (!region_take(s, t, s->o.prefetch_evicts != 0)) {
+		if (!region_take(s, t, s->o.prefetch_evicts != 0, false)) {
 			if (zinf_pool_free_count(s->o.pool) == 0 && s->o.prefetch_evicts) {
 				evict_cached(s);
 			}
@@ -815,7 +838,7 @@ zinf_store_release(struct zinf_store *s, int id)
 	if (t->dirty) {
 		start_write(s, t);
 	} else if (t->in_region || t->elems <= s->o.max_in_cpu) {
-		cache_put(s, t);
+		cache_put(s, t, s->clock++);
 	} else {
 		give_back(s, t);
 	}
