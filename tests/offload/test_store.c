@@ -1003,3 +1003,45 @@ Test(store, cache_region_option_errors_name_the_setting)
 	cr_assert_null(st);
 	srig_fini(&r);
 }
+
+/*
+ * Writes in flight in a full region: the new values of tensor 3 take the extent of the least
+ * recently released tensor, 0, whose write is waited for (not a pool buffer, not a more recent
+ * tensor), whatever the disk's speed; 1, 2 and 3 stay cached with their bytes.
+ */
+Test(store, cache_region_waits_for_the_least_recent_write_in_flight)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	so.cache_bytes = 3 * extent(&r, ELEMS * 4);
+	srig_store(&r, 1, &so);
+	add_n(&r, 4);
+	float *ref = malloc(4 * ELEMS * 4);
+	zt_rand_fill(ref, 4 * ELEMS * 4, &seed);
+	for (int i = 0; i < 4; i++) { /* no flush between: writes stay in flight */
+		void *d = NULL;
+		cr_assert_eq(zinf_store_swap_in(r.st, i, ZINF_STORE_NEW), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+		cr_assert(d);
+		memcpy(d, ref + (size_t)i * ELEMS, ELEMS * 4);
+		cr_assert_eq(zinf_store_mark_dirty(r.st, i), 0);
+		cr_assert_eq(zinf_store_release(r.st, i), 0);
+		cr_assert_eq(zinf_pool_free_count(r.pool), 1, "tensor %d took a pool buffer", i);
+	}
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT, "the least recent evicted");
+	for (int i = 1; i < 4; i++) {
+		cr_assert_eq(zinf_store_state(r.st, i), ZINF_TENSOR_RESIDENT, "tensor %d", i);
+		read_check(&r, i, ref + (size_t)i * ELEMS, ELEMS);
+	}
+	read_check(&r, 0, ref, ELEMS);
+	struct zinf_store_stats s = stats(&r);
+	cr_assert_eq(s.writes, 4);
+	cr_assert_eq(s.reads, 1, "only 0, evicted, read back");
+	free(ref);
+	srig_fini(&r);
+}
