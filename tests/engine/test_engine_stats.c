@@ -5,8 +5,9 @@
  * filled part of a bucket; nvme_read_bytes only what was read from the swap files (not the
  * store's cache), against the I/O context's count; a step writes an NVMe-homed parameter
  * partition once, however many ZINF_STEP_CHUNK pieces it is stepped in (the I/O context's
- * bytes written). Both tiers on NVMe and the swap files: test_engine.c
- * (nvme_bytes_and_swap_files).
+ * bytes written); the parameter cache's reads per step against the count worked by hand for a
+ * cache of none, part and all of the model, with the same values fetched. Both tiers on NVMe
+ * and the swap files: test_engine.c (nvme_bytes_and_swap_files).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
