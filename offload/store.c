@@ -18,15 +18,17 @@
  *
  * The cache region (cache_bytes, carved from the pool's CPU region at create): an NVMe-homed
  * tensor that becomes resident takes an extent there first (its swap size, aligned; first fit
- * over a free list kept sorted by offset and merged on free), evicting the least recently used
- * clean cached tensors of the region until one fits; it is read into, used, written from and
- * kept in that extent, so a cached tensor costs its own bytes, not a buffer of the largest.
- * One that finds no extent (the region held by tensors in use or in flight, or smaller than
- * it) uses a pool buffer as without a region (cached there only under max_in_cpu).
+ * over a free list kept sorted by offset and merged on free), else the contiguous run of
+ * released tensors whose most recent use is the oldest is evicted (region_take); it is read
+ * into, used, written from and kept in that extent, so a cached tensor costs its own bytes, not
+ * a buffer of the largest. One that finds no extent (the region held by tensors in use or in
+ * flight, or smaller than it) uses a pool buffer as without a region, and moves into the region
+ * when released clean if room can be made then (region_adopt).
  * Not thread-safe: one thread drives a store (the I/O runs on the engine's threads).
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/opts.h"
@@ -80,6 +82,12 @@ struct zinf_store {
 		uint64_t off, len;
 	} * holes;
 	int nholes, holes_cap;
+	/* region_take's scratch: the region's holes and extents by offset (holes_cap x 2 + 4) */
+	struct ritem {
+		uint64_t off, len, used; /* used: last use of a candidate (0: a hole) */
+		int id;			 /* the tensor, or -1: a hole */
+		bool blocked;		 /* an extent that may not be evicted now */
+	} * items;
 	uint64_t region_used;
 	struct zinf_store_stats stats;
 };
@@ -122,7 +130,8 @@ region_create(struct zinf_store *s)
 	}
 	s->region = r;
 	s->holes = zc_calloc(16, sizeof(*s->holes));
-	if (!s->holes) {
+	s->items = zc_calloc(2 * 16 + 4, sizeof(*s->items));
+	if (!s->holes || !s->items) {
 		return STORE_FAIL(s, -ENOMEM, "out of memory");
 	}
 	s->holes_cap = 16;
@@ -155,6 +164,7 @@ zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out)
 	snprintf(s->name, sizeof(s->name), "store (%s)", offload_pool_what(o.pool));
 	s->buf_bytes = zinf_pool_buffer_bytes(o.pool);
 	if (o.cache_bytes && (rc = region_create(s))) {
+		zc_free(s->items);
 		zc_free(s->holes);
 		zc_free(s);
 		return rc;
@@ -282,14 +292,23 @@ evictable(const struct tensor *t)
 
 static int write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep);
 
+static int
+ritem_cmp(const void *a, const void *b)
+{
+	const struct ritem *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
 /*
- * An extent of the region for t: a hole that fits, else the least recently used tensors of the
- * region evicted (only with evict) until one does. Candidates are the evictable ones (last used
- * at their release) and the released ones whose write is in flight (last used when it started):
- * a write is waited for when it is the least recent (only with may_wait; else only when already
- * complete), so the order is LRU's whatever the disk's speed (the engine's step writes new values
- * while backward reads). Returns true and sets t's data, or false (no region, t larger than it,
- * nothing left to evict): the caller uses a pool buffer.
+ * An extent of the region for t: a hole that fits, else (only with evict) the contiguous run of
+ * holes and candidates whose most recent use is the oldest, evicted. Candidates are the
+ * evictable tensors (last used at their release) and the released ones whose write is in flight
+ * (last used when it started; waited for, only with may_wait, else only when complete), so the
+ * order is LRU's whatever the disk's speed, and a run never evicts more than the bytes it needs
+ * beyond its oldest members: evicting the least recently used one by one until a hole fits would
+ * evict every small tensor between two large ones (norm vectors spread over the region).
+ * Returns true and sets t's data, or false (no region, t larger than it, no run of candidates
+ * large enough): the caller uses a pool buffer.
  */
 static bool
 region_take(struct zinf_store *s, struct tensor *t, bool evict, bool may_wait)
@@ -304,37 +323,65 @@ region_take(struct zinf_store *s, struct tensor *t, bool evict, bool may_wait)
 	if (len > s->stats.cache_bytes) {
 		return false;
 	}
-	uint64_t off;
-	while ((off = hole_take(s, len)) == UINT64_MAX) {
-		struct tensor *v = NULL;
-		uint64_t vused = 0;
-		for (int i = 0; evict && i < s->nt; i++) {
+	uint64_t off = hole_take(s, len);
+	if (off == UINT64_MAX && evict) {
+		/* the region by offset: holes and extents tile it */
+		int n = 0;
+		for (int i = 0; i < s->nholes; i++) {
+			s->items[n++] =
+				(struct ritem){s->holes[i].off, s->holes[i].len, 0, -1, false};
+		}
+		for (int i = 0; i < s->nt; i++) {
 			struct tensor *c = &s->t[i];
-			uint64_t used;
 			if (!c->in_region) {
 				continue;
-			} else if (evictable(c)) {
-				used = c->lru;
+			}
+			struct ritem it = {c->roff, c->rlen, 0, i, false};
+			if (evictable(c)) {
+				it.used = c->lru;
 			} else if (c->state == ZINF_TENSOR_WRITING && !c->in_use &&
 				   (may_wait || zinf_swap_poll(s->o.swap, &c->op) == 1)) {
-				used = c->wseq;
+				it.used = c->wseq;
 			} else {
-				continue;
+				it.blocked = true;
 			}
-			if (!v || used < vused) {
-				v = c;
-				vused = used;
+			s->items[n++] = it;
+		}
+		qsort(s->items, (size_t)n, sizeof(*s->items), ritem_cmp);
+		int best = -1, best_end = -1;
+		uint64_t best_used = UINT64_MAX, best_got = 0;
+		for (int a = 0; a < n; a++) {
+			uint64_t got = 0, newest = 0;
+			int b = a;
+			for (; b < n && !s->items[b].blocked && got < len; b++) {
+				got += s->items[b].len;
+				newest = ZINF_MAX(newest, s->items[b].used);
+			}
+			/* the oldest newest member; of those, the fewest bytes given up */
+			if (got >= len &&
+			    (newest < best_used || (newest == best_used && got < best_got))) {
+				best = a;
+				best_end = b;
+				best_used = newest;
+				best_got = got;
 			}
 		}
-		if (!v) {
-			return false;
+		for (int k = best; best >= 0 && k < best_end; k++) {
+			struct tensor *v = s->items[k].id >= 0 ? &s->t[s->items[k].id] : NULL;
+			if (v && v->state == ZINF_TENSOR_WRITING &&
+			    write_done(s, v, zinf_swap_wait(s->o.swap, &v->op), false)) {
+				return false; /* failed: kept resident and dirty, the run is broken
+					       */
+			}
+			if (v) {
+				give_back(s, v);
+				s->stats.evictions++;
+			}
 		}
-		if (v->state == ZINF_TENSOR_WRITING &&
-		    write_done(s, v, zinf_swap_wait(s->o.swap, &v->op), false)) {
-			continue; /* failed: kept resident and dirty, no candidate any more */
-		}
-		give_back(s, v);
-		s->stats.evictions++;
+		off = best >= 0 ? hole_take(s, len) : UINT64_MAX;
+	}
+	if (off == UINT64_MAX) {
+		return false;
 	}
 	t->in_region = true;
 	t->roff = off;
@@ -345,8 +392,26 @@ region_take(struct zinf_store *s, struct tensor *t, bool evict, bool may_wait)
 	return true;
 }
 
-/* A write is complete: keep the clean data cached (max_in_cpu) or free the buffer; on failure
- * keep the data resident and dirty. */
+/*
+ * A clean released tensor in a pool buffer (it found no extent when it became resident: the
+ * region was held by tensors in use) into an extent now, evicting the least recently used (no
+ * waiting): it is the most recently used, so LRU keeps it. Returns true when moved (the buffer is
+ * back in the pool).
+ */
+static bool
+region_adopt(struct zinf_store *s, struct tensor *t)
+{
+	void *buf = t->data;
+	if (t->in_region || !buf || !region_take(s, t, true, false)) {
+		return false;
+	}
+	memcpy(t->data, buf, t->bytes);
+	(void)zinf_pool_release(s->o.pool, buf);
+	return true;
+}
+
+/* A write is complete: keep the clean data cached (the region; max_in_cpu in a buffer) or free
+ * the buffer; on failure keep the data resident and dirty. */
 static int
 write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 {
@@ -370,7 +435,7 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 	s->stats.write_bytes += t->bytes;
 	if (keep) {
 		t->state = ZINF_TENSOR_RESIDENT;
-	} else if (t->in_region || t->elems <= s->o.max_in_cpu) {
+	} else if (t->in_region || region_adopt(s, t) || t->elems <= s->o.max_in_cpu) {
 		/* clean now: the data stays cached like a clean release's (the next swap-in
 		   reads nothing) */
 		t->state = ZINF_TENSOR_RESIDENT;
@@ -546,12 +611,17 @@ zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t 
 		/* holes: at most one more than the extents, which are at most the tensors */
 		int hc = s->cap + 2;
 		struct hole *h = zc_calloc(hc, sizeof(*h));
-		if (!h) {
+		struct ritem *it = zc_calloc(2 * (size_t)hc + 4, sizeof(*it));
+		if (!h || !it) {
+			zc_free(h);
+			zc_free(it);
 			return STORE_FAIL(s, -ENOMEM, "out of memory");
 		}
 		memcpy(h, s->holes, (size_t)s->nholes * sizeof(*h));
 		zc_free(s->holes);
+		zc_free(s->items);
 		s->holes = h;
+		s->items = it;
 		s->holes_cap = hc;
 	}
 	struct tensor *t = &s->t[s->nt];
@@ -837,7 +907,7 @@ zinf_store_release(struct zinf_store *s, int id)
 	}
 	if (t->dirty) {
 		start_write(s, t);
-	} else if (t->in_region || t->elems <= s->o.max_in_cpu) {
+	} else if (t->in_region || region_adopt(s, t) || t->elems <= s->o.max_in_cpu) {
 		cache_put(s, t, s->clock++);
 	} else {
 		give_back(s, t);
@@ -952,6 +1022,7 @@ zinf_store_destroy(struct zinf_store *s)
 		}
 	}
 	zc_free(s->holes);
+	zc_free(s->items);
 	zc_free(s->pq);
 	zc_free(s->t);
 	zc_free(s);

@@ -944,7 +944,7 @@ Test(store, cache_region_write_keeps_the_new_data_and_serves_no_stale_bytes)
 /*
  * No extent left: a tensor larger than the region, or one that meets a region held by a tensor
  * in use, takes a pool buffer (and returns it at release: max_in_cpu 0 keeps nothing there),
- * with its bytes intact.
+ * with its bytes intact. Released when the region has a candidate older than it, it moves there.
  */
 Test(store, cache_region_full_of_tensors_in_use_falls_back_to_a_buffer)
 {
@@ -979,6 +979,21 @@ Test(store, cache_region_full_of_tensors_in_use_falls_back_to_a_buffer)
 	cr_assert_eq(zinf_pool_free_count(r.pool), 2, "the buffer is back");
 	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
 	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_RESIDENT);
+	/* the other order: 1 released first, then 0 from its buffer is the most recent: it moves
+	   into the region (1 evicted), and its buffer goes back */
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 1, &d1), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d0), 0);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 1);
+	cr_assert_eq(zinf_store_release(r.st, 1), 0);
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 2);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "moved into the region");
+	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_ABSENT);
+	uint64_t reads = stats(&r).reads;
+	read_check(&r, 0, ref, SMALL);
+	cr_assert_eq(stats(&r).reads, reads, "0 served from the region");
 	read_check(&r, 2, ref + 2 * ELEMS, ELEMS);
 	free(ref);
 	srig_fini(&r);
@@ -1042,6 +1057,47 @@ Test(store, cache_region_waits_for_the_least_recent_write_in_flight)
 	struct zinf_store_stats s = stats(&r);
 	cr_assert_eq(s.writes, 4);
 	cr_assert_eq(s.reads, 1, "only 0, evicted, read back");
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * Variable sizes in the region: small s0, big B0, small s1, big B1 written in that order (the
+ * least recent first), exactly filling it. A new big tensor takes B0's bytes alone: the run of
+ * extents whose newest member is the oldest, the fewest bytes of those. Evicting the least
+ * recent one by one until a hole fits would also have evicted s0 (its 4 KiB fit nothing).
+ */
+Test(store, cache_region_evicts_a_contiguous_run_not_every_small_tensor)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	uint64_t big = extent(&r, ELEMS * 4), small = extent(&r, SMALL * 4);
+	so.cache_bytes = 2 * big + 2 * small;
+	srig_store(&r, 1, &so);
+	uint64_t n[5] = {SMALL, ELEMS, SMALL, ELEMS, ELEMS}; /* s0 B0 s1 B1, then B2 */
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(zinf_store_add(r.st, "param16", i, n[i], 4, ZINF_TIER_NVME), i);
+	}
+	cr_assert_eq(zinf_swap_reserve(r.swap), 0);
+	float *ref = malloc(5 * ELEMS * 4);
+	zt_rand_fill(ref, 5 * ELEMS * 4, &seed);
+	for (int i = 0; i < 5; i++) {
+		write_one(&r, i, ref + (size_t)i * ELEMS, n[i]);
+	}
+	enum zinf_tensor_state A = ZINF_TENSOR_ABSENT, R = ZINF_TENSOR_RESIDENT;
+	const enum zinf_tensor_state want[5] = {R, A, R, R, R};
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(zinf_store_state(r.st, i), want[i], "tensor %d", i);
+	}
+	struct zinf_store_stats s = stats(&r);
+	cr_assert_eq(s.evictions, 1, "B0 alone");
+	cr_assert_eq(s.cache_used_bytes, 2 * big + 2 * small);
+	for (int i = 0; i < 5; i++) {
+		read_check(&r, i, ref + (size_t)i * ELEMS, n[i]);
+	}
 	free(ref);
 	srig_fini(&r);
 }
