@@ -305,11 +305,20 @@ make_plan(const struct zinf_engine_opts *e, const struct cfg *c, struct plan *p)
 
 	/* pinned host memory: the engine's pools, sized by the engine's code */
 	if (ep.param_pool_bytes) {
+		/* nvme: the buffers, and the cache in the pool's CPU region (max_in_cpu) */
+		double bufs = (double)ep.param_buffers * (double)ep.param_buffer_bytes;
+		bool nv = pd == ZINF_OFFLOAD_NVME;
 		add(p, "pinned",
-		    pd == ZINF_OFFLOAD_NVME ? "parameter swap buffers (offload_param pool: "
-					      "buffer_count x the largest partition)"
-					    : "16-bit parameter partitions (offload_param pool)",
-		    (double)ep.param_pool_bytes, NULL);
+		    nv ? "parameter swap buffers (offload_param pool: buffer_count x the largest "
+			 "partition)"
+		       : "16-bit parameter partitions (offload_param pool)",
+		    nv ? bufs : (double)ep.param_pool_bytes, NULL);
+		if (nv) {
+			add(p, "pinned",
+			    "16-bit parameter cache (offload_param pool: max_in_cpu elements, at "
+			    "most the partitions)",
+			    (double)ep.param_pool_bytes - bufs, NULL);
+		}
 		p->pinned_locked |= e->offload_param.pin_memory;
 	}
 	if (ep.optim_pool_bytes) {

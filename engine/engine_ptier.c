@@ -259,7 +259,28 @@ const struct eng_ptier eng_ptier_cpu = {
 
 /* ---- nvme ----------------------------------------------------------------------------------- */
 
-/* nvme: buffer_count buffers of the largest partition */
+/*
+ * The store's cache region (offload_param.max_in_cpu elements of the 16-bit type), capped at
+ * what this rank's partitions take there (each its swap extent: its bytes aligned, at least one
+ * alignment unit), so a small model's cache costs its partitions and no more.
+ */
+static uint64_t
+nvme_cache_bytes(const struct zinf_engine *e, uint32_t align)
+{
+	size_t ds = dsize(e);
+	uint64_t need = 0, want = 0;
+	for (uint32_t i = 0; i < e->n_params; i++) {
+		uint64_t b = e->params[i].part.part * ds;
+		need += ZINF_ALIGN_UP(b ? b : 1, (uint64_t)align);
+	}
+	if (__builtin_mul_overflow(e->o.offload_param.max_in_cpu, (uint64_t)ds, &want) ||
+	    want > need) {
+		return need;
+	}
+	return ZINF_ALIGN_UP(want, (uint64_t)align);
+}
+
+/* nvme: buffer_count buffers of the largest partition, and the cache region in the CPU region */
 static int
 nvme_pool(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po)
 {
@@ -271,6 +292,8 @@ nvme_pool(const struct zinf_engine *e, uint32_t align, struct zinf_pool_opts *po
 	po->align = align;
 	po->buffer_bytes = ZINF_ALIGN_UP(max_part * dsize(e), po->align);
 	po->buffer_count = e->o.offload_param.buffer_count;
+	po->cpu_bytes = nvme_cache_bytes(e, align);
+	po->cpu_key = "max_in_cpu";
 	return 1;
 }
 
@@ -293,7 +316,7 @@ nvme_setup(struct zinf_engine *e)
 	zinf_store_opts_init(&so);
 	so.pool = e->ps.ppool;
 	so.swap = e->ps.pswap;
-	so.max_in_cpu = e->o.offload_param.max_in_cpu;
+	so.cache_bytes = po.cpu_bytes; /* max_in_cpu: the region, never the buffers */
 	so.prefetch_bytes = e->o.stage3_prefetch_bucket_size * ds;
 	so.prefetch_evicts = 1; /* prefetches follow the trace: the cache gives way */
 	if ((ret = zinf_store_create(&so, &e->ps.store))) {

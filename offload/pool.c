@@ -27,7 +27,7 @@
 #include "zinf/blocks/io.h"
 #include "zinf/blocks/offload.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_pool_opts, what);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_pool_opts, cpu_key);
 
 #define IOV_MAX_BYTES (1ULL << 30) /* io_uring caps one fixed buffer at 1 GiB */
 #define POOL_HUGE     (2ULL << 20) /* zinf_alloc_huge() aligns to a 2 MiB huge page */
@@ -40,7 +40,8 @@ struct pool_buf {
 struct zinf_pool {
 	struct zinf_pool_opts o;
 	char what[64];
-	char *map; /* the mapping as made (zinf_free_huge) */
+	char cpu_key[64]; /* opts.cpu_key, or "" */
+	char *map;	  /* the mapping as made (zinf_free_huge) */
 	size_t map_len;
 	char *base;	    /* aligned start of the buffers */
 	uint64_t bytes;	    /* buffers + CPU region */
@@ -130,6 +131,19 @@ fmt_bytes(char *out, size_t len, uint64_t b)
 	}
 }
 
+/* " or <what>.<cpu_key>" when the CPU region is sized by a setting (opts.cpu_key), else "": the
+ * messages' other setting to lower. */
+static const char *
+or_cpu_key(char *out, size_t len, const struct zinf_pool_opts *o)
+{
+	if (o->cpu_key && *o->cpu_key) {
+		snprintf(out, len, " or %s.%s", o->what, o->cpu_key);
+	} else {
+		out[0] = 0;
+	}
+	return out;
+}
+
 /* Take the caller's options over the defaults (common/opts.h) into *o, and check them. */
 static int
 take_opts(const struct zinf_pool_opts *in, struct zinf_pool_opts *o)
@@ -182,11 +196,13 @@ budget(const struct zinf_pool_opts *o, struct zinf_pool_budget *b)
 	long pages = sysconf(_SC_PHYS_PAGES);
 	b->phys_bytes = pages > 0 ? (uint64_t)pages * pg : 0;
 	if (wraps) {
+		char ck[96];
 		return POOL_FAIL(o, -ENOMEM,
 				 "%u buffers of %" PRIu64 " bytes + %" PRIu64
 				 " CPU-tier bytes overflow 64 bits: lower %s.buffer_count or "
-				 "buffer_size",
-				 o->buffer_count, o->buffer_bytes, o->cpu_bytes, o->what);
+				 "buffer_size%s",
+				 o->buffer_count, o->buffer_bytes, o->cpu_bytes, o->what,
+				 or_cpu_key(ck, sizeof(ck), o));
 	}
 	return 0;
 }
@@ -226,7 +242,8 @@ zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
 	if (rc) {
 		return rc;
 	}
-	char asked[64], lim[64], phys[64];
+	char asked[64], lim[64], phys[64], ck[96];
+	or_cpu_key(ck, sizeof(ck), o);
 	fmt_bytes(asked, sizeof(asked), b.bytes);
 	fmt_bytes(lim, sizeof(lim), b.memlock_limit);
 	fmt_bytes(phys, sizeof(phys), b.phys_bytes);
@@ -234,9 +251,10 @@ zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
 		return POOL_FAIL(o, -ENOMEM,
 				 "%s asked for (%u buffers of %" PRIu64 " bytes + %" PRIu64
 				 " CPU-tier bytes) exceeds 90%% of physical "
-				 "memory %s: lower %s.buffer_count or buffer_size, or move state "
+				 "memory %s: lower %s.buffer_count or buffer_size%s, or move state "
 				 "to NVMe",
-				 asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, phys, what);
+				 asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, phys, what,
+				 ck);
 	}
 	if (o->pin_memory && b.memlock_binding && !o->pin_fallback) {
 		if (b.memlock_limit == 0) {
@@ -252,9 +270,9 @@ zinf_pool_check(const struct zinf_pool_opts *opts, struct zinf_pool_budget *out)
 				"%s asked for (%u buffers of %" PRIu64 " bytes + %" PRIu64
 				" CPU-tier bytes) exceeds RLIMIT_MEMLOCK "
 				"%s: raise it (ulimit -l, or memlock in "
-				"/etc/security/limits.conf), lower %s.buffer_count, or set "
+				"/etc/security/limits.conf), lower %s.buffer_count%s, or set "
 				"%s.pin_memory: false",
-				asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, lim, what,
+				asked, o->buffer_count, b.buffer_bytes, o->cpu_bytes, lim, what, ck,
 				what);
 		}
 	}
@@ -364,22 +382,24 @@ lock_pages(struct zinf_pool *p, const struct zinf_pool_opts *o, const struct zin
 		return 0;
 	}
 	int e = errno;
-	char asked[64], lim[64], had[64];
+	char asked[64], lim[64], had[64], ck[96];
+	or_cpu_key(ck, sizeof(ck), &p->o);
 	fmt_bytes(asked, sizeof(asked), b->bytes);
 	fmt_bytes(lim, sizeof(lim), b->memlock_limit);
 	fmt_bytes(had, sizeof(had), locked_now());
 	if (!o->pin_fallback) {
-		return POOL_FAIL(p, e == EPERM ? -EPERM : -ENOMEM,
-				 "mlock of %s failed: %s (RLIMIT_MEMLOCK %s%s, already locked by "
-				 "this process %s): raise ulimit -l, lower %s.buffer_count, or set "
-				 "%s.pin_memory: false",
-				 asked, strerror(e), lim, b->memlock_binding ? "" : ", not binding",
-				 had, p->what, p->what);
+		return POOL_FAIL(
+			p, e == EPERM ? -EPERM : -ENOMEM,
+			"mlock of %s failed: %s (RLIMIT_MEMLOCK %s%s, already locked by "
+			"this process %s): raise ulimit -l, lower %s.buffer_count%s, or set "
+			"%s.pin_memory: false",
+			asked, strerror(e), lim, b->memlock_binding ? "" : ", not binding", had,
+			p->what, ck, p->what);
 	}
 	POOL_WARN(p,
 		  "mlock of %s failed (%s; RLIMIT_MEMLOCK %s): running unpinned (raise ulimit -l "
-		  "to pin it)",
-		  asked, strerror(e), lim);
+		  "to pin it%s%s)",
+		  asked, strerror(e), lim, ck[0] ? ", or lower" : "", ck[0] ? ck + 3 : "");
 	return 0;
 }
 
@@ -463,6 +483,8 @@ zinf_pool_create(const struct zinf_pool_opts *opts, struct zinf_pool **out)
 	p->o = *o;
 	snprintf(p->what, sizeof(p->what), "%s", o->what);
 	p->o.what = p->what;
+	snprintf(p->cpu_key, sizeof(p->cpu_key), "%s", o->cpu_key ? o->cpu_key : "");
+	p->o.cpu_key = p->cpu_key;
 	p->io = o->io;
 	p->count = o->buffer_count;
 	p->buf_bytes = b.buffer_bytes;

@@ -15,17 +15,27 @@
  * naming the budget. A prefetch never waits; it evicts a cached tensor only with
  * prefetch_evicts. zinf_store_ready() says, without waiting, whether a wait would block.
  * A failed write keeps the data resident and dirty: nothing is dropped.
+ *
+ * The cache region (cache_bytes, carved from the pool's CPU region at create): an NVMe-homed
+ * tensor that becomes resident takes an extent there first (its swap size, aligned; first fit
+ * over a free list kept sorted by offset and merged on free), else the contiguous run of
+ * released tensors whose most recent use is the oldest is evicted (region_take); it is read
+ * into, used, written from and kept in that extent, so a cached tensor costs its own bytes, not
+ * a buffer of the largest. One that finds no extent (the region held by tensors in use or in
+ * flight, or smaller than it) uses a pool buffer as without a region, and moves into the region
+ * when released clean if room can be made then (region_adopt).
  * Not thread-safe: one thread drives a store (the I/O runs on the engine's threads).
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/opts.h"
 #include "offload/offload_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_opts, prefetch_evicts);
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_stats, cached_elems);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_opts, cache_bytes);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_store_stats, cache_peak_bytes);
 
 struct tensor {
 	char kind[32];
@@ -34,13 +44,15 @@ struct tensor {
 	enum zinf_tier home;
 	int swap_id;
 	enum zinf_tensor_state state;
-	void *data;   /* pool buffer (NVMe) or CPU region */
-	bool written; /* the files hold its data */
+	void *data;	     /* pool buffer or cache extent (NVMe), or CPU region */
+	bool in_region;	     /* data is the extent [roff, roff + rlen) of the cache region */
+	uint64_t roff, rlen; /* bytes */
+	bool written;	     /* the files hold its data */
 	bool dirty;
 	int werr;	 /* its last write failed (kept resident and dirty), for the next flush */
 	char *werr_why;	 /* that failure's cause (the swap space's message, naming the file) */
 	bool in_use;	 /* between swap_in and release */
-	bool cached;	 /* released clean, kept resident under max_in_cpu */
+	bool cached;	 /* released clean, kept resident (region, or under max_in_cpu) */
 	bool prefetched; /* started by the prefetcher, not claimed yet */
 	bool queued;	 /* in the prefetch queue */
 	bool read_start_failed;	 /* the swap space refused the read (its message logged then) */
@@ -61,6 +73,22 @@ struct zinf_store {
 	int pq_head, pq_len, pq_cap;
 	uint64_t pf_bytes; /* prefetch bytes started and not claimed */
 	uint64_t cached_elems;
+	uint64_t buf_cached_elems; /* of them, in pool buffers (bounded by max_in_cpu) */
+	/* the cache region: cache_bytes at region, free extents in holes (sorted by offset,
+	   none adjacent), at most one per tensor + 1 */
+	char *region;
+	uint32_t ralign;
+	struct hole {
+		uint64_t off, len;
+	} * holes;
+	int nholes, holes_cap;
+	/* region_take's scratch: the region's holes and extents by offset (holes_cap x 2 + 4) */
+	struct ritem {
+		uint64_t off, len, used; /* used: last use of a candidate (0: a hole) */
+		int id;			 /* the tensor, or -1: a hole */
+		bool blocked;		 /* an extent that may not be evicted now */
+	} * items;
+	uint64_t region_used;
 	struct zinf_store_stats stats;
 };
 
@@ -73,6 +101,44 @@ zinf_store_opts_init(struct zinf_store_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->size = sizeof(*o);
 	o->timeout_ms = -1;
+}
+
+/* The cache region from the pool's CPU region: one hole of cache_bytes. */
+static int
+region_create(struct zinf_store *s)
+{
+	if (!s->o.swap) {
+		return STORE_FAIL(s, -EINVAL,
+				  "cache_bytes %" PRIu64 " without a swap space: the cache holds "
+				  "NVMe-homed tensors only",
+				  s->o.cache_bytes);
+	}
+	s->ralign = zinf_swap_align(s->o.swap);
+	void *r = NULL;
+	int rc = zinf_pool_cpu_alloc(s->o.pool, s->o.cache_bytes, &r);
+	if (rc) {
+		return STORE_FAIL(s, rc,
+				  "its cache of %" PRIu64 " bytes (max_in_cpu) does not fit the "
+				  "pool's CPU region: %s",
+				  s->o.cache_bytes, zinf_last_error());
+	}
+	if ((uintptr_t)r % s->ralign) {
+		return STORE_FAIL(s, -EINVAL,
+				  "cache region at %p is not aligned to the swap space's %u bytes: "
+				  "create the pool with align %u",
+				  r, s->ralign, s->ralign);
+	}
+	s->region = r;
+	s->holes = zc_calloc(16, sizeof(*s->holes));
+	s->items = zc_calloc(2 * 16 + 4, sizeof(*s->items));
+	if (!s->holes || !s->items) {
+		return STORE_FAIL(s, -ENOMEM, "out of memory");
+	}
+	s->holes_cap = 16;
+	s->holes[0] = (struct hole){0, ZINF_ALIGN_DOWN(s->o.cache_bytes, (uint64_t)s->ralign)};
+	s->nholes = s->holes[0].len ? 1 : 0;
+	s->stats.cache_bytes = s->holes[0].len;
+	return 0;
 }
 
 int
@@ -97,6 +163,12 @@ zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out)
 	s->o = o;
 	snprintf(s->name, sizeof(s->name), "store (%s)", offload_pool_what(o.pool));
 	s->buf_bytes = zinf_pool_buffer_bytes(o.pool);
+	if (o.cache_bytes && (rc = region_create(s))) {
+		zc_free(s->items);
+		zc_free(s->holes);
+		zc_free(s);
+		return rc;
+	}
 	*out = s;
 	return 0;
 }
@@ -107,16 +179,73 @@ get(const struct zinf_store *s, int id)
 	return (s && id >= 0 && id < s->nt) ? &s->t[id] : NULL;
 }
 
+/* First fit of len bytes in the region's holes: the offset, or UINT64_MAX. */
+static uint64_t
+hole_take(struct zinf_store *s, uint64_t len)
+{
+	for (int i = 0; i < s->nholes; i++) {
+		struct hole *h = &s->holes[i];
+		if (h->len >= len) {
+			uint64_t off = h->off;
+			h->off += len;
+			h->len -= len;
+			if (h->len == 0) {
+				memmove(h, h + 1, (size_t)(s->nholes - i - 1) * sizeof(*h));
+				s->nholes--;
+			}
+			return off;
+		}
+	}
+	return UINT64_MAX;
+}
+
+/* An extent back into the holes, merged with its neighbours. Never fails: holes_cap exceeds
+ * the tensors (zinf_store_add), and holes are never more than extents + 1. */
+static void
+hole_put(struct zinf_store *s, uint64_t off, uint64_t len)
+{
+	int i = 0;
+	while (i < s->nholes && s->holes[i].off < off) {
+		i++;
+	}
+	bool left = i > 0 && s->holes[i - 1].off + s->holes[i - 1].len == off;
+	bool right = i < s->nholes && off + len == s->holes[i].off;
+	if (left && right) {
+		s->holes[i - 1].len += len + s->holes[i].len;
+		memmove(&s->holes[i], &s->holes[i + 1],
+			(size_t)(s->nholes - i - 1) * sizeof(*s->holes));
+		s->nholes--;
+	} else if (left) {
+		s->holes[i - 1].len += len;
+	} else if (right) {
+		s->holes[i].off = off;
+		s->holes[i].len += len;
+	} else {
+		memmove(&s->holes[i + 1], &s->holes[i],
+			(size_t)(s->nholes - i) * sizeof(*s->holes));
+		s->holes[i] = (struct hole){off, len};
+		s->nholes++;
+	}
+}
+
 static void
 give_back(struct zinf_store *s, struct tensor *t)
 {
-	if (t->home == ZINF_TIER_NVME && t->data) {
-		(void)zinf_pool_release(s->o.pool, t->data);
-		t->data = NULL;
-	}
 	if (t->cached) {
 		s->cached_elems -= t->elems;
+		if (!t->in_region) {
+			s->buf_cached_elems -= t->elems;
+		}
 		t->cached = false;
+	}
+	if (t->in_region) {
+		hole_put(s, t->roff, t->rlen);
+		s->region_used -= t->rlen;
+		t->in_region = false;
+		t->data = NULL;
+	} else if (t->home == ZINF_TIER_NVME && t->data) {
+		(void)zinf_pool_release(s->o.pool, t->data);
+		t->data = NULL;
 	}
 	if (t->prefetched) {
 		s->pf_bytes -= t->bytes;
@@ -125,19 +254,25 @@ give_back(struct zinf_store *s, struct tensor *t)
 	t->state = ZINF_TENSOR_ABSENT;
 }
 
-/* A clean resident tensor into the cache (most recent), the least recently released ones out
- * while the cache holds more than max_in_cpu elements. */
+/* A clean resident tensor into the cache, last used at `used` (the store's clock: its release,
+ * or its write's start). In the region it stays until its bytes are wanted (region_take); in
+ * pool buffers the least recently released ones go while those hold more than max_in_cpu
+ * elements. */
 static void
-cache_put(struct zinf_store *s, struct tensor *t)
+cache_put(struct zinf_store *s, struct tensor *t, uint64_t used)
 {
 	t->cached = true;
-	t->lru = s->clock++;
+	t->lru = used;
 	s->cached_elems += t->elems;
-	while (s->cached_elems > s->o.max_in_cpu) {
+	if (t->in_region) {
+		return;
+	}
+	s->buf_cached_elems += t->elems;
+	while (s->buf_cached_elems > s->o.max_in_cpu) {
 		struct tensor *v = NULL;
 		for (int i = 0; i < s->nt; i++) {
 			struct tensor *c = &s->t[i];
-			if (c->cached && (!v || c->lru < v->lru)) {
+			if (c->cached && !c->in_region && (!v || c->lru < v->lru)) {
 				v = c;
 			}
 		}
@@ -146,8 +281,137 @@ cache_put(struct zinf_store *s, struct tensor *t)
 	}
 }
 
-/* A write is complete: keep the clean data cached (max_in_cpu) or free the buffer; on failure
- * keep the data resident and dirty. */
+/* Whether the tensor's data may be given up for another's room: resident, clean, released and
+ * not an unclaimed prefetch (about to be claimed). */
+static bool
+evictable(const struct tensor *t)
+{
+	return t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty && !t->in_use &&
+	       !t->prefetched;
+}
+
+static int write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep);
+
+static int
+ritem_cmp(const void *a, const void *b)
+{
+	const struct ritem *x = a, *y = b;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/*
+ * An extent of the region for t: a hole that fits, else (only with evict) the contiguous run of
+ * holes and candidates whose most recent use is the oldest, evicted. Candidates are the
+ * evictable tensors (last used at their release) and the released ones whose write is in flight
+ * (last used when it started; waited for, only with may_wait, else only when complete), so the
+ * order is LRU's whatever the disk's speed, and a run never evicts more than the bytes it needs
+ * beyond its oldest members: evicting the least recently used one by one until a hole fits would
+ * evict every small tensor between two large ones (norm vectors spread over the region).
+ * Returns true and sets t's data, or false (no region, t larger than it, no run of candidates
+ * large enough): the caller uses a pool buffer.
+ */
+static bool
+region_take(struct zinf_store *s, struct tensor *t, bool evict, bool may_wait)
+{
+	if (!s->region) {
+		return false;
+	}
+	/* the swap space's capacity for it (its bytes, aligned): a read fills it whole */
+	uint64_t len =
+		ZINF_ALIGN_UP(zinf_swap_buf_bytes(s->o.swap, t->swap_id), (uint64_t)s->ralign);
+	len = len ? len : s->ralign;
+	if (len > s->stats.cache_bytes) {
+		return false;
+	}
+	uint64_t off = hole_take(s, len);
+	if (off == UINT64_MAX && evict) {
+		/* the region by offset: holes and extents tile it */
+		int n = 0;
+		for (int i = 0; i < s->nholes; i++) {
+			s->items[n++] =
+				(struct ritem){s->holes[i].off, s->holes[i].len, 0, -1, false};
+		}
+		for (int i = 0; i < s->nt; i++) {
+			struct tensor *c = &s->t[i];
+			if (!c->in_region) {
+				continue;
+			}
+			struct ritem it = {c->roff, c->rlen, 0, i, false};
+			if (evictable(c)) {
+				it.used = c->lru;
+			} else if (c->state == ZINF_TENSOR_WRITING && !c->in_use &&
+				   (may_wait || zinf_swap_poll(s->o.swap, &c->op) == 1)) {
+				it.used = c->wseq;
+			} else {
+				it.blocked = true;
+			}
+			s->items[n++] = it;
+		}
+		qsort(s->items, (size_t)n, sizeof(*s->items), ritem_cmp);
+		int best = -1, best_end = -1;
+		uint64_t best_used = UINT64_MAX, best_got = 0;
+		for (int a = 0; a < n; a++) {
+			uint64_t got = 0, newest = 0;
+			int b = a;
+			for (; b < n && !s->items[b].blocked && got < len; b++) {
+				got += s->items[b].len;
+				newest = ZINF_MAX(newest, s->items[b].used);
+			}
+			/* the oldest newest member; of those, the fewest bytes given up */
+			if (got >= len &&
+			    (newest < best_used || (newest == best_used && got < best_got))) {
+				best = a;
+				best_end = b;
+				best_used = newest;
+				best_got = got;
+			}
+		}
+		for (int k = best; best >= 0 && k < best_end; k++) {
+			struct tensor *v = s->items[k].id >= 0 ? &s->t[s->items[k].id] : NULL;
+			if (v && v->state == ZINF_TENSOR_WRITING &&
+			    write_done(s, v, zinf_swap_wait(s->o.swap, &v->op), false)) {
+				return false; /* failed: kept resident and dirty, the run is broken
+					       */
+			}
+			if (v) {
+				give_back(s, v);
+				s->stats.evictions++;
+			}
+		}
+		off = best >= 0 ? hole_take(s, len) : UINT64_MAX;
+	}
+	if (off == UINT64_MAX) {
+		return false;
+	}
+	t->in_region = true;
+	t->roff = off;
+	t->rlen = len;
+	t->data = s->region + off;
+	s->region_used += len;
+	s->stats.cache_peak_bytes = ZINF_MAX(s->stats.cache_peak_bytes, s->region_used);
+	return true;
+}
+
+/*
+ * A clean released tensor in a pool buffer (it found no extent when it became resident: the
+ * region was held by tensors in use) into an extent now, evicting the least recently used (no
+ * waiting): it is the most recently used, so LRU keeps it. Returns true when moved (the buffer is
+ * back in the pool).
+ */
+static bool
+region_adopt(struct zinf_store *s, struct tensor *t)
+{
+	void *buf = t->data;
+	if (t->in_region || !buf || !region_take(s, t, true, false)) {
+		return false;
+	}
+	memcpy(t->data, buf, t->bytes);
+	(void)zinf_pool_release(s->o.pool, buf);
+	return true;
+}
+
+/* A write is complete: keep the clean data cached (the region; max_in_cpu in a buffer) or free
+ * the buffer; on failure keep the data resident and dirty. */
 static int
 write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 {
@@ -171,11 +435,11 @@ write_done(struct zinf_store *s, struct tensor *t, int rc, bool keep)
 	s->stats.write_bytes += t->bytes;
 	if (keep) {
 		t->state = ZINF_TENSOR_RESIDENT;
-	} else if (t->elems <= s->o.max_in_cpu) {
+	} else if (t->in_region || region_adopt(s, t) || t->elems <= s->o.max_in_cpu) {
 		/* clean now: the data stays cached like a clean release's (the next swap-in
 		   reads nothing) */
 		t->state = ZINF_TENSOR_RESIDENT;
-		cache_put(s, t);
+		cache_put(s, t, t->wseq); /* last used when released: its write's start */
 	} else {
 		give_back(s, t);
 	}
@@ -201,7 +465,7 @@ make_room(struct zinf_store *s)
 	struct tensor *victim = NULL;
 	for (int i = 0; i < s->nt; i++) {
 		struct tensor *t = &s->t[i];
-		if (t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty &&
+		if (t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty && !t->in_region &&
 		    (!victim || t->lru < victim->lru)) {
 			victim = t;
 		}
@@ -210,7 +474,7 @@ make_room(struct zinf_store *s)
 		/* an unclaimed prefetch, furthest back in the queue order: the oldest started */
 		for (int i = 0; i < s->nt && !victim; i++) {
 			struct tensor *t = &s->t[i];
-			if (t->prefetched && !t->in_use && !t->dirty &&
+			if (t->prefetched && !t->in_use && !t->dirty && !t->in_region &&
 			    (t->state == ZINF_TENSOR_RESIDENT || t->state == ZINF_TENSOR_READING)) {
 				victim = t;
 			}
@@ -224,13 +488,14 @@ make_room(struct zinf_store *s)
 		s->stats.evictions++;
 		return true;
 	}
-	/* The oldest write; if it fails (its data stays resident), the next one may still free a
-	 * buffer. */
+	/* The oldest write from a buffer; if it fails (its data stays resident), the next one may
+	 * still free a buffer. */
 	for (;;) {
 		struct tensor *w = NULL;
 		for (int i = 0; i < s->nt; i++) {
 			struct tensor *t = &s->t[i];
-			if (t->state == ZINF_TENSOR_WRITING && (!w || t->wseq < w->wseq)) {
+			if (t->state == ZINF_TENSOR_WRITING && !t->in_region &&
+			    (!w || t->wseq < w->wseq)) {
 				w = t;
 			}
 		}
@@ -249,6 +514,9 @@ get_buffer(struct zinf_store *s, struct tensor *t, bool may_wait)
 {
 	void *b = NULL;
 	reap_writes(s);
+	if (region_take(s, t, true, may_wait)) {
+		return 0;
+	}
 	for (;;) {
 		/* Probe quietly: an empty pool here is not an error yet. */
 		if (zinf_pool_free_count(s->o.pool) > 0 &&
@@ -339,6 +607,23 @@ zinf_store_add(struct zinf_store *s, const char *kind, uint32_t index, uint64_t 
 		s->pq_cap = cap;
 		s->pq_head = 0;
 	}
+	if (s->region && s->holes_cap < s->nt + 2) {
+		/* holes: at most one more than the extents, which are at most the tensors */
+		int hc = s->cap + 2;
+		struct hole *h = zc_calloc(hc, sizeof(*h));
+		struct ritem *it = zc_calloc(2 * (size_t)hc + 4, sizeof(*it));
+		if (!h || !it) {
+			zc_free(h);
+			zc_free(it);
+			return STORE_FAIL(s, -ENOMEM, "out of memory");
+		}
+		memcpy(h, s->holes, (size_t)s->nholes * sizeof(*h));
+		zc_free(s->holes);
+		zc_free(s->items);
+		s->holes = h;
+		s->items = it;
+		s->holes_cap = hc;
+	}
 	struct tensor *t = &s->t[s->nt];
 	memset(t, 0, sizeof(*t));
 	snprintf(t->kind, sizeof(t->kind), "%s", kind);
@@ -405,7 +690,7 @@ evict_cached(struct zinf_store *s)
 	struct tensor *v = NULL;
 	for (int i = 0; i < s->nt; i++) {
 		struct tensor *t = &s->t[i];
-		if (t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty &&
+		if (t->state == ZINF_TENSOR_RESIDENT && t->cached && !t->dirty && !t->in_region &&
 		    (!v || t->lru < v->lru)) {
 			v = t;
 		}
@@ -432,14 +717,17 @@ pump_prefetch(struct zinf_store *s)
 			break;
 		}
 		void *b = NULL;
-		if (zinf_pool_free_count(s->o.pool) == 0 && s->o.prefetch_evicts) {
-			evict_cached(s);
+		if (!region_take(s, t, s->o.prefetch_evicts != 0, false)) {
+			if (zinf_pool_free_count(s->o.pool) == 0 && s->o.prefetch_evicts) {
+				evict_cached(s);
+			}
+			if (zinf_pool_free_count(s->o.pool) == 0 ||
+			    zinf_pool_acquire(s->o.pool, 0, &b) < 0) {
+				break; /* never waits; evicts the cache only with
+					  prefetch_evicts */
+			}
+			t->data = b;
 		}
-		if (zinf_pool_free_count(s->o.pool) == 0 ||
-		    zinf_pool_acquire(s->o.pool, 0, &b) < 0) {
-			break; /* never waits; evicts the cache only with prefetch_evicts */
-		}
-		t->data = b;
 		t->queued = false;
 		s->pq_head = (s->pq_head + 1) % s->pq_cap;
 		s->pq_len--;
@@ -472,6 +760,9 @@ zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags)
 	if (t->state == ZINF_TENSOR_RESIDENT || t->state == ZINF_TENSOR_READING) {
 		if (t->cached) {
 			s->cached_elems -= t->elems;
+			if (!t->in_region) {
+				s->buf_cached_elems -= t->elems;
+			}
 			t->cached = false;
 			s->stats.cache_hits++;
 		}
@@ -572,6 +863,9 @@ zinf_store_mark_dirty(struct zinf_store *s, int id)
 		if (t->cached) {
 			/* Out of the cache, whose evictions drop data: held until written. */
 			s->cached_elems -= t->elems;
+			if (!t->in_region) {
+				s->buf_cached_elems -= t->elems;
+			}
 			t->cached = false;
 		}
 	}
@@ -613,8 +907,8 @@ zinf_store_release(struct zinf_store *s, int id)
 	}
 	if (t->dirty) {
 		start_write(s, t);
-	} else if (t->elems <= s->o.max_in_cpu) {
-		cache_put(s, t);
+	} else if (t->in_region || region_adopt(s, t) || t->elems <= s->o.max_in_cpu) {
+		cache_put(s, t, s->clock++);
 	} else {
 		give_back(s, t);
 	}
@@ -707,6 +1001,7 @@ zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out)
 	struct zinf_store_stats st = s->stats;
 	st.size = sizeof(st);
 	st.cached_elems = s->cached_elems;
+	st.cache_used_bytes = s->region_used;
 	return zc_stats_give(out, &st, sizeof(st), "zinf_store_stats");
 }
 
@@ -726,6 +1021,8 @@ zinf_store_destroy(struct zinf_store *s)
 			give_back(s, t);
 		}
 	}
+	zc_free(s->holes);
+	zc_free(s->items);
 	zc_free(s->pq);
 	zc_free(s->t);
 	zc_free(s);

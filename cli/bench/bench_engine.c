@@ -77,7 +77,8 @@ struct cfg {
 	struct cli_list paths;
 	const char *checkpoint;
 	bool no_sdb, compare, pin, json, no_decay_1d;
-	bool vertical; /* every micro-batch of a step in one pass (zinf_engine_vertical) */
+	bool vertical;	     /* every micro-batch of a step in one pass (zinf_engine_vertical) */
+	uint64_t max_in_cpu; /* offload_param.max_in_cpu: the NVMe parameter cache, elements */
 };
 
 static struct cfg cfg;
@@ -163,6 +164,10 @@ static const struct cli_opt opts[] = {
 	 "every micro-batch of a step in one pass (zinf_engine_vertical): per layer\n"
 	 "fetch, compute each micro-batch, release; backward each parameter's\n"
 	 "gradients in micro-batch order"},
+	{"max-in-cpu", CLI_COUNT, &cfg.max_in_cpu, "1e9", "N",
+	 "elements of 16-bit parameters cached in host memory with --offload-param nvme\n"
+	 "(offload_param.max_in_cpu; capped at the partitions; 0: every fetch reads NVMe)",
+	 .min = 0},
 	{NULL},
 };
 
@@ -269,7 +274,8 @@ model_params(const struct cfg *c)
  * before anything is registered (--hidden 1e5 asks for terabytes): the 16-bit parameters, and
  * the fp32 master, optimizer state and gradient partition, each where it lives in host memory
  * (a cpu tier, or a device tier on the host device; an nvme tier's buffers are bounded by their
- * sizes). Buckets and gathered layers come on top. Times the arms (--compare runs two).
+ * sizes; the nvme parameter tier's cache, --max-in-cpu, is not). Buckets and gathered layers
+ * come on top. Times the arms (--compare runs two).
  */
 static int
 check_host_memory(const struct run *r, struct zinf_engine *e)
@@ -285,6 +291,8 @@ check_host_memory(const struct run *r, struct zinf_engine *e)
 		need += host ? P / (c->stage == 3 ? w : 1) * ds : 0;
 	} else if (c->off_param == ZINF_OFFLOAD_CPU) {
 		need += P / w * ds;
+	} else { /* nvme: the parameter cache (--max-in-cpu, capped at the partitions) */
+		need += fmin((double)c->max_in_cpu, P / w) * ds;
 	}
 	if (c->off_optim == ZINF_OFFLOAD_CPU || (c->off_optim == ZINF_OFFLOAD_NONE && host)) {
 		need += P / (c->stage >= 1 ? w : 1) * (sb + 4);
@@ -306,6 +314,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	offload(c, c->off_param, &eo.offload_param);
 	eo.offload_param.buffer_size = c->param_buffer;
 	eo.stage3_max_live_parameters = c->max_live;
+	eo.offload_param.max_in_cpu = c->max_in_cpu;
 	offload(c, c->off_optim, &eo.offload_optimizer);
 	eo.optimizer_schedule = (uint8_t)c->schedule;
 	eo.sub_group_size = c->sub_group;
@@ -868,6 +877,7 @@ report_json(const struct run *r)
 	json_object_set_new(o, "weight_decay", cli_json_real(c->weight_decay));
 	json_object_set_new(o, "no_decay_1d", json_boolean(c->no_decay_1d));
 	json_object_set_new(o, "gradient_clipping", cli_json_real(c->clip));
+	json_object_set_new(o, "max_in_cpu", json_integer((json_int_t)c->max_in_cpu));
 	arm_json(r, &r->arm[0], o);
 	if (r->nvme) {
 		json_t *d = json_object();

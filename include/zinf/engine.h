@@ -115,8 +115,9 @@ struct zinf_offload_opts {
 	uint64_t buffer_size;  /* param: elements per buffer (a partition larger is refused,
 				  naming this key); default 1e8. Optimizer: unused (sized from
 				  sub_group_size) */
-	uint64_t max_in_cpu;   /* param, nvme: elements of partitions kept cached in pinned
-				  memory after release; default 1e9 */
+	uint64_t max_in_cpu;   /* param, nvme: elements of partitions kept cached in the
+				  parameter pool (pinned with pin_memory), capped at this rank's
+				  partitions, least recently used evicted; default 1e9 */
 	double ratio;	       /* optimizer: fraction offloaded; only 1.0 is supported
 				  (default 1.0; other values are -EINVAL naming the key) */
 };

@@ -309,6 +309,11 @@ Test(config_check, nvme_plan_and_free_space)
 	   optimizer's 4 buffers of a sub-group, its window of min(4, sub-groups) sub-groups'
 	   gradients */
 	cr_expect_eq(item(o, "pinned", "parameter swap buffers"), 5 * 131072.0 * 2);
+	/* and the cache (max_in_cpu, default 1e9 elements): capped at the rank's partitions, each
+	   in 4 KiB units (60 of them) */
+	double cache = item(o, "pinned", "16-bit parameter cache");
+	cr_expect(cache >= part * 2 && cache <= part * 2 + 60 * 4096.0, "%.0f for %.0f", cache,
+		  part * 2);
 	cr_expect_gt(item(o, "pinned", "optimizer swap buffers"),
 		     4 * eng(o, "max_sub_group_elems") * 14);
 	double win = item(o, "pinned", "gradient window"), sg4 = eng(o, "max_sub_group_elems") * 4;
@@ -434,6 +439,57 @@ Test(config_check, plan_equals_a_real_engine)
 		}
 		if (strstr(files[i], "zero3_nvme")) {
 			cr_expect_lt(pinned, 64 << 20, "%s: %.0f bytes", files[i], pinned);
+		}
+		json_decref(o);
+	}
+	/* zero3_nvme.json with a parameter cache (offload_param.max_in_cpu 0 there): part of the
+	   model (20000 elements), all of it (1e9, capped at the partitions) */
+	char src[4300], buf[8192];
+	snprintf(src, sizeof(src), "%s/examples/gpt/configs/zero3_nvme.json", ZINF_SOURCE_DIR);
+	FILE *in = fopen(src, "r");
+	cr_assert_not_null(in);
+	size_t len = fread(buf, 1, sizeof(buf) - 1, in);
+	fclose(in);
+	buf[len] = 0;
+	char *key = strstr(buf, "\"max_in_cpu\": 0");
+	cr_assert_not_null(key, "zero3_nvme.json sets max_in_cpu 0");
+	double plain = 0;
+	static const char *const caches[] = {"0", "20000", "1e9"};
+	for (size_t k = 0; k < 3; k++) {
+		char file[4300];
+		snprintf(file, sizeof(file), "%s/cache.json", sc.dir);
+		FILE *f = fopen(file, "w");
+		cr_assert_not_null(f);
+		fprintf(f, "%.*s\"max_in_cpu\": %s%s", (int)(key - buf), buf, caches[k],
+			key + strlen("\"max_in_cpu\": 0"));
+		fclose(f);
+		cr_assert_eq(zc_run_sh(&sc, "", "",
+				       "config check %s --hidden 64 --layers 3 --world 1 "
+				       "--total-steps 10 --nvme-path %s --json",
+				       file, sc.dir),
+			     0, "max_in_cpu %s: %s", caches[k], zc_text(sc.err));
+		json_t *o = zc_json(sc.out);
+		double pinned = zc_num(json_object_get(o, "plan"), "pinned_bytes");
+		uint64_t real = engine_pool_bytes(file, 64, 3);
+		cr_expect_eq(pinned, (double)real,
+			     "max_in_cpu %s: the plan pins %.0f, the engine %llu", caches[k],
+			     pinned, (unsigned long long)real);
+		/* the cache on top of the buffers (the file's parameters are fp32): 20000 elements,
+		   80000 bytes in 4 KiB units; all: more than that, within the model's
+		   3 x (12 x 64^2 + 6 x 64) elements and 4 KiB for each of its 30 parameters */
+		double cache = item(o, "pinned", "16-bit parameter cache");
+		if (k == 0) {
+			plain = pinned;
+			cr_expect_eq(cache, -1, "no cache item: %.0f", cache);
+		} else if (k == 1) {
+			cr_expect_eq(pinned - plain, 81920, "%.0f", pinned - plain);
+			cr_expect_eq(cache, 81920);
+		} else {
+			cr_expect(pinned - plain > 81920 &&
+					  pinned - plain <=
+						  3 * (12 * 64 * 64 + 6 * 64) * 4 + 30 * 4096,
+				  "%.0f", pinned - plain);
+			cr_expect_eq(cache, pinned - plain);
 		}
 		json_decref(o);
 	}

@@ -596,16 +596,21 @@ Test(engine, plan_equals_the_engine)
 		bool pin, clip;
 		uint32_t buffers;
 		uint64_t sub_group;
+		uint64_t max_in_cpu; /* offload_param: the NVMe tier's cache (0: none) */
 	} cfgs[] = {
-		{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, false, false, 4, 64},
-		{1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true, false, 4, 64},
-		{2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true, false, 4, 64},
-		{2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, false, true, 2, 64},
-		{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, true, false, 4, 64},
-		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, false, 8, 64},
-		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, true, 3, 0},
-		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, true, 1, 1000},
-		{3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, true, false, 5, 64},
+		{0, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, false, false, 4, 64, 0},
+		{1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, true, false, 4, 64, 0},
+		{2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true, false, 4, 64, 0},
+		{2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, false, true, 2, 64, 0},
+		{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, true, false, 4, 64, 0},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, false, 8, 64, 0},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, true, 3, 0, 0},
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, true, 1, 1000, 0},
+		{3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, true, false, 5, 64, 0},
+		/* the parameter cache in the pool's CPU region: part of the model, all of it
+		   (1e9 elements, capped at the partitions) */
+		{3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, false, 4, 64, 500},
+		{3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false, true, 2, 64, 1000000000},
 	};
 	struct zinf_param_desc descs[EREF_NPARAMS];
 	model_descs(descs);
@@ -614,15 +619,17 @@ Test(engine, plan_equals_the_engine)
 	for (size_t k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++) {
 		struct zinf_engine_opts o;
 		char what[96];
-		snprintf(what, sizeof(what), "stage %d opt %d param %d pin %d clip %d buffers %u",
+		snprintf(what, sizeof(what),
+			 "stage %d opt %d param %d pin %d clip %d buffers %u max_in_cpu %llu",
 			 cfgs[k].stage, cfgs[k].opt, cfgs[k].param, cfgs[k].pin, cfgs[k].clip,
-			 cfgs[k].buffers);
+			 cfgs[k].buffers, (unsigned long long)cfgs[k].max_in_cpu);
 		edrive_opts(&o, "single", cfgs[k].stage, cfgs[k].opt, cfgs[k].param, dir, ZINF_F32,
 			    1);
 		o.offload_optimizer.pin_memory = o.offload_param.pin_memory = cfgs[k].pin;
 		o.offload_optimizer.buffer_count = o.offload_param.buffer_count = cfgs[k].buffers;
 		o.sub_group_size = cfgs[k].sub_group;
 		o.gradient_clipping = cfgs[k].clip ? 1.0 : 0.0;
+		o.offload_param.max_in_cpu = cfgs[k].max_in_cpu;
 		struct zinf_engine_plan plan = {.size = sizeof(plan)};
 		cr_assert_eq(zinf_engine_plan(&o, 1, 0, descs, EREF_NPARAMS, &plan), 0, "%s: %s",
 			     what, zinf_last_error());
@@ -636,6 +643,27 @@ Test(engine, plan_equals_the_engine)
 			     plan.param_pool_bytes + plan.optim_pool_bytes + plan.grad_window_bytes,
 			     "%s", what);
 		cr_expect_eq(plan.sub_groups, st.sub_groups, "%s", what);
+		/* NVMe parameters: the cache beyond the buffers, worked from the sizes (fp32, one
+		   rank, extents of 4096 bytes): max_in_cpu x 4 bytes, or every partition's extent
+		 */
+		if (cfgs[k].param == ZINF_OFFLOAD_NVME && cfgs[k].max_in_cpu) {
+			uint64_t all = 0;
+			for (uint32_t i = 0; i < EREF_NPARAMS; i++) {
+				all += (descs[i].numel * 4 + 4095) / 4096 * 4096;
+			}
+			uint64_t want = cfgs[k].max_in_cpu * 4 < all
+						? (cfgs[k].max_in_cpu * 4 + 4095) / 4096 * 4096
+						: all;
+			cr_expect_eq(plan.param_pool_bytes,
+				     (uint64_t)plan.param_buffers * plan.param_buffer_bytes + want,
+				     "%s: cache of %llu bytes", what, (unsigned long long)want);
+		}
+		/* NVMe parameters: the cache beyond the buffers exactly when there is one */
+		cr_expect(cfgs[k].param != ZINF_OFFLOAD_NVME ||
+				  (plan.param_pool_bytes >
+				   (uint64_t)plan.param_buffers * plan.param_buffer_bytes) ==
+					  (cfgs[k].max_in_cpu > 0),
+			  "%s: %llu", what, (unsigned long long)plan.param_pool_bytes);
 		cr_expect_eq(plan.host_pool_bytes > 0,
 			     cfgs[k].opt != ZINF_OFFLOAD_NONE || cfgs[k].param != ZINF_OFFLOAD_NONE,
 			     "%s: %llu", what, (unsigned long long)plan.host_pool_bytes);

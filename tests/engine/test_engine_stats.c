@@ -5,8 +5,9 @@
  * filled part of a bucket; nvme_read_bytes only what was read from the swap files (not the
  * store's cache), against the I/O context's count; a step writes an NVMe-homed parameter
  * partition once, however many ZINF_STEP_CHUNK pieces it is stepped in (the I/O context's
- * bytes written). Both tiers on NVMe and the swap files: test_engine.c
- * (nvme_bytes_and_swap_files).
+ * bytes written); the parameter cache's reads per step against the count worked by hand for a
+ * cache of none, part and all of the model, with the same values fetched. Both tiers on NVMe
+ * and the swap files: test_engine.c (nvme_bytes_and_swap_files).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -245,4 +246,112 @@ Test(engine_stats, nvme_bytes_by_kind_and_no_gradient_spill)
 	zinf_engine_destroy(e);
 	zt_rmtree(dir);
 	free(dir);
+}
+
+/* Fetch layers 0..n-1 (parameter l in layer l, p elements of 16 bits) and copy them into out. */
+static void
+fetch_all(struct zinf_engine *e, int n, uint64_t p, uint16_t *out)
+{
+	for (int l = 0; l < n; l++) {
+		void *d = NULL;
+		cr_assert_eq(zinf_engine_fetch(e, l), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_engine_param(e, (uint32_t)l, &d), 0);
+		cr_assert_eq(zinf_stream_sync(zinf_engine_compute_stream(e)), 0);
+		memcpy(out + (size_t)l * p, d, p * 2);
+		cr_assert_eq(zinf_engine_release(e, l), 0);
+	}
+}
+
+/*
+ * The parameter cache (offload_param.max_in_cpu): NVMe reads of the 16-bit partitions per step,
+ * worked by hand, for N = 8 equal layers (one parameter of P elements each, a partition of
+ * 64 KiB, a multiple of any direct-I/O alignment) and a cache of C layers. A step touches the
+ * layers forward 0..N-1, backward N-1..0, and writes their new values in backward order (during
+ * backward: one sub-group a layer; or after it). Under LRU a forward read of layer k finds k
+ * other layers touched since its last use, a backward read N-1-k: it hits when that is below C.
+ * So each pass reads N - C layers, 2(N - C) per step (C < N), none for C >= N; writes need no
+ * read. With C = 3, 4 and 8 (max_in_cpu 1e9, capped at the model): 10, 8 and 0 partitions read
+ * in step 3. Without a cache (C = 0) 2N, less the partitions whose new values are still being
+ * written when the next forward asks for them (a write keeps its buffer: layer 0's at least, the
+ * last written; at most buffer_count): 16 - 5 to 15. Every step writes every partition once:
+ * 3N partitions through the I/O context from before step 1 to after a fetch of every layer
+ * (which waits for writes in flight). The fetched values after three steps are the same bits
+ * for every cache and both step orders.
+ */
+Test(engine_stats, nvme_param_reads_per_step_match_the_cache_worked_by_hand)
+{
+	enum { N = 8, P = 32768 };
+	const uint64_t part = P * 2;
+	static const struct {
+		uint64_t max_in_cpu;
+		uint64_t reads; /* partitions read per step */
+	} cases[] = {{0, 2 * N - 1}, {3 * P, 2 * (N - 3)}, {4 * P, 2 * (N - 4)}, {1000000000, 0}};
+	uint16_t *ref = NULL; /* the first run's values, every layer */
+	for (int sdb = 0; sdb < 2; sdb++) {
+		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+			char *dir = zt_mkdtemp(NULL);
+			cr_assert(dir);
+			struct zinf_engine_opts o;
+			nvme_param_opts(&o, dir, "pcache");
+			o.offload_param.max_in_cpu = cases[c].max_in_cpu;
+			o.stage3_max_reuse_distance = 0; /* every fetch asks the store */
+			o.sub_group_size = P;		 /* a sub-group a layer */
+			o.step_during_backward = sdb;
+			struct zinf_engine *e = make(&o);
+			int layer_of[N];
+			void *g[N];
+			for (int i = 0; i < N; i++) {
+				char name[16];
+				snprintf(name, sizeof(name), "w%d", i);
+				cr_assert_eq(add(e, name, P, i, init_val, NULL), i);
+				layer_of[i] = i;
+			}
+			cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+			for (int i = 0; i < N; i++) {
+				g[i] = grad16(e, P, i);
+			}
+			uint16_t *got = malloc(N * part);
+			cr_assert(got);
+			fetch_all(e, N, P, got); /* init's writes done */
+			uint64_t w0 = io_written(e);
+			for (int s = 0; s < 3; s++) {
+				cr_assert_eq(micro(e, N, layer_of, N, g), 1, "%s",
+					     zinf_last_error());
+			}
+			struct zinf_engine_stats st = {.size = sizeof(st)};
+			cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
+			uint64_t lo = cases[c].max_in_cpu
+					      ? cases[c].reads
+					      : cases[c].reads + 1 - o.offload_param.buffer_count;
+			cr_expect(st.nvme_read_bytes >= lo * part &&
+					  st.nvme_read_bytes <= cases[c].reads * part,
+				  "max_in_cpu %llu, step during backward %d: read %llu bytes, "
+				  "%llu to %llu partitions worked by hand",
+				  (unsigned long long)cases[c].max_in_cpu, sdb,
+				  (unsigned long long)st.nvme_read_bytes, (unsigned long long)lo,
+				  (unsigned long long)cases[c].reads);
+			fetch_all(e, N, P, got); /* the values, against the first run's */
+			cr_expect_eq(io_written(e) - w0, 3 * N * part,
+				     "max_in_cpu %llu, step during backward %d: three steps wrote "
+				     "%llu bytes",
+				     (unsigned long long)cases[c].max_in_cpu, sdb,
+				     (unsigned long long)(io_written(e) - w0));
+			if (!ref) {
+				ref = got;
+			} else {
+				cr_expect_eq(memcmp(ref, got, N * part), 0,
+					     "max_in_cpu %llu, step during backward %d: other "
+					     "values than without a cache",
+					     (unsigned long long)cases[c].max_in_cpu, sdb);
+				free(got);
+			}
+			for (int i = 0; i < N; i++) {
+				zinf_device_free(zinf_engine_device(e), g[i]);
+			}
+			zinf_engine_destroy(e);
+			zt_rmtree(dir);
+			free(dir);
+		}
+	}
+	free(ref);
 }

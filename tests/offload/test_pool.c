@@ -264,6 +264,30 @@ Test(pool, over_memlock_without_cap_ipc_lock)
 	cr_assert_eq(vm_kb("VmLck"), 0);
 }
 
+/*
+ * A pool whose CPU region is sized by a setting (the engine's parameter cache: cpu_key
+ * "max_in_cpu") names that setting among the ones to lower when it exceeds RLIMIT_MEMLOCK; one
+ * without cpu_key names only buffer_count.
+ */
+Test(pool, over_memlock_names_the_setting_that_sized_the_cpu_region)
+{
+	drop_ipc_lock(1 << 20);
+	struct zinf_pool_opts o;
+	opts(&o, 1, 256 << 10);
+	o.cpu_bytes = 4 << 20;
+	o.what = "offload_param";
+	struct zinf_pool *p = NULL;
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+	cr_assert_null(strstr(zinf_last_error(), "max_in_cpu"), "%s", zinf_last_error());
+	o.cpu_key = "max_in_cpu";
+	cr_assert_eq(zinf_pool_create(&o, &p), -ENOMEM);
+	const char *e = zinf_last_error();
+	cr_assert(strstr(e, "RLIMIT_MEMLOCK") &&
+			  strstr(e, "lower offload_param.buffer_count or offload_param.max_in_cpu"),
+		  "%s", e);
+	cr_assert_null(p);
+}
+
 static int error_lines;
 
 static void

@@ -4,7 +4,9 @@
  * buffers (back-pressure by waiting for writes), a request that cannot be served fails with the
  * budget named instead of hanging, the max_in_cpu cache (written data kept there too), the
  * prefetch byte budget and its eviction of the cache, zinf_store_ready, per-tensor waits, and
- * failed reads and writes (fault backend) that drop no data.
+ * failed reads and writes (fault backend) that drop no data. The cache region (cache_bytes):
+ * tensors of different sizes each in their own bytes, its budget, least recently used eviction,
+ * written data kept and on disk, a buffer when no extent is left, its option errors.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -26,23 +28,38 @@ struct srig {
 	struct zinf_store *st;
 };
 
+/* The swap space alone (srig_store adds the pool and the store): a test that sizes the store by
+ * the swap space's alignment. */
 static void
-srig_init(struct srig *r, uint32_t buffers, struct zinf_store_opts *so, bool fault)
+srig_swap(struct srig *r, bool fault)
 {
 	zt_log_to_stderr();
 	memset(r, 0, sizeof(*r));
 	swap_rig_open(16384, fault, &r->dir, &r->io, &r->swap);
+}
+
+static void
+srig_store(struct srig *r, uint32_t buffers, struct zinf_store_opts *so)
+{
 	struct zinf_pool_opts po;
 	zinf_pool_opts_init(&po);
 	po.buffer_count = buffers;
 	po.buffer_bytes = ELEMS * 4;
 	po.cpu_bytes = 1 << 20;
+	po.align = zinf_swap_align(r->swap); /* the cache region's extents are read into */
 	po.io = r->io;
 	po.what = "offload_param";
 	cr_assert_eq(zinf_pool_create(&po, &r->pool), 0);
 	so->pool = r->pool;
 	so->swap = r->swap;
-	cr_assert_eq(zinf_store_create(so, &r->st), 0);
+	cr_assert_eq(zinf_store_create(so, &r->st), 0, "%s", zinf_last_error());
+}
+
+static void
+srig_init(struct srig *r, uint32_t buffers, struct zinf_store_opts *so, bool fault)
+{
+	srig_swap(r, fault);
+	srig_store(r, buffers, so);
 }
 
 static void
@@ -741,5 +758,346 @@ Test(store, options_and_statistics_size_rule)
 	struct zinf_store *st = NULL;
 	cr_assert_eq(zinf_store_create(&big.o, &st), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "newer zinf"), "%s", zinf_last_error());
+	srig_fini(&r);
+}
+
+/* ---- the cache region (cache_bytes) ------------------------------------------------------- */
+
+#define SMALL 100u /* elements of a small tensor (400 bytes; a norm vector beside a matrix) */
+
+/* Bytes of the region's extent for a tensor of `bytes`: its swap capacity, aligned. */
+static uint64_t
+extent(const struct srig *r, uint64_t bytes)
+{
+	return ZINF_ALIGN_UP(bytes, (uint64_t)zinf_swap_align(r->swap));
+}
+
+static struct zinf_store_stats
+stats(const struct srig *r)
+{
+	struct zinf_store_stats s = {.size = sizeof(s)};
+	cr_assert_eq(zinf_store_get_stats(r->st, &s), 0);
+	return s;
+}
+
+/* Write tensor id (elems floats) from src through the store and wait for the write: the
+ * region holds no write in flight afterwards, so the next extent's eviction is deterministic. */
+static void
+write_one(struct srig *r, int id, const float *src, uint64_t elems)
+{
+	void *d = NULL;
+	cr_assert_eq(zinf_store_swap_in(r->st, id, ZINF_STORE_NEW), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_store_wait(r->st, id, &d), 0);
+	memcpy(d, src, elems * 4);
+	cr_assert_eq(zinf_store_mark_dirty(r->st, id), 0);
+	cr_assert_eq(zinf_store_release(r->st, id), 0);
+	cr_assert_eq(zinf_store_flush(r->st), 0, "%s", zinf_last_error());
+}
+
+/* Swap tensor id in, compare it with ref (elems floats), release it. */
+static void
+read_check(struct srig *r, int id, const float *ref, uint64_t elems)
+{
+	void *d = NULL;
+	cr_assert_eq(zinf_store_swap_in(r->st, id, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_store_wait(r->st, id, &d), 0, "%s", zinf_last_error());
+	cr_assert_eq(memcmp(d, ref, elems * 4), 0, "tensor %d: not the bytes written", id);
+	cr_assert_eq(zinf_store_release(r->st, id), 0);
+}
+
+/*
+ * Two large tensors and four small ones (100x smaller) in a region of exactly their extents,
+ * with a pool of 2 buffers: all six stay cached, each in its own bytes (a cache of pool buffers
+ * would hold 2), every buffer free, and reading them all back reads nothing. The extents sum to
+ * the region: cache_used_bytes is worked from the sizes.
+ */
+Test(store, cache_region_holds_tensors_in_their_own_bytes)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	uint64_t big = extent(&r, ELEMS * 4), small = extent(&r, SMALL * 4);
+	so.cache_bytes = 2 * big + 4 * small;
+	srig_store(&r, 2, &so);
+	uint64_t n[6] = {ELEMS, SMALL, SMALL, ELEMS, SMALL, SMALL};
+	for (int i = 0; i < 6; i++) {
+		cr_assert_eq(zinf_store_add(r.st, "param16", i, n[i], 4, ZINF_TIER_NVME), i);
+	}
+	cr_assert_eq(zinf_swap_reserve(r.swap), 0);
+	float *ref = malloc(6 * ELEMS * 4);
+	zt_rand_fill(ref, 6 * ELEMS * 4, &seed);
+	for (int i = 0; i < 6; i++) {
+		write_one(&r, i, ref + (size_t)i * ELEMS, n[i]);
+	}
+	struct zinf_store_stats s0 = stats(&r);
+	cr_assert_eq(s0.cache_bytes, 2 * big + 4 * small);
+	cr_assert_eq(s0.cache_used_bytes, 2 * big + 4 * small, "used %llu",
+		     (unsigned long long)s0.cache_used_bytes);
+	cr_assert_eq(s0.cached_elems, 2 * ELEMS + 4 * SMALL);
+	cr_assert_eq(s0.evictions, 0);
+	cr_assert_eq(s0.writes, 6);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 2, "the cache holds no pool buffer");
+	for (int i = 5; i >= 0; i--) {
+		cr_assert_eq(zinf_store_state(r.st, i), ZINF_TENSOR_RESIDENT, "tensor %d", i);
+		read_check(&r, i, ref + (size_t)i * ELEMS, n[i]);
+	}
+	struct zinf_store_stats s1 = stats(&r);
+	cr_assert_eq(s1.reads, 0, "all six served from the region");
+	cr_assert_eq(s1.cache_hits, s0.cache_hits + 6);
+	cr_assert_eq(s1.cache_peak_bytes, 2 * big + 4 * small);
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * A region of 3 extents, 5 equal tensors: least recently used eviction, worked by hand.
+ * Writing 0..4 leaves 2, 3, 4 (0 and 1 evicted for 3 and 4); a hit on 2 makes it the most
+ * recent, so reading 0 evicts 3, the least recent, and reading 1 then evicts 4. Two reads in all,
+ * every byte as written.
+ */
+Test(store, cache_region_evicts_the_least_recently_used)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	so.cache_bytes = 3 * extent(&r, ELEMS * 4);
+	srig_store(&r, 1, &so);
+	add_n(&r, 5);
+	float *ref = malloc(5 * ELEMS * 4);
+	zt_rand_fill(ref, 5 * ELEMS * 4, &seed);
+	for (int i = 0; i < 5; i++) {
+		write_one(&r, i, ref + (size_t)i * ELEMS, ELEMS);
+	}
+	enum zinf_tensor_state A = ZINF_TENSOR_ABSENT, R = ZINF_TENSOR_RESIDENT;
+	const enum zinf_tensor_state want[3][5] = {
+		{A, A, R, R, R}, /* after the writes */
+		{R, A, R, A, R}, /* 2 hit, then 0 read: 3 evicted */
+		{R, R, R, A, A}, /* 1 read: 4 evicted */
+	};
+	struct zinf_store_stats s0 = stats(&r);
+	cr_assert_eq(s0.evictions, 2);
+	for (int round = 0; round < 3; round++) {
+		if (round == 1) {
+			read_check(&r, 2, ref + 2 * ELEMS, ELEMS);
+			read_check(&r, 0, ref, ELEMS);
+		} else if (round == 2) {
+			read_check(&r, 1, ref + ELEMS, ELEMS);
+		}
+		for (int i = 0; i < 5; i++) {
+			cr_assert_eq(zinf_store_state(r.st, i), want[round][i],
+				     "round %d, tensor %d: state %d", round, i,
+				     zinf_store_state(r.st, i));
+		}
+	}
+	struct zinf_store_stats s1 = stats(&r);
+	cr_assert_eq(s1.reads, 2, "0 and 1 read, 2 served from the region");
+	cr_assert_eq(s1.read_bytes, 2 * ELEMS * 4);
+	cr_assert_eq(s1.cache_hits, 1);
+	cr_assert_eq(s1.evictions, 4);
+	cr_assert_eq(s1.cache_used_bytes, 3 * extent(&r, ELEMS * 4));
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * New values of a cached tensor: the swap-in serves the cached extent (no read), the write goes
+ * to the file from it and the clean new data stays cached; a later swap-in sees the new bytes,
+ * from the region and, once evicted, from the file: never the old ones.
+ */
+Test(store, cache_region_write_keeps_the_new_data_and_serves_no_stale_bytes)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	so.cache_bytes = extent(&r, ELEMS * 4);
+	srig_store(&r, 1, &so);
+	add_n(&r, 2);
+	float *ref = malloc(3 * ELEMS * 4);
+	zt_rand_fill(ref, 3 * ELEMS * 4, &seed);
+	write_one(&r, 0, ref, ELEMS);
+	write_one(&r, 1, ref + ELEMS, ELEMS); /* evicts 0 */
+	read_check(&r, 0, ref, ELEMS);	      /* read from the file, evicts 1 */
+	struct zinf_store_stats s0 = stats(&r);
+	cr_assert_eq(s0.reads, 1);
+	/* new values over the cached 0 (as the engine's step writes them) */
+	write_one(&r, 0, ref + 2 * ELEMS, ELEMS);
+	struct zinf_store_stats s1 = stats(&r);
+	cr_assert_eq(s1.reads, 1, "the new values' swap-in read nothing");
+	cr_assert_eq(s1.writes, s0.writes + 1, "the new values went to the file");
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "kept cached, clean");
+	read_check(&r, 0, ref + 2 * ELEMS, ELEMS);
+	cr_assert_eq(stats(&r).reads, 1, "served from the region");
+	read_check(&r, 1, ref + ELEMS, ELEMS); /* evicts 0 */
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	read_check(&r, 0, ref + 2 * ELEMS, ELEMS);
+	cr_assert_eq(stats(&r).reads, 3, "1, then 0 again, read from the files");
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * No extent left: a tensor larger than the region, or one that meets a region held by a tensor
+ * in use, takes a pool buffer (and returns it at release: max_in_cpu 0 keeps nothing there),
+ * with its bytes intact. Released when the region has a candidate older than it, it moves there.
+ */
+Test(store, cache_region_full_of_tensors_in_use_falls_back_to_a_buffer)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	so.cache_bytes = extent(&r, SMALL * 4);
+	srig_store(&r, 2, &so);
+	cr_assert_eq(zinf_store_add(r.st, "param16", 0, SMALL, 4, ZINF_TIER_NVME), 0);
+	cr_assert_eq(zinf_store_add(r.st, "param16", 1, SMALL, 4, ZINF_TIER_NVME), 1);
+	cr_assert_eq(zinf_store_add(r.st, "param16", 2, ELEMS, 4, ZINF_TIER_NVME), 2);
+	cr_assert_eq(zinf_swap_reserve(r.swap), 0);
+	float *ref = malloc(3 * ELEMS * 4);
+	zt_rand_fill(ref, 3 * ELEMS * 4, &seed);
+	write_one(&r, 2, ref + 2 * ELEMS, ELEMS); /* larger than the region */
+	cr_assert_eq(zinf_store_state(r.st, 2), ZINF_TENSOR_ABSENT, "not cached in a buffer");
+	cr_assert_eq(stats(&r).cache_used_bytes, 0);
+	write_one(&r, 0, ref, SMALL);
+	write_one(&r, 1, ref + ELEMS, SMALL);
+	void *d0 = NULL, *d1 = NULL;
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0); /* cached: the region's only extent */
+	cr_assert_eq(zinf_store_wait(r.st, 1, &d1), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0); /* 1 is in use: a buffer */
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d0), 0);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 1);
+	cr_assert_eq(memcmp(d0, ref, SMALL * 4), 0);
+	cr_assert_eq(memcmp(d1, ref + ELEMS, SMALL * 4), 0);
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	cr_assert_eq(zinf_store_release(r.st, 1), 0);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 2, "the buffer is back");
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT);
+	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_RESIDENT);
+	/* the other order: 1 released first, then 0 from its buffer is the most recent: it moves
+	   into the region (1 evicted), and its buffer goes back */
+	cr_assert_eq(zinf_store_swap_in(r.st, 1, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 1, &d1), 0);
+	cr_assert_eq(zinf_store_swap_in(r.st, 0, 0), 0);
+	cr_assert_eq(zinf_store_wait(r.st, 0, &d0), 0);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 1);
+	cr_assert_eq(zinf_store_release(r.st, 1), 0);
+	cr_assert_eq(zinf_store_release(r.st, 0), 0);
+	cr_assert_eq(zinf_pool_free_count(r.pool), 2);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_RESIDENT, "moved into the region");
+	cr_assert_eq(zinf_store_state(r.st, 1), ZINF_TENSOR_ABSENT);
+	uint64_t reads = stats(&r).reads;
+	read_check(&r, 0, ref, SMALL);
+	cr_assert_eq(stats(&r).reads, reads, "0 served from the region");
+	read_check(&r, 2, ref + 2 * ELEMS, ELEMS);
+	free(ref);
+	srig_fini(&r);
+}
+
+/* cache_bytes without a swap space is -EINVAL; more than the pool's CPU region has is -ENOMEM
+ * naming max_in_cpu and the bytes. */
+Test(store, cache_region_option_errors_name_the_setting)
+{
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	srig_store(&r, 1, &so);
+	struct zinf_store *st = NULL;
+	so.cache_bytes = 2 << 20; /* the rig's CPU region is 1 MiB */
+	cr_assert_eq(zinf_store_create(&so, &st), -ENOMEM);
+	cr_assert(strstr(zinf_last_error(), "2097152 bytes (max_in_cpu)"), "%s", zinf_last_error());
+	so.swap = NULL;
+	cr_assert_eq(zinf_store_create(&so, &st), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "without a swap space"), "%s", zinf_last_error());
+	cr_assert_null(st);
+	srig_fini(&r);
+}
+
+/*
+ * Writes in flight in a full region: the new values of tensor 3 take the extent of the least
+ * recently released tensor, 0, whose write is waited for (not a pool buffer, not a more recent
+ * tensor), whatever the disk's speed; 1, 2 and 3 stay cached with their bytes.
+ */
+Test(store, cache_region_waits_for_the_least_recent_write_in_flight)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	so.cache_bytes = 3 * extent(&r, ELEMS * 4);
+	srig_store(&r, 1, &so);
+	add_n(&r, 4);
+	float *ref = malloc(4 * ELEMS * 4);
+	zt_rand_fill(ref, 4 * ELEMS * 4, &seed);
+	for (int i = 0; i < 4; i++) { /* no flush between: writes stay in flight */
+		void *d = NULL;
+		cr_assert_eq(zinf_store_swap_in(r.st, i, ZINF_STORE_NEW), 0, "%s",
+			     zinf_last_error());
+		cr_assert_eq(zinf_store_wait(r.st, i, &d), 0);
+		cr_assert(d);
+		memcpy(d, ref + (size_t)i * ELEMS, ELEMS * 4);
+		cr_assert_eq(zinf_store_mark_dirty(r.st, i), 0);
+		cr_assert_eq(zinf_store_release(r.st, i), 0);
+		cr_assert_eq(zinf_pool_free_count(r.pool), 1, "tensor %d took a pool buffer", i);
+	}
+	cr_assert_eq(zinf_store_flush(r.st), 0);
+	cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT, "the least recent evicted");
+	for (int i = 1; i < 4; i++) {
+		cr_assert_eq(zinf_store_state(r.st, i), ZINF_TENSOR_RESIDENT, "tensor %d", i);
+		read_check(&r, i, ref + (size_t)i * ELEMS, ELEMS);
+	}
+	read_check(&r, 0, ref, ELEMS);
+	struct zinf_store_stats s = stats(&r);
+	cr_assert_eq(s.writes, 4);
+	cr_assert_eq(s.reads, 1, "only 0, evicted, read back");
+	free(ref);
+	srig_fini(&r);
+}
+
+/*
+ * Variable sizes in the region: small s0, big B0, small s1, big B1 written in that order (the
+ * least recent first), exactly filling it. A new big tensor takes B0's bytes alone: the run of
+ * extents whose newest member is the oldest, the fewest bytes of those. Evicting the least
+ * recent one by one until a hole fits would also have evicted s0 (its 4 KiB fit nothing).
+ */
+Test(store, cache_region_evicts_a_contiguous_run_not_every_small_tensor)
+{
+	uint64_t seed = zt_seed();
+	struct zinf_store_opts so;
+	zinf_store_opts_init(&so);
+	struct srig r;
+	srig_swap(&r, false);
+	uint64_t big = extent(&r, ELEMS * 4), small = extent(&r, SMALL * 4);
+	so.cache_bytes = 2 * big + 2 * small;
+	srig_store(&r, 1, &so);
+	uint64_t n[5] = {SMALL, ELEMS, SMALL, ELEMS, ELEMS}; /* s0 B0 s1 B1, then B2 */
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(zinf_store_add(r.st, "param16", i, n[i], 4, ZINF_TIER_NVME), i);
+	}
+	cr_assert_eq(zinf_swap_reserve(r.swap), 0);
+	float *ref = malloc(5 * ELEMS * 4);
+	zt_rand_fill(ref, 5 * ELEMS * 4, &seed);
+	for (int i = 0; i < 5; i++) {
+		write_one(&r, i, ref + (size_t)i * ELEMS, n[i]);
+	}
+	enum zinf_tensor_state A = ZINF_TENSOR_ABSENT, R = ZINF_TENSOR_RESIDENT;
+	const enum zinf_tensor_state want[5] = {R, A, R, R, R};
+	for (int i = 0; i < 5; i++) {
+		cr_assert_eq(zinf_store_state(r.st, i), want[i], "tensor %d", i);
+	}
+	struct zinf_store_stats s = stats(&r);
+	cr_assert_eq(s.evictions, 1, "B0 alone");
+	cr_assert_eq(s.cache_used_bytes, 2 * big + 2 * small);
+	for (int i = 0; i < 5; i++) {
+		read_check(&r, i, ref + (size_t)i * ELEMS, n[i]);
+	}
+	free(ref);
 	srig_fini(&r);
 }

@@ -11,8 +11,9 @@
  *    there is a GPU, with CUDA. Also usable unpinned (pin_memory false).
  *  - zinf_store: tensors (partitions) with a home tier (CPU or NVMe) and a residency state;
  *    asynchronous swap-in/out with per-tensor completion, a prefetch queue with a byte budget,
- *    an in-CPU cache for NVMe-homed tensors bounded by max_in_cpu, and back-pressure (wait for
- *    a buffer or fail with a message naming the budget) instead of asserts.
+ *    an in-CPU cache for NVMe-homed tensors (a region of cache_bytes with one extent per tensor,
+ *    least recently used evicted; or pool buffers bounded by max_in_cpu), and back-pressure
+ *    (wait for a buffer or fail with a message naming the budget) instead of asserts.
  *  - zinf_step: the pipelined optimizer step over a rank's flat partition cut into sub-groups,
  *    with the optimizer's state parts (zinf/blocks/optimizer.h: fp32 master plus m and v for Adam,
  *    state_sum for Adagrad, ...) on NVMe (or on the CPU tier): reads of later sub-groups, the
@@ -64,6 +65,9 @@ struct zinf_pool_opts {
 				  own, the best present ("cuda" with a GPU, else "host") */
 	const char *what;	    /* name of the configuration the pool serves, used in messages;
 				       default "offload_optimizer" */
+	const char *cpu_key; /* the key of `what` that sizes cpu_bytes (the engine's parameter
+				cache: "max_in_cpu"), named in the budget messages as a setting
+				to lower; NULL (default): none */
 };
 
 /** Fill *o with the defaults above (and o->size). */
@@ -84,7 +88,8 @@ struct zinf_pool_budget {
  * Fills *out (may be NULL) in every case. Returns 0, or:
  *   -EINVAL  bad option (buffer_count or buffer_bytes 0 with no CPU bytes, bad align)
  *   -ENOMEM  over RLIMIT_MEMLOCK or physical memory; the message names the limit, the bytes
- *            asked for and the setting to change (ulimit -l, buffer_count, pin_memory: false)
+ *            asked for and the setting to change (ulimit -l, buffer_count, cpu_key when set,
+ *            pin_memory: false)
  *   -EPERM   pinning asked for, the limit is 0 and the process may not lock memory
  * With pin_fallback, a memlock failure is not an error (the pool would be unpinned; create
  * warns, naming ulimit -l).
@@ -158,18 +163,31 @@ struct zinf_store_opts {
 	struct zinf_swap *swap;	 /* the NVMe tier (NULL: CPU-homed tensors only) */
 	uint64_t prefetch_bytes; /* prefetch queue byte budget (stage3_prefetch_bucket_size);
 				    default 0: prefetch disabled */
-	uint64_t max_in_cpu;	 /* elements of released NVMe-homed tensors kept resident
-				    (offload_param.max_in_cpu); default 0: none */
+	uint64_t max_in_cpu;	 /* elements of released NVMe-homed tensors kept resident in pool
+				    buffers (the cache without a region, see cache_bytes);
+				    default 0: none */
 	int timeout_ms;		 /* waiting for a free buffer: -1 (default) until one frees, 0 fail
 				    at once, > 0 at most that long */
 	uint32_t prefetch_evicts; /* nonzero: a prefetch with no free buffer evicts the least
 				     recently released cached tensor (the caller's prefetches
 				     follow a known order); default 0: it stays queued until a
 				     buffer frees (a prefetch never waits) */
+	uint64_t cache_bytes;	  /* bytes of the pool's CPU region (zinf_pool_cpu_alloc) the store
+				     takes at create as its cache of NVMe-homed tensors (the engine:
+				     offload_param.max_in_cpu x the element size, capped at the
+				     partitions): a tensor is read into, written from and kept in its
+				     own     extent there (its swap size, aligned), the least recently
+				     used     clean     ones evicted when an extent does not fit; a tensor
+				     that finds     no     extent uses a pool buffer as without it. Needs a
+				     swap space;     default     0: none */
 };
 
 ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
-/** Create a store. -EINVAL (no pool), -ENOMEM. Free with zinf_store_destroy(). */
+/**
+ * Create a store. -EINVAL (no pool; cache_bytes without a swap space), -ENOMEM (out of memory;
+ * the pool's CPU region has less than cache_bytes left, naming both). Free with
+ * zinf_store_destroy().
+ */
 ZINF_API int zinf_store_create(const struct zinf_store_opts *opts, struct zinf_store **out);
 /**
  * Wait for all I/O in flight, give every buffer back to the pool, free the store. Resident
@@ -201,9 +219,11 @@ enum zinf_store_flags {
 
 /**
  * Start making tensor `id` resident. A resident or reading tensor is left as it is; a tensor
- * being written is waited for first. Needs a pool buffer: evicts a clean cached tensor if
- * none is free, else waits (timeout_ms) or fails (-EAGAIN/-ETIMEDOUT/-EDEADLK with a message
- * naming the budget to raise). Returns 0 when started (or already resident).
+ * being written is waited for first. Needs an extent of the cache region (cache_bytes: the
+ * least recently used clean cached tensors there evicted until one fits), else a pool buffer:
+ * evicts a clean cached tensor if none is free, else waits (timeout_ms) or fails
+ * (-EAGAIN/-ETIMEDOUT/-EDEADLK with a message naming the budget to raise). Returns 0 when started
+ * (or already resident).
  */
 ZINF_API int zinf_store_swap_in(struct zinf_store *s, int id, unsigned flags);
 /**
@@ -225,9 +245,11 @@ ZINF_API int zinf_store_ready(struct zinf_store *s, int id);
 ZINF_API int zinf_store_mark_dirty(struct zinf_store *s, int id);
 /**
  * The caller is done with tensor `id` for now. Dirty: a swap-out starts (asynchronously; when
- * it completes the clean data is cached as below, or the buffer returns to the pool). Clean: it
- * stays cached while the cache holds at most max_in_cpu elements (least recently released evicted
- * first), else it becomes ABSENT. CPU-homed tensors stay resident.
+ * it completes the clean data is cached as below, or the buffer returns to the pool). Clean: in
+ * the cache region (cache_bytes) it stays cached until an extent needs its bytes (least recently
+ * used first); in a pool buffer it stays cached while those hold at most max_in_cpu elements
+ * (least recently released evicted first), else it becomes ABSENT. CPU-homed tensors stay
+ * resident.
  */
 ZINF_API int zinf_store_release(struct zinf_store *s, int id);
 /**
@@ -245,7 +267,10 @@ struct zinf_store_stats {
 	size_t size; /* set by the caller: sizeof(struct zinf_store_stats) */
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t cache_hits, evictions, buffer_waits, prefetch_started;
-	uint64_t cached_elems; /* elements resident in the cache now */
+	uint64_t cached_elems;	   /* elements resident in the cache now */
+	uint64_t cache_bytes;	   /* the cache region's bytes (cache_bytes; 0: none) */
+	uint64_t cache_used_bytes; /* of them, held by extents now (cached, in use, in flight) */
+	uint64_t cache_peak_bytes; /* the most held at once, since create */
 };
 /** Statistics (common size rule). Returns 0; -EINVAL NULL store or out. */
 ZINF_API int zinf_store_get_stats(const struct zinf_store *s, struct zinf_store_stats *out);
