@@ -16,9 +16,10 @@
  *   optimizer on the CPU (fp32 master, m, v and the fp32 gradient), + 2 P / M x f for
  *   parameters on the CPU; with the optimizer on NVMe only the fp32 gradient, 4 P / M x f,
  *   stays on the CPU.
- *   NVMe per node: 12 P / M for the optimizer, 2 P / M for the parameters.
- * It does not count activations, the pinned swap buffers, the NVMe parameter tier's cache
- * (offload_param.max_in_cpu: `zinf config check` plans it) or the framework's own memory.
+ *   NVMe per node: 12 P / M for the optimizer, 2 P / M for the parameters. With --optimizer-state
+ *   the optimizer's 12 (and the CPU's 16) follow its bytes; with the parameters on NVMe each
+ *   GPU's engine keeps min(max_in_cpu, its partition) 16-bit elements cached in CPU memory.
+ * It does not count activations, the pinned swap buffers or the framework's own memory.
  *
  * The step time (with bandwidths): the ZeRO-Infinity paper's bandwidth model with the traffic
  * overlapped, as zinf overlaps it: time = max over the links of bytes / bandwidth, and of the
