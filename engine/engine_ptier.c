@@ -389,7 +389,9 @@ nvme_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64
 		if (!ret) {
 			ret = zinf_store_mark_dirty(e->ps.store, p->store_id);
 		}
-		int r2 = zinf_store_release(e->ps.store, p->store_id);
+		/* a failed piece leaves the buffer partly new: dropped, not cached as clean */
+		int r2 = ret ? zinf_store_drop(e->ps.store, p->store_id)
+			     : zinf_store_release(e->ps.store, p->store_id);
 		ret = ret ? ret : r2;
 		if (!ret) {
 			/* counted as the write starts: the step that caused it, not the window
@@ -519,14 +521,15 @@ eng_param_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, u
 }
 
 /* A writer that failed between the pieces of a partition: give the partition (unchanged on
- * NVMe, not marked dirty) and the store back. On the thread that wrote the pieces. */
+ * NVMe; its buffer, partly new, dropped rather than cached) and the store back. On the thread
+ * that wrote the pieces. */
 void
 eng_param_write_abort(struct zinf_engine *e)
 {
 	if (e->ps.nv_open < 0) {
 		return;
 	}
-	zinf_store_release(e->ps.store, e->params[e->ps.nv_open].store_id);
+	zinf_store_drop(e->ps.store, e->params[e->ps.nv_open].store_id);
 	e->ps.nv_open = -1;
 	e->ps.nv_buf = NULL;
 	pthread_mutex_unlock(&e->ps.store_mu);

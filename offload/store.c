@@ -917,6 +917,35 @@ zinf_store_release(struct zinf_store *s, int id)
 }
 
 int
+zinf_store_drop(struct zinf_store *s, int id)
+{
+	if (!s) {
+		return OFFLOAD_NULL("store");
+	}
+	struct tensor *t = get(s, id);
+	if (!t) {
+		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
+	}
+	t->in_use = false;
+	if (t->home == ZINF_TIER_CPU) {
+		return 0;
+	}
+	if (t->state == ZINF_TENSOR_READING) {
+		int rc = zinf_store_wait(s, id, NULL);
+		if (rc) {
+			return rc;
+		}
+	}
+	if (t->state != ZINF_TENSOR_RESIDENT) {
+		return 0;
+	}
+	t->dirty = false;
+	give_back(s, t);
+	pump_prefetch(s);
+	return 0;
+}
+
+int
 zinf_store_prefetch(struct zinf_store *s, int id)
 {
 	if (!s) {

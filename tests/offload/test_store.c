@@ -1101,3 +1101,38 @@ Test(store, cache_region_evicts_a_contiguous_run_not_every_small_tensor)
 	free(ref);
 	srig_fini(&r);
 }
+
+/*
+ * A writer that fails between the pieces of a tensor (the engine's eng_param_write_abort) drops
+ * it: the partly overwritten bytes leave the store, in the region or in a pool buffer, and the
+ * next swap-in reads what the file holds. Released instead, clean, they were cached and served
+ * as the tensor's value, differing from the file's.
+ */
+Test(store, dropped_tensor_serves_the_files_bytes)
+{
+	uint64_t seed = zt_seed();
+	for (int in_region = 0; in_region < 2; in_region++) {
+		struct zinf_store_opts so;
+		zinf_store_opts_init(&so);
+		struct srig r;
+		srig_swap(&r, false);
+		so.cache_bytes = in_region ? extent(&r, ELEMS * 4) : 0;
+		so.max_in_cpu = in_region ? 0 : ELEMS; /* else cached in its pool buffer */
+		srig_store(&r, 2, &so);
+		add_n(&r, 1);
+		float *ref = malloc(2 * ELEMS * 4);
+		zt_rand_fill(ref, 2 * ELEMS * 4, &seed);
+		write_one(&r, 0, ref, ELEMS);
+		void *d = NULL;
+		cr_assert_eq(zinf_store_swap_in(r.st, 0, ZINF_STORE_NEW), 0);
+		cr_assert_eq(zinf_store_wait(r.st, 0, &d), 0);
+		memcpy(d, ref + ELEMS, ELEMS / 2 * 4); /* half of the new values, then a failure */
+		cr_assert_eq(zinf_store_drop(r.st, 0), 0, "%s", zinf_last_error());
+		cr_assert_eq(zinf_store_state(r.st, 0), ZINF_TENSOR_ABSENT, "in_region %d",
+			     in_region);
+		read_check(&r, 0, ref, ELEMS);
+		cr_assert_eq(zinf_store_drop(r.st, 7), -EINVAL, "an unknown id");
+		free(ref);
+		srig_fini(&r);
+	}
+}

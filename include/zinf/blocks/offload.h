@@ -253,6 +253,14 @@ ZINF_API int zinf_store_mark_dirty(struct zinf_store *s, int id);
  */
 ZINF_API int zinf_store_release(struct zinf_store *s, int id);
 /**
+ * The caller is done with tensor `id` and its resident bytes are not its value (a writer that
+ * failed between the pieces of a new value): they are discarded, dirty or not, the buffer or
+ * extent goes back, and the next swap-in reads what the files hold (the last completed write).
+ * A read in flight is waited for first. CPU-homed tensors: their memory is their home, nothing
+ * is discarded. Returns 0, -EINVAL (NULL store, unknown id), or the read's error.
+ */
+ZINF_API int zinf_store_drop(struct zinf_store *s, int id);
+/**
  * Queue a prefetch (swap-in) of `id`. It starts at once if the bytes in flight for prefetch
  * stay within prefetch_bytes and a buffer is free (never waits); otherwise it stays queued and
  * starts from later store calls. A cached tensor counts as the most recently released (the
