@@ -253,6 +253,11 @@ load_ckpt(struct zinf_engine *e, const char *dir, const char *tag, struct zinf_c
 	if (v.n_params == 0) {
 		return ENG_FAIL(e, -EINVAL, "load: no parameter registered");
 	}
+	if (zinf_optimizer_state_format(v.opt) == ZINF_STATE_Q8) {
+		return ENG_FAIL(e, -EOPNOTSUPP,
+				"load: checkpoints into an engine with 8-bit (q8) optimizer state "
+				"are not supported yet");
+	}
 	if (!dir) {
 		return ENG_FAIL(e, -EINVAL, "load: NULL directory");
 	}

@@ -612,6 +612,11 @@ save_args(struct zinf_engine *e, const struct eng_view *v, const char *dir, cons
 	if (o->reserved[0] || o->reserved[1]) {
 		return ENG_FAIL(e, -EINVAL, "save: reserved option bytes are not zero");
 	}
+	if (zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8) {
+		return ENG_FAIL(e, -EOPNOTSUPP,
+				"save: checkpoints of 8-bit (q8) optimizer state are not "
+				"supported yet: train with fp32 or bf16 state to save");
+	}
 	return 0;
 }
 
