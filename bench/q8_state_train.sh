@@ -46,12 +46,13 @@ def recs(s):
 ref = recs("fp32")
 tail = lambda r: sum(x["loss"] for x in r[-50:]) / len(r[-50:])
 print(f"{'state':6} {'steps':>5} {'first loss':>10} {'mean last 50':>12} {'diff vs fp32':>12} "
-      f"{'max |diff|':>10} {'at step':>7} {'nvme read/step':>14} {'written/step':>12}")
+      f"{'max |diff|':>10} {'at step':>7} {'mean |diff|':>11} {'nvme read/step':>14} "
+      f"{'written/step':>12}")
 for s in ("fp32", "bf16", "q8"):
     r = recs(s)
     d = [abs(a["loss"] - b["loss"]) for a, b in zip(r, ref)]
     k = max(range(len(d)), key=d.__getitem__)
-    print(f"{s:6} {len(r):5d} {r[0]['loss']:10.5f} {tail(r):12.5f} {tail(r) - tail(ref):+12.5f} "
-          f"{d[k]:10.5f} {r[k]['step']:7d} {r[-1]['nvme_read_bytes']:14d} "
-          f"{r[-1]['nvme_write_bytes']:12d}")
+    print(f"{s:6} {len(r):5d} {r[0]['loss']:10.5f} {tail(r):12.6f} {tail(r) - tail(ref):+12.6f} "
+          f"{d[k]:10.6f} {r[k]['step']:7d} {sum(d) / len(d):11.6f} "
+          f"{r[-1]['nvme_read_bytes']:14d} {r[-1]['nvme_write_bytes']:12d}")
 EOF

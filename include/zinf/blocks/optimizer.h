@@ -140,7 +140,8 @@ ZINF_API const char *zinf_optimizer_part_name(const struct zinf_optimizer *opt, 
  * counting the block scales: size arrays with zinf_optimizer_part_size()); 0 for NULL or i out
  * of range. */
 ZINF_API uint32_t zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i);
-/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range. */
+/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range and
+ * for a q8 part, which has no element dtype (zinf_optimizer_part_align() > 1 tells it). */
 ZINF_API enum zinf_dtype zinf_optimizer_part_dtype(const struct zinf_optimizer *opt, uint32_t i);
 /** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam, 6 for q8: use
  * zinf_optimizer_state_size() for sizes); 0 for NULL. */
