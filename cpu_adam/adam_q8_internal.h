@@ -104,7 +104,13 @@ q8_encode_block(float *x, size_t n, bool sq, uint8_t *out, bool sr, uint32_t key
 	}
 }
 
-/* Decode one block of n elements (scale, codes) into x (v: the decoded v). */
+/*
+ * Decode one block of n elements (scale, codes) into x (v: the decoded v). A code's value is
+ * s * (val / TOP): the largest code gives s exactly, so encoding the decoded block gives the same
+ * scale and, every other value being within a few float ulps of its code's (far from the rounding
+ * boundaries, half a code apart), the same codes: a checkpoint may store the decoded floats and a
+ * load encode them back bit for bit (v too: sqrt(fl(w * w)) is w).
+ */
 static inline void
 q8_decode_block(const uint8_t *in, size_t n, bool sq, float *x)
 {
@@ -112,17 +118,15 @@ q8_decode_block(const uint8_t *in, size_t n, bool sq, float *x)
 	memcpy(&s, in, sizeof(s));
 	const uint8_t *c = in + sizeof(s);
 	if (sq) {
-		float d = s / Q8_V_TOP;
 		for (size_t i = 0; i < n; i++) {
-			float w = q8_val(c[i], Q8_V_BASE) * d;
+			float w = s * (q8_val(c[i], Q8_V_BASE) / Q8_V_TOP);
 			w = c[i] == 0 ? 0.0f : c[i] == Q8_V_NAN ? NAN : w;
 			x[i] = w * w;
 		}
 	} else {
-		float d = s / Q8_M_TOP;
 		for (size_t i = 0; i < n; i++) {
 			uint32_t q = c[i] & 0x7fu;
-			float a = q8_val(q, Q8_M_BASE) * d;
+			float a = s * (q8_val(q, Q8_M_BASE) / Q8_M_TOP);
 			a = q == 0 ? (c[i] == Q8_M_NAN ? NAN : 0.0f) : a;
 			x[i] = c[i] & 0x80u ? -a : a;
 		}
