@@ -25,9 +25,22 @@ struct load_ctx {
 	struct zinf_engine *e;
 	struct eng_view v;
 	struct zinf_ckpt *c;
-	void *copy;   /* ZINF_STEP_CHUNK elements of opts.dtype */
-	void *bounce; /* eng_state_bounce_bytes() */
+	void *copy;			 /* ZINF_STEP_CHUNK elements of opts.dtype */
+	void *bounce;			 /* eng_state_bounce_bytes() */
+	float *q8[ZINF_OPTIM_MAX_PARTS]; /* q8 state: a sub-group's moments read as f32, then
+					    encoded into the part (the files hold it decoded) */
 };
+
+/* Elements of the view's longest sub-group. */
+static uint64_t
+max_sub_group(const struct eng_view *v)
+{
+	uint64_t m = 0;
+	for (uint32_t k = 0; k < v->n_sg; k++) {
+		m = ZINF_MAX(m, v->sg_end[k] - (k ? v->sg_end[k - 1] : 0));
+	}
+	return m;
+}
 
 /* Flat elements [off, off + n) of every part from the checkpoint, then their 16-bit copy home. */
 static int
@@ -47,6 +60,10 @@ load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 		for (uint32_t k = 0; k < v->nparts && !ret; k++) {
 			size_t pb = zinf_optimizer_part_bytes(v->opt, k);
 			char *dst = (char *)parts[k] + pos * pb;
+			if (x->q8[k]) { /* f32 here, encoded below */
+				pb = 4;
+				dst = (char *)(x->q8[k] + pos);
+			}
 			if (valid) {
 				ret = zinf_ckpt_read(x->c, p.id, k, g0, valid,
 						     zinf_optimizer_part_dtype(v->opt, k), dst);
@@ -59,6 +76,15 @@ load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 				       p.name, g0, g0 + valid);
 		}
 		pos += len;
+	}
+	/* q8 state: the visit hands a whole sub-group (cpu and nvme tiers), a q8 array of its own
+	 */
+	for (uint32_t k = 0; k < v->nparts && !ret; k++) {
+		if (x->q8[k]) {
+			ret = zinf_q8_encode(x->q8[k], n,
+					     k == 1 ? ZINF_Q8_EXP_AVG : ZINF_Q8_EXP_AVG_SQ,
+					     parts[k], NULL);
+		}
 	}
 	if (!ret) {
 		ret = eng_param_home_from_master(e, off, parts[0], n, x->copy);
@@ -78,6 +104,12 @@ load_write(struct zinf_engine *e, void *ctx)
 	if (!x->copy || (bb && !x->bounce)) {
 		ret = ENG_FAIL(e, -ENOMEM, "load: out of memory for its buffers");
 	}
+	for (uint32_t k = 1; k < x->v.nparts && !ret; k++) {
+		if (zinf_optimizer_part_align(x->v.opt, k) > 1 &&
+		    !(x->q8[k] = zc_calloc(max_sub_group(&x->v), sizeof(float)))) {
+			ret = ENG_FAIL(e, -ENOMEM, "load: out of memory for q8 state");
+		}
+	}
 	for (uint32_t k = 0; k < x->v.n_sg && !ret; k++) {
 		ret = eng_state_visit(e, k, true, load_fill, x, x->bounce, NULL);
 		if (ret) {
@@ -87,6 +119,10 @@ load_write(struct zinf_engine *e, void *ctx)
 	zc_free(x->copy);
 	zinf_free_huge(x->bounce, bb);
 	x->copy = x->bounce = NULL;
+	for (uint32_t k = 0; k < ZINF_OPTIM_MAX_PARTS; k++) {
+		zc_free(x->q8[k]);
+		x->q8[k] = NULL;
+	}
 	return ret;
 }
 

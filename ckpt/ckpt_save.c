@@ -73,8 +73,29 @@ zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
 struct save_rank {
 	const struct eng_view *v;
 	struct ckpt_writer w[ZINF_OPTIM_MAX_PARTS];
+	float *q8; /* q8 state: a sub-group's moment decoded (max_sg floats) */
 };
 
+/* Elements of the view's longest sub-group (q8 state: the decode buffers of save and load). */
+static uint64_t
+ckpt_max_sg(const struct eng_view *v)
+{
+	uint64_t m = 0;
+	for (uint32_t k = 0; k < v->n_sg; k++) {
+		m = ZINF_MAX(m, v->sg_end[k] - (k ? v->sg_end[k - 1] : 0));
+	}
+	return m;
+}
+
+/* Bytes a part's element takes in the files: q8 state is stored decoded, as f32. */
+static uint32_t
+file_elem_bytes(const struct eng_view *v, uint32_t i)
+{
+	return zinf_optimizer_part_align(v->opt, i) > 1 ? 4 : zinf_optimizer_part_bytes(v->opt, i);
+}
+
+/* One visit: a whole sub-group on the tiers that hold q8 state (cpu, nvme), which is written
+ * decoded (a load encodes it back, bit for bit at the same sub-groups: cpu_adam/README.md). */
 static int
 save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 {
@@ -82,6 +103,12 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 	(void)off;
 	int ret = 0;
 	for (uint32_t i = 0; i < s->v->nparts && !ret; i++) {
+		if (zinf_optimizer_part_align(s->v->opt, i) > 1) {
+			ret = zinf_q8_decode(parts[i], n,
+					     i == 1 ? ZINF_Q8_EXP_AVG : ZINF_Q8_EXP_AVG_SQ, s->q8);
+			ret = ret ? ret : ckpt_writer_put(&s->w[i], s->q8, n * 4);
+			continue;
+		}
 		ret = ckpt_writer_put(&s->w[i], parts[i],
 				      n * zinf_optimizer_part_bytes(s->v->opt, i));
 	}
@@ -137,6 +164,11 @@ save_rank_files(struct zinf_engine *e, const struct eng_view *v, struct zinf_io 
 	size_t bb = eng_state_bounce_bytes(e);
 	void *bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = bb && !bounce ? ENG_FAIL(e, -ENOMEM, "save: out of memory (%zu bytes)", bb) : 0;
+	if (!ret && zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8 &&
+	    !(s.q8 = zc_calloc(ckpt_max_sg(v), sizeof(float)))) {
+		ret = ENG_FAIL(e, -ENOMEM,
+			       "save: out of memory for a sub-group's q8 state decoded");
+	}
 	uint32_t opened = 0;
 	for (uint32_t i = 0; i < v->nparts && !ret; i++, opened++) {
 		char p[CKPT_PATH];
@@ -158,6 +190,7 @@ save_rank_files(struct zinf_engine *e, const struct eng_view *v, struct zinf_io 
 	for (uint32_t i = 0; i < opened; i++) {
 		ckpt_writer_close(&s.w[i]);
 	}
+	zc_free(s.q8);
 	zinf_free_huge(bounce, bb);
 	return ret;
 }
@@ -452,7 +485,10 @@ check_space(struct zinf_engine *e, const struct eng_view *v, const char *dir, in
 	    uint64_t client)
 {
 	struct statvfs sv;
-	uint64_t mine = v->flat_n * zinf_optimizer_state_bytes(v->opt);
+	uint64_t mine = 0;
+	for (uint32_t i = 0; i < v->nparts; i++) {
+		mine += v->flat_n * file_elem_bytes(v, i);
+	}
 	uint64_t need = (uint64_t)fw * mine + client + (64u << 20);
 	if (gather) {
 		need += v->flat_n * (uint64_t)v->W * zinf_dtype_size(v->o->dtype);

@@ -286,6 +286,15 @@ check_all(struct cfg_ctx *x)
 		     "fp16.enabled and bf16.enabled are both true: enable one of them");
 	}
 	e->dtype = c->fp16.enabled ? ZINF_F16 : c->bf16_enabled ? ZINF_BF16 : ZINF_F32;
+	if (c->bf16_optimizer_states) {
+		if (e->optimizer.state_format != ZINF_STATE_PLAIN) {
+			CERR(x, "bf16.bf16_optimizer_states",
+			     "true with optimizer.params.zinf_optimizer_states \"q8\": choose one "
+			     "format of the optimizer states");
+		} else {
+			e->optimizer.state_dtype = ZINF_BF16;
+		}
+	}
 	/* the engine clips and scales: it carries the same values as tc's own fields */
 	e->gradient_clipping = c->gradient_clipping;
 	e->fp16 = c->fp16;

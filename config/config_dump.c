@@ -33,7 +33,14 @@ value_json(const struct cfg_key *k, const void *base)
 	const void *p = (const char *)base + k->off;
 	switch (k->store) {
 	case ST_BOOL:
+	case ST_FLAG:
 		return json_boolean(*(const bool *)p);
+	case ST_STATES: {
+		const struct zinf_optimizer_opts *o = base;
+		return json_string(o->state_format == ZINF_STATE_Q8 ? "q8"
+				   : o->state_dtype == ZINF_BF16    ? "bf16"
+								    : "fp32");
+	}
 	case ST_U32:
 		return json_integer(*(const uint32_t *)p);
 	case ST_I32:
@@ -126,6 +133,12 @@ section_json(const struct zinf_train_config *c, const struct cfg_section *sec, c
 				      section_json(c, &cfg_scheduler_params, s, 1u << s->type));
 		} else if (k->store == ST_SPECIAL || k->store == ST_NONE) {
 			continue;
+		} else if ((k->store == ST_FLAG && !*(const bool *)((const char *)base + k->off)) ||
+			   (k->store == ST_STATES &&
+			    ((const struct zinf_optimizer_opts *)base)->state_format ==
+				    ZINF_STATE_PLAIN &&
+			    ((const struct zinf_optimizer_opts *)base)->state_dtype == ZINF_F32)) {
+			continue; /* the default, which most files do not spell out */
 		} else {
 			v = value_json(k, base);
 		}

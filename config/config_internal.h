@@ -30,6 +30,9 @@ enum cfg_store {
 	ST_WARMUP_TYPE, /* "log" | "linear" */
 	ST_SECTION,	/* an object: `sub`, based at base + off */
 	ST_SPECIAL,	/* handled by the reader itself (optimizer, scheduler, deprecated) */
+	ST_STATES,	/* zinf_optimizer_opts' state_dtype and state_format (base) from "fp32" |
+			   "bf16" | "q8"; dumped only when not fp32 */
+	ST_FLAG,	/* bool, dumped only when true (a key most files do not have) */
 };
 
 enum cfg_flag {

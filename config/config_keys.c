@@ -182,7 +182,7 @@ static const struct cfg_key bf16_keys[] = {
 	IGN("immediate_grad_update"),
 	IGN("check_grad_overflow"),
 	IGN("bf16_master_weights_and_grads"),
-	IGN("bf16_optimizer_states"),
+	KEY("bf16_optimizer_states", ST_FLAG, TC(bf16_optimizer_states)),
 };
 SECTION(cfg_bf16, "bf16", bf16_keys);
 
@@ -201,6 +201,8 @@ static const struct cfg_key optimizer_params_keys[] = {
 	IGN("torch_adam", .mask = M_ADAM),
 	IGN("set_grad_none"),
 	IGN("fp32_optimizer_states"),
+	/* a zinf extension (DeepSpeed has no 8-bit optimizer state): "fp32", "bf16" or "q8" */
+	KEY("zinf_optimizer_states", ST_STATES, 0, .mask = M_ADAM),
 };
 SECTION(cfg_optimizer_params, "optimizer.params", optimizer_params_keys);
 

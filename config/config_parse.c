@@ -183,6 +183,7 @@ cfg_store_value(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void *bas
 	const char *s = json_string_value(v);
 	switch (k->store) {
 	case ST_BOOL:
+	case ST_FLAG:
 		if (!json_is_boolean(v)) {
 			CERR(x, path, "expected true or false, not %s",
 			     cfg_describe(v, b, sizeof(b)));
@@ -205,6 +206,20 @@ cfg_store_value(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void *bas
 			}
 		}
 		CERR(x, path, "expected \"none\", \"cpu\" or \"nvme\", not %s",
+		     cfg_describe(v, b, sizeof(b)));
+		return false;
+	}
+	case ST_STATES: {
+		struct zinf_optimizer_opts *o = base;
+		static const char *const st[] = {"fp32", "bf16", "q8"};
+		for (int i = 0; s && i < 3; i++) {
+			if (strcmp(s, st[i]) == 0) {
+				o->state_dtype = i == 1 ? ZINF_BF16 : ZINF_F32;
+				o->state_format = i == 2 ? ZINF_STATE_Q8 : ZINF_STATE_PLAIN;
+				return true;
+			}
+		}
+		CERR(x, path, "expected \"fp32\", \"bf16\" or \"q8\", not %s",
 		     cfg_describe(v, b, sizeof(b)));
 		return false;
 	}

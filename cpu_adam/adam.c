@@ -13,6 +13,7 @@
 #include "common/opts.h"
 #include "common/util.h"
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_q8_internal.h"
 #include "cpu_adam/adam_bench.h"
 #include "cpu_adam/adam_scalars_internal.h"
 
@@ -21,6 +22,8 @@ ZINF_OPTS_NO_TAIL_PAD(struct zinf_adam_opts, simd);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_adagrad_opts, simd);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_lion_opts, simd);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_grad_opts, reserved);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_q8_opts, no_decay);
+_Static_assert(ZINF_ADAM_TILE % ZINF_Q8_BLOCK == 0, "q8 blocks must not straddle tiles");
 
 static int
 thread_count(int threads, size_t ntiles)
@@ -284,6 +287,119 @@ zinf_adam_step_bf16state(const struct zinf_adam_opts *opts, int64_t step, float 
 	a.rounding = rounding;
 	a.sr_key = sr_key(seed, step);
 	return run_step(__func__, o.simd, ZINF_OPT_ADAM_BF16STATE, &a, n, o.threads);
+}
+
+void
+zinf_q8_opts_init(struct zinf_q8_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->rounding = ZINF_ROUND_NEAREST_EVEN;
+}
+
+/* Take the q8 options (NULL: defaults) into *o and check them; ranges too when check_nd. */
+static int
+q8_prepare(const char *fn, const struct zinf_q8_opts *q, struct zinf_q8_opts *o, bool check_nd)
+{
+	zinf_q8_opts_init(o);
+	int r = q ? zc_opts_take(o, sizeof(*o), q, "zinf_q8_opts") : 0;
+	if (r) {
+		return r;
+	}
+	if (o->rounding != ZINF_ROUND_NEAREST_EVEN && o->rounding != ZINF_ROUND_STOCHASTIC) {
+		return ZINF_FAIL(-EINVAL, "%s: unknown rounding %d", fn, (int)o->rounding);
+	}
+	if (!check_nd) {
+		return 0;
+	}
+	if (o->n_no_decay > 0 && !o->no_decay) {
+		return ZINF_FAIL(-EINVAL, "%s: q8 opts: NULL no_decay with n_no_decay %u", fn,
+				 o->n_no_decay);
+	}
+	const uint64_t *nd = o->no_decay;
+	for (uint32_t i = 0; i < o->n_no_decay; i++) {
+		if (nd[2 * i] >= nd[2 * i + 1] || (i && nd[2 * i] < nd[2 * i - 1])) {
+			return ZINF_FAIL(
+				-EINVAL, "%s: q8 opts: no-decay range %u [%llu, %llu) is %s", fn, i,
+				(unsigned long long)nd[2 * i], (unsigned long long)nd[2 * i + 1],
+				nd[2 * i] >= nd[2 * i + 1]
+					? "empty"
+					: "not after the one before it (sorted, disjoint)");
+		}
+	}
+	return 0;
+}
+
+int
+zinf_adam_step_q8state(const struct zinf_adam_opts *opts, int64_t step, float grad_scale,
+		       float *param, const void *grad, enum zinf_dtype grad_dtype, void *exp_avg,
+		       void *exp_avg_sq, size_t n, void *param_copy, enum zinf_dtype copy_dtype,
+		       const struct zinf_q8_opts *q)
+{
+	struct zinf_adam_opts o;
+	struct zinf_q8_opts qo;
+	struct zinf_opt_args a;
+	int r = q8_prepare(__func__, q, &qo, true);
+	if (r == 0) {
+		r = adam_prepare(__func__, opts, &o, step, grad_scale, param, grad, grad_dtype,
+				 exp_avg, exp_avg_sq, n, param_copy, copy_dtype, &a);
+	}
+	if (r) {
+		return r;
+	}
+	a.rounding = qo.rounding;
+	a.sr_key = sr_key(qo.seed, step);
+	a.index0 = qo.index0;
+	a.nd = qo.no_decay;
+	a.n_nd = qo.n_no_decay;
+	return run_step(__func__, o.simd, ZINF_OPT_ADAM_Q8STATE, &a, n, o.threads);
+}
+
+int
+zinf_q8_encode(const float *x, size_t n, enum zinf_q8_moment which, void *out,
+	       const struct zinf_q8_opts *q)
+{
+	struct zinf_q8_opts qo;
+	int r = q8_prepare(__func__, q, &qo, false);
+	if (r) {
+		return r;
+	}
+	if (n > 0 && (!x || !out)) {
+		return ZINF_FAIL(-EINVAL, "%s: NULL %s with n = %zu", __func__,
+				 x ? "output" : "input", n);
+	}
+	if (which != ZINF_Q8_EXP_AVG && which != ZINF_Q8_EXP_AVG_SQ) {
+		return ZINF_FAIL(-EINVAL, "%s: unknown moment %d", __func__, (int)which);
+	}
+	/* the step's hash key has the step in it; the encoder's is the seed's (step 0) */
+	uint32_t key = sr_key(qo.seed, 0);
+	_Alignas(64) float b[ZINF_Q8_BLOCK];
+	for (size_t b0 = 0; b0 < n; b0 += ZINF_Q8_BLOCK) {
+		size_t k = ZINF_MIN(n - b0, (size_t)ZINF_Q8_BLOCK);
+		memcpy(b, x + b0, k * sizeof(float));
+		q8_encode_block(b, k, which == ZINF_Q8_EXP_AVG_SQ,
+				(uint8_t *)out + zinf_q8_bytes(b0),
+				qo.rounding == ZINF_ROUND_STOCHASTIC, key, qo.index0 + b0);
+	}
+	return 0;
+}
+
+int
+zinf_q8_decode(const void *in, size_t n, enum zinf_q8_moment which, float *out)
+{
+	if (n > 0 && (!in || !out)) {
+		return ZINF_FAIL(-EINVAL, "%s: NULL %s with n = %zu", __func__,
+				 in ? "output" : "input", n);
+	}
+	if (which != ZINF_Q8_EXP_AVG && which != ZINF_Q8_EXP_AVG_SQ) {
+		return ZINF_FAIL(-EINVAL, "%s: unknown moment %d", __func__, (int)which);
+	}
+	for (size_t b0 = 0; b0 < n; b0 += ZINF_Q8_BLOCK) {
+		q8_decode_block((const uint8_t *)in + zinf_q8_bytes(b0),
+				ZINF_MIN(n - b0, (size_t)ZINF_Q8_BLOCK),
+				which == ZINF_Q8_EXP_AVG_SQ, out + b0);
+	}
+	return 0;
 }
 
 void

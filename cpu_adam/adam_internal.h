@@ -44,6 +44,12 @@ struct zinf_opt_args {
 	bool hw_bf16;		     /* the CPU has vcvtneps2bf16 (AVX512-BF16) */
 	enum zinf_rounding rounding; /* bf16 state */
 	uint32_t sr_key;	     /* stochastic rounding: hash key of (seed, step) */
+	/* q8 state (adam_q8_internal.h): m and v are q8 arrays; element i's index in nd's space
+	 * (and the stochastic rounding's hash) is index0 + i; n_nd ranges [nd[2k], nd[2k + 1])
+	 * get weight decay 0 */
+	uint64_t index0;
+	const uint64_t *nd;
+	uint32_t n_nd;
 };
 
 typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
@@ -54,6 +60,7 @@ enum zinf_opt_kind {
 	ZINF_OPT_ADAM_BF16STATE,
 	ZINF_OPT_ADAGRAD,
 	ZINF_OPT_LION,
+	ZINF_OPT_ADAM_Q8STATE,
 	ZINF_OPT_KINDS
 };
 

@@ -7,6 +7,7 @@
  * compared with in spirit; the tests compare every path with float64.
  */
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_q8_internal.h"
 
 static const char *
 scalar_missing(const struct zinf_cpu_features *f)
@@ -27,6 +28,13 @@ SCALAR_KERNEL(adam, adam_elem)
 SCALAR_KERNEL(adam_bf16state, adam_bf16state_elem)
 SCALAR_KERNEL(adagrad, adam_adagrad_elem)
 SCALAR_KERNEL(lion, adam_lion_elem)
+
+/* q8 state: the blocks decoded, stepped by the scalar Adam kernel above, encoded */
+static void
+scalar_adam_q8state(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	q8_step(a, i0, i1, scalar_adam);
+}
 
 static double
 scalar_sumsq(const void *g, enum zinf_dtype dt, size_t i0, size_t i1)
@@ -87,6 +95,7 @@ const struct zinf_adam_ops zinf_adam_scalar_ops = {
 			[ZINF_OPT_ADAM_BF16STATE] = scalar_adam_bf16state,
 			[ZINF_OPT_ADAGRAD] = scalar_adagrad,
 			[ZINF_OPT_LION] = scalar_lion,
+			[ZINF_OPT_ADAM_Q8STATE] = scalar_adam_q8state,
 		},
 	.sumsq = scalar_sumsq,
 	.has_inf_nan = scalar_has_inf_nan,

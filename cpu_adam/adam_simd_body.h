@@ -50,6 +50,8 @@
 #ifndef ZINF_ADAM_SIMD_BODY_H
 #define ZINF_ADAM_SIMD_BODY_H
 
+#include "cpu_adam/adam_q8_internal.h"
+
 #define ZV_CAT_(a, b) a##b
 #define ZV_CAT(a, b)  ZV_CAT_(a, b)
 #define ZV_STR_(a)    #a
@@ -369,6 +371,14 @@ lion_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtyp
 
 ZV_KERNEL(lion, 4)
 
+/* q8 state: the blocks decoded, stepped by this path's Adam kernel above, encoded (the codec
+ * loops of adam_q8_internal.h, compiled with this path's flags, encode the same bytes) */
+static void
+ZV_FN(adam_q8state)(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	q8_step(a, i0, i1, ZV_FN(adam));
+}
+
 /* ---- the gradient helpers ------------------------------------------------------------------- */
 
 /* acc0/acc1 += the squares of x's lanes, in float64. Squares of float32 values are exact in
@@ -491,6 +501,7 @@ const struct zinf_adam_ops ZV_CAT(zinf_adam_, ZV_CAT(ZV_ISA, _ops)) = {
 			[ZINF_OPT_ADAM_BF16STATE] = ZV_FN(adam_bf16state),
 			[ZINF_OPT_ADAGRAD] = ZV_FN(adagrad),
 			[ZINF_OPT_LION] = ZV_FN(lion),
+			[ZINF_OPT_ADAM_Q8STATE] = ZV_FN(adam_q8state),
 		},
 	.sumsq = ZV_FN(sumsq),
 	.has_inf_nan = ZV_FN(has_inf_nan),

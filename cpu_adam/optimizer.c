@@ -12,7 +12,7 @@
 #include "common/util.h"
 #include "zinf/blocks/optimizer.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_optimizer_opts, simd);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_optimizer_opts, reserved2);
 
 struct optim_kind {
 	const char *name;
@@ -84,6 +84,19 @@ check(const struct zinf_optimizer_opts *o)
 		return ZINF_FAIL(-EINVAL, "optimizer %s: state_dtype %s is not supported (f32%s)",
 				 name, zinf_dtype_name(o->state_dtype),
 				 adam ? ", or bf16" : " only");
+	}
+	if (o->state_format != ZINF_STATE_PLAIN && o->state_format != ZINF_STATE_Q8) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: unknown state_format %d", name,
+				 (int)o->state_format);
+	}
+	if (o->state_format == ZINF_STATE_Q8 && (!adam || o->state_dtype != ZINF_F32)) {
+		return ZINF_FAIL(-EINVAL,
+				 "optimizer %s: state_format q8 is for Adam/AdamW with state_dtype "
+				 "f32 (the master), not %s state_dtype %s",
+				 name, name, zinf_dtype_name(o->state_dtype));
+	}
+	if (o->reserved2) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: reserved2 is not zero", name);
 	}
 	if (o->rounding != ZINF_ROUND_STOCHASTIC && o->rounding != ZINF_ROUND_NEAREST_EVEN) {
 		return ZINF_FAIL(-EINVAL, "optimizer %s: unknown rounding %d", name,
@@ -193,7 +206,10 @@ zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimi
 	z->o = o;
 	z->k = &kinds[o.kind];
 	for (uint32_t i = 0; i < z->k->nparts; i++) {
-		z->bytes[i] = i == 0 ? 4 : (uint32_t)zinf_dtype_size(o.state_dtype);
+		z->bytes[i] = i == 0 ? 4
+			      : o.state_format == ZINF_STATE_Q8
+				      ? 1
+				      : (uint32_t)zinf_dtype_size(o.state_dtype);
 	}
 	kernel_opts(z);
 	*out = z;
@@ -310,6 +326,46 @@ zinf_optimizer_state_bytes(const struct zinf_optimizer *opt)
 	return b;
 }
 
+static bool
+part_q8(const struct zinf_optimizer *opt, uint32_t i)
+{
+	return opt->o.state_format == ZINF_STATE_Q8 && i > 0;
+}
+
+uint64_t
+zinf_optimizer_part_size(const struct zinf_optimizer *opt, uint32_t i, uint64_t n)
+{
+	if (!opt || i >= opt->k->nparts) {
+		return 0;
+	}
+	return part_q8(opt, i) ? zinf_q8_bytes(n) : n * opt->bytes[i];
+}
+
+uint32_t
+zinf_optimizer_part_align(const struct zinf_optimizer *opt, uint32_t i)
+{
+	if (!opt || i >= opt->k->nparts) {
+		return 0;
+	}
+	return part_q8(opt, i) ? ZINF_Q8_BLOCK : 1;
+}
+
+uint64_t
+zinf_optimizer_state_size(const struct zinf_optimizer *opt, uint64_t n)
+{
+	uint64_t b = 0;
+	for (uint32_t i = 0; i < zinf_optimizer_part_count(opt); i++) {
+		b += zinf_optimizer_part_size(opt, i, n);
+	}
+	return b;
+}
+
+enum zinf_state_format
+zinf_optimizer_state_format(const struct zinf_optimizer *opt)
+{
+	return opt ? opt->o.state_format : ZINF_STATE_PLAIN;
+}
+
 /* splitmix64's finaliser: the per-call seed of stochastic rounding from the range's start. */
 static uint64_t
 mix64(uint64_t z)
@@ -364,6 +420,19 @@ zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_s
 					 "at %" PRIu64,
 					 opt->k->name, i, opt->k->part[i], n, index0);
 		}
+	}
+	if (opt->o.state_format == ZINF_STATE_Q8) {
+		/* one call: the kernel splits each block by weight decay and encodes it once */
+		struct zinf_q8_opts q;
+		zinf_q8_opts_init(&q);
+		q.rounding = ZINF_ROUND_NEAREST_EVEN;
+		q.seed = opt->o.seed;
+		q.index0 = index0;
+		q.no_decay = opt->nd;
+		q.n_no_decay = opt->n_nd;
+		return zinf_adam_step_q8state(&opt->adam, step, grad_scale, parts[0], grad,
+					      grad_dtype, parts[1], parts[2], n, copy, copy_dtype,
+					      &q);
 	}
 	bool decays;
 	size_t run = zinf_optimizer_decay_run(opt, index0, n, &decays);

@@ -404,6 +404,14 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->beta1 = e->step_beta1 = e->o.optimizer.beta1;
 	e->beta2 = e->step_beta2 = e->o.optimizer.beta2;
 	e->nparts = zinf_optimizer_part_count(e->opt);
+	if (e->ot->dev && e->o.optimizer.state_format != ZINF_STATE_PLAIN) {
+		ret = ENG_FAIL(
+			e, -EINVAL,
+			"zero_optimization.offload_optimizer.device none: 8-bit (q8) "
+			"optimizer state is stepped on the CPU only: set "
+			"offload_optimizer.device to cpu or nvme, or the state to fp32/bf16");
+		goto fail;
+	}
 	if (e->ot->dev && !e->host_comm &&
 	    (e->o.optimizer.kind > ZINF_OPTIM_ADAMW || e->o.optimizer.state_dtype != ZINF_F32)) {
 		ret = ENG_FAIL(e, -EINVAL,

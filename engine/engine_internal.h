@@ -333,6 +333,9 @@ struct eostate {
 	   speculative step keeps it: engine_spec.c sets it) */
 	int (*keep_read)(struct zinf_engine *e, uint32_t k, const void *const parts[],
 			 uint64_t len);
+	/* cpu with q8 state: n_sg + 1 byte offsets of the sub-groups in a q8 part's array (each
+	   sub-group a q8 array of its own, blocks from its start); NULL otherwise */
+	uint64_t *q8_off;
 };
 
 /* The parameter tier's state (engine_ptier.c): its pool, and for nvme the store and the

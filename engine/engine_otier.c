@@ -26,6 +26,46 @@ part_bytes(const struct zinf_engine *e, uint32_t i)
 	return zinf_optimizer_part_bytes(e->opt, i);
 }
 
+/* Bytes of n elements of part i from a block boundary (q8 parts: codes and scales). */
+static uint64_t
+part_size(const struct zinf_engine *e, uint32_t i, uint64_t n)
+{
+	return zinf_optimizer_part_size(e->opt, i, n);
+}
+
+static bool
+part_q8(const struct zinf_engine *e, uint32_t i)
+{
+	return zinf_optimizer_part_align(e->opt, i) > 1;
+}
+
+/* Bytes of part i's array in memory (cpu tier): the flat partition, or with q8 state the
+ * sub-groups' q8 arrays one after another. */
+static uint64_t
+part_total(const struct zinf_engine *e, uint32_t i)
+{
+	if (!part_q8(e, i)) {
+		return e->flat_n * part_bytes(e, i);
+	}
+	uint64_t b = 0;
+	for (uint32_t k = 0; k < e->n_sg; k++) {
+		b += zinf_q8_bytes(e->sg_end[k] - eng_sg_start(e, k));
+	}
+	return b;
+}
+
+/* Part i of sub-group k at flat element off (the sub-group's start, or a piece's: a multiple of
+ * ZINF_STEP_CHUNK from it, so of ZINF_Q8_BLOCK) in the arrays in memory. */
+static char *
+part_at(const struct zinf_engine *e, uint32_t i, uint32_t k, uint64_t off)
+{
+	if (e->os.q8_off && part_q8(e, i)) {
+		return (char *)e->os.state[i] + e->os.q8_off[k] +
+		       zinf_q8_bytes(off - eng_sg_start(e, k));
+	}
+	return (char *)e->os.state[i] + off * part_bytes(e, i);
+}
+
 /* ---- the tiers in memory (gpu, cpu) --------------------------------------------------------- */
 
 /* The device's Adam over flat elements [off, off + n) (parts, grad and copy at off), one call
@@ -70,7 +110,7 @@ step_in_memory(struct zinf_engine *e, struct ectx *x, uint32_t k, float *grad)
 	for (uint64_t off = start, n; !ret && (n = zinf_step_piece(off, end)) > 0; off += n) {
 		void *parts[ZINF_OPTIM_MAX_PARTS] = {0};
 		for (uint32_t i = 0; i < e->nparts; i++) {
-			parts[i] = (char *)e->os.state[i] + off * part_bytes(e, i);
+			parts[i] = part_at(e, i, k, off);
 		}
 		double t0 = zinf_now_s();
 		if (dev && !host_dev) {
@@ -332,7 +372,7 @@ cpu_pool(const struct zinf_engine *e, const struct eng_tier_needs *needs, uint32
 	uint64_t cpu =
 		host_buffers_bytes(e) + ZINF_ALIGN_UP(e->flat_n * 4, 4096) + needs->pinned(e, 4096);
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		cpu += ZINF_ALIGN_UP(e->flat_n * part_bytes(e, i), 4096);
+		cpu += ZINF_ALIGN_UP(part_total(e, i), 4096);
 	}
 	host_pool_opts(e, po);
 	po->cpu_bytes = cpu;
@@ -349,8 +389,19 @@ cpu_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 	if (ret) {
 		return ENG_FAIL(e, ret, "init: pinned pool for offload_optimizer");
 	}
+	if (zinf_optimizer_state_format(e->opt) == ZINF_STATE_Q8) {
+		e->os.q8_off = zc_calloc((size_t)e->n_sg + 1, sizeof(uint64_t));
+		if (!e->os.q8_off) {
+			return ENG_FAIL(e, -ENOMEM, "init: q8 state offsets of %u sub-groups",
+					e->n_sg);
+		}
+		for (uint32_t k = 0; k < e->n_sg; k++) {
+			e->os.q8_off[k + 1] =
+				e->os.q8_off[k] + zinf_q8_bytes(e->sg_end[k] - eng_sg_start(e, k));
+		}
+	}
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		uint64_t b = e->flat_n * part_bytes(e, i);
+		uint64_t b = part_total(e, i);
 		if ((ret = zinf_pool_cpu_alloc(e->os.opool, b, &e->os.state[i]))) {
 			return ENG_FAIL(e, ret, "init: optimizer part %s",
 					zinf_optimizer_part_name(e->opt, i));
@@ -368,7 +419,9 @@ cpu_setup(struct zinf_engine *e, const struct eng_tier_needs *needs)
 static void
 host_free(struct zinf_engine *e)
 {
-	(void)e; /* the pool's (eng_step_free destroys it) */
+	/* the state is the pool's (eng_step_free destroys it) */
+	zc_free(e->os.q8_off);
+	e->os.q8_off = NULL;
 }
 
 static int
@@ -395,7 +448,7 @@ cpu_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *
 	uint64_t start = eng_sg_start(e, k);
 	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		parts[i] = (char *)e->os.state[i] + start * part_bytes(e, i);
+		parts[i] = part_at(e, i, k, start);
 	}
 	return fn(ctx, start, e->sg_end[k] - start, parts);
 }
@@ -406,8 +459,7 @@ cpu_keep(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *slot)
 	(void)x;
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		size_t pb = part_bytes(e, i);
-		memcpy(slot + e->sp.off[i], (char *)e->os.state[i] + start * pb, len * pb);
+		memcpy(slot + e->sp.off[i], part_at(e, i, k, start), part_size(e, i, len));
 	}
 	return 0;
 }
@@ -417,8 +469,7 @@ cpu_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 {
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		size_t pb = part_bytes(e, i);
-		memcpy((char *)e->os.state[i] + start * pb, slot + e->sp.off[i], len * pb);
+		memcpy(part_at(e, i, k, start), slot + e->sp.off[i], part_size(e, i, len));
 	}
 	return 0;
 }
@@ -631,7 +682,7 @@ nvme_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 	}
 	int ret = zinf_step_load(e->os.step, k, st);
 	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
-		e->win.nvme_write_bytes += len * part_bytes(e, i);
+		e->win.nvme_write_bytes += part_size(e, i, len);
 	}
 	return ret;
 }

@@ -57,7 +57,7 @@ layout(const struct zinf_engine *e, uint32_t align, uint64_t off[ZINF_OPTIM_MAX_
 	uint64_t at = 0;
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		off[i] = at;
-		at = ZINF_ALIGN_UP(at + e->max_sg * zinf_optimizer_part_bytes(e->opt, i),
+		at = ZINF_ALIGN_UP(at + zinf_optimizer_part_size(e->opt, i, e->max_sg),
 				   (uint64_t)align);
 	}
 	off[e->nparts] = at;
@@ -237,7 +237,7 @@ keep_read(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t
 				e->steps + 1, k, len, e->sg_end[k] - eng_sg_start(e, k));
 	}
 	for (uint32_t i = 0; i < e->nparts; i++) {
-		memcpy(slot + e->sp.off[i], parts[i], len * zinf_optimizer_part_bytes(e->opt, i));
+		memcpy(slot + e->sp.off[i], parts[i], zinf_optimizer_part_size(e->opt, i, len));
 	}
 	return 0;
 }

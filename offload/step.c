@@ -7,7 +7,7 @@
  * I/O overlaps the optimizer, are in step_pipe.c.
  *
  * The step knows an optimizer only through zinf/blocks/optimizer.h: part i of sub-group k is the
- * swap tensor (zinf_optimizer_part_name(i), k) of len(k) * zinf_optimizer_part_bytes(i) bytes, and
+ * swap tensor (zinf_optimizer_part_name(i), k) of zinf_optimizer_part_size(i, len(k)) bytes, and
  * one zinf_optimizer_step call per ZINF_STEP_CHUNK piece updates every part. This file does not
  * reduce gradients, compute norms or decide loss scales: the caller passes grad_scale.
  */
@@ -86,12 +86,17 @@ layout(const struct zinf_step_opts *o, uint64_t sg, uint64_t align, uint64_t *of
 	uint64_t at = 0, b = 0;
 	if (o->tier != ZINF_TIER_CPU) {
 		for (uint32_t p = 0; p < np; p++) {
-			uint32_t esz = o->optimizer ? zinf_optimizer_part_bytes(o->optimizer, p)
+			uint64_t esz = o->optimizer ? zinf_optimizer_part_bytes(o->optimizer, p)
 						    : default_esz[p];
+			uint64_t elems = sg;
+			if (o->optimizer && zinf_optimizer_part_align(o->optimizer, p) > 1) {
+				elems = zinf_optimizer_part_size(o->optimizer, p, sg); /* q8 */
+				esz = 1;
+			}
 			if (off) {
 				off[p] = at;
 			}
-			if (!span(sg, esz, align, &b) || __builtin_add_overflow(at, b, &at)) {
+			if (!span(elems, esz, align, &b) || __builtin_add_overflow(at, b, &at)) {
 				return -EOVERFLOW;
 			}
 		}
@@ -235,6 +240,17 @@ setup_parts(struct zinf_step *st)
 	}
 	st->esz[st->nopt] = (uint32_t)zinf_dtype_size(st->o.copy_dtype);
 	st->kind[st->nopt] = st->param_kind;
+	if (zinf_optimizer_state_format(st->opt) == ZINF_STATE_Q8) {
+		/* each sub-group a q8 array of its own: its blocks from its start */
+		st->q8_off = zc_calloc((size_t)st->nsg + 1, sizeof(*st->q8_off));
+		if (!st->q8_off) {
+			return STEP_FAIL(st, -ENOMEM, "out of memory for %u sub-groups", st->nsg);
+		}
+		for (uint32_t k = 0; k < st->nsg; k++) {
+			st->q8_off[k + 1] =
+				st->q8_off[k] + zinf_q8_bytes(zinf_step_sub_group_len(st, k));
+		}
+	}
 	return 0;
 }
 
@@ -290,7 +306,8 @@ static int
 create_cpu_state(struct zinf_step *st)
 {
 	for (uint32_t p = 0; p < st->nopt; p++) {
-		uint64_t bytes = ZINF_ALIGN_UP(st->n * st->esz[p], 64);
+		uint64_t bytes = ZINF_ALIGN_UP(
+			st->q8_off && p > 0 ? st->q8_off[st->nsg] : st->n * st->esz[p], 64);
 		if (st->o.pool) {
 			int rc = zinf_pool_cpu_alloc(st->o.pool, bytes, (void **)&st->cpu[p]);
 			if (rc) {
@@ -360,7 +377,7 @@ declare_swap(struct zinf_step *st)
 		uint64_t len = zinf_step_sub_group_len(st, k);
 		for (uint32_t p = nvme ? 0 : st->nopt; p < st->nparts; p++) {
 			struct zinf_swap *sw = p < st->nopt ? st->o.swap : st->o.param_swap;
-			int id = zinf_swap_add(sw, st->kind[p], k, len * st->esz[p]);
+			int id = zinf_swap_add(sw, st->kind[p], k, step_bytes(st, p, len));
 			if (id < 0) {
 				return STEP_FAIL(st, id,
 						 "declaring %s[%u] in the swap space failed",
@@ -383,6 +400,7 @@ step_free(struct zinf_step *st)
 	}
 	zinf_optimizer_destroy(st->own_opt);
 	zc_free(st->ids);
+	zc_free(st->q8_off);
 	zc_free(st->ends);
 	zc_free(st->sg_slot);
 	zc_free(st->done);
@@ -545,7 +563,7 @@ step_optim_sub_group(struct zinf_step *st, uint32_t k, char *const base[], const
 	for (uint64_t i0 = 0, n; (n = zinf_step_piece(i0, len)) > 0; i0 += n) {
 		void *parts[ZINF_OPTIM_MAX_PARTS];
 		for (uint32_t p = 0; p < st->nopt; p++) {
-			parts[p] = base[p] + i0 * st->esz[p];
+			parts[p] = base[p] + step_bytes(st, p, i0);
 		}
 		double t0 = zinf_now_s();
 		int rc = zinf_optimizer_step(st->opt, st->t, st->grad_scale, parts, grad + i0 * gsz,
@@ -634,10 +652,9 @@ zinf_step_begin(struct zinf_step *st, int64_t step, float grad_scale, void *copy
 static int
 ready_cpu(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt, char *host)
 {
-	uint64_t start = zinf_step_sub_group_start(st, k);
 	char *base[ZINF_OPTIM_MAX_PARTS];
 	for (uint32_t p = 0; p < st->nopt; p++) {
-		base[p] = st->cpu[p] + start * st->esz[p];
+		base[p] = st->cpu[p] + step_cpu_off(st, p, k);
 	}
 	int rc = step_before(st, k, base);
 	if (rc) {
@@ -782,13 +799,13 @@ static void
 load_save_cpu(struct zinf_step *st, uint32_t k, uint32_t p, void *arr, bool save)
 {
 	uint64_t len = zinf_step_sub_group_len(st, k);
-	char *c = st->cpu[p] + zinf_step_sub_group_start(st, k) * st->esz[p];
+	char *c = st->cpu[p] + step_cpu_off(st, p, k);
 	if (save && arr) {
-		memcpy(arr, c, len * st->esz[p]);
+		memcpy(arr, c, step_bytes(st, p, len));
 	} else if (!save && arr) {
-		memcpy(c, arr, len * st->esz[p]);
+		memcpy(c, arr, step_bytes(st, p, len));
 	} else if (!save) {
-		memset(c, 0, len * st->esz[p]);
+		memset(c, 0, step_bytes(st, p, len));
 	}
 }
 
@@ -811,9 +828,9 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 			r = zinf_swap_read_async(st->o.swap, id, b, &ops[p]);
 		} else if (!save) {
 			if (arr[p]) {
-				memcpy(b, arr[p], len * st->esz[p]);
+				memcpy(b, arr[p], step_bytes(st, p, len));
 			} else {
-				memset(b, 0, len * st->esz[p]);
+				memset(b, 0, step_bytes(st, p, len));
 			}
 			r = zinf_swap_write_async(st->o.swap, id, b, &ops[p]);
 		}
@@ -836,7 +853,7 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 				       save ? "read" : "write", st->kind[p], k, why[p]);
 		}
 		if (r == 0 && save) {
-			memcpy(arr[p], buf + st->part_off[p], len * st->esz[p]);
+			memcpy(arr[p], buf + st->part_off[p], step_bytes(st, p, len));
 		}
 	}
 	(void)zinf_pool_release(st->o.pool, buf);
@@ -904,7 +921,7 @@ zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode
 	void *parts[ZINF_OPTIM_MAX_PARTS] = {NULL};
 	if (st->o.tier == ZINF_TIER_CPU) {
 		for (uint32_t p = 0; p < st->nopt; p++) {
-			parts[p] = st->cpu[p] + zinf_step_sub_group_start(st, k) * st->esz[p];
+			parts[p] = st->cpu[p] + step_cpu_off(st, p, k);
 		}
 		return fn(ctx, k, parts, len);
 	}

@@ -38,7 +38,8 @@ struct zinf_step {
 	struct zinf_optimizer *own_opt; /* opts.optimizer NULL: the default, freed with the step */
 	uint32_t nopt;			/* optimizer parts; the copy (param_swap) is part nopt */
 	uint32_t nparts;		/* nopt, + 1 with param_swap */
-	uint32_t esz[STEP_MAXP];	/* bytes per element of each part */
+	uint32_t esz[STEP_MAXP];	/* bytes per element of each part (q8: 1, the codes; sizes
+					   and offsets come from step_bytes and step_cpu_off) */
 	const char *kind[STEP_MAXP];	/* state kind of each part */
 	uint64_t n, sgsize;		/* sgsize: elements of the largest sub-group */
 	uint32_t nsg;
@@ -47,6 +48,9 @@ struct zinf_step {
 	uint64_t part_off[STEP_MAXP]; /* offsets inside a slot buffer */
 	uint64_t buf_bytes;
 	int *ids;	  /* swap ids, STEP_MAXP per sub-group (-1: none) */
+	uint64_t *q8_off; /* q8 state: nsg + 1 byte offsets of the sub-groups in a CPU-tier q8 part
+			     (each sub-group is its own q8 array, its blocks from its start);
+			     NULL without q8 */
 	int64_t *written; /* per sub-group: last step durably written */
 
 	/* CPU tier: each optimizer part for the whole partition */
@@ -111,5 +115,23 @@ int step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zin
 		    char *host);
 int step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dtype gdt,
 			char *host);
+
+/* Bytes that n elements of part p take (the copy: n * its element size; a q8 part: its blocks,
+ * zinf_optimizer_part_size). Inside a sub-group, element i0 (a multiple of ZINF_STEP_CHUNK, so of
+ * ZINF_Q8_BLOCK) starts at step_bytes(st, p, i0). */
+static inline uint64_t
+step_bytes(const struct zinf_step *st, uint32_t p, uint64_t n)
+{
+	return p < st->nopt ? zinf_optimizer_part_size(st->opt, p, n) : n * st->esz[p];
+}
+
+/* The byte offset of sub-group k in the CPU-tier array of optimizer part p. */
+static inline uint64_t
+step_cpu_off(const struct zinf_step *st, uint32_t p, uint32_t k)
+{
+	return st->q8_off && zinf_optimizer_part_align(st->opt, p) > 1
+		       ? st->q8_off[k]
+		       : zinf_step_sub_group_start(st, k) * st->esz[p];
+}
 
 #endif

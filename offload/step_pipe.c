@@ -115,7 +115,7 @@ complete_read(struct zinf_step *st, struct slot *s, bool keep_err)
 	for (uint32_t p = s->p0; p < s->p1; p++) {
 		int r = op_wait(st, s, p);
 		if (r == 0) {
-			st->stats.read_bytes += len * st->esz[p];
+			st->stats.read_bytes += step_bytes(st, p, len);
 		}
 		rc = rc ? rc : r;
 	}
@@ -434,7 +434,6 @@ step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zin
 		    char *host)
 {
 	uint64_t len = zinf_step_sub_group_len(st, k);
-	uint64_t start = zinf_step_sub_group_start(st, k);
 	struct slot *s = slot_for(st, k);
 	if (st->err) {
 		return st->err; /* the write waited for failed */
@@ -445,7 +444,7 @@ step_ready_cpu_swap(struct zinf_step *st, uint32_t k, const char *grad, enum zin
 	char *copy = s->buf + st->part_off[st->nopt];
 	char *base[ZINF_OPTIM_MAX_PARTS];
 	for (uint32_t p = 0; p < st->nopt; p++) {
-		base[p] = st->cpu[p] + start * st->esz[p];
+		base[p] = st->cpu[p] + step_cpu_off(st, p, k);
 	}
 	int rc = step_before(st, k, base);
 	if (rc) {

@@ -68,12 +68,14 @@ static const char *const dtypes[] = {"bf16", "f16", "f32", NULL};
 static const enum zinf_dtype dtype_of[] = {ZINF_BF16, ZINF_F16, ZINF_F32};
 static const char *const devices[] = {"auto", "host", "cuda", NULL};
 static const char *const schedules[] = {"zinf", "deepspeed", NULL}; /* zinf_step_schedule's */
+static const char *const opt_states[] = {"f32", "bf16", "q8", NULL};
 
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
 	uint64_t hidden, sub_group, bucket, param_buffer, max_live;
 	double compute_ms, clip, weight_decay;
 	int stage, off_param, off_optim, optimizer, dtype, device, schedule;
+	int state; /* --optimizer-state: opt_states[] */
 	struct cli_list paths;
 	const char *checkpoint;
 	bool no_sdb, compare, pin, json, no_decay_1d;
@@ -168,6 +170,10 @@ static const struct cli_opt opts[] = {
 	 "elements of 16-bit parameters cached in host memory with --offload-param nvme\n"
 	 "(offload_param.max_in_cpu; capped at the partitions; 0: every fetch reads NVMe)",
 	 .min = 0},
+	{"optimizer-state", CLI_ENUM, &cfg.state, "f32", NULL,
+	 "Adam's m and v: f32, bf16 (stochastic rounding) or q8 (8-bit blockwise, one fp32 "
+	 "scale per 256; the cpu and nvme tiers)",
+	 .choices = opt_states},
 	{NULL},
 };
 
@@ -322,6 +328,8 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	eo.gradient_accumulation_steps = c->micro_batches;
 	zinf_optimizer_opts_init(&eo.optimizer, (enum zinf_optim_kind)c->optimizer);
 	eo.optimizer.weight_decay = (float)c->weight_decay;
+	eo.optimizer.state_dtype = c->state == 1 ? ZINF_BF16 : ZINF_F32;
+	eo.optimizer.state_format = c->state == 2 ? ZINF_STATE_Q8 : ZINF_STATE_PLAIN;
 	eo.dtype = dtype_of[c->dtype];
 	eo.device_backend = c->device ? devices[c->device] : NULL;
 	eo.device = dev;

@@ -165,6 +165,10 @@ struct zinf_train_config {
 	uint32_t n_unresolved; /* ZINF_CONFIG_UNRESOLVED_OK: those left, in the order met */
 	struct zinf_config_resolved resolved[ZINF_CONFIG_MAX_RESOLVED];
 	struct zinf_config_unresolved unresolved[ZINF_CONFIG_MAX_RESOLVED];
+	/* bf16.bf16_optimizer_states (DeepSpeed: Adam's moments in bf16): engine.optimizer's
+	   state_dtype becomes ZINF_BF16 (zinf's rounding of it, stochastic by default) */
+	bool bf16_optimizer_states;
+	uint8_t reserved2[7]; /* zero */
 };
 
 /**

@@ -244,6 +244,19 @@ Test(bench_step, optimizer_and_state_parts)
 		cr_assert_eq(zc_num(j, "io_bytes"), 2 * want, "io alone moves the same parts");
 		json_decref(j);
 	}
+	/* q8: sub-groups of 100000 and 50000 elements, each m and v n + 4 * ceil(n / 256) bytes:
+	 * 150000 * 4 + 2 * ((100000 + 4 * 391) + (50000 + 4 * 196)) = 904696 each way */
+	char *aq[] = {"zinf",	     "bench",  "step",	  "--params", "150000",
+		      "--sub-group", "1e5",    "--steps", "1",	      "--state",
+		      "q8",	     "--path", d,	  "--json",   NULL};
+	cr_assert_eq(zc_run(NULL, aq, out, err), 0, "%s", zc_text(err));
+	json_t *j = zc_json(out);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "q8");
+	cr_assert_eq(zc_num(j, "read_bytes"), 904696);
+	cr_assert_eq(zc_num(j, "write_bytes"), 904696);
+	cr_assert_eq(zc_num(j, "io_bytes"), 2 * 904696, "io alone moves the same parts");
+	cr_assert(fabs(zc_num(j, "io_bytes_per_param") - 2 * 904696 / 150000.0) < 1e-9);
+	json_decref(j);
 	char *argv[] = {"zinf", "bench",   "step", "--params", "150000", "--optimizer",
 			"lion", "--state", "bf16", "--path",   d,	 NULL};
 	cr_assert_eq(zc_run(NULL, argv, out, err), 1);

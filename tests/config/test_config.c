@@ -978,3 +978,56 @@ Test(config, engine_from_file)
 	cr_expect_eq(zinf_engine_create_from_file(NULL, NULL, &e), -EINVAL);
 	unlink(path);
 }
+
+/*
+ * Optimizer states: zinf's extension optimizer.params.zinf_optimizer_states ("fp32", "bf16",
+ * "q8": DeepSpeed has no 8-bit state) and DeepSpeed's bf16.bf16_optimizer_states (Adam's moments
+ * in bf16), read into the optimizer options and dumped back (only when not fp32); a bad value,
+ * a non-Adam optimizer, and both asking for different formats are refused naming the key.
+ */
+Test(config, optimizer_states_q8_and_bf16)
+{
+	struct zinf_train_config c, back;
+	char *text = NULL;
+	read_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+		"{\"lr\": 0.001, \"zinf_optimizer_states\": \"q8\"}}}",
+		NULL, &c);
+	cr_assert_eq(c.engine.optimizer.state_format, ZINF_STATE_Q8);
+	cr_assert_eq(c.engine.optimizer.state_dtype, ZINF_F32);
+	cr_assert_eq(zinf_config_dump(&c, &text), 0);
+	cr_assert(strstr(text, "\"zinf_optimizer_states\": \"q8\""), "%s", text);
+	zinf_config_init(&back);
+	cr_assert_eq(zinf_config_read_string(text, "dump", NULL, &back), 0, "%s", logbuf);
+	cr_assert_eq(back.engine.optimizer.state_format, ZINF_STATE_Q8);
+	free(text);
+	zinf_config_fini(&back);
+	zinf_config_fini(&c);
+	read_ok("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+		"\"bf16_optimizer_states\": true}}",
+		NULL, &c);
+	cr_assert_eq(c.engine.optimizer.state_dtype, ZINF_BF16);
+	cr_assert_eq(c.engine.optimizer.state_format, ZINF_STATE_PLAIN);
+	cr_assert_eq(zinf_config_dump(&c, &text), 0);
+	cr_assert(strstr(text, "\"bf16_optimizer_states\": true"), "%s", text);
+	free(text);
+	zinf_config_fini(&c);
+	read_ok("{\"train_batch_size\": 8}", NULL, &c);
+	cr_assert_eq(c.engine.optimizer.state_dtype, ZINF_F32);
+	cr_assert_eq(zinf_config_dump(&c, &text), 0);
+	cr_assert(!strstr(text, "optimizer_states"), "the defaults are not spelt out: %s", text);
+	free(text);
+	zinf_config_fini(&c);
+	read_bad("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+		 "{\"zinf_optimizer_states\": \"int8\"}}}",
+		 NULL);
+	expect_log("optimizer.params.zinf_optimizer_states: expected \"fp32\", \"bf16\" or \"q8\"");
+	read_bad("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+		 "\"bf16_optimizer_states\": true}, \"optimizer\": {\"type\": \"AdamW\", "
+		 "\"params\": {\"zinf_optimizer_states\": \"q8\"}}}",
+		 NULL);
+	expect_log("bf16.bf16_optimizer_states: true with optimizer.params.zinf_optimizer_states");
+	read_bad("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lion\", \"params\": "
+		 "{\"zinf_optimizer_states\": \"q8\"}}}",
+		 NULL);
+	expect_log("zinf_optimizer_states");
+}

@@ -37,6 +37,7 @@ struct cfg {
 	bool bf16;	  /* bf16 parameters and optimizer state (stochastic rounding), clipping
 			     without fp16: no overflow step (those are plain) */
 	double clip;	  /* nonzero: gradient_clipping instead of CLIP (negative: none) */
+	bool q8;	  /* 8-bit blockwise m and v (ZINF_STATE_Q8; with bf16: bf16 parameters) */
 };
 
 static void
@@ -70,9 +71,10 @@ make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool
 	o->optimizer.lr = 0.01f;
 	o->optimizer.eps = 0.05f;
 	o->optimizer.weight_decay = 0.01f;
+	o->optimizer.state_format = c->q8 ? ZINF_STATE_Q8 : ZINF_STATE_PLAIN;
 	if (c->bf16) {
 		o->dtype = ZINF_BF16;
-		o->optimizer.state_dtype = ZINF_BF16;
+		o->optimizer.state_dtype = c->q8 ? ZINF_F32 : ZINF_BF16;
 		o->optimizer.rounding = ZINF_ROUND_STOCHASTIC;
 		o->gradient_clipping = c->clip > 0 ? c->clip : c->clip < 0 ? 0 : CLIP;
 		o->step_during_backward = spec;
@@ -159,66 +161,79 @@ compare_runs(const struct cfg *c)
 
 Test(engine_spec, stage2_tier_none)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0, false});
 }
 
 Test(engine_spec, stage2_tier_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false});
 }
 
 Test(engine_spec, stage2_tier_nvme)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false, 0});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false, 0, false});
 }
 
 Test(engine_spec, stage1_tier_cpu)
 {
-	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0});
+	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false});
 }
 
 Test(engine_spec, stage3_none_none)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0, false});
 }
 
 Test(engine_spec, stage3_cpu_cpu)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false, 0});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false, 0, false});
 }
 
 Test(engine_spec, stage3_nvme_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, false});
 }
 
 Test(engine_spec, stage3_none_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false, 0});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false, 0, false});
 }
 
 /* bf16 parameters and state (stochastic rounding), clipping without fp16 */
 Test(engine_spec, bf16_clipping_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true, 0});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true, 0, false});
 }
 
 Test(engine_spec, bf16_clipping_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, false});
+}
+
+/* 8-bit blockwise m and v: the reserve keeps and restores each sub-group's codes and scales
+ * (fp16 with overflow and clipping on the cpu tier and on NVMe; bf16 parameters with clipping) */
+Test(engine_spec, q8_state_cpu)
+{
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, true});
+}
+
+Test(engine_spec, q8_state_nvme)
+{
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, true});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, true});
 }
 
 /* a reserve of one sub-group: one is speculated, the others wait for the norm */
 Test(engine_spec, reserve_of_one)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false, 0});
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false, 0});
+	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false, 0, false});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false, 0, false});
 }
 
 /* the reserve is counted in the optimizer's pool: host_pool_bytes grows by the slots */
 Test(engine_spec, reserve_in_pool_budget)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0};
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false};
 	struct model ms = {0}, mn = {0};
 	model_make(&ms, &c, true);
 	model_make(&mn, &c, false);
@@ -255,7 +270,8 @@ no_extra_read(int stage, uint32_t buffers)
 			 stage == 3 ? ZINF_OFFLOAD_CPU : ZINF_OFFLOAD_NONE,
 			 buffers,
 			 true,
-			 1e9};
+			 1e9,
+			 false};
 	struct cfg cn = cc;
 	cn.clip = -1; /* no clipping: no speculation, no reserve */
 	static struct seen a, b;

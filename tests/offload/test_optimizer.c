@@ -457,3 +457,72 @@ Test(optimizer, simd_path_resolved_at_create)
 	cr_assert_eq(memcmp(v, rv, sizeof(v)), 0, "v differs from the scalar kernel");
 	zinf_optimizer_destroy(z);
 }
+
+/* q8 state: parts sized in blocks, refused for other kinds and dtypes, and a step that is one
+ * kernel call with index0 and the no-decay ranges passed along (a range that starts inside a
+ * block: the kernel, given the same ranges, writes the same bytes; without them, others). */
+Test(optimizer, q8_state_parts_and_step)
+{
+	struct zinf_optimizer_opts o;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+	o.state_format = ZINF_STATE_Q8;
+	o.weight_decay = 0.1f;
+	o.lr = 1e-2f;
+	struct zinf_optimizer *z = make(&o);
+	cr_assert_eq(zinf_optimizer_state_format(z), ZINF_STATE_Q8);
+	cr_assert_eq(zinf_optimizer_part_size(z, 0, N), 4 * N);
+	/* 1037 codes and 5 scales (blocks of 256, the last of 13) */
+	cr_assert_eq(zinf_optimizer_part_size(z, 1, N), N + 4 * 5);
+	cr_assert_eq(zinf_optimizer_part_size(z, 2, N), N + 4 * 5);
+	cr_assert_eq(zinf_optimizer_part_align(z, 0), 1);
+	cr_assert_eq(zinf_optimizer_part_align(z, 2), ZINF_Q8_BLOCK);
+	cr_assert_eq(zinf_optimizer_state_size(z, 1 << 20), (4 + 2 * (1 + 4.0 / 256)) * (1 << 20));
+	cr_assert_eq(zinf_optimizer_part_size(z, 3, N), 0);
+	uint64_t seed = 42;
+	struct data d, e;
+	fill(&d, &seed);
+	uint8_t mq[2][N + 20] = {{0}}, vq[2][N + 20] = {{0}};
+	zinf_q8_encode(d.m, N, ZINF_Q8_EXP_AVG, mq[0], NULL);
+	zinf_q8_encode(d.v, N, ZINF_Q8_EXP_AVG_SQ, vq[0], NULL);
+	memcpy(mq[1], mq[0], sizeof(mq[0])), memcpy(vq[1], vq[0], sizeof(vq[0]));
+	e = d;
+	const uint64_t nd[] = {1000 + 100, 1000 + 300};
+	cr_assert_eq(zinf_optimizer_set_no_decay(z, nd, 1), 0);
+	void *parts[] = {d.p, mq[0], vq[0]};
+	cr_assert_eq(
+		zinf_optimizer_step(z, 2, 1.0f, parts, d.g, ZINF_F32, 1000, N, d.copy, ZINF_BF16),
+		0, "%s", zinf_last_error());
+	struct zinf_adam_opts a;
+	zinf_adam_opts_init(&a);
+	a.lr = 1e-2f, a.weight_decay = 0.1f;
+	struct zinf_q8_opts q;
+	zinf_q8_opts_init(&q);
+	q.index0 = 1000, q.no_decay = nd, q.n_no_decay = 1;
+	cr_assert_eq(zinf_adam_step_q8state(&a, 2, 1.0f, e.p, e.g, ZINF_F32, mq[1], vq[1], N,
+					    e.copy, ZINF_BF16, &q),
+		     0);
+	cr_assert(!memcmp(d.p, e.p, sizeof(d.p)) && !memcmp(mq[0], mq[1], sizeof(mq[0])) &&
+			  !memcmp(vq[0], vq[1], sizeof(vq[0])) &&
+			  !memcmp(d.copy, e.copy, sizeof(d.copy)),
+		  "the descriptor's q8 step is not the kernel's");
+	float p100 = d.p[150];
+	q.index0 = 0; /* the ranges now miss: element 150 decays */
+	memcpy(e.p, d.p, sizeof(d.p));
+	zinf_adam_step_q8state(&a, 3, 1.0f, e.p, e.g, ZINF_F32, mq[1], vq[1], N, NULL, 0, &q);
+	parts[1] = mq[0], parts[2] = vq[0];
+	zinf_optimizer_step(z, 3, 1.0f, parts, d.g, ZINF_F32, 1000, N, NULL, 0);
+	cr_assert(d.p[150] != e.p[150], "element 150 (in the range) stepped with decay: %g %g",
+		  d.p[150], p100);
+	zinf_optimizer_destroy(z);
+	o.state_dtype = ZINF_BF16;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(
+		strstr(zinf_last_error(), "state_format q8 is for Adam/AdamW with state_dtype f32"),
+		"%s", zinf_last_error());
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_LION);
+	o.state_format = ZINF_STATE_Q8;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	o.state_format = 5;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "unknown state_format 5"), "%s", zinf_last_error());
+}

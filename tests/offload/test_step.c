@@ -38,14 +38,15 @@ enum {
 	OPT_ADAMW_BF16_SR,
 	OPT_ADAGRAD,
 	OPT_LION,
+	OPT_ADAMW_Q8, /* 8-bit blockwise m and v */
 };
 
 static struct zinf_optimizer *
 make_opt(int which)
 {
 	static const enum zinf_optim_kind kind[] = {
-		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAM,    ZINF_OPTIM_ADAM,
-		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAGRAD, ZINF_OPTIM_LION,
+		ZINF_OPTIM_ADAMW,   ZINF_OPTIM_ADAM, ZINF_OPTIM_ADAM,  ZINF_OPTIM_ADAMW,
+		ZINF_OPTIM_ADAGRAD, ZINF_OPTIM_LION, ZINF_OPTIM_ADAMW,
 	};
 	struct zinf_optimizer_opts o;
 	zinf_optimizer_opts_init(&o, kind[which]);
@@ -59,6 +60,9 @@ make_opt(int which)
 	}
 	if (which == OPT_ADAGRAD) {
 		o.lr_decay = 0.01f;
+	}
+	if (which == OPT_ADAMW_Q8) {
+		o.state_format = ZINF_STATE_Q8;
 	}
 	struct zinf_optimizer *z = NULL;
 	cr_assert_eq(zinf_optimizer_create(&o, &z), 0, "%s", zinf_last_error());
@@ -1315,5 +1319,110 @@ Test(step, options_and_statistics_size_rule)
 	cr_assert_eq(zinf_step_buffer_bytes(&so, 4096), 0);
 	ref_fini(&f);
 	zinf_optimizer_destroy(opt);
+	rig_fini(&r);
+}
+
+/*
+ * q8 state: each sub-group is a q8 array of its own (blocks from its start), on both tiers, for
+ * uniform and variable sub-groups and one longer than ZINF_STEP_CHUNK, with no-decay ranges that
+ * start and end inside blocks. Three steps equal, bit for bit, the descriptor stepping such
+ * per-sub-group arrays in memory in ZINF_STEP_CHUNK pieces; the NVMe bytes are the q8 sizes.
+ */
+struct q8case {
+	size_t n;
+	uint64_t sg;
+	uint64_t ends[8];
+	uint32_t n_ends;
+	int tier;
+	uint32_t buffers;
+};
+
+ParameterizedTestParameters(step, q8_state_bit_identical_per_sub_group)
+{
+	static struct q8case cases[] = {
+		{100003, 10007, {0}, 0, NVME, 2},
+		{100003, 0, ENDS_A, NVME, 3},
+		{100003, 0, ENDS_A, CPU, 0},
+		{(1 << 20) + 4099, 0, ENDS_CHUNK, NVME, 2},
+		{(1 << 20) + 4099, 0, ENDS_CHUNK, CPU, 0},
+	};
+	return cr_make_param_array(struct q8case, cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+ParameterizedTest(struct q8case *c, step, q8_state_bit_identical_per_sub_group)
+{
+	struct zinf_step_opts so;
+	zinf_step_opts_init(&so);
+	so.n = c->n;
+	so.sub_group_size = c->sg;
+	so.sub_group_ends = c->n_ends ? c->ends : NULL;
+	so.n_sub_groups = c->n_ends;
+	so.tier = c->tier;
+	struct rig r;
+	rig_init_opt(&r, &so, c->buffers, false, OPT_ADAMW_Q8);
+	const uint64_t nd[] = {3, 700, 5000, 5003, 40001, 52000};
+	cr_assert_eq(zinf_optimizer_set_no_decay(r.opt, nd, 3), 0);
+	uint32_t nsg = zinf_step_sub_groups(r.st);
+	uint64_t *qoff = calloc(nsg + 1, sizeof(*qoff));
+	for (uint32_t k = 0; k < nsg; k++) {
+		qoff[k + 1] = qoff[k] + zinf_q8_bytes(zinf_step_sub_group_len(r.st, k));
+	}
+	uint64_t seed = 0x9812;
+	float *master = malloc(c->n * 4), *grad = malloc(c->n * 4);
+	uint8_t *mq = calloc(qoff[nsg], 1), *vq = calloc(qoff[nsg], 1);
+	uint16_t *copy = malloc(c->n * 2), *copy_ref = malloc(c->n * 2);
+	for (size_t i = 0; i < c->n; i++) {
+		master[i] = (float)zt_uniform(&seed, -1, 1);
+	}
+	for (uint32_t k = 0; k < nsg; k++) {
+		const void *st[3] = {master + zinf_step_sub_group_start(r.st, k), NULL, NULL};
+		cr_assert_eq(zinf_step_load(r.st, k, st), 0, "%s", zinf_last_error());
+	}
+	struct scase sc = {.n = c->n, .grad_dtype = ZINF_F32, .copy_dtype = ZINF_F16};
+	uint32_t *perm = calloc(nsg, sizeof(*perm));
+	for (int64_t t = 1; t <= 3; t++) {
+		for (size_t i = 0; i < c->n; i++) {
+			grad[i] = (float)zt_uniform(&seed, -2, 2);
+		}
+		step_in_order(&r, &sc, t, 0.5f, grad, copy, perm, &seed);
+		for (uint32_t k = 0; k < nsg; k++) {
+			uint64_t s = zinf_step_sub_group_start(r.st, k);
+			uint64_t len = zinf_step_sub_group_len(r.st, k);
+			for (uint64_t i0 = 0, n; (n = zinf_step_piece(i0, len)) > 0; i0 += n) {
+				void *parts[3] = {master + s + i0, mq + qoff[k] + zinf_q8_bytes(i0),
+						  vq + qoff[k] + zinf_q8_bytes(i0)};
+				cr_assert_eq(zinf_optimizer_step(r.opt, t, 0.5f, parts,
+								 grad + s + i0, ZINF_F32, s + i0, n,
+								 copy_ref + s + i0, ZINF_F16),
+					     0, "%s", zinf_last_error());
+			}
+		}
+	}
+	cr_assert(!memcmp(copy, copy_ref, c->n * 2), "the 16-bit copies differ");
+	for (uint32_t k = 0; k < nsg; k++) {
+		uint64_t s = zinf_step_sub_group_start(r.st, k);
+		uint64_t len = zinf_step_sub_group_len(r.st, k);
+		void *got[3] = {malloc(len * 4), malloc(zinf_q8_bytes(len)),
+				malloc(zinf_q8_bytes(len))};
+		cr_assert_eq(zinf_optimizer_part_size(r.opt, 1, len), zinf_q8_bytes(len));
+		cr_assert_eq(zinf_step_save(r.st, k, got), 0, "%s", zinf_last_error());
+		cr_assert(!memcmp(got[0], master + s, len * 4), "fp32[%u] differs", k);
+		cr_assert(!memcmp(got[1], mq + qoff[k], zinf_q8_bytes(len)), "exp_avg[%u]", k);
+		cr_assert(!memcmp(got[2], vq + qoff[k], zinf_q8_bytes(len)), "exp_avg_sq[%u]", k);
+		for (int p = 0; p < 3; p++) {
+			free(got[p]);
+		}
+	}
+	struct zinf_step_stats st = {.size = sizeof(st)};
+	cr_assert_eq(zinf_step_get_stats(r.st, &st), 0);
+	uint64_t state = c->n * 4 + 2 * qoff[nsg];
+	if (c->tier == NVME) {
+		cr_assert_eq(st.read_bytes, state, "read %" PRIu64 ", want %" PRIu64, st.read_bytes,
+			     state);
+		cr_assert_eq(st.write_bytes, state, "written %" PRIu64 ", want %" PRIu64,
+			     st.write_bytes, state);
+	}
+	free(qoff), free(master), free(grad), free(mq), free(vq), free(copy), free(copy_ref);
+	free(perm);
 	rig_fini(&r);
 }

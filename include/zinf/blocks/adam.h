@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/blocks/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 state, Adagrad, Lion) in one fused
- * pass: unscale the gradient, update master and moments, write the 16-bit parameter copy; and
- * the gradient helpers (sum of squares, inf/NaN check).
+ * zinf/blocks/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 or 8-bit blockwise state,
+ * Adagrad, Lion) in one fused pass: unscale the gradient, update master and moments, write the
+ * 16-bit parameter copy; and the gradient helpers (sum of squares, inf/NaN check).
  * Vectorised (AVX-512, AVX2+FMA, scalar: the SIMD paths, see "SIMD paths" below) and threaded
  * with OpenMP over cache-sized tiles.
  * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
@@ -120,6 +120,93 @@ ZINF_API int zinf_adam_step_bf16state(const struct zinf_adam_opts *o, int64_t st
 				      uint16_t *exp_avg_sq, size_t n, void *param_copy,
 				      enum zinf_dtype copy_dtype, enum zinf_rounding rounding,
 				      uint64_t seed);
+
+/* ---- Adam with 8-bit blockwise state ------------------------------------------------------ */
+
+/*
+ * 8-bit blockwise optimizer state ("q8"). A moment array of n elements is cut into blocks of
+ * ZINF_Q8_BLOCK elements from its element 0 (the last block may be shorter); each block is
+ * stored as its fp32 scale followed by one 8-bit code per element, so n elements take
+ * zinf_q8_bytes(n) = n + 4 * ceil(n / ZINF_Q8_BLOCK) bytes (1.015625 bytes per element) and
+ * element j * ZINF_Q8_BLOCK starts at byte zinf_q8_bytes(j * ZINF_Q8_BLOCK). All bytes zero is
+ * the all-zero state. The codes are small floats relative to the block's largest finite value:
+ *   m (exp_avg, signed): sign bit + 3 exponent bits + 4 mantissa bits of |m| / S_m * 1.875,
+ *     S_m the block's largest finite |m| (the scale); 8 binades, |m| down to S_m / 240.
+ *   v (exp_avg_sq, >= 0): sqrt(v) is coded, 4 exponent bits + 4 mantissa bits of
+ *     sqrt(v) / S_w * 1.8125, S_w the block's largest finite sqrt(v) (the scale); 16 binades of
+ *     sqrt(v), i.e. 32 of v (9.6 decades).
+ * Error bounds per element (round to nearest; stochastic rounding doubles the first term):
+ *   |m' - m| <= max(2^-5 |m|, 2^-8 S_m / 1.875) (+ float rounding, about 2^-22 |m|);
+ *   |sqrt(v') - sqrt(v)| <= 2^-5 sqrt(v) when sqrt(v) >= 2^-15 S_w / 1.8125; below that
+ *   sqrt(v') is that smallest value: v rounds up, and a v > 0 never becomes 0, so m / sqrt(v)
+ *   cannot explode where the m of the same element survives quantization.
+ * A non-finite m or v is stored as a NaN code (0x80 for m, 0xff for v) and decodes as NaN; it
+ * does not enter the scale, so the other elements of its block are unaffected. A block whose
+ * scale is below FLT_MIN (all |m| < 1.2e-38, or all v < 1.4e-38) is stored as zeros.
+ * cpu_adam/README.md says why this code (and not a dynamic-tree map).
+ */
+#define ZINF_Q8_BLOCK 256
+
+/** Bytes of n elements of q8 state: n + 4 * ceil(n / ZINF_Q8_BLOCK). */
+static inline uint64_t
+zinf_q8_bytes(uint64_t n)
+{
+	return n + 4 * ((n + ZINF_Q8_BLOCK - 1) / ZINF_Q8_BLOCK);
+}
+
+/** Which moment a q8 array holds: the codes differ (signed m; sqrt-coded v). */
+enum zinf_q8_moment { ZINF_Q8_EXP_AVG = 0, ZINF_Q8_EXP_AVG_SQ = 1 };
+
+/* The q8 step's options beyond Adam's (zinf_adam_step_q8state). */
+struct zinf_q8_opts {
+	size_t size;		     /* sizeof(struct zinf_q8_opts); set by zinf_q8_opts_init() */
+	enum zinf_rounding rounding; /* of the codes: ZINF_ROUND_NEAREST_EVEN (default; ties away
+					from zero) or ZINF_ROUND_STOCHASTIC */
+	uint32_t n_no_decay;	     /* pairs in no_decay */
+	uint64_t seed;		     /* stochastic rounding */
+	uint64_t index0;	     /* the index of element 0 of the call in the index space of
+					no_decay and of the stochastic rounding's hash */
+	const uint64_t *no_decay;    /* n_no_decay ranges [no_decay[2i], no_decay[2i + 1]) of
+					index0's space, sorted, disjoint, non-empty: elements in
+					them get weight decay 0; read during the call only */
+};
+
+/** Round to nearest, seed 0, index0 0, no ranges. */
+ZINF_API void zinf_q8_opts_init(struct zinf_q8_opts *o);
+
+/**
+ * The Adam/AdamW step of zinf_adam_step() with m (exp_avg) and v (exp_avg_sq) stored as q8 state
+ * (above): exp_avg and exp_avg_sq point at zinf_q8_bytes(n) bytes each, laid out in blocks from
+ * element 0. Each block is stepped in one pass that stays in L1: its codes are decoded to float,
+ * the elements are updated by this SIMD path's float32 Adam kernel (the same arithmetic, bit for
+ * bit, as zinf_adam_step() on the decoded values, weight decay per element: an element inside a
+ * q->no_decay range gets weight decay 0), and the block is encoded once with its new scales.
+ * The encoding is the same on every SIMD path. An element's result depends only on its block's
+ * inputs and (stochastic rounding) on (seed, step, q->index0 + its index): stepping an array as
+ * one call or as calls cut at multiples of ZINF_Q8_BLOCK (with index0 and the pointers advanced:
+ * zinf_q8_bytes() of the cut) gives the same bytes.
+ * q: NULL for the defaults. Returns 0; -EINVAL as zinf_adam_step(), an unknown rounding, a bad
+ * q (size, NULL ranges with n_no_decay > 0, an empty, unsorted or overlapping range) with a
+ * message, nothing written; -ENODEV as zinf_adam_step().
+ */
+ZINF_API int zinf_adam_step_q8state(const struct zinf_adam_opts *o, int64_t step, float grad_scale,
+				    float *param, const void *grad, enum zinf_dtype grad_dtype,
+				    void *exp_avg, void *exp_avg_sq, size_t n, void *param_copy,
+				    enum zinf_dtype copy_dtype, const struct zinf_q8_opts *q);
+
+/**
+ * Encode n floats x as q8 state of moment `which` into out (zinf_q8_bytes(n) bytes), as the
+ * step encodes (q: rounding, seed, index0; its no_decay is ignored; NULL: round to nearest).
+ * For v, x holds v (not its square root). Returns 0; -EINVAL (NULL pointer with n > 0, unknown
+ * moment or rounding, a bad q) with a message.
+ */
+ZINF_API int zinf_q8_encode(const float *x, size_t n, enum zinf_q8_moment which, void *out,
+			    const struct zinf_q8_opts *q);
+/**
+ * Decode n elements of q8 state of moment `which` into out (v: the decoded v). Returns 0;
+ * -EINVAL (NULL pointer with n > 0, unknown moment) with a message.
+ */
+ZINF_API int zinf_q8_decode(const void *in, size_t n, enum zinf_q8_moment which, float *out);
 
 /* ---- Adagrad ------------------------------------------------------------------------------ */
 

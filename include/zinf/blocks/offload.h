@@ -422,7 +422,8 @@ struct zinf_step_part_info {
 	size_t size;	  /* set by the caller: sizeof(struct zinf_step_part_info) */
 	const char *kind; /* state kind the part is declared under (valid while the step is) */
 	struct zinf_swap *swap; /* swap space holding it; NULL: state on the CPU tier */
-	uint32_t elem_bytes;	/* bytes per element */
+	uint32_t elem_bytes;	/* bytes per element (q8 state: 1, its codes; a sub-group's part
+				   takes zinf_optimizer_part_size(opt, i, len(k)) bytes) */
 	bool copy;		/* the parameter copy (param_swap), not optimizer state */
 	uint8_t reserved[3];
 };
@@ -434,17 +435,19 @@ ZINF_API int zinf_step_part_info(const struct zinf_step *st, uint32_t part,
 				 struct zinf_step_part_info *out);
 /**
  * Id of (part, sub-group k) in the part's swap space (zinf_swap_bytes() gives its bytes,
- * len(k) * elem_bytes). Returns the id (>= 0); -ENOENT for state on the CPU tier (no swap
- * tensor); -EINVAL (NULL, k or part out of range) with a message.
+ * len(k) * elem_bytes, or zinf_optimizer_part_size() for a q8 part). Returns the id (>= 0); -ENOENT
+ * for state on the CPU tier (no swap tensor); -EINVAL (NULL, k or part out of range) with a
+ * message.
  */
 ZINF_API int zinf_step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t part);
 
 /**
  * Write the initial state of sub-group k: state[i] holds zinf_step_sub_group_len(k) elements of
- * optimizer part i (its elem_bytes each); state NULL, or state[i] NULL: zeros. One sub-group at
- * a time, so that loading a model never needs host memory for the whole partition. NVMe: after
- * zinf_swap_reserve(). Returns 0 or the I/O error naming the sub-group and part; -EBUSY during
- * a step; -EINVAL (NULL step, k out of range).
+ * optimizer part i (its elem_bytes each; a q8 part: zinf_optimizer_part_size(opt, i,
+ * len(k)) bytes, the sub-group a q8 array of its own, blocks from its start); state NULL, or
+ * state[i] NULL: zeros. One sub-group at a time, so that loading a model never needs host memory
+ * for the whole partition. NVMe: after zinf_swap_reserve(). Returns 0 or the I/O error naming the
+ * sub-group and part; -EBUSY during a step; -EINVAL (NULL step, k out of range).
  */
 ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const void *const state[]);
 /** Read sub-group k's state back: state[i] (NULL: not read) receives optimizer part i. Errors as

@@ -39,6 +39,13 @@ enum zinf_optim_kind {
 
 struct zinf_optimizer; /* opaque */
 
+/* How the moments are stored (zinf_optimizer_opts.state_format). */
+enum zinf_state_format {
+	ZINF_STATE_PLAIN = 0, /* one state_dtype value per element */
+	ZINF_STATE_Q8 = 1,    /* Adam/AdamW: m and v as 8-bit blockwise codes with one fp32 scale
+				 per ZINF_Q8_BLOCK elements (zinf/blocks/adam.h) */
+};
+
 struct zinf_optimizer_opts {
 	size_t size;		     /* sizeof(struct zinf_optimizer_opts); set by _opts_init() */
 	enum zinf_optim_kind kind;   /* set by zinf_optimizer_opts_init() */
@@ -57,6 +64,12 @@ struct zinf_optimizer_opts {
 	const char *simd; /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
 			     | "scalar" (zinf/blocks/adam.h); resolved once at create, so a
 			     path this CPU cannot run is refused there */
+	/* ZINF_STATE_PLAIN (default); ZINF_STATE_Q8 (Adam/AdamW, state_dtype ZINF_F32): parts
+	 * exp_avg and exp_avg_sq are q8 arrays (zinf_optimizer_part_size), 2.03 bytes per
+	 * parameter for both instead of 8; their codes are rounded to nearest whatever `rounding`
+	 * says (stochastic rounding of v's EMA accumulates noise: cpu_adam/README.md) */
+	enum zinf_state_format state_format;
+	uint32_t reserved2; /* zero */
 };
 
 /**
@@ -68,8 +81,9 @@ ZINF_API void zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_
 
 /**
  * Create an optimizer (the options are copied). Returns 0 and sets *out, or -EINVAL (NULL out,
- * unknown kind or dtype or rounding, bf16 state for a kind other than Adam/AdamW, a size
- * larger than this library's) with a message naming the field; -ENOMEM. The hyper-parameters
+ * unknown kind or dtype or rounding or state format, bf16 or q8 state for a kind other than
+ * Adam/AdamW, q8 with a state_dtype other than f32, reserved2 not zero, a size larger than this
+ * library's) with a message naming the field; -ENOMEM. The hyper-parameters
  * are checked by the kernel at each step. Free with zinf_optimizer_destroy().
  */
 ZINF_API int zinf_optimizer_create(const struct zinf_optimizer_opts *opts,
@@ -122,12 +136,32 @@ ZINF_API uint32_t zinf_optimizer_part_count(const struct zinf_optimizer *opt);
 /** Part i's name ("fp32" for part 0): the state kind under which it is swapped; NULL for a
  * NULL optimizer or i out of range. */
 ZINF_API const char *zinf_optimizer_part_name(const struct zinf_optimizer *opt, uint32_t i);
-/** Part i's bytes per element (4, or 2 for bf16 state); 0 for NULL or i out of range. */
+/** Part i's bytes per element (4, or 2 for bf16 state, or 1 for q8 state: its codes, not
+ * counting the block scales: size arrays with zinf_optimizer_part_size()); 0 for NULL or i out
+ * of range. */
 ZINF_API uint32_t zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i);
-/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range. */
+/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range and
+ * for a q8 part, which has no element dtype (zinf_optimizer_part_align() > 1 tells it). */
 ZINF_API enum zinf_dtype zinf_optimizer_part_dtype(const struct zinf_optimizer *opt, uint32_t i);
-/** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam); 0 for NULL. */
+/** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam, 6 for q8: use
+ * zinf_optimizer_state_size() for sizes); 0 for NULL. */
 ZINF_API uint32_t zinf_optimizer_state_bytes(const struct zinf_optimizer *opt);
+
+/**
+ * Bytes that n elements of part i take: n * zinf_optimizer_part_bytes(); for a q8 part
+ * zinf_q8_bytes(n) (its blocks start at the part array's element 0). The byte offset of element
+ * j in a part array, j a multiple of zinf_optimizer_part_align(), is part_size(opt, i, j).
+ * 0 for NULL or i out of range.
+ */
+ZINF_API uint64_t zinf_optimizer_part_size(const struct zinf_optimizer *opt, uint32_t i,
+					   uint64_t n);
+/** Elements a part array may be cut at (a step's range starts at a multiple of it, counted from
+ * the array's element 0): 1, or ZINF_Q8_BLOCK for a q8 part; 0 for NULL or i out of range. */
+ZINF_API uint32_t zinf_optimizer_part_align(const struct zinf_optimizer *opt, uint32_t i);
+/** The sum of zinf_optimizer_part_size() over the parts; 0 for NULL. */
+ZINF_API uint64_t zinf_optimizer_state_size(const struct zinf_optimizer *opt, uint64_t n);
+/** opts.state_format; ZINF_STATE_PLAIN for NULL. */
+ZINF_API enum zinf_state_format zinf_optimizer_state_format(const struct zinf_optimizer *opt);
 
 /**
  * One optimizer step (step >= 1) over elements [index0, index0 + n) of a tensor: parts[i]
@@ -147,6 +181,12 @@ ZINF_API uint32_t zinf_optimizer_state_bytes(const struct zinf_optimizer *opt);
  * runs the kernel once per run of elements alike (zinf_optimizer_decay_run), each run's stochastic
  * rounding seeded from its own first index (a call that crosses no boundary is one kernel call,
  * as without ranges).
+ *
+ * q8 state: parts 1 and 2 point at a block boundary of their q8 arrays (the range's start is a
+ * multiple of ZINF_Q8_BLOCK from the array's element 0; cut a range only there); one kernel call
+ * (zinf_adam_step_q8state) steps the range with the no-decay ranges and index0 passed along, so
+ * a block holding elements with and without weight decay is encoded once; the result does not
+ * depend on the cuts.
  *
  * Returns 0, or -EINVAL (NULL optimizer or parts, a NULL part with n > 0, and the kernel's
  * checks: step < 1, bad hyper-parameters, unknown dtypes) with a message; -ENODEV as the kernel.
