@@ -272,7 +272,9 @@ make_plan(const struct zinf_engine_opts *e, const struct cfg *c, struct plan *p)
 	}
 	double P = (double)(layers * layer_numel(h)), W = e->stage >= 1 ? c->world : 1;
 	double part = (double)ep.partition_elems, b16 = (double)zinf_dtype_size(e->dtype);
-	double K = zinf_optimizer_state_bytes(opt);
+	/* the state's bytes per element: q8's scales (a fraction of a byte) included */
+	double K = part > 0 ? (double)zinf_optimizer_state_size(opt, (uint64_t)part) / part
+			    : zinf_optimizer_state_bytes(opt);
 	enum zinf_offload_device od = e->offload_optimizer.device;
 	enum zinf_offload_device pd = e->stage == 3 ? e->offload_param.device : ZINF_OFFLOAD_NONE;
 	memset(p, 0, sizeof(*p));

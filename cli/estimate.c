@@ -46,7 +46,7 @@
 
 #define PROG "zinf estimate"
 /* bytes per element of an 8-bit blockwise-quantized moment: a code, and a 4-byte scale per
-   block of 256 (cpu_adam's q8 state) */
+   block of 256 (cpu_adam's q8 state, zinf_optimizer_state_size) */
 #define Q8_BYTES (1.0 + 4.0 / 256)
 
 enum off { OFF_NONE = 0, OFF_CPU = 1, OFF_NVME = 2 };
