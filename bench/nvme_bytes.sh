@@ -10,8 +10,9 @@
 # run; io_bound_s), then per variant the medians over the rounds and estimate's bytes, with
 # bench / estimate. Python only prints.
 #
-# usage: bench/nvme_bytes.sh --dir DIR [--rounds 2] [--layers 160] [--hidden 1024]
-#            [--steps 2] --variant 'NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS' ...
+# usage: bench/nvme_bytes.sh --dir DIR --estimate ZINF [--rounds 2] [--layers 160]
+#            [--hidden 1024] [--steps 2] --variant 'NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS' ...
+# (--estimate: the zinf whose `estimate` models every variant, a build with its options)
 set -euo pipefail
 ROUNDS=2
 DIR=
@@ -19,6 +20,7 @@ LAYERS=160
 HIDDEN=1024
 STEPS=2
 VARIANTS=()
+ESTIMATE=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) ROUNDS=$2; shift 2 ;;
@@ -27,11 +29,12 @@ while [ $# -gt 0 ]; do
 	--hidden) HIDDEN=$2; shift 2 ;;
 	--steps) STEPS=$2; shift 2 ;;
 	--variant) VARIANTS+=("$2"); shift 2 ;;
+	--estimate) ESTIMATE=$2; shift 2 ;;
 	*) echo "nvme_bytes.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
-[ -n "$DIR" ] && [ ${#VARIANTS[@]} -gt 0 ] || {
-	echo "usage: nvme_bytes.sh --dir DIR --variant 'NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS' ..." >&2
+[ -n "$DIR" ] && [ -n "$ESTIMATE" ] && [ ${#VARIANTS[@]} -gt 0 ] || {
+	echo "usage: nvme_bytes.sh --dir DIR --estimate ZINF --variant 'NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS' ..." >&2
 	exit 2
 }
 mkdir -p "$DIR"
@@ -47,7 +50,7 @@ n=${#VARIANTS[@]}
 for i in $(seq 0 $((n - 1))); do
 	IFS=';' read -r name zinf bflags eflags <<<"${VARIANTS[$i]}"
 	# shellcheck disable=SC2086
-	"$zinf" estimate --params "$PARAMS" --hidden "$HIDDEN" $eflags --json |
+	"$ESTIMATE" estimate --params "$PARAMS" --hidden "$HIDDEN" $eflags --json |
 		python3 -c '
 import json, sys
 o = json.load(sys.stdin)
@@ -73,8 +76,9 @@ for l in sys.stdin:
     P = j["params"]
     kinds = {}
     for k, pre in (("total", ""), ("param", "param_"), ("optim", "optim_"), ("grad", "grad_")):
-        kinds[k] = dict(read=round(j.get(pre + "nvme_read_bytes", 0) / P, 3),
-                        written=round(j.get(pre + "nvme_write_bytes", 0) / P, 3))
+        if pre + "nvme_read_bytes" in j:  # a build from before the kinds were counted: total only
+            kinds[k] = dict(read=round(j[pre + "nvme_read_bytes"] / P, 3),
+                            written=round(j[pre + "nvme_write_bytes"] / P, 3))
     print(json.dumps(dict(variant=sys.argv[1], round=int(sys.argv[2]), step_s=round(j["step_s"], 3),
                           disk_GBps=round(j["disk"]["GBps"], 3), io_bound_s=round(j["io_bound_s"], 3),
                           bytes_per_param=kinds)))
@@ -90,10 +94,12 @@ print("|---|---|---|---:|---|---|")
 for v in dict.fromkeys(r["variant"] for r in runs):
     rs = [r for r in runs if r["variant"] == v]
     med = lambda f: statistics.median(f(r) for r in rs)
-    b = {k: {d: med(lambda r: r["bytes_per_param"][k][d]) for d in ("read", "written")} for k in ("total", "param", "optim", "grad")}
+    b = {k: {d: med(lambda r: r["bytes_per_param"][k][d]) for d in ("read", "written")}
+         for k in ("total", "param", "optim", "grad") if k in rs[0]["bytes_per_param"]}
     tot = b["total"]["read"] + b["total"]["written"]
     e = est[v]["total"]["read"] + est[v]["total"]["written"]
-    parts = ", ".join("%.2f + %.2f" % (b[k]["read"], b[k]["written"]) for k in ("param", "optim", "grad"))
+    parts = ", ".join("%.2f + %.2f" % (b[k]["read"], b[k]["written"]) if k in b else "-"
+                      for k in ("param", "optim", "grad"))
     print("| %s | %.2f + %.2f = %.2f (%s) | %.2f | %.3f | %.2f (%s) | %s |" % (
         v, b["total"]["read"], b["total"]["written"], tot, parts, e, tot / e if e else float("nan"),
         med(lambda r: r["step_s"]), ", ".join("%.2f" % r["step_s"] for r in rs),
