@@ -882,8 +882,10 @@ start_write(struct zinf_store *s, struct tensor *t)
 	t->write_start_failed = zinf_swap_write_async(s->o.swap, t->swap_id, t->data, &t->op) < 0;
 }
 
-int
-zinf_store_release(struct zinf_store *s, int id)
+/* The caller is done with `id`: its bytes kept (release: a dirty tensor written, a clean one
+ * cached) or dropped (its bytes are not its value: the files' are). */
+static int
+end_use(struct zinf_store *s, int id, bool keep)
 {
 	if (!s) {
 		return OFFLOAD_NULL("store");
@@ -905,7 +907,10 @@ zinf_store_release(struct zinf_store *s, int id)
 	if (t->state != ZINF_TENSOR_RESIDENT) {
 		return 0;
 	}
-	if (t->dirty) {
+	if (!keep) {
+		t->dirty = false;
+		give_back(s, t);
+	} else if (t->dirty) {
 		start_write(s, t);
 	} else if (t->in_region || region_adopt(s, t) || t->elems <= s->o.max_in_cpu) {
 		cache_put(s, t, s->clock++);
@@ -917,32 +922,15 @@ zinf_store_release(struct zinf_store *s, int id)
 }
 
 int
+zinf_store_release(struct zinf_store *s, int id)
+{
+	return end_use(s, id, true);
+}
+
+int
 zinf_store_drop(struct zinf_store *s, int id)
 {
-	if (!s) {
-		return OFFLOAD_NULL("store");
-	}
-	struct tensor *t = get(s, id);
-	if (!t) {
-		return STORE_FAIL(s, -EINVAL, "unknown tensor id %d", id);
-	}
-	t->in_use = false;
-	if (t->home == ZINF_TIER_CPU) {
-		return 0;
-	}
-	if (t->state == ZINF_TENSOR_READING) {
-		int rc = zinf_store_wait(s, id, NULL);
-		if (rc) {
-			return rc;
-		}
-	}
-	if (t->state != ZINF_TENSOR_RESIDENT) {
-		return 0;
-	}
-	t->dirty = false;
-	give_back(s, t);
-	pump_prefetch(s);
-	return 0;
+	return end_use(s, id, false);
 }
 
 int
