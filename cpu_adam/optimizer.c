@@ -12,7 +12,7 @@
 #include "common/util.h"
 #include "zinf/blocks/optimizer.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_optimizer_opts, reserved2);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_optimizer_opts, simd);
 
 struct optim_kind {
 	const char *name;
@@ -94,9 +94,6 @@ check(const struct zinf_optimizer_opts *o)
 				 "optimizer %s: state_format q8 is for Adam/AdamW with state_dtype "
 				 "f32 (the master), not %s state_dtype %s",
 				 name, name, zinf_dtype_name(o->state_dtype));
-	}
-	if (o->reserved2) {
-		return ZINF_FAIL(-EINVAL, "optimizer %s: reserved2 is not zero", name);
 	}
 	if (o->rounding != ZINF_ROUND_STOCHASTIC && o->rounding != ZINF_ROUND_NEAREST_EVEN) {
 		return ZINF_FAIL(-EINVAL, "optimizer %s: unknown rounding %d", name,
@@ -363,7 +360,7 @@ zinf_optimizer_state_size(const struct zinf_optimizer *opt, uint64_t n)
 enum zinf_state_format
 zinf_optimizer_state_format(const struct zinf_optimizer *opt)
 {
-	return opt ? opt->o.state_format : ZINF_STATE_PLAIN;
+	return opt ? (enum zinf_state_format)opt->o.state_format : ZINF_STATE_PLAIN;
 }
 
 /* splitmix64's finaliser: the per-call seed of stochastic rounding from the range's start. */

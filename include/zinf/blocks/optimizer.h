@@ -60,16 +60,16 @@ struct zinf_optimizer_opts {
 	float weight_decay;	     /* L2 for Adam and Adagrad, decoupled for AdamW and Lion */
 	float lr_decay;		     /* Adagrad only */
 	bool bias_correction;	     /* Adam/AdamW only; default true */
-	uint8_t reserved[7];	     /* zero */
-	const char *simd; /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
-			     | "scalar" (zinf/blocks/adam.h); resolved once at create, so a
-			     path this CPU cannot run is refused there */
-	/* ZINF_STATE_PLAIN (default); ZINF_STATE_Q8 (Adam/AdamW, state_dtype ZINF_F32): parts
-	 * exp_avg and exp_avg_sq are q8 arrays (zinf_optimizer_part_size), 2.03 bytes per
-	 * parameter for both instead of 8; their codes are rounded to nearest whatever `rounding`
-	 * says (stochastic rounding of v's EMA accumulates noise: cpu_adam/README.md) */
-	enum zinf_state_format state_format;
-	uint32_t reserved2; /* zero */
+	/* an enum zinf_state_format, in a byte that was reserved (the struct keeps its size and
+	 * every field its offset: it is embedded in struct zinf_engine_opts): ZINF_STATE_PLAIN
+	 * (0, default); ZINF_STATE_Q8 (Adam/AdamW, state_dtype ZINF_F32): parts exp_avg and
+	 * exp_avg_sq are q8 arrays (zinf_optimizer_part_size), 2.03 bytes per parameter for both
+	 * instead of 8, their codes rounded as `rounding` says (stochastic by default) */
+	uint8_t state_format;
+	uint8_t reserved[6]; /* zero */
+	const char *simd;    /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
+				| "scalar" (zinf/blocks/adam.h); resolved once at create, so a
+				path this CPU cannot run is refused there */
 };
 
 /**
@@ -82,9 +82,9 @@ ZINF_API void zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_
 /**
  * Create an optimizer (the options are copied). Returns 0 and sets *out, or -EINVAL (NULL out,
  * unknown kind or dtype or rounding or state format, bf16 or q8 state for a kind other than
- * Adam/AdamW, q8 with a state_dtype other than f32, reserved2 not zero, a size larger than this
- * library's) with a message naming the field; -ENOMEM. The hyper-parameters
- * are checked by the kernel at each step. Free with zinf_optimizer_destroy().
+ * Adam/AdamW, q8 with a state_dtype other than f32, a reserved byte not zero, a size larger than
+ * this library's) with a message naming the field; -ENOMEM. The hyper-parameters are checked by
+ * the kernel at each step. Free with zinf_optimizer_destroy().
  */
 ZINF_API int zinf_optimizer_create(const struct zinf_optimizer_opts *opts,
 				   struct zinf_optimizer **out);
