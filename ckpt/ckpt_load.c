@@ -27,34 +27,37 @@ struct load_ctx {
 	struct zinf_ckpt *c;
 	void *copy;			 /* ZINF_STEP_CHUNK elements of opts.dtype */
 	void *bounce;			 /* eng_state_bounce_bytes() */
-	float *q8[ZINF_OPTIM_MAX_PARTS]; /* q8 state: a sub-group's moments read as f32, then
-					    encoded into the part (the files hold it decoded) */
+	float *q8[ZINF_OPTIM_MAX_PARTS]; /* q8 state: a piece of a sub-group's moments read as
+					    f32 (q8_piece() floats), then encoded into the part
+					    (the files hold it decoded) */
 };
 
-/* Elements of the view's longest sub-group. */
+/* Elements of a sub-group filled at once when it holds q8 state: ZINF_STEP_CHUNK (a multiple of
+ * ZINF_Q8_BLOCK, so a sub-group's q8 array is cut at its blocks), or the longest sub-group when
+ * shorter. */
 static uint64_t
-max_sub_group(const struct eng_view *v)
+q8_piece(const struct eng_view *v)
 {
 	uint64_t m = 0;
 	for (uint32_t k = 0; k < v->n_sg; k++) {
 		m = ZINF_MAX(m, v->sg_end[k] - (k ? v->sg_end[k - 1] : 0));
 	}
-	return m;
+	return ZINF_MIN(m, (uint64_t)ZINF_STEP_CHUNK);
 }
 
-/* Flat elements [off, off + n) of every part from the checkpoint, then their 16-bit copy home. */
+/* Elements [off + c0, off + c0 + cn) of every part from the checkpoint (q8 parts: into x->q8,
+ * then encoded into the part from its element c0, a multiple of ZINF_Q8_BLOCK). */
 static int
-load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
+load_piece(struct load_ctx *x, uint64_t off, uint64_t c0, uint64_t cn, void *const parts[])
 {
-	struct load_ctx *x = ctx;
 	struct zinf_engine *e = x->e;
 	const struct eng_view *v = &x->v;
-	uint64_t pos = 0;
+	uint64_t pos = c0, end = c0 + cn;
 	int ret = 0;
-	for (uint32_t i = eng_flat_find(e, off); i < v->n_params && pos < n && !ret; i++) {
+	for (uint32_t i = eng_flat_find(e, off + c0); i < v->n_params && pos < end && !ret; i++) {
 		struct eng_param p;
 		eng_param_get(e, eng_flat_param(e, i), &p);
-		uint64_t j0 = off + pos - p.flat_off, len = ZINF_MIN(n - pos, p.part.part - j0);
+		uint64_t j0 = off + pos - p.flat_off, len = ZINF_MIN(end - pos, p.part.part - j0);
 		uint64_t g0 = p.part.offset + j0;
 		uint64_t valid = g0 < p.numel ? ZINF_MIN(len, p.numel - g0) : 0;
 		for (uint32_t k = 0; k < v->nparts && !ret; k++) {
@@ -62,7 +65,7 @@ load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 			char *dst = (char *)parts[k] + pos * pb;
 			if (x->q8[k]) { /* f32 here, encoded below */
 				pb = 4;
-				dst = (char *)(x->q8[k] + pos);
+				dst = (char *)(x->q8[k] + (pos - c0));
 			}
 			if (valid) {
 				ret = zinf_ckpt_read(x->c, p.id, k, g0, valid,
@@ -81,10 +84,28 @@ load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 	 */
 	for (uint32_t k = 0; k < v->nparts && !ret; k++) {
 		if (x->q8[k]) {
-			ret = zinf_q8_encode(x->q8[k], n,
+			ret = zinf_q8_encode(x->q8[k], cn,
 					     k == 1 ? ZINF_Q8_EXP_AVG : ZINF_Q8_EXP_AVG_SQ,
-					     parts[k], NULL);
+					     (uint8_t *)parts[k] + zinf_q8_bytes(c0), NULL);
 		}
+	}
+	return ret;
+}
+
+/* Flat elements [off, off + n) of every part from the checkpoint, then their 16-bit copy home;
+ * in pieces of q8_piece() elements when the state is q8 (a bounded decode buffer). */
+static int
+load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
+{
+	struct load_ctx *x = ctx;
+	struct zinf_engine *e = x->e;
+	uint64_t piece = n;
+	for (uint32_t k = 0; k < x->v.nparts; k++) {
+		piece = x->q8[k] ? q8_piece(&x->v) : piece;
+	}
+	int ret = 0;
+	for (uint64_t c0 = 0; c0 < n && !ret; c0 += piece) {
+		ret = load_piece(x, off, c0, ZINF_MIN(n - c0, piece), parts);
 	}
 	if (!ret) {
 		ret = eng_param_home_from_master(e, off, parts[0], n, x->copy);
@@ -106,8 +127,10 @@ load_write(struct zinf_engine *e, void *ctx)
 	}
 	for (uint32_t k = 1; k < x->v.nparts && !ret; k++) {
 		if (zinf_optimizer_part_align(x->v.opt, k) > 1 &&
-		    !(x->q8[k] = zc_calloc(max_sub_group(&x->v), sizeof(float)))) {
-			ret = ENG_FAIL(e, -ENOMEM, "load: out of memory for q8 state");
+		    !(x->q8[k] = zc_calloc(q8_piece(&x->v), sizeof(float)))) {
+			ret = ENG_FAIL(e, -ENOMEM,
+				       "load: out of memory for q8 state (%" PRIu64 " floats)",
+				       q8_piece(&x->v));
 		}
 	}
 	for (uint32_t k = 0; k < x->v.n_sg && !ret; k++) {

@@ -73,18 +73,19 @@ zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
 struct save_rank {
 	const struct eng_view *v;
 	struct ckpt_writer w[ZINF_OPTIM_MAX_PARTS];
-	float *q8; /* q8 state: a sub-group's moment decoded (max_sg floats) */
+	float *q8; /* q8 state: a piece of a sub-group's moment decoded (q8_piece() floats) */
 };
 
-/* Elements of the view's longest sub-group (q8 state: the decode buffers of save and load). */
+/* Elements of q8 state decoded at once: ZINF_STEP_CHUNK (a multiple of ZINF_Q8_BLOCK, so a
+ * sub-group's q8 array is cut at its blocks), or the longest sub-group when shorter. */
 static uint64_t
-ckpt_max_sg(const struct eng_view *v)
+q8_piece(const struct eng_view *v)
 {
 	uint64_t m = 0;
 	for (uint32_t k = 0; k < v->n_sg; k++) {
 		m = ZINF_MAX(m, v->sg_end[k] - (k ? v->sg_end[k - 1] : 0));
 	}
-	return m;
+	return ZINF_MIN(m, (uint64_t)ZINF_STEP_CHUNK);
 }
 
 /* Bytes a part's element takes in the files: q8 state is stored decoded, as f32. */
@@ -95,7 +96,8 @@ file_elem_bytes(const struct eng_view *v, uint32_t i)
 }
 
 /* One visit: a whole sub-group on the tiers that hold q8 state (cpu, nvme), which is written
- * decoded (a load encodes it back, bit for bit at the same sub-groups: cpu_adam/README.md). */
+ * decoded (a load encodes it back, bit for bit at the same sub-groups: cpu_adam/README.md), one
+ * piece of q8_piece() elements at a time (its blocks from the sub-group's start). */
 static int
 save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 {
@@ -104,9 +106,14 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 	int ret = 0;
 	for (uint32_t i = 0; i < s->v->nparts && !ret; i++) {
 		if (zinf_optimizer_part_align(s->v->opt, i) > 1) {
-			ret = zinf_q8_decode(parts[i], n,
-					     i == 1 ? ZINF_Q8_EXP_AVG : ZINF_Q8_EXP_AVG_SQ, s->q8);
-			ret = ret ? ret : ckpt_writer_put(&s->w[i], s->q8, n * 4);
+			uint64_t piece = q8_piece(s->v);
+			for (uint64_t j = 0; j < n && !ret; j += piece) {
+				uint64_t len = ZINF_MIN(n - j, piece);
+				ret = zinf_q8_decode(
+					(const uint8_t *)parts[i] + zinf_q8_bytes(j), len,
+					i == 1 ? ZINF_Q8_EXP_AVG : ZINF_Q8_EXP_AVG_SQ, s->q8);
+				ret = ret ? ret : ckpt_writer_put(&s->w[i], s->q8, len * 4);
+			}
 			continue;
 		}
 		ret = ckpt_writer_put(&s->w[i], parts[i],
@@ -165,9 +172,10 @@ save_rank_files(struct zinf_engine *e, const struct eng_view *v, struct zinf_io 
 	void *bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = bb && !bounce ? ENG_FAIL(e, -ENOMEM, "save: out of memory (%zu bytes)", bb) : 0;
 	if (!ret && zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8 &&
-	    !(s.q8 = zc_calloc(ckpt_max_sg(v), sizeof(float)))) {
+	    !(s.q8 = zc_calloc(q8_piece(v), sizeof(float)))) {
 		ret = ENG_FAIL(e, -ENOMEM,
-			       "save: out of memory for a sub-group's q8 state decoded");
+			       "save: out of memory for q8 state decoded (%" PRIu64 " floats)",
+			       q8_piece(v));
 	}
 	uint32_t opened = 0;
 	for (uint32_t i = 0; i < v->nparts && !ret; i++, opened++) {

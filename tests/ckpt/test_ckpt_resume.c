@@ -21,13 +21,41 @@
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
+#include "common/dtype.h"
+#include "zinf/blocks/offload.h"
 #include "zinf/checkpoint.h"
+#include "zinf/device.h"
 #include "zinf/engine.h"
 
 #define QUANTUM 0x1p-14f
 #define GAS	2
 
 #include "ckpt/ckpt_test.h"
+
+/*
+ * The largest calloc while tracking (q8 state's decode buffers of save and load are the
+ * library's zc_calloc, which is calloc): this file's calloc is glibc's behind a counter. Not
+ * under AddressSanitizer or ThreadSanitizer, whose own calloc this would bypass.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CALLOC_TRACKED 0
+#else
+#define CALLOC_TRACKED 1
+#include <stdatomic.h>
+extern void *__libc_calloc(size_t n, size_t len);
+static atomic_bool calloc_track;
+static atomic_size_t calloc_max;
+void *
+calloc(size_t n, size_t len)
+{
+	if (atomic_load(&calloc_track)) {
+		size_t b = n * len, m = atomic_load(&calloc_max);
+		while (b > m && !atomic_compare_exchange_weak(&calloc_max, &m, b)) {
+		}
+	}
+	return __libc_calloc(n, len);
+}
+#endif
 
 /* ---- loading into a running engine --------------------------------------------------------- */
 
@@ -424,6 +452,116 @@ Test(ckpt_resume, resume_every_optimizer_and_bf16_state)
 		resume_optimizer(ZINF_OPTIM_LION, ZINF_F32, tiers[t]);
 		resume_optimizer(ZINF_OPTIM_ADAGRAD, ZINF_F32, tiers[t]);
 	}
+}
+
+/* One step of the one-parameter engine below: a gradient of step t, as bf16. */
+static void
+big_step(struct zinf_engine *e, void *dev, uint16_t *gh, size_t n, int64_t t)
+{
+	for (size_t i = 0; i < n; i++) {
+		double x = sin(0.001 * (double)i * (double)(t + 1)) * (i % 7 == 3 ? 1e-3 : 1.0);
+		gh[i] = dt_f32_to_bf16_rne((float)x);
+	}
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_release(e, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_fetch(e, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_device_copy(zinf_engine_compute_stream(e), dev, gh, n * 2, ZINF_COPY_H2D),
+		     0);
+	cr_assert_eq(zinf_engine_grad(e, 0, dev, ZINF_BF16), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_release(e, 0), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_step(e), 1, "%s", zinf_last_error());
+	cr_assert_eq(zinf_stream_sync(zinf_engine_compute_stream(e)), 0);
+}
+
+static struct zinf_engine *
+big_engine(const struct zinf_engine_opts *o, const float *init, uint64_t n)
+{
+	struct zinf_engine *e = NULL;
+	cr_assert_eq(zinf_engine_create(o, &e), 0, "%s", zinf_last_error());
+	struct zinf_param_desc d;
+	zinf_param_desc_init(&d);
+	d.name = "w";
+	d.numel = n;
+	d.init_dtype = ZINF_F32;
+	d.init = init;
+	cr_assert_eq(zinf_engine_add_param(e, &d), 0, "%s", zinf_last_error());
+	cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+	return e;
+}
+
+/*
+ * q8 state of a sub-group larger than ZINF_STEP_CHUNK (one sub-group of 2 x 2^20 + 1000
+ * elements, the default sub_group_size): save decodes and load encodes it in pieces of
+ * ZINF_STEP_CHUNK elements, so neither allocates more than ZINF_STEP_CHUNK floats for it (before:
+ * one float per element of the sub-group to save, two to load, outside the pool budget), and
+ * the resume is still bit for bit (the pieces are cut at the sub-group's blocks).
+ */
+Test(ckpt_resume, q8_state_of_a_sub_group_larger_than_a_piece)
+{
+	const uint64_t n = 2 * (uint64_t)ZINF_STEP_CHUNK + 1000;
+	char *ck = zt_mkdtemp(NULL);
+	struct zinf_engine_opts o;
+	edrive_opts(&o, "single", 1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, NULL, ZINF_BF16, 1);
+	o.sub_group_size = 1000000000;
+	o.optimizer.lr = 0.01f;
+	o.optimizer.state_format = ZINF_STATE_Q8;
+	float *init = malloc(n * 4), *a = malloc(n * 4), *b = malloc(n * 4);
+	uint16_t *gh = malloc(n * 2);
+	for (uint64_t i = 0; i < n; i++) {
+		init[i] = (float)cos(0.37 * (double)i);
+	}
+	struct zinf_engine *e = big_engine(&o, init, n);
+	void *dev = NULL, *dev2 = NULL;
+	cr_assert_eq(zinf_device_alloc(zinf_engine_device(e), n * 2, &dev), 0);
+	big_step(e, dev, gh, n, 0);
+	big_step(e, dev, gh, n, 1);
+#if CALLOC_TRACKED
+	atomic_store(&calloc_max, 0);
+	atomic_store(&calloc_track, true);
+#endif
+	save_ok(e, ck, NULL);
+#if CALLOC_TRACKED
+	atomic_store(&calloc_track, false);
+	size_t save_max = atomic_load(&calloc_max);
+#endif
+	big_step(e, dev, gh, n, 2);
+	cr_assert_eq(zinf_engine_read_master(e, 0, a), 0, "%s", zinf_last_error());
+	struct zinf_engine *r = big_engine(&o, init, n);
+#if CALLOC_TRACKED
+	atomic_store(&calloc_max, 0);
+	atomic_store(&calloc_track, true);
+#endif
+	int rc = zinf_engine_load(r, ck, NULL, NULL);
+#if CALLOC_TRACKED
+	atomic_store(&calloc_track, false);
+	size_t load_max = atomic_load(&calloc_max);
+#endif
+	cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+	cr_assert_eq(zinf_device_alloc(zinf_engine_device(r), n * 2, &dev2), 0);
+	big_step(r, dev2, gh, n, 2);
+	cr_assert_eq(zinf_engine_read_master(r, 0, b), 0, "%s", zinf_last_error());
+	for (uint64_t i = 0; i < n; i++) {
+		cr_assert_eq(dt_f2u(a[i]), dt_f2u(b[i]), "master %llu: %.9g resumed, %.9g straight",
+			     (unsigned long long)i, b[i], a[i]);
+	}
+	cr_assert(memcmp(a, init, n * 4) != 0, "the steps moved nothing");
+#if CALLOC_TRACKED
+	size_t bound = (size_t)ZINF_STEP_CHUNK * sizeof(float);
+	cr_log_info("largest calloc: %zu bytes in save, %zu in load", save_max, load_max);
+	cr_assert(save_max <= bound && load_max <= bound,
+		  "largest calloc: %zu bytes in save, %zu in load, over %zu (a sub-group of %llu "
+		  "elements)",
+		  save_max, load_max, bound, (unsigned long long)n);
+#else
+	cr_log_warn("the allocation bound is not checked under this sanitizer");
+#endif
+	zinf_device_free(zinf_engine_device(e), dev);
+	zinf_device_free(zinf_engine_device(r), dev2);
+	zinf_engine_destroy(e);
+	zinf_engine_destroy(r);
+	free(init), free(a), free(b), free(gh);
+	zt_rmtree(ck);
+	free(ck);
 }
 
 /*
