@@ -70,7 +70,10 @@ q8_encode_block(float *x, size_t n, bool sq, uint8_t *out, bool sr, uint32_t key
 {
 	if (sq) {
 		for (size_t i = 0; i < n; i++) {
-			x[i] = sqrtf(x[i]); /* NaN for NaN and v < 0 (never produced by Adam) */
+			/* a finite v that is not > 0 (-0.0, whose sqrtf is -0.0, or v < 0, never
+			 * produced by Adam) is 0; NaN and infinities stay non-finite */
+			float v = x[i];
+			x[i] = v > 0.0f ? sqrtf(v) : fabsf(v) <= FLT_MAX ? 0.0f : NAN;
 		}
 	}
 	float s = q8_absmax(x, n);

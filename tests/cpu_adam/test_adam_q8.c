@@ -543,3 +543,23 @@ Test(cpu_adam_q8, decode_then_encode_gives_the_same_bytes)
 	}
 	free(x), free(y), free(a), free(b);
 }
+
+/* A v that is not > 0 but finite (-0.0, whose sqrtf is -0.0; a negative v) is code 0, like 0;
+ * NaN and infinities are the NaN code. */
+Test(cpu_adam_q8, a_v_that_is_not_positive_but_finite_is_code_0)
+{
+	float v[7] = {1.0f, -0.0f, 0.0f, 0.25f, -1e-30f, -INFINITY, NAN};
+	uint8_t q[QB(7)];
+	float y[7];
+	cr_assert_eq(zinf_q8_encode(v, 7, ZINF_Q8_EXP_AVG_SQ, q, NULL), 0);
+	cr_assert_eq(block_scale(q, 0), 1.0f);
+	/* 0.25: sqrt(v) 0.5 codes 0.5 x 1.8125 = 2^-1 x 1.8125: binade 14, mantissa 13, 238 */
+	const uint8_t want[7] = {254, 0, 0, 238, 0, 255, 255};
+	for (int i = 0; i < 7; i++) {
+		cr_assert_eq(q[4 + i], want[i], "v[%d] = %g: code %u, not %u", i, v[i], q[4 + i],
+			     want[i]);
+	}
+	zinf_q8_decode(q, 7, ZINF_Q8_EXP_AVG_SQ, y);
+	cr_assert(y[1] == 0.0f && y[4] == 0.0f && isnan(y[5]), "decoded %g %g %g", y[1], y[4],
+		  y[5]);
+}
