@@ -262,7 +262,7 @@ zinf_adam_step(const struct zinf_adam_opts *opts, int64_t step, float grad_scale
 static uint32_t
 sr_key(uint64_t seed, int64_t step)
 {
-	uint64_t z = seed + 0x9e3779b97f4a7c15ull * ((uint64_t)step + 1);
+	uint64_t z = seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return (uint32_t)(z ^ (z >> 31));
@@ -371,7 +371,8 @@ zinf_q8_encode(const float *x, size_t n, enum zinf_q8_moment which, void *out,
 	if (which != ZINF_Q8_EXP_AVG && which != ZINF_Q8_EXP_AVG_SQ) {
 		return ZINF_FAIL(-EINVAL, "%s: unknown moment %d", __func__, (int)which);
 	}
-	/* the step's hash key has the step in it; the encoder's is the seed's (step 0) */
+	/* the step's hash key has the step in it; the encoder's is the seed's (step 0): sr_key's
+	 * sum makes step t of seed s the encoder's seed s + t * ZINF_Q8_STEP_SEED */
 	uint32_t key = sr_key(qo.seed, 0);
 	_Alignas(64) float b[ZINF_Q8_BLOCK];
 	for (size_t b0 = 0; b0 < n; b0 += ZINF_Q8_BLOCK) {

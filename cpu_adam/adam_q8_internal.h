@@ -30,6 +30,10 @@
 /* Bits added before the mantissa is cut to 4 bits: round half away from zero. */
 #define Q8_HALF 0x40000u
 #define Q8_MASK 0x7ffffu
+/* m's values below this are 0 or the smallest code at random (q8_encode_block); from it up to the
+ * smallest code, 2^-7, the smallest code: a decoded code 1 (2^-7 within float rounding) encodes
+ * back to code 1. */
+#define Q8_M_GAP 0x1.f8p-8f
 /* The hash key of v's stochastic rounding, from m's (independent bits for the two). */
 #define Q8_V_KEY 0x9e3779b9u
 
@@ -97,10 +101,18 @@ q8_encode_block(float *x, size_t n, bool sq, uint8_t *out, bool sr, uint32_t key
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			float a = fabsf(x[i]), y = a * inv;
-			uint32_t r = sr ? adam_sr_bits(key, idx0 + i) & Q8_MASK : Q8_HALF;
-			uint32_t q = q8_mag(y, Q8_M_BASE, Q8_M_MAX, r);
-			/* below 2^-7: 0 or the smallest code, whichever is nearer */
-			q = q == 0 && y >= 0x1p-8f ? 1 : q;
+			uint32_t h = sr ? adam_sr_bits(key, idx0 + i) : 0;
+			uint32_t q = q8_mag(y, Q8_M_BASE, Q8_M_MAX, sr ? h & Q8_MASK : Q8_HALF);
+			if (y < Q8_M_GAP) {
+				/* below the smallest code (2^-7): 0 or that code with probability
+				 * y / 2^-7, in either rounding. The nearer of the two would keep a
+				 * decaying m (0.9 * 2^-7 > 2^-8) on the smallest code forever; this
+				 * keeps m's expectation, and 0 is where a stopped m ends. */
+				h = sr ? h : adam_sr_bits(key, idx0 + i);
+				q = (h >> 8) < (uint32_t)(y * 0x1p31f) ? 1 : 0;
+			} else {
+				q = q ? q : 1;
+			}
 			q = q ? q | (dt_f2u(x[i]) >> 31) << 7 : 0;
 			c[i] = (uint8_t)(a <= FLT_MAX ? q : Q8_M_NAN);
 		}

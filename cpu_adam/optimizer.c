@@ -422,7 +422,7 @@ zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_s
 		/* one call: the kernel splits each block by weight decay and encodes it once */
 		struct zinf_q8_opts q;
 		zinf_q8_opts_init(&q);
-		q.rounding = ZINF_ROUND_NEAREST_EVEN;
+		q.rounding = opt->o.rounding; /* stochastic by default: cpu_adam/README.md */
 		q.seed = opt->o.seed;
 		q.index0 = index0;
 		q.no_decay = opt->nd;

@@ -459,8 +459,9 @@ Test(optimizer, simd_path_resolved_at_create)
 }
 
 /* q8 state: parts sized in blocks, refused for other kinds and dtypes, and a step that is one
- * kernel call with index0 and the no-decay ranges passed along (a range that starts inside a
- * block: the kernel, given the same ranges, writes the same bytes; without them, others). */
+ * kernel call with index0, the no-decay ranges, the rounding and the seed passed along (a range
+ * that starts inside a block: the kernel, given the same ranges, writes the same bytes; without
+ * them, others). */
 Test(optimizer, q8_state_parts_and_step)
 {
 	struct zinf_optimizer_opts o;
@@ -498,6 +499,9 @@ Test(optimizer, q8_state_parts_and_step)
 	struct zinf_q8_opts q;
 	zinf_q8_opts_init(&q);
 	q.index0 = 1000, q.no_decay = nd, q.n_no_decay = 1;
+	/* the options' rounding (stochastic by default: a decaying m and v must reach their
+	 * values in expectation, cpu_adam/README.md) and seed go to the kernel */
+	q.rounding = ZINF_ROUND_STOCHASTIC, q.seed = o.seed;
 	cr_assert_eq(zinf_adam_step_q8state(&a, 2, 1.0f, e.p, e.g, ZINF_F32, mq[1], vq[1], N,
 					    e.copy, ZINF_BF16, &q),
 		     0);

@@ -135,14 +135,27 @@ ZINF_API int zinf_adam_step_bf16state(const struct zinf_adam_opts *o, int64_t st
  *   v (exp_avg_sq, >= 0): sqrt(v) is coded, 4 exponent bits + 4 mantissa bits of
  *     sqrt(v) / S_w * 1.8125, S_w the block's largest finite sqrt(v) (the scale); 16 binades of
  *     sqrt(v), i.e. 32 of v (9.6 decades).
- * Error bounds per element (round to nearest; stochastic rounding doubles the first term):
- *   |m' - m| <= max(2^-5 |m|, 2^-8 S_m / 1.875) (+ float rounding, about 2^-22 |m|);
- *   |sqrt(v') - sqrt(v)| <= 2^-5 sqrt(v) when sqrt(v) >= 2^-15 S_w / 1.8125; below that
- *   sqrt(v') is that smallest value: v rounds up, and a v > 0 never becomes 0, so m / sqrt(v)
- *   cannot explode where the m of the same element survives quantization.
+ * Rounding (zinf_q8_opts.rounding): stochastic rounding (the optimizer descriptor's default)
+ * takes one of a value's two neighbouring codes with the probabilities that keep its expectation;
+ * round to nearest (ties away from zero) the nearer. Below m's smallest code (S_m / 240) both
+ * take 0 or that code at random, keeping the expectation (the nearer of the two would hold a
+ * decaying m on the smallest code for ever); from 63/64 of it up, the smallest code.
+ * Per element, the expectation and the worst case (+ float rounding, about 2^-22 of the value):
+ *   m, |m| >= S_m / 240: stochastic E[m'] = m, |m' - m| < 2^-4 |m|; nearest |m' - m| <= 2^-5 |m|;
+ *   m, |m| < S_m / 240: E[m'] = m (nearest: within S_m / 15360), |m' - m| < S_m / 240;
+ *   sqrt(v) >= 2^-15 S_w / 1.8125 (S_w / 59392): stochastic E[sqrt(v')] = sqrt(v), |sqrt(v') -
+ *     sqrt(v)| < 2^-4 sqrt(v); nearest <= 2^-5 sqrt(v);
+ *   below that sqrt(v') is that smallest value: v rounds up, and a v > 0 never becomes 0, so
+ *   m / sqrt(v) cannot explode where the m of the same element survives quantization; a finite v
+ *   that is not > 0 (-0.0, v < 0) is 0.
+ * Over steps (cpu_adam/README.md): with stochastic rounding a moment's decay happens in
+ * expectation (an element whose gradient stops: m reaches 0 and stays there, v decays as fp32
+ * state's); round to nearest holds a v whose change is under half a code (beta2 = 0.999 moves
+ * sqrt(v) by 0.05% a step, half a code is 1.6-3.1%) at its ratio to the block's largest v.
  * A non-finite m or v is stored as a NaN code (0x80 for m, 0xff for v) and decodes as NaN; it
  * does not enter the scale, so the other elements of its block are unaffected. A block whose
- * scale is below FLT_MIN (all |m| < 1.2e-38, or all v < 1.4e-38) is stored as zeros.
+ * scale is 0 or below FLT_MIN is stored as zeros: for m, every |m| 0 or below 1.2e-38; for v,
+ * every v 0 (the scale is the largest sqrt(v), at least 3.7e-23 for any v > 0).
  * cpu_adam/README.md says why this code (and not a dynamic-tree map).
  */
 #define ZINF_Q8_BLOCK 256
@@ -194,11 +207,17 @@ ZINF_API int zinf_adam_step_q8state(const struct zinf_adam_opts *o, int64_t step
 				    void *exp_avg, void *exp_avg_sq, size_t n, void *param_copy,
 				    enum zinf_dtype copy_dtype, const struct zinf_q8_opts *q);
 
+/*
+ * The random bits of step t of zinf_adam_step_q8state with seed s are those of zinf_q8_encode
+ * with seed s + t * ZINF_Q8_STEP_SEED (the same index0): a reference can encode as a step does.
+ */
+#define ZINF_Q8_STEP_SEED 0x9e3779b97f4a7c15ull
+
 /**
  * Encode n floats x as q8 state of moment `which` into out (zinf_q8_bytes(n) bytes), as the
- * step encodes (q: rounding, seed, index0; its no_decay is ignored; NULL: round to nearest).
- * For v, x holds v (not its square root). Returns 0; -EINVAL (NULL pointer with n > 0, unknown
- * moment or rounding, a bad q) with a message.
+ * step encodes (q: rounding, seed, index0; its no_decay is ignored; NULL: round to nearest; the
+ * random bits: ZINF_Q8_STEP_SEED). For v, x holds v (not its square root). Returns 0; -EINVAL
+ * (NULL pointer with n > 0, unknown moment or rounding, a bad q) with a message.
  */
 ZINF_API int zinf_q8_encode(const float *x, size_t n, enum zinf_q8_moment which, void *out,
 			    const struct zinf_q8_opts *q);

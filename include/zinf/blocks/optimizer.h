@@ -51,10 +51,10 @@ struct zinf_optimizer_opts {
 	enum zinf_optim_kind kind;   /* set by zinf_optimizer_opts_init() */
 	enum zinf_dtype state_dtype; /* of the parts after the master: ZINF_F32 (default), or
 					ZINF_BF16 for Adam/AdamW (2 bytes per element) */
-	enum zinf_rounding rounding; /* bf16 state: ZINF_ROUND_STOCHASTIC (default) or
+	enum zinf_rounding rounding; /* bf16 and q8 state: ZINF_ROUND_STOCHASTIC (default) or
 					ZINF_ROUND_NEAREST_EVEN */
 	int threads;		     /* 0 (default): OpenMP's default */
-	uint64_t seed;		     /* bf16 state with stochastic rounding; default 0 */
+	uint64_t seed;		     /* bf16, q8 state with stochastic rounding; default 0 */
 	float lr, beta1, beta2, eps; /* beta1/beta2/eps as the kind uses them (Adagrad: none of
 					the betas; Lion: no eps) */
 	float weight_decay;	     /* L2 for Adam and Adagrad, decoupled for AdamW and Lion */
@@ -184,9 +184,9 @@ ZINF_API enum zinf_state_format zinf_optimizer_state_format(const struct zinf_op
  *
  * q8 state: parts 1 and 2 point at a block boundary of their q8 arrays (the range's start is a
  * multiple of ZINF_Q8_BLOCK from the array's element 0; cut a range only there); one kernel call
- * (zinf_adam_step_q8state) steps the range with the no-decay ranges and index0 passed along, so
- * a block holding elements with and without weight decay is encoded once; the result does not
- * depend on the cuts.
+ * (zinf_adam_step_q8state) steps the range with the no-decay ranges, index0, opts.rounding and
+ * opts.seed passed along, so a block holding elements with and without weight decay is encoded
+ * once; the result does not depend on the cuts (stochastic rounding hashes index0 + i).
  *
  * Returns 0, or -EINVAL (NULL optimizer or parts, a NULL part with n > 0, and the kernel's
  * checks: step < 1, bad hyper-parameters, unknown dtypes) with a message; -ENODEV as the kernel.
