@@ -274,6 +274,67 @@ check_schedule(struct cfg_ctx *x)
 	}
 }
 
+/*
+ * bf16.bf16_optimizer_states: true. DeepSpeed takes it (Adam's moments in bf16) only with bf16
+ * training, ZeRO stage 1-3 and bf16.bf16_master_weights_and_grads true; zinf keeps an fp32 master
+ * either way, so it accepts the key where DeepSpeed does and the moments mean the same: Adam or
+ * AdamW, and no other format asked for in optimizer.params.zinf_optimizer_states (zinf's key for
+ * bf16 moments anywhere else, named in each refusal). Every refusal names the key.
+ */
+static void
+check_bf16_states(struct cfg_ctx *x)
+{
+	static const char *const key = "bf16.bf16_optimizer_states";
+	static const char *const instead =
+		"(optimizer.params.zinf_optimizer_states \"bf16\" keeps Adam's moments in bf16 "
+		"without it)";
+	struct zinf_engine_opts *e = &x->c->engine;
+	json_t *opt = json_object_get(x->root, "optimizer");
+	json_t *given = json_object_get(json_object_get(opt, "params"), "zinf_optimizer_states");
+	json_t *master =
+		json_object_get(json_object_get(x->root, "bf16"), "bf16_master_weights_and_grads");
+	const char *type = json_string_value(json_object_get(opt, "type"));
+	bool ok = true;
+	if (!x->c->bf16_enabled) {
+		CERR(x, key,
+		     "true without bf16.enabled: DeepSpeed takes it with bf16 training only %s",
+		     instead);
+		ok = false;
+	}
+	if (e->stage < 1 || e->stage > 3) {
+		CERR(x, key,
+		     "true at zero_optimization.stage %d: DeepSpeed takes it at stages 1-3 %s",
+		     e->stage, instead);
+		ok = false;
+	}
+	if (!json_is_true(master)) {
+		CERR(x, key,
+		     "true without bf16.bf16_master_weights_and_grads true: DeepSpeed requires "
+		     "both "
+		     "(zinf keeps fp32 master weights whatever that key says) %s",
+		     instead);
+		ok = false;
+	}
+	if (e->optimizer.kind != ZINF_OPTIM_ADAM && e->optimizer.kind != ZINF_OPTIM_ADAMW) {
+		CERR(x, key, "true with optimizer %s: it is for Adam's and AdamW's moments",
+		     type ? type : "(not Adam/AdamW)");
+		ok = false;
+	}
+	const char *g = json_string_value(given);
+	if (given && (!g || strcmp(g, "bf16") != 0)) {
+		char b[64];
+		CERR(x, key,
+		     "true with optimizer.params.zinf_optimizer_states %s: choose one format of "
+		     "the "
+		     "optimizer states",
+		     cfg_describe(given, b, sizeof(b)));
+		ok = false;
+	}
+	if (ok) {
+		e->optimizer.state_dtype = ZINF_BF16;
+	}
+}
+
 /* What spans several keys, after the walk. */
 static void
 check_all(struct cfg_ctx *x)
@@ -287,13 +348,7 @@ check_all(struct cfg_ctx *x)
 	}
 	e->dtype = c->fp16.enabled ? ZINF_F16 : c->bf16_enabled ? ZINF_BF16 : ZINF_F32;
 	if (c->bf16_optimizer_states) {
-		if (e->optimizer.state_format != ZINF_STATE_PLAIN) {
-			CERR(x, "bf16.bf16_optimizer_states",
-			     "true with optimizer.params.zinf_optimizer_states \"q8\": choose one "
-			     "format of the optimizer states");
-		} else {
-			e->optimizer.state_dtype = ZINF_BF16;
-		}
+		check_bf16_states(x);
 	}
 	/* the engine clips and scales: it carries the same values as tc's own fields */
 	e->gradient_clipping = c->gradient_clipping;

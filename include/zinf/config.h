@@ -166,7 +166,9 @@ struct zinf_train_config {
 	struct zinf_config_resolved resolved[ZINF_CONFIG_MAX_RESOLVED];
 	struct zinf_config_unresolved unresolved[ZINF_CONFIG_MAX_RESOLVED];
 	/* bf16.bf16_optimizer_states (DeepSpeed: Adam's moments in bf16): engine.optimizer's
-	   state_dtype becomes ZINF_BF16 (zinf's rounding of it, stochastic by default) */
+	   state_dtype becomes ZINF_BF16 (zinf's rounding of it, stochastic by default); taken with
+	   bf16 training, ZeRO stage 1-3, bf16_master_weights_and_grads true and Adam/AdamW only
+	   (DeepSpeed's conditions), else the read is -EINVAL naming it (config/README.md) */
 	bool bf16_optimizer_states;
 	uint8_t reserved2[7]; /* zero */
 };

@@ -1002,7 +1002,8 @@ Test(config, optimizer_states_q8_and_bf16)
 	free(text);
 	zinf_config_fini(&back);
 	zinf_config_fini(&c);
-	read_ok("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+	read_ok("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1}, \"bf16\": "
+		"{\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
 		"\"bf16_optimizer_states\": true}}",
 		NULL, &c);
 	cr_assert_eq(c.engine.optimizer.state_dtype, ZINF_BF16);
@@ -1021,7 +1022,8 @@ Test(config, optimizer_states_q8_and_bf16)
 		 "{\"zinf_optimizer_states\": \"int8\"}}}",
 		 NULL);
 	expect_log("optimizer.params.zinf_optimizer_states: expected \"fp32\", \"bf16\" or \"q8\"");
-	read_bad("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+	read_bad("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1}, \"bf16\": "
+		 "{\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
 		 "\"bf16_optimizer_states\": true}, \"optimizer\": {\"type\": \"AdamW\", "
 		 "\"params\": {\"zinf_optimizer_states\": \"q8\"}}}",
 		 NULL);
@@ -1030,4 +1032,61 @@ Test(config, optimizer_states_q8_and_bf16)
 		 "{\"zinf_optimizer_states\": \"q8\"}}}",
 		 NULL);
 	expect_log("zinf_optimizer_states");
+}
+
+/*
+ * bf16.bf16_optimizer_states is taken where DeepSpeed takes it (bf16 training, ZeRO stage 1-3,
+ * bf16_master_weights_and_grads true) for Adam/AdamW with no other format asked for; everywhere
+ * else it is refused at config time, each refusal naming the key and what says what was wrong.
+ */
+Test(config, bf16_optimizer_states_only_where_deepspeed_takes_it)
+{
+	static const char *const bad[][2] = {
+		{"\"bf16\": {\"enabled\": false, \"bf16_master_weights_and_grads\": true, "
+		 "\"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 2}",
+		 "true without bf16.enabled"},
+		{"\"fp16\": {\"enabled\": true}, \"bf16\": {\"bf16_master_weights_and_grads\": "
+		 "true, \"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 2}",
+		 "true without bf16.enabled"},
+		{"\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
+		 "\"bf16_optimizer_states\": true}",
+		 "true at zero_optimization.stage 0"},
+		{"\"bf16\": {\"enabled\": true, \"bf16_optimizer_states\": true}, "
+		 "\"zero_optimization\": {\"stage\": 3}",
+		 "true without bf16.bf16_master_weights_and_grads true"},
+		{"\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
+		 "\"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 2}, "
+		 "\"optimizer\": {\"type\": \"Lion\", \"params\": {\"lr\": 0.001}}",
+		 "true with optimizer Lion"},
+		{"\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true, "
+		 "\"bf16_optimizer_states\": true}, \"zero_optimization\": {\"stage\": 2}, "
+		 "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"zinf_optimizer_states\": "
+		 "\"fp32\"}}",
+		 "true with optimizer.params.zinf_optimizer_states \"fp32\""},
+	};
+	char text[1024];
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text), "{\"train_batch_size\": 8, %s}", bad[i][0]);
+		logbuf[0] = 0;
+		read_bad(text, NULL);
+		char want[256];
+		snprintf(want, sizeof(want), "bf16.bf16_optimizer_states: %s", bad[i][1]);
+		expect_log(want);
+	}
+	/* where DeepSpeed takes it: the moments in bf16, the explicit "bf16" agreeing */
+	struct zinf_train_config c;
+	for (int explicit = 0; explicit < 2; explicit ++) {
+		snprintf(text, sizeof(text),
+			 "{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+			 "\"bf16_master_weights_and_grads\": true, \"bf16_optimizer_states\": "
+			 "true}, "
+			 "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": "
+			 "\"Adam\", "
+			 "\"params\": {%s}}}",
+			 explicit ? "\"zinf_optimizer_states\": \"bf16\"" : "\"lr\": 0.001");
+		read_ok(text, NULL, &c);
+		cr_assert_eq(c.engine.optimizer.state_dtype, ZINF_BF16, "explicit %d", explicit);
+		cr_assert_eq(c.engine.optimizer.state_format, ZINF_STATE_PLAIN);
+		zinf_config_fini(&c);
+	}
 }
