@@ -14,10 +14,11 @@
 #                    blockwise codes) vs the same with fp32 state: the loss fell, the losses
 #                    differ (q8 in effect), every step read fewer NVMe bytes, and the mean of
 #                    the last 3 losses is within 10% of the fp32 run's descent (first loss minus
-#                    its mean of the last 3) of the fp32 run's: each update is within about
-#                    2 x 2^-5 (m's and sqrt(v)'s codes, cpu_adam/README.md), ~6%, of fp32
-#                    state's, so to first order the descent is too; 10% leaves room for the
-#                    second order (measured on 2026-11-27: 0.1% of it)
+#                    its mean of the last 3) of the fp32 run's: m and sqrt(v) are rounded
+#                    stochastically, each within 2^-4 of its value and unbiased
+#                    (cpu_adam/README.md), so to first order the descent is fp32 state's; 10%
+#                    leaves room for the second order (measured on 2026-11-27: 0.1% of it with
+#                    round to nearest, 0.2% with stochastic rounding)
 #   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
 #                    fetched tensor to f32): bit-identical to each other, different from fp32
 #   fp16             configs/zero3_fp16.json (dynamic loss scaling from 2^16, hysteresis 2,
