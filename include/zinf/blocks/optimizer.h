@@ -69,7 +69,11 @@ struct zinf_optimizer_opts {
 	 * parameter for both instead of 8; their codes are rounded to nearest whatever `rounding`
 	 * says (stochastic rounding of v's EMA accumulates noise: cpu_adam/README.md) */
 	enum zinf_state_format state_format;
-	uint32_t reserved2; /* zero */
+	/* the master weight (part 0): ZINF_F32 (default, 4 bytes), or ZINF_BF16 for Adam/AdamW
+	 * (2 bytes, rounded stochastically at every step: zinf_adam_step_bf16master), with any of
+	 * the moments' formats above; part 0 keeps its name "fp32" (the master's state kind).
+	 * (Was reserved2, zero: ZINF_F32 is 0, so a caller that zeroed it gets the fp32 master.) */
+	enum zinf_dtype master_dtype;
 };
 
 /**
@@ -81,9 +85,10 @@ ZINF_API void zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_
 
 /**
  * Create an optimizer (the options are copied). Returns 0 and sets *out, or -EINVAL (NULL out,
- * unknown kind or dtype or rounding or state format, bf16 or q8 state for a kind other than
- * Adam/AdamW, q8 with a state_dtype other than f32, reserved2 not zero, a size larger than this
- * library's) with a message naming the field; -ENOMEM. The hyper-parameters
+ * unknown kind or dtype or rounding or state format, bf16 or q8 state or a bf16 master for a kind
+ * other than Adam/AdamW, q8 with a state_dtype other than f32, a master_dtype other than f32 or
+ * bf16, a size larger than this library's) with a message naming
+ * the field; -ENOMEM. The hyper-parameters
  * are checked by the kernel at each step. Free with zinf_optimizer_destroy().
  */
 ZINF_API int zinf_optimizer_create(const struct zinf_optimizer_opts *opts,
@@ -136,12 +141,13 @@ ZINF_API uint32_t zinf_optimizer_part_count(const struct zinf_optimizer *opt);
 /** Part i's name ("fp32" for part 0): the state kind under which it is swapped; NULL for a
  * NULL optimizer or i out of range. */
 ZINF_API const char *zinf_optimizer_part_name(const struct zinf_optimizer *opt, uint32_t i);
-/** Part i's bytes per element (4, or 2 for bf16 state, or 1 for q8 state: its codes, not
- * counting the block scales: size arrays with zinf_optimizer_part_size()); 0 for NULL or i out
- * of range. */
+/** Part i's bytes per element (4, or 2 for bf16 state or a bf16 master, or 1 for q8 state: its
+ * codes, not counting the block scales: size arrays with zinf_optimizer_part_size()); 0 for NULL
+ * or i out of range. */
 ZINF_API uint32_t zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i);
-/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range and
- * for a q8 part, which has no element dtype (zinf_optimizer_part_align() > 1 tells it). */
+/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state, or part 0 with a bf16
+ * master); ZINF_F32 out of range and for a q8 part, which has no element dtype
+ * (zinf_optimizer_part_align() > 1 tells it). */
 ZINF_API enum zinf_dtype zinf_optimizer_part_dtype(const struct zinf_optimizer *opt, uint32_t i);
 /** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam, 6 for q8: use
  * zinf_optimizer_state_size() for sizes); 0 for NULL. */
@@ -181,6 +187,12 @@ ZINF_API enum zinf_state_format zinf_optimizer_state_format(const struct zinf_op
  * runs the kernel once per run of elements alike (zinf_optimizer_decay_run), each run's stochastic
  * rounding seeded from its own first index (a call that crosses no boundary is one kernel call,
  * as without ranges).
+ *
+ * bf16 master (master_dtype): parts[0] holds bf16 values; one kernel call
+ * (zinf_adam_step_bf16master) steps the range with the moments' format, the seed, index0 and the
+ * no-decay ranges passed along: every element's rounding bits (the master's and bf16 moments')
+ * come from (seed, step, its index), so the result does not depend on the cuts (q8 moments: cut at
+ * their block multiples as below). bf16 moments are rounded with `rounding`, q8 to nearest.
  *
  * q8 state: parts 1 and 2 point at a block boundary of their q8 arrays (the range's start is a
  * multiple of ZINF_Q8_BLOCK from the array's element 0; cut a range only there); one kernel call
