@@ -73,7 +73,7 @@ zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
 struct save_rank {
 	const struct eng_view *v;
 	struct ckpt_writer w[ZINF_OPTIM_MAX_PARTS];
-	float *q8; /* q8 state: a sub-group's moment decoded (max_sg floats) */
+	float *q8; /* q8 state or a bf16 master: a sub-group's part as f32 (max_sg floats) */
 };
 
 /* Elements of the view's longest sub-group (q8 state: the decode buffers of save and load). */
@@ -87,11 +87,20 @@ ckpt_max_sg(const struct eng_view *v)
 	return m;
 }
 
-/* Bytes a part's element takes in the files: q8 state is stored decoded, as f32. */
+/* Whether part i is written as f32 whatever it is in memory: q8 state (decoded) and the master
+ * (a bf16 master widened, exactly), so that a checkpoint's master and moments load into an
+ * engine of either master dtype and either of fp32 and q8 moments. */
+static bool
+file_as_f32(const struct eng_view *v, uint32_t i)
+{
+	return i == 0 || zinf_optimizer_part_align(v->opt, i) > 1;
+}
+
+/* Bytes a part's element takes in the files. */
 static uint32_t
 file_elem_bytes(const struct eng_view *v, uint32_t i)
 {
-	return zinf_optimizer_part_align(v->opt, i) > 1 ? 4 : zinf_optimizer_part_bytes(v->opt, i);
+	return file_as_f32(v, i) ? 4 : zinf_optimizer_part_bytes(v->opt, i);
 }
 
 /* One visit: a whole sub-group on the tiers that hold q8 state (cpu, nvme), which is written
@@ -109,6 +118,11 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 			ret = ret ? ret : ckpt_writer_put(&s->w[i], s->q8, n * 4);
 			continue;
 		}
+		if (i == 0 && zinf_optimizer_part_dtype(s->v->opt, 0) == ZINF_BF16) {
+			ret = zinf_dtype_convert(s->q8, ZINF_F32, parts[0], ZINF_BF16, n);
+			ret = ret ? ret : ckpt_writer_put(&s->w[0], s->q8, n * 4);
+			continue;
+		}
 		ret = ckpt_writer_put(&s->w[i], parts[i],
 				      n * zinf_optimizer_part_bytes(s->v->opt, i));
 	}
@@ -118,7 +132,7 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 static const char *
 part_dtype(const struct eng_view *v, uint32_t i)
 {
-	return zinf_dtype_name(zinf_optimizer_part_dtype(v->opt, i));
+	return zinf_dtype_name(file_as_f32(v, i) ? ZINF_F32 : zinf_optimizer_part_dtype(v->opt, i));
 }
 
 /* The sidecar rank 0 folds into the manifest: this rank's flat size, parameter offsets, files. */
@@ -164,10 +178,13 @@ save_rank_files(struct zinf_engine *e, const struct eng_view *v, struct zinf_io 
 	size_t bb = eng_state_bounce_bytes(e);
 	void *bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = bb && !bounce ? ENG_FAIL(e, -ENOMEM, "save: out of memory (%zu bytes)", bb) : 0;
-	if (!ret && zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8 &&
+	if (!ret &&
+	    (zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8 ||
+	     zinf_optimizer_part_dtype(v->opt, 0) == ZINF_BF16) &&
 	    !(s.q8 = zc_calloc(ckpt_max_sg(v), sizeof(float)))) {
 		ret = ENG_FAIL(e, -ENOMEM,
-			       "save: out of memory for a sub-group's q8 state decoded");
+			       "save: out of memory for a sub-group's q8 state or bf16 master as "
+			       "f32");
 	}
 	uint32_t opened = 0;
 	for (uint32_t i = 0; i < v->nparts && !ret; i++, opened++) {
