@@ -168,7 +168,11 @@ struct zinf_train_config {
 	/* bf16.bf16_optimizer_states (DeepSpeed: Adam's moments in bf16): engine.optimizer's
 	   state_dtype becomes ZINF_BF16 (zinf's rounding of it, stochastic by default) */
 	bool bf16_optimizer_states;
-	uint8_t reserved2[7]; /* zero */
+	/* bf16.bf16_master_weights_and_grads (DeepSpeed: the master weights and gradients in bf16):
+	   engine.optimizer's master_dtype becomes ZINF_BF16 (zinf's: stochastic rounding; the
+	   gradient partitions stay fp32) */
+	bool bf16_master_weights_and_grads;
+	uint8_t reserved2[6]; /* zero */
 };
 
 /**
