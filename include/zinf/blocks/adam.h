@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * zinf/blocks/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 or 8-bit blockwise state, Adam
- * with a bf16 master weight, Adagrad, Lion) in one fused pass: unscale the gradient, update master and moments, write the
- * 16-bit parameter copy; and the gradient helpers (sum of squares, inf/NaN check).
+ * with a bf16 master weight, Adagrad, Lion) in one fused pass: unscale the gradient, update
+ * master and moments, write the 16-bit parameter copy; and the gradient helpers (sum of squares,
+ * inf/NaN check).
  * Vectorised (AVX-512, AVX2+FMA, scalar: the SIMD paths, see "SIMD paths" below) and threaded
  * with OpenMP over cache-sized tiles.
  * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
