@@ -108,7 +108,8 @@ load_fill(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 		ret = load_piece(x, off, c0, ZINF_MIN(n - c0, piece), parts);
 	}
 	if (!ret) {
-		ret = eng_param_home_from_master(e, off, parts[0], n, x->copy);
+		ret = eng_param_home_from_master(
+			e, off, parts[0], zinf_optimizer_part_dtype(x->v.opt, 0), n, x->copy);
 	}
 	return ret;
 }
@@ -187,7 +188,9 @@ check_match(struct zinf_engine *e, const struct eng_view *v, struct zinf_ckpt *c
 		if (ret) {
 			return ret;
 		}
-		enum zinf_dtype here = zinf_optimizer_part_dtype(v->opt, k);
+		/* the master is in the files as f32 whatever its dtype here (a bf16 master is
+		   rounded to nearest as it is read: exact for one saved from a bf16 master) */
+		enum zinf_dtype here = k == 0 ? ZINF_F32 : zinf_optimizer_part_dtype(v->opt, k);
 		if (strcmp(cp.name, zinf_optimizer_part_name(v->opt, k)) != 0 || cp.dtype != here) {
 			return ENG_FAIL(e, -EINVAL,
 					"load: state part %u is %s (%s) in %s, %s (%s) here: the "

@@ -73,11 +73,13 @@ zinf_ckpt_opts_init(struct zinf_ckpt_opts *o)
 struct save_rank {
 	const struct eng_view *v;
 	struct ckpt_writer w[ZINF_OPTIM_MAX_PARTS];
-	float *q8; /* q8 state: a piece of a sub-group's moment decoded (q8_piece() floats) */
+	float *q8; /* q8 state or a bf16 master: a piece of a sub-group's part as f32 (q8_piece()
+		      floats) */
 };
 
-/* Elements of q8 state decoded at once: ZINF_STEP_CHUNK (a multiple of ZINF_Q8_BLOCK, so a
- * sub-group's q8 array is cut at its blocks), or the longest sub-group when shorter. */
+/* Elements of q8 state decoded (or of a bf16 master widened) at once: ZINF_STEP_CHUNK (a
+ * multiple of ZINF_Q8_BLOCK, so a sub-group's q8 array is cut at its blocks), or the longest
+ * sub-group when shorter. */
 static uint64_t
 q8_piece(const struct eng_view *v)
 {
@@ -88,11 +90,20 @@ q8_piece(const struct eng_view *v)
 	return ZINF_MIN(m, (uint64_t)ZINF_STEP_CHUNK);
 }
 
-/* Bytes a part's element takes in the files: q8 state is stored decoded, as f32. */
+/* Whether part i is written as f32 whatever it is in memory: q8 state (decoded) and the master
+ * (a bf16 master widened, exactly), so that a checkpoint's master and moments load into an
+ * engine of either master dtype and either of fp32 and q8 moments. */
+static bool
+file_as_f32(const struct eng_view *v, uint32_t i)
+{
+	return i == 0 || zinf_optimizer_part_align(v->opt, i) > 1;
+}
+
+/* Bytes a part's element takes in the files. */
 static uint32_t
 file_elem_bytes(const struct eng_view *v, uint32_t i)
 {
-	return zinf_optimizer_part_align(v->opt, i) > 1 ? 4 : zinf_optimizer_part_bytes(v->opt, i);
+	return file_as_f32(v, i) ? 4 : zinf_optimizer_part_bytes(v->opt, i);
 }
 
 /* One visit: a whole sub-group on the tiers that hold q8 state (cpu, nvme), which is written
@@ -116,6 +127,17 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 			}
 			continue;
 		}
+		if (i == 0 && zinf_optimizer_part_dtype(s->v->opt, 0) == ZINF_BF16) {
+			uint64_t piece = q8_piece(s->v);
+			for (uint64_t j = 0; j < n && !ret; j += piece) {
+				uint64_t len = ZINF_MIN(n - j, piece);
+				ret = zinf_dtype_convert(s->q8, ZINF_F32,
+							 (const uint16_t *)parts[0] + j, ZINF_BF16,
+							 len);
+				ret = ret ? ret : ckpt_writer_put(&s->w[0], s->q8, len * 4);
+			}
+			continue;
+		}
 		ret = ckpt_writer_put(&s->w[i], parts[i],
 				      n * zinf_optimizer_part_bytes(s->v->opt, i));
 	}
@@ -125,7 +147,7 @@ save_put(void *ctx, uint64_t off, uint64_t n, void *const parts[])
 static const char *
 part_dtype(const struct eng_view *v, uint32_t i)
 {
-	return zinf_dtype_name(zinf_optimizer_part_dtype(v->opt, i));
+	return zinf_dtype_name(file_as_f32(v, i) ? ZINF_F32 : zinf_optimizer_part_dtype(v->opt, i));
 }
 
 /* The sidecar rank 0 folds into the manifest: this rank's flat size, parameter offsets, files. */
@@ -171,10 +193,13 @@ save_rank_files(struct zinf_engine *e, const struct eng_view *v, struct zinf_io 
 	size_t bb = eng_state_bounce_bytes(e);
 	void *bounce = bb ? zinf_alloc_huge(bb) : NULL;
 	int ret = bb && !bounce ? ENG_FAIL(e, -ENOMEM, "save: out of memory (%zu bytes)", bb) : 0;
-	if (!ret && zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8 &&
+	if (!ret &&
+	    (zinf_optimizer_state_format(v->opt) == ZINF_STATE_Q8 ||
+	     zinf_optimizer_part_dtype(v->opt, 0) == ZINF_BF16) &&
 	    !(s.q8 = zc_calloc(q8_piece(v), sizeof(float)))) {
 		ret = ENG_FAIL(e, -ENOMEM,
-			       "save: out of memory for q8 state decoded (%" PRIu64 " floats)",
+			       "save: out of memory for q8 state or a bf16 master as f32 (%" PRIu64
+			       " floats)",
 			       q8_piece(v));
 	}
 	uint32_t opened = 0;

@@ -17,7 +17,8 @@
  *   parameters on the CPU; with the optimizer on NVMe only the fp32 gradient, 4 P / M x f,
  *   stays on the CPU.
  *   NVMe per node: 12 P / M for the optimizer, 2 P / M for the parameters. With --optimizer-state
- *   the optimizer's 12 (and the CPU's 16) follow its bytes; with the parameters on NVMe each
+ *   and --master the optimizer's 12 (and the CPU's 16) follow its bytes (a bf16 master: 2
+ *   instead of 4); with the parameters on NVMe each
  *   GPU's engine keeps min(max_in_cpu, its partition) 16-bit elements cached in CPU memory.
  * It does not count activations, the pinned swap buffers or the framework's own memory.
  *
@@ -85,6 +86,7 @@ struct cfg {
 	uint64_t max_in_cpu; /* 16-bit parameter elements cached per GPU (offload_param) */
 	bool vertical;	     /* micro-batches run layer by layer (zinf_engine's vertical pass) */
 	bool no_sdb;	     /* step_during_backward off */
+	const char *master;  /* the master weight: f32, bf16 */
 };
 
 static struct cfg cfg;
@@ -169,20 +171,25 @@ static const struct cli_opt opts[] = {
 	 "step_during_backward off: every gradient waits in the gradient window (on NVMe with the "
 	 "optimizer there) until the step"},
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
+	{"master", CLI_STR, &cfg.master, "f32", "f32|bf16",
+	 "the master weight: fp32 (4 bytes per parameter) or bf16 (2, stochastic rounding; "
+	 "optimizer.params.zinf_master_weights)"},
 	{NULL},
 };
 
-/* The optimizer's state bytes per parameter, the fp32 master included (--optimizer-state). */
+/* The optimizer's state bytes per parameter, the master included (--optimizer-state, --master).
+ */
 static double
 state_bytes(const struct cfg *c)
 {
+	double master = !strcmp(c->master, "bf16") ? 2 : 4;
 	if (!strcmp(c->state, "bf16")) {
-		return 4 + 2 + 2;
+		return master + 2 + 2;
 	}
 	if (!strcmp(c->state, "q8")) {
-		return 4 + 2 * Q8_BYTES;
+		return master + 2 * Q8_BYTES;
 	}
-	return 4 + 4 + 4;
+	return master + 4 + 4;
 }
 
 /* Bytes of one choice: a P + b per resource, with L folded in by the caller. */
@@ -514,6 +521,10 @@ cli_estimate(int argc, char **argv)
 	}
 	if (strcmp(c.state, "f32") && strcmp(c.state, "bf16") && strcmp(c.state, "q8")) {
 		fprintf(stderr, PROG ": --optimizer-state %s: f32, bf16 or q8\n", c.state);
+		return 2;
+	}
+	if (strcmp(c.master, "f32") && strcmp(c.master, "bf16")) {
+		fprintf(stderr, PROG ": --master %s: f32 or bf16\n", c.master);
 		return 2;
 	}
 	if (!c.params_given && !c.hf_config) {

@@ -350,6 +350,9 @@ check_all(struct cfg_ctx *x)
 	if (c->bf16_optimizer_states) {
 		check_bf16_states(x);
 	}
+	if (c->bf16_master_weights_and_grads) {
+		e->optimizer.master_dtype = ZINF_BF16;
+	}
 	/* the engine clips and scales: it carries the same values as tc's own fields */
 	e->gradient_clipping = c->gradient_clipping;
 	e->fp16 = c->fp16;

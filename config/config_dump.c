@@ -41,6 +41,8 @@ value_json(const struct cfg_key *k, const void *base)
 				   : o->state_dtype == ZINF_BF16    ? "bf16"
 								    : "fp32");
 	}
+	case ST_MASTER:
+		return json_string(*(const uint8_t *)p == ZINF_BF16 ? "bf16" : "fp32");
 	case ST_U32:
 		return json_integer(*(const uint32_t *)p);
 	case ST_I32:
@@ -137,7 +139,9 @@ section_json(const struct zinf_train_config *c, const struct cfg_section *sec, c
 			   (k->store == ST_STATES &&
 			    ((const struct zinf_optimizer_opts *)base)->state_format ==
 				    ZINF_STATE_PLAIN &&
-			    ((const struct zinf_optimizer_opts *)base)->state_dtype == ZINF_F32)) {
+			    ((const struct zinf_optimizer_opts *)base)->state_dtype == ZINF_F32) ||
+			   (k->store == ST_MASTER &&
+			    *(const uint8_t *)((const char *)base + k->off) == ZINF_F32)) {
 			continue; /* the default, which most files do not spell out */
 		} else {
 			v = value_json(k, base);

@@ -33,6 +33,8 @@ enum cfg_store {
 	ST_STATES,	/* zinf_optimizer_opts' state_dtype and state_format (base) from "fp32" |
 			   "bf16" | "q8"; dumped only when not fp32 */
 	ST_FLAG,	/* bool, dumped only when true (a key most files do not have) */
+	ST_MASTER,	/* a byte holding an enum zinf_dtype (zinf_optimizer_opts.master_dtype) from
+			   "fp32" | "bf16";      dumped only when not fp32 */
 };
 
 enum cfg_flag {

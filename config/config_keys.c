@@ -181,7 +181,7 @@ static const struct cfg_key bf16_keys[] = {
 	BOOL("enabled", TC(bf16_enabled), .flags = F_AUTO, .auto_id = A_BF16),
 	IGN("immediate_grad_update"),
 	IGN("check_grad_overflow"),
-	IGN("bf16_master_weights_and_grads"),
+	KEY("bf16_master_weights_and_grads", ST_FLAG, TC(bf16_master_weights_and_grads)),
 	KEY("bf16_optimizer_states", ST_FLAG, TC(bf16_optimizer_states)),
 };
 SECTION(cfg_bf16, "bf16", bf16_keys);
@@ -203,6 +203,8 @@ static const struct cfg_key optimizer_params_keys[] = {
 	IGN("fp32_optimizer_states"),
 	/* a zinf extension (DeepSpeed has no 8-bit optimizer state): "fp32", "bf16" or "q8" */
 	KEY("zinf_optimizer_states", ST_STATES, 0, .mask = M_ADAM),
+	/* a zinf extension: the master weight "fp32" or "bf16" (stochastic rounding) */
+	KEY("zinf_master_weights", ST_MASTER, OP(master_dtype), .mask = M_ADAM),
 };
 SECTION(cfg_optimizer_params, "optimizer.params", optimizer_params_keys);
 

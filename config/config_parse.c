@@ -223,6 +223,14 @@ cfg_store_value(struct cfg_ctx *x, const struct cfg_key *k, json_t *v, void *bas
 		     cfg_describe(v, b, sizeof(b)));
 		return false;
 	}
+	case ST_MASTER:
+		if (s && (strcmp(s, "fp32") == 0 || strcmp(s, "bf16") == 0)) {
+			*(uint8_t *)p = s[0] == 'b' ? ZINF_BF16 : ZINF_F32; /* a byte */
+			return true;
+		}
+		CERR(x, path, "expected \"fp32\" or \"bf16\", not %s",
+		     cfg_describe(v, b, sizeof(b)));
+		return false;
 	case ST_WARMUP_TYPE:
 		if (s && (strcmp(s, "log") == 0 || strcmp(s, "linear") == 0)) {
 			*(enum zinf_warmup_type *)p =

@@ -12,6 +12,7 @@
 
 #include "common/opts.h"
 #include "common/util.h"
+#include "cpu_adam/adam_bf16m_internal.h"
 #include "cpu_adam/adam_internal.h"
 #include "cpu_adam/adam_q8_internal.h"
 #include "cpu_adam/adam_bench.h"
@@ -23,6 +24,7 @@ ZINF_OPTS_NO_TAIL_PAD(struct zinf_adagrad_opts, simd);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_lion_opts, simd);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_grad_opts, reserved);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_q8_opts, no_decay);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_bf16master_opts, no_decay);
 _Static_assert(ZINF_ADAM_TILE % ZINF_Q8_BLOCK == 0, "q8 blocks must not straddle tiles");
 
 static int
@@ -353,6 +355,62 @@ zinf_adam_step_q8state(const struct zinf_adam_opts *opts, int64_t step, float gr
 	a.nd = qo.no_decay;
 	a.n_nd = qo.n_no_decay;
 	return run_step(__func__, o.simd, ZINF_OPT_ADAM_Q8STATE, &a, n, o.threads);
+}
+
+void
+zinf_bf16master_opts_init(struct zinf_bf16master_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->size = sizeof(*o);
+	o->moments = ZINF_MOMENTS_F32;
+	o->rounding = ZINF_ROUND_STOCHASTIC;
+	o->state_rounding = ZINF_ROUND_STOCHASTIC;
+}
+
+int
+zinf_adam_step_bf16master(const struct zinf_adam_opts *opts, int64_t step, float grad_scale,
+			  uint16_t *master, const void *grad, enum zinf_dtype grad_dtype,
+			  void *exp_avg, void *exp_avg_sq, size_t n, void *param_copy,
+			  enum zinf_dtype copy_dtype, const struct zinf_bf16master_opts *b)
+{
+	const char *fn = __func__;
+	struct zinf_adam_opts o;
+	struct zinf_bf16master_opts bo;
+	struct zinf_q8_opts q, qo; /* the ranges' check, shared with the q8 step */
+	struct zinf_opt_args a;
+	zinf_bf16master_opts_init(&bo);
+	int r = b ? zc_opts_take(&bo, sizeof(bo), b, "zinf_bf16master_opts") : 0;
+	if (r) {
+		return r;
+	}
+	if (bo.moments != ZINF_MOMENTS_F32 && bo.moments != ZINF_MOMENTS_BF16 &&
+	    bo.moments != ZINF_MOMENTS_Q8) {
+		return ZINF_FAIL(-EINVAL, "%s: unknown moments format %d", fn, (int)bo.moments);
+	}
+	if (bo.rounding != ZINF_ROUND_NEAREST_EVEN && bo.rounding != ZINF_ROUND_STOCHASTIC) {
+		return ZINF_FAIL(-EINVAL, "%s: unknown master rounding %d", fn, (int)bo.rounding);
+	}
+	zinf_q8_opts_init(&q);
+	q.rounding = bo.state_rounding;
+	q.n_no_decay = bo.n_no_decay;
+	q.no_decay = bo.no_decay;
+	if ((r = q8_prepare(fn, &q, &qo, true)) ||
+	    (r = adam_prepare(fn, opts, &o, step, grad_scale, master, grad, grad_dtype, exp_avg,
+			      exp_avg_sq, n, param_copy, copy_dtype, &a))) {
+		return r;
+	}
+	a.param = NULL;
+	a.master = master;
+	a.mv = bo.moments;
+	a.mrounding = bo.rounding;
+	a.rounding = bo.state_rounding;
+	a.sr_key = sr_key(bo.seed, step);
+	a.mkey = a.sr_key ^ BF16M_KEY;
+	a.index0 = bo.index0;
+	a.hbase = bo.index0;
+	a.nd = bo.no_decay;
+	a.n_nd = bo.n_no_decay;
+	return run_step(fn, o.simd, ZINF_OPT_ADAM_BF16MASTER, &a, n, o.threads);
 }
 
 int

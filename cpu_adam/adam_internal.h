@@ -50,6 +50,16 @@ struct zinf_opt_args {
 	uint64_t index0;
 	const uint64_t *nd;
 	uint32_t n_nd;
+	/* bf16 state's stochastic rounding: element i's hash index is hbase + i (0 for
+	 * zinf_adam_step_bf16state; index0 + the block's offset under a bf16 master) */
+	uint64_t hbase;
+	/* bf16 master (adam_bf16m_internal.h): the master is `master` (param unused), stepped in
+	 * float by the path's Adam kernel for moments mv and rounded back with mrounding, element
+	 * i's random bits adam_sr_bits(mkey, index0 + i) */
+	uint16_t *master;
+	enum zinf_moments mv;
+	enum zinf_rounding mrounding;
+	uint32_t mkey;
 };
 
 typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
@@ -61,6 +71,7 @@ enum zinf_opt_kind {
 	ZINF_OPT_ADAGRAD,
 	ZINF_OPT_LION,
 	ZINF_OPT_ADAM_Q8STATE,
+	ZINF_OPT_ADAM_BF16MASTER,
 	ZINF_OPT_KINDS
 };
 
@@ -195,7 +206,7 @@ adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
 	p = p + a->nstep * (m / denom);
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
 		/* one hash per element: its low half rounds m, its high half v */
-		uint32_t r = adam_sr_bits(a->sr_key, i);
+		uint32_t r = adam_sr_bits(a->sr_key, a->hbase + i);
 		mp[i] = dt_f32_to_bf16_sr(m, r & 0xffffu);
 		vp[i] = dt_f32_to_bf16_sr(v, r >> 16);
 	} else {

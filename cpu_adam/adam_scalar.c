@@ -7,6 +7,7 @@
  * compared with in spirit; the tests compare every path with float64.
  */
 #include "cpu_adam/adam_internal.h"
+#include "cpu_adam/adam_bf16m_internal.h"
 #include "cpu_adam/adam_q8_internal.h"
 
 static const char *
@@ -34,6 +35,13 @@ static void
 scalar_adam_q8state(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
 	q8_step(a, i0, i1, scalar_adam);
+}
+
+/* bf16 master: the blocks widened, stepped by the scalar Adam kernels above, rounded back */
+static void
+scalar_adam_bf16master(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	bf16m_step(a, i0, i1, scalar_adam, scalar_adam_bf16state);
 }
 
 static double
@@ -96,6 +104,7 @@ const struct zinf_adam_ops zinf_adam_scalar_ops = {
 			[ZINF_OPT_ADAGRAD] = scalar_adagrad,
 			[ZINF_OPT_LION] = scalar_lion,
 			[ZINF_OPT_ADAM_Q8STATE] = scalar_adam_q8state,
+			[ZINF_OPT_ADAM_BF16MASTER] = scalar_adam_bf16master,
 		},
 	.sumsq = scalar_sumsq,
 	.has_inf_nan = scalar_has_inf_nan,

@@ -50,6 +50,7 @@
 #ifndef ZINF_ADAM_SIMD_BODY_H
 #define ZINF_ADAM_SIMD_BODY_H
 
+#include "cpu_adam/adam_bf16m_internal.h"
 #include "cpu_adam/adam_q8_internal.h"
 
 #define ZV_CAT_(a, b) a##b
@@ -306,7 +307,7 @@ adam_bf16state_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum
 		ZV_PS m = zv_from_bf16(zh_loadu(M + i)), v = zv_from_bf16(zh_loadu(V + i));
 		p = adam_math(a, p, g, &m, &v);
 		ZV_HALF mo, vo;
-		zv_state_round(a, m, v, &mo, &vo, i + hoff);
+		zv_state_round(a, m, v, &mo, &vo, i + hoff + a->hbase);
 		zh_storeu(M + i, mo);
 		zh_storeu(V + i, vo);
 		zv_storeu(P + i, p);
@@ -377,6 +378,15 @@ static void
 ZV_FN(adam_q8state)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
 	q8_step(a, i0, i1, ZV_FN(adam));
+}
+
+/* bf16 master: the blocks widened, stepped by this path's Adam kernels above (f32 or bf16
+ * moments; q8 decoded), rounded back (the rounding loop of adam_bf16m_internal.h is integer and
+ * gives the same bits on every path) */
+static void
+ZV_FN(adam_bf16master)(const struct zinf_opt_args *a, size_t i0, size_t i1)
+{
+	bf16m_step(a, i0, i1, ZV_FN(adam), ZV_FN(adam_bf16state));
 }
 
 /* ---- the gradient helpers ------------------------------------------------------------------- */
@@ -502,6 +512,7 @@ const struct zinf_adam_ops ZV_CAT(zinf_adam_, ZV_CAT(ZV_ISA, _ops)) = {
 			[ZINF_OPT_ADAGRAD] = ZV_FN(adagrad),
 			[ZINF_OPT_LION] = ZV_FN(lion),
 			[ZINF_OPT_ADAM_Q8STATE] = ZV_FN(adam_q8state),
+			[ZINF_OPT_ADAM_BF16MASTER] = ZV_FN(adam_bf16master),
 		},
 	.sumsq = ZV_FN(sumsq),
 	.has_inf_nan = ZV_FN(has_inf_nan),

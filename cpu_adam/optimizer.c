@@ -51,6 +51,7 @@ zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_optim_kind kin
 	o->size = sizeof(*o);
 	o->kind = kind;
 	o->state_dtype = ZINF_F32;
+	o->master_dtype = ZINF_F32;
 	o->rounding = ZINF_ROUND_STOCHASTIC;
 	o->bias_correction = true;
 	if (kind == ZINF_OPTIM_ADAGRAD) {
@@ -94,6 +95,11 @@ check(const struct zinf_optimizer_opts *o)
 				 "optimizer %s: state_format q8 is for Adam/AdamW with state_dtype "
 				 "f32 (the master), not %s state_dtype %s",
 				 name, name, zinf_dtype_name(o->state_dtype));
+	}
+	if (o->master_dtype != ZINF_F32 && !(adam && o->master_dtype == ZINF_BF16)) {
+		return ZINF_FAIL(-EINVAL, "optimizer %s: master_dtype %s is not supported (f32%s)",
+				 name, zinf_dtype_name((enum zinf_dtype)o->master_dtype),
+				 adam ? ", or bf16" : " only");
 	}
 	if (o->rounding != ZINF_ROUND_STOCHASTIC && o->rounding != ZINF_ROUND_NEAREST_EVEN) {
 		return ZINF_FAIL(-EINVAL, "optimizer %s: unknown rounding %d", name,
@@ -203,7 +209,7 @@ zinf_optimizer_create(const struct zinf_optimizer_opts *opts, struct zinf_optimi
 	z->o = o;
 	z->k = &kinds[o.kind];
 	for (uint32_t i = 0; i < z->k->nparts; i++) {
-		z->bytes[i] = i == 0 ? 4
+		z->bytes[i] = i == 0 ? (uint32_t)zinf_dtype_size(o.master_dtype)
 			      : o.state_format == ZINF_STATE_Q8
 				      ? 1
 				      : (uint32_t)zinf_dtype_size(o.state_dtype);
@@ -417,6 +423,23 @@ zinf_optimizer_step(const struct zinf_optimizer *opt, int64_t step, float grad_s
 					 "at %" PRIu64,
 					 opt->k->name, i, opt->k->part[i], n, index0);
 		}
+	}
+	if (opt->o.master_dtype == ZINF_BF16) {
+		/* one call: the kernel splits each block by weight decay and hashes the index */
+		struct zinf_bf16master_opts b;
+		zinf_bf16master_opts_init(&b);
+		b.moments = opt->o.state_format == ZINF_STATE_Q8 ? ZINF_MOMENTS_Q8
+			    : opt->o.state_dtype == ZINF_BF16	 ? ZINF_MOMENTS_BF16
+								 : ZINF_MOMENTS_F32;
+		b.state_rounding = opt->o.rounding; /* bf16 and q8 moments alike: stochastic by
+						       default (cpu_adam/README.md) */
+		b.seed = opt->o.seed;
+		b.index0 = index0;
+		b.no_decay = opt->nd;
+		b.n_no_decay = opt->n_nd;
+		return zinf_adam_step_bf16master(&opt->adam, step, grad_scale, parts[0], grad,
+						 grad_dtype, parts[1], parts[2], n, copy,
+						 copy_dtype, &b);
 	}
 	if (opt->o.state_format == ZINF_STATE_Q8) {
 		/* one call: the kernel splits each block by weight decay and encodes it once */

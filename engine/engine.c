@@ -404,6 +404,13 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 	e->beta1 = e->step_beta1 = e->o.optimizer.beta1;
 	e->beta2 = e->step_beta2 = e->o.optimizer.beta2;
 	e->nparts = zinf_optimizer_part_count(e->opt);
+	if (e->ot->dev && e->o.optimizer.master_dtype != ZINF_F32) {
+		ret = ENG_FAIL(e, -EINVAL,
+			       "zero_optimization.offload_optimizer.device none: a bf16 master "
+			       "weight is stepped on the CPU only: set offload_optimizer.device to "
+			       "cpu or nvme, or the master to fp32");
+		goto fail;
+	}
 	if (e->ot->dev && e->o.optimizer.state_format != ZINF_STATE_PLAIN) {
 		ret = ENG_FAIL(
 			e, -EINVAL,

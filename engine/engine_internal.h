@@ -157,11 +157,11 @@ struct eng_otier {
 		    struct zinf_pool_opts *po);
 	void (*free)(struct zinf_engine *e);
 	/* the master weights of sub-group k's flat elements [off, off + n) from host memory m
-	   (whole: the sub-group), the moments left as they are (zero at init) */
-	int (*write_master)(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m,
-			    uint64_t n);
-	/* this rank's partition of p's master into mine (host); sg: host memory for the whole
-	   sub-group (whole tiers) */
+	   (whole: the sub-group), the moments left as they are (zero at init); a bf16 master is
+	   rounded to nearest (m may be overwritten: nvme rounds it in place) */
+	int (*write_master)(struct zinf_engine *e, uint32_t k, uint64_t off, float *m, uint64_t n);
+	/* this rank's partition of p's master into mine (host, fp32: a bf16 master widened); sg:
+	   host memory for the whole sub-group's master as float (whole tiers) */
 	int (*read_master)(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg);
 	size_t (*bounce_bytes)(const struct zinf_engine *e);
 	int (*visit)(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,

@@ -133,10 +133,11 @@ size_t eng_state_bounce_bytes(const struct zinf_engine *e);
  * (NULL: the engine's) */
 int eng_state_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx,
 		    void *bounce, struct zinf_stream *cs);
-/* Flat elements [off, off + n) of the master (fp32, host) into the 16-bit parameters' homes
- * (copy: ZINF_STEP_CHUNK elements of the options' dtype). */
-int eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n,
-			       void *copy);
+/* Flat elements [off, off + n) of the master (host, of dtype mdt: f32, or bf16 with a bf16
+ * master) into the 16-bit parameters' homes (copy: ZINF_STEP_CHUNK elements of the options'
+ * dtype). */
+int eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const void *m,
+			       enum zinf_dtype mdt, uint64_t n, void *copy);
 
 /* ---- a background job: ends (collectively) before the optimizer state changes --------------
  * At most one: a checkpoint's save writing while training goes on. The core finishes it on

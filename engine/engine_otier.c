@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "engine/engine_internal.h"
 
 static size_t
@@ -221,7 +222,7 @@ gpu_free(struct zinf_engine *e)
 }
 
 static int
-gpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
+gpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, float *m, uint64_t n)
 {
 	(void)k;
 	int ret = zinf_device_copy(e->cs, (float *)e->os.state[0] + off, m, n * 4, ZINF_COPY_H2D);
@@ -424,20 +425,30 @@ host_free(struct zinf_engine *e)
 	e->os.q8_off = NULL;
 }
 
+/* The master's dtype in the host tiers: ZINF_F32, or ZINF_BF16 (zinf_optimizer_opts.master_dtype)
+ */
+static enum zinf_dtype
+master_dtype(const struct zinf_engine *e)
+{
+	return zinf_optimizer_part_dtype(e->opt, 0);
+}
+
 static int
-cpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
+cpu_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, float *m, uint64_t n)
 {
 	(void)k;
-	memcpy((float *)e->os.state[0] + off, m, n * 4);
-	return 0;
+	/* f32: a copy; bf16: rounded to nearest */
+	return zinf_dtype_convert((char *)e->os.state[0] + off * part_bytes(e, 0), master_dtype(e),
+				  m, ZINF_F32, n);
 }
 
 static int
 cpu_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
 {
 	(void)sg;
-	memcpy(mine, (float *)e->os.state[0] + p->flat_off, p->part.part * 4);
-	return 0;
+	return zinf_dtype_convert(mine, ZINF_F32,
+				  (char *)e->os.state[0] + p->flat_off * part_bytes(e, 0),
+				  master_dtype(e), p->part.part);
 }
 
 static int
@@ -587,9 +598,17 @@ nvme_free(struct zinf_engine *e)
 }
 
 static int
-nvme_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, const float *m, uint64_t n)
+nvme_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, float *m, uint64_t n)
 {
-	(void)off, (void)n; /* whole: the sub-group */
+	(void)off; /* whole: the sub-group */
+	if (master_dtype(e) == ZINF_BF16) {
+		/* rounded to nearest in place, front to back: element i's two bytes land on bytes
+		   the floats before i + 1 held, which are read already */
+		for (uint64_t i = 0; i < n; i++) {
+			uint16_t h = dt_f32_to_bf16_rne(m[i]);
+			memcpy((char *)m + 2 * i, &h, sizeof(h));
+		}
+	}
 	const void *st[ZINF_OPTIM_MAX_PARTS] = {m};
 	return zinf_step_load(e->os.step, k, st);
 }
@@ -600,7 +619,9 @@ nvme_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, flo
 	void *st[ZINF_OPTIM_MAX_PARTS] = {sg};
 	int ret = zinf_step_save(e->os.step, p->sg, st);
 	if (!ret) {
-		memcpy(mine, sg + (p->flat_off - eng_sg_start(e, p->sg)), p->part.part * 4);
+		uint64_t at = (p->flat_off - eng_sg_start(e, p->sg)) * part_bytes(e, 0);
+		ret = zinf_dtype_convert(mine, ZINF_F32, (char *)sg + at, master_dtype(e),
+					 p->part.part);
 	}
 	return ret;
 }

@@ -384,12 +384,13 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 }
 
 int
-eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const float *m, uint64_t n,
-			   void *copy)
+eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const void *m, enum zinf_dtype mdt,
+			   uint64_t n, void *copy)
 {
 	int ret = 0;
+	size_t ms = zinf_dtype_size(mdt);
 	for (uint64_t i = 0, c; (c = zinf_step_piece(i, n)) > 0 && !ret; i += c) {
-		ret = zinf_dtype_convert(copy, e->o.dtype, m + i, ZINF_F32, c);
+		ret = zinf_dtype_convert(copy, e->o.dtype, (const char *)m + i * ms, mdt, c);
 		if (!ret) {
 			ret = eng_param_home_write(e, &e->main, off + i, copy, false, c);
 		}

@@ -69,13 +69,15 @@ static const enum zinf_dtype dtype_of[] = {ZINF_BF16, ZINF_F16, ZINF_F32};
 static const char *const devices[] = {"auto", "host", "cuda", NULL};
 static const char *const schedules[] = {"zinf", "deepspeed", NULL}; /* zinf_step_schedule's */
 static const char *const opt_states[] = {"f32", "bf16", "q8", NULL};
+static const char *const masters[] = {"f32", "bf16", NULL};
 
 struct cfg {
 	uint32_t layers, micro_batches, steps, warmup;
 	uint64_t hidden, sub_group, bucket, param_buffer, max_live;
 	double compute_ms, clip, weight_decay;
 	int stage, off_param, off_optim, optimizer, dtype, device, schedule;
-	int state; /* --optimizer-state: opt_states[] */
+	int state;  /* --optimizer-state: opt_states[] */
+	int master; /* --master: masters[] */
 	struct cli_list paths;
 	const char *checkpoint;
 	bool no_sdb, compare, pin, json, no_decay_1d;
@@ -174,6 +176,10 @@ static const struct cli_opt opts[] = {
 	 "Adam's m and v: f32, bf16 (stochastic rounding) or q8 (8-bit blockwise, one fp32 "
 	 "scale per 256; the cpu and nvme tiers)",
 	 .choices = opt_states},
+	{"master", CLI_ENUM, &cfg.master, "f32", NULL,
+	 "the master weight: f32 or bf16 (stochastic rounding; adam and adamw on the cpu and "
+	 "nvme tiers)",
+	 .choices = masters},
 	{NULL},
 };
 
@@ -330,6 +336,7 @@ arm_open(struct run *r, struct arm *a, struct zinf_device *dev)
 	eo.optimizer.weight_decay = (float)c->weight_decay;
 	eo.optimizer.state_dtype = c->state == 1 ? ZINF_BF16 : ZINF_F32;
 	eo.optimizer.state_format = c->state == 2 ? ZINF_STATE_Q8 : ZINF_STATE_PLAIN;
+	eo.optimizer.master_dtype = c->master == 1 ? ZINF_BF16 : ZINF_F32;
 	eo.dtype = dtype_of[c->dtype];
 	eo.device_backend = c->device ? devices[c->device] : NULL;
 	eo.device = dev;
@@ -886,6 +893,8 @@ report_json(const struct run *r)
 	json_object_set_new(o, "no_decay_1d", json_boolean(c->no_decay_1d));
 	json_object_set_new(o, "gradient_clipping", cli_json_real(c->clip));
 	json_object_set_new(o, "max_in_cpu", json_integer((json_int_t)c->max_in_cpu));
+	json_object_set_new(o, "optimizer_state", json_string(opt_states[c->state]));
+	json_object_set_new(o, "master", json_string(masters[c->master]));
 	arm_json(r, &r->arm[0], o);
 	if (r->nvme) {
 		json_t *d = json_object();

@@ -170,7 +170,11 @@ struct zinf_train_config {
 	   bf16 training, ZeRO stage 1-3, bf16_master_weights_and_grads true and Adam/AdamW only
 	   (DeepSpeed's conditions), else the read is -EINVAL naming it (config/README.md) */
 	bool bf16_optimizer_states;
-	uint8_t reserved2[7]; /* zero */
+	/* bf16.bf16_master_weights_and_grads (DeepSpeed: the master weights and gradients in bf16):
+	   engine.optimizer's master_dtype becomes ZINF_BF16 (zinf's: stochastic rounding; the
+	   gradient partitions stay fp32) */
+	bool bf16_master_weights_and_grads;
+	uint8_t reserved2[6]; /* zero */
 };
 
 /**

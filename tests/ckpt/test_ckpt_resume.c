@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_fixture.h"
+#include "common/dtype.h"
 #include "common/test_util.h"
 #include "engine/engine_drive.h"
 #include "engine/engine_ref.h"
@@ -382,7 +383,7 @@ Test(ckpt_resume, unscaled_checkpoint_into_fp16_keeps_its_scaler)
  */
 static void
 resume_optimizer_fmt(enum zinf_optim_kind kind, enum zinf_dtype state, enum zinf_offload_device t,
-		     enum zinf_state_format fmt)
+		     enum zinf_state_format fmt, enum zinf_dtype master)
 {
 	char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
 	struct zinf_engine_opts o;
@@ -391,6 +392,7 @@ resume_optimizer_fmt(enum zinf_optim_kind kind, enum zinf_dtype state, enum zinf
 	o.optimizer.lr = 0.01f;
 	o.optimizer.state_dtype = state;
 	o.optimizer.state_format = fmt;
+	o.optimizer.master_dtype = master;
 	o.optimizer.seed = 7;
 	struct master m[2];
 	for (int resumed = 0; resumed < 2; resumed++) {
@@ -412,8 +414,9 @@ resume_optimizer_fmt(enum zinf_optim_kind kind, enum zinf_dtype state, enum zinf
 		zinf_engine_destroy(e);
 	}
 	char what[96];
-	snprintf(what, sizeof(what), "optimizer %d, state %s%s, tier %d", kind,
-		 zinf_dtype_name(state), fmt == ZINF_STATE_Q8 ? " q8" : "", t);
+	snprintf(what, sizeof(what), "optimizer %d, state %s%s, master %s, tier %d", kind,
+		 zinf_dtype_name(state), fmt == ZINF_STATE_Q8 ? " q8" : "", zinf_dtype_name(master),
+		 t);
 	assert_same(m[1].p, m[0].p, what);
 	free_all(&m[0]);
 	free_all(&m[1]);
@@ -426,7 +429,7 @@ resume_optimizer_fmt(enum zinf_optim_kind kind, enum zinf_dtype state, enum zinf
 static void
 resume_optimizer(enum zinf_optim_kind kind, enum zinf_dtype state, enum zinf_offload_device t)
 {
-	resume_optimizer_fmt(kind, state, t, ZINF_STATE_PLAIN);
+	resume_optimizer_fmt(kind, state, t, ZINF_STATE_PLAIN, ZINF_F32);
 }
 
 /*
@@ -438,8 +441,82 @@ Test(ckpt_resume, resume_q8_state)
 {
 	enum zinf_offload_device tiers[] = {ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME};
 	for (int t = 0; t < 2; t++) {
-		resume_optimizer_fmt(ZINF_OPTIM_ADAMW, ZINF_F32, tiers[t], ZINF_STATE_Q8);
-		resume_optimizer_fmt(ZINF_OPTIM_ADAM, ZINF_F32, tiers[t], ZINF_STATE_Q8);
+		resume_optimizer_fmt(ZINF_OPTIM_ADAMW, ZINF_F32, tiers[t], ZINF_STATE_Q8, ZINF_F32);
+		resume_optimizer_fmt(ZINF_OPTIM_ADAM, ZINF_F32, tiers[t], ZINF_STATE_Q8, ZINF_F32);
+	}
+}
+
+/*
+ * A bf16 master is saved widened (f32 files, exact) and rounded to nearest at load, which gives
+ * back the same bf16 values: resume is exact (the stochastic rounding's bits hash the step and
+ * the element's index, both as they were) with fp32, bf16 and q8 moments on both tiers.
+ */
+Test(ckpt_resume, resume_bf16_master)
+{
+	enum zinf_offload_device tiers[] = {ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME};
+	for (int t = 0; t < 2; t++) {
+		resume_optimizer_fmt(ZINF_OPTIM_ADAMW, ZINF_F32, tiers[t], ZINF_STATE_PLAIN,
+				     ZINF_BF16);
+		resume_optimizer_fmt(ZINF_OPTIM_ADAMW, ZINF_BF16, tiers[t], ZINF_STATE_PLAIN,
+				     ZINF_BF16);
+		resume_optimizer_fmt(ZINF_OPTIM_ADAM, ZINF_F32, tiers[t], ZINF_STATE_Q8, ZINF_BF16);
+	}
+}
+
+/*
+ * The master's file is f32 whatever the master's dtype, so checkpoints cross: one saved with a
+ * bf16 master loads into an fp32-master engine with the same masters (bf16 values, widened), and
+ * one saved with an fp32 master loads into a bf16-master engine as its masters rounded to
+ * nearest (checked element by element against dt_f32_to_bf16_rne of the saved values; some of
+ * them are not bf16 values, so the rounding is seen). Both then train.
+ */
+Test(ckpt_resume, bf16_master_and_fp32_master_checkpoints_cross)
+{
+	for (int from_bf16 = 0; from_bf16 < 2; from_bf16++) {
+		char *nvme = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+		struct zinf_engine_opts o;
+		edrive_opts(&o, "single", 3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, nvme, ZINF_BF16,
+			    GAS);
+		o.optimizer.lr = 0.01f;
+		o.optimizer.master_dtype = from_bf16 ? ZINF_BF16 : ZINF_F32;
+		struct master saved, got;
+		struct zinf_engine *e = NULL;
+		cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+		cr_assert_eq(edrive_add_params(e), 0);
+		cr_assert_eq(zinf_engine_init(e), 0, "%s", zinf_last_error());
+		run(e, ZINF_BF16, 0, 2);
+		save_ok(e, ck, NULL);
+		read_all(e, &saved);
+		zinf_engine_destroy(e);
+		o.optimizer.master_dtype = from_bf16 ? ZINF_F32 : ZINF_BF16;
+		cr_assert_eq(zinf_engine_create(&o, &e), 0, "%s", zinf_last_error());
+		cr_assert_eq(edrive_add_params(e), 0);
+		int rc = zinf_engine_load(e, ck, NULL, NULL);
+		cr_assert_eq(rc, 0, "load: %d %s", rc, zinf_last_error());
+		read_all(e, &got);
+		uint64_t rounded = 0;
+		for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+			for (uint64_t i = 0; i < eref_numel(id); i++) {
+				float want = dt_bf16_to_f32(dt_f32_to_bf16_rne(saved.p[id][i]));
+				cr_assert_eq(got.p[id][i], from_bf16 ? saved.p[id][i] : want,
+					     "from %s: %s[%llu] %.9g, saved %.9g",
+					     from_bf16 ? "bf16" : "fp32", eref_params[id].name,
+					     (unsigned long long)i, got.p[id][i], saved.p[id][i]);
+				rounded += want != saved.p[id][i];
+			}
+		}
+		cr_assert(from_bf16 ? rounded == 0 : rounded > 0,
+			  "from %s: %llu saved masters are not bf16 values",
+			  from_bf16 ? "bf16" : "fp32", (unsigned long long)rounded);
+		run(e, ZINF_BF16, 2, 2);
+		cr_assert_eq(zinf_engine_steps(e), 4);
+		free_all(&saved);
+		free_all(&got);
+		zinf_engine_destroy(e);
+		zt_rmtree(nvme);
+		zt_rmtree(ck);
+		free(nvme);
+		free(ck);
 	}
 }
 

@@ -257,6 +257,30 @@ Test(bench_step, optimizer_and_state_parts)
 	cr_assert_eq(zc_num(j, "io_bytes"), 2 * 904696, "io alone moves the same parts");
 	cr_assert(fabs(zc_num(j, "io_bytes_per_param") - 2 * 904696 / 150000.0) < 1e-9);
 	json_decref(j);
+	/* --master bf16: the master in 2 bytes, with q8 (904696 - 2 * 150000 = 604696 each way)
+	 * and with f32 m and v (10 bytes per parameter); refused for lion */
+	char *am[] = {"zinf", "bench",	 "step", "--params", "150000", "--sub-group",
+		      "1e5",  "--steps", "1",	 "--state",  "q8",     "--master",
+		      "bf16", "--path",	 d,	 "--json",   NULL};
+	cr_assert_eq(zc_run(NULL, am, out, err), 0, "%s", zc_text(err));
+	j = zc_json(out);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "master")), "bf16");
+	cr_assert_eq(zc_num(j, "read_bytes"), 604696);
+	cr_assert_eq(zc_num(j, "write_bytes"), 604696);
+	json_decref(j);
+	am[10] = "f32";
+	cr_assert_eq(zc_run(NULL, am, out, err), 0, "%s", zc_text(err));
+	j = zc_json(out);
+	cr_assert_eq(zc_num(j, "state_bytes_per_param"), 10);
+	cr_assert_eq(zc_num(j, "read_bytes"), 150000.0 * 10);
+	json_decref(j);
+	char *al[] = {"zinf", "bench",	  "step", "--params", "150000", "--optimizer",
+		      "lion", "--master", "bf16", "--path",   d,	NULL};
+	cr_assert_eq(zc_run(NULL, al, out, err), 1);
+	char *el = zc_text(err);
+	cr_assert(strstr(el, "optimizer lion: master_dtype bf16 is not supported (f32 only)"), "%s",
+		  el);
+	free(el);
 	char *argv[] = {"zinf", "bench",   "step", "--params", "150000", "--optimizer",
 			"lion", "--state", "bf16", "--path",   d,	 NULL};
 	cr_assert_eq(zc_run(NULL, argv, out, err), 1);

@@ -309,6 +309,12 @@ Test(estimate, nvme_bytes_per_param_by_option)
 		 (10.03125 * 2e9) / 2e9 + (8.03125 * 2e9) / 1e9},
 		{"--optimizer-state q8 --micro-batches 2 --vertical", 2, 6.03125, 0,
 		 (8.03125 * 2e9) / 2e9 + (8.03125 * 2e9) / 1e9},
+		/* a bf16 master: 2 bytes fewer each way, with each state */
+		{"--max-in-cpu 0 --master bf16", 4, 10, 0, (14 * 2e9) / 2e9 + (12 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --optimizer-state bf16 --master bf16", 4, 6, 0,
+		 (10 * 2e9) / 2e9 + (8 * 2e9) / 1e9},
+		{"--max-in-cpu 0 --optimizer-state q8 --master bf16", 4, 4.03125, 0,
+		 (8.03125 * 2e9) / 2e9 + (6.03125 * 2e9) / 1e9},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		cr_assert_eq(
@@ -341,6 +347,17 @@ Test(estimate, nvme_bytes_per_param_by_option)
 	expect(row(o, 3, "none", "nvme"), 0 + 2 * 2e9 + 0, 4 * 2e9 * 1.5, 6.03125 * 2e9, true);
 	cr_expect_eq(zc_num(row(o, 3, "none", "cpu"), "cpu_bytes_per_node"), 10.03125 * 2e9 * 1.5);
 	json_decref(o);
+	/* with a bf16 master: 4.03125 bytes on NVMe, 8.03125 in the CPU's optimizer (with the
+	 * fp32 gradient) */
+	cr_assert_eq(zc_run_sh(&sc, "", "",
+			       "estimate --params 2e9 --gpu-mem 80e9 --cpu-mem 1e13 --nvme 1e13 "
+			       "--optimizer-state q8 --master bf16 --max-in-cpu 0 --json"),
+		     0);
+	o = zc_json(sc.out);
+	expect(row(o, 3, "none", "nvme"), 0 + 2 * 2e9 + 0, 4 * 2e9 * 1.5, 4.03125 * 2e9, true);
+	cr_expect_eq(zc_num(row(o, 3, "none", "cpu"), "cpu_bytes_per_node"), 8.03125 * 2e9 * 1.5);
+	json_decref(o);
+	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 2e9 --master f16"), 2);
 	cr_assert_eq(zc_run_sh(&sc, "", "", "estimate --params 2e9 --optimizer-state q4"), 2);
 	char *t = zc_text(sc.err);
 	cr_expect(strstr(t, "--optimizer-state q4") != NULL, "%s", t);

@@ -1090,3 +1090,52 @@ Test(config, bf16_optimizer_states_only_where_deepspeed_takes_it)
 		zinf_config_fini(&c);
 	}
 }
+
+/*
+ * The master weight: zinf's extension optimizer.params.zinf_master_weights ("fp32" | "bf16")
+ * and DeepSpeed's bf16.bf16_master_weights_and_grads (a bf16 master; was ignored), read into the
+ * optimizer's master_dtype with the moments' format beside it, dumped back (only when bf16) and
+ * read again; a bad value and a non-Adam optimizer are refused naming the key.
+ */
+Test(config, master_weights_bf16)
+{
+	struct zinf_train_config c, back;
+	char *text = NULL;
+	read_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+		"{\"lr\": 0.001, \"zinf_master_weights\": \"bf16\", "
+		"\"zinf_optimizer_states\": \"q8\"}}}",
+		NULL, &c);
+	cr_assert_eq(c.engine.optimizer.master_dtype, ZINF_BF16);
+	cr_assert_eq(c.engine.optimizer.state_format, ZINF_STATE_Q8);
+	cr_assert_eq(zinf_config_dump(&c, &text), 0);
+	cr_assert(strstr(text, "\"zinf_master_weights\": \"bf16\""), "%s", text);
+	zinf_config_init(&back);
+	cr_assert_eq(zinf_config_read_string(text, "dump", NULL, &back), 0, "%s", logbuf);
+	cr_assert_eq(back.engine.optimizer.master_dtype, ZINF_BF16);
+	free(text);
+	zinf_config_fini(&back);
+	zinf_config_fini(&c);
+	read_ok("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, "
+		"\"bf16_master_weights_and_grads\": true}}",
+		NULL, &c);
+	cr_assert_eq(c.engine.optimizer.master_dtype, ZINF_BF16);
+	cr_assert_eq(c.engine.optimizer.state_dtype, ZINF_F32);
+	cr_assert(c.bf16_master_weights_and_grads);
+	zinf_config_fini(&c);
+	read_ok("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+		"{\"zinf_master_weights\": \"fp32\"}}}",
+		NULL, &c);
+	cr_assert_eq(c.engine.optimizer.master_dtype, ZINF_F32);
+	cr_assert_eq(zinf_config_dump(&c, &text), 0);
+	cr_assert(!strstr(text, "master_weights"), "the default is not spelt out: %s", text);
+	free(text);
+	zinf_config_fini(&c);
+	read_bad("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+		 "{\"zinf_master_weights\": \"fp16\"}}}",
+		 NULL);
+	expect_log("optimizer.params.zinf_master_weights: expected \"fp32\" or \"bf16\"");
+	read_bad("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lion\", \"params\": "
+		 "{\"zinf_master_weights\": \"bf16\"}}}",
+		 NULL);
+	expect_log("zinf_master_weights");
+}

@@ -6,7 +6,7 @@
  * the older header passes fields the library reads at other offsets). The numbers are those of
  * the headers at commit a97cc3a (x86-64, LP64), before the q8 optimizer state and the parameter
  * cache; the fields added since then are pinned at where the old struct ended (or, for
- * zinf_optimizer_opts, in its first reserved byte). A change that moves one fails to compile.
+ * zinf_optimizer_opts, in its first reserved bytes). A change that moves one fails to compile.
  */
 #include <criterion/criterion.h>
 #include <stddef.h>
@@ -25,7 +25,8 @@ PIN_SIZE(struct zinf_optimizer_opts, 72);
 PIN(struct zinf_optimizer_opts, seed, 24);
 PIN(struct zinf_optimizer_opts, bias_correction, 56);
 PIN(struct zinf_optimizer_opts, state_format, 57); /* was reserved[0] */
-PIN(struct zinf_optimizer_opts, reserved, 58);
+PIN(struct zinf_optimizer_opts, master_dtype, 58); /* was reserved[1] */
+PIN(struct zinf_optimizer_opts, reserved, 59);
 PIN(struct zinf_optimizer_opts, simd, 64);
 
 /* embedded in struct zinf_train_config: never grows */

@@ -1912,7 +1912,7 @@ case_init_fault(void)
  * before any collective of the layout (one at stage 3 and another at stage 2 once corrupted the
  * heap in the all-gather of a parameter). The last rank differs; `how` says in what.
  */
-enum mismatch { MM_STAGE, MM_LR, MM_TIER, MM_NUMEL, MM_NAME, MM_COUNT };
+enum mismatch { MM_STAGE, MM_LR, MM_TIER, MM_NUMEL, MM_NAME, MM_COUNT, MM_MASTER };
 
 static int
 mismatch(enum mismatch how, const char *needle)
@@ -1932,6 +1932,9 @@ mismatch(enum mismatch how, const char *needle)
 	}
 	if (odd && how == MM_TIER) {
 		o.offload_param.device = ZINF_OFFLOAD_NONE;
+	}
+	if (odd && how == MM_MASTER) {
+		o.optimizer.master_dtype = ZINF_BF16;
 	}
 	struct zinf_engine *e = NULL;
 	int rc = zinf_engine_create(&o, &e);
@@ -1996,6 +1999,11 @@ case_ranks_differ(void)
 	snprintf(last, sizeof(last),
 		 "the number of parameters registered is 3 on rank 0 and 2 on rank %d", world - 1);
 	fails += mismatch(MM_COUNT, last);
+	snprintf(last, sizeof(last),
+		 "optimizer.params.zinf_master_weights (the master's dtype) is f32 on rank 0 and "
+		 "bf16 on rank %d",
+		 world - 1);
+	fails += mismatch(MM_MASTER, last);
 	return fails;
 }
 

@@ -38,6 +38,7 @@ struct cfg {
 			     without fp16: no overflow step (those are plain) */
 	double clip;	  /* nonzero: gradient_clipping instead of CLIP (negative: none) */
 	bool q8;	  /* 8-bit blockwise m and v (ZINF_STATE_Q8; with bf16: bf16 parameters) */
+	bool bf16m;	  /* a bf16 master weight (optimizer.master_dtype) */
 };
 
 static void
@@ -72,6 +73,7 @@ make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool
 	o->optimizer.eps = 0.05f;
 	o->optimizer.weight_decay = 0.01f;
 	o->optimizer.state_format = c->q8 ? ZINF_STATE_Q8 : ZINF_STATE_PLAIN;
+	o->optimizer.master_dtype = c->bf16m ? ZINF_BF16 : ZINF_F32;
 	if (c->bf16) {
 		o->dtype = ZINF_BF16;
 		o->optimizer.state_dtype = c->q8 ? ZINF_F32 : ZINF_BF16;
@@ -161,79 +163,110 @@ compare_runs(const struct cfg *c)
 
 Test(engine_spec, stage2_tier_none)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0, false});
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0, false, false});
 }
 
 Test(engine_spec, stage2_tier_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false});
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false, false});
 }
 
 Test(engine_spec, stage2_tier_nvme)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false, 0, false});
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, 3, false, 0, false, false});
 }
 
 Test(engine_spec, stage1_tier_cpu)
 {
-	compare_runs(&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false});
+	compare_runs(
+		&(struct cfg){1, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false, false});
 }
 
 Test(engine_spec, stage3_none_none)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, 4, false, 0, false, false});
 }
 
 Test(engine_spec, stage3_cpu_cpu)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false, 0, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_CPU, 4, false, 0, false, false});
 }
 
 Test(engine_spec, stage3_nvme_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, false, false});
 }
 
 Test(engine_spec, stage3_none_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false, 0, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NVME, 4, false, 0, false, false});
 }
 
 /* bf16 parameters and state (stochastic rounding), clipping without fp16 */
 Test(engine_spec, bf16_clipping_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true, 0, false});
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true, 0, false, false});
 }
 
 Test(engine_spec, bf16_clipping_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, false, false});
 }
 
 /* 8-bit blockwise m and v: the reserve keeps and restores each sub-group's codes and scales
  * (fp16 with overflow and clipping on the cpu tier and on NVMe; bf16 parameters with clipping) */
 Test(engine_spec, q8_state_cpu)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, true});
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, true, false});
 }
 
 Test(engine_spec, q8_state_nvme)
 {
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, true});
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, true});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, true, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, true, false});
+}
+
+/* a bf16 master: the reserve keeps and restores its 2-byte elements, and a redone step draws
+ * the same rounding bits (fp16 with overflow and clipping on the cpu tier and on NVMe; bf16
+ * parameters, whose copy is the master, with clipping and q8 moments) */
+Test(engine_spec, bf16_master_cpu)
+{
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false, true});
+}
+
+Test(engine_spec, bf16_master_nvme)
+{
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, false, true});
+	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, true, true});
 }
 
 /* a reserve of one sub-group: one is speculated, the others wait for the norm */
 Test(engine_spec, reserve_of_one)
 {
-	compare_runs(&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false, 0, false});
-	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false, 0, false});
+	compare_runs(
+		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 1, false, 0, false, false});
+	compare_runs(
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 1, false, 0, false, false});
 }
 
 /* the reserve is counted in the optimizer's pool: host_pool_bytes grows by the slots */
 Test(engine_spec, reserve_in_pool_budget)
 {
-	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false};
+	struct cfg c = {2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false, false};
 	struct model ms = {0}, mn = {0};
 	model_make(&ms, &c, true);
 	model_make(&mn, &c, false);
@@ -271,6 +304,7 @@ no_extra_read(int stage, uint32_t buffers)
 			 buffers,
 			 true,
 			 1e9,
+			 false,
 			 false};
 	struct cfg cn = cc;
 	cn.clip = -1; /* no clipping: no speculation, no reserve */

@@ -19,6 +19,14 @@
 #                    (cpu_adam/README.md), so to first order the descent is fp32 state's; 10%
 #                    leaves room for the second order (measured on 2026-11-27: 0.1% of it with
 #                    round to nearest, 0.2% with stochastic rounding)
+#   bf16_master      zero3_nvme.json with "zinf_master_weights": "bf16" (the master weight in
+#                    bf16, stochastic rounding), with fp32 and with q8 m and v, vs the fp32
+#                    master: the loss fell, the losses differ (in effect), every step read fewer
+#                    NVMe bytes, and the mean of the last 3 losses is within 10% of the fp32
+#                    master's descent: each step's rounding is at most one bf16 ulp of a weight
+#                    and zero on average (cpu_adam/README.md), so to first order the descent is
+#                    the fp32 master's; 10% for the noise's second order (measured on
+#                    2026-11-27: 0.1% of it, and 0.1% with q8)
 #   bf16             the same two with "bf16": {"enabled": true} (the trainer casts each
 #                    fetched tensor to f32): bit-identical to each other, different from fp32
 #   fp16             configs/zero3_fp16.json (dynamic loss scaling from 2^16, hysteresis 2,
@@ -393,6 +401,40 @@ q8_state)
 			     mq, mf, first - mf, 100 * d / (first - mf)
 		      exit !(d <= 0.1 * (first - mf)) }' ||
 		{ echo "FAIL: q8 state's loss is not within 10% of fp32 state's descent"; exit 1; }
+	;;
+bf16_master)
+	bm='"zinf_master_weights": "bf16"'
+	sed "s/\"weight_decay\": 0.0}/\"weight_decay\": 0.0, $bm}/" \
+		"$cfgdir/zero3_nvme.json" >"$work/bm.json"
+	sed "s/\"weight_decay\": 0.0}/\"weight_decay\": 0.0, $bm, \"zinf_optimizer_states\": \"q8\"}/" \
+		"$cfgdir/zero3_nvme.json" >"$work/bmq8.json"
+	grep -q '"zinf_master_weights": "bf16"' "$work/bm.json" && grep -q '"q8"' "$work/bmq8.json" ||
+		{ echo "FAIL: the master key was not put in"; exit 1; }
+	run "$work/f32.jsonl" -- --config "$cfgdir/zero3_nvme.json" --batch 6
+	fell "$work/f32.jsonl"
+	for v in bm bmq8; do
+		run "$work/$v.jsonl" -- --config "$work/$v.json" --batch 6
+		fell "$work/$v.jsonl"
+		if diff -q <(losses "$work/f32.jsonl") <(losses "$work/$v.jsonl") >/dev/null; then
+			echo "FAIL: $v losses equal the fp32 master's: the bf16 master not in effect"
+			exit 1
+		fi
+		paste <(field "$work/$v.jsonl" nvme_read_bytes) \
+			<(field "$work/f32.jsonl" nvme_read_bytes) |
+			awk -v v=$v '$1 >= $2 { printf "FAIL: step %d: %s read %d bytes, fp32 %d\n",
+						NR, v, $1, $2; bad = 1 }
+				     END { exit bad }'
+		paste <(losses "$work/$v.jsonl") <(losses "$work/f32.jsonl") | awk -v v=$v '
+			NR == 1 { first = $2 }
+			{ q[NR] = $1; f[NR] = $2 }
+			END { for (i = NR - 2; i <= NR; i++) { mq += q[i] / 3; mf += f[i] / 3 }
+			      d = mq - mf; if (d < 0) d = -d
+			      printf "%s %.5f vs fp32 master %.5f (last 3), descent %.5f: %.1f%%\n",
+				     v, mq, mf, first - mf, 100 * d / (first - mf)
+			      exit !(d <= 0.1 * (first - mf)) }' ||
+			{ echo "FAIL: $v: the loss is not within the bound of the fp32 master's descent"
+			  exit 1; }
+	done
 	;;
 bf16)
 	for c in zero3_nvme zero0_memory; do

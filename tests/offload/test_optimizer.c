@@ -9,6 +9,7 @@
  * it, runs by hand, refused sets.
  */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/test_util.h"
@@ -529,4 +530,91 @@ Test(optimizer, q8_state_parts_and_step)
 	o.state_format = 5;
 	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "unknown state_format 5"), "%s", zinf_last_error());
+}
+
+/*
+ * A bf16 master (master_dtype): part 0 takes 2 bytes with each moments format (fp32 12 -> 10
+ * bytes, bf16 8 -> 6, q8 6.03 -> 4.03), its dtype is bf16, and the step is one
+ * zinf_adam_step_bf16master call with the moments' format, seed, index0 and the no-decay ranges
+ * passed along (the same bytes); other kinds and dtypes are refused.
+ */
+Test(optimizer, bf16_master_parts_and_step)
+{
+	static const struct {
+		enum zinf_dtype sd;
+		enum zinf_state_format sf;
+		enum zinf_moments mv;
+		uint64_t bytes; /* of 2^20 elements' state */
+	} fmt[] = {
+		{ZINF_F32, ZINF_STATE_PLAIN, ZINF_MOMENTS_F32, 10u << 20},
+		{ZINF_BF16, ZINF_STATE_PLAIN, ZINF_MOMENTS_BF16, 6u << 20},
+		{ZINF_F32, ZINF_STATE_Q8, ZINF_MOMENTS_Q8,
+		 (2u << 20) + 2 * ((1u << 20) + 4 * 4096)},
+	};
+	for (int f = 0; f < 3; f++) {
+		struct zinf_optimizer_opts o;
+		zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAMW);
+		o.master_dtype = ZINF_BF16;
+		o.state_dtype = fmt[f].sd;
+		o.state_format = fmt[f].sf;
+		o.weight_decay = 0.1f;
+		o.lr = 1e-2f;
+		o.seed = 77;
+		struct zinf_optimizer *z = make(&o);
+		cr_assert_eq(zinf_optimizer_part_bytes(z, 0), 2);
+		cr_assert_eq(zinf_optimizer_part_dtype(z, 0), ZINF_BF16);
+		cr_assert_eq(zinf_optimizer_part_size(z, 0, N), 2 * N);
+		cr_assert_eq(zinf_optimizer_state_size(z, 1 << 20), fmt[f].bytes, "format %d: %llu",
+			     f, (unsigned long long)zinf_optimizer_state_size(z, 1 << 20));
+		uint64_t seed = 42;
+		struct data d;
+		fill(&d, &seed);
+		size_t mb = zinf_optimizer_part_size(z, 1, N);
+		uint16_t w[2][N];
+		char *m[2], *v[2];
+		for (int k = 0; k < 2; k++) {
+			m[k] = calloc(1, mb);
+			v[k] = calloc(1, mb);
+			cr_assert_eq(zinf_dtype_convert(w[k], ZINF_BF16, d.p, ZINF_F32, N), 0);
+		}
+		const uint64_t nd[] = {1000 + 100, 1000 + 300};
+		cr_assert_eq(zinf_optimizer_set_no_decay(z, nd, 1), 0);
+		uint16_t copy[2][N];
+		void *parts[] = {w[0], m[0], v[0]};
+		cr_assert_eq(zinf_optimizer_step(z, 2, 1.0f, parts, d.g, ZINF_F32, 1000, N, copy[0],
+						 ZINF_BF16),
+			     0, "%s", zinf_last_error());
+		struct zinf_adam_opts a;
+		zinf_adam_opts_init(&a);
+		a.lr = 1e-2f, a.weight_decay = 0.1f;
+		struct zinf_bf16master_opts b;
+		zinf_bf16master_opts_init(&b);
+		b.moments = fmt[f].mv;
+		b.state_rounding = ZINF_ROUND_STOCHASTIC; /* the optimizer's default, q8 too */
+		b.seed = 77, b.index0 = 1000, b.no_decay = nd, b.n_no_decay = 1;
+		cr_assert_eq(zinf_adam_step_bf16master(&a, 2, 1.0f, w[1], d.g, ZINF_F32, m[1], v[1],
+						       N, copy[1], ZINF_BF16, &b),
+			     0, "%s", zinf_last_error());
+		cr_assert(!memcmp(w[0], w[1], sizeof(w[0])) && !memcmp(m[0], m[1], mb) &&
+				  !memcmp(v[0], v[1], mb) &&
+				  !memcmp(copy[0], copy[1], sizeof(copy[0])),
+			  "format %d: the descriptor's bf16-master step is not the kernel's", f);
+		cr_assert(!memcmp(copy[0], w[0], sizeof(w[0])), "the bf16 copy is not the master");
+		for (int k = 0; k < 2; k++) {
+			free(m[k]), free(v[k]);
+		}
+		zinf_optimizer_destroy(z);
+	}
+	struct zinf_optimizer_opts o;
+	struct zinf_optimizer *z = NULL;
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_LION);
+	o.master_dtype = ZINF_BF16;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "master_dtype bf16 is not supported (f32 only)"), "%s",
+		  zinf_last_error());
+	zinf_optimizer_opts_init(&o, ZINF_OPTIM_ADAM);
+	o.master_dtype = ZINF_F16;
+	cr_assert_eq(zinf_optimizer_create(&o, &z), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "master_dtype f16 is not supported (f32, or bf16)"),
+		  "%s", zinf_last_error());
 }

@@ -38,15 +38,18 @@ enum {
 	OPT_ADAMW_BF16_SR,
 	OPT_ADAGRAD,
 	OPT_LION,
-	OPT_ADAMW_Q8, /* 8-bit blockwise m and v */
+	OPT_ADAMW_Q8,	      /* 8-bit blockwise m and v */
+	OPT_ADAMW_BF16M,      /* a bf16 master, fp32 m and v */
+	OPT_ADAMW_BF16M_BF16, /* a bf16 master, bf16 m and v (stochastic rounding) */
 };
 
 static struct zinf_optimizer *
 make_opt(int which)
 {
 	static const enum zinf_optim_kind kind[] = {
-		ZINF_OPTIM_ADAMW,   ZINF_OPTIM_ADAM, ZINF_OPTIM_ADAM,  ZINF_OPTIM_ADAMW,
-		ZINF_OPTIM_ADAGRAD, ZINF_OPTIM_LION, ZINF_OPTIM_ADAMW,
+		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAM,    ZINF_OPTIM_ADAM,
+		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAGRAD, ZINF_OPTIM_LION,
+		ZINF_OPTIM_ADAMW, ZINF_OPTIM_ADAMW,   ZINF_OPTIM_ADAMW,
 	};
 	struct zinf_optimizer_opts o;
 	zinf_optimizer_opts_init(&o, kind[which]);
@@ -63,6 +66,11 @@ make_opt(int which)
 	}
 	if (which == OPT_ADAMW_Q8) {
 		o.state_format = ZINF_STATE_Q8;
+	}
+	if (which == OPT_ADAMW_BF16M || which == OPT_ADAMW_BF16M_BF16) {
+		o.master_dtype = ZINF_BF16;
+		o.state_dtype = which == OPT_ADAMW_BF16M_BF16 ? ZINF_BF16 : ZINF_F32;
+		o.seed = 0x5eed;
 	}
 	struct zinf_optimizer *z = NULL;
 	cr_assert_eq(zinf_optimizer_create(&o, &z), 0, "%s", zinf_last_error());
@@ -569,6 +577,14 @@ ParameterizedTestParameters(step, bit_identical_to_the_optimizer_in_memory)
 		{100003, 10007, 2, PIPE, ZINF_F32, ZINF_BF16, 2, true, CPU, OPT_ADAGRAD},
 		{100003, 10007, 3, PIPE, ZINF_F16, ZINF_F16, 2, true, NVME, OPT_LION},
 		{100003, 10007, 0, PIPE, ZINF_F32, ZINF_F16, 0, false, CPU, OPT_LION},
+		/* a bf16 master (its rounding hashes the element's index: the reference is one
+		 * call), with fp32 and with bf16 moments, on both tiers, over a chunked sub-group
+		 */
+		{100003, 10007, 3, PIPE, ZINF_F32, ZINF_BF16, 2, true, NVME, OPT_ADAMW_BF16M},
+		{100003, 9001, 2, PIPE, ZINF_BF16, ZINF_F16, 0, true, CPU, OPT_ADAMW_BF16M},
+		{(1 << 20) + 4099, (1 << 20) + 17, 2, PIPE, ZINF_F32, ZINF_BF16, 0, false, NVME,
+		 OPT_ADAMW_BF16M_BF16},
+		{100003, 10007, 2, PIPE, ZINF_F16, ZINF_BF16, 1, false, CPU, OPT_ADAMW_BF16M_BF16},
 	};
 	return cr_make_param_array(struct scase, cases, sizeof(cases) / sizeof(cases[0]));
 }

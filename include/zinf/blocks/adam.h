@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * zinf/blocks/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 or 8-bit blockwise state,
- * Adagrad, Lion) in one fused pass: unscale the gradient, update master and moments, write the
- * 16-bit parameter copy; and the gradient helpers (sum of squares, inf/NaN check).
+ * zinf/blocks/adam.h: CPU optimizers (Adam/AdamW, Adam with bf16 or 8-bit blockwise state, Adam
+ * with a bf16 master weight, Adagrad, Lion) in one fused pass: unscale the gradient, update
+ * master and moments, write the 16-bit parameter copy; and the gradient helpers (sum of squares,
+ * inf/NaN check).
  * Vectorised (AVX-512, AVX2+FMA, scalar: the SIMD paths, see "SIMD paths" below) and threaded
  * with OpenMP over cache-sized tiles.
  * A building block (zinf/blocks/): for tools and engines made of zinf's parts; a trainer
@@ -226,6 +227,68 @@ ZINF_API int zinf_q8_encode(const float *x, size_t n, enum zinf_q8_moment which,
  * -EINVAL (NULL pointer with n > 0, unknown moment) with a message.
  */
 ZINF_API int zinf_q8_decode(const void *in, size_t n, enum zinf_q8_moment which, float *out);
+
+/* ---- Adam with a bf16 master weight ------------------------------------------------------- */
+
+/* How Adam's m and v are stored beside a bf16 master (zinf_bf16master_opts.moments). */
+enum zinf_moments {
+	ZINF_MOMENTS_F32 = 0,  /* float arrays, as zinf_adam_step() */
+	ZINF_MOMENTS_BF16 = 1, /* bf16 arrays, as zinf_adam_step_bf16state() */
+	ZINF_MOMENTS_Q8 = 2,   /* q8 arrays, as zinf_adam_step_q8state() */
+};
+
+/* The bf16-master step's options beyond Adam's (zinf_adam_step_bf16master). */
+struct zinf_bf16master_opts {
+	size_t size;			   /* sizeof(struct zinf_bf16master_opts); set by
+					      zinf_bf16master_opts_init() */
+	enum zinf_moments moments;	   /* default ZINF_MOMENTS_F32 */
+	enum zinf_rounding rounding;	   /* of the master: ZINF_ROUND_STOCHASTIC (default) or
+					      ZINF_ROUND_NEAREST_EVEN */
+	enum zinf_rounding state_rounding; /* of bf16 or q8 moments (default stochastic, which
+					      q8 needs: cpu_adam/README.md "Rounding") */
+	uint32_t n_no_decay;		   /* pairs in no_decay */
+	uint64_t seed;			   /* stochastic rounding of the master and the moments */
+	uint64_t index0;	  /* the index of element 0 of the call: in no_decay's space and the
+				     stochastic rounding's hash; a multiple of ZINF_Q8_BLOCK from the q8
+				     arrays' element 0 with q8 moments */
+	const uint64_t *no_decay; /* n_no_decay ranges [no_decay[2i], no_decay[2i + 1]) of
+				     index0's space, sorted, disjoint, non-empty: elements in them
+				     get weight decay 0; read during the call only */
+};
+
+/** F32 moments, stochastic rounding of the master and the moments, seed 0, index0 0, no
+ * ranges. */
+ZINF_API void zinf_bf16master_opts_init(struct zinf_bf16master_opts *o);
+
+/**
+ * The Adam/AdamW step of zinf_adam_step() with the master weight stored in bfloat16 (uint16_t bit
+ * patterns: 2 bytes per parameter instead of 4) and m, v as b->moments says (float, bf16 or q8
+ * arrays, with the same layouts as the three steps above). The master is widened to float
+ * (exactly), updated in float by this SIMD path's own Adam kernel (the arithmetic of
+ * zinf_adam_step(), bit for bit, on the widened master: unscale, weight decay per element, the
+ * bias corrections), and the new float master is rounded to bf16, stochastically by default:
+ * it rounds up with probability (dropped bits) / 2^16, so its expected value is the float
+ * update, and an update smaller than half a bf16 ulp of the weight, which round to nearest would
+ * lose every step, still moves the weight on average. The random bits of element i are a
+ * counter-based hash (adam_sr_bits, the bf16 state's) of (seed, step, index0 + i), and the
+ * moments' (bf16 and q8) of the same (with keys of their own): an element's result depends only
+ * on its inputs and its index, so stepping an array as one call or as calls cut anywhere (at
+ * multiples of ZINF_Q8_BLOCK with q8 moments), with index0 and the pointers advanced, on any
+ * number of threads, gives the same bytes.
+ * The 16-bit copy: with copy_dtype bf16 it is the new master itself (the same bits); with f16 the
+ * float update rounded to nearest even (as zinf_adam_step()); with f32 the new master widened.
+ * param_copy may be the master array itself (bf16). The moments step exactly as in their own
+ * steps, apart from the bf16 moments' hash index (index0 + i here, the index within the call
+ * there).
+ * b: NULL for the defaults. Returns 0; -EINVAL as zinf_adam_step(), an unknown moments format or
+ * rounding, a bad b (size, NULL ranges with n_no_decay > 0, an empty, unsorted or overlapping
+ * range) with a message, nothing written; -ENODEV as zinf_adam_step().
+ */
+ZINF_API int zinf_adam_step_bf16master(const struct zinf_adam_opts *o, int64_t step,
+				       float grad_scale, uint16_t *master, const void *grad,
+				       enum zinf_dtype grad_dtype, void *exp_avg, void *exp_avg_sq,
+				       size_t n, void *param_copy, enum zinf_dtype copy_dtype,
+				       const struct zinf_bf16master_opts *b);
 
 /* ---- Adagrad ------------------------------------------------------------------------------ */
 

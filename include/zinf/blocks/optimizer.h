@@ -66,7 +66,12 @@ struct zinf_optimizer_opts {
 	 * exp_avg_sq are q8 arrays (zinf_optimizer_part_size), 2.03 bytes per parameter for both
 	 * instead of 8, their codes rounded as `rounding` says (stochastic by default) */
 	uint8_t state_format;
-	uint8_t reserved[6]; /* zero */
+	/* an enum zinf_dtype, in a byte that was reserved as well: the master weight (part 0):
+	 * ZINF_F32 (0, default, 4 bytes), or ZINF_BF16 for Adam/AdamW (2 bytes, rounded
+	 * stochastically at every step: zinf_adam_step_bf16master), with any of the moments'
+	 * formats above; part 0 keeps its name "fp32" (the master's state kind) */
+	uint8_t master_dtype;
+	uint8_t reserved[5]; /* zero */
 	const char *simd;    /* SIMD path of the kernels: NULL (default) or "avx512" | "avx2"
 				| "scalar" (zinf/blocks/adam.h); resolved once at create, so a
 				path this CPU cannot run is refused there */
@@ -81,10 +86,11 @@ ZINF_API void zinf_optimizer_opts_init(struct zinf_optimizer_opts *o, enum zinf_
 
 /**
  * Create an optimizer (the options are copied). Returns 0 and sets *out, or -EINVAL (NULL out,
- * unknown kind or dtype or rounding or state format, bf16 or q8 state for a kind other than
- * Adam/AdamW, q8 with a state_dtype other than f32, a reserved byte not zero, a size larger than
- * this library's) with a message naming the field; -ENOMEM. The hyper-parameters are checked by
- * the kernel at each step. Free with zinf_optimizer_destroy().
+ * unknown kind or dtype or rounding or state format, bf16 or q8 state or a bf16 master for a kind
+ * other than Adam/AdamW, q8 with a state_dtype other than f32, a master_dtype other than f32 or
+ * bf16, a reserved byte not zero, a size larger than this library's) with a message naming the
+ * field; -ENOMEM. The hyper-parameters are checked by the kernel at each step. Free with
+ * zinf_optimizer_destroy().
  */
 ZINF_API int zinf_optimizer_create(const struct zinf_optimizer_opts *opts,
 				   struct zinf_optimizer **out);
@@ -136,12 +142,13 @@ ZINF_API uint32_t zinf_optimizer_part_count(const struct zinf_optimizer *opt);
 /** Part i's name ("fp32" for part 0): the state kind under which it is swapped; NULL for a
  * NULL optimizer or i out of range. */
 ZINF_API const char *zinf_optimizer_part_name(const struct zinf_optimizer *opt, uint32_t i);
-/** Part i's bytes per element (4, or 2 for bf16 state, or 1 for q8 state: its codes, not
- * counting the block scales: size arrays with zinf_optimizer_part_size()); 0 for NULL or i out
- * of range. */
+/** Part i's bytes per element (4, or 2 for bf16 state or a bf16 master, or 1 for q8 state: its
+ * codes, not counting the block scales: size arrays with zinf_optimizer_part_size()); 0 for NULL
+ * or i out of range. */
 ZINF_API uint32_t zinf_optimizer_part_bytes(const struct zinf_optimizer *opt, uint32_t i);
-/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state); ZINF_F32 out of range and
- * for a q8 part, which has no element dtype (zinf_optimizer_part_align() > 1 tells it). */
+/** Its dtype: ZINF_F32 (4 bytes) or ZINF_BF16 (2 bytes: bf16 state, or part 0 with a bf16
+ * master); ZINF_F32 out of range and for a q8 part, which has no element dtype
+ * (zinf_optimizer_part_align() > 1 tells it). */
 ZINF_API enum zinf_dtype zinf_optimizer_part_dtype(const struct zinf_optimizer *opt, uint32_t i);
 /** Sum of the parts' bytes per element (12 for fp32 Adam, 8 for bf16-state Adam, 6 for q8: use
  * zinf_optimizer_state_size() for sizes); 0 for NULL. */
@@ -181,6 +188,12 @@ ZINF_API enum zinf_state_format zinf_optimizer_state_format(const struct zinf_op
  * runs the kernel once per run of elements alike (zinf_optimizer_decay_run), each run's stochastic
  * rounding seeded from its own first index (a call that crosses no boundary is one kernel call,
  * as without ranges).
+ *
+ * bf16 master (master_dtype): parts[0] holds bf16 values; one kernel call
+ * (zinf_adam_step_bf16master) steps the range with the moments' format, the seed, index0 and the
+ * no-decay ranges passed along: every element's rounding bits (the master's and bf16 moments')
+ * come from (seed, step, its index), so the result does not depend on the cuts (q8 moments: cut at
+ * their block multiples as below). bf16 and q8 moments are rounded as `rounding` says.
  *
  * q8 state: parts 1 and 2 point at a block boundary of their q8 arrays (the range's start is a
  * multiple of ZINF_Q8_BLOCK from the array's element 0; cut a range only there); one kernel call
