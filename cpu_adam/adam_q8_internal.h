@@ -52,14 +52,17 @@ q8_mag(float y, uint32_t base, uint32_t cmax, uint32_t radd)
 	return c < 1 ? 0 : (uint32_t)c > cmax ? cmax : (uint32_t)c;
 }
 
-/* The largest finite |x[i]| of n (0 when none): NaN and infinities do not compare <= FLT_MAX. */
+/* The largest finite |x[i]| of n (0 when none): NaN and infinities do not compare <= FLT_MAX.
+ * A max reduction (exact in any order): vectorised. */
 static inline float
 q8_absmax(const float *x, size_t n)
 {
 	float s = 0.0f;
+#pragma omp simd reduction(max : s)
 	for (size_t i = 0; i < n; i++) {
 		float a = fabsf(x[i]);
-		s = a <= FLT_MAX && a > s ? a : s;
+		a = a <= FLT_MAX ? a : 0.0f;
+		s = a > s ? a : s;
 	}
 	return s;
 }
@@ -72,7 +75,11 @@ q8_absmax(const float *x, size_t n)
 static inline void
 q8_encode_block(float *x, size_t n, bool sq, uint8_t *out, bool sr, uint32_t key, uint64_t idx0)
 {
+	/* The loops are branch-free (every element's hash computed, the rounding chosen by a
+	 * select) and marked omp simd, so each path's compiler flags vectorise them: the same
+	 * operations per element, the same bytes as one at a time (the scalar path). */
 	if (sq) {
+#pragma omp simd
 		for (size_t i = 0; i < n; i++) {
 			/* a finite v that is not > 0 (-0.0, whose sqrtf is -0.0, or v < 0, never
 			 * produced by Adam) is 0; NaN and infinities stay non-finite */
@@ -90,29 +97,30 @@ q8_encode_block(float *x, size_t n, bool sq, uint8_t *out, bool sr, uint32_t key
 	float inv = s > 0.0f ? top / s : 0.0f;
 	if (sq) {
 		uint32_t k = key ^ Q8_V_KEY;
+#pragma omp simd
 		for (size_t i = 0; i < n; i++) {
 			float w = x[i];
-			uint32_t r = sr ? adam_sr_bits(k, idx0 + i) & Q8_MASK : Q8_HALF;
+			uint32_t h = adam_sr_bits(k, idx0 + i);
+			uint32_t r = sr ? h & Q8_MASK : Q8_HALF;
 			uint32_t q = q8_mag(w * inv, Q8_V_BASE, Q8_V_MAX, r);
 			/* a v > 0 never becomes 0: below the smallest code it rounds up to it */
 			q = q == 0 && w > 0.0f && s > 0.0f ? 1 : q;
 			c[i] = (uint8_t)(w <= FLT_MAX ? q : Q8_V_NAN);
 		}
 	} else {
+#pragma omp simd
 		for (size_t i = 0; i < n; i++) {
 			float a = fabsf(x[i]), y = a * inv;
-			uint32_t h = sr ? adam_sr_bits(key, idx0 + i) : 0;
+			uint32_t h = adam_sr_bits(key, idx0 + i);
 			uint32_t q = q8_mag(y, Q8_M_BASE, Q8_M_MAX, sr ? h & Q8_MASK : Q8_HALF);
-			if (y < Q8_M_GAP) {
-				/* below the smallest code (2^-7): 0 or that code with probability
-				 * y / 2^-7, in either rounding. The nearer of the two would keep a
-				 * decaying m (0.9 * 2^-7 > 2^-8) on the smallest code forever; this
-				 * keeps m's expectation, and 0 is where a stopped m ends. */
-				h = sr ? h : adam_sr_bits(key, idx0 + i);
-				q = (h >> 8) < (uint32_t)(y * 0x1p31f) ? 1 : 0;
-			} else {
-				q = q ? q : 1;
-			}
+			/* below the smallest code (2^-7): 0 or that code with probability y / 2^-7,
+			 * in either rounding. The nearer of the two would keep a decaying m (0.9 *
+			 * 2^-7 > 2^-8) on the smallest code forever; this keeps m's expectation,
+			 * and 0 is where a stopped m ends. (y converted only where it is below the
+			 * gap: a NaN or a huge y never reaches the conversion.) */
+			bool gap = y < Q8_M_GAP;
+			uint32_t lo = (h >> 8) < (uint32_t)((gap ? y : 0.0f) * 0x1p31f) ? 1u : 0u;
+			q = gap ? lo : q ? q : 1u;
 			q = q ? q | (dt_f2u(x[i]) >> 31) << 7 : 0;
 			c[i] = (uint8_t)(a <= FLT_MAX ? q : Q8_M_NAN);
 		}
@@ -133,12 +141,14 @@ q8_decode_block(const uint8_t *in, size_t n, bool sq, float *x)
 	memcpy(&s, in, sizeof(s));
 	const uint8_t *c = in + sizeof(s);
 	if (sq) {
+#pragma omp simd
 		for (size_t i = 0; i < n; i++) {
 			float w = s * (q8_val(c[i], Q8_V_BASE) / Q8_V_TOP);
 			w = c[i] == 0 ? 0.0f : c[i] == Q8_V_NAN ? NAN : w;
 			x[i] = w * w;
 		}
 	} else {
+#pragma omp simd
 		for (size_t i = 0; i < n; i++) {
 			uint32_t q = c[i] & 0x7fu;
 			float a = s * (q8_val(q, Q8_M_BASE) / Q8_M_TOP);
