@@ -37,6 +37,13 @@ done
 	echo "usage: nvme_bytes.sh --dir DIR --estimate ZINF --variant 'NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS' ..." >&2
 	exit 2
 }
+for v in "${VARIANTS[@]}"; do
+	IFS=';' read -r -a f <<<"$v"
+	[ ${#f[@]} -ge 3 ] && [ ${#f[@]} -le 4 ] || {
+		echo "nvme_bytes.sh: --variant '$v': NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS (no ';' in a field)" >&2
+		exit 2
+	}
+done
 mkdir -p "$DIR"
 COMMON="--layers $LAYERS --hidden $HIDDEN --compute-ms 0 --stage 3 --offload-param nvme
 	--offload-optimizer nvme --sub-group-size 1e7 --bucket 2e7 --param-buffer-size 1.3e7
