@@ -38,9 +38,10 @@ done
 	exit 2
 }
 for v in "${VARIANTS[@]}"; do
-	IFS=';' read -r -a f <<<"$v"
-	[ ${#f[@]} -ge 3 ] && [ ${#f[@]} -le 4 ] || {
-		echo "nvme_bytes.sh: --variant '$v': NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS (no ';' in a field)" >&2
+	IFS=';' read -r name zinf bflags eflags <<<"$v"
+	[ -x "$zinf" ] || {
+		echo "nvme_bytes.sh: --variant '$v': NAME;ZINF;BENCH FLAGS;ESTIMATE FLAGS, ZINF an" \
+			"executable ('$zinf' is not; no ';' inside a field)" >&2
 		exit 2
 	}
 done
