@@ -276,8 +276,9 @@ check_schedule(struct cfg_ctx *x)
 
 /*
  * bf16.bf16_optimizer_states: true. DeepSpeed takes it (Adam's moments in bf16) only with bf16
- * training, ZeRO stage 1-3 and bf16.bf16_master_weights_and_grads true; zinf keeps an fp32 master
- * either way, so it accepts the key where DeepSpeed does and the moments mean the same: Adam or
+ * training, ZeRO stage 1-3 and bf16.bf16_master_weights_and_grads true (which makes zinf's master
+ * bf16 too: check_bf16_master); zinf accepts the key where DeepSpeed does and the moments mean
+ * the same: Adam or
  * AdamW, and no other format asked for in optimizer.params.zinf_optimizer_states (zinf's key for
  * bf16 moments anywhere else, named in each refusal). Every refusal names the key.
  */
@@ -310,8 +311,7 @@ check_bf16_states(struct cfg_ctx *x)
 	if (!json_is_true(master)) {
 		CERR(x, key,
 		     "true without bf16.bf16_master_weights_and_grads true: DeepSpeed requires "
-		     "both "
-		     "(zinf keeps fp32 master weights whatever that key says) %s",
+		     "both %s",
 		     instead);
 		ok = false;
 	}
@@ -335,6 +335,47 @@ check_bf16_states(struct cfg_ctx *x)
 	}
 }
 
+/*
+ * bf16.bf16_master_weights_and_grads: true. DeepSpeed takes it with bf16 training (its BF16
+ * optimizer); zinf takes it there for Adam or AdamW (a bf16 master, stochastic rounding) when
+ * optimizer.params.zinf_master_weights does not ask for another master. Every refusal names the
+ * key.
+ */
+static void
+check_bf16_master(struct cfg_ctx *x)
+{
+	static const char *const key = "bf16.bf16_master_weights_and_grads";
+	struct zinf_engine_opts *e = &x->c->engine;
+	json_t *opt = json_object_get(x->root, "optimizer");
+	json_t *given = json_object_get(json_object_get(opt, "params"), "zinf_master_weights");
+	const char *type = json_string_value(json_object_get(opt, "type"));
+	bool ok = true;
+	if (!x->c->bf16_enabled) {
+		CERR(x, key,
+		     "true without bf16.enabled: DeepSpeed takes it with bf16 training only "
+		     "(optimizer.params.zinf_master_weights \"bf16\" keeps a bf16 master without "
+		     "it)");
+		ok = false;
+	}
+	if (e->optimizer.kind != ZINF_OPTIM_ADAM && e->optimizer.kind != ZINF_OPTIM_ADAMW) {
+		CERR(x, key, "true with optimizer %s: zinf's bf16 master is Adam's and AdamW's",
+		     type ? type : "(not Adam/AdamW)");
+		ok = false;
+	}
+	const char *g = json_string_value(given);
+	if (given && (!g || strcmp(g, "bf16") != 0)) {
+		char b[64];
+		CERR(x, key,
+		     "true with optimizer.params.zinf_master_weights %s: choose one master "
+		     "weight",
+		     cfg_describe(given, b, sizeof(b)));
+		ok = false;
+	}
+	if (ok) {
+		e->optimizer.master_dtype = ZINF_BF16;
+	}
+}
+
 /* What spans several keys, after the walk. */
 static void
 check_all(struct cfg_ctx *x)
@@ -351,7 +392,7 @@ check_all(struct cfg_ctx *x)
 		check_bf16_states(x);
 	}
 	if (c->bf16_master_weights_and_grads) {
-		e->optimizer.master_dtype = ZINF_BF16;
+		check_bf16_master(x);
 	}
 	/* the engine clips and scales: it carries the same values as tc's own fields */
 	e->gradient_clipping = c->gradient_clipping;

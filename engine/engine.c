@@ -152,6 +152,15 @@ check_opts(const struct zinf_engine_opts *o)
 		return ZINF_FAIL(-EINVAL, "engine: dtype %d is not f32, f16 or bf16",
 				 (int)o->dtype);
 	}
+	if (o->optimizer.master_dtype == ZINF_BF16 && o->dtype == ZINF_F16) {
+		/* the step's fp16 copy is the float update rounded, a load's the bf16 master's:
+		   a resumed run would not be the uninterrupted one */
+		return ZINF_FAIL(
+			-EINVAL,
+			"engine: optimizer.params.zinf_master_weights (or "
+			"bf16.bf16_master_weights_and_grads) bf16 with fp16 parameters: not "
+			"supported; a bf16 master goes with bf16 or fp32 parameters");
+	}
 	/* sub_group_size, reduce_bucket_size, allgather_bucket_size 0: DeepSpeed's meaning
 	   (engine.h) */
 	if (o->gradient_accumulation_steps == 0) {

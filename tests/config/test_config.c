@@ -1138,4 +1138,24 @@ Test(config, master_weights_bf16)
 		 "{\"zinf_master_weights\": \"bf16\"}}}",
 		 NULL);
 	expect_log("zinf_master_weights");
+	/* DeepSpeed's key where it does not mean zinf's bf16 master: refused by its name */
+	static const char *const bad[][2] = {
+		{"\"bf16\": {\"enabled\": false, \"bf16_master_weights_and_grads\": true}",
+		 "true without bf16.enabled"},
+		{"\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}, "
+		 "\"optimizer\": {\"type\": \"Lion\", \"params\": {\"lr\": 0.001}}",
+		 "true with optimizer Lion"},
+		{"\"bf16\": {\"enabled\": true, \"bf16_master_weights_and_grads\": true}, "
+		 "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"zinf_master_weights\": "
+		 "\"fp32\"}}",
+		 "true with optimizer.params.zinf_master_weights \"fp32\""},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char text2[512];
+		snprintf(text2, sizeof(text2), "{\"train_batch_size\": 8, %s}", bad[i][0]);
+		read_bad(text2, NULL);
+		char want[160];
+		snprintf(want, sizeof(want), "bf16.bf16_master_weights_and_grads: %s", bad[i][1]);
+		expect_log(want);
+	}
 }

@@ -194,6 +194,11 @@ Test(engine, create_refuses)
 	zinf_optimizer_opts_init(&o.optimizer, ZINF_OPTIM_ADAGRAD);
 	o.optimizer.state_dtype = ZINF_BF16;
 	refused(&o, "state_dtype", "bf16 state for Adagrad");
+	/* a bf16 master with fp16 parameters: the step's fp16 copy (the float update rounded) and a
+	   load's (the bf16 master's) would differ, so resume would not be exact */
+	edrive_opts(&o, "single", 2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, dir, ZINF_F16, 1);
+	o.optimizer.master_dtype = ZINF_BF16;
+	refused(&o, "zinf_master_weights", "bf16 master with fp16 parameters");
 	/* stage out of range, accumulation 0 */
 	edrive_opts(&o, "single", 4, ZINF_OFFLOAD_NONE, ZINF_OFFLOAD_NONE, dir, ZINF_F32, 1);
 	refused(&o, "stage", "stage 4");
