@@ -239,18 +239,18 @@ Test(engine_spec, q8_state_nvme)
 }
 
 /* a bf16 master: the reserve keeps and restores its 2-byte elements, and a redone step draws
- * the same rounding bits (fp16 with overflow and clipping on the cpu tier and on NVMe; bf16
- * parameters, whose copy is the master, with clipping and q8 moments) */
+ * the same rounding bits (bf16 parameters, whose copy is the master, with clipping, on the cpu
+ * tier and on NVMe, with fp32 and q8 moments; a bf16 master with fp16 parameters is refused) */
 Test(engine_spec, bf16_master_cpu)
 {
 	compare_runs(
-		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, false, 0, false, true});
+		&(struct cfg){2, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, 4, true, 0, false, true});
 }
 
 Test(engine_spec, bf16_master_nvme)
 {
 	compare_runs(
-		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, false, 0, false, true});
+		&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, 3, true, 0, false, true});
 	compare_runs(&(struct cfg){3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, 2, true, 0, true, true});
 }
 
