@@ -275,12 +275,48 @@ check_schedule(struct cfg_ctx *x)
 }
 
 /*
+ * What DeepSpeed's bf16.<key> and zinf's optimizer.params.<zkey> for the same thing share: bf16
+ * training (else `instead`, zkey "bf16", is the way), Adam or AdamW (`adam_why` says why), and
+ * zkey absent or "bf16" (else choose `one`). Each failure an error naming key; false when one
+ * failed.
+ */
+static bool
+bf16_key_ok(struct cfg_ctx *x, const char *key, const char *zkey, const char *instead,
+	    const char *adam_why, const char *one)
+{
+	const struct zinf_engine_opts *e = &x->c->engine;
+	json_t *opt = json_object_get(x->root, "optimizer");
+	json_t *given = json_object_get(json_object_get(opt, "params"), zkey);
+	const char *type = json_string_value(json_object_get(opt, "type"));
+	bool ok = true;
+	if (!x->c->bf16_enabled) {
+		CERR(x, key,
+		     "true without bf16.enabled: DeepSpeed takes it with bf16 training only %s",
+		     instead);
+		ok = false;
+	}
+	if (e->optimizer.kind != ZINF_OPTIM_ADAM && e->optimizer.kind != ZINF_OPTIM_ADAMW) {
+		CERR(x, key, "true with optimizer %s: %s", type ? type : "(not Adam/AdamW)",
+		     adam_why);
+		ok = false;
+	}
+	const char *g = json_string_value(given);
+	if (given && (!g || strcmp(g, "bf16") != 0)) {
+		char b[64];
+		CERR(x, key, "true with optimizer.params.%s %s: choose one %s", zkey,
+		     cfg_describe(given, b, sizeof(b)), one);
+		ok = false;
+	}
+	return ok;
+}
+
+/*
  * bf16.bf16_optimizer_states: true. DeepSpeed takes it (Adam's moments in bf16) only with bf16
  * training, ZeRO stage 1-3 and bf16.bf16_master_weights_and_grads true (which makes zinf's master
  * bf16 too: check_bf16_master); zinf accepts the key where DeepSpeed does and the moments mean
- * the same: Adam or
- * AdamW, and no other format asked for in optimizer.params.zinf_optimizer_states (zinf's key for
- * bf16 moments anywhere else, named in each refusal). Every refusal names the key.
+ * the same: Adam or AdamW, and no other format asked for in
+ * optimizer.params.zinf_optimizer_states (zinf's key for bf16 moments anywhere else, named in
+ * each refusal). Every refusal names the key.
  */
 static void
 check_bf16_states(struct cfg_ctx *x)
@@ -290,18 +326,11 @@ check_bf16_states(struct cfg_ctx *x)
 		"(optimizer.params.zinf_optimizer_states \"bf16\" keeps Adam's moments in bf16 "
 		"without it)";
 	struct zinf_engine_opts *e = &x->c->engine;
-	json_t *opt = json_object_get(x->root, "optimizer");
-	json_t *given = json_object_get(json_object_get(opt, "params"), "zinf_optimizer_states");
 	json_t *master =
 		json_object_get(json_object_get(x->root, "bf16"), "bf16_master_weights_and_grads");
-	const char *type = json_string_value(json_object_get(opt, "type"));
-	bool ok = true;
-	if (!x->c->bf16_enabled) {
-		CERR(x, key,
-		     "true without bf16.enabled: DeepSpeed takes it with bf16 training only %s",
-		     instead);
-		ok = false;
-	}
+	bool ok = bf16_key_ok(x, key, "zinf_optimizer_states", instead,
+			      "it is for Adam's and AdamW's moments",
+			      "format of the optimizer states");
 	if (e->stage < 1 || e->stage > 3) {
 		CERR(x, key,
 		     "true at zero_optimization.stage %d: DeepSpeed takes it at stages 1-3 %s",
@@ -313,21 +342,6 @@ check_bf16_states(struct cfg_ctx *x)
 		     "true without bf16.bf16_master_weights_and_grads true: DeepSpeed requires "
 		     "both %s",
 		     instead);
-		ok = false;
-	}
-	if (e->optimizer.kind != ZINF_OPTIM_ADAM && e->optimizer.kind != ZINF_OPTIM_ADAMW) {
-		CERR(x, key, "true with optimizer %s: it is for Adam's and AdamW's moments",
-		     type ? type : "(not Adam/AdamW)");
-		ok = false;
-	}
-	const char *g = json_string_value(given);
-	if (given && (!g || strcmp(g, "bf16") != 0)) {
-		char b[64];
-		CERR(x, key,
-		     "true with optimizer.params.zinf_optimizer_states %s: choose one format of "
-		     "the "
-		     "optimizer states",
-		     cfg_describe(given, b, sizeof(b)));
 		ok = false;
 	}
 	if (ok) {
@@ -344,35 +358,12 @@ check_bf16_states(struct cfg_ctx *x)
 static void
 check_bf16_master(struct cfg_ctx *x)
 {
-	static const char *const key = "bf16.bf16_master_weights_and_grads";
-	struct zinf_engine_opts *e = &x->c->engine;
-	json_t *opt = json_object_get(x->root, "optimizer");
-	json_t *given = json_object_get(json_object_get(opt, "params"), "zinf_master_weights");
-	const char *type = json_string_value(json_object_get(opt, "type"));
-	bool ok = true;
-	if (!x->c->bf16_enabled) {
-		CERR(x, key,
-		     "true without bf16.enabled: DeepSpeed takes it with bf16 training only "
-		     "(optimizer.params.zinf_master_weights \"bf16\" keeps a bf16 master without "
-		     "it)");
-		ok = false;
-	}
-	if (e->optimizer.kind != ZINF_OPTIM_ADAM && e->optimizer.kind != ZINF_OPTIM_ADAMW) {
-		CERR(x, key, "true with optimizer %s: zinf's bf16 master is Adam's and AdamW's",
-		     type ? type : "(not Adam/AdamW)");
-		ok = false;
-	}
-	const char *g = json_string_value(given);
-	if (given && (!g || strcmp(g, "bf16") != 0)) {
-		char b[64];
-		CERR(x, key,
-		     "true with optimizer.params.zinf_master_weights %s: choose one master "
-		     "weight",
-		     cfg_describe(given, b, sizeof(b)));
-		ok = false;
-	}
-	if (ok) {
-		e->optimizer.master_dtype = ZINF_BF16;
+	if (bf16_key_ok(
+		    x, "bf16.bf16_master_weights_and_grads", "zinf_master_weights",
+		    "(optimizer.params.zinf_master_weights \"bf16\" keeps a bf16 master without "
+		    "it)",
+		    "zinf's bf16 master is Adam's and AdamW's", "master weight")) {
+		x->c->engine.optimizer.master_dtype = ZINF_BF16;
 	}
 }
 

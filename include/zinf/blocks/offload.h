@@ -176,10 +176,10 @@ struct zinf_store_opts {
 				     takes at create as its cache of NVMe-homed tensors (the engine:
 				     offload_param.max_in_cpu x the element size, capped at the
 				     partitions): a tensor is read into, written from and kept in its
-				     own     extent there (its swap size, aligned), the least recently
-				     used     clean     ones evicted when an extent does not fit; a tensor
-				     that finds     no     extent uses a pool buffer as without it. Needs a
-				     swap space;     default     0: none */
+				     own extent there (its swap size, aligned), the least recently
+				     used clean ones evicted when an extent does not fit; a tensor
+				     that finds no extent uses a pool buffer as without it. Needs a
+				     swap space; default 0: none */
 };
 
 ZINF_API void zinf_store_opts_init(struct zinf_store_opts *o);
