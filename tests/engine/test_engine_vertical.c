@@ -419,12 +419,31 @@ Test(vertical, misuse_refused_and_the_engine_unchanged)
  * the second pass on): released last in the forward and fetched first in the backward, within
  * stage3_max_reuse_distance 0, it stays gathered (one fetch of 48 bytes less). Horizontally a
  * step is G passes: step 0 1596 + 3 * 1548 = 6240, later steps 4 * 1548 = 6192; vertically one
- * pass: 1596, then 1548. One partition may be served without a read: a swap-in of a tensor whose
- * write the store has not reaped keeps its buffer (offload/README.md), and layer0.weight's
+ * pass: 1596, then 1548. A partition may be served without a read: a swap-in of a tensor whose
+ * write the store has not reaped keeps its buffer (offload/README.md); layer0.weight's
  * partition (480 bytes: the last sub-group in backward order, written last by init and by each
- * step) is usually still so at the next step's first fetch (whether something reaped it first
- * depends on the step worker's timing): a step reads `want` or `want` - 480 bytes.
+ * step) usually is at the next step's first fetch, and under load others written last by init
+ * or the step can be too (seen: layer0.weight, layer1.bias and layer2.weight, 536 bytes, at step
+ * 0; whether something reaped them first depends on the step worker's timing): a step reads
+ * `want` less the bytes of some set of partitions, each at most once (a subset sum of the six
+ * partitions' bytes, at most 798: less than a pass, so the counts of passes still show).
  */
+/* Whether `bytes` is the bf16 bytes of some set of the model's partitions (one rank), each once. */
+static bool
+served_from_buffers(uint64_t bytes)
+{
+	for (uint32_t set = 0; set < (1u << EREF_NPARAMS); set++) {
+		uint64_t sum = 0;
+		for (uint32_t id = 0; id < EREF_NPARAMS; id++) {
+			sum += set >> id & 1 ? eref_numel(id) * 2 : 0;
+		}
+		if (sum == bytes) {
+			return true;
+		}
+	}
+	return false;
+}
+
 Test(vertical, param_nvme_reads_fall_from_2g_to_2_per_parameter)
 {
 	const uint32_t gas = 4;
@@ -453,12 +472,12 @@ Test(vertical, param_nvme_reads_fall_from_2g_to_2_per_parameter)
 			cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
 			uint64_t passes = vertical ? 1 : gas;
 			uint64_t want = passes * (2 * model_bytes - kept) + (s == 0 ? kept : 0);
-			uint64_t got = st.nvme_read_bytes, w0 = eref_numel(0) * 2;
-			cr_expect(got == want || got == want - w0,
-				  "%s step %lld: %llu bytes read, expected %llu or %llu",
+			uint64_t got = st.nvme_read_bytes;
+			cr_expect(got <= want && served_from_buffers(want - got),
+				  "%s step %lld: %llu bytes read, expected %llu less the bytes of "
+				  "some partitions",
 				  vertical ? "vertical" : "horizontal", (long long)s,
-				  (unsigned long long)got, (unsigned long long)want,
-				  (unsigned long long)(want - w0));
+				  (unsigned long long)got, (unsigned long long)want);
 		}
 		edrive_fini(&d);
 		zinf_engine_destroy(e);
