@@ -22,6 +22,16 @@
 #define ZINF_MAX(a, b)		((a) > (b) ? (a) : (b))
 #define ZINF_ARRAY_SIZE(a)	(sizeof(a) / sizeof((a)[0]))
 
+/* splitmix64's finaliser: a 64-bit value's bits spread over all 64 (seeds of hash streams). */
+static inline uint64_t
+zc_mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 #define zinf_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Emit a message; returns `ret` so that error paths read `return ZINF_FAIL(-EINVAL, ...)`. */

@@ -406,7 +406,12 @@ zinf_engine_create(const struct zinf_engine_opts *opts, struct zinf_engine **out
 		ret = ENG_FAIL(e, ret, "create: device memory for the small all-reduces");
 		goto fail;
 	}
-	if ((ret = zinf_optimizer_create(&e->o.optimizer, &e->opt))) {
+	/* Stochastic rounding hashes (seed, step, element index in this rank's partition): each
+	   rank its own seed, so that elements at the same place of two ranks' partitions round
+	   independently (rank 0 keeps the trainer's: one rank's results do not change). */
+	struct zinf_optimizer_opts oo = e->o.optimizer;
+	oo.seed = e->rank ? zc_mix64(oo.seed ^ zc_mix64((uint64_t)e->rank)) : oo.seed;
+	if ((ret = zinf_optimizer_create(&oo, &e->opt))) {
 		goto fail;
 	}
 	e->lr = e->step_lr = e->o.optimizer.lr;

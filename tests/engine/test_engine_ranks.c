@@ -12,7 +12,8 @@
  * trained 10 steps for every stage x optimizer tier x parameter tier, bit for bit the
  * single-process reference; DeepSpeed's sizes at 0 (zero_sizes); zinf_engine_plan's pools
  * against each rank's (plan); the same without quantised
- * gradients (a derived tolerance); a bf16 run; the stage-3 live bound and persistence; a fetch
+ * gradients (a derived tolerance); a bf16 run; a bf16 master's stochastic rounding, each rank
+ * its own bits (sr_ranks); the stage-3 live bound and persistence; a fetch
  * order changed mid-run (the trace); ranks
  * fetching different layers under comm_check (ids above 2^24 too); gradient clipping by the
  * global norm over every rank's partitions and an fp16 overflow seen by one rank only (clip);
@@ -600,6 +601,115 @@ case_bf16(void)
 	master_free(&m);
 	eref_result_free(&ref16);
 	eref_result_free(&ref32);
+	return fails;
+}
+
+/* ---- stochastic rounding: each rank its own bits ------------------------------------------- */
+
+/*
+ * One weight of world x SR_N elements (SR_N per rank: the partitions line up), every element
+ * starting at 1.0 and every rank handing the gradient 1e-3 for every element: every element's
+ * exact step is the same. A bf16 master rounds stochastically (AdamW lr 2^-9, eps 1e-8: the first
+ * step moves 1.0 to 1 - 2^-9, half way between bf16's 1 - 2^-8 and 1): after 4 steps element i of rank 0's partition and
+ * element i of rank 1's differ wherever their rounding bits do. With the seed shared by the ranks
+ * (the bits hash the element's index in its rank's partition) the two partitions were equal bit
+ * for bit; each rank's own seed makes most of them differ (checked: more than a tenth),
+ * while each partition is not constant (the rounding is in effect). One rank: skipped.
+ */
+#define SR_N 4096
+static int
+sr_init(void *ctx, uint32_t param, uint64_t first, uint64_t count, float *out)
+{
+	(void)ctx, (void)param, (void)first;
+	for (uint64_t i = 0; i < count; i++) {
+		out[i] = 1.0f;
+	}
+	return 0;
+}
+
+static int
+case_sr_ranks(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_engine_opts o;
+	struct zinf_engine *e = NULL;
+	int fails = 0;
+	uint64_t numel = (uint64_t)world * SR_N;
+	float *g = calloc(numel, sizeof(float)), *mw = calloc(numel, sizeof(float));
+	float *grad = NULL;
+	edrive_opts(&o, "mpi", 3, ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NONE, NULL, ZINF_BF16, 1);
+	o.sub_group_size = SR_N;
+	o.optimizer.lr = 0x1p-9f;
+	o.optimizer.weight_decay = 0.0f;
+	o.optimizer.eps = 1e-8f; /* the tests' 0.05 would shrink the step 50 times */
+	o.optimizer.master_dtype = ZINF_BF16;
+	int rc = g && mw ? zinf_engine_create(&o, &e) : -ENOMEM;
+	CHECK(rc == 0, "create: %d %s", rc, zinf_last_error());
+	struct zinf_param_desc d;
+	zinf_param_desc_init(&d);
+	d.name = "w";
+	d.numel = numel;
+	d.layer = 0;
+	d.init_fn = sr_init;
+	if (rc == 0) {
+		rc = zinf_engine_add_param(e, &d);
+		CHECK(rc == 0, "add_param: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = zinf_engine_init(e);
+		CHECK(rc == 0, "init: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		rc = zinf_device_alloc(zinf_engine_device(e), numel * sizeof(float),
+				       (void **)&grad);
+		CHECK(rc == 0, "device_alloc");
+	}
+	struct zinf_stream *cs = rc == 0 ? zinf_engine_compute_stream(e) : NULL;
+	for (uint64_t i = 0; i < numel; i++) {
+		g[i] = 1e-3f;
+	}
+	for (int step = 0; step < 4 && rc == 0; step++) {
+		rc = zinf_engine_fetch(e, 0);
+		rc = rc ? rc : zinf_engine_release(e, 0);
+		rc = rc ? rc : zinf_engine_fetch(e, 0);
+		rc = rc ? rc : zinf_device_copy(cs, grad, g, numel * sizeof(float), ZINF_COPY_H2D);
+		rc = rc ? rc : zinf_stream_sync(cs);
+		rc = rc ? rc : zinf_engine_grad(e, 0, grad, ZINF_F32);
+		rc = rc ? rc : zinf_engine_release(e, 0);
+		rc = rc ? rc : zinf_engine_step(e);
+		CHECK(rc == 1, "step %d: %d %s", step, rc, zinf_last_error());
+		rc = rc == 1 ? 0 : -1;
+	}
+	if (rc == 0) {
+		rc = zinf_engine_read_master(e, 0, mw);
+		CHECK(rc == 0, "read_master: %d %s", rc, zinf_last_error());
+	}
+	if (rc == 0) {
+		uint64_t differ = 0, varied = 0;
+		for (uint64_t i = 0; i < SR_N; i++) {
+			differ += mw[i] != mw[SR_N + i];
+			varied += mw[i] != mw[0];
+		}
+		CHECK(varied > 0, "rank 0's partition is constant (%g): no rounding in effect",
+		      mw[0]);
+		CHECK(differ > SR_N / 10,
+		      "%llu of %d elements differ between rank 0's and rank 1's partitions: their "
+		      "rounding bits are shared",
+		      (unsigned long long)differ, SR_N);
+		if (rank == 0) {
+			printf("  sr_ranks: %llu of %d elements differ between rank 0 and rank 1, "
+			       "%llu of rank 0's differ from its first\n",
+			       (unsigned long long)differ, SR_N, (unsigned long long)varied);
+		}
+	}
+	if (grad) {
+		zinf_device_free(zinf_engine_device(e), grad);
+	}
+	zinf_engine_destroy(e);
+	free(g);
+	free(mw);
 	return fails;
 }
 
@@ -2184,6 +2294,7 @@ static const struct ranks_case cases[] = {
 	{"plan", case_plan, false},
 	{"unquantised", case_unquantised, false},
 	{"bf16", case_bf16, false},
+	{"sr_ranks", case_sr_ranks, false},
 	{"live_and_persistence", case_live_and_persistence, false},
 	{"trace", case_trace, false},
 	{"clip", case_clip, false},
