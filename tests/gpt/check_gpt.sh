@@ -228,6 +228,27 @@ fell() {
 	[ "$(losses "$1" | wc -l)" -eq 30 ] || { echo "FAIL: $1: not 30 steps"; exit 1; }
 }
 
+# near_descent NAME FILE REF: the mean of FILE's last 3 losses is within 10% of REF's descent
+# (REF's first loss minus the mean of its last 3) of REF's mean
+near_descent() {
+	paste <(losses "$2") <(losses "$3") | awk -v v="$1" '
+		NR == 1 { first = $2 }
+		{ q[NR] = $1; f[NR] = $2 }
+		END { for (i = NR - 2; i <= NR; i++) { mq += q[i] / 3; mf += f[i] / 3 }
+		      d = mq - mf; if (d < 0) d = -d
+		      printf "%s %.5f vs %.5f (last 3), descent %.5f: %.1f%% of it\n",
+			     v, mq, mf, first - mf, 100 * d / (first - mf)
+		      exit !(d <= 0.1 * (first - mf)) }' ||
+		{ echo "FAIL: $1: the loss is not within 10% of the reference's descent"; exit 1; }
+}
+# fewer FIELD NAME FILE REF: every step of FILE has less of FIELD than REF's same step (30 steps)
+fewer() {
+	paste <(field "$3" "$1") <(field "$4" "$1") |
+		awk -v f="$1" -v v="$2" '$1 >= $2 { printf "FAIL: step %d: %s %s %d, reference %d\n",
+							  NR, v, f, $1, $2; bad = 1 }
+					 END { exit bad || NR != 30 }'
+}
+
 identical() {
 	fell "$1"
 	fell "$2"
@@ -394,18 +415,8 @@ q8_state)
 		echo "FAIL: q8 losses equal the fp32 ones: q8 not in effect"
 		exit 1
 	fi
-	paste <(field "$work/q8.jsonl" nvme_read_bytes) <(field "$work/f32.jsonl" nvme_read_bytes) |
-		awk '$1 >= $2 { printf "FAIL: step %d: q8 read %d bytes, fp32 %d\n", NR, $1, $2; bad = 1 }
-		     END { exit bad }'
-	paste <(losses "$work/q8.jsonl") <(losses "$work/f32.jsonl") | awk '
-		NR == 1 { first = $2 }
-		{ q[NR] = $1; f[NR] = $2 }
-		END { for (i = NR - 2; i <= NR; i++) { mq += q[i] / 3; mf += f[i] / 3 }
-		      d = mq - mf; if (d < 0) d = -d
-		      printf "q8 %.5f vs fp32 %.5f (last 3), fp32 descent %.5f: %.1f%% of it\n",
-			     mq, mf, first - mf, 100 * d / (first - mf)
-		      exit !(d <= 0.1 * (first - mf)) }' ||
-		{ echo "FAIL: q8 state's loss is not within 10% of fp32 state's descent"; exit 1; }
+	fewer nvme_read_bytes q8 "$work/q8.jsonl" "$work/f32.jsonl"
+	near_descent "q8 vs fp32 state" "$work/q8.jsonl" "$work/f32.jsonl"
 	;;
 bf16_master)
 	bm='"zinf_master_weights": "bf16"'
@@ -424,21 +435,8 @@ bf16_master)
 			echo "FAIL: $v losses equal the fp32 master's: the bf16 master not in effect"
 			exit 1
 		fi
-		paste <(field "$work/$v.jsonl" nvme_read_bytes) \
-			<(field "$work/f32.jsonl" nvme_read_bytes) |
-			awk -v v=$v '$1 >= $2 { printf "FAIL: step %d: %s read %d bytes, fp32 %d\n",
-						NR, v, $1, $2; bad = 1 }
-				     END { exit bad }'
-		paste <(losses "$work/$v.jsonl") <(losses "$work/f32.jsonl") | awk -v v=$v '
-			NR == 1 { first = $2 }
-			{ q[NR] = $1; f[NR] = $2 }
-			END { for (i = NR - 2; i <= NR; i++) { mq += q[i] / 3; mf += f[i] / 3 }
-			      d = mq - mf; if (d < 0) d = -d
-			      printf "%s %.5f vs fp32 master %.5f (last 3), descent %.5f: %.1f%%\n",
-				     v, mq, mf, first - mf, 100 * d / (first - mf)
-			      exit !(d <= 0.1 * (first - mf)) }' ||
-			{ echo "FAIL: $v: the loss is not within the bound of the fp32 master's descent"
-			  exit 1; }
+		fewer nvme_read_bytes $v "$work/$v.jsonl" "$work/f32.jsonl"
+		near_descent "$v vs fp32 master" "$work/$v.jsonl" "$work/f32.jsonl"
 	done
 	;;
 lean)
@@ -449,21 +447,9 @@ lean)
 	run "$work/exact.jsonl" -- --config "$work/exact.json" --batch 6
 	fell "$work/lean.jsonl"
 	fell "$work/exact.jsonl"
-	for f in nvme_read_bytes nvme_write_bytes; do
-		paste <(field "$work/lean.jsonl" $f) <(field "$work/exact.jsonl" $f) |
-			awk -v f=$f '$1 >= $2 { printf "FAIL: step %d: %s lean %d, exact %d\n",
-							NR, f, $1, $2; bad = 1 }
-				     END { exit bad || NR != 30 }'
-	done
-	paste <(losses "$work/lean.jsonl") <(losses "$work/exact.jsonl") | awk '
-		NR == 1 { first = $2 }
-		{ q[NR] = $1; f[NR] = $2 }
-		END { for (i = NR - 2; i <= NR; i++) { mq += q[i] / 3; mf += f[i] / 3 }
-		      d = mq - mf; if (d < 0) d = -d
-		      printf "lean %.5f vs exact %.5f (last 3), descent %.5f: %.1f%%\n",
-			     mq, mf, first - mf, 100 * d / (first - mf)
-		      exit !(d <= 0.1 * (first - mf)) }' ||
-		{ echo "FAIL: the lean configuration's loss is not within 10% of the descent"; exit 1; }
+	fewer nvme_read_bytes lean "$work/lean.jsonl" "$work/exact.jsonl"
+	fewer nvme_write_bytes lean "$work/lean.jsonl" "$work/exact.jsonl"
+	near_descent "lean vs exact" "$work/lean.jsonl" "$work/exact.jsonl"
 	;;
 bf16)
 	for c in zero3_nvme zero0_memory; do
