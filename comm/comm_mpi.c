@@ -6,7 +6,8 @@
  *
  * Two ways to run a collective, chosen once per communicator (every rank agrees):
  * - progress thread (MPI_THREAD_MULTIPLE provided): the blocking call (MPI_Allgather,
- *   MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Bcast, MPI_Barrier) runs on a thread of the
+ *   MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Bcast, MPI_Barrier; MPI_Alltoallv for the
+ *   quantized collectives' all_to_all, comm_quant.c) runs on a thread of the
  *   communicator's own, in call order (a FIFO: collectives are called in the same order on
  *   every rank), on a duplicate of MPI_COMM_WORLD used by nothing else; a request completes
  *   when the thread returns from the call, and the waiter sleeps on a condition variable
@@ -952,6 +953,7 @@ mpi_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 	if (rc < 0) {
 		scratch_give(b, q); /* MPI is done with it */
 		zc_free(q->a2a);
+		q->a2a = NULL; /* comm.c drops the request next: abandon must not leave it */
 		return rc;
 	}
 	if (!flag) {
