@@ -64,8 +64,8 @@ zinf_comm_opts_init(struct zinf_comm_opts *o)
 	o->device = -1;
 }
 
-static const char *const kind_names[] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
-					 "barrier"};
+static const char *const kind_names[] = {"all_gather", "reduce_scatter", "all_reduce",
+					 "broadcast",  "barrier",	 "all_to_all"};
 static const char *const red_names[] = {"sum", "avg", "max"};
 
 const char *
@@ -328,13 +328,24 @@ zinf_comm_partition(size_t numel, int world, int rank, struct zinf_comm_part *ou
 
 /* ---- calls -------------------------------------------------------------------------------- */
 
-/* "seq 7 all_gather 1000 f32" (+ " sum", " root 2"), as the mismatch message prints calls. */
+size_t
+comm_elem_size(int dtype)
+{
+	return dtype == COMM_U8 ? 1 : zinf_dtype_size((enum zinf_dtype)dtype);
+}
+
+/* "seq 7 all_gather 1000 f32" (+ " sum", " root 2", " group 4 stride 1"), as the mismatch
+ * message prints calls. */
 static void
 desc_text(const struct zinf_comm_desc *d, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "seq %llu %s %llu %s", (unsigned long long)d->seq,
 			 comm_kind_name(d->kind), (unsigned long long)d->count,
-			 zinf_dtype_name((enum zinf_dtype)d->dtype));
+			 d->dtype == COMM_U8 ? "u8" : zinf_dtype_name((enum zinf_dtype)d->dtype));
+	if (d->kind == ZINF_COMM_ALL_TO_ALL && n > 0 && (size_t)n < len) {
+		snprintf(buf + n, len - n, " group %d stride %d", d->root >> 16, d->root & 0xffff);
+		return;
+	}
 	if (d->red >= 0 && d->red < (int)ZINF_ARRAY_SIZE(red_names) && n > 0 && (size_t)n < len) {
 		n += snprintf(buf + n, len - n, " %s", red_names[d->red]);
 	}
@@ -840,6 +851,41 @@ zinf_comm_get_stats(const struct zinf_comm *c, struct zinf_comm_stats *out)
 		return ZINF_FAIL(-EINVAL, "zinf_comm_get_stats: communicator is NULL");
 	}
 	return zc_stats_give(out, &c->stats, sizeof(c->stats), "zinf_comm_stats");
+}
+
+int
+comm_all_gather_u8(struct zinf_comm *c, const void *send, void *recv, size_t bytes)
+{
+	if (c->failed) {
+		return refuse_failed(c, "all_gather");
+	}
+	struct zinf_comm_desc d = {.kind = ZINF_COMM_ALL_GATHER,
+				   .count = bytes,
+				   .dtype = COMM_U8,
+				   .red = -1,
+				   .root = -1};
+	return submit(c, &d, send, recv, (uint64_t)bytes * (uint64_t)c->world, NULL);
+}
+
+int
+comm_all_to_all_u8(struct zinf_comm *c, const void *send, void *recv, size_t bytes, int n,
+		   int stride)
+{
+	if (c->failed) {
+		return refuse_failed(c, "all_to_all");
+	}
+	if (n < 1 || n > 0x7fff || stride < 1 || stride > 0xffff || c->world % n ||
+	    (stride > 1 && stride * n != c->world)) {
+		return ZINF_FAIL(-EINVAL,
+				 "all_to_all: group of %d ranks, stride %d, in a world of %d", n,
+				 stride, c->world);
+	}
+	struct zinf_comm_desc d = {.kind = ZINF_COMM_ALL_TO_ALL,
+				   .count = bytes,
+				   .dtype = COMM_U8,
+				   .red = -1,
+				   .root = (int32_t)(n << 16 | stride)};
+	return submit(c, &d, send, recv, (uint64_t)bytes * (uint64_t)n, NULL);
 }
 
 /* ---- registry ----------------------------------------------------------------------------- */

@@ -19,7 +19,29 @@ enum zinf_comm_kind {
 	ZINF_COMM_ALL_REDUCE = 2,
 	ZINF_COMM_BROADCAST = 3,
 	ZINF_COMM_BARRIER = 4,
+	ZINF_COMM_ALL_TO_ALL = 5, /* internal (comm_quant.c): within a group of ranks, bytes */
 };
+
+/* The internal dtype of bytes moved, never reduced (all_gather, all_to_all): MPI_BYTE,
+ * ncclUint8. Only comm_quant.c posts it. */
+#define COMM_U8 16
+
+/* Bytes per element of a descriptor's dtype: zinf_dtype_size, or 1 for COMM_U8. */
+size_t comm_elem_size(int dtype);
+
+/*
+ * The group of an all_to_all (desc.root packs it: n << 16 | stride): rank r exchanges with the
+ * n ranks base + i x stride, base = r - r mod n for stride 1 (n consecutive ranks), else
+ * r mod stride (the ranks of r's place in each group of `stride`). Chunk i of send goes to
+ * peer i, chunk i of recv comes from it; each chunk is desc.count bytes.
+ */
+static inline int
+comm_a2a_peer(int rank, int packed, int i)
+{
+	int n = packed >> 16, stride = packed & 0xffff;
+	int base = stride == 1 ? rank - rank % n : rank % stride;
+	return base + i * stride;
+}
 
 /* What a call is; compared across ranks when opts.check is on (fixed size, 32 bytes). */
 struct zinf_comm_desc {
@@ -97,6 +119,24 @@ struct zinf_comm_ops {
 	 * failure: collectives up to its `upto` run on).
 	 */
 	void (*failed)(struct zinf_comm *c);
+	/*
+	 * Optional: the quantized collectives' memory and codec where this backend's buffers live
+	 * (nccl: device memory, kernels/quant.cu on its stream, ordered before its next
+	 * collective); NULL: host memory and common/quant.c on the calling thread.
+	 */
+	int (*qalloc)(struct zinf_comm *c, size_t bytes, void **out);
+	void (*qfree)(struct zinf_comm *c, void *p);
+	int (*qzero)(struct zinf_comm *c, void *p, size_t bytes);
+	int (*quantize)(struct zinf_comm *c, void *codes, float *scales, const void *x,
+			enum zinf_dtype t, size_t n, size_t block, unsigned bits, float *err,
+			float beta);
+	/* y = deq (acc 0, y of dtype t) or y (f32) += deq (acc 1) */
+	int (*dequantize)(struct zinf_comm *c, void *y, enum zinf_dtype t, const void *codes,
+			  const float *scales, size_t n, size_t block, unsigned bits, int acc);
+	/* out (dtype t, n) = y (f32) x mul (one fp32 product when mul != 1; y may be scaled in
+	 * place), 16-bit rounded to nearest even */
+	int (*narrow)(struct zinf_comm *c, void *out, enum zinf_dtype t, const float *y, size_t n,
+		      float mul);
 };
 
 struct zinf_comm {
@@ -104,9 +144,10 @@ struct zinf_comm {
 	struct zinf_comm_opts opts; /* backend copied (c->backend_name) */
 	char backend_name[16];
 	int rank, world, local_rank;
-	void *be;     /* backend state */
-	uint64_t seq; /* collectives called so far */
-	int failed;   /* 0, or the error every later call returns */
+	int local_world; /* ranks on this node (MPI_COMM_TYPE_SHARED) */
+	void *be;	 /* backend state */
+	uint64_t seq;	 /* collectives called so far */
+	int failed;	 /* 0, or the error every later call returns */
 	char fail_msg[640];
 	bool known;	    /* every rank knows why c failed: another rank's notice (its sender told
 			       every rank) or a mismatch (every rank compared the same calls) */
@@ -137,6 +178,16 @@ void *comm_stream(struct zinf_comm *c);
 double comm_timeout_default(void);
 /* 0, or -EINVAL naming the value (and $ZINF_COMM_TIMEOUT_S when it gave the NaN); who: prefix */
 int comm_timeout_check(double t, const char *who);
+
+/*
+ * The movements the quantized collectives (comm_quant.c) are made of, through the same
+ * numbering, call check, deadline and notices as every collective; each waits for completion.
+ * all_gather of `bytes` per rank; all_to_all of `bytes` per peer of the group (n, stride)
+ * (comm_a2a_peer).
+ */
+int comm_all_gather_u8(struct zinf_comm *c, const void *send, void *recv, size_t bytes);
+int comm_all_to_all_u8(struct zinf_comm *c, const void *send, void *recv, size_t bytes, int n,
+		       int stride);
 
 extern const struct zinf_comm_ops zinf_comm_single_ops;
 extern const struct zinf_comm_ops *const zinf_comm_registry[];

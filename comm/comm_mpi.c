@@ -6,7 +6,8 @@
  *
  * Two ways to run a collective, chosen once per communicator (every rank agrees):
  * - progress thread (MPI_THREAD_MULTIPLE provided): the blocking call (MPI_Allgather,
- *   MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Bcast, MPI_Barrier) runs on a thread of the
+ *   MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Bcast, MPI_Barrier; MPI_Alltoallv for the
+ *   quantized collectives' all_to_all, comm_quant.c) runs on a thread of the
  *   communicator's own, in call order (a FIFO: collectives are called in the same order on
  *   every rank), on a duplicate of MPI_COMM_WORLD used by nothing else; a request completes
  *   when the thread returns from the call, and the waiter sleeps on a condition variable
@@ -67,6 +68,7 @@ struct job {
 	const void *send;
 	void *recv;
 	int count, root;
+	const int *a2a; /* all_to_all: counts and displacements, 4 x world ints (the request's) */
 	MPI_Datatype type;
 	MPI_Op op;
 	int mpi_rc; /* the call's MPI status, once done */
@@ -106,6 +108,7 @@ struct mpi_req {
 	MPI_Request req;  /* non-blocking path */
 	struct job *job;  /* progress thread path */
 	float *scratch;	  /* 16-bit reductions: the fp32 operands, then the fp32 result */
+	int *a2a;	  /* all_to_all: MPI_Alltoallv's counts and displacements */
 	size_t scratch_n; /* its capacity, elements */
 };
 
@@ -197,6 +200,9 @@ comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 	}
 	if (!rc) {
 		rc = MPI_TRY(MPI_Comm_rank(node, &c->local_rank));
+		if (!rc) {
+			rc = MPI_TRY(MPI_Comm_size(node, &c->local_world));
+		}
 		MPI_Comm_free(&node);
 	}
 	/*
@@ -445,6 +451,11 @@ job_run(struct job *j, MPI_Comm comm)
 		return MPI_Allreduce(j->send, j->recv, j->count, j->type, j->op, comm);
 	case ZINF_COMM_BROADCAST:
 		return MPI_Bcast(j->recv, j->count, j->type, j->root, comm);
+	case ZINF_COMM_ALL_TO_ALL: {
+		int w = j->root; /* the world size, for the four arrays */
+		return MPI_Alltoallv(j->send, j->a2a, j->a2a + w, j->type, j->recv, j->a2a + 2 * w,
+				     j->a2a + 3 * w, j->type, comm);
+	}
 	default:
 		return MPI_Barrier(comm);
 	}
@@ -595,7 +606,7 @@ comm_mpi_progress(const struct zinf_comm *c)
 static int
 progress_kinds(struct zinf_comm *c, struct mpi_be *b, unsigned *out)
 {
-	const unsigned every = (1u << (ZINF_COMM_BARRIER + 1)) - 1;
+	const unsigned every = (1u << (ZINF_COMM_ALL_TO_ALL + 1)) - 1;
 	const char *env = getenv("ZINF_COMM_MPI_PROGRESS");
 	bool off = env && strcmp(env, "0") == 0, all_kinds = env && strcmp(env, "all") == 0;
 	int mine = b->m->level < MPI_THREAD_MULTIPLE || off ? 0
@@ -764,14 +775,16 @@ narrow(uint16_t *dst, enum zinf_dtype t, const float *src, size_t n, float div)
 static int
 make_call(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q, struct job *j)
 {
-	size_t es = zinf_dtype_size(r->d.dtype);
+	size_t es = comm_elem_size(r->d.dtype);
 	bool reduce = r->d.kind == ZINF_COMM_REDUCE_SCATTER || r->d.kind == ZINF_COMM_ALL_REDUCE;
 	int rc;
 
 	j->kind = r->d.kind;
 	j->count = (int)r->d.count;
 	j->root = r->d.root;
-	j->type = r->d.dtype == ZINF_F32 ? MPI_FLOAT : MPI_UINT16_T;
+	j->type = r->d.dtype == ZINF_F32  ? MPI_FLOAT
+		  : r->d.dtype == COMM_U8 ? MPI_BYTE
+					  : MPI_UINT16_T;
 	j->op = r->d.red == ZINF_COMM_MAX ? MPI_MAX : MPI_SUM;
 	j->send = r->send;
 	j->recv = r->recv;
@@ -780,6 +793,26 @@ make_call(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q, struc
 		j->send = r->send == mine ? MPI_IN_PLACE : r->send;
 	} else if (r->d.kind == ZINF_COMM_ALL_REDUCE) {
 		j->send = MPI_IN_PLACE;
+	} else if (r->d.kind == ZINF_COMM_ALL_TO_ALL) {
+		/* Alltoallv over the whole world, 0 bytes to the ranks outside the group */
+		int w = c->world, n = r->d.root >> 16;
+		if ((uint64_t)r->d.count * (uint64_t)n > INT_MAX) {
+			return ZINF_FAIL(-EINVAL,
+					 "comm mpi: all_to_all of %llu bytes to %d ranks: MPI "
+					 "displacements are int",
+					 (unsigned long long)r->d.count, n);
+		}
+		q->a2a = zc_calloc(4 * (size_t)w, sizeof(int));
+		if (!q->a2a) {
+			return ZINF_FAIL(-ENOMEM, "comm mpi: out of memory for all_to_all counts");
+		}
+		for (int i = 0; i < n; i++) {
+			int p = comm_a2a_peer(c->rank, r->d.root, i);
+			q->a2a[p] = q->a2a[2 * w + p] = (int)r->d.count;
+			q->a2a[w + p] = q->a2a[3 * w + p] = i * (int)r->d.count;
+		}
+		j->a2a = q->a2a;
+		j->root = w;
 	}
 	if (!reduce || r->d.dtype == ZINF_F32) {
 		return 0;
@@ -812,6 +845,11 @@ post_nonblocking(const struct job *j, MPI_Comm comm, MPI_Request *req)
 			MPI_Iallreduce(j->send, j->recv, j->count, j->type, j->op, comm, req));
 	case ZINF_COMM_BROADCAST:
 		return MPI_TRY(MPI_Ibcast(j->recv, j->count, j->type, j->root, comm, req));
+	case ZINF_COMM_ALL_TO_ALL: {
+		int w = j->root;
+		return MPI_TRY(MPI_Ialltoallv(j->send, j->a2a, j->a2a + w, j->type, j->recv,
+					      j->a2a + 2 * w, j->a2a + 3 * w, j->type, comm, req));
+	}
 	default:
 		return MPI_TRY(MPI_Ibarrier(comm, req));
 	}
@@ -832,7 +870,7 @@ mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 				 comm_kind_name(r->d.kind), (unsigned long long)r->d.count,
 				 INT_MAX);
 	}
-	if (r->d.kind < ZINF_COMM_ALL_GATHER || r->d.kind > ZINF_COMM_BARRIER) {
+	if (r->d.kind < ZINF_COMM_ALL_GATHER || r->d.kind > ZINF_COMM_ALL_TO_ALL) {
 		return ZINF_FAIL(-EINVAL, "comm mpi: collective kind %d unknown", r->d.kind);
 	}
 	rc = make_call(c, r, q, &call);
@@ -843,12 +881,14 @@ mpi_start(struct zinf_comm *c, struct zinf_comm_req *r)
 		rc = post_nonblocking(&call, b->m->comm, &q->req);
 		if (rc < 0) {
 			scratch_give(b, q);
+			zc_free(q->a2a);
 		}
 		return rc;
 	}
 	struct job *j = zc_malloc(sizeof(*j));
 	if (!j) {
 		scratch_give(b, q);
+		zc_free(q->a2a);
 		return ZINF_FAIL(-ENOMEM, "comm mpi rank %d: out of memory", c->rank);
 	}
 	*j = call;
@@ -912,11 +952,15 @@ mpi_poll(struct zinf_comm *c, struct zinf_comm_req *r)
 	}
 	if (rc < 0) {
 		scratch_give(b, q); /* MPI is done with it */
+		zc_free(q->a2a);
+		q->a2a = NULL; /* comm.c drops the request next: abandon must not leave it */
 		return rc;
 	}
 	if (!flag) {
 		return 0;
 	}
+	zc_free(q->a2a);
+	q->a2a = NULL;
 	finish(c, r, q);
 	return 1;
 }
@@ -951,7 +995,10 @@ mpi_abandon(struct zinf_comm *c, struct zinf_comm_req *r)
 {
 	struct mpi_be *b = c->be;
 	struct mpi_req *q = (struct mpi_req *)r->priv;
-	/* MPI (or the thread) may still write q->scratch: it is left to it. */
+	/* MPI (or the thread) may still write q->scratch and read q->a2a: they are left to it. */
+	if (q->a2a) {
+		zc_leave(q->a2a);
+	}
 	if (q->job) {
 		pthread_mutex_lock(&b->pt->mu);
 		q->job->abandoned = true;

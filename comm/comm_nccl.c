@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "common/quant.h"
+#include "kernels/kernels.h"
 
 struct nccl_be {
 	struct zinf_comm_mpi *mpi;
@@ -265,7 +267,10 @@ nccl_close(struct zinf_comm *c)
 static ncclDataType_t
 nccl_type(int dtype)
 {
-	return dtype == ZINF_F16 ? ncclFloat16 : dtype == ZINF_BF16 ? ncclBfloat16 : ncclFloat32;
+	return dtype == ZINF_F16    ? ncclFloat16
+	       : dtype == ZINF_BF16 ? ncclBfloat16
+	       : dtype == COMM_U8   ? ncclUint8
+				    : ncclFloat32;
 }
 
 static ncclRedOp_t
@@ -296,6 +301,21 @@ post(struct zinf_comm *c, struct zinf_comm_req *r)
 	case ZINF_COMM_BARRIER:
 		return NCCL_TRY(ncclAllReduce(b->dev_one, b->dev_one, 1, ncclFloat32, ncclSum,
 					      b->comm, b->stream));
+	case ZINF_COMM_ALL_TO_ALL: {
+		/* one group of sends and receives to the ranks of this rank's group (bytes) */
+		int rc = NCCL_TRY(ncclGroupStart());
+		for (int i = 0; rc == 0 && i < (r->d.root >> 16); i++) {
+			int peer = comm_a2a_peer(c->rank, r->d.root, i);
+			rc = NCCL_TRY(ncclSend((const char *)r->send + i * n, n, ncclUint8, peer,
+					       b->comm, b->stream));
+			if (rc == 0) {
+				rc = NCCL_TRY(ncclRecv((char *)r->recv + i * n, n, ncclUint8, peer,
+						       b->comm, b->stream));
+			}
+		}
+		int rc2 = NCCL_TRY(ncclGroupEnd());
+		return rc < 0 ? rc : rc2;
+	}
 	}
 	return ZINF_FAIL(-EINVAL, "comm nccl: collective kind %d unknown", r->d.kind);
 }
@@ -439,6 +459,76 @@ nccl_stream(struct zinf_comm *c)
 	return ((struct nccl_be *)c->be)->stream;
 }
 
+/* ---- the quantized collectives' memory and codec: device memory, kernels on the stream ---- */
+
+static int
+nccl_qalloc(struct zinf_comm *c, size_t bytes, void **out)
+{
+	struct nccl_be *b = c->be;
+	int cur = -1;
+	int rc = CUDA_TRY(cudaGetDevice(&cur));
+	if (rc == 0 && cur != b->device) {
+		rc = CUDA_TRY(cudaSetDevice(b->device));
+	}
+	if (rc == 0) {
+		rc = CUDA_TRY(cudaMalloc(out, bytes ? bytes : 1));
+	}
+	if (cur >= 0 && cur != b->device) {
+		(void)cudaSetDevice(cur);
+	}
+	return rc;
+}
+
+static void
+nccl_qfree(struct zinf_comm *c, void *p)
+{
+	/* after the stream's work that uses p (cudaFree synchronises the device) */
+	if (!((struct nccl_be *)c->be)->aborted) {
+		cudaFree(p);
+	}
+}
+
+static int
+nccl_qzero(struct zinf_comm *c, void *p, size_t bytes)
+{
+	return CUDA_TRY(cudaMemsetAsync(p, 0, bytes, ((struct nccl_be *)c->be)->stream));
+}
+
+static int
+kern_status(int e, const char *what)
+{
+	return cuda_status((cudaError_t)e, what, __FILE__, __LINE__);
+}
+
+static int
+nccl_quantize(struct zinf_comm *c, void *codes, float *scales, const void *x, enum zinf_dtype t,
+	      size_t n, size_t block, unsigned bits, float *err, float beta)
+{
+	struct nccl_be *b = c->be;
+	return kern_status(kern_quantize(b->stream, codes, scales, x, t, n, block, bits, err, beta),
+			   "kern_quantize");
+}
+
+static int
+nccl_dequantize(struct zinf_comm *c, void *y, enum zinf_dtype t, const void *codes,
+		const float *scales, size_t n, size_t block, unsigned bits, int acc)
+{
+	struct nccl_be *b = c->be;
+	return kern_status(kern_dequantize(b->stream, y, t, codes, scales, n, block, bits, acc),
+			   "kern_dequantize");
+}
+
+static int
+nccl_narrow(struct zinf_comm *c, void *out, enum zinf_dtype t, const float *y, size_t n, float mul)
+{
+	struct nccl_be *b = c->be;
+	int rc = 0;
+	if (mul != 1.0f) {
+		rc = kern_status(kern_scale(b->stream, (void *)y, ZINF_F32, mul, n), "kern_scale");
+	}
+	return rc < 0 ? rc : kern_status(kern_cast(b->stream, out, t, y, ZINF_F32, n), "kern_cast");
+}
+
 const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.name = "nccl",
 	.req_size = sizeof(struct nccl_req),
@@ -453,4 +543,10 @@ const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.notify = nccl_notify,
 	.notice = nccl_notice,
 	.failed = nccl_failed,
+	.qalloc = nccl_qalloc,
+	.qfree = nccl_qfree,
+	.qzero = nccl_qzero,
+	.quantize = nccl_quantize,
+	.dequantize = nccl_dequantize,
+	.narrow = nccl_narrow,
 };

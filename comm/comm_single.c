@@ -16,6 +16,7 @@ single_open(struct zinf_comm *c)
 	c->rank = 0;
 	c->world = 1;
 	c->local_rank = 0;
+	c->local_world = 1;
 	return 0;
 }
 
@@ -27,7 +28,8 @@ single_close(struct zinf_comm *c)
 static int
 single_start(struct zinf_comm *c, struct zinf_comm_req *r)
 {
-	if ((r->d.kind == ZINF_COMM_ALL_GATHER || r->d.kind == ZINF_COMM_REDUCE_SCATTER) &&
+	if ((r->d.kind == ZINF_COMM_ALL_GATHER || r->d.kind == ZINF_COMM_REDUCE_SCATTER ||
+	     r->d.kind == ZINF_COMM_ALL_TO_ALL) &&
 	    r->bytes && r->send != r->recv) {
 		memmove(r->recv, r->send, r->bytes);
 	}

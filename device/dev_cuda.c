@@ -297,6 +297,14 @@ cuda_kernel(struct zinf_stream *s, const struct zinf_kop *k)
 	case ZINF_KOP_FILL:
 		e = kern_fill(st, k->dst, k->dst_dtype, fill_bits(k->dst_dtype, k->value), k->n);
 		break;
+	case ZINF_KOP_QUANTIZE:
+		e = kern_quantize(st, k->codes, k->scales, k->src, k->src_dtype, k->n, k->block,
+				  k->bits, k->err, k->value);
+		break;
+	case ZINF_KOP_DEQUANTIZE:
+		e = kern_dequantize(st, k->dst, k->dst_dtype, k->codes, k->scales, k->n, k->block,
+				    k->bits, k->acc);
+		break;
 	case ZINF_KOP_ADAM:
 		e = kern_adam(st, &k->adam_k, k->param, k->grad, k->grad_dtype, k->m, k->v, k->copy,
 			      k->copy_dtype, k->n);
@@ -310,6 +318,8 @@ cuda_kernel(struct zinf_stream *s, const struct zinf_kop *k)
 		[ZINF_KOP_NONFINITE] = "kern_nonfinite",
 		[ZINF_KOP_FILL] = "kern_fill",
 		[ZINF_KOP_ADAM] = "kern_adam",
+		[ZINF_KOP_QUANTIZE] = "kern_quantize",
+		[ZINF_KOP_DEQUANTIZE] = "kern_dequantize",
 	};
 	return cuda_check_at((cudaError_t)e, name[k->kind], s->name, __FILE__, __LINE__);
 }

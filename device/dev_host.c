@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 #include "common/util.h"
 #include "device/dev_internal.h"
 
@@ -232,6 +233,18 @@ run_kernel(const struct zinf_kop *k)
 	case ZINF_KOP_ADAM:
 		return zinf_adam_step(&k->adam, k->step, k->grad_scale, k->param, k->grad,
 				      k->grad_dtype, k->m, k->v, n, k->copy, k->copy_dtype);
+	case ZINF_KOP_QUANTIZE:
+		qz_quantize(k->codes, k->scales, k->src, k->src_dtype, n, k->block, k->bits, k->err,
+			    k->value);
+		return 0;
+	case ZINF_KOP_DEQUANTIZE:
+		if (k->acc) {
+			qz_dequantize_add(k->dst, k->codes, k->scales, n, k->block, k->bits);
+		} else {
+			qz_dequantize(k->dst, k->dst_dtype, k->codes, k->scales, n, k->block,
+				      k->bits);
+		}
+		return 0;
 	}
 	return -EINVAL;
 }

@@ -45,6 +45,8 @@ enum zinf_kop_kind {
 	ZINF_KOP_NONFINITE,
 	ZINF_KOP_FILL,
 	ZINF_KOP_ADAM,
+	ZINF_KOP_QUANTIZE,
+	ZINF_KOP_DEQUANTIZE,
 };
 
 struct zinf_kop {
@@ -65,6 +67,12 @@ struct zinf_kop {
 	void *copy;
 	enum zinf_dtype grad_dtype, copy_dtype;
 	struct zinf_k_adam adam_k; /* the step's scalars, computed once in float64 */
+	void *codes;		   /* quantize: written; dequantize: read (common/quant.h) */
+	float *scales;		   /* quantize: written; dequantize: read */
+	float *err;		   /* quantize: error feedback, or NULL (value: its beta) */
+	size_t block;		   /* quantize, dequantize: elements per scale */
+	unsigned bits;		   /* 8 or 4 */
+	bool acc;		   /* dequantize: dst (f32) += instead of = */
 };
 
 struct zinf_dev_ops {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 #include "common/opts.h"
 #include "common/util.h"
 #include "cpu_adam/adam_scalars_internal.h"
@@ -450,6 +451,66 @@ zinf_device_fill(struct zinf_stream *s, void *dst, enum zinf_dtype dtype, float 
 	}
 	struct zinf_kop k = {
 		.kind = ZINF_KOP_FILL, .n = n, .dst = dst, .dst_dtype = dtype, .value = value};
+	return queue(s, &k);
+}
+
+int
+zinf_device_quantize(struct zinf_stream *s, void *codes, float *scales, const void *x,
+		     enum zinf_dtype dtype, size_t n, size_t block, unsigned bits, float *err,
+		     float err_beta)
+{
+	int rc = kernel_check(__func__, s, n, dtype, dtype, codes, x);
+	if (rc) {
+		return rc;
+	}
+	if (n > 0 && !scales) {
+		return ZINF_FAIL(-EINVAL, "%s on stream \"%s\": NULL scales with n = %zu", __func__,
+				 s->name, n);
+	}
+	if ((rc = qz_check(block, bits, s->name)) < 0) {
+		return rc;
+	}
+	struct zinf_kop k = {.kind = ZINF_KOP_QUANTIZE,
+			     .n = n,
+			     .src = x,
+			     .src_dtype = dtype,
+			     .codes = codes,
+			     .scales = scales,
+			     .err = err,
+			     .value = err_beta,
+			     .block = block,
+			     .bits = bits};
+	return queue(s, &k);
+}
+
+int
+zinf_device_dequantize(struct zinf_stream *s, void *y, enum zinf_dtype dtype, const void *codes,
+		       const float *scales, size_t n, size_t block, unsigned bits, bool accumulate)
+{
+	int rc = kernel_check(__func__, s, n, dtype, dtype, y, codes);
+	if (rc) {
+		return rc;
+	}
+	if (n > 0 && !scales) {
+		return ZINF_FAIL(-EINVAL, "%s on stream \"%s\": NULL scales with n = %zu", __func__,
+				 s->name, n);
+	}
+	if (accumulate && dtype != ZINF_F32) {
+		return ZINF_FAIL(-EINVAL, "%s on stream \"%s\": accumulates into f32, not %s",
+				 __func__, s->name, zinf_dtype_name(dtype));
+	}
+	if ((rc = qz_check(block, bits, s->name)) < 0) {
+		return rc;
+	}
+	struct zinf_kop k = {.kind = ZINF_KOP_DEQUANTIZE,
+			     .n = n,
+			     .dst = y,
+			     .dst_dtype = dtype,
+			     .codes = (void *)codes,
+			     .scales = (float *)scales,
+			     .block = block,
+			     .bits = bits,
+			     .acc = accumulate};
 	return queue(s, &k);
 }
 

@@ -48,6 +48,15 @@ int kern_sumsq(void *stream, const void *x, enum zinf_dtype dtype, size_t n, dou
 int kern_nonfinite(void *stream, const void *x, enum zinf_dtype dtype, size_t n, uint32_t *flag);
 /* bits: the fill value's bit pattern in dtype (converted by the caller). */
 int kern_fill(void *stream, void *dst, enum zinf_dtype dtype, uint32_t bits, size_t n);
+/*
+ * The blockwise codec of common/quant.h: codes (qz_code_bytes(n, bits) bytes) and scales
+ * (qz_blocks(n, block) floats) from x; err (optional, n floats): error feedback, as qz_quantize.
+ * Dequantize: y = deq as dtype, or with accumulate y (f32) += deq.
+ */
+int kern_quantize(void *stream, void *codes, float *scales, const void *x, enum zinf_dtype dtype,
+		  size_t n, size_t block, unsigned bits, float *err, float beta);
+int kern_dequantize(void *stream, void *y, enum zinf_dtype dtype, const void *codes,
+		    const float *scales, size_t n, size_t block, unsigned bits, int accumulate);
 int kern_adam(void *stream, const struct zinf_k_adam *a, float *param, const void *grad,
 	      enum zinf_dtype grad_dtype, float *m, float *v, void *copy,
 	      enum zinf_dtype copy_dtype, size_t n);

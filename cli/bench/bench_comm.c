@@ -16,6 +16,10 @@
  * rounding). nccl: ncclAllGather, ncclReduceScatter, ncclAllReduce on the same device buffers
  * and the ncclComm_t, on a stream of our own. single: memcpy (a one-rank all_gather or
  * reduce_scatter is a copy); a one-rank all_reduce has no reference (null).
+ * The quantized calls (qall_gather, qreduce_scatter: zinf_comm_qall_gather/qreduce_scatter, 8-bit,
+ * blocks of 256, the default groups) are timed against zinf's unquantized all_gather and
+ * reduce_scatter; bytes and busbw are the unquantized tensor's, so that the ratio and the
+ * bandwidths compare the same work; wire_bytes is what one rank sends to the others.
  */
 #include <errno.h>
 #include <math.h>
@@ -42,8 +46,13 @@
 
 #define PROG "zinf bench comm"
 
-enum { OP_AG, OP_RS, OP_AR, OP_ALL };
-static const char *const op_names[] = {"all_gather", "reduce_scatter", "all_reduce", "all", NULL};
+enum { OP_AG, OP_RS, OP_AR, OP_QAG, OP_QRS, OP_ALL };
+static const char *const op_names[] = {"all_gather",  "reduce_scatter",	 "all_reduce",
+				       "qall_gather", "qreduce_scatter", "all",
+				       NULL};
+/* The quantized ops have the shape (buffers, sizes, bus factor) of the unquantized ones. */
+#define BASE(op)  ((op) == OP_QAG ? OP_AG : (op) == OP_QRS ? OP_RS : (op))
+#define QUANT(op) ((op) == OP_QAG || (op) == OP_QRS)
 static const char *const dtypes[] = {"f32", "bf16", "f16", NULL};
 static const char *const backends[] = {"auto", "mpi", "nccl", "single", NULL};
 
@@ -56,7 +65,8 @@ struct cfg {
 static struct cfg cfg;
 
 static const char synopsis[] =
-	"[--op all_gather|reduce_scatter|all_reduce|all] [--size N]... [--sweep]\n"
+	"[--op all_gather|reduce_scatter|all_reduce|qall_gather|qreduce_scatter|all]\n"
+	"       [--size N]... [--sweep]\n"
 	"       [--dtype f32|bf16|f16] [--backend auto|mpi|nccl|single] [--iters N] "
 	"[--warmup N] [--json]\n"
 	"       (under mpirun: mpirun -np 4 zinf bench comm ...)";
@@ -68,10 +78,14 @@ static const char description[] =
 	"slowest rank; medians. algbw = bytes / time (bytes: the full tensor); busbw = algbw x\n"
 	"(n-1)/n (all_gather, reduce_scatter) or x 2(n-1)/n (all_reduce), as nccl-tests.\n"
 	"ratio = raw time / zinf time (the target is >= 0.95). 16-bit reductions over MPI are\n"
-	"compared with the fp32 call of the same element count (MPI has no 16-bit reduction).\n";
+	"compared with the fp32 call of the same element count (MPI has no 16-bit reduction).\n"
+	"qall_gather and qreduce_scatter (ZeRO++'s qwZ and qgZ: 8-bit codes, a scale per 256\n"
+	"elements, groups of a node's ranks) are timed against zinf's unquantized call, with the\n"
+	"bytes each rank sends (wire_B) for both; their results are checked within the codec's\n"
+	"bound.\n";
 
 static const struct cli_opt opts[] = {
-	{"op", CLI_ENUM, &cfg.op, "all_reduce", NULL, "collective (all: the three in turn)",
+	{"op", CLI_ENUM, &cfg.op, "all_reduce", NULL, "collective (all: the five in turn)",
 	 .choices = op_names},
 	{"size", CLI_LIST, &cfg.sizes, "64M", "N",
 	 "bytes of the full tensor (\"64M\"); may be given several times;\nrounded down to a "
@@ -290,6 +304,9 @@ pattern(int rank, size_t i)
 static const char *
 raw_name(const struct run *r, int op)
 {
+	if (QUANT(op)) { /* the reference: the unquantized call, in the same run */
+		return op == OP_QAG ? "zinf all_gather" : "zinf reduce_scatter";
+	}
 	static const char *const mpi[] = {"MPI_Allgather", "MPI_Reduce_scatter_block",
 					  "MPI_Allreduce"};
 	static const char *const nccl[] = {"ncclAllGather", "ncclReduceScatter", "ncclAllReduce"};
@@ -303,9 +320,9 @@ raw_name(const struct run *r, int op)
 static uint64_t
 host_bytes(const struct run *r, const struct meas *m)
 {
-	uint64_t part = m->op == OP_AR ? m->bytes : m->bytes / (uint64_t)r->world;
+	uint64_t part = BASE(m->op) == OP_AR ? m->bytes : m->bytes / (uint64_t)r->world;
 	uint64_t zinf32 = m->raw32_n * 4; /* zinf widens as much as the raw fp32 call holds */
-	return m->bytes + part + (m->op == OP_AR ? m->bytes : 0) + 2 * zinf32;
+	return m->bytes + part + (BASE(m->op) == OP_AR ? m->bytes : 0) + 2 * zinf32;
 }
 
 static void
@@ -323,7 +340,7 @@ meas_free(struct run *r, struct meas *m)
 static int
 meas_fill(struct run *r, struct meas *m)
 {
-	size_t n = m->op == OP_RS ? m->count * (size_t)r->world : m->count;
+	size_t n = BASE(m->op) == OP_RS ? m->count * (size_t)r->world : m->count;
 	size_t bytes = n * r->es;
 	void *h = malloc(bytes ? bytes : 1);
 	float *f = malloc(n * sizeof(float) + 1);
@@ -335,7 +352,7 @@ meas_fill(struct run *r, struct meas *m)
 	if (!rc && m->raw32) {
 		memcpy(m->raw32, f, m->raw32_n * sizeof(float));
 	}
-	if (!rc && m->op == OP_AR) {
+	if (!rc && BASE(m->op) == OP_AR) {
 		rc = mem_copy(r, m->init, h, bytes, ZINF_COPY_H2D);
 		rc = rc ? rc : mem_copy(r, m->recv, h, bytes, ZINF_COPY_H2D);
 	} else if (!rc) {
@@ -353,7 +370,7 @@ meas_fill(struct run *r, struct meas *m)
 static int
 meas_alloc(struct run *r, struct meas *m)
 {
-	size_t per = r->es * (m->op == OP_AR ? 1 : (size_t)r->world);
+	size_t per = r->es * (BASE(m->op) == OP_AR ? 1 : (size_t)r->world);
 	m->count = (size_t)(m->bytes / per);
 	if (m->count == 0) {
 		if (r->rank == 0) {
@@ -365,9 +382,9 @@ meas_alloc(struct run *r, struct meas *m)
 	}
 	m->bytes = (uint64_t)m->count * per;
 	size_t part = m->count * r->es;
-	bool red16 = m->op != OP_AG && r->dt != ZINF_F32 && !is_nccl(r) &&
+	bool red16 = !QUANT(m->op) && BASE(m->op) != OP_AG && r->dt != ZINF_F32 && !is_nccl(r) &&
 		     strcmp(r->backend, "mpi") == 0;
-	m->raw32_n = red16 ? (m->op == OP_RS ? m->count * (size_t)r->world : m->count) : 0;
+	m->raw32_n = red16 ? (BASE(m->op) == OP_RS ? m->count * (size_t)r->world : m->count) : 0;
 	m->raw = raw_name(r, m->op);
 	m->raw_bytes = red16 ? (uint64_t)m->raw32_n * 4 : m->bytes;
 	int rc = 0;
@@ -381,13 +398,14 @@ meas_alloc(struct run *r, struct meas *m)
 	if (agree(r, rc)) {
 		return -ENOMEM;
 	}
-	m->send = m->op == OP_AR ? NULL : mem_alloc(r, m->op == OP_AG ? part : m->bytes);
-	m->recv = mem_alloc(r, m->op == OP_RS ? part : m->bytes);
-	m->init = m->op == OP_AR ? mem_alloc(r, m->bytes) : NULL;
+	m->send =
+		BASE(m->op) == OP_AR ? NULL : mem_alloc(r, BASE(m->op) == OP_AG ? part : m->bytes);
+	m->recv = mem_alloc(r, BASE(m->op) == OP_RS ? part : m->bytes);
+	m->init = BASE(m->op) == OP_AR ? mem_alloc(r, m->bytes) : NULL;
 	m->raw32 = m->raw32_n ? zinf_alloc_aligned(4096, m->raw32_n * 4) : NULL;
 	m->tz = calloc(r->c->iters, sizeof(double));
 	m->tr = calloc(r->c->iters, sizeof(double));
-	rc = (m->op != OP_AR && !m->send) || !m->recv || (m->op == OP_AR && !m->init) ||
+	rc = (BASE(m->op) != OP_AR && !m->send) || !m->recv || (BASE(m->op) == OP_AR && !m->init) ||
 			     (m->raw32_n && !m->raw32) || !m->tz || !m->tr
 		     ? -ENOMEM
 		     : 0;
@@ -399,11 +417,16 @@ meas_alloc(struct run *r, struct meas *m)
 	return rc;
 }
 
-/* One zinf call, complete. */
+/* One zinf call, complete (quantized: 8-bit codes, blocks of 256, groups of a node's ranks). */
 static int
-call_zinf(struct run *r, struct meas *m)
+call_zinf(struct run *r, struct meas *m, int op)
 {
-	switch (m->op) {
+	switch (op) {
+	case OP_QAG:
+		return zinf_comm_qall_gather(r->comm, NULL, m->send, m->recv, m->count, r->dt);
+	case OP_QRS:
+		return zinf_comm_qreduce_scatter(r->comm, NULL, m->send, m->recv, m->count, r->dt,
+						 ZINF_COMM_SUM, NULL);
 	case OP_AG:
 		return zinf_comm_all_gather(r->comm, m->send, m->recv, m->count, r->dt, NULL);
 	case OP_RS:
@@ -423,8 +446,8 @@ call_nccl(struct run *r, struct meas *m)
 	ncclDataType_t t = r->dt == ZINF_F32	? ncclFloat32
 			   : r->dt == ZINF_BF16 ? ncclBfloat16
 						: ncclFloat16;
-	ncclResult_t e = m->op == OP_AG ? ncclAllGather(m->send, m->recv, m->count, t, nc, s)
-			 : m->op == OP_RS
+	ncclResult_t e = BASE(m->op) == OP_AG ? ncclAllGather(m->send, m->recv, m->count, t, nc, s)
+			 : BASE(m->op) == OP_RS
 				 ? ncclReduceScatter(m->send, m->recv, m->count, t, ncclSum, nc, s)
 				 : ncclAllReduce(m->recv, m->recv, m->count, t, ncclSum, nc, s);
 	/* zinf's communicator is non-blocking: the call may still be enqueueing */
@@ -446,15 +469,15 @@ call_mpi(struct run *r, struct meas *m)
 {
 	MPI_Datatype t = r->dt == ZINF_F32 ? MPI_FLOAT : MPI_UINT16_T;
 	int n = (int)m->count, e;
-	if (m->op == OP_AG) {
+	if (BASE(m->op) == OP_AG) {
 		e = MPI_Allgather(m->send, n, t, m->recv, n, t, r->mpi);
 	} else if (m->raw32) { /* what zinf calls on its widened copy */
-		e = m->op == OP_RS
+		e = BASE(m->op) == OP_RS
 			    ? MPI_Reduce_scatter_block(MPI_IN_PLACE, m->raw32, n, MPI_FLOAT,
 						       MPI_SUM, r->mpi)
 			    : MPI_Allreduce(MPI_IN_PLACE, m->raw32, n, MPI_FLOAT, MPI_SUM, r->mpi);
 	} else {
-		e = m->op == OP_RS
+		e = BASE(m->op) == OP_RS
 			    ? MPI_Reduce_scatter_block(m->send, m->recv, n, MPI_FLOAT, MPI_SUM,
 						       r->mpi)
 			    : MPI_Allreduce(MPI_IN_PLACE, m->recv, n, MPI_FLOAT, MPI_SUM, r->mpi);
@@ -471,6 +494,9 @@ call_mpi(struct run *r, struct meas *m)
 static int
 call_raw(struct run *r, struct meas *m)
 {
+	if (QUANT(m->op)) {
+		return call_zinf(r, m, BASE(m->op));
+	}
 #if HAVE_NCCL_REF
 	if (is_nccl(r)) {
 		return call_nccl(r, m);
@@ -481,7 +507,7 @@ call_raw(struct run *r, struct meas *m)
 		return call_mpi(r, m);
 	}
 #endif
-	memcpy(m->recv, m->send, m->op == OP_AG ? m->count * r->es : m->bytes);
+	memcpy(m->recv, m->send, BASE(m->op) == OP_AG ? m->count * r->es : m->bytes);
 	return 0;
 }
 
@@ -490,12 +516,12 @@ static int
 timed(struct run *r, struct meas *m, bool raw, double *t)
 {
 	int rc = 0;
-	if (m->op == OP_AR && (!raw || !m->raw32)) {
+	if (BASE(m->op) == OP_AR && (!raw || !m->raw32)) {
 		rc = mem_copy(r, m->recv, m->init, m->bytes, ZINF_COPY_D2D);
 		barrier(r);
 	}
 	double t0 = zinf_now_s();
-	rc = rc ? rc : raw ? call_raw(r, m) : call_zinf(r, m);
+	rc = rc ? rc : raw ? call_raw(r, m) : call_zinf(r, m, m->op);
 	barrier(r);
 	*t = zinf_now_s() - t0;
 	return rc;
@@ -505,19 +531,19 @@ timed(struct run *r, struct meas *m, bool raw, double *t)
 static int
 meas_check(struct run *r, struct meas *m)
 {
-	size_t n = m->op == OP_RS   ? m->count
-		   : m->op == OP_AG ? m->count * (size_t)r->world
-				    : m->count;
+	size_t n = BASE(m->op) == OP_RS	  ? m->count
+		   : BASE(m->op) == OP_AG ? m->count * (size_t)r->world
+					  : m->count;
 	void *h = malloc(n * r->es + 1);
 	float *f = malloc(n * sizeof(float) + 1);
 	int rc = h && f ? mem_copy(r, h, m->recv, n * r->es, ZINF_COPY_D2H) : -ENOMEM;
 	rc = rc ? rc : zinf_dtype_convert(f, ZINF_F32, h, r->dt, n);
 	for (size_t i = 0; !rc && i < n; i++) {
 		double want = 0;
-		if (m->op == OP_AG) {
+		if (BASE(m->op) == OP_AG) {
 			want = pattern((int)(i / m->count), i % m->count);
 		} else {
-			size_t k = m->op == OP_RS ? (size_t)r->rank * m->count + i : i;
+			size_t k = BASE(m->op) == OP_RS ? (size_t)r->rank * m->count + i : i;
 			for (int q = 0; q < r->world; q++) {
 				want += pattern(q, k);
 			}
@@ -526,7 +552,11 @@ meas_check(struct run *r, struct meas *m)
 		uint32_t tmp;
 		zinf_dtype_convert(&tmp, r->dt, &w, ZINF_F32, 1);
 		zinf_dtype_convert(&w, ZINF_F32, &tmp, r->dt, 1);
-		if (f[i] != w) {
+		/* quantized: each value (at most 8) within 8 / 254 per quantization (two at
+		   most), per rank, plus the dtype's rounding of the result */
+		double tol =
+			QUANT(m->op) ? 2.0 * r->world * 8.0 / 254.0 * 1.01 + fabs(want) / 128 : 0.0;
+		if (fabs((double)f[i] - w) > tol) {
 			fprintf(stderr,
 				PROG ": rank %d: %s result wrong at element %zu: %g, not %g\n",
 				r->rank, op_names[m->op], i, f[i], w);
@@ -573,9 +603,31 @@ meas_run(struct run *r, struct meas *m)
 
 /* ---- report --------------------------------------------------------------------------------- */
 
+/* Bytes one rank sends to the others in one call (quantized: codes, padded to 4 bytes, and a
+ * float per 256 elements; qgZ with the node's ranks as its groups). */
+static double
+wire_bytes(const struct run *r, int op, size_t count)
+{
+	double n = r->world, part = (double)count * r->es;
+	double s = (double)((count + 3) / 4 * 4 + 4 * ((count + 255) / 256));
+	int k = r->world % r->node_ranks == 0 ? r->node_ranks : r->world, g = r->world / k;
+	switch (op) {
+	case OP_AG:
+	case OP_RS:
+		return (n - 1) * part;
+	case OP_AR: /* the ring's two passes over (n - 1) / n of the tensor */
+		return 2 * (n - 1) / n * part;
+	case OP_QAG:
+		return (n - 1) * s;
+	default:
+		return (k > 1 || g == 1 ? (double)(k - 1) * g * s : 0) + (double)(g - 1) * s;
+	}
+}
+
 static double
 bus_factor(int op, int n)
 {
+	op = BASE(op);
 	return op == OP_AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
 }
 
@@ -606,6 +658,9 @@ meas_json(const struct run *r, const struct meas *m)
 	json_object_set_new(o, "raw_algbw_GBps", cli_json_real(raw_algbw));
 	json_object_set_new(o, "raw_busbw_GBps", cli_json_real(raw_algbw * f));
 	json_object_set_new(o, "ratio", cli_json_real(tr / tz));
+	json_object_set_new(o, "wire_bytes", cli_json_real(wire_bytes(r, m->op, m->count)));
+	json_object_set_new(o, "raw_wire_bytes",
+			    cli_json_real(wire_bytes(r, BASE(m->op), m->count)));
 	return o;
 }
 
@@ -615,11 +670,12 @@ meas_print(const struct run *r, const struct meas *m)
 	json_t *o = meas_json(r, m);
 	char sz[32];
 	cli_size_str(sz, sizeof(sz), m->bytes);
-	printf("%-14s %10s %10.1f %10.3f %10.3f  %-24s %10.1f %10.3f %7.3f\n", op_names[m->op], sz,
-	       1e6 * cli_json_num(o, "time_s"), cli_json_num(o, "algbw_GBps"),
+	printf("%-15s %10s %10.1f %10.3f %10.3f  %-24s %10.1f %10.3f %7.3f %10.0f %10.0f\n",
+	       op_names[m->op], sz, 1e6 * cli_json_num(o, "time_s"), cli_json_num(o, "algbw_GBps"),
 	       cli_json_num(o, "busbw_GBps"), m->raw ? m->raw : "-",
 	       1e6 * cli_json_num(o, "raw_time_s"), cli_json_num(o, "raw_busbw_GBps"),
-	       cli_json_num(o, "ratio"));
+	       cli_json_num(o, "ratio"), cli_json_num(o, "wire_bytes"),
+	       cli_json_num(o, "raw_wire_bytes"));
 	fflush(stdout);
 	json_decref(o);
 }
@@ -661,14 +717,14 @@ run_all(struct run *r, const uint64_t *sizes, int nsizes)
 {
 	const struct cfg *c = r->c;
 	json_t *all = json_array();
-	int rc = 0, op0 = c->op == OP_ALL ? OP_AG : c->op, op1 = c->op == OP_ALL ? OP_AR : c->op;
+	int rc = 0, op0 = c->op == OP_ALL ? OP_AG : c->op, op1 = c->op == OP_ALL ? OP_QRS : c->op;
 	if (r->rank == 0 && !c->json) {
 		printf("# zinf bench comm: backend %s, %d rank(s), %s, %d iterations: medians, "
 		       "slowest rank; ratio = raw time / zinf time\n",
 		       r->backend, r->world, zinf_dtype_name(r->dt), c->iters);
-		printf("%-14s %10s %10s %10s %10s  %-24s %10s %10s %7s\n", "# op", "bytes",
-		       "time_us", "algbw_GBps", "busbw_GBps", "raw call", "raw_us", "raw_busbw",
-		       "ratio");
+		printf("%-15s %10s %10s %10s %10s  %-24s %10s %10s %7s %10s %10s\n", "# op",
+		       "bytes", "time_us", "algbw_GBps", "busbw_GBps", "raw call", "raw_us",
+		       "raw_busbw", "ratio", "wire_B", "raw_wire_B");
 	}
 	for (int op = op0; !rc && op <= op1; op++) {
 		for (int i = 0; !rc && i < nsizes; i++) {

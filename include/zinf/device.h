@@ -187,6 +187,31 @@ ZINF_API int zinf_device_nonfinite(struct zinf_stream *s, const void *x, enum zi
 ZINF_API int zinf_device_fill(struct zinf_stream *s, void *dst, enum zinf_dtype dtype, float value,
 			      size_t n);
 /**
+ * Blockwise symmetric quantization (ZeRO++'s wire format): n elements of x (dtype) cut into
+ * blocks of `block` elements from x[0]; per block scales[b] = max|x| / Q in fp32 (Q = 127 for
+ * bits 8, 7 for bits 4), codes = x / scale rounded to nearest even, clamped to [-Q, Q]: one int8
+ * per element (bits 8) or two per byte (bits 4: element 2i in the low nibble of byte i; block
+ * even). codes holds n (bits 4: (n + 1) / 2) bytes, scales ceil(n / block) floats. Dequantized,
+ * |x - code * scale| <= scale / 2 + 2^-22 max|x|: max|x| / 254 (8 bits), / 14 (4 bits). A block
+ * whose max is below 2^-126 (zero or subnormal) gets scale 0; one holding a NaN or an infinity
+ * gets scale NaN (it dequantizes to NaN: the overflow check sees it). err (optional, n floats
+ * of device memory): error feedback: x + err[i] is quantized (one fp32 addition) and err[i]
+ * becomes err_beta x (x + err[i] - dequantized) (0 in a NaN block). "host" runs the C
+ * reference, "cuda" kernels/quant.cu: the same codes, scales and err bit for bit.
+ * Returns 0; -EINVAL (NULL array with n > 0, bits not 8 or 4, block 0 or odd with bits 4).
+ */
+ZINF_API int zinf_device_quantize(struct zinf_stream *s, void *codes, float *scales, const void *x,
+				  enum zinf_dtype dtype, size_t n, size_t block, unsigned bits,
+				  float *err, float err_beta);
+/**
+ * y = codes x scales (the format of zinf_device_quantize), one fp32 product per element, stored
+ * as dtype (16-bit: to nearest even); with accumulate, y is f32 and y[i] += the product (one fp32
+ * addition). Returns 0; -EINVAL as zinf_device_quantize, or accumulate with dtype not f32.
+ */
+ZINF_API int zinf_device_dequantize(struct zinf_stream *s, void *y, enum zinf_dtype dtype,
+				    const void *codes, const float *scales, size_t n, size_t block,
+				    unsigned bits, bool accumulate);
+/**
  * zinf_adam_step() on device memory, the same arguments, the same formula and the same scalars
  * (computed in float64 when queued). "host" runs zinf_adam_step() itself (bit for bit the
  * cpu_adam path that o->simd, ZINF_SIMD or the CPU selects); "cuda" rounds as cpu_adam's vector

@@ -70,9 +70,10 @@ Test(bench_comm, single_json)
 	json_t *j = zc_json(r.out);
 	cr_assert_str_eq(str(j, "bench"), "comm");
 	json_t *res = json_object_get(j, "results");
-	cr_assert_eq(json_array_size(res), 6); /* 3 ops x 2 sizes, in that order */
-	static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce"};
-	for (int i = 0; i < 6; i++) {
+	cr_assert_eq(json_array_size(res), 10); /* 5 ops x 2 sizes, in that order */
+	static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce",
+					  "qall_gather", "qreduce_scatter"};
+	for (int i = 0; i < 10; i++) {
 		json_t *e = json_array_get(res, i);
 		check_result(e, ops[i / 2], i % 2 ? 1 << 20 : 3 << 20, 1, "single");
 		cr_assert_str_eq(str(e, "dtype"), "f32");
@@ -81,6 +82,9 @@ Test(bench_comm, single_json)
 	/* one rank: an all_reduce is nothing to compare; an all_gather is a copy */
 	cr_assert(json_is_null(json_object_get(json_array_get(res, 4), "raw_call")));
 	cr_assert_str_eq(str(json_array_get(res, 0), "raw_call"), "memcpy");
+	/* the quantized calls are timed against zinf's unquantized ones */
+	cr_assert_str_eq(str(json_array_get(res, 6), "raw_call"), "zinf all_gather");
+	cr_assert_str_eq(str(json_array_get(res, 8), "raw_call"), "zinf reduce_scatter");
 	json_decref(j);
 	zc_scratch_fini(&r);
 }
@@ -113,8 +117,8 @@ Test(bench_comm, bad_op_names_choices)
 	char *argv[] = {"zinf", "bench", "comm", "--op", "allgather", NULL};
 	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 2);
 	char *e = zc_text(r.err);
-	cr_assert(strstr(e, "--op allgather: expected all_gather, reduce_scatter, all_reduce or "
-			    "all"),
+	cr_assert(strstr(e, "--op allgather: expected all_gather, reduce_scatter, all_reduce, "
+			    "qall_gather, qreduce_scatter or all"),
 		  "%s", e);
 	free(e);
 	zc_scratch_fini(&r);
@@ -176,13 +180,23 @@ Test(bench_comm, mpirun_two_ranks)
 	free(out);
 	json_t *j = zc_json(r.out);
 	json_t *res = json_object_get(j, "results");
-	cr_assert_eq(json_array_size(res), 3);
-	static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce"};
-	for (int i = 0; i < 3; i++) {
+	cr_assert_eq(json_array_size(res), 5);
+	static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce",
+					  "qall_gather", "qreduce_scatter"};
+	for (int i = 0; i < 5; i++) {
 		json_t *e = json_array_get(res, i);
 		check_result(e, ops[i], 2 << 20, 2, "mpi");
 		cr_assert_str_eq(str(e, "raw_dtype"), "f32");
 		cr_assert_eq(zc_num(e, "raw_bytes"), 2 << 20);
+	}
+	/* bytes one rank sends, worked by hand: 2 MiB of f32 over 2 ranks is 262144 elements per
+	   rank; unquantized it sends the other rank 1 MiB; 8-bit codes are 262144 bytes plus a
+	   float per 256 elements (4096 bytes); qgZ with both ranks in one group (one node) sends
+	   the one chunk in its single all_to_all */
+	for (int i = 3; i < 5; i++) {
+		json_t *e = json_array_get(res, i);
+		cr_assert_eq(zc_num(e, "wire_bytes"), 262144 + 4096, "%s", ops[i]);
+		cr_assert_eq(zc_num(e, "raw_wire_bytes"), 1 << 20, "%s", ops[i]);
 	}
 	json_decref(j);
 	zc_scratch_fini(&r);
@@ -217,7 +231,7 @@ Test(bench_comm, mpirun_bad_op_once)
 	cr_assert_neq(zc_mpirun(2, args, r.out, r.err), 0);
 	char *e = zc_text(r.err);
 	cr_assert_eq(zc_count_substr(e, "--op gather: expected all_gather, reduce_scatter, "
-					"all_reduce or all"),
+					"all_reduce, qall_gather, qreduce_scatter or all"),
 		     1, "%s", e);
 	free(e);
 	zc_scratch_fini(&r);

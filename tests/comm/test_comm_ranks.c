@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 #include "common/test_util.h"
 #include "comm/comm_internal.h"
 #include "engine/rank_check.h"
@@ -816,6 +817,345 @@ case_mismatch(void)
 	return fails;
 }
 
+/* ---- quantized collectives (comm_quant.c) ------------------------------------------------- */
+
+/* Rank r's element i for the quantized cases: random, with one large value per 300 elements. */
+static float
+qvalue(uint64_t salt, int r, size_t i)
+{
+	float v = value(salt, r, i);
+	return i % 300 == 17 ? v * 1000.0f : v;
+}
+
+/* deq(q(x)) of n elements of dtype t, worked here with the C reference, as dtype t. */
+static void *
+q_round_trip(const void *x, enum zinf_dtype t, size_t n, size_t block, unsigned bits)
+{
+	void *codes = malloc(qz_code_bytes(n, bits) + 1), *y = malloc(n * zinf_dtype_size(t));
+	float *scales = malloc(qz_blocks(n, block) * 4 + 4);
+	qz_quantize(codes, scales, x, t, n, block, bits, NULL, 0.0f);
+	qz_dequantize(y, t, codes, scales, n, block, bits);
+	free(codes);
+	free(scales);
+	return y;
+}
+
+/* Every rank's recv equals each rank's partition quantized and dequantized here, bit for bit. */
+static int
+case_qall_gather(void)
+{
+	static const enum zinf_dtype types[] = {ZINF_F32, ZINF_BF16, ZINF_F16};
+	struct zinf_comm *c = open_comm(60, true);
+	const size_t count = 1000; /* 3 blocks of 256 and one of 232 */
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	for (unsigned bits = 8; bits >= 4; bits -= 4) {
+		for (int tt = 0; tt < 3; tt++) {
+			enum zinf_dtype t = types[tt];
+			size_t es = zinf_dtype_size(t);
+			char *full = buf_alloc(count * world * es), *part = buf_alloc(count * es);
+			for (size_t i = 0; i < count; i++) {
+				store(part, t, i, qvalue(200 + tt, rank, i));
+			}
+			bool inplace = tt == 1;
+			char *send = inplace ? full + (size_t)rank * count * es : part;
+			if (inplace) {
+				memcpy(send, part, count * es);
+			}
+			struct zinf_comm_quant_opts q;
+			zinf_comm_quant_opts_init(&q);
+			q.bits = bits;
+			int rc = zinf_comm_qall_gather(c, &q, send, full, count, t);
+			CHECK(rc == 0, "qall_gather: %s", zinf_last_error());
+			for (int r = 0; r < world && rc == 0; r++) {
+				char *x = malloc(count * es);
+				for (size_t i = 0; i < count; i++) {
+					store(x, t, i, qvalue(200 + tt, r, i));
+				}
+				char *ref = q_round_trip(x, t, count, 256, bits);
+				CHECK(memcmp(ref, full + (size_t)r * count * es, count * es) == 0,
+				      "%u-bit %s: rank %d's partition differs from deq(q(x))", bits,
+				      zinf_dtype_name(t), r);
+				free(x);
+				free(ref);
+			}
+			buf_free(full);
+			buf_free(part);
+		}
+	}
+	struct zinf_comm_quant_opts q;
+	zinf_comm_quant_opts_init(&q);
+	q.bits = 4;
+	q.block = 3;
+	float one = 1;
+	CHECK(zinf_comm_qall_gather(c, &q, &one, &one, 1, ZINF_F32) == -EINVAL, "odd 4-bit block");
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/* The stated bound of a quantized reduce-scatter, element i of this rank's result: each
+ * quantization costs max|block| / 2Q + 2^-22 max|block|, the first over the ranks' blocks (S =
+ * the sum of their maxima), the second over the partial sums' (at most S, to rounding); fp32
+ * sums cost world x 2^-22 S; the output's rounding half an ulp of the result. */
+static double
+q_bound(enum zinf_dtype t, unsigned bits, int stages, double s, double ref)
+{
+	double half_ulp = t == ZINF_BF16 ? 0x1p-8 : t == ZINF_F16 ? 0x1p-11 : 0x1p-24;
+	double q = bits == 8 ? 127.0 : 7.0;
+	return stages * s * (1.0 / (2.0 * q) + 0x1p-21) + world * 0x1p-22 * s +
+	       half_ulp * fabs(ref) * (1 + 0x1p-20) + 0x1p-126;
+}
+
+/* The scheme worked here for this rank's segment with the C reference (no error feedback). */
+static float *
+q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, int k, unsigned bits, bool avg)
+{
+	int groups = world / k;
+	bool intra = k > 1 || groups == 1, inter = groups > 1;
+	size_t es = zinf_dtype_size(t), cb = qz_code_bytes(count, bits) + 1;
+	float *part = calloc((size_t)groups * count, 4), *sum = calloc(count, 4);
+	char *x = malloc(count * es);
+	void *codes = malloc(cb);
+	float *scales = malloc(qz_blocks(count, 256) * 4 + 4);
+	for (int g = 0; g < groups; g++) { /* group g's partial sum of this rank's segment */
+		for (int l = 0; l < k; l++) {
+			int src = g * k + l;
+			for (size_t i = 0; i < count; i++) {
+				store(x, t, i, qvalue(salt, src, (size_t)rank * count + i));
+			}
+			if (intra) {
+				qz_quantize(codes, scales, x, t, count, 256, bits, NULL, 0);
+				qz_dequantize_add(part + (size_t)g * count, codes, scales, count,
+						  256, bits);
+			} else {
+				for (size_t i = 0; i < count; i++) {
+					part[(size_t)g * count + i] = load(x, t, i);
+				}
+			}
+		}
+	}
+	if (inter) {
+		for (int g = 0; g < groups; g++) {
+			qz_quantize(codes, scales, part + (size_t)g * count, ZINF_F32, count, 256,
+				    bits, NULL, 0);
+			qz_dequantize_add(sum, codes, scales, count, 256, bits);
+		}
+	} else {
+		memcpy(sum, part, count * 4);
+	}
+	float mul = avg ? 1.0f / (float)world : 1.0f;
+	for (size_t i = 0; i < count; i++) {
+		sum[i] = avg ? sum[i] * mul : sum[i];
+	}
+	free(part);
+	free(x);
+	free(codes);
+	free(scales);
+	return sum;
+}
+
+/*
+ * qgZ's reduce-scatter for every grouping of this world (groups of 1, 2 and all ranks), 8 and
+ * 4 bits, f32 and bf16, SUM and AVG: within the stated bound of the float64 sum, and equal bit
+ * for bit to the scheme worked here (which ranks' codes meet in which order).
+ */
+static int
+case_qreduce_scatter(void)
+{
+	static const enum zinf_dtype types[] = {ZINF_F32, ZINF_BF16};
+	struct zinf_comm *c = open_comm(60, true);
+	const size_t count = 700;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	for (int k = 1; k <= world; k *= 2) {
+		if (world % k) {
+			continue;
+		}
+		int groups = world / k, stages = (k > 1 || groups == 1) + (groups > 1);
+		for (unsigned bits = 8; bits >= 4; bits -= 4) {
+			for (int tt = 0; tt < 2; tt++) {
+				for (int red = ZINF_COMM_SUM; red <= ZINF_COMM_AVG; red++) {
+					enum zinf_dtype t = types[tt];
+					uint64_t salt = 300 + (uint64_t)(k * 10 + tt);
+					size_t es = zinf_dtype_size(t);
+					char *send = buf_alloc(count * world * es),
+					     *recv = buf_alloc(count * es);
+					for (size_t i = 0; i < count * world; i++) {
+						store(send, t, i, qvalue(salt, rank, i));
+					}
+					struct zinf_comm_quant_opts q;
+					zinf_comm_quant_opts_init(&q);
+					q.bits = bits;
+					q.group = k;
+					int rc = zinf_comm_qreduce_scatter(c, &q, send, recv, count,
+									   t, red, NULL);
+					CHECK(rc == 0, "qreduce_scatter: %s", zinf_last_error());
+					float *sim = q_simulate(salt, t, count, k, bits, red);
+					for (size_t i = 0; i < count && rc == 0; i++) {
+						size_t g = (size_t)rank * count + i;
+						double ref = 0, s = 0;
+						for (int r = 0; r < world; r++) {
+							ref += qvalue(salt, r, g);
+						}
+						/* S: the ranks' maxima over element i's block */
+						size_t lo = i / 256 * 256,
+						       hi = lo + 256 < count ? lo + 256 : count;
+						for (int r = 0; r < world; r++) {
+							double m = 0;
+							for (size_t j = lo; j < hi; j++) {
+								m = fmax(
+									m,
+									fabs(qvalue(
+										salt, r,
+										(size_t)rank * count +
+											j)));
+							}
+							s += m;
+						}
+						if (red == ZINF_COMM_AVG) {
+							ref /= world;
+							s /= world;
+						}
+						double got = load(recv, t, i),
+						       b = q_bound(t, bits, stages, s, ref);
+						if (fabs(got - ref) > b) {
+							CHECK(0,
+							      "group %d %u-bit %s %s element %zu: "
+							      "%.9g, "
+							      "reference %.9g (bound %.3g)",
+							      k, bits, zinf_dtype_name(t),
+							      red ? "avg" : "sum", i, got, ref, b);
+							break;
+						}
+						char want[4];
+						store(want, t, 0, sim[i]);
+						if (memcmp(want, recv + i * es, es) != 0) {
+							CHECK(0,
+							      "group %d %u-bit %s %s element %zu: "
+							      "%.9g, the "
+							      "scheme worked here gives %.9g",
+							      k, bits, zinf_dtype_name(t),
+							      red ? "avg" : "sum", i, got, sim[i]);
+							break;
+						}
+					}
+					free(sim);
+					buf_free(send);
+					buf_free(recv);
+				}
+			}
+		}
+	}
+	struct zinf_comm_quant_opts q;
+	zinf_comm_quant_opts_init(&q);
+	q.group = world + 1;
+	float x[8] = {0};
+	CHECK(zinf_comm_qreduce_scatter(c, &q, x, x + 4, 1, ZINF_F32, ZINF_COMM_SUM, NULL) ==
+		      -EINVAL,
+	      "a group that does not divide the world");
+	CHECK(zinf_comm_qreduce_scatter(c, NULL, x, x + 4, 1, ZINF_F32, ZINF_COMM_MAX, NULL) ==
+		      -EINVAL,
+	      "MAX");
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/*
+ * Error feedback: the same gradient reduced n times. Without it every call makes the same
+ * error, so the sum of the n results is n x one call's error away from n x the exact sum; with
+ * it (err_beta 1) each call carries the last one's residual, and the accumulated error stays
+ * within about one call's bound. Values without outliers: a residual far below a block's step
+ * would take more calls than the test makes to cross it. reset_T 1 clears it before every call: the
+ * no-feedback bits.
+ */
+static int
+case_qreduce_scatter_error_feedback(void)
+{
+	struct zinf_comm *c = open_comm(60, true);
+	const size_t count = 512;
+	const int n = 16;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	int k = world >= 4 ? 2 : 1; /* two stages with 4 ranks, one below */
+	float *send = buf_alloc(count * world * 4), *recv = buf_alloc(count * 4);
+	double *acc[3];
+	for (size_t i = 0; i < count * world; i++) {
+		send[i] = value(400, rank, i);
+	}
+	struct zinf_comm_quant_opts q;
+	zinf_comm_quant_opts_init(&q);
+	q.bits = 4;
+	q.group = k;
+	float *first = malloc(count * 4);
+	for (int mode = 0; mode < 3; mode++) { /* none, feedback, feedback reset every call */
+		struct zinf_comm_qerr *e = NULL;
+		acc[mode] = calloc(count, sizeof(double));
+		if (mode) {
+			CHECK(zinf_comm_qerr_create(c, count, 1.0f, mode == 2 ? 1 : 0, &e) == 0,
+			      "%s", zinf_last_error());
+		}
+		for (int step = 0; step < n; step++) {
+			int rc = zinf_comm_qreduce_scatter(c, &q, send, recv, count, ZINF_F32,
+							   ZINF_COMM_SUM, e);
+			CHECK(rc == 0, "qreduce_scatter: %s", zinf_last_error());
+			for (size_t i = 0; i < count; i++) {
+				acc[mode][i] += recv[i];
+			}
+			if (mode == 0 && step == 0) {
+				memcpy(first, recv, count * 4);
+			}
+			if (mode == 2) {
+				CHECK(memcmp(first, recv, count * 4) == 0,
+				      "reset_T 1, step %d: not the no-feedback bits", step);
+			}
+		}
+		zinf_comm_qerr_destroy(e);
+	}
+	double worst[2] = {0, 0}, bound = 0;
+	for (size_t i = 0; i < count; i++) {
+		size_t g = (size_t)rank * count + i;
+		double ref = 0, s = 0;
+		for (int r = 0; r < world; r++) {
+			ref += value(400, r, g);
+			double m = 0;
+			for (size_t j = i / 256 * 256; j < i / 256 * 256 + 256; j++) {
+				m = fmax(m, fabs(value(400, r, (size_t)rank * count + j)));
+			}
+			s += m;
+		}
+		for (int mode = 0; mode < 2; mode++) {
+			worst[mode] = fmax(worst[mode], fabs(acc[mode][i] - n * ref));
+		}
+		bound = fmax(bound,
+			     q_bound(ZINF_F32, 4, (k > 1) + (world / k > 1 || k == world), s, ref));
+	}
+	CHECK(worst[1] <= 2.0 * bound,
+	      "with feedback the error over %d calls is %g, beyond two calls' bound %g", n,
+	      worst[1], 2.0 * bound);
+	CHECK(worst[0] > 4.0 * worst[1],
+	      "without feedback %g, with %g: feedback should cut the accumulated error", worst[0],
+	      worst[1]);
+	if (rank == 0) {
+		printf("error feedback, %d calls, %d ranks, 4 bits: accumulated error %g without, "
+		       "%g with (one call's bound %g)\n",
+		       n, world, worst[0], worst[1], bound);
+	}
+	for (int mode = 0; mode < 3; mode++) {
+		free(acc[mode]);
+	}
+	free(first);
+	buf_free(send);
+	buf_free(recv);
+	zinf_comm_destroy(c);
+	return fails;
+}
+
 /* ---- runner ------------------------------------------------------------------------------- */
 
 static const struct {
@@ -840,6 +1180,9 @@ static const struct {
 	{"notice_stale", case_notice_stale, false},
 	{"notice_stale_late", case_notice_stale_late, false},
 	{"notice_all", case_notice_all, false},
+	{"qall_gather", case_qall_gather, true},
+	{"qreduce_scatter", case_qreduce_scatter, true},
+	{"qreduce_scatter_error_feedback", case_qreduce_scatter_error_feedback, true},
 };
 
 /* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/dtype.h"
+#include "common/quant.h"
 #include "common/test_util.h"
 #include "zinf/device.h"
 
@@ -491,4 +492,222 @@ Test(device, events_order_two_streams)
 	zinf_device_free(dev, dx);
 	zinf_event_destroy(e);
 	zinf_stream_destroy(s2);
+}
+
+/* ---- the blockwise int8/int4 codec (common/quant.h) ------------------------------------------ */
+
+struct qrun {
+	void *codes;   /* host copies of what the device wrote */
+	float *scales; /* one per block */
+	float *deq;    /* dequantized, as f32 */
+};
+
+/* Quantize x (dtype t, n elements) on the device and dequantize it back to f32 there. */
+static struct qrun
+quant_round_trip(const void *x, enum zinf_dtype t, size_t n, size_t block, unsigned bits)
+{
+	size_t cb = qz_code_bytes(n, bits), nb = qz_blocks(n, block);
+	void *dx = to_dev(x, n * zinf_dtype_size(t)), *dc = to_dev(NULL, cb);
+	float *ds = to_dev(NULL, nb * 4), *dy = to_dev(NULL, n * 4);
+	cr_assert_eq(zinf_device_quantize(st, dc, ds, dx, t, n, block, bits, NULL, 0.0f), 0, "%s",
+		     zinf_last_error());
+	cr_assert_eq(zinf_device_dequantize(st, dy, ZINF_F32, dc, ds, n, block, bits, false), 0,
+		     "%s", zinf_last_error());
+	struct qrun r = {from_dev(dc, cb), from_dev(ds, nb * 4), from_dev(dy, n * 4)};
+	zinf_device_free(dev, dx);
+	zinf_device_free(dev, dc);
+	zinf_device_free(dev, ds);
+	zinf_device_free(dev, dy);
+	return r;
+}
+
+static void
+qrun_free(struct qrun *r)
+{
+	free(r->codes);
+	free(r->scales);
+	free(r->deq);
+}
+
+Test(device, quantize_within_the_stated_bound_of_a_float64_reference)
+{
+	uint64_t rng = zt_seed() + 11;
+	size_t n = 3 * 256 + 77; /* a short last block */
+	for (unsigned bits = 8; bits >= 4; bits -= 4) {
+		for (int t = 0; t < 3; t++) {
+			void *x = rand_array(t, n, &rng);
+			struct qrun r = quant_round_trip(x, t, n, 256, bits);
+			/* the C reference writes the same codes and scales, bit for bit */
+			size_t cb = qz_code_bytes(n, bits), nb = qz_blocks(n, 256);
+			void *rc = malloc(cb);
+			float *rs = malloc(nb * 4);
+			qz_quantize(rc, rs, x, t, n, 256, bits, NULL, 0.0f);
+			cr_assert_eq(memcmp(rc, r.codes, cb), 0, "%u-bit %s codes", bits,
+				     zinf_dtype_name(t));
+			cr_assert_eq(memcmp(rs, r.scales, nb * 4), 0, "%u-bit %s scales", bits,
+				     zinf_dtype_name(t));
+			double q = bits == 8 ? 127.0 : 7.0;
+			for (size_t b = 0; b < nb; b++) {
+				size_t lo = b * 256, hi = lo + 256 < n ? lo + 256 : n;
+				double m = 0.0;
+				for (size_t i = lo; i < hi; i++) {
+					m = fmax(m, fabs((double)load(x, t, i)));
+				}
+				/* one correctly rounded fp32 division of M by Q */
+				cr_assert_eq(dt_f2u(r.scales[b]), dt_f2u((float)(m / q)),
+					     "block %zu scale %a, expected %a", b, r.scales[b],
+					     (float)(m / q));
+				double bound = m / (2.0 * q) + ldexp(m, -22);
+				for (size_t i = lo; i < hi; i++) {
+					double e = fabs((double)load(x, t, i) - (double)r.deq[i]);
+					cr_assert_leq(e, bound,
+						      "%u-bit %s element %zu: |x - deq| %g > %g",
+						      bits, zinf_dtype_name(t), i, e, bound);
+				}
+			}
+			free(rc);
+			free(rs);
+			free(x);
+			qrun_free(&r);
+		}
+	}
+}
+
+Test(device, quantize_worked_by_hand_rounds_to_nearest_even)
+{
+	/* block 4, M = 127: scale 1, codes are x rounded to nearest, ties to even */
+	float x[8] = {2.5f, -3.5f, 1.5f, 127.0f, 7.0f, -7.0f, 3.5f, 0.25f};
+	struct qrun r = quant_round_trip(x, ZINF_F32, 8, 4, 8);
+	const int8_t *c = r.codes;
+	cr_assert_eq(r.scales[0], 1.0f);
+	cr_assert(c[0] == 2 && c[1] == -4 && c[2] == 2 && c[3] == 127, "%d %d %d %d", c[0], c[1],
+		  c[2], c[3]);
+	cr_assert_eq(r.scales[1], 7.0f / 127.0f);
+	qrun_free(&r);
+	/* 4 bits: M = 127 -> scale 127 / 7; M = 7 -> scale 1: 7, -7, 3.5 -> 4, 0.25 -> 0 */
+	r = quant_round_trip(x + 4, ZINF_F32, 4, 4, 4);
+	const uint8_t *b = r.codes;
+	cr_assert_eq(r.scales[0], 1.0f);
+	cr_assert_eq(b[0], 0x97, "7 low, -7 (0x9) high: 0x%02x", b[0]);
+	cr_assert_eq(b[1], 0x04, "4 low, 0 high: 0x%02x", b[1]);
+	cr_assert(r.deq[0] == 7.0f && r.deq[1] == -7.0f && r.deq[2] == 4.0f && r.deq[3] == 0.0f);
+	qrun_free(&r);
+	/* an odd count with 4 bits: the last byte's high nibble is 0 */
+	float y[3] = {-7.0f, 1.0f, 2.0f};
+	r = quant_round_trip(y, ZINF_F32, 3, 4, 4);
+	b = r.codes;
+	cr_assert_eq(b[0], 0x19, "-7 (0x9) low, 1 high: 0x%02x", b[0]);
+	cr_assert_eq(b[1], 0x02, "2 low, nothing high: 0x%02x", b[1]);
+	qrun_free(&r);
+}
+
+Test(device, quantize_edge_blocks_zero_huge_subnormal_nan_inf)
+{
+	size_t n = 6 * 8;
+	float x[48] = {0};
+	/* block 0: zeros; 1: one huge value among ones; 2: subnormals only; 3: a NaN;
+	   4: an infinity; 5: ordinary values (blocks 3-4 must not touch it) */
+	for (int i = 8; i < 16; i++) {
+		x[i] = 1.0f;
+	}
+	x[12] = 1e30f;
+	for (int i = 16; i < 24; i++) {
+		x[i] = dt_u2f(0x00000100u * (uint32_t)(i - 15));
+	}
+	for (int i = 24; i < 40; i++) {
+		x[i] = 0.5f;
+	}
+	x[27] = NAN;
+	x[33] = -INFINITY;
+	for (int i = 40; i < 48; i++) {
+		x[i] = (float)(i - 44);
+	}
+	struct qrun r = quant_round_trip(x, ZINF_F32, n, 8, 8);
+	cr_assert_eq(r.scales[0], 0.0f, "a zero block has scale 0");
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(dt_f2u(r.deq[i]), 0u, "zero block element %d: %a", i, r.deq[i]);
+	}
+	cr_assert_eq(r.scales[1], 1e30f / 127.0f);
+	cr_assert_eq(r.deq[12], 127.0f * (1e30f / 127.0f), "the huge value comes back");
+	cr_assert_eq(r.deq[8], 0.0f,
+		     "1 is below half a step of 1e30 / 127: lost, within the bound");
+	cr_assert_eq(r.scales[2], 0.0f, "a subnormal block is flushed");
+	for (int i = 16; i < 24; i++) {
+		cr_assert_leq(fabs((double)x[i] - r.deq[i]), ldexp(1.0, -126));
+	}
+	cr_assert(isnan(r.scales[3]) && isnan(r.scales[4]), "NaN and inf blocks: scale NaN");
+	for (int i = 24; i < 40; i++) {
+		cr_assert(isnan(r.deq[i]), "element %d of a NaN/inf block: %a, expected NaN", i,
+			  r.deq[i]);
+	}
+	cr_assert_eq(r.scales[5], 4.0f / 127.0f);
+	for (int i = 40; i < 48; i++) {
+		cr_assert_leq(fabs((double)x[i] - r.deq[i]), 4.0 / 254.0 + ldexp(4.0, -22),
+			      "element %d", i);
+	}
+	qrun_free(&r);
+}
+
+Test(device, quantize_error_feedback_keeps_the_residual)
+{
+	uint64_t rng = zt_seed() + 12;
+	size_t n = 1000;
+	float *x = rand_array(ZINF_F32, n, &rng), *e0 = rand_array(ZINF_F32, n, &rng);
+	for (size_t i = 0; i < n; i++) {
+		e0[i] *= 0x1p-10f;
+	}
+	size_t cb = qz_code_bytes(n, 4), nb = qz_blocks(n, 64);
+	void *dx = to_dev(x, n * 4), *dc = to_dev(NULL, cb);
+	float *ds = to_dev(NULL, nb * 4), *de = to_dev(e0, n * 4), *dy = to_dev(NULL, n * 4);
+	cr_assert_eq(zinf_device_fill(st, dy, ZINF_F32, 0.5f, n), 0);
+	cr_assert_eq(zinf_device_quantize(st, dc, ds, dx, ZINF_F32, n, 64, 4, de, 0.75f), 0, "%s",
+		     zinf_last_error());
+	cr_assert_eq(zinf_device_dequantize(st, dy, ZINF_F32, dc, ds, n, 64, 4, true), 0, "%s",
+		     zinf_last_error());
+	float *e = from_dev(de, n * 4), *y = from_dev(dy, n * 4);
+	/* the C reference on the same inputs: codes, then err = 0.75 (x + e0 - deq) */
+	float *re = malloc(n * 4), *ry = malloc(n * 4), *rs = malloc(nb * 4);
+	void *rc = malloc(cb);
+	memcpy(re, e0, n * 4);
+	qz_quantize(rc, rs, x, ZINF_F32, n, 64, 4, re, 0.75f);
+	for (size_t i = 0; i < n; i++) {
+		ry[i] = 0.5f;
+	}
+	qz_dequantize_add(ry, rc, rs, n, 64, 4);
+	for (size_t i = 0; i < n; i++) {
+		float c = x[i] + e0[i];
+		double deq = (double)qz_deq(qz_get(rc, i, 4), rs[i / 64]);
+		/* worked here in float64: the kept error is 0.75 x the residual, to fp32 rounding
+		 */
+		cr_assert_leq(fabs((double)e[i] - 0.75 * ((double)c - deq)),
+			      ldexp(fabs((double)c) + fabs(deq), -22), "element %zu", i);
+		cr_assert_eq(dt_f2u(e[i]), dt_f2u(re[i]), "element %zu: err %a, reference %a", i,
+			     e[i], re[i]);
+		cr_assert_eq(dt_f2u(y[i]), dt_f2u(ry[i]), "element %zu: y %a, reference %a", i,
+			     y[i], ry[i]);
+	}
+	free(re);
+	free(ry);
+	free(rs);
+	free(rc);
+	free(x);
+	free(e0);
+	free(e);
+	free(y);
+	zinf_device_free(dev, dx);
+	zinf_device_free(dev, dc);
+	zinf_device_free(dev, ds);
+	zinf_device_free(dev, de);
+	zinf_device_free(dev, dy);
+}
+
+Test(device, quantize_refuses_bad_bits_and_blocks)
+{
+	float x[4] = {1, 2, 3, 4}, s[4];
+	int8_t c[4];
+	cr_assert_eq(zinf_device_quantize(st, c, s, x, ZINF_F32, 4, 4, 5, NULL, 0), -EINVAL);
+	cr_assert_eq(zinf_device_quantize(st, c, s, x, ZINF_F32, 4, 0, 8, NULL, 0), -EINVAL);
+	cr_assert_eq(zinf_device_quantize(st, c, s, x, ZINF_F32, 4, 3, 4, NULL, 0), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "even for 4-bit"), "%s", zinf_last_error());
+	cr_assert_eq(zinf_device_dequantize(st, x, ZINF_BF16, c, s, 4, 4, 8, true), -EINVAL);
 }

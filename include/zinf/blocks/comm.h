@@ -229,6 +229,70 @@ ZINF_API int zinf_comm_wait(struct zinf_comm *c, struct zinf_comm_req *req);
  */
 ZINF_API int zinf_comm_test(struct zinf_comm *c, struct zinf_comm_req *req);
 
+/* ---- quantized collectives (ZeRO++: qwZ's all-gather, qgZ's reduce-scatter) -----------------
+ * Data moves as blockwise symmetric codes with one fp32 scale per block (zinf_device_quantize's
+ * format: int8, or int4 two per byte; blocks cut from each rank's segment's start): per element
+ * |x - deq| <= max|block| / 254 (8 bits), / 14 (4 bits), plus 2^-22 max|block| of fp32 rounding.
+ * A block holding a NaN or an infinity arrives as NaN in every element. Each call is made of the
+ * collectives above (all_gather, and an all_to_all within groups of ranks, moving bytes): each
+ * has the deadline, the call check and the failure notices of every collective, and the call
+ * waits for them (there is no request). Buffers as the collectives'; the codec runs where they
+ * live: on the calling thread (mpi, single) or on the communicator's stream (nccl: kernels).
+ * Returns 0, or the errors of the collectives, and -EINVAL (bad option, count 0 with a NULL
+ * buffer, MAX, the group not dividing the world, error state of another call), -ENOMEM.
+ */
+struct zinf_comm_quant_opts {
+	size_t size; /* sizeof(struct zinf_comm_quant_opts); set by zinf_comm_quant_opts_init() */
+	uint32_t block;	   /* elements per fp32 scale; default 256; even with 4 bits */
+	uint32_t bits;	   /* 8 (default) or 4 */
+	int32_t group;	   /* reduce-scatter: ranks per group, consecutive (ZeRO++: a node's);
+			      0 (default): the ranks on this node when they divide the world,
+			      else the world */
+	uint32_t reserved; /* zero */
+};
+
+/** Fill *o with the defaults above (and o->size). */
+ZINF_API void zinf_comm_quant_opts_init(struct zinf_comm_quant_opts *o);
+
+/**
+ * Quantized all-gather (qwZ): each rank quantizes its count elements of send, the codes and
+ * scales are all-gathered, and every rank dequantizes every rank's into recv (count x world
+ * elements, dtype): the same bits on every rank, this rank's partition included. send may be
+ * recv + rank x count. q NULL: defaults.
+ */
+ZINF_API int zinf_comm_qall_gather(struct zinf_comm *c, const struct zinf_comm_quant_opts *q,
+				   const void *send, void *recv, size_t count,
+				   enum zinf_dtype dtype);
+
+struct zinf_comm_qerr; /* opaque: a rank's error feedback for one reduce-scatter's shape */
+
+/**
+ * Error feedback for zinf_comm_qreduce_scatter of count elements per rank on c (LoCo): the
+ * quantization error of each call, times err_beta, is added to the next call's input before it
+ * is quantized (both quantizations: this rank's gradient, and its group's partial sums); every
+ * reset_T calls (0: never) it is cleared first. Free with zinf_comm_qerr_destroy() before c.
+ * Returns 0 and sets *out; -EINVAL (NULL, count 0, err_beta not in [0, 1]), -ENOMEM.
+ */
+ZINF_API int zinf_comm_qerr_create(struct zinf_comm *c, size_t count, float err_beta,
+				   uint32_t reset_T, struct zinf_comm_qerr **out);
+ZINF_API void zinf_comm_qerr_destroy(struct zinf_comm_qerr *e); /* NULL is a no-op */
+
+/**
+ * Quantized reduce-scatter (qgZ), send (count x world elements) to recv (count), SUM or AVG,
+ * over groups of q->group consecutive ranks: each rank quantizes its gradient, an all_to_all
+ * within the group gives every rank its share of the group's, which it dequantizes and sums in
+ * fp32 (peers in rank order); with more than one group these partial sums are quantized again,
+ * exchanged with the ranks of the same place in the other groups (all_to_all) and summed (groups
+ * in order), then AVG multiplies by 1 / world in fp32 and the result is rounded once to dtype.
+ * One group: one exchange; groups of one rank: only the second. err: NULL, or this rank's error
+ * feedback (zinf_comm_qerr_create with this count on c). The result is deterministic: the same
+ * inputs give the same bits. Error bound: comm/README.md.
+ */
+ZINF_API int zinf_comm_qreduce_scatter(struct zinf_comm *c, const struct zinf_comm_quant_opts *q,
+				       const void *send, void *recv, size_t count,
+				       enum zinf_dtype dtype, enum zinf_comm_red red,
+				       struct zinf_comm_qerr *err);
+
 /* ---- statistics --------------------------------------------------------------------------- */
 
 struct zinf_comm_stats {
