@@ -174,36 +174,6 @@ slot_of(const struct zinf_engine *e, uint32_t k)
 	return e->sp.mem + (uint64_t)e->sp.sg_slot[k] * e->sp.stride;
 }
 
-/*
- * Sub-group k's 16-bit values from their homes into dst (its len elements of opts.dtype;
- * device memory when dst_dev): the reverse of eng_param_home_write. Copies on x->s, finished
- * before returning.
- */
-static int
-home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *dst, bool dst_dev)
-{
-	size_t ds = eng_dsize(e);
-	uint64_t start = eng_sg_start(e, k);
-	int ret = 0;
-	for (uint32_t i = e->sg_first[k]; i < e->n_params && !ret; i++) {
-		struct eparam *p = &e->params[e->order[i]];
-		if (p->sg != k) {
-			break;
-		}
-		ret = e->pt->read(e, x, p, dst + (p->flat_off - start) * ds, dst_dev);
-		if (ret) {
-			return ENG_FAIL(e, ret,
-					"step %" PRId64 ": parameter \"%s\": keeping its 16-bit "
-					"values for the speculative step",
-					e->steps + 1, p->name);
-		}
-	}
-	ret = zinf_stream_sync(x->s);
-	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: keeping its 16-bit values",
-			      e->steps + 1, k)
-		   : 0;
-}
-
 /* On the worker, before stepping speculated sub-group k: its previous state into its slot. */
 int
 eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
@@ -215,7 +185,12 @@ eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 				"step %" PRId64 ": sub-group %u: keeping its optimizer state",
 				e->steps + 1, k);
 	}
-	return home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
+	ret = eng_param_home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
+	return ret ? ENG_FAIL(e, ret,
+			      "step %" PRId64 ": sub-group %u: keeping its 16-bit values for the "
+			      "speculative step",
+			      e->steps + 1, k)
+		   : 0;
 }
 
 /*
@@ -249,7 +224,8 @@ eng_spec_restore(struct zinf_engine *e, uint32_t k, bool params16)
 	char *slot = slot_of(e, k);
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	int ret = e->ot->restore(e, k, slot);
-	if (!ret && params16) {
+	/* a master shared with the 16-bit values (eng_master_shared) is restored with them */
+	if (!ret && (params16 || eng_master_shared(e))) {
 		ret = eng_param_home_write(e, &e->main, start, slot + e->sp.off[e->nparts],
 					   e->sp.dev, len);
 	}
