@@ -9,8 +9,8 @@
  * - The engine with the optimizer on NVMe (master shared) and the one with it on the CPU (master
  *   in memory, where it never touched a file) give the same bits after every step: the 16-bit
  *   values the trainer reads, a loss from them, the masters (read_master), the norm; stage 3
- *   with the parameters on NVMe (no cache, and the whole model cached) and on the CPU; fp32
- *   (bf16-stored) and q8 moments.
+ *   with the parameters on NVMe (no cache, and the whole model cached), on the CPU and on the
+ *   device, and stages 1 and 2 (the home: the gathered tensor); bf16 and q8 moments.
  * - The optimizer's NVMe bytes on a plain step are m's and v's alone, worked by hand: 667
  *   elements of bf16 m and v, 2 x 2 x 667 = 2668 each way (4002 with the master in the files);
  *   q8: 2 x (124 + 11 + 204 + 44 + 308) = 1382 (each sub-group a q8 array: its elements plus 4
@@ -41,6 +41,7 @@ struct cfg {
 	enum zinf_offload_device opt, param;
 	bool q8;
 	uint64_t max_in_cpu; /* offload_param.max_in_cpu (parameters on NVMe) */
+	int stage;	     /* 0: 3 */
 };
 
 static void
@@ -49,7 +50,7 @@ make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir)
 	zinf_engine_opts_init(o);
 	o->device_backend = "host";
 	o->comm_backend = "single";
-	o->stage = 3;
+	o->stage = c->stage ? c->stage : 3;
 	o->offload_optimizer.device = c->opt;
 	o->offload_optimizer.buffer_count = 2; /* the speculation's reserve: two sub-groups */
 	o->offload_optimizer.n_paths = 1;
@@ -167,27 +168,39 @@ shared_equals_cpu_tier(const struct cfg *nv)
 
 Test(engine_master, shared_equals_cpu_tier_params_nvme_no_cache)
 {
-	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0});
+	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0, 3});
 }
 
 Test(engine_master, shared_equals_cpu_tier_params_nvme_cached)
 {
-	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 100000});
+	shared_equals_cpu_tier(
+		&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 100000, 3});
 }
 
 Test(engine_master, shared_equals_cpu_tier_params_cpu)
 {
-	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, 0});
+	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, 0, 3});
 }
 
 Test(engine_master, shared_equals_cpu_tier_q8_params_nvme)
 {
-	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, 0});
+	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, 0, 3});
 }
 
 Test(engine_master, shared_equals_cpu_tier_params_gpu)
 {
-	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, false, 0});
+	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, false, 0, 3});
+}
+
+/* Stages 1 and 2: the home is this rank's slice of the gathered device tensor. */
+Test(engine_master, shared_equals_cpu_tier_stage2)
+{
+	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, false, 0, 2});
+}
+
+Test(engine_master, shared_equals_cpu_tier_stage1_q8)
+{
+	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NONE, true, 0, 1});
 }
 
 /* The masters of every parameter (read_master). */
@@ -209,8 +222,8 @@ Test(engine_master, checkpoints_cross_between_shared_and_in_memory_masters)
 {
 	static struct seen a, b;
 	static float ma[NP][NMAX], mb[NP][NMAX];
-	const struct cfg kinds[2] = {{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0},
-				     {ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false, 0}};
+	const struct cfg kinds[2] = {{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0, 3},
+				     {ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false, 0, 3}};
 	for (int from = 0; from < 2; from++) {
 		char *dir = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
 		struct model saver, loader;
