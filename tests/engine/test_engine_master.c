@@ -254,3 +254,38 @@ Test(engine_master, checkpoints_cross_between_shared_and_in_memory_masters)
 		free(ck);
 	}
 }
+
+/*
+ * zinf_engine_plan's optimizer state on NVMe (zinf config check's NVMe line): m and v alone with
+ * the shared master, 2 x 2 x 667 = 2668 bytes of bf16 m and v; 4002 with the master's 2 bytes
+ * when it is not shared (fp32 parameters, whose copy is not the master's bits); 0 on the CPU.
+ */
+Test(engine_master, plan_counts_the_optimizer_files_without_the_shared_master)
+{
+	struct zinf_param_desc d[NP];
+	for (int p = 0; p < NP; p++) {
+		zinf_param_desc_init(&d[p]);
+		d[p].name = names[p];
+		d[p].numel = numel[p];
+		d[p].layer = layer_of[p];
+	}
+	static const struct {
+		enum zinf_offload_device opt;
+		enum zinf_dtype dtype;
+		uint64_t want;
+	} cases[] = {
+		{ZINF_OFFLOAD_NVME, ZINF_BF16, 2u * 2u * FLAT},
+		{ZINF_OFFLOAD_NVME, ZINF_F32, 3u * 2u * FLAT},
+		{ZINF_OFFLOAD_CPU, ZINF_BF16, 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct zinf_engine_opts o;
+		make_opts(&o, &(struct cfg){cases[i].opt, ZINF_OFFLOAD_NVME, false, 0, 3}, "/tmp");
+		o.dtype = cases[i].dtype;
+		struct zinf_engine_plan plan = {.size = sizeof(plan)};
+		cr_assert_eq(zinf_engine_plan(&o, 1, 0, d, NP, &plan), 0, "%s", zinf_last_error());
+		cr_assert_eq(plan.optim_nvme_state_bytes, cases[i].want,
+			     "case %zu: %" PRIu64 " bytes, want %" PRIu64, i,
+			     plan.optim_nvme_state_bytes, cases[i].want);
+	}
+}
