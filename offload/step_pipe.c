@@ -16,7 +16,9 @@
  * The CPU tier with param_swap or copy_fn uses the same slots for the copy alone (no reads;
  * written to the parameter files with param_swap). before_fn sees the state in the slot once
  * its reads completed and before the optimizer runs (CPU tier: in place); copy_fn gets the copy
- * from the slot after the optimizer ran and before the writes start.
+ * from the slot after the optimizer ran and before the writes start. External parts
+ * (opts.external_parts) have room in a slot but no I/O: fill_fn fills them just before
+ * before_fn.
  *
  * Errors: the swap space logs an operation's failure (naming the tensor and the file) when it
  * is reaped, which may be long before the step looks at that part again; the slot keeps the
