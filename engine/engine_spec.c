@@ -26,12 +26,14 @@
  * arrays; nvme from the step's pool buffer in zinf_step's before_fn (engine_otier.c's before_cb,
  * through the keep_read hook), once the sub-group's reads completed and before the optimizer runs
  * over it, so that keeping it costs no read of its own. The 16-bit values come from their home
- * (eng_param_home_write's tiers, read back). With the optimizer on NVMe the step of the speculated
- * sub-groups is a zinf_step pass of its own: the sub-groups not stepped in it are left out with
- * zinf_step_skip (before_fn never sees them), and a redo is a second pass after zinf_step_load put
- * the previous states back (on the calling thread: before_fn keeps nothing there, only the worker's
- * speculated sub-groups are kept). Not here: the norm and the decision (engine_clip.c), the worker
- * (engine_worker.c).
+ * (eng_param_home_read); with a bf16 master that shares that home (eng_master_shared) they are
+ * the master keep_read keeps (the step filled it from the home), and every roll-back puts them
+ * back with the state (the redo's fill reads the master from there). With the optimizer on NVMe the
+ * step of the speculated sub-groups is a zinf_step pass of its own: the sub-groups not stepped in
+ * it are left out with zinf_step_skip (before_fn never sees them), and a redo is a second pass
+ * after zinf_step_load put the previous states back (on the calling thread: before_fn keeps nothing
+ * there, only the worker's speculated sub-groups are kept). Not here: the norm and the decision
+ * (engine_clip.c), the worker (engine_worker.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -185,6 +187,10 @@ eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 				"step %" PRId64 ": sub-group %u: keeping its optimizer state",
 				e->steps + 1, k);
 	}
+	if (eng_master_shared(e)) {
+		return 0; /* the 16-bit values are the master keep_read keeps: no read of the home
+			   */
+	}
 	ret = eng_param_home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
 	return ret ? ENG_FAIL(e, ret,
 			      "step %" PRId64 ": sub-group %u: keeping its 16-bit values for the "
@@ -213,6 +219,10 @@ keep_read(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t
 	}
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		memcpy(slot + e->sp.off[i], parts[i], zinf_optimizer_part_size(e->opt, i, len));
+	}
+	if (eng_master_shared(e)) {
+		/* the master, filled from the home, is the 16-bit values bit for bit */
+		memcpy(slot + e->sp.off[e->nparts], parts[0], len * eng_dsize(e));
 	}
 	return 0;
 }
