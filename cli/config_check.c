@@ -343,8 +343,11 @@ make_plan(const struct zinf_engine_opts *e, const struct cfg *c, struct plan *p)
 	   gradients that leave the window) */
 	if (od == ZINF_OFFLOAD_NVME) {
 		for (uint32_t i = 0; i < e->offload_optimizer.n_paths; i++) {
+			/* the state as the engine declares it (a shared bf16 master is in the
+			   parameters' home) */
 			add(p, "nvme", "optimizer state and gradients",
-			    part * (K + 4) / e->offload_optimizer.n_paths,
+			    ((double)ep.optim_nvme_state_bytes + part * 4) /
+				    e->offload_optimizer.n_paths,
 			    e->offload_optimizer.nvme_path[i]);
 		}
 	}

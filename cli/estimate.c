@@ -18,7 +18,8 @@
  *   stays on the CPU.
  *   NVMe per node: 12 P / M for the optimizer, 2 P / M for the parameters. With --optimizer-state
  *   and --master the optimizer's 12 (and the CPU's 16) follow its bytes (a bf16 master: 2
- *   instead of 4); with the parameters on NVMe each
+ *   instead of 4; with the optimizer on NVMe none, since it shares the 16-bit parameters' home,
+ *   which the step reads it from); with the parameters on NVMe each
  *   GPU's engine keeps min(max_in_cpu, its partition) 16-bit elements cached in CPU memory.
  * It does not count activations, the pinned swap buffers or the framework's own memory.
  *
@@ -192,6 +193,15 @@ state_bytes(const struct cfg *c)
 	return master + 4 + 4;
 }
 
+/* The optimizer's bytes per parameter in its files: a bf16 master shares the 16-bit parameters'
+ * home when the optimizer is on NVMe (engine/README.md), so its files hold the rest. */
+static double
+file_state_bytes(const struct choice *ch, const struct cfg *c)
+{
+	bool shared = ch->optim == OFF_NVME && !strcmp(c->master, "bf16");
+	return state_bytes(c) - (shared ? 2 : 0);
+}
+
 /* Bytes of one choice: a P + b per resource, with L folded in by the caller. */
 struct need {
 	double gpu, cpu, nvme;
@@ -223,7 +233,7 @@ need_of(const struct choice *ch, const struct cfg *c, double P, double L)
 		n.cpu += (state_bytes(c) + 4) * P / M * f;
 	} else if (ch->optim == OFF_NVME) {
 		n.cpu += 4 * P / M * f;
-		n.nvme += os / M;
+		n.nvme += file_state_bytes(ch, c) * P / M;
 	}
 	if (ch->param == OFF_CPU) {
 		n.cpu += 2 * P / M * f;
@@ -320,7 +330,7 @@ nvme_bytes(const struct choice *ch, const struct cfg *c)
 	double mb = c->micro;
 	struct nvme_bytes b = {0, 0, 0, 0, 0, 0};
 	if (ch->optim == OFF_NVME) {
-		b.optim_rd = b.optim_wr = state_bytes(c) * P / M;
+		b.optim_rd = b.optim_wr = file_state_bytes(ch, c) * P / M;
 		double spills = (c->vertical ? 0 : mb - 1) + (c->no_sdb ? 1 : 0);
 		b.grad_rd = b.grad_wr = spills * 4 * P / M;
 	}
@@ -329,6 +339,14 @@ nvme_bytes(const struct choice *ch, const struct cfg *c)
 		double passes = c->vertical ? 1 : mb;
 		b.param_rd = passes * 2 * 2 * uncached * N / M;
 		b.param_wr = 2 * P / M;
+		if (ch->optim == OFF_NVME && !strcmp(c->master, "bf16")) {
+			/* the shared master is read from the parameters' home before the step of
+			   its sub-group: during backward, just after backward fetched it (cached
+			   with any cache); after backward, in backward's order, which LRU misses
+			   unless the whole partition is cached */
+			bool miss = c->no_sdb ? uncached > 0 : c->max_in_cpu == 0;
+			b.param_rd += miss ? 2 * P / M : 0;
+		}
 	}
 	return b;
 }

@@ -474,6 +474,10 @@ int eng_param_fit(const struct zinf_engine *e);
 int eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_start,
 			 const void *src, bool src_dev, uint64_t n);
 void eng_param_free(struct zinf_engine *e);
+/* Sub-group k's 16-bit values from their homes into dst (device memory when dst_dev), on x->s,
+ * finished before returning: the reverse of eng_param_home_write. */
+int eng_param_home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *dst,
+			bool dst_dev);
 
 /* engine_match.c: every rank the same options and parameter table (init, before the layout's
  * collectives); -EINVAL on every rank naming the first difference */
@@ -548,6 +552,20 @@ int eng_step_setup(struct zinf_engine *e);
 /* The gradient buckets' capacity in elements (at least the largest parameter, padded). */
 uint64_t eng_bucket_cap(const struct zinf_engine *e);
 void eng_step_free(struct zinf_engine *e);
+
+/*
+ * The master shares the 16-bit parameters' home: the optimizer on NVMe with a bf16 master and
+ * bf16 parameters, where the step's 16-bit copy is the master's own bits. Part 0 is then no swap
+ * tensor of the optimizer (zinf_step's external part): the step fills it from the parameters'
+ * home before the optimizer runs and the copy it writes home is the new master; init, load,
+ * read_master, checkpoints and the speculative step's roll-back go through the home likewise.
+ */
+static inline bool
+eng_master_shared(const struct zinf_engine *e)
+{
+	return e->ot == &eng_otier_nvme && e->o.optimizer.master_dtype == ZINF_BF16 &&
+	       e->o.dtype == ZINF_BF16;
+}
 
 /* Micro-batches of the pass in progress: zinf_engine_vertical's n, else 1. */
 static inline uint32_t

@@ -125,7 +125,10 @@ void eng_counters_set(struct zinf_engine *e, const struct eng_counters *c, bool 
 /* ---- the optimizer state of a sub-group as host memory ------------------------------------- */
 
 /* fn gets flat elements [off, off + n) of every part (parts[i], optimizer part i); when writing
- * it fills them and they go back to the tier. */
+ * it fills them and they go back to the tier. A master that shares the 16-bit parameters' home
+ * (the optimizer on NVMe, a bf16 master, bf16 parameters) is read from that home, and a write
+ * does not keep part 0: the writer puts the master home as the 16-bit values
+ * (eng_param_home_from_master, which a load calls for every tier). */
 typedef int (*eng_visit_fn)(void *ctx, uint64_t off, uint64_t n, void *const parts[]);
 /* Host memory a visit needs as a bounce buffer (the GPU tier), else 0. */
 size_t eng_state_bounce_bytes(const struct zinf_engine *e);

@@ -519,6 +519,18 @@ copy_cb(void *ctx, uint32_t k, const void *copy, uint64_t n)
 	return eng_param_home_write(e, e->cb, eng_sg_start(e, k), copy, false, n);
 }
 
+/* zinf_step's fill_fn, the master shared with the 16-bit values (eng_master_shared): part 0 of
+ * sub-group k is its parameters' 16-bit values, read from their home with the context of
+ * whoever called the step (e->cb: the stepping thread's, or the visitor's). A partition in the
+ * store's cache is a memcpy; else a read of the parameter store, counted as its bytes. */
+static int
+fill_cb(void *ctx, uint32_t k, uint32_t part, void *buf, uint64_t len)
+{
+	struct zinf_engine *e = ctx;
+	(void)part, (void)len; /* part 0, the whole sub-group */
+	return eng_param_home_read(e, e->cb ? e->cb : &e->main, k, buf, false);
+}
+
 /* The step over NVMe's options from the layout (its swap space and pool set by the caller). */
 static void
 nvme_step_opts(const struct zinf_engine *e, struct zinf_step_opts *so)
@@ -536,6 +548,11 @@ nvme_step_opts(const struct zinf_engine *e, struct zinf_step_opts *so)
 	so->copy_ctx = (void *)e;
 	so->before_fn = before_cb;
 	so->before_ctx = (void *)e;
+	if (eng_master_shared(e)) {
+		so->external_parts = 1u; /* the master: the parameters' home keeps it */
+		so->fill_fn = fill_cb;
+		so->fill_ctx = (void *)e;
+	}
 	so->schedule = (enum zinf_step_schedule)e->o.optimizer_schedule;
 }
 
@@ -601,7 +618,9 @@ static int
 nvme_write_master(struct zinf_engine *e, uint32_t k, uint64_t off, float *m, uint64_t n)
 {
 	(void)off; /* whole: the sub-group */
-	if (master_dtype(e) == ZINF_BF16) {
+	/* shared with the 16-bit values: the caller wrote them home, the same bits (rounded to
+	   nearest), and zinf_step_load leaves part 0 alone */
+	if (master_dtype(e) == ZINF_BF16 && !eng_master_shared(e)) {
 		/* rounded to nearest in place, front to back: element i's two bytes land on bytes
 		   the floats before i + 1 held, which are read already */
 		for (uint64_t i = 0; i < n; i++) {
@@ -617,7 +636,10 @@ static int
 nvme_read_master(struct zinf_engine *e, const struct eparam *p, float *mine, float *sg)
 {
 	void *st[ZINF_OPTIM_MAX_PARTS] = {sg};
+	struct ectx *cb = e->cb;
+	e->cb = &e->main; /* a shared master: from the parameters' home (fill_cb) */
 	int ret = zinf_step_save(e->os.step, p->sg, st);
+	e->cb = cb;
 	if (!ret) {
 		uint64_t at = (p->flat_off - eng_sg_start(e, p->sg)) * part_bytes(e, 0);
 		ret = zinf_dtype_convert(mine, ZINF_F32, (char *)sg + at, master_dtype(e),
@@ -644,10 +666,18 @@ static int
 nvme_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void *ctx, void *bounce,
 	   struct zinf_stream *cs)
 {
-	(void)bounce, (void)cs;
+	(void)bounce;
 	struct nvme_visit v = {e, fn, ctx};
-	return zinf_step_visit(e->os.step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
-			       nvme_visit_cb, &v);
+	/* a shared master comes from the parameters' home (fill_cb), copied on the visitor's
+	   stream; counters of its own: a background save runs beside the training thread */
+	struct zinf_engine_stats st = {.size = sizeof(st)};
+	struct ectx x = {cs, &st}, *cb = e->cb;
+	e->cb = &x;
+	int ret =
+		zinf_step_visit(e->os.step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,
+				nvme_visit_cb, &v);
+	e->cb = cb;
+	return ret;
 }
 
 static int
@@ -701,8 +731,10 @@ nvme_restore(struct zinf_engine *e, uint32_t k, const char *slot)
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		st[i] = slot + e->sp.off[i];
 	}
+	/* a shared master is not written here: eng_spec_restore puts it home with the 16-bit
+	   values */
 	int ret = zinf_step_load(e->os.step, k, st);
-	for (uint32_t i = 0; i < e->nparts && !ret; i++) {
+	for (uint32_t i = eng_master_shared(e) ? 1 : 0; i < e->nparts && !ret; i++) {
 		e->win.nvme_write_bytes += part_size(e, i, len);
 	}
 	return ret;

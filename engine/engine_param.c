@@ -383,6 +383,40 @@ eng_param_home_write(struct zinf_engine *e, const struct ectx *x, uint64_t flat_
 	return 0;
 }
 
+/*
+ * Sub-group k's 16-bit values from their homes into dst (its elements of opts.dtype; device
+ * memory when dst_dev): the reverse of eng_param_home_write, for the speculative step's reserve
+ * and the master shared with the 16-bit values (engine_otier.c). A sub-group is whole
+ * parameters. Copies on x->s, finished before returning; the parameter store's reads take
+ * store_mu (the tier's read).
+ */
+int
+eng_param_home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *dst,
+		    bool dst_dev)
+{
+	size_t ds = eng_dsize(e);
+	uint64_t start = eng_sg_start(e, k);
+	int ret = 0;
+	for (uint32_t i = e->sg_first[k]; i < e->n_params && !ret; i++) {
+		struct eparam *p = &e->params[e->order[i]];
+		if (p->sg != k) {
+			break;
+		}
+		ret = e->pt->read(e, x, p, dst + (p->flat_off - start) * ds, dst_dev);
+		if (ret) {
+			return ENG_FAIL(e, ret,
+					"step %" PRId64
+					": parameter \"%s\": reading its 16-bit values "
+					"from their home (%s)",
+					e->steps + 1, p->name, e->pt->name);
+		}
+	}
+	ret = zinf_stream_sync(x->s);
+	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: reading its 16-bit values",
+			      e->steps + 1, k)
+		   : 0;
+}
+
 int
 eng_param_home_from_master(struct zinf_engine *e, uint64_t off, const void *m, enum zinf_dtype mdt,
 			   uint64_t n, void *copy)

@@ -15,7 +15,7 @@
 #include "common/opts.h"
 #include "engine/engine_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_plan, speculation_bytes);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_engine_plan, optim_nvme_state_bytes);
 
 /* One pool's sizes as zinf_pool_create will total them. */
 static int
@@ -75,6 +75,13 @@ plan(struct zinf_engine *e, const struct zinf_param_desc *params, uint32_t n, ui
 	p->bucket_elems = e->gr.bucket_cap;
 	/* the reserve's alignment: the swap space's on NVMe, else 4096 (engine_spec.c) */
 	p->speculation_bytes = eng_spec_bytes(e, e->ot->window ? align : 4096);
+	/* as zinf_step_create declares them: each sub-group's parts, a shared master excluded */
+	for (uint32_t k = 0; e->ot == &eng_otier_nvme && k < e->n_sg; k++) {
+		for (uint32_t i = eng_master_shared(e) ? 1 : 0; i < e->nparts; i++) {
+			p->optim_nvme_state_bytes += zinf_optimizer_part_size(
+				e->opt, i, e->sg_end[k] - eng_sg_start(e, k));
+		}
+	}
 	return 0;
 }
 

@@ -26,12 +26,14 @@
  * arrays; nvme from the step's pool buffer in zinf_step's before_fn (engine_otier.c's before_cb,
  * through the keep_read hook), once the sub-group's reads completed and before the optimizer runs
  * over it, so that keeping it costs no read of its own. The 16-bit values come from their home
- * (eng_param_home_write's tiers, read back). With the optimizer on NVMe the step of the speculated
- * sub-groups is a zinf_step pass of its own: the sub-groups not stepped in it are left out with
- * zinf_step_skip (before_fn never sees them), and a redo is a second pass after zinf_step_load put
- * the previous states back (on the calling thread: before_fn keeps nothing there, only the worker's
- * speculated sub-groups are kept). Not here: the norm and the decision (engine_clip.c), the worker
- * (engine_worker.c).
+ * (eng_param_home_read); with a bf16 master that shares that home (eng_master_shared) they are
+ * the master keep_read keeps (the step filled it from the home), and every roll-back puts them
+ * back with the state (the redo's fill reads the master from there). With the optimizer on NVMe the
+ * step of the speculated sub-groups is a zinf_step pass of its own: the sub-groups not stepped in
+ * it are left out with zinf_step_skip (before_fn never sees them), and a redo is a second pass
+ * after zinf_step_load put the previous states back (on the calling thread: before_fn keeps nothing
+ * there, only the worker's speculated sub-groups are kept). Not here: the norm and the decision
+ * (engine_clip.c), the worker (engine_worker.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -174,36 +176,6 @@ slot_of(const struct zinf_engine *e, uint32_t k)
 	return e->sp.mem + (uint64_t)e->sp.sg_slot[k] * e->sp.stride;
 }
 
-/*
- * Sub-group k's 16-bit values from their homes into dst (its len elements of opts.dtype;
- * device memory when dst_dev): the reverse of eng_param_home_write. Copies on x->s, finished
- * before returning.
- */
-static int
-home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, char *dst, bool dst_dev)
-{
-	size_t ds = eng_dsize(e);
-	uint64_t start = eng_sg_start(e, k);
-	int ret = 0;
-	for (uint32_t i = e->sg_first[k]; i < e->n_params && !ret; i++) {
-		struct eparam *p = &e->params[e->order[i]];
-		if (p->sg != k) {
-			break;
-		}
-		ret = e->pt->read(e, x, p, dst + (p->flat_off - start) * ds, dst_dev);
-		if (ret) {
-			return ENG_FAIL(e, ret,
-					"step %" PRId64 ": parameter \"%s\": keeping its 16-bit "
-					"values for the speculative step",
-					e->steps + 1, p->name);
-		}
-	}
-	ret = zinf_stream_sync(x->s);
-	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: keeping its 16-bit values",
-			      e->steps + 1, k)
-		   : 0;
-}
-
 /* On the worker, before stepping speculated sub-group k: its previous state into its slot. */
 int
 eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
@@ -215,7 +187,16 @@ eng_spec_save(struct zinf_engine *e, const struct ectx *x, uint32_t k)
 				"step %" PRId64 ": sub-group %u: keeping its optimizer state",
 				e->steps + 1, k);
 	}
-	return home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
+	if (eng_master_shared(e)) {
+		return 0; /* the 16-bit values are the master keep_read keeps: no read of the home
+			   */
+	}
+	ret = eng_param_home_read(e, x, k, slot + e->sp.off[e->nparts], e->sp.dev);
+	return ret ? ENG_FAIL(e, ret,
+			      "step %" PRId64 ": sub-group %u: keeping its 16-bit values for the "
+			      "speculative step",
+			      e->steps + 1, k)
+		   : 0;
 }
 
 /*
@@ -239,6 +220,10 @@ keep_read(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		memcpy(slot + e->sp.off[i], parts[i], zinf_optimizer_part_size(e->opt, i, len));
 	}
+	if (eng_master_shared(e)) {
+		/* the master, filled from the home, is the 16-bit values bit for bit */
+		memcpy(slot + e->sp.off[e->nparts], parts[0], len * eng_dsize(e));
+	}
 	return 0;
 }
 
@@ -249,7 +234,8 @@ eng_spec_restore(struct zinf_engine *e, uint32_t k, bool params16)
 	char *slot = slot_of(e, k);
 	uint64_t start = eng_sg_start(e, k), len = e->sg_end[k] - start;
 	int ret = e->ot->restore(e, k, slot);
-	if (!ret && params16) {
+	/* a master shared with the 16-bit values (eng_master_shared) is restored with them */
+	if (!ret && (params16 || eng_master_shared(e))) {
 		ret = eng_param_home_write(e, &e->main, start, slot + e->sp.off[e->nparts],
 					   e->sp.dev, len);
 	}

@@ -18,7 +18,7 @@
 #include "common/opts.h"
 #include "offload/step_internal.h"
 
-ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_opts, before_ctx);
+ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_opts, fill_ctx);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_stats, max_reads_in_flight);
 ZINF_OPTS_NO_TAIL_PAD(struct zinf_step_part_info, reserved);
 
@@ -210,6 +210,14 @@ validate(struct zinf_step *st)
 				 "state on the CPU tier with a copy_fn needs a pinned pool (its "
 				 "buffers carry the copy to copy_fn)");
 	}
+	uint32_t np = o->optimizer ? zinf_optimizer_part_count(o->optimizer) : 3;
+	if (o->external_parts &&
+	    (o->tier != ZINF_TIER_NVME || !o->fill_fn || (np < 32 && o->external_parts >> np))) {
+		return STEP_FAIL(st, -EINVAL, "external_parts 0x%x: %s", o->external_parts,
+				 o->tier != ZINF_TIER_NVME ? "only with the state on NVMe"
+				 : !o->fill_fn		   ? "needs a fill_fn"
+							   : "names a part the optimizer lacks");
+	}
 	uint64_t total;
 	if (layout(o, opts_sg_max(o), 4096, NULL, &total) || o->n > (UINT64_MAX - 64) / 4) {
 		return STEP_FAIL(st, -EINVAL,
@@ -376,6 +384,9 @@ declare_swap(struct zinf_step *st)
 	for (uint32_t k = 0; k < st->nsg; k++) {
 		uint64_t len = zinf_step_sub_group_len(st, k);
 		for (uint32_t p = nvme ? 0 : st->nopt; p < st->nparts; p++) {
+			if (!step_part_io(st, p)) {
+				continue; /* external: the caller keeps it */
+			}
 			struct zinf_swap *sw = p < st->nopt ? st->o.swap : st->o.param_swap;
 			int id = zinf_swap_add(sw, st->kind[p], k, step_bytes(st, p, len));
 			if (id < 0) {
@@ -511,7 +522,11 @@ zinf_step_part_info(const struct zinf_step *st, uint32_t part, struct zinf_step_
 	i.kind = st->kind[part];
 	i.elem_bytes = st->esz[part];
 	i.copy = part == st->nopt;
-	i.swap = i.copy ? st->o.param_swap : st->o.tier == ZINF_TIER_NVME ? st->o.swap : NULL;
+	i.external = !step_part_io(st, part);
+	i.swap = i.copy				? st->o.param_swap
+		 : i.external			? NULL
+		 : st->o.tier == ZINF_TIER_NVME ? st->o.swap
+						: NULL;
 	return zc_stats_give(out, &i, sizeof(i), "zinf_step_part_info");
 }
 
@@ -596,6 +611,26 @@ step_before(struct zinf_step *st, uint32_t k, char *const base[])
 		char why[64];
 		snprintf(why, sizeof(why), "returned %d (%s)", rc, zinf_strerror(rc));
 		return step_note_err(st, rc < 0 ? rc : -EINVAL, k, "before_fn", why);
+	}
+	return 0;
+}
+
+int
+step_fill(struct zinf_step *st, uint32_t k, char *const base[])
+{
+	uint64_t len = zinf_step_sub_group_len(st, k);
+	for (uint32_t p = 0; p < st->nopt; p++) {
+		if (step_part_io(st, p) || !base[p]) {
+			continue;
+		}
+		int rc = st->o.fill_fn(st->o.fill_ctx, k, p, base[p], len);
+		if (rc) {
+			rc = rc < 0 ? rc : -EINVAL; /* a positive value is no success either */
+			return STEP_FAIL(st, rc,
+					 "step %" PRId64 ": sub-group %u: fill_fn of %s[%u] "
+					 "returned %d (%s)",
+					 st->t, k, st->kind[p], k, rc, zinf_strerror(rc));
+		}
 	}
 	return 0;
 }
@@ -824,6 +859,9 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 	for (uint32_t p = 0; p < st->nopt; p++) {
 		char *b = buf + st->part_off[p];
 		int id = step_swap_id(st, k, p), r = 0;
+		if (!step_part_io(st, p)) {
+			continue; /* external: filled below (save), its keeper's (load) */
+		}
 		if (save && arr[p]) {
 			r = zinf_swap_read_async(st->o.swap, id, b, &ops[p]);
 		} else if (!save) {
@@ -840,7 +878,7 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 	}
 	rc = 0;
 	for (uint32_t p = 0; p < st->nopt; p++) {
-		if (save && !arr[p]) {
+		if ((save && !arr[p]) || !step_part_io(st, p)) {
 			continue;
 		}
 		int r = zinf_swap_wait(st->o.swap, &ops[p]);
@@ -855,6 +893,13 @@ load_save_nvme(struct zinf_step *st, uint32_t k, void *const arr[], bool save)
 		if (r == 0 && save) {
 			memcpy(arr[p], buf + st->part_off[p], step_bytes(st, p, len));
 		}
+	}
+	if (!rc && save && st->o.external_parts) {
+		char *base[ZINF_OPTIM_MAX_PARTS] = {NULL};
+		for (uint32_t p = 0; p < st->nopt; p++) {
+			base[p] = arr[p]; /* only the parts asked for */
+		}
+		rc = step_fill(st, k, base);
 	}
 	(void)zinf_pool_release(st->o.pool, buf);
 	return rc;
@@ -938,6 +983,9 @@ zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode
 	}
 	if (mode == ZINF_STEP_VISIT_READ) {
 		for (uint32_t p = 0; p < st->nopt && !rc; p++) {
+			if (!step_part_io(st, p)) {
+				continue; /* external: filled once the reads are in */
+			}
 			int id = step_swap_id(st, k, p);
 			rc = zinf_swap_read_async(st->o.swap, id, parts[p], &ops[p]);
 			started[p] = rc == 0;
@@ -945,6 +993,9 @@ zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode
 	} else {
 		rc = fn(ctx, k, parts, len);
 		for (uint32_t p = 0; p < st->nopt && !rc; p++) {
+			if (!step_part_io(st, p)) {
+				continue; /* external: its keeper writes it */
+			}
 			int id = step_swap_id(st, k, p);
 			rc = zinf_swap_write_async(st->o.swap, id, parts[p], &ops[p]);
 			started[p] = rc == 0;
@@ -962,6 +1013,9 @@ zinf_step_visit(struct zinf_step *st, uint32_t k, enum zinf_step_visit_mode mode
 				       mode == ZINF_STEP_VISIT_READ ? "read" : "write", st->kind[p],
 				       k, why);
 		}
+	}
+	if (!rc && mode == ZINF_STEP_VISIT_READ && st->o.external_parts) {
+		rc = step_fill(st, k, (char *const *)parts);
 	}
 	if (!rc && mode == ZINF_STEP_VISIT_READ) {
 		rc = fn(ctx, k, parts, len);

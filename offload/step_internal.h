@@ -81,6 +81,18 @@ step_opts_slot_copy(const struct zinf_step_opts *o)
 	return o->param_swap || o->copy_fn;
 }
 
+/* Part p is moved by the step's I/O: not an external part (opts.external_parts), which the
+ * caller keeps and fill_fn fills. */
+static inline bool
+step_part_io(const struct zinf_step *st, uint32_t p)
+{
+	return p >= st->nopt || !(st->o.external_parts & (1u << p));
+}
+
+/* Fill sub-group k's external parts (base[i]: part i) through opts.fill_fn; its failure is
+ * returned (and logged naming the part), not recorded as the step's error. */
+int step_fill(struct zinf_step *st, uint32_t k, char *const base[]);
+
 /* The step moves data through pool-buffer slots: state on NVMe, or the copy leaves the step. */
 static inline bool
 step_uses_slots(const struct zinf_step *st)

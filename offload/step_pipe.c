@@ -16,7 +16,9 @@
  * The CPU tier with param_swap or copy_fn uses the same slots for the copy alone (no reads;
  * written to the parameter files with param_swap). before_fn sees the state in the slot once
  * its reads completed and before the optimizer runs (CPU tier: in place); copy_fn gets the copy
- * from the slot after the optimizer ran and before the writes start.
+ * from the slot after the optimizer ran and before the writes start. External parts
+ * (opts.external_parts) have room in a slot but no I/O: fill_fn fills them just before
+ * before_fn.
  *
  * Errors: the swap space logs an operation's failure (naming the tensor and the file) when it
  * is reaped, which may be long before the step looks at that part again; the slot keeps the
@@ -82,6 +84,9 @@ slot_start(struct zinf_step *st, struct slot *s, uint32_t k, enum slot_state sta
 	st->sg_slot[k] = (int32_t)(s - st->slots);
 	/* A failed start leaves op->result set: the error surfaces when the slot is completed. */
 	for (uint32_t p = p0; p < p1; p++) {
+		if (!step_part_io(st, p)) {
+			continue; /* external: no I/O (filled before the optimizer) */
+		}
 		int r = state == SLOT_READING
 				? zinf_swap_read_async(part_swap(st, p), step_swap_id(st, k, p),
 						       s->buf + st->part_off[p], &s->ops[p])
@@ -113,6 +118,9 @@ complete_read(struct zinf_step *st, struct slot *s, bool keep_err)
 	int rc = 0;
 	double t0 = zinf_now_s();
 	for (uint32_t p = s->p0; p < s->p1; p++) {
+		if (!step_part_io(st, p)) {
+			continue;
+		}
 		int r = op_wait(st, s, p);
 		if (r == 0) {
 			st->stats.read_bytes += step_bytes(st, p, len);
@@ -136,7 +144,7 @@ static int
 complete_write(struct zinf_step *st, struct slot *s, bool block)
 {
 	for (uint32_t p = s->p0; p < s->p1 && !block; p++) {
-		if (!op_poll(st, s, p)) {
+		if (step_part_io(st, p) && !op_poll(st, s, p)) {
 			return 0;
 		}
 	}
@@ -144,6 +152,9 @@ complete_write(struct zinf_step *st, struct slot *s, bool block)
 	int rc = 0;
 	double t0 = zinf_now_s();
 	for (uint32_t p = s->p0; p < s->p1; p++) {
+		if (!step_part_io(st, p)) {
+			continue;
+		}
 		int r = op_wait(st, s, p);
 		if (r == 0) {
 			st->stats.write_bytes +=
@@ -299,7 +310,7 @@ wait_pumping(struct zinf_step *st, struct slot *s, int64_t cur)
 	for (;;) {
 		bool all = true;
 		for (uint32_t p = s->p0; p < s->p1 && all; p++) {
-			all = op_poll(st, s, p);
+			all = !step_part_io(st, p) || op_poll(st, s, p);
 		}
 		if (all) {
 			break;
@@ -514,6 +525,15 @@ step_ready_nvme(struct zinf_step *st, uint32_t k, const char *grad, enum zinf_dt
 		base[p] = s->buf + st->part_off[p];
 	}
 	char *copy = step_opts_slot_copy(&st->o) ? s->buf + st->part_off[st->nopt] : host;
+	/* The external parts from their keeper, once k's reads are in: a failure fails k as a
+	   failed read does. */
+	if (st->o.external_parts && (rc = step_fill(st, k, base))) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", zinf_last_error());
+		step_note_err(st, rc, k, "fill_fn", why);
+		slot_free(st, s);
+		return rc;
+	}
 	/* The state as read, before the optimizer: a failure here fails k as a failed read. */
 	rc = step_before(st, k, base);
 	if (rc) {

@@ -514,6 +514,10 @@ struct zinf_engine_plan {
 	uint64_t speculation_bytes;   /* the speculative step's reserve (clipping or fp16 with
 					 step_during_backward): in the optimizer pool for cpu and
 					 nvme, device memory for none; 0 without */
+	uint64_t optim_nvme_state_bytes; /* the optimizer on NVMe: this rank's state in its swap
+					    files, every sub-group's parts before alignment (a bf16
+					    master shared with bf16 parameters is not there: it is
+					    the 16-bit parameters' bits, in their home); 0 else */
 };
 
 /**

@@ -6,8 +6,9 @@
  * stages 0-3, the tiers none, cpu and nvme, clipping with the speculative step and an fp16
  * overflow in one micro-batch (case "equal"); the ranks passing different counts, and one rank
  * refusing its count, -EINVAL on every rank naming it, the engines unchanged: the window then
- * completed equals the horizontal run (case "differ"). The single-process cases are
- * test_engine_vertical.c's.
+ * completed equals the horizontal run (case "differ"). A bf16 master shared with the 16-bit
+ * parameters (optimizer on NVMe) against one in memory (cpu tier), bit for bit on every rank
+ * (case "shared_master"). The single-process cases are test_engine_vertical.c's.
  */
 #include <sys/stat.h>
 
@@ -24,6 +25,7 @@ struct vcfg {
 	bool fp16;
 	int64_t inf_step1;
 	uint32_t inf_micro;
+	bool bf16m; /* a bf16 master (optimizer.master_dtype) */
 };
 
 static enum zinf_dtype
@@ -42,6 +44,7 @@ make(const struct vcfg *c, const char *sub, char **where, int *fails)
 	struct zinf_engine_opts o;
 	edrive_opts(&o, "mpi", c->stage, c->opt, c->param, *where, dtype_of(c), GAS);
 	o.gradient_clipping = c->clip;
+	o.optimizer.master_dtype = c->bf16m ? ZINF_BF16 : ZINF_F32;
 	if (c->fp16) {
 		zinf_fp16_opts_init(&o.fp16);
 		o.fp16.enabled = true;
@@ -204,9 +207,51 @@ case_differ(void)
 	return fails;
 }
 
+/*
+ * A bf16 master with bf16 parameters: with the optimizer on NVMe it shares the parameters'
+ * home (the step fills it from there; engine/README.md); with the optimizer on the CPU it lives
+ * in memory. The two give the same bits on every rank, stage 3 with the parameters on NVMe and
+ * on the CPU, clipping with the speculative step, horizontal and vertical passes.
+ */
+static int
+case_shared_master(void)
+{
+	const enum zinf_offload_device C = ZINF_OFFLOAD_CPU, V = ZINF_OFFLOAD_NVME;
+	const struct vcfg cfgs[] = {
+		{.stage = 3, .opt = V, .param = V, .pass = 1, .bf16m = true},
+		{.stage = 3, .opt = V, .param = V, .pass = 1, .clip = 1e-3, .bf16m = true},
+		{.stage = 3, .opt = V, .param = C, .pass = 1, .clip = 1e-3, .bf16m = true},
+		{.stage = 3, .opt = V, .param = V, .pass = 3, .clip = 1e-3, .bf16m = true},
+		{.stage = 2, .opt = V, .param = ZINF_OFFLOAD_NONE, .pass = 1, .bf16m = true},
+	};
+	int fails = 0;
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		struct vcfg c = cfgs[i];
+		struct master sm = {0}, sp = {0}, cm = {0}, cp = {0};
+		fails += train(&c, c.pass > 1, &sm, &sp);
+		c.opt = C;
+		fails += train(&c, c.pass > 1, &cm, &cp);
+		if (!fails) {
+			char what[128];
+			snprintf(what, sizeof(what),
+				 "stage %d param %s pass %u%s: shared vs cpu master", c.stage,
+				 tier_names[c.param], c.pass, c.clip ? " clip" : "");
+			fails += compare(what, sm.p, cm.p, 0, NULL);
+			snprintf(what + strlen(what) - 6, 8, "16-bit");
+			fails += compare(what, sp.p, cp.p, 0, NULL);
+		}
+		master_free(&sm);
+		master_free(&sp);
+		master_free(&cm);
+		master_free(&cp);
+	}
+	return fails;
+}
+
 static const struct ranks_case cases[] = {
 	{"equal", case_equal, false},
 	{"differ", case_differ, false},
+	{"shared_master", case_shared_master, false},
 };
 
 int

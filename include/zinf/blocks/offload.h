@@ -342,6 +342,18 @@ typedef int (*zinf_step_copy_fn)(void *ctx, uint32_t k, const void *copy, uint64
  */
 typedef int (*zinf_step_before_fn)(void *ctx, uint32_t k, const void *const parts[], uint64_t len);
 
+/**
+ * Fills external part `part` (zinf_step_opts.external_parts) of sub-group k: buf receives its
+ * len = zinf_step_sub_group_len(k) elements (zinf_optimizer_part_size(opt, part, len) bytes)
+ * from where the caller keeps that part (the engine: a bf16 master that is the 16-bit
+ * parameters' own bits, read from their home). Called on the thread that called the step's
+ * function: zinf_step_ready() (after k's reads completed, before before_fn and the optimizer),
+ * zinf_step_save() (for a part asked for) and zinf_step_visit() in ZINF_STEP_VISIT_READ mode
+ * (before fn). Returns 0, or a negative errno that fails the call (zinf_step_ready(): the step,
+ * as a failed read does).
+ */
+typedef int (*zinf_step_fill_fn)(void *ctx, uint32_t k, uint32_t part, void *buf, uint64_t len);
+
 struct zinf_step_opts {
 	size_t size;			  /* sizeof(struct zinf_step_opts); zinf_step_opts_init() */
 	uint64_t n;			  /* elements in this rank's flat partition */
@@ -376,13 +388,19 @@ struct zinf_step_opts {
 	   sub_group_size is then ignored. */
 	const uint64_t *sub_group_ends;
 	uint32_t n_sub_groups;
-	uint32_t reserved;	   /* zero */
+	/* Bit i set: optimizer part i is external (NVMe tier only): the caller keeps it, the step
+	   neither declares it in the swap space nor reads or writes it (step, load, save, visit);
+	   a slot still holds it while the optimizer runs, filled by fill_fn (required). The
+	   engine's bf16 master shared with the 16-bit parameters is part 0 this way. 0: none. */
+	uint32_t external_parts;
 	zinf_step_copy_fn copy_fn; /* if not NULL: receives each sub-group's copy (see the type);
 				      the pool's buffers carry it as with param_swap (required) */
 	void *copy_ctx;		   /* passed to copy_fn */
 	zinf_step_before_fn before_fn; /* if not NULL: sees each sub-group's state before the
 					  optimizer runs on it (see the type) */
 	void *before_ctx;	       /* passed to before_fn */
+	zinf_step_fill_fn fill_fn;     /* fills the external parts (see the type) */
+	void *fill_ctx;		       /* passed to fill_fn */
 };
 
 ZINF_API void zinf_step_opts_init(struct zinf_step_opts *o);
@@ -425,7 +443,8 @@ struct zinf_step_part_info {
 	uint32_t elem_bytes;	/* bytes per element (q8 state: 1, its codes; a sub-group's part
 				   takes zinf_optimizer_part_size(opt, i, len(k)) bytes) */
 	bool copy;		/* the parameter copy (param_swap), not optimizer state */
-	uint8_t reserved[3];
+	bool external;		/* in external_parts: kept by the caller (swap NULL) */
+	uint8_t reserved[2];
 };
 /** Parts per sub-group: the optimizer's, plus one with param_swap; 0 for NULL. */
 ZINF_API uint32_t zinf_step_part_count(const struct zinf_step *st);
@@ -436,8 +455,8 @@ ZINF_API int zinf_step_part_info(const struct zinf_step *st, uint32_t part,
 /**
  * Id of (part, sub-group k) in the part's swap space (zinf_swap_bytes() gives its bytes,
  * len(k) * elem_bytes, or zinf_optimizer_part_size() for a q8 part). Returns the id (>= 0); -ENOENT
- * for state on the CPU tier (no swap tensor); -EINVAL (NULL, k or part out of range) with a
- * message.
+ * for state on the CPU tier and for an external part (no swap tensor); -EINVAL (NULL, k or part out
+ * of range) with a message.
  */
 ZINF_API int zinf_step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t part);
 
@@ -446,12 +465,14 @@ ZINF_API int zinf_step_swap_id(const struct zinf_step *st, uint32_t k, uint32_t 
  * optimizer part i (its elem_bytes each; a q8 part: zinf_optimizer_part_size(opt, i,
  * len(k)) bytes, the sub-group a q8 array of its own, blocks from its start); state NULL, or
  * state[i] NULL: zeros. One sub-group at a time, so that loading a model never needs host memory
- * for the whole partition. NVMe: after zinf_swap_reserve(). Returns 0 or the I/O error naming the
- * sub-group and part; -EBUSY during a step; -EINVAL (NULL step, k out of range).
+ * for the whole partition. NVMe: after zinf_swap_reserve(). An external part is not written (its
+ * keeper writes it). Returns 0 or the I/O error naming the sub-group and part; -EBUSY during a
+ * step; -EINVAL (NULL step, k out of range).
  */
 ZINF_API int zinf_step_load(struct zinf_step *st, uint32_t k, const void *const state[]);
-/** Read sub-group k's state back: state[i] (NULL: not read) receives optimizer part i. Errors as
- * zinf_step_load(), and -EINVAL for a NULL state array. */
+/** Read sub-group k's state back: state[i] (NULL: not read) receives optimizer part i (an
+ * external part from fill_fn). Errors as zinf_step_load() and fill_fn's, and -EINVAL for a NULL
+ * state array. */
 ZINF_API int zinf_step_save(struct zinf_step *st, uint32_t k, void *const state[]);
 
 enum zinf_step_visit_mode {
@@ -465,7 +486,8 @@ typedef int (*zinf_step_visit_fn)(void *ctx, uint32_t k, void *const parts[], ui
 /**
  * Sub-group k's state in place, without a copy of it in the caller's memory: on the CPU tier
  * parts point into the tier itself; on NVMe into one of the pool's buffers (read before fn, or
- * written after it). A checkpoint streams a partition through this at disk speed with no
+ * written after it; an external part filled by fill_fn before fn reads it, and not written
+ * after fn wrote it). A checkpoint streams a partition through this at disk speed with no
  * memory beyond the pool's. Between steps. Returns 0, fn's error, or errors as
  * zinf_step_load() (I/O errors naming the sub-group and part); when fn fails, NVMe is not
  * written (on the CPU tier fn wrote in place whatever it wrote).
