@@ -1081,7 +1081,8 @@ case_qreduce_scatter(void)
  * Error feedback: the same gradient reduced n times. Without it every call makes the same
  * error, so the sum of the n results is n x one call's error away from n x the exact sum; with
  * it (err_beta 1) each call carries the last one's residual, and the accumulated error stays
- * within about one call's bound. Values without outliers: a residual far below a block's step
+ * within two calls' bound (the residual carried, itself within one, and the last call's own; it
+ * lands near one). Values without outliers: a residual far below a block's step
  * would take more calls than the test makes to cross it. reset_T 1 clears it before every call: the
  * no-feedback bits.
  */
