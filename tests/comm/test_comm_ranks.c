@@ -1252,6 +1252,10 @@ case_qreduce_scatter_local_failure_told(void)
 	}
 	double t0 = MPI_Wtime();
 	if (rank == 0) {
+		/* as notice_one: most likely the others have posted their all_to_all by now (the
+		   late call below must meet every one of them) */
+		struct timespec ts = {0, 300000000L};
+		nanosleep(&ts, NULL);
 		zc_test_alloc_fail_nth(1); /* the scratch */
 	}
 	int rc = zinf_comm_qreduce_scatter(c, NULL, send, recv, count, ZINF_F32, ZINF_COMM_SUM,
