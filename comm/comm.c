@@ -74,6 +74,21 @@ comm_kind_name(int kind)
 	return kind >= 0 && kind < (int)ZINF_ARRAY_SIZE(kind_names) ? kind_names[kind] : "?";
 }
 
+int
+comm_node_group(int world, int lw_min, int lw_max, bool all_consecutive)
+{
+	if (lw_min != lw_max || lw_min < 1 || !all_consecutive || world % lw_min != 0) {
+		return world;
+	}
+	return lw_min;
+}
+
+bool
+comm_node_consecutive(int rank, int node_first, int local_rank, int local_world)
+{
+	return local_world > 0 && node_first % local_world == 0 && rank == node_first + local_rank;
+}
+
 void
 comm_backoff(unsigned *spins)
 {
@@ -172,6 +187,9 @@ zinf_comm_create(const struct zinf_comm_opts *opts, struct zinf_comm **out)
 	rc = ops->open(c);
 	if (rc < 0) {
 		goto err_free;
+	}
+	if (c->node_group < 1) { /* a backend that agreed none: one node of the world */
+		c->node_group = c->world;
 	}
 	c->descs = comm_descs_alloc(c->world);
 	if (!c->descs) {
@@ -343,7 +361,7 @@ desc_text(const struct zinf_comm_desc *d, char *buf, size_t len)
 			 comm_kind_name(d->kind), (unsigned long long)d->count,
 			 d->dtype == COMM_U8 ? "u8" : zinf_dtype_name((enum zinf_dtype)d->dtype));
 	if (d->kind == ZINF_COMM_ALL_TO_ALL && n > 0 && (size_t)n < len) {
-		snprintf(buf + n, len - n, " group %d stride %d", d->root >> 16, d->root & 0xffff);
+		snprintf(buf + n, len - n, " group %d stride %d", d->a2a_n, d->a2a_stride);
 		return;
 	}
 	if (d->red >= 0 && d->red < (int)ZINF_ARRAY_SIZE(red_names) && n > 0 && (size_t)n < len) {
@@ -884,7 +902,8 @@ comm_all_to_all_u8(struct zinf_comm *c, const void *send, void *recv, size_t byt
 				   .count = bytes,
 				   .dtype = COMM_U8,
 				   .red = -1,
-				   .root = (int32_t)(n << 16 | stride)};
+				   .a2a_n = (int16_t)n,
+				   .a2a_stride = (uint16_t)stride};
 	return submit(c, &d, send, recv, (uint64_t)bytes * (uint64_t)n, NULL);
 }
 

@@ -30,15 +30,14 @@ enum zinf_comm_kind {
 size_t comm_elem_size(int dtype);
 
 /*
- * The group of an all_to_all (desc.root packs it: n << 16 | stride): rank r exchanges with the
- * n ranks base + i x stride, base = r - r mod n for stride 1 (n consecutive ranks), else
- * r mod stride (the ranks of r's place in each group of `stride`). Chunk i of send goes to
- * peer i, chunk i of recv comes from it; each chunk is desc.count bytes.
+ * The group of an all_to_all (desc.a2a_n, desc.a2a_stride): rank r exchanges with the n ranks
+ * base + i x stride, base = r - r mod n for stride 1 (n consecutive ranks), else r mod stride
+ * (the ranks of r's place in each group of `stride`). Chunk i of send goes to peer i, chunk i of
+ * recv comes from it; each chunk is desc.count bytes.
  */
 static inline int
-comm_a2a_peer(int rank, int packed, int i)
+comm_a2a_peer(int rank, int n, int stride, int i)
 {
-	int n = packed >> 16, stride = packed & 0xffff;
 	int base = stride == 1 ? rank - rank % n : rank % stride;
 	return base + i * stride;
 }
@@ -50,8 +49,15 @@ struct zinf_comm_desc {
 	int32_t kind;	/* enum zinf_comm_kind */
 	int32_t dtype;	/* enum zinf_dtype */
 	int32_t red;	/* enum zinf_comm_red, or -1 */
-	int32_t root;	/* broadcast root, or -1 */
+	union {
+		int32_t root; /* broadcast root, or -1 */
+		struct {      /* all_to_all: its group (comm_a2a_peer) */
+			int16_t a2a_n;
+			uint16_t a2a_stride;
+		};
+	};
 };
+_Static_assert(sizeof(struct zinf_comm_desc) == 32, "the call check sends 32 bytes");
 
 /*
  * A failure notice (zinf_comm_notify_failure): the failing rank, its error and why, sent as
@@ -120,12 +126,21 @@ struct zinf_comm_ops {
 	 */
 	void (*failed)(struct zinf_comm *c);
 	/*
+	 * The most bytes one all_gather (per rank) or all_to_all (per peer x peers) of COMM_U8 may
+	 * move (mpi: INT_MAX, counts and displacements are int); 0: no limit. comm_quant.c refuses
+	 * a larger call before it numbers or posts anything.
+	 */
+	uint64_t max_u8;
+	/*
 	 * Optional: the quantized collectives' memory and codec where this backend's buffers live
 	 * (nccl: device memory, kernels/quant.cu on its stream, ordered before its next
 	 * collective); NULL: host memory and common/quant.c on the calling thread.
 	 */
 	int (*qalloc)(struct zinf_comm *c, size_t bytes, void **out);
 	void (*qfree)(struct zinf_comm *c, void *p);
+	/* Optional: one call's scratch of `bytes`, the backend's to keep (cached, grown when too
+	 * small, freed at close); NULL: qalloc or host memory per call, freed after it */
+	int (*qscratch)(struct zinf_comm *c, size_t bytes, void **out);
 	int (*qzero)(struct zinf_comm *c, void *p, size_t bytes);
 	int (*quantize)(struct zinf_comm *c, void *codes, float *scales, const void *x,
 			enum zinf_dtype t, size_t n, size_t block, unsigned bits, float *err,
@@ -145,6 +160,9 @@ struct zinf_comm {
 	char backend_name[16];
 	int rank, world, local_rank;
 	int local_world; /* ranks on this node (MPI_COMM_TYPE_SHARED) */
+	int node_group;	 /* the quantized calls' default group, the same on every rank: local_world
+			    when every node holds that many consecutive ranks, else world
+			    (comm_node_group) */
 	void *be;	 /* backend state */
 	uint64_t seq;	 /* collectives called so far */
 	int failed;	 /* 0, or the error every later call returns */
@@ -164,6 +182,17 @@ struct zinf_comm {
 	struct zinf_comm_req *inflight;
 	struct zinf_comm_stats stats;
 };
+
+/*
+ * The default group of the quantized collectives, agreed by every rank: local_world when every
+ * node holds the same number of ranks (lw_min == lw_max, from an all-reduce MIN and MAX), those
+ * ranks are consecutive (all_consecutive: each rank's comm_node_consecutive, all-reduced AND)
+ * and it divides the world; else the world (one group: the single-stage all_to_all).
+ */
+int comm_node_group(int world, int lw_min, int lw_max, bool all_consecutive);
+/* Whether this rank sits where consecutive nodes of local_world ranks put it: node_first (the
+ * lowest world rank on its node) + local_rank, node_first a multiple of local_world. */
+bool comm_node_consecutive(int rank, int node_first, int local_rank, int local_world);
 
 /* Backoff for polling loops: spin, then yield the core, then (a long wait) sleep 100 us at a
  * time. *spins starts at 0. */

@@ -143,7 +143,7 @@ comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 {
 	struct zinf_comm_mpi *m;
 	MPI_Comm node;
-	int init = 0, fin = 0, provided, rc;
+	int init = 0, fin = 0, provided, rc, node_first = -1;
 
 	MPI_Initialized(&init);
 	MPI_Finalized(&fin);
@@ -203,6 +203,10 @@ comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 		if (!rc) {
 			rc = MPI_TRY(MPI_Comm_size(node, &c->local_world));
 		}
+		if (!rc) { /* the node's lowest world rank: where its ranks start if consecutive */
+			rc = MPI_TRY(
+				MPI_Allreduce(&c->rank, &node_first, 1, MPI_INT, MPI_MIN, node));
+		}
 		MPI_Comm_free(&node);
 	}
 	/*
@@ -211,10 +215,19 @@ comm_mpi_join(struct zinf_comm *c, struct zinf_comm_mpi **out)
 	 * different first collectives (the check's exchange against the data), so a difference is
 	 * refused here, on every rank.
 	 */
-	uint64_t v[3] = {c->rank == 0 ? zinf_now_ns() : 0, c->opts.check, !c->opts.check};
+	/* ... and the nodes' shape (comm_node_group): the largest and smallest local_world (as
+	 * the largest INT_MAX - local_world) and whether any node's ranks are not consecutive */
+	uint64_t v[6] = {
+		c->rank == 0 ? zinf_now_ns() : 0,
+		c->opts.check,
+		!c->opts.check,
+		(uint64_t)c->local_world,
+		(uint64_t)(INT_MAX - c->local_world),
+		!comm_node_consecutive(c->rank, node_first, c->local_rank, c->local_world)};
 	if (!rc) {
-		rc = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_UINT64_T, MPI_MAX, m->comm));
+		rc = MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_UINT64_T, MPI_MAX, m->comm));
 		m->id = v[0];
+		c->node_group = comm_node_group(c->world, INT_MAX - (int)v[4], (int)v[3], !v[5]);
 	}
 	if (!rc && v[1] && v[2]) {
 		rc = ZINF_FAIL(-EINVAL,
@@ -795,7 +808,7 @@ make_call(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q, struc
 		j->send = MPI_IN_PLACE;
 	} else if (r->d.kind == ZINF_COMM_ALL_TO_ALL) {
 		/* Alltoallv over the whole world, 0 bytes to the ranks outside the group */
-		int w = c->world, n = r->d.root >> 16;
+		int w = c->world, n = r->d.a2a_n;
 		if ((uint64_t)r->d.count * (uint64_t)n > INT_MAX) {
 			return ZINF_FAIL(-EINVAL,
 					 "comm mpi: all_to_all of %llu bytes to %d ranks: MPI "
@@ -807,7 +820,7 @@ make_call(struct zinf_comm *c, struct zinf_comm_req *r, struct mpi_req *q, struc
 			return ZINF_FAIL(-ENOMEM, "comm mpi: out of memory for all_to_all counts");
 		}
 		for (int i = 0; i < n; i++) {
-			int p = comm_a2a_peer(c->rank, r->d.root, i);
+			int p = comm_a2a_peer(c->rank, n, r->d.a2a_stride, i);
 			q->a2a[p] = q->a2a[2 * w + p] = (int)r->d.count;
 			q->a2a[w + p] = q->a2a[3 * w + p] = i * (int)r->d.count;
 		}
@@ -1037,6 +1050,7 @@ mpi_native(struct zinf_comm *c)
 const struct zinf_comm_ops zinf_comm_mpi_ops = {
 	.name = "mpi",
 	.req_size = sizeof(struct mpi_req),
+	.max_u8 = INT_MAX,
 	.open = mpi_open,
 	.close = mpi_close,
 	.start = mpi_start,

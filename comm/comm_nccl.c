@@ -28,7 +28,9 @@ struct nccl_be {
 	bool own_stream;
 	float *dev_one; /* one float on the device: the barrier's all-reduce */
 	int device;
-	bool aborted; /* ncclCommAbort called: a request passed its deadline, or c failed */
+	bool aborted;	   /* ncclCommAbort called: a request passed its deadline, or c failed */
+	void *dev_scratch; /* the quantized calls' scratch, grow-only, freed at close */
+	size_t scratch_bytes;
 };
 
 struct nccl_req {
@@ -254,6 +256,7 @@ nccl_close(struct zinf_comm *c)
 	if (clean) {
 		ncclCommDestroy(b->comm);
 		cudaFree(b->dev_one);
+		cudaFree(b->dev_scratch);
 		if (b->own_stream) {
 			cudaStreamDestroy(b->stream);
 		}
@@ -304,8 +307,8 @@ post(struct zinf_comm *c, struct zinf_comm_req *r)
 	case ZINF_COMM_ALL_TO_ALL: {
 		/* one group of sends and receives to the ranks of this rank's group (bytes) */
 		int rc = NCCL_TRY(ncclGroupStart());
-		for (int i = 0; rc == 0 && i < (r->d.root >> 16); i++) {
-			int peer = comm_a2a_peer(c->rank, r->d.root, i);
+		for (int i = 0; rc == 0 && i < r->d.a2a_n; i++) {
+			int peer = comm_a2a_peer(c->rank, r->d.a2a_n, r->d.a2a_stride, i);
 			rc = NCCL_TRY(ncclSend((const char *)r->send + i * n, n, ncclUint8, peer,
 					       b->comm, b->stream));
 			if (rc == 0) {
@@ -461,21 +464,35 @@ nccl_stream(struct zinf_comm *c)
 
 /* ---- the quantized collectives' memory and codec: device memory, kernels on the stream ---- */
 
+/* Make the communicator's device current on this thread; *cur: the device to restore. */
+static int
+dev_enter(struct nccl_be *b, int *cur)
+{
+	*cur = -1;
+	int rc = CUDA_TRY(cudaGetDevice(cur));
+	if (rc == 0 && *cur != b->device) {
+		rc = CUDA_TRY(cudaSetDevice(b->device));
+	}
+	return rc;
+}
+
+static void
+dev_leave(struct nccl_be *b, int cur)
+{
+	if (cur >= 0 && cur != b->device) {
+		(void)cudaSetDevice(cur);
+	}
+}
+
 static int
 nccl_qalloc(struct zinf_comm *c, size_t bytes, void **out)
 {
 	struct nccl_be *b = c->be;
-	int cur = -1;
-	int rc = CUDA_TRY(cudaGetDevice(&cur));
-	if (rc == 0 && cur != b->device) {
-		rc = CUDA_TRY(cudaSetDevice(b->device));
-	}
+	int cur, rc = dev_enter(b, &cur);
 	if (rc == 0) {
 		rc = CUDA_TRY(cudaMalloc(out, bytes ? bytes : 1));
 	}
-	if (cur >= 0 && cur != b->device) {
-		(void)cudaSetDevice(cur);
-	}
+	dev_leave(b, cur);
 	return rc;
 }
 
@@ -488,10 +505,47 @@ nccl_qfree(struct zinf_comm *c, void *p)
 	}
 }
 
+/*
+ * The scratch of one quantized call: the communicator's, grown (cudaFree, which synchronises
+ * the device, then cudaMalloc) only when a call needs more than any before it, so that a
+ * steady training step neither allocates nor stalls the device. The stream orders one call's
+ * use of it before the next's.
+ */
+static int
+nccl_qscratch(struct zinf_comm *c, size_t bytes, void **out)
+{
+	struct nccl_be *b = c->be;
+	if (bytes > b->scratch_bytes || !b->dev_scratch) {
+		int cur, rc = dev_enter(b, &cur);
+		if (rc == 0 && b->dev_scratch) {
+			rc = CUDA_TRY(cudaFree(b->dev_scratch));
+			b->dev_scratch = NULL;
+			b->scratch_bytes = 0;
+		}
+		if (rc == 0) {
+			rc = CUDA_TRY(cudaMalloc(&b->dev_scratch, bytes ? bytes : 1));
+		}
+		dev_leave(b, cur);
+		if (rc < 0) {
+			b->dev_scratch = NULL;
+			return rc;
+		}
+		b->scratch_bytes = bytes ? bytes : 1;
+	}
+	*out = b->dev_scratch;
+	return 0;
+}
+
 static int
 nccl_qzero(struct zinf_comm *c, void *p, size_t bytes)
 {
-	return CUDA_TRY(cudaMemsetAsync(p, 0, bytes, ((struct nccl_be *)c->be)->stream));
+	struct nccl_be *b = c->be;
+	int cur, rc = dev_enter(b, &cur);
+	if (rc == 0) {
+		rc = CUDA_TRY(cudaMemsetAsync(p, 0, bytes, b->stream));
+	}
+	dev_leave(b, cur);
+	return rc;
 }
 
 static int
@@ -505,8 +559,14 @@ nccl_quantize(struct zinf_comm *c, void *codes, float *scales, const void *x, en
 	      size_t n, size_t block, unsigned bits, float *err, float beta)
 {
 	struct nccl_be *b = c->be;
-	return kern_status(kern_quantize(b->stream, codes, scales, x, t, n, block, bits, err, beta),
-			   "kern_quantize");
+	int cur, rc = dev_enter(b, &cur);
+	if (rc == 0) {
+		rc = kern_status(
+			kern_quantize(b->stream, codes, scales, x, t, n, block, bits, err, beta),
+			"kern_quantize");
+	}
+	dev_leave(b, cur);
+	return rc;
 }
 
 static int
@@ -514,19 +574,29 @@ nccl_dequantize(struct zinf_comm *c, void *y, enum zinf_dtype t, const void *cod
 		const float *scales, size_t n, size_t block, unsigned bits, int acc)
 {
 	struct nccl_be *b = c->be;
-	return kern_status(kern_dequantize(b->stream, y, t, codes, scales, n, block, bits, acc),
-			   "kern_dequantize");
+	int cur, rc = dev_enter(b, &cur);
+	if (rc == 0) {
+		rc = kern_status(
+			kern_dequantize(b->stream, y, t, codes, scales, n, block, bits, acc),
+			"kern_dequantize");
+	}
+	dev_leave(b, cur);
+	return rc;
 }
 
 static int
 nccl_narrow(struct zinf_comm *c, void *out, enum zinf_dtype t, const float *y, size_t n, float mul)
 {
 	struct nccl_be *b = c->be;
-	int rc = 0;
-	if (mul != 1.0f) {
+	int cur, rc = dev_enter(b, &cur);
+	if (rc == 0 && mul != 1.0f) {
 		rc = kern_status(kern_scale(b->stream, (void *)y, ZINF_F32, mul, n), "kern_scale");
 	}
-	return rc < 0 ? rc : kern_status(kern_cast(b->stream, out, t, y, ZINF_F32, n), "kern_cast");
+	if (rc == 0) {
+		rc = kern_status(kern_cast(b->stream, out, t, y, ZINF_F32, n), "kern_cast");
+	}
+	dev_leave(b, cur);
+	return rc;
 }
 
 const struct zinf_comm_ops zinf_comm_nccl_ops = {
@@ -545,6 +615,7 @@ const struct zinf_comm_ops zinf_comm_nccl_ops = {
 	.failed = nccl_failed,
 	.qalloc = nccl_qalloc,
 	.qfree = nccl_qfree,
+	.qscratch = nccl_qscratch,
 	.qzero = nccl_qzero,
 	.quantize = nccl_quantize,
 	.dequantize = nccl_dequantize,

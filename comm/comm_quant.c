@@ -10,6 +10,7 @@
  * phases with each other (each call waits), 4-bit codes' packing of an odd partition with the
  * next one (each segment starts on a byte and a block).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm_internal.h"
@@ -67,6 +68,55 @@ q_free(struct zinf_comm *c, void *p)
 	}
 }
 
+/* One call's scratch: the backend's cached one (nccl), or host/qalloc memory of its own. */
+static int
+q_scratch(struct zinf_comm *c, size_t bytes, void **out)
+{
+	if (c->ops->qscratch) {
+		return c->ops->qscratch(c, bytes, out);
+	}
+	return q_alloc(c, bytes, out);
+}
+
+/*
+ * The end of a call's scratch. A request of the call given up on failure (c->abandoned moved
+ * past abandoned0: a deadline or a notice) may still be in MPI's hands, posted (Iallgather,
+ * Ialltoallv) or blocked on the progress thread, and MPI writes the codes it receives into this
+ * buffer whenever the peers arrive: it is left (zc_leave), never freed, as comm.c leaves the
+ * buffers of every abandoned call. A backend's cached scratch stays the backend's.
+ */
+static void
+q_scratch_done(struct zinf_comm *c, void *p, unsigned abandoned0)
+{
+	if (!p || c->ops->qscratch) {
+		return;
+	}
+	if (c->abandoned != abandoned0 && !c->ops->qfree) {
+		zc_leave(p);
+	} else {
+		q_free(c, p); /* nccl (qfree): an abandoned call aborted the communicator first */
+	}
+}
+
+/*
+ * A failure of this rank alone after the arguments were accepted (memory, a codec launch, a
+ * zero): tell the other ranks, which would otherwise wait for this one's next all_to_all or
+ * all_gather until their deadline; rc is returned. A failure of the communicator itself (a
+ * deadline, a notice, a mismatch) was told or seen already (zinf_comm_notify_failure does
+ * nothing then).
+ */
+static int
+q_local_fail(struct zinf_comm *c, int rc, const char *what)
+{
+	if (rc < 0 && !c->failed) {
+		char why[160];
+		snprintf(why, sizeof(why), "%s on rank %d failed here: %s (%s)", what, c->rank,
+			 zinf_strerror(rc), zinf_last_error());
+		(void)zinf_comm_notify_failure(c, rc, why);
+	}
+	return rc;
+}
+
 static int
 q_zero(struct zinf_comm *c, void *p, size_t bytes)
 {
@@ -82,6 +132,9 @@ q_quantize(struct zinf_comm *c, const struct zinf_comm_quant_opts *q, void *chun
 	   enum zinf_dtype t, size_t n, float *err, float beta)
 {
 	float *scales = (float *)((char *)chunk + ZINF_ALIGN_UP(qz_code_bytes(n, q->bits), 4));
+	if (n == 0) {
+		return 0; /* no block: nothing to launch (a CUDA grid of none is an error) */
+	}
 	if (c->ops->quantize) {
 		return c->ops->quantize(c, chunk, scales, x, t, n, q->block, q->bits, err, beta);
 	}
@@ -95,6 +148,9 @@ q_dequantize(struct zinf_comm *c, const struct zinf_comm_quant_opts *q, void *y,
 {
 	const float *scales =
 		(const float *)((const char *)chunk + ZINF_ALIGN_UP(qz_code_bytes(n, q->bits), 4));
+	if (n == 0) {
+		return 0;
+	}
 	if (c->ops->dequantize) {
 		return c->ops->dequantize(c, y, t, chunk, scales, n, q->block, q->bits, acc);
 	}
@@ -109,6 +165,9 @@ q_dequantize(struct zinf_comm *c, const struct zinf_comm_quant_opts *q, void *y,
 static int
 q_narrow(struct zinf_comm *c, void *out, enum zinf_dtype t, float *y, size_t n, float mul)
 {
+	if (n == 0) {
+		return 0;
+	}
 	if (c->ops->narrow) {
 		return c->ops->narrow(c, out, t, y, n, mul);
 	}
@@ -139,6 +198,12 @@ q_args(struct zinf_comm *c, const char *what, const struct zinf_comm_quant_opts 
 	if (rc < 0) {
 		return rc;
 	}
+	if (q->reserved) {
+		return ZINF_FAIL(-EINVAL,
+				 "%s: zinf_comm_quant_opts.reserved is %u: it must be zero "
+				 "(zinf_comm_quant_opts_init)",
+				 what, (unsigned)q->reserved);
+	}
 	if ((rc = qz_check(q->block, q->bits, what)) < 0) {
 		return rc;
 	}
@@ -152,6 +217,27 @@ q_args(struct zinf_comm *c, const char *what, const struct zinf_comm_quant_opts 
 	if (count > ((size_t)1 << 40) / (size_t)c->world) {
 		return ZINF_FAIL(-EINVAL, "%s: %zu elements x %d ranks is too many", what, count,
 				 c->world);
+	}
+	return 0;
+}
+
+/*
+ * The backend's limit on one byte move (ops->max_u8), checked before anything is numbered,
+ * quantized or posted: `bytes` is what the largest move of the call asks for (qall_gather: one
+ * rank's codes; qreduce_scatter: every rank's, world x chunk, the first all_to_all's span).
+ */
+static int
+q_limit(struct zinf_comm *c, const char *what, size_t count, uint64_t bytes, const char *of)
+{
+	uint64_t max = c->ops->max_u8;
+	if (max && bytes > max) {
+		return ZINF_FAIL(
+			-EINVAL,
+			"%s of %zu elements per rank on %d ranks: %s is %llu bytes of codes "
+			"and scales, above the %s backend's limit of %llu bytes per call "
+			"(MPI counts and displacements are int): split the call",
+			what, count, c->world, of, (unsigned long long)bytes, c->ops->name,
+			(unsigned long long)max);
 	}
 	return 0;
 }
@@ -173,9 +259,13 @@ zinf_comm_qall_gather(struct zinf_comm *c, const struct zinf_comm_quant_opts *op
 				 "partition (in place)",
 				 c->rank);
 	}
-	void *buf = NULL;
-	if ((rc = q_alloc(c, s * (w + 1), &buf)) < 0) {
+	if ((rc = q_limit(c, "qall_gather", count, s, "one rank's share")) < 0) {
 		return rc;
+	}
+	unsigned abandoned0 = c->abandoned;
+	void *buf = NULL;
+	if ((rc = q_scratch(c, s * (w + 1), &buf)) < 0) {
+		return q_local_fail(c, rc, "qall_gather");
 	}
 	char *out = (char *)buf + s;
 	rc = q_quantize(c, &q, buf, send, dtype, count, NULL, 0.0f);
@@ -186,8 +276,8 @@ zinf_comm_qall_gather(struct zinf_comm *c, const struct zinf_comm_quant_opts *op
 		rc = q_dequantize(c, &q, (char *)recv + r * count * es, dtype, out + r * s, count,
 				  0);
 	}
-	q_free(c, buf);
-	return rc;
+	q_scratch_done(c, buf, abandoned0);
+	return q_local_fail(c, rc, "qall_gather");
 }
 
 int
@@ -227,6 +317,8 @@ zinf_comm_qerr_create(struct zinf_comm *c, size_t count, float err_beta, uint32_
 	return 0;
 }
 
+/* err1 and err2 never reach a collective (only the codec reads and writes them, on the calling
+ * thread or, nccl, on the stream, which qfree waits for): freed even after a failure. */
 void
 zinf_comm_qerr_destroy(struct zinf_comm_qerr *e)
 {
@@ -238,20 +330,23 @@ zinf_comm_qerr_destroy(struct zinf_comm_qerr *e)
 	zc_free(e);
 }
 
-/* Ranks per group: q->group, or the node's ranks when they divide the world, else the world. */
+/* Ranks per group: q->group, or 0: c->node_group (the node's ranks when every node holds as
+ * many, consecutive, and they divide the world; else the world), the same on every rank. */
 static int
 q_group(struct zinf_comm *c, const struct zinf_comm_quant_opts *q, int *k)
 {
-	int g = q->group;
-	if (g == 0) {
-		g = c->local_world > 0 && c->world % c->local_world == 0 ? c->local_world
-									 : c->world;
-	}
-	if (g < 1 || c->world % g != 0 || g > 0x7fff || c->world / g > 0x7fff) {
+	int g = q->group ? (int)q->group : c->node_group;
+	if (g < 1 || c->world % g != 0) {
 		return ZINF_FAIL(-EINVAL,
 				 "qreduce_scatter: group of %d ranks does not divide the world of "
 				 "%d ranks",
-				 q->group, c->world);
+				 g, c->world);
+	}
+	if (g > 0x7fff || c->world / g > 0x7fff) {
+		return ZINF_FAIL(-EINVAL,
+				 "qreduce_scatter: group of %d ranks in a world of %d: %d groups; "
+				 "at most 32767 ranks per group and 32767 groups",
+				 g, c->world, c->world / g);
 	}
 	*k = g;
 	return 0;
@@ -282,23 +377,30 @@ zinf_comm_qreduce_scatter(struct zinf_comm *c, const struct zinf_comm_quant_opts
 	if (count && sp < rp + count * es && rp < sp + w * count * es) {
 		return ZINF_FAIL(-EINVAL, "qreduce_scatter: send and recv overlap");
 	}
+	if ((rc = q_limit(c, "qreduce_scatter", count, (uint64_t)w * s,
+			  "the first all_to_all's span (world x one segment's codes)")) < 0) {
+		return rc;
+	}
 	int groups = c->world / k;
 	bool intra = k > 1 || groups == 1, inter = groups > 1;
 	float beta = e ? e->beta : 0.0f;
+	/* scratch: codes out, codes in (w chunks each), partial sums (groups x count floats);
+	   taken before anything is numbered, and any failure of this rank's alone from here on is
+	   told to the others (q_local_fail) */
+	unsigned abandoned0 = c->abandoned;
+	char *buf = NULL;
+	if ((rc = q_scratch(c, 2 * w * s + (size_t)groups * count * 4, (void **)&buf)) < 0) {
+		return q_local_fail(c, rc, "qreduce_scatter");
+	}
 	if (e && e->reset && e->calls % e->reset == 0 && e->calls) {
 		size_t bytes = w * count * sizeof(float);
-		if ((rc = q_zero(c, e->err1, bytes)) < 0 || (rc = q_zero(c, e->err2, bytes)) < 0) {
-			return rc;
+		if ((rc = q_zero(c, e->err1, bytes)) == 0) {
+			rc = q_zero(c, e->err2, bytes);
 		}
-	}
-	/* scratch: codes out, codes in (w chunks each), partial sums (groups x count floats) */
-	char *buf = NULL;
-	if ((rc = q_alloc(c, 2 * w * s + (size_t)groups * count * 4, (void **)&buf)) < 0) {
-		return rc;
 	}
 	char *out = buf, *in = buf + w * s;
 	float *part = (float *)(buf + 2 * w * s);
-	if (intra) {
+	if (rc == 0 && intra) {
 		/* chunk (l, g) for peer l of the group: the segment of rank g x k + l */
 		for (int l = 0; rc == 0 && l < k; l++) {
 			for (int g = 0; rc == 0 && g < groups; g++) {
@@ -348,6 +450,6 @@ zinf_comm_qreduce_scatter(struct zinf_comm *c, const struct zinf_comm_quant_opts
 	if (e && rc == 0) {
 		e->calls++;
 	}
-	q_free(c, buf);
-	return rc;
+	q_scratch_done(c, buf, abandoned0);
+	return q_local_fail(c, rc, "qreduce_scatter");
 }

@@ -8,7 +8,9 @@
  * The format, for n elements cut into blocks of `block` elements from element 0 (the last block
  * may be shorter):
  * - scale[b] = M / Q, M = max |x| over block b, Q = 127 (8 bits) or 7 (4 bits), one fp32
- *   division; M below FLT_MIN (2^-126: zero or subnormal) gives scale 0 (every code 0);
+ *   division; M below FLT_MIN (2^-126: zero or subnormal) gives scale 0 (every code 0); when
+ *   Q x scale overflows (M within a rounding of FLT_MAX) the scale steps down one ulp, so that
+ *   no finite block dequantizes to an infinity;
  * - code[i] = x[i] / scale, one fp32 division, rounded to nearest (ties to even), clamped to
  *   [-Q, Q]; 8 bits: one int8 per element; 4 bits: two's complement nibbles, element 2i in the
  *   low nibble of byte i, 2i + 1 in the high one (block must be even);
@@ -82,7 +84,14 @@ qz_scale(float m, unsigned bits)
 	if (m < dt_u2f(0x00800000u)) {
 		return 0.0f; /* zero or subnormal: flushed */
 	}
-	return QZ_DIV(m, (float)qz_qmax(bits));
+	float q = (float)qz_qmax(bits), s = QZ_DIV(m, q);
+	/* M near FLT_MAX: Q x s may round past FLT_MAX, and code Q would dequantize to an
+	   infinity; s steps down an ulp (once is enough) until Q x s is finite; the error stays
+	   within the bound (a few ulps of M more than s / 2 at most for the largest elements) */
+	while (!(QZ_MUL(q, s) < dt_u2f(0x7f800000u))) {
+		s = nextafterf(s, 0.0f);
+	}
+	return s;
 }
 
 /* The code of v in a block of scale s (0 for a flushed or poisoned block). */

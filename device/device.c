@@ -467,7 +467,9 @@ zinf_device_quantize(struct zinf_stream *s, void *codes, float *scales, const vo
 		return ZINF_FAIL(-EINVAL, "%s on stream \"%s\": NULL scales with n = %zu", __func__,
 				 s->name, n);
 	}
-	if ((rc = qz_check(block, bits, s->name)) < 0) {
+	char who[96];
+	snprintf(who, sizeof(who), "%s on stream \"%s\"", __func__, s->name);
+	if ((rc = qz_check(block, bits, who)) < 0) {
 		return rc;
 	}
 	struct zinf_kop k = {.kind = ZINF_KOP_QUANTIZE,
@@ -499,7 +501,9 @@ zinf_device_dequantize(struct zinf_stream *s, void *y, enum zinf_dtype dtype, co
 		return ZINF_FAIL(-EINVAL, "%s on stream \"%s\": accumulates into f32, not %s",
 				 __func__, s->name, zinf_dtype_name(dtype));
 	}
-	if ((rc = qz_check(block, bits, s->name)) < 0) {
+	char who[96];
+	snprintf(who, sizeof(who), "%s on stream \"%s\"", __func__, s->name);
+	if ((rc = qz_check(block, bits, who)) < 0) {
 		return rc;
 	}
 	struct zinf_kop k = {.kind = ZINF_KOP_DEQUANTIZE,

@@ -91,6 +91,9 @@ kern_quantize(void *stream, void *codes, float *scales, const void *x, enum zinf
 	      size_t n, size_t block, unsigned bits, float *err, float beta)
 {
 	size_t nb = qz_blocks(n, block);
+	if (nb == 0) {
+		return 0; /* nothing to do; a grid of no blocks is cudaErrorInvalidConfiguration */
+	}
 	if (nb > 0x7fffffffu) {
 		return (int)cudaErrorInvalidConfiguration;
 	}

@@ -604,11 +604,14 @@ meas_run(struct run *r, struct meas *m)
 /* ---- report --------------------------------------------------------------------------------- */
 
 /* Bytes one rank sends to the others in one call (quantized: codes, padded to 4 bytes, and a
- * float per 256 elements; qgZ with the node's ranks as its groups). */
+ * float per 256 elements; qgZ with the node's ranks as its groups). A 16-bit reduction on MPI
+ * moves the fp32 copy zinf widens it to: 4 bytes an element (as red16 prices raw_bytes). */
 static double
 wire_bytes(const struct run *r, int op, size_t count)
 {
-	double n = r->world, part = (double)count * r->es;
+	bool wide = (op == OP_RS || op == OP_AR) && r->dt != ZINF_F32 && !is_nccl(r) &&
+		    strcmp(r->backend, "mpi") == 0;
+	double n = r->world, part = (double)count * (wide ? 4 : r->es);
 	double s = (double)((count + 3) / 4 * 4 + 4 * ((count + 255) / 256));
 	int k = r->world % r->node_ranks == 0 ? r->node_ranks : r->world, g = r->world / k;
 	switch (op) {

@@ -236,3 +236,26 @@ Test(bench_comm, mpirun_bad_op_once)
 	free(e);
 	zc_scratch_fini(&r);
 }
+
+/*
+ * bf16 qreduce_scatter on MPI: the unquantized reference zinf runs widens to fp32, so its bytes
+ * on the wire are 4 per element, not 2. 2 ranks x 262144 elements per rank (1 MiB of bf16):
+ * the raw call sends the other rank its 262144 fp32 (1 MiB); the 8-bit codes 262144 bytes and a
+ * float per 256 elements. Worked by hand.
+ */
+Test(bench_comm, mpirun_bf16_qreduce_scatter_wire_bytes_count_the_fp32_widening)
+{
+	zc_need_variant("mpi");
+	struct zc_scratch r;
+	const char *args[] = {"bench",	 "comm", "--op",   "qreduce_scatter",
+			      "--dtype", "bf16", "--size", "1M",
+			      "--iters", "2",	 "--json", NULL};
+	zc_scratch_init(&r);
+	cr_assert_eq(zc_mpirun(2, args, r.out, r.err), 0, "%s", zc_text(r.err));
+	json_t *j = zc_json(r.out);
+	cr_assert_eq(zc_num(j, "count"), 262144);
+	cr_assert_eq(zc_num(j, "wire_bytes"), 262144 + 4096);
+	cr_assert_eq(zc_num(j, "raw_wire_bytes"), 262144 * 4);
+	json_decref(j);
+	zc_scratch_fini(&r);
+}

@@ -16,8 +16,10 @@
  * collectives on a progress thread), else MPI_THREAD_SERIALIZED (non-blocking MPI calls).
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -846,12 +848,14 @@ case_qall_gather(void)
 {
 	static const enum zinf_dtype types[] = {ZINF_F32, ZINF_BF16, ZINF_F16};
 	struct zinf_comm *c = open_comm(60, true);
-	const size_t count = 1000; /* 3 blocks of 256 and one of 232 */
 	int fails = 0;
 	if (!c) {
 		return 1;
 	}
 	for (unsigned bits = 8; bits >= 4; bits -= 4) {
+		/* 8 bits: 1000 = 3 blocks of 256 and one of 232; 4 bits: an odd count (the last
+		   byte half used) in blocks of 62, not the default */
+		size_t count = bits == 8 ? 1000 : 1001, block = bits == 8 ? 256 : 62;
 		for (int tt = 0; tt < 3; tt++) {
 			enum zinf_dtype t = types[tt];
 			size_t es = zinf_dtype_size(t);
@@ -867,6 +871,7 @@ case_qall_gather(void)
 			struct zinf_comm_quant_opts q;
 			zinf_comm_quant_opts_init(&q);
 			q.bits = bits;
+			q.block = (uint32_t)block;
 			int rc = zinf_comm_qall_gather(c, &q, send, full, count, t);
 			CHECK(rc == 0, "qall_gather: %s", zinf_last_error());
 			for (int r = 0; r < world && rc == 0; r++) {
@@ -874,7 +879,7 @@ case_qall_gather(void)
 				for (size_t i = 0; i < count; i++) {
 					store(x, t, i, qvalue(200 + tt, r, i));
 				}
-				char *ref = q_round_trip(x, t, count, 256, bits);
+				char *ref = q_round_trip(x, t, count, block, bits);
 				CHECK(memcmp(ref, full + (size_t)r * count * es, count * es) == 0,
 				      "%u-bit %s: rank %d's partition differs from deq(q(x))", bits,
 				      zinf_dtype_name(t), r);
@@ -910,7 +915,8 @@ q_bound(enum zinf_dtype t, unsigned bits, int stages, double s, double ref)
 
 /* The scheme worked here for this rank's segment with the C reference (no error feedback). */
 static float *
-q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, int k, unsigned bits, bool avg)
+q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, size_t block, int k, unsigned bits,
+	   bool avg)
 {
 	int groups = world / k;
 	bool intra = k > 1 || groups == 1, inter = groups > 1;
@@ -918,7 +924,7 @@ q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, int k, unsigned bits,
 	float *part = calloc((size_t)groups * count, 4), *sum = calloc(count, 4);
 	char *x = malloc(count * es);
 	void *codes = malloc(cb);
-	float *scales = malloc(qz_blocks(count, 256) * 4 + 4);
+	float *scales = malloc(qz_blocks(count, block) * 4 + 4);
 	for (int g = 0; g < groups; g++) { /* group g's partial sum of this rank's segment */
 		for (int l = 0; l < k; l++) {
 			int src = g * k + l;
@@ -926,9 +932,9 @@ q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, int k, unsigned bits,
 				store(x, t, i, qvalue(salt, src, (size_t)rank * count + i));
 			}
 			if (intra) {
-				qz_quantize(codes, scales, x, t, count, 256, bits, NULL, 0);
+				qz_quantize(codes, scales, x, t, count, block, bits, NULL, 0);
 				qz_dequantize_add(part + (size_t)g * count, codes, scales, count,
-						  256, bits);
+						  block, bits);
 			} else {
 				for (size_t i = 0; i < count; i++) {
 					part[(size_t)g * count + i] = load(x, t, i);
@@ -938,9 +944,9 @@ q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, int k, unsigned bits,
 	}
 	if (inter) {
 		for (int g = 0; g < groups; g++) {
-			qz_quantize(codes, scales, part + (size_t)g * count, ZINF_F32, count, 256,
+			qz_quantize(codes, scales, part + (size_t)g * count, ZINF_F32, count, block,
 				    bits, NULL, 0);
-			qz_dequantize_add(sum, codes, scales, count, 256, bits);
+			qz_dequantize_add(sum, codes, scales, count, block, bits);
 		}
 	} else {
 		memcpy(sum, part, count * 4);
@@ -957,26 +963,31 @@ q_simulate(uint64_t salt, enum zinf_dtype t, size_t count, int k, unsigned bits,
 }
 
 /*
- * qgZ's reduce-scatter for every grouping of this world (groups of 1, 2 and all ranks), 8 and
- * 4 bits, f32 and bf16, SUM and AVG: within the stated bound of the float64 sum, and equal bit
- * for bit to the scheme worked here (which ranks' codes meet in which order).
+ * qgZ's reduce-scatter for every grouping of this world (every divisor of it, and group 0: the
+ * default, the node's ranks agreed at create), 8 and 4 bits (an odd count; 4 bits in blocks of
+ * 100, not the default), f32 and bf16, SUM and AVG: within the stated bound of the float64 sum,
+ * and equal bit for bit to the scheme worked here (which ranks' codes meet in which order).
  */
 static int
 case_qreduce_scatter(void)
 {
 	static const enum zinf_dtype types[] = {ZINF_F32, ZINF_BF16};
 	struct zinf_comm *c = open_comm(60, true);
-	const size_t count = 700;
+	const size_t count = 701;
 	int fails = 0;
 	if (!c) {
 		return 1;
 	}
-	for (int k = 1; k <= world; k *= 2) {
-		if (world % k) {
+	/* one node here: the default group is every rank (local_world agreed, consecutive) */
+	CHECK(c->node_group == world, "node_group %d, world %d on one node", c->node_group, world);
+	for (int kk = 0; kk <= world; kk++) {
+		if (kk && world % kk) {
 			continue;
 		}
+		int k = kk ? kk : c->node_group; /* kk 0: q.group 0, the default */
 		int groups = world / k, stages = (k > 1 || groups == 1) + (groups > 1);
 		for (unsigned bits = 8; bits >= 4; bits -= 4) {
+			size_t block = bits == 8 ? 256 : 100;
 			for (int tt = 0; tt < 2; tt++) {
 				for (int red = ZINF_COMM_SUM; red <= ZINF_COMM_AVG; red++) {
 					enum zinf_dtype t = types[tt];
@@ -990,11 +1001,13 @@ case_qreduce_scatter(void)
 					struct zinf_comm_quant_opts q;
 					zinf_comm_quant_opts_init(&q);
 					q.bits = bits;
-					q.group = k;
+					q.block = (uint32_t)block;
+					q.group = kk;
 					int rc = zinf_comm_qreduce_scatter(c, &q, send, recv, count,
 									   t, red, NULL);
 					CHECK(rc == 0, "qreduce_scatter: %s", zinf_last_error());
-					float *sim = q_simulate(salt, t, count, k, bits, red);
+					float *sim =
+						q_simulate(salt, t, count, block, k, bits, red);
 					for (size_t i = 0; i < count && rc == 0; i++) {
 						size_t g = (size_t)rank * count + i;
 						double ref = 0, s = 0;
@@ -1002,8 +1015,8 @@ case_qreduce_scatter(void)
 							ref += qvalue(salt, r, g);
 						}
 						/* S: the ranks' maxima over element i's block */
-						size_t lo = i / 256 * 256,
-						       hi = lo + 256 < count ? lo + 256 : count;
+						size_t lo = i / block * block,
+						       hi = lo + block < count ? lo + block : count;
 						for (int r = 0; r < world; r++) {
 							double m = 0;
 							for (size_t j = lo; j < hi; j++) {
@@ -1068,7 +1081,8 @@ case_qreduce_scatter(void)
  * Error feedback: the same gradient reduced n times. Without it every call makes the same
  * error, so the sum of the n results is n x one call's error away from n x the exact sum; with
  * it (err_beta 1) each call carries the last one's residual, and the accumulated error stays
- * within about one call's bound. Values without outliers: a residual far below a block's step
+ * within two calls' bound (the residual carried, itself within one, and the last call's own; it
+ * lands near one). Values without outliers: a residual far below a block's step
  * would take more calls than the test makes to cross it. reset_T 1 clears it before every call: the
  * no-feedback bits.
  */
@@ -1156,6 +1170,222 @@ case_qreduce_scatter_error_feedback(void)
 	return fails;
 }
 
+/*
+ * A quantized call given up by its deadline leaves its scratch to MPI: rank 0 times out in
+ * qreduce_scatter (the others come 2.5 s late, past its 1 s deadline) while its all_to_all is
+ * still posted (or blocked on the progress thread); when the others arrive, MPI writes their
+ * codes into rank 0's scratch. Freed, that memory would be the next malloc of its size: rank 0
+ * fills fresh blocks of that size with a pattern right after the timeout, and none may change.
+ */
+static int
+case_qreduce_scatter_timeout_leaves_scratch(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_comm *c = open_comm(1.0, false);
+	const size_t count = 1000;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	float *send = buf_alloc(count * world * 4), *recv = buf_alloc(count * 4);
+	for (size_t i = 0; i < count * world; i++) {
+		send[i] = value(500, rank, i);
+	}
+	if (rank != 0) {
+		struct timespec ts = {2, 500000000L};
+		nanosleep(&ts, NULL);
+	}
+	int rc = zinf_comm_qreduce_scatter(c, NULL, send, recv, count, ZINF_F32, ZINF_COMM_SUM,
+					   NULL);
+	enum { NB = 8 };
+	unsigned char *fresh[NB] = {0};
+	/* the scratch: codes out and in (world chunks of 1000 codes and 4 scales), partial sums */
+	size_t sz = 2 * (size_t)world * (1000 + 16) + (size_t)world / c->node_group * count * 4;
+	if (rank == 0) {
+		CHECK(rc == -ETIMEDOUT, "rank 0: rc %d (%s)", rc, zinf_last_error());
+		for (int k = 0; k < NB; k++) {
+			fresh[k] = malloc(sz);
+			memset(fresh[k], 0xAA, sz);
+		}
+	}
+	MPI_Barrier(MPI_COMM_WORLD); /* the others' calls are over: their codes were sent */
+	if (rank == 0) {
+		struct timespec ts = {0, 200000000L};
+		nanosleep(&ts, NULL);
+		for (int k = 0; k < NB; k++) {
+			size_t bad = 0;
+			for (size_t i = 0; i < sz; i++) {
+				bad += fresh[k][i] != 0xAA;
+			}
+			CHECK(bad == 0, "fresh block %d: %zu of %zu bytes written behind our back",
+			      k, bad, sz);
+			free(fresh[k]);
+		}
+	}
+	zinf_comm_destroy(c);
+	buf_free(send);
+	buf_free(recv);
+	return fails;
+}
+
+/*
+ * A failure of one rank alone inside a quantized call (out of memory for the scratch on rank
+ * 0) is told to the others: their call fails well before their deadline (30 s), naming it.
+ */
+static int
+case_qreduce_scatter_local_failure_told(void)
+{
+	if (world < 2) {
+		return SKIP;
+	}
+	struct zinf_comm *c = open_comm(30, false);
+	const size_t count = 1000;
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	float *send = buf_alloc(count * world * 4), *recv = buf_alloc(count * 4);
+	for (size_t i = 0; i < count * world; i++) {
+		send[i] = value(510, rank, i);
+	}
+	double t0 = MPI_Wtime();
+	if (rank == 0) {
+		/* as notice_one: most likely the others have posted their all_to_all by now (the
+		   late call below must meet every one of them) */
+		struct timespec ts = {0, 300000000L};
+		nanosleep(&ts, NULL);
+		zc_test_alloc_fail_nth(1); /* the scratch */
+	}
+	int rc = zinf_comm_qreduce_scatter(c, NULL, send, recv, count, ZINF_F32, ZINF_COMM_SUM,
+					   NULL);
+	double dt = MPI_Wtime() - t0;
+	const char *msg = zinf_last_error();
+	if (rank == 0) {
+		zc_test_alloc_fail_nth(0);
+		CHECK(rc == -ENOMEM, "rank 0: rc %d (%s)", rc, msg);
+		CHECK(zinf_comm_failed(c) == -ENOMEM, "rank 0's communicator: %d",
+		      zinf_comm_failed(c));
+	} else {
+		CHECK(rc < 0 && dt < 10.0, "rank %d: rc %d after %.1f s (deadline 30 s): %s", rank,
+		      rc, dt, msg);
+		CHECK(strstr(msg, "rank 0 failed") && strstr(msg, "qreduce_scatter on rank 0"),
+		      "the message names neither rank 0 nor the call: %s", msg);
+	}
+	/* as notice_one: on the progress thread the others' thread stays inside MPI_Alltoallv
+	   until rank 0 makes that call, once they destroyed theirs */
+	bool late = comm_mpi_progress(c);
+	if (rank != 0) {
+		zinf_comm_destroy(c);
+	}
+	if (late) {
+		MPI_Barrier(MPI_COMM_WORLD);
+	}
+	if (rank == 0) {
+		if (late) {
+			c->failed = 0;
+			CHECK(zinf_comm_qreduce_scatter(c, NULL, send, recv, count, ZINF_F32,
+							ZINF_COMM_SUM, NULL) == 0,
+			      "the late call: %s", zinf_last_error());
+		}
+		zinf_comm_destroy(c);
+	}
+	buf_free(send);
+	buf_free(recv);
+	return fails;
+}
+
+/*
+ * A call above the backend's byte limit (mpi: INT_MAX, counts and displacements are int) is
+ * refused before anything is numbered or quantized: the message names the count, the world
+ * and the limit, the communicator stays healthy, and the next call (checked across ranks)
+ * runs. The buffers are never touched: their addresses only.
+ */
+static int
+case_quant_limit_refused_before_numbering(void)
+{
+	struct zinf_comm *c = open_comm(60, true);
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	if (!c->ops->max_u8) {
+		zinf_comm_destroy(c);
+		return SKIP;
+	}
+	size_t count = (size_t)INT_MAX / (size_t)world + 1; /* world x codes > INT_MAX */
+	char *send = (char *)(uintptr_t)0x100000, *recv = send + (size_t)world * count * 4 + 64;
+	char want[64];
+	snprintf(want, sizeof(want), "%zu elements per rank on %d ranks", count, world);
+	int rc = zinf_comm_qreduce_scatter(c, NULL, send, recv, count, ZINF_F32, ZINF_COMM_SUM,
+					   NULL);
+	CHECK(rc == -EINVAL, "qreduce_scatter of %zu: rc %d", count, rc);
+	CHECK(strstr(zinf_last_error(), want) && strstr(zinf_last_error(), "2147483647"), "%s",
+	      zinf_last_error());
+	count = (size_t)INT_MAX + 1;
+	rc = zinf_comm_qall_gather(c, NULL, send, send + 8 * count, count, ZINF_F32);
+	CHECK(rc == -EINVAL, "qall_gather of %zu: rc %d", count, rc);
+	CHECK(zinf_comm_failed(c) == 0, "failed %d: %s", zinf_comm_failed(c), zinf_last_error());
+	float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y = 0;
+	rc = zinf_comm_qreduce_scatter(c, NULL, x, &y, 1, ZINF_F32, ZINF_COMM_SUM, NULL);
+	CHECK(rc == 0, "the next call: %s", zinf_last_error());
+	zinf_comm_destroy(c);
+	return fails;
+}
+
+/*
+ * The default group is agreed, never decided per rank: nodes of unequal size, or ranks not
+ * consecutive on their nodes (mpirun --map-by node), give the world; equal nodes of
+ * consecutive ranks that divide it give a node's ranks. Worked by hand.
+ */
+static int
+case_node_group_agreement(void)
+{
+	int fails = 0;
+	CHECK(comm_node_group(8, 4, 4, true) == 4, "2 nodes of 4");
+	CHECK(comm_node_group(6, 2, 4, true) == 6, "nodes of 4 and 2: the world");
+	CHECK(comm_node_group(8, 4, 4, false) == 8, "not consecutive: the world");
+	CHECK(comm_node_group(6, 4, 4, true) == 6, "4 does not divide 6: the world");
+	CHECK(comm_node_group(4, 1, 1, true) == 1, "a rank per node");
+	/* 4 ranks, 2 nodes, --map-by slot: node firsts 0 and 2; --map-by node: 0 and 1 */
+	CHECK(comm_node_consecutive(3, 2, 1, 2), "rank 3 second on the node from 2");
+	CHECK(!comm_node_consecutive(2, 0, 1, 2), "map-by node: rank 2 second on node 0");
+	CHECK(!comm_node_consecutive(3, 1, 1, 2), "map-by node: node 1 starts at rank 1");
+	CHECK(!comm_node_consecutive(5, 0, 2, 3), "ranks 0, 1 and 5 on one node");
+	return fails;
+}
+
+/* zinf_comm_quant_opts: nonzero reserved bytes, a group too large or not dividing the world:
+ * each refused with its own message, the communicator healthy. */
+static int
+case_quant_opts_refused(void)
+{
+	struct zinf_comm *c = open_comm(60, true);
+	int fails = 0;
+	if (!c) {
+		return 1;
+	}
+	struct zinf_comm_quant_opts q;
+	zinf_comm_quant_opts_init(&q);
+	q.reserved = 1;
+	float x[8] = {0};
+	CHECK(zinf_comm_qall_gather(c, &q, x, x, 1, ZINF_F32) == -EINVAL, "reserved");
+	CHECK(strstr(zinf_last_error(), "reserved is 1"), "%s", zinf_last_error());
+	CHECK(zinf_comm_qreduce_scatter(c, &q, x, x + 4, 1, ZINF_F32, ZINF_COMM_SUM, NULL) ==
+		      -EINVAL,
+	      "reserved");
+	zinf_comm_quant_opts_init(&q);
+	q.group = world + 1;
+	CHECK(zinf_comm_qreduce_scatter(c, &q, x, x + 4, 1, ZINF_F32, ZINF_COMM_SUM, NULL) ==
+		      -EINVAL,
+	      "group");
+	CHECK(strstr(zinf_last_error(), "does not divide"), "%s", zinf_last_error());
+	CHECK(zinf_comm_failed(c) == 0, "failed %d", zinf_comm_failed(c));
+	zinf_comm_destroy(c);
+	return fails;
+}
+
 /* ---- runner ------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1183,6 +1413,12 @@ static const struct {
 	{"qall_gather", case_qall_gather, true},
 	{"qreduce_scatter", case_qreduce_scatter, true},
 	{"qreduce_scatter_error_feedback", case_qreduce_scatter_error_feedback, true},
+	{"qreduce_scatter_timeout_leaves_scratch", case_qreduce_scatter_timeout_leaves_scratch,
+	 false},
+	{"qreduce_scatter_local_failure_told", case_qreduce_scatter_local_failure_told, false},
+	{"quant_limit_refused_before_numbering", case_quant_limit_refused_before_numbering, true},
+	{"node_group_agreement", case_node_group_agreement, true},
+	{"quant_opts_refused", case_quant_opts_refused, true},
 };
 
 /* Sum of v over ranks, through MPI_COMM_WORLD or (lib-init) a zinf communicator. */

@@ -11,6 +11,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -710,4 +711,71 @@ Test(device, quantize_refuses_bad_bits_and_blocks)
 	cr_assert_eq(zinf_device_quantize(st, c, s, x, ZINF_F32, 4, 3, 4, NULL, 0), -EINVAL);
 	cr_assert(strstr(zinf_last_error(), "even for 4-bit"), "%s", zinf_last_error());
 	cr_assert_eq(zinf_device_dequantize(st, x, ZINF_BF16, c, s, 4, 4, 8, true), -EINVAL);
+}
+
+/*
+ * A finite block whose max is FLT_MAX: Q x fl(M / Q) rounds past FLT_MAX, so code Q would
+ * dequantize to an infinity (and, with error feedback, err = x - inf = -inf would poison the
+ * next call). Every element comes back finite, within the stated bound of the float64 value;
+ * the kept error is finite and is beta x (c - deq) worked here in float64.
+ */
+Test(device, quantize_block_at_flt_max_stays_finite_with_and_without_feedback)
+{
+	const float x[4] = {FLT_MAX, -FLT_MAX, 1.0f, 3e38f};
+	for (unsigned bits = 8; bits >= 4; bits -= 4) {
+		for (int fb = 0; fb < 2; fb++) {
+			const float e0[4] = {0};
+			void *dx = to_dev(x, sizeof(x)), *dc = to_dev(NULL, 4);
+			float *ds = to_dev(NULL, 4), *dy = to_dev(NULL, sizeof(x));
+			float *de = fb ? to_dev(e0, sizeof(e0)) : NULL;
+			cr_assert_eq(zinf_device_quantize(st, dc, ds, dx, ZINF_F32, 4, 4, bits, de,
+							  1.0f),
+				     0, "%s", zinf_last_error());
+			cr_assert_eq(
+				zinf_device_dequantize(st, dy, ZINF_F32, dc, ds, 4, 4, bits, false),
+				0, "%s", zinf_last_error());
+			float *y = from_dev(dy, sizeof(x)), *s = from_dev(ds, 4);
+			float *e = fb ? from_dev(de, sizeof(x)) : NULL;
+			double q = bits == 8 ? 127.0 : 7.0, m = FLT_MAX;
+			double bound = (double)s[0] / 2 + ldexp(m, -22);
+			cr_assert(isfinite(s[0]) && s[0] > 0, "%u bits: scale %a", bits, s[0]);
+			cr_assert_leq(q * (double)s[0], m, "%u bits: Q x scale %a beyond FLT_MAX",
+				      bits, q * (double)s[0]);
+			for (int i = 0; i < 4; i++) {
+				cr_assert(isfinite(y[i]), "%u bits, feedback %d: element %d is %a",
+					  bits, fb, i, y[i]);
+				cr_assert_leq(fabs((double)y[i] - (double)x[i]), bound,
+					      "%u bits element %d: %a for %a (bound %a)", bits, i,
+					      y[i], x[i], bound);
+				if (fb) {
+					cr_assert(isfinite(e[i]), "%u bits: err[%d] %a", bits, i,
+						  e[i]);
+					cr_assert_eq((double)e[i], (double)x[i] - (double)y[i],
+						     "%u bits: err[%d] %a, x - deq %a", bits, i,
+						     e[i], (double)x[i] - (double)y[i]);
+				}
+			}
+			free(y);
+			free(s);
+			free(e);
+			zinf_device_free(dev, dx);
+			zinf_device_free(dev, dc);
+			zinf_device_free(dev, ds);
+			zinf_device_free(dev, dy);
+			zinf_device_free(dev, de);
+		}
+	}
+}
+
+/* A bad block or bit width names the call and the stream, not the stream alone. */
+Test(device, quantize_refusal_names_the_function_and_the_stream)
+{
+	float x[4] = {1, 2, 3, 4}, s[4];
+	int8_t c[4];
+	cr_assert_eq(zinf_device_quantize(st, c, s, x, ZINF_F32, 4, 3, 4, NULL, 0), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_device_quantize on stream \"test\": block of 3"),
+		  "%s", zinf_last_error());
+	cr_assert_eq(zinf_device_dequantize(st, x, ZINF_F32, c, s, 4, 4, 5, false), -EINVAL);
+	cr_assert(strstr(zinf_last_error(), "zinf_device_dequantize on stream \"test\": 5-bit"),
+		  "%s", zinf_last_error());
 }

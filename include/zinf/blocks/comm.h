@@ -238,16 +238,21 @@ ZINF_API int zinf_comm_test(struct zinf_comm *c, struct zinf_comm_req *req);
  * has the deadline, the call check and the failure notices of every collective, and the call
  * waits for them (there is no request). Buffers as the collectives'; the codec runs where they
  * live: on the calling thread (mpi, single) or on the communicator's stream (nccl: kernels).
- * Returns 0, or the errors of the collectives, and -EINVAL (bad option, count 0 with a NULL
- * buffer, MAX, the group not dividing the world, error state of another call), -ENOMEM.
+ * Each step has its own deadline: a call can take up to 2 x timeout_s (qreduce_scatter's two
+ * all_to_alls). A failure of this rank alone (memory, the codec) fails c and notifies the other
+ * ranks. Returns 0, or the errors of the collectives, and -EINVAL (bad option, nonzero
+ * reserved, count > 0 with a NULL buffer, MAX, the group not dividing the world, error state of
+ * another call, a call above the backend's byte limit: mpi, one rank's codes and scales for
+ * qall_gather, world x them for qreduce_scatter, at most INT_MAX bytes), -ENOMEM.
  */
 struct zinf_comm_quant_opts {
 	size_t size; /* sizeof(struct zinf_comm_quant_opts); set by zinf_comm_quant_opts_init() */
 	uint32_t block;	   /* elements per fp32 scale; default 256; even with 4 bits */
 	uint32_t bits;	   /* 8 (default) or 4 */
 	int32_t group;	   /* reduce-scatter: ranks per group, consecutive (ZeRO++: a node's);
-			      0 (default): the ranks on this node when they divide the world,
-			      else the world */
+			      0 (default): a node's ranks when every node holds as many,
+			      consecutive, and they divide the world (agreed at create), else
+			      the world */
 	uint32_t reserved; /* zero */
 };
 
@@ -285,8 +290,9 @@ ZINF_API void zinf_comm_qerr_destroy(struct zinf_comm_qerr *e); /* NULL is a no-
  * exchanged with the ranks of the same place in the other groups (all_to_all) and summed (groups
  * in order), then AVG multiplies by 1 / world in fp32 and the result is rounded once to dtype.
  * One group: one exchange; groups of one rank: only the second. err: NULL, or this rank's error
- * feedback (zinf_comm_qerr_create with this count on c). The result is deterministic: the same
- * inputs give the same bits. Error bound: comm/README.md.
+ * feedback (zinf_comm_qerr_create with this count on c). send and recv may not overlap at all
+ * (no in-place form: -EINVAL). The result is deterministic: the same inputs give the same bits.
+ * Error bound: comm/README.md.
  */
 ZINF_API int zinf_comm_qreduce_scatter(struct zinf_comm *c, const struct zinf_comm_quant_opts *q,
 				       const void *send, void *recv, size_t count,
