@@ -370,8 +370,11 @@ ZINF_API int zinf_engine_fetch(struct zinf_engine *e, int32_t layer);
 ZINF_API int zinf_engine_release(struct zinf_engine *e, int32_t layer);
 /**
  * Device pointer to parameter `id`'s numel elements of opts.dtype, valid while its layer is
- * fetched (stages 0-2: always after init). Returns 0 and sets *dev; -EINVAL (unknown id, layer
- * not fetched at stage 3).
+ * fetched (stages 0-2: always after init). Read-only for the trainer at every stage: the values
+ * are the engine's (stages 0-2: this rank's slice is where a bf16 master shared with the
+ * parameters is read from), so a write into them (a clamp, a zeroed row) is undefined; change
+ * weights through the optimizer or a checkpoint. Returns 0 and sets *dev; -EINVAL (unknown id,
+ * layer not fetched at stage 3).
  */
 ZINF_API int zinf_engine_param(struct zinf_engine *e, uint32_t id, void **dev);
 
@@ -585,7 +588,9 @@ struct zinf_engine_stats {
 	/* nvme_read_bytes and nvme_write_bytes of the last window by kind of state: the 16-bit
 	   parameters' store (a partition served from its cache is no read) and the optimizer's
 	   state (the master and the optimizer's parts; the speculative step's restores
-	   included); grad_nvme_* above are the third kind, so the three add up to the totals */
+	   included; a bf16 master that shares the parameters' home is not optimizer state: its
+	   reads are parameter reads where the cache misses, its writes the parameter writes);
+	   grad_nvme_* above are the third kind, so the three add up to the totals */
 	uint64_t param_nvme_read_bytes, param_nvme_write_bytes;
 	uint64_t optim_nvme_read_bytes, optim_nvme_write_bytes;
 };

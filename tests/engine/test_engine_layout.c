@@ -62,6 +62,21 @@ PIN(struct zinf_engine_stats, param_nvme_read_bytes, 224);  /* a97cc3a: 224 byte
 PIN(struct zinf_pool_opts, cpu_key, 72);		    /* a97cc3a: 72 bytes */
 PIN(struct zinf_store_opts, cache_bytes, 48);		    /* a97cc3a: 48 bytes */
 PIN(struct zinf_store_stats, cache_bytes, 80);		    /* a97cc3a: 80 bytes */
+/* the shared bf16 master: the plan's and the step's new fields at the old ends (7a224a2: 104,
+   136 and 29 bytes used of 32), the step's old reserved bytes at 100 holding external_parts */
+PIN(struct zinf_engine_plan, speculation_bytes, 96);
+PIN(struct zinf_engine_plan, optim_nvme_state_bytes, 104);
+PIN_SIZE(struct zinf_engine_plan, 112);
+PIN(struct zinf_step_opts, schedule, 28);
+PIN(struct zinf_step_opts, external_parts, 100);
+PIN(struct zinf_step_opts, copy_fn, 104);
+PIN(struct zinf_step_opts, before_fn, 120);
+PIN(struct zinf_step_opts, before_ctx, 128);
+PIN(struct zinf_step_opts, fill_fn, 136);
+PIN(struct zinf_step_opts, fill_ctx, 144);
+PIN_SIZE(struct zinf_step_opts, 152);
+PIN(struct zinf_step_part_info, external, 29);
+PIN_SIZE(struct zinf_step_part_info, 32);
 
 /* The same at run time, so that the suite names it: an engine option read at the offset an
  * older caller wrote it. */
