@@ -15,36 +15,42 @@
 #include "cpu_adam/adam_internal.h"
 #include "cpu_adam/adam_q8_internal.h"
 
-/* The master's hash key, from the moments' (independent bits for the three). */
-#define BF16M_KEY 0x632be5abu
-
-/* The new float master pf[0, n) of elements [b0, b0 + n) to bf16, and the copy. */
+/* Element e's new master from its float update x (and its bf16 or f32 copy): stochastic rounding
+ * with the master's bits of index0 + e (adam_bf16_sr_sat: saturating), or round to nearest. */
 static inline void
-bf16m_round(const struct zinf_opt_args *a, const float *pf, size_t b0, size_t n)
+bf16m_round1(const struct zinf_opt_args *a, float x, size_t e)
 {
-	uint16_t *mo = a->master + b0;
-	if (a->mrounding == ZINF_ROUND_STOCHASTIC) {
-		uint64_t idx = a->index0 + b0;
-		for (size_t j = 0; j < n; j++) {
-			mo[j] = dt_f32_to_bf16_sr(pf[j], adam_sr_bits(a->mkey, idx + j) & 0xffffu);
-		}
-	} else {
-		for (size_t j = 0; j < n; j++) {
-			mo[j] = dt_f32_to_bf16_rne(pf[j]);
-		}
-	}
+	uint16_t r = a->mrounding == ZINF_ROUND_STOCHASTIC
+			     ? adam_bf16_sr_sat(x, adam_sr_bits2(a->mkey, a->mkey1, a->index0 + e))
+			     : dt_f32_to_bf16_rne(x);
+	a->master[e] = r;
 	if (a->ck == ZINF_COPY_BF16) {
-		uint16_t *c = (uint16_t *)a->copy + b0;
-		if (c != mo) {
-			memcpy(c, mo, n * sizeof(uint16_t));
-		}
+		((uint16_t *)a->copy)[e] = r;
 	} else if (a->ck == ZINF_COPY_F32) {
-		float *c = (float *)a->copy + b0;
-		for (size_t j = 0; j < n; j++) {
-			c[j] = dt_bf16_to_f32(mo[j]);
-		}
+		((float *)a->copy)[e] = dt_bf16_to_f32(r);
 	}
 }
+
+/* The portable widening and rounding of a block (the scalar path's; the vector paths have their
+ * own, with the same results). */
+static inline void
+bf16m_widen1(const uint16_t *w, float *pf, size_t n)
+{
+	for (size_t j = 0; j < n; j++) {
+		pf[j] = dt_bf16_to_f32(w[j]);
+	}
+}
+
+static inline void
+bf16m_round_n(const struct zinf_opt_args *a, const float *pf, size_t b0, size_t n)
+{
+	for (size_t j = 0; j < n; j++) {
+		bf16m_round1(a, pf[j], b0 + j);
+	}
+}
+
+typedef void (*bf16m_widen_fn)(const uint16_t *w, float *pf, size_t n);
+typedef void (*bf16m_round_fn)(const struct zinf_opt_args *a, const float *pf, size_t b0, size_t n);
 
 /*
  * Elements [i0, i1) of a bf16-master step (i0 a multiple of ZINF_Q8_BLOCK: tiles are), block by
@@ -55,7 +61,7 @@ bf16m_round(const struct zinf_opt_args *a, const float *pf, size_t b0, size_t n)
  */
 static inline void
 bf16m_step(const struct zinf_opt_args *a, size_t i0, size_t i1, zinf_opt_kernel_fn f32,
-	   zinf_opt_kernel_fn bf16s)
+	   zinf_opt_kernel_fn bf16s, bf16m_widen_fn widen, bf16m_round_fn round)
 {
 	_Alignas(64) float pf[ZINF_Q8_BLOCK];
 	_Alignas(64) float mf[ZINF_Q8_BLOCK];
@@ -68,9 +74,7 @@ bf16m_step(const struct zinf_opt_args *a, size_t i0, size_t i1, zinf_opt_kernel_
 	bool sr = a->rounding == ZINF_ROUND_STOCHASTIC;
 	for (size_t b0 = i0; b0 < i1; b0 += ZINF_Q8_BLOCK) {
 		size_t n = i1 - b0 < ZINF_Q8_BLOCK ? i1 - b0 : ZINF_Q8_BLOCK;
-		for (size_t j = 0; j < n; j++) {
-			pf[j] = dt_bf16_to_f32(a->master[b0 + j]);
-		}
+		widen(a->master + b0, pf, n);
 		uint8_t *mq = NULL, *vq = NULL;
 		if (q8) {
 			mq = (uint8_t *)a->m + zinf_q8_bytes(b0);
@@ -102,7 +106,7 @@ bf16m_step(const struct zinf_opt_args *a, size_t i0, size_t i1, zinf_opt_kernel_
 			q8_encode_block(mf, n, false, mq, sr, a->sr_key, a->index0 + b0);
 			q8_encode_block(vf, n, true, vq, sr, a->sr_key, a->index0 + b0);
 		}
-		bf16m_round(a, pf, b0, n);
+		round(a, pf, b0, n);
 	}
 }
 

@@ -55,11 +55,11 @@ struct zinf_opt_args {
 	uint64_t hbase;
 	/* bf16 master (adam_bf16m_internal.h): the master is `master` (param unused), stepped in
 	 * float by the path's Adam kernel for moments mv and rounded back with mrounding, element
-	 * i's random bits adam_sr_bits(mkey, index0 + i) */
+	 * i's random bits adam_sr_bits2(mkey, mkey1, index0 + i) */
 	uint16_t *master;
 	enum zinf_moments mv;
 	enum zinf_rounding mrounding;
-	uint32_t mkey;
+	uint32_t mkey, mkey1;
 };
 
 typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
@@ -110,19 +110,52 @@ int adam_select(const char *simd, const char *who, const struct zinf_adam_ops **
 
 /* The exact scalar conversions (dt_f32_to_bf16_rne, ...) are in common/dtype.h. */
 
-/* Counter-based random bits for stochastic rounding: a function of (key, element index) only:
- * Wellons' lowbias32 of the index mixed with the key (two multiplies: cheap in the vector
- * paths, which compute the same bits). */
+/*
+ * Counter-based random bits for stochastic rounding: a function of (keys, the element's 64-bit
+ * index) only. Wellons' lowbias32 of the index's low word mixed with k0 and the high word, with
+ * k1 xored in between its two rounds (two multiplies: cheap in the vector paths, which compute
+ * the same bits, adam_simd_body.h sr_bits2). k1 = 0 is adam_sr_bits (the bf16 state's and q8's
+ * streams). k0 alone enters as an xor of the index, so two streams that differ only in k0 are one
+ * stream read at indices i and i ^ (k0 ^ k0'); a nonzero k1 (odd: it reaches every bit through
+ * the multiply) enters after a full round, so the bf16 master's stream (its own k0 and k1,
+ * adam_sr_keys) is no such translate of the moments' (tested:
+ * master_and_moment_random_bits_are_unrelated).
+ */
 static inline uint32_t
-adam_sr_bits(uint32_t key, size_t i)
+adam_sr_bits2(uint32_t k0, uint32_t k1, uint64_t i)
 {
-	uint32_t h = (uint32_t)i ^ key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
+	uint32_t h = (uint32_t)i ^ k0 ^ (uint32_t)(i >> 32) * 0x85ebca77u;
 	h ^= h >> 16;
 	h *= 0x7feb352du;
 	h ^= h >> 15;
+	h ^= k1;
 	h *= 0x846ca68bu;
 	h ^= h >> 16;
 	return h;
+}
+
+static inline uint32_t
+adam_sr_bits(uint32_t key, uint64_t i)
+{
+	return adam_sr_bits2(key, 0, i);
+}
+
+/*
+ * The bf16 master's stochastic rounding of f with 16 random bits r: dt_f32_to_bf16_sr, except that
+ * a finite f never becomes infinity: a finite |f| above the largest finite bf16 (0x7f7f,
+ * 3.3895e38; the next step up is infinity) gives that value with f's sign, where rounding up
+ * would overflow. Infinities stay, NaN is quieted. (Round to nearest even overflows only from
+ * the midpoint 0x7f7f8000 up, as IEEE says; a rounding whose expected value is f has no finite
+ * value to go to above 0x7f7f, so it saturates instead of turning a finite weight into inf.)
+ */
+static inline uint16_t
+adam_bf16_sr_sat(float f, uint32_t r)
+{
+	uint32_t x = dt_f2u(f), ax = x & 0x7fffffffu;
+	if (ax > 0x7f7f0000u && ax < 0x7f800000u) {
+		return (uint16_t)(((x >> 16) & 0x8000u) | 0x7f7fu);
+	}
+	return dt_f32_to_bf16_sr(f, r);
 }
 
 static inline float

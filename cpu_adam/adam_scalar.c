@@ -41,7 +41,7 @@ scalar_adam_q8state(const struct zinf_opt_args *a, size_t i0, size_t i1)
 static void
 scalar_adam_bf16master(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
-	bf16m_step(a, i0, i1, scalar_adam, scalar_adam_bf16state);
+	bf16m_step(a, i0, i1, scalar_adam, scalar_adam_bf16state, bf16m_widen1, bf16m_round_n);
 }
 
 static double

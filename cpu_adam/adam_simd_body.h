@@ -32,8 +32,11 @@
  *                     stochastic with the body's sr_bits(a->sr_key, i) (declared ahead), its low
  *                     16 bits of each lane for m and its high 16 for v, as
  *                     adam_bf16state_elem(); NaN quieted
- *   zvi_set1 zvi_iota zvi_add zvi_xor zvi_and zvi_mullo, macro zvi_srli(x, imm)
- *                     int32 lanes (iota: 0, 1, ..., ZV_WIDTH - 1)
+ *   zv_bf16_sr_sat(x, r)
+ *                     f32 -> bf16 by stochastic rounding with the 16 random bits r of each
+ *                     lane, saturating: adam_bf16_sr_sat() per lane (the bf16 master's rounding)
+ *   zvi_set1 zvi_iota zvi_add zvi_xor zvi_and zvi_mullo zvi_loadu, macro zvi_srli(x, imm)
+ *                     int32 lanes (iota: 0, 1, ..., ZV_WIDTH - 1; loadu: unaligned)
  *   zvd_zero zvd_add zvd_fmadd zvd_storeu, zvd_lo(x) zvd_hi(x), macro ZVD_HSUM(s)
  *                     doubles; lo/hi: the low and high halves of a float vector, widened;
  *                     ZVD_HSUM: the sum of the ZV_WIDTH / 2 doubles s[] in a fixed pairwise
@@ -110,20 +113,41 @@ copy_nt(const struct zinf_opt_args *a, enum zinf_copy_kind ck)
 
 /* ---- the optimizers' arithmetic ------------------------------------------------------------- */
 
-/* adam_sr_bits() for elements i .. i + ZV_WIDTH - 1 (i a multiple of ZV_WIDTH, so i >> 32 is
- * common). */
+/*
+ * adam_sr_bits2(k0, k1, e) for the elements e = i .. i + ZV_WIDTH - 1 (any i). The lanes share
+ * i's high word unless they cross a multiple of 2^32 (rare: then each lane's own, from a
+ * buffer), so every lane's bits are those of its own 64-bit index, as on the scalar path.
+ */
 ZINF_ALWAYS_INLINE ZV_EPI32
-sr_bits(uint32_t key, size_t i)
+sr_bits2(uint32_t k0, uint32_t k1, uint64_t i)
 {
-	uint32_t k = key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
-	ZV_EPI32 idx = zvi_add(zvi_set1((int)(uint32_t)i), zvi_iota());
-	ZV_EPI32 h = zvi_xor(idx, zvi_set1((int)k));
+	uint32_t lo = (uint32_t)i;
+	ZV_EPI32 h;
+	if (__builtin_expect(lo > UINT32_MAX - (ZV_WIDTH - 1), 0)) {
+		_Alignas(64) uint32_t b[ZV_WIDTH];
+		for (int l = 0; l < ZV_WIDTH; l++) {
+			uint64_t e = i + (uint64_t)l;
+			b[l] = (uint32_t)e ^ k0 ^ (uint32_t)(e >> 32) * 0x85ebca77u;
+		}
+		h = zvi_loadu(b);
+	} else {
+		uint32_t k = k0 ^ (uint32_t)(i >> 32) * 0x85ebca77u;
+		h = zvi_xor(zvi_add(zvi_set1((int)lo), zvi_iota()), zvi_set1((int)k));
+	}
 	h = zvi_xor(h, zvi_srli(h, 16));
 	h = zvi_mullo(h, zvi_set1((int)0x7feb352du));
 	h = zvi_xor(h, zvi_srli(h, 15));
+	h = zvi_xor(h, zvi_set1((int)k1)); /* k1 = 0 (sr_bits): folded away */
 	h = zvi_mullo(h, zvi_set1((int)0x846ca68bu));
 	h = zvi_xor(h, zvi_srli(h, 16));
 	return h;
+}
+
+/* adam_sr_bits(key, e) for the elements e = i .. i + ZV_WIDTH - 1 */
+ZINF_ALWAYS_INLINE ZV_EPI32
+sr_bits(uint32_t key, uint64_t i)
+{
+	return sr_bits2(key, 0, i);
 }
 
 /* g * grad_scale (+ wd * p) */
@@ -380,13 +404,59 @@ ZV_FN(adam_q8state)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 	q8_step(a, i0, i1, ZV_FN(adam));
 }
 
+/* The bf16 master's n elements from w widened into pf (exact: the last n % ZV_WIDTH one at a
+ * time, the same values). */
+static void
+ZV_FN(bf16m_widen)(const uint16_t *w, float *pf, size_t n)
+{
+	size_t j = 0;
+	for (; j + ZV_WIDTH <= n; j += ZV_WIDTH) {
+		zv_storeu(pf + j, zv_from_bf16(zh_loadu(w + j)));
+	}
+	for (; j < n; j++) {
+		pf[j] = dt_bf16_to_f32(w[j]);
+	}
+}
+
+/* The new float master pf[0, n) of elements [b0, b0 + n) rounded to bf16 and the copy, as
+ * bf16m_round1(), ZV_WIDTH at a time; the last n % ZV_WIDTH through bf16m_round1() itself (integer
+ * arithmetic: the same bits as a lane). */
+static void
+ZV_FN(bf16m_round)(const struct zinf_opt_args *a, const float *pf, size_t b0, size_t n)
+{
+	uint16_t *mo = a->master + b0;
+	uint16_t *cb = a->ck == ZINF_COPY_BF16 && (uint16_t *)a->copy + b0 != mo
+			       ? (uint16_t *)a->copy + b0
+			       : NULL;
+	float *cf = a->ck == ZINF_COPY_F32 ? (float *)a->copy + b0 : NULL;
+	bool sr = a->mrounding == ZINF_ROUND_STOCHASTIC;
+	const ZV_EPI32 low = zvi_set1(0xffff);
+	uint64_t idx = a->index0 + b0;
+	size_t j = 0;
+	for (; j + ZV_WIDTH <= n; j += ZV_WIDTH) {
+		ZV_PS x = zv_loadu(pf + j);
+		ZV_HALF h =
+			sr ? zv_bf16_sr_sat(x, zvi_and(sr_bits2(a->mkey, a->mkey1, idx + j), low))
+			   : zv_to_bf16(x, a->hw_bf16);
+		zh_storeu(mo + j, h);
+		if (cb) {
+			zh_storeu(cb + j, h);
+		} else if (cf) {
+			zv_storeu(cf + j, zv_from_bf16(h));
+		}
+	}
+	for (; j < n; j++) {
+		bf16m_round1(a, pf[j], b0 + j);
+	}
+}
+
 /* bf16 master: the blocks widened, stepped by this path's Adam kernels above (f32 or bf16
- * moments; q8 decoded), rounded back (the rounding loop of adam_bf16m_internal.h is integer and
- * gives the same bits on every path) */
+ * moments; q8 decoded), rounded back (integer arithmetic: the same bits on every path) */
 static void
 ZV_FN(adam_bf16master)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
-	bf16m_step(a, i0, i1, ZV_FN(adam), ZV_FN(adam_bf16state));
+	bf16m_step(a, i0, i1, ZV_FN(adam), ZV_FN(adam_bf16state), ZV_FN(bf16m_widen),
+		   ZV_FN(bf16m_round));
 }
 
 /* ---- the gradient helpers ------------------------------------------------------------------- */
