@@ -54,8 +54,9 @@ struct zinf_opt_args {
 	 * zinf_adam_step_bf16state; index0 + the block's offset under a bf16 master) */
 	uint64_t hbase;
 	/* bf16 master (adam_bf16m_internal.h): the master is `master` (param unused), stepped in
-	 * float by the path's Adam kernel for moments mv and rounded back with mrounding, element
-	 * i's random bits adam_sr_bits2(mkey, mkey1, index0 + i) */
+	 * float by the path's bf16-master kernel with m and v as mv says (bf16, or floats: f32, or
+	 * q8 decoded) and rounded back with mrounding, element i's random bits
+	 * adam_sr_bits2(mkey, mkey1, hbase + i) (hbase: index0 + the run's offset) */
 	uint16_t *master;
 	enum zinf_moments mv;
 	enum zinf_rounding mrounding;
@@ -209,36 +210,39 @@ adam_grad_in(const struct zinf_opt_args *a, float p, size_t i)
 	return g;
 }
 
+/* Adam's update of one element from p and its gradient g: m and v in place, the new p returned.
+ * The one sequence of operations of the scalar Adam kernels (f32 and bf16 state, bf16 master). */
+static inline float
+adam_update(const struct zinf_opt_args *a, float p, float g, float *m, float *v)
+{
+	p = p * a->decay;
+	*m = a->b1 * *m + a->omb1 * g;
+	*v = a->b2 * *v + a->omb2 * (g * g);
+	float denom = sqrtf(*v) / a->bc2_sqrt + a->eps;
+	return p + a->nstep * (*m / denom);
+}
+
 static inline void
 adam_elem(const struct zinf_opt_args *a, size_t i)
 {
 	float *mp = a->m, *vp = a->v;
 	float p = a->param[i];
 	float g = adam_grad_in(a, p, i);
-	p = p * a->decay;
-	float m = a->b1 * mp[i] + a->omb1 * g;
-	float v = a->b2 * vp[i] + a->omb2 * (g * g);
-	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
-	p = p + a->nstep * (m / denom);
+	float m = mp[i], v = vp[i];
+	p = adam_update(a, p, g, &m, &v);
 	mp[i] = m;
 	vp[i] = v;
 	a->param[i] = p;
 	adam_store_copy(a->copy, a->ck, i, p);
 }
 
+/* The bf16 state's m and v of element i from their floats: RNE, or stochastic with one hash per
+ * element of index hbase + i, its low half for m and its high half for v. */
 static inline void
-adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
+adam_bf16state_store(const struct zinf_opt_args *a, size_t i, float m, float v)
 {
 	uint16_t *mp = a->m, *vp = a->v;
-	float p = a->param[i];
-	float g = adam_grad_in(a, p, i);
-	p = p * a->decay;
-	float m = a->b1 * dt_bf16_to_f32(mp[i]) + a->omb1 * g;
-	float v = a->b2 * dt_bf16_to_f32(vp[i]) + a->omb2 * (g * g);
-	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
-	p = p + a->nstep * (m / denom);
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
-		/* one hash per element: its low half rounds m, its high half v */
 		uint32_t r = adam_sr_bits(a->sr_key, a->hbase + i);
 		mp[i] = dt_f32_to_bf16_sr(m, r & 0xffffu);
 		vp[i] = dt_f32_to_bf16_sr(v, r >> 16);
@@ -246,8 +250,60 @@ adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
 		mp[i] = dt_f32_to_bf16_rne(m);
 		vp[i] = dt_f32_to_bf16_rne(v);
 	}
+}
+
+static inline void
+adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
+{
+	const uint16_t *mp = a->m, *vp = a->v;
+	float p = a->param[i];
+	float g = adam_grad_in(a, p, i);
+	float m = dt_bf16_to_f32(mp[i]), v = dt_bf16_to_f32(vp[i]);
+	p = adam_update(a, p, g, &m, &v);
+	adam_bf16state_store(a, i, m, v);
 	a->param[i] = p;
 	adam_store_copy(a->copy, a->ck, i, p);
+}
+
+/* The bf16 master's rounding of its float update x, element index idx (hbase + i). */
+static inline uint16_t
+adam_bf16m_round(const struct zinf_opt_args *a, float x, uint64_t idx)
+{
+	return a->mrounding == ZINF_ROUND_STOCHASTIC
+		       ? adam_bf16_sr_sat(x, adam_sr_bits2(a->mkey, a->mkey1, idx) & 0xffffu)
+		       : dt_f32_to_bf16_rne(x);
+}
+
+/*
+ * One element of a bf16-master step, in one pass (adam_bf16m_internal.h sets up the run): the
+ * master widened, Adam's update with m and v as bf16 (mv ZINF_MOMENTS_BF16) or floats (f32
+ * moments, or q8's decoded), the master rounded back; the copy: f16 from the float update, bf16
+ * the new master (none when the copy is the master), f32 it widened.
+ */
+static inline void
+adam_bf16master_elem(const struct zinf_opt_args *a, size_t i)
+{
+	bool mvb = a->mv == ZINF_MOMENTS_BF16;
+	float p = dt_bf16_to_f32(a->master[i]);
+	float g = adam_grad_in(a, p, i);
+	float m = mvb ? dt_bf16_to_f32(((const uint16_t *)a->m)[i]) : ((float *)a->m)[i];
+	float v = mvb ? dt_bf16_to_f32(((const uint16_t *)a->v)[i]) : ((float *)a->v)[i];
+	p = adam_update(a, p, g, &m, &v);
+	if (mvb) {
+		adam_bf16state_store(a, i, m, v);
+	} else {
+		((float *)a->m)[i] = m;
+		((float *)a->v)[i] = v;
+	}
+	uint16_t w = adam_bf16m_round(a, p, a->hbase + i);
+	a->master[i] = w;
+	if (a->ck == ZINF_COPY_F16) {
+		((uint16_t *)a->copy)[i] = dt_f32_to_f16_rne(p);
+	} else if (a->ck == ZINF_COPY_BF16) {
+		((uint16_t *)a->copy)[i] = w;
+	} else if (a->ck == ZINF_COPY_F32) {
+		((float *)a->copy)[i] = dt_bf16_to_f32(w);
+	}
 }
 
 static inline void

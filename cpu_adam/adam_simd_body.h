@@ -404,59 +404,148 @@ ZV_FN(adam_q8state)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 	q8_step(a, i0, i1, ZV_FN(adam));
 }
 
-/* The bf16 master's n elements from w widened into pf (exact: the last n % ZV_WIDTH one at a
- * time, the same values). */
-static void
-ZV_FN(bf16m_widen)(const uint16_t *w, float *pf, size_t n)
+/*
+ * The bf16 master, one pass per vector: the master widened (exact), the gradient, m and v (bf16
+ * when mvb, else floats: f32 moments or q8's decoded) through adam_math as adam_loop and
+ * adam_bf16state_loop do (the same bits), the moments stored (bf16: zv_state_round with hash
+ * index hbase + hoff + i), the master rounded back (stochastic: zv_bf16_sr_sat with the master's
+ * bits of the same index; or RNE) and the copy (f16: the float update, as the kernels; bf16: the
+ * new master; f32: it widened).
+ */
+ZINF_ALWAYS_INLINE void
+bf16master_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+		enum zinf_copy_kind ck, bool nt, size_t hoff, bool mvb)
 {
-	size_t j = 0;
-	for (; j + ZV_WIDTH <= n; j += ZV_WIDTH) {
-		zv_storeu(pf + j, zv_from_bf16(zh_loadu(w + j)));
-	}
-	for (; j < n; j++) {
-		pf[j] = dt_bf16_to_f32(w[j]);
-	}
-}
-
-/* The new float master pf[0, n) of elements [b0, b0 + n) rounded to bf16 and the copy, as
- * bf16m_round1(), ZV_WIDTH at a time; the last n % ZV_WIDTH through bf16m_round1() itself (integer
- * arithmetic: the same bits as a lane). */
-static void
-ZV_FN(bf16m_round)(const struct zinf_opt_args *a, const float *pf, size_t b0, size_t n)
-{
-	uint16_t *mo = a->master + b0;
-	uint16_t *cb = a->ck == ZINF_COPY_BF16 && (uint16_t *)a->copy + b0 != mo
-			       ? (uint16_t *)a->copy + b0
-			       : NULL;
-	float *cf = a->ck == ZINF_COPY_F32 ? (float *)a->copy + b0 : NULL;
-	bool sr = a->mrounding == ZINF_ROUND_STOCHASTIC;
+	const struct zinf_opt_args la = *args, *a = &la;
+	uint16_t *W = a->master;
+	const bool sr = a->mrounding == ZINF_ROUND_STOCHASTIC;
 	const ZV_EPI32 low = zvi_set1(0xffff);
-	uint64_t idx = a->index0 + b0;
-	size_t j = 0;
-	for (; j + ZV_WIDTH <= n; j += ZV_WIDTH) {
-		ZV_PS x = zv_loadu(pf + j);
-		ZV_HALF h =
-			sr ? zv_bf16_sr_sat(x, zvi_and(sr_bits2(a->mkey, a->mkey1, idx + j), low))
-			   : zv_to_bf16(x, a->hw_bf16);
-		zh_storeu(mo + j, h);
-		if (cb) {
-			zh_storeu(cb + j, h);
-		} else if (cf) {
-			zv_storeu(cf + j, zv_from_bf16(h));
+	const uint64_t h0 = a->hbase + hoff;
+	for (size_t i = i0; i + ZV_WIDTH <= i1; i += ZV_WIDTH) {
+		ZV_PS p = zv_from_bf16(zh_loadu(W + i));
+		ZV_PS g = grad_in(a, gdt, i, p);
+		ZV_PS m, v;
+		if (mvb) {
+			m = zv_from_bf16(zh_loadu((const uint16_t *)a->m + i));
+			v = zv_from_bf16(zh_loadu((const uint16_t *)a->v + i));
+		} else {
+			m = zv_loadu((const float *)a->m + i);
+			v = zv_loadu((const float *)a->v + i);
+		}
+		p = adam_math(a, p, g, &m, &v);
+		if (mvb) {
+			ZV_HALF mo, vo;
+			zv_state_round(a, m, v, &mo, &vo, h0 + i);
+			zh_storeu((uint16_t *)a->m + i, mo);
+			zh_storeu((uint16_t *)a->v + i, vo);
+		} else {
+			zv_storeu((float *)a->m + i, m);
+			zv_storeu((float *)a->v + i, v);
+		}
+		ZV_HALF w =
+			sr ? zv_bf16_sr_sat(p, zvi_and(sr_bits2(a->mkey, a->mkey1, h0 + i), low))
+			   : zv_to_bf16(p, a->hw_bf16);
+		zh_storeu(W + i, w);
+		if (ck == ZINF_COPY_F16) {
+			store_copy(a->copy, ck, i, p, nt, a->hw_bf16);
+		} else if (ck == ZINF_COPY_BF16) {
+			if (nt) {
+				zh_stream((uint16_t *)a->copy + i, w);
+			} else {
+				zh_storeu((uint16_t *)a->copy + i, w);
+			}
+		} else if (ck == ZINF_COPY_F32) {
+			zv_storeu((float *)a->copy + i, zv_from_bf16(w));
 		}
 	}
-	for (; j < n; j++) {
-		bf16m_round1(a, pf[j], b0 + j);
+	if (nt) {
+		_mm_sfence();
 	}
 }
 
-/* bf16 master: the blocks widened, stepped by this path's Adam kernels above (f32 or bf16
- * moments; q8 decoded), rounded back (integer arithmetic: the same bits on every path) */
+/* [i0, i1) of a run: the vectors, then the last (i1 - i0) % ZV_WIDTH elements through the same
+ * loop on zero-padded buffers (the tails of ZV_KERNEL, with the master's 16-bit array). */
+ZINF_ALWAYS_INLINE void
+bf16master_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+		enum zinf_copy_kind ck, bool mvb)
+{
+	size_t k = (i1 - i0) % ZV_WIDTH, ie = i1 - k;
+	bf16master_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0, mvb);
+	if (k) {
+		size_t gs = zinf_dtype_size(gdt), ss = mvb ? 2 : 4, cs = copy_size(ck);
+		struct zinf_tail_buf b;
+		_Alignas(64) uint16_t wb[ZV_TAIL_MAX];
+		memset(&b, 0, sizeof(b));
+		memset(wb, 0, sizeof(wb));
+		struct zinf_opt_args t = *a;
+		memcpy(wb, a->master + ie, k * 2);
+		t.master = wb;
+		memcpy(b.g, (const char *)a->grad + ie * gs, k * gs);
+		t.grad = b.g;
+		memcpy(b.m, (const char *)a->m + ie * ss, k * ss);
+		t.m = b.m;
+		memcpy(b.v, (const char *)a->v + ie * ss, k * ss);
+		t.v = b.v;
+		t.copy = cs ? b.c : NULL;
+		bf16master_loop(&t, 0, ZV_WIDTH, gdt, ck, false, ie, mvb);
+		memcpy(a->master + ie, wb, k * 2);
+		memcpy((char *)a->m + ie * ss, b.m, k * ss);
+		memcpy((char *)a->v + ie * ss, b.v, k * ss);
+		if (cs) {
+			memcpy((char *)a->copy + ie * cs, b.c, k * cs);
+		}
+	}
+}
+
+#define ZV_BM_CASE(gdt, ck)                                                                        \
+	case (gdt)*4 + (ck):                                                                       \
+		if (mvb) {                                                                         \
+			bf16master_body(a, i0, i1, (gdt), (ck), true);                             \
+		} else {                                                                           \
+			bf16master_body(a, i0, i1, (gdt), (ck), false);                            \
+		}                                                                                  \
+		break;
+
+/* One run of a bf16-master step (adam_bf16m_internal.h's driver): a body specialised for (grad
+ * dtype, copy kind, bf16 or float m and v). A bf16 copy that is the master itself is not written
+ * twice. */
+static void
+ZV_FN(bf16master_run)(const struct zinf_opt_args *args, size_t i0, size_t i1)
+{
+	struct zinf_opt_args u = *args;
+	const struct zinf_opt_args *a = &u;
+	if (u.ck == ZINF_COPY_BF16 && (uint16_t *)u.copy == u.master) {
+		u.ck = ZINF_COPY_NONE;
+		u.copy = NULL;
+	}
+	bool mvb = u.mv == ZINF_MOMENTS_BF16;
+	switch (u.gdt * 4 + u.ck) {
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_NONE)
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_F32)
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_F16)
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_BF16)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_NONE)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_F32)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_F16)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_BF16)
+		ZV_BM_CASE(ZINF_BF16, ZINF_COPY_NONE)
+		ZV_BM_CASE(ZINF_BF16, ZINF_COPY_F32)
+		ZV_BM_CASE(ZINF_BF16, ZINF_COPY_F16)
+	default:
+		if (mvb) {
+			bf16master_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16, true);
+		} else {
+			bf16master_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16, false);
+		}
+		break;
+	}
+}
+
+/* bf16 master: the runs (q8: decoded blocks) through this path's one-pass kernel above */
 static void
 ZV_FN(adam_bf16master)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
-	bf16m_step(a, i0, i1, ZV_FN(adam), ZV_FN(adam_bf16state), ZV_FN(bf16m_widen),
-		   ZV_FN(bf16m_round));
+	bf16m_step(a, i0, i1, ZV_FN(bf16master_run));
 }
 
 /* ---- the gradient helpers ------------------------------------------------------------------- */
