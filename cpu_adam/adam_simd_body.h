@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam_simd_body.h: the vector kernels, written once over a width-generic layer
- * (DeepSpeed's csrc/includes/simd.h does the same): Adam with f32 and with bf16 state, Adagrad,
- * Lion, the sum of squares, the inf/NaN check, the unscale and convert passes, the gradient loads
- * and copy stores, the tails through zero-padded buffers, and the path's kernel table
+ * (DeepSpeed's csrc/includes/simd.h does the same): Adam with f32 and with bf16 state, Adam
+ * with a bf16 master (one pass per element), Adagrad, Lion, the sum of squares, the inf/NaN
+ * check, the unscale and convert passes, the gradient loads and copy stores, the tails through
+ * zero-padded buffers, and the path's kernel table
  * zinf_adam_<isa>_ops. Included once, last, by each ISA file (adam_avx2.c, adam_avx512.c), which
  * first defines the layer for its vector type. Not here: any intrinsic of one width, and any
  * choice that differs between paths (hardware bf16 conversion, masks): those are the layer's.
