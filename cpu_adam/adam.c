@@ -277,16 +277,14 @@ sr_key(uint64_t seed, int64_t step)
 	return (uint32_t)mix64(seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1));
 }
 
-/* The bf16 master's two keys for adam_sr_bits2 from (seed, step): the same splitmix64 state as
- * sr_key's, mixed again with a constant of the master's stream, so its stream is not a translate
- * of the moments' (k1 odd, so it is never 0). */
+/* The bf16 master's key (adam_sr_bits_master) from (seed, step): the same splitmix64 state as
+ * sr_key's, mixed again with a constant of the master's stream. */
 #define BF16M_STREAM 0x632be5ab5bd1e995ull
-static void
-sr_keys_master(uint64_t seed, int64_t step, uint32_t *k0, uint32_t *k1)
+static uint32_t
+sr_key_master(uint64_t seed, int64_t step)
 {
-	uint64_t z = mix64(mix64(seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1)) ^ BF16M_STREAM);
-	*k0 = (uint32_t)z;
-	*k1 = (uint32_t)(z >> 32) | 1u;
+	return (uint32_t)mix64(mix64(seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1)) ^
+			       BF16M_STREAM);
 }
 
 int
@@ -424,7 +422,7 @@ zinf_adam_step_bf16master(const struct zinf_adam_opts *opts, int64_t step, float
 	a.mrounding = bo.rounding;
 	a.rounding = bo.state_rounding;
 	a.sr_key = sr_key(bo.seed, step);
-	sr_keys_master(bo.seed, step, &a.mkey, &a.mkey1);
+	a.mkey = sr_key_master(bo.seed, step);
 	a.index0 = bo.index0;
 	a.hbase = bo.index0;
 	a.nd = bo.no_decay;

@@ -51,16 +51,16 @@ struct zinf_opt_args {
 	const uint64_t *nd;
 	uint32_t n_nd;
 	/* bf16 state's stochastic rounding: element i's hash index is hbase + i (0 for
-	 * zinf_adam_step_bf16state; index0 + the block's offset under a bf16 master) */
+	 * zinf_adam_step_bf16state; index0 + the run's offset under a bf16 master) */
 	uint64_t hbase;
 	/* bf16 master (adam_bf16m_internal.h): the master is `master` (param unused), stepped in
 	 * float by the path's bf16-master kernel with m and v as mv says (bf16, or floats: f32, or
 	 * q8 decoded) and rounded back with mrounding, element i's random bits
-	 * adam_sr_bits2(mkey, mkey1, hbase + i) (hbase: index0 + the run's offset) */
+	 * adam_sr_bits_master(mkey, hbase + i) (hbase: index0 + the run's offset) */
 	uint16_t *master;
 	enum zinf_moments mv;
 	enum zinf_rounding mrounding;
-	uint32_t mkey, mkey1;
+	uint32_t mkey;
 };
 
 typedef void (*zinf_opt_kernel_fn)(const struct zinf_opt_args *a, size_t i0, size_t i1);
@@ -112,33 +112,48 @@ int adam_select(const char *simd, const char *who, const struct zinf_adam_ops **
 /* The exact scalar conversions (dt_f32_to_bf16_rne, ...) are in common/dtype.h. */
 
 /*
- * Counter-based random bits for stochastic rounding: a function of (keys, the element's 64-bit
- * index) only. Wellons' lowbias32 of the index's low word mixed with k0 and the high word, with
- * k1 xored in between its two rounds (two multiplies: cheap in the vector paths, which compute
- * the same bits, adam_simd_body.h sr_bits2). k1 = 0 is adam_sr_bits (the bf16 state's and q8's
- * streams). k0 alone enters as an xor of the index, so two streams that differ only in k0 are one
- * stream read at indices i and i ^ (k0 ^ k0'); a nonzero k1 (odd: it reaches every bit through
- * the multiply) enters after a full round, so the bf16 master's stream (its own k0 and k1,
- * adam_sr_keys) is no such translate of the moments' (tested:
- * master_and_moment_random_bits_are_unrelated).
+ * Counter-based random bits for stochastic rounding: a function of (key, the element's 64-bit
+ * index) only: the index's low word mixed with the key and its high word, then Wellons' lowbias32
+ * (two multiplies: cheap in the vector paths, which compute the same bits, adam_simd_body.h
+ * sr_bits). The bf16 state's and q8's streams, and the moments' beside a bf16 master.
  */
 static inline uint32_t
-adam_sr_bits2(uint32_t k0, uint32_t k1, uint64_t i)
+adam_sr_lane(uint32_t key, uint64_t i)
 {
-	uint32_t h = (uint32_t)i ^ k0 ^ (uint32_t)(i >> 32) * 0x85ebca77u;
-	h ^= h >> 16;
-	h *= 0x7feb352du;
-	h ^= h >> 15;
-	h ^= k1;
-	h *= 0x846ca68bu;
-	h ^= h >> 16;
-	return h;
+	return (uint32_t)i ^ key ^ (uint32_t)(i >> 32) * 0x85ebca77u;
 }
 
 static inline uint32_t
 adam_sr_bits(uint32_t key, uint64_t i)
 {
-	return adam_sr_bits2(key, 0, i);
+	uint32_t h = adam_sr_lane(key, i);
+	h ^= h >> 16;
+	h *= 0x7feb352du;
+	h ^= h >> 15;
+	h *= 0x846ca68bu;
+	h ^= h >> 16;
+	return h;
+}
+
+/*
+ * The bf16 master's random bits: the same index mixing with its own key (sr_key_master in
+ * adam.c), then another hash of the same shape with other constants (Wellons' hash prospector's
+ * [16 21f0aaad 15 d35a2d97 15]). A key enters as an xor of the index, so two streams of one
+ * hash function are one stream read at indices i and i ^ (key difference): the master's bits used
+ * to be the moments' (one hash, the key xored with a constant) for index i ^ 0x632be5ab. A
+ * different function has no such relation to the moments' for any keys (tested:
+ * master_and_moment_random_bits_are_unrelated).
+ */
+static inline uint32_t
+adam_sr_bits_master(uint32_t key, uint64_t i)
+{
+	uint32_t h = adam_sr_lane(key, i);
+	h ^= h >> 16;
+	h *= 0x21f0aaadu;
+	h ^= h >> 15;
+	h *= 0xd35a2d97u;
+	h ^= h >> 15;
+	return h;
 }
 
 /*
@@ -270,7 +285,7 @@ static inline uint16_t
 adam_bf16m_round(const struct zinf_opt_args *a, float x, uint64_t idx)
 {
 	return a->mrounding == ZINF_ROUND_STOCHASTIC
-		       ? adam_bf16_sr_sat(x, adam_sr_bits2(a->mkey, a->mkey1, idx) & 0xffffu)
+		       ? adam_bf16_sr_sat(x, adam_sr_bits_master(a->mkey, idx) & 0xffffu)
 		       : dt_f32_to_bf16_rne(x);
 }
 
@@ -278,7 +293,7 @@ adam_bf16m_round(const struct zinf_opt_args *a, float x, uint64_t idx)
  * One element of a bf16-master step, in one pass (adam_bf16m_internal.h sets up the run): the
  * master widened, Adam's update with m and v as bf16 (mv ZINF_MOMENTS_BF16) or floats (f32
  * moments, or q8's decoded), the master rounded back; the copy: f16 from the float update, bf16
- * the new master (none when the copy is the master), f32 it widened.
+ * the new master, f32 it widened.
  */
 static inline void
 adam_bf16master_elem(const struct zinf_opt_args *a, size_t i)

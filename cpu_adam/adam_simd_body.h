@@ -115,40 +115,49 @@ copy_nt(const struct zinf_opt_args *a, enum zinf_copy_kind ck)
 /* ---- the optimizers' arithmetic ------------------------------------------------------------- */
 
 /*
- * adam_sr_bits2(k0, k1, e) for the elements e = i .. i + ZV_WIDTH - 1 (any i). The lanes share
- * i's high word unless they cross a multiple of 2^32 (rare: then each lane's own, from a
- * buffer), so every lane's bits are those of its own 64-bit index, as on the scalar path.
+ * adam_sr_lane(key, e) for the elements e = i .. i + ZV_WIDTH - 1 (any i): the lanes share i's
+ * high word unless they cross a multiple of 2^32 (rare: then each lane's own, from a buffer), so
+ * every lane's bits are those of its own 64-bit index, as on the scalar path.
  */
 ZINF_ALWAYS_INLINE ZV_EPI32
-sr_bits2(uint32_t k0, uint32_t k1, uint64_t i)
+sr_lanes(uint32_t key, uint64_t i)
 {
 	uint32_t lo = (uint32_t)i;
-	ZV_EPI32 h;
 	if (__builtin_expect(lo > UINT32_MAX - (ZV_WIDTH - 1), 0)) {
 		_Alignas(64) uint32_t b[ZV_WIDTH];
 		for (int l = 0; l < ZV_WIDTH; l++) {
-			uint64_t e = i + (uint64_t)l;
-			b[l] = (uint32_t)e ^ k0 ^ (uint32_t)(e >> 32) * 0x85ebca77u;
+			b[l] = adam_sr_lane(key, i + (uint64_t)l);
 		}
-		h = zvi_loadu(b);
-	} else {
-		uint32_t k = k0 ^ (uint32_t)(i >> 32) * 0x85ebca77u;
-		h = zvi_xor(zvi_add(zvi_set1((int)lo), zvi_iota()), zvi_set1((int)k));
+		return zvi_loadu(b);
 	}
-	h = zvi_xor(h, zvi_srli(h, 16));
-	h = zvi_mullo(h, zvi_set1((int)0x7feb352du));
-	h = zvi_xor(h, zvi_srli(h, 15));
-	h = zvi_xor(h, zvi_set1((int)k1)); /* k1 = 0 (sr_bits): folded away */
-	h = zvi_mullo(h, zvi_set1((int)0x846ca68bu));
-	h = zvi_xor(h, zvi_srli(h, 16));
-	return h;
+	uint32_t k = key ^ (uint32_t)(i >> 32) * 0x85ebca77u;
+	return zvi_xor(zvi_add(zvi_set1((int)lo), zvi_iota()), zvi_set1((int)k));
 }
 
 /* adam_sr_bits(key, e) for the elements e = i .. i + ZV_WIDTH - 1 */
 ZINF_ALWAYS_INLINE ZV_EPI32
 sr_bits(uint32_t key, uint64_t i)
 {
-	return sr_bits2(key, 0, i);
+	ZV_EPI32 h = sr_lanes(key, i);
+	h = zvi_xor(h, zvi_srli(h, 16));
+	h = zvi_mullo(h, zvi_set1((int)0x7feb352du));
+	h = zvi_xor(h, zvi_srli(h, 15));
+	h = zvi_mullo(h, zvi_set1((int)0x846ca68bu));
+	h = zvi_xor(h, zvi_srli(h, 16));
+	return h;
+}
+
+/* adam_sr_bits_master(key, e) for the elements e = i .. i + ZV_WIDTH - 1 */
+ZINF_ALWAYS_INLINE ZV_EPI32
+sr_bits_master(uint32_t key, uint64_t i)
+{
+	ZV_EPI32 h = sr_lanes(key, i);
+	h = zvi_xor(h, zvi_srli(h, 16));
+	h = zvi_mullo(h, zvi_set1((int)0x21f0aaadu));
+	h = zvi_xor(h, zvi_srli(h, 15));
+	h = zvi_mullo(h, zvi_set1((int)0xd35a2d97u));
+	h = zvi_xor(h, zvi_srli(h, 15));
+	return h;
 }
 
 /* g * grad_scale (+ wd * p) */
@@ -443,9 +452,8 @@ bf16master_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zin
 			zv_storeu((float *)a->m + i, m);
 			zv_storeu((float *)a->v + i, v);
 		}
-		ZV_HALF w =
-			sr ? zv_bf16_sr_sat(p, zvi_and(sr_bits2(a->mkey, a->mkey1, h0 + i), low))
-			   : zv_to_bf16(p, a->hw_bf16);
+		ZV_HALF w = sr ? zv_bf16_sr_sat(p, zvi_and(sr_bits_master(a->mkey, h0 + i), low))
+			       : zv_to_bf16(p, a->hw_bf16);
 		zh_storeu(W + i, w);
 		if (ck == ZINF_COPY_F16) {
 			store_copy(a->copy, ck, i, p, nt, a->hw_bf16);
