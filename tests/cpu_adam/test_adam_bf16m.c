@@ -6,8 +6,10 @@
  * moments and the f16 copy bit for bit, the new master one of the two bf16 neighbours of the
  * float update), each element within one bf16 ulp of float64 Adam, the stochastically rounded
  * master unbiased over many seeds, tiny updates that round to nearest loses still moving the
- * weight, weight decay per element, independence from the cuts and the threads, refused
- * arguments.
+ * weight, weight decay per element, independence from the cuts and the threads (2 and 3 of
+ * them), the same bytes on every path across a multiple of 2^32 of the index, the saturation at
+ * the top of bf16's range, the master's random bits unrelated to the moments', a bf16 copy that
+ * is the master itself, refused arguments.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -799,6 +801,53 @@ Test(cpu_adam_bf16m, master_and_moment_random_bits_are_unrelated)
 		free(mb[k]), free(wb[k]);
 	}
 	free(g), free(w), free(m), free(v);
+}
+
+/* param_copy may be the master itself (bf16 parameters whose 16-bit copy is the master): the
+ * same master, moments as with a copy of its own, which holds the master's bytes; each moments
+ * format, a length with a tail (n % 16 != 0). */
+Test(cpu_adam_bf16m, a_bf16_copy_that_is_the_master_holds_the_new_master)
+{
+	seed_rng(0x5eedb006);
+	const size_t n = 3 * B + 29;
+	for (int fi = 0; fi < 3; fi++) {
+		enum zinf_moments fmt = formats[fi];
+		struct fix f;
+		fix_make(&f, n);
+		void *m[2], *v[2];
+		uint16_t *w[2];
+		for (int k = 0; k < 2; k++) {
+			moments_make(&f, fmt, &m[k], &v[k]);
+			w[k] = malloc(n * 2);
+			memcpy(w[k], f.w, n * 2);
+		}
+		uint16_t *c = calloc(n, 2);
+		struct zinf_adam_opts o = adam_opts(true, 0.1f);
+		struct zinf_bf16master_opts b;
+		zinf_bf16master_opts_init(&b);
+		b.moments = fmt;
+		b.seed = 17;
+		for (int64_t step = 1; step <= 2; step++) {
+			cr_assert_eq(zinf_adam_step_bf16master(&o, step, 1.0f, w[0], f.g, ZINF_F32,
+							       m[0], v[0], n, c, ZINF_BF16, &b),
+				     0, "%s", zinf_last_error());
+			cr_assert_eq(zinf_adam_step_bf16master(&o, step, 1.0f, w[1], f.g, ZINF_F32,
+							       m[1], v[1], n, w[1], ZINF_BF16, &b),
+				     0, "%s", zinf_last_error());
+		}
+		const char *fn = format_name[fi];
+		cr_assert(!memcmp(c, w[0], n * 2), "%s: the copy is not the master", fn);
+		cr_assert(!memcmp(w[0], w[1], n * 2), "%s: masters differ", fn);
+		cr_assert(!memcmp(m[0], m[1], mbytes(fmt, n)) &&
+				  !memcmp(v[0], v[1], mbytes(fmt, n)),
+			  "%s: moments differ", fn);
+		cr_assert(memcmp(w[0], f.w, n * 2), "%s: nothing moved", fn);
+		for (int k = 0; k < 2; k++) {
+			free(m[k]), free(v[k]), free(w[k]);
+		}
+		free(c);
+		fix_free(&f);
+	}
 }
 
 Test(cpu_adam_bf16m, bad_arguments_are_refused_and_write_nothing)
