@@ -341,8 +341,11 @@ tp_alloc(const struct cfg *c, int gdt, int cdt, struct tp *t)
 	t->csz = cdt < 0 ? 0 : zinf_dtype_size((enum zinf_dtype)cdt);
 	/* The triad runs over 3 x 8 bytes x ns, at least 4x the step's largest array. */
 	t->ns = ZINF_MAX(n / 2, (size_t)1 << 24);
-	double need = (double)n * (double)(4 + t->gsz + t->csz) + 2.0 * (double)t->sbytes +
-		      (bm ? 2.0 * (double)n + 2.0 * (double)t->sbytes : 0) + 24.0 * (double)t->ns;
+	/* in double: n * 4 may pass 2^64 (the check must see the true size) */
+	double sb = c->state == ST_Q8 ? (double)zinf_q8_bytes(n)
+				      : (double)n * (c->state == ST_F32 ? 4 : 2);
+	double need = (double)n * (double)(4 + t->gsz + t->csz) + 2.0 * sb +
+		      (bm ? 2.0 * (double)n + 2.0 * sb : 0) + 24.0 * (double)t->ns;
 	if (cli_check_memory(PROG, "the step's arrays and the triad's", need, "--params") < 0) {
 		return -ENOMEM;
 	}

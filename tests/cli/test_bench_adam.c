@@ -145,6 +145,11 @@ Test(bench_adam, params_bytes_past_2_64_refused)
 	char *a1[] = {"zinf",	      "bench", "adam", "--params", "4611686018427387904",
 		      "--copy-dtype", "none",  NULL};
 	refused(a1, 1, "lower --params");
+	/* q8 m and v and a bf16 master: 4611686018427387904 x 4 is 2^64 (the f32 reference's m) */
+	char *a3[] = {"zinf",	 "bench", "adam",     "--params", "4611686018427387904",
+		      "--state", "q8",	  "--master", "bf16",	  "--copy-dtype",
+		      "none",	 NULL};
+	refused(a3, 1, "lower --params");
 	/* 44 bytes a parameter: 419244183493398901 x 44 is 2^64 + 28 */
 	char *a2[] = {"zinf", "bench", "adam", "--accuracy", "--params", "419244183493398901",
 		      NULL};

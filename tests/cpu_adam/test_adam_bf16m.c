@@ -13,7 +13,6 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -667,10 +666,10 @@ Test(cpu_adam_bf16m, random_bits_follow_the_64_bit_index_across_2_to_the_32)
  * finite bf16 is 0x7f7f (3.3895e38); floats above it up to FLT_MAX lie between it and infinity.
  * With the exact options, masters 0x7f7f and a gradient of sign -+ move by lr / 2 = d float ulps
  * (2^104 each) away from zero: floats 0x7f7f0000 + d. Stochastic rounding saturates: every one of
- * n elements gives +-0x7f7f for d = 1, 0x8000 and 0xffff (FLT_MAX); without the saturation about
- * n d / 2^16 of them become infinity. Round to nearest overflows as IEEE does, from the midpoint
- * (d = 0x8000, a tie to the even infinity) up, not below. Below the top, 0x7f7e + lr / 2 still
- * rounds both ways (the saturation touches nothing else); an infinite master stays infinite.
+ * n elements gives +-0x7f7f for d = 1, 0x7fff, 0x8000 and 0xffff (FLT_MAX); without the saturation
+ * about n d / 2^16 of them become infinity. Round to nearest overflows as IEEE does, from the
+ * midpoint (d = 0x8000, a tie to the even infinity) up, not below. Below the top, 0x7f7e + lr / 2
+ * still rounds both ways (the saturation touches nothing else); an infinite master stays infinite.
  */
 Test(cpu_adam_bf16m, stochastic_rounding_saturates_at_the_largest_finite_bf16)
 {
