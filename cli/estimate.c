@@ -202,6 +202,21 @@ file_state_bytes(const struct choice *ch, const struct cfg *c)
 	return state_bytes(c) - (shared ? 2 : 0);
 }
 
+/*
+ * Why the choices with the optimizer on the GPU (offload_optimizer none) are left out, or NULL:
+ * the engine steps a bf16 master and q8 state on the CPU only, and refuses them with
+ * offload_optimizer.device none (engine.c, zinf_engine_create).
+ */
+static const char *
+gpu_optim_refused(const struct cfg *c)
+{
+	bool bm = !strcmp(c->master, "bf16"), q8 = !strcmp(c->state, "q8");
+	return bm && q8 ? "--master bf16 and --optimizer-state q8 are stepped on the CPU only"
+	       : bm	? "--master bf16 is stepped on the CPU only"
+	       : q8	? "--optimizer-state q8 is stepped on the CPU only"
+			: NULL;
+}
+
 /* Bytes of one choice: a P + b per resource, with L folded in by the caller. */
 struct need {
 	double gpu, cpu, nvme;
@@ -557,8 +572,14 @@ cli_estimate(int argc, char **argv)
 	json_t *rows = json_array();
 	int best = -1;
 	double best_t = INFINITY;
+	const char *refused = gpu_optim_refused(&c);
+	size_t row_choice[NCHOICES], nrows = 0; /* the choice of each row */
 	for (size_t i = 0; i < NCHOICES; i++) {
 		const struct choice *ch = &choices[i];
+		if (refused && ch->optim == OFF_NONE) {
+			continue; /* the engine would refuse it */
+		}
+		row_choice[nrows++] = i;
 		struct need n = need_of(ch, &c, P, L);
 		struct times t = step_time(ch, &c);
 		bool ok = fits(&n, &c);
@@ -606,6 +627,8 @@ cli_estimate(int argc, char **argv)
 		json_object_set_new(o, "recommended",
 				    best >= 0 ? ds_section(&choices[best]) : json_null());
 		json_object_set_new(o, "largest_layer_known", json_boolean(L > 0));
+		json_object_set_new(o, "optimizer_on_gpu_left_out",
+				    refused ? json_string(refused) : json_null());
 		return cli_json_print(o, 0) || best < 0 ? 1 : 0;
 	}
 	char g[32], cm[32], nv[32];
@@ -628,7 +651,7 @@ cli_estimate(int argc, char **argv)
 	json_t *r;
 	json_array_foreach(rows, i, r)
 	{
-		const struct choice *ch = &choices[i];
+		const struct choice *ch = &choices[row_choice[i]];
 		char a[32], b[32], d[32];
 		gb(a, sizeof(a), json_number_value(json_object_get(r, "gpu_bytes")));
 		gb(b, sizeof(b), json_number_value(json_object_get(r, "cpu_bytes_per_node")));
@@ -649,6 +672,10 @@ cli_estimate(int argc, char **argv)
 		printf("\n");
 	}
 	json_decref(rows);
+	if (refused) {
+		printf("note: no rows with the optimizer on the GPU (offload_optimizer none): %s\n",
+		       refused);
+	}
 	if (best < 0) {
 		printf("nothing fits: add GPUs or nodes, CPU memory or NVMe\n");
 		return 1; /* as `zinf config check` for a plan that does not fit */

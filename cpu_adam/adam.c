@@ -260,14 +260,31 @@ zinf_adam_step(const struct zinf_adam_opts *opts, int64_t step, float grad_scale
 	return r ? r : run_step(__func__, o.simd, ZINF_OPT_ADAM, &a, n, o.threads);
 }
 
-/* A 32-bit hash key from (seed, step): splitmix64's finaliser. */
+/* splitmix64's finaliser */
+static uint64_t
+mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A 32-bit hash key from (seed, step): splitmix64's finaliser (bf16 state, q8, and the moments
+ * beside a bf16 master). */
 static uint32_t
 sr_key(uint64_t seed, int64_t step)
 {
-	uint64_t z = seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return (uint32_t)(z ^ (z >> 31));
+	return (uint32_t)mix64(seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1));
+}
+
+/* The bf16 master's key (adam_sr_bits_master) from (seed, step): the same splitmix64 state as
+ * sr_key's, mixed again with a constant of the master's stream. */
+#define BF16M_STREAM 0x632be5ab5bd1e995ull
+static uint32_t
+sr_key_master(uint64_t seed, int64_t step)
+{
+	return (uint32_t)mix64(mix64(seed + ZINF_Q8_STEP_SEED * ((uint64_t)step + 1)) ^
+			       BF16M_STREAM);
 }
 
 int
@@ -405,7 +422,7 @@ zinf_adam_step_bf16master(const struct zinf_adam_opts *opts, int64_t step, float
 	a.mrounding = bo.rounding;
 	a.rounding = bo.state_rounding;
 	a.sr_key = sr_key(bo.seed, step);
-	a.mkey = a.sr_key ^ BF16M_KEY;
+	a.mkey = sr_key_master(bo.seed, step);
 	a.index0 = bo.index0;
 	a.hbase = bo.index0;
 	a.nd = bo.no_decay;

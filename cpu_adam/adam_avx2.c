@@ -135,6 +135,12 @@ zvi_mullo(__m256i a, __m256i b)
 	return _mm256_mullo_epi32(a, b);
 }
 
+ZINF_ALWAYS_INLINE __m256i
+zvi_loadu(const uint32_t *p)
+{
+	return _mm256_loadu_si256((const __m256i *)p);
+}
+
 /* ---- 16-bit values and the conversions ---- */
 
 ZINF_ALWAYS_INLINE __m128i
@@ -209,8 +215,30 @@ zv_to_bf16(__m256 x, bool hw)
 	return high_halves8(t);
 }
 
+/* Stochastic rounding with the 16 random bits r of each lane, saturating: adam_bf16_sr_sat() per
+ * lane. The lanes it treats apart (|x| above the largest finite bf16: a finite one saturates, a
+ * NaN is quieted) are rare, so they cost one test per vector. */
+ZINF_ALWAYS_INLINE __m128i
+zv_bf16_sr_sat(__m256 x, __m256i r)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i t = _mm256_add_epi32(u, r);
+	__m256i ax = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+	__m256i big = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x7f7f0000));
+	if (__builtin_expect(_mm256_movemask_ps(_mm256_castsi256_ps(big)) != 0, 0)) {
+		__m256i fin = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7f800000), ax);
+		__m256i nan = _mm256_cmpgt_epi32(ax, _mm256_set1_epi32(0x7f800000));
+		__m256i sat =
+			_mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)),
+					_mm256_set1_epi32(0x7f7f0000));
+		t = _mm256_blendv_epi8(t, sat, _mm256_and_si256(big, fin));
+		t = _mm256_blendv_epi8(t, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+	}
+	return high_halves8(t);
+}
+
 /* the stochastic-rounding hash of elements i.., defined in adam_simd_body.h */
-ZINF_ALWAYS_INLINE __m256i sr_bits(uint32_t key, size_t i);
+ZINF_ALWAYS_INLINE __m256i sr_bits(uint32_t key, uint64_t i);
 
 /* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
  * high half for v, as adam_bf16state_elem()). One NaN test covers both: an unordered

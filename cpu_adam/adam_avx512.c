@@ -142,6 +142,12 @@ zvi_mullo(__m512i a, __m512i b)
 	return _mm512_mullo_epi32(a, b);
 }
 
+ZINF_ALWAYS_INLINE __m512i
+zvi_loadu(const uint32_t *p)
+{
+	return _mm512_loadu_si512(p);
+}
+
 /* ---- 16-bit values and the conversions ---- */
 
 ZINF_ALWAYS_INLINE __m256i
@@ -219,8 +225,23 @@ zv_to_bf16(__m512 x, bool hw)
 	return r;
 }
 
+/* Stochastic rounding with the 16 random bits r of each lane, saturating: adam_bf16_sr_sat() per
+ * lane (a finite |x| above the largest finite bf16 gives it with x's sign; NaN quieted). */
+ZINF_ALWAYS_INLINE __m256i
+zv_bf16_sr_sat(__m512 x, __m512i r)
+{
+	__m512i u = _mm512_castps_si512(x);
+	__m512i ax = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+	__mmask16 sat = _mm512_cmpgt_epi32_mask(ax, _mm512_set1_epi32(0x7f7f0000)) &
+			_mm512_cmplt_epi32_mask(ax, _mm512_set1_epi32(0x7f800000));
+	__m512i s = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)),
+				    _mm512_set1_epi32(0x7f7f0000));
+	return bf16_round16(_mm512_castsi512_ps(_mm512_mask_blend_epi32(sat, u, s)),
+			    _mm512_maskz_mov_epi32((__mmask16)~sat, r));
+}
+
 /* the stochastic-rounding hash of elements i.., defined in adam_simd_body.h */
-ZINF_ALWAYS_INLINE __m512i sr_bits(uint32_t key, size_t i);
+ZINF_ALWAYS_INLINE __m512i sr_bits(uint32_t key, uint64_t i);
 
 /* Round the new m and v to bf16 (RNE, or stochastic with one hash per element: low half for m,
  * high half for v, as adam_bf16state_elem()). */

@@ -51,11 +51,12 @@ struct zinf_opt_args {
 	const uint64_t *nd;
 	uint32_t n_nd;
 	/* bf16 state's stochastic rounding: element i's hash index is hbase + i (0 for
-	 * zinf_adam_step_bf16state; index0 + the block's offset under a bf16 master) */
+	 * zinf_adam_step_bf16state; index0 + the run's offset under a bf16 master) */
 	uint64_t hbase;
 	/* bf16 master (adam_bf16m_internal.h): the master is `master` (param unused), stepped in
-	 * float by the path's Adam kernel for moments mv and rounded back with mrounding, element
-	 * i's random bits adam_sr_bits(mkey, index0 + i) */
+	 * float by the path's bf16-master kernel with m and v as mv says (bf16, or floats: f32, or
+	 * q8 decoded) and rounded back with mrounding, element i's random bits
+	 * adam_sr_bits_master(mkey, hbase + i) (hbase: index0 + the run's offset) */
 	uint16_t *master;
 	enum zinf_moments mv;
 	enum zinf_rounding mrounding;
@@ -110,19 +111,67 @@ int adam_select(const char *simd, const char *who, const struct zinf_adam_ops **
 
 /* The exact scalar conversions (dt_f32_to_bf16_rne, ...) are in common/dtype.h. */
 
-/* Counter-based random bits for stochastic rounding: a function of (key, element index) only:
- * Wellons' lowbias32 of the index mixed with the key (two multiplies: cheap in the vector
- * paths, which compute the same bits). */
+/*
+ * Counter-based random bits for stochastic rounding: a function of (key, the element's 64-bit
+ * index) only: the index's low word mixed with the key and its high word, then Wellons' lowbias32
+ * (two multiplies: cheap in the vector paths, which compute the same bits, adam_simd_body.h
+ * sr_bits). The bf16 state's and q8's streams, and the moments' beside a bf16 master.
+ */
 static inline uint32_t
-adam_sr_bits(uint32_t key, size_t i)
+adam_sr_lane(uint32_t key, uint64_t i)
 {
-	uint32_t h = (uint32_t)i ^ key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
+	return (uint32_t)i ^ key ^ (uint32_t)(i >> 32) * 0x85ebca77u;
+}
+
+static inline uint32_t
+adam_sr_bits(uint32_t key, uint64_t i)
+{
+	uint32_t h = adam_sr_lane(key, i);
 	h ^= h >> 16;
 	h *= 0x7feb352du;
 	h ^= h >> 15;
 	h *= 0x846ca68bu;
 	h ^= h >> 16;
 	return h;
+}
+
+/*
+ * The bf16 master's random bits: the same index mixing with its own key (sr_key_master in
+ * adam.c), then another hash of the same shape with other constants (Wellons' hash prospector's
+ * [16 21f0aaad 15 d35a2d97 15]). A key enters as an xor of the index, so two streams of one
+ * hash function are one stream read at indices i and i ^ (key difference): the master's bits used
+ * to be the moments' (one hash, the key xored with a constant) for index i ^ 0x632be5ab. A
+ * different function has no such relation to the moments' for any keys (tested:
+ * master_and_moment_random_bits_are_unrelated).
+ */
+static inline uint32_t
+adam_sr_bits_master(uint32_t key, uint64_t i)
+{
+	uint32_t h = adam_sr_lane(key, i);
+	h ^= h >> 16;
+	h *= 0x21f0aaadu;
+	h ^= h >> 15;
+	h *= 0xd35a2d97u;
+	h ^= h >> 15;
+	return h;
+}
+
+/*
+ * The bf16 master's stochastic rounding of f with 16 random bits r: dt_f32_to_bf16_sr, except that
+ * a finite f never becomes infinity: a finite |f| above the largest finite bf16 (0x7f7f,
+ * 3.3895e38; the next step up is infinity) gives that value with f's sign, where rounding up
+ * would overflow. Infinities stay, NaN is quieted. (Round to nearest even overflows only from
+ * the midpoint 0x7f7f8000 up, as IEEE says; a rounding whose expected value is f has no finite
+ * value to go to above 0x7f7f, so it saturates instead of turning a finite weight into inf.)
+ */
+static inline uint16_t
+adam_bf16_sr_sat(float f, uint32_t r)
+{
+	uint32_t x = dt_f2u(f), ax = x & 0x7fffffffu;
+	if (ax > 0x7f7f0000u && ax < 0x7f800000u) {
+		return (uint16_t)(((x >> 16) & 0x8000u) | 0x7f7fu);
+	}
+	return dt_f32_to_bf16_sr(f, r);
 }
 
 static inline float
@@ -176,36 +225,39 @@ adam_grad_in(const struct zinf_opt_args *a, float p, size_t i)
 	return g;
 }
 
+/* Adam's update of one element from p and its gradient g: m and v in place, the new p returned.
+ * The one sequence of operations of the scalar Adam kernels (f32 and bf16 state, bf16 master). */
+static inline float
+adam_update(const struct zinf_opt_args *a, float p, float g, float *m, float *v)
+{
+	p = p * a->decay;
+	*m = a->b1 * *m + a->omb1 * g;
+	*v = a->b2 * *v + a->omb2 * (g * g);
+	float denom = sqrtf(*v) / a->bc2_sqrt + a->eps;
+	return p + a->nstep * (*m / denom);
+}
+
 static inline void
 adam_elem(const struct zinf_opt_args *a, size_t i)
 {
 	float *mp = a->m, *vp = a->v;
 	float p = a->param[i];
 	float g = adam_grad_in(a, p, i);
-	p = p * a->decay;
-	float m = a->b1 * mp[i] + a->omb1 * g;
-	float v = a->b2 * vp[i] + a->omb2 * (g * g);
-	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
-	p = p + a->nstep * (m / denom);
+	float m = mp[i], v = vp[i];
+	p = adam_update(a, p, g, &m, &v);
 	mp[i] = m;
 	vp[i] = v;
 	a->param[i] = p;
 	adam_store_copy(a->copy, a->ck, i, p);
 }
 
+/* The bf16 state's m and v of element i from their floats: RNE, or stochastic with one hash per
+ * element of index hbase + i, its low half for m and its high half for v. */
 static inline void
-adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
+adam_bf16state_store(const struct zinf_opt_args *a, size_t i, float m, float v)
 {
 	uint16_t *mp = a->m, *vp = a->v;
-	float p = a->param[i];
-	float g = adam_grad_in(a, p, i);
-	p = p * a->decay;
-	float m = a->b1 * dt_bf16_to_f32(mp[i]) + a->omb1 * g;
-	float v = a->b2 * dt_bf16_to_f32(vp[i]) + a->omb2 * (g * g);
-	float denom = sqrtf(v) / a->bc2_sqrt + a->eps;
-	p = p + a->nstep * (m / denom);
 	if (a->rounding == ZINF_ROUND_STOCHASTIC) {
-		/* one hash per element: its low half rounds m, its high half v */
 		uint32_t r = adam_sr_bits(a->sr_key, a->hbase + i);
 		mp[i] = dt_f32_to_bf16_sr(m, r & 0xffffu);
 		vp[i] = dt_f32_to_bf16_sr(v, r >> 16);
@@ -213,8 +265,60 @@ adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
 		mp[i] = dt_f32_to_bf16_rne(m);
 		vp[i] = dt_f32_to_bf16_rne(v);
 	}
+}
+
+static inline void
+adam_bf16state_elem(const struct zinf_opt_args *a, size_t i)
+{
+	const uint16_t *mp = a->m, *vp = a->v;
+	float p = a->param[i];
+	float g = adam_grad_in(a, p, i);
+	float m = dt_bf16_to_f32(mp[i]), v = dt_bf16_to_f32(vp[i]);
+	p = adam_update(a, p, g, &m, &v);
+	adam_bf16state_store(a, i, m, v);
 	a->param[i] = p;
 	adam_store_copy(a->copy, a->ck, i, p);
+}
+
+/* The bf16 master's rounding of its float update x, element index idx (hbase + i). */
+static inline uint16_t
+adam_bf16m_round(const struct zinf_opt_args *a, float x, uint64_t idx)
+{
+	return a->mrounding == ZINF_ROUND_STOCHASTIC
+		       ? adam_bf16_sr_sat(x, adam_sr_bits_master(a->mkey, idx) & 0xffffu)
+		       : dt_f32_to_bf16_rne(x);
+}
+
+/*
+ * One element of a bf16-master step, in one pass (adam_bf16m_internal.h sets up the run): the
+ * master widened, Adam's update with m and v as bf16 (mv ZINF_MOMENTS_BF16) or floats (f32
+ * moments, or q8's decoded), the master rounded back; the copy: f16 from the float update, bf16
+ * the new master, f32 it widened.
+ */
+static inline void
+adam_bf16master_elem(const struct zinf_opt_args *a, size_t i)
+{
+	bool mvb = a->mv == ZINF_MOMENTS_BF16;
+	float p = dt_bf16_to_f32(a->master[i]);
+	float g = adam_grad_in(a, p, i);
+	float m = mvb ? dt_bf16_to_f32(((const uint16_t *)a->m)[i]) : ((float *)a->m)[i];
+	float v = mvb ? dt_bf16_to_f32(((const uint16_t *)a->v)[i]) : ((float *)a->v)[i];
+	p = adam_update(a, p, g, &m, &v);
+	if (mvb) {
+		adam_bf16state_store(a, i, m, v);
+	} else {
+		((float *)a->m)[i] = m;
+		((float *)a->v)[i] = v;
+	}
+	uint16_t w = adam_bf16m_round(a, p, a->hbase + i);
+	a->master[i] = w;
+	if (a->ck == ZINF_COPY_F16) {
+		((uint16_t *)a->copy)[i] = dt_f32_to_f16_rne(p);
+	} else if (a->ck == ZINF_COPY_BF16) {
+		((uint16_t *)a->copy)[i] = w;
+	} else if (a->ck == ZINF_COPY_F32) {
+		((float *)a->copy)[i] = dt_bf16_to_f32(w);
+	}
 }
 
 static inline void

@@ -29,6 +29,7 @@ SCALAR_KERNEL(adam, adam_elem)
 SCALAR_KERNEL(adam_bf16state, adam_bf16state_elem)
 SCALAR_KERNEL(adagrad, adam_adagrad_elem)
 SCALAR_KERNEL(lion, adam_lion_elem)
+SCALAR_KERNEL(bf16master_run, adam_bf16master_elem)
 
 /* q8 state: the blocks decoded, stepped by the scalar Adam kernel above, encoded */
 static void
@@ -37,11 +38,11 @@ scalar_adam_q8state(const struct zinf_opt_args *a, size_t i0, size_t i1)
 	q8_step(a, i0, i1, scalar_adam);
 }
 
-/* bf16 master: the blocks widened, stepped by the scalar Adam kernels above, rounded back */
+/* bf16 master: the runs (q8: decoded blocks) through adam_bf16master_elem() */
 static void
 scalar_adam_bf16master(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
-	bf16m_step(a, i0, i1, scalar_adam, scalar_adam_bf16state);
+	bf16m_step(a, i0, i1, scalar_bf16master_run);
 }
 
 static double

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cpu_adam/adam_simd_body.h: the vector kernels, written once over a width-generic layer
- * (DeepSpeed's csrc/includes/simd.h does the same): Adam with f32 and with bf16 state, Adagrad,
- * Lion, the sum of squares, the inf/NaN check, the unscale and convert passes, the gradient loads
- * and copy stores, the tails through zero-padded buffers, and the path's kernel table
+ * (DeepSpeed's csrc/includes/simd.h does the same): Adam with f32 and with bf16 state, Adam
+ * with a bf16 master (one pass per element), Adagrad, Lion, the sum of squares, the inf/NaN
+ * check, the unscale and convert passes, the gradient loads and copy stores, the tails through
+ * zero-padded buffers, and the path's kernel table
  * zinf_adam_<isa>_ops. Included once, last, by each ISA file (adam_avx2.c, adam_avx512.c), which
  * first defines the layer for its vector type. Not here: any intrinsic of one width, and any
  * choice that differs between paths (hardware bf16 conversion, masks): those are the layer's.
@@ -32,8 +33,11 @@
  *                     stochastic with the body's sr_bits(a->sr_key, i) (declared ahead), its low
  *                     16 bits of each lane for m and its high 16 for v, as
  *                     adam_bf16state_elem(); NaN quieted
- *   zvi_set1 zvi_iota zvi_add zvi_xor zvi_and zvi_mullo, macro zvi_srli(x, imm)
- *                     int32 lanes (iota: 0, 1, ..., ZV_WIDTH - 1)
+ *   zv_bf16_sr_sat(x, r)
+ *                     f32 -> bf16 by stochastic rounding with the 16 random bits r of each
+ *                     lane, saturating: adam_bf16_sr_sat() per lane (the bf16 master's rounding)
+ *   zvi_set1 zvi_iota zvi_add zvi_xor zvi_and zvi_mullo zvi_loadu, macro zvi_srli(x, imm)
+ *                     int32 lanes (iota: 0, 1, ..., ZV_WIDTH - 1; loadu: unaligned)
  *   zvd_zero zvd_add zvd_fmadd zvd_storeu, zvd_lo(x) zvd_hi(x), macro ZVD_HSUM(s)
  *                     doubles; lo/hi: the low and high halves of a float vector, widened;
  *                     ZVD_HSUM: the sum of the ZV_WIDTH / 2 doubles s[] in a fixed pairwise
@@ -110,19 +114,49 @@ copy_nt(const struct zinf_opt_args *a, enum zinf_copy_kind ck)
 
 /* ---- the optimizers' arithmetic ------------------------------------------------------------- */
 
-/* adam_sr_bits() for elements i .. i + ZV_WIDTH - 1 (i a multiple of ZV_WIDTH, so i >> 32 is
- * common). */
+/*
+ * adam_sr_lane(key, e) for the elements e = i .. i + ZV_WIDTH - 1 (any i): the lanes share i's
+ * high word unless they cross a multiple of 2^32 (rare: then each lane's own, from a buffer), so
+ * every lane's bits are those of its own 64-bit index, as on the scalar path.
+ */
 ZINF_ALWAYS_INLINE ZV_EPI32
-sr_bits(uint32_t key, size_t i)
+sr_lanes(uint32_t key, uint64_t i)
 {
-	uint32_t k = key ^ (uint32_t)((uint64_t)i >> 32) * 0x85ebca77u;
-	ZV_EPI32 idx = zvi_add(zvi_set1((int)(uint32_t)i), zvi_iota());
-	ZV_EPI32 h = zvi_xor(idx, zvi_set1((int)k));
+	uint32_t lo = (uint32_t)i;
+	if (__builtin_expect(lo > UINT32_MAX - (ZV_WIDTH - 1), 0)) {
+		_Alignas(64) uint32_t b[ZV_WIDTH];
+		for (int l = 0; l < ZV_WIDTH; l++) {
+			b[l] = adam_sr_lane(key, i + (uint64_t)l);
+		}
+		return zvi_loadu(b);
+	}
+	uint32_t k = key ^ (uint32_t)(i >> 32) * 0x85ebca77u;
+	return zvi_xor(zvi_add(zvi_set1((int)lo), zvi_iota()), zvi_set1((int)k));
+}
+
+/* adam_sr_bits(key, e) for the elements e = i .. i + ZV_WIDTH - 1 */
+ZINF_ALWAYS_INLINE ZV_EPI32
+sr_bits(uint32_t key, uint64_t i)
+{
+	ZV_EPI32 h = sr_lanes(key, i);
 	h = zvi_xor(h, zvi_srli(h, 16));
 	h = zvi_mullo(h, zvi_set1((int)0x7feb352du));
 	h = zvi_xor(h, zvi_srli(h, 15));
 	h = zvi_mullo(h, zvi_set1((int)0x846ca68bu));
 	h = zvi_xor(h, zvi_srli(h, 16));
+	return h;
+}
+
+/* adam_sr_bits_master(key, e) for the elements e = i .. i + ZV_WIDTH - 1 */
+ZINF_ALWAYS_INLINE ZV_EPI32
+sr_bits_master(uint32_t key, uint64_t i)
+{
+	ZV_EPI32 h = sr_lanes(key, i);
+	h = zvi_xor(h, zvi_srli(h, 16));
+	h = zvi_mullo(h, zvi_set1((int)0x21f0aaadu));
+	h = zvi_xor(h, zvi_srli(h, 15));
+	h = zvi_mullo(h, zvi_set1((int)0xd35a2d97u));
+	h = zvi_xor(h, zvi_srli(h, 15));
 	return h;
 }
 
@@ -380,13 +414,147 @@ ZV_FN(adam_q8state)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 	q8_step(a, i0, i1, ZV_FN(adam));
 }
 
-/* bf16 master: the blocks widened, stepped by this path's Adam kernels above (f32 or bf16
- * moments; q8 decoded), rounded back (the rounding loop of adam_bf16m_internal.h is integer and
- * gives the same bits on every path) */
+/*
+ * The bf16 master, one pass per vector: the master widened (exact), the gradient, m and v (bf16
+ * when mvb, else floats: f32 moments or q8's decoded) through adam_math as adam_loop and
+ * adam_bf16state_loop do (the same bits), the moments stored (bf16: zv_state_round with hash
+ * index hbase + hoff + i), the master rounded back (stochastic: zv_bf16_sr_sat with the master's
+ * bits of the same index; or RNE) and the copy (f16: the float update, as the kernels; bf16: the
+ * new master; f32: it widened).
+ */
+ZINF_ALWAYS_INLINE void
+bf16master_loop(const struct zinf_opt_args *args, size_t i0, size_t i1, enum zinf_dtype gdt,
+		enum zinf_copy_kind ck, bool nt, size_t hoff, bool mvb)
+{
+	const struct zinf_opt_args la = *args, *a = &la;
+	uint16_t *W = a->master;
+	const bool sr = a->mrounding == ZINF_ROUND_STOCHASTIC;
+	const ZV_EPI32 low = zvi_set1(0xffff);
+	const uint64_t h0 = a->hbase + hoff;
+	for (size_t i = i0; i + ZV_WIDTH <= i1; i += ZV_WIDTH) {
+		ZV_PS p = zv_from_bf16(zh_loadu(W + i));
+		ZV_PS g = grad_in(a, gdt, i, p);
+		ZV_PS m, v;
+		if (mvb) {
+			m = zv_from_bf16(zh_loadu((const uint16_t *)a->m + i));
+			v = zv_from_bf16(zh_loadu((const uint16_t *)a->v + i));
+		} else {
+			m = zv_loadu((const float *)a->m + i);
+			v = zv_loadu((const float *)a->v + i);
+		}
+		p = adam_math(a, p, g, &m, &v);
+		if (mvb) {
+			ZV_HALF mo, vo;
+			zv_state_round(a, m, v, &mo, &vo, h0 + i);
+			zh_storeu((uint16_t *)a->m + i, mo);
+			zh_storeu((uint16_t *)a->v + i, vo);
+		} else {
+			zv_storeu((float *)a->m + i, m);
+			zv_storeu((float *)a->v + i, v);
+		}
+		ZV_HALF w = sr ? zv_bf16_sr_sat(p, zvi_and(sr_bits_master(a->mkey, h0 + i), low))
+			       : zv_to_bf16(p, a->hw_bf16);
+		zh_storeu(W + i, w);
+		if (ck == ZINF_COPY_F16) {
+			store_copy(a->copy, ck, i, p, nt, a->hw_bf16);
+		} else if (ck == ZINF_COPY_BF16) {
+			if (nt) {
+				zh_stream((uint16_t *)a->copy + i, w);
+			} else {
+				zh_storeu((uint16_t *)a->copy + i, w);
+			}
+		} else if (ck == ZINF_COPY_F32) {
+			zv_storeu((float *)a->copy + i, zv_from_bf16(w));
+		}
+	}
+	if (nt) {
+		_mm_sfence();
+	}
+}
+
+/* [i0, i1) of a run: the vectors, then the last (i1 - i0) % ZV_WIDTH elements through the same
+ * loop on zero-padded buffers (the tails of ZV_KERNEL, with the master's 16-bit array). */
+ZINF_ALWAYS_INLINE void
+bf16master_body(const struct zinf_opt_args *a, size_t i0, size_t i1, enum zinf_dtype gdt,
+		enum zinf_copy_kind ck, bool mvb)
+{
+	size_t k = (i1 - i0) % ZV_WIDTH, ie = i1 - k;
+	bf16master_loop(a, i0, ie, gdt, ck, copy_nt(a, ck), 0, mvb);
+	if (k) {
+		size_t gs = zinf_dtype_size(gdt), ss = mvb ? 2 : 4, cs = copy_size(ck);
+		struct zinf_tail_buf b;
+		_Alignas(64) uint16_t wb[ZV_TAIL_MAX];
+		memset(&b, 0, sizeof(b));
+		memset(wb, 0, sizeof(wb));
+		struct zinf_opt_args t = *a;
+		memcpy(wb, a->master + ie, k * 2);
+		t.master = wb;
+		memcpy(b.g, (const char *)a->grad + ie * gs, k * gs);
+		t.grad = b.g;
+		memcpy(b.m, (const char *)a->m + ie * ss, k * ss);
+		t.m = b.m;
+		memcpy(b.v, (const char *)a->v + ie * ss, k * ss);
+		t.v = b.v;
+		t.copy = cs ? b.c : NULL;
+		bf16master_loop(&t, 0, ZV_WIDTH, gdt, ck, false, ie, mvb);
+		memcpy(a->master + ie, wb, k * 2);
+		memcpy((char *)a->m + ie * ss, b.m, k * ss);
+		memcpy((char *)a->v + ie * ss, b.v, k * ss);
+		if (cs) {
+			memcpy((char *)a->copy + ie * cs, b.c, k * cs);
+		}
+	}
+}
+
+#define ZV_BM_CASE(gdt, ck)                                                                        \
+	case (gdt)*4 + (ck):                                                                       \
+		if (mvb) {                                                                         \
+			bf16master_body(a, i0, i1, (gdt), (ck), true);                             \
+		} else {                                                                           \
+			bf16master_body(a, i0, i1, (gdt), (ck), false);                            \
+		}                                                                                  \
+		break;
+
+/* One run of a bf16-master step (adam_bf16m_internal.h's driver): a body specialised for (grad
+ * dtype, copy kind, bf16 or float m and v). A bf16 copy that is the master itself is not written
+ * twice. */
+static void
+ZV_FN(bf16master_run)(const struct zinf_opt_args *args, size_t i0, size_t i1)
+{
+	struct zinf_opt_args u = *args;
+	const struct zinf_opt_args *a = &u;
+	if (u.ck == ZINF_COPY_BF16 && (uint16_t *)u.copy == u.master) {
+		u.ck = ZINF_COPY_NONE;
+		u.copy = NULL;
+	}
+	bool mvb = u.mv == ZINF_MOMENTS_BF16;
+	switch (u.gdt * 4 + u.ck) {
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_NONE)
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_F32)
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_F16)
+		ZV_BM_CASE(ZINF_F32, ZINF_COPY_BF16)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_NONE)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_F32)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_F16)
+		ZV_BM_CASE(ZINF_F16, ZINF_COPY_BF16)
+		ZV_BM_CASE(ZINF_BF16, ZINF_COPY_NONE)
+		ZV_BM_CASE(ZINF_BF16, ZINF_COPY_F32)
+		ZV_BM_CASE(ZINF_BF16, ZINF_COPY_F16)
+	default:
+		if (mvb) {
+			bf16master_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16, true);
+		} else {
+			bf16master_body(a, i0, i1, ZINF_BF16, ZINF_COPY_BF16, false);
+		}
+		break;
+	}
+}
+
+/* bf16 master: the runs (q8: decoded blocks) through this path's one-pass kernel above */
 static void
 ZV_FN(adam_bf16master)(const struct zinf_opt_args *a, size_t i0, size_t i1)
 {
-	bf16m_step(a, i0, i1, ZV_FN(adam), ZV_FN(adam_bf16state));
+	bf16m_step(a, i0, i1, ZV_FN(bf16master_run));
 }
 
 /* ---- the gradient helpers ------------------------------------------------------------------- */

@@ -24,11 +24,13 @@
 static const char *const grad_dtypes[] = {"f32", "f16", "bf16", NULL};
 static const char *const copy_dtypes[] = {"none", "f32", "f16", "bf16", NULL};
 static const char *const simds[] = {"auto", "scalar", "avx2", "avx512", NULL};
-static const char *const states[] = {"f32", "bf16", "bf16-sr", NULL};
+static const char *const states[] = {"f32", "bf16", "bf16-sr", "q8", NULL};
+static const char *const masters[] = {"f32", "bf16", NULL};
+enum { ST_F32, ST_BF16, ST_BF16_SR, ST_Q8 };
 
 struct cfg {
 	uint64_t params, steps;
-	int threads, reps, grad, copy, simd, state;
+	int threads, reps, grad, copy, simd, state, master;
 	bool json, three, accuracy, params_given;
 };
 
@@ -47,6 +49,8 @@ static const char description[] =
 	"Time the fused CPU-Adam step against a STREAM triad (the machine's memory bandwidth)\n"
 	"measured in the same run with the same threads, repetitions interleaved, medians.\n"
 	"The arrays are checked against physical memory before they are allocated.\n"
+	"--master bf16: the bf16-master step (zinf_adam_step_bf16master) with --state's m and v,\n"
+	"timed against the plain step with the same m and v (f32 master) in the same run.\n"
 	"--accuracy: bf16 vs f32 optimizer state on a noisy quadratic (default 4096 params).\n";
 
 static const struct cli_opt opts[] = {
@@ -63,7 +67,11 @@ static const struct cli_opt opts[] = {
 	{"three-pass", CLI_FLAG, &cfg.three, NULL, NULL,
 	 "time unscale + Adam + copy as three passes instead of one"},
 	{"state", CLI_ENUM, &cfg.state, "f32", NULL,
-	 "optimizer state: f32, bf16 (RNE), bf16-sr (stochastic)", .choices = states},
+	 "optimizer state: f32, bf16 (RNE), bf16-sr (stochastic), q8 (8-bit blockwise, stochastic)",
+	 .choices = states},
+	{"master", CLI_ENUM, &cfg.master, "f32", NULL,
+	 "master weight: f32, or bf16 (stochastic rounding; timed against the f32 master's step)",
+	 .choices = masters},
 	{"reps", CLI_INT, &cfg.reps, "7", "R", "interleaved repetitions of step and triad; medians",
 	 .min = 1, .max = 10000},
 	{"accuracy", CLI_FLAG, &cfg.accuracy, NULL, NULL, "bf16 vs f32 state on a noisy quadratic"},
@@ -284,63 +292,95 @@ out:
 
 struct tp {
 	size_t n, ns; /* step elements; triad elements */
-	size_t gsz, ssz, csz;
-	float *p;
+	size_t gsz, csz;
+	size_t sbytes; /* bytes of one moment array (m or v) */
+	float *p;      /* the f32 master: the step's, or --master bf16's plain reference's */
+	uint16_t *w;   /* --master bf16: the bf16 master */
 	void *g, *m, *v, *c;
+	void *rm, *rv; /* --master bf16: the plain reference's m and v */
 	double *sa, *sb, *sc;
-	double *t_adam, *t_triad;
+	double *t_adam, *t_plain, *t_triad;
 };
 
 static void
 tp_free(struct tp *t)
 {
 	zinf_free_aligned(t->p);
+	zinf_free_aligned(t->w);
 	zinf_free_aligned(t->g);
 	zinf_free_aligned(t->m);
 	zinf_free_aligned(t->v);
+	zinf_free_aligned(t->rm);
+	zinf_free_aligned(t->rv);
 	zinf_free_aligned(t->c);
 	zinf_free_aligned(t->sa);
 	zinf_free_aligned(t->sb);
 	zinf_free_aligned(t->sc);
 	free(t->t_adam);
+	free(t->t_plain);
 	free(t->t_triad);
 }
 
-/* Check the arrays against physical memory, then allocate and first-touch them. */
+/* Bytes of one moment array of n elements in state format s. */
+static size_t
+moment_bytes(int s, size_t n)
+{
+	return s == ST_Q8 ? (size_t)zinf_q8_bytes(n) : n * (s == ST_F32 ? 4 : 2);
+}
+
+/* Check the arrays against physical memory, then allocate and first-touch them (m and v all
+ * zero bytes: zeros in every format). */
 static int
 tp_alloc(const struct cfg *c, int gdt, int cdt, struct tp *t)
 {
 	size_t n = c->params;
+	bool bm = c->master == 1;
 	t->n = n;
 	t->gsz = zinf_dtype_size((enum zinf_dtype)gdt);
-	t->ssz = c->state ? 2 : 4;
+	t->sbytes = moment_bytes(c->state, n);
 	t->csz = cdt < 0 ? 0 : zinf_dtype_size((enum zinf_dtype)cdt);
 	/* The triad runs over 3 x 8 bytes x ns, at least 4x the step's largest array. */
 	t->ns = ZINF_MAX(n / 2, (size_t)1 << 24);
-	double need = (double)n * (double)(4 + t->gsz + 2 * t->ssz + t->csz) + 24.0 * (double)t->ns;
+	/* in double: n * 4 may pass 2^64 (the check must see the true size) */
+	double sb = c->state == ST_Q8 ? (double)zinf_q8_bytes(n)
+				      : (double)n * (c->state == ST_F32 ? 4 : 2);
+	double need = (double)n * (double)(4 + t->gsz + t->csz) + 2.0 * sb +
+		      (bm ? 2.0 * (double)n + 2.0 * sb : 0) + 24.0 * (double)t->ns;
 	if (cli_check_memory(PROG, "the step's arrays and the triad's", need, "--params") < 0) {
 		return -ENOMEM;
 	}
 	t->p = zinf_alloc_aligned(64, n * 4);
 	t->g = zinf_alloc_aligned(64, n * t->gsz);
-	t->m = zinf_alloc_aligned(64, n * t->ssz);
-	t->v = zinf_alloc_aligned(64, n * t->ssz);
+	t->m = zinf_alloc_aligned(64, t->sbytes);
+	t->v = zinf_alloc_aligned(64, t->sbytes);
 	t->c = t->csz ? zinf_alloc_aligned(64, n * t->csz) : NULL;
+	if (bm) {
+		t->w = zinf_alloc_aligned(64, n * 2);
+		t->rm = zinf_alloc_aligned(64, t->sbytes);
+		t->rv = zinf_alloc_aligned(64, t->sbytes);
+	}
 	t->sa = zinf_alloc_aligned(64, t->ns * 8);
 	t->sb = zinf_alloc_aligned(64, t->ns * 8);
 	t->sc = zinf_alloc_aligned(64, t->ns * 8);
 	t->t_adam = calloc(c->reps, sizeof(double));
+	t->t_plain = calloc(c->reps, sizeof(double));
 	t->t_triad = calloc(c->reps, sizeof(double));
-	if (!t->p || !t->g || !t->m || !t->v || (t->csz && !t->c) || !t->sa || !t->sb || !t->sc ||
-	    !t->t_adam || !t->t_triad) {
+	if (!t->p || !t->g || !t->m || !t->v || (t->csz && !t->c) ||
+	    (bm && (!t->w || !t->rm || !t->rv)) || !t->sa || !t->sb || !t->sc || !t->t_adam ||
+	    !t->t_plain || !t->t_triad) {
 		fprintf(stderr, PROG ": out of memory for %zu params\n", n);
 		return -ENOMEM;
 	}
 	int th = c->threads;
 	fill_values(t->p, ZINF_F32, n, th, 0.1f);
 	fill_values(t->g, gdt, n, th, 1e-2f * 1024); /* times grad_scale 1/1024 below */
-	touch(t->m, n * t->ssz, t->ssz, th, 0);
-	touch(t->v, n * t->ssz, t->ssz, th, 0);
+	touch(t->m, t->sbytes, 1, th, 0);
+	touch(t->v, t->sbytes, 1, th, 0);
+	if (bm) {
+		fill_values(t->w, ZINF_BF16, n, th, 0.1f);
+		touch(t->rm, t->sbytes, 1, th, 0);
+		touch(t->rv, t->sbytes, 1, th, 0);
+	}
 	if (t->c) {
 		touch(t->c, n * t->csz, t->csz, th, 0);
 	}
@@ -350,10 +390,36 @@ tp_alloc(const struct cfg *c, int gdt, int cdt, struct tp *t)
 	return 0;
 }
 
-/* One step of the configured kind. */
+/* One step with an f32 master p and m, v in --state's format. */
+static int
+plain_step(const struct cfg *c, const struct zinf_adam_opts *o, const struct tp *t, int64_t step,
+	   enum zinf_dtype gd, enum zinf_dtype cd, void *m, void *v)
+{
+	const float scale = 1.0f / 1024;
+	switch (c->state) {
+	case ST_BF16:
+	case ST_BF16_SR:
+		return zinf_adam_step_bf16state(
+			o, step, scale, t->p, t->g, gd, m, v, t->n, t->c, cd,
+			c->state == ST_BF16_SR ? ZINF_ROUND_STOCHASTIC : ZINF_ROUND_NEAREST_EVEN,
+			1);
+	case ST_Q8: {
+		struct zinf_q8_opts q;
+		zinf_q8_opts_init(&q);
+		q.rounding = ZINF_ROUND_STOCHASTIC;
+		q.seed = 1;
+		return zinf_adam_step_q8state(o, step, scale, t->p, t->g, gd, m, v, t->n, t->c, cd,
+					      &q);
+	}
+	default:
+		return zinf_adam_step(o, step, scale, t->p, t->g, gd, m, v, t->n, t->c, cd);
+	}
+}
+
+/* One step of the configured kind (plain: --master bf16's reference, the f32 master's step). */
 static int
 tp_step(const struct cfg *c, const struct zinf_adam_opts *o, struct tp *t, int64_t step, int gdt,
-	int cdt)
+	int cdt, bool plain)
 {
 	const float scale = 1.0f / 1024;
 	enum zinf_dtype cd = cdt < 0 ? ZINF_F32 : (enum zinf_dtype)cdt;
@@ -368,20 +434,32 @@ tp_step(const struct cfg *c, const struct zinf_adam_opts *o, struct tp *t, int64
 		      : zinf_adam_step(o, step, 1.0f, t->p, t->g, gd, t->m, t->v, t->n, NULL, 0);
 		return e ? e : (t->c ? adam_convert(t->p, t->c, cd, t->n, &go) : 0);
 	}
-	if (c->state) {
-		return zinf_adam_step_bf16state(
-			o, step, scale, t->p, t->g, gd, t->m, t->v, t->n, t->c, cd,
-			c->state == 2 ? ZINF_ROUND_STOCHASTIC : ZINF_ROUND_NEAREST_EVEN, 1);
+	if (c->master == 0) {
+		return plain_step(c, o, t, step, gd, cd, t->m, t->v);
 	}
-	return zinf_adam_step(o, step, scale, t->p, t->g, gd, t->m, t->v, t->n, t->c, cd);
+	if (plain) {
+		return plain_step(c, o, t, step, gd, cd, t->rm, t->rv);
+	}
+	struct zinf_bf16master_opts b;
+	zinf_bf16master_opts_init(&b);
+	b.moments = c->state == ST_Q8	 ? ZINF_MOMENTS_Q8
+		    : c->state == ST_F32 ? ZINF_MOMENTS_F32
+					 : ZINF_MOMENTS_BF16;
+	b.state_rounding = c->state == ST_BF16 ? ZINF_ROUND_NEAREST_EVEN : ZINF_ROUND_STOCHASTIC;
+	b.seed = 1;
+	return zinf_adam_step_bf16master(o, step, scale, t->w, t->g, gd, t->m, t->v, t->n, t->c, cd,
+					 &b);
 }
 
 static int
 tp_report(const struct cfg *c, const char *path, const struct tp *t, int done, int gdt, int cdt)
 {
 	double ta = cli_median(t->t_adam, done), tt = cli_median(t->t_triad, done);
-	/* p r+w, g, m r+w, v r+w, copy */
-	double bytes_per = 4 + 4 + t->gsz + 2.0 * t->ssz + 2.0 * t->ssz + t->csz;
+	bool bm = c->master == 1;
+	double tpl = bm ? cli_median(t->t_plain, done) : ta;
+	/* master r+w, g, m r+w, v r+w, copy */
+	double bytes_per =
+		(bm ? 4.0 : 8.0) + t->gsz + 4.0 * (double)t->sbytes / (double)t->n + t->csz;
 	double pps = (double)t->n / ta, gbps = (double)t->n * bytes_per / ta / 1e9;
 	double sgbps = (double)t->ns * 32 / tt / 1e9;
 	if (c->json) {
@@ -393,6 +471,7 @@ tp_report(const struct cfg *c, const char *path, const struct tp *t, int done, i
 		json_object_set_new(o, "grad_dtype", json_string(dtype_name(gdt)));
 		json_object_set_new(o, "copy_dtype", json_string(dtype_name(cdt)));
 		json_object_set_new(o, "state", json_string(states[c->state]));
+		json_object_set_new(o, "master", json_string(masters[c->master]));
 		json_object_set_new(o, "passes", json_integer(c->three ? 3 : 1));
 		json_object_set_new(o, "reps", json_integer(done));
 		json_object_set_new(o, "bytes_per_param", cli_json_real(bytes_per));
@@ -402,15 +481,26 @@ tp_report(const struct cfg *c, const char *path, const struct tp *t, int done, i
 		json_object_set_new(o, "stream_elems", json_integer((json_int_t)t->ns));
 		json_object_set_new(o, "stream_GBps", cli_json_real(sgbps));
 		json_object_set_new(o, "ratio", cli_json_real(gbps / sgbps));
+		if (bm) {
+			json_object_set_new(o, "plain_step_s", cli_json_real(tpl));
+			json_object_set_new(o, "plain_params_per_s",
+					    cli_json_real((double)t->n / tpl));
+			json_object_set_new(o, "speed_vs_plain", cli_json_real(tpl / ta));
+		}
 		double l = loadavg1();
 		json_object_set_new(o, "loadavg", l >= 0 ? cli_json_real(l) : json_null());
 		return cli_json_print(o, 0);
 	}
-	printf("adam %s: %zu params, %d thread(s), grad %s, copy %s, state %s, %s\n", path, t->n,
-	       c->threads, dtype_name(gdt), dtype_name(cdt), states[c->state],
-	       c->three ? "three passes" : "fused");
-	printf("  step %.4f s (median of %d)  %.4g params/s  %.2f GB/s (%.0f B/param)\n", ta, done,
+	printf("adam %s: %zu params, %d thread(s), grad %s, copy %s, state %s, master %s, %s\n",
+	       path, t->n, c->threads, dtype_name(gdt), dtype_name(cdt), states[c->state],
+	       masters[c->master], c->three ? "three passes" : "fused");
+	printf("  step %.4f s (median of %d)  %.4g params/s  %.2f GB/s (%.4g B/param)\n", ta, done,
 	       pps, gbps, bytes_per);
+	if (bm) {
+		printf("  plain step (f32 master, same m and v) %.4f s  %.4g params/s  bf16 master "
+		       "at %.3f of its speed\n",
+		       tpl, (double)t->n / tpl, tpl / ta);
+	}
 	printf("  STREAM triad %.2f GB/s (same run, same threads)  ratio %.3f  load %.2f\n", sgbps,
 	       gbps / sgbps, loadavg1());
 	return 0;
@@ -422,6 +512,7 @@ throughput(const struct cfg *c, const char *path)
 	int gdt = dtype_of(grad_dtypes[c->grad]), cdt = dtype_of(copy_dtypes[c->copy]);
 	struct tp t = {0};
 	int rc = 1;
+	bool bm = c->master == 1;
 	if (tp_alloc(c, gdt, cdt, &t) < 0) {
 		goto out;
 	}
@@ -431,17 +522,22 @@ throughput(const struct cfg *c, const char *path)
 	o.simd = simd_name(c);
 	o.weight_decay = 0.01f;
 	triad(t.sa, t.sb, t.sc, t.ns, c->threads); /* warm-up: page tables, frequency */
-	/* warm-up step (and the step the repetitions continue from) */
-	if (tp_step(c, &o, &t, 1, gdt, cdt)) {
+	/* warm-up steps (and the steps the repetitions continue from) */
+	if (tp_step(c, &o, &t, 1, gdt, cdt, false) ||
+	    (bm && tp_step(c, &o, &t, 1, gdt, cdt, true))) {
 		goto out;
 	}
 	int done = 0;
 	for (int r = 0; r < c->reps && !cli_interrupted; r++, done++) {
-		double t0 = zinf_now_s();
-		if (tp_step(c, &o, &t, r + 2, gdt, cdt)) {
-			goto out;
+		/* --master bf16: the two steps alternate which goes first */
+		for (int k = 0; k < (bm ? 2 : 1); k++) {
+			bool plain = bm && (k ^ (r & 1));
+			double t0 = zinf_now_s();
+			if (tp_step(c, &o, &t, r + 2, gdt, cdt, plain)) {
+				goto out;
+			}
+			(plain ? t.t_plain : t.t_adam)[r] = zinf_now_s() - t0;
 		}
-		t.t_adam[r] = zinf_now_s() - t0;
 		t.t_triad[r] = triad(t.sa, t.sb, t.sc, t.ns, c->threads);
 	}
 	if (cli_interrupted) {
@@ -476,9 +572,10 @@ cli_bench_adam(int argc, char **argv)
 		int r = accuracy(n, (int)c.steps, 0.1, c.json, simd_name(&c));
 		return r ? r : accuracy(n, (int)c.steps, 0.0, c.json, simd_name(&c));
 	}
-	if (c.three && c.state) {
-		fprintf(stderr, PROG ": --three-pass times f32 state only (not --state %s)\n",
-			states[c.state]);
+	if (c.three && (c.state || c.master)) {
+		fprintf(stderr,
+			PROG ": --three-pass times f32 state only (not --state %s --master %s)\n",
+			states[c.state], masters[c.master]);
 		return 2;
 	}
 	return throughput(&c, path);

@@ -56,6 +56,26 @@ Test(bench_adam, json_bf16_state)
 	throughput(argv, 18, "bf16", "bf16", "none");
 }
 
+/* --master bf16 with q8 m and v: the bf16 master 2 + 2, grad 4, q8 m and v read + write
+ * 4 x 101564 / 1e5 (zinf_q8_bytes(1e5) = 1e5 + 4 x 391 scales), bf16 copy 2; and the plain step
+ * with the same m and v timed in the same run, the speed its time over the master's. */
+Test(bench_adam, json_bf16_master_against_the_plain_step)
+{
+	char *argv[] = {"zinf",	   "bench", "adam",	"--params", "100000", "--reps", "3",
+			"--state", "q8",    "--master", "bf16",	    "--json", NULL};
+	throughput(argv, 4 + 4 + 4 * 1.01564 + 2, "q8", "f32", "bf16");
+	struct zc_scratch r;
+	cr_assert_eq((zc_scratch_init(&r), zc_run(NULL, argv, r.out, r.err)), 0);
+	json_t *j = zc_json(r.out);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "master")), "bf16");
+	double t = zc_num(j, "step_s"), tp = zc_num(j, "plain_step_s");
+	cr_assert(t > 0 && tp > 0);
+	cr_assert_float_eq(zc_num(j, "speed_vs_plain"), tp / t, 1e-9 * tp / t);
+	cr_assert_float_eq(zc_num(j, "plain_params_per_s"), 1e5 / tp, 1e-9 * 1e5 / tp);
+	json_decref(j);
+	zc_scratch_fini(&r);
+}
+
 Test(bench_adam, accuracy_two_runs)
 {
 	struct zc_scratch r;
@@ -108,6 +128,8 @@ Test(bench_adam, refusals)
 	refused(a2, 2, "--reps 0: must be in [1, 10000]");
 	char *a3[] = {"zinf", "bench", "adam", "--three-pass", "--state", "bf16", NULL};
 	refused(a3, 2, "--three-pass times f32 state only");
+	char *a6[] = {"zinf", "bench", "adam", "--three-pass", "--master", "bf16", NULL};
+	refused(a6, 2, "--three-pass times f32 state only (not --state f32 --master bf16)");
 	char *a4[] = {"zinf", "bench", "adam", "--params", "1e13", NULL};
 	refused(a4, 1, "lower --params");
 	char *a5[] = {"zinf", "bench", "adam", "--param", "1e5", NULL};
@@ -123,6 +145,11 @@ Test(bench_adam, params_bytes_past_2_64_refused)
 	char *a1[] = {"zinf",	      "bench", "adam", "--params", "4611686018427387904",
 		      "--copy-dtype", "none",  NULL};
 	refused(a1, 1, "lower --params");
+	/* q8 m and v and a bf16 master: 4611686018427387904 x 4 is 2^64 (the f32 reference's m) */
+	char *a3[] = {"zinf",	 "bench", "adam",     "--params", "4611686018427387904",
+		      "--state", "q8",	  "--master", "bf16",	  "--copy-dtype",
+		      "none",	 NULL};
+	refused(a3, 1, "lower --params");
 	/* 44 bytes a parameter: 419244183493398901 x 44 is 2^64 + 28 */
 	char *a2[] = {"zinf", "bench", "adam", "--accuracy", "--params", "419244183493398901",
 		      NULL};

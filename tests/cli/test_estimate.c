@@ -372,3 +372,83 @@ Test(estimate, nvme_bytes_per_param_by_option)
 	cr_expect(strstr(t, "--optimizer-state q4") != NULL, "%s", t);
 	free(t);
 }
+
+/*
+ * The engine steps a bf16 master and q8 m and v on the CPU only (zinf_engine_create refuses them
+ * with offload_optimizer.device none), so with --master bf16 or --optimizer-state q8 the rows with
+ * the optimizer on the GPU are left out, the JSON says why, and the recommendation is one the
+ * engine takes. The 1.2e9 model of one_gpu_layers_and_step_time: stage 0 (all on the GPU) fits
+ * and moves nothing, so it is recommended with fp32 and bf16 state; with a bf16 master or q8 the
+ * fastest left are stages 1 to 3 with the optimizer on the CPU (1.2 s of Adam each), and the
+ * first of them, stage 1, is recommended. Stage 2 with the optimizer on the CPU: 4.8e9 on the
+ * GPU, (state + 4) x P x 1.5 on the CPU (bf16 master 14 x 1.2e9 x 1.5 = 25.2e9).
+ */
+Test(estimate, optimizer_on_gpu_rows_left_out_where_the_engine_refuses_them)
+{
+	static const struct {
+		const char *flags, *why; /* why: NULL where every row stays */
+		double cpu_stage2;
+	} cases[] = {
+		{"", NULL, 16 * 1.2e9 * 1.5},
+		{"--optimizer-state bf16", NULL, 12 * 1.2e9 * 1.5},
+		{"--master bf16", "--master bf16 is stepped on the CPU only", 14 * 1.2e9 * 1.5},
+		{"--optimizer-state q8", "--optimizer-state q8 is stepped on the CPU only",
+		 (4 + 2 * 1.015625 + 4) * 1.2e9 * 1.5},
+		{"--optimizer-state q8 --master bf16",
+		 "--master bf16 and --optimizer-state q8 are stepped on the CPU only",
+		 (2 + 2 * 1.015625 + 4) * 1.2e9 * 1.5},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		const char *f = cases[k].flags;
+		cr_assert_eq(
+			zc_run_sh(&sc, "", "",
+				  "estimate --params 1.2e9 --layers 24 --gpus-per-node 1 "
+				  "--gpu-mem 24e9 --cpu-mem 64e9 --nvme 1e12 --nvme-read-bw 2 "
+				  "--nvme-write-bw 1 --pcie-bw 10 --adam-rate 1e9 --max-in-cpu 0 "
+				  "%s --json",
+				  f),
+			0, "%s", f);
+		json_t *o = zc_json(sc.out);
+		json_t *rows = json_object_get(o, "rows"), *r;
+		size_t i, gpu_optim = 0;
+		json_array_foreach(rows, i, r)
+		{
+			gpu_optim += !strcmp(
+				json_string_value(json_object_get(r, "offload_optimizer")), "none");
+		}
+		json_t *why = json_object_get(o, "optimizer_on_gpu_left_out");
+		json_t *z = json_object_get(json_object_get(o, "recommended"), "zero_optimization");
+		json_t *zo = json_object_get(z, "offload_optimizer");
+		if (cases[k].why) {
+			/* 13 choices, 4 of them with the optimizer on the GPU (stages 0 to 3) */
+			cr_expect_eq(json_array_size(rows), 9, "%s: %zu rows", f,
+				     json_array_size(rows));
+			cr_expect_eq(gpu_optim, 0, "%s: %zu rows with the optimizer on the GPU", f,
+				     gpu_optim);
+			cr_expect_str_eq(json_string_value(why), cases[k].why, "%s", f);
+			cr_expect_eq(json_integer_value(json_object_get(z, "stage")), 1, "%s", f);
+			cr_expect_str_eq(json_string_value(json_object_get(zo, "device")), "cpu",
+					 "%s", f);
+		} else {
+			cr_expect_eq(json_array_size(rows), 13, "%s", f);
+			cr_expect_eq(gpu_optim, 4, "%s", f);
+			cr_expect(json_is_null(why), "%s", f);
+			cr_expect_eq(json_integer_value(json_object_get(z, "stage")), 0, "%s", f);
+			cr_expect_null(zo, "%s", f);
+		}
+		expect(row(o, 2, "none", "cpu"), 4.8e9, cases[k].cpu_stage2, 0, true);
+		json_decref(o);
+		/* the table says so too */
+		cr_assert_eq(zc_run_sh(&sc, "", "",
+				       "estimate --params 1.2e9 --layers 24 --gpus-per-node 1 "
+				       "--gpu-mem 24e9 --cpu-mem 64e9 --nvme 1e12 %s",
+				       f),
+			     0, "%s", f);
+		char *t = zc_text(sc.out);
+		bool note = strstr(t, "note: no rows with the optimizer on the GPU") != NULL;
+		cr_expect_eq(note, cases[k].why != NULL, "%s:\n%s", f, t);
+		cr_expect_eq(strstr(t, "none   none") != NULL, cases[k].why == NULL, "%s:\n%s", f,
+			     t);
+		free(t);
+	}
+}

@@ -6,18 +6,22 @@
  * moments and the f16 copy bit for bit, the new master one of the two bf16 neighbours of the
  * float update), each element within one bf16 ulp of float64 Adam, the stochastically rounded
  * master unbiased over many seeds, tiny updates that round to nearest loses still moving the
- * weight, weight decay per element, independence from the cuts and the threads, refused
- * arguments.
+ * weight, weight decay per element, independence from the cuts and the threads (2 and 3 of
+ * them), the same bytes on every path across a multiple of 2^32 of the index, the saturation at
+ * the top of bf16's range, the master's random bits unrelated to the moments', a bf16 copy that
+ * is the master itself, refused arguments.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
 #include "common/test_util.h"
+#include "cpu_adam/adam_bench.h" /* ZINF_ADAM_TILE */
 #include "zinf/blocks/adam.h"
 
 #define B ZINF_Q8_BLOCK
@@ -426,19 +430,30 @@ Test(cpu_adam_bf16m, no_decay_ranges_give_each_element_its_own_weight_decay)
 	}
 }
 
-/* One call vs calls cut at random places (block multiples for q8) with index0 advanced, one
- * thread vs two: the same bytes of master, moments and copy, over three steps. */
+/*
+ * One call on one thread vs calls cut at random places (block multiples for q8) with index0
+ * advanced, and vs one call on 2 and on 3 threads: the same bytes of master, moments and copy,
+ * over three steps. The array is six tiles (ZINF_ADAM_TILE) long, so the threaded calls really
+ * split it between threads (a call of one tile runs on one thread whatever opts.threads says: the
+ * cut calls, each shorter than a tile, do). A step whose bits depended on the thread (its master
+ * key xored with omp_get_thread_num(), tried by hand) fails the threaded comparison here.
+ */
 Test(cpu_adam_bf16m, cuts_and_threads_change_no_byte)
 {
 	seed_rng(0x5eedb004);
-	const size_t n = 40 * B + 123;
+	const size_t n = 5 * ZINF_ADAM_TILE + 40 * B + 123;
+	/* num_threads(k) gives k threads: OpenMP may not lower it (no dynamic adjustment) */
+	omp_set_dynamic(0);
+	cr_assert(omp_get_thread_limit() >= 3, "OMP_THREAD_LIMIT %d: cannot test 3 threads",
+		  omp_get_thread_limit());
 	for (int fi = 0; fi < 3; fi++) {
 		enum zinf_moments fmt = formats[fi];
 		struct fix f;
 		fix_make(&f, n);
-		void *m[2], *v[2];
-		uint16_t *w[2], *c[2];
-		for (int k = 0; k < 2; k++) {
+		enum { K = 4 }; /* one thread, cuts, 2 threads, 3 threads */
+		void *m[K], *v[K];
+		uint16_t *w[K], *c[K];
+		for (int k = 0; k < K; k++) {
 			moments_make(&f, fmt, &m[k], &v[k]);
 			w[k] = malloc(n * 2);
 			memcpy(w[k], f.w, n * 2);
@@ -453,14 +468,21 @@ Test(cpu_adam_bf16m, cuts_and_threads_change_no_byte)
 		b.index0 = 5000;
 		b.no_decay = nd;
 		b.n_no_decay = 1;
-		o.threads = 1;
-		for (int64_t step = 1; step <= 3; step++) {
-			cr_assert_eq(zinf_adam_step_bf16master(&o, step, 1.0f, w[0], f.g, ZINF_F32,
-							       m[0], v[0], n, c[0], ZINF_F16, &b),
-				     0, "%s", zinf_last_error());
+		const int threads[K] = {1, 1, 2, 3};
+		for (int k = 0; k < K; k++) {
+			if (k == 1) {
+				continue;
+			}
+			struct zinf_adam_opts ok = o;
+			ok.threads = threads[k];
+			for (int64_t step = 1; step <= 3; step++) {
+				cr_assert_eq(zinf_adam_step_bf16master(&ok, step, 1.0f, w[k], f.g,
+								       ZINF_F32, m[k], v[k], n,
+								       c[k], ZINF_F16, &b),
+					     0, "%s", zinf_last_error());
+			}
 		}
-		struct zinf_adam_opts o2 = o;
-		o2.threads = 2;
+		o.threads = 1;
 		size_t unit = fmt == ZINF_MOMENTS_Q8 ? B : 1;
 		for (int64_t step = 1; step <= 3; step++) {
 			for (size_t at = 0, len; at < n; at += len) {
@@ -470,20 +492,359 @@ Test(cpu_adam_bf16m, cuts_and_threads_change_no_byte)
 				bc.index0 = b.index0 + at;
 				size_t off = mbytes(fmt, at);
 				cr_assert_eq(zinf_adam_step_bf16master(
-						     &o2, step, 1.0f, w[1] + at, f.g + at, ZINF_F32,
+						     &o, step, 1.0f, w[1] + at, f.g + at, ZINF_F32,
 						     (char *)m[1] + off, (char *)v[1] + off, len,
 						     c[1] + at, ZINF_F16, &bc),
 					     0, "%s", zinf_last_error());
 			}
 		}
 		const char *fn = format_name[fi];
-		cr_assert(!memcmp(w[0], w[1], n * 2), "%s: masters differ", fn);
-		cr_assert(!memcmp(c[0], c[1], n * 2), "%s: copies differ", fn);
-		cr_assert(!memcmp(m[0], m[1], mbytes(fmt, n)), "%s: m differs", fn);
-		cr_assert(!memcmp(v[0], v[1], mbytes(fmt, n)), "%s: v differs", fn);
-		for (int k = 0; k < 2; k++) {
+		for (int k = 1; k < K; k++) {
+			const char *how = k == 1 ? "cuts" : k == 2 ? "2 threads" : "3 threads";
+			cr_assert(!memcmp(w[0], w[k], n * 2), "%s, %s: masters differ", fn, how);
+			cr_assert(!memcmp(c[0], c[k], n * 2), "%s, %s: copies differ", fn, how);
+			cr_assert(!memcmp(m[0], m[k], mbytes(fmt, n)), "%s, %s: m differs", fn,
+				  how);
+			cr_assert(!memcmp(v[0], v[k], mbytes(fmt, n)), "%s, %s: v differs", fn,
+				  how);
+		}
+		for (int k = 0; k < K; k++) {
 			free(m[k]), free(v[k]), free(w[k]), free(c[k]);
 		}
+		fix_free(&f);
+	}
+}
+
+/*
+ * Options under which every path computes the same floats: beta1 0.5 and beta2 0 from m = v = 0
+ * make m = g / 2 (exact) and v = fl(g * g), whose square root is |g| exactly; with eps 0 and no
+ * bias correction the ratio m / (sqrt(v) + eps) is +-0.5 exactly and the update
+ * p - lr * (+-0.5) is rounded once on every path (the vector paths' FMA, the scalar path's
+ * multiply, exact, then add). So the stochastic roundings see the same floats everywhere and
+ * only their random bits can differ.
+ */
+static struct zinf_adam_opts
+exact_opts(float lr, const char *simd)
+{
+	struct zinf_adam_opts o;
+	zinf_adam_opts_init(&o);
+	o.lr = lr;
+	o.beta1 = 0.5f;
+	o.beta2 = 0.0f;
+	o.eps = 0.0f;
+	o.weight_decay = 0.0f;
+	o.bias_correction = false;
+	o.simd = simd;
+	return o;
+}
+
+/* Zero moments of n elements in format fmt (all-zero bytes are zeros in every format). */
+static void
+zero_moments(enum zinf_moments fmt, size_t n, void **m, void **v)
+{
+	*m = calloc(1, mbytes(fmt, n));
+	*v = calloc(1, mbytes(fmt, n));
+}
+
+/*
+ * A range of indices straddling 2^32 (index0 2^32 - 203, not a multiple of a vector's width, so
+ * one vector of bf16 moments has lanes on both sides; q8: 2^32 - 256, a block multiple) stepped
+ * by this path, by the scalar path, and one element at a time with index0 its own index: the same
+ * bytes of master, moments and copy. The stochastic rounding's bits are a function of the 64-bit
+ * index on every path (the vector hash took the high word once per vector: up to 15 elements
+ * after each multiple of 2^32 got the bits of index - 2^32).
+ */
+Test(cpu_adam_bf16m, random_bits_follow_the_64_bit_index_across_2_to_the_32)
+{
+	seed_rng(0x5eedb005);
+	const size_t n = 500;
+	const float lr = 0.01234f; /* lr / 2: bits below every master's bf16 ulp */
+	const enum zinf_dtype copies[] = {ZINF_F16, ZINF_F32, ZINF_BF16};
+	const char *path = zt_simd_variant();
+	for (int fi = 0; fi < 3; fi++) {
+		enum zinf_moments fmt = formats[fi];
+		const uint64_t index0 =
+			fmt == ZINF_MOMENTS_Q8 ? (1ull << 32) - 256 : (1ull << 32) - 203;
+		uint16_t *w0 = malloc(n * 2);
+		float *g = malloc(n * 4);
+		for (size_t i = 0; i < n; i++) {
+			w0[i] = dt_f32_to_bf16_rne((float)(urand() * 2 - 1));
+			g[i] = (float)((urand() * 2 - 1) * pow(2, 8 * urand() - 4));
+		}
+		enum { K = 3 }; /* this path, scalar, element by element */
+		void *m[K], *v[K];
+		uint16_t *w[K];
+		float *c[K];
+		for (int k = 0; k < K; k++) {
+			zero_moments(fmt, n, &m[k], &v[k]);
+			w[k] = malloc(n * 2);
+			memcpy(w[k], w0, n * 2);
+			c[k] = calloc(n, 4);
+		}
+		struct zinf_bf16master_opts b;
+		zinf_bf16master_opts_init(&b);
+		b.moments = fmt;
+		b.seed = 7;
+		b.index0 = index0;
+		enum zinf_dtype cdt = copies[fi];
+		for (int k = 0; k < 2; k++) {
+			struct zinf_adam_opts o = exact_opts(lr, k ? "scalar" : path);
+			cr_assert_eq(zinf_adam_step_bf16master(&o, 1, 1.0f, w[k], g, ZINF_F32, m[k],
+							       v[k], n, c[k], cdt, &b),
+				     0, "%s", zinf_last_error());
+		}
+		size_t cs = cdt == ZINF_F32 ? 4 : 2;
+		struct zinf_adam_opts o = exact_opts(lr, path);
+		for (size_t i = 0; fmt != ZINF_MOMENTS_Q8 && i < n; i++) {
+			struct zinf_bf16master_opts bi = b;
+			bi.index0 = index0 + i;
+			size_t off = mbytes(fmt, i);
+			cr_assert_eq(zinf_adam_step_bf16master(&o, 1, 1.0f, w[2] + i, g + i,
+							       ZINF_F32, (char *)m[2] + off,
+							       (char *)v[2] + off, 1,
+							       (char *)c[2] + i * cs, cdt, &bi),
+				     0, "%s", zinf_last_error());
+		}
+		const char *fn = format_name[fi];
+		for (int k = 1; k < K; k++) {
+			if (k == 2 && fmt == ZINF_MOMENTS_Q8) {
+				continue;
+			}
+			const char *how = k == 1 ? "the scalar path" : "one element a call";
+			for (size_t i = 0; i < n; i++) {
+				size_t es = mbytes(fmt, 1) == 2 ? 2 : 4;
+				cr_assert_eq(
+					w[0][i], w[k][i],
+					"%s: element %zu (index 2^32 %+lld): master 0x%04x, %s "
+					"0x%04x",
+					fn, i, (long long)(index0 + i - (1ull << 32)), w[0][i], how,
+					w[k][i]);
+				if (fmt != ZINF_MOMENTS_Q8) {
+					cr_assert(!memcmp((char *)m[0] + i * es,
+							  (char *)m[k] + i * es, es) &&
+							  !memcmp((char *)v[0] + i * es,
+								  (char *)v[k] + i * es, es),
+						  "%s: element %zu (index 2^32 %+lld): moments "
+						  "differ from %s",
+						  fn, i, (long long)(index0 + i - (1ull << 32)),
+						  how);
+				}
+				cr_assert(!memcmp((char *)c[0] + i * cs, (char *)c[k] + i * cs, cs),
+					  "%s: element %zu: copy differs from %s", fn, i, how);
+			}
+		}
+		if (fmt == ZINF_MOMENTS_Q8) {
+			cr_assert(!memcmp(m[0], m[1], mbytes(fmt, n)) &&
+					  !memcmp(v[0], v[1], mbytes(fmt, n)),
+				  "q8: moments differ from the scalar path");
+		}
+		/* the premise: the floats are the exact options' (p -+ lr / 2, one rounding), and
+		 * the masters rounded both ways, so the random bits decided */
+		size_t up = 0, down = 0;
+		for (size_t i = 0; i < n; i++) {
+			float x = dt_bf16_to_f32(w0[i]) + (g[i] < 0 ? lr : -lr) * 0.5f, lo, hi;
+			float got = dt_bf16_to_f32(w[0][i]);
+			bf16_around(x, &lo, &hi);
+			cr_assert(got == lo || got == hi,
+				  "%s: element %zu: %.9g is not a neighbour "
+				  "of %.9g",
+				  fn, i, got, x);
+			up += lo != hi && got == hi;
+			down += lo != hi && got == lo;
+		}
+		cr_assert(up > n / 8 && down > n / 8, "%s: %zu up, %zu down of %zu", fn, up, down,
+			  n);
+		for (int k = 0; k < K; k++) {
+			free(m[k]), free(v[k]), free(w[k]), free(c[k]);
+		}
+		free(w0), free(g);
+	}
+}
+
+/*
+ * Near the top of bf16's range: a finite master is never rounded up to infinity. The largest
+ * finite bf16 is 0x7f7f (3.3895e38); floats above it up to FLT_MAX lie between it and infinity.
+ * With the exact options, masters 0x7f7f and a gradient of sign -+ move by lr / 2 = d float ulps
+ * (2^104 each) away from zero: floats 0x7f7f0000 + d. Stochastic rounding saturates: every one of
+ * n elements gives +-0x7f7f for d = 1, 0x7fff, 0x8000 and 0xffff (FLT_MAX); without the saturation
+ * about n d / 2^16 of them become infinity. Round to nearest overflows as IEEE does, from the
+ * midpoint (d = 0x8000, a tie to the even infinity) up, not below. Below the top, 0x7f7e + lr / 2
+ * still rounds both ways (the saturation touches nothing else); an infinite master stays infinite.
+ */
+Test(cpu_adam_bf16m, stochastic_rounding_saturates_at_the_largest_finite_bf16)
+{
+	const size_t n = 4096;
+	const uint32_t ds[] = {1, 0x7fff, 0x8000, 0xffff};
+	uint16_t *w = malloc(n * 2);
+	float *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+	for (size_t i = 0; i < n; i++) {
+		g[i] = i % 2 ? 0.25f : -3.0f; /* odd elements move down (the master is negative) */
+	}
+	for (int rnd = 0; rnd < 2; rnd++) {
+		for (int di = 0; di < 4; di++) {
+			uint32_t d = ds[di];
+			for (size_t i = 0; i < n; i++) {
+				w[i] = i % 2 ? 0xff7f : 0x7f7f;
+			}
+			memset(m, 0, n * 4), memset(v, 0, n * 4);
+			struct zinf_adam_opts o =
+				exact_opts(ldexpf((float)d, 105), zt_simd_variant());
+			struct zinf_bf16master_opts b;
+			zinf_bf16master_opts_init(&b);
+			b.rounding = rnd ? ZINF_ROUND_NEAREST_EVEN : ZINF_ROUND_STOCHASTIC;
+			b.seed = 3 + d;
+			cr_assert_eq(zinf_adam_step_bf16master(&o, 1, 1.0f, w, g, ZINF_F32, m, v, n,
+							       NULL, ZINF_BF16, &b),
+				     0, "%s", zinf_last_error());
+			uint16_t want = rnd && d >= 0x8000 ? 0x7f80 : 0x7f7f;
+			for (size_t i = 0; i < n; i++) {
+				cr_assert_eq(w[i], want | (i % 2 ? 0x8000 : 0),
+					     "%s, float 0x%08x: element %zu gave 0x%04x",
+					     rnd ? "nearest" : "stochastic",
+					     (i % 2 ? 0xff7f0000u : 0x7f7f0000u) + d, i, w[i]);
+			}
+		}
+	}
+	/* one bf16 ulp below the top: 0x7f7e + half an ulp rounds up or down at random */
+	for (size_t i = 0; i < n; i++) {
+		w[i] = 0x7f7e;
+		g[i] = -1.0f;
+	}
+	memset(m, 0, n * 4), memset(v, 0, n * 4);
+	struct zinf_adam_opts o = exact_opts(0x1p120f, zt_simd_variant());
+	cr_assert_eq(zinf_adam_step_bf16master(&o, 1, 1.0f, w, g, ZINF_F32, m, v, n, NULL,
+					       ZINF_BF16, NULL),
+		     0, "%s", zinf_last_error());
+	size_t up = 0;
+	for (size_t i = 0; i < n; i++) {
+		cr_assert(w[i] == 0x7f7e || w[i] == 0x7f7f, "element %zu: 0x%04x", i, w[i]);
+		up += w[i] == 0x7f7f;
+	}
+	cr_assert(up > n / 4 && up < 3 * n / 4, "0x7f7e + half an ulp: %zu of %zu up", up, n);
+	/* infinities stay */
+	for (size_t i = 0; i < n; i++) {
+		w[i] = i % 2 ? 0xff80 : 0x7f80;
+	}
+	memset(m, 0, n * 4), memset(v, 0, n * 4);
+	cr_assert_eq(zinf_adam_step_bf16master(&o, 1, 1.0f, w, g, ZINF_F32, m, v, n, NULL,
+					       ZINF_BF16, NULL),
+		     0, "%s", zinf_last_error());
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(w[i], i % 2 ? 0xff80 : 0x7f80, "element %zu: 0x%04x", i, w[i]);
+	}
+	free(w), free(g), free(m), free(v);
+}
+
+/*
+ * The master's random bits and the bf16 moments' are independent streams: they were one hash
+ * with keys that differ by an xor of a constant (0x632be5ab), i.e. the master's bits for index i
+ * were the moments' for index i ^ 0x632be5ab. Read one bit of each stream per element: with the
+ * exact options, lr 1 + 2^-8 and p = 0 make the master's float update +-(2^-1 + 2^-9), and
+ * g = +-(1 + 2^-8) 2^k makes m = g / 2: both drop exactly 0x8000 of 2^16, so each rounds away
+ * from zero exactly when bit 15 of its 16 random bits is set. Over 2^20 elements the master's
+ * bit for i agrees with m's for i (same element) and for i ^ 0x632be5ab (a second call at that
+ * index range) as often as chance: 1/2 within 6 sigma (sigma 0.5 / 2^10), where the old keys
+ * agreed for every element of the second relation.
+ */
+Test(cpu_adam_bf16m, master_and_moment_random_bits_are_unrelated)
+{
+	const size_t n = (size_t)1 << 20;
+	const uint64_t c = 0x632be5abull, A = 7ull << 20;
+	const uint64_t starts[2] = {A, A ^ (c & ~(uint64_t)(n - 1))};
+	uint8_t *mb[2], *wb[2];
+	float *g = malloc(n * 4);
+	for (size_t i = 0; i < n; i++) {
+		g[i] = ldexpf(i % 2 ? -1.00390625f : 1.00390625f, (int)(i % 7) - 3);
+	}
+	uint16_t *w = malloc(n * 2), *m = malloc(n * 2), *v = malloc(n * 2);
+	for (int k = 0; k < 2; k++) {
+		memset(w, 0, n * 2), memset(m, 0, n * 2), memset(v, 0, n * 2);
+		struct zinf_adam_opts o = exact_opts(1.00390625f, zt_simd_variant());
+		struct zinf_bf16master_opts b;
+		zinf_bf16master_opts_init(&b);
+		b.moments = ZINF_MOMENTS_BF16;
+		b.seed = 12345;
+		b.index0 = starts[k];
+		cr_assert_eq(zinf_adam_step_bf16master(&o, 1, 1.0f, w, g, ZINF_F32, m, v, n, NULL,
+						       ZINF_BF16, &b),
+			     0, "%s", zinf_last_error());
+		mb[k] = malloc(n);
+		wb[k] = malloc(n);
+		for (size_t i = 0; i < n; i++) {
+			uint16_t mt = (uint16_t)(dt_f2u(g[i] * 0.5f) >> 16); /* m truncated */
+			cr_assert(w[i] == (g[i] < 0 ? 0x3f00 : 0xbf00) ||
+					  w[i] == (g[i] < 0 ? 0x3f01 : 0xbf01),
+				  "element %zu: master 0x%04x is not a neighbour of -+0.501953", i,
+				  w[i]);
+			cr_assert(m[i] == mt || m[i] == mt + 1, "element %zu: m 0x%04x", i, m[i]);
+			wb[k][i] = (w[i] & 0x7fff) == 0x3f01;
+			mb[k][i] = m[i] != mt;
+		}
+	}
+	size_t same = 0, xored = 0, ones = 0;
+	for (size_t i = 0; i < n; i++) {
+		same += wb[0][i] == mb[0][i];
+		xored += wb[0][i] == mb[1][i ^ (c & (n - 1))];
+		ones += wb[0][i];
+	}
+	double sigma = 0.5 / sqrt((double)n), fs = (double)same / n, fx = (double)xored / n;
+	cr_log_info("agreement: same element %.5f, index ^ 0x%llx %.5f, master bits set %.5f "
+		    "(sigma %.5f)",
+		    fs, (unsigned long long)c, fx, (double)ones / n, sigma);
+	cr_assert(fabs((double)ones / n - 0.5) <= 6 * sigma, "master bit set in %zu of %zu", ones,
+		  n);
+	cr_assert(fabs(fs - 0.5) <= 6 * sigma, "same element: bits agree in %.5f", fs);
+	cr_assert(fabs(fx - 0.5) <= 6 * sigma, "index ^ 0x%llx: bits agree in %.5f",
+		  (unsigned long long)c, fx);
+	for (int k = 0; k < 2; k++) {
+		free(mb[k]), free(wb[k]);
+	}
+	free(g), free(w), free(m), free(v);
+}
+
+/* param_copy may be the master itself (bf16 parameters whose 16-bit copy is the master): the
+ * same master, moments as with a copy of its own, which holds the master's bytes; each moments
+ * format, a length with a tail (n % 16 != 0). */
+Test(cpu_adam_bf16m, a_bf16_copy_that_is_the_master_holds_the_new_master)
+{
+	seed_rng(0x5eedb006);
+	const size_t n = 3 * B + 29;
+	for (int fi = 0; fi < 3; fi++) {
+		enum zinf_moments fmt = formats[fi];
+		struct fix f;
+		fix_make(&f, n);
+		void *m[2], *v[2];
+		uint16_t *w[2];
+		for (int k = 0; k < 2; k++) {
+			moments_make(&f, fmt, &m[k], &v[k]);
+			w[k] = malloc(n * 2);
+			memcpy(w[k], f.w, n * 2);
+		}
+		uint16_t *c = calloc(n, 2);
+		struct zinf_adam_opts o = adam_opts(true, 0.1f);
+		struct zinf_bf16master_opts b;
+		zinf_bf16master_opts_init(&b);
+		b.moments = fmt;
+		b.seed = 17;
+		for (int64_t step = 1; step <= 2; step++) {
+			cr_assert_eq(zinf_adam_step_bf16master(&o, step, 1.0f, w[0], f.g, ZINF_F32,
+							       m[0], v[0], n, c, ZINF_BF16, &b),
+				     0, "%s", zinf_last_error());
+			cr_assert_eq(zinf_adam_step_bf16master(&o, step, 1.0f, w[1], f.g, ZINF_F32,
+							       m[1], v[1], n, w[1], ZINF_BF16, &b),
+				     0, "%s", zinf_last_error());
+		}
+		const char *fn = format_name[fi];
+		cr_assert(!memcmp(c, w[0], n * 2), "%s: the copy is not the master", fn);
+		cr_assert(!memcmp(w[0], w[1], n * 2), "%s: masters differ", fn);
+		cr_assert(!memcmp(m[0], m[1], mbytes(fmt, n)) &&
+				  !memcmp(v[0], v[1], mbytes(fmt, n)),
+			  "%s: moments differ", fn);
+		cr_assert(memcmp(w[0], f.w, n * 2), "%s: nothing moved", fn);
+		for (int k = 0; k < 2; k++) {
+			free(m[k]), free(v[k]), free(w[k]);
+		}
+		free(c);
 		fix_free(&f);
 	}
 }

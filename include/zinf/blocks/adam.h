@@ -269,12 +269,14 @@ ZINF_API void zinf_bf16master_opts_init(struct zinf_bf16master_opts *o);
  * bias corrections), and the new float master is rounded to bf16, stochastically by default:
  * it rounds up with probability (dropped bits) / 2^16, so its expected value is the float
  * update, and an update smaller than half a bf16 ulp of the weight, which round to nearest would
- * lose every step, still moves the weight on average. The random bits of element i are a
- * counter-based hash (adam_sr_bits, the bf16 state's) of (seed, step, index0 + i), and the
- * moments' (bf16 and q8) of the same (with keys of their own): an element's result depends only
- * on its inputs and its index, so stepping an array as one call or as calls cut anywhere (at
- * multiples of ZINF_Q8_BLOCK with q8 moments), with index0 and the pointers advanced, on any
- * number of threads, gives the same bytes.
+ * lose every step, still moves the weight on average; a finite master never rounds to infinity
+ * (above the largest finite bf16 it saturates to it; round to nearest overflows from the midpoint
+ * up, as IEEE). The random bits of element i are a counter-based hash of (seed, step, the 64-bit
+ * index0 + i), the same on every path, and the moments' (bf16 and q8) of the same with keys of
+ * their own (the master's stream is not the moments' at other indices): an element's result
+ * depends only on its inputs and its index, so stepping an array as one call or as calls cut
+ * anywhere (at multiples of ZINF_Q8_BLOCK with q8 moments), with index0 and the pointers
+ * advanced, on any number of threads, gives the same bytes.
  * The 16-bit copy: with copy_dtype bf16 it is the new master itself (the same bits); with f16 the
  * float update rounded to nearest even (as zinf_adam_step()); with f32 the new master widened.
  * param_copy may be the master array itself (bf16). The moments step exactly as in their own
