@@ -98,6 +98,9 @@ cmp(const void *a, const void *b)
 /*
  * An arm's figures (the top level, or "compare"): every field, per-step efficiency recomputed,
  * medians of the steps, compute at least the loop's length (2 layers x (1 + 2) x compute_ms).
+ * The efficiency's plausibility (at most 1.5: a step no faster than half again its bound) is
+ * asserted on the median: one step's I/O bound divides its bytes by the disk rate measured once
+ * before the run, and on a loaded machine a single step has measured 2.5 and 5.1.
  */
 static void
 check_arm(json_t *o, int steps, double compute_ms, bool nvme, double disk_Bps)
@@ -134,7 +137,7 @@ check_arm(json_t *o, int steps, double compute_ms, bool nvme, double disk_Bps)
 		eff[i] = num(s, "efficiency");
 		step[i] = st;
 		cr_assert_float_eq(eff[i], want, 1e-9 * want, "step %d: %g vs %g", i, eff[i], want);
-		cr_assert(eff[i] > 0 && eff[i] <= 1.5, "step %d: efficiency %g", i, eff[i]);
+		cr_assert(eff[i] > 0, "step %d: efficiency %g", i, eff[i]);
 	}
 	qsort(eff, (size_t)steps, sizeof(double), cmp);
 	qsort(step, (size_t)steps, sizeof(double), cmp);
