@@ -272,8 +272,9 @@ fetch_all(struct zinf_engine *e, int n, uint64_t p, uint16_t *out)
  * So each pass reads N - C layers, 2(N - C) per step (C < N), none for C >= N; writes need no
  * read. With C = 3, 4 and 8 (max_in_cpu 1e9, capped at the model): 10, 8 and 0 partitions read
  * in step 3. Without a cache (C = 0) 2N, less the partitions whose new values are still being
- * written when the next forward asks for them (a write keeps its buffer: layer 0's at least, the
- * last written; at most buffer_count): 16 - 5 to 15. Every step writes every partition once:
+ * written when the next forward asks for them (a write keeps its buffer: usually layer 0's, the
+ * last written, but a slow step (seen under ASan) has reaped even that one; at most
+ * buffer_count): 16 - 5 to 16. Every step writes every partition once:
  * 3N partitions through the I/O context from before step 1 to after a fetch of every layer
  * (which waits for writes in flight). The fetched values after three steps are the same bits
  * for every cache and both step orders.
@@ -285,7 +286,7 @@ Test(engine_stats, nvme_param_reads_per_step_match_the_cache_worked_by_hand)
 	static const struct {
 		uint64_t max_in_cpu;
 		uint64_t reads; /* partitions read per step */
-	} cases[] = {{0, 2 * N - 1}, {3 * P, 2 * (N - 3)}, {4 * P, 2 * (N - 4)}, {1000000000, 0}};
+	} cases[] = {{0, 2 * N}, {3 * P, 2 * (N - 3)}, {4 * P, 2 * (N - 4)}, {1000000000, 0}};
 	uint16_t *ref = NULL; /* the first run's values, every layer */
 	for (int sdb = 0; sdb < 2; sdb++) {
 		for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
@@ -322,7 +323,7 @@ Test(engine_stats, nvme_param_reads_per_step_match_the_cache_worked_by_hand)
 			cr_assert_eq(zinf_engine_get_stats(e, &st), 0);
 			uint64_t lo = cases[c].max_in_cpu
 					      ? cases[c].reads
-					      : cases[c].reads + 1 - o.offload_param.buffer_count;
+					      : cases[c].reads - o.offload_param.buffer_count;
 			cr_expect(st.nvme_read_bytes >= lo * part &&
 					  st.nvme_read_bytes <= cases[c].reads * part,
 				  "max_in_cpu %llu, step during backward %d: read %llu bytes, "
