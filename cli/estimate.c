@@ -193,13 +193,20 @@ state_bytes(const struct cfg *c)
 	return master + 4 + 4;
 }
 
-/* The optimizer's bytes per parameter in its files: a bf16 master shares the 16-bit parameters'
- * home when the optimizer is on NVMe (engine/README.md), so its files hold the rest. */
+/* Whether a bf16 master shares the 16-bit parameters' home (eng_master_shared): the optimizer on
+ * NVMe, but not with the parameters on NVMe and no parameter cache (engine/README.md). */
+static bool
+master_shared(const struct choice *ch, const struct cfg *c)
+{
+	return ch->optim == OFF_NVME && !strcmp(c->master, "bf16") &&
+	       !(ch->param == OFF_NVME && c->max_in_cpu == 0);
+}
+
+/* The optimizer's bytes per parameter in its files: without a shared master's 2. */
 static double
 file_state_bytes(const struct choice *ch, const struct cfg *c)
 {
-	bool shared = ch->optim == OFF_NVME && !strcmp(c->master, "bf16");
-	return state_bytes(c) - (shared ? 2 : 0);
+	return state_bytes(c) - (master_shared(ch, c) ? 2 : 0);
 }
 
 /*
@@ -354,13 +361,12 @@ nvme_bytes(const struct choice *ch, const struct cfg *c)
 		double passes = c->vertical ? 1 : mb;
 		b.param_rd = passes * 2 * 2 * uncached * N / M;
 		b.param_wr = 2 * P / M;
-		if (ch->optim == OFF_NVME && !strcmp(c->master, "bf16")) {
+		if (master_shared(ch, c)) {
 			/* the shared master is read from the parameters' home before the step of
 			   its sub-group: during backward, just after backward fetched it (cached
 			   with any cache); after backward, in backward's order, which LRU misses
 			   unless the whole partition is cached */
-			bool miss = c->no_sdb ? uncached > 0 : c->max_in_cpu == 0;
-			b.param_rd += miss ? 2 * P / M : 0;
+			b.param_rd += c->no_sdb && uncached > 0 ? 2 * P / M : 0;
 		}
 	}
 	return b;

@@ -559,12 +559,17 @@ void eng_step_free(struct zinf_engine *e);
  * tensor of the optimizer (zinf_step's external part): the step fills it from the parameters'
  * home before the optimizer runs and the copy it writes home is the new master; init, load,
  * read_master, checkpoints and the speculative step's roll-back go through the home likewise.
+ * Not with the parameters on NVMe and no parameter cache (offload_param.max_in_cpu 0): every
+ * fill would read its partitions from the files on the step worker, not ahead like the state's
+ * parts, and the step measured 8-25% slower for its 2 fewer bytes per parameter (bench/RESULTS.md,
+ * issue 23); there the master keeps its place in the optimizer's files.
  */
 static inline bool
 eng_master_shared(const struct zinf_engine *e)
 {
 	return e->ot == &eng_otier_nvme && e->o.optimizer.master_dtype == ZINF_BF16 &&
-	       e->o.dtype == ZINF_BF16;
+	       e->o.dtype == ZINF_BF16 &&
+	       !(e->pt == &eng_ptier_nvme && e->o.offload_param.max_in_cpu == 0);
 }
 
 /* Micro-batches of the pass in progress: zinf_engine_vertical's n, else 1. */

@@ -10,7 +10,9 @@
  *   in memory, where it never touched a file) give the same bits after every step: the 16-bit
  *   values the trainer reads, a loss from them, the masters (read_master), the norm; stage 3
  *   with the parameters on NVMe (no cache, and the whole model cached), on the CPU and on the
- *   device, and stages 1 and 2 (the home: the gathered tensor); bf16 and q8 moments.
+ *   device, and stages 1 and 2 (the home: the gathered tensor); bf16 and q8 moments. With the
+ *   parameters on NVMe and no cache the master is not shared (it stays in the optimizer's
+ *   files, eng_master_shared): the same bits, and its 2 bytes in the optimizer's counts.
  * - The optimizer's NVMe bytes on a plain step are m's and v's alone, worked by hand: 667
  *   elements of bf16 m and v, 2 x 2 x 667 = 2668 each way (4002 with the master in the files);
  *   q8: 2 x (124 + 11 + 204 + 44 + 308) = 1382 (each sub-group a q8 array: its elements plus 4
@@ -111,11 +113,21 @@ train_step(struct model *m, int s, struct seen *out)
 	spec_record(m, out, true);
 }
 
-/* The optimizer's NVMe bytes each way of a plain step, by hand (see the top). */
+/* Whether the engine shares the master (eng_master_shared): not with the parameters on NVMe and
+ * no parameter cache. */
+static bool
+shared(const struct cfg *c)
+{
+	return !(c->param == ZINF_OFFLOAD_NVME && c->max_in_cpu == 0);
+}
+
+/* The optimizer's NVMe bytes each way of a plain step, by hand (see the top): m and v, and the
+ * master's 2 bytes an element where it is not shared. */
 static uint64_t
 optim_bytes(const struct cfg *c)
 {
-	return c->q8 ? 2u * (124 + 11 + 204 + 44 + 308) : 2u * 2u * FLAT;
+	return (c->q8 ? 2u * (124 + 11 + 204 + 44 + 308) : 2u * 2u * FLAT) +
+	       (shared(c) ? 0 : 2u * FLAT);
 }
 
 static void
@@ -166,7 +178,9 @@ shared_equals_cpu_tier(const struct cfg *nv)
 	free(dir);
 }
 
-Test(engine_master, shared_equals_cpu_tier_params_nvme_no_cache)
+/* No parameter cache: the master stays in the optimizer's files (the same bits, its bytes
+ * there) */
+Test(engine_master, kept_in_the_optimizer_files_without_a_parameter_cache)
 {
 	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0, 3});
 }
@@ -184,7 +198,8 @@ Test(engine_master, shared_equals_cpu_tier_params_cpu)
 
 Test(engine_master, shared_equals_cpu_tier_q8_params_nvme)
 {
-	shared_equals_cpu_tier(&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, 0, 3});
+	shared_equals_cpu_tier(
+		&(struct cfg){ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, true, 100000, 3});
 }
 
 Test(engine_master, shared_equals_cpu_tier_params_gpu)
@@ -222,7 +237,7 @@ Test(engine_master, checkpoints_cross_between_shared_and_in_memory_masters)
 {
 	static struct seen a, b;
 	static float ma[NP][NMAX], mb[NP][NMAX];
-	const struct cfg kinds[2] = {{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0, 3},
+	const struct cfg kinds[2] = {{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 100000, 3},
 				     {ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false, 0, 3}};
 	for (int from = 0; from < 2; from++) {
 		char *dir = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
@@ -258,7 +273,8 @@ Test(engine_master, checkpoints_cross_between_shared_and_in_memory_masters)
 /*
  * zinf_engine_plan's optimizer state on NVMe (zinf config check's NVMe line): m and v alone with
  * the shared master, 2 x 2 x 667 = 2668 bytes of bf16 m and v; 4002 with the master's 2 bytes
- * when it is not shared (fp32 parameters, whose copy is not the master's bits); 0 on the CPU.
+ * when it is not shared (fp32 parameters, whose copy is not the master's bits; the parameters
+ * on NVMe with no cache); 0 on the CPU.
  */
 Test(engine_master, plan_counts_the_optimizer_files_without_the_shared_master)
 {
@@ -272,15 +288,19 @@ Test(engine_master, plan_counts_the_optimizer_files_without_the_shared_master)
 	static const struct {
 		enum zinf_offload_device opt;
 		enum zinf_dtype dtype;
-		uint64_t want;
+		uint64_t max_in_cpu, want;
 	} cases[] = {
-		{ZINF_OFFLOAD_NVME, ZINF_BF16, 2u * 2u * FLAT},
-		{ZINF_OFFLOAD_NVME, ZINF_F32, 3u * 2u * FLAT},
-		{ZINF_OFFLOAD_CPU, ZINF_BF16, 0},
+		{ZINF_OFFLOAD_NVME, ZINF_BF16, 100000, 2u * 2u * FLAT},
+		{ZINF_OFFLOAD_NVME, ZINF_BF16, 0, 3u * 2u * FLAT},
+		{ZINF_OFFLOAD_NVME, ZINF_F32, 100000, 3u * 2u * FLAT},
+		{ZINF_OFFLOAD_CPU, ZINF_BF16, 100000, 0},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct zinf_engine_opts o;
-		make_opts(&o, &(struct cfg){cases[i].opt, ZINF_OFFLOAD_NVME, false, 0, 3}, "/tmp");
+		make_opts(&o,
+			  &(struct cfg){cases[i].opt, ZINF_OFFLOAD_NVME, false, cases[i].max_in_cpu,
+					3},
+			  "/tmp");
 		o.dtype = cases[i].dtype;
 		struct zinf_engine_plan plan = {.size = sizeof(plan)};
 		cr_assert_eq(zinf_engine_plan(&o, 1, 0, d, NP, &plan), 0, "%s", zinf_last_error());

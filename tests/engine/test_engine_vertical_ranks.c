@@ -25,7 +25,8 @@ struct vcfg {
 	bool fp16;
 	int64_t inf_step1;
 	uint32_t inf_micro;
-	bool bf16m; /* a bf16 master (optimizer.master_dtype) */
+	bool bf16m;	/* a bf16 master (optimizer.master_dtype) */
+	uint64_t cache; /* offload_param.max_in_cpu (edrive_opts: 0) */
 };
 
 static enum zinf_dtype
@@ -45,6 +46,7 @@ make(const struct vcfg *c, const char *sub, char **where, int *fails)
 	edrive_opts(&o, "mpi", c->stage, c->opt, c->param, *where, dtype_of(c), GAS);
 	o.gradient_clipping = c->clip;
 	o.optimizer.master_dtype = c->bf16m ? ZINF_BF16 : ZINF_F32;
+	o.offload_param.max_in_cpu = c->cache;
 	if (c->fp16) {
 		zinf_fp16_opts_init(&o.fp16);
 		o.fp16.enabled = true;
@@ -209,19 +211,34 @@ case_differ(void)
 
 /*
  * A bf16 master with bf16 parameters: with the optimizer on NVMe it shares the parameters'
- * home (the step fills it from there; engine/README.md); with the optimizer on the CPU it lives
- * in memory. The two give the same bits on every rank, stage 3 with the parameters on NVMe and
- * on the CPU, clipping with the speculative step, horizontal and vertical passes.
+ * home (the step fills it from there; engine/README.md; with the parameters on NVMe only where
+ * they have a cache, here the whole model); with the optimizer on the CPU it lives in memory.
+ * The two give the same bits on every rank, stage 3 with the parameters on NVMe (cached, and
+ * without a cache: not shared) and on the CPU, clipping with the speculative step, horizontal
+ * and vertical passes.
  */
 static int
 case_shared_master(void)
 {
 	const enum zinf_offload_device C = ZINF_OFFLOAD_CPU, V = ZINF_OFFLOAD_NVME;
 	const struct vcfg cfgs[] = {
+		{.stage = 3, .opt = V, .param = V, .pass = 1, .bf16m = true, .cache = 1000000},
 		{.stage = 3, .opt = V, .param = V, .pass = 1, .bf16m = true},
-		{.stage = 3, .opt = V, .param = V, .pass = 1, .clip = 1e-3, .bf16m = true},
+		{.stage = 3,
+		 .opt = V,
+		 .param = V,
+		 .pass = 1,
+		 .clip = 1e-3,
+		 .bf16m = true,
+		 .cache = 1000000},
 		{.stage = 3, .opt = V, .param = C, .pass = 1, .clip = 1e-3, .bf16m = true},
-		{.stage = 3, .opt = V, .param = V, .pass = 3, .clip = 1e-3, .bf16m = true},
+		{.stage = 3,
+		 .opt = V,
+		 .param = V,
+		 .pass = 3,
+		 .clip = 1e-3,
+		 .bf16m = true,
+		 .cache = 1000000},
 		{.stage = 2, .opt = V, .param = ZINF_OFFLOAD_NONE, .pass = 1, .bf16m = true},
 	};
 	int fails = 0;
