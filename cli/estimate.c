@@ -174,7 +174,8 @@ static const struct cli_opt opts[] = {
 	{"json", CLI_FLAG, &cfg.json, NULL, NULL, "one JSON object on stdout"},
 	{"master", CLI_STR, &cfg.master, "f32", "f32|bf16",
 	 "the master weight: fp32 (4 bytes per parameter) or bf16 (2, stochastic rounding; "
-	 "optimizer.params.zinf_master_weights)"},
+	 "optimizer.params.zinf_master_weights); the estimate takes bf16 parameters, whose home a "
+	 "bf16 master on NVMe shares (with fp32 parameters it keeps its 2 bytes there)"},
 	{NULL},
 };
 

@@ -527,7 +527,13 @@ static int
 fill_cb(void *ctx, uint32_t k, uint32_t part, void *buf, uint64_t len)
 {
 	struct zinf_engine *e = ctx;
-	(void)part, (void)len; /* part 0, the whole sub-group */
+	uint64_t want = k < e->n_sg ? e->sg_end[k] - eng_sg_start(e, k) : 0;
+	if (part != 0 || k >= e->n_sg || len != want) {
+		return ENG_FAIL(e, -EPROTO,
+				"the shared master's fill: part %u of sub-group %u, %" PRIu64
+				" elements (the master is part 0, the sub-group %" PRIu64 ")",
+				part, k, len, want);
+	}
 	return eng_param_home_read(e, e->cb ? e->cb : &e->main, k, buf, false);
 }
 

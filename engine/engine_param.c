@@ -404,17 +404,16 @@ eng_param_home_read(struct zinf_engine *e, const struct ectx *x, uint32_t k, cha
 		}
 		ret = e->pt->read(e, x, p, dst + (p->flat_off - start) * ds, dst_dev);
 		if (ret) {
+			/* no step number: a step, read_master and a checkpoint's save call it; the
+			   caller says which */
 			return ENG_FAIL(e, ret,
-					"step %" PRId64
-					": parameter \"%s\": reading its 16-bit values "
+					"sub-group %u: parameter \"%s\": reading its 16-bit values "
 					"from their home (%s)",
-					e->steps + 1, p->name, e->pt->name);
+					k, p->name, e->pt->name);
 		}
 	}
 	ret = zinf_stream_sync(x->s);
-	return ret ? ENG_FAIL(e, ret, "step %" PRId64 ": sub-group %u: reading its 16-bit values",
-			      e->steps + 1, k)
-		   : 0;
+	return ret ? ENG_FAIL(e, ret, "sub-group %u: reading its 16-bit values", k) : 0;
 }
 
 int
