@@ -362,3 +362,51 @@ Test(engine_master, a_save_reads_no_parameter_bytes_of_the_next_step)
 		free(ck);
 	}
 }
+
+/*
+ * The speculative step's reserve (zinf_engine_plan's speculation_bytes) with the shared master:
+ * a slot holds m, v and the 16-bit values, not the master apart (the master is the 16-bit values
+ * bit for bit: one region). spec_model's longest sub-group is 300 elements: each region (bf16
+ * master, m, v, 16-bit values: 600 bytes) aligned to 4096, two slots (buffer_count 2): 2 x 3 x
+ * 4096 = 24576 bytes shared, 2 x 4 x 4096 = 32768 with the master apart (the parameters on NVMe
+ * without a cache; the optimizer on the CPU). A real engine's host pool equals the plan's.
+ */
+Test(engine_master, reserve_holds_the_shared_master_once)
+{
+	struct zinf_param_desc d[NP];
+	for (int p = 0; p < NP; p++) {
+		zinf_param_desc_init(&d[p]);
+		d[p].name = names[p];
+		d[p].numel = numel[p];
+		d[p].layer = layer_of[p];
+	}
+	static const struct {
+		struct cfg c;
+		uint64_t want;
+	} cases[] = {
+		{{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 100000, 3}, 2u * 3u * 4096u},
+		{{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, 0, 3}, 2u * 3u * 4096u},
+		{{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0, 3}, 2u * 4u * 4096u},
+		{{ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false, 100000, 3}, 2u * 4u * 4096u},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *dir = zt_mkdtemp(NULL);
+		struct zinf_engine_opts o;
+		make_opts(&o, &cases[i].c, dir);
+		struct zinf_engine_plan plan = {.size = sizeof(plan)};
+		cr_assert_eq(zinf_engine_plan(&o, 1, 0, d, NP, &plan), 0, "%s", zinf_last_error());
+		cr_expect_eq(plan.speculation_bytes, cases[i].want,
+			     "case %zu: a reserve of %" PRIu64 " bytes, want %" PRIu64, i,
+			     plan.speculation_bytes, cases[i].want);
+		struct model m;
+		model_open(&m, &cases[i].c, dir);
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		cr_assert_eq(zinf_engine_get_stats(m.e, &st), 0, "%s", zinf_last_error());
+		cr_expect_eq(st.host_pool_bytes, plan.host_pool_bytes,
+			     "case %zu: the engine's host pool %" PRIu64 ", the plan's %" PRIu64, i,
+			     st.host_pool_bytes, plan.host_pool_bytes);
+		model_free(&m);
+		zt_rmtree(dir);
+		free(dir);
+	}
+}
