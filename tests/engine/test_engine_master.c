@@ -21,6 +21,8 @@
  * - A checkpoint saved with the shared master loads into the cpu tier's engine and one saved by
  *   that engine loads into the shared one (the checkpoint's master is f32 either way): the
  *   masters read back are the saved ones and the two engines then train on in the same bits.
+ * - A save's parameter store reads are not the next step's; the speculation's reserve holds a
+ *   shared master once (with the 16-bit values), by hand, and the engine's pool is the plan's.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
