@@ -673,8 +673,7 @@ nvme_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void 
 	   thread), and the parameter store's reads taken out of the window (nvme_read): a save's
 	   I/O is not a step's */
 	struct zinf_engine_stats st = {.size = sizeof(st)};
-	uint64_t reads = 0;
-	struct ectx x = {cs, &st, &reads}, *cb = e->cb;
+	struct ectx x = {cs, &st, true}, *cb = e->cb;
 	e->cb = &x;
 	int ret =
 		zinf_step_visit(e->os.step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,

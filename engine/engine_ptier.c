@@ -423,17 +423,15 @@ nvme_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *d
 	size_t bytes = p->part.part * dsize(e);
 	void *buf = NULL;
 	pthread_mutex_lock(&e->ps.store_mu);
-	uint64_t rd0 = x->apart_reads ? store_read_bytes(e) : 0;
+	uint64_t rd0 = x->outside_window ? store_read_bytes(e) : 0;
 	int ret = zinf_store_swap_in(e->ps.store, p->store_id, 0);
 	if (!ret) {
 		ret = zinf_store_wait(e->ps.store, p->store_id, &buf);
 	}
-	if (x->apart_reads) {
+	if (x->outside_window) {
 		/* the store counts a read as its wait completes it, and every wait is under
 		   store_mu: the difference is this partition's read (0 from the cache) */
-		uint64_t rd = store_read_bytes(e) - rd0;
-		e->ps.store_read0 += rd;
-		*x->apart_reads += rd;
+		e->ps.store_read0 += store_read_bytes(e) - rd0;
 	}
 	if (!ret && dst_dev) {
 		ret = zinf_device_copy(x->s, dst, buf, bytes, ZINF_COPY_H2D);

@@ -33,8 +33,7 @@
  * its own: the sub-groups not stepped in it are left out with zinf_step_skip (before_fn never sees
  * them), and a redo is a second pass after zinf_step_load put the previous states back (on the
  * calling thread: before_fn keeps nothing there, only the worker's speculated sub-groups are
- * kept). Not here: the norm and the decision
- * (engine_clip.c), the worker (engine_worker.c).
+ * kept). Not here: the norm and the decision (engine_clip.c), the worker (engine_worker.c).
  */
 #include <errno.h>
 #include <string.h>
