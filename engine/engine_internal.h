@@ -50,6 +50,10 @@
 struct ectx {
 	struct zinf_stream *s;
 	struct zinf_engine_stats *st;
+	/* a context outside the steps (a checkpoint's visit): the parameter store's reads it
+	   causes are taken out of the window (e->ps.store_read0 advanced under store_mu,
+	   nvme_read); false: the window's (eng_param_io_stats) */
+	bool outside_window;
 };
 
 /* The step worker (step during backward): sub-groups handed in the order they become final. */

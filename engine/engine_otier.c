@@ -675,9 +675,11 @@ nvme_visit(struct zinf_engine *e, uint32_t k, bool write, eng_visit_fn fn, void 
 	(void)bounce;
 	struct nvme_visit v = {e, fn, ctx};
 	/* a shared master comes from the parameters' home (fill_cb), copied on the visitor's
-	   stream; counters of its own: a background save runs beside the training thread */
+	   stream; counters of its own, dropped (a background save runs beside the training
+	   thread), and the parameter store's reads taken out of the window (nvme_read): a save's
+	   I/O is not a step's */
 	struct zinf_engine_stats st = {.size = sizeof(st)};
-	struct ectx x = {cs, &st}, *cb = e->cb;
+	struct ectx x = {cs, &st, true}, *cb = e->cb;
 	e->cb = &x;
 	int ret =
 		zinf_step_visit(e->os.step, k, write ? ZINF_STEP_VISIT_WRITE : ZINF_STEP_VISIT_READ,

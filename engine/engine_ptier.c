@@ -406,6 +406,15 @@ nvme_write(struct zinf_engine *e, const struct ectx *x, struct eparam *p, uint64
 	return ret ? ENG_FAIL(e, ret, "parameter \"%s\": writing its NVMe partition", p->name) : 0;
 }
 
+/* The parameter store's bytes read so far (completed reads; under store_mu with a second thread
+ * about). */
+static uint64_t
+store_read_bytes(struct zinf_engine *e)
+{
+	struct zinf_store_stats st = {.size = sizeof(st)};
+	return zinf_store_get_stats(e->ps.store, &st) ? 0 : st.read_bytes;
+}
+
 /* The partition read into a store buffer (store_mu: the step worker writes new values into
  * the store during backward), then copied. */
 static int
@@ -414,9 +423,15 @@ nvme_read(struct zinf_engine *e, const struct ectx *x, struct eparam *p, char *d
 	size_t bytes = p->part.part * dsize(e);
 	void *buf = NULL;
 	pthread_mutex_lock(&e->ps.store_mu);
+	uint64_t rd0 = x->outside_window ? store_read_bytes(e) : 0;
 	int ret = zinf_store_swap_in(e->ps.store, p->store_id, 0);
 	if (!ret) {
 		ret = zinf_store_wait(e->ps.store, p->store_id, &buf);
+	}
+	if (x->outside_window) {
+		/* the store counts a read as its wait completes it, and every wait is under
+		   store_mu: the difference is this partition's read (0 from the cache) */
+		e->ps.store_read0 += store_read_bytes(e) - rd0;
 	}
 	if (!ret && dst_dev) {
 		ret = zinf_device_copy(x->s, dst, buf, bytes, ZINF_COPY_H2D);
@@ -542,13 +557,24 @@ void
 eng_param_io_stats(struct zinf_engine *e)
 {
 	struct zinf_store_stats st = {.size = sizeof(st)};
-	if (!e->ps.store || zinf_store_get_stats(e->ps.store, &st)) {
+	if (!e->ps.store) {
 		return;
 	}
-	uint64_t rd = st.read_bytes - e->ps.store_read0;
-	e->win.nvme_read_bytes += rd;
-	e->win.param_nvme_read_bytes += rd;
-	e->ps.store_read0 = st.read_bytes;
+	/* store_mu: a background save's reads advance store_read0 (nvme_read); a partition left
+	   open by this thread's failed write holds the mutex already (eng_param_write) */
+	bool lock = e->ps.nv_open < 0;
+	if (lock) {
+		pthread_mutex_lock(&e->ps.store_mu);
+	}
+	if (!zinf_store_get_stats(e->ps.store, &st)) {
+		uint64_t rd = st.read_bytes - e->ps.store_read0;
+		e->win.nvme_read_bytes += rd;
+		e->win.param_nvme_read_bytes += rd;
+		e->ps.store_read0 = st.read_bytes;
+	}
+	if (lock) {
+		pthread_mutex_unlock(&e->ps.store_mu);
+	}
 }
 
 void

@@ -27,13 +27,13 @@
  * through the keep_read hook), once the sub-group's reads completed and before the optimizer runs
  * over it, so that keeping it costs no read of its own. The 16-bit values come from their home
  * (eng_param_home_read); with a bf16 master that shares that home (eng_master_shared) they are
- * the master keep_read keeps (the step filled it from the home), and every roll-back puts them
- * back with the state (the redo's fill reads the master from there). With the optimizer on NVMe the
- * step of the speculated sub-groups is a zinf_step pass of its own: the sub-groups not stepped in
- * it are left out with zinf_step_skip (before_fn never sees them), and a redo is a second pass
- * after zinf_step_load put the previous states back (on the calling thread: before_fn keeps nothing
- * there, only the worker's speculated sub-groups are kept). Not here: the norm and the decision
- * (engine_clip.c), the worker (engine_worker.c).
+ * the master keep_read keeps (the step filled it from the home; one region of the slot for both),
+ * and every roll-back puts them back with the state (the redo's fill reads the master from
+ * there). With the optimizer on NVMe the step of the speculated sub-groups is a zinf_step pass of
+ * its own: the sub-groups not stepped in it are left out with zinf_step_skip (before_fn never sees
+ * them), and a redo is a second pass after zinf_step_load put the previous states back (on the
+ * calling thread: before_fn keeps nothing there, only the worker's speculated sub-groups are
+ * kept). Not here: the norm and the decision (engine_clip.c), the worker (engine_worker.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -52,15 +52,27 @@ spec_slots(const struct zinf_engine *e)
 	return ZINF_MIN(n, e->n_sg - 1);
 }
 
-/* The slot layout: each part aligned to `align`. Returns the stride. */
+/* The slot layout: each part aligned to `align`, then the 16-bit values (off[nparts]). A master
+ * shared with the 16-bit values (eng_master_shared: both bf16) is one region with them, at 0:
+ * keep_read keeps part 0 there and eng_spec_restore puts it home from there. Returns the
+ * stride. */
 static uint64_t
 layout(const struct zinf_engine *e, uint32_t align, uint64_t off[ZINF_OPTIM_MAX_PARTS + 1])
 {
 	uint64_t at = 0;
-	for (uint32_t i = 0; i < e->nparts; i++) {
+	uint32_t i = 0;
+	if (eng_master_shared(e)) {
+		off[0] = off[e->nparts] = 0;
+		at = ZINF_ALIGN_UP(e->max_sg * eng_dsize(e), (uint64_t)align);
+		i = 1;
+	}
+	for (; i < e->nparts; i++) {
 		off[i] = at;
 		at = ZINF_ALIGN_UP(at + zinf_optimizer_part_size(e->opt, i, e->max_sg),
 				   (uint64_t)align);
+	}
+	if (eng_master_shared(e)) {
+		return at;
 	}
 	off[e->nparts] = at;
 	return ZINF_ALIGN_UP(at + e->max_sg * eng_dsize(e), (uint64_t)align);
@@ -217,12 +229,10 @@ keep_read(struct zinf_engine *e, uint32_t k, const void *const parts[], uint64_t
 				" elements to keep, not %" PRIu64,
 				e->steps + 1, k, len, e->sg_end[k] - eng_sg_start(e, k));
 	}
+	/* a shared master, filled from the home, is the 16-bit values bit for bit: part 0's region
+	   is theirs (layout), so it is kept once, as both */
 	for (uint32_t i = 0; i < e->nparts; i++) {
 		memcpy(slot + e->sp.off[i], parts[i], zinf_optimizer_part_size(e->opt, i, len));
-	}
-	if (eng_master_shared(e)) {
-		/* the master, filled from the home, is the 16-bit values bit for bit */
-		memcpy(slot + e->sp.off[e->nparts], parts[0], len * eng_dsize(e));
 	}
 	return 0;
 }

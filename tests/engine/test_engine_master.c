@@ -21,6 +21,8 @@
  * - A checkpoint saved with the shared master loads into the cpu tier's engine and one saved by
  *   that engine loads into the shared one (the checkpoint's master is f32 either way): the
  *   masters read back are the saved ones and the two engines then train on in the same bits.
+ * - A save's parameter store reads are not the next step's; the speculation's reserve holds a
+ *   shared master once (with the 16-bit values), by hand, and the engine's pool is the plan's.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -307,5 +309,106 @@ Test(engine_master, plan_counts_the_optimizer_files_without_the_shared_master)
 		cr_assert_eq(plan.optim_nvme_state_bytes, cases[i].want,
 			     "case %zu: %" PRIu64 " bytes, want %" PRIu64, i,
 			     plan.optim_nvme_state_bytes, cases[i].want);
+	}
+}
+
+/*
+ * A checkpoint's save fills the shared master from the parameters' home: the parameter store's
+ * reads of the partitions not in its buffers or cache. Those reads are the save's, not the next
+ * step's. A parameter cache of one element (the master shared, but no partition fits) and two
+ * engines in the same bits, one saving before step 2: the save reads the partitions the store's
+ * buffers do not hold (here a, b, c and d: 1094 bytes) and leaves some of them in the buffers,
+ * so the step after it reads no more than the same step without the save (6924 and 7524 bytes
+ * here; 8018 when the save's reads were counted as the step's). A foreground save, and a
+ * background one (published inside the step). With the whole model cached a save reads nothing
+ * (its fill is a memcpy from the cache).
+ */
+Test(engine_master, a_save_reads_no_parameter_bytes_of_the_next_step)
+{
+	static struct seen a, b;
+	const struct cfg c = {ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 1, 3};
+	for (int bg = 0; bg < 2; bg++) {
+		char *dir = zt_mkdtemp(NULL), *dref = zt_mkdtemp(NULL), *ck = zt_mkdtemp(NULL);
+		struct model m, ref;
+		model_open(&m, &c, dir);
+		model_open(&ref, &c, dref);
+		struct zinf_ckpt_opts co;
+		zinf_ckpt_opts_init(&co);
+		co.background = bg;
+		for (int s = 0; s < 2; s++) {
+			train_step(&m, s, &a);
+			train_step(&ref, s, &b);
+		}
+		int rc = zinf_engine_save(m.e, ck, "t2", &co);
+		cr_assert_eq(rc, 0, "save: %d %s", rc, zinf_last_error());
+		train_step(&m, 2, &a);
+		train_step(&ref, 2, &b);
+		const char *how = bg ? "background" : "foreground";
+		cr_log_info("%s save: the next step read %" PRIu64 " parameter bytes, %" PRIu64
+			    " without the save",
+			    how, a.st.param_nvme_read_bytes, b.st.param_nvme_read_bytes);
+		cr_assert_gt(b.st.param_nvme_read_bytes, 0, "no partition cached: the step reads");
+		cr_assert_leq(a.st.param_nvme_read_bytes, b.st.param_nvme_read_bytes,
+			      "%s save: the next step read %" PRIu64 " parameter bytes, %" PRIu64
+			      " without the save: the save's reads counted as the step's",
+			      how, a.st.param_nvme_read_bytes, b.st.param_nvme_read_bytes);
+		spec_expect_same(&a, &b, 2, kind_bf16(2));
+		cr_assert_eq(zinf_engine_save_wait(m.e), 0, "%s", zinf_last_error());
+		model_free(&m);
+		model_free(&ref);
+		zt_rmtree(dir);
+		zt_rmtree(dref);
+		zt_rmtree(ck);
+		free(dir);
+		free(dref);
+		free(ck);
+	}
+}
+
+/*
+ * The speculative step's reserve (zinf_engine_plan's speculation_bytes) with the shared master:
+ * a slot holds m, v and the 16-bit values, not the master apart (the master is the 16-bit values
+ * bit for bit: one region). spec_model's longest sub-group is 300 elements: each region (bf16
+ * master, m, v, 16-bit values: 600 bytes) aligned to 4096, two slots (buffer_count 2): 2 x 3 x
+ * 4096 = 24576 bytes shared, 2 x 4 x 4096 = 32768 with the master apart (the parameters on NVMe
+ * without a cache; the optimizer on the CPU). A real engine's host pool equals the plan's.
+ */
+Test(engine_master, reserve_holds_the_shared_master_once)
+{
+	struct zinf_param_desc d[NP];
+	for (int p = 0; p < NP; p++) {
+		zinf_param_desc_init(&d[p]);
+		d[p].name = names[p];
+		d[p].numel = numel[p];
+		d[p].layer = layer_of[p];
+	}
+	static const struct {
+		struct cfg c;
+		uint64_t want;
+	} cases[] = {
+		{{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 100000, 3}, 2u * 3u * 4096u},
+		{{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_CPU, false, 0, 3}, 2u * 3u * 4096u},
+		{{ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, false, 0, 3}, 2u * 4u * 4096u},
+		{{ZINF_OFFLOAD_CPU, ZINF_OFFLOAD_NVME, false, 100000, 3}, 2u * 4u * 4096u},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *dir = zt_mkdtemp(NULL);
+		struct zinf_engine_opts o;
+		make_opts(&o, &cases[i].c, dir);
+		struct zinf_engine_plan plan = {.size = sizeof(plan)};
+		cr_assert_eq(zinf_engine_plan(&o, 1, 0, d, NP, &plan), 0, "%s", zinf_last_error());
+		cr_expect_eq(plan.speculation_bytes, cases[i].want,
+			     "case %zu: a reserve of %" PRIu64 " bytes, want %" PRIu64, i,
+			     plan.speculation_bytes, cases[i].want);
+		struct model m;
+		model_open(&m, &cases[i].c, dir);
+		struct zinf_engine_stats st = {.size = sizeof(st)};
+		cr_assert_eq(zinf_engine_get_stats(m.e, &st), 0, "%s", zinf_last_error());
+		cr_expect_eq(st.host_pool_bytes, plan.host_pool_bytes,
+			     "case %zu: the engine's host pool %" PRIu64 ", the plan's %" PRIu64, i,
+			     st.host_pool_bytes, plan.host_pool_bytes);
+		model_free(&m);
+		zt_rmtree(dir);
+		free(dir);
 	}
 }
