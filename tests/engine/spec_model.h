@@ -77,6 +77,48 @@ struct seen {
 	struct zinf_engine_stats st;
 };
 
+/*
+ * The model's engine options shared by its tests: the host device, one process, the stage and
+ * tiers (dir for the NVMe ones), `buffers` of the optimizer's, small buckets and whole-parameter
+ * sub-groups (64: five), no cache, persistence or reuse, two micro-batches, the optimizer `kind`
+ * with lr 0.01, eps 0.05 (large: the update depends on the gradient's size) and weight decay
+ * 0.01. The callers set the dtype, clipping, fp16 and the rest.
+ */
+static inline void
+spec_model_opts(struct zinf_engine_opts *o, int stage, enum zinf_offload_device opt,
+		enum zinf_offload_device param, uint32_t buffers, const char *dir,
+		enum zinf_optim_kind kind)
+{
+	zinf_engine_opts_init(o);
+	o->device_backend = "host";
+	o->comm_backend = "single";
+	o->stage = stage;
+	o->offload_optimizer.device = opt;
+	o->offload_optimizer.buffer_count = buffers;
+	if (opt == ZINF_OFFLOAD_NVME) {
+		o->offload_optimizer.n_paths = 1;
+		o->offload_optimizer.nvme_path[0] = dir;
+	}
+	o->offload_param.device = param;
+	if (param == ZINF_OFFLOAD_NVME) {
+		o->offload_param.n_paths = 1;
+		o->offload_param.nvme_path[0] = dir;
+	}
+	o->offload_param.buffer_size = 4096;
+	o->offload_param.max_in_cpu = 0;
+	o->stage3_param_persistence_threshold = 0;
+	o->stage3_max_reuse_distance = 0;
+	o->stage3_prefetch_bucket_size = 300;
+	o->sub_group_size = 64; /* whole parameters: five sub-groups */
+	o->reduce_bucket_size = 256;
+	o->allgather_bucket_size = 256;
+	o->gradient_accumulation_steps = 2;
+	zinf_optimizer_opts_init(&o->optimizer, kind);
+	o->optimizer.lr = 0.01f;
+	o->optimizer.eps = 0.05f;
+	o->optimizer.weight_decay = 0.01f;
+}
+
 /* The engine with options o, the model's parameters registered and initialised. */
 static inline void
 spec_model_create(struct model *m, const struct zinf_engine_opts *o)

@@ -44,34 +44,7 @@ struct cfg {
 static void
 make_opts(struct zinf_engine_opts *o, const struct cfg *c, const char *dir, bool spec)
 {
-	zinf_engine_opts_init(o);
-	o->device_backend = "host";
-	o->comm_backend = "single";
-	o->stage = c->stage;
-	o->offload_optimizer.device = c->opt;
-	o->offload_optimizer.buffer_count = c->buffers;
-	if (c->opt == ZINF_OFFLOAD_NVME) {
-		o->offload_optimizer.n_paths = 1;
-		o->offload_optimizer.nvme_path[0] = dir;
-	}
-	o->offload_param.device = c->param;
-	if (c->param == ZINF_OFFLOAD_NVME) {
-		o->offload_param.n_paths = 1;
-		o->offload_param.nvme_path[0] = dir;
-	}
-	o->offload_param.buffer_size = 4096;
-	o->offload_param.max_in_cpu = 0;
-	o->stage3_param_persistence_threshold = 0;
-	o->stage3_max_reuse_distance = 0;
-	o->stage3_prefetch_bucket_size = 300;
-	o->sub_group_size = 64; /* whole parameters: five sub-groups */
-	o->reduce_bucket_size = 256;
-	o->allgather_bucket_size = 256;
-	o->gradient_accumulation_steps = 2;
-	zinf_optimizer_opts_init(&o->optimizer, ZINF_OPTIM_ADAMW);
-	o->optimizer.lr = 0.01f;
-	o->optimizer.eps = 0.05f;
-	o->optimizer.weight_decay = 0.01f;
+	spec_model_opts(o, c->stage, c->opt, c->param, c->buffers, dir, ZINF_OPTIM_ADAMW);
 	o->optimizer.state_format = c->q8 ? ZINF_STATE_Q8 : ZINF_STATE_PLAIN;
 	o->optimizer.master_dtype = c->bf16m ? ZINF_BF16 : ZINF_F32;
 	if (c->bf16) {
