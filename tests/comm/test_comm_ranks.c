@@ -1170,6 +1170,24 @@ case_qreduce_scatter_error_feedback(void)
 	return fails;
 }
 
+/* A communicator with deadline timeout_s (no call check) and a qreduce_scatter's f32 inputs:
+ * count x world elements of value(salt, rank, i) to send, count to receive. NULL: no
+ * communicator. */
+static struct zinf_comm *
+qrs_open(double timeout_s, uint64_t salt, size_t count, float **send, float **recv)
+{
+	struct zinf_comm *c = open_comm(timeout_s, false);
+	if (!c) {
+		return NULL;
+	}
+	*send = buf_alloc(count * world * 4);
+	*recv = buf_alloc(count * 4);
+	for (size_t i = 0; i < count * world; i++) {
+		(*send)[i] = value(salt, rank, i);
+	}
+	return c;
+}
+
 /*
  * A quantized call given up by its deadline leaves its scratch to MPI: rank 0 times out in
  * qreduce_scatter (the others come 2.5 s late, past its 1 s deadline) while its all_to_all is
@@ -1183,15 +1201,12 @@ case_qreduce_scatter_timeout_leaves_scratch(void)
 	if (world < 2) {
 		return SKIP;
 	}
-	struct zinf_comm *c = open_comm(1.0, false);
 	const size_t count = 1000;
 	int fails = 0;
+	float *send, *recv;
+	struct zinf_comm *c = qrs_open(1.0, 500, count, &send, &recv);
 	if (!c) {
 		return 1;
-	}
-	float *send = buf_alloc(count * world * 4), *recv = buf_alloc(count * 4);
-	for (size_t i = 0; i < count * world; i++) {
-		send[i] = value(500, rank, i);
 	}
 	if (rank != 0) {
 		struct timespec ts = {2, 500000000L};
@@ -1240,15 +1255,12 @@ case_qreduce_scatter_local_failure_told(void)
 	if (world < 2) {
 		return SKIP;
 	}
-	struct zinf_comm *c = open_comm(30, false);
 	const size_t count = 1000;
 	int fails = 0;
+	float *send, *recv;
+	struct zinf_comm *c = qrs_open(30, 510, count, &send, &recv);
 	if (!c) {
 		return 1;
-	}
-	float *send = buf_alloc(count * world * 4), *recv = buf_alloc(count * 4);
-	for (size_t i = 0; i < count * world; i++) {
-		send[i] = value(510, rank, i);
 	}
 	double t0 = MPI_Wtime();
 	if (rank == 0) {
