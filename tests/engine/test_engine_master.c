@@ -251,6 +251,18 @@ Test(engine_master, checkpoints_cross_between_shared_and_in_memory_masters)
 	}
 }
 
+/* spec_model's parameters as zinf_engine_plan takes them. */
+static void
+model_descs(struct zinf_param_desc d[NP])
+{
+	for (int p = 0; p < NP; p++) {
+		zinf_param_desc_init(&d[p]);
+		d[p].name = names[p];
+		d[p].numel = numel[p];
+		d[p].layer = layer_of[p];
+	}
+}
+
 /*
  * zinf_engine_plan's optimizer state on NVMe (zinf config check's NVMe line): m and v alone with
  * the shared master, 2 x 2 x 667 = 2668 bytes of bf16 m and v; 4002 with the master's 2 bytes
@@ -260,12 +272,7 @@ Test(engine_master, checkpoints_cross_between_shared_and_in_memory_masters)
 Test(engine_master, plan_counts_the_optimizer_files_without_the_shared_master)
 {
 	struct zinf_param_desc d[NP];
-	for (int p = 0; p < NP; p++) {
-		zinf_param_desc_init(&d[p]);
-		d[p].name = names[p];
-		d[p].numel = numel[p];
-		d[p].layer = layer_of[p];
-	}
+	model_descs(d);
 	static const struct {
 		enum zinf_offload_device opt;
 		enum zinf_dtype dtype;
@@ -355,12 +362,7 @@ Test(engine_master, a_save_reads_no_parameter_bytes_of_the_next_step)
 Test(engine_master, reserve_holds_the_shared_master_once)
 {
 	struct zinf_param_desc d[NP];
-	for (int p = 0; p < NP; p++) {
-		zinf_param_desc_init(&d[p]);
-		d[p].name = names[p];
-		d[p].numel = numel[p];
-		d[p].layer = layer_of[p];
-	}
+	model_descs(d);
 	static const struct {
 		struct cfg c;
 		uint64_t want;

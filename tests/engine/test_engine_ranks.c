@@ -610,11 +610,12 @@ case_bf16(void)
  * One weight of world x SR_N elements (SR_N per rank: the partitions line up), every element
  * starting at 1.0 and every rank handing the gradient 1e-3 for every element: every element's
  * exact step is the same. A bf16 master rounds stochastically (AdamW lr 2^-9, eps 1e-8: the first
- * step moves 1.0 to 1 - 2^-9, half way between bf16's 1 - 2^-8 and 1): after 4 steps element i of rank 0's partition and
- * element i of rank 1's differ wherever their rounding bits do. With the seed shared by the ranks
- * (the bits hash the element's index in its rank's partition) the two partitions were equal bit
- * for bit; each rank's own seed makes most of them differ (checked: more than a tenth),
- * while each partition is not constant (the rounding is in effect). One rank: skipped.
+ * step moves 1.0 to 1 - 2^-9, half way between bf16's 1 - 2^-8 and 1): after 4 steps element i of
+ * rank 0's partition and element i of rank 1's differ wherever their rounding bits do. With the
+ * seed shared by the ranks (the bits hash the element's index in its rank's partition) the two
+ * partitions were equal bit for bit; each rank's own seed makes most of them differ (checked: more
+ * than a tenth), while each partition is not constant (the rounding is in effect). One rank:
+ * skipped.
  */
 #define SR_N 4096
 static int

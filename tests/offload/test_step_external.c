@@ -16,7 +16,7 @@
 
 #include "common/test_util.h"
 #include "common/util.h"
-#include "offload/swap_rig.h"
+#include "offload/step_rig.h" /* struct rig, rig_fini */
 #include "zinf/blocks/offload.h"
 #include "zinf/blocks/optimizer.h"
 
@@ -27,15 +27,6 @@ struct keeper {
 	uint16_t master[N]; /* bf16: the external part 0, as the engine's parameter home */
 	int fills, fail_at; /* fill_fn calls; fail the fill_at-th (1-based), 0: never */
 	uint32_t last_part;
-};
-
-struct xrig {
-	char *dir;
-	struct zinf_io *io;
-	struct zinf_swap *swap;
-	struct zinf_pool *pool;
-	struct zinf_step *st;
-	struct zinf_optimizer *opt;
 };
 
 static int
@@ -62,7 +53,7 @@ copy_back(void *ctx, uint32_t k, const void *copy, uint64_t n)
 }
 
 static void
-xrig_open(struct xrig *r, struct keeper *kp, enum zinf_step_schedule sched)
+ext_rig_open(struct rig *r, struct keeper *kp, enum zinf_step_schedule sched)
 {
 	memset(r, 0, sizeof(*r));
 	swap_rig_open(0, false, &r->dir, &r->io, &r->swap);
@@ -96,20 +87,6 @@ xrig_open(struct xrig *r, struct keeper *kp, enum zinf_step_schedule sched)
 	so.pool = r->pool;
 	cr_assert_eq(zinf_step_create(&so, &r->st), 0, "%s", zinf_last_error());
 	cr_assert_eq(zinf_swap_reserve(r->swap), 0, "%s", zinf_last_error());
-}
-
-static void
-xrig_close(struct xrig *r)
-{
-	cr_assert_eq(zinf_pool_free_count(r->pool), zinf_pool_buffer_count(r->pool),
-		     "a buffer leaked");
-	zinf_step_destroy(r->st);
-	zinf_optimizer_destroy(r->opt);
-	zinf_pool_destroy(r->pool);
-	zinf_swap_destroy(r->swap);
-	zinf_io_destroy(r->io);
-	zt_rmtree(r->dir);
-	free(r->dir);
 }
 
 /* Random bf16 masters in [-1, 1) (finite, low bits dropped) and fp32 gradients. */
@@ -150,9 +127,9 @@ same_state_after_steps(enum zinf_step_schedule sched)
 	uint64_t seed = zt_seed();
 	static struct keeper kp;
 	memset(&kp, 0, sizeof(kp));
-	struct xrig ext, ref;
-	xrig_open(&ext, &kp, sched);
-	xrig_open(&ref, NULL, sched);
+	struct rig ext, ref;
+	ext_rig_open(&ext, &kp, sched);
+	ext_rig_open(&ref, NULL, sched);
 	rand_master(kp.master, &seed);
 	static uint16_t init[N];
 	memcpy(init, kp.master, sizeof(init));
@@ -209,8 +186,8 @@ same_state_after_steps(enum zinf_step_schedule sched)
 		moved += m_ref[i] != init[i];
 	}
 	cr_assert_gt(moved, (int)N / 2, "%d of %u masters did not move", (int)N - moved, N);
-	xrig_close(&ext);
-	xrig_close(&ref);
+	rig_fini(&ext);
+	rig_fini(&ref);
 }
 
 Test(step_external, same_bits_as_the_master_in_the_swap_pipelined)
@@ -255,8 +232,8 @@ Test(step_external, visit_fills_and_never_writes_the_external_part)
 	uint64_t seed = zt_seed();
 	static struct keeper kp;
 	memset(&kp, 0, sizeof(kp));
-	struct xrig r;
-	xrig_open(&r, &kp, ZINF_SCHEDULE_PIPELINED);
+	struct rig r;
+	ext_rig_open(&r, &kp, ZINF_SCHEDULE_PIPELINED);
 	rand_master(kp.master, &seed);
 	static uint16_t before[N];
 	memcpy(before, kp.master, sizeof(before));
@@ -271,7 +248,7 @@ Test(step_external, visit_fills_and_never_writes_the_external_part)
 	cr_assert_eq(v.calls, 1);
 	cr_assert_eq(kp.fills, 1);
 	cr_assert(!memcmp(v.seen0, kp.master + SGS, sizeof(v.seen0)), "not the keeper's master");
-	xrig_close(&r);
+	rig_fini(&r);
 }
 
 /* A fill_fn that fails fails the step (naming fill_fn and the sub-group), nothing of that
@@ -281,8 +258,8 @@ Test(step_external, failing_fill_fails_the_step_naming_it)
 	uint64_t seed = zt_seed();
 	static struct keeper kp;
 	memset(&kp, 0, sizeof(kp));
-	struct xrig r;
-	xrig_open(&r, &kp, ZINF_SCHEDULE_PIPELINED);
+	struct rig r;
+	ext_rig_open(&r, &kp, ZINF_SCHEDULE_PIPELINED);
 	rand_master(kp.master, &seed);
 	for (uint32_t k = 0; k < N / SGS; k++) {
 		cr_assert_eq(zinf_step_load(r.st, k, NULL), 0, "%s", zinf_last_error());
@@ -295,15 +272,15 @@ Test(step_external, failing_fill_fails_the_step_naming_it)
 		  "%s", zinf_last_error());
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 0), 1);
 	cr_assert_eq(zinf_step_sub_group_written(r.st, 1), 0);
-	xrig_close(&r);
+	rig_fini(&r);
 }
 
 /* Refused at create, named: on the CPU tier, without fill_fn, a bit past the parts. */
 Test(step_external, refusals_name_the_problem)
 {
-	struct xrig r;
+	struct rig r;
 	static struct keeper kp;
-	xrig_open(&r, &kp, ZINF_SCHEDULE_PIPELINED);
+	ext_rig_open(&r, &kp, ZINF_SCHEDULE_PIPELINED);
 	static const struct {
 		enum zinf_tier tier;
 		uint32_t mask;
@@ -331,5 +308,5 @@ Test(step_external, refusals_name_the_problem)
 		cr_assert(strstr(zinf_last_error(), bad[i].msg), "case %zu: %s", i,
 			  zinf_last_error());
 	}
-	xrig_close(&r);
+	rig_fini(&r);
 }
