@@ -153,8 +153,10 @@ Test(ckpt_resume, load_refused_while_a_layer_is_fetched)
 
 /* ---- what a save does to the engine -------------------------------------------------------- */
 
-/* The step after a save reads the same NVMe bytes as without it (the bytes written are counted
- * as the writes complete, which varies run to run), and its values are the same. */
+/* The step after a save reads no more NVMe bytes than without it (the save's own reads are no
+ * step's; a partition the save read may still be in the store's buffers when the step fetches it,
+ * which depends on timing: seen under ASan, 480 bytes fewer; the bytes written are counted as the
+ * writes complete, which varies run to run), and its values are the same. */
 Test(ckpt_resume, save_leaves_the_next_step_alone)
 {
 	struct ckpt_cfg c = {3, ZINF_OFFLOAD_NVME, ZINF_OFFLOAD_NVME, ZINF_BF16, false};
@@ -177,9 +179,9 @@ Test(ckpt_resume, save_leaves_the_next_step_alone)
 		free(nvme);
 		free(ck);
 	}
-	cr_expect_eq(s[1].nvme_read_bytes, s[0].nvme_read_bytes, "read %llu with a save, %llu",
-		     (unsigned long long)s[1].nvme_read_bytes,
-		     (unsigned long long)s[0].nvme_read_bytes);
+	cr_expect_leq(s[1].nvme_read_bytes, s[0].nvme_read_bytes, "read %llu with a save, %llu",
+		      (unsigned long long)s[1].nvme_read_bytes,
+		      (unsigned long long)s[0].nvme_read_bytes);
 	cr_expect_eq(s[1].steps, s[0].steps);
 	cr_expect_eq(s[1].host_pool_bytes, s[0].host_pool_bytes);
 	assert_same(m[1].p, m[0].p, "the step after a save");
